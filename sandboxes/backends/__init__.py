@@ -1,0 +1,34 @@
+"""Backend registry: a config's kind names the adapter class that serves it.
+
+Adapters are imported lazily so a deployment without (say) the e2b SDK still serves Docker.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import Backend, BackendConfig, ErrorKind, RemoteError
+
+BACKEND_CLASSES: dict[str, str] = {
+    "docker": "sandboxes.backends.docker.DockerBackend",
+    "e2b": "sandboxes.backends.e2b.E2BBackend",
+    "cube": "sandboxes.backends.cube.CubeBackend",
+}
+
+
+def backend_class(kind: str) -> type[Backend]:
+    try:
+        dotted = BACKEND_CLASSES[kind]
+    except KeyError:
+        raise RemoteError(ErrorKind.INVALID, f"unknown backend kind {kind!r}") from None
+    module_name, _, class_name = dotted.rpartition(".")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RemoteError(ErrorKind.UNSUPPORTED, f"backend {kind!r} is not available: {exc}") from exc
+    cls: type[Backend] = getattr(module, class_name)
+    return cls
+
+
+def build_backend(config: BackendConfig) -> Backend:
+    return backend_class(config.kind)(config)

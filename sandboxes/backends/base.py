@@ -1,0 +1,472 @@
+"""The neutral sandbox contract every backend implements.
+
+This module is a leaf: it imports nothing of the project (no ORM, no settings, no tenancy),
+so adapters run the same in web workers, Celery tasks and async consumers. Everything that
+crosses the boundary is a frozen dataclass; every failure is a `RemoteError` with a stable
+`kind`. Callers decide which features to offer from the capability accessors (`files()`,
+`snapshots()`, `templates()`, `inbound()`, `pty()`, `network_capabilities()`), never from
+the backend's name.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import ClassVar
+
+# Metadata keys the console stamps on every sandbox it creates. Listing by them is how the
+# console claims, reconciles and reaps; a sandbox without META_INSTALLATION is never touched.
+META_INSTALLATION = "console-installation"
+META_SPACE = "console-space"
+META_SESSION = "console-session"
+META_CONFIG = "console-config"
+META_BINDING_VERSION = "console-binding-version"
+
+SNAPSHOT_PREFIX = "snap-"
+
+
+class ErrorKind(enum.StrEnum):
+    NOT_FOUND = "not_found"
+    GONE = "gone"
+    CONFLICT = "conflict"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    RATE_LIMITED = "rate_limited"
+    UNAVAILABLE = "unavailable"
+    TIMEOUT = "timeout"
+    INVALID = "invalid"
+    QUOTA = "quota"
+    UNSUPPORTED = "unsupported"
+    INTERNAL = "internal"
+
+
+# Kinds a caller may retry with backoff without changing anything.
+RETRYABLE_KINDS = frozenset({ErrorKind.RATE_LIMITED, ErrorKind.UNAVAILABLE, ErrorKind.TIMEOUT})
+
+
+class RemoteError(Exception):
+    """A backend failure, translated. Vendor exceptions and HTTP codes never leak upward."""
+
+    def __init__(
+        self,
+        kind: ErrorKind | str,
+        message: str,
+        *,
+        retryable: bool | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        self.kind = ErrorKind(kind)
+        self.message = message
+        self.retryable = self.kind in RETRYABLE_KINDS if retryable is None else retryable
+        self.retry_after = retry_after
+        super().__init__(f"{self.kind}: {message}")
+
+
+class SandboxState(enum.StrEnum):
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSING = "pausing"
+    PAUSED = "paused"  # frozen, memory kept
+    STOPPED = "stopped"  # memory freed, files kept, processes lost
+    GONE = "gone"
+
+
+class IdleMode(enum.StrEnum):
+    PAUSE = "pause"
+    STOP = "stop"
+
+
+# ---------------------------------------------------------------------------------------
+# Configuration of one backend instance (built from a SandboxConfig row by the sandboxes app)
+
+
+@dataclass(frozen=True)
+class BackendConfig:
+    kind: str
+    endpoint: str = ""  # control-plane URL (E2B/Cube) or Docker engine URL ("" = local socket)
+    domain: str = ""  # data-plane domain (E2B/Cube)
+    api_key: str = ""
+    allow_private_endpoints: bool = False
+    idle_mode: IdleMode = IdleMode.PAUSE
+    # Free-form, backend-specific knobs (e.g. Docker's managed network name).
+    options: Mapping[str, str] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------
+# DTOs
+
+
+@dataclass(frozen=True)
+class L7Rule:
+    domain: str
+    methods: tuple[str, ...] = ()  # empty = every method
+    path_prefix: str = "/"
+    action: str = "allow"  # "allow" | "deny"
+
+
+@dataclass(frozen=True)
+class NetworkSpec:
+    """Network switches, always sent explicitly at create (never a backend default)."""
+
+    allow_internet_access: bool
+    allow_public_traffic: bool
+    allow_out: tuple[str, ...] = ()  # CIDRs and domain names (*.example.com allowed)
+    deny_out: tuple[str, ...] = ()
+    l7_rules: tuple[L7Rule, ...] = ()
+
+
+@dataclass(frozen=True)
+class NetworkCapabilities:
+    """Which network switches a backend can honour. The UI greys out the rest."""
+
+    outbound_toggle: bool = True
+    allow_out_cidr: bool = False
+    allow_out_domain: bool = False
+    deny_out_cidr: bool = False
+    deny_out_domain: bool = False
+    l7_rules: bool = False
+    inbound_toggle: bool = False
+
+
+@dataclass(frozen=True)
+class Resources:
+    cpus: float | None = None
+    memory_mb: int | None = None
+    pids: int | None = None
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    template_id: str
+    network: NetworkSpec
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
+    timeout_s: int = 300  # backend TTL (E2B/Cube); Docker sandboxes live until deleted
+    auto_pause: bool = True
+    auto_resume: bool = True
+    # Name of persistent storage mounted at /workspace (Docker: a named volume); None = none.
+    workspace_volume: str | None = None
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    sandbox_id: str
+    state: SandboxState
+    template_id: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    started_at: datetime | None = None
+    end_at: datetime | None = None
+    # Cube returns the inbound traffic token only at create; callers store it with the session.
+    traffic_token: str | None = None
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    states: frozenset[SandboxState] = frozenset()  # empty = every state
+    limit: int = 100
+    page_token: str | None = None
+
+
+@dataclass(frozen=True)
+class Page:
+    items: tuple[SandboxInfo, ...]
+    next_token: str | None = None
+
+
+@dataclass(frozen=True)
+class ExecRequest:
+    """One command. Exactly one of `argv` or `shell` is set."""
+
+    argv: tuple[str, ...] | None = None
+    shell: str | None = None
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    user: str = "user"  # uid 1000; "root" only through the explicit install path
+    stdin: bytes | None = None
+    timeout_s: float = 60.0
+    max_output_bytes: int = 1024 * 1024  # per stream; the rest is dropped and flagged
+
+    def __post_init__(self) -> None:
+        if (self.argv is None) == (self.shell is None):
+            raise RemoteError(ErrorKind.INVALID, "give exactly one of argv or shell")
+        if self.argv is not None and not self.argv:
+            raise RemoteError(ErrorKind.INVALID, "argv is empty")
+        if self.timeout_s <= 0:
+            raise RemoteError(ErrorKind.INVALID, "timeout must be positive")
+        if self.max_output_bytes <= 0:
+            raise RemoteError(ErrorKind.INVALID, "output cap must be positive")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    duration_s: float
+    truncated: bool = False
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    path: str
+    name: str
+    is_dir: bool
+    size: int
+    mode: int  # permission bits, e.g. 0o755
+    is_symlink: bool = False
+    modified: datetime | None = None
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    snapshot_id: str  # always "snap-..."; usable as a template id at create
+    source_sandbox_id: str | None = None
+    name: str = ""
+    created_at: datetime | None = None
+    size_bytes: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TemplateInfo:
+    template_id: str
+    name: str
+    description: str = ""
+    created_at: datetime | None = None
+    size_bytes: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TemplateBuildSpec:
+    """Build a template from Debian packages, or from an existing template plus a script."""
+
+    name: str
+    base_template_id: str | None = None
+    debian_packages: tuple[str, ...] = ()
+    script: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PtySize:
+    cols: int = 80
+    rows: int = 24
+
+    def clamped(self) -> PtySize:
+        return PtySize(cols=min(max(self.cols, 1), 1000), rows=min(max(self.rows, 1), 1000))
+
+
+@dataclass(frozen=True)
+class HealthInfo:
+    ok: bool
+    version: str = ""
+    detail: str = ""
+
+
+# ---------------------------------------------------------------------------------------
+# Capabilities
+
+
+class FilesCapability(abc.ABC):
+    @abc.abstractmethod
+    def write(
+        self, sandbox_id: str, path: str, data: bytes, *, mode: int | None = None, user: str = "user"
+    ) -> FileInfo: ...
+
+    @abc.abstractmethod
+    def read(self, sandbox_id: str, path: str, *, max_bytes: int | None = None) -> bytes: ...
+
+    @abc.abstractmethod
+    def list(self, sandbox_id: str, path: str) -> list[FileInfo]: ...
+
+    @abc.abstractmethod
+    def make_dir(self, sandbox_id: str, path: str, *, user: str = "user") -> None: ...
+
+    @abc.abstractmethod
+    def remove(self, sandbox_id: str, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def stat(self, sandbox_id: str, path: str) -> FileInfo: ...
+
+
+class SnapshotsCapability(abc.ABC):
+    @abc.abstractmethod
+    def create(self, sandbox_id: str, *, name: str = "", labels: Mapping[str, str] | None = None) -> SnapshotInfo:
+        """Snapshot a running sandbox; the sandbox keeps running afterwards."""
+
+    @abc.abstractmethod
+    def list(self) -> list[SnapshotInfo]: ...
+
+    @abc.abstractmethod
+    def delete(self, snapshot_id: str) -> None:
+        """Idempotent: deleting a missing snapshot succeeds."""
+
+
+class TemplatesCapability(abc.ABC):
+    @abc.abstractmethod
+    def list(self) -> list[TemplateInfo]:
+        """Templates only: snapshots are never in this list."""
+
+    @abc.abstractmethod
+    def get(self, template_id: str) -> TemplateInfo: ...
+
+    @abc.abstractmethod
+    def create(self, spec: TemplateBuildSpec) -> TemplateInfo: ...
+
+    @abc.abstractmethod
+    def delete(self, template_id: str) -> None:
+        """Refuses (conflict) a template that live sandboxes use."""
+
+
+class InboundCapability(abc.ABC):
+    @abc.abstractmethod
+    def public_url(self, sandbox_id: str, port: int) -> str: ...
+
+    @abc.abstractmethod
+    def traffic_token(self, sandbox_id: str) -> str | None: ...
+
+
+class PtyHandle(abc.ABC):
+    """One interactive shell. Blocking methods; async callers run them in an executor."""
+
+    pty_id: str
+
+    @abc.abstractmethod
+    def read(self, max_bytes: int = 65536, timeout: float | None = None) -> bytes:
+        """Next bytes of output; b"" at end of stream. Raises RemoteError(timeout) on timeout."""
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def resize(self, size: PtySize) -> None: ...
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """End the shell process inside the sandbox (idempotent)."""
+
+    @abc.abstractmethod
+    def is_running(self) -> bool: ...
+
+    def fileno(self) -> int | None:
+        """A readable file descriptor for event-loop integration, when the backend has one."""
+        return None
+
+
+class PtyCapability(abc.ABC):
+    @abc.abstractmethod
+    def open(
+        self,
+        sandbox_id: str,
+        size: PtySize,
+        *,
+        command: tuple[str, ...] = ("bash", "-l"),
+        user: str = "user",
+        cwd: str = "/workspace",
+        env: Mapping[str, str] | None = None,
+    ) -> PtyHandle: ...
+
+
+# ---------------------------------------------------------------------------------------
+# The backend
+
+
+class Backend(abc.ABC):
+    kind: ClassVar[str]
+    label: ClassVar[str]
+
+    def __init__(self, config: BackendConfig) -> None:
+        self.config = config
+
+    @abc.abstractmethod
+    def health(self) -> HealthInfo: ...
+
+    @abc.abstractmethod
+    def create(self, spec: SandboxSpec) -> SandboxInfo: ...
+
+    @abc.abstractmethod
+    def connect(self, sandbox_id: str) -> SandboxInfo:
+        """Return a running sandbox, resuming it if paused or stopped."""
+
+    @abc.abstractmethod
+    def get(self, sandbox_id: str) -> SandboxInfo: ...
+
+    @abc.abstractmethod
+    def list(self, query: ListQuery) -> Page: ...
+
+    @abc.abstractmethod
+    def delete(self, sandbox_id: str) -> None:
+        """Idempotent: deleting a missing sandbox succeeds."""
+
+    @abc.abstractmethod
+    def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        """Run a command; a timeout kills its process group inside the sandbox too."""
+
+    @abc.abstractmethod
+    def pause(self, sandbox_id: str) -> SandboxInfo:
+        """Idle the sandbox (pause or stop, per the config's idle mode). Idempotent."""
+
+    @abc.abstractmethod
+    def network_capabilities(self) -> NetworkCapabilities: ...
+
+    def files(self) -> FilesCapability | None:
+        return None
+
+    def snapshots(self) -> SnapshotsCapability | None:
+        return None
+
+    def templates(self) -> TemplatesCapability | None:
+        return None
+
+    def inbound(self) -> InboundCapability | None:
+        return None
+
+    def pty(self) -> PtyCapability | None:
+        return None
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        return None
+
+    # Shared behaviour built on the abstract methods ------------------------------------
+
+    def iter_sandboxes(self, query: ListQuery, *, max_pages: int = 10_000) -> Iterator[SandboxInfo]:
+        """Every sandbox matching `query`, following pages.
+
+        A page token seen twice stops the listing with an error instead of looping forever
+        (some control planes have handed out the same cursor again).
+        """
+        seen: set[str] = set()
+        token = query.page_token
+        for _ in range(max_pages):
+            page = self.list(
+                ListQuery(metadata=query.metadata, states=query.states, limit=query.limit, page_token=token)
+            )
+            yield from page.items
+            token = page.next_token
+            if not token:
+                return
+            if token in seen:
+                raise RemoteError(
+                    ErrorKind.INTERNAL,
+                    f"the backend repeated page token {token[:32]!r}; listing stopped",
+                    retryable=False,
+                )
+            seen.add(token)
+        raise RemoteError(ErrorKind.INTERNAL, f"listing stopped after {max_pages} pages", retryable=False)
+
+    def check_state(self, info: SandboxInfo) -> SandboxInfo:
+        if info.state == SandboxState.GONE:
+            raise RemoteError(ErrorKind.GONE, f"sandbox {info.sandbox_id} is gone")
+        return info
+
+
+def is_snapshot_id(template_id: str) -> bool:
+    return template_id.startswith(SNAPSHOT_PREFIX)
