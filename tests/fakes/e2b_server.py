@@ -1,0 +1,289 @@
+"""A protocol-faithful fake of the E2B control plane + envd, with a Cube personality.
+
+Run it:  python -m tests.fakes.e2b_server --port 8080 --personality e2b|cube [--image TAG]
+
+One HTTP/1.1 listener serves both planes. The unmodified e2b SDK reaches it with
+``api_url=sandbox_url=http://127.0.0.1:<port>``: with ``sandbox_url`` set the SDK sends every
+envd request to that URL with the header ``E2b-Sandbox-Id: <id>`` (protocol reference §4.1,
+§4.2), so a request carrying that header (or a ``Host: 49983-<id>.<domain>``, Cube-style
+routing) goes to the sandbox's envd, and everything else to the control plane.
+``FakeServer.connection_options()`` returns the SDK options.
+
+Admin endpoints (no auth), for tests:
+  GET    /_fake/state                        sandboxes, processes, templates, faults
+  POST   /_fake/faults                       add a fault (fake_state.Fault as JSON), or
+                                             {"faults": [...]}
+  DELETE /_fake/faults                       clear faults
+  POST   /_fake/reset                        kill every sandbox, drop snapshots and faults
+  POST   /_fake/config                       {"cube_pause_seconds": s, "resume_failures": n}
+  POST   /_fake/sandboxes/{id}/state         {"state": "pausing"|"running"} (force a state)
+  POST   /_fake/sandboxes/{id}/expire        make the TTL run out now (the reaper acts)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import threading
+import time
+import traceback
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tests.fakes.fake_control import ControlPlane
+from tests.fakes.fake_envd import Envd
+from tests.fakes.fake_http import HttpError, Reply, Request, read_request
+from tests.fakes.fake_lifecycle import Lifecycle
+from tests.fakes.fake_runtime import DEFAULT_IMAGE, DockerRuntime
+from tests.fakes.fake_state import Fault, Personality, Reaper, Store
+
+DEFAULT_API_KEY = "e2b_" + "0" * 40
+_HOST_ROUTE = re.compile(r"^(\d+)-([a-z0-9-]+)\.")
+
+
+class FakeHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    app: FakeApp
+
+
+class FakeApp:
+    """Routes a parsed request to the admin API, envd or the control plane."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.life = Lifecycle(store)
+        self.control = ControlPlane(store, self.life)
+        self.envd = Envd(store, self.life)
+
+    def dispatch(self, req: Request, reply: Reply) -> None:
+        if req.path.startswith("/_fake/"):
+            self.admin(req, reply)
+            return
+        sandbox_id = self._envd_target(req)
+        plane = "envd" if sandbox_id else "api"
+        self._apply_faults(plane, req)
+        if sandbox_id:
+            self.envd.handle(req, reply, sandbox_id)
+        else:
+            self.control.handle(req, reply)
+
+    def _envd_target(self, req: Request) -> str | None:
+        sandbox_id = req.header("e2b-sandbox-id")
+        if sandbox_id:
+            return sandbox_id
+        m = _HOST_ROUTE.match(req.header("host", "") or "")
+        if m and m.group(1) == "49983":
+            return m.group(2)
+        return None
+
+    def _apply_faults(self, plane: str, req: Request) -> None:
+        latency = self.store.take_fault(plane, req.method, req.path, ("latency",))
+        if latency is not None:
+            time.sleep(latency.delay)
+        fault = self.store.take_fault(plane, req.method, req.path, ("status",))
+        if fault is not None:
+            headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
+            raise HttpError(fault.status, fault.message, headers)
+
+    # -- admin ----------------------------------------------------------------------------------
+
+    def admin(self, req: Request, reply: Reply) -> None:
+        path, method = req.path, req.method
+        if path == "/_fake/state" and method == "GET":
+            reply.json(200, self.store.snapshot_state())
+        elif path == "/_fake/faults" and method == "POST":
+            body = req.json()
+            specs = body.get("faults", [body]) if isinstance(body, dict) else body
+            with self.store.lock:
+                for spec in specs:
+                    self.store.faults.append(Fault(**spec))
+            reply.json(200, [f.as_dict() for f in self.store.faults])
+        elif path == "/_fake/faults" and method == "DELETE":
+            with self.store.lock:
+                self.store.faults.clear()
+            reply.empty(204)
+        elif path == "/_fake/reset" and method == "POST":
+            self.reset()
+            reply.empty(204)
+        elif path == "/_fake/config" and method == "POST":
+            body = req.json()
+            with self.store.lock:
+                if "cube_pause_seconds" in body:
+                    self.store.cube_pause_seconds = float(body["cube_pause_seconds"])
+                if "resume_failures" in body:
+                    self.store.resume_failures = int(body["resume_failures"])
+            reply.empty(204)
+        else:
+            self._admin_sandbox(req, reply)
+
+    def _admin_sandbox(self, req: Request, reply: Reply) -> None:
+        m = re.match(r"^/_fake/sandboxes/([^/]+)/(state|expire)$", req.path)
+        if not m or req.method != "POST":
+            raise HttpError(404, f"no admin route {req.method} {req.path}")
+        sbx = self.store.get(m.group(1))
+        if sbx is None:
+            raise HttpError(404, "no such sandbox")
+        if m.group(2) == "expire":
+            sbx.set_ttl(0)
+        else:
+            state = req.json().get("state")
+            if state not in ("running", "pausing"):
+                raise HttpError(400, "state must be running or pausing")
+            sbx.state = state
+        reply.empty(204)
+
+    def reset(self) -> None:
+        with self.store.lock:
+            sandboxes = list(self.store.sandboxes.values())
+            self.store.faults.clear()
+            self.store.resume_failures = 0
+            self.store.cube_pause_seconds = 0.0
+        for sbx in sandboxes:
+            self.life.kill(sbx)
+        with self.store.lock:
+            snapshot_ids = [t for t, v in self.store.templates.items() if v.kind == "snapshot"]
+        for tid in snapshot_ids:
+            self.life.delete_template(tid)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FakeHTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except (ConnectionError, TimeoutError):
+            self.close_connection = True
+
+    def _serve(self) -> None:
+        reply = Reply(self)
+        try:
+            req = read_request(self)
+            self.server.app.dispatch(req, reply)
+        except HttpError as e:
+            if reply.started:
+                self.close_connection = True
+            else:
+                reply.api_error(e)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as e:
+            traceback.print_exc()
+            if reply.started:
+                self.close_connection = True
+            else:
+                reply.api_error(HttpError(500, f"fake server error: {e}"))
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _serve
+
+
+class FakeServer:
+    """The fake server on a loopback port, in background threads of this process."""
+
+    def __init__(
+        self,
+        personality: Personality = "e2b",
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        image: str = DEFAULT_IMAGE,
+        api_key: str = DEFAULT_API_KEY,
+        run_id: str | None = None,
+        cube_version: str = "later",
+    ) -> None:
+        self.personality = personality
+        self.api_key = api_key
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.runtime = DockerRuntime(self.run_id, image)
+        self.store = Store(personality, self.runtime, api_key, cube_version=cube_version)
+        self.app = FakeApp(self.store)
+        self.httpd = FakeHTTPServer((host, port), Handler)
+        self.httpd.app = self.app
+        self.reaper = Reaper(self.app.life)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self.httpd.server_address[1])
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def sandbox_url(self) -> str:
+        # Same listener: envd requests are told apart by their E2b-Sandbox-Id header.
+        return self.api_url
+
+    @property
+    def domain(self) -> str:
+        return "cube.app" if self.personality == "cube" else "e2b.local"
+
+    def connection_options(self) -> dict[str, Any]:
+        """Keyword arguments for e2b.Sandbox.create/connect/list/... or e2b.E2B(...)."""
+        return {
+            "api_key": self.api_key,
+            "api_url": self.api_url,
+            "sandbox_url": self.sandbox_url,
+            "domain": self.domain,
+            "http_version": "1.1",
+        }
+
+    def start(self) -> FakeServer:
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, name=f"fake-{self.personality}", daemon=True
+        )
+        self._thread.start()
+        self.reaper.start()
+        return self
+
+    def stop(self) -> None:
+        self.reaper.stopped.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        try:
+            self.app.reset()
+        finally:
+            self.runtime.cleanup_run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--personality", choices=["e2b", "cube"], default="e2b")
+    parser.add_argument("--cube-version", choices=["may", "later"], default="later")
+    parser.add_argument("--image", default=DEFAULT_IMAGE)
+    parser.add_argument("--api-key", default=DEFAULT_API_KEY)
+    parser.add_argument("--run-id", default=None)
+    args = parser.parse_args(argv)
+    server = FakeServer(
+        args.personality,
+        host=args.host,
+        port=args.port,
+        image=args.image,
+        api_key=args.api_key,
+        run_id=args.run_id,
+        cube_version=args.cube_version,
+    )
+    server.start()
+    print(
+        f"fake {args.personality} listening on {server.api_url} (run {server.run_id})", flush=True
+    )
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

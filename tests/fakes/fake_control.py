@@ -1,0 +1,654 @@
+"""Control plane of the fake: the E2B REST API (spec/openapi.yml of e2b-dev/E2B) and the
+Cube differences (TencentCloud/CubeSandbox CubeAPI/src/routes.rs, CubeAPI/src/models/mod.rs).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+import urllib.parse
+from collections.abc import Callable
+from typing import Any
+
+from tests.fakes.fake_http import HttpError, Reply, Request
+from tests.fakes.fake_lifecycle import Lifecycle
+from tests.fakes.fake_state import FakeSandbox, Store, Template, new_id, now, rfc3339
+
+Handler = Callable[[Request, Reply], None]
+
+# Cube rejects these env names at create (C-later input validation).
+CUBE_FORBIDDEN_ENVS = {"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "HOME", "HOSTNAME"}
+ALL_TRAFFIC = "0.0.0.0/0"
+_IP_OR_CIDR = re.compile(r"^[0-9a-fA-F:.]+(/\d+)?$")
+
+
+def encode_token(offset: int) -> str:
+    """Opaque page token (the SDK must not interpret it)."""
+    return base64.urlsafe_b64encode(json.dumps({"o": offset}).encode()).decode().rstrip("=")
+
+
+def decode_token(token: str) -> int:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        return int(json.loads(base64.urlsafe_b64decode(padded))["o"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise HttpError(400, f"invalid nextToken: {token!r}") from e
+
+
+class ControlPlane:
+    def __init__(self, store: Store, lifecycle: Lifecycle) -> None:
+        self.store = store
+        self.life = lifecycle
+        self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self._register()
+
+    # -- routing ------------------------------------------------------------------------------
+
+    def _route(self, method: str, pattern: str, handler: Handler) -> None:
+        regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern)
+        self.routes.append((method, re.compile(f"^{regex}$"), handler))
+
+    def _register(self) -> None:
+        r = self._route
+        r("GET", "/health", self.health)
+        r("POST", "/sandboxes", self.create_v1)
+        r("POST", "/v2/sandboxes", self.create_v2)
+        r("GET", "/sandboxes", self.list_v1)
+        r("GET", "/v2/sandboxes", self.list_v2)
+        r("GET", "/sandboxes/{sid}", self.get_sandbox)
+        r("DELETE", "/sandboxes/{sid}", self.delete_sandbox)
+        r("POST", "/sandboxes/{sid}/pause", self.pause)
+        r("POST", "/sandboxes/{sid}/resume", self.resume_v1)
+        r("POST", "/sandboxes/{sid}/connect", self.connect_v1)
+        r("POST", "/v2/sandboxes/{sid}/connect", self.connect_v2)
+        r("POST", "/sandboxes/{sid}/timeout", self.set_timeout)
+        r("POST", "/sandboxes/{sid}/refreshes", self.refresh)
+        r("PUT", "/sandboxes/{sid}/network", self.update_network)
+        r("POST", "/sandboxes/{sid}/snapshots", self.create_snapshot)
+        r("GET", "/snapshots", self.list_snapshots)
+        r("GET", "/sandboxes/{sid}/metrics", self.metrics)
+        r("GET", "/v2/sandboxes/{sid}/logs", self.logs)
+        r("GET", "/templates", self.list_templates_v1)
+        r("GET", "/v2/templates", self.list_templates_v2)
+        r("POST", "/templates", self.cube_create_template)
+        r("GET", "/templates/aliases/{alias}", self.template_alias)
+        r("GET", "/templates/{tid}", self.get_template)
+        r("PATCH", "/templates/{tid}", self.cube_patch_template)
+        r("DELETE", "/templates/{tid}", self.delete_template)
+        r("GET", "/templates/{tid}/builds/{bid}/status", self.build_status)
+
+    def handle(self, req: Request, reply: Reply) -> None:
+        path = req.path
+        if self.store.is_cube and path.startswith("/cubeapi/v1/"):
+            # Cube serves everything under /cubeapi/v1 as well (CubeAPI/src/routes.rs).
+            path = path[len("/cubeapi/v1") :]
+        allowed: list[str] = []
+        for method, regex, handler in self.routes:
+            m = regex.match(path)
+            if not m:
+                continue
+            if method != req.method:
+                allowed.append(method)
+                continue
+            req.params = {k: urllib.parse.unquote(v) for k, v in m.groupdict().items()}
+            if path != "/health":
+                self._authenticate(req)
+            handler(req, reply)
+            return
+        if allowed:
+            raise HttpError(405, f"method {req.method} not allowed on {path}")
+        raise HttpError(404, f"no route for {req.method} {path}")
+
+    def _authenticate(self, req: Request) -> None:
+        # spec/openapi.yml securitySchemes ApiKeyAuth: header X-API-Key.
+        key = req.header("x-api-key")
+        bearer = req.header("authorization", "") or ""
+        if key is None and bearer.lower().startswith("bearer "):
+            key = bearer[7:].strip()
+        if key != self.store.api_key:
+            raise HttpError(401, "Invalid API key")
+
+    def _sandbox(self, req: Request) -> FakeSandbox:
+        sbx = self.store.get(req.params["sid"])
+        if sbx is None:
+            raise HttpError(
+                404, f"sandbox \"{req.params['sid']}\" doesn't exist or you don't have access to it"
+            )
+        return sbx
+
+    # -- shapes -------------------------------------------------------------------------------
+
+    def sandbox_json(self, sbx: FakeSandbox, *, created: bool) -> dict[str, Any]:
+        # spec/openapi.yml: components/schemas/Sandbox
+        out: dict[str, Any] = {
+            "templateID": sbx.template_id,
+            "sandboxID": sbx.sandbox_id,
+            "clientID": "fake-client",
+            "envdVersion": sbx.envd_version,
+            "alias": sbx.alias,
+            "domain": "cube.app" if self.store.is_cube else None,
+        }
+        if self.store.is_cube:
+            # Cube: envdAccessToken is null; the traffic token only in the create response.
+            out["envdAccessToken"] = None
+            out["trafficAccessToken"] = sbx.traffic_access_token if created else None
+        else:
+            if sbx.envd_access_token:
+                out["envdAccessToken"] = sbx.envd_access_token
+            out["trafficAccessToken"] = sbx.traffic_access_token
+        return out
+
+    def listed_json(self, sbx: FakeSandbox) -> dict[str, Any]:
+        # spec/openapi.yml: components/schemas/ListedSandbox (every field below is required).
+        return {
+            "templateID": sbx.template_id,
+            "alias": sbx.alias,
+            "sandboxID": sbx.sandbox_id,
+            "clientID": "fake-client",
+            "startedAt": rfc3339(sbx.started_at),
+            "endAt": rfc3339(sbx.end_at),
+            "cpuCount": sbx.cpu_count,
+            "memoryMB": sbx.memory_mb,
+            # Cube reports diskSizeMB 0 (CubeAPI list handler).
+            "diskSizeMB": 0 if self.store.is_cube else sbx.disk_size_mb,
+            "state": sbx.state,
+            "envdVersion": sbx.envd_version,
+            "metadata": sbx.metadata,
+        }
+
+    def detail_json(self, sbx: FakeSandbox) -> dict[str, Any]:
+        # spec/openapi.yml: components/schemas/SandboxDetail
+        out = self.listed_json(sbx)
+        out["domain"] = "cube.app" if self.store.is_cube else None
+        out["allowInternetAccess"] = sbx.allow_internet_access
+        if sbx.network is not None:
+            out["network"] = sbx.network
+        out["lifecycle"] = {
+            "autoResume": sbx.auto_resume,
+            "onTimeout": "pause" if sbx.auto_pause else "kill",
+        }
+        if not self.store.is_cube and sbx.envd_access_token:
+            out["envdAccessToken"] = sbx.envd_access_token
+        return out
+
+    # -- health -------------------------------------------------------------------------------
+
+    def health(self, req: Request, reply: Reply) -> None:
+        if self.store.is_cube:
+            # CubeAPI GET /health: 200 {status, sandboxes}
+            reply.json(200, {"status": "ok", "sandboxes": len(self.store.sandboxes)})
+        else:
+            # spec/openapi.yml: GET /health -> 204
+            reply.empty(204)
+
+    # -- create -------------------------------------------------------------------------------
+
+    def create_v1(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /sandboxes (NewSandbox -> 201 Sandbox), spec default timeout 15
+        self._create(req, reply, default_timeout=15)
+
+    def create_v2(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /v2/sandboxes (NewSandboxV2 -> 201 Sandbox), default timeout 300
+        if self.store.is_cube and self.store.cube_version == "may":
+            raise HttpError(405, "Method Not Allowed")
+        body = req.json()
+        if self.store.is_cube and body.get("autoPauseMemory") is False:
+            # Cube PR #1800 rejects filesystem-only pause.
+            raise HttpError(400, "autoPauseMemory=false is not supported")
+        self._create(req, reply, default_timeout=300)
+
+    def _create(self, req: Request, reply: Reply, default_timeout: int) -> None:
+        body = req.json()
+        if not isinstance(body, dict):
+            raise HttpError(400, "body must be a JSON object")
+        if self.store.is_cube:
+            self._cube_validate_create(body)
+        sbx = self.life.create(body, default_timeout)
+        reply.json(201, self.sandbox_json(sbx, created=True))
+
+    def _cube_validate_create(self, body: dict[str, Any]) -> None:
+        for name in body.get("envVars") or {}:
+            if name in CUBE_FORBIDDEN_ENVS:
+                raise HttpError(400, f"environment variable {name} is not allowed")
+        network = body.get("network") or {}
+        self._cube_validate_network(network, body.get("allow_internet_access"))
+
+    def _cube_validate_network(self, network: dict[str, Any], allow_internet: Any) -> None:
+        # CubeNetworkConfig (CubeAPI models): rules is a list; a domain in allowOut needs
+        # allow_internet_access=false or denyOut containing 0.0.0.0/0.
+        rules = network.get("rules")
+        if rules is not None and not isinstance(rules, list):
+            raise HttpError(400, "network.rules must be a list of L7 rules")
+        allow_out = network.get("allowOut") or network.get("allow_out") or []
+        deny_out = network.get("denyOut") or network.get("deny_out") or []
+        has_domain = any(not _IP_OR_CIDR.match(str(a)) for a in allow_out)
+        if has_domain and allow_internet is not False and ALL_TRAFFIC not in deny_out:
+            raise HttpError(
+                400,
+                "a domain in allowOut requires allow_internet_access=false or denyOut 0.0.0.0/0",
+            )
+
+    # -- list -----------------------------------------------------------------------------------
+
+    def list_v1(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: GET /sandboxes (deprecated) -> [ListedSandbox], running only
+        items = self._filtered(req, default_states={"running"})
+        reply.json(200, [self.listed_json(s) for s in items])
+
+    def list_v2(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: GET /v2/sandboxes -> [ListedSandbox] + X-Next-Token
+        items = self._filtered(req, default_states=None)
+        if self.store.is_cube:
+            # Cube: one page, no X-Next-Token, nextToken ignored; limit is a page size.
+            limit = int(req.q("limit") or 100)
+            reply.json(200, [self.listed_json(s) for s in items[:limit]])
+            return
+        page, headers = self._paginate(req, items)
+        headers["X-Total-Running"] = str(sum(1 for s in items if s.state == "running"))
+        reply.json(200, [self.listed_json(s) for s in page], headers)
+
+    def _filtered(self, req: Request, default_states: set[str] | None) -> list[FakeSandbox]:
+        with self.store.lock:
+            items = list(self.store.sandboxes.values())
+        wanted_meta = self._metadata_filter(req.q("metadata"))
+        states = self._state_filter(req.q("state")) or default_states
+        template = req.q("template")
+        started_after = req.q("startedAfter")
+        out = []
+        for s in items:
+            if any(s.metadata.get(k) != v for k, v in wanted_meta.items()):
+                continue
+            if states and s.state not in states:
+                continue
+            if template and template not in (s.template_id, s.alias):
+                continue
+            if started_after and rfc3339(s.started_at) <= started_after:
+                continue
+            out.append(s)
+        descending = (req.q("order") or "desc") == "desc"
+        out.sort(key=lambda s: (s.started_at, s.sandbox_id), reverse=descending)
+        return out
+
+    def _metadata_filter(self, raw: str | None) -> dict[str, str]:
+        """The `metadata` query: an urlencoded set of pairs (already decoded once by the
+        query parser). E2B decodes each key and value once more; Cube does not, so escaped
+        characters never match there (CubeAPI list handler)."""
+        if not raw:
+            return {}
+        out = {}
+        for pair in raw.split("&"):
+            key, _, value = pair.partition("=")
+            if not self.store.is_cube:
+                key, value = urllib.parse.unquote(key), urllib.parse.unquote(value)
+            out[key] = value
+        return out
+
+    def _state_filter(self, raw: str | None) -> set[str] | None:
+        if not raw:
+            return None
+        states = {s for s in raw.split(",") if s}
+        if self.store.is_cube and len(states) > 1:
+            # Cube's state filter takes one value; `running,paused` means no filter.
+            return None
+        if not self.store.is_cube and not states <= {"running", "paused"}:
+            raise HttpError(400, f"invalid state filter: {raw}")
+        return states
+
+    def _paginate(self, req: Request, items: list[Any]) -> tuple[list[Any], dict[str, str]]:
+        limit = int(req.q("limit") or 100)
+        if not 1 <= limit <= 100:
+            raise HttpError(400, "limit must be between 1 and 100")
+        token = req.q("nextToken")
+        offset = decode_token(token) if token else 0
+        page = items[offset : offset + limit]
+        headers: dict[str, str] = {}
+        if offset + limit < len(items):
+            headers["X-Next-Token"] = encode_token(offset + limit)
+        fault = self.store.take_fault("api", req.method, req.path, ("repeat_token",))
+        if fault is not None:
+            # A broken server that hands the same cursor back forever.
+            headers["X-Next-Token"] = token or encode_token(0)
+        return page, headers
+
+    # -- single sandbox -------------------------------------------------------------------------
+
+    def get_sandbox(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: GET /sandboxes/{sandboxID} -> SandboxDetail
+        reply.json(200, self.detail_json(self._sandbox(req)))
+
+    def delete_sandbox(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: DELETE /sandboxes/{sandboxID} -> 204, 404
+        sbx = self._sandbox(req)
+        if sbx.state == "pausing":
+            # Cube C-later: CubeMaster 130490 (pausing) -> 503 Retry-After: 2
+            raise HttpError(503, "sandbox is pausing, retry later", {"Retry-After": "2"})
+        self.life.kill(sbx)
+        reply.empty(204)
+
+    def pause(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /sandboxes/{sandboxID}/pause -> 204, 409 already paused, 404.
+        # Cube ignores the body (memory flag): it always snapshots memory.
+        sbx = self._sandbox(req)
+        self.life.pause(sbx)
+        reply.empty(204)
+
+    def resume_v1(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /sandboxes/{sandboxID}/resume (deprecated) -> 201, 409 running
+        sbx = self._sandbox(req)
+        if sbx.state == "running":
+            raise HttpError(409, f"sandbox {sbx.sandbox_id} is already running")
+        self.life.resume(sbx, _int_or_none(req.json().get("timeout")))
+        reply.json(201, self.sandbox_json(sbx, created=False))
+
+    def connect_v1(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /sandboxes/{sandboxID}/connect {timeout} -> 200 / 201
+        body = req.json()
+        if "timeout" not in body:
+            raise HttpError(400, "timeout is required")
+        self._connect(req, reply, _int_or_none(body.get("timeout")))
+
+    def connect_v2(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /v2/sandboxes/{sandboxID}/connect {timeout?, memory?} -> 200/201
+        if self.store.is_cube and self.store.cube_version == "may":
+            raise HttpError(405, "Method Not Allowed")
+        body = req.json()
+        if self.store.is_cube and body.get("memory") is False:
+            raise HttpError(400, "memory=false is not supported")
+        self._connect(req, reply, _int_or_none(body.get("timeout")))
+
+    def _connect(self, req: Request, reply: Reply, timeout: int | None) -> None:
+        sbx = self._sandbox(req)
+        resumed = self.life.resume(sbx, timeout)
+        # Cube answers 200 even after resuming.
+        status = 201 if resumed and not self.store.is_cube else 200
+        reply.json(status, self.sandbox_json(sbx, created=False))
+
+    def set_timeout(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /sandboxes/{sandboxID}/timeout {timeout} -> 204; TTL from now
+        sbx = self._sandbox(req)
+        timeout = _int_or_none(req.json().get("timeout"))
+        if timeout is None or timeout < 0:
+            raise HttpError(400, "timeout is required")
+        sbx.set_ttl(timeout)
+        reply.empty(204)
+
+    def refresh(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /sandboxes/{sandboxID}/refreshes {duration 0..3600} -> 204
+        sbx = self._sandbox(req)
+        duration = _int_or_none(req.json().get("duration")) or sbx.timeout
+        if not 0 <= duration <= 3600:
+            raise HttpError(400, "duration must be between 0 and 3600")
+        sbx.set_ttl(duration)
+        reply.empty(204)
+
+    def update_network(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: PUT /sandboxes/{sandboxID}/network -> 204; replaces every rule.
+        if self.store.is_cube and self.store.cube_version == "may":
+            raise HttpError(404, "no route")
+        sbx = self._sandbox(req)
+        body = req.json()
+        allow_internet = body.pop("allow_internet_access", None)
+        if self.store.is_cube:
+            self._cube_validate_network(body, allow_internet)
+        elif isinstance(body.get("rules"), list):
+            raise HttpError(400, "rules must be an object keyed by domain")
+        sbx.network = body
+        sbx.allow_internet_access = allow_internet
+        reply.empty(204)
+
+    def metrics(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: GET /sandboxes/{sandboxID}/metrics -> [SandboxMetric] (synthetic)
+        sbx = self._sandbox(req)
+        t = now()
+        reply.json(
+            200,
+            [
+                {
+                    "timestamp": rfc3339(t),
+                    "timestampUnix": int(t.timestamp()),
+                    "cpuCount": sbx.cpu_count,
+                    "cpuUsedPct": 1.0,
+                    "memUsed": 64 * 1024 * 1024,
+                    "memTotal": sbx.memory_mb * 1024 * 1024,
+                    "diskUsed": 16 * 1024 * 1024,
+                    "diskTotal": sbx.disk_size_mb * 1024 * 1024,
+                }
+            ],
+        )
+
+    def logs(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: GET /v2/sandboxes/{sandboxID}/logs -> {"logs": []}
+        self._sandbox(req)
+        reply.json(200, {"logs": []})
+
+    # -- snapshots ------------------------------------------------------------------------------
+
+    def create_snapshot(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /sandboxes/{sandboxID}/snapshots {name?} -> 201 SnapshotInfo
+        sbx = self._sandbox(req)
+        name = req.json().get("name")
+        tpl = self.life.snapshot(sbx, name if isinstance(name, str) and name else None)
+        reply.json(201, {"snapshotID": tpl.template_id, "names": tpl.names})
+
+    def list_snapshots(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: GET /snapshots {sandboxID, name, limit, nextToken} -> [SnapshotInfo];
+        # Cube C-later adds status/originSandboxID/createdAt; C-May has no such route.
+        if self.store.is_cube and self.store.cube_version == "may":
+            raise HttpError(404, "no route")
+        sandbox_id, name = req.q("sandboxID"), req.q("name")
+        with self.store.lock:
+            snaps = [t for t in self.store.templates.values() if t.kind == "snapshot"]
+        if sandbox_id:
+            snaps = [t for t in snaps if t.origin_sandbox_id == sandbox_id]
+        if name:
+            snaps = [t for t in snaps if any(n == name or n.endswith("/" + name) for n in t.names)]
+        snaps.sort(key=lambda t: t.created_at)
+        page, headers = self._paginate(req, snaps)
+        reply.json(200, [self._snapshot_json(t) for t in page], headers)
+
+    def _snapshot_json(self, tpl: Template) -> dict[str, Any]:
+        out: dict[str, Any] = {"snapshotID": tpl.template_id, "names": tpl.names}
+        if self.store.is_cube:
+            out.update(
+                status="READY",
+                originSandboxID=tpl.origin_sandbox_id,
+                createdAt=rfc3339(tpl.created_at),
+                updatedAt=rfc3339(tpl.created_at),
+            )
+        return out
+
+    # -- templates ------------------------------------------------------------------------------
+
+    def _e2b_template_json(self, tpl: Template) -> dict[str, Any]:
+        # spec/openapi.yml: components/schemas/Template
+        created = rfc3339(tpl.created_at)
+        return {
+            "templateID": tpl.template_id,
+            "buildID": tpl.build_id or "build-" + tpl.template_id,
+            "cpuCount": 2,
+            "memoryMB": 512,
+            "diskSizeMB": 1024,
+            "public": False,
+            "aliases": tpl.names,
+            "names": tpl.names,
+            "createdAt": created,
+            "updatedAt": created,
+            "createdBy": None,
+            "lastSpawnedAt": None,
+            "spawnCount": tpl.spawn_count,
+            "buildCount": 1,
+            "envdVersion": self.store.envd_version,
+            "buildStatus": "ready",
+        }
+
+    def _cube_template_json(self, tpl: Template) -> dict[str, Any]:
+        # CubeAPI models: TemplateSummary
+        return {
+            "templateID": tpl.template_id,
+            "instanceType": tpl.extra.get("instanceType", "cubebox"),
+            "version": "v1",
+            "status": tpl.status,
+            "lastError": tpl.extra.get("lastError", ""),
+            "createdAt": rfc3339(tpl.created_at),
+            "imageInfo": tpl.image,
+        }
+
+    def _templates(self) -> list[Template]:
+        with self.store.lock:
+            # Snapshots are kept out of E2B template lists (they are listed under /snapshots).
+            return [t for t in self.store.templates.values() if t.kind == "template"]
+
+    def list_templates_v1(self, req: Request, reply: Reply) -> None:
+        if self.store.is_cube:
+            # CubeAPI: GET /templates -> [TemplateSummary]
+            reply.json(200, [self._cube_template_json(t) for t in self._templates()])
+            return
+        # spec/openapi.yml: GET /templates -> [Template]
+        reply.json(200, [self._e2b_template_json(t) for t in self._templates()])
+
+    def list_templates_v2(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: GET /v2/templates -> [Template] + X-Next-Token
+        page, headers = self._paginate(req, self._templates())
+        reply.json(200, [self._e2b_template_json(t) for t in page], headers)
+
+    def _template(self, req: Request) -> Template:
+        tpl = self.store.templates.get(req.params["tid"])
+        if tpl is None:
+            raise HttpError(404, f"template '{req.params['tid']}' not found")
+        return tpl
+
+    def get_template(self, req: Request, reply: Reply) -> None:
+        tpl = self._template(req)
+        if self.store.is_cube:
+            # CubeAPI: GET /templates/:id -> TemplateDetail {..., replicas[], createRequest}
+            detail = self._cube_template_json(tpl)
+            detail.update(replicas=[], createRequest=tpl.extra.get("createRequest", {}))
+            reply.json(200, detail)
+            return
+        # spec/openapi.yml: GET /templates/{templateID} -> TemplateWithBuilds
+        base = self._e2b_template_json(tpl)
+        keys = ("templateID", "public", "aliases", "names", "createdAt", "updatedAt")
+        out = {k: base[k] for k in keys}
+        out.update(
+            lastSpawnedAt=None,
+            spawnCount=tpl.spawn_count,
+            builds=[
+                {
+                    "buildID": base["buildID"],
+                    "status": "ready",
+                    "createdAt": base["createdAt"],
+                    "updatedAt": base["updatedAt"],
+                    "cpuCount": 2,
+                    "memoryMB": 512,
+                    "envdVersion": self.store.envd_version,
+                }
+            ],
+        )
+        reply.json(200, out)
+
+    def template_alias(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: GET /templates/aliases/{alias} -> {templateID, public}
+        alias = req.params["alias"]
+        for t in self._templates():
+            if alias in t.names:
+                reply.json(200, {"templateID": t.template_id, "public": False})
+                return
+        raise HttpError(404, f"alias '{alias}' not found")
+
+    def delete_template(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: DELETE /templates/{templateID} -> 204 (also deletes snapshots).
+        # Cube: -> {templateID, operationID, status}.
+        tpl = self.life.delete_template(req.params["tid"])
+        if self.store.is_cube:
+            reply.json(
+                200,
+                {
+                    "templateID": tpl.template_id,
+                    "operationID": new_id("op-", 12),
+                    "status": "DELETED",
+                },
+            )
+            return
+        reply.empty(204)
+
+    def build_status(self, req: Request, reply: Reply) -> None:
+        tpl = self._template(req)
+        if self.store.is_cube:
+            # CubeAPI: {buildID, templateID, status, progress, message}
+            reply.json(
+                200,
+                {
+                    "buildID": req.params["bid"],
+                    "templateID": tpl.template_id,
+                    "status": tpl.status,
+                    "progress": 100,
+                    "message": tpl.extra.get("lastError", ""),
+                },
+            )
+            return
+        # spec/openapi.yml: GET /templates/{templateID}/builds/{buildID}/status
+        reply.json(
+            200,
+            {
+                "logs": [],
+                "logEntries": [],
+                "templateID": tpl.template_id,
+                "buildID": req.params["bid"],
+                "status": "ready",
+            },
+        )
+
+    def cube_create_template(self, req: Request, reply: Reply) -> None:
+        # CubeAPI: POST /templates {image, name|alias, ...} -> 202 {jobID, templateID, status,
+        # phase, progress, errorMessage}. The server mints tpl-... (C-later). The image must
+        # exist in the local engine: that is the fake's "registry".
+        if not self.store.is_cube:
+            raise HttpError(405, "POST /templates is the Cube template API; E2B uses /v3/templates")
+        body = req.json()
+        image = body.get("image")
+        if not isinstance(image, str) or not image:
+            raise HttpError(400, "image is required")
+        tid = "tpl-" + secrets.token_hex(8)
+        ok = self.store.runtime.image_exists(image)
+        names = [n for n in (body.get("name"), body.get("alias")) if isinstance(n, str) and n]
+        tpl = Template(
+            template_id=tid,
+            image=image,
+            names=names,
+            created_at=now(),
+            build_id=new_id("build-", 10),
+            status="READY" if ok else "FAILED",
+            extra={
+                "createRequest": body,
+                "instanceType": body.get("instanceType", "cubebox"),
+                "lastError": "" if ok else f"image {image} not found",
+            },
+        )
+        with self.store.lock:
+            self.store.templates[tid] = tpl
+        reply.json(
+            202,
+            {
+                "jobID": tpl.build_id,
+                "templateID": tid,
+                "status": tpl.status,
+                "phase": "DONE" if ok else "FAILED",
+                "progress": 100,
+                "errorMessage": tpl.extra["lastError"],
+            },
+        )
+
+    def cube_patch_template(self, req: Request, reply: Reply) -> None:
+        # CubeAPI C-May: PATCH /templates/:id -> 501
+        raise HttpError(501, "not implemented")
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError) as e:
+        raise HttpError(400, f"not an integer: {value!r}") from e

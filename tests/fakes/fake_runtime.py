@@ -1,0 +1,453 @@
+"""Execution backend of the fake E2B/Cube server: one Docker container per fake sandbox.
+
+The fake talks to the local engine with docker-py directly. It deliberately does not reuse the
+project's own Docker adapter (sandboxes.backends.docker): the fake must stay independent of the
+contract it is used to test.
+
+Isolation rules every container gets: ``network_mode="none"`` and ``dns=["127.0.0.1"]``, so no
+command run by a test can reach beyond this machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+from docker.errors import APIError, NotFound
+
+DEFAULT_IMAGE = "sandbox-console/base:latest"
+LABEL_FAKE = "sandbox-console.fake-e2b"
+LABEL_RUN = "sandbox-console.fake-e2b.run"
+LABEL_SANDBOX = "sandbox-console.fake-e2b.sandbox"
+SNAPSHOT_REPO = "sandbox-console-fake/snapshot"
+
+# Output callback: (stream, data) where stream is "stdout", "stderr" or "pty".
+OutputSink = Callable[[str, bytes], None]
+
+
+class RuntimeFailure(Exception):
+    """A container operation failed; ``status`` is the HTTP status the fake should answer."""
+
+    def __init__(self, message: str, status: int = 500) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class ExecHandle:
+    """One running ``docker exec``: its hijacked socket and what we know about it."""
+
+    exec_id: str
+    sock: socket.socket
+    tty: bool
+    host_pid: int = 0
+    pid: int = 0
+    exit_code: int | None = None
+    signalled: int | None = None
+    write_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def write(self, data: bytes) -> None:
+        with self.write_lock:
+            self.sock.sendall(data)
+
+    def close_stdin(self) -> None:
+        # The daemon forwards a half-close of the hijacked connection as EOF on the
+        # process's stdin, the same thing `docker exec -i` does when its input ends.
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_WR)
+
+
+def _raw_socket(obj: Any) -> socket.socket:
+    """docker-py returns a SocketIO wrapper (or the socket) for a hijacked exec."""
+    raw = getattr(obj, "_sock", obj)
+    assert isinstance(raw, socket.socket)
+    return raw
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return buf
+        buf += chunk
+    return buf
+
+
+def iter_frames(sock: socket.socket, tty: bool) -> Iterator[tuple[str, bytes]]:
+    """Yield (stream, data) from an exec socket until EOF.
+
+    Without a TTY the engine multiplexes: an 8-byte header [stream, 0, 0, 0, size u32 BE]
+    precedes each chunk. With a TTY the stream is raw.
+    """
+    while True:
+        if tty:
+            try:
+                data = sock.recv(65536)
+            except OSError:
+                return
+            if not data:
+                return
+            yield "pty", data
+            continue
+        header = _recv_exact(sock, 8)
+        if len(header) < 8:
+            return
+        size = int.from_bytes(header[4:8], "big")
+        data = _recv_exact(sock, size)
+        yield ("stderr" if header[0] == 2 else "stdout"), data
+        if len(data) < size:
+            return
+
+
+# Helper run inside the container (as the requesting user) for the filesystem RPCs. It prints
+# one JSON object: {"ok": ...} or {"error": <connect code>, "message": ...}.
+_FS_HELPER = r"""
+import datetime, grp, json, os, pwd, shutil, stat, sys
+
+def entry(path):
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        kind, target = "FILE_TYPE_SYMLINK", os.path.realpath(path)
+        try:
+            st = os.stat(path)
+            kind = "FILE_TYPE_DIRECTORY" if stat.S_ISDIR(st.st_mode) else "FILE_TYPE_FILE"
+        except OSError:
+            pass
+    else:
+        target = None
+        kind = "FILE_TYPE_DIRECTORY" if stat.S_ISDIR(st.st_mode) else "FILE_TYPE_FILE"
+    mode = st.st_mode & 0o777
+    if stat.S_ISDIR(st.st_mode):
+        mode |= 1 << 31  # Go's os.ModeDir, as envd reports it
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    mtime = datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc)
+    out = {"name": os.path.basename(path.rstrip("/")) or "/", "type": kind,
+           "path": path, "size": str(st.st_size), "mode": mode,
+           "permissions": stat.filemode(st.st_mode), "owner": owner, "group": group,
+           "modifiedTime": mtime.isoformat().replace("+00:00", "Z")}
+    if target is not None:
+        out["symlinkTarget"] = target
+    return out
+
+def absolute(p):
+    return os.path.abspath(os.path.join(os.path.expanduser("~"), os.path.expanduser(p)))
+
+def listdir(path, depth):
+    out = []
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        out.append(entry(full))
+        if depth > 1 and os.path.isdir(full) and not os.path.islink(full):
+            out.extend(listdir(full, depth - 1))
+    return out
+
+def main():
+    op, args = sys.argv[1], json.loads(sys.argv[2])
+    try:
+        if op == "stat":
+            return {"ok": entry(absolute(args["path"]))}
+        if op == "home":
+            return {"ok": os.path.expanduser("~")}
+        if op == "list":
+            path = absolute(args["path"])
+            if not os.path.isdir(path):
+                if not os.path.exists(path):
+                    raise FileNotFoundError(path)
+                msg = "path is not a directory: " + path
+                return {"error": "invalid_argument", "message": msg}
+            return {"ok": listdir(path, max(1, int(args.get("depth") or 1)))}
+        if op == "mkdir":
+            path = absolute(args["path"])
+            if os.path.exists(path):
+                if os.path.isdir(path):
+                    msg = "directory already exists: " + path
+                    return {"error": "already_exists", "message": msg}
+                return {"error": "invalid_argument", "message": "path is a file: " + path}
+            os.makedirs(path)
+            return {"ok": entry(path)}
+        if op == "move":
+            src, dst = absolute(args["source"]), absolute(args["destination"])
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.rename(src, dst)
+            return {"ok": entry(dst)}
+        if op == "remove":
+            path = absolute(args["path"])
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+            return {"ok": {}}
+        return {"error": "unimplemented", "message": op}
+    except FileNotFoundError as e:
+        msg = "no such file or directory: " + str(e.filename or e)
+        return {"error": "not_found", "message": msg}
+    except PermissionError as e:
+        return {"error": "permission_denied", "message": str(e)}
+    except OSError as e:
+        return {"error": "internal", "message": str(e)}
+
+print(json.dumps(main()))
+"""
+
+# Reading and writing files goes through small shell scripts run as the user, so ownership,
+# permissions and the home directory behave as they do under envd.
+_READ_SCRIPT = (
+    'p="$1"; case "$p" in /*) ;; *) p="$HOME/$p";; esac; '
+    '[ -d "$p" ] && exit 21; [ -e "$p" ] || exit 2; exec cat -- "$p"'
+)
+_WRITE_SCRIPT = (
+    'p="$1"; case "$p" in /*) ;; *) p="$HOME/$p";; esac; '
+    'mkdir -p -- "$(dirname -- "$p")" && cat > "$p" && echo "$p"'
+)
+
+
+class DockerRuntime:
+    """Creates, freezes, snapshots and removes the containers behind the fake sandboxes."""
+
+    def __init__(self, run_id: str, default_image: str = DEFAULT_IMAGE) -> None:
+        self.run_id = run_id
+        self.default_image = default_image
+        self.client = docker.from_env(timeout=120)
+        self.api = self.client.api
+
+    # -- containers -------------------------------------------------------------------------
+
+    def labels(self, sandbox_id: str = "") -> dict[str, str]:
+        out = {LABEL_FAKE: "1", LABEL_RUN: self.run_id}
+        if sandbox_id:
+            out[LABEL_SANDBOX] = sandbox_id
+        return out
+
+    def image_exists(self, image: str) -> bool:
+        try:
+            self.client.images.get(image)
+        except NotFound:
+            return False
+        return True
+
+    def create(self, sandbox_id: str, image: str, envs: dict[str, str]) -> str:
+        try:
+            container = self.client.containers.run(
+                image,
+                command=["sleep", "infinity"],
+                detach=True,
+                name=f"fake-e2b-{sandbox_id}",
+                labels=self.labels(sandbox_id),
+                environment=envs,
+                # No container may reach anything outside this machine.
+                network_mode="none",
+                dns=["127.0.0.1"],
+                hostname=sandbox_id[:12],
+                init=False,
+            )
+        except APIError as e:
+            raise RuntimeFailure(f"cannot start sandbox container: {e}") from e
+        return str(container.id)
+
+    def remove(self, container_id: str) -> None:
+        try:
+            self.api.remove_container(container_id, force=True)
+        except NotFound:
+            pass
+        except APIError as e:
+            # A paused container cannot always be force-removed on old engines; thaw first.
+            if "paused" in str(e).lower():
+                self.unpause(container_id)
+                self.api.remove_container(container_id, force=True)
+            else:
+                raise
+
+    def pause(self, container_id: str) -> None:
+        self.api.pause(container_id)
+
+    def unpause(self, container_id: str) -> None:
+        try:
+            self.api.unpause(container_id)
+        except APIError as e:
+            if "not paused" not in str(e).lower():
+                raise
+
+    def commit(self, container_id: str, tag: str) -> str:
+        """Commit the container's filesystem as an image; returns the image id."""
+        result = self.api.commit(
+            container_id,
+            repository=SNAPSHOT_REPO,
+            tag=tag,
+            conf={"Labels": self.labels()},
+            pause=True,
+        )
+        return str(result["Id"])
+
+    def remove_image(self, image_id: str) -> None:
+        with contextlib.suppress(NotFound):
+            self.api.remove_image(image_id, force=True)
+
+    def cleanup_run(self) -> None:
+        """Remove every container and snapshot image this run created."""
+        selector = {"label": [f"{LABEL_RUN}={self.run_id}"]}
+        for c in self.api.containers(all=True, filters=selector):
+            self.remove(c["Id"])
+        for img in self.api.images(filters=selector):
+            self.remove_image(img["Id"])
+
+    # -- exec ---------------------------------------------------------------------------------
+
+    def start_exec(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        user: str,
+        envs: dict[str, str],
+        cwd: str | None,
+        tty: bool,
+        stdin: bool,
+    ) -> ExecHandle:
+        try:
+            exec_id = self.api.exec_create(
+                container_id,
+                argv,
+                stdout=True,
+                stderr=True,
+                stdin=stdin or tty,
+                tty=tty,
+                environment=envs,
+                workdir=cwd,
+                user=user,
+            )["Id"]
+            raw = _raw_socket(self.api.exec_start(exec_id, socket=True, tty=tty))
+        except APIError as e:
+            raise RuntimeFailure(f"exec failed: {e.explanation or e}", _status_of(e)) from e
+        handle = ExecHandle(exec_id=exec_id, sock=raw, tty=tty)
+        handle.host_pid, handle.pid = self._pids(exec_id)
+        return handle
+
+    def _pids(self, exec_id: str) -> tuple[int, int]:
+        """Host pid (to deliver signals) and in-container pid (what envd reports)."""
+        host_pid = 0
+        for _ in range(50):
+            host_pid = int(self.api.exec_inspect(exec_id).get("Pid") or 0)
+            if host_pid:
+                break
+            time.sleep(0.01)
+        return host_pid, _namespaced_pid(host_pid)
+
+    def wait_exit(self, handle: ExecHandle) -> int:
+        for _ in range(200):
+            info = self.api.exec_inspect(handle.exec_id)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            time.sleep(0.02)
+        return -1
+
+    def signal(self, handle: ExecHandle, signum: int) -> None:
+        if handle.host_pid:
+            handle.signalled = signum
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(handle.host_pid, signum)
+
+    def resize(self, handle: ExecHandle, cols: int, rows: int) -> None:
+        self.api.exec_resize(handle.exec_id, height=rows, width=cols)
+
+    def run_capture(
+        self, container_id: str, argv: list[str], *, user: str, stdin: bytes | None = None
+    ) -> tuple[int, bytes, bytes]:
+        """Run to completion and collect (exit code, stdout, stderr)."""
+        handle = self.start_exec(
+            container_id, argv, user=user, envs={}, cwd=None, tty=False, stdin=stdin is not None
+        )
+        if stdin is not None:
+            writer = threading.Thread(target=_feed, args=(handle, stdin), daemon=True)
+            writer.start()
+        out, err = bytearray(), bytearray()
+        for stream, data in iter_frames(handle.sock, tty=False):
+            (err if stream == "stderr" else out).extend(data)
+        handle.sock.close()
+        return self.wait_exit(handle), bytes(out), bytes(err)
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def read_file(self, container_id: str, path: str, user: str) -> bytes:
+        code, out, err = self.run_capture(
+            container_id, ["sh", "-c", _READ_SCRIPT, "_", path], user=user
+        )
+        if code == 0:
+            return out
+        if code == 21:
+            raise RuntimeFailure(f"path is a directory: {path}", 400)
+        if code == 2:
+            raise RuntimeFailure(f"file not found: {path}", 404)
+        raise RuntimeFailure(_message(err, f"cannot read {path}"), 403 if code == 1 else 500)
+
+    def write_file(self, container_id: str, path: str, user: str, data: bytes) -> str:
+        code, out, err = self.run_capture(
+            container_id, ["sh", "-c", _WRITE_SCRIPT, "_", path], user=user, stdin=data
+        )
+        if code != 0:
+            raise RuntimeFailure(_message(err, f"cannot write {path}"), 403 if code == 1 else 500)
+        return out.decode().strip()
+
+    def fs_op(self, container_id: str, user: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        code, out, err = self.run_capture(
+            container_id, ["python3", "-c", _FS_HELPER, op, json.dumps(args)], user=user
+        )
+        try:
+            result = json.loads(out.decode() or "{}")
+        except ValueError:
+            result = {}
+        if code != 0 or not isinstance(result, dict) or not result:
+            return {"error": "internal", "message": _message(err, f"{op} failed")}
+        return result
+
+
+def _feed(handle: ExecHandle, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        handle.write(data)
+    handle.close_stdin()
+
+
+def _message(err: bytes, fallback: str) -> str:
+    text = err.decode("utf-8", "replace").strip()
+    return text or fallback
+
+
+def _status_of(e: APIError) -> int:
+    code = e.status_code or 500
+    # 409: container paused or not running; envd would be unreachable: 502.
+    return 502 if code == 409 else code
+
+
+def _namespaced_pid(host_pid: int) -> int:
+    """The pid as seen inside the container (last NSpid entry), host pid as a fallback."""
+    if not host_pid:
+        return 0
+    try:
+        with open(f"/proc/{host_pid}/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[-1])
+    except OSError:
+        pass
+    return host_pid
+
+
+def wait_readable(sock: socket.socket, timeout: float) -> bool:
+    readable, _, _ = select.select([sock], [], [], timeout)
+    return bool(readable)

@@ -1,0 +1,303 @@
+"""In-memory state of the fake E2B/Cube server: sandboxes, processes, templates, snapshots,
+faults, and the TTL reaper.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import queue
+import re
+import secrets
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tests.fakes.fake_runtime import DockerRuntime, ExecHandle
+
+Personality = Literal["e2b", "cube"]
+
+# envd versions the fake reports. PEP 440 local versions ("+fake") parse in the SDK; a
+# "-fake" suffix would crash packaging.Version (protocol reference §3.5).
+E2B_ENVD_VERSION = "0.5.7+fake"
+# Cube C-May reports the constant 0.2.0 (CubeAPI/src/constants.rs), below 0.4.0: the SDK then
+# forces the basic-auth user "user" and `username=user`, and omits the Start stdin flag.
+CUBE_ENVD_VERSION = "0.2.0"
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def rfc3339(t: dt.datetime) -> str:
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def new_id(prefix: str = "", n: int = 20) -> str:
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    return prefix + "".join(secrets.choice(alphabet) for _ in range(n))
+
+
+@dataclass
+class Event:
+    """One process event queued for the streams attached to the process."""
+
+    kind: Literal["data", "end"]
+    stream: str = ""
+    data: bytes = b""
+    exit_code: int = 0
+    exited: bool = True
+    status: str = ""
+
+
+@dataclass
+class FakeProcess:
+    pid: int
+    config: dict[str, Any]
+    handle: ExecHandle
+    tag: str | None = None
+    pty: bool = False
+    stdin_open: bool = False
+    subscribers: list[queue.Queue[Event]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    finished: bool = False
+    # The Start stream's queue, subscribed before the output pump starts (no lost bytes).
+    initial: queue.Queue[Event] | None = None
+
+    def subscribe(self) -> queue.Queue[Event]:
+        q: queue.Queue[Event] = queue.Queue()
+        with self.lock:
+            self.subscribers.append(q)
+            if self.finished:
+                q.put(Event("end", status="exited"))
+        return q
+
+    def unsubscribe(self, q: queue.Queue[Event]) -> None:
+        with self.lock:
+            if q in self.subscribers:
+                self.subscribers.remove(q)
+
+    def publish(self, event: Event) -> None:
+        with self.lock:
+            if event.kind == "end":
+                self.finished = True
+            for q in self.subscribers:
+                q.put(event)
+
+    def info(self) -> dict[str, Any]:
+        # spec/envd/process/process.proto: ProcessInfo {config, pid, tag?}
+        out: dict[str, Any] = {"config": self.config, "pid": self.pid}
+        if self.tag:
+            out["tag"] = self.tag
+        return out
+
+
+@dataclass
+class FakeSandbox:
+    sandbox_id: str
+    template_id: str
+    image: str
+    container_id: str
+    envd_version: str
+    metadata: dict[str, str]
+    env_vars: dict[str, str]
+    timeout: int
+    started_at: dt.datetime
+    end_at: dt.datetime
+    alias: str | None = None
+    state: str = "running"  # running | paused | pausing (Cube only)
+    auto_pause: bool = False
+    auto_resume: bool = False
+    auto_pause_memory: bool = True
+    envd_access_token: str | None = None
+    traffic_access_token: str | None = None
+    allow_internet_access: bool | None = None
+    network: dict[str, Any] | None = None
+    annotations: dict[str, str] = field(default_factory=dict)
+    processes: dict[int, FakeProcess] = field(default_factory=dict)
+    homes: dict[str, str] = field(default_factory=dict)
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    cpu_count: int = 2
+    memory_mb: int = 512
+    disk_size_mb: int = 1024
+
+    def set_ttl(self, seconds: int) -> None:
+        self.timeout = seconds
+        self.end_at = now() + dt.timedelta(seconds=seconds)
+
+
+@dataclass
+class Template:
+    template_id: str
+    image: str
+    names: list[str]
+    created_at: dt.datetime
+    build_id: str = ""
+    kind: Literal["template", "snapshot"] = "template"
+    status: str = "ready"
+    origin_sandbox_id: str | None = None
+    spawn_count: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Fault:
+    """A fault injected on matching requests.
+
+    kind: "status" (answer ``status``, with ``retry_after`` when set), "latency" (sleep
+    ``delay`` seconds, then serve), "repeat_token" (list endpoints repeat the request's page
+    token), "drop_stream" (server streams are cut after ``after_events`` messages).
+    ``path`` is a regular expression searched in the request path; ``plane`` is "api",
+    "envd" or "any"; ``times`` limits how often it fires (None: until cleared).
+    """
+
+    kind: str
+    status: int = 500
+    retry_after: int | None = None
+    delay: float = 0.0
+    path: str | None = None
+    method: str | None = None
+    plane: str = "any"
+    times: int | None = None
+    after_events: int = 1
+    message: str = "fault injected by the fake server"
+    fired: int = 0
+
+    def matches(self, plane: str, method: str, path: str) -> bool:
+        if self.times is not None and self.fired >= self.times:
+            return False
+        if self.plane not in ("any", plane):
+            return False
+        if self.method and self.method.upper() != method.upper():
+            return False
+        return not (self.path and not re.search(self.path, path))
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__.items())
+
+
+class Store:
+    """Everything the fake knows, behind one lock."""
+
+    def __init__(
+        self,
+        personality: Personality,
+        runtime: DockerRuntime,
+        api_key: str,
+        cube_version: str = "later",
+    ) -> None:
+        self.personality = personality
+        self.cube_version = cube_version
+        self.runtime = runtime
+        self.api_key = api_key
+        self.lock = threading.RLock()
+        self.sandboxes: dict[str, FakeSandbox] = {}
+        self.killed: set[str] = set()  # for Cube's 410 Gone on the data plane
+        self.templates: dict[str, Template] = {}
+        self.faults: list[Fault] = []
+        self.next_pid = 1000
+        self.cube_pause_seconds = 0.0
+        self.resume_failures = 0  # Cube: the next N data-plane resumes fail with 503
+        self._add_builtin_templates()
+
+    @property
+    def is_cube(self) -> bool:
+        return self.personality == "cube"
+
+    @property
+    def envd_version(self) -> str:
+        return CUBE_ENVD_VERSION if self.is_cube else E2B_ENVD_VERSION
+
+    def _add_builtin_templates(self) -> None:
+        image = self.runtime.default_image
+        self.templates["base"] = Template(
+            template_id="base",
+            image=image,
+            names=["base"],
+            created_at=now(),
+            build_id=new_id("", 12),
+        )
+
+    def resolve_template(self, ref: str) -> Template | None:
+        """Template by id, or (E2B only) by name/alias. Cube resolves snapshots by ID only."""
+        with self.lock:
+            tpl = self.templates.get(ref)
+            if tpl or self.is_cube:
+                return tpl
+            bare = ref.split(":", 1)[0]
+            for t in self.templates.values():
+                if ref in t.names or bare in t.names:
+                    return t
+        return None
+
+    def get(self, sandbox_id: str) -> FakeSandbox | None:
+        with self.lock:
+            return self.sandboxes.get(sandbox_id)
+
+    def allocate_pid(self) -> int:
+        with self.lock:
+            self.next_pid += 1
+            return self.next_pid
+
+    # -- faults -----------------------------------------------------------------------------
+
+    def take_fault(
+        self, plane: str, method: str, path: str, kinds: tuple[str, ...]
+    ) -> Fault | None:
+        with self.lock:
+            for f in self.faults:
+                if f.kind in kinds and f.matches(plane, method, path):
+                    f.fired += 1
+                    return f
+        return None
+
+    # -- introspection ----------------------------------------------------------------------
+
+    def snapshot_state(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "personality": self.personality,
+                "sandboxes": [
+                    {
+                        "sandboxID": s.sandbox_id,
+                        "state": s.state,
+                        "templateID": s.template_id,
+                        "containerID": s.container_id,
+                        "metadata": s.metadata,
+                        "endAt": rfc3339(s.end_at),
+                        "autoPause": s.auto_pause,
+                        "autoResume": s.auto_resume,
+                        "network": s.network,
+                        "processes": [p.info() for p in s.processes.values()],
+                    }
+                    for s in self.sandboxes.values()
+                ],
+                "killed": sorted(self.killed),
+                "templates": [
+                    {
+                        "templateID": t.template_id,
+                        "kind": t.kind,
+                        "names": t.names,
+                        "image": t.image,
+                    }
+                    for t in self.templates.values()
+                ],
+                "faults": [f.as_dict() for f in self.faults],
+            }
+
+
+class Reaper(threading.Thread):
+    """Enforces TTLs: at ``endAt`` a sandbox is paused (autoPause) or killed."""
+
+    def __init__(self, lifecycle: Any, interval: float = 0.2) -> None:
+        super().__init__(name="fake-e2b-reaper", daemon=True)
+        self.lifecycle = lifecycle
+        self.interval = interval
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.lifecycle.reap_expired()
+            except Exception:
+                time.sleep(self.interval)
