@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class ConsoleConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "console"
+    verbose_name = "Console"
+
+    def ready(self) -> None:
+        # Register job handlers.
+        from . import diagnostics  # noqa: F401

@@ -1,1 +1,192 @@
-"""Models of the console app."""
+"""Spaces (tenants), their members and network policy, the audit log, and admin jobs."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+
+
+class Role(models.TextChoices):
+    """Roles ordered from least to most privileged (see ROLE_RANK)."""
+
+    VIEWER = "viewer", "Viewer"
+    MEMBER = "member", "Member"
+    ADMIN = "admin", "Admin"
+
+
+ROLE_RANK = {Role.VIEWER: 1, Role.MEMBER: 2, Role.ADMIN: 3}
+
+
+class Space(models.Model):
+    """A tenant: its members, network policy, sandbox configs, skills and sessions."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    slug = models.SlugField(max_length=63, unique=True)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("console:space_detail", kwargs={"space_id": self.id})
+
+
+class Membership(models.Model):
+    """A user's role in one space. Superusers need none: they see every space."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["space__name", "user__username"]
+        constraints = [models.UniqueConstraint(fields=["user", "space"], name="one_membership_per_user_space")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.space} ({self.role})"
+
+
+class NetworkPolicy(models.Model):
+    """The network switches of one space. Every switch is explicit; nothing is inherited.
+
+    allow_out / deny_out hold CIDRs and domain names (`*.example.com` = suffix wildcard).
+    l7_rules is an ordered list of {"domain", "methods", "path_prefix", "action"}.
+    """
+
+    space = models.OneToOneField(Space, on_delete=models.CASCADE, related_name="network_policy", primary_key=True)
+    allow_internet_access = models.BooleanField(default=False)
+    allow_out = models.JSONField(default=list, blank=True)
+    deny_out = models.JSONField(default=list, blank=True)
+    l7_rules = models.JSONField(default=list, blank=True)
+    allow_public_traffic = models.BooleanField(default=False)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"network policy of {self.space}"
+
+    def describe(self) -> list[str]:
+        """The effective policy in plain words, for the space page."""
+        lines: list[str] = []
+        if not self.allow_internet_access:
+            lines.append("Outbound: off. Sandboxes have no network access at all.")
+        else:
+            if self.allow_out:
+                lines.append(
+                    "Outbound: on, but only to " + ", ".join(self.allow_out) + " (everything else is blocked)."
+                )
+            else:
+                lines.append("Outbound: on, to any destination.")
+            if self.deny_out:
+                lines.append("Always blocked: " + ", ".join(self.deny_out) + ".")
+            for index, rule in enumerate(self.l7_rules, start=1):
+                methods = ", ".join(rule.get("methods") or []) or "any method"
+                verb = "allowed" if rule.get("action") == "allow" else "denied"
+                lines.append(
+                    f"HTTP rule {index}: {methods} to {rule.get('domain')}{rule.get('path_prefix') or '/'}* is {verb}."
+                )
+        if self.allow_public_traffic:
+            lines.append("Inbound: public. Anyone with a sandbox's URL can reach its exposed ports.")
+        else:
+            lines.append("Inbound: private. Callers need the sandbox's traffic token.")
+        return lines
+
+
+class AuditEvent(models.Model):
+    """One write with side effects: who did what, to what, where, from which address."""
+
+    id = models.BigAutoField(primary_key=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Kept when the user is deleted, so the log still says who it was.
+    actor_name = models.CharField(max_length=150, blank=True)
+    space = models.ForeignKey(Space, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    space_name = models.CharField(max_length=200, blank=True)
+    action = models.CharField(max_length=64, db_index=True)
+    target_type = models.CharField(max_length=64, blank=True)
+    target_id = models.CharField(max_length=128, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    source_ip = models.GenericIPAddressField(null=True, blank=True)
+    time = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        indexes = [models.Index(fields=["space", "-time"], name="audit_space_time")]
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.actor_name or 'system'} {self.action}"
+
+
+class JobStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+FINISHED_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+
+class AdminJob(models.Model):
+    """A long action (skill install, backend verification, reaper pass) the UI follows."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=64, db_index=True)
+    space = models.ForeignKey(Space, null=True, blank=True, on_delete=models.CASCADE, related_name="jobs")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED, db_index=True)
+    progress = models.PositiveSmallIntegerField(default=0)
+    log = models.JSONField(default=list, blank=True)  # [{"time": iso, "message": str}]
+    params = models.JSONField(default=dict, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    task_id = models.CharField(max_length=255, blank=True)
+    created = models.DateTimeField(auto_now_add=True, db_index=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} job {self.id} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("console:job_detail", kwargs={"job_id": self.id})
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_JOB_STATUSES
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started is None:
+            return None
+        end = self.finished
+        if end is None:
+            from django.utils import timezone
+
+            end = timezone.now()
+        return (end - self.started).total_seconds()
+
+    def to_summary(self) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "kind": self.kind,
+            "status": self.status,
+            "progress": self.progress,
+        }

@@ -1,6 +1,42 @@
+"""Root URLconf, and the console app's own routes (namespace "console")."""
+
 from django.contrib import admin
+from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from . import views
+
+console_patterns = [
+    path("", views.dashboard, name="dashboard"),
+    path("spaces/", views.space_list, name="space_list"),
+    path("spaces/new/", views.space_create, name="space_create"),
+    path("spaces/<uuid:space_id>/", views.space_detail, name="space_detail"),
+    path("spaces/<uuid:space_id>/edit/", views.space_edit, name="space_edit"),
+    path("spaces/<uuid:space_id>/delete/", views.space_delete, name="space_delete"),
+    path("spaces/<uuid:space_id>/network/", views.network_policy_edit, name="network_policy_edit"),
+    path("spaces/<uuid:space_id>/members/add/", views.member_add, name="member_add"),
+    path(
+        "spaces/<uuid:space_id>/members/<uuid:membership_id>/role/",
+        views.member_role,
+        name="member_role",
+    ),
+    path(
+        "spaces/<uuid:space_id>/members/<uuid:membership_id>/remove/",
+        views.member_remove,
+        name="member_remove",
+    ),
+    path("audit/", views.audit_list, name="audit_list"),
+    path("jobs/", views.job_list, name="job_list"),
+    path("jobs/diagnostics/", views.diagnostics_start, name="diagnostics_start"),
+    path("jobs/<uuid:job_id>/", views.job_detail, name="job_detail"),
+    path("jobs/<uuid:job_id>/cancel/", views.job_cancel, name="job_cancel"),
+]
+
 urlpatterns = [
-    path("admin/", admin.site.urls),
+    path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("django-admin/", admin.site.urls),
+    path("", include("sandboxes.urls")),
+    path("", include("skills.urls")),
+    path("", include((console_patterns, "console"))),
 ]

@@ -1,0 +1,11 @@
+"""The Celery application (used when REDIS_URL is set)."""
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings.dev")
+
+app = Celery("console")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

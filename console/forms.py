@@ -1,0 +1,145 @@
+"""Forms of the console app."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet
+
+from .models import Role, Space
+from .network import parse_l7_rule, validate_policy
+
+
+def lines(text: str) -> list[str]:
+    """Non-empty, stripped lines; '#' starts a comment line."""
+    return [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+
+
+class SpaceForm(forms.ModelForm):
+    slug = forms.SlugField(
+        required=False,
+        max_length=63,
+        help_text="Lowercase letters, digits and hyphens. Left empty: made from the name.",
+    )
+
+    class Meta:
+        model = Space
+        fields = ["name", "slug", "description"]
+        widgets = {"description": forms.Textarea(attrs={"rows": 3})}
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"].strip()
+        if not name:
+            raise forms.ValidationError("Give the space a name.")
+        return name
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def clean_username(self) -> Any:
+        username = self.cleaned_data["username"].strip()
+        user = get_user_model().objects.filter(username=username, is_active=True).first()
+        if user is None:
+            raise forms.ValidationError(f"There is no active user named {username!r}.")
+        return user
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Role.choices)
+
+
+LIST_HELP = "One entry per line: a CIDR (10.0.0.0/8), an IP address, or a domain (example.com, *.example.com)."
+
+
+class NetworkPolicyForm(forms.Form):
+    allow_internet_access = forms.BooleanField(
+        required=False,
+        label="Outbound internet access",
+        help_text="Off: sandboxes get no network at all.",
+    )
+    deny_out = forms.CharField(
+        required=False,
+        label="Deny outbound",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text=LIST_HELP + " Blocked destinations.",
+    )
+    allow_out = forms.CharField(
+        required=False,
+        label="Allow outbound",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text=LIST_HELP + " Always reachable, even when a deny entry matches (allow beats deny).",
+    )
+    l7_rules = forms.CharField(
+        required=False,
+        label="HTTP (L7) rules",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text=(
+            "One rule per line, checked in order, first match wins: "
+            "'allow|deny DOMAIN [METHODS|*] [PATH-PREFIX]', e.g. 'allow api.github.com GET,POST /repos/'."
+        ),
+    )
+    allow_public_traffic = forms.BooleanField(
+        required=False,
+        label="Public inbound traffic",
+        help_text="Off: callers of a sandbox's exposed ports need its traffic token.",
+    )
+
+    warnings: list[str]
+
+    @classmethod
+    def initial_from_policy(cls, policy: Any) -> dict[str, Any]:
+        return {
+            "allow_internet_access": policy.allow_internet_access,
+            "allow_out": "\n".join(policy.allow_out),
+            "deny_out": "\n".join(policy.deny_out),
+            "l7_rules": "\n".join(parse_l7_rule(rule).as_line() for rule in policy.l7_rules),
+            "allow_public_traffic": policy.allow_public_traffic,
+        }
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        self.warnings = []
+        if self.errors:
+            return cleaned
+        cleaned["allow_out"] = lines(cleaned.get("allow_out", ""))
+        cleaned["deny_out"] = lines(cleaned.get("deny_out", ""))
+        cleaned["l7_rules"] = lines(cleaned.get("l7_rules", ""))
+        validation = validate_policy(
+            allow_internet_access=cleaned.get("allow_internet_access", False),
+            allow_out=cleaned["allow_out"],
+            deny_out=cleaned["deny_out"],
+            l7_rules=list(cleaned["l7_rules"]),
+        )
+        for field_name, messages in validation.errors.items():
+            for message in messages:
+                self.add_error(field_name, message)
+        self.warnings = validation.warnings
+        return cleaned
+
+
+class AuditFilterForm(forms.Form):
+    space = forms.ModelChoiceField(queryset=Space.objects.none(), required=False, empty_label="All spaces")
+    actor = forms.CharField(required=False, max_length=150)
+    action = forms.CharField(
+        required=False,
+        max_length=64,
+        widget=forms.TextInput(attrs={"list": "audit-actions"}),
+        help_text="prefix",
+    )
+    date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
+
+    def __init__(self, *args: Any, spaces: QuerySet[Space], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["space"].queryset = spaces  # type: ignore[attr-defined]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        start, end = cleaned.get("date_from"), cleaned.get("date_to")
+        if start and end and start > end:
+            self.add_error("date_to", "The end date is before the start date.")
+        return cleaned

@@ -1,0 +1,192 @@
+"""The generic admin-job runner.
+
+A job is an `AdminJob` row plus a registered handler. `start_job` writes the row (audited)
+and dispatches it after commit: to a Celery worker when JOB_RUNNER is "celery" (REDIS_URL
+set), otherwise to a thread of this process. Either way `run_job` executes it, claiming the
+row with a compare-and-set so a redelivered message never runs a job twice. Handlers report
+progress and log lines through a `JobContext`; the job page polls the row.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from .models import AdminJob, JobStatus, Space
+from .services import Actor, ServiceError, record_audit
+
+logger = logging.getLogger(__name__)
+
+MAX_LOG_LINES = 2000
+
+
+class JobCancelled(Exception):
+    """Raised inside a handler when an admin cancelled the running job."""
+
+
+class JobFailed(Exception):
+    """A handler's clean failure: the message is shown on the job page as is."""
+
+
+class JobContext:
+    """What a handler sees of its job: params, progress, log, cancellation."""
+
+    def __init__(self, job: AdminJob) -> None:
+        self.job = job
+        self.params: dict[str, Any] = dict(job.params)
+        self._log: list[dict[str, str]] = list(job.log)
+
+    def log(self, message: str) -> None:
+        self._log.append({"time": timezone.now().isoformat(timespec="seconds"), "message": message})
+        if len(self._log) > MAX_LOG_LINES:
+            self._log = [*self._log[:10], {"time": "", "message": "… earlier lines dropped …"}, *self._log[-1500:]]
+        AdminJob.objects.filter(pk=self.job.pk).update(log=self._log)
+
+    def progress(self, percent: int, message: str | None = None) -> None:
+        percent = max(0, min(100, int(percent)))
+        AdminJob.objects.filter(pk=self.job.pk).update(progress=percent)
+        if message:
+            self.log(message)
+        self.check_cancelled()
+
+    def check_cancelled(self) -> None:
+        status = AdminJob.objects.filter(pk=self.job.pk).values_list("status", flat=True).first()
+        if status == JobStatus.CANCELLED:
+            raise JobCancelled()
+
+
+JobHandler = Callable[[JobContext], dict[str, Any] | None]
+_HANDLERS: dict[str, tuple[JobHandler, str]] = {}
+
+
+def job_handler(kind: str, *, label: str) -> Callable[[JobHandler], JobHandler]:
+    """Register a handler for a job kind (apps register theirs when imported)."""
+
+    def register(func: JobHandler) -> JobHandler:
+        _HANDLERS[kind] = (func, label)
+        return func
+
+    return register
+
+
+def job_label(kind: str) -> str:
+    entry = _HANDLERS.get(kind)
+    return entry[1] if entry else kind
+
+
+def start_job(kind: str, *, actor: Actor, space: Space | None = None, params: dict[str, Any] | None = None) -> AdminJob:
+    """Create the job row (audited) and run it after the transaction commits."""
+    if kind not in _HANDLERS:
+        raise ServiceError(f"Unknown job kind {kind!r}.")
+    with transaction.atomic():
+        job = AdminJob.objects.create(kind=kind, space=space, created_by=actor.user, params=params or {})
+        record_audit(
+            actor,
+            "job.start",
+            space=space,
+            target_type="job",
+            target_id=job.id,
+            details={"kind": kind, "params": params or {}},
+        )
+        transaction.on_commit(lambda: dispatch(job))
+    return job
+
+
+def dispatch(job: AdminJob) -> None:
+    if settings.JOB_RUNNER == "celery":
+        from .tasks import run_admin_job
+
+        result = run_admin_job.delay(str(job.id))
+        AdminJob.objects.filter(pk=job.pk).update(task_id=result.id)
+    else:
+        thread = threading.Thread(target=_run_in_thread, args=(str(job.id),), name=f"job-{job.id}", daemon=True)
+        AdminJob.objects.filter(pk=job.pk).update(task_id=f"thread:{thread.name}")
+        thread.start()
+
+
+def _run_in_thread(job_id: str) -> None:
+    try:
+        run_job(job_id)
+    finally:
+        close_old_connections()
+        from django.db import connection
+
+        connection.close()
+
+
+def run_job(job_id: str) -> AdminJob | None:
+    """Execute a queued job once. Returns None when another runner already claimed it."""
+    claimed = AdminJob.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
+        status=JobStatus.RUNNING, started=timezone.now()
+    )
+    if not claimed:
+        return None
+    job = AdminJob.objects.get(pk=job_id)
+    handler, _ = _HANDLERS[job.kind]
+    context = JobContext(job)
+    try:
+        result = handler(context) or {}
+    except JobCancelled:
+        context.log("Cancelled.")
+        _finish(job, JobStatus.CANCELLED, error="Cancelled by an admin.")
+    except JobFailed as exc:
+        context.log(f"Failed: {exc}")
+        _finish(job, JobStatus.FAILED, error=str(exc))
+    except Exception as exc:
+        logger.exception("job %s (%s) crashed", job.id, job.kind)
+        context.log(f"Failed: {exc.__class__.__name__}: {exc}")
+        _finish(
+            job,
+            JobStatus.FAILED,
+            error=f"{exc.__class__.__name__}: {exc}\n{traceback.format_exc(limit=5)}",
+        )
+    else:
+        _finish(job, JobStatus.SUCCEEDED, result=result, progress=100)
+    job.refresh_from_db()
+    return job
+
+
+def _finish(
+    job: AdminJob,
+    status: JobStatus,
+    *,
+    error: str = "",
+    result: dict[str, Any] | None = None,
+    progress: int | None = None,
+) -> None:
+    updates: dict[str, Any] = {"finished": timezone.now(), "error": error, "result": result or {}}
+    if progress is not None:
+        updates["progress"] = progress
+    # A cancelled job stays cancelled even if its handler finished meanwhile.
+    AdminJob.objects.filter(pk=job.pk).exclude(status=JobStatus.CANCELLED).update(status=status, **updates)
+    AdminJob.objects.filter(pk=job.pk, status=JobStatus.CANCELLED, finished__isnull=True).update(
+        finished=updates["finished"]
+    )
+
+
+def do_cancel_job(job: AdminJob, *, actor: Actor) -> AdminJob:
+    """Cancel a queued or running job; a running handler stops at its next checkpoint."""
+    with transaction.atomic():
+        updated = AdminJob.objects.filter(pk=job.pk, status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).update(
+            status=JobStatus.CANCELLED
+        )
+        if not updated:
+            raise ServiceError("This job has already finished.")
+        AdminJob.objects.filter(pk=job.pk, started__isnull=True).update(finished=timezone.now())
+        record_audit(
+            actor,
+            "job.cancel",
+            space=job.space,
+            target_type="job",
+            target_id=job.id,
+            details={"kind": job.kind},
+        )
+    job.refresh_from_db()
+    return job

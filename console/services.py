@@ -1,0 +1,275 @@
+"""Writes with side effects for spaces, members and network policies.
+
+Each `do_*` function validates, writes in one transaction and records exactly one audit
+event. Views, the agent API, tasks and consumers call these; none of them saves these
+models directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import IntegrityError, transaction
+from django.http import HttpRequest
+from django.utils.text import slugify
+
+from .models import AuditEvent, Membership, NetworkPolicy, Role, Space
+from .network import PolicyValidation, validate_policy
+
+
+class ServiceError(Exception):
+    """A refused write, with a message for the user and optional field errors."""
+
+    def __init__(self, message: str, *, field_errors: dict[str, list[str]] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field_errors = field_errors or {}
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who performs a write, and from where. `user` is None for the system (tasks, reaper)."""
+
+    user: Any = None
+    source_ip: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.user.get_username() if self.user is not None else "system"
+
+
+SYSTEM = Actor()
+
+
+def actor_from_request(request: HttpRequest) -> Actor:
+    user: AbstractBaseUser | AnonymousUser | None = getattr(request, "user", None)
+    ip = request.META.get("REMOTE_ADDR") or None
+    return Actor(user=user if user is not None and user.is_authenticated else None, source_ip=ip)
+
+
+def record_audit(
+    actor: Actor,
+    action: str,
+    *,
+    space: Space | None = None,
+    target_type: str = "",
+    target_id: object = "",
+    details: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Write one audit row. Called by service functions, inside their transaction."""
+    return AuditEvent.objects.create(
+        actor=actor.user,
+        actor_name=actor.name,
+        space=space,
+        space_name=space.name if space is not None else "",
+        action=action,
+        target_type=target_type,
+        target_id=str(target_id) if target_id != "" else "",
+        details=details or {},
+        source_ip=actor.source_ip,
+    )
+
+
+# --- Spaces ------------------------------------------------------------------------------
+
+
+def unique_slug(name: str) -> str:
+    base = slugify(name)[:50] or "space"
+    slug, n = base, 2
+    while Space.objects.filter(slug=slug).exists():
+        slug, n = f"{base}-{n}", n + 1
+    return slug
+
+
+def do_create_space(*, name: str, slug: str = "", description: str = "", actor: Actor) -> Space:
+    """Create a space with an explicit, closed network policy; the creator becomes its admin."""
+    slug = slug or unique_slug(name)
+    try:
+        with transaction.atomic():
+            space = Space.objects.create(name=name, slug=slug, description=description)
+            NetworkPolicy.objects.create(
+                space=space,
+                allow_internet_access=False,
+                allow_out=[],
+                deny_out=[],
+                l7_rules=[],
+                allow_public_traffic=False,
+            )
+            if actor.user is not None and not actor.user.is_superuser:
+                Membership.objects.create(user=actor.user, space=space, role=Role.ADMIN)
+            record_audit(
+                actor,
+                "space.create",
+                space=space,
+                target_type="space",
+                target_id=space.id,
+                details={"name": name, "slug": slug},
+            )
+    except IntegrityError:
+        raise ServiceError("A space with this slug already exists.", field_errors={"slug": ["already taken"]}) from None
+    return space
+
+
+SPACE_FIELDS = ("name", "slug", "description")
+
+
+def do_update_space(space: Space, *, actor: Actor, **changes: str) -> Space:
+    changed = {k: v for k, v in changes.items() if k in SPACE_FIELDS and getattr(space, k) != v}
+    if not changed:
+        return space
+    before = {k: getattr(space, k) for k in changed}
+    try:
+        with transaction.atomic():
+            for key, value in changed.items():
+                setattr(space, key, value)
+            space.save(update_fields=list(changed))
+            record_audit(
+                actor,
+                "space.update",
+                space=space,
+                target_type="space",
+                target_id=space.id,
+                details={"before": before, "after": changed},
+            )
+    except IntegrityError:
+        space.refresh_from_db()
+        raise ServiceError("A space with this slug already exists.", field_errors={"slug": ["already taken"]}) from None
+    return space
+
+
+def do_delete_space(space: Space, *, actor: Actor) -> None:
+    """Delete a space and everything it owns. Refused while its sandboxes are live (later)."""
+    with transaction.atomic():
+        record_audit(
+            actor,
+            "space.delete",
+            space=None,
+            target_type="space",
+            target_id=space.id,
+            details={"name": space.name, "slug": space.slug},
+        )
+        space.delete()
+
+
+# --- Members -----------------------------------------------------------------------------
+
+
+def _admin_count(space: Space) -> int:
+    return Membership.objects.filter(space=space, role=Role.ADMIN).count()
+
+
+def do_add_member(space: Space, *, user: Any, role: Role, actor: Actor) -> Membership:
+    if Membership.objects.filter(space=space, user=user).exists():
+        raise ServiceError(f"{user.get_username()} is already a member of {space.name}.")
+    with transaction.atomic():
+        membership = Membership.objects.create(space=space, user=user, role=role)
+        record_audit(
+            actor,
+            "member.add",
+            space=space,
+            target_type="user",
+            target_id=user.pk,
+            details={"username": user.get_username(), "role": role},
+        )
+    return membership
+
+
+def do_change_member_role(membership: Membership, *, role: Role, actor: Actor) -> Membership:
+    if membership.role == role:
+        return membership
+    with transaction.atomic():
+        locked = Membership.objects.select_for_update().get(pk=membership.pk)
+        if locked.role == Role.ADMIN and role != Role.ADMIN and _admin_count(locked.space) <= 1:
+            raise ServiceError("A space keeps at least one admin: promote someone else first.")
+        before = locked.role
+        locked.role = role
+        locked.save(update_fields=["role"])
+        record_audit(
+            actor,
+            "member.role",
+            space=locked.space,
+            target_type="user",
+            target_id=locked.user_id,
+            details={"username": locked.user.get_username(), "before": before, "after": role},
+        )
+    return locked
+
+
+def do_remove_member(membership: Membership, *, actor: Actor) -> None:
+    with transaction.atomic():
+        locked = Membership.objects.select_for_update().get(pk=membership.pk)
+        if locked.role == Role.ADMIN and _admin_count(locked.space) <= 1:
+            raise ServiceError("A space keeps at least one admin: promote someone else first.")
+        record_audit(
+            actor,
+            "member.remove",
+            space=locked.space,
+            target_type="user",
+            target_id=locked.user_id,
+            details={"username": locked.user.get_username(), "role": locked.role},
+        )
+        locked.delete()
+
+
+# --- Network policy ----------------------------------------------------------------------
+
+
+def policy_snapshot(policy: NetworkPolicy) -> dict[str, Any]:
+    return {
+        "allow_internet_access": policy.allow_internet_access,
+        "allow_out": list(policy.allow_out),
+        "deny_out": list(policy.deny_out),
+        "l7_rules": list(policy.l7_rules),
+        "allow_public_traffic": policy.allow_public_traffic,
+    }
+
+
+def do_update_network_policy(
+    space: Space,
+    *,
+    allow_internet_access: bool,
+    allow_out: list[str],
+    deny_out: list[str],
+    l7_rules: list[object],
+    allow_public_traffic: bool,
+    actor: Actor,
+) -> PolicyValidation:
+    """Validate and save the policy. Raises ServiceError with field errors; returns warnings."""
+    validation = validate_policy(
+        allow_internet_access=allow_internet_access,
+        allow_out=allow_out,
+        deny_out=deny_out,
+        l7_rules=l7_rules,
+    )
+    if validation.errors:
+        raise ServiceError("The network policy has errors.", field_errors=validation.errors)
+    with transaction.atomic():
+        policy, _ = NetworkPolicy.objects.select_for_update().get_or_create(space=space)
+        before = policy_snapshot(policy)
+        policy.allow_internet_access = allow_internet_access
+        policy.allow_out = validation.allow_out
+        policy.deny_out = validation.deny_out
+        policy.l7_rules = validation.l7_rules
+        policy.allow_public_traffic = allow_public_traffic
+        policy.save()
+        after = policy_snapshot(policy)
+        record_audit(
+            actor,
+            "network_policy.update",
+            space=space,
+            target_type="network_policy",
+            target_id=space.id,
+            details={"before": before, "after": after, "warnings": validation.warnings},
+        )
+    return validation
+
+
+def policy_warnings(policy: NetworkPolicy) -> list[str]:
+    return validate_policy(
+        allow_internet_access=policy.allow_internet_access,
+        allow_out=list(policy.allow_out),
+        deny_out=list(policy.deny_out),
+        l7_rules=list(policy.l7_rules),
+    ).warnings

@@ -1,0 +1,13 @@
+"""Celery entry points of the console app: thin wrappers over services and the job runner."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from .jobs import run_job
+
+
+@shared_task(name="console.run_admin_job", ignore_result=True)
+def run_admin_job(job_id: str) -> None:
+    """Run one admin job; the compare-and-set claim in run_job makes redelivery harmless."""
+    run_job(job_id)

@@ -1,0 +1,446 @@
+"""Pages of the console app: dashboard, spaces, members, network policy, audit, jobs.
+
+Every page works without JavaScript (forms post and redirect); with HTMX, list pages swap
+their results partial and forms swap themselves.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
+
+from . import jobs as job_runner
+from .access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
+from .forms import AuditFilterForm, MemberAddForm, MemberRoleForm, NetworkPolicyForm, SpaceForm
+from .models import AdminJob, AuditEvent, JobStatus, Membership, NetworkPolicy, Role, Space
+from .services import (
+    ServiceError,
+    actor_from_request,
+    do_add_member,
+    do_change_member_role,
+    do_create_space,
+    do_delete_space,
+    do_remove_member,
+    do_update_network_policy,
+    do_update_space,
+    policy_warnings,
+)
+
+PAGE_SIZE = 25
+
+
+def paginate(request: HttpRequest, queryset: QuerySet[Any], per_page: int = PAGE_SIZE) -> Page:
+    return Paginator(queryset, per_page).get_page(request.GET.get("page"))
+
+
+def query_without_page(request: HttpRequest) -> str:
+    params = request.GET.copy()
+    params.pop("page", None)
+    return params.urlencode()
+
+
+def is_htmx(request: HttpRequest) -> bool:
+    return bool(getattr(request, "htmx", False))
+
+
+def apply_form_errors(form: Any, error: ServiceError) -> None:
+    for field_name, field_errors in error.field_errors.items():
+        for message in field_errors:
+            form.add_error(field_name if field_name in form.fields else None, message)
+    if not error.field_errors:
+        form.add_error(None, error.message)
+
+
+# --- Dashboard ---------------------------------------------------------------------------
+
+
+@login_required
+def dashboard(request: HttpRequest) -> HttpResponse:
+    spaces = spaces_for_user(request.user)
+    since = timezone.now() - timedelta(hours=24)
+    visible_jobs = jobs_for_user(request.user)
+    context = {
+        "space_count": spaces.count(),
+        "member_count": Membership.objects.filter(space__in=spaces).values("user").distinct().count(),
+        "running_jobs": visible_jobs.filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).count(),
+        "failed_jobs": visible_jobs.filter(status=JobStatus.FAILED, created__gte=since).count(),
+        "audit_24h": audit_for_user(request.user).filter(time__gte=since).count(),
+        "recent_spaces": spaces.order_by("-created")[:5],
+        "recent_jobs": visible_jobs.select_related("space")[:5],
+        "section": "dashboard",
+    }
+    return render(request, "console/dashboard.html", context)
+
+
+# --- Spaces ------------------------------------------------------------------------------
+
+
+@login_required
+def space_list(request: HttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "").strip()
+    spaces = spaces_for_user(request.user).annotate(member_count=Count("memberships", distinct=True))
+    if query:
+        spaces = spaces.filter(Q(name__icontains=query) | Q(slug__icontains=query) | Q(description__icontains=query))
+    page = paginate(request, spaces.order_by("name"))
+    context = {
+        "page": page,
+        "query": query,
+        "querystring": query_without_page(request),
+        "can_create": is_platform_admin(request.user),
+        "section": "spaces",
+    }
+    if is_htmx(request) and request.headers.get("HX-Target") == "space-results":
+        return render(request, "console/partials/space_results.html", context)
+    return render(request, "console/space_list.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def space_create(request: HttpRequest) -> HttpResponse:
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins create spaces.")
+    form = SpaceForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            space = do_create_space(
+                name=form.cleaned_data["name"],
+                slug=form.cleaned_data["slug"],
+                description=form.cleaned_data["description"],
+                actor=actor_from_request(request),
+            )
+        except ServiceError as exc:
+            apply_form_errors(form, exc)
+        else:
+            messages.success(request, f"Space {space.name} created. Its network policy starts closed.")
+            return redirect(space)
+    return render(request, "console/space_form.html", {"form": form, "section": "spaces"})
+
+
+@login_required
+def space_detail(request: HttpRequest, space_id: str) -> HttpResponse:
+    space = get_space_for_user(request.user, space_id)
+    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
+    memberships = space.memberships.select_related("user").order_by("user__username")
+    is_admin = has_role(request.user, space, Role.ADMIN)
+    context = {
+        "space": space,
+        "policy": policy,
+        "policy_lines": policy.describe(),
+        "policy_warnings": policy_warnings(policy),
+        "memberships": memberships,
+        "is_admin": is_admin,
+        "role": space.user_role,  # type: ignore[attr-defined]
+        "add_form": MemberAddForm(),
+        "role_choices": Role.choices,
+        "recent_jobs": space.jobs.all()[:5],
+        "section": "spaces",
+    }
+    return render(request, "console/space_detail.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def space_edit(request: HttpRequest, space_id: str) -> HttpResponse:
+    space = get_space_for_user(request.user, space_id, Role.ADMIN)
+    form = SpaceForm(request.POST or None, instance=space)
+    if request.method == "POST" and form.is_valid():
+        try:
+            do_update_space(
+                Space.objects.get(pk=space.pk),
+                name=form.cleaned_data["name"],
+                slug=form.cleaned_data["slug"] or space.slug,
+                description=form.cleaned_data["description"],
+                actor=actor_from_request(request),
+            )
+        except ServiceError as exc:
+            apply_form_errors(form, exc)
+        else:
+            messages.success(request, "Space saved.")
+            return redirect("console:space_detail", space_id=space.id)
+    return render(request, "console/space_form.html", {"form": form, "space": space, "section": "spaces"})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def space_delete(request: HttpRequest, space_id: str) -> HttpResponse:
+    space = get_space_for_user(request.user, space_id, Role.ADMIN)
+    if request.method == "POST":
+        if request.POST.get("confirm_slug", "").strip() != space.slug:
+            messages.error(request, f"Type the space's slug ({space.slug}) to confirm.")
+        else:
+            name = space.name
+            do_delete_space(space, actor=actor_from_request(request))
+            messages.success(request, f"Space {name} deleted.")
+            return redirect("console:space_list")
+    return render(
+        request,
+        "inc/confirm_delete.html",
+        {
+            "object_label": f"space {space.name}",
+            "consequences": [
+                "Its members lose access.",
+                "Its network policy, sandbox configs, skill images and sessions are deleted.",
+                "Its audit events stay, without the link to the space.",
+            ],
+            "confirm_field": {"name": "confirm_slug", "expected": space.slug},
+            "cancel_url": space.get_absolute_url(),
+            "section": "spaces",
+        },
+    )
+
+
+# --- Members -----------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def member_add(request: HttpRequest, space_id: str) -> HttpResponse:
+    space = get_space_for_user(request.user, space_id, Role.ADMIN)
+    form = MemberAddForm(request.POST)
+    if form.is_valid():
+        try:
+            membership = do_add_member(
+                space,
+                user=form.cleaned_data["username"],
+                role=Role(form.cleaned_data["role"]),
+                actor=actor_from_request(request),
+            )
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(
+                request,
+                f"{membership.user.get_username()} added as {membership.get_role_display()}.",
+            )
+    else:
+        for errors in form.errors.values():
+            for error in errors:
+                messages.error(request, str(error))
+    return redirect(reverse("console:space_detail", kwargs={"space_id": space.id}) + "#members")
+
+
+def _membership(request: HttpRequest, space_id: str, membership_id: str) -> Membership:
+    space = get_space_for_user(request.user, space_id, Role.ADMIN)
+    return get_object_or_404(Membership.objects.select_related("user", "space"), pk=membership_id, space=space)
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, space_id: str, membership_id: str) -> HttpResponse:
+    membership = _membership(request, space_id, membership_id)
+    form = MemberRoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose a valid role.")
+    else:
+        try:
+            do_change_member_role(membership, role=Role(form.cleaned_data["role"]), actor=actor_from_request(request))
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(
+                request,
+                f"{membership.user.get_username()} is now {Role(form.cleaned_data['role']).label}.",
+            )
+    return redirect(reverse("console:space_detail", kwargs={"space_id": membership.space_id}) + "#members")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def member_remove(request: HttpRequest, space_id: str, membership_id: str) -> HttpResponse:
+    membership = _membership(request, space_id, membership_id)
+    back = reverse("console:space_detail", kwargs={"space_id": membership.space_id}) + "#members"
+    if request.method == "POST":
+        try:
+            do_remove_member(membership, actor=actor_from_request(request))
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"{membership.user.get_username()} removed from {membership.space.name}.")
+        return redirect(back)
+    return render(
+        request,
+        "inc/confirm_delete.html",
+        {
+            "object_label": f"{membership.user.get_username()}'s membership of {membership.space.name}",
+            "consequences": ["They lose access to this space at once, terminals included."],
+            "action_label": "Remove",
+            "cancel_url": back,
+            "section": "spaces",
+        },
+    )
+
+
+# --- Network policy ----------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def network_policy_edit(request: HttpRequest, space_id: str) -> HttpResponse:
+    space = get_space_for_user(request.user, space_id, Role.ADMIN)
+    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
+    if request.method == "POST":
+        form = NetworkPolicyForm(request.POST)
+        if form.is_valid():
+            try:
+                validation = do_update_network_policy(
+                    space,
+                    allow_internet_access=form.cleaned_data["allow_internet_access"],
+                    allow_out=form.cleaned_data["allow_out"],
+                    deny_out=form.cleaned_data["deny_out"],
+                    l7_rules=form.cleaned_data["l7_rules"],
+                    allow_public_traffic=form.cleaned_data["allow_public_traffic"],
+                    actor=actor_from_request(request),
+                )
+            except ServiceError as exc:
+                apply_form_errors(form, exc)
+            else:
+                messages.success(request, "Network policy saved.")
+                for warning in validation.warnings:
+                    messages.warning(request, warning)
+                target = reverse("console:space_detail", kwargs={"space_id": space.id}) + "#network"
+                # An HTMX form post must not follow the redirect into its own fragment.
+                return HttpResponseClientRedirect(target) if is_htmx(request) else redirect(target)
+    else:
+        form = NetworkPolicyForm(initial=NetworkPolicyForm.initial_from_policy(policy))
+    context = {"space": space, "form": form, "policy": policy, "section": "spaces"}
+    template = "console/partials/network_policy_form.html" if is_htmx(request) else "console/network_policy_form.html"
+    return render(request, template, context, status=400 if form.errors else 200)
+
+
+# --- Audit -------------------------------------------------------------------------------
+
+
+def audit_for_user(user: Any) -> QuerySet[AuditEvent]:
+    """Platform admins see every event; space admins see their spaces' events."""
+    if is_platform_admin(user):
+        return AuditEvent.objects.all()
+    return AuditEvent.objects.filter(space__in=spaces_for_user(user, Role.ADMIN))
+
+
+@login_required
+def audit_list(request: HttpRequest) -> HttpResponse:
+    events = audit_for_user(request.user)
+    form = AuditFilterForm(request.GET or None, spaces=spaces_for_user(request.user, Role.ADMIN))
+    if form.is_bound and form.is_valid():
+        data = form.cleaned_data
+        if data["space"]:
+            events = events.filter(space=data["space"])
+        if data["actor"]:
+            events = events.filter(actor_name__icontains=data["actor"])
+        if data["action"]:
+            events = events.filter(action__startswith=data["action"])
+        tz = timezone.get_current_timezone()
+        if data["date_from"]:
+            events = events.filter(time__gte=datetime.combine(data["date_from"], time.min, tz))
+        if data["date_to"]:
+            events = events.filter(time__lt=datetime.combine(data["date_to"] + timedelta(days=1), time.min, tz))
+    elif form.is_bound:
+        events = events.none()
+    page = paginate(request, events.order_by("-time", "-id"), per_page=50)
+    context = {
+        "page": page,
+        "form": form,
+        "querystring": query_without_page(request),
+        "actions": audit_for_user(request.user).order_by("action").values_list("action", flat=True).distinct()[:200],
+        "section": "audit",
+    }
+    if is_htmx(request) and request.headers.get("HX-Target") == "audit-results":
+        return render(request, "console/partials/audit_results.html", context)
+    return render(request, "console/audit_list.html", context)
+
+
+# --- Jobs --------------------------------------------------------------------------------
+
+
+def jobs_for_user(user: Any) -> QuerySet[AdminJob]:
+    """Platform admins see every job; others see the jobs of their spaces."""
+    if is_platform_admin(user):
+        return AdminJob.objects.all()
+    return AdminJob.objects.filter(space__in=spaces_for_user(user))
+
+
+@login_required
+def job_list(request: HttpRequest) -> HttpResponse:
+    jobs = jobs_for_user(request.user).select_related("space", "created_by")
+    status = request.GET.get("status", "")
+    if status in JobStatus.values:
+        jobs = jobs.filter(status=status)
+    page = paginate(request, jobs.order_by("-created"))
+    context = {
+        "page": page,
+        "status": status,
+        "statuses": JobStatus.choices,
+        "querystring": query_without_page(request),
+        "can_run_diagnostics": is_platform_admin(request.user),
+        "section": "jobs",
+    }
+    if is_htmx(request) and request.headers.get("HX-Target") == "job-results":
+        return render(request, "console/partials/job_results.html", context)
+    return render(request, "console/job_list.html", context)
+
+
+def get_job_for_user(user: Any, job_id: str, role: Role = Role.VIEWER) -> AdminJob:
+    """A job of a space the user holds `role` in; platform jobs are for platform admins only."""
+    job = get_object_or_404(AdminJob.objects.select_related("space", "created_by"), pk=job_id)
+    if job.space is not None:
+        get_space_for_user(user, job.space.id, role)
+    elif not is_platform_admin(user):
+        raise Http404("No such job")
+    return job
+
+
+@login_required
+def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = get_job_for_user(request.user, job_id)
+    can_cancel = not job.is_finished and (
+        is_platform_admin(request.user) or (job.space is not None and has_role(request.user, job.space, Role.ADMIN))
+    )
+    context = {
+        "job": job,
+        "label": job_runner.job_label(job.kind),
+        "can_cancel": can_cancel,
+        "section": "jobs",
+    }
+    if is_htmx(request) and request.headers.get("HX-Target") == "job-status":
+        response = render(request, "console/partials/job_status.html", context)
+        if job.is_finished:
+            # 286 tells HTMX to stop polling; the final state is in this response.
+            stop = HttpResponseStopPolling(response.content)
+            return stop
+        return response
+    return render(request, "console/job_detail.html", context)
+
+
+@login_required
+@require_POST
+def job_cancel(request: HttpRequest, job_id: str) -> HttpResponse:
+    job = get_job_for_user(request.user, job_id, Role.ADMIN)
+    try:
+        job_runner.do_cancel_job(job, actor=actor_from_request(request))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Job cancelled.")
+    return redirect(job)
+
+
+@login_required
+@require_POST
+def diagnostics_start(request: HttpRequest) -> HttpResponse:
+    if not is_platform_admin(request.user):
+        raise PermissionDenied("Only platform admins run console diagnostics.")
+    job = job_runner.start_job("console.diagnostics", actor=actor_from_request(request))
+    messages.info(request, "Diagnostics started.")
+    return redirect(job)

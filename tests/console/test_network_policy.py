@@ -1,0 +1,239 @@
+"""Network policy validation: every field's bad input, duplicates, shadowing, outbound off."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from console.models import AuditEvent, NetworkPolicy
+from console.network import parse_destination, parse_l7_rule, validate_policy
+
+from .conftest import World
+
+
+@pytest.mark.parametrize(
+    ("entry", "normalised"),
+    [
+        ("10.0.0.0/8", "10.0.0.0/8"),
+        ("192.168.1.7", "192.168.1.7/32"),
+        ("2001:db8::/32", "2001:db8::/32"),
+        ("Example.COM", "example.com"),
+        ("*.example.com", "*.example.com"),
+        ("api.example.co.uk.", "api.example.co.uk"),
+    ],
+)
+def test_valid_destinations(entry: str, normalised: str) -> None:
+    assert parse_destination(entry).text == normalised
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("10.0.0.1/8", "host bits are set; did you mean 10.0.0.0/8"),
+        ("10.0.0.0/33", "not a valid IP address or CIDR"),
+        ("300.1.1.1", "not a valid IP address or CIDR"),
+        ("exa mple.com", "cannot contain spaces"),
+        ("example", "not a domain name"),
+        ("ex_ample.com", "not a valid domain label"),
+        ("-bad.example.com", "not a valid domain label"),
+        ("api.*.example.com", "only allowed as a leading"),
+        ("*example.com", "only allowed as a leading"),
+        ("1.2.3", "not a valid IP address"),
+    ],
+)
+def test_malformed_destinations(entry: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_destination(entry)
+
+
+def test_outbound_off_refuses_lists_and_rules_with_an_explanation() -> None:
+    result = validate_policy(
+        allow_internet_access=False,
+        allow_out=["example.com"],
+        deny_out=["10.0.0.0/8"],
+        l7_rules=["allow a.com"],
+    )
+    assert set(result.errors) == {"allow_out", "deny_out", "l7_rules"}
+    assert all("Outbound access is off" in errors[0] for errors in result.errors.values())
+
+
+def test_duplicates_are_errors_even_when_spelled_differently() -> None:
+    result = validate_policy(
+        allow_internet_access=True,
+        allow_out=[],
+        deny_out=["10.0.0.0/8", "EXAMPLE.com", "example.com."],
+        l7_rules=[],
+    )
+    assert result.errors["deny_out"] == ["entry 3: example.com duplicates entry 2"]
+
+
+def test_shadowed_deny_entry_is_a_warning_not_an_error() -> None:
+    result = validate_policy(
+        allow_internet_access=True,
+        allow_out=["10.0.0.0/8", "*.example.com"],
+        deny_out=["10.1.0.0/16", "api.example.com", "0.0.0.0/0"],
+        l7_rules=[],
+    )
+    assert not result.errors
+    assert any("10.1.0.0/16" in w for w in result.warnings)
+    assert any("api.example.com" in w for w in result.warnings)
+    assert not any("0.0.0.0/0 has no effect" in w for w in result.warnings)
+
+
+def test_allow_list_without_deny_list_warns() -> None:
+    result = validate_policy(allow_internet_access=True, allow_out=["example.com"], deny_out=[], l7_rules=[])
+    assert any("no effect while nothing is denied" in w for w in result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        ("permit a.com", "must be 'allow' or 'deny'"),
+        ("allow not_a_domain", "not a domain name"),
+        ("allow a.com FETCH", "not an HTTP method"),
+        ("allow a.com GET,GET", "listed twice"),
+        ("allow a.com GET repos/", "must start with '/'"),
+        ("allow", "expected 'allow|deny DOMAIN"),
+        ("allow a.com GET / extra", "expected 'allow|deny DOMAIN"),
+        ({"domain": "a.com", "methods": "GET", "action": "allow"}, "must be a list"),
+        (42, "must be an object"),
+    ],
+)
+def test_malformed_l7_rules(rule: object, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_l7_rule(rule)
+
+
+def test_l7_rules_keep_order_and_refuse_repeats() -> None:
+    result = validate_policy(
+        allow_internet_access=True,
+        allow_out=[],
+        deny_out=[],
+        l7_rules=[
+            "deny api.github.com DELETE /",
+            "allow api.github.com GET,POST /repos/",
+            "allow *.pypi.org",
+            "deny api.github.com DELETE",
+        ],
+    )
+    assert result.errors == {"l7_rules": ["rule 4: repeats the match of rule 1"]}
+    assert [r["domain"] for r in result.l7_rules] == [
+        "api.github.com",
+        "api.github.com",
+        "*.pypi.org",
+    ]
+    assert result.l7_rules[1] == {
+        "domain": "api.github.com",
+        "methods": ["GET", "POST"],
+        "path_prefix": "/repos/",
+        "action": "allow",
+    }
+
+
+@pytest.mark.django_db
+class TestPolicyForm:
+    def url(self, world: World) -> str:
+        return reverse("console:network_policy_edit", args=[world.space_a.id])
+
+    @pytest.mark.parametrize(
+        ("data", "field", "message"),
+        [
+            (
+                {"allow_internet_access": "on", "deny_out": "10.0.0.1/8"},
+                "deny_out",
+                "host bits are set",
+            ),
+            (
+                {"allow_internet_access": "on", "allow_out": "bad domain.com"},
+                "allow_out",
+                "cannot contain spaces",
+            ),
+            (
+                {"allow_internet_access": "on", "l7_rules": "allow a.com YANK"},
+                "l7_rules",
+                "not an HTTP method",
+            ),
+            ({"deny_out": "10.0.0.0/8"}, "deny_out", "Outbound access is off"),
+            ({"allow_out": "example.com"}, "allow_out", "Outbound access is off"),
+            ({"l7_rules": "allow a.com"}, "l7_rules", "Outbound access is off"),
+            (
+                {"allow_internet_access": "on", "deny_out": "a.com\na.com"},
+                "deny_out",
+                "duplicates entry 1",
+            ),
+        ],
+    )
+    def test_bad_input_is_shown_on_the_field_and_nothing_is_saved(
+        self, world: World, data: dict[str, str], field: str, message: str
+    ) -> None:
+        before = AuditEvent.objects.count()
+        response = world.client_for("alice").post(self.url(world), data)
+        assert response.status_code == 400
+        form = response.context["form"]
+        assert any(message in error for error in form.errors[field]), form.errors
+        policy = NetworkPolicy.objects.get(space=world.space_a)
+        assert policy.allow_internet_access is False
+        assert policy.deny_out == []
+        assert policy.allow_out == []
+        assert AuditEvent.objects.count() == before
+
+    def test_save_normalises_audits_and_describes(self, world: World) -> None:
+        response = world.client_for("alice").post(
+            self.url(world),
+            {
+                "allow_internet_access": "on",
+                "deny_out": "0.0.0.0/0\n# comment line\n\n",
+                "allow_out": "PyPI.org\n*.npmjs.org",
+                "l7_rules": "allow pypi.org GET /simple/",
+                "allow_public_traffic": "",
+            },
+            follow=True,
+        )
+        assert response.status_code == 200
+        policy = NetworkPolicy.objects.get(space=world.space_a)
+        assert policy.allow_out == ["pypi.org", "*.npmjs.org"]
+        assert policy.deny_out == ["0.0.0.0/0"]
+        assert policy.l7_rules == [
+            {"domain": "pypi.org", "methods": ["GET"], "path_prefix": "/simple/", "action": "allow"}
+        ]
+        event = AuditEvent.objects.get(action="network_policy.update")
+        assert event.details["before"]["allow_internet_access"] is False
+        assert event.details["after"]["deny_out"] == ["0.0.0.0/0"]
+        body = response.content.decode()
+        assert "Always blocked: 0.0.0.0/0." in body
+        assert "HTTP rule 1: GET to pypi.org/simple/* is allowed." in body
+        assert "Inbound: private" in body
+
+    def test_warnings_are_shown_after_saving(self, world: World) -> None:
+        response = world.client_for("alice").post(
+            self.url(world),
+            {"allow_internet_access": "on", "allow_out": "10.0.0.0/8", "deny_out": "10.2.0.0/16"},
+            follow=True,
+        )
+        assert "Deny entry 10.2.0.0/16 has no effect" in response.content.decode()
+
+    def test_htmx_post_with_errors_swaps_the_form_only(self, world: World) -> None:
+        response = world.client_for("alice").post(
+            self.url(world),
+            {"allow_internet_access": "on", "deny_out": "nope"},
+            HTTP_HX_REQUEST="true",
+        )
+        body = response.content.decode()
+        assert response.status_code == 400
+        assert body.lstrip().startswith('<form id="network-policy-form"')
+        assert "<html" not in body
+
+    def test_htmx_post_success_redirects_the_client(self, world: World) -> None:
+        response = world.client_for("alice").post(
+            self.url(world), {"allow_internet_access": "on"}, HTTP_HX_REQUEST="true"
+        )
+        assert response.status_code == 200
+        assert response["HX-Redirect"].endswith(f"/spaces/{world.space_a.id}/#network")
+
+    def test_form_round_trips_the_saved_policy(self, world: World) -> None:
+        client = world.client_for("alice")
+        client.post(self.url(world), {"allow_internet_access": "on", "l7_rules": "deny a.com * /admin"})
+        form = client.get(self.url(world)).context["form"]
+        assert form.initial["l7_rules"] == "deny a.com * /admin"
