@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels."""
+"""ASGI entry point served by Daphne: HTTP through Django, websockets through Channels."""
 
 import os
 
@@ -8,6 +8,21 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings.dev")
 # Django must be set up before anything that touches models is imported.
 django_asgi_app = get_asgi_application()
 
-from channels.routing import ProtocolTypeRouter  # noqa: E402
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_asgi_app})
+from .routing import websocket_urlpatterns  # noqa: E402
+
+# The embedded console serves its own static files; a deployment behind a web server
+# sets SERVE_STATIC=false and lets the server do it.
+http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app
+
+application = ProtocolTypeRouter(
+    {
+        "http": http_app,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    }
+)

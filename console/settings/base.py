@@ -151,3 +151,6 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
+
+# The embedded console serves /static/ itself through Daphne (see console/asgi.py).
+SERVE_STATIC = env_bool("SERVE_STATIC", True)

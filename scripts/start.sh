@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The one-command start: set up, migrate, create the first admin and a demo space, and
+# serve pages and websockets with Daphne on 127.0.0.1:8000. With REDIS_URL set, a Celery
+# worker and beat run beside it. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+export DJANGO_SETTINGS_MODULE=${DJANGO_SETTINGS_MODULE:-console.settings.dev}
+mkdir -p var
+
+if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+  echo "==> Docker engine answers; making sure the base template image exists"
+  .venv/bin/python manage.py build_base_image
+else
+  echo "==> no Docker engine answers: the Docker backend stays unavailable until one runs (see docs/operations.md)"
+fi
+
+echo "==> migrating the database"
+.venv/bin/python manage.py migrate --noinput
+.venv/bin/python manage.py bootstrap_console
+
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT INT TERM
+if [ -n "${REDIS_URL:-}" ]; then
+  echo "==> REDIS_URL is set: starting a Celery worker and beat"
+  .venv/bin/celery -A console worker --loglevel=INFO --pool=threads --concurrency=4 &
+  pids+=($!)
+  .venv/bin/celery -A console beat --loglevel=INFO --schedule var/celerybeat-schedule &
+  pids+=($!)
+fi
+
+HOST=${HOST:-127.0.0.1}
+PORT=${PORT:-8000}
+echo "==> Sandbox Console on http://$HOST:$PORT/"
+.venv/bin/daphne -b "$HOST" -p "$PORT" console.asgi:application
