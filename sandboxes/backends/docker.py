@@ -158,14 +158,10 @@ def _translate(exc: Exception, what: str) -> RemoteError:
     if isinstance(exc, requests.exceptions.Timeout | socket.timeout):
         return RemoteError(ErrorKind.TIMEOUT, f"{what}: the Docker engine did not answer in time")
     if isinstance(exc, requests.exceptions.ConnectionError | ConnectionError | FileNotFoundError):
-        return RemoteError(
-            ErrorKind.UNAVAILABLE, f"{what}: the Docker engine is unreachable ({exc})"
-        )
+        return RemoteError(ErrorKind.UNAVAILABLE, f"{what}: the Docker engine is unreachable ({exc})")
     if isinstance(exc, docker.errors.DockerException):
         # Raised by the client constructor when the engine does not answer the version probe.
-        return RemoteError(
-            ErrorKind.UNAVAILABLE, f"{what}: the Docker engine is unreachable ({exc})"
-        )
+        return RemoteError(ErrorKind.UNAVAILABLE, f"{what}: the Docker engine is unreachable ({exc})")
     return RemoteError(ErrorKind.INTERNAL, f"{what}: {exc.__class__.__name__}: {exc}")
 
 
@@ -225,9 +221,7 @@ def metadata_from_labels(labels: Mapping[str, str]) -> dict[str, str]:
         keys = json.loads(labels.get(LABEL_META_KEYS, "[]"))
     except ValueError:
         keys = []
-    return {
-        key: labels[LABEL_META_PREFIX + key] for key in keys if LABEL_META_PREFIX + key in labels
-    }
+    return {key: labels[LABEL_META_PREFIX + key] for key in keys if LABEL_META_PREFIX + key in labels}
 
 
 def _snapshot_id(image_id: str) -> str:
@@ -362,9 +356,7 @@ class DockerBackend(Backend):
         if self._client is None:
             with _engine_call("connecting to the Docker engine"):
                 if self.config.endpoint:
-                    self._client = docker.DockerClient(
-                        base_url=self.config.endpoint, timeout=self.api_timeout
-                    )
+                    self._client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
                 else:
                     self._client = docker.from_env(timeout=self.api_timeout)
         return self._client
@@ -420,9 +412,7 @@ class DockerBackend(Backend):
         self._verified.add(container_id)
         return self.get(container_id)
 
-    def _create_container(
-        self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str
-    ) -> str:
+    def _create_container(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
         limits = spec.resources
         memory = f"{limits.memory_mb}m" if limits.memory_mb else None
         with _engine_call("creating the sandbox"):
@@ -434,11 +424,7 @@ class DockerBackend(Backend):
                 nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
                 pids_limit=limits.pids,
                 security_opt=["no-new-privileges"],
-                binds=(
-                    {spec.workspace_volume: {"bind": WORKSPACE, "mode": "rw"}}
-                    if spec.workspace_volume
-                    else None
-                ),
+                binds=({spec.workspace_volume: {"bind": WORKSPACE, "mode": "rw"}} if spec.workspace_volume else None),
             )
             created = self.api.create_container(
                 image,
@@ -500,9 +486,7 @@ class DockerBackend(Backend):
             next_token = _encode_token(page[-1]["Created"], page[-1]["Id"])
         return Page(items=tuple(self._info_from_row(row) for row in page), next_token=next_token)
 
-    def _row_matches(
-        self, row: dict[str, Any], query: ListQuery, after: tuple[int, str] | None
-    ) -> bool:
+    def _row_matches(self, row: dict[str, Any], query: ListQuery, after: tuple[int, str] | None) -> bool:
         if after is not None and (row["Created"], row["Id"]) <= after:
             return False
         if query.states and _STATES.get(row["State"], SandboxState.GONE) not in query.states:
@@ -577,9 +561,7 @@ class DockerBackend(Backend):
             raise
         labels = (attrs.get("Config") or {}).get("Labels") or {}
         if labels.get(LABEL_KIND) not in (KIND_TEMPLATE, KIND_SNAPSHOT):
-            raise RemoteError(
-                ErrorKind.NOT_FOUND, f"{what} not found (the image is no console template)"
-            )
+            raise RemoteError(ErrorKind.NOT_FOUND, f"{what} not found (the image is no console template)")
         return attrs
 
     def _snapshot_image(self, snapshot_id: str) -> dict[str, Any]:
@@ -647,13 +629,9 @@ class DockerBackend(Backend):
 
     def _own_workspace(self, container_id: str) -> None:
         """A fresh volume copies /workspace from the image; one made elsewhere may be root's."""
-        result = self._run(
-            container_id, ("chown", f"{SANDBOX_UID}:{SANDBOX_UID}", WORKSPACE), user="root"
-        )
+        result = self._run(container_id, ("chown", f"{SANDBOX_UID}:{SANDBOX_UID}", WORKSPACE), user="root")
         if result.exit_code != 0:
-            raise RemoteError(
-                ErrorKind.INTERNAL, f"could not hand {WORKSPACE} to uid {SANDBOX_UID}"
-            )
+            raise RemoteError(ErrorKind.INTERNAL, f"could not hand {WORKSPACE} to uid {SANDBOX_UID}")
 
     def delete_volume(self, name: str) -> None:
         """Remove a workspace volume (idempotent; conflict while a container mounts it).
@@ -671,11 +649,7 @@ class DockerBackend(Backend):
 
     def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
         container_id = self._container_id(sandbox_id)
-        command = (
-            list(request.argv)
-            if request.argv is not None
-            else ["/bin/bash", "-c", request.shell or ""]
-        )
+        command = list(request.argv) if request.argv is not None else ["/bin/bash", "-c", request.shell or ""]
         return self._run(
             container_id,
             tuple(command),
@@ -739,9 +713,7 @@ class DockerBackend(Backend):
         try:
             return _USERS[user]
         except KeyError:
-            raise RemoteError(
-                ErrorKind.INVALID, f"unknown user {user!r} (use 'user' or 'root')"
-            ) from None
+            raise RemoteError(ErrorKind.INVALID, f"unknown user {user!r} (use 'user' or 'root')") from None
 
     @staticmethod
     def _feed_stdin(stream: _ExecStream, data: bytes) -> None:
@@ -770,9 +742,7 @@ class DockerBackend(Backend):
     def _kill_group(self, container_id: str, pid_file: str) -> None:
         """Kill a timed-out command's whole process group inside the sandbox."""
         with suppress(RemoteError):
-            self._run(
-                container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user="root", timeout_s=10
-            )
+            self._run(container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user="root", timeout_s=10)
 
     def _exit_code(self, exec_id: str, wait_s: float) -> int | None:
         deadline = time.monotonic() + wait_s
@@ -800,9 +770,7 @@ class DockerBackend(Backend):
     def pty(self) -> PtyCapability:
         return DockerPtys(self)
 
-    def _run_checked(
-        self, container_id: str, command: tuple[str, ...], what: str, user: str = "root"
-    ) -> bytes:
+    def _run_checked(self, container_id: str, command: tuple[str, ...], what: str, user: str = "root") -> bytes:
         result = self._run(container_id, command, user=user, timeout_s=60)
         if result.exit_code == 0:
             return result.stdout
@@ -917,16 +885,12 @@ class DockerFiles(FilesCapability):
 
     def _probe(self, sandbox_id: str, op: str, path: str) -> bytes:
         container_id = self.backend._container_id(sandbox_id)
-        return self.backend._run_checked(
-            container_id, ("python3", "-c", _FS_PROBE, op, path), f"{op} {path}"
-        )
+        return self.backend._run_checked(container_id, ("python3", "-c", _FS_PROBE, op, path), f"{op} {path}")
 
     def make_dir(self, sandbox_id: str, path: str, *, user: str = "user") -> None:
         path = _check_path(path)
         container_id = self.backend._container_id(sandbox_id)
-        self.backend._run_checked(
-            container_id, ("mkdir", "-p", "--", path), f"make_dir {path}", user=user
-        )
+        self.backend._run_checked(container_id, ("mkdir", "-p", "--", path), f"make_dir {path}", user=user)
 
     def remove(self, sandbox_id: str, path: str) -> None:
         """Remove a file or a directory tree; a missing path is not_found."""
@@ -982,9 +946,7 @@ class DockerSnapshots(SnapshotsCapability):
     def __init__(self, backend: DockerBackend) -> None:
         self.backend = backend
 
-    def create(
-        self, sandbox_id: str, *, name: str = "", labels: Mapping[str, str] | None = None
-    ) -> SnapshotInfo:
+    def create(self, sandbox_id: str, *, name: str = "", labels: Mapping[str, str] | None = None) -> SnapshotInfo:
         info = self.backend.connect(sandbox_id)  # the contract snapshots a running sandbox
         marks = {
             **(labels or {}),
@@ -1035,9 +997,7 @@ class DockerSnapshots(SnapshotsCapability):
 
     def list(self) -> builtins.list[SnapshotInfo]:
         with _engine_call("listing snapshots"):
-            rows = self.backend.api.images(
-                filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_KIND}={KIND_SNAPSHOT}"]}
-            )
+            rows = self.backend.api.images(filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_KIND}={KIND_SNAPSHOT}"]})
         rows.sort(key=lambda row: row["Created"])
         return [
             SnapshotInfo(
@@ -1137,15 +1097,11 @@ class DockerTemplates(TemplatesCapability):
 
     def create(self, spec: TemplateBuildSpec) -> TemplateInfo:
         if not _TEMPLATE_NAME.match(spec.name):
-            raise RemoteError(
-                ErrorKind.INVALID, "template names are lowercase letters, digits, '.', '_', '-'"
-            )
+            raise RemoteError(ErrorKind.INVALID, "template names are lowercase letters, digits, '.', '_', '-'")
         tag = f"{TEMPLATE_REPOSITORY}/{spec.name}:latest"
         if self._exists(tag):
             raise RemoteError(ErrorKind.CONFLICT, f"template {tag} already exists")
-        labels = template_labels(
-            spec.name, spec.labels.get(LABEL_TEMPLATE_DESCRIPTION, ""), spec.labels
-        )
+        labels = template_labels(spec.name, spec.labels.get(LABEL_TEMPLATE_DESCRIPTION, ""), spec.labels)
         if spec.debian_packages:
             self._build_from_packages(spec, tag, labels)
         else:
@@ -1163,9 +1119,7 @@ class DockerTemplates(TemplatesCapability):
             raise
         return True
 
-    def _build_from_packages(
-        self, spec: TemplateBuildSpec, tag: str, labels: dict[str, str]
-    ) -> None:
+    def _build_from_packages(self, spec: TemplateBuildSpec, tag: str, labels: dict[str, str]) -> None:
         if spec.base_template_id not in (None, "", self.backend.base_image):
             raise RemoteError(
                 ErrorKind.UNSUPPORTED,
@@ -1215,13 +1169,9 @@ class DockerTemplates(TemplatesCapability):
                 )
                 if result.exit_code != 0:
                     detail = (result.stderr or result.stdout)[-2000:].decode(errors="replace")
-                    raise RemoteError(
-                        ErrorKind.INVALID, f"template script failed ({result.exit_code}): {detail}"
-                    )
+                    raise RemoteError(ErrorKind.INVALID, f"template script failed ({result.exit_code}): {detail}")
             repository, _, version = tag.rpartition(":")
-            changes = [
-                f"LABEL {json.dumps(key)}={json.dumps(value)}" for key, value in labels.items()
-            ]
+            changes = [f"LABEL {json.dumps(key)}={json.dumps(value)}" for key, value in labels.items()]
             with _engine_call("committing the template"):
                 api.commit(container_id, repository=repository, tag=version, changes=changes)
         finally:
@@ -1349,9 +1299,7 @@ class DockerPty(PtyHandle):
                 'kill -KILL "$pid" 2>/dev/null; rm -f "$0"; true'
             )
             with suppress(RemoteError):
-                self.backend._run(
-                    self.container_id, ("/bin/sh", "-c", script, self.pid_file), user="root"
-                )
+                self.backend._run(self.container_id, ("/bin/sh", "-c", script, self.pid_file), user="root")
         self.stream.close()
 
     def is_running(self) -> bool:

@@ -88,9 +88,7 @@ class ImageBuildError(RuntimeError):
     """mmdebstrap or the import failed; the message carries the tool's own words."""
 
 
-def template_labels(
-    name: str, description: str = "", extra: Mapping[str, str] | None = None
-) -> dict[str, str]:
+def template_labels(name: str, description: str = "", extra: Mapping[str, str] | None = None) -> dict[str, str]:
     labels = {LABEL_MANAGED: "1", LABEL_KIND: KIND_TEMPLATE, LABEL_TEMPLATE_NAME: name}
     if description:
         labels[LABEL_TEMPLATE_DESCRIPTION] = description
@@ -147,9 +145,7 @@ def build_rootfs_image(
         argv = mmdebstrap_argv([*BASE_PACKAGES, *packages], tarball)
         log.info("building %s with mmdebstrap", tag)
         try:
-            done = subprocess.run(
-                argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False
-            )
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ImageBuildError(f"mmdebstrap could not run: {exc}") from exc
         if done.returncode != 0:

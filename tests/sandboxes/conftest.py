@@ -1,0 +1,73 @@
+"""Fixtures for the sandbox-layer tests.
+
+`test_run_id` labels everything a run creates. The Docker fixtures make sure the base
+template image exists (built from Debian packages, never pulled) and sweep every container,
+image, volume and network carrying this run's label when the session ends, so a failed test
+leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import docker_missing
+
+# The conformance suite puts {"test-run": id} in sandbox metadata and snapshot labels; the
+# Docker backend stores metadata as `console.meta.<key>` labels.
+DOCKER_RUN_LABELS = ("console.meta.test-run", "test-run")
+
+
+@pytest.fixture(scope="session")
+def test_run_id() -> str:
+    return f"pytest-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def docker_base_image(test_run_id: str) -> Iterator[str]:
+    """The base template image (built once if missing; left in place for later runs)."""
+    if docker_missing():
+        pytest.skip(f"needs docker: {docker_missing()}")
+    import docker
+
+    from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE, build_base_image
+
+    client = docker.from_env(timeout=120)
+    build_base_image(client=client)
+    try:
+        yield DEFAULT_BASE_IMAGE
+    finally:
+        sweep_docker_leftovers(client, test_run_id)
+        client.close()
+
+
+def sweep_docker_leftovers(client: object, run_id: str) -> None:
+    """Remove this run's containers, then images (snapshots before their parents), volumes
+    and networks."""
+    import docker
+
+    assert isinstance(client, docker.DockerClient)
+    api = client.api
+    for key in DOCKER_RUN_LABELS:
+        selector = {"label": f"{key}={run_id}"}
+        for row in api.containers(all=True, filters=selector):
+            api.remove_container(row["Id"], force=True)
+    for _ in range(3):  # children first: a parent image with a child refuses removal
+        rows = [row for key in DOCKER_RUN_LABELS for row in api.images(filters={"label": f"{key}={run_id}"})]
+        for row in sorted(rows, key=lambda row: row["Created"], reverse=True):
+            try:
+                api.remove_image(row["Id"], force=True)
+            except docker.errors.APIError:
+                continue
+    for key in DOCKER_RUN_LABELS:
+        for volume in api.volumes(filters={"label": f"{key}={run_id}"}).get("Volumes") or []:
+            api.remove_volume(volume["Name"], force=True)
+    for network in api.networks(names=[docker_test_network_name(run_id)]):
+        api.remove_network(network["Id"])
+
+
+def docker_test_network_name(run_id: str) -> str:
+    """The managed bridge network the Docker tests use instead of the production one."""
+    return f"sandbox-console-{run_id}"

@@ -1,0 +1,306 @@
+"""The Docker backend against the real engine: the conformance suite plus Docker's own rules.
+
+Every container, image and volume carries this run's label and is swept at session end
+(tests/sandboxes/conftest.py). Sandboxes run with network "none" unless a test needs the
+managed bridge, and always with DNS 127.0.0.1: nothing here leaves the machine.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from sandboxes.backends.base import (
+    BackendConfig,
+    ErrorKind,
+    ExecRequest,
+    IdleMode,
+    L7Rule,
+    ListQuery,
+    NetworkSpec,
+    PtySize,
+    RemoteError,
+    Resources,
+    SandboxSpec,
+    SandboxState,
+    TemplateBuildSpec,
+)
+from sandboxes.backends.docker import DockerBackend
+from tests.sandboxes.backend_conformance import (
+    OFFLINE,
+    BackendConformance,
+    SandboxFactory,
+    run,
+    shell_request,
+)
+from tests.sandboxes.conftest import docker_test_network_name
+
+pytestmark = [pytest.mark.docker]
+
+
+@pytest.fixture(scope="module")
+def template_id(docker_base_image: str) -> str:
+    return docker_base_image
+
+
+@pytest.fixture(scope="module")
+def backend(docker_base_image: str, test_run_id: str) -> Iterator[DockerBackend]:
+    config = BackendConfig(kind="docker", options={"network": docker_test_network_name(test_run_id)})
+    adapter = DockerBackend(config)
+    yield adapter
+    adapter.close()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[docker.DockerClient]:
+    client = docker.from_env(timeout=60)
+    yield client
+    client.close()
+
+
+class TestDockerConformance(BackendConformance):
+    """The shared contract, run against the local engine."""
+
+
+# Docker-specific behaviour ---------------------------------------------------------------
+
+
+class TestDockerBackend:
+    """Process groups, idle modes, networks, limits, templates and terminals on Docker."""
+
+    @pytest.fixture(scope="class")
+    def make_sandbox(self, backend: DockerBackend, template_id: str, test_run_id: str) -> Iterator[SandboxFactory]:
+        created: list[tuple[DockerBackend, str]] = []
+
+        def make(adapter: DockerBackend = backend, **overrides: object) -> object:
+            metadata = {"test-run": test_run_id, **overrides.pop("metadata", {})}  # type: ignore[dict-item]
+            spec_args: dict[str, object] = {"template_id": template_id, "network": OFFLINE}
+            spec_args.update(overrides)
+            info = adapter.create(SandboxSpec(metadata=metadata, **spec_args))  # type: ignore[arg-type]
+            created.append((adapter, info.sandbox_id))
+            return info
+
+        yield make  # type: ignore[misc]
+        for adapter, sandbox_id in created:
+            adapter.delete(sandbox_id)
+
+    def test_timeout_kills_the_process_group_inside_the_container(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox()
+        result = backend.exec(info.sandbox_id, shell_request("sleep 301 & (sleep 302 &) ; sleep 303", timeout_s=1))
+        assert result.timed_out
+        left = run(backend, info.sandbox_id, "ps -eo args | grep '^sleep 30' || true")
+        assert left == ""
+
+    def test_idle_mode_stop_keeps_files_but_not_processes(
+        self, template_id: str, test_run_id: str, make_sandbox: SandboxFactory
+    ) -> None:
+        stopping = DockerBackend(BackendConfig(kind="docker", idle_mode=IdleMode.STOP))
+        info = make_sandbox(adapter=stopping)
+        run(stopping, info.sandbox_id, "echo kept > /workspace/kept.txt")
+        run(stopping, info.sandbox_id, "setsid nohup sleep 1000 > /dev/null 2>&1 < /dev/null &")
+        assert stopping.pause(info.sandbox_id).state == SandboxState.STOPPED
+        assert stopping.pause(info.sandbox_id).state == SandboxState.STOPPED
+        assert stopping.connect(info.sandbox_id).state == SandboxState.RUNNING
+        assert run(stopping, info.sandbox_id, "cat /workspace/kept.txt") == "kept\n"
+        assert "sleep 1000" not in run(stopping, info.sandbox_id, "ps -eo args")
+        stopping.close()
+
+    def test_exec_on_a_paused_sandbox_is_a_conflict(self, backend: DockerBackend, make_sandbox: SandboxFactory) -> None:
+        info = make_sandbox()
+        assert backend.pause(info.sandbox_id).state == SandboxState.PAUSED
+        with pytest.raises(RemoteError) as caught:
+            backend.exec(info.sandbox_id, ExecRequest(argv=("true",)))
+        assert caught.value.kind == ErrorKind.CONFLICT
+
+    def test_offline_sandboxes_have_no_network_and_online_ones_the_managed_bridge(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory, engine: docker.DockerClient
+    ) -> None:
+        offline = make_sandbox()
+        online = make_sandbox(network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False))
+        assert run(backend, offline.sandbox_id, "ls /sys/class/net").split() == ["lo"]
+        assert "eth0" in run(backend, online.sandbox_id, "ls /sys/class/net").split()
+        networks = engine.api.inspect_container(online.sandbox_id)["NetworkSettings"]["Networks"]
+        assert list(networks) == [backend.network_name]
+        for info in (offline, online):
+            host_config = engine.api.inspect_container(info.sandbox_id)["HostConfig"]
+            assert host_config["Dns"] == ["127.0.0.1"]
+            assert "nameserver 127.0.0.1" in run(backend, info.sandbox_id, "cat /etc/resolv.conf")
+
+    @pytest.mark.parametrize(
+        "network",
+        [
+            NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_out=("10.0.0.0/8",)),
+            NetworkSpec(allow_internet_access=True, allow_public_traffic=False, deny_out=("*.example.com",)),
+            NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=(L7Rule(domain="pypi.org"),)),
+            NetworkSpec(allow_internet_access=False, allow_public_traffic=True),
+        ],
+        ids=["allow_out", "deny_out", "l7", "inbound"],
+    )
+    def test_network_rules_docker_cannot_honour_are_refused(
+        self, backend: DockerBackend, template_id: str, test_run_id: str, network: NetworkSpec
+    ) -> None:
+        marker = {"test-run": test_run_id, "console-session": f"refused-{uuid.uuid4().hex[:8]}"}
+        with pytest.raises(RemoteError) as caught:
+            backend.create(SandboxSpec(template_id=template_id, network=network, metadata=marker))
+        assert caught.value.kind == ErrorKind.UNSUPPORTED
+        assert backend.list(ListQuery(metadata=marker)).items == ()
+
+    def test_network_capabilities_claim_only_the_outbound_toggle(self, backend: DockerBackend) -> None:
+        caps = backend.network_capabilities()
+        assert caps.outbound_toggle
+        assert not caps.inbound_toggle
+        assert not caps.l7_rules
+        assert not (caps.allow_out_cidr)
+        assert not (caps.allow_out_domain)
+        assert not (caps.deny_out_cidr)
+        assert not (caps.deny_out_domain)
+        assert backend.inbound() is None
+
+    def test_resource_limits_reach_the_engine(self, make_sandbox: SandboxFactory, engine: docker.DockerClient) -> None:
+        info = make_sandbox(resources=Resources(cpus=0.5, memory_mb=256, pids=64))
+        host_config = engine.api.inspect_container(info.sandbox_id)["HostConfig"]
+        assert host_config["NanoCpus"] == 500_000_000
+        assert host_config["Memory"] == 256 * 1024 * 1024
+        assert host_config["PidsLimit"] == 64
+
+    def test_labels_carry_metadata_and_console_markers(
+        self, make_sandbox: SandboxFactory, engine: docker.DockerClient
+    ) -> None:
+        info = make_sandbox(metadata={"console-space": "space-1"})
+        labels = engine.api.inspect_container(info.sandbox_id)["Config"]["Labels"]
+        assert labels["console.managed"] == "1"
+        assert labels["console.kind"] == "sandbox"
+        assert labels["console.meta.console-space"] == "space-1"
+        assert engine.api.inspect_container(info.sandbox_id)["Path"] == "/usr/bin/tini"
+
+    def test_unreachable_engine_is_unavailable(self) -> None:
+        adapter = DockerBackend(BackendConfig(kind="docker", endpoint="unix:///tmp/no-such-docker.sock"))
+        with pytest.raises(RemoteError) as caught:
+            adapter.list(ListQuery())
+        assert caught.value.kind == ErrorKind.UNAVAILABLE
+        assert caught.value.retryable
+        health = adapter.health()
+        assert not health.ok
+        assert health.detail
+
+    def test_huge_output_is_truncated_not_buffered(self, backend: DockerBackend, make_sandbox: SandboxFactory) -> None:
+        info = make_sandbox()
+        cap = 64 * 1024
+        result = backend.exec(
+            info.sandbox_id,
+            shell_request("head -c 200000000 /dev/zero; echo done >&2", max_output_bytes=cap, timeout_s=60),
+        )
+        assert result.exit_code == 0
+        assert result.truncated
+        assert len(result.stdout) == cap
+        assert result.stderr == b"done\n"
+
+    def test_workspace_volume_outlives_its_sandbox(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory, test_run_id: str
+    ) -> None:
+        volume = f"sandbox-console-test-{uuid.uuid4().hex[:10]}"
+        first = make_sandbox(workspace_volume=volume)
+        run(backend, first.sandbox_id, "echo persisted > /workspace/state.txt")
+        backend.delete(first.sandbox_id)
+        second = make_sandbox(workspace_volume=volume)
+        assert run(backend, second.sandbox_id, "cat /workspace/state.txt; stat -c %u /workspace") == (
+            "persisted\n1000\n"
+        )
+        backend.delete(second.sandbox_id)
+        backend.delete_volume(volume)
+        backend.delete_volume(volume)
+
+    def test_templates_list_excludes_snapshots(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory, template_id: str, test_run_id: str
+    ) -> None:
+        templates, snapshots = backend.templates(), backend.snapshots()
+        snapshot = snapshots.create(make_sandbox().sandbox_id, labels={"test-run": test_run_id})
+        try:
+            listed = templates.list()
+            assert template_id in {item.template_id for item in listed}
+            assert all(not item.template_id.startswith("snap-") for item in listed)
+            assert all(item.labels.get("console.kind") == "template" for item in listed)
+            with pytest.raises(RemoteError) as caught:
+                templates.get(snapshot.snapshot_id)
+            assert caught.value.kind == ErrorKind.NOT_FOUND
+        finally:
+            snapshots.delete(snapshot.snapshot_id)
+
+    def test_template_from_script_and_delete_refused_while_in_use(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory, template_id: str, test_run_id: str
+    ) -> None:
+        templates = backend.templates()
+        name = f"test-{uuid.uuid4().hex[:8]}"
+        built = templates.create(
+            TemplateBuildSpec(
+                name=name,
+                base_template_id=template_id,
+                script="echo baked > /opt/baked.txt && chmod 644 /opt/baked.txt",
+                labels={"test-run": test_run_id},
+            )
+        )
+        try:
+            assert built.name == name
+            assert built.template_id in {t.template_id for t in templates.list()}
+            user = make_sandbox(template_id=built.template_id)
+            assert run(backend, user.sandbox_id, "cat /opt/baked.txt; id -u") == "baked\n1000\n"
+            with pytest.raises(RemoteError) as caught:
+                templates.delete(built.template_id)
+            assert caught.value.kind == ErrorKind.CONFLICT
+            backend.delete(user.sandbox_id)
+        finally:
+            templates.delete(built.template_id)
+        templates.delete(built.template_id)
+        with pytest.raises(RemoteError) as caught:
+            templates.get(built.template_id)
+        assert caught.value.kind == ErrorKind.NOT_FOUND
+
+    def test_failed_template_script_is_invalid_and_leaves_no_build_container(
+        self, backend: DockerBackend, engine: docker.DockerClient, test_run_id: str
+    ) -> None:
+        with pytest.raises(RemoteError) as caught:
+            backend.templates().create(
+                TemplateBuildSpec(
+                    name=f"test-{uuid.uuid4().hex[:8]}", script="exit 3", labels={"test-run": test_run_id}
+                )
+            )
+        assert caught.value.kind == ErrorKind.INVALID
+        assert engine.api.containers(all=True, filters={"label": f"test-run={test_run_id}"}) == []
+
+    def test_pty_runs_a_shell_resizes_and_is_killed(self, backend: DockerBackend, make_sandbox: SandboxFactory) -> None:
+        info = make_sandbox()
+        terminal = backend.pty().open(info.sandbox_id, PtySize(cols=100, rows=30))
+        try:
+            assert terminal.fileno() is not None
+            terminal.write(b"stty size; echo marker-$((40+2))\n")
+            output = _read_until(terminal, b"marker-42")
+            assert b"30 100" in output
+            terminal.resize(PtySize(cols=120, rows=40))
+            terminal.write(b"stty size\n")
+            assert b"40 120" in _read_until(terminal, b"40 120")
+            assert terminal.is_running()
+        finally:
+            terminal.kill()
+        deadline = time.monotonic() + 5
+        while terminal.is_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not terminal.is_running()
+        terminal.kill()  # idempotent
+
+
+def _read_until(terminal: object, needle: bytes, timeout: float = 10) -> bytes:
+    from sandboxes.backends.base import PtyHandle
+
+    assert isinstance(terminal, PtyHandle)
+    output = b""
+    deadline = time.monotonic() + timeout
+    while needle not in output and time.monotonic() < deadline:
+        output += terminal.read(timeout=max(deadline - time.monotonic(), 0.01))
+    assert needle in output, output
+    return output
