@@ -236,9 +236,7 @@ class FakeServer:
         }
 
     def start(self) -> FakeServer:
-        self._thread = threading.Thread(
-            target=self.httpd.serve_forever, name=f"fake-{self.personality}", daemon=True
-        )
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name=f"fake-{self.personality}", daemon=True)
         self._thread.start()
         self.reaper.start()
         return self
@@ -273,9 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         cube_version=args.cube_version,
     )
     server.start()
-    print(
-        f"fake {args.personality} listening on {server.api_url} (run {server.run_id})", flush=True
-    )
+    print(f"fake {args.personality} listening on {server.api_url} (run {server.run_id})", flush=True)
     try:
         while True:
             time.sleep(3600)

@@ -113,9 +113,7 @@ class ControlPlane:
     def _sandbox(self, req: Request) -> FakeSandbox:
         sbx = self.store.get(req.params["sid"])
         if sbx is None:
-            raise HttpError(
-                404, f"sandbox \"{req.params['sid']}\" doesn't exist or you don't have access to it"
-            )
+            raise HttpError(404, f"sandbox \"{req.params['sid']}\" doesn't exist or you don't have access to it")
         return sbx
 
     # -- shapes -------------------------------------------------------------------------------
@@ -197,14 +195,18 @@ class ControlPlane:
         if self.store.is_cube and body.get("autoPauseMemory") is False:
             # Cube PR #1800 rejects filesystem-only pause.
             raise HttpError(400, "autoPauseMemory=false is not supported")
-        self._create(req, reply, default_timeout=300)
+        # NewSandboxV2 has no `secure`: every E2B sandbox created this way secures envd
+        # access and returns an envdAccessToken (SDK 2.63 NewSandboxV2 docstring).
+        self._create(req, reply, default_timeout=300, secure=not self.store.is_cube)
 
-    def _create(self, req: Request, reply: Reply, default_timeout: int) -> None:
+    def _create(self, req: Request, reply: Reply, default_timeout: int, secure: bool = False) -> None:
         body = req.json()
         if not isinstance(body, dict):
             raise HttpError(400, "body must be a JSON object")
         if self.store.is_cube:
             self._cube_validate_create(body)
+        if secure:
+            body["secure"] = True
         sbx = self.life.create(body, default_timeout)
         reply.json(201, self.sandbox_json(sbx, created=True))
 
@@ -277,13 +279,12 @@ class ControlPlane:
         characters never match there (CubeAPI list handler)."""
         if not raw:
             return {}
-        out = {}
-        for pair in raw.split("&"):
-            key, _, value = pair.partition("=")
-            if not self.store.is_cube:
-                key, value = urllib.parse.unquote(key), urllib.parse.unquote(value)
-            out[key] = value
-        return out
+        if self.store.is_cube:
+            return dict(pair.partition("=")[::2] for pair in raw.split("&"))
+        # E2B parses the string as a query (decoding each pair) and unescapes keys and
+        # values once more: the SDK quotes them before urlencoding the set.
+        pairs = urllib.parse.parse_qsl(raw, keep_blank_values=True)
+        return {urllib.parse.unquote(k): urllib.parse.unquote(v) for k, v in pairs}
 
     def _state_filter(self, raw: str | None) -> set[str] | None:
         if not raw:

@@ -121,9 +121,7 @@ class Envd:
         except RuntimeFailure as e:
             raise HttpError(e.status, str(e)) from e
 
-    def _upload(
-        self, req: Request, sbx: FakeSandbox, user: str, path: str | None
-    ) -> list[dict[str, Any]]:
+    def _upload(self, req: Request, sbx: FakeSandbox, user: str, path: str | None) -> list[dict[str, Any]]:
         ctype = req.header("content-type", "") or ""
         if ctype.startswith("multipart/form-data"):
             parts = parse_multipart(req.body, ctype)
@@ -164,9 +162,7 @@ class Envd:
         with sbx.lock:
             return {"processes": [p.info() for p in sbx.processes.values() if not p.finished]}
 
-    def process_send_input(
-        self, sbx: FakeSandbox, user: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
+    def process_send_input(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/process/process.proto: Process.SendInput {process, input{stdin|pty}}
         proc = self._find(sbx, body.get("process") or {})
         data_in = body.get("input") or {}
@@ -188,9 +184,7 @@ class Envd:
             self.runtime.resize(proc.handle, int(size.get("cols", 80)), int(size.get("rows", 24)))
         return {}
 
-    def process_send_signal(
-        self, sbx: FakeSandbox, user: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
+    def process_send_signal(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/process/process.proto: Process.SendSignal {process, signal}
         proc = self._find(sbx, body.get("process") or {})
         signum = SIGNALS.get(body.get("signal", "SIGNAL_SIGKILL"))
@@ -199,9 +193,7 @@ class Envd:
         self.runtime.signal(proc.handle, int(signum))
         return {}
 
-    def process_close_stdin(
-        self, sbx: FakeSandbox, user: str, body: dict[str, Any]
-    ) -> dict[str, Any]:
+    def process_close_stdin(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/process/process.proto: Process.CloseStdin (non-PTY only)
         proc = self._find(sbx, body.get("process") or {})
         if proc.pty:
@@ -236,9 +228,7 @@ class Envd:
             proc = self._find(sbx, selector)
         except ConnectError as e:
             reply.start_stream("application/connect+json")
-            reply.chunk(
-                envelope(FLAG_END_STREAM, {"error": {"code": e.code, "message": e.message}})
-            )
+            reply.chunk(envelope(FLAG_END_STREAM, {"error": {"code": e.code, "message": e.message}}))
             reply.end_stream()
             return
         self._stream_process(req, reply, proc, proc.subscribe())
@@ -253,9 +243,9 @@ class Envd:
                 if "start" in msg:
                     proc = self._find(sbx, msg["start"].get("process") or {})
                 elif "data" in msg and proc is not None:
-                    raw = (msg["data"].get("input") or {}).get("stdin") or (
-                        msg["data"].get("input") or {}
-                    ).get("pty", "")
+                    raw = (msg["data"].get("input") or {}).get("stdin") or (msg["data"].get("input") or {}).get(
+                        "pty", ""
+                    )
                     proc.handle.write(base64.b64decode(raw))
             except ConnectError as e:
                 error = {"code": e.code, "message": e.message}
@@ -287,9 +277,7 @@ class Envd:
             stdin=stdin_open,
         )
         if is_pty and pty_size:
-            self.runtime.resize(
-                handle, int(pty_size.get("cols", 80)), int(pty_size.get("rows", 24))
-            )
+            self.runtime.resize(handle, int(pty_size.get("cols", 80)), int(pty_size.get("rows", 24)))
         proc = FakeProcess(
             pid=handle.pid or self.store.allocate_pid(),
             config={
@@ -307,9 +295,7 @@ class Envd:
         proc.initial = proc.subscribe()
         with sbx.lock:
             sbx.processes[proc.pid] = proc
-        threading.Thread(
-            target=self._pump, args=(sbx, proc), name=f"fake-envd-{proc.pid}", daemon=True
-        ).start()
+        threading.Thread(target=self._pump, args=(sbx, proc), name=f"fake-envd-{proc.pid}", daemon=True).start()
         return proc
 
     def _home(self, sbx: FakeSandbox, user: str) -> str:
@@ -341,9 +327,7 @@ class Envd:
         with contextlib.suppress(OSError):
             proc.handle.sock.close()
 
-    def _stream_process(
-        self, req: Request, reply: Reply, proc: FakeProcess, events: queue.Queue[Event]
-    ) -> None:
+    def _stream_process(self, req: Request, reply: Reply, proc: FakeProcess, events: queue.Queue[Event]) -> None:
         """Write the ProcessEvent stream: start, data..., end, then the end-stream envelope."""
         writer = _StreamWriter(self.store, req, reply)
         try:

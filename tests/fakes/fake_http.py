@@ -40,9 +40,7 @@ CONNECT_STATUS = {
 class HttpError(Exception):
     """Answer with ``status`` and the E2B error body ``{"code", "message"}``."""
 
-    def __init__(
-        self, status: int, message: str, headers: dict[str, str] | None = None, **extra: Any
-    ) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, **extra: Any) -> None:
         super().__init__(message)
         self.status = status
         self.message = message

@@ -173,9 +173,7 @@ class Lifecycle:
     def reap_expired(self) -> None:
         t = now()
         with self.store.lock:
-            due = [
-                s for s in self.store.sandboxes.values() if s.state == "running" and s.end_at <= t
-            ]
+            due = [s for s in self.store.sandboxes.values() if s.state == "running" and s.end_at <= t]
         for sbx in due:
             if sbx.auto_pause:
                 with contextlib.suppress(HttpError):

@@ -213,8 +213,7 @@ _READ_SCRIPT = (
     '[ -d "$p" ] && exit 21; [ -e "$p" ] || exit 2; exec cat -- "$p"'
 )
 _WRITE_SCRIPT = (
-    'p="$1"; case "$p" in /*) ;; *) p="$HOME/$p";; esac; '
-    'mkdir -p -- "$(dirname -- "$p")" && cat > "$p" && echo "$p"'
+    'p="$1"; case "$p" in /*) ;; *) p="$HOME/$p";; esac; mkdir -p -- "$(dirname -- "$p")" && cat > "$p" && echo "$p"'
 )
 
 
@@ -370,9 +369,7 @@ class DockerRuntime:
         self, container_id: str, argv: list[str], *, user: str, stdin: bytes | None = None
     ) -> tuple[int, bytes, bytes]:
         """Run to completion and collect (exit code, stdout, stderr)."""
-        handle = self.start_exec(
-            container_id, argv, user=user, envs={}, cwd=None, tty=False, stdin=stdin is not None
-        )
+        handle = self.start_exec(container_id, argv, user=user, envs={}, cwd=None, tty=False, stdin=stdin is not None)
         if stdin is not None:
             writer = threading.Thread(target=_feed, args=(handle, stdin), daemon=True)
             writer.start()
@@ -385,9 +382,7 @@ class DockerRuntime:
     # -- files ----------------------------------------------------------------------------------
 
     def read_file(self, container_id: str, path: str, user: str) -> bytes:
-        code, out, err = self.run_capture(
-            container_id, ["sh", "-c", _READ_SCRIPT, "_", path], user=user
-        )
+        code, out, err = self.run_capture(container_id, ["sh", "-c", _READ_SCRIPT, "_", path], user=user)
         if code == 0:
             return out
         if code == 21:
@@ -397,17 +392,13 @@ class DockerRuntime:
         raise RuntimeFailure(_message(err, f"cannot read {path}"), 403 if code == 1 else 500)
 
     def write_file(self, container_id: str, path: str, user: str, data: bytes) -> str:
-        code, out, err = self.run_capture(
-            container_id, ["sh", "-c", _WRITE_SCRIPT, "_", path], user=user, stdin=data
-        )
+        code, out, err = self.run_capture(container_id, ["sh", "-c", _WRITE_SCRIPT, "_", path], user=user, stdin=data)
         if code != 0:
             raise RuntimeFailure(_message(err, f"cannot write {path}"), 403 if code == 1 else 500)
         return out.decode().strip()
 
     def fs_op(self, container_id: str, user: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
-        code, out, err = self.run_capture(
-            container_id, ["python3", "-c", _FS_HELPER, op, json.dumps(args)], user=user
-        )
+        code, out, err = self.run_capture(container_id, ["python3", "-c", _FS_HELPER, op, json.dumps(args)], user=user)
         try:
             result = json.loads(out.decode() or "{}")
         except ValueError:

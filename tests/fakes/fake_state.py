@@ -241,9 +241,7 @@ class Store:
 
     # -- faults -----------------------------------------------------------------------------
 
-    def take_fault(
-        self, plane: str, method: str, path: str, kinds: tuple[str, ...]
-    ) -> Fault | None:
+    def take_fault(self, plane: str, method: str, path: str, kinds: tuple[str, ...]) -> Fault | None:
         with self.lock:
             for f in self.faults:
                 if f.kind in kinds and f.matches(plane, method, path):

@@ -1,0 +1,128 @@
+"""pytest fixtures for the fake E2B/Cube server.
+
+Load with ``pytest_plugins = ["tests.fakes.fixtures"]`` in tests/conftest.py.
+
+- ``fake_e2b_server`` / ``fake_cube_server`` (session): one server per personality on a free
+  loopback port, started on first use; every container and snapshot image it created
+  (labelled with the session's run id) is removed at the end of the session.
+- ``fake_e2b`` / ``fake_cube`` (function): a ``FakeHandle`` on that server; faults set
+  through it are cleared when the test ends. Sandboxes are not reset between tests, so
+  module-scoped sandboxes can be shared (use ``fake_*_server`` for those).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fakes.e2b_server import FakeServer
+from tests.fakes.fake_runtime import DEFAULT_IMAGE
+
+RUN_ID = "pytest-" + uuid.uuid4().hex[:10]
+
+
+class FakeHandle:
+    """What a test needs from a running fake: SDK options, faults, state."""
+
+    def __init__(self, server: FakeServer) -> None:
+        self.server = server
+        self.personality = server.personality
+        self.api_url = server.api_url
+        self.sandbox_url = server.sandbox_url
+        self.domain = server.domain
+        self.api_key = server.api_key
+        self.run_id = server.run_id
+        self._http = httpx.Client(base_url=server.api_url, timeout=30)
+
+    def options(self, **overrides: Any) -> dict[str, Any]:
+        """SDK keyword arguments: Sandbox.create(template, **fake.options())."""
+        return {**self.server.connection_options(), **overrides}
+
+    def _admin(self, method: str, path: str, json: Any = None) -> Any:
+        r = self._http.request(method, f"/_fake/{path}", json=json)
+        r.raise_for_status()
+        return r.json() if r.content else None
+
+    def set_fault(self, kind: str = "status", **fields: Any) -> list[dict[str, Any]]:
+        """Inject a fault, e.g. ``set_fault("status", status=429, path="/v2/sandboxes$")``,
+        ``set_fault("latency", delay=0.5)``, ``set_fault("repeat_token")``,
+        ``set_fault("drop_stream", after_events=1)``. See fake_state.Fault."""
+        result: list[dict[str, Any]] = self._admin("POST", "faults", {"kind": kind, **fields})
+        return result
+
+    def clear_faults(self) -> None:
+        self._admin("DELETE", "faults")
+
+    def state(self) -> dict[str, Any]:
+        result: dict[str, Any] = self._admin("GET", "state")
+        return result
+
+    def configure(self, **settings: Any) -> None:
+        """``cube_pause_seconds`` (async Cube pause) and ``resume_failures`` (Cube 503s)."""
+        self._admin("POST", "config", settings)
+
+    def force_state(self, sandbox_id: str, state: str) -> None:
+        self._admin("POST", f"sandboxes/{sandbox_id}/state", {"state": state})
+
+    def expire(self, sandbox_id: str) -> None:
+        """Run the sandbox's TTL out now; the reaper pauses or kills it within ~0.2 s."""
+        self._admin("POST", f"sandboxes/{sandbox_id}/expire")
+
+    def reset(self) -> None:
+        self._admin("POST", "reset")
+
+    def http(self) -> httpx.Client:
+        """A raw client on the fake (for what the SDK hides: headers, Cube-only routes)."""
+        return httpx.Client(base_url=self.api_url, headers={"X-API-Key": self.api_key}, timeout=60)
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _start(personality: str) -> FakeServer:
+    import docker
+    from docker.errors import DockerException
+
+    try:
+        client = docker.from_env(timeout=10)
+        client.ping()
+        client.images.get(DEFAULT_IMAGE)
+    except DockerException as e:
+        pytest.skip(f"fake {personality} server needs Docker and {DEFAULT_IMAGE}: {e}")
+    server = FakeServer(personality, run_id=f"{RUN_ID}-{personality}")  # type: ignore[arg-type]
+    return server.start()
+
+
+@pytest.fixture(scope="session")
+def fake_e2b_server() -> Iterator[FakeHandle]:
+    server = _start("e2b")
+    handle = FakeHandle(server)
+    yield handle
+    handle.close()
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_cube_server() -> Iterator[FakeHandle]:
+    server = _start("cube")
+    handle = FakeHandle(server)
+    yield handle
+    handle.close()
+    server.stop()
+
+
+@pytest.fixture
+def fake_e2b(fake_e2b_server: FakeHandle) -> Iterator[FakeHandle]:
+    yield fake_e2b_server
+    fake_e2b_server.clear_faults()
+
+
+@pytest.fixture
+def fake_cube(fake_cube_server: FakeHandle) -> Iterator[FakeHandle]:
+    yield fake_cube_server
+    fake_cube_server.clear_faults()
+    fake_cube_server.configure(cube_pause_seconds=0, resume_failures=0)

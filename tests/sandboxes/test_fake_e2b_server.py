@@ -1,0 +1,507 @@
+"""The unmodified e2b SDK (2.63) against the fake E2B/Cube server (tests/fakes/).
+
+These tests prove the fake is faithful enough for the adapters' tests: every call below is a
+public SDK call, pointed at the fake only through ConnectionConfig options. Sandboxes are
+shared per module where a test does not need a fresh one, to keep the suite fast.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from e2b import (
+    AuthenticationException,
+    CommandExitException,
+    NotFoundException,
+    PtySize,
+    RateLimitException,
+    Sandbox,
+    SandboxException,
+    SandboxQuery,
+    SandboxState,
+    ServiceBusyException,
+)
+
+from tests.fakes.e2b_server import FakeServer
+from tests.fakes.fake_runtime import DEFAULT_IMAGE
+from tests.fakes.fixtures import FakeHandle
+
+pytestmark = [pytest.mark.docker, pytest.mark.e2b]
+
+ALL_BYTES = bytes(range(256)) * 64
+
+
+@pytest.fixture(scope="module")
+def sbx(fake_e2b_server: FakeHandle) -> Iterator[Sandbox]:
+    """One sandbox shared by the read-mostly E2B tests."""
+    sandbox = Sandbox.create(
+        "base",
+        metadata={"suite": "fake-e2b", "owner": "alice"},
+        envs={"GREETING": "hello from envVars"},
+        timeout=600,
+        **fake_e2b_server.options(),
+    )
+    yield sandbox
+    sandbox.kill()
+
+
+@pytest.fixture(scope="module")
+def cube_sbx(fake_cube_server: FakeHandle) -> Iterator[Sandbox]:
+    sandbox = Sandbox.create("base", metadata={"suite": "fake-cube"}, **fake_cube_server.options())
+    yield sandbox
+    sandbox.kill()
+
+
+def fresh(fake: FakeHandle, **kwargs: object) -> Sandbox:
+    return Sandbox.create("base", **fake.options(), **kwargs)  # type: ignore[arg-type]
+
+
+# -- control plane ------------------------------------------------------------------------------
+
+
+def test_create_records_metadata_envs_and_timeout(sbx: Sandbox) -> None:
+    info = sbx.get_info()
+    assert info.metadata == {"suite": "fake-e2b", "owner": "alice"}
+    assert info.state == SandboxState.RUNNING
+    assert 590 <= (info.end_at - info.started_at).total_seconds() <= 610
+    assert info.envd_version == "0.5.7+fake"
+    assert sbx.commands.run("echo $GREETING").stdout == "hello from envVars\n"
+
+
+def test_list_filters_on_metadata_and_paginates(fake_e2b: FakeHandle) -> None:
+    tag = uuid.uuid4().hex[:8]
+    # Escaped characters must survive the SDK's double encoding on E2B.
+    created = [fresh(fake_e2b, metadata={"batch": tag, "note": "a b=c&d"}) for _ in range(3)]
+    try:
+        query = SandboxQuery(metadata={"batch": tag, "note": "a b=c&d"})
+        pages = Sandbox.list(query=query, limit=2, **fake_e2b.options())
+        first = pages.next_items()
+        assert len(first) == 2
+        assert pages.has_next
+        second = pages.next_items()
+        assert len(second) == 1
+        assert not pages.has_next
+        found = {s.sandbox_id for s in first + second}
+        assert found == {s.sandbox_id for s in created}
+        none = Sandbox.list(query=SandboxQuery(metadata={"batch": "nope"}), **fake_e2b.options())
+        assert none.next_items() == []
+    finally:
+        for s in created:
+            s.kill()
+
+
+def test_kill_is_idempotent_and_get_info_404s(fake_e2b: FakeHandle) -> None:
+    s = fresh(fake_e2b)
+    assert Sandbox.kill(s.sandbox_id, **fake_e2b.options()) is True
+    assert Sandbox.kill(s.sandbox_id, **fake_e2b.options()) is False
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info(s.sandbox_id, **fake_e2b.options())
+    assert s.sandbox_id not in {x["sandboxID"] for x in fake_e2b.state()["sandboxes"]}
+
+
+def test_wrong_api_key_is_rejected(fake_e2b: FakeHandle) -> None:
+    bad = fake_e2b.options(api_key="e2b_" + "f" * 40)
+    with pytest.raises(AuthenticationException):
+        Sandbox.list(**bad).next_items()
+    with pytest.raises(AuthenticationException):
+        Sandbox.create("base", **bad)
+
+
+def test_unknown_template_is_404(fake_e2b: FakeHandle) -> None:
+    with pytest.raises(SandboxException, match="not found"):
+        Sandbox.create("no-such-template", **fake_e2b.options())
+
+
+# -- commands -------------------------------------------------------------------------------
+
+
+def test_commands_run_stdout_stderr_exit_code(sbx: Sandbox) -> None:
+    result = sbx.commands.run("echo out; echo err >&2; id -un; pwd")
+    assert result.stdout == "out\nuser\n/home/user\n"
+    assert result.stderr == "err\n"
+    assert result.exit_code == 0
+    with pytest.raises(CommandExitException) as exc:
+        sbx.commands.run("echo boom >&2; exit 3")
+    assert exc.value.exit_code == 3
+    assert exc.value.stderr == "boom\n"
+    assert sbx.commands.run("id -u", user="root").stdout == "0\n"
+
+
+def test_commands_stdin(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("cat; echo done", background=True, stdin=True)
+    sbx.commands.send_stdin(handle.pid, "line one\n")
+    sbx.commands.send_stdin(handle.pid, b"\x00\xffbytes\n")
+    sbx.commands.close_stdin(handle.pid)
+    result = handle.wait()
+    assert result.stdout.startswith("line one\n")
+    assert result.stdout.endswith("done\n")
+
+
+def test_background_command_list_and_kill(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("sleep 300", background=True)
+    pids = {p.pid for p in sbx.commands.list()}
+    assert handle.pid in pids
+    assert sbx.commands.kill(handle.pid) is True
+    with pytest.raises(CommandExitException):
+        handle.wait()
+    assert handle.pid not in {p.pid for p in sbx.commands.list()}
+    assert sbx.commands.kill(handle.pid) is False
+
+
+def test_pty_create_input_resize(sbx: Sandbox) -> None:
+    output = bytearray()
+    terminal = sbx.pty.create(PtySize(rows=24, cols=80), timeout=0)
+    sbx.pty.resize(terminal.pid, PtySize(rows=33, cols=101))
+    sbx.pty.send_stdin(terminal.pid, b"stty size; tty; exit\n")
+    terminal.wait(on_pty=output.extend)
+    text = output.decode(errors="replace")
+    assert "33 101" in text
+    assert "/dev/pts/" in text
+
+
+# -- files ---------------------------------------------------------------------------------------
+
+
+def test_files_binary_round_trip(sbx: Sandbox) -> None:
+    info = sbx.files.write("bin/all-bytes.bin", ALL_BYTES)
+    assert info.path == "/home/user/bin/all-bytes.bin"
+    assert sbx.files.read("bin/all-bytes.bin", format="bytes") == ALL_BYTES
+    assert sbx.files.get_info("bin/all-bytes.bin").owner == "user"
+    sbx.files.write("/root/owned-by-root.txt", "root data", user="root")
+    assert sbx.files.read("/root/owned-by-root.txt", user="root") == "root data"
+    with pytest.raises(SandboxException):
+        sbx.files.read("/root/owned-by-root.txt")  # user cannot read /root
+
+
+def test_files_list_make_dir_remove(sbx: Sandbox) -> None:
+    assert sbx.files.make_dir("tree/a/b") is True
+    assert sbx.files.make_dir("tree/a/b") is False
+    sbx.files.write("tree/a/file.txt", "x")
+    names = {e.name for e in sbx.files.list("tree/a")}
+    assert names == {"b", "file.txt"}
+    deep = {e.path for e in sbx.files.list("tree", depth=3)}
+    assert "/home/user/tree/a/file.txt" in deep
+    sbx.files.rename("tree/a/file.txt", "tree/moved.txt")
+    assert sbx.files.exists("tree/moved.txt")
+    sbx.files.remove("tree")
+    assert not sbx.files.exists("tree")
+    with pytest.raises(NotFoundException):
+        sbx.files.read("tree/moved.txt")
+
+
+# -- lifecycle -------------------------------------------------------------------------------------
+
+
+def _counter(s: Sandbox) -> int:
+    return int(s.files.read("/tmp/counter").strip() or 0)
+
+
+def test_pause_freezes_processes_and_connect_resumes(fake_e2b: FakeHandle) -> None:
+    s = fresh(fake_e2b)
+    try:
+        s.commands.run(
+            "i=0; while true; do i=$((i+1)); echo $i > /tmp/counter; sleep 0.05; done",
+            background=True,
+        )
+        time.sleep(0.3)
+        at_pause = _counter(s)
+        assert Sandbox.pause(s.sandbox_id, **fake_e2b.options()) is True
+        assert Sandbox.pause(s.sandbox_id, **fake_e2b.options()) is False  # 409
+        assert Sandbox.get_info(s.sandbox_id, **fake_e2b.options()).state == SandboxState.PAUSED
+        assert not s.is_running()  # envd health 502 while paused
+        time.sleep(1.0)
+        resumed = Sandbox.connect(s.sandbox_id, **fake_e2b.options())
+        assert resumed.sandbox_id == s.sandbox_id
+        after_resume = _counter(resumed)
+        # Frozen for a second: a running loop would have counted ~20 more meanwhile.
+        assert after_resume - at_pause < 8
+        time.sleep(0.5)
+        assert _counter(resumed) > after_resume  # and it continues
+        assert Sandbox.get_info(s.sandbox_id, **fake_e2b.options()).state == SandboxState.RUNNING
+    finally:
+        s.kill()
+
+
+def test_ttl_auto_pause_then_auto_resume_on_traffic(fake_e2b: FakeHandle) -> None:
+    s = fresh(fake_e2b, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    try:
+        s.files.write("kept.txt", "survives the pause")
+        fake_e2b.expire(s.sandbox_id)
+        _wait_state(fake_e2b, s.sandbox_id, "paused")
+        # Data-plane traffic resumes it (autoResume).
+        assert s.files.read("kept.txt") == "survives the pause"
+        _wait_state(fake_e2b, s.sandbox_id, "running")
+    finally:
+        s.kill()
+
+
+def test_ttl_kill_without_auto_pause(fake_e2b: FakeHandle) -> None:
+    s = fresh(fake_e2b, timeout=1)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and s.sandbox_id in _ids(fake_e2b):
+        time.sleep(0.1)
+    assert s.sandbox_id not in _ids(fake_e2b)
+    assert Sandbox.kill(s.sandbox_id, **fake_e2b.options()) is False
+
+
+def test_snapshot_is_usable_as_template(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
+    sbx.files.write("/workspace/skill.txt", "baked in", user="root")
+    snap = sbx.create_snapshot(name="skills")
+    assert snap.snapshot_id == "fake-team/skills:default"
+    listed = {x.snapshot_id for x in Sandbox.list_snapshots(**fake_e2b.options()).next_items()}
+    assert snap.snapshot_id in listed
+    child = Sandbox.create(snap.snapshot_id, **fake_e2b.options())
+    try:
+        assert child.files.read("/workspace/skill.txt") == "baked in"
+        assert sbx.is_running()  # the origin keeps running after the snapshot
+    finally:
+        child.kill()
+    assert Sandbox.delete_snapshot(snap.snapshot_id, **fake_e2b.options()) is True
+
+
+def test_envd_requires_the_access_token(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
+    # POST /v2/sandboxes always secures envd: the SDK sends X-Access-Token by itself.
+    with fake_e2b.http() as http:
+        token = http.get(f"/sandboxes/{sbx.sandbox_id}").json()["envdAccessToken"]
+    envd = {"E2b-Sandbox-Id": sbx.sandbox_id}
+    url, params = fake_e2b.sandbox_url + "/files", {"path": "/etc/hostname"}
+    assert httpx.get(url, params=params, headers=envd).status_code == 401
+    ok = httpx.get(url, params=params, headers={**envd, "X-Access-Token": token})
+    assert ok.status_code == 200
+
+
+# -- fault injection -------------------------------------------------------------------------------
+
+
+def test_fault_429_is_rate_limit(fake_e2b: FakeHandle) -> None:
+    fake_e2b.set_fault("status", status=429, path="^/v2/sandboxes$", method="GET")
+    with pytest.raises(RateLimitException):
+        Sandbox.list(**fake_e2b.options(retries=0)).next_items()
+
+
+def test_fault_500_is_sandbox_exception(fake_e2b: FakeHandle) -> None:
+    fake_e2b.set_fault("status", status=500, path="^/v2/sandboxes$", times=1)
+    with pytest.raises(SandboxException, match="500"):
+        Sandbox.create("base", **fake_e2b.options())
+
+
+def test_fault_503_retry_after_is_retried_then_service_busy(fake_e2b: FakeHandle) -> None:
+    fake_e2b.set_fault("status", status=503, retry_after=1, path="^/v2/sandboxes$", times=1)
+    t0 = time.monotonic()
+    # The SDK honours Retry-After and retries once: the call succeeds after ~1 s.
+    Sandbox.list(**fake_e2b.options()).next_items()
+    assert time.monotonic() - t0 >= 0.9
+    fake_e2b.set_fault("status", status=503, retry_after=7, path="^/v2/sandboxes$")
+    with pytest.raises(ServiceBusyException):
+        Sandbox.list(**fake_e2b.options(retries=0)).next_items()
+    r = fake_e2b.http().get("/v2/sandboxes")
+    assert (r.status_code, r.headers["Retry-After"]) == (503, "7")
+
+
+def test_fault_latency(fake_e2b: FakeHandle) -> None:
+    fake_e2b.set_fault("latency", delay=0.6, path="^/v2/sandboxes$", times=1)
+    t0 = time.monotonic()
+    Sandbox.list(**fake_e2b.options()).next_items()
+    assert time.monotonic() - t0 >= 0.6
+
+
+def test_fault_repeating_page_token(fake_e2b: FakeHandle) -> None:
+    created = [fresh(fake_e2b) for _ in range(2)]
+    try:
+        fake_e2b.set_fault("repeat_token")
+        pages = Sandbox.list(limit=1, **fake_e2b.options())
+        pages.next_items()
+        first_token = pages.next_token
+        pages.next_items()
+        assert pages.has_next
+        assert pages.next_token == first_token  # a client without a guard loops forever
+    finally:
+        for s in created:
+            s.kill()
+
+
+def test_fault_dropped_stream(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
+    fake_e2b.set_fault("drop_stream", path="Process/Start", after_events=1, times=1)
+    with pytest.raises(SandboxException):
+        sbx.commands.run("echo never seen; sleep 1")
+    assert sbx.commands.run("echo fine").stdout == "fine\n"
+
+
+def test_fault_on_envd_rpc_is_rate_limit(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
+    fake_e2b.set_fault("status", status=429, plane="envd", path="Process/List", times=1)
+    with pytest.raises(RateLimitException):
+        sbx.commands.list()
+
+
+# -- Cube personality ---------------------------------------------------------------------------
+
+
+@pytest.mark.cube
+def test_cube_old_envd_forces_the_basic_auth_user(cube_sbx: Sandbox) -> None:
+    assert cube_sbx.get_info().envd_version == "0.2.0"
+    assert cube_sbx.commands.run("id -un").stdout == "user\n"
+    written = cube_sbx.files.write("cube.txt", b"\x00cube\xff")
+    assert written.path == "/home/user/cube.txt"
+    assert cube_sbx.files.read("cube.txt", format="bytes") == b"\x00cube\xff"
+
+
+@pytest.mark.cube
+def test_cube_health_prefix_and_unpaginated_list(fake_cube: FakeHandle, cube_sbx: Sandbox) -> None:
+    with fake_cube.http() as http:
+        health = http.get("/health")
+        assert health.status_code == 200
+        assert health.json()["status"] == "ok"
+        r = http.get("/cubeapi/v1/v2/sandboxes", params={"limit": 1, "nextToken": "ignored"})
+        assert r.status_code == 200
+        assert "x-next-token" not in r.headers
+        assert r.json()[0]["diskSizeMB"] == 0
+    pages = Sandbox.list(limit=1, **fake_cube.options())
+    assert len(pages.next_items()) == 1
+    assert not pages.has_next
+
+
+@pytest.mark.cube
+def test_cube_metadata_filter_quirk(fake_cube: FakeHandle) -> None:
+    s = fresh(fake_cube, metadata={"plain": "yes", "spaced": "a b"})
+    try:
+        plain = Sandbox.list(query=SandboxQuery(metadata={"plain": "yes"}), **fake_cube.options())
+        assert s.sandbox_id in {x.sandbox_id for x in plain.next_items()}
+        # The SDK percent-escapes the value; Cube does not decode it, so it never matches.
+        spaced = Sandbox.list(query=SandboxQuery(metadata={"spaced": "a b"}), **fake_cube.options())
+        assert spaced.next_items() == []
+    finally:
+        s.kill()
+
+
+@pytest.mark.cube
+def test_cube_tokens_connect_and_pausing(fake_cube: FakeHandle) -> None:
+    with fake_cube.http() as http:
+        created = http.post("/sandboxes", json={"templateID": "base", "metadata": {"k": "v"}})
+        assert created.status_code == 201
+        body = created.json()
+        sid = body["sandboxID"]
+        assert body["trafficAccessToken"]
+        assert body["envdAccessToken"] is None
+        try:
+            assert http.post(f"/sandboxes/{sid}/pause", json={"memory": False}).status_code == 204
+            connected = http.post(f"/v2/sandboxes/{sid}/connect", json={})
+            # Cube answers 200 even when it resumed, and never repeats the traffic token.
+            assert connected.status_code == 200
+            assert connected.json()["trafficAccessToken"] is None
+            assert http.post(f"/v2/sandboxes/{sid}/connect", json={"memory": False}).status_code == 400
+            fake_cube.force_state(sid, "pausing")
+            with pytest.raises(ValueError, match="pausing"):
+                Sandbox.list(**fake_cube.options()).next_items()
+            busy = http.delete(f"/sandboxes/{sid}")
+            assert (busy.status_code, busy.headers["Retry-After"]) == (503, "2")
+            fake_cube.force_state(sid, "running")
+        finally:
+            assert http.delete(f"/sandboxes/{sid}").status_code == 204
+
+
+@pytest.mark.cube
+def test_cube_data_plane_gone_and_resume_failure(fake_cube: FakeHandle) -> None:
+    s = fresh(fake_cube)
+    envd = {"E2b-Sandbox-Id": s.sandbox_id}
+    with fake_cube.http() as http:
+        assert Sandbox.pause(s.sandbox_id, **fake_cube.options()) is True
+        fake_cube.configure(resume_failures=1)
+        failed = http.get("/health", headers=envd)
+        assert (failed.status_code, failed.headers["Retry-After"]) == (503, "5")
+        # Cube's proxy resumes a paused sandbox on traffic.
+        assert http.get("/health", headers=envd).status_code == 204
+        s.kill()
+        assert http.get("/health", headers=envd).status_code == 410
+
+
+@pytest.mark.cube
+def test_cube_snapshot_id_not_name_is_a_template(fake_cube: FakeHandle, cube_sbx: Sandbox) -> None:
+    cube_sbx.files.write("/workspace/from-cube.txt", "snap", user="root")
+    snap = cube_sbx.create_snapshot(name="cube-skills")
+    assert snap.snapshot_id.startswith("snap-")
+    child = Sandbox.create(snap.snapshot_id, **fake_cube.options())
+    try:
+        assert child.files.read("/workspace/from-cube.txt") == "snap"
+    finally:
+        child.kill()
+    with pytest.raises(SandboxException):
+        Sandbox.create("cube-skills", **fake_cube.options())
+    with fake_cube.http() as http:
+        listed = http.get("/snapshots").json()
+        assert any(x["snapshotID"] == snap.snapshot_id and x["status"] for x in listed)
+        deleted = http.delete(f"/templates/{snap.snapshot_id}")
+        assert deleted.status_code == 200
+        assert deleted.json()["templateID"] == snap.snapshot_id
+
+
+@pytest.mark.cube
+def test_cube_template_api(fake_cube: FakeHandle) -> None:
+    with fake_cube.http() as http:
+        job = http.post("/templates", json={"image": DEFAULT_IMAGE, "name": "tpl-test"})
+        assert job.status_code == 202
+        tid = job.json()["templateID"]
+        assert tid.startswith("tpl-")
+        assert job.json()["status"] == "READY"
+        assert tid in {t["templateID"] for t in http.get("/templates").json()}
+        detail = http.get(f"/templates/{tid}").json()
+        assert detail["createRequest"]["image"] == DEFAULT_IMAGE
+        assert detail["replicas"] == []
+        status = http.get(f"/templates/{tid}/builds/{job.json()['jobID']}/status").json()
+        assert status["status"] == "READY"
+        assert http.patch(f"/templates/{tid}", json={}).status_code == 501
+        s = Sandbox.create(tid, **fake_cube.options())
+        s.kill()
+        assert http.delete(f"/templates/{tid}").status_code == 200
+        assert http.get(f"/templates/{tid}").status_code == 404
+
+
+@pytest.mark.cube
+def test_cube_network_and_env_validation(fake_cube: FakeHandle, cube_sbx: Sandbox) -> None:
+    rules = [
+        {
+            "name": "github",
+            "match": {"host": "api.github.com"},
+            "action": {"allow": True, "inject": [{"header": "Authorization", "secret": "s"}]},
+        }
+    ]
+    with fake_cube.http() as http:
+        url = f"/sandboxes/{cube_sbx.sandbox_id}/network"
+        ok = http.put(url, json={"allowOut": ["api.github.com"], "denyOut": ["0.0.0.0/0"], "rules": rules})
+        assert ok.status_code == 204
+        assert http.get(f"/sandboxes/{cube_sbx.sandbox_id}").json()["network"]["rules"] == rules
+        # E2B's rules shape (object keyed by domain) does not deserialize on Cube.
+        e2b_rules = {"api.github.com": [{"transform": {"headers": {"X": "1"}}}]}
+        assert http.put(url, json={"rules": e2b_rules}).status_code == 400
+        assert http.put(url, json={"allowOut": ["example.com"]}).status_code == 400
+        bad_env = http.post("/sandboxes", json={"templateID": "base", "envVars": {"PATH": "/x"}})
+        assert bad_env.status_code == 400
+
+
+@pytest.mark.cube
+def test_cube_may_has_no_v2_paths() -> None:
+    server = FakeServer("cube", cube_version="may").start()
+    try:
+        with httpx.Client(base_url=server.api_url, headers={"X-API-Key": server.api_key}) as http:
+            assert http.post("/v2/sandboxes", json={"templateID": "base"}).status_code == 405
+            assert http.post("/v2/sandboxes/x/connect", json={}).status_code == 405
+    finally:
+        server.stop()
+
+
+def _ids(fake: FakeHandle) -> set[str]:
+    return {x["sandboxID"] for x in fake.state()["sandboxes"]}
+
+
+def _wait_state(fake: FakeHandle, sandbox_id: str, state: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    current = None
+    while time.monotonic() < deadline:
+        current = next((x["state"] for x in fake.state()["sandboxes"] if x["sandboxID"] == sandbox_id), None)
+        if current == state:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"sandbox {sandbox_id} is {current}, expected {state}")
