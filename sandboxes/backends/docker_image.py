@@ -50,6 +50,7 @@ BASE_PACKAGES: tuple[str, ...] = (
 )
 
 SANDBOX_UID = 1000
+MERGED_USR_HOOKS = "/usr/share/mmdebstrap/hooks/merged-usr"
 BUILD_TIMEOUT_S = 1800
 
 # Runs on the host against the finished chroot ("$1"); no tool inside the chroot is needed,
@@ -124,6 +125,9 @@ def mmdebstrap_argv(packages: Iterable[str], target: Path) -> list[str]:
         '--aptopt=APT::Install-Suggests "false"',
     ]
     argv += [f"--dpkgopt={option}" for option in _DPKG_EXCLUDES]
+    if Path(MERGED_USR_HOOKS).is_dir():
+        # Sets up merged /usr directly; otherwise bookworm pulls in usrmerge and ~45 MB of perl.
+        argv.append(f"--hook-directory={MERGED_USR_HOOKS}")
     argv += [f"--customize-hook={_ACCOUNT_HOOK}", f"--customize-hook={_CLEANUP_HOOK}"]
     argv += [DEBIAN_SUITE, str(target), f"deb {DEBIAN_MIRROR} {DEBIAN_SUITE} main"]
     return argv
