@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import signal
 import threading
 import time
 import traceback
@@ -251,6 +252,12 @@ class FakeServer:
             self.runtime.cleanup_run()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    # Ignore repeated signals so that the cleanup in main() runs to its end.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--port", type=int, default=8080)
@@ -271,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
         cube_version=args.cube_version,
     )
     server.start()
+    # `kill <pid>` (how a test or a shell stops a subprocess) cleans up like Ctrl-C does.
+    signal.signal(signal.SIGTERM, _interrupt)
     print(f"fake {args.personality} listening on {server.api_url} (run {server.run_id})", flush=True)
     try:
         while True:

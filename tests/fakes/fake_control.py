@@ -42,6 +42,7 @@ class ControlPlane:
         self.store = store
         self.life = lifecycle
         self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self.idempotency: dict[str, str] = {}
         self._register()
 
     # -- routing ------------------------------------------------------------------------------
@@ -207,7 +208,16 @@ class ControlPlane:
             self._cube_validate_create(body)
         if secure:
             body["secure"] = True
+        # spec/openapi.yml: POST /v2/sandboxes header Idempotency-Key: a retried create with the
+        # same key returns the sandbox the first attempt made.
+        key = req.header("idempotency-key")
+        previous = self.store.get(self.idempotency.get(key, "")) if key else None
+        if previous is not None:
+            reply.json(201, self.sandbox_json(previous, created=True))
+            return
         sbx = self.life.create(body, default_timeout)
+        if key:
+            self.idempotency[key] = sbx.sandbox_id
         reply.json(201, self.sandbox_json(sbx, created=True))
 
     def _cube_validate_create(self, body: dict[str, Any]) -> None:
@@ -357,11 +367,12 @@ class ControlPlane:
         body = req.json()
         if self.store.is_cube and body.get("memory") is False:
             raise HttpError(400, "memory=false is not supported")
-        self._connect(req, reply, _int_or_none(body.get("timeout")))
+        # SDK 2.63 sends memory:false for on_resume="reboot": a cold boot from disk.
+        self._connect(req, reply, _int_or_none(body.get("timeout")), reboot=body.get("memory") is False)
 
-    def _connect(self, req: Request, reply: Reply, timeout: int | None) -> None:
+    def _connect(self, req: Request, reply: Reply, timeout: int | None, reboot: bool = False) -> None:
         sbx = self._sandbox(req)
-        resumed = self.life.resume(sbx, timeout)
+        resumed = self.life.resume(sbx, timeout, reboot=reboot)
         # Cube answers 200 even after resuming.
         status = 201 if resumed and not self.store.is_cube else 200
         reply.json(status, self.sandbox_json(sbx, created=False))

@@ -8,12 +8,15 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
+import json
 import queue
 import re
+import secrets
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from tests.fakes.fake_http import (
@@ -28,7 +31,7 @@ from tests.fakes.fake_http import (
     parse_envelopes,
 )
 from tests.fakes.fake_lifecycle import Lifecycle
-from tests.fakes.fake_runtime import RuntimeFailure, iter_frames
+from tests.fakes.fake_runtime import ExecHandle, RuntimeFailure, iter_frames
 from tests.fakes.fake_state import Event, FakeProcess, FakeSandbox, Store
 
 DEFAULT_USER = "user"
@@ -57,11 +60,15 @@ class Envd:
             "/filesystem.Filesystem/Move": self.fs_simple("move", ("source", "destination")),
             "/filesystem.Filesystem/ListDir": self.fs_list_dir,
             "/filesystem.Filesystem/Remove": self.fs_remove,
+            "/filesystem.Filesystem/CreateWatcher": self.fs_create_watcher,
+            "/filesystem.Filesystem/GetWatcherEvents": self.fs_get_watcher_events,
+            "/filesystem.Filesystem/RemoveWatcher": self.fs_remove_watcher,
         }
         self.streams: dict[str, EnvdHandler] = {
             "/process.Process/Start": self.process_start,
             "/process.Process/Connect": self.process_connect,
             "/process.Process/StreamInput": self.process_stream_input,
+            "/filesystem.Filesystem/WatchDir": self.fs_watch_dir,
         }
 
     # -- entry ----------------------------------------------------------------------------------
@@ -385,13 +392,132 @@ class Envd:
         self._fs(sbx, user, "remove", {"path": body.get("path", "")})
         return {}
 
+    # -- directory watchers -------------------------------------------------------------------
+
+    def _start_watcher(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> Watcher:
+        args = {
+            "path": body.get("path", ""),
+            "recursive": bool(body.get("recursive")),
+            "includeEntry": bool(body.get("includeEntry") or body.get("include_entry")),
+        }
+        handle = self.runtime.start_watch(sbx.container_id, user, args)
+        lines = _json_lines(handle)
+        first = next(lines, None) or {"error": "internal", "message": "watcher did not start"}
+        if "error" in first:
+            self._stop_watch_exec(handle)
+            raise ConnectError(str(first["error"]), str(first.get("message", "")))
+        watcher = Watcher(watcher_id=secrets.token_hex(8), handle=handle)
+        threading.Thread(target=watcher.pump, args=(lines,), daemon=True).start()
+        return watcher
+
+    def _stop_watch_exec(self, handle: ExecHandle) -> None:
+        self.runtime.signal(handle, int(signal.SIGKILL))
+        handle.sock.close()
+
+    def fs_create_watcher(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
+        # spec/envd/filesystem/filesystem.proto: Filesystem.CreateWatcher -> {watcherId}
+        watcher = self._start_watcher(sbx, user, body)
+        with sbx.lock:
+            sbx.watchers[watcher.watcher_id] = watcher
+        return {"watcherId": watcher.watcher_id}
+
+    def _watcher(self, sbx: FakeSandbox, body: dict[str, Any]) -> Watcher:
+        wid = body.get("watcherId") or body.get("watcher_id") or ""
+        watcher = sbx.watchers.get(wid)
+        if watcher is None:
+            raise ConnectError("not_found", f"watcher {wid} not found")
+        assert isinstance(watcher, Watcher)
+        return watcher
+
+    def fs_get_watcher_events(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
+        # spec/envd/filesystem/filesystem.proto: Filesystem.GetWatcherEvents -> {events[]}
+        return {"events": self._watcher(sbx, body).drain()}
+
+    def fs_remove_watcher(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
+        # spec/envd/filesystem/filesystem.proto: Filesystem.RemoveWatcher -> {}
+        watcher = self._watcher(sbx, body)
+        with sbx.lock:
+            sbx.watchers.pop(watcher.watcher_id, None)
+        self._stop_watch_exec(watcher.handle)
+        return {}
+
+    def fs_watch_dir(self, req: Request, reply: Reply, sbx: FakeSandbox) -> None:
+        # spec/envd/filesystem/filesystem.proto: Filesystem.WatchDir (server stream of
+        # WatchDirResponse: start{}, then filesystem{name, type, entry?}, keepalive{}).
+        messages = parse_envelopes(req.body)
+        user = basic_auth_user(req) or DEFAULT_USER
+        try:
+            watcher = self._start_watcher(sbx, user, messages[0] if messages else {})
+        except ConnectError as e:
+            reply.start_stream("application/connect+json")
+            reply.chunk(envelope(FLAG_END_STREAM, {"error": {"code": e.code, "message": e.message}}))
+            reply.end_stream()
+            return
+        writer = _StreamWriter(self.store, req, reply, keepalive_message={"keepalive": {}})
+        try:
+            writer.message({"start": {}})
+            while True:
+                event = writer.next_event(watcher.queue)
+                if event is None:
+                    return
+                writer.message({"filesystem": event})
+        except StreamDropped:
+            reply.drop()
+        except OSError:
+            pass
+        finally:
+            self._stop_watch_exec(watcher.handle)
+
+
+@dataclass
+class Watcher:
+    """A directory watcher: a polling exec in the container, its events buffered here."""
+
+    watcher_id: str
+    handle: ExecHandle
+    queue: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
+
+    def pump(self, lines: Iterator[dict[str, Any]]) -> None:
+        for event in lines:
+            self.queue.put(event)
+
+    def drain(self) -> list[dict[str, Any]]:
+        out = []
+        while True:
+            try:
+                out.append(self.queue.get_nowait())
+            except queue.Empty:
+                return out
+
+
+def _json_lines(handle: ExecHandle) -> Iterator[dict[str, Any]]:
+    buffer = b""
+    try:
+        for stream, data in iter_frames(handle.sock, tty=False):
+            if stream != "stdout":
+                continue
+            buffer += data
+            while b"\n" in buffer:
+                line, buffer = buffer.split(b"\n", 1)
+                if line.strip():
+                    yield json.loads(line)
+    except OSError:
+        return
+
 
 class _StreamWriter:
     """Connect server-stream writer honouring Connect-Timeout-Ms, Keepalive-Ping-Interval and
     the drop_stream fault."""
 
-    def __init__(self, store: Store, req: Request, reply: Reply) -> None:
+    def __init__(
+        self,
+        store: Store,
+        req: Request,
+        reply: Reply,
+        keepalive_message: dict[str, Any] | None = None,
+    ) -> None:
         self.reply = reply
+        self.keepalive_message = keepalive_message or {"event": {"keepalive": {}}}
         self.sent = 0
         timeout_ms = req.header("connect-timeout-ms")
         self.deadline = time.monotonic() + int(timeout_ms) / 1000 if timeout_ms else None
@@ -413,7 +539,7 @@ class _StreamWriter:
         self.reply.chunk(envelope(FLAG_END_STREAM, {"error": error} if error else {}))
         self.reply.end_stream()
 
-    def next_event(self, events: queue.Queue[Event]) -> Event | None:
+    def next_event(self, events: queue.Queue[Any]) -> Any:
         last = time.monotonic()
         while True:
             wait = 0.5
@@ -425,7 +551,7 @@ class _StreamWriter:
                 wait = min(wait, self.deadline - t)
             if self.keepalive is not None:
                 if t - last >= self.keepalive:
-                    self.message({"event": {"keepalive": {}}})
+                    self.message(self.keepalive_message)
                     last = t
                 wait = min(wait, max(0.01, self.keepalive - (t - last)))
             try:

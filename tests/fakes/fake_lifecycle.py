@@ -89,10 +89,7 @@ class Lifecycle:
             self.store.sandboxes.pop(sbx.sandbox_id, None)
             self.store.killed.add(sbx.sandbox_id)
         with sbx.lock:
-            for proc in list(sbx.processes.values()):
-                with contextlib.suppress(OSError):
-                    proc.handle.sock.close()
-            sbx.processes.clear()
+            self._drop_processes(sbx)
             self.runtime.remove(sbx.container_id)
 
     def pause(self, sbx: FakeSandbox) -> None:
@@ -114,20 +111,34 @@ class Lifecycle:
                 self.runtime.pause(sbx.container_id)
                 sbx.state = "paused"
 
-    def resume(self, sbx: FakeSandbox, timeout: int | None) -> bool:
-        """Resume if paused; returns True when it was paused. Resets the TTL when given."""
+    def resume(self, sbx: FakeSandbox, timeout: int | None, *, reboot: bool = False) -> bool:
+        """Resume if paused; returns True when it was paused. Resets the TTL when given.
+
+        ``reboot`` (connect with ``memory: false``) or a filesystem-only auto-pause
+        (``autoPauseMemory: false``) resumes with a cold boot: processes are gone."""
         with sbx.lock:
             if sbx.state == "pausing":
                 raise HttpError(503, "sandbox is pausing", {"Retry-After": "2"})
             was_paused = sbx.state == "paused"
             if was_paused:
-                self.runtime.unpause(sbx.container_id)
+                if reboot or not sbx.auto_pause_memory:
+                    self._drop_processes(sbx)
+                    self.runtime.restart(sbx.container_id)
+                else:
+                    self.runtime.unpause(sbx.container_id)
                 sbx.state = "running"
             if timeout is not None:
                 sbx.set_ttl(timeout)
             elif was_paused:
                 sbx.set_ttl(sbx.timeout)
             return was_paused
+
+    def _drop_processes(self, sbx: FakeSandbox) -> None:
+        for proc in list(sbx.processes.values()):
+            with contextlib.suppress(OSError):
+                proc.handle.sock.close()
+        sbx.processes.clear()
+        sbx.watchers.clear()
 
     # -- snapshots ----------------------------------------------------------------------------
 

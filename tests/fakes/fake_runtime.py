@@ -111,7 +111,7 @@ def iter_frames(sock: socket.socket, tty: bool) -> Iterator[tuple[str, bytes]]:
 
 # Helper run inside the container (as the requesting user) for the filesystem RPCs. It prints
 # one JSON object: {"ok": ...} or {"error": <connect code>, "message": ...}.
-_FS_HELPER = r"""
+_FS_COMMON = r"""
 import datetime, grp, json, os, pwd, shutil, stat, sys
 
 def entry(path):
@@ -149,6 +149,11 @@ def entry(path):
 def absolute(p):
     return os.path.abspath(os.path.join(os.path.expanduser("~"), os.path.expanduser(p)))
 
+"""
+
+_FS_HELPER = (
+    _FS_COMMON
+    + r"""
 def listdir(path, depth):
     out = []
     for name in sorted(os.listdir(path)):
@@ -205,6 +210,65 @@ def main():
 
 print(json.dumps(main()))
 """
+)
+
+# Directory watcher run inside the container: polls every 50 ms and prints one JSON line per
+# change (envd uses inotify; polling reports a rename as REMOVE + CREATE).
+_WATCH_HELPER = (
+    _FS_COMMON
+    + r"""
+import time
+
+def scan(root, recursive):
+    out = {}
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            out[full] = (st.st_mtime_ns, st.st_size, st.st_mode)
+        if not recursive:
+            break
+    return out
+
+def emit(root, path, kind, include_entry):
+    event = {"name": os.path.relpath(path, root), "type": kind}
+    if include_entry and kind != "EVENT_TYPE_REMOVE":
+        try:
+            event["entry"] = entry(path)
+        except OSError:
+            pass
+    print(json.dumps(event), flush=True)
+
+def watch():
+    args = json.loads(sys.argv[1])
+    root = absolute(args["path"])
+    if not os.path.isdir(root):
+        code = "not_found" if not os.path.exists(root) else "invalid_argument"
+        print(json.dumps({"error": code, "message": "cannot watch " + root}), flush=True)
+        return
+    recursive, include_entry = bool(args.get("recursive")), bool(args.get("includeEntry"))
+    before = scan(root, recursive)
+    print(json.dumps({"ready": root}), flush=True)
+    while True:
+        time.sleep(0.05)
+        now = scan(root, recursive)
+        for path in sorted(now.keys() - before.keys()):
+            emit(root, path, "EVENT_TYPE_CREATE", include_entry)
+        for path in sorted(before.keys() - now.keys()):
+            emit(root, path, "EVENT_TYPE_REMOVE", include_entry)
+        for path in sorted(now.keys() & before.keys()):
+            if now[path][:2] != before[path][:2]:
+                emit(root, path, "EVENT_TYPE_WRITE", include_entry)
+            elif now[path][2] != before[path][2]:
+                emit(root, path, "EVENT_TYPE_CHMOD", include_entry)
+        before = now
+
+watch()
+"""
+)
 
 # Reading and writing files goes through small shell scripts run as the user, so ownership,
 # permissions and the home directory behave as they do under envd.
@@ -282,6 +346,11 @@ class DockerRuntime:
         except APIError as e:
             if "not paused" not in str(e).lower():
                 raise
+
+    def restart(self, container_id: str) -> None:
+        """Cold boot: every process is gone, the filesystem stays (filesystem-only resume)."""
+        self.unpause(container_id)
+        self.api.restart(container_id, timeout=0)
 
     def commit(self, container_id: str, tag: str) -> str:
         """Commit the container's filesystem as an image; returns the image id."""
@@ -396,6 +465,18 @@ class DockerRuntime:
         if code != 0:
             raise RuntimeFailure(_message(err, f"cannot write {path}"), 403 if code == 1 else 500)
         return out.decode().strip()
+
+    def start_watch(self, container_id: str, user: str, args: dict[str, Any]) -> ExecHandle:
+        """A long-running watcher exec; its stdout is one JSON line per event."""
+        return self.start_exec(
+            container_id,
+            ["python3", "-c", _WATCH_HELPER, json.dumps(args)],
+            user=user,
+            envs={},
+            cwd=None,
+            tty=False,
+            stdin=False,
+        )
 
     def fs_op(self, container_id: str, user: str, op: str, args: dict[str, Any]) -> dict[str, Any]:
         code, out, err = self.run_capture(container_id, ["python3", "-c", _FS_HELPER, op, json.dumps(args)], user=user)

@@ -116,6 +116,7 @@ class FakeSandbox:
     annotations: dict[str, str] = field(default_factory=dict)
     processes: dict[int, FakeProcess] = field(default_factory=dict)
     homes: dict[str, str] = field(default_factory=dict)
+    watchers: dict[str, Any] = field(default_factory=dict)  # fake_envd.Watcher by id
     lock: threading.RLock = field(default_factory=threading.RLock)
     cpu_count: int = 2
     memory_mb: int = 512

@@ -7,15 +7,21 @@ shared per module where a test does not need a fresh one, to keep the suite fast
 
 from __future__ import annotations
 
+import datetime
+import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from e2b import (
     AuthenticationException,
     CommandExitException,
+    FilesystemEvent,
     NotFoundException,
     PtySize,
     RateLimitException,
@@ -272,6 +278,86 @@ def test_envd_requires_the_access_token(fake_e2b: FakeHandle, sbx: Sandbox) -> N
     assert httpx.get(url, params=params, headers=envd).status_code == 401
     ok = httpx.get(url, params=params, headers={**envd, "X-Access-Token": token})
     assert ok.status_code == 200
+
+
+def test_commands_connect_reattaches_by_pid(sbx: Sandbox) -> None:
+    handle = sbx.commands.run("sleep 0.5; echo after-reattach", background=True)
+    handle.disconnect()  # the process keeps running, as under envd
+    result = sbx.commands.connect(handle.pid).wait()
+    assert result.stdout == "after-reattach\n"
+
+
+def test_watch_dir_reports_changes(sbx: Sandbox) -> None:
+    sbx.files.make_dir("watched")
+    watcher = sbx.files.watch_dir("watched", recursive=True)
+    try:
+        sbx.files.write("watched/new.txt", "1")
+        sbx.files.remove("watched/new.txt")
+        deadline = time.monotonic() + 5
+        seen: list[FilesystemEvent] = []
+        while time.monotonic() < deadline and len({e.type.name for e in seen}) < 2:
+            seen += watcher.get_new_events()
+            time.sleep(0.1)
+        kinds = {(e.name, e.type.name) for e in seen}
+        assert ("new.txt", "CREATE") in kinds
+        assert ("new.txt", "REMOVE") in kinds
+    finally:
+        watcher.stop()
+    with pytest.raises(NotFoundException):
+        sbx.files.watch_dir("no/such/dir")
+
+
+def test_set_timeout_update_network_and_idempotent_create(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
+    sbx.set_timeout(900)
+    info = sbx.get_info()
+    assert 890 <= (info.end_at - datetime.datetime.now(datetime.UTC)).total_seconds() <= 900
+    Sandbox.update_network(sbx.sandbox_id, {"deny_out": ["10.0.0.0/8"]}, **fake_e2b.options())
+    with fake_e2b.http() as http:
+        network = http.get(f"/sandboxes/{sbx.sandbox_id}").json()["network"]
+    assert network == {"denyOut": ["10.0.0.0/8"]}  # PUT replaces every rule
+    first = Sandbox.create("base", idempotency_key="same-key-1", **fake_e2b.options())
+    try:
+        again = Sandbox.create("base", idempotency_key="same-key-1", **fake_e2b.options())
+        assert again.sandbox_id == first.sandbox_id
+    finally:
+        first.kill()
+
+
+def test_list_state_filter_and_reboot_resume(fake_e2b: FakeHandle) -> None:
+    s = fresh(fake_e2b)
+    try:
+        s.commands.run("sleep 300", background=True)
+        s.files.write("disk.txt", "on disk")
+        Sandbox.pause(s.sandbox_id, **fake_e2b.options())
+        paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED]), **fake_e2b.options())
+        assert s.sandbox_id in {x.sandbox_id for x in paused.next_items()}
+        running = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING]), **fake_e2b.options())
+        assert s.sandbox_id not in {x.sandbox_id for x in running.next_items()}
+        rebooted = Sandbox.connect(s.sandbox_id, on_resume="reboot", **fake_e2b.options())
+        # A cold boot keeps the filesystem and loses the processes.
+        assert rebooted.files.read("disk.txt") == "on disk"
+        assert rebooted.commands.list() == []
+    finally:
+        s.kill()
+
+
+def test_cli_runs_as_a_subprocess() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.fakes.e2b_server", "--port", str(port), "--personality", "e2b"],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert "listening on" in proc.stdout.readline()
+        assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 204
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
 
 
 # -- fault injection -------------------------------------------------------------------------------
