@@ -1,23 +1,384 @@
-"""Pages of the sandboxes app."""
+"""Pages of the sandboxes app: configs, connection tests, the template catalog, capabilities.
+
+Backend failures never become a 500: a `RemoteError` is shown as a message with its kind.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from console.access import get_space_for_user, has_role, spaces_for_user
+from console.jobs import start_job
+from console.models import NetworkPolicy, Role
+from console.services import ServiceError, actor_from_request
+from console.views import apply_form_errors
+
+from .backends import build_backend
+from .backends.base import NetworkCapabilities, RemoteError, SnapshotInfo, TemplateInfo, is_snapshot_id
+from .forms import SandboxConfigForm, TemplateBuildForm
+from .models import SandboxConfig
+from .services import (
+    CONFIG_FIELDS,
+    backend_config_for,
+    do_create_config,
+    do_delete_config,
+    do_delete_snapshot,
+    do_delete_template,
+    do_update_config,
+    open_backend,
+    unsupported_policy_switches,
+)
+
+
+def get_config_for_user(user: Any, config_id: Any, role: Role = Role.VIEWER) -> SandboxConfig:
+    """A config of a space the user holds `role` in (404 for outsiders, 403 for low roles)."""
+    config = get_object_or_404(SandboxConfig.objects.select_related("space"), pk=config_id)
+    get_space_for_user(user, config.space_id, role)
+    return config
+
+
+def remote_error_message(exc: RemoteError) -> str:
+    hint = " (retry later)" if exc.retryable else ""
+    return f"The backend said {exc.kind}: {exc.message}{hint}"
+
+
+def template_ids(config: SandboxConfig) -> list[str] | None:
+    """Template ids for pickers (never snapshots), or None when the backend cannot list them."""
+    try:
+        with open_backend(config) as backend:
+            templates = backend.templates()
+            if templates is None:
+                return None
+            return [t.template_id for t in templates.list() if not is_snapshot_id(t.template_id)]
+    except RemoteError:
+        return None
+
+
+# --- Configs -----------------------------------------------------------------------------
 
 
 @login_required
 def config_list(request: HttpRequest) -> HttpResponse:
+    spaces = spaces_for_user(request.user).order_by("name")
+    configs = SandboxConfig.objects.filter(space__in=spaces).select_related("space").order_by("space__name", "name")
+    admin_space_ids = set(spaces_for_user(request.user, Role.ADMIN).values_list("id", flat=True))
+    context = {
+        "configs": configs,
+        "spaces": spaces,
+        "admin_space_ids": admin_space_ids,
+        "section": "sandboxes",
+    }
+    return render(request, "sandboxes/config_list.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def config_create(request: HttpRequest, space_id: str) -> HttpResponse:
+    space = get_space_for_user(request.user, space_id, Role.ADMIN)
+    form = SandboxConfigForm(request.POST or None, initial={"default_template": "sandbox-console/base:latest"})
+    if request.method == "POST" and form.is_valid():
+        try:
+            config = do_create_config(
+                space,
+                data={k: form.cleaned_data[k] for k in CONFIG_FIELDS},
+                api_key=form.cleaned_data["api_key"],
+                actor=actor_from_request(request),
+            )
+        except ServiceError as exc:
+            apply_form_errors(form, exc)
+        else:
+            messages.success(request, f"Config {config.name} created. Test its connection next.")
+            return redirect(config)
+    status = 400 if form.errors else 200
+    return render(
+        request, "sandboxes/config_form.html", {"form": form, "space": space, "section": "sandboxes"}, status=status
+    )
+
+
+@login_required
+def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
+    config = get_config_for_user(request.user, config_id)
+    policy = NetworkPolicy.objects.get_or_create(space=config.space)[0]
+    capabilities = capability_row(config)
+    context = {
+        "config": config,
+        "space": config.space,
+        "is_admin": has_role(request.user, config.space, Role.ADMIN),
+        "capabilities": capabilities,
+        "unsupported": (
+            unsupported_policy_switches(policy, capabilities.network) if capabilities.network is not None else []
+        ),
+        "recent_tests": config.space.jobs.filter(
+            kind="sandboxes.test_connection", params__config_id=str(config.id)
+        ).order_by("-created")[:5],
+        "section": "sandboxes",
+    }
+    return render(request, "sandboxes/config_detail.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def config_edit(request: HttpRequest, config_id: str) -> HttpResponse:
+    config = get_config_for_user(request.user, config_id, Role.ADMIN)
+    form = SandboxConfigForm(request.POST or None, instance=config, template_choices=template_ids(config))
+    if request.method == "POST" and form.is_valid():
+        try:
+            do_update_config(
+                SandboxConfig.objects.get(pk=config.pk),
+                data={k: form.cleaned_data[k] for k in CONFIG_FIELDS},
+                api_key=form.cleaned_data["api_key"],
+                actor=actor_from_request(request),
+            )
+        except ServiceError as exc:
+            apply_form_errors(form, exc)
+        except RemoteError as exc:
+            form.add_error(None, remote_error_message(exc))
+        else:
+            messages.success(request, "Config saved.")
+            return redirect(config)
+    status = 400 if form.errors else 200
     return render(
         request,
-        "inc/coming_soon.html",
+        "sandboxes/config_form.html",
+        {"form": form, "space": config.space, "config": config, "section": "sandboxes"},
+        status=status,
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def config_delete(request: HttpRequest, config_id: str) -> HttpResponse:
+    config = get_config_for_user(request.user, config_id, Role.ADMIN)
+    if request.method == "POST":
+        try:
+            do_delete_config(config, actor=actor_from_request(request))
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+            return redirect(config)
+        messages.success(request, f"Config {config.name} deleted.")
+        return redirect("sandboxes:config_list")
+    return render(
+        request,
+        "inc/confirm_delete.html",
         {
-            "title": "Sandboxes",
+            "object_label": f"sandbox config {config.name}",
+            "consequences": [
+                "Refused while live sandboxes use it.",
+                "Its templates and snapshots stay on the backend.",
+            ],
+            "cancel_url": config.get_absolute_url(),
             "section": "sandboxes",
-            "what": "Sandbox configs, templates and snapshots",
         },
     )
+
+
+@login_required
+@require_POST
+def config_test(request: HttpRequest, config_id: str) -> HttpResponse:
+    config = get_config_for_user(request.user, config_id, Role.ADMIN)
+    job = start_job(
+        "sandboxes.test_connection",
+        actor=actor_from_request(request),
+        space=config.space,
+        params={"config_id": str(config.id)},
+    )
+    messages.info(request, f"Testing {config.name}: health, then create, exec and delete a sandbox.")
+    return redirect(job)
+
+
+# --- Templates and snapshots -------------------------------------------------------------
+
+
+NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+@dataclass
+class Catalog:
+    templates: list[TemplateInfo] = field(default_factory=list)
+    snapshots: list[SnapshotInfo] = field(default_factory=list)
+    templates_supported: bool = True
+    snapshots_supported: bool = True
+    error: str = ""
+
+
+def load_catalog(config: SandboxConfig) -> Catalog:
+    catalog = Catalog()
+    try:
+        with open_backend(config) as backend:
+            templates, snapshots = backend.templates(), backend.snapshots()
+            catalog.templates_supported = templates is not None
+            catalog.snapshots_supported = snapshots is not None
+            if snapshots is not None:
+                catalog.snapshots = sorted(snapshots.list(), key=lambda s: s.created_at or NEVER, reverse=True)
+            if templates is not None:
+                snapshot_ids = {s.snapshot_id for s in catalog.snapshots}
+                catalog.templates = [
+                    t
+                    for t in templates.list()
+                    if not is_snapshot_id(t.template_id) and t.template_id not in snapshot_ids
+                ]
+    except RemoteError as exc:
+        catalog.error = remote_error_message(exc)
+    return catalog
+
+
+@login_required
+def template_list(request: HttpRequest, config_id: str) -> HttpResponse:
+    config = get_config_for_user(request.user, config_id)
+    context = {
+        "config": config,
+        "space": config.space,
+        "catalog": load_catalog(config),
+        "is_admin": has_role(request.user, config.space, Role.ADMIN),
+        "section": "sandboxes",
+    }
+    return render(request, "sandboxes/template_list.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def template_build(request: HttpRequest, config_id: str) -> HttpResponse:
+    config = get_config_for_user(request.user, config_id, Role.ADMIN)
+    choices = template_ids(config)
+    if choices is None:
+        messages.error(request, "This backend's templates cannot be listed or built from the console right now.")
+        return redirect("sandboxes:template_list", config_id=config.id)
+    form = TemplateBuildForm(request.POST or None, template_choices=choices)
+    if request.method == "POST" and form.is_valid():
+        job = start_job(
+            "sandboxes.build_template",
+            actor=actor_from_request(request),
+            space=config.space,
+            params={
+                "config_id": str(config.id),
+                "name": form.cleaned_data["name"],
+                "description": form.cleaned_data["description"],
+                "debian_packages": form.cleaned_data["debian_packages"],
+                "base_template_id": form.cleaned_data["base_template_id"],
+                "script": form.cleaned_data["script"],
+            },
+        )
+        return redirect(job)
+    return render(
+        request,
+        "sandboxes/template_form.html",
+        {"form": form, "config": config, "space": config.space, "section": "sandboxes"},
+        status=400 if form.errors else 200,
+    )
+
+
+def _catalog_delete(request: HttpRequest, config_id: str, what: str) -> HttpResponse:
+    config = get_config_for_user(request.user, config_id, Role.ADMIN)
+    item_id = (request.POST.get("id") or request.GET.get("id") or "").strip()
+    back = reverse("sandboxes:template_list", kwargs={"config_id": config.id})
+    if not item_id:
+        messages.error(request, f"Which {what}? No id was given.")
+        return redirect(back)
+    if request.method == "POST":
+        try:
+            if what == "template":
+                do_delete_template(config, item_id, actor=actor_from_request(request))
+            else:
+                do_delete_snapshot(config, item_id, actor=actor_from_request(request))
+        except RemoteError as exc:
+            messages.error(request, remote_error_message(exc))
+        else:
+            messages.success(request, f"{what.capitalize()} {item_id} deleted.")
+        return redirect(back)
+    consequences = (
+        ["Refused while live sandboxes use it.", "Configs that name it as default template stop working."]
+        if what == "template"
+        else ["Sandboxes already created from it keep running.", "Skill images recorded on it fall back."]
+    )
+    return render(
+        request,
+        "inc/confirm_delete.html",
+        {
+            "object_label": f"{what} {item_id}",
+            "consequences": consequences,
+            "hidden": {"id": item_id},
+            "cancel_url": back,
+            "section": "sandboxes",
+        },
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def template_delete(request: HttpRequest, config_id: str) -> HttpResponse:
+    return _catalog_delete(request, config_id, "template")
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def snapshot_delete(request: HttpRequest, config_id: str) -> HttpResponse:
+    return _catalog_delete(request, config_id, "snapshot")
+
+
+# --- Capability matrix -------------------------------------------------------------------
+
+CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty")
+NETWORK_FLAGS = (
+    ("outbound_toggle", "Outbound on/off"),
+    ("allow_out_cidr", "Allow CIDRs"),
+    ("allow_out_domain", "Allow domains"),
+    ("deny_out_cidr", "Deny CIDRs"),
+    ("deny_out_domain", "Deny domains"),
+    ("l7_rules", "HTTP (L7) rules"),
+    ("inbound_toggle", "Inbound on/off"),
+)
+
+
+@dataclass
+class CapabilityRow:
+    config: SandboxConfig
+    label: str = ""
+    accessors: dict[str, bool] = field(default_factory=dict)
+    network: NetworkCapabilities | None = None
+    network_flags: list[tuple[str, bool]] = field(default_factory=list)
+    error: str = ""
+
+
+def capability_row(config: SandboxConfig) -> CapabilityRow:
+    """What the config's backend offers, read from its accessors (never from its kind)."""
+    row = CapabilityRow(config=config)
+    try:
+        backend = build_backend(backend_config_for(config))
+    except RemoteError as exc:
+        row.error = remote_error_message(exc)
+        return row
+    try:
+        row.label = backend.label
+        row.accessors = {name: getattr(backend, name)() is not None for name in CAPABILITY_ACCESSORS}
+        row.network = backend.network_capabilities()
+        row.network_flags = [(label, getattr(row.network, attr)) for attr, label in NETWORK_FLAGS]
+    except RemoteError as exc:
+        row.error = remote_error_message(exc)
+    finally:
+        backend.close()
+    return row
+
+
+@login_required
+def capability_matrix(request: HttpRequest) -> HttpResponse:
+    configs = SandboxConfig.objects.filter(space__in=spaces_for_user(request.user)).select_related("space")
+    rows = [capability_row(config) for config in configs.order_by("space__name", "name")]
+    context = {
+        "rows": rows,
+        "accessor_names": CAPABILITY_ACCESSORS,
+        "network_labels": [label for _, label in NETWORK_FLAGS],
+        "section": "sandboxes",
+    }
+    return render(request, "sandboxes/capability_matrix.html", context)
 
 
 @login_required
@@ -25,9 +386,5 @@ def session_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "inc/coming_soon.html",
-        {
-            "title": "Sessions",
-            "section": "sessions",
-            "what": "Session sandboxes, their bindings and terminals",
-        },
+        {"title": "Sessions", "section": "sessions", "what": "Session sandboxes, their bindings and terminals"},
     )

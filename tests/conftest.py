@@ -80,3 +80,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         problem = check()
         lines.append(f"  {name}: {'answers' if problem is None else 'MISSING - ' + problem}")
     return lines
+
+
+# Personas (alice, bob, carol, charlie, root) for every app's tests.
+from tests.personas import world  # noqa: E402, F401

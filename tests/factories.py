@@ -29,3 +29,21 @@ def make_space(name: str | None = None, **extra: Any) -> Space:
 
 def add_member(space: Space, user: Any, role: Role) -> Membership:
     return Membership.objects.create(space=space, user=user, role=role)
+
+
+def make_config(space: Space, **extra: Any) -> Any:
+    """A sandbox config; Docker on the local engine with the base template by default."""
+    from console.crypto import encrypt
+    from sandboxes.models import SandboxConfig
+
+    api_key = extra.pop("api_key", "")
+    values: dict[str, Any] = {
+        "name": f"config {next(_counter)}",
+        "kind": "docker",
+        "default_template": "sandbox-console/base:latest",
+        "cpus": 1,
+        "memory_mb": 256,
+        "pids_limit": 128,
+    }
+    values.update(extra)
+    return SandboxConfig.objects.create(space=space, api_key_encrypted=encrypt(api_key), **values)

@@ -1,0 +1,170 @@
+"""Forms of the sandboxes app."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+
+from console.crypto import REDACTED
+
+from .backends.base import RemoteError, is_snapshot_id
+from .backends.guard import check_endpoint
+from .models import BackendKind, SandboxConfig
+
+DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$|^localhost$")
+
+
+class SandboxConfigForm(forms.ModelForm):
+    """A config form. The API key shows as *** when set; sending *** back keeps it."""
+
+    api_key = forms.CharField(
+        required=False,
+        label="API key",
+        widget=forms.PasswordInput(render_value=True, attrs={"autocomplete": "new-password"}),
+        help_text="E2B/Cube. Stored encrypted; shown as *** once saved. Leave *** to keep the stored key.",
+    )
+
+    class Meta:
+        model = SandboxConfig
+        fields = [
+            "name",
+            "kind",
+            "endpoint",
+            "domain",
+            "api_key",
+            "default_template",
+            "cpus",
+            "memory_mb",
+            "pids_limit",
+            "idle_mode",
+            "idle_timeout_s",
+            "persistent_workspace",
+            "allow_private_endpoints",
+        ]
+
+    def __init__(self, *args: Any, template_choices: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and self.instance.has_api_key:
+            self.initial["api_key"] = REDACTED
+        if template_choices is not None:
+            # The picker lists templates only: a snapshot id never appears here.
+            current = self.instance.default_template if self.instance.pk else ""
+            choices = [t for t in template_choices if not is_snapshot_id(t)]
+            if current and current not in choices and not is_snapshot_id(current):
+                choices.append(current)
+            self.fields["default_template"] = forms.ChoiceField(
+                choices=[(t, t) for t in choices],
+                label="Default template",
+                help_text="Templates of this backend. Snapshots live in their own list and are not offered here.",
+            )
+        else:
+            self.fields["default_template"].help_text = (
+                "A template id of the backend (Docker: an image tag such as sandbox-console/base:latest). "
+                "Snapshot ids (snap-…) are not templates."
+            )
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"].strip()
+        if not name:
+            raise forms.ValidationError("Give the config a name.")
+        return name
+
+    def clean_default_template(self) -> str:
+        template: str = self.cleaned_data["default_template"].strip()
+        if is_snapshot_id(template):
+            raise forms.ValidationError("Snapshot ids (snap-…) are not templates; pick a template.")
+        return template
+
+    def clean_domain(self) -> str:
+        domain: str = self.cleaned_data["domain"].strip().lower().rstrip(".")
+        if domain and not DOMAIN.match(domain):
+            raise forms.ValidationError(f"{domain!r} is not a domain name (e.g. e2b.app).")
+        return domain
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        kind = cleaned.get("kind")
+        endpoint = (cleaned.get("endpoint") or "").strip()
+        cleaned["endpoint"] = endpoint
+        api_key = cleaned.get("api_key") or ""
+        has_key = bool(api_key) and (api_key != REDACTED or self.instance.has_api_key)
+        if kind in (BackendKind.E2B, BackendKind.CUBE):
+            if not endpoint:
+                self.add_error("endpoint", "E2B and Cube configs need their control-plane URL.")
+            elif not endpoint.startswith(("https://", "http://")):
+                self.add_error(
+                    "endpoint", "The control-plane URL starts with https:// (or http:// on a private network)."
+                )
+            if not cleaned.get("domain"):
+                self.add_error("domain", "E2B and Cube configs need their sandbox domain.")
+            if not has_key:
+                self.add_error("api_key", "E2B and Cube configs need an API key.")
+        elif kind == BackendKind.DOCKER:
+            if endpoint and not endpoint.startswith(("tcp://", "unix://")):
+                self.add_error(
+                    "endpoint", "A Docker endpoint is empty (local socket), unix:///path or tcp://host:port."
+                )
+            if cleaned.get("domain"):
+                self.add_error("domain", "Docker configs have no sandbox domain; leave it empty.")
+        if endpoint and not endpoint.startswith("unix://") and "endpoint" not in self.errors:
+            try:
+                check_endpoint(endpoint, allow_private=bool(cleaned.get("allow_private_endpoints")))
+            except RemoteError as exc:
+                self.add_error("endpoint", exc.message)
+        return cleaned
+
+
+class TemplateBuildForm(forms.Form):
+    name = forms.CharField(max_length=63, help_text="Lowercase letters, digits, '.', '_' and '-'.")
+    description = forms.CharField(max_length=200, required=False)
+    debian_packages = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        help_text="Build from Debian packages: names separated by spaces or lines (added to the base system).",
+    )
+    base_template_id = forms.ChoiceField(
+        required=False, label="Base template", help_text="Build from an existing template plus a script."
+    )
+    script = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 6, "spellcheck": "false"}),
+        help_text="Shell script run as root in a build sandbox without network, then frozen.",
+    )
+
+    def __init__(self, *args: Any, template_choices: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["base_template_id"].choices = [("", "—")] + [  # type: ignore[attr-defined]
+            (t, t) for t in template_choices if not is_snapshot_id(t)
+        ]
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"].strip()
+        if not TEMPLATE_NAME.match(name):
+            raise forms.ValidationError("Use lowercase letters, digits, '.', '_' and '-' (at most 63).")
+        return name
+
+    def clean_debian_packages(self) -> list[str]:
+        packages = self.cleaned_data["debian_packages"].split()
+        bad = [p for p in packages if not DEBIAN_PACKAGE.match(p)]
+        if bad:
+            raise forms.ValidationError("Not Debian package names: " + ", ".join(bad))
+        if len(set(packages)) != len(packages):
+            raise forms.ValidationError("A package is listed twice.")
+        return packages
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        packages = cleaned.get("debian_packages") or []
+        script = (cleaned.get("script") or "").strip()
+        base = cleaned.get("base_template_id")
+        if packages and (script or base):
+            raise forms.ValidationError("Build either from Debian packages, or from a base template plus a script.")
+        if not packages and not script:
+            raise forms.ValidationError("Give Debian packages, or a base template and a script.")
+        if script and not base:
+            self.add_error("base_template_id", "Pick the template the script runs on.")
+        return cleaned

@@ -1,0 +1,369 @@
+"""Writes with side effects for sandbox configs and templates, and the bridge to backends.
+
+Views, the API, tasks and consumers reach a backend only through `open_backend(config)`;
+none of them builds one from a row themselves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from console.crypto import REDACTED, decrypt, encrypt
+from console.models import NetworkPolicy, Space
+from console.services import Actor, ServiceError, record_audit
+
+from .backends import build_backend
+from .backends.base import (
+    META_CONFIG,
+    META_INSTALLATION,
+    META_SPACE,
+    Backend,
+    BackendConfig,
+    ErrorKind,
+    ExecRequest,
+    IdleMode,
+    L7Rule,
+    ListQuery,
+    NetworkCapabilities,
+    NetworkSpec,
+    RemoteError,
+    Resources,
+    SandboxSpec,
+    TemplateBuildSpec,
+    is_snapshot_id,
+)
+from .models import IDENTITY_FIELDS, SandboxConfig
+
+CONFIG_FIELDS = (
+    "name",
+    "kind",
+    "endpoint",
+    "domain",
+    "default_template",
+    "cpus",
+    "memory_mb",
+    "pids_limit",
+    "idle_mode",
+    "idle_timeout_s",
+    "persistent_workspace",
+    "allow_private_endpoints",
+)
+
+
+def backend_config_for(config: SandboxConfig) -> BackendConfig:
+    return BackendConfig(
+        kind=config.kind,
+        endpoint=config.endpoint,
+        domain=config.domain,
+        api_key=decrypt(config.api_key_encrypted),
+        allow_private_endpoints=config.allow_private_endpoints,
+        idle_mode=IdleMode(config.idle_mode),
+    )
+
+
+@contextmanager
+def open_backend(config: SandboxConfig) -> Iterator[Backend]:
+    """The config's backend, closed afterwards. Raises RemoteError only."""
+    backend = build_backend(backend_config_for(config))
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def console_metadata(config: SandboxConfig, **extra: str) -> dict[str, str]:
+    """The metadata every sandbox this console creates carries (see DESIGN: sessions)."""
+    return {
+        META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID,
+        META_SPACE: str(config.space_id),
+        META_CONFIG: str(config.id),
+        **extra,
+    }
+
+
+def network_spec_for(space: Space) -> NetworkSpec:
+    """The space's policy as sent to a backend: every switch explicit."""
+    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
+    return NetworkSpec(
+        allow_internet_access=policy.allow_internet_access,
+        allow_public_traffic=policy.allow_public_traffic,
+        allow_out=tuple(policy.allow_out),
+        deny_out=tuple(policy.deny_out),
+        l7_rules=tuple(
+            L7Rule(
+                domain=rule["domain"],
+                methods=tuple(rule.get("methods") or ()),
+                path_prefix=rule.get("path_prefix") or "/",
+                action=rule["action"],
+            )
+            for rule in policy.l7_rules
+        ),
+    )
+
+
+def unsupported_policy_switches(policy: NetworkPolicy, caps: NetworkCapabilities) -> list[str]:
+    """The parts of a space's policy this backend cannot honour, in plain words."""
+    problems = []
+    if policy.allow_internet_access:
+        cidrs = [entry for entry in policy.deny_out if "/" in entry or entry.replace(".", "").isdigit()]
+        domains = [entry for entry in policy.deny_out if entry not in cidrs]
+        if cidrs and not caps.deny_out_cidr:
+            problems.append("CIDR deny entries (" + ", ".join(cidrs) + ")")
+        if domains and not caps.deny_out_domain:
+            problems.append("domain deny entries (" + ", ".join(domains) + ")")
+        allow_cidrs = [e for e in policy.allow_out if "/" in e or e.replace(".", "").isdigit()]
+        allow_domains = [e for e in policy.allow_out if e not in allow_cidrs]
+        if allow_cidrs and not caps.allow_out_cidr:
+            problems.append("CIDR allow entries (" + ", ".join(allow_cidrs) + ")")
+        if allow_domains and not caps.allow_out_domain:
+            problems.append("domain allow entries (" + ", ".join(allow_domains) + ")")
+        if policy.l7_rules and not caps.l7_rules:
+            problems.append(f"{len(policy.l7_rules)} HTTP (L7) rule(s)")
+    if policy.allow_public_traffic and not caps.inbound_toggle:
+        problems.append("public inbound traffic")
+    return problems
+
+
+# --- Configs -----------------------------------------------------------------------------
+
+
+def count_live_sandboxes(config: SandboxConfig) -> int:
+    """Sandboxes this console created with `config` that still exist on the backend."""
+    with open_backend(config) as backend:
+        query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID, META_CONFIG: str(config.id)})
+        return sum(1 for _ in backend.iter_sandboxes(query))
+
+
+def _check_template_choice(template_id: str) -> None:
+    if is_snapshot_id(template_id):
+        raise ServiceError(
+            "A snapshot cannot be a config's default template; snapshots live in their own list.",
+            field_errors={"default_template": ["snapshot ids (snap-…) are not templates"]},
+        )
+
+
+def _apply_api_key(config: SandboxConfig, api_key: str | None) -> bool:
+    """Set the key unless the form sent back the redaction placeholder. True if it changed."""
+    if api_key is None or api_key == REDACTED:
+        return False
+    if api_key == decrypt(config.api_key_encrypted):
+        return False
+    config.api_key_encrypted = encrypt(api_key)
+    return True
+
+
+def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor: Actor) -> SandboxConfig:
+    _check_template_choice(data["default_template"])
+    config = SandboxConfig(space=space, **{k: data[k] for k in CONFIG_FIELDS if k in data})
+    _apply_api_key(config, api_key)
+    try:
+        with transaction.atomic():
+            config.save()
+            record_audit(
+                actor,
+                "sandbox_config.create",
+                space=space,
+                target_type="sandbox_config",
+                target_id=config.id,
+                details={"name": config.name, "kind": config.kind, "endpoint": config.endpoint},
+            )
+    except IntegrityError:
+        raise ServiceError(
+            "This space already has a config with this name.", field_errors={"name": ["already used in this space"]}
+        ) from None
+    return config
+
+
+def do_update_config(
+    config: SandboxConfig,
+    *,
+    data: dict[str, Any],
+    api_key: str | None,
+    actor: Actor,
+) -> SandboxConfig:
+    """Save changes. Identity fields (kind, endpoint, key) are frozen while sandboxes live."""
+    _check_template_choice(data.get("default_template", config.default_template))
+    original = SandboxConfig.objects.get(pk=config.pk)
+    changed = [k for k in CONFIG_FIELDS if k in data and getattr(original, k) != data[k]]
+    key_changed = _apply_api_key(config, api_key)
+    identity_changed = [k for k in changed if k in IDENTITY_FIELDS] + (["api_key"] if key_changed else [])
+    if identity_changed:
+        try:
+            live = count_live_sandboxes(original)
+        except RemoteError:
+            live = 0  # The old backend does not answer: nothing reachable can be orphaned.
+        if live:
+            config.api_key_encrypted = original.api_key_encrypted
+            raise ServiceError(
+                f"{live} live sandbox(es) use this config: delete them before changing "
+                + ", ".join(identity_changed)
+                + ", or create a new config."
+            )
+    if not changed and not key_changed:
+        return config
+    for key in changed:
+        setattr(config, key, data[key])
+    try:
+        with transaction.atomic():
+            config.save()
+            record_audit(
+                actor,
+                "sandbox_config.update",
+                space=config.space,
+                target_type="sandbox_config",
+                target_id=config.id,
+                details={
+                    "changed": changed + (["api_key"] if key_changed else []),
+                    "before": {k: str(getattr(original, k)) for k in changed},
+                    "after": {k: str(data[k]) for k in changed},
+                },
+            )
+    except IntegrityError:
+        raise ServiceError(
+            "This space already has a config with this name.", field_errors={"name": ["already used in this space"]}
+        ) from None
+    return config
+
+
+def do_delete_config(config: SandboxConfig, *, actor: Actor) -> None:
+    try:
+        live = count_live_sandboxes(config)
+    except RemoteError:
+        live = 0
+    if live:
+        raise ServiceError(f"{live} live sandbox(es) use this config: delete them first.")
+    with transaction.atomic():
+        record_audit(
+            actor,
+            "sandbox_config.delete",
+            space=config.space,
+            target_type="sandbox_config",
+            target_id=config.id,
+            details={"name": config.name, "kind": config.kind},
+        )
+        config.delete()
+
+
+# --- Templates ---------------------------------------------------------------------------
+
+
+def do_delete_template(config: SandboxConfig, template_id: str, *, actor: Actor) -> None:
+    """Delete a template (refused by the backend while sandboxes use it)."""
+    with open_backend(config) as backend:
+        templates = backend.templates()
+        if templates is None:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} templates cannot be deleted from the console")
+        templates.delete(template_id)
+    record_audit(
+        actor,
+        "template.delete",
+        space=config.space,
+        target_type="template",
+        target_id=template_id,
+        details={"config": str(config.id)},
+    )
+
+
+def do_delete_snapshot(config: SandboxConfig, snapshot_id: str, *, actor: Actor) -> None:
+    with open_backend(config) as backend:
+        snapshots = backend.snapshots()
+        if snapshots is None:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} has no snapshots")
+        snapshots.delete(snapshot_id)
+    record_audit(
+        actor,
+        "snapshot.delete",
+        space=config.space,
+        target_type="snapshot",
+        target_id=snapshot_id,
+        details={"config": str(config.id)},
+    )
+
+
+def build_template(config: SandboxConfig, spec: TemplateBuildSpec) -> str:
+    with open_backend(config) as backend:
+        templates = backend.templates()
+        if templates is None:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} cannot build templates from the console")
+        return templates.create(spec).template_id
+
+
+# --- Test connection ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepResult:
+    name: str
+    ok: bool
+    ms: float
+    detail: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "ms": round(self.ms, 1), "detail": self.detail}
+
+
+def _timed(name: str, func: Callable[[], str]) -> StepResult:
+    started = time.perf_counter()
+    try:
+        detail = func()
+    except RemoteError as exc:
+        return StepResult(name, False, (time.perf_counter() - started) * 1000, f"{exc.kind}: {exc.message}")
+    return StepResult(name, True, (time.perf_counter() - started) * 1000, detail)
+
+
+def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], None]) -> list[StepResult]:
+    """Health, then a short create -> exec -> delete, each step timed. Stops at a failure."""
+    steps: list[StepResult] = []
+    sandbox_ids: list[str] = []
+    with open_backend(config) as backend:
+
+        def health() -> str:
+            info = backend.health()
+            if not info.ok:
+                raise RemoteError(ErrorKind.UNAVAILABLE, info.detail or "unhealthy")
+            if info.version and info.version != config.backend_version:
+                SandboxConfig.objects.filter(pk=config.pk).update(backend_version=info.version[:100])
+            return info.version or "ok"
+
+        def create() -> str:
+            spec = SandboxSpec(
+                template_id=config.default_template,
+                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                metadata=console_metadata(config, **{"console-purpose": "connection-test"}),
+                resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
+                timeout_s=120,
+            )
+            info = backend.create(spec)
+            sandbox_ids.append(info.sandbox_id)
+            return f"sandbox {info.sandbox_id[:12]} from {config.default_template}"
+
+        def execute() -> str:
+            result = backend.exec(sandbox_ids[0], ExecRequest(argv=("sh", "-c", "echo ok; id -u"), timeout_s=30))
+            out = result.stdout.decode(errors="replace").split()
+            if result.exit_code != 0 or out[:1] != ["ok"]:
+                raise RemoteError(ErrorKind.INTERNAL, f"exit {result.exit_code}: {result.stderr[:200]!r}")
+            return f"echo ok as uid {out[1] if len(out) > 1 else '?'}"
+
+        def delete() -> str:
+            backend.delete(sandbox_ids.pop())
+            return "deleted"
+
+        try:
+            for name, func in (("health", health), ("create", create), ("exec", execute), ("delete", delete)):
+                step = _timed(name, func)
+                steps.append(step)
+                report(step)
+                if not step.ok:
+                    break
+        finally:
+            for leftover in sandbox_ids:
+                with suppress(RemoteError):
+                    backend.delete(leftover)
+    return steps

@@ -1,0 +1,358 @@
+"""Sandbox configs, the template catalog and the capability matrix, against the real engine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from console.crypto import decrypt
+from console.jobs import run_job
+from console.models import AdminJob, AuditEvent, JobStatus, NetworkPolicy
+from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
+from sandboxes.models import SandboxConfig
+from sandboxes.services import console_metadata, open_backend
+from tests.factories import make_config
+from tests.personas import World
+
+pytestmark = pytest.mark.django_db
+
+
+def config_form_data(**overrides: Any) -> dict[str, Any]:
+    data = {
+        "name": "main",
+        "kind": "docker",
+        "endpoint": "",
+        "domain": "",
+        "api_key": "",
+        "default_template": "sandbox-console/base:latest",
+        "cpus": "1",
+        "memory_mb": "512",
+        "pids_limit": "256",
+        "idle_mode": "pause",
+        "idle_timeout_s": "900",
+        "persistent_workspace": "on",
+    }
+    data.update(overrides)
+    return data
+
+
+# --- Access ------------------------------------------------------------------------------
+
+
+def config_urls(config: SandboxConfig) -> dict[str, str]:
+    return {
+        "detail": reverse("sandboxes:config_detail", args=[config.id]),
+        "edit": reverse("sandboxes:config_edit", args=[config.id]),
+        "delete": reverse("sandboxes:config_delete", args=[config.id]),
+        "test": reverse("sandboxes:config_test", args=[config.id]),
+        "templates": reverse("sandboxes:template_list", args=[config.id]),
+        "template_build": reverse("sandboxes:template_build", args=[config.id]),
+        "template_delete": reverse("sandboxes:template_delete", args=[config.id]) + "?id=x",
+        "snapshot_delete": reverse("sandboxes:snapshot_delete", args=[config.id]) + "?id=snap-x",
+    }
+
+
+@pytest.fixture
+def unreachable_config(world: World) -> SandboxConfig:
+    """A config whose engine does not answer: access checks must not depend on the backend."""
+    config: SandboxConfig = make_config(world.space_a, endpoint="unix:///tmp/no-such-docker.sock")
+    return config
+
+
+@pytest.mark.parametrize("view", ["detail", "edit", "delete", "templates", "template_build", "template_delete"])
+def test_outsider_gets_404_on_every_config_page(world: World, unreachable_config: SandboxConfig, view: str) -> None:
+    assert world.client_for("charlie").get(config_urls(unreachable_config)[view]).status_code == 404
+    assert world.client_for("charlie").post(config_urls(unreachable_config)[view]).status_code == 404
+
+
+@pytest.mark.parametrize("persona", ["bob", "carol"])
+@pytest.mark.parametrize("view", ["edit", "delete", "test", "template_build", "template_delete", "snapshot_delete"])
+def test_members_and_viewers_cannot_change_configs(
+    world: World, unreachable_config: SandboxConfig, persona: str, view: str
+) -> None:
+    before = (AuditEvent.objects.count(), AdminJob.objects.count())
+    assert world.client_for(persona).post(config_urls(unreachable_config)[view]).status_code == 403
+    assert (AuditEvent.objects.count(), AdminJob.objects.count()) == before
+
+
+def test_anonymous_is_sent_to_login(unreachable_config: SandboxConfig) -> None:
+    from django.test import Client
+
+    response = Client().get(config_urls(unreachable_config)["detail"])
+    assert response.status_code == 302
+    assert "/login/" in response["Location"]
+
+
+def test_config_create_is_for_space_admins(world: World) -> None:
+    url = reverse("sandboxes:config_create", args=[world.space_a.id])
+    assert world.client_for("charlie").get(url).status_code == 404
+    assert world.client_for("bob").post(url, config_form_data()).status_code == 403
+    assert not SandboxConfig.objects.exists()
+
+
+def test_config_list_is_scoped(world: World, unreachable_config: SandboxConfig) -> None:
+    make_config(world.space_b, name="b-secret")
+    body = world.client_for("carol").get(reverse("sandboxes:config_list")).content.decode()
+    assert unreachable_config.name in body
+    assert "b-secret" not in body
+    matrix = world.client_for("charlie").get(reverse("sandboxes:capability_matrix")).content.decode()
+    assert "b-secret" in matrix
+    assert unreachable_config.name not in matrix
+
+
+# --- Validation and secrets --------------------------------------------------------------
+
+
+def test_api_key_is_encrypted_redacted_and_kept_when_redaction_is_sent_back(world: World) -> None:
+    client = world.client_for("alice")
+    url = reverse("sandboxes:config_create", args=[world.space_a.id])
+    response = client.post(
+        url,
+        config_form_data(
+            name="e2b",
+            kind="e2b",
+            endpoint="http://127.0.0.1:9",
+            domain="sandbox.local",
+            api_key="e2b_0123456789abcdef",
+            allow_private_endpoints="on",
+        ),
+    )
+    assert response.status_code == 302, response.content.decode()[:3000]
+    config = SandboxConfig.objects.get(name="e2b")
+    assert "e2b_0123456789abcdef" not in config.api_key_encrypted
+    assert decrypt(config.api_key_encrypted) == "e2b_0123456789abcdef"
+    detail = client.get(config.get_absolute_url()).content.decode()
+    assert "e2b_0123456789abcdef" not in detail
+    assert "***" in detail
+    edit = client.get(reverse("sandboxes:config_edit", args=[config.id]))
+    assert edit.context["form"].initial["api_key"] == "***"
+    assert "e2b_0123456789abcdef" not in edit.content.decode()
+    # Sending *** back (with another change) keeps the stored key.
+    data = config_form_data(
+        name="e2b renamed",
+        kind="e2b",
+        endpoint="http://127.0.0.1:9",
+        domain="sandbox.local",
+        api_key="***",
+        allow_private_endpoints="on",
+    )
+    assert client.post(reverse("sandboxes:config_edit", args=[config.id]), data).status_code == 302
+    config.refresh_from_db()
+    assert config.name == "e2b renamed"
+    assert decrypt(config.api_key_encrypted) == "e2b_0123456789abcdef"
+    event = AuditEvent.objects.filter(action="sandbox_config.update").latest("time")
+    assert event.details["changed"] == ["name"]
+    assert "e2b_0123456789abcdef" not in str(AuditEvent.objects.values_list("details", flat=True)[::1])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"kind": "e2b"}, "endpoint", "need their control-plane URL"),
+        ({"kind": "e2b", "endpoint": "https://api.example.com"}, "domain", "need their sandbox domain"),
+        (
+            {"kind": "cube", "endpoint": "https://api.example.com", "domain": "x.example.com"},
+            "api_key",
+            "need an API key",
+        ),
+        (
+            {"kind": "e2b", "endpoint": "ftp://x.example.com", "domain": "e2b.app", "api_key": "k"},
+            "endpoint",
+            "starts with https://",
+        ),
+        ({"endpoint": "http://docker.example.com"}, "endpoint", "A Docker endpoint is empty"),
+        ({"domain": "e2b.app"}, "domain", "Docker configs have no sandbox domain"),
+        (
+            {
+                "kind": "e2b",
+                "endpoint": "http://169.254.169.254/",
+                "domain": "e2b.app",
+                "api_key": "k",
+                "allow_private_endpoints": "on",
+            },
+            "endpoint",
+            "never allowed",
+        ),
+        (
+            {"kind": "e2b", "endpoint": "http://127.0.0.1:3000/", "domain": "e2b.app", "api_key": "k"},
+            "endpoint",
+            "allow private endpoints on this config",
+        ),
+        ({"endpoint": "tcp://10.1.2.3:2375"}, "endpoint", "a private range"),
+        ({"default_template": "snap-0123abcd"}, "default_template", "are not templates"),
+        ({"cpus": "0"}, "cpus", "greater than or equal to 0.1"),
+        ({"memory_mb": "8"}, "memory_mb", "greater than or equal to 64"),
+        ({"idle_timeout_s": "5"}, "idle_timeout_s", "greater than or equal to 60"),
+        ({"name": "  "}, "name", "required"),
+        ({"domain": "not a domain", "kind": "e2b"}, "domain", "is not a domain name"),
+    ],
+)
+def test_bad_config_input_is_a_field_error_and_saves_nothing(
+    world: World, overrides: dict[str, str], field: str, message: str
+) -> None:
+    response = world.client_for("alice").post(
+        reverse("sandboxes:config_create", args=[world.space_a.id]), config_form_data(**overrides)
+    )
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert any(message in error for error in errors.get(field, [])), errors
+    assert not SandboxConfig.objects.exists()
+    assert not AuditEvent.objects.filter(action__startswith="sandbox_config").exists()
+
+
+def test_duplicate_config_name_in_a_space_is_a_field_error(world: World) -> None:
+    make_config(world.space_a, name="main")
+    response = world.client_for("alice").post(
+        reverse("sandboxes:config_create", args=[world.space_a.id]), config_form_data(name="main")
+    )
+    assert response.status_code == 400
+    assert SandboxConfig.objects.count() == 1
+
+
+# --- Against the real Docker engine ------------------------------------------------------
+
+
+@pytest.fixture
+def docker_config(world: World, docker_base_image: str) -> SandboxConfig:
+    config: SandboxConfig = make_config(world.space_a, name="local docker", default_template=docker_base_image)
+    return config
+
+
+def run_queued_job() -> AdminJob:
+    job = AdminJob.objects.filter(status=JobStatus.QUEUED).latest("created")
+    run_job(str(job.id))
+    job.refresh_from_db()
+    return job
+
+
+@pytest.mark.docker
+def test_test_connection_runs_each_step_and_records_the_version(world: World, docker_config: SandboxConfig) -> None:
+    response = world.client_for("alice").post(reverse("sandboxes:config_test", args=[docker_config.id]))
+    assert response.status_code == 302
+    job = run_queued_job()
+    assert job.status == JobStatus.SUCCEEDED, job.error
+    steps = job.result["steps"]
+    assert [s["name"] for s in steps] == ["health", "create", "exec", "delete"]
+    assert all(s["ok"] and s["ms"] > 0 for s in steps)
+    assert "uid 1000" in steps[2]["detail"]
+    docker_config.refresh_from_db()
+    assert docker_config.backend_version.startswith("Docker ")
+    assert AuditEvent.objects.filter(action="job.start", details__kind="sandboxes.test_connection").count() == 1
+    page = world.client_for("alice").get(docker_config.get_absolute_url()).content.decode()
+    assert "health" in page
+    assert "Succeeded" in page
+
+
+@pytest.mark.docker
+def test_unknown_template_fails_the_create_step_with_a_clear_message(
+    world: World, docker_config: SandboxConfig
+) -> None:
+    SandboxConfig.objects.filter(pk=docker_config.pk).update(default_template="sandbox-console/nope:latest")
+    world.client_for("alice").post(reverse("sandboxes:config_test", args=[docker_config.id]))
+    job = run_queued_job()
+    assert job.status == JobStatus.FAILED
+    assert job.error.startswith("step create failed: not_found")
+    assert "sandbox-console/nope:latest" in job.error
+
+
+@pytest.mark.docker
+def test_an_engine_that_does_not_answer_is_a_message_not_a_500(world: World, unreachable_config: SandboxConfig) -> None:
+    client = world.client_for("alice")
+    page = client.get(reverse("sandboxes:template_list", args=[unreachable_config.id]))
+    assert page.status_code == 200
+    assert "The backend said unavailable" in page.content.decode()
+    client.post(reverse("sandboxes:config_test", args=[unreachable_config.id]))
+    job = run_queued_job()
+    assert job.status == JobStatus.FAILED
+    assert job.error.startswith("step health failed: unavailable")
+    edit = client.get(reverse("sandboxes:config_edit", args=[unreachable_config.id]))
+    assert edit.status_code == 200  # the picker falls back to a text field
+
+
+@pytest.fixture
+def live_sandbox(docker_config: SandboxConfig, test_run_id: str) -> Iterator[str]:
+    with open_backend(docker_config) as backend:
+        info = backend.create(
+            SandboxSpec(
+                template_id=docker_config.default_template,
+                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                metadata=console_metadata(docker_config, **{"test-run": test_run_id}),
+            )
+        )
+        try:
+            yield info.sandbox_id
+        finally:
+            backend.delete(info.sandbox_id)
+
+
+@pytest.mark.docker
+def test_snapshots_are_listed_apart_and_never_offered_as_templates(
+    world: World, docker_config: SandboxConfig, live_sandbox: str, test_run_id: str
+) -> None:
+    with open_backend(docker_config) as backend:
+        snapshots = backend.snapshots()
+        assert snapshots is not None
+        snapshot = snapshots.create(live_sandbox, name="pytest", labels={"test-run": test_run_id})
+    client = world.client_for("alice")
+    page = client.get(reverse("sandboxes:template_list", args=[docker_config.id]))
+    templates_html = page.content.decode().split('id="snapshots"')[0]
+    snapshots_html = page.content.decode().split('id="snapshots"')[1]
+    assert docker_config.default_template in templates_html
+    assert snapshot.snapshot_id not in templates_html
+    assert snapshot.snapshot_id in snapshots_html
+    form = client.get(reverse("sandboxes:config_edit", args=[docker_config.id])).context["form"]
+    choices = [value for value, _ in form.fields["default_template"].choices]
+    assert docker_config.default_template in choices
+    assert not any(choice.startswith("snap-") for choice in choices)
+    build_form = client.get(reverse("sandboxes:template_build", args=[docker_config.id])).context["form"]
+    assert not any(str(v).startswith("snap-") for v, _ in build_form.fields["base_template_id"].choices)
+    # Even posted by hand, a snapshot id is refused as the default template.
+    data = config_form_data(name=docker_config.name, default_template=snapshot.snapshot_id)
+    response = client.post(reverse("sandboxes:config_edit", args=[docker_config.id]), data)
+    assert response.status_code == 400
+
+
+@pytest.mark.docker
+def test_identity_fields_are_frozen_while_sandboxes_live(
+    world: World, docker_config: SandboxConfig, live_sandbox: str
+) -> None:
+    client = world.client_for("alice")
+    url = reverse("sandboxes:config_edit", args=[docker_config.id])
+    data = config_form_data(name=docker_config.name, endpoint="unix:///var/run/other.sock")
+    response = client.post(url, data)
+    assert response.status_code == 400
+    assert "1 live sandbox(es) use this config" in response.content.decode()
+    docker_config.refresh_from_db()
+    assert docker_config.endpoint == ""
+    # Non-identity fields still change while sandboxes live.
+    assert client.post(url, config_form_data(name=docker_config.name, memory_mb="768")).status_code == 302
+    # Deleting the config is refused too.
+    client.post(reverse("sandboxes:config_delete", args=[docker_config.id]))
+    assert SandboxConfig.objects.filter(pk=docker_config.pk).exists()
+    with open_backend(docker_config) as backend:
+        listed = list(
+            backend.iter_sandboxes(
+                ListQuery(metadata={META_CONFIG: str(docker_config.id), META_INSTALLATION: "test-main"})
+            )
+        )
+    assert [s.sandbox_id for s in listed] == [live_sandbox]
+
+
+@pytest.mark.docker
+def test_capabilities_come_from_the_accessors_and_unsupported_policy_is_said(
+    world: World, docker_config: SandboxConfig
+) -> None:
+    NetworkPolicy.objects.filter(space=world.space_a).update(
+        allow_internet_access=True, deny_out=["0.0.0.0/0"], allow_out=["pypi.org"]
+    )
+    client = world.client_for("carol")
+    matrix = client.get(reverse("sandboxes:capability_matrix")).content.decode()
+    assert 'data-capability="files">✓' in matrix
+    assert 'data-capability="inbound">✗' in matrix
+    detail = client.get(docker_config.get_absolute_url()).content.decode()
+    assert "cannot honour part of Space A" in detail
+    assert "CIDR deny entries (0.0.0.0/0)" in detail
+    assert "domain allow entries (pypi.org)" in detail
