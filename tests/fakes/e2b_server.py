@@ -233,7 +233,6 @@ class FakeServer:
             "api_url": self.api_url,
             "sandbox_url": self.sandbox_url,
             "domain": self.domain,
-            "http_version": "1.1",
         }
 
     def start(self) -> FakeServer:

@@ -5,6 +5,7 @@ Cube differences (TencentCloud/CubeSandbox CubeAPI/src/routes.rs, CubeAPI/src/mo
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import re
 import secrets
@@ -68,6 +69,8 @@ class ControlPlane:
         r("POST", "/sandboxes/{sid}/refreshes", self.refresh)
         r("PUT", "/sandboxes/{sid}/network", self.update_network)
         r("POST", "/sandboxes/{sid}/snapshots", self.create_snapshot)
+        r("POST", "/sandboxes/{sid}/fork", self.fork)
+        r("POST", "/sandboxes/{sid}/rollback", self.cube_rollback)
         r("GET", "/snapshots", self.list_snapshots)
         r("GET", "/sandboxes/{sid}/metrics", self.metrics)
         r("GET", "/v2/sandboxes/{sid}/logs", self.logs)
@@ -267,7 +270,7 @@ class ControlPlane:
         wanted_meta = self._metadata_filter(req.q("metadata"))
         states = self._state_filter(req.q("state")) or default_states
         template = req.q("template")
-        started_after = req.q("startedAfter")
+        started_after = _parse_time(req.q("startedAfter"))
         out = []
         for s in items:
             if any(s.metadata.get(k) != v for k, v in wanted_meta.items()):
@@ -276,7 +279,7 @@ class ControlPlane:
                 continue
             if template and template not in (s.template_id, s.alias):
                 continue
-            if started_after and rfc3339(s.started_at) <= started_after:
+            if started_after and s.started_at <= started_after:
                 continue
             out.append(s)
         descending = (req.q("order") or "desc") == "desc"
@@ -443,6 +446,41 @@ class ControlPlane:
         name = req.json().get("name")
         tpl = self.life.snapshot(sbx, name if isinstance(name, str) and name else None)
         reply.json(201, {"snapshotID": tpl.template_id, "names": tpl.names})
+
+    def fork(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /sandboxes/{sandboxID}/fork {timeout, count 1..100}
+        # -> 201 [{sandbox?, error?}]
+        if self.store.is_cube:
+            raise HttpError(404, "no route")
+        sbx = self._sandbox(req)
+        body = req.json()
+        count = _int_or_none(body.get("count")) or 1
+        if not 1 <= count <= 100:
+            raise HttpError(400, "count must be between 1 and 100")
+        timeout = _int_or_none(body.get("timeout"))
+        children = self.life.fork(sbx, count, sbx.timeout if timeout is None else timeout)
+        reply.json(201, [{"sandbox": self.sandbox_json(c, created=True)} for c in children])
+
+    def cube_rollback(self, req: Request, reply: Reply) -> None:
+        # CubeAPI C-later: POST /sandboxes/:id/rollback {snapshotID}
+        # -> {sandboxID, snapshotID, operationID, status}
+        if not self.store.is_cube or self.store.cube_version == "may":
+            raise HttpError(404, "no route")
+        sbx = self._sandbox(req)
+        snapshot_id = req.json().get("snapshotID")
+        snapshot = self.store.templates.get(str(snapshot_id))
+        if snapshot is None or snapshot.kind != "snapshot":
+            raise HttpError(404, f"snapshot '{snapshot_id}' not found")
+        self.life.rollback(sbx, snapshot)
+        reply.json(
+            200,
+            {
+                "sandboxID": sbx.sandbox_id,
+                "snapshotID": snapshot.template_id,
+                "operationID": new_id("op-", 12),
+                "status": "SUCCESS",
+            },
+        )
 
     def list_snapshots(self, req: Request, reply: Reply) -> None:
         # spec/openapi.yml: GET /snapshots {sandboxID, name, limit, nextToken} -> [SnapshotInfo];
@@ -655,6 +693,16 @@ class ControlPlane:
     def cube_patch_template(self, req: Request, reply: Reply) -> None:
         # CubeAPI C-May: PATCH /templates/:id -> 501
         raise HttpError(501, "not implemented")
+
+
+def _parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as e:
+        raise HttpError(400, f"invalid date-time: {value!r}") from e
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
 
 
 def _int_or_none(value: Any) -> int | None:

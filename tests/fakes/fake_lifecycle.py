@@ -25,7 +25,9 @@ class Lifecycle:
 
     # -- create -------------------------------------------------------------------------------
 
-    def create(self, body: dict[str, Any], default_timeout: int) -> FakeSandbox:
+    def create(self, body: dict[str, Any], default_timeout: int, image: str | None = None) -> FakeSandbox:
+        """A new sandbox from body["templateID"]; ``image`` overrides the template's image
+        (fork: the origin's committed state)."""
         template_ref = body.get("templateID")
         if not isinstance(template_ref, str) or not template_ref:
             raise HttpError(400, "templateID is required")
@@ -43,13 +45,14 @@ class Lifecycle:
             annotations["host-mount"] = metadata.pop("host-mount")
         env_vars = {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
         sandbox_id = new_id()
-        container_id = self.runtime.create(sandbox_id, template.image, env_vars)
+        image = image or template.image
+        container_id = self.runtime.create(sandbox_id, image, env_vars)
         started = now()
         sbx = FakeSandbox(
             sandbox_id=sandbox_id,
             template_id=template.template_id,
             alias=template.names[0] if template.names else None,
-            image=template.image,
+            image=image,
             container_id=container_id,
             envd_version=self.store.envd_version,
             metadata=metadata,
@@ -169,6 +172,31 @@ class Lifecycle:
         with self.store.lock:
             self.store.templates[snapshot_id] = tpl
         return tpl
+
+    def fork(self, sbx: FakeSandbox, count: int, timeout: int) -> list[FakeSandbox]:
+        """``count`` new sandboxes starting from the origin's current filesystem."""
+        with sbx.lock:
+            image = self.runtime.commit(sbx.container_id, "fork-" + new_id("", 12))
+        body = {
+            "templateID": sbx.template_id,
+            "timeout": timeout,
+            "metadata": sbx.metadata,
+            "envVars": sbx.env_vars,
+            "autoPause": sbx.auto_pause,
+            "autoResume": {"enabled": sbx.auto_resume},
+            "secure": sbx.envd_access_token is not None,
+        }
+        return [self.create(dict(body), timeout, image=image) for _ in range(count)]
+
+    def rollback(self, sbx: FakeSandbox, snapshot: Template) -> None:
+        """Cube: replace the sandbox's filesystem with a snapshot's, keeping its id."""
+        with sbx.lock:
+            self._drop_processes(sbx)
+            self.runtime.remove(sbx.container_id)
+            sbx.container_id = self.runtime.create(sbx.sandbox_id, snapshot.image, sbx.env_vars)
+            sbx.image = snapshot.image
+            sbx.state = "running"
+            sbx.set_ttl(sbx.timeout)
 
     def delete_template(self, template_id: str) -> Template:
         with self.store.lock:

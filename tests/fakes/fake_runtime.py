@@ -364,8 +364,15 @@ class DockerRuntime:
         return str(result["Id"])
 
     def remove_image(self, image_id: str) -> None:
-        with contextlib.suppress(NotFound):
+        try:
             self.api.remove_image(image_id, force=True)
+        except NotFound:
+            pass
+        except APIError as e:
+            # Still used by a sandbox started from it (or rolled back to it): the run's
+            # cleanup removes it after the containers.
+            if e.status_code != 409:
+                raise
 
     def cleanup_run(self) -> None:
         """Remove every container and snapshot image this run created."""

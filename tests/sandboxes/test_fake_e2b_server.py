@@ -341,6 +341,29 @@ def test_list_state_filter_and_reboot_resume(fake_e2b: FakeHandle) -> None:
         s.kill()
 
 
+def test_fork_copies_the_filesystem(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
+    sbx.files.write("fork-me.txt", "inherited")
+    forks = sbx.fork(count=2, timeout=120)
+    try:
+        assert len(forks) == 2
+        for child in forks:
+            assert isinstance(child, Sandbox)
+            assert child.sandbox_id != sbx.sandbox_id
+            assert child.files.read("fork-me.txt") == "inherited"
+    finally:
+        for child in forks:
+            if isinstance(child, Sandbox):
+                child.kill()
+
+
+def test_list_started_after(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
+    started = sbx.get_info().started_at
+    before = SandboxQuery(started_after=started - datetime.timedelta(seconds=1))
+    after = SandboxQuery(started_after=started + datetime.timedelta(seconds=1))
+    assert sbx.sandbox_id in {x.sandbox_id for x in Sandbox.list(query=before, **fake_e2b.options()).next_items()}
+    assert sbx.sandbox_id not in {x.sandbox_id for x in Sandbox.list(query=after, **fake_e2b.options()).next_items()}
+
+
 def test_cli_runs_as_a_subprocess() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -466,10 +489,14 @@ def test_cube_metadata_filter_quirk(fake_cube: FakeHandle) -> None:
 @pytest.mark.cube
 def test_cube_tokens_connect_and_pausing(fake_cube: FakeHandle) -> None:
     with fake_cube.http() as http:
-        created = http.post("/sandboxes", json={"templateID": "base", "metadata": {"k": "v"}})
+        mount = '[{"hostPath": "/data", "mountPath": "/mnt/data", "readOnly": true}]'
+        meta = {"k": "v", "host-mount": mount}
+        created = http.post("/sandboxes", json={"templateID": "base", "metadata": meta})
         assert created.status_code == 201
         body = created.json()
         sid = body["sandboxID"]
+        # Cube lifts `host-mount` out of the labels: it never comes back as metadata.
+        assert http.get(f"/sandboxes/{sid}").json()["metadata"] == {"k": "v"}
         assert body["trafficAccessToken"]
         assert body["envdAccessToken"] is None
         try:
@@ -517,6 +544,11 @@ def test_cube_snapshot_id_not_name_is_a_template(fake_cube: FakeHandle, cube_sbx
     with pytest.raises(SandboxException):
         Sandbox.create("cube-skills", **fake_cube.options())
     with fake_cube.http() as http:
+        # Rollback swaps the filesystem back to the snapshot's, keeping the sandbox id.
+        cube_sbx.files.write("/workspace/from-cube.txt", "changed later", user="root")
+        rolled = http.post(f"/sandboxes/{cube_sbx.sandbox_id}/rollback", json={"snapshotID": snap.snapshot_id})
+        assert rolled.json()["sandboxID"] == cube_sbx.sandbox_id
+        assert cube_sbx.files.read("/workspace/from-cube.txt") == "snap"
         listed = http.get("/snapshots").json()
         assert any(x["snapshotID"] == snap.snapshot_id and x["status"] for x in listed)
         deleted = http.delete(f"/templates/{snap.snapshot_id}")
