@@ -99,7 +99,8 @@ STOP_GRACE_S = 5
 WORKSPACE = "/workspace"
 PTY_PID_DIR = "/tmp/.console-pty"  # noqa: S108 - a path inside the sandbox, not on the host
 
-_USERS = {"user": (f"{SANDBOX_UID}:{SANDBOX_UID}", "/home/user"), "root": ("0:0", "/root")}
+# Exec users: the sandbox account, or root for the explicit install path. (uid, home)
+_USERS = {"user": (SANDBOX_UID, "/home/user"), "root": (0, "/root")}
 _SANDBOX_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _STATES = {
@@ -256,6 +257,8 @@ class _ExecStream:
     """
 
     def __init__(self, sock: Any) -> None:
+        # Holding docker-py's wrapper keeps its HTTP response (and so the connection) alive.
+        self.holder = sock
         self.raw: socket.socket = getattr(sock, "_sock", sock)
         self.pending = self._buffered_bytes(sock)
         self.raw.settimeout(None)
@@ -436,7 +439,7 @@ class DockerBackend(Backend):
         return str(created["Id"])
 
     def connect(self, sandbox_id: str) -> SandboxInfo:
-        info = self.get(sandbox_id)
+        info = self.check_state(self.get(sandbox_id))
         with _engine_call(f"resuming sandbox {sandbox_id}"):
             if info.state == SandboxState.PAUSED:
                 self.api.unpause(info.sandbox_id)
@@ -673,7 +676,7 @@ class DockerBackend(Backend):
         timeout_s: float = 60.0,
         max_output_bytes: int = 1024 * 1024,
     ) -> ExecResult:
-        uid_gid, home = self._exec_user(user)
+        uid, home = self._exec_user(user)
         pid_file = f"/tmp/.console-exec-{secrets.token_hex(8)}.pid"  # noqa: S108 - inside the sandbox
         wrapped = ["setsid", "-w", "/bin/sh", "-c", _EXEC_WRAPPER, pid_file, *command]
         started = time.monotonic()
@@ -682,7 +685,7 @@ class DockerBackend(Backend):
                 container_id,
                 wrapped,
                 stdin=stdin is not None,
-                user=uid_gid,
+                user=f"{uid}:{uid}",
                 workdir=cwd,
                 environment={"HOME": home, **(env or {})},
             )["Id"]
@@ -709,7 +712,8 @@ class DockerBackend(Backend):
         )
 
     @staticmethod
-    def _exec_user(user: str) -> tuple[str, str]:
+    def _exec_user(user: str) -> tuple[int, str]:
+        """(uid, home) of a contract user name; anything but "user" and "root" is invalid."""
         try:
             return _USERS[user]
         except KeyError:
@@ -819,7 +823,7 @@ class DockerFiles(FilesCapability):
         if path == "/":
             raise RemoteError(ErrorKind.INVALID, "cannot write to /")
         container_id = self.backend._container_id(sandbox_id)
-        uid = 0 if DockerBackend._exec_user(user)[0].startswith("0:") else SANDBOX_UID
+        uid, _ = DockerBackend._exec_user(user)
         parent, name = posixpath.split(path)
         archive = self._tar_one_file(name, data, mode if mode is not None else 0o644, uid)
         try:
@@ -1039,6 +1043,10 @@ def _remove_image(backend: DockerBackend, image_id: str, what: str) -> None:
         raise
 
 
+def _real_tags(row: Mapping[str, Any]) -> builtins.list[str]:
+    return [tag for tag in row.get("RepoTags") or [] if tag != "<none>:<none>"]
+
+
 def _tag_count(backend: DockerBackend, image_id: str) -> int:
     with _engine_call("image tags"):
         return len(backend.api.inspect_image(image_id).get("RepoTags") or [])
@@ -1062,13 +1070,14 @@ class DockerTemplates(TemplatesCapability):
     def list(self) -> builtins.list[TemplateInfo]:
         with _engine_call("listing templates"):
             rows = self.backend.api.images(filters={"label": [f"{LABEL_KIND}={KIND_TEMPLATE}"]})
-        infos = [self._info_from_row(row) for row in rows if row.get("RepoTags")]
+        # Untagged images (a staging parent, an overwritten build) are no templates to offer.
+        infos = [self._info_from_row(row) for row in rows if _real_tags(row)]
         return sorted(infos, key=lambda info: info.template_id)
 
     @staticmethod
     def _info_from_row(row: dict[str, Any]) -> TemplateInfo:
         labels = dict(row.get("Labels") or {})
-        tags = [tag for tag in row.get("RepoTags") or [] if tag != "<none>:<none>"]
+        tags = _real_tags(row)
         return TemplateInfo(
             template_id=tags[0] if tags else _snapshot_id(row["Id"]),
             name=labels.get(LABEL_TEMPLATE_NAME, ""),
@@ -1126,26 +1135,30 @@ class DockerTemplates(TemplatesCapability):
                 "Debian packages can only be added to the base image (sandboxes have no "
                 "resolver to reach the mirror); build from packages, then add scripts on top",
             )
-        staging = f"{TEMPLATE_REPOSITORY}/{spec.name}-packages:latest" if spec.script else tag
         for package in spec.debian_packages:
             if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", package):
                 raise RemoteError(ErrorKind.INVALID, f"not a Debian package name: {package!r}")
+        if not spec.script:
+            self._import_packages(spec, tag, labels)
+            return
+        # Packages first into a staging image (kind "build", never listed), then the script.
+        staging = f"{TEMPLATE_REPOSITORY}/{spec.name}-packages:latest"
+        image_id = self._import_packages(spec, staging, {**labels, LABEL_KIND: KIND_BUILD})
         try:
-            image_id = build_rootfs_image(
-                self.backend.client,
-                staging,
-                packages=spec.debian_packages,
-                labels=labels,
-            )
+            self._build_from_script(image_id, spec.script, tag, labels)
+        finally:
+            # Untag only: the template is its child, and the engine removes the untagged
+            # parent together with the template later.
+            with suppress(RemoteError), _engine_call("untagging the staging image"):
+                self.backend.api.remove_image(staging)
+
+    def _import_packages(self, spec: TemplateBuildSpec, tag: str, labels: dict[str, str]) -> str:
+        try:
+            return build_rootfs_image(self.backend.client, tag, packages=spec.debian_packages, labels=labels)
         except ImageBuildError as exc:
             raise RemoteError(ErrorKind.INVALID, f"building template {spec.name}: {exc}") from exc
         except docker.errors.DockerException as exc:
             raise _translate(exc, f"importing template {spec.name}") from exc
-        if spec.script:
-            try:
-                self._build_from_script(image_id, spec.script, tag, labels)
-            finally:
-                _remove_image(self.backend, image_id, "staging image")
 
     def _build_from_script(self, image: str, script: str, tag: str, labels: dict[str, str]) -> None:
         api = self.backend.api
@@ -1220,7 +1233,7 @@ class DockerPtys(PtyCapability):
         env: Mapping[str, str] | None = None,
     ) -> PtyHandle:
         container_id = self.backend._container_id(sandbox_id)
-        uid_gid, home = DockerBackend._exec_user(user)
+        uid, home = DockerBackend._exec_user(user)
         pty_id = secrets.token_hex(8)
         pid_file = f"{PTY_PID_DIR}/{pty_id}.pid"
         # Record the in-container pid (exec_inspect's Pid is the host's) before becoming the shell.
@@ -1232,7 +1245,7 @@ class DockerPtys(PtyCapability):
                 ["/bin/sh", "-c", launcher, "sh", *command],
                 stdin=True,
                 tty=True,
-                user=uid_gid,
+                user=f"{uid}:{uid}",
                 workdir=cwd,
                 environment={"TERM": "xterm-256color", "HOME": home, **(env or {})},
             )["Id"]
