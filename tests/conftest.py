@@ -13,6 +13,9 @@ from collections.abc import Callable
 
 import pytest
 
+# The fake E2B/Cube server's fixtures (fake_e2b_server, fake_cube_server, ...).
+pytest_plugins = ["tests.fakes.fixtures"]
+
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 
