@@ -7,6 +7,7 @@ shared per module where a test does not need a fresh one, to keep the suite fast
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import socket
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from e2b import (
+    AsyncSandbox,
     AuthenticationException,
     CommandExitException,
     FilesystemEvent,
@@ -167,6 +169,30 @@ def test_pty_create_input_resize(sbx: Sandbox) -> None:
     text = output.decode(errors="replace")
     assert "33 101" in text
     assert "/dev/pts/" in text
+
+
+@pytest.mark.asyncio
+async def test_async_pty_and_watch_stream(fake_e2b: FakeHandle) -> None:
+    """The terminal consumer's path: AsyncSandbox, pty with on_data and timeout=0."""
+    s = await AsyncSandbox.create("base", **fake_e2b.options())
+    try:
+        output = bytearray()
+        terminal = await s.pty.create(PtySize(rows=20, cols=70), on_data=output.extend, timeout=0)
+        await s.pty.resize(terminal.pid, PtySize(rows=41, cols=121))
+        await s.pty.send_stdin(terminal.pid, b"stty size; exit\n")
+        await terminal.wait()
+        assert "41 121" in output.decode(errors="replace")
+        events: list[FilesystemEvent] = []
+        watcher = await s.files.watch_dir("/tmp", on_event=events.append)  # WatchDir stream
+        await s.files.write("/tmp/streamed.txt", "1")
+        for _ in range(50):
+            if any(e.name == "streamed.txt" for e in events):
+                break
+            await asyncio.sleep(0.1)
+        await watcher.stop()
+        assert any(e.name == "streamed.txt" for e in events)
+    finally:
+        await s.kill()
 
 
 # -- files ---------------------------------------------------------------------------------------
