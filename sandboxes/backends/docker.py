@@ -27,6 +27,7 @@ import secrets
 import select
 import socket
 import tarfile
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -114,8 +115,8 @@ _STATES = {
 }
 
 # Runs every exec in its own session (so a timeout can kill the whole process group) and
-# records the group's id where a second exec can find it. $0 is the pid file.
-_EXEC_WRAPPER = 'echo $$ > "$0"; "$@"; rc=$?; rm -f "$0"; exit $rc'
+# records the group's id where a second exec can find it. $1 is the pid file.
+_EXEC_WRAPPER = 'echo $$ > "$1"; pid_file=$1; shift; "$@"; rc=$?; rm -f "$pid_file"; exit $rc'
 # Waits briefly for the pid file (a very short timeout can beat the wrapper), then kills
 # the whole group. $0 is the pid file.
 _KILL_GROUP = (
@@ -278,15 +279,21 @@ class _ExecStream:
             self.raw.setblocking(True)
 
     def recv(self, max_bytes: int, timeout: float | None) -> bytes:
-        """Up to max_bytes; b"" at end of stream; socket.timeout when nothing came in time."""
+        """Up to max_bytes; b"" at end of stream; TimeoutError when nothing came in time.
+
+        Waits with poll() instead of a socket timeout: the socket stays blocking, so another
+        thread can keep sending stdin on it meanwhile.
+        """
         if self.pending:
             data, self.pending = self.pending[:max_bytes], self.pending[max_bytes:]
             return data
-        self.raw.settimeout(timeout)
+        poller = select.poll()
+        poller.register(self.raw, select.POLLIN | select.POLLHUP | select.POLLERR)
+        if not poller.poll(None if timeout is None else max(int(timeout * 1000), 1)):
+            raise TimeoutError("no data in time")
         return self.raw.recv(max_bytes)
 
     def send_all(self, data: bytes) -> None:
-        self.raw.settimeout(None)
         self.raw.sendall(data)
 
     def close_input(self) -> None:
@@ -294,6 +301,9 @@ class _ExecStream:
             self.raw.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
+        # shutdown() first: it wakes a stdin thread blocked in sendall, close() alone does not.
+        with suppress(OSError):
+            self.raw.shutdown(socket.SHUT_RDWR)
         with suppress(OSError):
             self.raw.close()
 
@@ -678,7 +688,7 @@ class DockerBackend(Backend):
     ) -> ExecResult:
         uid, home = self._exec_user(user)
         pid_file = f"/tmp/.console-exec-{secrets.token_hex(8)}.pid"  # noqa: S108 - inside the sandbox
-        wrapped = ["setsid", "-w", "/bin/sh", "-c", _EXEC_WRAPPER, pid_file, *command]
+        wrapped = ["setsid", "-w", "/bin/sh", "-c", _EXEC_WRAPPER, "sh", pid_file, *command]
         started = time.monotonic()
         with _engine_call(f"exec in sandbox {container_id[:12]}"):
             exec_id = self.api.exec_create(
@@ -692,7 +702,9 @@ class DockerBackend(Backend):
             stream = _ExecStream(self.api.exec_start(exec_id, socket=True))
         try:
             if stdin is not None:
-                self._feed_stdin(stream, stdin)
+                # Fed from a thread: a command that writes while it reads would otherwise
+                # block on its full stdout while we block on its full stdin.
+                threading.Thread(target=self._feed_stdin, args=(stream, stdin), daemon=True).start()
             demux = _Demuxer(max_output_bytes)
             timed_out = not self._pump(stream, demux, started + timeout_s)
         finally:
@@ -721,10 +733,11 @@ class DockerBackend(Backend):
 
     @staticmethod
     def _feed_stdin(stream: _ExecStream, data: bytes) -> None:
-        # A command that exits without reading its input closes the pipe: not our failure.
-        with suppress(BrokenPipeError, ConnectionResetError):
+        # A command that exits without reading its input closes the pipe, and a timeout closes
+        # the socket under us: neither is a failure of the exec.
+        with suppress(OSError):
             stream.send_all(data)
-        stream.close_input()
+            stream.close_input()
 
     @staticmethod
     def _pump(stream: _ExecStream, demux: _Demuxer, deadline: float) -> bool:

@@ -170,6 +170,16 @@ class BackendConformance:
         )
         assert result.stdout.decode().split("\n")[:2] == ["/tmp", "hi there"]
 
+    def test_exec_streams_large_stdin_while_output_flows(self, backend: Backend, sandbox: SandboxInfo) -> None:
+        # cat writes while it reads: stdin and stdout must both keep moving, or both block.
+        payload = bytes(range(256)) * (16 * 1024)  # 4 MiB
+        result = backend.exec(
+            sandbox.sandbox_id, ExecRequest(argv=("cat",), stdin=payload, max_output_bytes=len(payload))
+        )
+        assert result.exit_code == 0
+        assert result.stdout == payload
+        assert not result.truncated
+
     def test_exec_reports_non_zero_exit_and_stderr(self, backend: Backend, sandbox: SandboxInfo) -> None:
         result = backend.exec(sandbox.sandbox_id, shell_request("echo out; echo err >&2; exit 7"))
         assert (result.exit_code, result.stdout, result.stderr) == (7, b"out\n", b"err\n")
