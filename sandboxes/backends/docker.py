@@ -357,7 +357,10 @@ class DockerBackend(Backend):
         super().__init__(config)
         self._client: docker.DockerClient | None = None
         self.network_name = config.options.get("network", DEFAULT_NETWORK)
-        self.api_timeout = int(config.options.get("timeout", DEFAULT_API_TIMEOUT_S))
+        try:
+            self.api_timeout = int(config.options.get("timeout", DEFAULT_API_TIMEOUT_S))
+        except ValueError:
+            raise RemoteError(ErrorKind.INVALID, "option 'timeout' must be a whole number of seconds") from None
         self.base_image = config.options.get("base_image", DEFAULT_BASE_IMAGE)
         # Container ids already checked to be console sandboxes (ids and labels never change).
         self._verified: set[str] = set()

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import docker_missing
+from tests.conftest import require_service
 
 # The conformance suite puts {"test-run": id} in sandbox metadata and snapshot labels; the
 # Docker backend stores metadata as `console.meta.<key>` labels.
@@ -28,8 +28,9 @@ def test_run_id() -> str:
 @pytest.fixture(scope="session")
 def docker_base_image(test_run_id: str) -> Iterator[str]:
     """The base template image (built once if missing; left in place for later runs)."""
-    if docker_missing():
-        pytest.skip(f"needs docker: {docker_missing()}")
+    # Session fixtures run before the function-scoped service check in tests/conftest.py,
+    # so ask it directly: skip locally, fail in CI.
+    require_service("docker")
     import docker
 
     from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE, build_base_image
