@@ -32,6 +32,7 @@ from e2b import (
     SandboxQuery,
     SandboxState,
     ServiceBusyException,
+    TimeoutException,
 )
 
 from tests.fakes.e2b_server import FakeServer
@@ -461,9 +462,18 @@ def test_fault_repeating_page_token(fake_e2b: FakeHandle) -> None:
 
 def test_fault_dropped_stream(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
     fake_e2b.set_fault("drop_stream", path="Process/Start", after_events=1, times=1)
-    with pytest.raises(SandboxException):
+    # Cut after the start event: the SDK probes /health (204) and reports the stream as lost.
+    with pytest.raises(TimeoutException):
         sbx.commands.run("echo never seen; sleep 1")
+    assert fake_e2b.state()["faults"][0]["fired"] == 1
     assert sbx.commands.run("echo fine").stdout == "fine\n"
+
+
+def test_stream_deadline_from_connect_timeout_ms(sbx: Sandbox) -> None:
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutException):
+        sbx.commands.run("sleep 10", timeout=1)
+    assert time.monotonic() - t0 < 5
 
 
 def test_fault_on_envd_rpc_is_rate_limit(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
