@@ -333,6 +333,18 @@ class InboundCapability(abc.ABC):
     def traffic_token(self, sandbox_id: str) -> str | None: ...
 
 
+class VolumesCapability(abc.ABC):
+    """Persistent storage for /workspace that outlives a sandbox (SandboxSpec.workspace_volume).
+
+    A backend without it returns None from `volumes()` and ignores no spec silently: create
+    refuses a `workspace_volume` it cannot honour.
+    """
+
+    @abc.abstractmethod
+    def delete(self, name: str) -> None:
+        """Delete a workspace volume (idempotent; conflict while a sandbox mounts it)."""
+
+
 class PtyHandle(abc.ABC):
     """One interactive shell. Blocking methods; async callers run them in an executor."""
 
@@ -429,6 +441,9 @@ class Backend(abc.ABC):
         return None
 
     def pty(self) -> PtyCapability | None:
+        return None
+
+    def volumes(self) -> VolumesCapability | None:
         return None
 
     def close(self) -> None:

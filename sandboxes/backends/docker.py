@@ -65,6 +65,7 @@ from .base import (
     TemplateBuildSpec,
     TemplateInfo,
     TemplatesCapability,
+    VolumesCapability,
     is_snapshot_id,
 )
 from .docker_image import (
@@ -787,6 +788,9 @@ class DockerBackend(Backend):
     def templates(self) -> TemplatesCapability:
         return DockerTemplates(self)
 
+    def volumes(self) -> VolumesCapability:
+        return DockerVolumes(self)
+
     def pty(self) -> PtyCapability:
         return DockerPtys(self)
 
@@ -1346,3 +1350,13 @@ class DockerPty(PtyHandle):
     def has_pending(self) -> bool:
         """True when read() can answer without waiting on the socket."""
         return bool(self.stream.pending) or bool(select.select([self.stream.raw], [], [], 0)[0])
+
+
+class DockerVolumes(VolumesCapability):
+    """Named volumes as persistent workspaces (one per session)."""
+
+    def __init__(self, backend: DockerBackend) -> None:
+        self.backend = backend
+
+    def delete(self, name: str) -> None:
+        self.backend.delete_volume(name)
