@@ -34,6 +34,7 @@ from sandboxes.backends.base import (
     SandboxState,
     SnapshotsCapability,
     TemplatesCapability,
+    VolumesCapability,
 )
 
 OFFLINE = NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
@@ -104,6 +105,7 @@ class BackendConformance:
             "templates": TemplatesCapability,
             "inbound": InboundCapability,
             "pty": PtyCapability,
+            "volumes": VolumesCapability,
         }
         for name, capability_type in expected.items():
             first, second = getattr(backend, name)(), getattr(backend, name)()

@@ -212,9 +212,13 @@ class TestDockerBackend:
         assert run(backend, second.sandbox_id, "cat /workspace/state.txt; stat -c %u /workspace") == (
             "persisted\n1000\n"
         )
+        volumes = backend.volumes()
+        with pytest.raises(RemoteError) as caught:
+            volumes.delete(volume)
+        assert caught.value.kind == ErrorKind.CONFLICT
         backend.delete(second.sandbox_id)
-        backend.delete_volume(volume)
-        backend.delete_volume(volume)
+        volumes.delete(volume)
+        volumes.delete(volume)
 
     def test_templates_list_excludes_snapshots(
         self, backend: DockerBackend, make_sandbox: SandboxFactory, template_id: str, test_run_id: str
@@ -272,6 +276,26 @@ class TestDockerBackend:
             )
         assert caught.value.kind == ErrorKind.INVALID
         assert engine.api.containers(all=True, filters={"label": f"test-run={test_run_id}"}) == []
+
+    def test_file_owners_and_error_kinds(self, backend: DockerBackend, make_sandbox: SandboxFactory) -> None:
+        info = make_sandbox()
+        files = backend.files()
+        files.write(info.sandbox_id, "/opt/owned-by-root.txt", b"x", user="root")
+        files.write(info.sandbox_id, "/workspace/new/dir/owned-by-user.txt", b"y")
+        owners = run(backend, info.sandbox_id, "stat -c %u /opt/owned-by-root.txt /workspace/new/dir/owned-by-user.txt")
+        assert owners.split() == ["0", "1000"]
+        expected = [
+            (lambda: files.make_dir(info.sandbox_id, "/root/not-yours"), ErrorKind.FORBIDDEN),
+            (lambda: files.remove(info.sandbox_id, "/workspace/missing"), ErrorKind.NOT_FOUND),
+            (lambda: files.read(info.sandbox_id, "/workspace"), ErrorKind.INVALID),
+            (lambda: files.list(info.sandbox_id, "/opt/owned-by-root.txt"), ErrorKind.INVALID),
+            (lambda: files.write(info.sandbox_id, "/", b""), ErrorKind.INVALID),
+            (lambda: files.stat(info.sandbox_id, "workspace"), ErrorKind.INVALID),
+        ]
+        for call, kind in expected:
+            with pytest.raises(RemoteError) as caught:
+                call()
+            assert caught.value.kind == kind, caught.value
 
     def test_pty_runs_a_shell_resizes_and_is_killed(self, backend: DockerBackend, make_sandbox: SandboxFactory) -> None:
         info = make_sandbox()
