@@ -1349,7 +1349,11 @@ class DockerPty(PtyHandle):
 
     def has_pending(self) -> bool:
         """True when read() can answer without waiting on the socket."""
-        return bool(self.stream.pending) or bool(select.select([self.stream.raw], [], [], 0)[0])
+        if self.stream.pending:
+            return True
+        poller = select.poll()
+        poller.register(self.stream.raw, select.POLLIN | select.POLLHUP)
+        return bool(poller.poll(0))
 
 
 class DockerVolumes(VolumesCapability):
