@@ -102,6 +102,7 @@ class Envd:
 
     def _unary(self, req: Request, reply: Reply, sbx: FakeSandbox, user: str) -> None:
         try:
+            self._home(sbx, user)  # unknown user -> unauthenticated, as envd answers
             body = req.json()
             reply.json(200, self.unary[req.path](sbx, user, body))
         except ConnectError as e:
@@ -115,6 +116,10 @@ class Envd:
         # spec/envd/envd.yaml: /files. The user comes from `username`, else basic auth.
         user = req.q("username") or basic_auth_user(req) or DEFAULT_USER
         path = req.q("path")
+        try:
+            self._home(sbx, user)
+        except ConnectError as e:
+            raise HttpError(401, e.message) from e
         try:
             if req.method == "GET":
                 if not path:
@@ -173,9 +178,7 @@ class Envd:
         # spec/envd/process/process.proto: Process.SendInput {process, input{stdin|pty}}
         proc = self._find(sbx, body.get("process") or {})
         data_in = body.get("input") or {}
-        raw = data_in.get("pty") if proc.pty else data_in.get("stdin")
-        if raw is None:
-            raw = data_in.get("stdin") or data_in.get("pty") or ""
+        raw = data_in.get("pty") or data_in.get("stdin") or ""
         if not proc.pty and not proc.stdin_open:
             raise ConnectError("failed_precondition", "stdin is not enabled for this process")
         proc.handle.write(base64.b64decode(raw))
@@ -273,7 +276,8 @@ class Envd:
         is_pty = body.get("pty") is not None
         # envd < 0.3.0 has no stdin flag and keeps stdin open; newer envd closes it unless asked.
         stdin_open = bool(body.get("stdin", True)) and not is_pty
-        cwd = config.get("cwd") or self._home(sbx, user)
+        home = self._home(sbx, user)
+        cwd = config.get("cwd") or home
         handle = self.runtime.start_exec(
             sbx.container_id,
             argv,
@@ -306,9 +310,13 @@ class Envd:
         return proc
 
     def _home(self, sbx: FakeSandbox, user: str) -> str:
+        """The user's home (default cwd, base of relative paths); cached per sandbox.
+        An unknown user is `unauthenticated` (envd: 401 "invalid username")."""
         if user not in sbx.homes:
             result = self.runtime.fs_op(sbx.container_id, user, "home", {})
-            sbx.homes[user] = str(result.get("ok") or "/")
+            if "ok" not in result:
+                raise ConnectError("unauthenticated", f"invalid username: '{user}'")
+            sbx.homes[user] = str(result["ok"])
         return sbx.homes[user]
 
     def _pump(self, sbx: FakeSandbox, proc: FakeProcess) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import socket
 import threading
 import time
@@ -525,8 +524,3 @@ def _namespaced_pid(host_pid: int) -> int:
     except OSError:
         pass
     return host_pid
-
-
-def wait_readable(sock: socket.socket, timeout: float) -> bool:
-    readable, _, _ = select.select([sock], [], [], timeout)
-    return bool(readable)

@@ -140,6 +140,13 @@ def test_commands_run_stdout_stderr_exit_code(sbx: Sandbox) -> None:
     assert sbx.commands.run("id -u", user="root").stdout == "0\n"
 
 
+def test_unknown_user_is_unauthenticated(sbx: Sandbox) -> None:
+    with pytest.raises(AuthenticationException):
+        sbx.commands.run("id", user="ghost")
+    with pytest.raises(AuthenticationException):
+        sbx.files.read("/etc/hostname", user="ghost")
+
+
 def test_commands_stdin(sbx: Sandbox) -> None:
     handle = sbx.commands.run("cat; echo done", background=True, stdin=True)
     sbx.commands.send_stdin(handle.pid, "line one\n")
