@@ -279,7 +279,7 @@ class ControlPlane:
                 continue
             if template and template not in (s.template_id, s.alias):
                 continue
-            if started_after and s.started_at <= started_after:
+            if started_after and s.started_at < started_after:  # "at or after"
                 continue
             out.append(s)
         descending = (req.q("order") or "desc") == "desc"
@@ -493,7 +493,7 @@ class ControlPlane:
         if sandbox_id:
             snaps = [t for t in snaps if t.origin_sandbox_id == sandbox_id]
         if name:
-            snaps = [t for t in snaps if any(n == name or n.endswith("/" + name) for n in t.names)]
+            snaps = [t for t in snaps if t.answers_to(name)]
         snaps.sort(key=lambda t: t.created_at)
         page, headers = self._paginate(req, snaps)
         reply.json(200, [self._snapshot_json(t) for t in page], headers)

@@ -150,12 +150,13 @@ class Lifecycle:
             snapshot_id = "snap-" + secrets.token_hex(8)
             names = [name] if name else []
         else:
-            # spec/openapi.yml SnapshotInfo: e.g. "team-slug/my-snapshot:default".
-            base = name or new_id("snapshot-", 8)
-            if ":" not in base:
-                base += ":default"
-            snapshot_id = f"fake-team/{base}"
-            names = [snapshot_id]
+            # spec/openapi.yml SnapshotInfo: "team-slug/my-snapshot:default" when named,
+            # otherwise the raw template id with its tag ("abc123:default").
+            if name:
+                snapshot_id = f"fake-team/{name if ':' in name else name + ':default'}"
+                names = [snapshot_id]
+            else:
+                snapshot_id, names = new_id() + ":default", []
         with sbx.lock:
             try:
                 image_id = self.runtime.commit(sbx.container_id, snapshot_id_tag(snapshot_id))

@@ -140,6 +140,21 @@ class Template:
     spawn_count: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def answers_to(self, ref: str) -> bool:
+        """E2B accepts a template/snapshot by id or name, with or without the team namespace
+        and the tag (spec/openapi.yml GET /snapshots `name`: "my-snapshot",
+        "my-team/my-snapshot", "my-snapshot:v1")."""
+        return any(ref in _name_forms(ident) for ident in (self.template_id, *self.names))
+
+
+def _name_forms(ident: str) -> set[str]:
+    base, _, tag = ident.partition(":")
+    short = base.rsplit("/", 1)[-1]
+    forms = {ident, base, short}
+    if tag:
+        forms.add(f"{short}:{tag}")
+    return forms
+
 
 @dataclass
 class Fault:
@@ -225,9 +240,8 @@ class Store:
             tpl = self.templates.get(ref)
             if tpl or self.is_cube:
                 return tpl
-            bare = ref.split(":", 1)[0]
             for t in self.templates.values():
-                if ref in t.names or bare in t.names:
+                if t.answers_to(ref):
                     return t
         return None
 

@@ -292,8 +292,18 @@ def test_snapshot_is_usable_as_template(fake_e2b: FakeHandle, sbx: Sandbox) -> N
     sbx.files.write("/workspace/skill.txt", "baked in", user="root")
     snap = sbx.create_snapshot(name="skills")
     assert snap.snapshot_id == "fake-team/skills:default"
-    listed = {x.snapshot_id for x in Sandbox.list_snapshots(**fake_e2b.options()).next_items()}
-    assert snap.snapshot_id in listed
+    unnamed = sbx.create_snapshot()
+    assert unnamed.snapshot_id.endswith(":default")
+    assert unnamed.names == []
+    pages = Sandbox.list_snapshots(sandbox_id=sbx.sandbox_id, limit=1, **fake_e2b.options())
+    listed = {x.snapshot_id for x in pages.next_items()}
+    while pages.has_next:
+        listed |= {x.snapshot_id for x in pages.next_items()}
+    assert {snap.snapshot_id, unnamed.snapshot_id} <= listed
+    with fake_e2b.http() as http:
+        by_name = http.get("/snapshots", params={"name": "skills"}).json()
+    assert [x["snapshotID"] for x in by_name] == [snap.snapshot_id]
+    assert Sandbox.delete_snapshot(unnamed.snapshot_id, **fake_e2b.options()) is True
     child = Sandbox.create(snap.snapshot_id, **fake_e2b.options())
     try:
         assert child.files.read("/workspace/skill.txt") == "baked in"
