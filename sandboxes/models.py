@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.urls import reverse
@@ -76,12 +77,20 @@ class SandboxConfig(models.Model):
         "Link-local and cloud metadata addresses are always refused.",
     )
     backend_version = models.CharField(max_length=100, blank=True, help_text="As reported by the last health check.")
+    is_default = models.BooleanField(
+        default=False, help_text="New sessions of the space run on this config unless they name another."
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["space__name", "name"]
-        constraints = [models.UniqueConstraint(fields=["space", "name"], name="config_name_unique_in_space")]
+        constraints = [
+            models.UniqueConstraint(fields=["space", "name"], name="config_name_unique_in_space"),
+            models.UniqueConstraint(
+                fields=["space"], condition=models.Q(is_default=True), name="one_default_config_per_space"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.get_kind_display()})"
@@ -92,3 +101,117 @@ class SandboxConfig(models.Model):
     @property
     def has_api_key(self) -> bool:
         return bool(self.api_key_encrypted)
+
+
+class SessionState(models.TextChoices):
+    NEW = "new", "New"
+    RUNNING = "running", "Running"
+    PAUSED = "paused", "Paused"
+    STOPPED = "stopped", "Stopped"
+    GONE = "gone", "Gone"
+
+
+class Session(models.Model):
+    """An agent session: one sandbox, kept across turns, idled when unused.
+
+    The authoritative session -> sandbox binding lives in the session store (Redis);
+    `sandbox_id`, `state` and `binding_version` here are the last values seen, for pages
+    and queries, never for decisions.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="sessions")
+    # RESTRICT: a config cannot go while sessions use it, but a space deletion takes both.
+    config = models.ForeignKey(SandboxConfig, on_delete=models.RESTRICT, related_name="sessions")
+    key = models.CharField(max_length=128, help_text="The agent platform's own session id.")
+    sandbox_id = models.CharField(max_length=128, blank=True)
+    template_id = models.CharField(max_length=255, blank=True)
+    state = models.CharField(max_length=16, choices=SessionState.choices, default=SessionState.NEW)
+    binding_version = models.PositiveIntegerField(default=0)
+    stale_at = models.DateTimeField(null=True, blank=True, help_text="Sandboxes bound before this are stale.")
+    traffic_token_encrypted = models.TextField(blank=True)
+    last_activity = models.DateTimeField(null=True, blank=True, db_index=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-last_activity", "-created"]
+        constraints = [models.UniqueConstraint(fields=["space", "key"], name="session_key_unique_in_space")]
+
+    def __str__(self) -> str:
+        return f"session {self.key} in {self.space}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("sandboxes:session_detail", kwargs={"session_id": self.id})
+
+    @property
+    def workspace_volume(self) -> str:
+        """The persistent /workspace of this session (where the backend keeps one)."""
+        return f"sandbox-console-ws-{self.id}"
+
+
+class SessionImage(models.Model):
+    """The snapshot a space's new sessions start from on one config (a skill image).
+
+    Written by the skills app through `sandboxes.services.do_set_session_image`, so the
+    runtime never imports skills. A pointer whose fingerprint no longer matches its config's
+    backend account is ignored and sessions fall back to the config's default template.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="session_images")
+    config = models.ForeignKey(SandboxConfig, on_delete=models.CASCADE, related_name="session_images")
+    snapshot_id = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    label = models.CharField(max_length=200, blank=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["space", "config"], name="one_session_image_per_config")]
+
+    def __str__(self) -> str:
+        return f"{self.snapshot_id} for {self.space} on {self.config}"
+
+
+class ApiToken(models.Model):
+    """A per-space token for the agent API. Only its SHA-256 is stored; shown once."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The first characters, to recognise a token.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    last_used = models.DateTimeField(null=True, blank=True)
+    revoked = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked is None
+
+
+class Artifact(models.Model):
+    """A file collected from a session's /workspace/output at the end of a turn."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="artifacts")
+    collection = models.UUIDField(help_text="One collect_artifacts call.")
+    path = models.CharField(max_length=1024)
+    size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    file = models.FileField(upload_to="artifacts/", max_length=1024)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "path"]
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.size} bytes)"

@@ -154,3 +154,22 @@ LOGGING = {
 
 # The embedded console serves /static/ itself through Daphne (see console/asgi.py).
 SERVE_STATIC = env_bool("SERVE_STATIC", True)
+
+# Session workspaces and artifacts.
+WORKSPACE_UPLOAD_MAX_BYTES = int(os.environ.get("WORKSPACE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024))
+WORKSPACE_READ_MAX_BYTES = int(os.environ.get("WORKSPACE_READ_MAX_BYTES", 10 * 1024 * 1024))
+ARTIFACT_MAX_FILES = int(os.environ.get("ARTIFACT_MAX_FILES", 200))
+ARTIFACT_MAX_FILE_BYTES = int(os.environ.get("ARTIFACT_MAX_FILE_BYTES", 50 * 1024 * 1024))
+ARTIFACT_MAX_TOTAL_BYTES = int(os.environ.get("ARTIFACT_MAX_TOTAL_BYTES", 200 * 1024 * 1024))
+
+# --- Skills (skills/archives.py; docs/skills.md) ------------------------------------------
+# Caps on one skill import. Official skills reach 83 files / 5.5 MB; defaults sit well above.
+SKILL_ARCHIVE_MAX_BYTES = int(os.environ.get("SKILL_ARCHIVE_MAX_BYTES", 20 * 1024 * 1024))
+SKILL_MAX_FILES = int(os.environ.get("SKILL_MAX_FILES", 1000))
+SKILL_MAX_UNCOMPRESSED_BYTES = int(os.environ.get("SKILL_MAX_UNCOMPRESSED_BYTES", 100 * 1024 * 1024))
+SKILL_MAX_COMPRESSION_RATIO = int(os.environ.get("SKILL_MAX_COMPRESSION_RATIO", 100))
+# Uploads above 2.5 MiB stream to a temporary file, never held in memory whole; the skill
+# import view stops reading an upload past SKILL_ARCHIVE_MAX_BYTES. Non-file form fields stay
+# small (file data does not count towards DATA_UPLOAD_MAX_MEMORY_SIZE).
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440

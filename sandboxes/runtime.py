@@ -1,0 +1,473 @@
+"""The session runtime: the one place that turns a session key into a live sandbox.
+
+The API, the UI, tasks and the terminal all call `resolve()` and the functions below; none
+of them talks to a backend about sessions directly.
+
+resolve(space, key):
+  fast path   binding hit -> connect (resumes a paused or stopped sandbox) -> return
+  slow path   (miss, bound sandbox gone, or a stale sandbox that may be rebuilt now)
+              take the session's lifecycle lock -> re-read the binding -> claim an existing
+              sandbox by metadata (oldest wins, duplicates deleted) -> only then create one
+              from the effective template with the space's network switches sent
+              explicitly -> write the binding (SET NX)
+
+Stale and the turn lease: a stale sandbox (bound before the session's stale time) is
+rebuilt at once when no turn is in flight; within a turn only the first resolve may rebuild
+(it consumes the turn's one-shot ticket); when the lease cannot be read, a turn is assumed
+in flight and nothing is torn down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from console.crypto import decrypt, encrypt
+from console.models import Space
+from console.services import SYSTEM, Actor, ServiceError, record_audit
+
+from .backends import build_backend
+from .backends.base import (
+    META_BINDING_VERSION,
+    META_INSTALLATION,
+    META_SESSION,
+    META_SPACE,
+    Backend,
+    ErrorKind,
+    ExecRequest,
+    ExecResult,
+    ListQuery,
+    RemoteError,
+    Resources,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+)
+from .binding import (
+    LOCK_TTL_MS,
+    TURN_TTL_S,
+    Binding,
+    SessionStore,
+    SessionStoreUnavailable,
+    binding_key,
+    get_store,
+    lifecycle_lock,
+    lock_key,
+    now_iso,
+    turn_key,
+)
+from .models import SandboxConfig, Session, SessionImage, SessionState
+from .services import backend_config_for, network_spec_for
+
+GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
+ACTIVITY_WRITE_INTERVAL = timedelta(seconds=30)
+WORKSPACE = "/workspace"
+HOLDER = f"{socket.gethostname()}:{os.getpid()}"
+
+# --- Backends, cached per config --------------------------------------------------------
+
+_backends: dict[tuple[str, datetime], Backend] = {}
+_backends_lock = threading.Lock()
+
+
+def backend_for(config: SandboxConfig) -> Backend:
+    """A long-lived backend per config version (connection pools are reused across calls)."""
+    key = (str(config.pk), config.updated)
+    with _backends_lock:
+        backend = _backends.get(key)
+        if backend is None:
+            for stale in [k for k in _backends if k[0] == key[0]]:
+                _backends.pop(stale).close()
+            backend = build_backend(backend_config_for(config))
+            _backends[key] = backend
+    return backend
+
+
+# --- Effective template -----------------------------------------------------------------
+
+
+def config_fingerprint(config: SandboxConfig) -> str:
+    """SHA-256 over provider, endpoint and credential: which backend account holds a snapshot."""
+    material = "\n".join([config.kind, config.endpoint, config.domain, decrypt(config.api_key_encrypted)])
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class EffectiveTemplate:
+    template_id: str
+    source: str  # "skill image" | "default template"
+    note: str = ""
+
+
+def effective_template(space: Space, config: SandboxConfig) -> EffectiveTemplate:
+    """The space's current skill image on this config when valid, else the default template."""
+    image = SessionImage.objects.filter(space=space, config=config).first()
+    if image is None:
+        return EffectiveTemplate(config.default_template, "default template")
+    if image.fingerprint != config_fingerprint(config):
+        return EffectiveTemplate(
+            config.default_template,
+            "default template",
+            f"the skill image {image.snapshot_id} belongs to another backend account; "
+            "sessions start from the default template",
+        )
+    return EffectiveTemplate(image.snapshot_id, "skill image", image.label)
+
+
+# --- Sessions ---------------------------------------------------------------------------
+
+
+def default_config(space: Space) -> SandboxConfig:
+    config = SandboxConfig.objects.filter(space=space, is_default=True).first()
+    if config is None:
+        config = SandboxConfig.objects.filter(space=space).order_by("created").first()
+    if config is None:
+        raise ServiceError(f"Space {space.name} has no sandbox config: create one first.")
+    return config
+
+
+def get_or_create_session(
+    space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
+) -> Session:
+    session = Session.objects.select_related("config", "space").filter(space=space, key=key).first()
+    if session is not None:
+        return session
+    config = config or default_config(space)
+    try:
+        with transaction.atomic():
+            session = Session.objects.create(space=space, key=key, config=config)
+            record_audit(
+                actor,
+                "session.create",
+                space=space,
+                target_type="session",
+                target_id=session.id,
+                details={"key": key, "config": config.name},
+            )
+    except IntegrityError:
+        pass  # another process created it first
+    return Session.objects.select_related("config", "space").get(space=space, key=key)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    session: Session
+    sandbox: SandboxInfo
+    binding: Binding
+    action: str  # bound | claimed | created | rebuilt
+
+
+class Runtime:
+    """Resolve and manage sessions against one session store (the process's by default)."""
+
+    def __init__(self, store: SessionStore | None = None, *, lock_ttl_ms: int = LOCK_TTL_MS) -> None:
+        self.store = store or get_store()
+        self.lock_ttl_ms = lock_ttl_ms
+
+    # Keys -----------------------------------------------------------------------------
+
+    @staticmethod
+    def keys(session: Session) -> tuple[str, str, str]:
+        return (
+            binding_key(session.space_id, session.key),
+            lock_key(session.space_id, session.key),
+            turn_key(session.space_id, session.key),
+        )
+
+    # Turns ------------------------------------------------------------------------------
+
+    def begin_turn(self, session: Session) -> None:
+        """A new turn: its first resolve may rebuild a stale sandbox (one-shot ticket)."""
+        self.store.begin_turn(self.keys(session)[2], TURN_TTL_S)
+
+    def end_turn(self, session: Session) -> None:
+        self.store.end_turn(self.keys(session)[2])
+
+    def rebuild_allowed(self, session: Session, bound_at: datetime) -> bool:
+        """Whether a sandbox bound at `bound_at` must be rebuilt by this resolve."""
+        stale = session.stale_at is not None and bound_at < session.stale_at
+        tkey = self.keys(session)[2]
+        try:
+            lease = self.store.turn_lease(tkey)
+            if not lease.in_flight:
+                return stale
+            # The first resolve of the turn consumes the ticket whether or not it rebuilds,
+            # so a sandbox that goes stale mid-turn stays until the next turn.
+            first_of_turn = lease.ticket_unused and self.store.consume_ticket(tkey)
+        except SessionStoreUnavailable:
+            return False  # cannot read the lease: assume a turn is in flight, tear nothing down
+        return stale and first_of_turn
+
+    # Resolve ----------------------------------------------------------------------------
+
+    def resolve(
+        self, space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
+    ) -> Resolved:
+        session = get_or_create_session(space, key, config=config, actor=actor)
+        return self.resolve_session(session)
+
+    def resolve_session(self, session: Session) -> Resolved:
+        bkey, _, _ = self.keys(session)
+        binding = self.store.get_binding(bkey)
+        if binding is not None:
+            rebuild = self.rebuild_allowed(session, binding.created_at)
+            if not rebuild:
+                info = self._connect(session, binding)
+                if info is not None:
+                    return self._finish(session, info, binding, "bound")
+            return self._slow_path(session, rebuild=rebuild)
+        return self._slow_path(session, rebuild=False)
+
+    def _connect(self, session: Session, binding: Binding) -> SandboxInfo | None:
+        try:
+            return backend_for(session.config).connect(binding.sandbox_id)
+        except RemoteError as exc:
+            if exc.kind in GONE_KINDS:
+                return None
+            raise
+
+    def _slow_path(self, session: Session, *, rebuild: bool) -> Resolved:
+        bkey, lkey, _ = self.keys(session)
+        backend = backend_for(session.config)
+        with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms):
+            session.refresh_from_db(fields=["stale_at", "binding_version"])
+            binding = self.store.get_binding(bkey)
+            if binding is not None:
+                fresh = session.stale_at is None or binding.created_at >= session.stale_at
+                if not rebuild or fresh:
+                    info = self._connect(session, binding)
+                    if info is not None:
+                        return self._finish(session, info, binding, "bound")
+                else:
+                    self._delete_quietly(backend, binding.sandbox_id)
+                self.store.delete_binding_if(bkey, binding)
+            previous_version = max(binding.version if binding else 0, session.binding_version)
+            claimed = self._claim(session, backend, rebuild=rebuild)
+            if claimed is not None:
+                info, version = claimed
+                action = "claimed"
+            else:
+                info, version = self._create(session, backend, previous_version + 1), previous_version + 1
+                action = "rebuilt" if rebuild or binding is not None else "created"
+            bound = Binding(
+                sandbox_id=info.sandbox_id, version=version, config_id=str(session.config_id), created=now_iso()
+            )
+            if not self.store.set_binding_if_absent(bkey, bound):
+                raise RemoteError(ErrorKind.CONFLICT, "another writer bound this session without its lock")
+            return self._finish(session, info, bound, action)
+
+    def _claim(self, session: Session, backend: Backend, *, rebuild: bool) -> tuple[SandboxInfo, int] | None:
+        """Adopt a sandbox this console created for the session (oldest wins)."""
+        query = ListQuery(metadata=self.session_metadata(session))
+        found = [s for s in backend.iter_sandboxes(query) if s.state != SandboxState.GONE]
+        found.sort(key=lambda s: (s.started_at is None, s.started_at or timezone.now()))
+        if rebuild and session.stale_at is not None:
+            # Rebuilding for staleness: what was created before the stale time goes too.
+            keep = [s for s in found if s.started_at is not None and s.started_at >= session.stale_at]
+            for old in found:
+                if old not in keep:
+                    self._delete_quietly(backend, old.sandbox_id)
+            found = keep
+        if not found:
+            return None
+        winner, duplicates = found[0], found[1:]
+        for duplicate in duplicates:
+            self._delete_quietly(backend, duplicate.sandbox_id)
+        info = backend.connect(winner.sandbox_id)
+        version = int(winner.metadata.get(META_BINDING_VERSION, "0") or 0)
+        return info, version
+
+    def _create(self, session: Session, backend: Backend, version: int) -> SandboxInfo:
+        config = session.config
+        template = effective_template(session.space, config)
+        spec = SandboxSpec(
+            template_id=template.template_id,
+            network=network_spec_for(session.space),
+            metadata={**self.session_metadata(session), META_BINDING_VERSION: str(version)},
+            resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
+            timeout_s=config.idle_timeout_s,
+            auto_pause=True,
+            auto_resume=True,
+            workspace_volume=session.workspace_volume
+            if config.persistent_workspace and backend.volumes() is not None
+            else None,
+        )
+        info = backend.create(spec)
+        try:
+            backend.exec(info.sandbox_id, PREPARE_WORKSPACE)
+        except RemoteError:
+            self._delete_quietly(backend, info.sandbox_id)
+            raise
+        Session.objects.filter(pk=session.pk).update(
+            template_id=template.template_id,
+            traffic_token_encrypted=encrypt(info.traffic_token or ""),
+        )
+        record_audit(
+            SYSTEM,
+            "session.sandbox_create",
+            space=session.space,
+            target_type="session",
+            target_id=session.id,
+            details={"sandbox_id": info.sandbox_id, "template": template.template_id, "version": version},
+        )
+        return info
+
+    @staticmethod
+    def session_metadata(session: Session) -> dict[str, str]:
+        return {
+            META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID,
+            META_SPACE: str(session.space_id),
+            META_SESSION: session.key,
+        }
+
+    @staticmethod
+    def _delete_quietly(backend: Backend, sandbox_id: str) -> None:
+        with contextlib.suppress(RemoteError):  # the reaper removes what is left
+            backend.delete(sandbox_id)
+
+    def _finish(self, session: Session, info: SandboxInfo, binding: Binding, action: str) -> Resolved:
+        now = timezone.now()
+        changes: dict[str, object] = {}
+        if session.sandbox_id != info.sandbox_id:
+            changes["sandbox_id"] = info.sandbox_id
+        if session.binding_version != binding.version:
+            changes["binding_version"] = binding.version
+        if session.state != SessionState.RUNNING:
+            changes["state"] = SessionState.RUNNING
+        if session.last_activity is None or now - session.last_activity > ACTIVITY_WRITE_INTERVAL:
+            changes["last_activity"] = now
+        if changes:
+            Session.objects.filter(pk=session.pk).update(**changes)
+            for name, value in changes.items():
+                setattr(session, name, value)
+        return Resolved(session=session, sandbox=info, binding=binding, action=action)
+
+    # Operations ---------------------------------------------------------------------------
+
+    def exec(self, session: Session, request: ExecRequest) -> ExecResult:
+        resolved = self.resolve_session(session)
+        return backend_for(session.config).exec(resolved.sandbox.sandbox_id, request)
+
+    def pause(self, session: Session, *, actor: Actor) -> SandboxInfo:
+        binding = self.store.get_binding(self.keys(session)[0])
+        if binding is None:
+            raise ServiceError("This session has no sandbox to pause.")
+        info = backend_for(session.config).pause(binding.sandbox_id)
+        state = SessionState.STOPPED if info.state == SandboxState.STOPPED else SessionState.PAUSED
+        with transaction.atomic():
+            Session.objects.filter(pk=session.pk).update(state=state)
+            record_audit(
+                actor,
+                "session.pause",
+                space=session.space,
+                target_type="session",
+                target_id=session.id,
+                details={"sandbox_id": binding.sandbox_id, "state": state},
+            )
+        session.state = state
+        return info
+
+    def resume(self, session: Session, *, actor: Actor) -> Resolved:
+        resolved = self.resolve_session(session)
+        record_audit(
+            actor,
+            "session.resume",
+            space=session.space,
+            target_type="session",
+            target_id=session.id,
+            details={"sandbox_id": resolved.sandbox.sandbox_id, "action": resolved.action},
+        )
+        return resolved
+
+    def rebuild(self, session: Session, *, actor: Actor) -> Resolved:
+        """Replace the sandbox now (the persistent workspace, if any, is kept)."""
+        bkey, lkey, _ = self.keys(session)
+        backend = backend_for(session.config)
+        with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms):
+            binding = self.store.get_binding(bkey)
+            if binding is not None:
+                self._delete_quietly(backend, binding.sandbox_id)
+                self.store.delete_binding_if(bkey, binding)
+            for leftover in backend.iter_sandboxes(ListQuery(metadata=self.session_metadata(session))):
+                self._delete_quietly(backend, leftover.sandbox_id)
+        resolved = self.resolve_session(session)
+        record_audit(
+            actor,
+            "session.rebuild",
+            space=session.space,
+            target_type="session",
+            target_id=session.id,
+            details={"sandbox_id": resolved.sandbox.sandbox_id, "version": resolved.binding.version},
+        )
+        return resolved
+
+    def delete(self, session: Session, *, actor: Actor) -> None:
+        """Delete the session, its sandboxes, its binding and its persistent workspace."""
+        bkey, lkey, tkey = self.keys(session)
+        backend = backend_for(session.config)
+        with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms):
+            binding = self.store.get_binding(bkey)
+            if binding is not None:
+                backend.delete(binding.sandbox_id)
+                self.store.delete_binding_if(bkey, binding)
+            for leftover in backend.iter_sandboxes(ListQuery(metadata=self.session_metadata(session))):
+                backend.delete(leftover.sandbox_id)
+            volumes = backend.volumes()
+            if volumes is not None:
+                volumes.delete(session.workspace_volume)
+            self.store.end_turn(tkey)
+            with transaction.atomic():
+                record_audit(
+                    actor,
+                    "session.delete",
+                    space=session.space,
+                    target_type="session",
+                    target_id=session.id,
+                    details={"key": session.key},
+                )
+                for artifact in session.artifacts.all():
+                    artifact.file.delete(save=False)
+                session.delete()
+
+    def inspect(self, session: Session) -> dict[str, object]:
+        """What the binding inspector shows; each part tolerates an unavailable store."""
+        bkey, lkey, tkey = self.keys(session)
+        report: dict[str, object] = {"store": self.store.name}
+        try:
+            binding = self.store.get_binding(bkey)
+            report["binding"] = binding
+            report["lock_holder"] = self.store.lock_holder(lkey)
+            report["turn"] = self.store.turn_lease(tkey)
+        except SessionStoreUnavailable as exc:
+            report["error"] = exc.message
+        report["traffic_token_present"] = bool(session.traffic_token_encrypted)
+        return report
+
+    def traffic_token(self, session: Session) -> str:
+        return decrypt(session.traffic_token_encrypted)
+
+
+# The workspace layout every new sandbox gets: input/ read-only to the session user.
+PREPARE_WORKSPACE = ExecRequest(
+    shell=(
+        "mkdir -p /workspace/input /workspace/output"
+        " && chown root:root /workspace/input && chmod 0755 /workspace/input"
+        " && chown 1000:1000 /workspace /workspace/output"
+    ),
+    user="root",
+    timeout_s=30,
+)
+
+
+def mark_space_stale(space: Space) -> int:
+    """Declare every session of the space stale (e.g. a new skill image); returns how many."""
+    return Session.objects.filter(space=space).update(stale_at=timezone.now())

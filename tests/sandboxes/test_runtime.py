@@ -1,0 +1,448 @@
+"""The session runtime against the real Docker engine and real Redis servers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+
+from console.services import SYSTEM
+from sandboxes.backends.base import META_INSTALLATION, META_SESSION, ExecRequest, ListQuery, SandboxState
+from sandboxes.binding import (
+    Binding,
+    MemorySessionStore,
+    RedisSessionStore,
+    SessionStore,
+    SessionStoreUnavailable,
+    now_iso,
+)
+from sandboxes.models import SandboxConfig, Session
+from sandboxes.runtime import Runtime, backend_for, mark_space_stale
+from tests.conftest import REDIS_URL
+from tests.factories import make_config
+from tests.personas import World
+
+# --- A private Redis server the test may stop and restart ---------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """A real redis-server on a free loopback port, with no persistence (a restart loses data)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    if not (shutil.which("redis-server") or os.path.exists("/usr/bin/redis-server")):
+        pytest.skip("needs the redis-server binary")
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- Stores: the same semantics in Redis and in memory ------------------------------------
+
+
+@pytest.fixture(params=["redis", "memory"])
+def store(request: pytest.FixtureRequest) -> SessionStore:
+    if request.param == "redis":
+        from tests.conftest import require_service
+
+        require_service("redis")
+        return RedisSessionStore(REDIS_URL)
+    return MemorySessionStore()
+
+
+def test_binding_is_set_once_and_removed_only_by_its_owner(store: SessionStore) -> None:
+    key = f"test:binding:{time.monotonic_ns()}"
+    first = Binding("sbx-1", 1, "cfg", now_iso())
+    second = Binding("sbx-2", 2, "cfg", now_iso())
+    assert store.set_binding_if_absent(key, first)
+    assert not store.set_binding_if_absent(key, second)
+    assert store.get_binding(key) == first
+    assert not store.delete_binding_if(key, second)
+    assert store.delete_binding_if(key, first)
+    assert store.get_binding(key) is None
+
+
+def test_lock_is_token_owned_and_leased(store: SessionStore) -> None:
+    key = f"test:lock:{time.monotonic_ns()}"
+    assert store.acquire_lock(key, "a", 300)
+    assert not store.acquire_lock(key, "b", 300)
+    assert not store.release_lock(key, "b")
+    assert store.renew_lock(key, "a", 300)
+    assert not store.renew_lock(key, "b", 300)
+    time.sleep(0.45)
+    assert store.lock_holder(key) is None  # the lease ran out
+    assert store.acquire_lock(key, "b", 300)
+    assert store.release_lock(key, "b")
+
+
+def test_turn_ticket_is_one_shot_and_the_turn_expires(store: SessionStore) -> None:
+    key = f"test:turn:{time.monotonic_ns()}"
+    assert not store.turn_lease(key).in_flight
+    store.begin_turn(key, 1)
+    assert store.turn_lease(key).ticket_unused
+    assert store.consume_ticket(key)
+    assert not store.consume_ticket(key)
+    lease = store.turn_lease(key)
+    assert lease.in_flight
+    assert not lease.ticket_unused
+    time.sleep(2.1)
+    assert not store.turn_lease(key).in_flight  # a leaked turn expires by itself
+
+
+# --- The runtime on Docker ------------------------------------------------------------------
+
+
+@pytest.fixture
+def installation(settings: Any, test_run_id: str) -> str:
+    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}"
+    return str(settings.CONSOLE_INSTALLATION_ID)
+
+
+@pytest.fixture
+def docker_session_config(world: World, docker_base_image: str, installation: str) -> Iterator[SandboxConfig]:
+    config: SandboxConfig = make_config(
+        world.space_a, name="sessions", default_template=docker_base_image, is_default=True
+    )
+    try:
+        yield config
+    finally:
+        backend = backend_for(config)
+        for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: installation})):
+            backend.delete(info.sandbox_id)
+        volumes = backend.volumes()
+        if volumes is not None:
+            for session in Session.objects.filter(config=config):
+                volumes.delete(session.workspace_volume)
+
+
+def sandboxes_of(config: SandboxConfig, key: str) -> list[str]:
+    """Sandboxes on the engine carrying this installation's metadata for session `key`."""
+    from django.conf import settings
+
+    query = ListQuery(metadata={META_SESSION: key, META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})
+    return [info.sandbox_id for info in backend_for(config).iter_sandboxes(query)]
+
+
+def run(runtime: Runtime, session: Session, shell: str, user: str = "user") -> tuple[int, str]:
+    result = runtime.exec(session, ExecRequest(shell=shell, user=user, timeout_s=30))
+    return result.exit_code, (result.stdout + result.stderr).decode()
+
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis]
+
+
+@pytest.fixture
+def runtime() -> Runtime:
+    return Runtime(RedisSessionStore(REDIS_URL))
+
+
+@pytest.mark.django_db
+def test_resolve_creates_once_then_binds_and_resumes(
+    world: World, docker_session_config: SandboxConfig, runtime: Runtime
+) -> None:
+    first = runtime.resolve(world.space_a, "s-basic")
+    assert first.action == "created"
+    again = runtime.resolve(world.space_a, "s-basic")
+    assert again.action == "bound"
+    assert again.sandbox.sandbox_id == first.sandbox.sandbox_id
+    runtime.pause(first.session, actor=SYSTEM)
+    assert backend_for(docker_session_config).get(first.sandbox.sandbox_id).state == SandboxState.PAUSED
+    resumed = runtime.resolve(world.space_a, "s-basic")
+    assert resumed.sandbox.state == SandboxState.RUNNING
+    assert resumed.sandbox.sandbox_id == first.sandbox.sandbox_id
+    assert run(runtime, first.session, "id -u") == (0, "1000\n")
+    assert sandboxes_of(docker_session_config, "s-basic") == [first.sandbox.sandbox_id]
+
+
+@pytest.mark.django_db
+def test_a_gone_sandbox_is_replaced_and_keeps_the_workspace(
+    world: World, docker_session_config: SandboxConfig, runtime: Runtime
+) -> None:
+    first = runtime.resolve(world.space_a, "s-gone")
+    assert run(runtime, first.session, "echo kept > /workspace/notes.txt")[0] == 0
+    backend_for(docker_session_config).delete(first.sandbox.sandbox_id)
+    second = runtime.resolve(world.space_a, "s-gone")
+    assert second.sandbox.sandbox_id != first.sandbox.sandbox_id
+    assert second.binding.version == first.binding.version + 1
+    assert run(runtime, second.session, "cat /workspace/notes.txt") == (0, "kept\n")
+
+
+@pytest.mark.django_db
+def test_rebuild_keeps_workspace_files_when_persistence_is_on(
+    world: World, docker_session_config: SandboxConfig, runtime: Runtime
+) -> None:
+    first = runtime.resolve(world.space_a, "s-rebuild")
+    run(runtime, first.session, "mkdir -p /workspace/proj && echo 42 > /workspace/proj/answer")
+    rebuilt = runtime.rebuild(first.session, actor=SYSTEM)
+    assert rebuilt.sandbox.sandbox_id != first.sandbox.sandbox_id
+    assert run(runtime, first.session, "cat /workspace/proj/answer") == (0, "42\n")
+    assert sandboxes_of(docker_session_config, "s-rebuild") == [rebuilt.sandbox.sandbox_id]
+
+
+@pytest.mark.django_db
+def test_without_persistence_a_rebuild_starts_clean(
+    world: World, docker_session_config: SandboxConfig, runtime: Runtime
+) -> None:
+    SandboxConfig.objects.filter(pk=docker_session_config.pk).update(persistent_workspace=False)
+    docker_session_config.refresh_from_db()
+    first = runtime.resolve(world.space_a, "s-ephemeral")
+    run(runtime, first.session, "echo gone > /workspace/x")
+    runtime.rebuild(first.session, actor=SYSTEM)
+    assert run(runtime, first.session, "test -e /workspace/x; echo $?") == (0, "1\n")
+
+
+# --- Turn lease scenarios -----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_stale_without_a_turn_rebuilds_at_once(
+    world: World, docker_session_config: SandboxConfig, runtime: Runtime
+) -> None:
+    first = runtime.resolve(world.space_a, "s-stale-now")
+    mark_space_stale(world.space_a)
+    second = runtime.resolve(world.space_a, "s-stale-now")
+    assert second.action == "rebuilt"
+    assert second.sandbox.sandbox_id != first.sandbox.sandbox_id
+    assert runtime.resolve(world.space_a, "s-stale-now").action == "bound"  # fresh now
+
+
+@pytest.mark.django_db
+def test_first_resolve_of_a_turn_rebuilds_and_later_ones_keep(
+    world: World, docker_session_config: SandboxConfig, runtime: Runtime
+) -> None:
+    first = runtime.resolve(world.space_a, "s-turn")
+    mark_space_stale(world.space_a)
+    runtime.begin_turn(first.session)
+    rebuilt = runtime.resolve(world.space_a, "s-turn")
+    assert rebuilt.action == "rebuilt"
+    mark_space_stale(world.space_a)  # stale again, mid-turn
+    kept = runtime.resolve(world.space_a, "s-turn")
+    assert kept.action == "bound"
+    assert kept.sandbox.sandbox_id == rebuilt.sandbox.sandbox_id
+
+
+@pytest.mark.django_db
+def test_stale_mid_turn_waits_for_the_next_turn(
+    world: World, docker_session_config: SandboxConfig, runtime: Runtime
+) -> None:
+    first = runtime.resolve(world.space_a, "s-midturn")
+    runtime.begin_turn(first.session)
+    assert runtime.resolve(world.space_a, "s-midturn").action == "bound"  # consumes the ticket
+    mark_space_stale(world.space_a)
+    assert runtime.resolve(world.space_a, "s-midturn").sandbox.sandbox_id == first.sandbox.sandbox_id
+    runtime.end_turn(first.session)
+    runtime.begin_turn(first.session)
+    assert runtime.resolve(world.space_a, "s-midturn").action == "rebuilt"
+
+
+@pytest.mark.django_db
+def test_an_unreadable_lease_means_a_turn_is_in_flight(
+    world: World, docker_session_config: SandboxConfig, own_redis: RedisServer
+) -> None:
+    runtime = Runtime(RedisSessionStore(own_redis.url, timeout_s=0.5))
+    resolved = runtime.resolve(world.space_a, "s-unreadable")
+    mark_space_stale(world.space_a)
+    resolved.session.refresh_from_db()
+    own_redis.stop()
+    assert runtime.rebuild_allowed(resolved.session, resolved.binding.created_at) is False
+    own_redis.start()
+
+
+# --- Concurrency, store failures and crashes ------------------------------------------------
+
+
+def _resolve_in_child(url: str, space_id: str, key: str, threads: int, out: Any) -> None:
+    connections.close_all()  # never share the parent's database sockets
+    from console.models import Space
+
+    space = Space.objects.get(pk=space_id)
+    results: list[str] = []
+    errors: list[str] = []
+
+    def work() -> None:
+        try:
+            results.append(Runtime(RedisSessionStore(url)).resolve(space, key).sandbox.sandbox_id)
+        except Exception as exc:
+            errors.append(f"{exc.__class__.__name__}: {exc}")
+        finally:
+            connections.close_all()
+
+    pool = [threading.Thread(target=work) for _ in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    out.put((results, errors))
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_fifty_concurrent_resolves_from_several_processes_create_one_sandbox(
+    world: World, docker_session_config: SandboxConfig
+) -> None:
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    connections.close_all()
+    children = [
+        context.Process(target=_resolve_in_child, args=(REDIS_URL, str(world.space_a.id), "s-herd", 10, out))
+        for _ in range(5)
+    ]
+    for child in children:
+        child.start()
+    collected = [out.get(timeout=240) for _ in children]
+    for child in children:
+        child.join(timeout=30)
+    ids = [sandbox for results, _ in collected for sandbox in results]
+    errors = [error for _, errs in collected for error in errs]
+    assert not errors, errors[:3]
+    assert len(ids) == 50
+    assert len(set(ids)) == 1
+    assert sandboxes_of(docker_session_config, "s-herd") == ids[:1]
+
+
+class StopRedisBeforeBinding(RedisSessionStore):
+    """A real Redis store whose server is killed just before the binding is written."""
+
+    def __init__(self, server: RedisServer) -> None:
+        super().__init__(server.url, timeout_s=0.5)
+        self.server = server
+
+    def set_binding_if_absent(self, key: str, binding: Binding) -> bool:
+        self.server.stop()
+        return super().set_binding_if_absent(key, binding)
+
+
+@pytest.mark.django_db
+def test_redis_lost_mid_resolve_then_back_empty_claims_instead_of_creating(
+    world: World, docker_session_config: SandboxConfig, own_redis: RedisServer
+) -> None:
+    with pytest.raises(SessionStoreUnavailable, match="session store unavailable"):
+        Runtime(StopRedisBeforeBinding(own_redis)).resolve(world.space_a, "s-redis-lost")
+    created = sandboxes_of(docker_session_config, "s-redis-lost")
+    assert len(created) == 1  # the sandbox exists, unbound; no duplicate
+    own_redis.start()  # back, with its data lost
+    recovered = Runtime(RedisSessionStore(own_redis.url)).resolve(world.space_a, "s-redis-lost")
+    assert recovered.action == "claimed"
+    assert recovered.sandbox.sandbox_id == created[0]
+    assert sandboxes_of(docker_session_config, "s-redis-lost") == created
+
+
+def _crash_after_create(url: str, space_id: str, key: str) -> None:
+    connections.close_all()
+    from console.models import Space
+
+    class CrashBeforeBinding(RedisSessionStore):
+        def set_binding_if_absent(self, key: str, binding: Binding) -> bool:
+            os._exit(17)  # the process dies between create and binding write
+
+    Runtime(CrashBeforeBinding(url), lock_ttl_ms=1500).resolve(Space.objects.get(pk=space_id), key)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_crash_between_create_and_binding_is_recovered_by_claim(
+    world: World, docker_session_config: SandboxConfig
+) -> None:
+    connections.close_all()
+    child = multiprocessing.get_context("fork").Process(
+        target=_crash_after_create, args=(REDIS_URL, str(world.space_a.id), "s-crash")
+    )
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 17
+    orphan = sandboxes_of(docker_session_config, "s-crash")
+    assert len(orphan) == 1
+    # The crashed holder's lock lease runs out; the next resolve claims the orphan.
+    recovered = Runtime(RedisSessionStore(REDIS_URL), lock_ttl_ms=1500).resolve(world.space_a, "s-crash")
+    assert recovered.action == "claimed"
+    assert recovered.sandbox.sandbox_id == orphan[0]
+
+
+@pytest.mark.django_db
+def test_duplicates_found_by_metadata_are_deleted_oldest_wins(
+    world: World, docker_session_config: SandboxConfig, runtime: Runtime
+) -> None:
+    first = runtime.resolve(world.space_a, "s-dupes")
+    # Lose the binding and plant a second sandbox with the same session metadata.
+    runtime.store.delete_binding_if(runtime.keys(first.session)[0], first.binding)
+    from sandboxes.backends.base import NetworkSpec, SandboxSpec
+
+    extra = backend_for(docker_session_config).create(
+        SandboxSpec(
+            template_id=docker_session_config.default_template,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata=Runtime.session_metadata(first.session),
+        )
+    )
+    claimed = runtime.resolve(world.space_a, "s-dupes")
+    assert claimed.action == "claimed"
+    assert claimed.sandbox.sandbox_id == first.sandbox.sandbox_id
+    assert sandboxes_of(docker_session_config, "s-dupes") == [first.sandbox.sandbox_id]
+    assert extra.sandbox_id not in sandboxes_of(docker_session_config, "s-dupes")
+
+
+@pytest.mark.django_db
+def test_delete_removes_sandbox_binding_and_workspace(
+    world: World, docker_session_config: SandboxConfig, runtime: Runtime
+) -> None:
+    resolved = runtime.resolve(world.space_a, "s-delete")
+    volume = resolved.session.workspace_volume
+    runtime.delete(resolved.session, actor=SYSTEM)
+    assert sandboxes_of(docker_session_config, "s-delete") == []
+    assert runtime.store.get_binding(runtime.keys(resolved.session)[0]) is None
+    assert not Session.objects.filter(pk=resolved.session.pk).exists()
+    import docker
+
+    client = docker.from_env()
+    with pytest.raises(docker.errors.NotFound):
+        client.volumes.get(volume)
