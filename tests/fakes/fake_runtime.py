@@ -464,12 +464,13 @@ class DockerRuntime:
             raise RuntimeFailure(f"path is a directory: {path}", 400)
         if code == 2:
             raise RuntimeFailure(f"file not found: {path}", 404)
-        raise RuntimeFailure(_message(err, f"cannot read {path}"), 403 if code == 1 else 500)
+        # spec/envd/envd.yaml GET /files lists 400/401/404/406/500: anything else is a 500.
+        raise RuntimeFailure(_message(err, f"cannot read {path}"), 500)
 
     def write_file(self, container_id: str, path: str, user: str, data: bytes) -> str:
         code, out, err = self.run_capture(container_id, ["sh", "-c", _WRITE_SCRIPT, "_", path], user=user, stdin=data)
         if code != 0:
-            raise RuntimeFailure(_message(err, f"cannot write {path}"), 403 if code == 1 else 500)
+            raise RuntimeFailure(_message(err, f"cannot write {path}"), 500)
         return out.decode().strip()
 
     def start_watch(self, container_id: str, user: str, args: dict[str, Any]) -> ExecHandle:

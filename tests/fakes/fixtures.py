@@ -12,17 +12,22 @@ Load with ``pytest_plugins = ["tests.fakes.fixtures"]`` in tests/conftest.py.
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import docker
 import httpx
 import pytest
+from docker.errors import DockerException
 
 from tests.fakes.e2b_server import FakeServer
 from tests.fakes.fake_runtime import DEFAULT_IMAGE
+from tests.fakes.fake_state import Personality
 
 RUN_ID = "pytest-" + uuid.uuid4().hex[:10]
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
 class FakeHandle:
@@ -83,17 +88,19 @@ class FakeHandle:
         self._http.close()
 
 
-def _start(personality: str) -> FakeServer:
-    import docker
-    from docker.errors import DockerException
-
+def _start(personality: Personality) -> FakeServer:
     try:
         client = docker.from_env(timeout=10)
         client.ping()
         client.images.get(DEFAULT_IMAGE)
+        client.close()
     except DockerException as e:
-        pytest.skip(f"fake {personality} server needs Docker and {DEFAULT_IMAGE}: {e}")
-    server = FakeServer(personality, run_id=f"{RUN_ID}-{personality}")  # type: ignore[arg-type]
+        problem = f"the fake {personality} server needs Docker and {DEFAULT_IMAGE}: {e}"
+        # Same policy as tests/conftest.py: a missing service skips locally, fails in CI.
+        if IN_CI:
+            pytest.fail(f"[CI] {problem}", pytrace=False)
+        pytest.skip(problem)
+    server = FakeServer(personality, run_id=f"{RUN_ID}-{personality}")
     return server.start()
 
 
