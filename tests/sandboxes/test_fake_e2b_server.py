@@ -580,6 +580,9 @@ def test_cube_data_plane_gone_and_resume_failure(fake_cube: FakeHandle) -> None:
         assert (failed.status_code, failed.headers["Retry-After"]) == (503, "5")
         # Cube's proxy resumes a paused sandbox on traffic.
         assert http.get("/health", headers=envd).status_code == 204
+        # CubeProxy-style routing on the Host header works too.
+        host = {"Host": f"49983-{s.sandbox_id}.cube.app"}
+        assert http.get("/health", headers=host).status_code == 204
         s.kill()
         assert http.get("/health", headers=envd).status_code == 410
 
