@@ -1,1 +1,115 @@
-"""Models of the skills app."""
+"""The skill catalog: skills, their content-addressed versions, and the versions' files.
+
+Skills are platform-wide (not space-scoped). A version is identified by the SHA-256 of its
+content (see `skills.services.content_hash`); its files live in the database as bytes, so an
+import is one transaction and a failure leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import stat
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.urls import reverse
+
+
+class Skill(models.Model):
+    """A skill name in the catalog, pointing at its latest imported version."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    name = models.CharField(max_length=255, unique=True)
+    latest_version = models.ForeignKey(
+        "SkillVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("skills:skill_detail", kwargs={"skill_id": self.id})
+
+
+class SkillVersion(models.Model):
+    """One immutable content of a skill: parsed frontmatter, body, findings, dependencies."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="versions")
+    # SHA-256 over the sorted (path, mode, content) of its files.
+    content_hash = models.CharField(max_length=64, unique=True)
+    # The folder the skill came in (may differ from `name`: a warning, see docs/skills.md).
+    folder_name = models.CharField(max_length=255)
+    description = models.TextField()
+    license = models.TextField(blank=True)
+    compatibility = models.TextField(blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    allowed_tools = models.JSONField(default=list, blank=True)
+    # Frontmatter keys outside the six of the spec, kept for display.
+    extra_frontmatter = models.JSONField(default=dict, blank=True)
+    body = models.TextField(blank=True)
+    # [{"severity": "warning"|"info", "message": str, "line": int|None}]
+    warnings = models.JSONField(default=list, blank=True)
+    # Denormalised from `warnings` so the list page needs no JSON work per row.
+    warning_count = models.PositiveIntegerField(default=0)
+    # {"pip": [{"requirement", "name", "source"}], "npm": [{"name", "version", "source"}], "debian": [str]}
+    dependencies = models.JSONField(default=dict, blank=True)
+    size = models.BigIntegerField(default=0)
+    file_count = models.PositiveIntegerField(default=0)
+    origin = models.CharField(max_length=300, blank=True)
+    created = models.DateTimeField(auto_now_add=True, db_index=True)
+    imported_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    imported_by_name = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["skill", "-created"], name="skill_version_created")]
+
+    def __str__(self) -> str:
+        return f"{self.skill.name} @ {self.short_hash}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("skills:version_detail", kwargs={"version_id": self.id})
+
+    @property
+    def short_hash(self) -> str:
+        return self.content_hash[:12]
+
+
+class SkillFile(models.Model):
+    """One regular file of a version: path inside the skill, permission bits, bytes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    version = models.ForeignKey(SkillVersion, on_delete=models.CASCADE, related_name="files")
+    path = models.CharField(max_length=1024)
+    mode = models.PositiveIntegerField()
+    size = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    is_text = models.BooleanField(default=False)
+    content = models.BinaryField()
+
+    class Meta:
+        ordering = ["path"]
+        constraints = [models.UniqueConstraint(fields=["version", "path"], name="one_skill_file_per_path")]
+
+    def __str__(self) -> str:
+        return self.path
+
+    def get_absolute_url(self) -> str:
+        return reverse("skills:file_detail", kwargs={"file_id": self.id})
+
+    @property
+    def mode_string(self) -> str:
+        """Like `ls -l`: -rwxr-xr-x."""
+        return stat.filemode(stat.S_IFREG | self.mode)
+
+    @property
+    def depth(self) -> int:
+        return self.path.count("/")

@@ -1,0 +1,395 @@
+"""Reading untrusted skill archives (.zip, .skill, tar) and server folders into memory.
+
+Nothing is ever extracted to disk: every entry is checked (name, type, size, ratio) and read
+into a `SkillEntry` (path, mode, bytes). The importer stores the result in one transaction,
+so a refusal at any point leaves nothing behind.
+
+Symlinks and hard links are refused, whether they point inside the skill or not: the
+installer copies plain files, official skills ship none, and refusing them all removes a
+whole class of escapes. The message says whether the link left the skill. Directories are
+not stored (empty folders are dropped); files keep their permission bits, without setuid,
+setgid or sticky.
+"""
+
+from __future__ import annotations
+
+import io
+import lzma
+import os
+import posixpath
+import re
+import stat
+import tarfile
+import zipfile
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from .parsing import Issue, Severity
+
+MIB = 1024 * 1024
+DEFAULT_ARCHIVE_MAX_BYTES = 20 * MIB
+DEFAULT_MAX_FILES = 1000
+DEFAULT_MAX_UNCOMPRESSED_BYTES = 100 * MIB
+DEFAULT_MAX_COMPRESSION_RATIO = 100
+# Small files compress very well without being a threat (a 64 KiB run of spaces is ~1000:1),
+# so the per-entry ratio is only checked above this size.
+RATIO_CHECK_MIN_BYTES = 64 * 1024
+MAX_PATH_LENGTH = 1024
+SYMLINK_TARGET_MAX = 4096
+PERMISSION_BITS = 0o777
+ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tar", ".zip", ".skill")
+# Left out as the reference packager does (package_skill.py), plus macOS resource forks.
+JUNK_DIRS_ANY_DEPTH = frozenset({"__pycache__", "node_modules"})
+JUNK_DIRS_AT_ROOT = frozenset({"evals"})
+JUNK_FILES = frozenset({".DS_Store"})
+ARCHIVE_ROOT_JUNK = frozenset({"__MACOSX", ".DS_Store"})
+
+
+class ArchiveError(ValueError):
+    """A refused archive or folder; `message` is shown to the user as is."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on what one import may contain (settings SKILL_*)."""
+
+    archive_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES
+    max_files: int = DEFAULT_MAX_FILES
+    uncompressed_bytes: int = DEFAULT_MAX_UNCOMPRESSED_BYTES
+    compression_ratio: int = DEFAULT_MAX_COMPRESSION_RATIO
+
+    @classmethod
+    def from_settings(cls) -> Limits:
+        from django.conf import settings
+
+        return cls(
+            archive_bytes=int(getattr(settings, "SKILL_ARCHIVE_MAX_BYTES", DEFAULT_ARCHIVE_MAX_BYTES)),
+            max_files=int(getattr(settings, "SKILL_MAX_FILES", DEFAULT_MAX_FILES)),
+            uncompressed_bytes=int(getattr(settings, "SKILL_MAX_UNCOMPRESSED_BYTES", DEFAULT_MAX_UNCOMPRESSED_BYTES)),
+            compression_ratio=int(getattr(settings, "SKILL_MAX_COMPRESSION_RATIO", DEFAULT_MAX_COMPRESSION_RATIO)),
+        )
+
+
+@dataclass(frozen=True)
+class SkillEntry:
+    """One regular file of a skill: its path inside the skill, permission bits and bytes."""
+
+    path: str
+    mode: int
+    data: bytes
+
+
+@dataclass
+class ExtractedSkill:
+    """A skill read from an archive or folder, before parsing and storage."""
+
+    folder_name: str
+    files: list[SkillEntry]
+    notes: list[Issue] = field(default_factory=list)
+
+    def as_mapping(self) -> dict[str, bytes]:
+        return {entry.path: entry.data for entry in self.files}
+
+
+def human_size(size: int) -> str:
+    if size < 1024:
+        return f"{size} bytes"
+    if size < MIB:
+        return f"{size / 1024:.1f} KiB"
+    return f"{size / MIB:.1f} MiB"
+
+
+# --- Names and modes ---------------------------------------------------------------------
+
+
+def clean_member_path(name: str) -> str:
+    """The member's path relative to the archive root ('' for the root itself), or refuse."""
+    if "\x00" in name:
+        raise ArchiveError(f"{name!r}: refused: the name contains a NUL byte.")
+    if "\\" in name:
+        raise ArchiveError(f"{name!r}: refused: backslashes in names are ambiguous (use '/').")
+    if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
+        raise ArchiveError(f"{name!r}: refused: absolute paths are not allowed in a skill.")
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise ArchiveError(f"{name!r}: refused: the path leaves the skill ('..').")
+    path = "/".join(parts)
+    if len(path) > MAX_PATH_LENGTH:
+        raise ArchiveError(f"{name[:80]!r}...: refused: paths are limited to {MAX_PATH_LENGTH} characters.")
+    return path
+
+
+def refuse_link(path: str, target: str, *, hard: bool = False) -> ArchiveError:
+    kind = "hard link" if hard else "symlink"
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(path), target)) if target else ""
+    if not target or target.startswith("/") or resolved == ".." or resolved.startswith("../"):
+        return ArchiveError(f"{path!r}: refused: a {kind} pointing outside the skill ({target!r}).")
+    return ArchiveError(
+        f"{path!r}: refused: {kind}s are not imported (it points to {target!r} inside the skill); "
+        "replace it with a copy of the file."
+    )
+
+
+def refuse_special(path: str, file_type: int) -> ArchiveError:
+    kinds = {
+        stat.S_IFCHR: "a character device",
+        stat.S_IFBLK: "a block device",
+        stat.S_IFIFO: "a FIFO (named pipe)",
+        stat.S_IFSOCK: "a socket",
+    }
+    kind = kinds.get(file_type, "a special file")
+    return ArchiveError(f"{path!r}: refused: {kind}; only regular files and folders are imported.")
+
+
+def file_mode(raw_mode: int, data: bytes) -> int:
+    """Permission bits without setuid/setgid/sticky; a default when the archive has none."""
+    mode = raw_mode & PERMISSION_BITS
+    if mode == 0:
+        # Archives made on Windows carry no Unix mode: executable when it looks like a script.
+        return 0o755 if data.startswith(b"#!") else 0o644
+    return mode
+
+
+# --- Limits ------------------------------------------------------------------------------
+
+
+def check_archive_size(size: int, limits: Limits) -> None:
+    if size > limits.archive_bytes:
+        raise ArchiveError(
+            f"The archive is {human_size(size)}; the limit is {human_size(limits.archive_bytes)} "
+            "(SKILL_ARCHIVE_MAX_BYTES)."
+        )
+
+
+def check_file_count(count: int, limits: Limits) -> None:
+    if count > limits.max_files:
+        raise ArchiveError(f"The skill has more than {limits.max_files} files (SKILL_MAX_FILES); refused.")
+
+
+def check_total(total: int, limits: Limits) -> None:
+    if total > limits.uncompressed_bytes:
+        raise ArchiveError(
+            f"The skill unpacks to more than {human_size(limits.uncompressed_bytes)} "
+            "(SKILL_MAX_UNCOMPRESSED_BYTES); refused as a possible compression bomb."
+        )
+
+
+def check_ratio(name: str, uncompressed: int, compressed: int, limits: Limits) -> None:
+    if uncompressed < RATIO_CHECK_MIN_BYTES:
+        return
+    ratio = uncompressed / max(compressed, 1)
+    if ratio > limits.compression_ratio:
+        raise ArchiveError(
+            f"{name!r}: refused: it compresses {ratio:.0f}:1, over the limit of {limits.compression_ratio}:1 "
+            "(SKILL_MAX_COMPRESSION_RATIO) that protects against compression bombs."
+        )
+
+
+# --- Archives ----------------------------------------------------------------------------
+
+
+def read_archive(fileobj: IO[bytes], filename: str, limits: Limits) -> ExtractedSkill:
+    """Read a .zip/.skill or a tar (plain, gz, bz2, xz) upload. Raises ArchiveError."""
+    size = _stream_size(fileobj)
+    check_archive_size(size, limits)
+    fileobj.seek(0)
+    if zipfile.is_zipfile(fileobj):
+        fileobj.seek(0)
+        entries = _read_zip(fileobj, limits)
+    else:
+        fileobj.seek(0)
+        entries = _read_tar(fileobj, size, limits)
+    return locate_skill(entries, archive_stem(filename))
+
+
+def _stream_size(fileobj: IO[bytes]) -> int:
+    fileobj.seek(0, io.SEEK_END)
+    return fileobj.tell()
+
+
+def archive_stem(filename: str) -> str:
+    base = posixpath.basename(filename.replace("\\", "/"))
+    for suffix in ARCHIVE_SUFFIXES:
+        if base.lower().endswith(suffix):
+            return base[: -len(suffix)] or "skill"
+    return base or "skill"
+
+
+def _read_zip(fileobj: IO[bytes], limits: Limits) -> list[SkillEntry]:
+    try:
+        with zipfile.ZipFile(fileobj) as archive:
+            infos = archive.infolist()
+            check_file_count(sum(1 for info in infos if not info.is_dir()), limits)
+            check_total(sum(info.file_size for info in infos), limits)
+            return [entry for info in infos if (entry := _zip_entry(archive, info, limits)) is not None]
+    except ArchiveError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError, ValueError) as exc:
+        raise ArchiveError(f"The zip archive is damaged or uses an unsupported feature ({exc}).") from None
+
+
+def _zip_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limits: Limits) -> SkillEntry | None:
+    path = clean_member_path(info.filename)
+    # Unix tools keep st_mode in the high 16 bits; Windows tools leave them 0 (see file_mode).
+    raw_mode = info.external_attr >> 16
+    file_type = stat.S_IFMT(raw_mode)
+    if info.is_dir() or file_type == stat.S_IFDIR or not path:
+        return None
+    if info.flag_bits & 0x1:
+        raise ArchiveError(f"{path!r}: refused: encrypted entries are not supported.")
+    if file_type == stat.S_IFLNK:
+        target = archive.read(info)[:SYMLINK_TARGET_MAX].decode("utf-8", "replace")
+        raise refuse_link(path, target)
+    if file_type not in (0, stat.S_IFREG):
+        raise refuse_special(path, file_type)
+    check_ratio(path, info.file_size, info.compress_size, limits)
+    with archive.open(info) as member:
+        data = member.read(info.file_size + 1)
+    if len(data) != info.file_size:
+        raise ArchiveError(f"{path!r}: refused: its size differs from the size the archive declares.")
+    return SkillEntry(path, file_mode(raw_mode, data), data)
+
+
+def _read_tar(fileobj: IO[bytes], archive_size: int, limits: Limits) -> list[SkillEntry]:
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r:*") as archive:
+            return _tar_entries(archive, archive_size, limits)
+    except ArchiveError:
+        raise
+    except tarfile.ReadError:
+        raise ArchiveError("This is not a zip, .skill or tar archive.") from None
+    except (tarfile.TarError, zlib.error, lzma.LZMAError, EOFError, OSError, ValueError) as exc:
+        raise ArchiveError(f"The tar archive is damaged ({exc}).") from None
+
+
+def _tar_entries(archive: tarfile.TarFile, archive_size: int, limits: Limits) -> list[SkillEntry]:
+    entries: list[SkillEntry] = []
+    count = total = 0
+    # Iterating reads one header at a time, so limits are checked before any data is read.
+    for member in archive:
+        path = clean_member_path(member.name)
+        if member.isdir() or not path:
+            continue
+        count += 1
+        check_file_count(count, limits)
+        if member.issym() or member.islnk():
+            raise refuse_link(path, member.linkname, hard=member.islnk())
+        if not member.isreg():
+            raise refuse_special(path, _tar_file_type(member))
+        total += member.size
+        check_total(total, limits)
+        extracted = archive.extractfile(member)
+        data = extracted.read(member.size + 1) if extracted is not None else b""
+        if len(data) != member.size:
+            raise ArchiveError(f"{path!r}: refused: its size differs from the size the archive declares.")
+        entries.append(SkillEntry(path, file_mode(member.mode, data), data))
+    # A compressed tar has no per-entry sizes, so the ratio is checked for the whole stream.
+    check_ratio("the archive", total, archive_size, limits)
+    return entries
+
+
+def _tar_file_type(member: tarfile.TarInfo) -> int:
+    if member.ischr():
+        return stat.S_IFCHR
+    if member.isblk():
+        return stat.S_IFBLK
+    if member.isfifo():
+        return stat.S_IFIFO
+    return 0
+
+
+# --- Folders on the server ---------------------------------------------------------------
+
+
+def read_folder(folder: str | os.PathLike[str], limits: Limits) -> ExtractedSkill:
+    """Read a skill folder on this server (the folder holds SKILL.md). Raises ArchiveError."""
+    root = Path(folder).resolve()
+    if not root.is_dir():
+        raise ArchiveError(f"{str(folder)!r} is not a folder.")
+    entries: list[SkillEntry] = []
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in sorted(dirnames) + sorted(filenames):
+            full = Path(dirpath) / name
+            relative = full.relative_to(root).as_posix()
+            info = full.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                raise refuse_link(relative, os.readlink(full))
+            if stat.S_ISDIR(info.st_mode):
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                raise refuse_special(relative, stat.S_IFMT(info.st_mode))
+            check_file_count(len(entries) + 1, limits)
+            total += info.st_size
+            check_total(total, limits)
+            data = full.read_bytes()
+            entries.append(SkillEntry(clean_member_path(relative), file_mode(info.st_mode, data), data))
+    return finish_skill(root.name, entries, [])
+
+
+# --- Shape of the skill ------------------------------------------------------------------
+
+
+def locate_skill(entries: list[SkillEntry], fallback_folder: str) -> ExtractedSkill:
+    """Find SKILL.md at the root or in one top-level folder (the .skill shape) and strip it."""
+    entries = [e for e in entries if e.path.split("/", 1)[0] not in ARCHIVE_ROOT_JUNK]
+    paths = {entry.path for entry in entries}
+    if "SKILL.md" in paths:
+        note = Issue(
+            Severity.WARNING,
+            f"SKILL.md is at the archive root, not in a folder; the folder name is taken from the file name "
+            f"({fallback_folder!r}).",
+        )
+        return finish_skill(fallback_folder, entries, [note])
+    tops = {entry.path.split("/", 1)[0] for entry in entries}
+    if len(tops) == 1:
+        top = tops.pop()
+        if f"{top}/SKILL.md" in paths:
+            stripped = [SkillEntry(e.path[len(top) + 1 :], e.mode, e.data) for e in entries if "/" in e.path]
+            return finish_skill(top, stripped, [])
+    raise ArchiveError("No SKILL.md found: put it at the archive root or inside one top-level folder.")
+
+
+def finish_skill(folder_name: str, entries: list[SkillEntry], notes: list[Issue]) -> ExtractedSkill:
+    kept = [entry for entry in entries if not is_junk(entry.path)]
+    dropped = len(entries) - len(kept)
+    if dropped:
+        notes.append(
+            Issue(
+                Severity.INFO,
+                f"Left out {dropped} packaging leftover(s) (__pycache__, node_modules, *.pyc, .DS_Store, evals/).",
+            )
+        )
+    _refuse_duplicates(kept)
+    if not any(entry.path == "SKILL.md" for entry in kept):
+        raise ArchiveError("No SKILL.md found at the root of the skill folder.")
+    kept.sort(key=lambda entry: entry.path)
+    return ExtractedSkill(folder_name=folder_name, files=kept, notes=notes)
+
+
+def is_junk(path: str) -> bool:
+    parts = path.split("/")
+    if parts[0] in JUNK_DIRS_AT_ROOT and len(parts) > 1:
+        return True
+    if any(part in JUNK_DIRS_ANY_DEPTH for part in parts[:-1]):
+        return True
+    return parts[-1] in JUNK_FILES or parts[-1].endswith(".pyc")
+
+
+def _refuse_duplicates(entries: list[SkillEntry]) -> None:
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.path in seen:
+            raise ArchiveError(f"{entry.path!r}: refused: the path appears twice in the archive.")
+        seen.add(entry.path)
+    for path in seen:
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            if "/".join(parts[:depth]) in seen:
+                raise ArchiveError(f"{'/'.join(parts[:depth])!r}: refused: it is both a file and a folder.")

@@ -1,0 +1,73 @@
+"""Import skills from folders or archives on this server, or the bundled examples.
+
+    manage.py import_skill PATH [PATH ...]     # a folder holding SKILL.md, or a .zip/.skill/.tar.gz
+    manage.py import_skill --examples          # every skill under skills/examples/
+
+Each path is imported in its own transaction: one refusal does not undo the others, and the
+command exits non-zero when any path was refused.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from console.services import SYSTEM, Actor, ServiceError
+from skills.services import ImportResult, import_archive, import_folder
+
+EXAMPLES_DIR = Path(__file__).resolve().parent.parent.parent / "examples"
+
+
+def example_folders() -> list[Path]:
+    """The bundled example skills (each a folder with SKILL.md under skills/examples/)."""
+    return sorted(path for path in EXAMPLES_DIR.iterdir() if (path / "SKILL.md").is_file())
+
+
+class Command(BaseCommand):
+    help = "Import skills from folders or archives on this server (--examples: the bundled examples)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("paths", nargs="*", help="skill folders (holding SKILL.md) or .zip/.skill/.tar.gz files")
+        parser.add_argument("--examples", action="store_true", help="import every bundled example skill")
+        parser.add_argument("--user", help="record the import as this user (default: system)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        paths = [Path(p) for p in options["paths"]]
+        if options["examples"]:
+            paths.extend(example_folders())
+        if not paths:
+            raise CommandError("Name at least one path, or pass --examples.")
+        actor = self.actor(options.get("user"))
+        failures = 0
+        for path in paths:
+            try:
+                result = self.import_one(path, actor)
+            except ServiceError as exc:
+                failures += 1
+                self.stderr.write(self.style.ERROR(f"{path}: {exc.message}"))
+                continue
+            style = self.style.SUCCESS if result.created else self.style.NOTICE
+            self.stdout.write(style(f"{path}: {result.message}"))
+            for issue in result.version.warnings if result.created else []:
+                self.stdout.write(f"  {issue['severity']}: {issue['message']}")
+        if failures:
+            raise CommandError(f"{failures} of {len(paths)} path(s) were refused.")
+
+    def actor(self, username: str | None) -> Actor:
+        if not username:
+            return SYSTEM
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise CommandError(f"No user named {username!r}.")
+        return Actor(user=user)
+
+    def import_one(self, path: Path, actor: Actor) -> ImportResult:
+        if path.is_dir():
+            return import_folder(path, actor=actor, origin=f"folder {path.name}")
+        if path.is_file():
+            with path.open("rb") as archive:
+                return import_archive(archive, path.name, actor=actor)
+        raise ServiceError(f"No such file or folder: {path}")

@@ -1,0 +1,242 @@
+"""Writes to the skill catalog, and the read the install pipeline uses.
+
+`do_import_skill` and `do_delete_skill_version` each validate, write in one transaction and
+record exactly one audit row. Re-importing content the catalog already holds changes nothing
+and records no audit row (the result says `created=False`).
+
+`version_files(version)` yields (path, mode, bytes) for the installer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, NamedTuple
+
+from django.db import IntegrityError, transaction
+
+from console.services import Actor, ServiceError, record_audit
+
+from .archives import ArchiveError, ExtractedSkill, Limits, SkillEntry, read_archive, read_folder
+from .dependencies import find_dependencies
+from .models import Skill, SkillFile, SkillVersion
+from .parsing import Issue, ParsedSkill, parse_skill_md
+
+# Files are inserted in batches so a 1000-file skill is a handful of queries.
+FILE_BATCH_SIZE = 100
+
+
+class SkillFileContent(NamedTuple):
+    """One file as the installer copies it."""
+
+    path: str
+    mode: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What an import did: `created` is False when the same content was already there."""
+
+    version: SkillVersion
+    created: bool
+    new_skill: bool
+
+    @property
+    def message(self) -> str:
+        name, short = self.version.skill.name, self.version.short_hash
+        if not self.created:
+            return f"Skill {name} version {short} is already in the catalog; nothing changed."
+        if self.new_skill:
+            return f"Skill {name} imported (version {short})."
+        return f"Skill {name}: new version {short} imported."
+
+
+def content_hash(files: list[SkillEntry]) -> str:
+    """SHA-256 over the files sorted by path: each contributes its path, mode and content.
+
+    Each field is length-prefixed (or fixed-size) so no two different trees hash alike.
+    """
+    digest = hashlib.sha256()
+    for entry in sorted(files, key=lambda e: e.path):
+        path = entry.path.encode("utf-8")
+        digest.update(len(path).to_bytes(4, "big") + path)
+        digest.update(entry.mode.to_bytes(4, "big"))
+        digest.update(hashlib.sha256(entry.data).digest())
+    return digest.hexdigest()
+
+
+def is_text(data: bytes) -> bool:
+    if b"\x00" in data:
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+# --- Import ------------------------------------------------------------------------------
+
+
+def import_archive(fileobj: IO[bytes], filename: str, *, actor: Actor, limits: Limits | None = None) -> ImportResult:
+    """Read an uploaded archive and import it. Raises ServiceError with the refusal."""
+    try:
+        source = read_archive(fileobj, filename, limits or Limits.from_settings())
+    except ArchiveError as exc:
+        raise ServiceError(exc.message) from None
+    return do_import_skill(source, actor=actor, origin=f"upload {os.path.basename(filename)}"[:300])
+
+
+def import_folder(path: str | os.PathLike[str], *, actor: Actor, origin: str = "") -> ImportResult:
+    """Import a skill folder on this server (management command, bundled examples)."""
+    try:
+        source = read_folder(path, Limits.from_settings())
+    except ArchiveError as exc:
+        raise ServiceError(exc.message) from None
+    return do_import_skill(source, actor=actor, origin=(origin or f"folder {path}")[:300])
+
+
+def parse_source(source: ExtractedSkill) -> ParsedSkill:
+    """Parse SKILL.md; raise ServiceError listing every error (with its line)."""
+    skill_md = source.as_mapping()["SKILL.md"]
+    parsed = parse_skill_md(skill_md, folder=source.folder_name)
+    if parsed.errors:
+        lines = "; ".join(f"SKILL.md {issue}" for issue in parsed.errors)
+        raise ServiceError(f"The skill cannot be imported: {lines}")
+    return parsed
+
+
+def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -> ImportResult:
+    """Import a read skill: a new skill, a new version of an existing one, or a no-op."""
+    parsed = parse_source(source)
+    digest = content_hash(source.files)
+    existing = SkillVersion.objects.select_related("skill").filter(content_hash=digest).first()
+    if existing is not None:
+        return ImportResult(existing, created=False, new_skill=False)
+    dependencies = find_dependencies(source.as_mapping(), parsed.metadata)
+    warnings = [*source.notes, *parsed.warnings, *(Issue("warning", text) for text in dependencies.warnings)]
+    try:
+        with transaction.atomic():
+            skill, new_skill = Skill.objects.select_for_update().get_or_create(name=parsed.name)
+            version = SkillVersion.objects.create(
+                skill=skill,
+                content_hash=digest,
+                folder_name=source.folder_name[:255],
+                description=parsed.description,
+                license=parsed.license,
+                compatibility=parsed.compatibility,
+                metadata=parsed.metadata,
+                allowed_tools=parsed.allowed_tools,
+                extra_frontmatter=parsed.extra,
+                body=parsed.body,
+                warnings=[issue.as_dict() for issue in warnings],
+                warning_count=sum(1 for issue in warnings if issue.severity == "warning"),
+                dependencies=dependencies.as_dict(),
+                size=sum(len(entry.data) for entry in source.files),
+                file_count=len(source.files),
+                origin=origin,
+                imported_by=actor.user,
+                imported_by_name=actor.name,
+            )
+            _store_files(version, source.files)
+            skill.latest_version = version
+            skill.save(update_fields=["latest_version", "updated"])
+            record_audit(
+                actor,
+                "skill.import",
+                target_type="skill_version",
+                target_id=version.id,
+                details={
+                    "name": skill.name,
+                    "content_hash": digest,
+                    "new_skill": new_skill,
+                    "file_count": version.file_count,
+                    "size": version.size,
+                    "warnings": version.warning_count,
+                    "origin": origin,
+                },
+            )
+    except IntegrityError:
+        # Someone imported the same content (or created the name) at the same moment.
+        existing = SkillVersion.objects.select_related("skill").filter(content_hash=digest).first()
+        if existing is not None:
+            return ImportResult(existing, created=False, new_skill=False)
+        raise ServiceError("Another import of this skill ran at the same time; try again.") from None
+    return ImportResult(version, created=True, new_skill=new_skill)
+
+
+def _store_files(version: SkillVersion, files: list[SkillEntry]) -> None:
+    rows = [
+        SkillFile(
+            version=version,
+            path=entry.path,
+            mode=entry.mode,
+            size=len(entry.data),
+            sha256=hashlib.sha256(entry.data).hexdigest(),
+            is_text=is_text(entry.data),
+            content=entry.data,
+        )
+        for entry in files
+    ]
+    SkillFile.objects.bulk_create(rows, batch_size=FILE_BATCH_SIZE)
+
+
+# --- Delete ------------------------------------------------------------------------------
+
+
+def do_delete_skill_version(version: SkillVersion, *, actor: Actor) -> Skill | None:
+    """Delete one version. The skill points at its newest remaining version, or goes too.
+
+    Returns the skill, or None when its last version was deleted with it.
+    """
+    with transaction.atomic():
+        skill = Skill.objects.select_for_update().get(pk=version.skill_id)
+        remaining = skill.versions.exclude(pk=version.pk).order_by("-created", "-id").first()
+        record_audit(
+            actor,
+            "skill.delete_version",
+            target_type="skill_version",
+            target_id=version.id,
+            details={"name": skill.name, "content_hash": version.content_hash, "skill_deleted": remaining is None},
+        )
+        if remaining is None:
+            skill.delete()
+            return None
+        if skill.latest_version_id == version.pk:
+            skill.latest_version = remaining
+            skill.save(update_fields=["latest_version", "updated"])
+        SkillVersion.objects.filter(pk=version.pk).delete()
+    return skill
+
+
+# --- Reads -------------------------------------------------------------------------------
+
+
+def version_files(version: SkillVersion) -> Iterator[SkillFileContent]:
+    """The files of a version, sorted by path, as (path, mode, bytes) for the installer.
+
+    Streams one row at a time; each file's bytes are checked against its recorded SHA-256,
+    so storage corruption stops an install instead of landing in an image.
+    """
+    rows = (
+        SkillFile.objects.filter(version=version)
+        .order_by("path")
+        .values_list("path", "mode", "sha256", "content")
+        .iterator(chunk_size=20)
+    )
+    for path, mode, sha256, content in rows:
+        data = bytes(content)
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise ServiceError(f"Stored file {path} of {version} does not match its SHA-256.")
+        yield SkillFileContent(path, mode, data)
+
+
+def spaces_with_skill(skill_ids: list[object]) -> dict[object, list[str]]:
+    """Hook for the install pipeline: {skill id: names of spaces whose image holds it}.
+
+    Installs do not exist yet, so no space holds any skill; the list page shows "—".
+    """
+    return {}

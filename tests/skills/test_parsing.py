@@ -1,0 +1,155 @@
+"""SKILL.md parsing: valid files, warnings (rules official skills break) and errors with lines."""
+
+from __future__ import annotations
+
+import pytest
+
+from skills.parsing import Severity, parse_skill_md
+
+pytestmark = pytest.mark.django_db
+
+LONG_DESCRIPTION = "x" * 1100
+BLOCK_DESCRIPTION = "description: |-\n  " + "word " * 220 + "\n  second line\n"
+
+
+def frontmatter(yaml_text: str, body: str = "# Body\n") -> str:
+    return f"---\n{yaml_text}---\n{body}"
+
+
+MINIMAL = "name: my-skill\ndescription: Does a thing. Use when testing.\nlicense: MIT\n"
+
+VALID = {
+    "minimal": MINIMAL,
+    "all six keys": MINIMAL
+    + "compatibility: Needs Python 3.11\nmetadata:\n  author: team\n  debian-packages: jq\n"
+    + "allowed-tools: Bash(git:*) Read\n",
+    "inline comment": "name: my-skill # the folder name\ndescription: Does a thing.\nlicense: MIT\n",
+    "quoted strings": "name: 'my-skill'\ndescription: \"Does: a thing.\"\nlicense: 'Proprietary. LICENSE.txt'\n",
+}
+
+
+@pytest.mark.parametrize("case", list(VALID))
+def test_valid_frontmatter_has_no_issues(case: str) -> None:
+    parsed = parse_skill_md(frontmatter(VALID[case]), folder="my-skill")
+    assert parsed.issues == []
+    assert parsed.name == "my-skill"
+    assert parsed.description.startswith("Does")
+    assert parsed.body == "# Body\n"
+
+
+def test_all_fields_are_read() -> None:
+    parsed = parse_skill_md(frontmatter(VALID["all six keys"]), folder="my-skill")
+    assert parsed.license == "MIT"
+    assert parsed.compatibility == "Needs Python 3.11"
+    assert parsed.metadata == {"author": "team", "debian-packages": "jq"}
+    assert parsed.allowed_tools == ["Bash(git:*)", "Read"]
+
+
+WARNINGS = {
+    # (frontmatter or whole text, folder, expected message fragment, expected line)
+    "description over 1024 as a |- block": (
+        frontmatter("name: my-skill\nlicense: MIT\n" + BLOCK_DESCRIPTION),
+        "my-skill",
+        "the spec allows 1024",
+        4,
+    ),
+    "name differs from folder": (frontmatter(MINIMAL), "template", "differs from its folder 'template'", 2),
+    "reserved word": (
+        frontmatter("name: claude-helper\ndescription: x\nlicense: MIT\n"),
+        "claude-helper",
+        "reserves",
+        2,
+    ),
+    "not kebab-case": (frontmatter("name: My_Skill\ndescription: x\nlicense: MIT\n"), "My_Skill", "kebab-case", 2),
+    "name over 64": (frontmatter(f"name: {'a' * 70}\ndescription: x\nlicense: MIT\n"), "a" * 70, "kebab-case", 2),
+    "angle brackets": (frontmatter("name: my-skill\ndescription: use <this>\nlicense: MIT\n"), None, "'<' or '>'", 3),
+    "extra key": (frontmatter(MINIMAL + "version: 2\n"), None, "not one of the six", 5),
+    "no licence": (frontmatter("name: my-skill\ndescription: x\n"), None, "No 'license'", None),
+    "empty compatibility": (frontmatter(MINIMAL + "compatibility: ''\n"), None, "non-empty string", 5),
+    "long compatibility": (frontmatter(MINIMAL + f"compatibility: {'c' * 501}\n"), None, "over 500", 5),
+    "metadata value not a string": (frontmatter(MINIMAL + "metadata:\n  count: 3\n"), None, "should be a string", 5),
+    "allowed-tools as a list": (frontmatter(MINIMAL + "allowed-tools: [Read, Bash]\n"), None, "space-separated", 5),
+    "duplicate key": (frontmatter(MINIMAL + "license: Apache-2.0\n"), None, "appears twice", 5),
+    "CRLF": (frontmatter(MINIMAL).replace("\n", "\r\n"), None, "CRLF", 1),
+    "BOM": ("\ufeff" + frontmatter(MINIMAL), None, "byte-order mark", 1),
+}
+
+
+@pytest.mark.parametrize("case", list(WARNINGS))
+def test_rules_real_skills_break_are_warnings(case: str) -> None:
+    text, folder, fragment, line = WARNINGS[case]
+    parsed = parse_skill_md(text, folder=folder)
+    assert parsed.errors == []
+    matching = [issue for issue in parsed.warnings if fragment in issue.message]
+    assert matching, [str(i) for i in parsed.issues]
+    assert matching[0].line == line
+    assert parsed.name
+
+
+def test_crlf_and_bom_are_normalised_before_parsing() -> None:
+    parsed = parse_skill_md(("\ufeff" + frontmatter(MINIMAL, "a\nb\n")).replace("\n", "\r\n").encode())
+    assert parsed.name == "my-skill"
+    assert parsed.body == "a\nb\n"
+
+
+INFOS = {
+    "Claude Code key": (frontmatter(MINIMAL + "disable-model-invocation: true\n"), "specific to Claude Code"),
+    "long body": (frontmatter(MINIMAL, "line\n" * 600), "600 lines"),
+}
+
+
+@pytest.mark.parametrize("case", list(INFOS))
+def test_platform_keys_and_long_bodies_are_info(case: str) -> None:
+    text, fragment = INFOS[case]
+    parsed = parse_skill_md(text)
+    infos = [i for i in parsed.issues if i.severity == Severity.INFO]
+    assert any(fragment in i.message for i in infos), [str(i) for i in parsed.issues]
+    assert parsed.errors == []
+
+
+ERRORS = {
+    # (text, expected message fragment, expected line)
+    "no frontmatter": ("# Just markdown\n", "must start with a frontmatter line", 1),
+    "unterminated frontmatter": ("---\nname: x\ndescription: y\n", "never closed", 1),
+    "invalid YAML": ("---\nname: a\ndescription: b: c\n---\n", "Invalid YAML", 3),
+    "invalid YAML later": ("---\nname: a\ndescription: ok\nlicense: [MIT\n---\n", "Invalid YAML", 4),
+    "list instead of mapping": ("---\n- name: a\n- description: b\n---\n", "must be a YAML mapping", 2),
+    "empty frontmatter": ("---\n---\nbody\n", "is empty", 2),
+    "missing name": ("---\ndescription: b\n---\n", "no 'name'", 2),
+    "name not a string": ("---\ndescription: b\nname: 123\n---\n", "'name' must be a string", 3),
+    "name with a slash": ("---\nname: a/b\ndescription: b\n---\n", "slash", 2),
+    "name with dot-dot": ("---\nname: ..\ndescription: b\n---\n", "'..'", 2),
+    "missing description": ("---\nname: a\n---\n", "no 'description'", 2),
+    "description not a string": ("---\nname: a\ndescription: [x, y]\n---\n", "'description' must be a string", 3),
+    "empty description": ("---\nname: a\ndescription: ''\n---\n", "'description' is empty", 3),
+    "YAML alias": ("---\nname: &n a\ndescription: *n\n---\n", "aliases", 3),
+}
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_unloadable_files_are_errors_with_the_line(case: str) -> None:
+    text, fragment, line = ERRORS[case]
+    parsed = parse_skill_md(text)
+    assert parsed.errors, case
+    error = parsed.errors[0]
+    assert fragment in error.message, str(error)
+    assert error.line == line, str(error)
+    assert f"line {line}" in str(error)
+
+
+def test_invalid_utf8_is_an_error_with_its_line() -> None:
+    parsed = parse_skill_md(b"---\nname: a\ndescription: \xff\xfe\n---\n")
+    assert parsed.errors[0].line == 3
+    assert "UTF-8" in parsed.errors[0].message
+
+
+def test_odd_yaml_values_are_stored_as_json() -> None:
+    parsed = parse_skill_md(frontmatter(MINIMAL + "released: 2026-01-02\nmetadata:\n  when: 2026-01-02\n"))
+    assert parsed.extra == {"released": "2026-01-02"}
+    assert parsed.metadata == {"when": "2026-01-02"}
+
+
+def test_never_raises_on_garbage() -> None:
+    for text in ["", "---", "---\n---", "---\n\x00\n---\n", "---\n!!python/object:os.system x\n---\n", "\n" * 5]:
+        parsed = parse_skill_md(text)
+        assert parsed.errors
