@@ -128,6 +128,7 @@ class Session(models.Model):
     template_id = models.CharField(max_length=255, blank=True)
     state = models.CharField(max_length=16, choices=SessionState.choices, default=SessionState.NEW)
     binding_version = models.PositiveIntegerField(default=0)
+    bound_at = models.DateTimeField(null=True, blank=True, help_text="When the current sandbox was bound.")
     stale_at = models.DateTimeField(null=True, blank=True, help_text="Sandboxes bound before this are stale.")
     traffic_token_encrypted = models.TextField(blank=True)
     last_activity = models.DateTimeField(null=True, blank=True, db_index=True)
@@ -142,6 +143,10 @@ class Session(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("sandboxes:session_detail", kwargs={"session_id": self.id})
+
+    @property
+    def is_stale(self) -> bool:
+        return self.stale_at is not None and (self.bound_at is None or self.bound_at < self.stale_at)
 
     @property
     def workspace_volume(self) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import socket
 import threading
 from dataclasses import dataclass
@@ -135,9 +136,21 @@ def default_config(space: Space) -> SandboxConfig:
     return config
 
 
+SESSION_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+def check_session_key(key: str) -> None:
+    if not SESSION_KEY.match(key):
+        raise ServiceError(
+            "A session key is 1-128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit.",
+            field_errors={"key": ["invalid session key"]},
+        )
+
+
 def get_or_create_session(
     space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
 ) -> Session:
+    check_session_key(key)
     session = Session.objects.select_related("config", "space").filter(space=space, key=key).first()
     if session is not None:
         return session
@@ -339,6 +352,8 @@ class Runtime:
         changes: dict[str, object] = {}
         if session.sandbox_id != info.sandbox_id:
             changes["sandbox_id"] = info.sandbox_id
+        if session.bound_at is None or session.bound_at.isoformat() != binding.created_at.isoformat():
+            changes["bound_at"] = binding.created_at
         if session.binding_version != binding.version:
             changes["binding_version"] = binding.version
         if session.state != SessionState.RUNNING:
