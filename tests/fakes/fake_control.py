@@ -13,6 +13,7 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from tests.fakes.fake_builds import Builds
 from tests.fakes.fake_http import HttpError, Reply, Request
 from tests.fakes.fake_lifecycle import Lifecycle
 from tests.fakes.fake_state import FakeSandbox, Store, Template, new_id, now, rfc3339
@@ -44,6 +45,7 @@ class ControlPlane:
         self.life = lifecycle
         self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
         self.idempotency: dict[str, str] = {}
+        self.builds = Builds(store)
         self._register()
 
     # -- routing ------------------------------------------------------------------------------
@@ -82,6 +84,9 @@ class ControlPlane:
         r("PATCH", "/templates/{tid}", self.cube_patch_template)
         r("DELETE", "/templates/{tid}", self.delete_template)
         r("GET", "/templates/{tid}/builds/{bid}/status", self.build_status)
+        r("POST", "/v3/templates", self.request_build)
+        r("GET", "/templates/{tid}/files/{hash}", self.build_file_link)
+        r("POST", "/v2/templates/{tid}/builds/{bid}", self.start_build)
 
     def handle(self, req: Request, reply: Reply) -> None:
         path = req.path
@@ -530,7 +535,7 @@ class ControlPlane:
             "spawnCount": tpl.spawn_count,
             "buildCount": 1,
             "envdVersion": self.store.envd_version,
-            "buildStatus": "ready",
+            "buildStatus": tpl.status.lower(),
         }
 
     def _cube_template_json(self, tpl: Template) -> dict[str, Any]:
@@ -639,16 +644,55 @@ class ControlPlane:
             )
             return
         # spec/openapi.yml: GET /templates/{templateID}/builds/{buildID}/status
+        # {logsOffset, limit, level} -> TemplateBuildInfo
+        if (tpl.template_id, req.params["bid"]) not in self.builds.builds:
+            # A template the fake was started with (e.g. "base"): always built.
+            reply.json(
+                200,
+                {
+                    "logs": [],
+                    "logEntries": [],
+                    "templateID": tpl.template_id,
+                    "buildID": req.params["bid"],
+                    "status": "ready",
+                },
+            )
+            return
+        build = self.builds.get(tpl.template_id, req.params["bid"])
+        offset = _int_or_none(req.q("logsOffset")) or 0
+        limit = _int_or_none(req.q("limit")) or 100
+        reply.json(200, self.builds.status(build, offset, limit, req.q("level")))
+
+    def request_build(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /v3/templates {name, tags, cpuCount, memoryMB}
+        # -> 202 TemplateRequestResponseV3 {templateID, buildID, public, names, tags, aliases}
+        if self.store.is_cube:
+            raise HttpError(404, "no route")
+        tpl, build = self.builds.request(req.json())
+        tags = tpl.extra["tags"]
         reply.json(
-            200,
+            202,
             {
-                "logs": [],
-                "logEntries": [],
                 "templateID": tpl.template_id,
-                "buildID": req.params["bid"],
-                "status": "ready",
+                "buildID": build.build_id,
+                "public": False,
+                "names": [f"{tpl.names[0]}:{t}" for t in tags],
+                "tags": tags,
+                "aliases": tpl.names,
             },
         )
+
+    def build_file_link(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: GET /templates/{templateID}/files/{hash} -> 201 {present, url?}.
+        # No upload URL: the fake has no file store, so COPY steps fail at build time.
+        self._template(req)
+        reply.json(201, {"present": True})
+
+    def start_build(self, req: Request, reply: Reply) -> None:
+        # spec/openapi.yml: POST /v2/templates/{templateID}/builds/{buildID}
+        # {fromImage | fromTemplate, steps[], startCmd, readyCmd, force} -> 202
+        self.builds.start(req.params["tid"], req.params["bid"], req.json())
+        reply.empty(202)
 
     def cube_create_template(self, req: Request, reply: Reply) -> None:
         # CubeAPI: POST /templates {image, name|alias, ...} -> 202 {jobID, templateID, status,

@@ -204,7 +204,7 @@ class Lifecycle:
             tpl = self.store.templates.pop(template_id, None)
         if tpl is None:
             raise HttpError(404, f"template '{template_id}' not found")
-        if tpl.kind == "snapshot":
+        if tpl.kind == "snapshot" or tpl.extra.get("built"):
             self.runtime.remove_image(tpl.image)
         return tpl
 

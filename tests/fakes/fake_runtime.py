@@ -351,15 +351,13 @@ class DockerRuntime:
         self.unpause(container_id)
         self.api.restart(container_id, timeout=0)
 
-    def commit(self, container_id: str, tag: str) -> str:
-        """Commit the container's filesystem as an image; returns the image id."""
-        result = self.api.commit(
-            container_id,
-            repository=SNAPSHOT_REPO,
-            tag=tag,
-            conf={"Labels": self.labels()},
-            pause=True,
-        )
+    def commit(self, container_id: str, tag: str, env: dict[str, str] | None = None) -> str:
+        """Commit the container's filesystem as an image; returns the image id. The engine
+        merges ``conf`` into the container's config, so ``env`` adds to the image's Env."""
+        conf: dict[str, Any] = {"Labels": self.labels()}
+        if env:
+            conf["Env"] = [f"{k}={v}" for k, v in env.items()]
+        result = self.api.commit(container_id, repository=SNAPSHOT_REPO, tag=tag, conf=conf, pause=True)
         return str(result["Id"])
 
     def remove_image(self, image_id: str) -> None:
@@ -441,10 +439,19 @@ class DockerRuntime:
         self.api.exec_resize(handle.exec_id, height=rows, width=cols)
 
     def run_capture(
-        self, container_id: str, argv: list[str], *, user: str, stdin: bytes | None = None
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        user: str,
+        stdin: bytes | None = None,
+        envs: dict[str, str] | None = None,
+        cwd: str | None = None,
     ) -> tuple[int, bytes, bytes]:
         """Run to completion and collect (exit code, stdout, stderr)."""
-        handle = self.start_exec(container_id, argv, user=user, envs={}, cwd=None, tty=False, stdin=stdin is not None)
+        handle = self.start_exec(
+            container_id, argv, user=user, envs=envs or {}, cwd=cwd, tty=False, stdin=stdin is not None
+        )
         if stdin is not None:
             writer = threading.Thread(target=_feed, args=(handle, stdin), daemon=True)
             writer.start()

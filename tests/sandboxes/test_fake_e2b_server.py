@@ -22,6 +22,7 @@ import pytest
 from e2b import (
     AsyncSandbox,
     AuthenticationException,
+    BuildException,
     CommandExitException,
     FilesystemEvent,
     NotFoundException,
@@ -32,6 +33,7 @@ from e2b import (
     SandboxQuery,
     SandboxState,
     ServiceBusyException,
+    Template,
     TimeoutException,
 )
 
@@ -311,6 +313,25 @@ def test_snapshot_is_usable_as_template(fake_e2b: FakeHandle, sbx: Sandbox) -> N
     finally:
         child.kill()
     assert Sandbox.delete_snapshot(snap.snapshot_id, **fake_e2b.options()) is True
+
+
+def test_template_build_from_local_image(fake_e2b: FakeHandle) -> None:
+    template = (
+        Template()
+        .from_image(DEFAULT_IMAGE)
+        .set_envs({"BUILT": "yes"})
+        .run_cmd("echo baked > /opt/baked.txt", user="root")
+    )
+    info = Template.build(template, "fake-built", **fake_e2b.options())
+    s = Sandbox.create("fake-built", **fake_e2b.options())
+    try:
+        assert s.commands.run("cat /opt/baked.txt; echo $BUILT").stdout == "baked\nyes\n"
+    finally:
+        s.kill()
+    with pytest.raises(BuildException, match="exited with code 7"):
+        Template.build(Template().from_image(DEFAULT_IMAGE).run_cmd("exit 7"), "fake-broken", **fake_e2b.options())
+    with fake_e2b.http() as http:
+        assert http.delete(f"/templates/{info.template_id}").status_code == 204
 
 
 def test_envd_requires_the_access_token(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
