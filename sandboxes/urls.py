@@ -19,4 +19,12 @@ urlpatterns = [
     path("sandboxes/<uuid:config_id>/templates/delete/", views.template_delete, name="template_delete"),
     path("sandboxes/<uuid:config_id>/snapshots/delete/", views.snapshot_delete, name="snapshot_delete"),
     path("sessions/", views.session_list, name="session_list"),
+    path("sessions/<uuid:session_id>/", views.session_detail, name="session_detail"),
+    path("sessions/<uuid:session_id>/upload/", views.session_upload, name="session_upload"),
+    path("sessions/<uuid:session_id>/download/", views.session_download, name="session_download"),
+    path("sessions/<uuid:session_id>/collect/", views.session_collect, name="session_collect"),
+    path("sessions/<uuid:session_id>/artifacts/<uuid:artifact_id>/", views.artifact_download, name="artifact_download"),
+    path("sessions/<uuid:session_id>/actions/<str:action>/", views.session_action, name="session_action"),
+    path("spaces/<uuid:space_id>/tokens/", views.token_list, name="token_list"),
+    path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", views.token_revoke, name="token_revoke"),
 ]

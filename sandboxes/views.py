@@ -9,23 +9,28 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.db.models import F, Q
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.access import get_space_for_user, has_role, spaces_for_user
 from console.jobs import start_job
 from console.models import NetworkPolicy, Role
 from console.services import ServiceError, actor_from_request
-from console.views import apply_form_errors
+from console.views import apply_form_errors, is_htmx, paginate, query_without_page
 
+from .api import do_create_api_token, do_revoke_api_token
 from .backends import build_backend
 from .backends.base import NetworkCapabilities, RemoteError, SnapshotInfo, TemplateInfo, is_snapshot_id
 from .forms import SandboxConfigForm, TemplateBuildForm
-from .models import SandboxConfig
+from .models import ApiToken, Artifact, SandboxConfig, Session
+from .runtime import Runtime, effective_template
 from .services import (
     CONFIG_FIELDS,
     backend_config_for,
@@ -37,6 +42,7 @@ from .services import (
     open_backend,
     unsupported_policy_switches,
 )
+from .workspace import collect_artifacts, list_files, read_file, stage_input
 
 
 def get_config_for_user(user: Any, config_id: Any, role: Role = Role.VIEWER) -> SandboxConfig:
@@ -381,10 +387,253 @@ def capability_matrix(request: HttpRequest) -> HttpResponse:
     return render(request, "sandboxes/capability_matrix.html", context)
 
 
+# --- API tokens --------------------------------------------------------------------------
+
+
 @login_required
-def session_list(request: HttpRequest) -> HttpResponse:
+@require_http_methods(["GET", "POST"])
+def token_list(request: HttpRequest, space_id: str) -> HttpResponse:
+    """A space's agent API tokens. A new token's secret is shown on this response only."""
+    space = get_space_for_user(request.user, space_id, Role.ADMIN)
+    created_secret = ""
+    if request.method == "POST":
+        try:
+            _, created_secret = do_create_api_token(
+                space, name=request.POST.get("name", ""), actor=actor_from_request(request)
+            )
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+    context = {
+        "space": space,
+        "tokens": ApiToken.objects.filter(space=space).select_related("created_by").order_by("-created"),
+        "created_secret": created_secret,
+        "section": "spaces",
+    }
+    response = render(request, "sandboxes/token_list.html", context)
+    if created_secret:
+        response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def token_revoke(request: HttpRequest, space_id: str, token_id: str) -> HttpResponse:
+    space = get_space_for_user(request.user, space_id, Role.ADMIN)
+    token = get_object_or_404(ApiToken, pk=token_id, space=space)
+    back = reverse("sandboxes:token_list", kwargs={"space_id": space.id})
+    if request.method == "POST":
+        try:
+            do_revoke_api_token(token, actor=actor_from_request(request))
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Token {token.name} revoked; agents using it get 401 from now on.")
+        return redirect(back)
     return render(
         request,
-        "inc/coming_soon.html",
-        {"title": "Sessions", "section": "sessions", "what": "Session sandboxes, their bindings and terminals"},
+        "inc/confirm_delete.html",
+        {
+            "object_label": f"API token {token.name} ({token.prefix}…)",
+            "action_label": "Revoke",
+            "consequences": ["Agents using it are refused at once. This cannot be undone."],
+            "cancel_url": back,
+            "section": "spaces",
+        },
     )
+
+
+# --- Sessions ----------------------------------------------------------------------------
+
+
+def get_session_for_user(user: Any, session_id: Any, role: Role = Role.VIEWER) -> Session:
+    session = get_object_or_404(Session.objects.select_related("space", "config"), pk=session_id)
+    get_space_for_user(user, session.space_id, role)
+    return session
+
+
+SESSION_STATE_FILTERS = [("running", "Running"), ("paused", "Paused"), ("stopped", "Stopped"), ("stale", "Stale")]
+
+
+@login_required
+def session_list(request: HttpRequest) -> HttpResponse:
+    spaces = spaces_for_user(request.user)
+    sessions = Session.objects.filter(space__in=spaces).select_related("space", "config")
+    space_filter = request.GET.get("space", "")
+    if space_filter:
+        space = get_space_for_user(request.user, space_filter)
+        sessions = sessions.filter(space=space)
+    state = request.GET.get("state", "")
+    if state == "stale":
+        sessions = sessions.filter(stale_at__isnull=False).filter(
+            Q(bound_at__isnull=True) | Q(bound_at__lt=F("stale_at"))
+        )
+    elif state in {"running", "paused", "stopped"}:
+        sessions = sessions.filter(state=state)
+    query = request.GET.get("q", "").strip()
+    if query:
+        sessions = sessions.filter(key__icontains=query)
+    page = paginate(request, sessions.order_by(F("last_activity").desc(nulls_last=True), "-created"))
+    context = {
+        "page": page,
+        "spaces": spaces.order_by("name"),
+        "space_filter": space_filter,
+        "state": state,
+        "states": SESSION_STATE_FILTERS,
+        "query": query,
+        "querystring": query_without_page(request),
+        "now": timezone.now(),
+        "section": "sessions",
+    }
+    if is_htmx(request) and request.headers.get("HX-Target") == "session-results":
+        return render(request, "sandboxes/partials/session_results.html", context)
+    return render(request, "sandboxes/session_list.html", context)
+
+
+@login_required
+def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id)
+    runtime = Runtime()
+    can_use = has_role(request.user, session.space, Role.MEMBER)
+    path = request.GET.get("path", "")
+    listing: list[Any] = []
+    listing_error = ""
+    if request.GET.get("browse") == "1" and can_use:
+        try:
+            listing = list_files(runtime, session, path)
+        except (RemoteError, ServiceError) as exc:
+            listing_error = remote_error_message(exc) if isinstance(exc, RemoteError) else exc.message
+    context = {
+        "session": session,
+        "space": session.space,
+        "inspect": runtime.inspect(session),
+        "template": effective_template(session.space, session.config),
+        "can_use": can_use,
+        "is_admin": has_role(request.user, session.space, Role.ADMIN),
+        "path": path,
+        "listing": listing,
+        "listing_error": listing_error,
+        "browsed": request.GET.get("browse") == "1",
+        "artifacts": session.artifacts.all()[:50],
+        "section": "sessions",
+    }
+    return render(request, "sandboxes/session_detail.html", context)
+
+
+SESSION_ACTIONS = {"pause", "resume", "rebuild", "delete"}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def session_action(request: HttpRequest, session_id: str, action: str) -> HttpResponse:
+    """Pause, resume, rebuild (members) or delete (admins) a session; destructive ones confirm."""
+    if action not in SESSION_ACTIONS:
+        raise Http404("No such action")
+    role = Role.ADMIN if action == "delete" else Role.MEMBER
+    session = get_session_for_user(request.user, session_id, role)
+    if request.method == "GET":
+        if action not in {"rebuild", "delete"}:
+            return redirect(session)
+        consequences = (
+            [
+                "Its sandbox is deleted and a new one created from the current template.",
+                "Files in a persistent /workspace are kept; running processes are lost.",
+            ]
+            if action == "rebuild"
+            else ["Its sandbox, binding, persistent /workspace and artifacts are deleted."]
+        )
+        return render(
+            request,
+            "inc/confirm_delete.html",
+            {
+                "object_label": f"session {session.key}",
+                "action_label": action.capitalize(),
+                "consequences": consequences,
+                "cancel_url": session.get_absolute_url(),
+                "section": "sessions",
+            },
+        )
+    runtime = Runtime()
+    actor = actor_from_request(request)
+    try:
+        if action == "pause":
+            info = runtime.pause(session, actor=actor)
+            messages.success(request, f"Session {session.key} is {info.state}.")
+        elif action == "resume":
+            resolved = runtime.resume(session, actor=actor)
+            messages.success(request, f"Session {session.key} is running ({resolved.action}).")
+        elif action == "rebuild":
+            runtime.rebuild(session, actor=actor)
+            messages.success(request, f"Session {session.key} was rebuilt.")
+        else:
+            runtime.delete(session, actor=actor)
+            messages.success(request, f"Session {session.key} deleted.")
+            return redirect(reverse("sandboxes:session_list") + f"?space={session.space_id}")
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    return redirect(session)
+
+
+@login_required
+@require_POST
+def session_upload(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    upload = request.FILES.get("file")
+    if upload is None:
+        messages.error(request, "Choose a file to upload.")
+    elif upload.size is not None and upload.size > settings.WORKSPACE_UPLOAD_MAX_BYTES:
+        messages.error(request, f"The file is larger than {settings.WORKSPACE_UPLOAD_MAX_BYTES} bytes.")
+    else:
+        try:
+            info = stage_input(
+                Runtime(), session, upload.name or "upload", upload.read(), actor=actor_from_request(request)
+            )
+        except RemoteError as exc:
+            messages.error(request, remote_error_message(exc))
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Uploaded {info.path} (read-only to the session).")
+    return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "?browse=1&path=input")
+
+
+@login_required
+def session_download(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    path = request.GET.get("path", "")
+    try:
+        data = read_file(Runtime(), session, path)
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+        return redirect(session)
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+        return redirect(session)
+    response = HttpResponse(data, content_type="application/octet-stream")
+    response["Content-Disposition"] = f'attachment; filename="{path.rsplit("/", 1)[-1] or "file"}"'
+    return response
+
+
+@login_required
+def artifact_download(request: HttpRequest, session_id: str, artifact_id: str) -> HttpResponse | FileResponse:
+    session = get_session_for_user(request.user, session_id)
+    artifact = get_object_or_404(Artifact, pk=artifact_id, session=session)
+    return FileResponse(artifact.file.open("rb"), as_attachment=True, filename=artifact.path.rsplit("/", 1)[-1])
+
+
+@login_required
+@require_POST
+def session_collect(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    try:
+        result = collect_artifacts(Runtime(), session, actor=actor_from_request(request))
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Collected {len(result.artifacts)} file(s) from /workspace/output.")
+        for refusal in result.refused[:10]:
+            messages.warning(request, refusal)
+    return redirect(session)

@@ -1,0 +1,24 @@
+"""Routes of the agent API (namespace "api"), mounted at /api/v1/."""
+
+from django.urls import path
+
+from . import api
+
+app_name = "api"
+
+SESSION = "spaces/<uuid:space_id>/sessions/<str:key>/"
+
+urlpatterns = [
+    path("openapi.json", api.openapi_view, name="openapi"),
+    path(SESSION, api.session_view, name="session"),
+    path(SESSION + "resolve", api.resolve_view, name="resolve"),
+    path(SESSION + "turns/begin", api.turn_begin_view, name="turn_begin"),
+    path(SESSION + "turns/end", api.turn_end_view, name="turn_end"),
+    path(SESSION + "exec", api.exec_view, name="exec"),
+    path(SESSION + "input/<path:path>", api.input_upload_view, name="input_upload"),
+    path(SESSION + "files", api.files_view, name="files"),
+    path(SESSION + "files/content", api.file_content_view, name="file_content"),
+    path(SESSION + "artifacts", api.artifact_list_view, name="artifacts"),
+    path(SESSION + "artifacts/collect", api.collect_view, name="collect"),
+    path(SESSION + "artifacts/<uuid:artifact_id>", api.artifact_download_view, name="artifact_download"),
+]

@@ -1,0 +1,309 @@
+"""The OpenAPI 3.1 description of the agent API, served at /api/v1/openapi.json.
+
+Tests check it against the implementation both ways: every route is described with the
+methods it accepts, and responses validate against the schemas below.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SESSION_PATH = "/spaces/{space_id}/sessions/{key}"
+
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "field": {"type": "string"},
+                "retryable": {"type": "boolean"},
+                "backend": {"type": "boolean"},
+            },
+        }
+    },
+}
+
+SESSION = {
+    "type": "object",
+    "required": ["key", "id", "config", "state", "sandbox_id", "binding_version"],
+    "properties": {
+        "key": {"type": "string"},
+        "id": {"type": "string", "format": "uuid"},
+        "config": {"type": "string"},
+        "state": {"type": "string", "enum": ["new", "running", "paused", "stopped", "gone", "starting", "pausing"]},
+        "sandbox_id": {"type": ["string", "null"]},
+        "binding_version": {"type": "integer"},
+        "template_id": {"type": ["string", "null"]},
+        "stale_at": {"type": ["string", "null"]},
+        "last_activity": {"type": ["string", "null"]},
+        "action": {"type": "string", "enum": ["bound", "claimed", "created", "rebuilt"]},
+    },
+}
+
+TURN = {
+    "type": "object",
+    "required": ["key", "turn"],
+    "properties": {"key": {"type": "string"}, "turn": {"type": "string"}},
+}
+
+EXEC_REQUEST = {
+    "type": "object",
+    "properties": {
+        "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "shell": {"type": "string"},
+        "cwd": {"type": "string"},
+        "env": {"type": "object", "additionalProperties": {"type": "string"}},
+        "stdin_b64": {"type": "string", "contentEncoding": "base64"},
+        "timeout_s": {"type": "number", "exclusiveMinimum": 0, "maximum": 3600},
+        "max_output_bytes": {"type": "integer", "minimum": 1, "maximum": 16777216},
+    },
+    "description": "Exactly one of argv or shell. Runs as the session user (uid 1000).",
+}
+
+EXEC_RESULT = {
+    "type": "object",
+    "required": ["exit_code", "stdout", "stderr", "stdout_b64", "stderr_b64", "duration_s", "truncated", "timed_out"],
+    "properties": {
+        "exit_code": {"type": "integer"},
+        "stdout": {"type": "string"},
+        "stderr": {"type": "string"},
+        "stdout_b64": {"type": "string"},
+        "stderr_b64": {"type": "string"},
+        "duration_s": {"type": "number"},
+        "truncated": {"type": "boolean"},
+        "timed_out": {"type": "boolean"},
+    },
+}
+
+FILE_WRITTEN = {
+    "type": "object",
+    "required": ["path", "size"],
+    "properties": {"path": {"type": "string"}, "size": {"type": "integer"}, "mode": {"type": "string"}},
+}
+
+FILE_LIST = {
+    "type": "object",
+    "required": ["entries"],
+    "properties": {
+        "entries": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["name", "path", "is_dir", "size", "mode"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "path": {"type": "string"},
+                    "is_dir": {"type": "boolean"},
+                    "size": {"type": "integer"},
+                    "mode": {"type": "string"},
+                    "is_symlink": {"type": "boolean"},
+                },
+            },
+        }
+    },
+}
+
+ARTIFACT = {
+    "type": "object",
+    "required": ["id", "path", "size", "sha256", "download_url"],
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "path": {"type": "string"},
+        "size": {"type": "integer"},
+        "sha256": {"type": "string"},
+        "download_url": {"type": "string"},
+    },
+}
+
+COLLECTION = {
+    "type": "object",
+    "required": ["collection", "artifacts", "refused"],
+    "properties": {
+        "collection": {"type": "string", "format": "uuid"},
+        "artifacts": {"type": "array", "items": {"$ref": "#/components/schemas/Artifact"}},
+        "refused": {"type": "array", "items": {"type": "string"}},
+    },
+}
+
+ARTIFACT_LIST = {
+    "type": "object",
+    "required": ["artifacts"],
+    "properties": {"artifacts": {"type": "array", "items": {"$ref": "#/components/schemas/Artifact"}}},
+}
+
+SCHEMAS: dict[str, dict[str, Any]] = {
+    "Error": ERROR,
+    "Session": SESSION,
+    "Turn": TURN,
+    "ExecRequest": EXEC_REQUEST,
+    "ExecResult": EXEC_RESULT,
+    "FileWritten": FILE_WRITTEN,
+    "FileList": FILE_LIST,
+    "Artifact": ARTIFACT,
+    "Collection": COLLECTION,
+    "ArtifactList": ARTIFACT_LIST,
+}
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def json_response(description: str, schema: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": ref(schema)}}}
+
+
+ERRORS = {
+    "400": json_response("Bad input; `field` names the offending field", "Error"),
+    "401": json_response("Missing, unknown or revoked token", "Error"),
+    "404": json_response("Unknown space (or a token of another space) or session", "Error"),
+    "409": json_response("Backend conflict or quota", "Error"),
+    "429": json_response("Backend rate limit (retryable)", "Error"),
+    "502": json_response("Backend failure", "Error"),
+    "503": json_response("Backend or session store unavailable (retryable)", "Error"),
+    "504": json_response("Backend timeout (retryable)", "Error"),
+}
+
+
+def operation(
+    summary: str,
+    responses: dict[str, Any],
+    *,
+    body: dict[str, Any] | None = None,
+    query: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": {**responses, **ERRORS}}
+    if body is not None:
+        op["requestBody"] = body
+    if query:
+        op["parameters"] = query
+    return op
+
+
+def query_param(name: str, description: str, *, required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": "query", "required": required, "description": description, "schema": {"type": "string"}}
+
+
+JSON_BODY = {"content": {"application/json": {"schema": {"type": "object"}}}}
+RAW_BODY = {
+    "required": True,
+    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+}
+
+PATHS: dict[str, dict[str, Any]] = {
+    SESSION_PATH: {
+        "get": operation("The session's last known state", {"200": json_response("The session", "Session")}),
+        "delete": operation(
+            "Delete the session, its sandbox, binding and persistent workspace", {"204": {"description": "Deleted"}}
+        ),
+    },
+    SESSION_PATH + "/resolve": {
+        "post": operation(
+            "Resolve the session to a live sandbox (created, claimed, resumed or rebuilt as needed)",
+            {"200": json_response("The session and what resolving did", "Session")},
+            body=JSON_BODY,
+        )
+    },
+    SESSION_PATH + "/turns/begin": {
+        "post": operation(
+            "Begin a turn: its first resolve may rebuild a stale sandbox",
+            {"200": json_response("Begun", "Turn")},
+            body=JSON_BODY,
+        )
+    },
+    SESSION_PATH + "/turns/end": {"post": operation("End the turn", {"200": json_response("Ended", "Turn")})},
+    SESSION_PATH + "/exec": {
+        "post": operation(
+            "Run a command in the session's sandbox",
+            {"200": json_response("The command's result", "ExecResult")},
+            body={"required": True, "content": {"application/json": {"schema": ref("ExecRequest")}}},
+        )
+    },
+    SESSION_PATH + "/input/{path}": {
+        "put": operation(
+            "Upload an attachment to /workspace/input (read-only to the session user)",
+            {"201": json_response("Written", "FileWritten")},
+            body=RAW_BODY,
+        )
+    },
+    SESSION_PATH + "/files": {
+        "get": operation(
+            "List a folder of /workspace",
+            {"200": json_response("Entries", "FileList")},
+            query=[query_param("path", "Folder, relative to /workspace (default: /workspace)")],
+        )
+    },
+    SESSION_PATH + "/files/content": {
+        "get": operation(
+            "Read a file of /workspace",
+            {"200": {"description": "The bytes", "content": {"application/octet-stream": {}}}},
+            query=[query_param("path", "File, relative to /workspace", required=True)],
+        ),
+        "put": operation(
+            "Write a file of /workspace as the session user",
+            {"201": json_response("Written", "FileWritten")},
+            body=RAW_BODY,
+            query=[query_param("path", "File, relative to /workspace", required=True)],
+        ),
+    },
+    SESSION_PATH + "/artifacts": {
+        "get": operation("Collected artifacts (newest first)", {"200": json_response("Artifacts", "ArtifactList")})
+    },
+    SESSION_PATH + "/artifacts/collect": {
+        "post": operation(
+            "Copy /workspace/output to storage (size caps; symlinks and traversal refused)",
+            {"200": json_response("What was collected and what was refused", "Collection")},
+        )
+    },
+    SESSION_PATH + "/artifacts/{artifact_id}": {
+        "get": operation(
+            "Download one artifact", {"200": {"description": "The bytes", "content": {"application/octet-stream": {}}}}
+        )
+    },
+}
+
+PATH_PARAMETERS = {
+    "space_id": {"name": "space_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}},
+    "key": {
+        "name": "key",
+        "in": "path",
+        "required": True,
+        "description": "The platform's session id: letters, digits, '.', '_', ':' and '-', at most 128",
+        "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"},
+    },
+    "path": {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}},
+    "artifact_id": {
+        "name": "artifact_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "format": "uuid"},
+    },
+}
+
+
+def openapi_document(server_url: str) -> dict[str, Any]:
+    paths: dict[str, Any] = {}
+    for template, operations in PATHS.items():
+        names = [part[1:-1] for part in template.split("/") if part.startswith("{")]
+        paths[template] = {"parameters": [PATH_PARAMETERS[name] for name in names], **operations}
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Sandbox Console agent API",
+            "version": "1",
+            "description": "Resolve session sandboxes, run commands, move files and collect artifacts. "
+            "Authenticate with a space API token: `Authorization: Bearer sck_…`.",
+        },
+        "servers": [{"url": server_url}],
+        "security": [{"spaceToken": []}],
+        "components": {
+            "securitySchemes": {"spaceToken": {"type": "http", "scheme": "bearer"}},
+            "schemas": SCHEMAS,
+        },
+        "paths": paths,
+    }
