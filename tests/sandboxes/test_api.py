@@ -45,23 +45,26 @@ class Agent:
     def __init__(self, space_id: Any, token: str) -> None:
         self.client = Client()
         self.space_id = space_id
-        self.headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+        self.token = token
+        self.headers = {"Authorization": f"Bearer {token}"}
 
     def url(self, key: str, suffix: str = "") -> str:
         return f"/api/v1/spaces/{self.space_id}/sessions/{key}/{suffix}"
 
-    def post(self, key: str, suffix: str, body: Any = None, **extra: Any) -> Any:
+    def post(self, key: str, suffix: str, body: Any = None) -> Any:
         data = json.dumps(body) if body is not None else ""
-        return self.client.post(self.url(key, suffix), data, content_type="application/json", **self.headers, **extra)
+        return self.client.post(self.url(key, suffix), data, content_type="application/json", headers=self.headers)
 
     def get(self, key: str, suffix: str = "", **params: Any) -> Any:
-        return self.client.get(self.url(key, suffix), params, **self.headers)
+        return self.client.get(self.url(key, suffix), params, headers=self.headers)
 
     def put(self, key: str, suffix: str, data: bytes) -> Any:
-        return self.client.put(self.url(key, suffix), data, content_type="application/octet-stream", **self.headers)
+        return self.client.put(
+            self.url(key, suffix), data, content_type="application/octet-stream", headers=self.headers
+        )
 
     def delete(self, key: str) -> Any:
-        return self.client.delete(self.url(key), **self.headers)
+        return self.client.delete(self.url(key), headers=self.headers)
 
 
 @pytest.fixture
@@ -126,13 +129,13 @@ ROUTES: list[tuple[str, str]] = [
 def call(agent: Agent, method: str, suffix: str, key: str = "s1") -> Any:
     url = agent.url(key, suffix)
     if method == "put":
-        return agent.client.put(url, b"x", content_type="application/octet-stream", **agent.headers)
-    return getattr(agent.client, method)(url, **agent.headers)
+        return agent.client.put(url, b"x", content_type="application/octet-stream", headers=agent.headers)
+    return getattr(agent.client, method)(url, headers=agent.headers)
 
 
 @pytest.mark.parametrize(("method", "suffix"), ROUTES)
 def test_a_token_of_space_b_gets_404_on_space_a(world: World, agent_b: Agent, method: str, suffix: str) -> None:
-    intruder = Agent(world.space_a.id, agent_b.headers["HTTP_AUTHORIZATION"].split()[1])
+    intruder = Agent(world.space_a.id, agent_b.token)
     response = call(intruder, method, suffix)
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "not_found"
@@ -178,7 +181,7 @@ def test_bad_exec_input_is_400_naming_the_field(world: World, agent_a: Agent, bo
 def test_body_that_is_not_json_is_400(world: World, agent_a: Agent) -> None:
     make_config(world.space_a, endpoint="unix:///tmp/no-such-docker.sock", is_default=True)
     response = agent_a.client.post(
-        agent_a.url("s1", "resolve"), "{nope", content_type="application/json", **agent_a.headers
+        agent_a.url("s1", "resolve"), "{nope", content_type="application/json", headers=agent_a.headers
     )
     assert response.status_code == 400
     assert response.json()["error"]["field"] == "body"
@@ -303,7 +306,7 @@ def test_a_turn_through_the_api(agent_a: Agent, docker_space: SandboxConfig) -> 
         agent_a.url("turn-1", "files/content") + "?path=output/bin.dat",
         bytes(range(256)),
         content_type="application/octet-stream",
-        **agent_a.headers,
+        headers=agent_a.headers,
     )
     assert wrote.status_code == 201
     read = agent_a.get("turn-1", "files/content", path="output/bin.dat")
@@ -323,8 +326,8 @@ def test_a_turn_through_the_api(agent_a: Agent, docker_space: SandboxConfig) -> 
     assert sorted(a["path"] for a in body["artifacts"]) == ["bin.dat", "report.txt"]
     assert any("link" in r and "symlink" in r for r in body["refused"])
     report = next(a for a in body["artifacts"] if a["path"] == "report.txt")
-    download = agent_a.client.get(report["download_url"].replace("http://testserver", ""), **agent_a.headers)
-    assert b"".join(download.streaming_content) == b"total 12\n"
+    download = agent_a.client.get(report["download_url"].replace("http://testserver", ""), headers=agent_a.headers)
+    assert download.getvalue() == b"total 12\n"
 
     ended = agent_a.post("turn-1", "turns/end")
     validate(ended, P + "/turns/end", "post")

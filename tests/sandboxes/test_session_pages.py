@@ -78,7 +78,7 @@ def test_session_list_filters_scope_and_query_bound(
         page = client.get(reverse("sandboxes:session_list"))
     assert "b-secret" not in page.content.decode()
     assert (
-        world.client_for("charlie").get(reverse("sandboxes:session_list"), {"space": world.space_a.id}).status_code
+        world.client_for("charlie").get(reverse("sandboxes:session_list"), {"space": str(world.space_a.id)}).status_code
         == 404
     )
     filtered = client.get(
@@ -147,7 +147,7 @@ def test_upload_to_input_and_collect_output_from_the_ui(world: World, live_sessi
     assert "Collected 1 file(s)" in response.content.decode()
     artifact = live_session.artifacts.get()
     downloaded = client.get(reverse("sandboxes:artifact_download", args=[live_session.id, artifact.id]))
-    assert b"".join(downloaded.streaming_content) == b"# brief\n"
+    assert downloaded.getvalue() == b"# brief\n"
 
 
 @pytest.mark.docker
