@@ -15,6 +15,7 @@ from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.datastructures import MultiValueDict
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods
 
@@ -176,9 +177,11 @@ def _skill_import(request: HttpRequest, limit_handler: ArchiveSizeLimitHandler) 
     status = 200
     if request.method == "POST":
         if limit_handler.exceeded:
-            form = SkillImportForm()
+            form = SkillImportForm(request.POST, MultiValueDict())
+            form.is_valid()
+            form.errors.pop("archive", None)  # "required": the real reason is the cut-off
             form.add_error(
-                None,
+                "archive",
                 f"The archive is over the limit of {human_size(limit_handler.limit)} (SKILL_ARCHIVE_MAX_BYTES).",
             )
         elif form.is_valid():
