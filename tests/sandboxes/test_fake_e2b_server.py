@@ -345,7 +345,7 @@ def test_envd_requires_the_access_token(fake_e2b: FakeHandle, sbx: Sandbox) -> N
 
 
 def test_commands_connect_reattaches_by_pid(sbx: Sandbox) -> None:
-    handle = sbx.commands.run("sleep 0.5; echo after-reattach", background=True)
+    handle = sbx.commands.run("sleep 2; echo after-reattach", background=True)
     handle.disconnect()  # the process keeps running, as under envd
     result = sbx.commands.connect(handle.pid).wait()
     assert result.stdout == "after-reattach\n"
