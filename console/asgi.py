@@ -15,10 +15,14 @@ from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from .routing import websocket_urlpatterns  # noqa: E402
+from .scheduler import start_in_process_scheduler  # noqa: E402
 
 # The embedded console serves its own static files; a deployment behind a web server
 # sets SERVE_STATIC=false and lets the server do it.
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app
+
+# The embedded console runs its periodic tasks (reaper, idle sweep) in this process.
+start_in_process_scheduler()
 
 application = ProtocolTypeRouter(
     {

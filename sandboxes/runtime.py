@@ -39,6 +39,7 @@ from console.services import SYSTEM, Actor, ServiceError, record_audit
 from .backends import build_backend
 from .backends.base import (
     META_BINDING_VERSION,
+    META_CONFIG,
     META_INSTALLATION,
     META_SESSION,
     META_SPACE,
@@ -339,6 +340,7 @@ class Runtime:
         return {
             META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID,
             META_SPACE: str(session.space_id),
+            META_CONFIG: str(session.config_id),
             META_SESSION: session.key,
         }
 

@@ -138,7 +138,6 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
 
 # A stable id for this console installation, stamped on every sandbox it creates so it never
 # touches sandboxes of another installation sharing the same backend account.
@@ -173,3 +172,15 @@ SKILL_MAX_COMPRESSION_RATIO = int(os.environ.get("SKILL_MAX_COMPRESSION_RATIO", 
 # small (file data does not count towards DATA_UPLOAD_MAX_MEMORY_SIZE).
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+
+# Periodic tasks, run by Celery beat (REDIS_URL set) or by a thread of the server.
+RUN_SCHEDULER = env_bool("RUN_SCHEDULER", True)
+REAPER_GRACE_S = int(os.environ.get("REAPER_GRACE_S", 300))
+PERIODIC_TASKS: dict[str, dict[str, object]] = {
+    "reaper": {"function": "sandboxes.reaper.start_reaper_pass", "celery_task": "sandboxes.reaper_pass", "every_s": 60},
+    "idle-sweep": {"function": "sandboxes.reaper.idle_sweep", "celery_task": "sandboxes.idle_sweep", "every_s": 60},
+}
+CELERY_BEAT_SCHEDULE = {
+    name: {"task": spec["celery_task"], "schedule": float(spec["every_s"])}  # type: ignore[arg-type]
+    for name, spec in PERIODIC_TASKS.items()
+}

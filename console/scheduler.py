@@ -1,0 +1,48 @@
+"""Periodic tasks: Celery beat when REDIS_URL is set, a thread of the server otherwise.
+
+PERIODIC_TASKS in settings names each task once; settings derive Celery's beat schedule
+from it, and `start_in_process_scheduler()` runs the same callables on the embedded default
+(started by console/asgi.py, so management commands never start it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils.module_loading import import_string
+
+logger = logging.getLogger(__name__)
+_started = threading.Event()
+
+
+def _run_forever(stop: threading.Event) -> None:
+    tasks = {
+        name: (import_string(str(spec["function"])), float(spec["every_s"]))
+        for name, spec in settings.PERIODIC_TASKS.items()
+    }  # type: ignore[arg-type]
+    next_run = {name: time.monotonic() + every for name, (_, every) in tasks.items()}
+    while not stop.wait(1.0):
+        for name, (function, every) in tasks.items():
+            if time.monotonic() < next_run[name]:
+                continue
+            next_run[name] = time.monotonic() + every
+            try:
+                function()
+            except Exception:
+                logger.exception("periodic task %s failed", name)
+            finally:
+                close_old_connections()
+
+
+def start_in_process_scheduler() -> threading.Event | None:
+    """Start the scheduler thread once per process; returns its stop event."""
+    if _started.is_set() or settings.JOB_RUNNER != "inprocess" or not settings.RUN_SCHEDULER:
+        return None
+    _started.set()
+    stop = threading.Event()
+    threading.Thread(target=_run_forever, args=(stop,), name="console-scheduler", daemon=True).start()
+    return stop

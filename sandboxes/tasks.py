@@ -1,0 +1,17 @@
+"""Celery entry points of the sandboxes app (scheduled by beat when REDIS_URL is set)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from .reaper import idle_sweep, start_reaper_pass
+
+
+@shared_task(name="sandboxes.reaper_pass", ignore_result=True)
+def reaper_pass() -> None:
+    start_reaper_pass()
+
+
+@shared_task(name="sandboxes.idle_sweep", ignore_result=True)
+def idle_sweep_task() -> int:
+    return idle_sweep()
