@@ -21,9 +21,9 @@ _started = threading.Event()
 
 def _run_forever(stop: threading.Event) -> None:
     tasks = {
-        name: (import_string(str(spec["function"])), float(spec["every_s"]))
+        name: (import_string(str(spec["function"])), float(str(spec["every_s"])))
         for name, spec in settings.PERIODIC_TASKS.items()
-    }  # type: ignore[arg-type]
+    }
     next_run = {name: time.monotonic() + every for name, (_, every) in tasks.items()}
     while not stop.wait(1.0):
         for name, (function, every) in tasks.items():
