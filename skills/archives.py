@@ -312,9 +312,22 @@ def read_folder(folder: str | os.PathLike[str], limits: Limits) -> ExtractedSkil
     root = Path(folder).resolve()
     if not root.is_dir():
         raise ArchiveError(f"{str(folder)!r} is not a folder.")
+    try:
+        entries = _folder_entries(root, limits)
+    except OSError as exc:
+        # An unreadable file or folder refuses the import rather than leaving it out silently.
+        raise ArchiveError(f"Cannot read {exc.filename or folder}: {exc.strerror or exc}.") from None
+    return finish_skill(root.name, entries, [])
+
+
+def _raise(error: OSError) -> None:
+    raise error
+
+
+def _folder_entries(root: Path, limits: Limits) -> list[SkillEntry]:
     entries: list[SkillEntry] = []
     total = 0
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+    for dirpath, dirnames, filenames in os.walk(root, onerror=_raise, followlinks=False):
         for name in sorted(dirnames) + sorted(filenames):
             full = Path(dirpath) / name
             relative = full.relative_to(root).as_posix()
@@ -330,7 +343,7 @@ def read_folder(folder: str | os.PathLike[str], limits: Limits) -> ExtractedSkil
             check_total(total, limits)
             data = full.read_bytes()
             entries.append(SkillEntry(clean_member_path(relative), file_mode(info.st_mode, data), data))
-    return finish_skill(root.name, entries, [])
+    return entries
 
 
 # --- Shape of the skill ------------------------------------------------------------------

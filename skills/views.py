@@ -40,6 +40,7 @@ LIST_FIELDS = (
     "latest_version__warning_count",
 )
 SEARCH_MAX = 200
+FILE_PREVIEW_MAX_BYTES = 512 * 1024
 
 
 def require_platform_admin(request: HttpRequest, what: str) -> None:
@@ -123,8 +124,17 @@ def file_detail(request: HttpRequest, file_id: str) -> HttpResponse:
     skill_file = get_object_or_404(SkillFile.objects.select_related("version__skill"), pk=file_id)
     if request.GET.get("download"):
         return download(skill_file)
-    text = bytes(skill_file.content).decode("utf-8") if skill_file.is_text else None
-    context = {"file": skill_file, "version": skill_file.version, "text": text, "section": "skills"}
+    text = None
+    if skill_file.is_text:
+        # Only the start of a large file is shown; the download has all of it.
+        text = bytes(skill_file.content[:FILE_PREVIEW_MAX_BYTES]).decode("utf-8", "replace")
+    context = {
+        "file": skill_file,
+        "version": skill_file.version,
+        "text": text,
+        "truncated": skill_file.size > FILE_PREVIEW_MAX_BYTES,
+        "section": "skills",
+    }
     return render(request, "skills/file_detail.html", context)
 
 

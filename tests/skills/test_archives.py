@@ -298,3 +298,25 @@ def test_limits_come_from_settings(settings: object) -> None:
         import_bytes(skill_zip({"a.txt": b"a"}))
     assert "more than 1 files" in caught.value.message
     assert_nothing_written()
+
+
+def test_unreadable_folder_is_refused_not_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from console.services import SYSTEM
+
+    folder = tmp_path / "s"
+    (folder / "private").mkdir(parents=True)
+    (folder / "SKILL.md").write_bytes(skill_md("s"))
+    (folder / "private" / "secret.txt").write_bytes(b"x")
+    real_read = Path.read_bytes
+
+    def refuse(self: Path) -> bytes:
+        if self.name == "secret.txt":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    with pytest.raises(ServiceError) as caught:
+        import_folder(folder, actor=SYSTEM)
+    assert "Cannot read" in caught.value.message
+    assert "Permission denied" in caught.value.message
+    assert_nothing_written()

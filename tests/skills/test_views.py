@@ -4,6 +4,7 @@ pagination, HTMX partial and query bound."""
 from __future__ import annotations
 
 import random
+import string
 from typing import Any
 
 import pytest
@@ -313,3 +314,12 @@ def test_upload_streamed_to_a_temporary_file_imports(world: World, settings: Any
     assert response.status_code == 302
     version = SkillVersion.objects.get()
     assert SkillFile.objects.get(version=version, path="noise.bin").size == 5000
+
+
+def test_large_text_file_preview_is_cut(world: World) -> None:
+    text = "".join(random.Random(4).choices(string.ascii_letters, k=600 * 1024)) + "0123456789"
+    version = imported({"big.txt": text.encode()})
+    page = world.client_for("bob").get(SkillFile.objects.get(version=version, path="big.txt").get_absolute_url())
+    body = page.content.decode()
+    assert "Only the first 512 KiB are shown" in body
+    assert "0123456789" not in body
