@@ -54,12 +54,17 @@ def test_anonymous_is_sent_to_login(world: World, page: str) -> None:
     assert response["Location"].startswith(reverse("login"))
 
 
-@pytest.mark.parametrize("url_name", ["skills:skill_import"])
-def test_anonymous_cannot_import(world: World, url_name: str) -> None:
-    assert Client().get(reverse(url_name)).status_code == 302
+def test_anonymous_cannot_import_or_delete(world: World) -> None:
+    assert Client().get(reverse("skills:skill_import")).status_code == 302
     response = upload(Client(), skill_zip())
     assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
     assert Skill.objects.count() == 0
+    version = imported()
+    delete_url = reverse("skills:version_delete", args=[version.id])
+    assert Client().get(delete_url)["Location"].startswith(reverse("login"))
+    assert Client().post(delete_url)["Location"].startswith(reverse("login"))
+    assert SkillVersion.objects.filter(pk=version.pk).exists()
 
 
 @pytest.mark.parametrize("persona", PERSONAS)
