@@ -220,3 +220,74 @@ class Artifact(models.Model):
 
     def __str__(self) -> str:
         return f"{self.path} ({self.size} bytes)"
+
+
+class CommandStatus(models.TextChoices):
+    RUNNING = "running", "Running"
+    EXITED = "exited", "Exited"
+    KILLED = "killed", "Killed"
+    LOST = "lost", "Lost"  # the process that owned it went away; the outcome is unknown
+
+
+class BackgroundCommand(models.Model):
+    """A command running in a session's sandbox after the request that started it returned.
+
+    Its output lives in a Redis ring buffer (sandboxes.commands) readable from any process;
+    this row holds what the command was, who started it and how it ended.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="commands")
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    shell = models.TextField(blank=True)
+    argv = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=16, choices=CommandStatus.choices, default=CommandStatus.RUNNING)
+    exit_code = models.IntegerField(null=True, blank=True)
+    owner = models.CharField(max_length=200, blank=True, help_text="host:pid of the process pumping its output.")
+    started = models.DateTimeField(auto_now_add=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started"]
+
+    def __str__(self) -> str:
+        return f"command {self.display_command[:60]} ({self.status})"
+
+    @property
+    def display_command(self) -> str:
+        return self.shell or " ".join(str(arg) for arg in self.argv)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status != CommandStatus.RUNNING
+
+
+class Terminal(models.Model):
+    """One interactive web terminal into a session's sandbox (sandboxes.consumers).
+
+    Keystrokes are never stored; only who, when, how much and why it closed.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="terminals")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+    opened = models.DateTimeField(null=True, blank=True, help_text="When its shell started.")
+    closed = models.DateTimeField(null=True, blank=True)
+    close_reason = models.CharField(max_length=200, blank=True)
+    bytes_in = models.PositiveBigIntegerField(default=0, help_text="From the browser to the shell.")
+    bytes_out = models.PositiveBigIntegerField(default=0, help_text="From the shell to the browser.")
+    read_only = models.BooleanField(default=False)
+    # The one ticket that may still open (or reattach to) this terminal; cleared when redeemed.
+    ticket_nonce = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"terminal {self.id} on {self.session}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("sandboxes:terminal_page", kwargs={"session_id": self.session_id})
