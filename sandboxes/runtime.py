@@ -152,9 +152,10 @@ def get_or_create_session(
     space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
 ) -> Session:
     check_session_key(key)
-    session = Session.objects.select_related("config", "space").filter(space=space, key=key).first()
-    if session is not None:
-        return session
+    try:
+        return Session.objects.select_related("config", "space").get(space=space, key=key)
+    except Session.DoesNotExist:
+        pass
     config = config or default_config(space)
     try:
         with transaction.atomic():

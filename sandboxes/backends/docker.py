@@ -454,6 +454,8 @@ class DockerBackend(Backend):
 
     def connect(self, sandbox_id: str) -> SandboxInfo:
         info = self.check_state(self.get(sandbox_id))
+        if info.state == SandboxState.RUNNING:
+            return info  # the common, warm case: one inspect, nothing to resume
         with _engine_call(f"resuming sandbox {sandbox_id}"):
             if info.state == SandboxState.PAUSED:
                 self.api.unpause(info.sandbox_id)
