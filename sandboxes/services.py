@@ -367,3 +367,72 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
                 with suppress(RemoteError):
                     backend.delete(leftover)
     return steps
+
+
+# --- Session images (written by the skills app) ------------------------------------------
+
+
+def do_set_session_image(
+    space: Space,
+    config: SandboxConfig,
+    *,
+    snapshot_id: str,
+    fingerprint: str,
+    label: str,
+    actor: Actor,
+) -> None:
+    """Point the space's new sessions on `config` at a snapshot, and mark its sessions stale.
+
+    The skills app records skill images through this function, so the runtime never imports
+    skills. A pointer without a fingerprint is refused: the runtime could never tell whether
+    the snapshot belongs to the config's current backend account.
+    """
+    from .models import SessionImage
+    from .runtime import mark_space_stale
+
+    if not fingerprint:
+        raise ServiceError("A session image needs the fingerprint of the account that holds its snapshot.")
+    if not snapshot_id:
+        raise ServiceError("A session image needs a snapshot id.")
+    with transaction.atomic():
+        SessionImage.objects.update_or_create(
+            space=space,
+            config=config,
+            defaults={"snapshot_id": snapshot_id, "fingerprint": fingerprint, "label": label[:200]},
+        )
+        stale = mark_space_stale(space)
+        record_audit(
+            actor,
+            "session_image.set",
+            space=space,
+            target_type="sandbox_config",
+            target_id=config.id,
+            details={"snapshot_id": snapshot_id, "label": label, "sessions_marked_stale": stale},
+        )
+
+
+def do_clear_session_image(space: Space, config: SandboxConfig, *, actor: Actor) -> None:
+    """Sessions go back to the config's default template (e.g. every skill uninstalled)."""
+    from .models import SessionImage
+    from .runtime import mark_space_stale
+
+    with transaction.atomic():
+        deleted, _ = SessionImage.objects.filter(space=space, config=config).delete()
+        if not deleted:
+            return
+        stale = mark_space_stale(space)
+        record_audit(
+            actor,
+            "session_image.clear",
+            space=space,
+            target_type="sandbox_config",
+            target_id=config.id,
+            details={"sessions_marked_stale": stale},
+        )
+
+
+def sessions_using_snapshot(snapshot_id: str) -> int:
+    """Sessions whose current sandbox was started from `snapshot_id`."""
+    from .models import Session
+
+    return Session.objects.filter(template_id=snapshot_id).exclude(sandbox_id="").count()
