@@ -44,6 +44,9 @@ class SandboxConfigForm(forms.ModelForm):
             "idle_timeout_s",
             "persistent_workspace",
             "allow_private_endpoints",
+            "pip_index_url",
+            "pip_find_links",
+            "npm_registry_url",
         ]
 
     def __init__(self, *args: Any, template_choices: list[str] | None = None, **kwargs: Any) -> None:
@@ -84,6 +87,30 @@ class SandboxConfigForm(forms.ModelForm):
         if domain and not DOMAIN.match(domain):
             raise forms.ValidationError(f"{domain!r} is not a domain name (e.g. e2b.app).")
         return domain
+
+    def clean_pip_find_links(self) -> str:
+        from django.conf import settings
+
+        name: str = self.cleaned_data["pip_find_links"].strip()
+        if not name:
+            return ""
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", name):
+            raise forms.ValidationError("A folder name: letters, digits, '.', '_' and '-' (no paths).")
+        if not (settings.SKILL_PACKAGE_SOURCES_ROOT / name).is_dir():
+            raise forms.ValidationError(f"There is no folder {name!r} under {settings.SKILL_PACKAGE_SOURCES_ROOT}.")
+        return name
+
+    def _clean_url(self, field: str) -> str:
+        url: str = self.cleaned_data[field].strip()
+        if url and not url.startswith(("https://", "http://")):
+            raise forms.ValidationError("An http(s) URL.")
+        return url
+
+    def clean_pip_index_url(self) -> str:
+        return self._clean_url("pip_index_url")
+
+    def clean_npm_registry_url(self) -> str:
+        return self._clean_url("npm_registry_url")
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

@@ -76,6 +76,20 @@ class SandboxConfig(models.Model):
         help_text="Allow the endpoint to resolve to loopback, private or 100.64.0.0/10 addresses. "
         "Link-local and cloud metadata addresses are always refused.",
     )
+    pip_index_url = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Package source for skill installs: a pip index URL the build sandbox can reach (empty: none).",
+    )
+    pip_find_links = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Package source for skill installs: the name of a wheel folder under the deployment's "
+        "SKILL_PACKAGE_SOURCES_ROOT, copied into the build sandbox (offline installs).",
+    )
+    npm_registry_url = models.CharField(
+        max_length=500, blank=True, help_text="Package source for skill installs: an npm registry URL (empty: none)."
+    )
     backend_version = models.CharField(max_length=100, blank=True, help_text="As reported by the last health check.")
     is_default = models.BooleanField(
         default=False, help_text="New sessions of the space run on this config unless they name another."

@@ -54,6 +54,9 @@ CONFIG_FIELDS = (
     "idle_timeout_s",
     "persistent_workspace",
     "allow_private_endpoints",
+    "pip_index_url",
+    "pip_find_links",
+    "npm_registry_url",
 )
 
 

@@ -184,3 +184,19 @@ CELERY_BEAT_SCHEDULE = {
     name: {"task": spec["celery_task"], "schedule": float(spec["every_s"])}  # type: ignore[arg-type]
     for name, spec in PERIODIC_TASKS.items()
 }
+
+# --- Web terminal (sandboxes/consumers.py, sandboxes/terminals.py; docs/terminal-protocol.md) ---
+# No input or output for this long closes a terminal (with a message). Cube uses 30 minutes.
+TERMINAL_IDLE_TIMEOUT_S = int(os.environ.get("TERMINAL_IDLE_TIMEOUT_S", 1800))
+# After an abnormal disconnect the shell waits this long for the same terminal to reattach.
+TERMINAL_REATTACH_S = int(os.environ.get("TERMINAL_REATTACH_S", 30))
+# A websocket ticket is single-use and valid this long after it was issued.
+TERMINAL_TICKET_MAX_AGE_S = int(os.environ.get("TERMINAL_TICKET_MAX_AGE_S", 30))
+# Output kept per terminal for replay on reattach.
+TERMINAL_REPLAY_BYTES = int(os.environ.get("TERMINAL_REPLAY_BYTES", 1024 * 1024))
+# How often an open terminal marks its session active and re-checks access.
+TERMINAL_KEEPALIVE_S = int(os.environ.get("TERMINAL_KEEPALIVE_S", 30))
+
+# Skill installs: folders of wheels (one per name) that configs may name as an offline pip
+# source; only folders under this root can be copied into build sandboxes.
+SKILL_PACKAGE_SOURCES_ROOT = Path(os.environ.get("SKILL_PACKAGE_SOURCES_ROOT", VAR_DIR / "package-sources"))
