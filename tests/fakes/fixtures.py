@@ -22,6 +22,7 @@ import httpx
 import pytest
 from docker.errors import DockerException
 
+from sandboxes.backends.base import BackendConfig
 from tests.fakes.e2b_server import FakeServer
 from tests.fakes.fake_runtime import DEFAULT_IMAGE
 from tests.fakes.fake_state import Personality
@@ -46,6 +47,19 @@ class FakeHandle:
     def options(self, **overrides: Any) -> dict[str, Any]:
         """SDK keyword arguments: Sandbox.create(template, **fake.options())."""
         return {**self.server.connection_options(), **overrides}
+
+    def backend_config(self, kind: str | None = None, **options: str) -> BackendConfig:
+        """A BackendConfig pointing the E2B/Cube adapter at this fake: control plane at
+        `endpoint`, envd at `options["sandbox_url"]` (one URL, routed by header), loopback
+        allowed through the guarded transport."""
+        return BackendConfig(
+            kind=kind or self.personality,
+            endpoint=self.api_url,
+            domain=self.domain,
+            api_key=self.api_key,
+            allow_private_endpoints=True,
+            options={"sandbox_url": self.sandbox_url, **options},
+        )
 
     def _admin(self, method: str, path: str, json: Any = None) -> Any:
         r = self._http.request(method, f"/_fake/{path}", json=json)
