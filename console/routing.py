@@ -2,4 +2,6 @@
 
 from django.urls import URLPattern
 
-websocket_urlpatterns: list[URLPattern] = []
+from sandboxes.routing import websocket_urlpatterns as sandboxes_websockets
+
+websocket_urlpatterns: list[URLPattern] = [*sandboxes_websockets]

@@ -28,3 +28,11 @@ urlpatterns = [
     path("spaces/<uuid:space_id>/tokens/", views.token_list, name="token_list"),
     path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", views.token_revoke, name="token_revoke"),
 ]
+
+# The web terminal (sandboxes/views_terminal.py; docs/terminal-protocol.md).
+from . import views_terminal  # noqa: E402
+
+urlpatterns += [
+    path("sessions/<uuid:session_id>/terminal/", views_terminal.terminal_page, name="terminal_page"),
+    path("sessions/<uuid:session_id>/terminals/", views_terminal.terminal_create, name="terminal_create"),
+]

@@ -1,0 +1,467 @@
+"""The web terminal: views, and the consumer through the real ASGI stack on a real Docker sandbox.
+
+Websocket tests go through `console.asgi.application` (origin validator, session auth, URL
+router) with `channels.testing.WebsocketCommunicator`, logged in with a real session cookie.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.core import signing
+from django.test import Client
+from django.urls import reverse
+
+from console.models import AuditEvent, Membership, Role
+from sandboxes import binding, terminals
+from sandboxes.backends.base import ExecRequest
+from sandboxes.binding import MemorySessionStore
+from sandboxes.models import SandboxConfig, Session, Terminal
+from sandboxes.runtime import Runtime, get_or_create_session
+from tests.personas import World
+from tests.sandboxes.test_runtime import docker_session_config, installation  # noqa: F401 - fixtures
+
+ORIGIN = (b"origin", b"http://localhost")
+
+
+# --- Fixtures and helpers ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def store() -> Iterator[MemorySessionStore]:
+    """The consumer resolves sessions through the process's store: a fresh one per test."""
+    previous = binding._store
+    fresh = MemorySessionStore()
+    binding.set_store(fresh)
+    try:
+        yield fresh
+    finally:
+        binding.set_store(previous)
+
+
+@pytest.fixture
+def session(world: World, docker_session_config: SandboxConfig, store: MemorySessionStore) -> Session:  # noqa: F811
+    return get_or_create_session(world.space_a, f"term-{time.monotonic_ns()}")
+
+
+@pytest.fixture
+def fast_terminals(settings: Any) -> Any:
+    settings.TERMINAL_REATTACH_S = 10
+    settings.TERMINAL_IDLE_TIMEOUT_S = 600
+    return settings
+
+
+@pytest_asyncio.fixture
+async def cleanup() -> AsyncIterator[None]:
+    yield
+    await terminals.close_all("test finished")
+
+
+def cookie_for(user: Any) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+def new_ticket(user: Any, session: Session, terminal_id: str | None = None) -> dict[str, Any]:
+    client = Client()
+    client.force_login(user)
+    data = {"terminal_id": terminal_id} if terminal_id else {}
+    response = client.post(reverse("sandboxes:terminal_create", kwargs={"session_id": session.id}), data)
+    assert response.status_code in (200, 201), response.content
+    return dict(response.json())
+
+
+def communicator(
+    terminal_id: str, ticket: str | None, cookie: bytes | None, origin: tuple[bytes, bytes] = ORIGIN
+) -> Any:
+    from console.asgi import application
+
+    path = f"/ws/terminals/{terminal_id}/" + (f"?ticket={ticket}" if ticket is not None else "")
+    headers = [origin] + ([(b"cookie", cookie)] if cookie else [])
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+class Screen:
+    """Everything a connection received: PTY bytes and control messages, in order."""
+
+    def __init__(self, comm: Any) -> None:
+        self.comm = comm
+        self.data = b""
+        self.controls: list[dict[str, Any]] = []
+        self.closed_code: int | None = None
+
+    async def pump(self, timeout: float = 0.2) -> bool:
+        # receive_output() cancels the application on a timeout: wait with receive_nothing().
+        if await self.comm.receive_nothing(timeout, interval=0.01):
+            return False
+        message = await self.comm.receive_output(5)
+        if message["type"] == "websocket.close":
+            self.closed_code = message.get("code", 1000)
+        elif message.get("bytes") is not None:
+            self.data += message["bytes"]
+        elif message.get("text") is not None:
+            self.controls.append(json.loads(message["text"]))
+        return True
+
+    async def until(self, predicate: Any, timeout: float = 20, what: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline or self.closed_code is not None:
+                raise AssertionError(f"timed out waiting for {what}: {self.data[-300:]!r} {self.controls[-5:]}")
+            await self.pump()
+
+    async def until_output(self, needle: bytes, timeout: float = 20) -> None:
+        await self.until(lambda: needle in self.data, timeout, repr(needle))
+
+    async def until_control(self, **fields: Any) -> dict[str, Any]:
+        def found() -> dict[str, Any] | None:
+            for message in self.controls:
+                if all(message.get(k) == v for k, v in fields.items()):
+                    return message
+            return None
+
+        await self.until(lambda: found() is not None, what=str(fields))
+        message = found()
+        assert message is not None
+        return message
+
+    async def run(self, line: str) -> None:
+        await self.comm.send_to(bytes_data=line.encode())
+
+
+async def open_terminal(user: Any, session: Session) -> tuple[Any, Screen, str]:
+    grant = await sync_to_async(new_ticket)(user, session)
+    comm = communicator(grant["terminal_id"], grant["ticket"], await sync_to_async(cookie_for)(user))
+    connected, code = await comm.connect(timeout=10)
+    assert connected, code
+    screen = Screen(comm)
+    await screen.until_control(type="status", state="ready")
+    return comm, screen, grant["terminal_id"]
+
+
+def shells_in(session: Session) -> list[str]:
+    session.refresh_from_db()
+    result = Runtime().exec(session, ExecRequest(argv=("ps", "-eo", "args"), timeout_s=30))
+    return [line for line in result.stdout.decode().splitlines() if line.strip() == "bash -l"]
+
+
+async def wait_no_shell(session: Session, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while await sync_to_async(shells_in)(session):
+        assert time.monotonic() < deadline, "the shell is still running"
+        await asyncio.sleep(0.2)
+
+
+docker_ws = [
+    pytest.mark.docker,
+    pytest.mark.asyncio,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("fast_terminals", "cleanup"),
+]
+
+
+# --- Views ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_terminal_page_access_and_viewer_policy(world: World) -> None:
+    from tests.factories import make_config
+
+    config = make_config(world.space_a, is_default=True)
+    session = get_or_create_session(world.space_a, "page")
+    url = reverse("sandboxes:terminal_page", kwargs={"session_id": session.id})
+    bob = world.client_for("bob").get(url)
+    assert bob.status_code == 200
+    assert b'id="terminal"' in bob.content
+    assert b"js/terminal.js" in bob.content
+    assert b"<script>" not in bob.content  # no inline scripts
+    carol = world.client_for("carol").get(url)
+    assert carol.status_code == 200
+    assert b'id="terminal-viewer-notice"' in carol.content
+    assert b'id="terminal"' not in carol.content
+    assert world.client_for("charlie").get(url).status_code == 404
+    assert world.client_for("anonymous").get(url).status_code == 302
+    assert config.pk
+
+
+@pytest.mark.django_db
+def test_ticket_endpoint_roles_csrf_and_reticketing(world: World) -> None:
+    from tests.factories import make_config
+
+    make_config(world.space_a, is_default=True)
+    session = get_or_create_session(world.space_a, "tickets")
+    url = reverse("sandboxes:terminal_create", kwargs={"session_id": session.id})
+    response = world.client_for("bob").post(url)
+    assert response.status_code == 201
+    body = response.json()
+    assert set(body) == {"terminal_id", "ws_url", "ticket"}
+    assert body["ws_url"] == f"ws://testserver/ws/terminals/{body['terminal_id']}/"
+    terminal = Terminal.objects.get(pk=body["terminal_id"])
+    assert (terminal.user, terminal.session, terminal.read_only) == (world.bob, session, False)
+    again = world.client_for("bob").post(url, {"terminal_id": body["terminal_id"]})
+    assert again.status_code == 200
+    assert again.json()["terminal_id"] == body["terminal_id"]
+    assert again.json()["ticket"] != body["ticket"]
+    assert world.client_for("alice").post(url, {"terminal_id": body["terminal_id"]}).status_code == 404
+    assert world.client_for("carol").post(url).status_code == 403
+    assert world.client_for("charlie").post(url).status_code == 404
+    assert world.client_for("anonymous").post(url).status_code == 401
+    assert world.client_for("bob").get(url).status_code == 405
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(world.bob)
+    assert strict.post(url).status_code == 403
+
+
+@pytest.mark.django_db
+def test_a_backend_without_pty_shows_a_message(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandboxes import views_terminal
+    from tests.factories import make_config
+
+    class NoPty:
+        def pty(self) -> None:
+            return None
+
+    monkeypatch.setattr(views_terminal, "backend_for", lambda config: NoPty())
+    make_config(world.space_a, is_default=True)
+    session = get_or_create_session(world.space_a, "nopty")
+    page = world.client_for("bob").get(reverse("sandboxes:terminal_page", kwargs={"session_id": session.id}))
+    assert b'id="terminal-unsupported"' in page.content
+    assert b'id="terminal"' not in page.content
+    create = world.client_for("bob").post(reverse("sandboxes:terminal_create", kwargs={"session_id": session.id}))
+    assert create.status_code == 409
+
+
+# --- Handshake refusals (no sandbox needed: refused before anything starts) ----------------
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("cleanup")
+async def test_handshake_refusals(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.factories import make_config
+
+    await sync_to_async(make_config)(world.space_a, is_default=True)
+    session = await sync_to_async(get_or_create_session)(world.space_a, "refusals")
+    bob_cookie = await sync_to_async(cookie_for)(world.bob)
+
+    async def refused(comm: Any) -> int:
+        connected, code = await comm.connect(timeout=10)
+        await comm.disconnect()
+        assert not connected
+        return int(code)
+
+    grant = await sync_to_async(new_ticket)(world.bob, session)
+    tid = grant["terminal_id"]
+    assert await refused(communicator(tid, None, bob_cookie)) == terminals.REFUSE_TICKET
+    assert await refused(communicator(tid, "garbage", bob_cookie)) == terminals.REFUSE_TICKET
+    assert await refused(communicator(tid, grant["ticket"], None)) == terminals.REFUSE_FORBIDDEN  # anonymous
+    evil = (b"origin", b"https://evil.example")
+    assert not (await communicator(tid, grant["ticket"], bob_cookie, origin=evil).connect(timeout=10))[0]
+    charlie_cookie = await sync_to_async(cookie_for)(world.charlie)
+    assert await refused(communicator(tid, grant["ticket"], charlie_cookie)) == terminals.REFUSE_FORBIDDEN
+
+    # Expired: a ticket signed a minute ago.
+    with monkeypatch.context() as patch:
+        patch.setattr(signing.TimestampSigner, "timestamp", lambda self: signing.b62_encode(int(time.time()) - 60))
+        terminal = await Terminal.objects.aget(pk=tid)
+        old = await sync_to_async(terminals.issue_ticket)(terminal)
+    assert await refused(communicator(tid, old, bob_cookie)) == terminals.REFUSE_TICKET
+
+    # A ticket for another terminal.
+    other = await sync_to_async(new_ticket)(world.bob, session)
+    assert await refused(communicator(tid, other["ticket"], bob_cookie)) == terminals.REFUSE_FORBIDDEN
+
+    # Another space's session: charlie's own (forged) terminal on a session of space A.
+    forged = await Terminal.objects.acreate(session=session, user=world.charlie)
+    forged_ticket = await sync_to_async(terminals.issue_ticket)(forged)
+    assert await refused(communicator(str(forged.id), forged_ticket, charlie_cookie)) == terminals.REFUSE_NOT_FOUND
+    # A viewer's terminal row is refused too (viewers cannot open shells).
+    carol_terminal = await Terminal.objects.acreate(session=session, user=world.carol)
+    carol_ticket = await sync_to_async(terminals.issue_ticket)(carol_terminal)
+    carol_cookie = await sync_to_async(cookie_for)(world.carol)
+    assert await refused(communicator(str(carol_terminal.id), carol_ticket, carol_cookie)) == terminals.REFUSE_FORBIDDEN
+
+    # Reused: the first use is refused here only after redeeming, so use a redeemed one.
+    fresh = await sync_to_async(new_ticket)(world.bob, session, tid)
+    await sync_to_async(terminals.admit)(world.bob, tid, fresh["ticket"])
+    assert await refused(communicator(tid, fresh["ticket"], bob_cookie)) == terminals.REFUSE_TICKET
+    assert not await AuditEvent.objects.filter(action="terminal.open").aexists()
+
+
+# --- On a real sandbox ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("_", [None])
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_echo_resize_and_binary_safe_output(world: World, session: Session, _: None) -> None:
+    comm, screen, _tid = await open_terminal(world.bob, session)
+    await screen.run("echo hi-$((6*7))\n")
+    await screen.until_output(b"hi-42")
+    await comm.send_to(text_data=json.dumps({"type": "resize", "cols": 123, "rows": 45}))
+    await asyncio.sleep(0.3)
+    await screen.run("stty size\n")
+    await screen.until_output(b"45 123")
+    await comm.send_to(text_data=json.dumps({"type": "resize", "cols": 5000, "rows": 0}))  # clamped
+    await asyncio.sleep(0.3)
+    await screen.run("stty size\n")
+    await screen.until_output(b"1 1000")
+    await comm.send_to(text_data=json.dumps({"type": "resize", "cols": 100, "rows": 30}))
+    # All 256 byte values, unmodified: output post-processing off while printing them.
+    await screen.run(
+        "stty -opost; printf '%s' '<<''BIN>>'; for i in $(seq 0 255); do printf \"\\\\$(printf %03o $i)\"; done;"
+        " printf '%s' '<<''END>>'; stty opost\n"
+    )
+    await screen.until_output(b"<<END>>")
+    start = screen.data.rindex(b"<<BIN>>") + len(b"<<BIN>>")
+    assert screen.data[start : screen.data.rindex(b"<<END>>")] == bytes(range(256))
+    # UTF-8 is carried as bytes: a multi-byte character arrives intact.
+    await screen.run("printf '\\xe2\\x82\\xac\\n'\n")
+    await screen.until_output("€".encode())
+    await comm.disconnect(code=1000)
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_malformed_control_frames_get_errors_and_the_terminal_lives_on(world: World, session: Session) -> None:
+    comm, screen, _tid = await open_terminal(world.bob, session)
+    bad = ["not json", "[]", '{"type": 5}', "{}", '{"type": "resize", "cols": "a", "rows": 1}',
+           '{"type": "resize", "cols": true, "rows": 2}', '{"type": "nope"}', "x" * 10000]  # fmt: skip
+    for text in bad:
+        await comm.send_to(text_data=text)
+    await screen.until(lambda: sum(m["type"] == "error" for m in screen.controls) == len(bad), what="errors")
+    await comm.send_to(text_data='{"type": "ping"}')
+    await screen.until_control(type="pong")
+    await comm.send_to(text_data='{"type": "pause"}')
+    await comm.send_to(text_data='{"type": "resume"}')
+    await screen.run("echo still-$((1+1))\n")
+    await screen.until_output(b"still-2")
+    await comm.disconnect(code=1000)
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_closing_ends_the_shell_and_is_audited(world: World, session: Session) -> None:
+    comm, screen, tid = await open_terminal(world.bob, session)
+    await screen.run("echo ready-$((2*2))\n")
+    await screen.until_output(b"ready-4")
+    assert await sync_to_async(shells_in)(session)
+    await comm.disconnect(code=1000)
+    await wait_no_shell(session)
+    terminal = await Terminal.objects.aget(pk=tid)
+    for _ in range(50):
+        if terminal.closed is not None:
+            break
+        await asyncio.sleep(0.1)
+        terminal = await Terminal.objects.aget(pk=tid)
+    assert terminal.close_reason == "closed by the client"
+    assert terminal.bytes_in > 0
+    assert terminal.bytes_out > 0
+    opened = await AuditEvent.objects.aget(action="terminal.open", target_id=tid)
+    closed = await AuditEvent.objects.aget(action="terminal.close", target_id=tid)
+    assert opened.actor_id == world.bob.pk
+    assert closed.details["bytes_in"] == terminal.bytes_in
+    assert closed.details["reason"] == "closed by the client"
+    assert "duration_s" in closed.details
+    assert "ready" not in json.dumps(closed.details)  # never the keystrokes
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_reconnect_reattaches_and_replays_missed_output(world: World, session: Session) -> None:
+    comm, screen, tid = await open_terminal(world.bob, session)
+    await screen.run("export MARK=kept-$((3*3)); (sleep 1; echo missed-$((5*5))) &\n")
+    await screen.run("echo $MARK\n")
+    await screen.until_output(b"kept-9")
+    await comm.disconnect(code=1006)  # abnormal: the shell waits for a reattach
+    await asyncio.sleep(2)  # "missed-25" is printed while nobody is attached
+    grant = await sync_to_async(new_ticket)(world.bob, session, tid)
+    assert grant["terminal_id"] == tid
+    again = communicator(tid, grant["ticket"], await sync_to_async(cookie_for)(world.bob))
+    connected, _ = await again.connect(timeout=10)
+    assert connected
+    replay = Screen(again)
+    ready = await replay.until_control(type="status", state="ready")
+    assert ready["reattached"] is True
+    await replay.until_output(b"missed-25")
+    assert b"kept-9" in replay.data  # what came before is replayed too
+    await replay.run("echo $MARK-again\n")
+    await replay.until_output(b"kept-9-again")  # the same shell
+    await again.disconnect(code=1000)
+    await wait_no_shell(session)
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_no_reattach_within_the_grace_window_ends_the_shell(
+    world: World, session: Session, settings: Any
+) -> None:
+    settings.TERMINAL_REATTACH_S = 1
+    comm, screen, tid = await open_terminal(world.bob, session)
+    await screen.run("echo up\n")
+    await screen.until_output(b"up")
+    await comm.disconnect(code=1006)
+    await wait_no_shell(session)
+    terminal = await Terminal.objects.aget(pk=tid)
+    assert terminal.close_reason == "not reattached within the grace window"
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_idle_timeout_closes_with_a_message(world: World, session: Session, settings: Any) -> None:
+    settings.TERMINAL_IDLE_TIMEOUT_S = 2
+    comm, screen, _tid = await open_terminal(world.bob, session)
+    await screen.until(lambda: screen.closed_code is not None or False, timeout=15, what="idle close")
+    assert screen.closed_code == terminals.CLOSE_IDLE
+    closed = [m for m in screen.controls if m.get("state") == "closed"]
+    assert "idle" in closed[0]["reason"]
+    await comm.disconnect()
+    await wait_no_shell(session)
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_logout_and_lost_access_close_terminals(world: World, session: Session) -> None:
+    comm, screen, _tid = await open_terminal(world.bob, session)
+
+    def log_out_bob() -> None:
+        client = Client()
+        client.force_login(world.bob)
+        client.post(reverse("logout"))
+
+    await sync_to_async(log_out_bob)()
+    await screen.until(lambda: screen.closed_code is not None, what="close on logout")
+    assert screen.closed_code == terminals.CLOSE_LOGGED_OUT
+    await comm.disconnect()
+
+    comm2, screen2, _tid2 = await open_terminal(world.bob, session)
+    await Membership.objects.filter(user=world.bob, space=world.space_a).aupdate(role=Role.VIEWER)
+    membership = await Membership.objects.aget(user=world.bob, space=world.space_a)
+    await sync_to_async(membership.save)()  # signals fire on save
+    await screen2.until(lambda: screen2.closed_code is not None, what="close on lost access")
+    assert screen2.closed_code == terminals.CLOSE_ACCESS
+    await comm2.disconnect()
+    await wait_no_shell(session)
