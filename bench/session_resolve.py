@@ -75,12 +75,24 @@ def run(n: int, run_id: str) -> dict[str, object]:
     space = Space.objects.create(name=f"bench {run_id}", slug=f"bench-{run_id}")
     NetworkPolicy.objects.create(space=space)
     config = SandboxConfig.objects.create(
-        space=space, name="bench", kind="docker", default_template=DEFAULT_BASE_IMAGE, is_default=True,
-        memory_mb=256, pids_limit=128, persistent_workspace=False,
+        space=space,
+        name="bench",
+        kind="docker",
+        default_template=DEFAULT_BASE_IMAGE,
+        is_default=True,
+        memory_mb=256,
+        pids_limit=128,
+        persistent_workspace=False,
     )
     stop_config = SandboxConfig.objects.create(
-        space=space, name="bench-stop", kind="docker", default_template=DEFAULT_BASE_IMAGE,
-        memory_mb=256, pids_limit=128, idle_mode="stop", persistent_workspace=False,
+        space=space,
+        name="bench-stop",
+        kind="docker",
+        default_template=DEFAULT_BASE_IMAGE,
+        memory_mb=256,
+        pids_limit=128,
+        idle_mode="stop",
+        persistent_workspace=False,
     )
     runtime = Runtime(RedisSessionStore(os.environ["REDIS_URL"]))
     backend = backend_for(config)
@@ -95,8 +107,10 @@ def run(n: int, run_id: str) -> dict[str, object]:
             direct.append(timed(lambda: backend.get(warm.sandbox.sandbox_id)))
             resolved.append(timed(lambda: runtime.resolve(space, "warm")))
         warm_added = median_ms(resolved) - median_ms(direct)
-        print(f"warm resolve   median {median_ms(resolved):8.3f} ms   direct get {median_ms(direct):8.3f} ms"
-              f"   added {warm_added:7.3f} ms")
+        print(
+            f"warm resolve   median {median_ms(resolved):8.3f} ms   direct get {median_ms(direct):8.3f} ms"
+            f"   added {warm_added:7.3f} ms"
+        )
 
         # Resume after idle: paused (memory kept) and stopped (memory freed).
         paused_samples, stopped_samples = [], []
@@ -134,8 +148,10 @@ def run(n: int, run_id: str) -> dict[str, object]:
         concurrent_s = time.perf_counter() - started
         assert len(set(burst_ids)) == 20
         ratio = round(concurrent_s / sequential_s, 3)
-        print(f"20 concurrent resolves {concurrent_s:6.2f} s   20 sequential creates {sequential_s:6.2f} s"
-              f"   ratio {ratio}")
+        print(
+            f"20 concurrent resolves {concurrent_s:6.2f} s   20 sequential creates {sequential_s:6.2f} s"
+            f"   ratio {ratio}"
+        )
         return {
             "warm_resolve_added_ms": round(warm_added, 3),
             "warm_resolve_median_ms": median_ms(resolved),
@@ -149,7 +165,9 @@ def run(n: int, run_id: str) -> dict[str, object]:
             "store": "redis",
         }
     finally:
-        for info in list(backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID}))):
+        for info in list(
+            backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID}))
+        ):
             backend.delete(info.sandbox_id)
         for session in Session.objects.all():
             runtime.store.end_turn(runtime.keys(session)[2])
