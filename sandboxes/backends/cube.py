@@ -1,0 +1,436 @@
+"""Cube Sandbox backend: the E2B adapter plus Cube's differences.
+
+CubeAPI is an E2B-compatible gateway, but releases differ and several E2B behaviours are
+missing or changed (protocol reference §6, docs/backends.md "Cube"). What this module does
+about each:
+
+- **v2 paths absent on older Cube** (C-May; Cube #1784): create is `POST /sandboxes` and
+  connect `POST /sandboxes/{id}/connect`, which every release serves. The release generation
+  is probed by `health()` and shown as its version.
+- **List**: no cursor and a metadata filter without per-pair URL decoding. The adapter sends
+  only plain `[A-Za-z0-9_-]` pairs and a single state, fetches one large page, re-filters
+  metadata and states itself and pages client-side (keyset over start time and id).
+- **`pausing` state** is parsed (`SandboxState.PAUSING`); a `DELETE` answered with
+  503 + `Retry-After` while pausing is retried.
+- **Data plane**: 410 means the sandbox was killed (`gone`: rebuild); 503 + `Retry-After`
+  (resume failed) is retried for stream starts and reads.
+- **envd 0.2.0** (C-May) has no default user: the adapter always names the user (basic
+  auth and `username=`), and omits the Start `stdin` flag below 0.3.0.
+- **Network**: Cube's own shape (`allowInternetAccess`, `allowOut`, `denyOut`, L7 `rules`
+  as a list); a domain in `allowOut` needs outbound off or `denyOut` 0.0.0.0/0 (checked
+  before sending). C-May reads `allowPublicTraffic` as the egress switch, so it is sent with
+  the egress meaning there and inbound is not offered.
+- **Traffic token**: only in the create answer; returned in `SandboxInfo.traffic_token`
+  (the runtime stores it) and cached for `inbound().traffic_token()`.
+- **Snapshots**: ids are Cube's own `snap-…` (usable as template ids); C-May has no
+  snapshot API (it invents ids), so `snapshots()` is None there.
+- **Templates**: Cube's template API (`POST /templates` from an image, polled until READY;
+  `DELETE /templates/{id}`), never E2B's build API.
+- **`host-mount`** metadata is reserved by Cube (lifted into an annotation): refused at
+  create, never echoed.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from .base import (
+    SNAPSHOT_PREFIX,
+    BackendConfig,
+    ErrorKind,
+    HealthInfo,
+    ListQuery,
+    NetworkCapabilities,
+    NetworkSpec,
+    Page,
+    RemoteError,
+    SandboxInfo,
+    SandboxSpec,
+    SnapshotInfo,
+    SnapshotsCapability,
+    TemplateBuildSpec,
+    TemplateInfo,
+    TemplatesCapability,
+    is_snapshot_id,
+)
+from .e2b import (
+    E2BBackend,
+    E2BSnapshots,
+    _is_domain,
+    _q,
+    parse_time,
+)
+from .guard import Resolver
+
+CUBE_DEFAULT_DOMAIN = "cube.app"
+# Cube releases, as told apart by their routes (protocol reference §6.1).
+GEN_MAY = "may"  # before v0.5: no /v2 create/connect, no GET /snapshots, no network update
+GEN_LATER = "later"  # v0.5-v0.7
+ALL_TRAFFIC = "0.0.0.0/0"
+RESERVED_METADATA = "host-mount"
+DEFAULT_LIST_LIMIT = 1000
+TEMPLATE_BUILD_DEADLINE_S = 900.0
+_PLAIN = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def _encode_token(started: str, sandbox_id: str) -> str:
+    return base64.urlsafe_b64encode(f"{started}|{sandbox_id}".encode()).decode()
+
+
+def _decode_token(token: str) -> tuple[str, str]:
+    try:
+        started, sep, sandbox_id = base64.urlsafe_b64decode(token.encode()).decode().partition("|")
+    except (ValueError, UnicodeDecodeError):
+        raise RemoteError(ErrorKind.INVALID, "malformed page token") from None
+    if not sep:
+        raise RemoteError(ErrorKind.INVALID, "malformed page token")
+    return started, sandbox_id
+
+
+class CubeBackend(E2BBackend):
+    """Sandboxes on a Cube Sandbox cluster (CubeAPI).
+
+    BackendConfig as for E2B; `endpoint` (the CubeAPI URL) is required. Extra options:
+    `cube_version` (`later` or `may`: what to assume before `health()` has probed the
+    cluster), `list_limit` (page size asked of CubeAPI, default 1000).
+    """
+
+    kind = "cube"
+    label = "Cube Sandbox"
+    default_domain = CUBE_DEFAULT_DOMAIN
+
+    def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
+        super().__init__(config, resolver=resolver)
+        self.list_limit = int(self._number_option("list_limit", DEFAULT_LIST_LIMIT)) or DEFAULT_LIST_LIMIT
+        assumed = config.options.get("cube_version", GEN_LATER)
+        if assumed not in (GEN_MAY, GEN_LATER):
+            raise RemoteError(ErrorKind.INVALID, "option 'cube_version' must be 'may' or 'later'")
+        self.generation = assumed
+        self.probed = False
+
+    def _api(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        idempotent: bool,
+        timeout: float | None = None,
+        headers: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> httpx.Response:
+        if not self.config.endpoint:
+            raise RemoteError(ErrorKind.INVALID, "a Cube config needs the CubeAPI endpoint URL")
+        return super()._api(method, path, what, idempotent=idempotent, timeout=timeout, headers=headers, **kwargs)
+
+    # Health and the release generation ---------------------------------------------------
+
+    def probe_generation(self) -> str:
+        """C-later serves `POST /v2/sandboxes/{id}/connect` (404 for an unknown id); C-May
+        answers 405 there. Probing with a made-up id changes nothing on the cluster."""
+        try:
+            self._api(
+                "POST",
+                "/v2/sandboxes/console-version-probe/connect",
+                "probing the Cube version",
+                idempotent=True,
+                json={},
+            )
+        except RemoteError as exc:
+            if exc.kind == ErrorKind.UNSUPPORTED:
+                self.generation = GEN_MAY
+            elif exc.kind in (ErrorKind.NOT_FOUND, ErrorKind.INVALID):
+                self.generation = GEN_LATER
+            else:
+                raise
+        self.probed = True
+        return self.generation
+
+    def health(self) -> HealthInfo:
+        try:
+            response = self._api("GET", "/health", "health check", idempotent=True)
+            body = response.json() if response.content else {}
+            self._api("GET", "/v2/sandboxes", "checking the API key", idempotent=True, params={"limit": 1})
+            generation = self.probe_generation()
+        except RemoteError as exc:
+            return HealthInfo(ok=False, detail=exc.message)
+        except ValueError:
+            return HealthInfo(ok=False, detail="CubeAPI /health did not answer JSON")
+        if generation == GEN_MAY:
+            version = "Cube before v0.5 (no /v2 sandbox paths, no snapshot or network-update API)"
+        else:
+            version = "Cube v0.5+ (/v2 sandbox paths, snapshots, network update)"
+        detail = f"status {body.get('status', '?')}, {body.get('sandboxes', '?')} sandboxes; domain {self.domain}"
+        return HealthInfo(ok=True, version=version, detail=detail)
+
+    def network_capabilities(self) -> NetworkCapabilities:
+        if self.generation == GEN_MAY:
+            # C-May takes allowOut/denyOut at create but reads allowPublicTraffic as the
+            # egress switch: no inbound toggle, no L7 rules.
+            return NetworkCapabilities(
+                outbound_toggle=True,
+                allow_out_cidr=True,
+                allow_out_domain=True,
+                deny_out_cidr=True,
+                deny_out_domain=False,
+                l7_rules=False,
+                inbound_toggle=False,
+            )
+        return NetworkCapabilities(
+            outbound_toggle=True,
+            allow_out_cidr=True,
+            allow_out_domain=True,
+            deny_out_cidr=True,
+            deny_out_domain=False,
+            l7_rules=True,
+            inbound_toggle=True,
+        )
+
+    # Lifecycle ---------------------------------------------------------------------------
+
+    def _check_network(self, network: NetworkSpec) -> None:
+        domains = [entry for entry in network.deny_out if _is_domain(entry)]
+        if domains:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube cannot deny domains (denyOut takes CIDRs): {domains}")
+        if network.l7_rules and self.generation == GEN_MAY:
+            raise RemoteError(ErrorKind.UNSUPPORTED, "this Cube release has no L7 rules")
+        allowed_domains = [entry for entry in network.allow_out if _is_domain(entry)]
+        if allowed_domains and network.allow_internet_access and ALL_TRAFFIC not in network.deny_out:
+            # CubeAPI answers 400 for this; say why before sending.
+            raise RemoteError(
+                ErrorKind.INVALID,
+                f"Cube accepts domains in the allow list ({allowed_domains}) only when outbound "
+                f"traffic is off or {ALL_TRAFFIC} is denied (the allow list then opens holes)",
+            )
+
+    def _network_body(self, network: NetworkSpec) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "allowInternetAccess": network.allow_internet_access,
+            "allowOut": list(network.allow_out),
+            "denyOut": list(network.deny_out),
+        }
+        if self.generation == GEN_MAY:
+            # C-May reads allowPublicTraffic as the egress master switch.
+            body["allowPublicTraffic"] = network.allow_internet_access
+            return body
+        body["allowPublicTraffic"] = network.allow_public_traffic
+        if network.l7_rules:
+            # Cube's L7 rules are a list, first match wins, default deny; E2B's object keyed
+            # by domain does not deserialize on Cube.
+            rules = []
+            for index, rule in enumerate(network.l7_rules):
+                match: dict[str, Any] = {"host": rule.domain}
+                if rule.methods:
+                    match["method"] = [m.upper() for m in rule.methods]
+                if rule.path_prefix and rule.path_prefix != "/":
+                    match["path"] = rule.path_prefix
+                rules.append({"name": f"rule-{index + 1}", "match": match, "action": {"allow": rule.action == "allow"}})
+            body["rules"] = rules
+        return body
+
+    def _create_body(self, spec: SandboxSpec) -> dict[str, Any]:
+        if RESERVED_METADATA in spec.metadata:
+            raise RemoteError(ErrorKind.INVALID, f"metadata key {RESERVED_METADATA!r} is reserved by Cube")
+        return super()._create_body(spec)
+
+    def create(self, spec: SandboxSpec) -> SandboxInfo:
+        self._check_spec(spec)
+        body = self._create_body(spec)
+        # POST /sandboxes: served by every Cube release (the /v2 path is not). It takes no
+        # Idempotency-Key, so a create is never retried.
+        response = self._api(
+            "POST", "/sandboxes", f"creating a sandbox from {spec.template_id!r}", idempotent=False, json=body
+        )
+        # The traffic token is only in this answer: _created puts it in SandboxInfo.
+        return self._created(response.json(), spec)
+
+    def _connect_path(self, sandbox_id: str) -> str:
+        # Cube always answers 200 here, also after resuming: "was paused" is never inferred.
+        return f"/sandboxes/{_q(sandbox_id)}/connect"
+
+    def _info(self, data: Mapping[str, Any]) -> SandboxInfo:
+        info = super()._info(data)
+        if RESERVED_METADATA not in info.metadata:
+            return info
+        metadata = {k: v for k, v in info.metadata.items() if k != RESERVED_METADATA}
+        return SandboxInfo(
+            sandbox_id=info.sandbox_id,
+            state=info.state,
+            template_id=info.template_id,
+            metadata=metadata,
+            started_at=info.started_at,
+            end_at=info.end_at,
+        )
+
+    def list(self, query: ListQuery) -> Page:
+        params: dict[str, Any] = {"limit": self.list_limit}
+        # Cube's filter splits on & and = without decoding each pair: send only pairs that
+        # need no escaping, and check every pair here.
+        plain = {k: v for k, v in query.metadata.items() if _PLAIN.match(k) and _PLAIN.match(v)}
+        if plain:
+            params["metadata"] = "&".join(f"{k}={v}" for k, v in plain.items())
+        states = self._api_states(query.states)
+        if len(states) == 1:  # Cube takes one state; several mean no filter
+            params["state"] = states[0]
+        response = self._api("GET", "/v2/sandboxes", "listing sandboxes", idempotent=True, params=params)
+        rows = response.json()
+        items = [self._info(row) for row in rows]
+        items = [
+            info
+            for info in items
+            if all(info.metadata.get(k) == v for k, v in query.metadata.items())
+            and (not query.states or info.state in query.states)
+        ]
+        # No cursor from Cube: page here, keyset over (start time, id) so deletions between
+        # pages skip nothing.
+        items.sort(key=lambda info: (_sort_time(info), info.sandbox_id))
+        if query.page_token:
+            after = _decode_token(query.page_token)
+            items = [info for info in items if (_sort_time(info), info.sandbox_id) > after]
+        limit = max(1, query.limit)
+        page, rest = items[:limit], items[limit:]
+        next_token = _encode_token(_sort_time(page[-1]), page[-1].sandbox_id) if rest and page else None
+        return Page(items=tuple(page), next_token=next_token)
+
+    # Capabilities ------------------------------------------------------------------------
+
+    def snapshots(self) -> SnapshotsCapability | None:
+        if self.generation == GEN_MAY:
+            return None  # C-May invents snapshot ids and cannot list them
+        return CubeSnapshots(self)
+
+    def templates(self) -> TemplatesCapability | None:
+        return CubeTemplates(self)
+
+    # Snapshot ids are Cube's own `snap-…`: no presentation prefix.
+    @staticmethod
+    def _raw_snapshot_id(snapshot_id: str) -> str:
+        return snapshot_id
+
+    @staticmethod
+    def _presented_snapshot_id(raw: str) -> str:
+        return raw
+
+    def _verify_snapshot(self, info: SnapshotInfo) -> None:
+        if not info.snapshot_id.startswith(SNAPSHOT_PREFIX):
+            raise RemoteError(ErrorKind.INTERNAL, f"Cube answered snapshot id {info.snapshot_id!r}, not a snap- id")
+        rows = self.paged_rows("/snapshots", "checking the snapshot", {"sandboxID": info.source_sandbox_id or ""})
+        if not any(row.get("snapshotID") == info.snapshot_id for row in rows):
+            raise RemoteError(ErrorKind.INTERNAL, f"Cube reported snapshot {info.snapshot_id} but does not list it")
+
+
+def _sort_time(info: SandboxInfo) -> str:
+    return info.started_at.isoformat() if info.started_at else ""
+
+
+class CubeSnapshots(E2BSnapshots):
+    """Cube C-later snapshots: `snap-…` ids, deleted through `DELETE /templates/{id}`."""
+
+
+class CubeTemplates(TemplatesCapability):
+    """Cube's template API. A template is built from an OCI image: `labels["image"]` or
+    `base_template_id` names it; Debian packages and scripts are not Cube's way."""
+
+    def __init__(self, backend: CubeBackend) -> None:
+        self.backend = backend
+
+    def list(self) -> builtins.list[TemplateInfo]:
+        response = self.backend._api("GET", "/templates", "listing templates", idempotent=True)
+        snapshots: set[str] = set()
+        capability = self.backend.snapshots()
+        if capability is not None:
+            snapshots = {s.snapshot_id for s in capability.list()}
+        infos = [
+            _cube_template(row)
+            for row in response.json()
+            if not is_snapshot_id(str(row.get("templateID"))) and str(row.get("templateID")) not in snapshots
+        ]
+        return sorted(infos, key=lambda info: info.template_id)
+
+    def get(self, template_id: str) -> TemplateInfo:
+        if is_snapshot_id(template_id):
+            raise RemoteError(ErrorKind.NOT_FOUND, f"{template_id!r} is a snapshot, not a template")
+        response = self.backend._api("GET", f"/templates/{_q(template_id)}", f"template {template_id}", idempotent=True)
+        return _cube_template(response.json())
+
+    def create(self, spec: TemplateBuildSpec) -> TemplateInfo:
+        if spec.debian_packages or spec.script:
+            raise RemoteError(
+                ErrorKind.UNSUPPORTED, "Cube builds templates from an image; packages and scripts belong in the image"
+            )
+        image = spec.labels.get("image") or spec.base_template_id
+        if not image:
+            raise RemoteError(ErrorKind.INVALID, "name the image to build from (labels['image'])")
+        body = {
+            "image": image,
+            "name": spec.name,
+            # Every Cube template must run envd on 49983 (bring-your-own-image guide).
+            "exposedPorts": [49983],
+            "probePort": 49983,
+            "writableLayerSize": spec.labels.get("writableLayerSize", "1G"),
+        }
+        response = self.backend._api(
+            "POST", "/templates", f"creating template {spec.name}", idempotent=False, json=body
+        )
+        template_id = str(response.json()["templateID"])
+        return self._wait_ready(template_id)
+
+    def _wait_ready(self, template_id: str) -> TemplateInfo:
+        deadline = time.monotonic() + TEMPLATE_BUILD_DEADLINE_S
+        delay = 0.5
+        while True:
+            response = self.backend._api(
+                "GET", f"/templates/{_q(template_id)}", f"template {template_id}", idempotent=True
+            )
+            row = response.json()
+            status = str(row.get("status") or "").upper()
+            if status == "READY":
+                return _cube_template(row)
+            if status in ("FAILED", "ERROR"):
+                raise RemoteError(ErrorKind.INVALID, f"template {template_id} failed: {row.get('lastError') or status}")
+            if time.monotonic() > deadline:
+                raise RemoteError(ErrorKind.TIMEOUT, f"template {template_id} still {status} after the build deadline")
+            self.backend.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+    def delete(self, template_id: str) -> None:
+        """Idempotent; conflict while sandboxes run from it (Cube would delete its snapshots)."""
+        users = [
+            row
+            for row in self.backend._api(
+                "GET", "/v2/sandboxes", "sandboxes using the template", idempotent=True, params={"limit": 1000}
+            ).json()
+            if row.get("templateID") == template_id
+        ]
+        if users:
+            raise RemoteError(ErrorKind.CONFLICT, f"template {template_id} is used by {len(users)} sandbox(es)")
+        try:
+            self.backend._api(
+                "DELETE", f"/templates/{_q(template_id)}", f"deleting template {template_id}", idempotent=True
+            )
+        except RemoteError as exc:
+            if exc.kind not in (ErrorKind.NOT_FOUND, ErrorKind.GONE):
+                raise
+
+
+def _cube_template(row: Mapping[str, Any]) -> TemplateInfo:
+    names = [str(n) for n in (row.get("names") or [])]
+    request = row.get("createRequest") or {}
+    name = names[0] if names else str(request.get("name") or request.get("alias") or row["templateID"])
+    labels = {
+        key: str(row[key]) for key in ("status", "instanceType", "version", "imageInfo") if row.get(key) is not None
+    }
+    return TemplateInfo(
+        template_id=str(row["templateID"]),
+        name=name,
+        description=str(row.get("imageInfo") or ""),
+        created_at=parse_time(row.get("createdAt")),
+        labels=labels,
+    )
