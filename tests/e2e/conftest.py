@@ -1,0 +1,67 @@
+"""Browser tests: real Chromium (Debian's /usr/bin/chromium, never a downloaded browser)
+driving the console served by Daphne in a child process.
+
+Daphne needs a file-backed test database shared with the child: these tests run on
+PostgreSQL (DATABASE_URL) and carry the `postgres` marker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+# Any accidental use of a Playwright-bundled browser fails loudly instead of downloading one.
+os.environ.setdefault("PLAYWRIGHT_BROWSERS_PATH", "/nonexistent-playwright-browsers")
+
+
+@pytest.fixture(autouse=True)
+def _allow_orm_next_to_playwright(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Playwright's sync API runs an event loop in the test thread; Django would refuse ORM
+    # calls from it. Allowed here, in the browser tests only.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing (apt-get install -y chromium)", pytrace=False)
+    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture
+def daphne_url(transactional_db: None, settings: Any) -> Iterator[str]:
+    """The whole ASGI application (HTTP, static files, websockets) on a free localhost port."""
+    from channels.testing.live import make_application
+    from daphne.testing import DaphneProcess
+    from django.db import connections
+
+    if any(c.vendor == "sqlite" and c.is_in_memory_db() for c in connections.all()):
+        pytest.skip("the live server needs a file-backed database (DATABASE_URL=postgres://...)")
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "localhost"]
+    settings.SERVE_STATIC = True
+    # The child is forked: it inherits settings and must not share our database sockets.
+    connections.close_all()
+    process = DaphneProcess("localhost", partial(make_application, static_wrapper=None))
+    process.start()
+    if not process.ready.wait(timeout=30):
+        process.terminate()
+        raise RuntimeError("Daphne did not start")
+    try:
+        yield f"http://localhost:{process.port.value}"
+    finally:
+        process.terminate()
+        process.join(timeout=10)
