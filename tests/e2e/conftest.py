@@ -44,13 +44,14 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
 
 @pytest.fixture
 def daphne_url(transactional_db: None, settings: Any) -> Iterator[str]:
-    """The whole ASGI application (HTTP, static files, websockets) on a free localhost port."""
+    """The whole ASGI application (HTTP, static files, websockets) on a free localhost port.
+
+    Tests using it carry the `postgres` marker: an in-memory SQLite database cannot be shared
+    with the child process."""
     from channels.testing.live import make_application
     from daphne.testing import DaphneProcess
     from django.db import connections
 
-    if any(c.vendor == "sqlite" and c.is_in_memory_db() for c in connections.all()):
-        pytest.skip("the live server needs a file-backed database (DATABASE_URL=postgres://...)")
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "localhost"]
     settings.SERVE_STATIC = True
     # The child is forked: it inherits settings and must not share our database sockets.
