@@ -7,13 +7,36 @@ guarded transport included. The fake's containers run with network "none".
 
 from __future__ import annotations
 
+import socket
+import time
+import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 
+from sandboxes.backends.base import (
+    ErrorKind,
+    L7Rule,
+    ListQuery,
+    NetworkSpec,
+    PtyHandle,
+    PtySize,
+    RemoteError,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+    TemplateBuildSpec,
+)
 from sandboxes.backends.e2b import E2BBackend
 from tests.fakes.fixtures import FakeHandle
-from tests.sandboxes.backend_conformance import BackendConformance
+from tests.sandboxes.backend_conformance import (
+    OFFLINE,
+    BackendConformance,
+    SandboxFactory,
+    run,
+    shell_request,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2b]
 
@@ -32,3 +55,294 @@ def backend(fake_e2b_server: FakeHandle) -> Iterator[E2BBackend]:
 
 class TestE2BConformance(BackendConformance):
     """The shared contract, run against the fake E2B control plane and envd."""
+
+
+# E2B-specific behaviour ---------------------------------------------------------------------
+
+
+def fresh_backend(fake: FakeHandle, **options: str) -> tuple[E2BBackend, list[float]]:
+    """A backend of its own whose retry waits are recorded instead of slept."""
+    adapter = E2BBackend(fake.backend_config("e2b", **options))
+    waits: list[float] = []
+    adapter.sleep = waits.append
+    return adapter, waits
+
+
+@pytest.fixture
+def make_sandbox(backend: E2BBackend, test_run_id: str) -> Iterator[SandboxFactory]:
+    created: list[str] = []
+
+    def make(**overrides: object) -> SandboxInfo:
+        metadata = {"test-run": test_run_id, **overrides.pop("metadata", {})}  # type: ignore[dict-item]
+        spec_args: dict[str, object] = {"template_id": "base", "network": OFFLINE}
+        spec_args.update(overrides)
+        info = backend.create(SandboxSpec(metadata=metadata, **spec_args))  # type: ignore[arg-type]
+        created.append(info.sandbox_id)
+        return info
+
+    yield make
+    for sandbox_id in created:
+        backend.delete(sandbox_id)
+
+
+def read_until_error(handle: PtyHandle) -> None:
+    for _ in range(100):
+        handle.read(timeout=10)
+
+
+class TestE2BRetries:
+    """rate_limited and unavailable are retried with backoff for idempotent calls only."""
+
+    def test_rate_limited_list_is_retried_honouring_retry_after(self, fake_e2b: FakeHandle) -> None:
+        adapter, waits = fresh_backend(fake_e2b)
+        fake_e2b.set_fault("status", status=429, retry_after=1, path=r"^/v2/sandboxes$", method="GET", times=2)
+        adapter.list(ListQuery(metadata={"test-run": "nothing-here"}))
+        assert waits == [1.0, 1.0]
+        adapter.close()
+
+    def test_backoff_grows_without_retry_after(self, fake_e2b: FakeHandle) -> None:
+        adapter, waits = fresh_backend(fake_e2b)
+        fake_e2b.set_fault("status", status=429, path=r"^/v2/sandboxes$", method="GET", times=3)
+        adapter.list(ListQuery(metadata={"test-run": "nothing-here"}))
+        assert len(waits) == 3
+        assert 0 < waits[0] <= waits[1] <= waits[2] <= 1.0
+        adapter.close()
+
+    def test_unavailable_is_retried(self, fake_e2b: FakeHandle, make_sandbox: SandboxFactory) -> None:
+        info = make_sandbox()
+        adapter, waits = fresh_backend(fake_e2b)
+        fake_e2b.set_fault("status", status=503, retry_after=2, path=f"^/sandboxes/{info.sandbox_id}$", times=2)
+        assert adapter.get(info.sandbox_id).sandbox_id == info.sandbox_id
+        assert waits == [2.0, 2.0]
+        adapter.close()
+
+    def test_retries_give_up_with_the_kind_and_retry_after(self, fake_e2b: FakeHandle) -> None:
+        adapter, waits = fresh_backend(fake_e2b, retries="2")
+        fake_e2b.set_fault("status", status=429, retry_after=3, path=r"^/v2/sandboxes$", method="GET")
+        with pytest.raises(RemoteError) as caught:
+            adapter.list(ListQuery())
+        assert (caught.value.kind, caught.value.retryable, caught.value.retry_after) == (
+            ErrorKind.RATE_LIMITED,
+            True,
+            3.0,
+        )
+        assert waits == [3.0, 3.0]
+        adapter.close()
+
+    def test_non_idempotent_calls_are_not_retried(self, fake_e2b: FakeHandle, make_sandbox: SandboxFactory) -> None:
+        info = make_sandbox()
+        adapter, waits = fresh_backend(fake_e2b)
+        fake_e2b.set_fault("status", status=503, retry_after=1, path=r"/snapshots$", method="POST", times=1)
+        snapshots = adapter.snapshots()
+        assert snapshots is not None
+        with pytest.raises(RemoteError) as caught:
+            snapshots.create(info.sandbox_id, name="never")
+        assert caught.value.kind == ErrorKind.UNAVAILABLE
+        assert waits == []
+        adapter.close()
+
+    @pytest.mark.parametrize(
+        ("status", "kind"),
+        [
+            (400, ErrorKind.INVALID),
+            (401, ErrorKind.UNAUTHORIZED),
+            (403, ErrorKind.FORBIDDEN),
+            (404, ErrorKind.NOT_FOUND),
+            (409, ErrorKind.CONFLICT),
+            (410, ErrorKind.GONE),
+            (429, ErrorKind.RATE_LIMITED),
+            (500, ErrorKind.INTERNAL),
+            (501, ErrorKind.UNSUPPORTED),
+            (502, ErrorKind.UNAVAILABLE),
+            (503, ErrorKind.UNAVAILABLE),
+            (504, ErrorKind.TIMEOUT),
+            (507, ErrorKind.QUOTA),
+        ],
+    )
+    def test_every_status_maps_to_a_kind(self, fake_e2b: FakeHandle, status: int, kind: ErrorKind) -> None:
+        adapter, _ = fresh_backend(fake_e2b, retries="0")
+        fake_e2b.set_fault("status", status=status, path=r"^/v2/sandboxes$", method="GET", times=1)
+        with pytest.raises(RemoteError) as caught:
+            adapter.list(ListQuery())
+        assert caught.value.kind == kind
+        assert f"HTTP {status}" in caught.value.message
+        adapter.close()
+
+    def test_wrong_key_is_unauthorized_and_health_says_so(self, fake_e2b: FakeHandle) -> None:
+        adapter = E2BBackend(replace(fake_e2b.backend_config("e2b"), api_key="e2b_" + "1" * 40))
+        with pytest.raises(RemoteError) as caught:
+            adapter.list(ListQuery())
+        assert caught.value.kind == ErrorKind.UNAUTHORIZED
+        assert not adapter.health().ok
+        adapter.close()
+
+    def test_closed_port_is_unavailable(self, fake_e2b: FakeHandle) -> None:
+        with socket.socket() as probe:  # a loopback port nobody listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        config = replace(fake_e2b.backend_config("e2b", retries="1"), endpoint=f"http://127.0.0.1:{port}")
+        adapter = E2BBackend(config)
+        adapter.sleep = lambda _: None
+        with pytest.raises(RemoteError) as caught:
+            adapter.get("anything")
+        assert caught.value.kind == ErrorKind.UNAVAILABLE
+        assert not adapter.health().ok
+        adapter.close()
+
+
+class TestE2BFaults:
+    """Listing loops, dropped streams and paused sandboxes."""
+
+    def test_a_repeating_page_token_stops_the_listing(
+        self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        group = {"console-space": f"loop-{uuid.uuid4().hex[:8]}"}
+        for _ in range(2):
+            make_sandbox(metadata=group)
+        fake_e2b.set_fault("repeat_token")
+        with pytest.raises(RemoteError) as caught:
+            list(backend.iter_sandboxes(ListQuery(metadata=group, limit=1)))
+        assert caught.value.kind == ErrorKind.INTERNAL
+        assert "repeated page token" in caught.value.message
+
+    def test_a_dropped_pty_stream_is_reported(
+        self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox()
+        ptys = backend.pty()
+        fake_e2b.set_fault("drop_stream", after_events=2, path=r"Process/Start$", plane="envd", times=1)
+        handle = ptys.open(info.sandbox_id, PtySize(cols=80, rows=24))
+        handle.write(b"echo one; sleep 0.2; echo two; sleep 0.2; echo three\n")  # more output: the cut comes
+        with pytest.raises(RemoteError) as caught:
+            read_until_error(handle)
+        assert caught.value.kind == ErrorKind.UNAVAILABLE
+        assert "cut" in caught.value.message
+        assert not handle.is_running()
+        handle.kill()
+
+    def test_a_dropped_exec_stream_is_reported(
+        self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox()
+        fake_e2b.set_fault("drop_stream", after_events=1, path=r"Process/Start$", plane="envd", times=1)
+        with pytest.raises(RemoteError) as caught:
+            backend.exec(info.sandbox_id, shell_request("sleep 0.2; echo late"))
+        assert caught.value.kind == ErrorKind.UNAVAILABLE
+
+    def test_exec_on_a_paused_sandbox_without_auto_resume_is_a_conflict(
+        self, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox(auto_resume=False)
+        backend.pause(info.sandbox_id)
+        with pytest.raises(RemoteError) as caught:
+            backend.exec(info.sandbox_id, shell_request("true"))
+        assert caught.value.kind == ErrorKind.CONFLICT
+        backend.connect(info.sandbox_id)
+        assert run(backend, info.sandbox_id, "echo back") == "back\n"
+
+    def test_ttl_auto_pause_then_auto_resume_on_traffic(
+        self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox(auto_pause=True, auto_resume=True)
+        run(backend, info.sandbox_id, "echo kept > /workspace/ttl.txt")
+        fake_e2b.expire(info.sandbox_id)
+        deadline = time.monotonic() + 10
+        while backend.get(info.sandbox_id).state != SandboxState.PAUSED:
+            assert time.monotonic() < deadline, "the TTL did not pause the sandbox"
+            time.sleep(0.1)
+        # Data-plane traffic resumes an auto-resume sandbox.
+        assert run(backend, info.sandbox_id, "cat /workspace/ttl.txt") == "kept\n"
+        assert backend.get(info.sandbox_id).state == SandboxState.RUNNING
+
+
+class TestE2BMapping:
+    """How the contract maps onto E2B: network switches, snapshots, templates, terminals."""
+
+    def test_network_switches_are_always_sent_explicitly(
+        self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox(
+            network=NetworkSpec(allow_internet_access=True, allow_public_traffic=True, deny_out=("10.0.0.0/8",))
+        )
+        with fake_e2b.http() as http:
+            detail = http.get(f"/sandboxes/{info.sandbox_id}").json()
+        assert detail["allowInternetAccess"] is True
+        assert detail["network"] == {"allowPublicTraffic": True, "allowOut": [], "denyOut": ["10.0.0.0/8"]}
+        assert detail["lifecycle"] == {"autoResume": True, "onTimeout": "pause"}
+
+    def test_what_e2b_cannot_do_is_refused_and_not_advertised(self, backend: E2BBackend) -> None:
+        caps = backend.network_capabilities()
+        assert (caps.deny_out_domain, caps.l7_rules) == (False, False)
+        assert (caps.outbound_toggle, caps.inbound_toggle, caps.allow_out_domain) == (True, True, True)
+        for network in (
+            NetworkSpec(allow_internet_access=True, allow_public_traffic=True, deny_out=("example.com",)),
+            NetworkSpec(allow_internet_access=True, allow_public_traffic=True, l7_rules=(L7Rule(domain="a.com"),)),
+        ):
+            with pytest.raises(RemoteError) as caught:
+                backend.create(SandboxSpec(template_id="base", network=network))
+            assert caught.value.kind == ErrorKind.UNSUPPORTED
+        assert backend.volumes() is None
+        with pytest.raises(RemoteError) as caught:
+            backend.create(SandboxSpec(template_id="base", network=OFFLINE, workspace_volume="ws"))
+        assert caught.value.kind == ErrorKind.UNSUPPORTED
+
+    def test_traffic_token_and_public_url(self, backend: E2BBackend, make_sandbox: SandboxFactory) -> None:
+        info = make_sandbox(network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False))
+        inbound = backend.inbound()
+        assert inbound is not None
+        assert info.traffic_token
+        assert inbound.traffic_token(info.sandbox_id) == info.traffic_token
+        assert inbound.public_url(info.sandbox_id, 8080) == f"https://8080-{info.sandbox_id}.{backend.domain}"
+
+    def test_snapshot_ids_are_presented_as_snap_and_kept_out_of_templates(
+        self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox()
+        snapshots, templates = backend.snapshots(), backend.templates()
+        assert snapshots is not None
+        assert templates is not None
+        snapshot = snapshots.create(info.sandbox_id, name="mapping")
+        try:
+            # E2B's own id (team/name:tag) behind the snap- prefix, faithfully.
+            raw = snapshot.snapshot_id.removeprefix("snap-")
+            with fake_e2b.http() as http:
+                listed = [row["snapshotID"] for row in http.get("/snapshots").json()]
+            assert raw in listed
+            assert "/" in raw
+            template_ids = {t.template_id for t in templates.list()}
+            assert "base" in template_ids
+            assert raw not in template_ids
+            assert snapshot.snapshot_id not in template_ids
+            with pytest.raises(RemoteError) as caught:
+                templates.get(snapshot.snapshot_id)
+            assert caught.value.kind == ErrorKind.NOT_FOUND
+            with pytest.raises(RemoteError) as caught:
+                templates.create(TemplateBuildSpec(name="x"))
+            assert caught.value.kind == ErrorKind.UNSUPPORTED
+        finally:
+            snapshots.delete(snapshot.snapshot_id)
+
+    def test_exec_timeout_kills_the_whole_process_group(
+        self, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox()
+        result = backend.exec(info.sandbox_id, shell_request("sleep 300 & sleep 301; wait", timeout_s=1))
+        assert (result.timed_out, result.exit_code) == (True, 137)
+        assert run(backend, info.sandbox_id, "pgrep -f 'sleep 30[01]' || true") == ""
+
+    def test_pty_is_long_lived_writes_resizes_and_is_killed(
+        self, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox()
+        handle = backend.pty().open(info.sandbox_id, PtySize(cols=80, rows=24))
+        assert handle.is_running()
+        handle.resize(PtySize(cols=100, rows=30))
+        handle.write(b"stty size; id -u\n")
+        seen = b""
+        deadline = time.monotonic() + 15
+        while b"30 100" not in seen or b"1000" not in seen:
+            assert time.monotonic() < deadline, seen
+            seen += handle.read(timeout=10)
+        handle.kill()
+        assert not handle.is_running()
+        handle.kill()  # idempotent
