@@ -53,6 +53,7 @@ from .base import (
     RemoteError,
     SandboxInfo,
     SandboxSpec,
+    SandboxState,
     SnapshotInfo,
     SnapshotsCapability,
     TemplateBuildSpec,
@@ -277,7 +278,9 @@ class CubeBackend(E2BBackend):
         if plain:
             params["metadata"] = "&".join(f"{k}={v}" for k, v in plain.items())
         states = self._api_states(query.states)
-        if len(states) == 1:  # Cube takes one state; several mean no filter
+        if len(states) == 1 and SandboxState.PAUSING not in query.states:
+            # Cube takes one state (several mean no filter); `pausing` is asked for by
+            # filtering here, since "paused" would leave it out.
             params["state"] = states[0]
         response = self._api("GET", "/v2/sandboxes", "listing sandboxes", idempotent=True, params=params)
         rows = response.json()

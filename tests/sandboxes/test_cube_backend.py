@@ -3,13 +3,34 @@ plus one test per Cube quirk the adapter handles (each names the quirk it pins).
 
 from __future__ import annotations
 
+import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from sandboxes.backends.base import (
+    ErrorKind,
+    ExecRequest,
+    L7Rule,
+    ListQuery,
+    NetworkSpec,
+    RemoteError,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+    TemplateBuildSpec,
+)
 from sandboxes.backends.cube import CubeBackend
+from tests.fakes.e2b_server import FakeServer
 from tests.fakes.fixtures import FakeHandle
-from tests.sandboxes.backend_conformance import BackendConformance
+from tests.sandboxes.backend_conformance import (
+    OFFLINE,
+    BackendConformance,
+    SandboxFactory,
+    run,
+    shell_request,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2b, pytest.mark.cube]
 
@@ -28,3 +49,266 @@ def backend(fake_cube_server: FakeHandle) -> Iterator[CubeBackend]:
 
 class TestCubeConformance(BackendConformance):
     """The shared contract, run against the fake CubeAPI and envd 0.2.0."""
+
+
+# Cube quirks: each test names the quirk it pins and fails without the adapter's handling.
+
+
+@pytest.fixture
+def make_sandbox(backend: CubeBackend, test_run_id: str) -> Iterator[SandboxFactory]:
+    created: list[str] = []
+
+    def make(adapter: CubeBackend = backend, **overrides: object) -> SandboxInfo:
+        metadata = {"test-run": test_run_id, **overrides.pop("metadata", {})}  # type: ignore[dict-item]
+        spec_args: dict[str, object] = {"template_id": "base", "network": OFFLINE}
+        spec_args.update(overrides)
+        info = adapter.create(SandboxSpec(metadata=metadata, **spec_args))  # type: ignore[arg-type]
+        created.append(info.sandbox_id)
+        return info
+
+    yield make
+    for sandbox_id in created:
+        backend.delete(sandbox_id)
+
+
+def recording_backend(fake: FakeHandle, *, really_sleep: bool = False) -> tuple[CubeBackend, list[float]]:
+    adapter = CubeBackend(fake.backend_config("cube"))
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if really_sleep:
+            time.sleep(seconds)
+
+    adapter.sleep = sleep
+    return adapter, waits
+
+
+class TestCubeQuirks:
+    def test_health_records_the_cube_generation(self, backend: CubeBackend) -> None:
+        # Quirk: releases differ (v2 paths, snapshots); the probed generation is the version.
+        health = backend.health()
+        assert health.ok
+        assert "v0.5+" in health.version
+        assert backend.generation == "later"
+
+    def test_list_pages_client_side(
+        self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        # Quirk: Cube lists have no cursor (no X-Next-Token, nextToken ignored).
+        group = {"console-space": f"pages-{uuid.uuid4().hex[:8]}"}
+        made = {make_sandbox(metadata=group).sandbox_id for _ in range(3)}
+        with fake_cube.http() as http:
+            raw = http.get("/v2/sandboxes", params={"limit": 1})
+        assert "x-next-token" not in raw.headers
+        first = backend.list(ListQuery(metadata=group, limit=2))
+        assert len(first.items) == 2
+        assert first.next_token
+        second = backend.list(ListQuery(metadata=group, limit=2, page_token=first.next_token))
+        assert {i.sandbox_id for i in first.items + second.items} == made
+        assert second.next_token is None
+
+    def test_metadata_needing_escapes_still_lists(self, backend: CubeBackend, make_sandbox: SandboxFactory) -> None:
+        # Quirk: Cube's metadata filter skips the per-pair URL decoding, so escaped values
+        # never match server-side; the adapter filters them client-side.
+        value = f"a b=c&d {uuid.uuid4().hex[:6]}"
+        info = make_sandbox(metadata={"console-session": value})
+        page = backend.list(ListQuery(metadata={"console-session": value}))
+        assert [item.sandbox_id for item in page.items] == [info.sandbox_id]
+        assert page.items[0].metadata["console-session"] == value
+
+    def test_pausing_state_is_listed_and_delete_waits_it_out(
+        self, fake_cube: FakeHandle, make_sandbox: SandboxFactory
+    ) -> None:
+        # Quirk: `pausing` (which the SDK cannot parse) and DELETE 503 + Retry-After while pausing.
+        adapter, waits = recording_backend(fake_cube, really_sleep=True)
+        info = make_sandbox()
+        fake_cube.configure(cube_pause_seconds=3)
+        assert adapter.pause(info.sandbox_id).state == SandboxState.PAUSING
+        page = adapter.list(ListQuery(metadata=dict(info.metadata), states=frozenset({SandboxState.PAUSING})))
+        assert [item.sandbox_id for item in page.items] == [info.sandbox_id]
+        adapter.delete(info.sandbox_id)
+        assert waits
+        assert waits[0] == 2.0
+        with pytest.raises(RemoteError) as caught:
+            adapter.get(info.sandbox_id)
+        assert caught.value.kind == ErrorKind.NOT_FOUND
+        adapter.close()
+
+    def test_a_killed_sandbox_is_gone_on_the_data_plane(
+        self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        # Quirk: CubeProxy answers 410 for a killed sandbox: gone, rebuild.
+        info = make_sandbox()
+        run(backend, info.sandbox_id, "true")  # the adapter knows the sandbox's envd
+        with fake_cube.http() as http:  # killed behind the console's back (TTL, node loss)
+            assert http.delete(f"/sandboxes/{info.sandbox_id}").status_code == 204
+        with pytest.raises(RemoteError) as caught:
+            backend.exec(info.sandbox_id, shell_request("true"))
+        assert caught.value.kind == ErrorKind.GONE
+        files = backend.files()
+        with pytest.raises(RemoteError) as caught:
+            files.read(info.sandbox_id, "/etc/hostname")
+        assert caught.value.kind == ErrorKind.GONE
+
+    def test_resume_failure_503_on_the_data_plane_is_retried(
+        self, fake_cube: FakeHandle, make_sandbox: SandboxFactory
+    ) -> None:
+        # Quirk: a failed resume-on-traffic answers 503 + Retry-After: 5; the call is retried.
+        adapter, waits = recording_backend(fake_cube)
+        info = make_sandbox()
+        adapter.pause(info.sandbox_id)
+        fake_cube.configure(resume_failures=1)
+        assert run(adapter, info.sandbox_id, "echo resumed") == "resumed\n"
+        assert waits == [5.0]
+        adapter.close()
+
+    def test_traffic_token_only_at_create_is_kept(self, backend: CubeBackend, make_sandbox: SandboxFactory) -> None:
+        # Quirk: the traffic token is only in the create answer (never on connect or get).
+        info = make_sandbox()
+        assert info.traffic_token
+        backend.pause(info.sandbox_id)
+        backend.connect(info.sandbox_id)
+        inbound = backend.inbound()
+        assert inbound is not None
+        assert inbound.traffic_token(info.sandbox_id) == info.traffic_token
+        assert inbound.public_url(info.sandbox_id, 3000) == f"https://3000-{info.sandbox_id}.cube.app"
+
+    def test_l7_rules_are_sent_as_cube_list(
+        self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        # Quirk: Cube's L7 rules are a list (E2B's object keyed by domain is a 400).
+        network = NetworkSpec(
+            allow_internet_access=False,
+            allow_public_traffic=True,
+            allow_out=("api.example.com",),
+            l7_rules=(L7Rule(domain="api.example.com", methods=("get",), path_prefix="/v1", action="allow"),),
+        )
+        info = make_sandbox(network=network)
+        with fake_cube.http() as http:
+            detail = http.get(f"/sandboxes/{info.sandbox_id}").json()
+        assert detail["network"]["rules"] == [
+            {
+                "name": "rule-1",
+                "match": {"host": "api.example.com", "method": ["GET"], "path": "/v1"},
+                "action": {"allow": True},
+            }
+        ]
+        assert detail["network"]["allowInternetAccess"] is False
+        caps = backend.network_capabilities()
+        assert (caps.l7_rules, caps.deny_out_domain, caps.inbound_toggle) == (True, False, True)
+
+    def test_a_domain_allow_list_needs_outbound_off(self, backend: CubeBackend) -> None:
+        # Quirk: CubeAPI rejects a domain in allowOut unless outbound is off or 0.0.0.0/0 is
+        # denied; the adapter says why before sending.
+        network = NetworkSpec(allow_internet_access=True, allow_public_traffic=True, allow_out=("example.com",))
+        with pytest.raises(RemoteError) as caught:
+            backend.create(SandboxSpec(template_id="base", network=network))
+        assert caught.value.kind == ErrorKind.INVALID
+        assert "outbound traffic is off" in caught.value.message
+
+    def test_host_mount_metadata_is_reserved(self, backend: CubeBackend) -> None:
+        # Quirk: Cube lifts `host-mount` out of the labels into a host bind mount.
+        with pytest.raises(RemoteError) as caught:
+            backend.create(SandboxSpec(template_id="base", network=OFFLINE, metadata={"host-mount": "[]"}))
+        assert caught.value.kind == ErrorKind.INVALID
+
+    def test_old_envd_gets_the_user_named_explicitly(self, backend: CubeBackend, make_sandbox: SandboxFactory) -> None:
+        # Quirk: envd 0.2.0 has no default user (the SDK forces `user`): files written as
+        # root must be root's, and the Start `stdin` flag is omitted below envd 0.3.0.
+        info = make_sandbox()
+        files = backend.files()
+        files.write(info.sandbox_id, "/root/owned.txt", b"root's", user="root")
+        assert run(backend, info.sandbox_id, "stat -c %u /root/owned.txt", user="root").strip() == "0"
+        result = backend.exec(info.sandbox_id, ExecRequest(argv=("cat",)))  # no stdin: EOF, not a hang
+        assert (result.exit_code, result.stdout) == (0, b"")
+
+    def test_snapshot_ids_are_cube_snap_ids_usable_as_templates(
+        self, backend: CubeBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        # Quirk: only the snap- id works as templateID (the snapshot name does not).
+        info = make_sandbox()
+        snapshots, templates = backend.snapshots(), backend.templates()
+        assert snapshots is not None
+        assert templates is not None
+        snapshot = snapshots.create(info.sandbox_id, name="cube-quirk")
+        try:
+            assert snapshot.snapshot_id.startswith("snap-")
+            assert not snapshot.snapshot_id.startswith("snap-snap-")
+            assert snapshot.snapshot_id not in {t.template_id for t in templates.list()}
+            child = make_sandbox(template_id=snapshot.snapshot_id)
+            assert backend.get(child.sandbox_id).template_id == snapshot.snapshot_id
+            with pytest.raises(RemoteError) as caught:
+                make_sandbox(template_id=snapshot.name)
+            assert caught.value.kind in (ErrorKind.NOT_FOUND, ErrorKind.INVALID, ErrorKind.INTERNAL)
+            backend.delete(child.sandbox_id)
+        finally:
+            snapshots.delete(snapshot.snapshot_id)
+
+    def test_templates_are_built_through_cubes_template_api(
+        self, backend: CubeBackend, make_sandbox: SandboxFactory, docker_base_image: str
+    ) -> None:
+        # Quirk: Cube has its own template API (POST /templates from an image), not E2B's builds.
+        templates = backend.templates()
+        assert templates is not None
+        template = templates.create(TemplateBuildSpec(name="cube-crud", labels={"image": docker_base_image}))
+        try:
+            assert template.template_id.startswith("tpl-")
+            assert template.template_id in {t.template_id for t in templates.list()}
+            info = make_sandbox(template_id=template.template_id)
+            with pytest.raises(RemoteError) as caught:
+                templates.delete(template.template_id)
+            assert caught.value.kind == ErrorKind.CONFLICT
+            backend.delete(info.sandbox_id)
+            with pytest.raises(RemoteError) as caught:
+                templates.create(TemplateBuildSpec(name="pkgs", debian_packages=("curl",)))
+            assert caught.value.kind == ErrorKind.UNSUPPORTED
+        finally:
+            templates.delete(template.template_id)
+        templates.delete(template.template_id)  # idempotent
+        assert template.template_id not in {t.template_id for t in templates.list()}
+
+
+class TestCubeBeforeV05:
+    """A Cube release without the /v2 create/connect paths (C-May, envd 0.2.0, no tokens)."""
+
+    @pytest.fixture(scope="class")
+    def may_server(self, fake_cube_server: FakeHandle) -> Iterator[FakeHandle]:
+        server = FakeServer("cube", run_id=f"{fake_cube_server.run_id}-may", cube_version="may").start()
+        handle = FakeHandle(server)
+        yield handle
+        handle.close()
+        server.stop()
+
+    @pytest.fixture(scope="class")
+    def may_backend(self, may_server: FakeHandle) -> Iterator[CubeBackend]:
+        adapter = CubeBackend(may_server.backend_config("cube"))
+        yield adapter
+        adapter.close()
+
+    def test_v2_paths_are_absent_yet_the_lifecycle_works(
+        self, may_server: FakeHandle, may_backend: CubeBackend
+    ) -> None:
+        # Quirk: SDK >= 2.51 creates and connects on /v2 paths, which this Cube answers 405.
+        with may_server.http() as http:
+            assert http.post("/v2/sandboxes", json={"templateID": "base"}).status_code == 405
+        health = may_backend.health()
+        assert health.ok
+        assert "before v0.5" in health.version
+        info = may_backend.create(SandboxSpec(template_id="base", network=OFFLINE, metadata={"suite": "may"}))
+        try:
+            assert run(may_backend, info.sandbox_id, "id -u").strip() == "1000"
+            may_backend.pause(info.sandbox_id)
+            assert may_backend.connect(info.sandbox_id).state == SandboxState.RUNNING
+            assert run(may_backend, info.sandbox_id, "echo ok") == "ok\n"
+        finally:
+            may_backend.delete(info.sandbox_id)
+
+    def test_capabilities_follow_the_release(self, may_backend: CubeBackend) -> None:
+        # Quirk: no snapshot API (ids are invented), allowPublicTraffic means egress, no L7.
+        may_backend.health()
+        assert may_backend.snapshots() is None
+        caps = may_backend.network_capabilities()
+        assert (caps.inbound_toggle, caps.l7_rules) == (False, False)
+        body = may_backend._network_body(NetworkSpec(allow_internet_access=False, allow_public_traffic=True))
+        assert body["allowPublicTraffic"] is False
