@@ -1,0 +1,97 @@
+"""The reaper on an E2B config pointed at the fake server, which hands out a repeating page
+token: the pass must stop with the error reported, delete only real orphans, and never loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from sandboxes.backends.base import (
+    META_INSTALLATION,
+    META_SESSION,
+    ErrorKind,
+    ListQuery,
+    NetworkSpec,
+    RemoteError,
+    SandboxSpec,
+)
+from sandboxes.binding import Binding, MemorySessionStore, binding_key, now_iso
+from sandboxes.models import SandboxConfig
+from sandboxes.reaper import reap_config
+from sandboxes.runtime import backend_for
+from sandboxes.services import console_metadata
+from tests.factories import make_config
+from tests.fakes.fixtures import FakeHandle
+from tests.personas import World
+
+pytestmark = [pytest.mark.django_db, pytest.mark.docker, pytest.mark.e2b]
+
+
+@pytest.fixture
+def config(world: World, fake_e2b: FakeHandle, settings: Any, test_run_id: str) -> Iterator[SandboxConfig]:
+    settings.CONSOLE_INSTALLATION_ID = f"test-reaper-e2b-{test_run_id}"
+    cfg: SandboxConfig = make_config(
+        world.space_a,
+        kind="e2b",
+        endpoint=fake_e2b.api_url,
+        domain=fake_e2b.domain,
+        api_key=fake_e2b.api_key,
+        allow_private_endpoints=True,
+        default_template="base",
+    )
+    try:
+        yield cfg
+    finally:
+        fake_e2b.clear_faults()
+        backend = backend_for(cfg)
+        for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
+            backend.delete(info.sandbox_id)
+
+
+def plant(config: SandboxConfig, session_key: str) -> str:
+    info = backend_for(config).create(
+        SandboxSpec(
+            template_id=config.default_template,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata={**console_metadata(config), META_SESSION: session_key},
+        )
+    )
+    return info.sandbox_id
+
+
+def exists(config: SandboxConfig, sandbox_id: str) -> bool:
+    try:
+        backend_for(config).get(sandbox_id)
+    except RemoteError as exc:
+        if exc.kind != ErrorKind.NOT_FOUND:
+            raise
+        return False
+    return True
+
+
+def test_reaper_survives_a_repeating_page_token(fake_e2b: FakeHandle, config: SandboxConfig) -> None:
+    store = MemorySessionStore()
+    bound = plant(config, "reaper-e2b-bound")
+    store.set_binding_if_absent(
+        binding_key(config.space_id, "reaper-e2b-bound"),
+        Binding(sandbox_id=bound, version=1, config_id=str(config.id), created=now_iso()),
+    )
+    orphan = plant(config, "reaper-e2b-orphan")
+    fake_e2b.set_fault("repeat_token")
+
+    young = reap_config(config, store, grace=timedelta(hours=1))
+    assert any("repeated page token" in error for error in young.errors), young.errors
+    assert young.deleted == []
+    assert exists(config, bound)
+    assert exists(config, orphan)
+
+    report = reap_config(config, store, grace=timedelta(0))
+    assert any("repeated page token" in error for error in report.errors), report.errors
+    # Only the orphan may go, and only once; the bound sandbox stays.
+    assert report.deleted == [orphan]
+    assert exists(config, bound)
+    assert not exists(config, orphan)
