@@ -284,6 +284,9 @@ class Runtime:
         """Adopt a sandbox this console created for the session (oldest wins)."""
         query = ListQuery(metadata=self.session_metadata(session))
         found = [s for s in backend.iter_sandboxes(query) if s.state != SandboxState.GONE]
+        if len(found) > 1:
+            # Listings may round creation times (Docker: to the second); ask each for its own.
+            found = [info for info in (self._get_or_none(backend, s.sandbox_id) for s in found) if info]
         found.sort(key=lambda s: (s.started_at is None, s.started_at or timezone.now()))
         if rebuild and session.stale_at is not None:
             # Rebuilding for staleness: what was created before the stale time goes too.
@@ -344,6 +347,15 @@ class Runtime:
             META_CONFIG: str(session.config_id),
             META_SESSION: session.key,
         }
+
+    @staticmethod
+    def _get_or_none(backend: Backend, sandbox_id: str) -> SandboxInfo | None:
+        try:
+            return backend.get(sandbox_id)
+        except RemoteError as exc:
+            if exc.kind in GONE_KINDS:
+                return None
+            raise
 
     @staticmethod
     def _delete_quietly(backend: Backend, sandbox_id: str) -> None:
