@@ -27,6 +27,10 @@ DEFAULT_IMAGE = "sandbox-console/base:latest"
 LABEL_FAKE = "sandbox-console.fake-e2b"
 LABEL_RUN = "sandbox-console.fake-e2b.run"
 LABEL_SANDBOX = "sandbox-console.fake-e2b.sandbox"
+# The base image carries the console's own markers (console.managed=1, console.kind=template)
+# and containers and committed images inherit them, which would put the fake's containers
+# and snapshot images into the Docker adapter's template list. The fake sets its own.
+CONSOLE_MARKERS = {"console.managed": "0", "console.kind": "fake-e2b"}
 SNAPSHOT_REPO = "sandbox-console-fake/snapshot"
 
 # Output callback: (stream, data) where stream is "stdout", "stderr" or "pty".
@@ -292,7 +296,7 @@ class DockerRuntime:
     # -- containers -------------------------------------------------------------------------
 
     def labels(self, sandbox_id: str = "") -> dict[str, str]:
-        out = {LABEL_FAKE: "1", LABEL_RUN: self.run_id}
+        out = {**CONSOLE_MARKERS, LABEL_FAKE: "1", LABEL_RUN: self.run_id}
         if sandbox_id:
             out[LABEL_SANDBOX] = sandbox_id
         return out
