@@ -4,3 +4,7 @@ from django.apps import AppConfig
 class SkillsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "skills"
+
+    def ready(self) -> None:
+        # Register job handlers.
+        from . import jobs  # noqa: F401

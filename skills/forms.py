@@ -26,3 +26,25 @@ class SkillImportForm(forms.Form):
                 f"the limit is {human_size(limit)} (SKILL_ARCHIVE_MAX_BYTES)."
             )
         return archive
+
+
+class SkillInstallForm(forms.Form):
+    """Install a skill version into a space's skill image on one of the space's configs."""
+
+    config = forms.TypedChoiceField(label="Sandbox config", coerce=str)
+    version = forms.TypedChoiceField(label="Skill version", coerce=str)
+
+    def __init__(
+        self,
+        *args: object,
+        configs: list[tuple[str, str]],
+        versions: list[tuple[str, str]],
+        **kwargs: object,
+    ) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        config_field = self.fields["config"]
+        version_field = self.fields["version"]
+        assert isinstance(config_field, forms.TypedChoiceField)
+        assert isinstance(version_field, forms.TypedChoiceField)
+        config_field.choices = configs
+        version_field.choices = versions

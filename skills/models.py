@@ -113,3 +113,99 @@ class SkillFile(models.Model):
     @property
     def depth(self) -> int:
         return self.path.count("/")
+
+
+class SkillImageStatus(models.TextChoices):
+    BUILDING = "building", "Building"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+    RETIRED = "retired", "Retired (snapshot deleted)"
+
+
+class SkillImageAction(models.TextChoices):
+    INSTALL = "install", "Install"
+    UNINSTALL = "uninstall", "Uninstall"
+
+
+class SkillImage(models.Model):
+    """One generation of a space's skill image on one config: a snapshot with skills installed.
+
+    Generations count 1, 2, … per (space, config). The generation new sessions start from is
+    not stored here: it is the sandboxes-side `SessionImage` pointer (written only through
+    `sandboxes.services.do_set_session_image`), and `is_current` is derived from it, so the
+    two can never disagree. A ready generation always has a snapshot id and the fingerprint
+    of the backend account holding it ("no fingerprint, no record", a database constraint).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    space = models.ForeignKey("console.Space", on_delete=models.CASCADE, related_name="skill_images")
+    config = models.ForeignKey("sandboxes.SandboxConfig", on_delete=models.CASCADE, related_name="skill_images")
+    generation = models.PositiveIntegerField()
+    # The generation this one was built on (None: built from the config's default template).
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    action = models.CharField(max_length=16, choices=SkillImageAction.choices, default=SkillImageAction.INSTALL)
+    # What the action was about: the skill installed or uninstalled (for the history).
+    subject = models.CharField(max_length=300, blank=True)
+    base_template = models.CharField(
+        max_length=255, blank=True, help_text="Template or snapshot the build started from."
+    )
+    snapshot_id = models.CharField(max_length=255, blank=True)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    # [{"name", "version_id", "content_hash", "size", "file_count", "dependencies": {...}, "installed": [...]}]
+    manifest = models.JSONField(default=list, blank=True)
+    status = models.CharField(
+        max_length=16, choices=SkillImageStatus.choices, default=SkillImageStatus.BUILDING, db_index=True
+    )
+    # {"create": seconds, "copy": seconds, ...} in pipeline order.
+    timings = models.JSONField(default=dict, blank=True)
+    log = models.TextField(blank=True)
+    failed_step = models.CharField(max_length=32, blank=True)
+    error = models.TextField(blank=True)
+    job = models.ForeignKey("console.AdminJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by_name = models.CharField(max_length=150, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-generation"]
+        constraints = [
+            models.UniqueConstraint(fields=["space", "config", "generation"], name="one_skill_image_per_generation"),
+            models.CheckConstraint(
+                condition=~models.Q(status="ready") | (~models.Q(snapshot_id="") & ~models.Q(fingerprint="")),
+                name="ready_skill_image_has_snapshot_and_fingerprint",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"skill image generation {self.generation} of {self.space} on {self.config}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("skills:image_detail", kwargs={"space_id": self.space_id}) + f"?config={self.config_id}"
+
+    @property
+    def skill_names(self) -> list[str]:
+        return [str(entry.get("name", "")) for entry in self.manifest]
+
+    @property
+    def total_seconds(self) -> float:
+        return round(sum(float(value) for value in self.timings.values()), 2)
+
+
+class SkillImageItem(models.Model):
+    """One skill held by a generation: the queryable side of its manifest."""
+
+    image = models.ForeignKey(SkillImage, on_delete=models.CASCADE, related_name="items")
+    skill = models.ForeignKey(Skill, null=True, on_delete=models.SET_NULL, related_name="image_items")
+    version = models.ForeignKey(SkillVersion, null=True, on_delete=models.SET_NULL, related_name="image_items")
+    name = models.CharField(max_length=255)
+    content_hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["image", "name"], name="one_skill_per_image_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} @ {self.content_hash[:12]} in {self.image}"

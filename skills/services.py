@@ -13,10 +13,12 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, NamedTuple
+from typing import IO, Any, NamedTuple
 
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 
+from console.access import spaces_for_user
 from console.services import Actor, ServiceError, record_audit
 
 from .archives import ArchiveError, ExtractedSkill, Limits, SkillEntry, read_archive, read_folder
@@ -190,8 +192,19 @@ def _store_files(version: SkillVersion, files: list[SkillEntry]) -> None:
 def do_delete_skill_version(version: SkillVersion, *, actor: Actor) -> Skill | None:
     """Delete one version. The skill points at its newest remaining version, or goes too.
 
-    Returns the skill, or None when its last version was deleted with it.
+    Returns the skill, or None when its last version was deleted with it. Refused while a
+    space's current skill image holds the version: uninstalling it rebuilds the image from
+    the catalog's copies of the other skills, and a rollback target keeps only its snapshot.
     """
+    from .images import current_items
+
+    holders = sorted(set(current_items().filter(version=version).values_list("image__space__name", flat=True)))
+    if holders:
+        raise ServiceError(
+            f"Version {version.short_hash} of {version.skill.name} is installed in the skill image of "
+            + ", ".join(holders)
+            + "; uninstall it there first."
+        )
     with transaction.atomic():
         skill = Skill.objects.select_for_update().get(pk=version.skill_id)
         remaining = skill.versions.exclude(pk=version.pk).order_by("-created", "-id").first()
@@ -234,9 +247,36 @@ def version_files(version: SkillVersion) -> Iterator[SkillFileContent]:
         yield SkillFileContent(path, mode, data)
 
 
-def spaces_with_skill(skill_ids: list[object]) -> dict[object, list[str]]:
-    """Hook for the install pipeline: {skill id: names of spaces whose image holds it}.
+@dataclass(frozen=True)
+class SpaceRef:
+    """A space holding a skill, for links to its Skill image page; prints as its name."""
 
-    Installs do not exist yet, so no space holds any skill; the list page shows "—".
+    id: Any
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self) -> str:
+        return reverse("skills:image_detail", kwargs={"space_id": self.id})
+
+
+def spaces_with_skill(skill_ids: list[object], *, user: Any = None) -> dict[object, list[SpaceRef]]:
+    """{skill id: the spaces whose current skill image holds it}, in one query.
+
+    With `user`, only spaces that user can see are listed (skills are platform-wide, spaces
+    are not). "Current" is the sandboxes-side pointer of each (space, config).
     """
-    return {}
+    from .images import current_items
+
+    items = current_items().filter(skill_id__in=[str(skill_id) for skill_id in skill_ids])
+    if user is not None:
+        items = items.filter(image__space__in=spaces_for_user(user))
+    found: dict[object, list[SpaceRef]] = {}
+    rows = items.values_list("skill_id", "image__space_id", "image__space__name").order_by("image__space__name")
+    for skill_id, space_id, space_name in rows:
+        refs = found.setdefault(skill_id, [])
+        ref = SpaceRef(space_id, space_name)
+        if ref not in refs:
+            refs.append(ref)
+    return found

@@ -14,3 +14,17 @@ urlpatterns = [
     path("skills/versions/<uuid:version_id>/delete/", views.version_delete, name="version_delete"),
     path("skills/files/<uuid:file_id>/", views.file_detail, name="file_detail"),
 ]
+
+# Skill images (install pipeline), per space.
+urlpatterns += [
+    path("skills/versions/<uuid:version_id>/install/", views.version_install, name="version_install"),
+    path("spaces/<uuid:space_id>/skill-image/", views.image_detail, name="image_detail"),
+    path("spaces/<uuid:space_id>/skill-image/install/", views.image_install, name="image_install"),
+    path("spaces/<uuid:space_id>/skill-image/uninstall/", views.image_uninstall, name="image_uninstall"),
+    path(
+        "spaces/<uuid:space_id>/skill-image/generations/<uuid:image_id>/rollback/",
+        views.image_rollback,
+        name="image_rollback",
+    ),
+    path("spaces/<uuid:space_id>/skill-image/snapshots/delete/", views.image_cleanup, name="image_cleanup"),
+]

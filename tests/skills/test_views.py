@@ -235,7 +235,7 @@ def test_skill_page_shows_files_versions_warnings_and_dependencies(world: World)
     assert "left-pad@^1.3.0" in page
     assert "poppler-utils" in page
     assert version.short_hash in page
-    assert "installing into spaces comes with skill images" in page
+    assert "Install into a space…" in page
 
 
 def test_older_version_page_says_so(world: World) -> None:

@@ -1,0 +1,711 @@
+"""Skill images: generations, the install/uninstall build, rollback and snapshot clean-up.
+
+Writes go through the `do_*` functions here (each audited); the long ones run as admin jobs
+(`skills.jobs`). The generation new sessions start from is the sandboxes-side `SessionImage`
+pointer, written only through `sandboxes.services.do_set_session_image` (which also marks
+the space's sessions stale); `current_image` derives "current" from it, so there is one
+source of truth.
+
+A build (`build_generation`):
+  create   a build sandbox from the current generation's snapshot (or the config's default
+           template), outbound OFF, inbound off, console metadata with purpose skill-build
+  copy     the skill's files to /opt/skills/<name> (root-owned, modes kept minus g/o write)
+  dependencies  declared pip (offline wheel folder or index), npm, Debian (see install.py)
+  verify   the skill's check script, or the default checks, as uid 1000
+  clean    scratch removed
+  ledger   /opt/skills/.ledger.json
+  snapshot backend.snapshots().create
+  record   the generation becomes ready (snapshot id + fingerprint), then the pointer moves
+and, whatever happened, the build sandbox is deleted. A failure leaves the previous
+generation in force and says which step failed and why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, Max, OuterRef, QuerySet
+from django.utils import timezone
+
+from console.jobs import start_job
+from console.models import AdminJob, Space
+from console.services import Actor, ServiceError, record_audit
+from sandboxes.backends.base import (
+    Backend,
+    NetworkSpec,
+    RemoteError,
+    Resources,
+    SandboxSpec,
+)
+from sandboxes.models import SandboxConfig, SessionImage
+from sandboxes.runtime import backend_for, config_fingerprint, effective_template
+from sandboxes.services import console_metadata, do_set_session_image, sessions_using_snapshot
+
+from . import install
+from .install import PackageSources, SkillPayload, StepFailed
+from .models import SkillImage, SkillImageAction, SkillImageItem, SkillImageStatus, SkillVersion
+
+STEPS = ("create", "copy", "dependencies", "verify", "clean", "ledger", "snapshot", "record")
+BUILD_PURPOSE = "skill-build"
+META_PURPOSE = "console-purpose"
+META_SKILL_IMAGE = "console-skill-image"
+BUILD_TIMEOUT_S = 1800
+# A "building" row older than this is from a worker that died; it no longer blocks builds.
+BUILD_STALE_AFTER = timedelta(hours=2)
+FOLDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+# --- Reads -------------------------------------------------------------------------------
+
+
+def _pointer_matches() -> Exists:
+    """The generation is what its (space, config)'s SessionImage points at."""
+    return Exists(
+        SessionImage.objects.filter(
+            space=OuterRef("space"),
+            config=OuterRef("config"),
+            snapshot_id=OuterRef("snapshot_id"),
+            fingerprint=OuterRef("fingerprint"),
+        )
+    )
+
+
+def current_image(space: Space, config: SandboxConfig) -> SkillImage | None:
+    """The ready generation the config's pointer names (whatever its fingerprint says)."""
+    pointer = SessionImage.objects.filter(space=space, config=config).first()
+    if pointer is None:
+        return None
+    return (
+        SkillImage.objects.filter(
+            space=space,
+            config=config,
+            status=SkillImageStatus.READY,
+            snapshot_id=pointer.snapshot_id,
+            fingerprint=pointer.fingerprint,
+        )
+        .order_by("-generation")
+        .first()
+    )
+
+
+def current_items() -> QuerySet[SkillImageItem]:
+    """Items of every current generation (one per space and config), for catalog queries."""
+    pointed = SessionImage.objects.filter(
+        space=OuterRef("image__space"),
+        config=OuterRef("image__config"),
+        snapshot_id=OuterRef("image__snapshot_id"),
+        fingerprint=OuterRef("image__fingerprint"),
+    )
+    return SkillImageItem.objects.filter(Exists(pointed), image__status=SkillImageStatus.READY)
+
+
+def history(space: Space, config: SandboxConfig) -> QuerySet[SkillImage]:
+    return (
+        SkillImage.objects.filter(space=space, config=config)
+        .annotate(pointed=_pointer_matches())
+        .select_related("parent")
+        .order_by("-generation")
+    )
+
+
+@dataclass(frozen=True)
+class ImageState:
+    """What the Skill image page shows for one (space, config)."""
+
+    config: SandboxConfig
+    current: SkillImage | None
+    fingerprint_ok: bool
+    effective_source: str
+    effective_template: str
+    note: str
+    building: SkillImage | None
+
+
+def image_state(space: Space, config: SandboxConfig) -> ImageState:
+    effective = effective_template(space, config)
+    current = current_image(space, config)
+    fingerprint_ok = current is None or current.fingerprint == config_fingerprint(config)
+    building = (
+        SkillImage.objects.filter(space=space, config=config, status=SkillImageStatus.BUILDING)
+        .order_by("-generation")
+        .first()
+    )
+    return ImageState(
+        config=config,
+        current=current,
+        fingerprint_ok=fingerprint_ok,
+        effective_source=effective.source,
+        effective_template=effective.template_id,
+        note=effective.note,
+        building=building,
+    )
+
+
+def is_rollback_target(image: SkillImage, current: SkillImage | None, fingerprint: str) -> bool:
+    return (
+        image.status == SkillImageStatus.READY
+        and (current is None or image.pk != current.pk)
+        and image.fingerprint == fingerprint
+    )
+
+
+# --- Starting jobs -----------------------------------------------------------------------
+
+
+def _check_config(space: Space, config: SandboxConfig) -> None:
+    if config.space_id != space.pk:
+        raise ServiceError("This config belongs to another space.")
+
+
+def _check_not_building(space: Space, config: SandboxConfig) -> None:
+    busy = SkillImage.objects.filter(
+        space=space,
+        config=config,
+        status=SkillImageStatus.BUILDING,
+        created__gte=timezone.now() - BUILD_STALE_AFTER,
+    ).first()
+    if busy is not None:
+        raise ServiceError(f"Generation {busy.generation} is still building on {config.name}; wait for it to finish.")
+
+
+def do_start_install(space: Space, config: SandboxConfig, version: SkillVersion, *, actor: Actor) -> AdminJob:
+    """Queue the `skills.install` job (audited as job.start) after checking it can run."""
+    _check_config(space, config)
+    _check_not_building(space, config)
+    current = current_image(space, config)
+    if (
+        current is not None
+        and current.fingerprint == config_fingerprint(config)
+        and current.items.filter(version_id=version.pk).exists()
+    ):
+        raise ServiceError(f"{version} is already installed in the current skill image on {config.name}.")
+    return start_job(
+        "skills.install",
+        actor=actor,
+        space=space,
+        params={"space_id": str(space.pk), "config_id": str(config.pk), "skill_version_id": str(version.pk)},
+    )
+
+
+def do_start_uninstall(space: Space, config: SandboxConfig, skill_name: str, *, actor: Actor) -> AdminJob:
+    """Queue the `skills.uninstall` job: a new generation from the base without the skill."""
+    _check_config(space, config)
+    _check_not_building(space, config)
+    current = current_image(space, config)
+    if current is None or skill_name not in current.skill_names:
+        raise ServiceError(f"{skill_name} is not in the current skill image on {config.name}.")
+    return start_job(
+        "skills.uninstall",
+        actor=actor,
+        space=space,
+        params={"space_id": str(space.pk), "config_id": str(config.pk), "skill_name": skill_name},
+    )
+
+
+# --- Building a generation ---------------------------------------------------------------
+
+
+class Reporter:
+    """What a build reports to: a job context in the console, print in the benchmark."""
+
+    def log(self, message: str) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def progress(self, percent: int, message: str | None = None) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+
+@dataclass
+class BuildPlan:
+    """What one build does: start from `base_template`, copy `add`, keep `keep` in the ledger."""
+
+    action: SkillImageAction
+    subject: str
+    base_template: str
+    parent: SkillImage | None
+    add: list[SkillPayload]
+    keep: list[dict[str, Any]]  # manifest entries carried over from the parent
+    removed: list[str] = field(default_factory=list)
+    # The pointer when the build was planned: recording refuses if it moved meanwhile.
+    pointer_at_start: str | None = None
+
+
+def payload_for(version: SkillVersion) -> SkillPayload:
+    from .services import version_files
+
+    return SkillPayload(
+        name=version.skill.name,
+        version_id=str(version.pk),
+        content_hash=version.content_hash,
+        files=tuple((f.path, f.mode, f.data) for f in version_files(version)),
+        dependencies=version.dependencies or {},
+        metadata=version.metadata or {},
+    )
+
+
+def package_sources(config: SandboxConfig) -> PackageSources:
+    """The config's package sources; the wheel folder must be a plain name under the root."""
+    folder: Path | None = None
+    name = config.pip_find_links.strip()
+    if name:
+        root = Path(settings.SKILL_PACKAGE_SOURCES_ROOT).resolve()
+        candidate = (root / name).resolve()
+        if not FOLDER_NAME.match(name) or candidate.parent != root or not candidate.is_dir():
+            raise StepFailed(
+                "dependencies", f"the pip find-links folder {name!r} is not a folder under SKILL_PACKAGE_SOURCES_ROOT"
+            )
+        folder = candidate
+    return PackageSources(
+        pip_index_url=config.pip_index_url.strip(), pip_folder=folder, npm_registry_url=config.npm_registry_url.strip()
+    )
+
+
+def pointer_snapshot(space: Space, config: SandboxConfig) -> str | None:
+    return SessionImage.objects.filter(space=space, config=config).values_list("snapshot_id", flat=True).first()
+
+
+def plan_install(space: Space, config: SandboxConfig, version: SkillVersion, reporter: Reporter) -> BuildPlan:
+    pointer = pointer_snapshot(space, config)  # read first: a move after this is caught at record
+    plan = _plan_install(space, config, version, reporter)
+    plan.pointer_at_start = pointer
+    return plan
+
+
+def _plan_install(space: Space, config: SandboxConfig, version: SkillVersion, reporter: Reporter) -> BuildPlan:
+    current = current_image(space, config)
+    payload = payload_for(version)
+    if current is not None and current.fingerprint == config_fingerprint(config):
+        keep = [entry for entry in current.manifest if entry.get("name") != payload.name]
+        return BuildPlan(
+            SkillImageAction.INSTALL,
+            f"{payload.name} @ {version.short_hash}",
+            current.snapshot_id,
+            current,
+            [payload],
+            keep,
+        )
+    if current is not None:
+        reporter.log(
+            f"generation {current.generation} belongs to another backend account; building from the default template"
+        )
+    return BuildPlan(
+        SkillImageAction.INSTALL, f"{payload.name} @ {version.short_hash}", config.default_template, None, [payload], []
+    )
+
+
+def plan_uninstall(space: Space, config: SandboxConfig, skill_name: str) -> BuildPlan:
+    current = current_image(space, config)
+    if current is None or skill_name not in current.skill_names:
+        raise StepFailed("create", f"{skill_name} is not in the current skill image")
+    payloads = []
+    for entry in current.manifest:
+        if entry.get("name") == skill_name:
+            continue
+        version = SkillVersion.objects.select_related("skill").filter(pk=entry.get("version_id")).first()
+        if version is None:
+            raise StepFailed(
+                "copy",
+                f"version {str(entry.get('content_hash', ''))[:12]} of {entry.get('name')} is no longer in the "
+                "catalog, so the image cannot be rebuilt without it; import it again first",
+            )
+        payloads.append(payload_for(version))
+    return BuildPlan(
+        SkillImageAction.UNINSTALL,
+        skill_name,
+        config.default_template,
+        current,
+        payloads,
+        [],
+        removed=[skill_name],
+        pointer_at_start=current.snapshot_id,
+    )
+
+
+def next_generation(space: Space, config: SandboxConfig) -> int:
+    top = SkillImage.objects.filter(space=space, config=config).aggregate(top=Max("generation"))["top"]
+    return int(top or 0) + 1
+
+
+def create_generation_row(
+    space: Space, config: SandboxConfig, plan: BuildPlan, *, actor: Actor, job: AdminJob | None
+) -> SkillImage:
+    for _ in range(5):
+        try:
+            with transaction.atomic():
+                return SkillImage.objects.create(
+                    space=space,
+                    config=config,
+                    generation=next_generation(space, config),
+                    parent=plan.parent,
+                    action=plan.action,
+                    subject=plan.subject[:300],
+                    base_template=plan.base_template,
+                    created_by=actor.user,
+                    created_by_name=actor.name,
+                    job=job,
+                )
+        except IntegrityError:
+            continue  # another build took the number at the same moment
+    raise ServiceError("Could not allocate a generation number; try again.")
+
+
+class _Build:
+    """One build's state: the row, timings and log, and the sandbox to delete afterwards."""
+
+    def __init__(self, image: SkillImage, reporter: Reporter) -> None:
+        self.image = image
+        self.reporter = reporter
+        self.timings: dict[str, float] = {}
+        self.lines: list[str] = []
+
+    def log(self, message: str) -> None:
+        self.lines.append(message)
+        self.reporter.log(message)
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        percent = int(100 * STEPS.index(name) / len(STEPS))
+        self.reporter.progress(percent, f"step {name}")
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.timings[name] = round(time.monotonic() - started, 3)
+
+
+def build_generation(
+    space: Space,
+    config: SandboxConfig,
+    plan: BuildPlan,
+    *,
+    actor: Actor,
+    reporter: Reporter,
+    job: AdminJob | None = None,
+) -> SkillImage:
+    """Build, snapshot and record one generation; the pointer moves only on success.
+
+    Raises StepFailed (the generation is marked failed, the previous one stays in force).
+    """
+    image = create_generation_row(space, config, plan, actor=actor, job=job)
+    build = _Build(image, reporter)
+    fingerprint = config_fingerprint(config)
+    backend = backend_for(config)
+    sandbox_id: str | None = None
+    snapshot_id: str | None = None
+    try:
+        build.log(f"generation {image.generation}: {plan.action} {plan.subject}, starting from {plan.base_template}")
+        with build.step("create"):
+            sources = package_sources(config)
+            sandbox_id = create_build_sandbox(backend, space, config, plan.base_template, image)
+            build.log(f"build sandbox {sandbox_id[:12]} created (outbound off)")
+        with build.step("copy"):
+            for name in plan.removed:
+                install.remove_skill(backend, sandbox_id, name)
+            for payload in plan.add:
+                install.copy_skill(backend, sandbox_id, payload, build.log)
+        with build.step("dependencies"):
+            installed = install.install_dependencies(backend, sandbox_id, plan.add, sources, build.log)
+        with build.step("verify"):
+            checks = {
+                payload.name: install.verify_skill(backend, sandbox_id, payload, build.log) for payload in plan.add
+            }
+        with build.step("clean"):
+            install.clean_scratch(backend, sandbox_id, build.log)
+        manifest = [*plan.keep, *(manifest_entry(p, installed[p.name], checks[p.name]) for p in plan.add)]
+        manifest.sort(key=lambda entry: str(entry["name"]))
+        with build.step("ledger"):
+            install.write_ledger(backend, sandbox_id, ledger_for(image, manifest), build.log)
+        with build.step("snapshot"):
+            snapshot_id = take_snapshot(backend, sandbox_id, space, image)
+            build.log(f"snapshot {snapshot_id} created")
+        with build.step("record"):
+            record_generation(space, config, image, plan, manifest, snapshot_id, fingerprint, build, actor=actor)
+            build.log(f"generation {image.generation} is current; the space's sessions are marked stale")
+    except StepFailed as exc:
+        fail_generation(image, build, exc.step, exc.message)
+        if snapshot_id is not None:
+            delete_quietly(lambda: _delete_snapshot(backend, snapshot_id))
+        raise
+    except Exception as exc:
+        step = next((s for s in STEPS if s not in build.timings), "record")
+        fail_generation(image, build, step, f"{exc.__class__.__name__}: {exc}")
+        if snapshot_id is not None:
+            delete_quietly(lambda: _delete_snapshot(backend, snapshot_id))
+        raise StepFailed(step, f"{exc.__class__.__name__}: {exc}") from exc
+    finally:
+        if sandbox_id is not None:
+            build_id = sandbox_id
+            delete_quietly(lambda: backend.delete(build_id))
+            build.reporter.log(f"build sandbox {build_id[:12]} deleted")
+    return image
+
+
+def create_build_sandbox(
+    backend: Backend, space: Space, config: SandboxConfig, template: str, image: SkillImage
+) -> str:
+    spec = SandboxSpec(
+        template_id=template,
+        network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+        metadata=console_metadata(config, **{META_PURPOSE: BUILD_PURPOSE, META_SKILL_IMAGE: str(image.pk)}),
+        resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
+        timeout_s=BUILD_TIMEOUT_S,
+        auto_pause=False,
+        auto_resume=False,
+    )
+    try:
+        return backend.create(spec).sandbox_id
+    except RemoteError as exc:
+        raise StepFailed("create", f"{exc.kind}: {exc.message}") from exc
+
+
+def take_snapshot(backend: Backend, sandbox_id: str, space: Space, image: SkillImage) -> str:
+    snapshots = backend.snapshots()
+    if snapshots is None:
+        raise StepFailed("snapshot", f"{backend.label} cannot take snapshots; skill images need them")
+    try:
+        info = snapshots.create(
+            sandbox_id,
+            name=f"skills-{space.slug}-g{image.generation}",
+            labels={"console.skill-image": str(image.pk), "console.skill-image.generation": str(image.generation)},
+        )
+    except RemoteError as exc:
+        raise StepFailed("snapshot", f"{exc.kind}: {exc.message}") from exc
+    return info.snapshot_id
+
+
+def manifest_entry(payload: SkillPayload, installed: list[str], check: str) -> dict[str, Any]:
+    return {
+        "name": payload.name,
+        "version_id": payload.version_id,
+        "content_hash": payload.content_hash,
+        "size": payload.size,
+        "file_count": len(payload.files),
+        "dependencies": {
+            "pip": payload.pip_requirements,
+            "npm": [f"{dep['name']}@{dep['version']}" for dep in payload.npm_packages],
+            "debian": payload.debian_packages,
+        },
+        "installed": installed,
+        "verified_by": check,
+    }
+
+
+def ledger_for(image: SkillImage, manifest: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "generation": image.generation,
+        "space": str(image.space_id),
+        "config": str(image.config_id),
+        "built": timezone.now().isoformat(timespec="seconds"),
+        "skills": [
+            {key: entry[key] for key in ("name", "content_hash", "size", "dependencies", "installed")}
+            for entry in manifest
+        ],
+    }
+
+
+def record_generation(
+    space: Space,
+    config: SandboxConfig,
+    image: SkillImage,
+    plan: BuildPlan,
+    manifest: list[dict[str, Any]],
+    snapshot_id: str,
+    fingerprint: str,
+    build: _Build,
+    *,
+    actor: Actor,
+) -> None:
+    """Mark the generation ready and move the pointer, unless the world changed meanwhile."""
+    fresh = SandboxConfig.objects.get(pk=config.pk)
+    if config_fingerprint(fresh) != fingerprint:
+        raise StepFailed("record", "the config's backend account changed during the build; run it again")
+    with transaction.atomic():
+        pointer = SessionImage.objects.select_for_update().filter(space=space, config=config).first()
+        if (pointer.snapshot_id if pointer is not None else None) != plan.pointer_at_start:
+            raise StepFailed("record", "another change to this skill image finished during the build; run it again")
+        image.snapshot_id = snapshot_id
+        image.fingerprint = fingerprint
+        image.manifest = manifest
+        image.status = SkillImageStatus.READY
+        image.timings = {**build.timings, "record": 0.0}
+        image.log = "\n".join(build.lines)
+        image.finished = timezone.now()
+        image.save(update_fields=["snapshot_id", "fingerprint", "manifest", "status", "timings", "log", "finished"])
+        versions = {str(v.pk): v for v in SkillVersion.objects.filter(pk__in=[e["version_id"] for e in manifest])}
+        SkillImageItem.objects.bulk_create(
+            [
+                SkillImageItem(
+                    image=image,
+                    skill_id=versions[e["version_id"]].skill_id if e["version_id"] in versions else None,
+                    version=versions.get(e["version_id"]),
+                    name=e["name"],
+                    content_hash=e["content_hash"],
+                )
+                for e in manifest
+            ]
+        )
+        names = ", ".join(entry["name"] for entry in manifest) or "no skills"
+        do_set_session_image(
+            space,
+            config,
+            snapshot_id=snapshot_id,
+            fingerprint=fingerprint,
+            label=f"skills generation {image.generation}: {names}",
+            actor=actor,
+        )
+        record_audit(
+            actor,
+            f"skill_image.{plan.action}",
+            space=space,
+            target_type="skill_image",
+            target_id=image.pk,
+            details={
+                "config": str(config.pk),
+                "generation": image.generation,
+                "subject": plan.subject,
+                "snapshot_id": snapshot_id,
+                "skills": [entry["name"] for entry in manifest],
+            },
+        )
+
+
+def fail_generation(image: SkillImage, build: _Build, step: str, message: str) -> None:
+    build.lines.append(f"FAILED at step {step}: {message}")
+    SkillImage.objects.filter(pk=image.pk).update(
+        status=SkillImageStatus.FAILED,
+        failed_step=step,
+        error=message[:4000],
+        timings=build.timings,
+        log="\n".join(build.lines),
+        finished=timezone.now(),
+    )
+
+
+def delete_quietly(action: Callable[[], None]) -> None:
+    with contextlib.suppress(RemoteError):  # the reaper removes what is left
+        action()
+
+
+def _delete_snapshot(backend: Backend, snapshot_id: str) -> None:
+    snapshots = backend.snapshots()
+    if snapshots is not None:
+        snapshots.delete(snapshot_id)
+
+
+# --- Rollback and clean-up ---------------------------------------------------------------
+
+
+def do_rollback_image(image: SkillImage, *, actor: Actor) -> None:
+    """Point the config's new sessions back at an earlier ready generation (sessions stale)."""
+    config = image.config
+    current = current_image(image.space, config)
+    if image.status != SkillImageStatus.READY:
+        raise ServiceError(f"Generation {image.generation} is {image.get_status_display().lower()}; it cannot be used.")
+    if current is not None and current.pk == image.pk:
+        raise ServiceError(f"Generation {image.generation} is already current.")
+    if image.fingerprint != config_fingerprint(config):
+        raise ServiceError(
+            f"Generation {image.generation} belongs to another backend account than the config's; it cannot be used."
+        )
+    snapshots = backend_for(config).snapshots()
+    if snapshots is not None and image.snapshot_id not in {s.snapshot_id for s in snapshots.list()}:
+        raise ServiceError(f"The snapshot of generation {image.generation} is gone from the backend.")
+    with transaction.atomic():
+        do_set_session_image(
+            image.space,
+            config,
+            snapshot_id=image.snapshot_id,
+            fingerprint=image.fingerprint,
+            label=f"skills generation {image.generation}: {', '.join(image.skill_names) or 'no skills'}",
+            actor=actor,
+        )
+        record_audit(
+            actor,
+            "skill_image.rollback",
+            space=image.space,
+            target_type="skill_image",
+            target_id=image.pk,
+            details={
+                "config": str(config.pk),
+                "generation": image.generation,
+                "from_generation": current.generation if current else None,
+                "snapshot_id": image.snapshot_id,
+            },
+        )
+
+
+@dataclass(frozen=True)
+class CleanupCandidate:
+    image: SkillImage
+    deletable: bool
+    reason: str
+
+
+def cleanup_candidates(space: Space, config: SandboxConfig) -> list[CleanupCandidate]:
+    """Ready generations other than the current one, and whether their snapshot may go."""
+    current = current_image(space, config)
+    fingerprint = config_fingerprint(config)
+    found = []
+    for image in SkillImage.objects.filter(space=space, config=config, status=SkillImageStatus.READY).order_by(
+        "-generation"
+    ):
+        if current is not None and image.pk == current.pk:
+            continue
+        if image.fingerprint != fingerprint:
+            found.append(CleanupCandidate(image, False, "held by another backend account"))
+            continue
+        users = sessions_using_snapshot(image.snapshot_id)
+        if users:
+            found.append(CleanupCandidate(image, False, f"{users} session(s) still run from it"))
+            continue
+        found.append(CleanupCandidate(image, True, "no session uses it"))
+    return found
+
+
+def do_delete_old_snapshots(space: Space, config: SandboxConfig, *, actor: Actor) -> tuple[list[int], list[str]]:
+    """Delete the snapshots of old generations no session uses; they become retired.
+
+    Newest first, so a backend whose snapshots stack on each other (Docker images) can drop
+    a child before its parent. Returns (retired generations, reasons others were kept).
+    """
+    backend = backend_for(config)
+    snapshots = backend.snapshots()
+    if snapshots is None:
+        raise ServiceError(f"{backend.label} has no snapshots to delete.")
+    retired: list[int] = []
+    kept: list[str] = []
+    for candidate in cleanup_candidates(space, config):
+        image = candidate.image
+        if not candidate.deletable:
+            kept.append(f"generation {image.generation}: {candidate.reason}")
+            continue
+        try:
+            snapshots.delete(image.snapshot_id)
+        except RemoteError as exc:
+            kept.append(f"generation {image.generation}: the backend refused ({exc.kind}: {exc.message})")
+            continue
+        SkillImage.objects.filter(pk=image.pk).update(status=SkillImageStatus.RETIRED)
+        retired.append(image.generation)
+    if retired:
+        record_audit(
+            actor,
+            "skill_image.delete_snapshots",
+            space=space,
+            target_type="sandbox_config",
+            target_id=config.pk,
+            details={"retired_generations": retired, "kept": kept},
+        )
+    return retired, kept
+
+
+def skills_sorted(entries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(entries, key=lambda entry: str(entry.get("name", "")))

@@ -1,0 +1,527 @@
+"""The install pipeline's steps inside a build sandbox, against the neutral contract.
+
+Pure orchestration over a `Backend`: no ORM, no settings. `skills.services` runs these steps
+in order for a skill-image build (and `bench/skill_ready.py` runs the same steps on a plain
+session sandbox for its baseline). Every step raises `StepFailed(step, message)` with a
+message an admin can act on; the caller deletes the build sandbox.
+
+Layout inside the image:
+  /opt/skills/<name>/          the skill's files, root-owned, modes kept minus group/other write
+  /opt/skills/.ledger.json     what the image holds (written last, before the snapshot)
+  /tmp/skill-build/            scratch (package source, requirement files), removed before
+                               the snapshot
+
+The check-script convention (docs/skills.md): frontmatter `metadata: {check: <path>}` names a
+file inside the skill; otherwise `scripts/check.sh` or `scripts/check.py` when present. It
+runs as the session user (uid 1000) with the skill folder as its working directory and must
+exit 0. Without one, the default checks run (`DEFAULT_CHECKS`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import io
+import json
+import posixpath
+import re
+import shlex
+import tarfile
+import time
+import zipfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandboxes.backends.base import Backend, ExecRequest, ExecResult, RemoteError
+
+SKILLS_ROOT = "/opt/skills"
+LEDGER_PATH = f"{SKILLS_ROOT}/.ledger.json"
+SCRATCH = "/tmp/skill-build"  # noqa: S108 - inside the build sandbox, removed before the snapshot
+PACKAGES_DIR = f"{SCRATCH}/packages"
+CHECK_CANDIDATES = ("scripts/check.sh", "scripts/check.py")
+CHECK_TIMEOUT_S = 120.0
+PIP_TIMEOUT_S = 600.0
+# Environment for pip run as root in the build sandbox. Env vars rather than flags so an
+# older pip in the image ignores what it does not know.
+PIP_ENV = {
+    "PIP_BREAK_SYSTEM_PACKAGES": "1",  # Debian marks its Python EXTERNALLY-MANAGED
+    "PIP_ROOT_USER_ACTION": "ignore",
+    "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    "PIP_NO_CACHE_DIR": "1",
+    "PIP_NO_INPUT": "1",
+}
+
+Log = Callable[[str], None]
+
+
+class StepFailed(Exception):
+    """A pipeline step failed; `message` says why in words an admin can act on."""
+
+    def __init__(self, step: str, message: str) -> None:
+        super().__init__(f"{step}: {message}")
+        self.step = step
+        self.message = message
+
+
+@dataclass(frozen=True)
+class SkillPayload:
+    """One skill to copy into the image: its name, identity, files and declared dependencies."""
+
+    name: str
+    version_id: str
+    content_hash: str
+    files: tuple[tuple[str, int, bytes], ...]  # (path, mode, data)
+    dependencies: Mapping[str, Any] = field(default_factory=dict)
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def root(self) -> str:
+        return f"{SKILLS_ROOT}/{self.name}"
+
+    @property
+    def size(self) -> int:
+        return sum(len(data) for _, _, data in self.files)
+
+    @property
+    def pip_requirements(self) -> list[str]:
+        return [str(dep["requirement"]) for dep in self.dependencies.get("pip") or []]
+
+    @property
+    def pip_names(self) -> list[str]:
+        return [str(dep["name"]) for dep in self.dependencies.get("pip") or []]
+
+    @property
+    def npm_packages(self) -> list[dict[str, str]]:
+        return list(self.dependencies.get("npm") or [])
+
+    @property
+    def debian_packages(self) -> list[str]:
+        return [str(name) for name in self.dependencies.get("debian") or []]
+
+    def check_script(self) -> str | None:
+        """The skill's own verification script (relative path), per the convention."""
+        paths = {path for path, _, _ in self.files}
+        declared = str((self.metadata or {}).get("check") or "").strip()
+        if declared:
+            normal = posixpath.normpath(declared)
+            if normal.startswith(("/", "..")) or normal not in paths:
+                raise StepFailed("verify", f"metadata 'check' names {declared!r}, which is not a file of the skill")
+            return normal
+        return next((candidate for candidate in CHECK_CANDIDATES if candidate in paths), None)
+
+
+@dataclass(frozen=True)
+class PackageSources:
+    """Where a build gets packages from (the config's fields, resolved on the console host)."""
+
+    pip_index_url: str = ""
+    pip_folder: Path | None = None  # a local folder of wheels, copied into the sandbox
+    npm_registry_url: str = ""
+
+    @property
+    def has_pip(self) -> bool:
+        return bool(self.pip_folder or self.pip_index_url)
+
+
+# --- Running commands -------------------------------------------------------------------
+
+
+def run(
+    backend: Backend,
+    sandbox_id: str,
+    step: str,
+    shell: str,
+    *,
+    user: str = "root",
+    timeout_s: float = 120.0,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    check: bool = True,
+) -> ExecResult:
+    """Run a shell line in the build sandbox; a non-zero exit fails `step` with its output."""
+    try:
+        result = backend.exec(
+            sandbox_id, ExecRequest(shell=shell, user=user, timeout_s=timeout_s, env=dict(env or {}), cwd=cwd)
+        )
+    except RemoteError as exc:
+        raise StepFailed(step, f"{exc.kind}: {exc.message}") from exc
+    if check and result.exit_code != 0:
+        raise StepFailed(step, f"exit {result.exit_code}: {output_tail(result)}")
+    return result
+
+
+def output_tail(result: ExecResult, limit: int = 1500) -> str:
+    text = (result.stderr.decode(errors="replace") + "\n" + result.stdout.decode(errors="replace")).strip()
+    if result.timed_out:
+        text = f"timed out after {result.duration_s:.0f}s. {text}"
+    return text[-limit:] or "(no output)"
+
+
+def upload_tree(backend: Backend, sandbox_id: str, step: str, archive: bytes, destination: str) -> None:
+    """Write one tar into the sandbox and extract it there as root (modes and owners kept).
+
+    One upload plus one extraction, on every backend: envd's file API has no mode parameter,
+    and one file per call would cost a round trip per file.
+    """
+    files = backend.files()
+    if files is None:
+        raise StepFailed(step, "this backend cannot write files into a sandbox")
+    staged = f"{SCRATCH}/upload-{time.monotonic_ns()}.tar"
+    try:
+        files.write(sandbox_id, staged, archive, mode=0o600, user="root")
+    except RemoteError as exc:
+        raise StepFailed(step, f"upload failed: {exc.kind}: {exc.message}") from exc
+    quoted = shlex.quote(destination)
+    run(
+        backend,
+        sandbox_id,
+        step,
+        f"mkdir -p {quoted} && tar -x --no-overwrite-dir -p --numeric-owner -f {shlex.quote(staged)} -C {quoted}"
+        f" && rm -f {shlex.quote(staged)}",
+    )
+
+
+def tar_of(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
+    """A tar of (relative path, mode, bytes), owned by root, with every parent folder 0755."""
+    buffer = io.BytesIO()
+    seen_dirs: set[str] = set()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for path, mode, data in entries:
+            parts = path.split("/")
+            for depth in range(1, len(parts)):
+                folder = "/".join(parts[:depth])
+                if folder not in seen_dirs:
+                    seen_dirs.add(folder)
+                    archive.addfile(_member(folder, 0o755, tarfile.DIRTYPE))
+            member = _member(path, mode & 0o755, tarfile.REGTYPE)  # no group/other write, no setuid
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _member(name: str, mode: int, kind: bytes) -> tarfile.TarInfo:
+    member = tarfile.TarInfo(name)
+    member.type = kind
+    member.mode = mode
+    member.uid = member.gid = 0
+    member.uname = member.gname = "root"
+    member.mtime = int(time.time())
+    return member
+
+
+# --- Steps ------------------------------------------------------------------------------
+
+
+def copy_skill(backend: Backend, sandbox_id: str, skill: SkillPayload, log: Log) -> None:
+    """Replace /opt/skills/<name> with the skill's files: root-owned, read-only to uid 1000."""
+    root = shlex.quote(skill.root)
+    run(
+        backend,
+        sandbox_id,
+        "copy",
+        f"mkdir -p {SKILLS_ROOT} {SCRATCH} && chown root:root {SKILLS_ROOT} && chmod 0755 {SKILLS_ROOT}"
+        f" && chmod 0700 {SCRATCH} && rm -rf -- {root}",
+    )
+    upload_tree(backend, sandbox_id, "copy", tar_of(skill.files), skill.root)
+    run(backend, sandbox_id, "copy", f"chown -R root:root {root} && chmod -R go-w {root} && chmod 0755 {root}")
+    log(f"copied {len(skill.files)} file(s), {skill.size} bytes, to {skill.root}")
+
+
+def install_dependencies(
+    backend: Backend, sandbox_id: str, skills: Sequence[SkillPayload], sources: PackageSources, log: Log
+) -> dict[str, list[str]]:
+    """Install the skills' declared dependencies as root. Returns {skill name: installed lines}."""
+    installed: dict[str, list[str]] = {skill.name: [] for skill in skills}
+    debian = sorted({name for skill in skills for name in skill.debian_packages})
+    if debian:
+        check_debian_packages(backend, sandbox_id, debian, log)
+    pip_skills = [skill for skill in skills if skill.pip_requirements]
+    if pip_skills:
+        pip = prepare_pip(backend, sandbox_id, sources, log)
+        for skill in pip_skills:
+            installed[skill.name] = pip_install(backend, sandbox_id, pip, skill, sources, log)
+    npm_skills = [skill for skill in skills if skill.npm_packages]
+    if npm_skills:
+        for skill in npm_skills:
+            installed[skill.name] += npm_install(backend, sandbox_id, skill, sources, log)
+    if not (debian or pip_skills or npm_skills):
+        log("no dependencies declared")
+    return installed
+
+
+def check_debian_packages(backend: Backend, sandbox_id: str, names: list[str], log: Log) -> None:
+    """Debian packages are accepted when the image already has them; installing needs a mirror.
+
+    Build sandboxes run with outbound off and the console has no Debian package source to
+    copy in, so a package the image lacks fails the step (docs/skills.md, package sources).
+    """
+    quoted = " ".join(shlex.quote(name) for name in names)
+    script = (
+        f"for p in {quoted}; do"
+        " dpkg-query -W -f='${Status}' \"$p\" 2>/dev/null | grep -q 'ok installed' || echo \"$p\"; done"
+    )
+    missing = run(backend, sandbox_id, "dependencies", script).stdout.decode().split()
+    if missing:
+        raise StepFailed(
+            "dependencies",
+            "Debian packages "
+            + ", ".join(missing)
+            + " are not in the image, and installing Debian packages is unsupported without a Debian "
+            "package source (build sandboxes have no outbound network). Use a base template that has them.",
+        )
+    log(f"Debian packages already in the image: {', '.join(names)}")
+
+
+def prepare_pip(backend: Backend, sandbox_id: str, sources: PackageSources, log: Log) -> list[str]:
+    """Copy the wheel folder in and find a pip to run. Returns the argv prefix for pip.
+
+    pip, in this order: the image's own (`python3 -m pip`); a `pip-*.whl` in the package
+    source, run straight from the wheel (`python3 pip-X.whl/pip ...`, which pip supports);
+    else the console's own pip, packed into a wheel-shaped zip and run the same way. pip is
+    never installed into the image by this: it runs from scratch, which is removed.
+    """
+    if not sources.has_pip:
+        raise StepFailed(
+            "dependencies",
+            "the skill declares pip dependencies but the config has no pip package source "
+            "(set 'pip find-links folder' or 'pip index URL' on the config)",
+        )
+    if sources.pip_folder is not None:
+        wheels = package_folder_entries(sources.pip_folder)
+        upload_tree(backend, sandbox_id, "dependencies", tar_of(wheels), PACKAGES_DIR)
+        log(f"copied package source {sources.pip_folder.name}/ ({len(wheels)} file(s)) to {PACKAGES_DIR}")
+    own = run(backend, sandbox_id, "dependencies", "python3 -m pip --version", check=False)
+    if own.exit_code == 0:
+        log(f"using the image's pip: {own.stdout.decode(errors='replace').strip()[:120]}")
+        return ["python3", "-m", "pip"]
+    if sources.pip_folder is not None:
+        bundled = sorted(
+            p.name for p in sources.pip_folder.iterdir() if re.match(r"pip-[0-9][^-]*-py3-none-any\.whl$", p.name)
+        )
+        if bundled:
+            log(f"the image has no pip; running {bundled[-1]} from the package source")
+            return ["python3", f"{PACKAGES_DIR}/{bundled[-1]}/pip"]
+    name, data = console_pip_wheel()
+    upload_tree(backend, sandbox_id, "dependencies", tar_of([(name, 0o644, data)]), SCRATCH)
+    log(f"the image has no pip; running the console's own {name} from scratch")
+    return ["python3", f"{SCRATCH}/{name}/pip"]
+
+
+def package_folder_entries(folder: Path) -> list[tuple[str, int, bytes]]:
+    """Regular files directly in (or below) the folder; links are skipped, never followed."""
+    entries = []
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink() or not path.is_file():
+            continue
+        entries.append((path.relative_to(folder).as_posix(), 0o644, path.read_bytes()))
+    return entries
+
+
+@functools.cache
+def console_pip_wheel() -> tuple[str, bytes]:
+    """The console's installed pip as a wheel-shaped zip (pure Python, runnable from the zip)."""
+    dist = importlib.metadata.distribution("pip")
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for entry in dist.files or []:
+            if "__pycache__" in entry.parts or entry.suffix == ".pyc" or (entry.parts and entry.parts[0] == ".."):
+                continue
+            source = Path(str(dist.locate_file(entry)))
+            if source.is_file():
+                archive.write(source, entry.as_posix())
+    return f"pip-{dist.version}-py3-none-any.whl", buffer.getvalue()
+
+
+def pip_install(
+    backend: Backend, sandbox_id: str, pip: list[str], skill: SkillPayload, sources: PackageSources, log: Log
+) -> list[str]:
+    requirements = f"{SCRATCH}/requirements-{skill.name}.txt"
+    files = backend.files()
+    assert files is not None  # checked by upload_tree before
+    files.write(sandbox_id, requirements, ("\n".join(skill.pip_requirements) + "\n").encode(), mode=0o600, user="root")
+    if sources.pip_folder is not None:
+        where = ["--no-index", "--find-links", PACKAGES_DIR]
+    else:
+        where = ["--index-url", sources.pip_index_url]
+    argv = [*pip, "install", "--only-binary=:all:", "--no-warn-script-location", *where, "-r", requirements]
+    log(f"pip install for {skill.name}: {', '.join(skill.pip_requirements)}")
+    result = run(
+        backend,
+        sandbox_id,
+        "dependencies",
+        shlex.join(argv),
+        env=PIP_ENV,
+        timeout_s=PIP_TIMEOUT_S,
+        check=False,
+    )
+    if result.exit_code != 0:
+        hint = ""
+        if sources.pip_folder is None:
+            hint = " (build sandboxes have no outbound network: an index URL must be reachable without it)"
+        raise StepFailed("dependencies", f"pip install for {skill.name} failed{hint}: {output_tail(result)}")
+    installed = parse_pip_installed(result.stdout.decode(errors="replace"))
+    log(f"installed: {', '.join(installed) or 'already satisfied'}")
+    return installed
+
+
+def parse_pip_installed(output: str) -> list[str]:
+    for line in output.splitlines():
+        if line.startswith("Successfully installed "):
+            return line.removeprefix("Successfully installed ").split()
+    return []
+
+
+def npm_install(backend: Backend, sandbox_id: str, skill: SkillPayload, sources: PackageSources, log: Log) -> list[str]:
+    if not sources.npm_registry_url:
+        raise StepFailed(
+            "dependencies", f"{skill.name} declares npm dependencies but the config has no npm registry URL"
+        )
+    if run(backend, sandbox_id, "dependencies", "command -v npm", check=False).exit_code != 0:
+        raise StepFailed("dependencies", f"{skill.name} declares npm dependencies but the image has no npm")
+    folders = sorted({posixpath.dirname(str(dep.get("source", "package.json"))) for dep in skill.npm_packages})
+    for folder in folders:
+        target = shlex.quote(posixpath.join(skill.root, folder) if folder else skill.root)
+        run(
+            backend,
+            sandbox_id,
+            "dependencies",
+            f"cd {target} && npm install --omit=dev --no-audit --no-fund"
+            f" --registry {shlex.quote(sources.npm_registry_url)}",
+            timeout_s=PIP_TIMEOUT_S,
+        )
+    run(
+        backend,
+        sandbox_id,
+        "dependencies",
+        f"chown -R root:root {shlex.quote(skill.root)} && chmod -R go-w {shlex.quote(skill.root)}",
+    )
+    packages = [f"{dep['name']}@{dep['version']}" for dep in skill.npm_packages]
+    log(f"npm installed for {skill.name}: {', '.join(packages)}")
+    return packages
+
+
+# The default checks, run as uid 1000 when a skill has no check script of its own.
+DEFAULT_CHECKS = r"""
+import importlib, importlib.metadata as md, json, os, shutil, subprocess, sys
+spec = json.loads(sys.argv[1])
+problems = []
+root = spec["root"]
+if os.access(root, os.W_OK):
+    problems.append(f"{root} is writable by the session user")
+for dist in spec["pip"]:
+    try:
+        found = md.distribution(dist)
+    except md.PackageNotFoundError:
+        problems.append(f"pip dependency {dist} is not installed")
+        continue
+    tops = (found.read_text("top_level.txt") or "").split()
+    if not tops:
+        tops = sorted({f.parts[0].removesuffix(".py") for f in found.files or [] if len(f.parts) > 0
+                       and not f.parts[0].endswith((".dist-info", ".data")) and f.parts[0] != ".."
+                       and (len(f.parts) > 1 or f.suffix == ".py")})
+    for top in tops:
+        try:
+            importlib.import_module(top)
+        except Exception as exc:
+            problems.append(f"pip dependency {dist}: import {top} failed: {exc!r}")
+for rel in spec["scripts"]:
+    path = os.path.join(root, rel)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    first = data.split(b"\n", 1)[0].decode(errors="replace") if data.startswith(b"#!") else ""
+    if os.access(path, os.X_OK) and not first:
+        problems.append(f"{rel} is executable but has no #! line")
+    if first:
+        words = first[2:].split()
+        program = words[1] if words and words[0].endswith("/env") and len(words) > 1 else (words[0] if words else "")
+        if not program or not (shutil.which(program) or os.path.exists(program)):
+            problems.append(f"{rel}: interpreter {program or '(none)'} is not in the image")
+    if rel.endswith(".py") or "python" in first:
+        try:
+            compile(data, path, "exec")
+        except SyntaxError as exc:
+            problems.append(f"{rel}: Python syntax error line {exc.lineno}: {exc.msg}")
+    elif rel.endswith(".sh") or first.endswith(("sh", "bash")):
+        checked = subprocess.run(["bash", "-n", path], capture_output=True, text=True)
+        if checked.returncode:
+            problems.append(f"{rel}: shell syntax error: {checked.stderr.strip()[:300]}")
+print(json.dumps(problems))
+sys.exit(1 if problems else 0)
+"""
+
+
+def verify_skill(backend: Backend, sandbox_id: str, skill: SkillPayload, log: Log) -> str:
+    """Run the skill's check script, else the default checks, as uid 1000. Returns what ran."""
+    check = skill.check_script()
+    if check is not None:
+        path = f"{skill.root}/{check}"
+        interpreter = "python3" if check.endswith(".py") else "bash"
+        result = run(
+            backend,
+            sandbox_id,
+            "verify",
+            f"{interpreter} {shlex.quote(path)}",
+            user="user",
+            cwd=skill.root,
+            env={"SKILL_DIR": skill.root},
+            timeout_s=CHECK_TIMEOUT_S,
+            check=False,
+        )
+        if result.exit_code != 0:
+            raise StepFailed("verify", f"{skill.name}: check script {check} failed: {output_tail(result)}")
+        log(f"{skill.name}: check script {check} passed")
+        return f"check script {check}"
+    scripts = [
+        path
+        for path, mode, _ in skill.files
+        if path.startswith("scripts/") or mode & 0o111 or path.endswith((".py", ".sh"))
+    ]
+    spec = json.dumps({"root": skill.root, "pip": skill.pip_names, "scripts": scripts})
+    result = run(
+        backend,
+        sandbox_id,
+        "verify",
+        shlex.join(["python3", "-c", DEFAULT_CHECKS, spec]),
+        user="user",
+        cwd="/",
+        timeout_s=CHECK_TIMEOUT_S,
+        check=False,
+    )
+    if result.exit_code != 0:
+        try:
+            problems = json.loads(result.stdout.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            problems = [output_tail(result)]
+        raise StepFailed("verify", f"{skill.name}: " + "; ".join(str(p) for p in problems))
+    log(f"{skill.name}: default checks passed ({len(skill.pip_names)} pip import(s), {len(scripts)} script(s))")
+    return "default checks"
+
+
+def clean_scratch(backend: Backend, sandbox_id: str, log: Log) -> None:
+    run(
+        backend,
+        sandbox_id,
+        "clean",
+        f"rm -rf {SCRATCH} /root/.cache/pip /root/.npm /tmp/pip-*"
+        f" && find {SKILLS_ROOT} -name __pycache__ -prune -exec rm -rf {{}} +",
+    )
+    log("scratch removed")
+
+
+def write_ledger(backend: Backend, sandbox_id: str, ledger: Mapping[str, Any], log: Log) -> None:
+    files = backend.files()
+    if files is None:
+        raise StepFailed("ledger", "this backend cannot write files into a sandbox")
+    data = json.dumps(ledger, indent=2, sort_keys=True).encode()
+    try:
+        files.write(sandbox_id, LEDGER_PATH, data, mode=0o644, user="root")
+    except RemoteError as exc:
+        raise StepFailed("ledger", f"{exc.kind}: {exc.message}") from exc
+    run(backend, sandbox_id, "ledger", f"chown root:root {LEDGER_PATH} && chmod 0644 {LEDGER_PATH}")
+    log(f"ledger written to {LEDGER_PATH} ({len(ledger.get('skills', []))} skill(s))")
+
+
+def remove_skill(backend: Backend, sandbox_id: str, name: str) -> None:
+    run(backend, sandbox_id, "copy", f"rm -rf -- {shlex.quote(f'{SKILLS_ROOT}/{name}')}")
