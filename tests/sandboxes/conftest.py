@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -72,3 +73,29 @@ def sweep_docker_leftovers(client: object, run_id: str) -> None:
 def docker_test_network_name(run_id: str) -> str:
     """The managed bridge network the Docker tests use instead of the production one."""
     return f"sandbox-console-{run_id}"
+
+
+@pytest.fixture
+def session_config(world: Any, docker_base_image: str, settings: Any, test_run_id: str) -> Iterator[Any]:
+    """Space A's default Docker config, under an installation id of its own.
+
+    On teardown every sandbox that installation made is deleted, with the workspace volumes
+    of the config's sessions, so a failing test leaves nothing running.
+    """
+    from sandboxes.backends.base import META_INSTALLATION, ListQuery
+    from sandboxes.models import Session
+    from sandboxes.runtime import backend_for
+    from tests.factories import make_config
+
+    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-{uuid.uuid4().hex[:6]}"
+    config = make_config(world.space_a, name="sessions", default_template=docker_base_image, is_default=True)
+    try:
+        yield config
+    finally:
+        backend = backend_for(config)
+        for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
+            backend.delete(info.sandbox_id)
+        volumes = backend.volumes()
+        if volumes is not None:
+            for session in Session.objects.filter(config=config):
+                volumes.delete(session.workspace_volume)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -16,10 +15,8 @@ from console.models import AuditEvent
 from console.services import Actor
 from sandboxes import api_urls
 from sandboxes.api import do_create_api_token, hash_token
-from sandboxes.backends.base import META_INSTALLATION, ListQuery
 from sandboxes.models import ApiToken, SandboxConfig, Session
 from sandboxes.openapi import openapi_document
-from sandboxes.runtime import backend_for
 from tests.factories import make_config
 from tests.personas import World
 
@@ -249,19 +246,8 @@ def test_openapi_is_served_and_valid_json(client: Client) -> None:
 
 
 @pytest.fixture
-def docker_space(world: World, docker_base_image: str, settings: Any, test_run_id: str) -> Iterator[SandboxConfig]:
-    settings.CONSOLE_INSTALLATION_ID = f"test-api-{test_run_id}"
-    config: SandboxConfig = make_config(world.space_a, default_template=docker_base_image, is_default=True)
-    try:
-        yield config
-    finally:
-        backend = backend_for(config)
-        for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
-            backend.delete(info.sandbox_id)
-        volumes = backend.volumes()
-        if volumes is not None:
-            for session in Session.objects.filter(config=config):
-                volumes.delete(session.workspace_volume)
+def docker_space(session_config: SandboxConfig) -> SandboxConfig:
+    return session_config
 
 
 P = "/spaces/{space_id}/sessions/{key}"

@@ -12,14 +12,13 @@ import pytest
 from console.jobs import run_job, start_job
 from console.models import AdminJob, AuditEvent, JobStatus
 from console.services import SYSTEM
-from sandboxes.backends.base import META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec, SandboxState
+from sandboxes.backends.base import NetworkSpec, SandboxSpec, SandboxState
 from sandboxes.binding import RedisSessionStore
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.reaper import idle_sweep, reap_all
 from sandboxes.runtime import Runtime, backend_for
 from sandboxes.services import console_metadata
 from tests.conftest import REDIS_URL
-from tests.factories import make_config
 from tests.personas import World
 
 from .test_runtime import RedisServer, own_redis  # noqa: F401 - the fixture
@@ -28,19 +27,8 @@ pytestmark = [pytest.mark.django_db, pytest.mark.docker, pytest.mark.redis]
 
 
 @pytest.fixture
-def config(world: World, docker_base_image: str, settings: Any, test_run_id: str) -> Iterator[SandboxConfig]:
-    settings.CONSOLE_INSTALLATION_ID = f"test-reaper-{test_run_id}"
-    cfg: SandboxConfig = make_config(world.space_a, default_template=docker_base_image, is_default=True)
-    try:
-        yield cfg
-    finally:
-        backend = backend_for(cfg)
-        for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
-            backend.delete(info.sandbox_id)
-        volumes = backend.volumes()
-        if volumes is not None:
-            for session in Session.objects.filter(config=cfg):
-                volumes.delete(session.workspace_volume)
+def config(session_config: SandboxConfig) -> SandboxConfig:
+    return session_config
 
 
 def plant_orphan(config: SandboxConfig, key: str) -> str:

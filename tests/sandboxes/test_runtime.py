@@ -28,7 +28,6 @@ from sandboxes.binding import (
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.runtime import Runtime, backend_for, mark_space_stale
 from tests.conftest import REDIS_URL
-from tests.factories import make_config
 from tests.personas import World
 
 # --- A private Redis server the test may stop and restart ---------------------------------
@@ -142,26 +141,8 @@ def test_turn_ticket_is_one_shot_and_the_turn_expires(store: SessionStore) -> No
 
 
 @pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-@pytest.fixture
-def docker_session_config(world: World, docker_base_image: str, installation: str) -> Iterator[SandboxConfig]:
-    config: SandboxConfig = make_config(
-        world.space_a, name="sessions", default_template=docker_base_image, is_default=True
-    )
-    try:
-        yield config
-    finally:
-        backend = backend_for(config)
-        for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: installation})):
-            backend.delete(info.sandbox_id)
-        volumes = backend.volumes()
-        if volumes is not None:
-            for session in Session.objects.filter(config=config):
-                volumes.delete(session.workspace_volume)
+def docker_session_config(session_config: SandboxConfig) -> SandboxConfig:
+    return session_config
 
 
 def sandboxes_of(config: SandboxConfig, key: str) -> list[str]:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.urls import reverse
 
 from console.models import AuditEvent
-from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery, SandboxState
+from sandboxes.backends.base import ExecRequest, SandboxState
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.runtime import Runtime, backend_for
 from tests.factories import make_config
@@ -95,19 +94,8 @@ def test_session_list_filters_scope_and_query_bound(
 
 
 @pytest.fixture
-def live_session(world: World, docker_base_image: str, settings: Any, test_run_id: str) -> Iterator[Session]:
-    settings.CONSOLE_INSTALLATION_ID = f"test-ui-{test_run_id}"
-    config: SandboxConfig = make_config(world.space_a, default_template=docker_base_image, is_default=True)
-    resolved = Runtime().resolve(world.space_a, "ui-1")
-    try:
-        yield resolved.session
-    finally:
-        backend = backend_for(config)
-        for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
-            backend.delete(info.sandbox_id)
-        volumes = backend.volumes()
-        if volumes is not None:
-            volumes.delete(resolved.session.workspace_volume)
+def live_session(world: World, session_config: SandboxConfig) -> Session:
+    return Runtime().resolve(world.space_a, "ui-1").session
 
 
 @pytest.mark.docker
