@@ -12,6 +12,7 @@ from console.crypto import REDACTED
 from .backends.base import RemoteError, is_snapshot_id
 from .backends.guard import check_endpoint
 from .models import BackendKind, SandboxConfig
+from .services import CONFIG_FIELDS
 
 DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -30,24 +31,8 @@ class SandboxConfigForm(forms.ModelForm):
 
     class Meta:
         model = SandboxConfig
-        fields = [
-            "name",
-            "kind",
-            "endpoint",
-            "domain",
-            "api_key",
-            "default_template",
-            "cpus",
-            "memory_mb",
-            "pids_limit",
-            "idle_mode",
-            "idle_timeout_s",
-            "persistent_workspace",
-            "allow_private_endpoints",
-            "pip_index_url",
-            "pip_find_links",
-            "npm_registry_url",
-        ]
+        # The service's fields, with the API key (kept apart: it is stored encrypted) after the endpoint.
+        fields = [*CONFIG_FIELDS[:4], "api_key", *CONFIG_FIELDS[4:]]
 
     def __init__(self, *args: Any, template_choices: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

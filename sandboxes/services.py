@@ -259,33 +259,25 @@ def do_delete_config(config: SandboxConfig, *, actor: Actor) -> None:
 
 def do_delete_template(config: SandboxConfig, template_id: str, *, actor: Actor) -> None:
     """Delete a template (refused by the backend while sandboxes use it)."""
-    with open_backend(config) as backend:
-        templates = backend.templates()
-        if templates is None:
-            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} templates cannot be deleted from the console")
-        templates.delete(template_id)
-    record_audit(
-        actor,
-        "template.delete",
-        space=config.space,
-        target_type="template",
-        target_id=template_id,
-        details={"config": str(config.id)},
-    )
+    _delete_catalog_item(config, template_id, "template", actor=actor)
 
 
 def do_delete_snapshot(config: SandboxConfig, snapshot_id: str, *, actor: Actor) -> None:
+    _delete_catalog_item(config, snapshot_id, "snapshot", actor=actor)
+
+
+def _delete_catalog_item(config: SandboxConfig, item_id: str, what: str, *, actor: Actor) -> None:
     with open_backend(config) as backend:
-        snapshots = backend.snapshots()
-        if snapshots is None:
-            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} has no snapshots")
-        snapshots.delete(snapshot_id)
+        capability = backend.templates() if what == "template" else backend.snapshots()
+        if capability is None:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} {what}s cannot be deleted from the console")
+        capability.delete(item_id)
     record_audit(
         actor,
-        "snapshot.delete",
+        f"{what}.delete",
         space=config.space,
-        target_type="snapshot",
-        target_id=snapshot_id,
+        target_type=what,
+        target_id=item_id,
         details={"config": str(config.id)},
     )
 
