@@ -65,8 +65,9 @@ def skill_with_dependency(
     return build_zip(entries)
 
 
-def plain_skill(name: str) -> bytes:
-    md = f"---\nname: {name}\ndescription: Just instructions. Use when testing installs.\nlicense: MIT\n---\n\nHi.\n"
+def plain_skill(name: str, *, extra_md: str = "") -> bytes:
+    md = f"---\nname: {name}\ndescription: Just instructions. Use when testing installs.\nlicense: MIT\n"
+    md += f"{extra_md}---\n\nHi.\n"
     return build_zip(
         [
             (f"{name}/SKILL.md", md.encode(), REGULAR),

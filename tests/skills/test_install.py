@@ -21,6 +21,7 @@ from sandboxes.binding import RedisSessionStore
 from sandboxes.models import SandboxConfig, Session, SessionImage
 from sandboxes.runtime import Runtime, effective_template
 from skills.images import current_image, do_delete_old_snapshots, do_rollback_image
+from skills.install import console_pip_wheel
 from skills.models import SkillImage, SkillImageStatus
 from tests.conftest import REDIS_URL
 from tests.factories import make_config
@@ -256,3 +257,23 @@ def _actor(world: World) -> Any:
     from console.services import Actor
 
     return Actor(user=world.alice)
+
+
+def test_a_pip_wheel_in_the_package_source_is_run_from_the_wheel(
+    world: World, config: SandboxConfig, wheels: Path
+) -> None:
+    name, data = console_pip_wheel()
+    (wheels / name).write_bytes(data)
+    job = run_install(world.space_a, config, import_skill(skill_with_dependency()))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    assert any(f"running {name} from the package source" in line["message"] for line in job.log)
+
+
+def test_debian_packages_the_image_lacks_fail_clearly(world: World, config: SandboxConfig, installation: str) -> None:
+    skill = import_skill(plain_skill("needs-jq", extra_md='metadata:\n  debian-packages: "bash jq"\n'))
+    job = run_install(world.space_a, config, skill)
+    assert job.status == JobStatus.FAILED
+    assert "step dependencies failed" in job.error
+    assert "Debian packages jq are not in the image" in job.error
+    assert "unsupported without a Debian package source" in job.error
+    assert build_sandboxes(config, installation) == []
