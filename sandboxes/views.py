@@ -332,7 +332,7 @@ def snapshot_delete(request: HttpRequest, config_id: str) -> HttpResponse:
 
 # --- Capability matrix -------------------------------------------------------------------
 
-CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty")
+CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty", "volumes")
 NETWORK_FLAGS = (
     ("outbound_toggle", "Outbound on/off"),
     ("allow_out_cidr", "Allow CIDRs"),

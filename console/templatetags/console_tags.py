@@ -1,0 +1,39 @@
+"""Template helpers shared by every app."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import template
+from django.utils.html import format_html, format_html_join
+
+register = template.Library()
+
+
+@register.simple_tag
+def render_value(value: Any) -> str:
+    """A job result value as HTML: lists of objects become tables, the rest plain text."""
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        columns = list(dict.fromkeys(key for item in value for key in item))
+        head = format_html_join("", "<th>{}</th>", ((column,) for column in columns))
+        rows = format_html_join(
+            "",
+            "<tr>{}</tr>",
+            ((format_html_join("", "<td>{}</td>", ((_cell(item.get(c)),) for c in columns)),) for item in value),
+        )
+        return format_html(
+            '<table class="list compact"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', head, rows
+        )
+    if isinstance(value, list):
+        return format_html_join(", ", "{}", ((_cell(item),) for item in value)) or "—"
+    return _cell(value)
+
+
+def _cell(value: Any) -> str:
+    if value is True:
+        return "✓"
+    if value is False:
+        return "✗"
+    if value is None:
+        return "—"
+    return str(value)
