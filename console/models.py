@@ -81,20 +81,24 @@ class NetworkPolicy(models.Model):
         if not self.allow_internet_access:
             lines.append("Outbound: off. Sandboxes have no network access at all.")
         else:
-            if self.allow_out:
-                lines.append(
-                    "Outbound: on, but only to " + ", ".join(self.allow_out) + " (everything else is blocked)."
-                )
+            deny_all = {"0.0.0.0/0", "::/0"} & set(self.deny_out)
+            if deny_all and self.allow_out:
+                lines.append(f"Outbound: on, but only to {', '.join(self.allow_out)} (everything else is denied).")
+            elif deny_all:
+                lines.append("Outbound: on, but every destination is denied.")
+            elif self.deny_out:
+                lines.append(f"Outbound: on, except to {', '.join(self.deny_out)}.")
+                if self.allow_out:
+                    lines.append(f"Reachable even where a deny entry matches: {', '.join(self.allow_out)}.")
             else:
                 lines.append("Outbound: on, to any destination.")
-            if self.deny_out:
-                lines.append("Always blocked: " + ", ".join(self.deny_out) + ".")
+                if self.allow_out:
+                    lines.append("The allow list has no effect while nothing is denied.")
             for index, rule in enumerate(self.l7_rules, start=1):
                 methods = ", ".join(rule.get("methods") or []) or "any method"
                 verb = "allowed" if rule.get("action") == "allow" else "denied"
-                lines.append(
-                    f"HTTP rule {index}: {methods} to {rule.get('domain')}{rule.get('path_prefix') or '/'}* is {verb}."
-                )
+                target = f"{rule.get('domain')}{rule.get('path_prefix') or '/'}*"
+                lines.append(f"HTTP rule {index}: {methods} to {target} is {verb}.")
         if self.allow_public_traffic:
             lines.append("Inbound: public. Anyone with a sandbox's URL can reach its exposed ports.")
         else:

@@ -29,6 +29,14 @@ def render_value(value: Any) -> str:
     return _cell(value)
 
 
+@register.filter
+def job_label(kind: str) -> str:
+    """The registered label of a job kind ("Test connection" for sandboxes.test_connection)."""
+    from console.jobs import job_label as label_of
+
+    return label_of(kind)
+
+
 def _cell(value: Any) -> str:
     if value is True:
         return "✓"

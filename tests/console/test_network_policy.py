@@ -202,7 +202,7 @@ class TestPolicyForm:
         assert event.details["before"]["allow_internet_access"] is False
         assert event.details["after"]["deny_out"] == ["0.0.0.0/0"]
         body = response.content.decode()
-        assert "Always blocked: 0.0.0.0/0." in body
+        assert "Outbound: on, but only to pypi.org, *.npmjs.org (everything else is denied)." in body
         assert "HTTP rule 1: GET to pypi.org/simple/* is allowed." in body
         assert "Inbound: private" in body
 
@@ -237,3 +237,24 @@ class TestPolicyForm:
         client.post(self.url(world), {"allow_internet_access": "on", "l7_rules": "deny a.com * /admin"})
         form = client.get(self.url(world)).context["form"]
         assert form.initial["l7_rules"] == "deny a.com * /admin"
+
+
+@pytest.mark.parametrize(
+    ("allow_out", "deny_out", "expected"),
+    [
+        ([], [], ["Outbound: on, to any destination."]),
+        (["a.com"], [], ["Outbound: on, to any destination.", "The allow list has no effect while nothing is denied."]),
+        ([], ["10.0.0.0/8"], ["Outbound: on, except to 10.0.0.0/8."]),
+        (
+            ["10.1.0.0/16"],
+            ["10.0.0.0/8"],
+            ["Outbound: on, except to 10.0.0.0/8.", "Reachable even where a deny entry matches: 10.1.0.0/16."],
+        ),
+        ([], ["0.0.0.0/0"], ["Outbound: on, but every destination is denied."]),
+    ],
+)
+def test_describe_says_what_the_lists_do(allow_out: list[str], deny_out: list[str], expected: list[str]) -> None:
+    from console.models import NetworkPolicy
+
+    policy = NetworkPolicy(allow_internet_access=True, allow_out=allow_out, deny_out=deny_out, l7_rules=[])
+    assert policy.describe()[:-1] == expected
