@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -214,14 +214,12 @@ def do_start_uninstall(space: Space, config: SandboxConfig, skill_name: str, *, 
 # --- Building a generation ---------------------------------------------------------------
 
 
-class Reporter:
+class Reporter(Protocol):
     """What a build reports to: a job context in the console, print in the benchmark."""
 
-    def log(self, message: str) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
+    def log(self, message: str) -> None: ...
 
-    def progress(self, percent: int, message: str | None = None) -> None:  # pragma: no cover
-        raise NotImplementedError
+    def progress(self, percent: int, message: str | None = None) -> None: ...
 
 
 @dataclass

@@ -14,12 +14,14 @@ from console.models import Space
 from console.services import Actor
 from sandboxes.models import SandboxConfig
 
-from .images import BuildPlan, Reporter, build_generation, plan_install, plan_uninstall
+from .images import BuildPlan, build_generation, plan_install, plan_uninstall
 from .install import StepFailed
 from .models import SkillVersion
 
 
-class JobReporter(Reporter):
+class JobReporter:
+    """A `Reporter` over the job's progress and live log."""
+
     def __init__(self, ctx: JobContext) -> None:
         self.ctx = ctx
 
