@@ -91,6 +91,7 @@ class SessionStore(Protocol):
     def consume_ticket(self, key: str) -> bool: ...
     def turn_lease(self, key: str) -> TurnLease: ...
     def end_turn(self, key: str) -> None: ...
+    def read_session(self, binding_key: str, turn_key: str) -> tuple[Binding | None, TurnLease]: ...
 
 
 def binding_key(space_id: object, session_key: str) -> str:
@@ -204,6 +205,19 @@ class RedisSessionStore:
         with self._guard("ending the turn"):
             self.client.delete(key)
 
+    def read_session(self, binding_key: str, turn_key: str) -> tuple[Binding | None, TurnLease]:
+        """The binding and the turn lease in one round trip (the warm resolve path)."""
+        with self._guard("reading the session"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.get(binding_key)
+            pipe.get(turn_key)
+            pipe.ttl(turn_key)
+            raw_binding, raw_turn, ttl = pipe.execute()
+        binding = Binding.from_json(raw_binding) if raw_binding else None
+        if raw_turn is None:
+            return binding, TurnLease(in_flight=False, ticket_unused=False)
+        return binding, TurnLease(in_flight=True, ticket_unused=raw_turn == TICKET_UNUSED.encode(), ttl_s=int(ttl))
+
 
 # --- In memory ------------------------------------------------------------------------------
 
@@ -300,6 +314,9 @@ class MemorySessionStore:
     def end_turn(self, key: str) -> None:
         with self._lock:
             self._values.pop(key, None)
+
+    def read_session(self, binding_key: str, turn_key: str) -> tuple[Binding | None, TurnLease]:
+        return self.get_binding(binding_key), self.turn_lease(turn_key)
 
 
 # --- The lifecycle lock ----------------------------------------------------------------------

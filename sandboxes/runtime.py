@@ -60,6 +60,7 @@ from .binding import (
     Binding,
     SessionStore,
     SessionStoreUnavailable,
+    TurnLease,
     binding_key,
     get_store,
     lifecycle_lock,
@@ -207,12 +208,12 @@ class Runtime:
     def end_turn(self, session: Session) -> None:
         self.store.end_turn(self.keys(session)[2])
 
-    def rebuild_allowed(self, session: Session, bound_at: datetime) -> bool:
+    def rebuild_allowed(self, session: Session, bound_at: datetime, lease: TurnLease | None = None) -> bool:
         """Whether a sandbox bound at `bound_at` must be rebuilt by this resolve."""
         stale = session.stale_at is not None and bound_at < session.stale_at
         tkey = self.keys(session)[2]
         try:
-            lease = self.store.turn_lease(tkey)
+            lease = lease or self.store.turn_lease(tkey)
             if not lease.in_flight:
                 return stale
             # The first resolve of the turn consumes the ticket whether or not it rebuilds,
@@ -231,10 +232,10 @@ class Runtime:
         return self.resolve_session(session)
 
     def resolve_session(self, session: Session) -> Resolved:
-        bkey, _, _ = self.keys(session)
-        binding = self.store.get_binding(bkey)
+        bkey, _, tkey = self.keys(session)
+        binding, lease = self.store.read_session(bkey, tkey)
         if binding is not None:
-            rebuild = self.rebuild_allowed(session, binding.created_at)
+            rebuild = self.rebuild_allowed(session, binding.created_at, lease)
             if not rebuild:
                 info = self._connect(session, binding)
                 if info is not None:
