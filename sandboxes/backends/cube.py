@@ -67,6 +67,7 @@ from .e2b import (
     _is_domain,
     _q,
     parse_time,
+    translating,
 )
 from .guard import Resolver
 
@@ -437,3 +438,7 @@ def _cube_template(row: Mapping[str, Any]) -> TemplateInfo:
         created_at=parse_time(row.get("createdAt")),
         labels=labels,
     )
+
+
+translating(CubeBackend, "create", "list", "probe_generation")
+translating(CubeTemplates, "list", "get", "create", "delete")

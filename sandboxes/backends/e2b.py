@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import functools
 import json
 import posixpath
 import random
@@ -884,6 +885,26 @@ class E2BBackend(Backend):
             seen.add(token)
 
 
+def translating(cls: type, *names: str) -> None:
+    """Wrap the named methods defined on `cls` so that nothing but RemoteError leaves them
+    (an answer of the wrong shape, a codec error, an httpx error)."""
+    for name in names:
+        func = cls.__dict__.get(name)
+        if func is None:
+            continue
+
+        def wrapper(*args: Any, __func: Callable[..., Any] = func, __name: str = name, **kwargs: Any) -> Any:
+            try:
+                return __func(*args, **kwargs)
+            except RemoteError:
+                raise
+            except Exception as exc:
+                raise transport_error(exc, f"{cls.__name__}.{__name}") from exc
+
+        functools.update_wrapper(wrapper, func)
+        setattr(cls, name, wrapper)
+
+
 def _q(segment: str) -> str:
     return quote(segment, safe="")
 
@@ -1295,3 +1316,13 @@ class E2BPty(PtyHandle):
 
     def is_running(self) -> bool:
         return self.pid is not None and not self._ended
+
+
+_BACKEND_METHODS = ("create", "connect", "get", "list", "delete", "pause", "exec")
+translating(E2BBackend, *_BACKEND_METHODS)
+translating(E2BFiles, "write", "read", "list", "make_dir", "remove", "stat")
+translating(E2BSnapshots, "create", "list", "delete")
+translating(E2BTemplates, "list", "get", "create", "delete")
+translating(E2BInbound, "public_url", "traffic_token")
+translating(E2BPtys, "open")
+translating(E2BPty, "read", "write", "resize", "kill")

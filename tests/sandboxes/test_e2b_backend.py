@@ -168,6 +168,15 @@ class TestE2BRetries:
         assert f"HTTP {status}" in caught.value.message
         adapter.close()
 
+    def test_an_answer_of_the_wrong_shape_is_internal_not_a_vendor_error(self, fake_e2b: FakeHandle) -> None:
+        adapter, _ = fresh_backend(fake_e2b, retries="0")
+        # A 200 whose body is an object where the API promises a list.
+        fake_e2b.set_fault("status", status=200, path=r"^/v2/sandboxes$", method="GET", times=1)
+        with pytest.raises(RemoteError) as caught:
+            adapter.list(ListQuery())
+        assert caught.value.kind == ErrorKind.INTERNAL
+        adapter.close()
+
     def test_wrong_key_is_unauthorized_and_health_says_so(self, fake_e2b: FakeHandle) -> None:
         adapter = E2BBackend(replace(fake_e2b.backend_config("e2b"), api_key="e2b_" + "1" * 40))
         with pytest.raises(RemoteError) as caught:
