@@ -36,7 +36,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, Max, OuterRef, QuerySet
 from django.utils import timezone
 
-from console.jobs import start_job
+from console.jobs import JobCancelled, start_job
 from console.models import AdminJob, Space
 from console.services import Actor, ServiceError, record_audit
 from sandboxes.backends.base import (
@@ -364,6 +364,7 @@ class _Build:
         self.reporter = reporter
         self.timings: dict[str, float] = {}
         self.lines: list[str] = []
+        self.current = STEPS[0]
 
     def log(self, message: str) -> None:
         self.lines.append(message)
@@ -372,6 +373,7 @@ class _Build:
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
         percent = int(100 * STEPS.index(name) / len(STEPS))
+        self.current = name
         self.reporter.progress(percent, f"step {name}")
         started = time.monotonic()
         try:
@@ -428,13 +430,16 @@ def build_generation(
         with build.step("record"):
             record_generation(space, config, image, plan, manifest, snapshot_id, fingerprint, build, actor=actor)
             build.log(f"generation {image.generation} is current; the space's sessions are marked stale")
-    except StepFailed as exc:
-        fail_generation(image, build, exc.step, exc.message)
+        image.timings = dict(build.timings)
+        SkillImage.objects.filter(pk=image.pk).update(timings=image.timings, log="\n".join(build.lines))
+    except (StepFailed, JobCancelled) as exc:
+        step = exc.step if isinstance(exc, StepFailed) else build.current
+        fail_generation(image, build, step, exc.message if isinstance(exc, StepFailed) else "cancelled by an admin")
         if snapshot_id is not None:
             delete_quietly(lambda: _delete_snapshot(backend, snapshot_id))
         raise
     except Exception as exc:
-        step = next((s for s in STEPS if s not in build.timings), "record")
+        step = build.current
         fail_generation(image, build, step, f"{exc.__class__.__name__}: {exc}")
         if snapshot_id is not None:
             delete_quietly(lambda: _delete_snapshot(backend, snapshot_id))
