@@ -996,6 +996,17 @@ def file_info(entry: Mapping[str, Any]) -> FileInfo:
     )
 
 
+def _read_capped(response: httpx.Response, max_bytes: int | None) -> bytes:
+    if max_bytes is None:
+        return response.read()
+    out = bytearray()
+    for chunk in response.iter_bytes():
+        out += chunk
+        if len(out) >= max_bytes:
+            break
+    return bytes(out[:max_bytes])
+
+
 class E2BFiles(FilesCapability):
     """envd `/files` for content (multipart upload, streamed download) and
     `filesystem.Filesystem` for metadata. Modes are set with chmod after upload (envd's
@@ -1020,28 +1031,28 @@ class E2BFiles(FilesCapability):
     def read(self, sandbox_id: str, path: str, *, max_bytes: int | None = None) -> bytes:
         path = _absolute(path)
         backend = self.backend
-        headers = {**backend._envd_headers(sandbox_id, "root")}
         url = backend.envd_url(sandbox_id) + "/files"
         what = f"reading {path} in sandbox {sandbox_id}"
-        try:
-            with backend.http.stream(
-                "GET", url, headers=headers, params={"path": path, "username": "root"}
-            ) as response:
-                if response.status_code >= 400:
+        attempt = 0
+        while True:
+            headers = backend._envd_headers(sandbox_id, "root")
+            try:
+                with backend.http.stream(
+                    "GET", url, headers=headers, params={"path": path, "username": "root"}
+                ) as response:
+                    if response.status_code < 400:
+                        return _read_capped(response, max_bytes)
                     response.read()
-                    raise backend._envd_failure(sandbox_id, status_error(response, what))
-                if max_bytes is None:
-                    return response.read()
-                out = bytearray()
-                for chunk in response.iter_bytes():
-                    out += chunk
-                    if len(out) >= max_bytes:
-                        break
-                return bytes(out[:max_bytes])
-        except RemoteError:
-            raise
-        except Exception as exc:
-            raise transport_error(exc, what) from exc
+                    error = backend._envd_failure(sandbox_id, status_error(response, what))
+            except RemoteError:
+                raise
+            except Exception as exc:
+                raise transport_error(exc, what) from exc
+            # A read is idempotent: retry what the proxy says is passing (Cube's 503).
+            if error.kind not in (ErrorKind.RATE_LIMITED, ErrorKind.UNAVAILABLE) or attempt >= backend.retries:
+                raise error
+            attempt += 1
+            backend.sleep(backend._backoff(attempt, error.retry_after))
 
     def list(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]:
         path = _absolute(path)

@@ -161,6 +161,10 @@ class TestCubeQuirks:
         fake_cube.configure(resume_failures=1)
         assert run(adapter, info.sandbox_id, "echo resumed") == "resumed\n"
         assert waits == [5.0]
+        adapter.pause(info.sandbox_id)
+        fake_cube.configure(resume_failures=1)
+        assert adapter.files().read(info.sandbox_id, "/etc/hostname")  # reads are retried too
+        assert waits == [5.0, 5.0]
         adapter.close()
 
     def test_traffic_token_only_at_create_is_kept(self, backend: CubeBackend, make_sandbox: SandboxFactory) -> None:
