@@ -84,6 +84,7 @@ DEFAULT_REQUEST_TIMEOUT_S = 60.0
 # Cube answers snapshot create and template delete within 240 s (its route timeout).
 SLOW_REQUEST_TIMEOUT_S = 300.0
 DEFAULT_RETRIES = 4
+CONNECT_RETRIES = 2
 MAX_BACKOFF_S = 30.0
 DEFAULT_SANDBOX_TTL_S = 300
 STDIN_CHUNK = 256 * 1024
@@ -380,7 +381,9 @@ class E2BBackend(Backend):
                 if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
                     # Nothing reached the server: safe to retry whatever the call.
                     error = RemoteError(ErrorKind.UNAVAILABLE, error.message)
-                    if attempt < self.retries:
+                    # Fewer tries than for a busy server: a refused connection rarely heals
+                    # within seconds, and pages that ask a dead endpoint should not hang.
+                    if attempt < min(self.retries, CONNECT_RETRIES):
                         attempt += 1
                         self.sleep(self._backoff(attempt, None))
                         continue
