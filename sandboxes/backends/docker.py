@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import dataclasses
 import io
 import json
 import posixpath
@@ -461,7 +462,7 @@ class DockerBackend(Backend):
                 self.api.unpause(info.sandbox_id)
             elif info.state in (SandboxState.STOPPED, SandboxState.STARTING):
                 self.api.start(info.sandbox_id)
-        return self.get(info.sandbox_id)
+        return dataclasses.replace(info, state=SandboxState.RUNNING)
 
     def pause(self, sandbox_id: str) -> SandboxInfo:
         info = self.get(sandbox_id)
@@ -473,7 +474,11 @@ class DockerBackend(Backend):
                     self.api.stop(info.sandbox_id, timeout=STOP_GRACE_S)
             elif info.state == SandboxState.RUNNING:
                 self.api.pause(info.sandbox_id)
-        return self.get(info.sandbox_id)
+        # The engine answered; the new state is known without another inspect.
+        idle_state = SandboxState.STOPPED if self.config.idle_mode == IdleMode.STOP else SandboxState.PAUSED
+        if info.state in (SandboxState.RUNNING, SandboxState.PAUSED):
+            return dataclasses.replace(info, state=idle_state)
+        return info
 
     def get(self, sandbox_id: str) -> SandboxInfo:
         attrs = self._inspect_sandbox(sandbox_id)
@@ -985,7 +990,8 @@ class DockerSnapshots(SnapshotsCapability):
         api = self.backend.api
         try:
             with _engine_call(f"snapshot of sandbox {sandbox_id}"):
-                # pause=True freezes the processes for a consistent filesystem copy ...
+                # pause=True freezes the processes for a consistent filesystem copy; the
+                # engine unfreezes them when the commit returns.
                 result = api.commit(
                     info.sandbox_id,
                     repository=SNAPSHOT_REPOSITORY,
@@ -993,21 +999,24 @@ class DockerSnapshots(SnapshotsCapability):
                     changes=changes,
                     pause=True,
                 )
-        finally:
-            # ... and the engine unfreezes them afterwards; make sure, a frozen sandbox
-            # would hang every later exec.
+        except RemoteError:
+            # A commit that failed midway may leave the sandbox frozen, which would hang
+            # every later exec: make sure it runs again.
             self._ensure_unpaused(info.sandbox_id)
-        return self._info(self._inspect(str(result["Id"])))
+            raise
+        # Everything the DTO needs is known here; the size is read by list() when shown.
+        return SnapshotInfo(
+            snapshot_id=_snapshot_id(str(result["Id"])),
+            source_sandbox_id=info.sandbox_id,
+            name=name,
+            created_at=datetime.now(UTC),
+            labels=marks,
+        )
 
     def _ensure_unpaused(self, container_id: str) -> None:
         with suppress(RemoteError), _engine_call("unpausing after commit"):
             if self.backend.api.inspect_container(container_id)["State"]["Status"] == "paused":
                 self.backend.api.unpause(container_id)
-
-    def _inspect(self, image_id: str) -> dict[str, Any]:
-        with _engine_call(f"snapshot image {image_id[:19]}"):
-            attrs: dict[str, Any] = self.backend.api.inspect_image(image_id)
-        return attrs
 
     @staticmethod
     def _info(attrs: dict[str, Any]) -> SnapshotInfo:
