@@ -277,3 +277,30 @@ def test_debian_packages_the_image_lacks_fail_clearly(world: World, config: Sand
     assert "Debian packages jq are not in the image" in job.error
     assert "unsupported without a Debian package source" in job.error
     assert build_sandboxes(config, installation) == []
+
+
+def test_install_from_the_page_then_follow_the_job(world: World, config: SandboxConfig) -> None:
+    from django.urls import reverse
+
+    from console.jobs import run_job
+    from console.models import AdminJob
+
+    version = import_skill(skill_with_dependency())
+    client = world.client_for("alice")
+    page_url = reverse("skills:image_detail", kwargs={"space_id": world.space_a.id})
+    response = client.post(
+        reverse("skills:image_install", kwargs={"space_id": world.space_a.id}),
+        {"config": str(config.id), "version": str(version.id)},
+    )
+    job = AdminJob.objects.get(kind="skills.install")
+    assert response["Location"] == job.get_absolute_url()
+    finished = run_job(str(job.id))  # the runner a Celery worker or thread would call
+    assert finished is not None
+    assert finished.status == JobStatus.SUCCEEDED, job_error(finished)
+    job_page = client.get(job.get_absolute_url()).content.decode()
+    assert "step snapshot" in job_page
+    assert "Install skill" in job_page
+    page = world.client_for("carol").get(page_url).content.decode()
+    assert "/opt/skills/tiny-skill" in page
+    assert "tinydep-1.0" in page
+    assert '<span class="badge">current</span>' in page
