@@ -457,12 +457,16 @@ def verify_skill(backend: Backend, sandbox_id: str, skill: SkillPayload, log: Lo
     check = skill.check_script()
     if check is not None:
         path = f"{skill.root}/{check}"
-        interpreter = "python3" if check.endswith(".py") else "bash"
+        mode, data = next((mode, data) for name, mode, data in skill.files if name == check)
+        if mode & 0o100 and data.startswith(b"#!"):
+            command = shlex.quote(path)  # its own interpreter
+        else:
+            command = f"{'python3' if check.endswith('.py') else 'bash'} {shlex.quote(path)}"
         result = run(
             backend,
             sandbox_id,
             "verify",
-            f"{interpreter} {shlex.quote(path)}",
+            command,
             user="user",
             cwd=skill.root,
             env={"SKILL_DIR": skill.root},

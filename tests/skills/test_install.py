@@ -304,3 +304,30 @@ def test_install_from_the_page_then_follow_the_job(world: World, config: Sandbox
     assert "/opt/skills/tiny-skill" in page
     assert "tinydep-1.0" in page
     assert '<span class="badge">current</span>' in page
+
+
+def test_a_check_script_named_in_metadata_runs_as_the_session_user(world: World, config: SandboxConfig) -> None:
+    from tests.skills.helpers import EXECUTABLE, REGULAR, build_zip
+
+    md = (
+        "---\nname: checked-skill\ndescription: Has its own self-test. Use when testing installs.\n"
+        "license: MIT\nmetadata:\n  check: tests/selftest\n---\n\nBody.\n"
+    )
+    selftest = (
+        b"#!/usr/bin/env python3\nimport os, tinydep\n"
+        b"assert os.getuid() == 1000, os.getuid()\n"
+        b"assert os.getcwd() == os.environ['SKILL_DIR'] == '/opt/skills/checked-skill'\n"
+        b"print('selftest ok', tinydep.VALUE)\n"
+    )
+    archive = build_zip(
+        [
+            ("checked-skill/SKILL.md", md.encode(), REGULAR),
+            ("checked-skill/requirements.txt", b"tinydep\n", REGULAR),
+            ("checked-skill/tests/selftest", selftest, EXECUTABLE),
+        ]
+    )
+    job = run_install(world.space_a, config, import_skill(archive))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    image = current_image(world.space_a, config)
+    assert image is not None
+    assert image.manifest[0]["verified_by"] == "check script tests/selftest"
