@@ -186,6 +186,24 @@ class SkillImage(models.Model):
         return reverse("skills:image_detail", kwargs={"space_id": self.space_id}) + f"?config={self.config_id}"
 
     @property
+    def is_current(self) -> bool:
+        """Derived from the sandboxes-side pointer (never stored here); `history()` annotates it."""
+        annotated = getattr(self, "pointed", None)
+        if annotated is not None:
+            return bool(annotated)
+        from sandboxes.models import SessionImage
+
+        return (
+            self.status == SkillImageStatus.READY
+            and SessionImage.objects.filter(
+                space_id=self.space_id,
+                config_id=self.config_id,
+                snapshot_id=self.snapshot_id,
+                fingerprint=self.fingerprint,
+            ).exists()
+        )
+
+    @property
     def skill_names(self) -> list[str]:
         return [str(entry.get("name", "")) for entry in self.manifest]
 

@@ -253,10 +253,14 @@ def test_list_queries_stay_bounded_with_images(world: World, setup: Any, django_
 def test_current_is_derived_from_the_pointer(world: World, setup: Any) -> None:
     config, _, first, second = setup
     assert current_image(world.space_a, config) == second
+    assert second.is_current
+    assert not first.is_current
     do_set_session_image(
         world.space_a, config, snapshot_id=first.snapshot_id, fingerprint=first.fingerprint, label="", actor=SYSTEM
     )
     assert current_image(world.space_a, config) == first
+    assert first.is_current
+    assert not second.is_current
 
 
 def test_no_fingerprint_no_ready_record(world: World, setup: Any) -> None:
