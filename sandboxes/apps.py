@@ -8,4 +8,4 @@ class SandboxesConfig(AppConfig):
 
     def ready(self) -> None:
         # Register job handlers.
-        from . import jobs, reaper  # noqa: F401
+        from . import jobs, reaper, verify  # noqa: F401

@@ -32,7 +32,7 @@ class SandboxConfigForm(forms.ModelForm):
     class Meta:
         model = SandboxConfig
         # The service's fields, with the API key (kept apart: it is stored encrypted) after the endpoint.
-        fields = [*CONFIG_FIELDS[:4], "api_key", *CONFIG_FIELDS[4:]]
+        fields = [*CONFIG_FIELDS[:5], "api_key", *CONFIG_FIELDS[5:]]
 
     def __init__(self, *args: Any, template_choices: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -122,6 +122,18 @@ class SandboxConfigForm(forms.ModelForm):
                 )
             if cleaned.get("domain"):
                 self.add_error("domain", "Docker configs have no sandbox domain; leave it empty.")
+        sandbox_url = (cleaned.get("sandbox_url") or "").strip()
+        cleaned["sandbox_url"] = sandbox_url
+        if sandbox_url:
+            if kind == BackendKind.DOCKER:
+                self.add_error("sandbox_url", "Docker configs have no data-plane URL; leave it empty.")
+            elif not sandbox_url.startswith(("https://", "http://")):
+                self.add_error("sandbox_url", "The data-plane URL starts with https:// (or http://).")
+            else:
+                try:
+                    check_endpoint(sandbox_url, allow_private=bool(cleaned.get("allow_private_endpoints")))
+                except RemoteError as exc:
+                    self.add_error("sandbox_url", exc.message)
         if endpoint and not endpoint.startswith("unix://") and "endpoint" not in self.errors:
             try:
                 check_endpoint(endpoint, allow_private=bool(cleaned.get("allow_private_endpoints")))

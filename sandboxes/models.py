@@ -45,6 +45,12 @@ class SandboxConfig(models.Model):
         "Docker: empty for the local engine socket, or tcp://host:port.",
     )
     domain = models.CharField(max_length=255, blank=True, help_text="E2B/Cube: the sandbox (data-plane) domain.")
+    sandbox_url = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="E2B/Cube, optional: one data-plane (envd) URL for every sandbox, routed by header "
+        "(a Cube proxy, or a test server). Empty: https://49983-<sandbox>.<domain>.",
+    )
     api_key_encrypted = models.TextField(blank=True)
     default_template = models.CharField(max_length=255)
     cpus = models.DecimalField(

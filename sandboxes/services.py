@@ -46,6 +46,7 @@ CONFIG_FIELDS = (
     "kind",
     "endpoint",
     "domain",
+    "sandbox_url",
     "default_template",
     "cpus",
     "memory_mb",
@@ -68,6 +69,7 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
         api_key=decrypt(config.api_key_encrypted),
         allow_private_endpoints=config.allow_private_endpoints,
         idle_mode=IdleMode(config.idle_mode),
+        options={"sandbox_url": config.sandbox_url} if config.sandbox_url else {},
     )
 
 

@@ -124,8 +124,8 @@ def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
             unsupported_policy_switches(policy, capabilities.network) if capabilities.network is not None else []
         ),
         "recent_tests": config.space.jobs.filter(
-            kind="sandboxes.test_connection", params__config_id=str(config.id)
-        ).order_by("-created")[:5],
+            kind__in=["sandboxes.test_connection", "sandboxes.verify_backend"], params__config_id=str(config.id)
+        ).order_by("-created")[:8],
         "section": "sandboxes",
     }
     return render(request, "sandboxes/config_detail.html", context)
