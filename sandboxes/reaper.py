@@ -27,6 +27,7 @@ from console.services import SYSTEM
 from .backends.base import (
     META_CONFIG,
     META_INSTALLATION,
+    META_PURPOSE,
     META_SESSION,
     META_SPACE,
     ListQuery,
@@ -36,6 +37,10 @@ from .backends.base import (
 from .binding import SessionStore, binding_key, get_store
 from .models import SandboxConfig, Session, SessionState
 from .runtime import Runtime, backend_for
+
+# Longest a job may keep a sandbox of its own (skill builds, verification) before it counts
+# as a leftover.
+JOB_GRACE = timedelta(hours=1)
 
 
 @dataclass
@@ -79,7 +84,9 @@ def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta)
             if is_owned(store, info.metadata, info.sandbox_id):
                 report.bound += 1
                 continue
-            if info.started_at is None or now - info.started_at < grace:
+            # A job's sandbox (a skill build, say) may legitimately outlive the session grace.
+            allowed = max(grace, JOB_GRACE) if info.metadata.get(META_PURPOSE) else grace
+            if info.started_at is None or now - info.started_at < allowed:
                 report.too_young += 1
                 continue
             backend.delete(info.sandbox_id)

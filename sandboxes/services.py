@@ -23,6 +23,7 @@ from .backends import build_backend
 from .backends.base import (
     META_CONFIG,
     META_INSTALLATION,
+    META_PURPOSE,
     META_SPACE,
     Backend,
     BackendConfig,
@@ -238,6 +239,15 @@ def do_update_config(
 
 
 def do_delete_config(config: SandboxConfig, *, actor: Actor) -> None:
+    from .models import SessionImage
+
+    if SessionImage.objects.filter(config=config).exists():
+        raise ServiceError(
+            "A skill image of this space lives on this config: uninstall its skills (or delete its "
+            "generations) on the Skill image page first, so its snapshots are not left behind."
+        )
+    if config.sessions.exists():
+        raise ServiceError(f"{config.sessions.count()} session(s) use this config: delete them first.")
     try:
         live = count_live_sandboxes(config)
     except RemoteError:
@@ -333,7 +343,7 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
             spec = SandboxSpec(
                 template_id=config.default_template,
                 network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
-                metadata=console_metadata(config, **{"console-purpose": "connection-test"}),
+                metadata=console_metadata(config, **{META_PURPOSE: "connection-test"}),
                 resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
                 timeout_s=120,
             )

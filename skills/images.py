@@ -40,6 +40,7 @@ from console.jobs import JobCancelled, start_job
 from console.models import AdminJob, Space
 from console.services import Actor, ServiceError, record_audit
 from sandboxes.backends.base import (
+    META_PURPOSE,
     Backend,
     NetworkSpec,
     RemoteError,
@@ -56,7 +57,6 @@ from .models import SkillImage, SkillImageAction, SkillImageItem, SkillImageStat
 
 STEPS = ("create", "copy", "dependencies", "verify", "clean", "ledger", "snapshot", "record")
 BUILD_PURPOSE = "skill-build"
-META_PURPOSE = "console-purpose"
 META_SKILL_IMAGE = "console-skill-image"
 BUILD_TIMEOUT_S = 1800
 # A "building" row older than this is from a worker that died; it no longer blocks builds.

@@ -24,6 +24,8 @@ META_SPACE = "console-space"
 META_SESSION = "console-session"
 META_CONFIG = "console-config"
 META_BINDING_VERSION = "console-binding-version"
+# Set on sandboxes that serve a job rather than a session (connection test, skill build, ...).
+META_PURPOSE = "console-purpose"
 
 SNAPSHOT_PREFIX = "snap-"
 

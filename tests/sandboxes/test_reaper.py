@@ -132,3 +132,19 @@ def test_idle_sweep_pauses_idle_sessions_and_resolve_brings_them_back(world: Wor
     back = runtime.resolve(world.space_a, "idle-idle")
     assert back.sandbox.state == SandboxState.RUNNING
     assert runtime.exec(back.session, ExecRequest(shell="cat /workspace/keep")).stdout == b"still-here\n"
+
+
+def test_a_jobs_sandbox_gets_the_longer_job_grace(world: World, config: SandboxConfig) -> None:
+    from sandboxes.backends.base import META_PURPOSE
+
+    build = backend_for(config).create(
+        SandboxSpec(
+            template_id=config.default_template,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata=console_metadata(config, **{META_PURPOSE: "skill-build"}),
+        )
+    )
+    orphan = plant_orphan(config, "reaper-plain")
+    reports = reap_all(RedisSessionStore(REDIS_URL), grace=timedelta(0))
+    assert reports[0].deleted == [orphan]
+    assert exists(build.sandbox_id)  # a build may run longer than the session grace
