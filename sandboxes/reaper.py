@@ -8,7 +8,9 @@ installation's metadata is never listed, so never touched. When the binding stor
 answer, nothing is deleted.
 
 Idle sweep: sessions idle past their config's timeout are idled (paused or stopped, per the
-config); the next resolve brings them back with /workspace intact.
+config), or, on a backend that idles its sandboxes itself (E2B, Cube: TTL with auto-pause),
+left to it and their state read back; the next resolve brings them back with /workspace
+intact.
 """
 
 from __future__ import annotations
@@ -134,6 +136,14 @@ def idle_sweep(runtime: Runtime | None = None) -> int:
         if now - session.last_activity < timedelta(seconds=session.config.idle_timeout_s):  # type: ignore[operator]
             continue
         try:
+            backend = backend_for(session.config)
+            if backend.idles_itself():
+                # Left to the backend's own auto-pause: only read the state back for the pages.
+                state = backend.get(session.sandbox_id).state
+                if state in (SandboxState.PAUSED, SandboxState.STOPPED):
+                    Session.objects.filter(pk=session.pk).update(state=str(state))
+                    idled += 1
+                continue
             runtime.pause(session, actor=SYSTEM)
             idled += 1
         except Exception:  # noqa: S112 - one session's failure must not stop the sweep

@@ -448,6 +448,11 @@ class Backend(abc.ABC):
     def volumes(self) -> VolumesCapability | None:
         return None
 
+    def idles_itself(self) -> bool:
+        """True when the backend pauses an idle sandbox on its own (a TTL with auto-pause set
+        at create from SandboxSpec.timeout_s); the console then only reads the state back."""
+        return False
+
     def close(self) -> None:
         """Release pooled connections."""
         return None

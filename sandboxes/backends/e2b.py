@@ -292,6 +292,9 @@ class E2BBackend(Backend):
 
     kind = "e2b"
     label = "E2B"
+
+    def idles_itself(self) -> bool:
+        return True  # create sets the TTL with autoPause; connect resumes
     default_domain = DEFAULT_DOMAIN
 
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:

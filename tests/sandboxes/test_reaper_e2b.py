@@ -95,3 +95,35 @@ def test_reaper_survives_a_repeating_page_token(fake_e2b: FakeHandle, config: Sa
     assert report.deleted == [orphan]
     assert exists(config, bound)
     assert not exists(config, orphan)
+
+
+def test_idle_sweep_leaves_e2b_to_its_own_auto_pause(world: World, fake_e2b: FakeHandle, config: SandboxConfig) -> None:
+    import time
+
+    from django.utils import timezone
+
+    from sandboxes.backends.base import SandboxState
+    from sandboxes.models import Session, SessionState
+    from sandboxes.reaper import idle_sweep
+    from sandboxes.runtime import Runtime
+
+    SandboxConfig.objects.filter(pk=config.pk).update(sandbox_url=fake_e2b.sandbox_url, is_default=True)
+    config.refresh_from_db()
+    runtime = Runtime(MemorySessionStore())
+    resolved = runtime.resolve(world.space_a, "e2b-idle")
+    Session.objects.filter(pk=resolved.session.pk).update(last_activity=timezone.now() - timedelta(hours=2))
+
+    # Idle past the config's timeout, but the backend has not paused it: the console does not either.
+    assert idle_sweep(runtime) == 0
+    assert backend_for(config).get(resolved.sandbox.sandbox_id).state == SandboxState.RUNNING
+
+    fake_e2b.expire(resolved.sandbox.sandbox_id)  # the TTL runs out; autoPause was sent at create
+    deadline = time.monotonic() + 5
+    while backend_for(config).get(resolved.sandbox.sandbox_id).state != SandboxState.PAUSED:
+        assert time.monotonic() < deadline, "the fake did not auto-pause"
+        time.sleep(0.1)
+    assert idle_sweep(runtime) == 1
+    resolved.session.refresh_from_db()
+    assert resolved.session.state == SessionState.PAUSED
+    back = runtime.resolve(world.space_a, "e2b-idle")
+    assert back.sandbox.state == SandboxState.RUNNING
