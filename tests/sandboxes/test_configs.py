@@ -356,5 +356,6 @@ def test_capabilities_come_from_the_accessors_and_unsupported_policy_is_said(
     assert 'data-capability="inbound">✗' in matrix
     detail = client.get(docker_config.get_absolute_url()).content.decode()
     assert "cannot honour part of Space A" in detail
+    assert 'id="workspace-unsupported"' not in detail  # Docker keeps /workspace on a volume
     assert "CIDR deny entries (0.0.0.0/0)" in detail
     assert "domain allow entries (pypi.org)" in detail

@@ -127,3 +127,8 @@ def test_idle_sweep_leaves_e2b_to_its_own_auto_pause(world: World, fake_e2b: Fak
     assert resolved.session.state == SessionState.PAUSED
     back = runtime.resolve(world.space_a, "e2b-idle")
     assert back.sandbox.state == SandboxState.RUNNING
+
+
+def test_config_page_says_persistent_workspace_is_unsupported(world: World, config: SandboxConfig) -> None:
+    page = world.client_for("alice").get(config.get_absolute_url()).content.decode()
+    assert 'id="workspace-unsupported"' in page  # E2B offers no volumes() here
