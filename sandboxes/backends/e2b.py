@@ -295,6 +295,7 @@ class E2BBackend(Backend):
 
     def idles_itself(self) -> bool:
         return True  # create sets the TTL with autoPause; connect resumes
+
     default_domain = DEFAULT_DOMAIN
 
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
