@@ -31,13 +31,15 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
 # Threads resolving at once need a real database server (SQLite locks whole tables).
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
 from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
+
+from console.services import Actor  # noqa: E402
 
 
 def median_ms(samples: list[float]) -> float:
@@ -176,7 +178,7 @@ def run(n: int, run_id: str) -> dict[str, object]:
                 runtime.store.delete_binding_if(runtime.keys(session)[0], binding)
 
 
-def _system() -> object:
+def _system() -> Actor:
     from console.services import SYSTEM
 
     return SYSTEM

@@ -145,6 +145,12 @@ def docker_session_config(session_config: SandboxConfig) -> SandboxConfig:
     return session_config
 
 
+@pytest.fixture
+def installation(session_config: SandboxConfig, settings: Any) -> str:
+    """The installation id the session_config fixture set (and sweeps on teardown)."""
+    return str(settings.CONSOLE_INSTALLATION_ID)
+
+
 def sandboxes_of(config: SandboxConfig, key: str) -> list[str]:
     """Sandboxes on the engine carrying this installation's metadata for session `key`."""
     from django.conf import settings
