@@ -14,7 +14,8 @@ register = template.Library()
 def render_value(value: Any) -> str:
     """A job result value as HTML: lists of objects become tables, the rest plain text."""
     if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-        columns = list(dict.fromkeys(key for item in value for key in item))
+        # PostgreSQL's jsonb does not keep key order: lead with the naming columns.
+        columns = sorted(dict.fromkeys(key for item in value for key in item), key=_column_rank)
         head = format_html_join("", "<th>{}</th>", ((column,) for column in columns))
         rows = format_html_join(
             "",
@@ -35,6 +36,13 @@ def job_label(kind: str) -> str:
     from console.jobs import job_label as label_of
 
     return label_of(kind)
+
+
+LEADING_COLUMNS = ("name", "title", "status", "ok")
+
+
+def _column_rank(column: str) -> tuple[int, str]:
+    return (LEADING_COLUMNS.index(column), "") if column in LEADING_COLUMNS else (len(LEADING_COLUMNS), column)
 
 
 def _cell(value: Any) -> str:
