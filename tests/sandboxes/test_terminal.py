@@ -465,3 +465,31 @@ async def test_logout_and_lost_access_close_terminals(world: World, session: Ses
     assert screen2.closed_code == terminals.CLOSE_ACCESS
     await comm2.disconnect()
     await wait_no_shell(session)
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_pause_stops_output_and_ctrl_c_returns_the_prompt(world: World, session: Session) -> None:
+    comm, screen, _tid = await open_terminal(world.bob, session)
+    await screen.run("yes\n")
+    await screen.until(lambda: len(screen.data) > 1_000_000, what="a flood of y")
+    await comm.send_to(text_data='{"type": "pause"}')
+    await asyncio.sleep(0.5)
+    while await screen.pump(0.05):
+        pass
+    paused_at = len(screen.data)
+    await asyncio.sleep(1)
+    while await screen.pump(0.05):
+        pass
+    assert len(screen.data) - paused_at < 64 * 1024  # nothing (or one read in flight) while paused
+    await comm.send_to(text_data='{"type": "resume"}')
+    await screen.until(lambda: len(screen.data) > paused_at + 1_000_000, what="output after resume")
+    await screen.run("\x03")
+    await asyncio.sleep(0.3)
+    await screen.run("echo done-$((1+2))\n")
+    started = time.monotonic()
+    await screen.until_output(b"done-3", timeout=20)
+    assert time.monotonic() - started < 10
+    await comm.disconnect(code=1000)
