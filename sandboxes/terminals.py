@@ -234,10 +234,15 @@ def get_process(terminal_id: str) -> TerminalProcess | None:
     return process if process is not None and not process.closed else None
 
 
+_closing: set[asyncio.Task[None]] = set()
+
+
 async def close_all(reason: str = "server shutting down") -> None:
-    """Close every terminal this process owns (tests, shutdown)."""
+    """Close every terminal this process owns and wait for every close in flight."""
     for process in list(_processes.values()):
         await process.close(reason)
+    if _closing:
+        await asyncio.gather(*list(_closing), return_exceptions=True)
 
 
 class TerminalProcess:
@@ -263,6 +268,7 @@ class TerminalProcess:
         self.reader_wakeup = threading.Event()
         self.reader_stop = False
         self.closed = False
+        self.closing: asyncio.Task[None] | None = None
         self.started_at = time.monotonic()
         self.last_activity = time.monotonic()
         self.bytes_in = 0
@@ -304,10 +310,19 @@ class TerminalProcess:
         self._apply_size()
 
     async def close(self, reason: str, *, code: int = CLOSE_NORMAL) -> None:
-        """End the shell, close the websocket with `reason`, record and audit the close."""
-        if self.closed:
-            return
-        self.closed = True
+        """End the shell, close the websocket with `reason`, record and audit the close.
+
+        The work runs in a task of its own: a consumer cancelled while closing (Daphne's
+        application close timeout) cannot leave the shell running or the close unrecorded.
+        """
+        if self.closing is None:
+            self.closed = True
+            self.closing = self.loop.create_task(self._close(reason, code))
+            _closing.add(self.closing)
+            self.closing.add_done_callback(_closing.discard)
+        await asyncio.shield(self.closing)
+
+    async def _close(self, reason: str, code: int) -> None:
         if self.grace is not None:
             self.grace.cancel()
         self._stop_reading()
@@ -319,10 +334,8 @@ class TerminalProcess:
         if self.handle is not None:
             with contextlib.suppress(Exception):
                 await self.loop.run_in_executor(None, self.handle.kill)
-        current = asyncio.current_task()
         for task in self.tasks:
-            if task is not current:
-                task.cancel()
+            task.cancel()
         _processes.pop(self.grant.terminal_id, None)
         stats = {
             "duration_s": round(time.monotonic() - self.started_at, 3),
@@ -533,7 +546,14 @@ def send_to_user_terminals(user_id: object, event: dict[str, Any]) -> None:
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(user_group(user_id), event)
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    try:
+        if loop is not None:  # called from async code (a signal fired in the event loop's thread)
+            loop.create_task(layer.group_send(user_group(user_id), event))
+        else:
+            async_to_sync(layer.group_send)(user_group(user_id), event)
     except Exception:
         logger.exception("could not notify the terminals of user %s", user_id)
 
@@ -547,4 +567,6 @@ def _close_terminals_on_logout(sender: Any, request: Any, user: Any, **kwargs: A
 @receiver(post_save, sender=Membership, dispatch_uid="sandboxes.terminals.membership_saved")
 @receiver(post_delete, sender=Membership, dispatch_uid="sandboxes.terminals.membership_deleted")
 def _recheck_terminals_on_membership_change(sender: Any, instance: Membership, **kwargs: Any) -> None:
+    if kwargs.get("created"):
+        return  # a new membership cannot take access away
     send_to_user_terminals(instance.user_id, {"type": "terminal.recheck"})

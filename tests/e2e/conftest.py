@@ -42,6 +42,24 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
     return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
 
 
+def _fresh_after_fork() -> None:
+    """In the forked Daphne child: replace state whose threads or sockets stayed with the parent.
+
+    asgiref's thread-sensitive executor believes its worker thread (started by earlier async
+    tests in the parent) still exists, so database_sync_to_async would wait forever; cached
+    Docker clients would share the parent's sockets.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from asgiref.sync import SyncToAsync
+
+    from sandboxes import binding, runtime
+
+    SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
+    runtime._backends.clear()
+    binding.set_store(None)
+
+
 @pytest.fixture
 def daphne_url(transactional_db: None, settings: Any) -> Iterator[str]:
     """The whole ASGI application (HTTP, static files, websockets) on a free localhost port.
@@ -56,7 +74,7 @@ def daphne_url(transactional_db: None, settings: Any) -> Iterator[str]:
     settings.SERVE_STATIC = True
     # The child is forked: it inherits settings and must not share our database sockets.
     connections.close_all()
-    process = DaphneProcess("localhost", partial(make_application, static_wrapper=None))
+    process = DaphneProcess("localhost", partial(make_application, static_wrapper=None), setup=_fresh_after_fork)
     process.start()
     if not process.ready.wait(timeout=30):
         process.terminate()

@@ -14,8 +14,7 @@ from sandboxes.binding import MemorySessionStore
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.runtime import Runtime, get_or_create_session
 from tests.personas import World
-from tests.sandboxes.conftest import docker_base_image, test_run_id  # noqa: F401 - fixtures
-from tests.sandboxes.test_runtime import docker_session_config, installation  # noqa: F401 - fixtures
+from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.docker, pytest.mark.slow]
 
@@ -44,7 +43,7 @@ def wait_for_text(page: Any, pattern: str, timeout_s: float = 20) -> str:
 
 def test_type_a_command_and_resize_in_chromium(
     world: World,
-    docker_session_config: SandboxConfig,  # noqa: F811
+    session_config: SandboxConfig,  # noqa: F811
     daphne_url: str,
     page: Any,
 ) -> None:
@@ -58,7 +57,12 @@ def test_type_a_command_and_resize_in_chromium(
     page.wait_for_url(re.compile(r".*/$"))
 
     page.goto(f"{daphne_url}/sessions/{session.id}/terminal/")
-    page.wait_for_function("window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000)
+    try:
+        page.wait_for_function(
+            "window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000
+        )
+    except Exception:
+        raise AssertionError(f"not connected: {page.inner_text('#terminal-card')!r}") from None
     page.click("#terminal")
     page.keyboard.type("echo hi-$((6*7))\n")
     wait_for_text(page, r"(?m)^hi-42\s*$")

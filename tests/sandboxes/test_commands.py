@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -17,7 +18,6 @@ from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Se
 from sandboxes.runtime import Runtime, get_or_create_session
 from tests.conftest import REDIS_URL
 from tests.personas import World
-from tests.sandboxes.test_runtime import docker_session_config, installation  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -35,8 +35,17 @@ def runtime(settings: Any) -> Iterator[Runtime]:
         binding.set_store(previous)
 
 
+@pytest.fixture(autouse=True)
+def _pumps_finish() -> Iterator[None]:
+    """Pump threads write the outcome to the database: let them end before the flush."""
+    yield
+    for thread in threading.enumerate():
+        if thread.name.startswith("command-"):
+            thread.join(timeout=30)
+
+
 @pytest.fixture
-def session(world: World, docker_session_config: SandboxConfig, runtime: Runtime) -> Session:  # noqa: F811
+def session(world: World, session_config: SandboxConfig, runtime: Runtime) -> Session:
     session = get_or_create_session(world.space_a, f"cmd-{time.monotonic_ns()}")
     runtime.resolve_session(session)
     return session

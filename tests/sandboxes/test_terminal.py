@@ -27,7 +27,6 @@ from sandboxes.binding import MemorySessionStore
 from sandboxes.models import SandboxConfig, Session, Terminal
 from sandboxes.runtime import Runtime, get_or_create_session
 from tests.personas import World
-from tests.sandboxes.test_runtime import docker_session_config, installation  # noqa: F401 - fixtures
 
 ORIGIN = (b"origin", b"http://localhost")
 
@@ -48,7 +47,7 @@ def store() -> Iterator[MemorySessionStore]:
 
 
 @pytest.fixture
-def session(world: World, docker_session_config: SandboxConfig, store: MemorySessionStore) -> Session:  # noqa: F811
+def session(world: World, session_config: SandboxConfig, store: MemorySessionStore) -> Session:
     return get_or_create_session(world.space_a, f"term-{time.monotonic_ns()}")
 
 
