@@ -27,7 +27,8 @@ from console.models import Space
 from console.services import Actor, ServiceError, record_audit
 
 from .backends.base import ErrorKind, ExecRequest, RemoteError
-from .models import ApiToken, Artifact, Session
+from .commands import kill_command, read_output, send_input, start_command
+from .models import ApiToken, Artifact, BackgroundCommand, Session
 from .runtime import Resolved, Runtime, get_or_create_session
 from .workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
@@ -396,6 +397,90 @@ def artifact_download_view(
     if artifact is None:
         raise ApiError(404, "not_found", "No such artifact in this session.")
     return FileResponse(artifact.file.open("rb"), as_attachment=True, filename=artifact.path.rsplit("/", 1)[-1])
+
+
+# --- Background commands ---------------------------------------------------------------
+
+
+def command_json(command: BackgroundCommand) -> dict[str, Any]:
+    return {
+        "id": str(command.id),
+        "command": command.display_command,
+        "status": command.status,
+        "exit_code": command.exit_code,
+        "started": command.started.isoformat(),
+        "finished": command.finished.isoformat() if command.finished else None,
+    }
+
+
+def existing_command(space: Space, key: str, command_id: Any) -> BackgroundCommand:
+    session = existing_session(space, key)
+    command = BackgroundCommand.objects.select_related("session__space").filter(pk=command_id, session=session).first()
+    if command is None:
+        raise ApiError(404, "not_found", "No such command in this session.")
+    return command
+
+
+@api_view("GET", "POST")
+def commands_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
+    session = existing_session(space, key)
+    if request.method == "GET":
+        recent = session.commands.all()[:50]
+        return JsonResponse({"commands": [command_json(c) for c in recent]})
+    data = json_body(request)
+    argv = field_of(data, "argv", list)
+    shell = field_of(data, "shell", str)
+    if (argv is None) == (shell is None):
+        raise ApiError(400, "invalid", "Give exactly one of 'argv' (a list of strings) or 'shell'.", field="argv")
+    command = start_command(Runtime(), session, shell=shell, argv=argv, actor=actor(request))
+    return JsonResponse(command_json(command), status=201)
+
+
+@api_view("GET")
+def command_output_view(request: HttpRequest, space: Space, key: str, command_id: Any) -> HttpResponse:
+    command = existing_command(space, key, command_id)
+    after = int_param(request, "after")
+    max_bytes = int_param(request, "max_bytes")
+    page = read_output(command, after, max_bytes if max_bytes is not None else 256 * 1024)
+    return JsonResponse(
+        {
+            "chunks": [
+                {"id": chunk_id, "data_b64": base64.b64encode(data).decode(), "text": data.decode(errors="replace")}
+                for chunk_id, data in page.chunks
+            ],
+            "next_after": page.next_after,
+            "fell_behind": page.fell_behind,
+            "finished": page.finished,
+            "status": page.status,
+            "exit_code": page.exit_code,
+        }
+    )
+
+
+def int_param(request: HttpRequest, name: str) -> int | None:
+    raw = request.GET.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ApiError(400, "invalid", f"'{name}' is an integer.", field=name) from None
+
+
+@api_view("POST")
+def command_stdin_view(request: HttpRequest, space: Space, key: str, command_id: Any) -> HttpResponse:
+    command = existing_command(space, key, command_id)
+    data = json_body(request)
+    payload = decode_b64(data, "data_b64") or b""
+    eof = field_of(data, "eof", bool) or False
+    written = send_input(command, payload, actor=actor(request), eof=eof)
+    return JsonResponse({"written": written, "eof": eof})
+
+
+@api_view("POST")
+def command_kill_view(request: HttpRequest, space: Space, key: str, command_id: Any) -> HttpResponse:
+    command = kill_command(existing_command(space, key, command_id), actor=actor(request))
+    return JsonResponse(command_json(command))
 
 
 def openapi_view(request: HttpRequest) -> HttpResponse:

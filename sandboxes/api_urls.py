@@ -21,4 +21,8 @@ urlpatterns = [
     path(SESSION + "artifacts", api.artifact_list_view, name="artifacts"),
     path(SESSION + "artifacts/collect", api.collect_view, name="collect"),
     path(SESSION + "artifacts/<uuid:artifact_id>", api.artifact_download_view, name="artifact_download"),
+    path(SESSION + "commands", api.commands_view, name="commands"),
+    path(SESSION + "commands/<uuid:command_id>/output", api.command_output_view, name="command_output"),
+    path(SESSION + "commands/<uuid:command_id>/stdin", api.command_stdin_view, name="command_stdin"),
+    path(SESSION + "commands/<uuid:command_id>/kill", api.command_kill_view, name="command_kill"),
 ]

@@ -136,7 +136,69 @@ ARTIFACT_LIST = {
     "properties": {"artifacts": {"type": "array", "items": {"$ref": "#/components/schemas/Artifact"}}},
 }
 
+COMMAND = {
+    "type": "object",
+    "required": ["id", "command", "status", "exit_code", "started", "finished"],
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "command": {"type": "string"},
+        "status": {"type": "string", "enum": ["running", "exited", "killed", "lost"]},
+        "exit_code": {"type": ["integer", "null"]},
+        "started": {"type": "string"},
+        "finished": {"type": ["string", "null"]},
+    },
+}
+
+COMMAND_LIST = {
+    "type": "object",
+    "required": ["commands"],
+    "properties": {"commands": {"type": "array", "items": {"$ref": "#/components/schemas/Command"}}},
+}
+
+COMMAND_REQUEST = {
+    "type": "object",
+    "properties": {"argv": {"type": "array", "items": {"type": "string"}, "minItems": 1}, "shell": {"type": "string"}},
+    "description": "Exactly one of argv or shell; runs as the session user in /workspace.",
+}
+
+COMMAND_OUTPUT = {
+    "type": "object",
+    "required": ["chunks", "next_after", "fell_behind", "finished", "status", "exit_code"],
+    "properties": {
+        "chunks": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "data_b64", "text"],
+                "properties": {"id": {"type": "integer"}, "data_b64": {"type": "string"}, "text": {"type": "string"}},
+            },
+        },
+        "next_after": {"type": "integer", "description": "Pass back as `after` to read on"},
+        "fell_behind": {"type": "boolean", "description": "Chunks after `after` were dropped from the buffer"},
+        "finished": {"type": "boolean", "description": "The command ended and this page holds its last chunk"},
+        "status": {"type": "string"},
+        "exit_code": {"type": ["integer", "null"]},
+    },
+}
+
+COMMAND_INPUT = {
+    "type": "object",
+    "properties": {"data_b64": {"type": "string"}, "eof": {"type": "boolean"}},
+}
+
+STDIN_RESULT = {
+    "type": "object",
+    "required": ["written", "eof"],
+    "properties": {"written": {"type": "integer"}, "eof": {"type": "boolean"}},
+}
+
 SCHEMAS: dict[str, dict[str, Any]] = {
+    "Command": COMMAND,
+    "CommandList": COMMAND_LIST,
+    "CommandRequest": COMMAND_REQUEST,
+    "CommandOutput": COMMAND_OUTPUT,
+    "CommandInput": COMMAND_INPUT,
+    "StdinResult": STDIN_RESULT,
     "Error": ERROR,
     "Session": SESSION,
     "Turn": TURN,
@@ -267,6 +329,35 @@ PATHS: dict[str, dict[str, Any]] = {
     },
 }
 
+PATHS[SESSION_PATH + "/commands"] = {
+    "get": operation("The session's recent background commands", {"200": json_response("Commands", "CommandList")}),
+    "post": operation(
+        "Start a background command; read its output incrementally",
+        {"201": json_response("Started", "Command")},
+        body={"required": True, "content": {"application/json": {"schema": ref("CommandRequest")}}},
+    ),
+}
+PATHS[SESSION_PATH + "/commands/{command_id}/output"] = {
+    "get": operation(
+        "Output after a chunk id (a ring buffer: a reader that fell behind is told so)",
+        {"200": json_response("A page of output", "CommandOutput")},
+        query=[
+            query_param("after", "The last chunk id read (omit: from the start)"),
+            query_param("max_bytes", "At most this many bytes in the page"),
+        ],
+    )
+}
+PATHS[SESSION_PATH + "/commands/{command_id}/stdin"] = {
+    "post": operation(
+        "Send bytes (and optionally end-of-file) to the command's stdin",
+        {"200": json_response("Queued", "StdinResult")},
+        body={"required": True, "content": {"application/json": {"schema": ref("CommandInput")}}},
+    )
+}
+PATHS[SESSION_PATH + "/commands/{command_id}/kill"] = {
+    "post": operation("Kill the command's process group in the sandbox", {"200": json_response("Killed", "Command")})
+}
+
 PATH_PARAMETERS = {
     "space_id": {"name": "space_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}},
     "key": {
@@ -279,6 +370,12 @@ PATH_PARAMETERS = {
     "path": {"name": "path", "in": "path", "required": True, "schema": {"type": "string"}},
     "artifact_id": {
         "name": "artifact_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "format": "uuid"},
+    },
+    "command_id": {
+        "name": "command_id",
         "in": "path",
         "required": True,
         "schema": {"type": "string", "format": "uuid"},

@@ -120,6 +120,11 @@ ROUTES: list[tuple[str, str]] = [
     ("get", "files/content"),
     ("get", "artifacts"),
     ("post", "artifacts/collect"),
+    ("get", "commands"),
+    ("post", "commands"),
+    ("get", "commands/00000000-0000-0000-0000-000000000000/output"),
+    ("post", "commands/00000000-0000-0000-0000-000000000000/stdin"),
+    ("post", "commands/00000000-0000-0000-0000-000000000000/kill"),
 ]
 
 
@@ -322,3 +327,53 @@ def test_a_turn_through_the_api(agent_a: Agent, docker_space: SandboxConfig) -> 
     assert state.json()["sandbox_id"] == resolved.json()["sandbox_id"]
     assert agent_a.delete("turn-1").status_code == 204
     assert agent_a.get("turn-1").status_code == 404
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)  # the output pump writes from its own thread
+def test_background_commands_through_the_api(agent_a: Agent, docker_space: SandboxConfig) -> None:
+    import time
+
+    assert agent_a.post("bg", "resolve").status_code == 200
+    started = agent_a.post("bg", "commands", {"shell": "for i in 1 2 3; do echo line$i; sleep 0.3; done"})
+    assert started.status_code == 201, started.content
+    validate(started, P + "/commands", "post")
+    command_id = started.json()["id"]
+    after: int | None = None
+    text = ""
+    deadline = time.monotonic() + 30
+    while True:
+        params = {"after": after} if after is not None else {}
+        page = agent_a.get("bg", f"commands/{command_id}/output", **params)
+        validate(page, P + "/commands/{command_id}/output", "get")
+        body = page.json()
+        text += "".join(chunk["text"] for chunk in body["chunks"])
+        after = body["next_after"]
+        if body["finished"]:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert [line.strip() for line in text.splitlines() if line.strip()] == ["line1", "line2", "line3"]
+    assert body["exit_code"] == 0
+
+    reader = agent_a.post("bg", "commands", {"argv": ["head", "-n", "1"]})
+    reader_id = reader.json()["id"]
+    fed = agent_a.post("bg", f"commands/{reader_id}/stdin", {"data_b64": base64.b64encode(b"hello\n").decode()})
+    validate(fed, P + "/commands/{command_id}/stdin", "post")
+    deadline = time.monotonic() + 30
+    while not (out := agent_a.get("bg", f"commands/{reader_id}/output").json())["finished"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert "hello" in "".join(chunk["text"] for chunk in out["chunks"])
+
+    sleeper = agent_a.post("bg", "commands", {"shell": "sleep 600"}).json()["id"]
+    killed = agent_a.post("bg", f"commands/{sleeper}/kill")
+    validate(killed, P + "/commands/{command_id}/kill", "post")
+    assert killed.json()["status"] == "killed"
+    listed = agent_a.get("bg", "commands")
+    validate(listed, P + "/commands", "get")
+    assert len(listed.json()["commands"]) == 3
+    bad = agent_a.get("bg", f"commands/{sleeper}/output", after="x")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["field"] == "after"
