@@ -53,7 +53,8 @@
     state = next;
     stateEl.textContent = detail ? next + ": " + detail : next;
     stateEl.dataset.state = next;
-    reconnectButton.hidden = next !== "closed";
+    // The stylesheet's display for buttons beats the hidden attribute: set it directly.
+    reconnectButton.style.display = next === "closed" ? "" : "none";
   }
 
   function sendControl(message) {

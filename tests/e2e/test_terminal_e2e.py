@@ -74,6 +74,7 @@ def test_type_a_command_and_resize_in_chromium(
     page.keyboard.type("clear; stty size\n")
     wait_for_text(page, rf"(?m)^{rows} {cols}\s*$")
     assert page.inner_text("#terminal-state").startswith("connected")
+    assert not page.is_visible("#terminal-reconnect")
 
     session.refresh_from_db()
     assert shells_in(session)
