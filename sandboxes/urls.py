@@ -26,6 +26,9 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/collect/", views.session_collect, name="session_collect"),
     path("sessions/<uuid:session_id>/artifacts/<uuid:artifact_id>/", views.artifact_download, name="artifact_download"),
     path("sessions/<uuid:session_id>/actions/<str:action>/", views.session_action, name="session_action"),
+    path("sessions/<uuid:session_id>/commands/", views.command_start, name="command_start"),
+    path("sessions/<uuid:session_id>/commands/<uuid:command_id>/", views.command_detail, name="command_detail"),
+    path("sessions/<uuid:session_id>/commands/<uuid:command_id>/kill/", views.command_kill, name="command_kill"),
     path("spaces/<uuid:space_id>/tokens/", views.token_list, name="token_list"),
     path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", views.token_revoke, name="token_revoke"),
 ]

@@ -18,6 +18,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
 
 from console.access import get_space_for_user, has_role, spaces_for_user
 from console.jobs import start_job
@@ -28,8 +29,9 @@ from console.views import apply_form_errors, is_htmx, paginate, query_without_pa
 from .api import do_create_api_token, do_revoke_api_token
 from .backends import build_backend
 from .backends.base import NetworkCapabilities, RemoteError, SnapshotInfo, TemplateInfo, is_snapshot_id
+from .commands import kill_command, read_output, start_command
 from .forms import SandboxConfigForm, TemplateBuildForm
-from .models import ApiToken, Artifact, SandboxConfig, Session
+from .models import ApiToken, Artifact, BackgroundCommand, SandboxConfig, Session
 from .runtime import Runtime, effective_template
 from .services import (
     CONFIG_FIELDS,
@@ -514,6 +516,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "listing_error": listing_error,
         "browsed": request.GET.get("browse") == "1",
         "artifacts": session.artifacts.all()[:50],
+        "commands": session.commands.all()[:20],
         "section": "sessions",
     }
     return render(request, "sandboxes/session_detail.html", context)
@@ -637,3 +640,64 @@ def session_collect(request: HttpRequest, session_id: str) -> HttpResponse:
         for refusal in result.refused[:10]:
             messages.warning(request, refusal)
     return redirect(session)
+
+
+# --- Background commands on the session page ----------------------------------------------
+
+
+@login_required
+@require_POST
+def command_start(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    shell = request.POST.get("shell", "").strip()
+    if not shell:
+        messages.error(request, "Type a command to run.")
+        return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "#commands")
+    try:
+        command = start_command(Runtime(), session, shell=shell, actor=actor_from_request(request))
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        return redirect("sandboxes:command_detail", session_id=session.id, command_id=command.id)
+    return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "#commands")
+
+
+OUTPUT_PAGE_BYTES = 512 * 1024
+
+
+@login_required
+def command_detail(request: HttpRequest, session_id: str, command_id: str) -> HttpResponse:
+    """A command's output; with HTMX the output partial polls until the command ends."""
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    command = get_object_or_404(BackgroundCommand, pk=command_id, session=session)
+    output = read_output(command, None, OUTPUT_PAGE_BYTES)
+    context = {
+        "session": session,
+        "space": session.space,
+        "command": command,
+        "output": output,
+        "text": output.data.decode(errors="replace"),
+        "section": "sessions",
+    }
+    if is_htmx(request) and request.headers.get("HX-Target") == "command-output":
+        response = render(request, "sandboxes/partials/command_output.html", context)
+        if output.finished or command.is_finished:
+            return HttpResponseStopPolling(response.content)
+        return response
+    return render(request, "sandboxes/command_detail.html", context)
+
+
+@login_required
+@require_POST
+def command_kill(request: HttpRequest, session_id: str, command_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    command = get_object_or_404(BackgroundCommand, pk=command_id, session=session)
+    try:
+        kill_command(command, actor=actor_from_request(request))
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+    else:
+        messages.success(request, "Command killed.")
+    return redirect("sandboxes:command_detail", session_id=session.id, command_id=command.id)

@@ -150,3 +150,31 @@ def test_rebuild_and_delete_confirm_first(world: World, live_session: Session) -
     assert "Delete session ui-1?" in client.get(urls["delete"]).content.decode()
     client.post(urls["delete"])
     assert not Session.objects.filter(pk=live_session.pk).exists()
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)  # the output pump writes from its own thread
+def test_background_command_from_the_session_page(world: World, session_config: SandboxConfig) -> None:
+    import time
+
+    from sandboxes.models import BackgroundCommand
+
+    session = Runtime().resolve(world.space_a, "ui-cmd").session
+    client = world.client_for("bob")
+    response = client.post(reverse("sandboxes:command_start", args=[session.id]), {"shell": "echo from-the-page"})
+    command = BackgroundCommand.objects.get(session=session)
+    assert response["Location"] == reverse("sandboxes:command_detail", args=[session.id, command.id])
+    url = reverse("sandboxes:command_detail", args=[session.id, command.id])
+    deadline = time.monotonic() + 30
+    while True:
+        partial = client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="command-output")
+        if partial.status_code == 286:  # finished: HTMX stops polling
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    assert "from-the-page" in partial.content.decode()
+    page = client.get(session.get_absolute_url()).content.decode()
+    assert "echo from-the-page" in page
+    assert world.client_for("carol").get(url).status_code == 403
+    assert world.client_for("charlie").get(url).status_code == 404
