@@ -87,8 +87,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if process.closed:
             return
         if self.gone:
-            process.consumer = self
-            process.detach(self)
+            process.start_grace()  # the client left while the shell was starting
             return
         await process.attach(self, reattached=False)
 

@@ -370,7 +370,13 @@ class TerminalProcess:
         if self.consumer is not consumer or self.closed:
             return
         self.consumer = None
-        self.flowing.set()  # keep draining into the replay buffer meanwhile
+        self.start_grace()
+
+    def start_grace(self) -> None:
+        """No client: keep draining into the replay buffer; end the shell if none comes back."""
+        if self.closed or self.consumer is not None or self.grace is not None:
+            return
+        self.flowing.set()
         self.grace = self.loop.call_later(
             settings.TERMINAL_REATTACH_S,
             lambda: self.loop.create_task(self.close("not reattached within the grace window")),
