@@ -160,12 +160,15 @@ async def wait_no_shell(session: Session, timeout: float = 15) -> None:
         await asyncio.sleep(0.2)
 
 
-docker_ws = [
-    pytest.mark.docker,
-    pytest.mark.asyncio,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("fast_terminals", "cleanup"),
-]
+async def wait_closed(terminal_id: str, timeout: float = 15) -> Terminal:
+    """The row once its close is recorded (after the shell was ended)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        terminal = await Terminal.objects.aget(pk=terminal_id)
+        if terminal.closed is not None:
+            return terminal
+        assert time.monotonic() < deadline, "the close was not recorded"
+        await asyncio.sleep(0.1)
 
 
 # --- Views ---------------------------------------------------------------------------------------
@@ -362,12 +365,7 @@ async def test_closing_ends_the_shell_and_is_audited(world: World, session: Sess
     assert await sync_to_async(shells_in)(session)
     await comm.disconnect(code=1000)
     await wait_no_shell(session)
-    terminal = await Terminal.objects.aget(pk=tid)
-    for _ in range(50):
-        if terminal.closed is not None:
-            break
-        await asyncio.sleep(0.1)
-        terminal = await Terminal.objects.aget(pk=tid)
+    terminal = await wait_closed(tid)
     assert terminal.close_reason == "closed by the client"
     assert terminal.bytes_in > 0
     assert terminal.bytes_out > 0
@@ -420,7 +418,7 @@ async def test_no_reattach_within_the_grace_window_ends_the_shell(
     await screen.until_output(b"up")
     await comm.disconnect(code=1006)
     await wait_no_shell(session)
-    terminal = await Terminal.objects.aget(pk=tid)
+    terminal = await wait_closed(tid)
     assert terminal.close_reason == "not reattached within the grace window"
 
 
