@@ -35,11 +35,26 @@ def _allow_orm_next_to_playwright(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+@pytest.fixture
+def page() -> Iterator[Any]:
+    """A Chromium page, with Playwright started and stopped around each test.
+
+    Not pytest-playwright's session-scoped `playwright` fixture: its sync API keeps an event
+    loop running in the main thread for the rest of the session, and every later test that
+    touches the ORM or runs asyncio would fail.
+    """
+    from playwright.sync_api import sync_playwright
+
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing (apt-get install -y chromium)", pytrace=False)
-    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context()
+            yield context.new_page()
+            context.close()
+        finally:
+            browser.close()
 
 
 def _fresh_after_fork() -> None:
