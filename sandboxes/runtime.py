@@ -154,9 +154,13 @@ def get_or_create_session(
 ) -> Session:
     check_session_key(key)
     try:
-        return Session.objects.select_related("config", "space").get(space=space, key=key)
+        # The warm path: the space is at hand already, so join only the config.
+        session = Session.objects.select_related("config").get(space=space, key=key)
     except Session.DoesNotExist:
         pass
+    else:
+        session.space = space
+        return session
     config = config or default_config(space)
     try:
         with transaction.atomic():

@@ -377,6 +377,9 @@ class DockerBackend(Backend):
                     self._client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
                 else:
                     self._client = docker.from_env(timeout=self.api_timeout)
+                # The engine is never reached through an HTTP proxy; without this, requests
+                # scans the whole environment for proxy settings on every call.
+                self._client.api.trust_env = False
         return self._client
 
     @property
