@@ -1285,7 +1285,14 @@ class DockerPtys(PtyCapability):
             )["Id"]
             stream = _ExecStream(api.exec_start(exec_id, tty=True, socket=True))
         handle = DockerPty(self.backend, container_id, exec_id, pty_id, stream)
-        handle.resize(size)
+        try:
+            handle.resize(size)
+        except RemoteError:
+            # A command that ended at once cannot be resized ("no such exec"); its output is
+            # still in the stream, so only a running one that refuses the size is an error.
+            if handle.is_running():
+                handle.kill()
+                raise
         return handle
 
 

@@ -297,6 +297,20 @@ class TestDockerBackend:
                 call()
             assert caught.value.kind == kind, caught.value
 
+    def test_pty_of_a_command_that_ends_at_once_still_opens(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        """The first resize races the command's end; the output must still be readable."""
+        info = make_sandbox()
+        ptys = backend.pty()
+        assert ptys is not None
+        for _ in range(5):  # the race is timing-dependent: try it a few times
+            handle = ptys.open(info.sandbox_id, PtySize(cols=80, rows=24), command=("echo", "quick"))
+            try:
+                assert b"quick" in _read_until(handle, b"quick")
+            finally:
+                handle.kill()
+
     def test_pty_runs_a_shell_resizes_and_is_killed(self, backend: DockerBackend, make_sandbox: SandboxFactory) -> None:
         info = make_sandbox()
         terminal = backend.pty().open(info.sandbox_id, PtySize(cols=100, rows=30))
