@@ -98,7 +98,9 @@ class SandboxConfig(models.Model):
     )
     backend_version = models.CharField(max_length=100, blank=True, help_text="As reported by the last health check.")
     is_default = models.BooleanField(
-        default=False, help_text="New sessions of the space run on this config unless they name another."
+        default=False,
+        verbose_name="Default for sessions",
+        help_text="New sessions of the space run on this config unless they name another (one per space).",
     )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

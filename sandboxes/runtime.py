@@ -330,10 +330,9 @@ class Runtime:
         except RemoteError:
             self._delete_quietly(backend, info.sandbox_id)
             raise
-        Session.objects.filter(pk=session.pk).update(
-            template_id=template.template_id,
-            traffic_token_encrypted=encrypt(info.traffic_token or ""),
-        )
+        session.template_id = template.template_id
+        session.traffic_token_encrypted = encrypt(info.traffic_token or "")
+        session.save(update_fields=["template_id", "traffic_token_encrypted"])
         record_audit(
             SYSTEM,
             "session.sandbox_create",

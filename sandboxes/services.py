@@ -59,6 +59,7 @@ CONFIG_FIELDS = (
     "pip_index_url",
     "pip_find_links",
     "npm_registry_url",
+    "is_default",
 )
 
 
@@ -171,6 +172,11 @@ def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor:
     _apply_api_key(config, api_key)
     try:
         with transaction.atomic():
+            # The space's first config serves its sessions unless another is chosen.
+            has_default = SandboxConfig.objects.select_for_update().filter(space=space, is_default=True).exists()
+            if config.is_default and has_default:
+                SandboxConfig.objects.filter(space=space, is_default=True).update(is_default=False)
+            config.is_default = config.is_default or not has_default
             config.save()
             record_audit(
                 actor,
@@ -218,6 +224,10 @@ def do_update_config(
         setattr(config, key, data[key])
     try:
         with transaction.atomic():
+            if "is_default" in changed and config.is_default:
+                SandboxConfig.objects.filter(space=config.space_id, is_default=True).exclude(pk=config.pk).update(
+                    is_default=False
+                )
             config.save()
             record_audit(
                 actor,

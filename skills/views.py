@@ -256,7 +256,7 @@ def version_delete(request: HttpRequest, version_id: str) -> HttpResponse:
 
 
 def _configs(space: Space) -> list[SandboxConfig]:
-    return list(SandboxConfig.objects.filter(space=space).order_by("-is_default", "name"))
+    return list(SandboxConfig.objects.filter(space=space).order_by("-is_default", "created"))
 
 
 def _selected_config(request: HttpRequest, space: Space, configs: list[SandboxConfig]) -> SandboxConfig | None:

@@ -138,6 +138,7 @@ def test_api_key_is_encrypted_redacted_and_kept_when_redaction_is_sent_back(worl
         domain="sandbox.local",
         api_key="***",
         allow_private_endpoints="on",
+        is_default="on",  # as the edit form shows it for the space's first config
     )
     assert client.post(reverse("sandboxes:config_edit", args=[config.id]), data).status_code == 302
     config.refresh_from_db()
@@ -359,3 +360,17 @@ def test_capabilities_come_from_the_accessors_and_unsupported_policy_is_said(
     assert 'id="workspace-unsupported"' not in detail  # Docker keeps /workspace on a volume
     assert "CIDR deny entries (0.0.0.0/0)" in detail
     assert "domain allow entries (pypi.org)" in detail
+
+
+def test_first_config_is_the_default_and_another_can_take_over(world: World) -> None:
+    client = world.client_for("alice")
+    url = reverse("sandboxes:config_create", args=[world.space_a.id])
+    assert client.post(url, config_form_data(name="first")).status_code == 302
+    assert client.post(url, config_form_data(name="second")).status_code == 302
+    first, second = SandboxConfig.objects.get(name="first"), SandboxConfig.objects.get(name="second")
+    assert (first.is_default, second.is_default) == (True, False)
+    edit = reverse("sandboxes:config_edit", args=[second.id])
+    assert client.post(edit, config_form_data(name="second", is_default="on")).status_code == 302
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.is_default, second.is_default) == (False, True)
