@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import verify, views
+from . import views
 
 app_name = "sandboxes"
 
@@ -14,7 +14,7 @@ urlpatterns = [
     path("sandboxes/<uuid:config_id>/edit/", views.config_edit, name="config_edit"),
     path("sandboxes/<uuid:config_id>/delete/", views.config_delete, name="config_delete"),
     path("sandboxes/<uuid:config_id>/test/", views.config_test, name="config_test"),
-    path("sandboxes/<uuid:config_id>/verify/", verify.verify_start, name="config_verify"),
+    path("sandboxes/<uuid:config_id>/verify/", views.config_verify, name="config_verify"),
     path("sandboxes/<uuid:config_id>/templates/", views.template_list, name="template_list"),
     path("sandboxes/<uuid:config_id>/templates/new/", views.template_build, name="template_build"),
     path("sandboxes/<uuid:config_id>/templates/delete/", views.template_delete, name="template_delete"),
@@ -34,7 +34,7 @@ urlpatterns = [
 ]
 
 # The web terminal (sandboxes/views_terminal.py; docs/terminal-protocol.md).
-from . import verify, views_terminal  # noqa: E402
+from . import views_terminal  # noqa: E402
 
 urlpatterns += [
     path("sessions/<uuid:session_id>/terminal/", views_terminal.terminal_page, name="terminal_page"),

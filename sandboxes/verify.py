@@ -31,15 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.contrib import messages
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
-from django.views.decorators.http import require_POST
-
-from console.jobs import JobContext, JobFailed, job_handler, start_job
-from console.models import Role
-from console.services import actor_from_request
+from console.jobs import JobContext, JobFailed, job_handler
 
 from .backends.base import (
     META_SESSION,
@@ -370,20 +362,3 @@ def verify_backend_job(ctx: JobContext) -> dict[str, Any]:
         "ok": counts[FAIL] == 0 and not verifier.cleanup_errors,
         "cleanup_errors": verifier.cleanup_errors,
     }
-
-
-@login_required
-@require_POST
-def verify_start(request: HttpRequest, config_id: str) -> HttpResponse:
-    """POST: start a verification of the config's backend (space admins only)."""
-    from .views import get_config_for_user  # views imports much of the app; keep this module light
-
-    config = get_config_for_user(request.user, config_id, Role.ADMIN)
-    job = start_job(
-        "sandboxes.verify_backend",
-        actor=actor_from_request(request),
-        space=config.space,
-        params={"config_id": str(config.id)},
-    )
-    messages.info(request, f"Verifying {config.name}: snapshots, pause and resume, metadata, network, data plane.")
-    return redirect(job)

@@ -189,18 +189,34 @@ def config_delete(request: HttpRequest, config_id: str) -> HttpResponse:
     )
 
 
+def _start_config_job(request: HttpRequest, config_id: str, kind: str, announce: str) -> HttpResponse:
+    """Start a job on one config (space admins only) and follow it on its page."""
+    config = get_config_for_user(request.user, config_id, Role.ADMIN)
+    job = start_job(kind, actor=actor_from_request(request), space=config.space, params={"config_id": str(config.id)})
+    messages.info(request, announce.format(name=config.name))
+    return redirect(job)
+
+
 @login_required
 @require_POST
 def config_test(request: HttpRequest, config_id: str) -> HttpResponse:
-    config = get_config_for_user(request.user, config_id, Role.ADMIN)
-    job = start_job(
+    return _start_config_job(
+        request,
+        config_id,
         "sandboxes.test_connection",
-        actor=actor_from_request(request),
-        space=config.space,
-        params={"config_id": str(config.id)},
+        "Testing {name}: health, then create, exec and delete a sandbox.",
     )
-    messages.info(request, f"Testing {config.name}: health, then create, exec and delete a sandbox.")
-    return redirect(job)
+
+
+@login_required
+@require_POST
+def config_verify(request: HttpRequest, config_id: str) -> HttpResponse:
+    return _start_config_job(
+        request,
+        config_id,
+        "sandboxes.verify_backend",
+        "Verifying {name}: snapshots, pause and resume, metadata, network, data plane.",
+    )
 
 
 # --- Templates and snapshots -------------------------------------------------------------

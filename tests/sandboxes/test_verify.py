@@ -12,9 +12,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.urls import path, reverse
+from django.urls import reverse
 
-from console import urls as root_urls
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus
 from sandboxes.backends.base import META_INSTALLATION, Backend, ListQuery
@@ -22,16 +21,10 @@ from sandboxes.backends.cube import CubeBackend
 from sandboxes.backends.e2b import E2BBackend
 from sandboxes.models import SandboxConfig
 from sandboxes.runtime import backend_for
-from sandboxes.verify import FAIL, PASS, UNSUPPORTED, Check, Verifier, verify_start
+from sandboxes.verify import FAIL, PASS, UNSUPPORTED, Check, Verifier
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
-
-# The view is wired into sandboxes/urls.py by its owner; these tests route it themselves.
-urlpatterns = [
-    path("test-verify/<uuid:config_id>/", verify_start, name="verify_start"),
-    *root_urls.urlpatterns,
-]
 
 CHECK_NAMES = [
     "snapshot_as_template",
@@ -73,13 +66,12 @@ def docker_config(world: World, docker_base_image: str, settings: Any, test_run_
 
 @pytest.mark.django_db
 @pytest.mark.docker
-@pytest.mark.urls(__name__)
 def test_verify_on_docker_end_to_end(world: World, docker_config: SandboxConfig, settings: Any) -> None:
     backend = backend_for(docker_config)
     snapshots = backend.snapshots()
     assert snapshots is not None
     before = {s.snapshot_id for s in snapshots.list()}
-    url = reverse("verify_start", args=[docker_config.id])
+    url = reverse("sandboxes:config_verify", args=[docker_config.id])
 
     assert world.client_for("bob").post(url).status_code == 403  # members may not
     assert world.client_for("charlie").post(url).status_code == 404  # outsiders see nothing
