@@ -57,7 +57,7 @@ def main() -> None:
     run_id = uuid.uuid4().hex[:8]
     settings.CONSOLE_INSTALLATION_ID = f"bench-{run_id}"
     setup_test_environment()
-    old_name = connection.creation.create_test_db(verbosity=0)
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
         figures = run(n, run_id)
     finally:

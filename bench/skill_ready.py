@@ -54,7 +54,7 @@ def main() -> None:
     sources = Path(tempfile.mkdtemp(prefix="skill-bench-sources-"))
     settings.SKILL_PACKAGE_SOURCES_ROOT = sources
     setup_test_environment()
-    old_name = connection.creation.create_test_db(verbosity=0)
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
         figures = run(n, run_id, sources)
     finally:
