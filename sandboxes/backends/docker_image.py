@@ -12,6 +12,7 @@ command `build_base_image` calls the same function.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import shutil
 import subprocess
@@ -38,7 +39,8 @@ LABEL_TEMPLATE_DESCRIPTION = "console.template.description"
 KIND_TEMPLATE = "template"
 
 # python3 for agent code; tini as PID 1; util-linux for setsid (process groups that a
-# timeout can kill as a whole); procps for ps/kill; ca-certificates for TLS when online.
+# timeout can kill as a whole); procps for ps/kill/top; ca-certificates for TLS when online;
+# vim-tiny and less so a person at the web terminal can read and edit files.
 BASE_PACKAGES: tuple[str, ...] = (
     "python3",
     "bash",
@@ -47,7 +49,11 @@ BASE_PACKAGES: tuple[str, ...] = (
     "tini",
     "util-linux",
     "ca-certificates",
+    "vim-tiny",
+    "less",
 )
+# Marks which recipe built an image, so a changed recipe rebuilds the base image by itself.
+LABEL_RECIPE = "console.base.recipe"
 
 SANDBOX_UID = 1000
 MERGED_USR_HOOKS = "/usr/share/mmdebstrap/hooks/merged-usr"
@@ -65,6 +71,8 @@ mkdir -p "$root/home/user" "$root/workspace/input" "$root/workspace/output"
 cp -a "$root/etc/skel/." "$root/home/user/" 2>/dev/null || true
 chown -R {SANDBOX_UID}:{SANDBOX_UID} "$root/home/user" "$root/workspace"
 chmod 1777 "$root/tmp"
+[ -x "$root/usr/bin/vim.tiny" ] && ln -sf /usr/bin/vim.tiny "$root/usr/local/bin/vim"
+true
 """
 
 # Keeps the image small: no package lists, caches, docs, man pages or translations.
@@ -162,6 +170,12 @@ def build_rootfs_image(
     return str(image.id)
 
 
+def base_recipe() -> str:
+    """A short digest of everything that shapes the base image."""
+    material = "\n".join([DEBIAN_SUITE, *sorted(BASE_PACKAGES), _ACCOUNT_HOOK, _CLEANUP_HOOK, *_DPKG_EXCLUDES])
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
     try:
         client.images.get(tag)
@@ -178,8 +192,15 @@ def build_base_image(
     engine = client or docker.from_env(timeout=120)
     try:
         if not force and image_exists(engine, tag):
-            return str(engine.images.get(tag).id)
-        labels = template_labels(BASE_TEMPLATE_NAME, "Debian bookworm with python3, bash and tini")
+            image = engine.images.get(tag)
+            if (image.labels or {}).get(LABEL_RECIPE) == base_recipe():
+                return str(image.id)
+            log.info("%s was built by another recipe; rebuilding", tag)
+        labels = template_labels(
+            BASE_TEMPLATE_NAME,
+            "Debian bookworm with python3, bash and tini",
+            {LABEL_RECIPE: base_recipe()},
+        )
         return build_rootfs_image(engine, tag, labels=labels)
     finally:
         if own_client:

@@ -342,3 +342,20 @@ def _read_until(terminal: object, needle: bytes, timeout: float = 10) -> bytes:
         output += terminal.read(timeout=max(deadline - time.monotonic(), 0.01))
     assert needle in output, output
     return output
+
+
+def test_base_image_is_rebuilt_only_when_its_recipe_changes(
+    docker_base_image: str, engine: docker.DockerClient
+) -> None:
+    from sandboxes.backends.docker_image import LABEL_RECIPE, base_recipe, build_base_image
+
+    image = engine.images.get(docker_base_image)
+    assert image.labels[LABEL_RECIPE] == base_recipe()
+    assert build_base_image(client=engine) == image.id  # same recipe: nothing built
+    probe = engine.containers.run(
+        docker_base_image,
+        ["sh", "-c", "for c in vim top less python3; do command -v $c; done"],
+        network_mode="none",
+        remove=True,
+    )
+    assert probe.decode().split() == ["/usr/local/bin/vim", "/usr/bin/top", "/usr/bin/less", "/usr/bin/python3"]
