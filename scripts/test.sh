@@ -13,11 +13,9 @@ echo "==> ruff check"
 .venv/bin/ruff check .
 echo "==> mypy"
 .venv/bin/mypy .
-echo "==> pytest (everything but the browser tests)"
-.venv/bin/pytest -m "not e2e" "$@"
-
-# The browser tests run in a process of their own: Playwright's sync API keeps an event loop
-# running in the main thread, which Django's database code then refuses to run under.
+# The browser tests run in a pytest process of their own: Playwright's sync API keeps an
+# event loop running in the main thread, which Django's database code then refuses to run
+# under. They go first, so the closing summary is the whole suite's.
 echo "==> pytest (browser tests, real Chromium)"
 status=0
 .venv/bin/pytest -m e2e "$@" || status=$?
@@ -25,4 +23,7 @@ if [ "$status" -eq 5 ]; then
   echo "(no browser test selected)"
   status=0
 fi
+
+echo "==> pytest (everything but the browser tests)"
+.venv/bin/pytest -m "not e2e" "$@" || status=$?
 exit "$status"
