@@ -99,3 +99,21 @@ def daphne_url(transactional_db: None, settings: Any) -> Iterator[str]:
     finally:
         process.terminate()
         process.join(timeout=10)
+        _end_other_sessions()
+
+
+def _end_other_sessions() -> None:
+    """End database sessions this test left in other contexts.
+
+    ORM calls made while Playwright's greenlets run get a connection of their own, which
+    pytest-django never closes; the test database could not be dropped at the end.
+    """
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
