@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 
 from console.crypto import REDACTED, decrypt, encrypt
 from console.models import NetworkPolicy, Space
+from console.network import parse_destination
 from console.services import Actor, ServiceError, record_audit
 
 from .backends import build_backend
@@ -119,18 +120,19 @@ def unsupported_policy_switches(policy: NetworkPolicy, caps: NetworkCapabilities
     """The parts of a space's policy this backend cannot honour, in plain words."""
     problems = []
     if policy.allow_internet_access:
-        cidrs = [entry for entry in policy.deny_out if "/" in entry or entry.replace(".", "").isdigit()]
-        domains = [entry for entry in policy.deny_out if entry not in cidrs]
-        if cidrs and not caps.deny_out_cidr:
-            problems.append("CIDR deny entries (" + ", ".join(cidrs) + ")")
-        if domains and not caps.deny_out_domain:
-            problems.append("domain deny entries (" + ", ".join(domains) + ")")
-        allow_cidrs = [e for e in policy.allow_out if "/" in e or e.replace(".", "").isdigit()]
-        allow_domains = [e for e in policy.allow_out if e not in allow_cidrs]
-        if allow_cidrs and not caps.allow_out_cidr:
-            problems.append("CIDR allow entries (" + ", ".join(allow_cidrs) + ")")
-        if allow_domains and not caps.allow_out_domain:
-            problems.append("domain allow entries (" + ", ".join(allow_domains) + ")")
+        lists = (
+            ("deny", policy.deny_out, caps.deny_out_cidr, caps.deny_out_domain),
+            ("allow", policy.allow_out, caps.allow_out_cidr, caps.allow_out_domain),
+        )
+        for verb, entries, cidr_ok, domain_ok in lists:
+            # Stored entries were validated on save; parse_destination tells networks from names.
+            parsed = [parse_destination(entry) for entry in entries]
+            cidrs = [d.text for d in parsed if d.network is not None]
+            domains = [d.text for d in parsed if d.network is None]
+            if cidrs and not cidr_ok:
+                problems.append(f"CIDR {verb} entries ({', '.join(cidrs)})")
+            if domains and not domain_ok:
+                problems.append(f"domain {verb} entries ({', '.join(domains)})")
         if policy.l7_rules and not caps.l7_rules:
             problems.append(f"{len(policy.l7_rules)} HTTP (L7) rule(s)")
     if policy.allow_public_traffic and not caps.inbound_toggle:
