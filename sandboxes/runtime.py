@@ -371,7 +371,7 @@ class Runtime:
         changes: dict[str, object] = {}
         if session.sandbox_id != info.sandbox_id:
             changes["sandbox_id"] = info.sandbox_id
-        if session.bound_at is None or session.bound_at.isoformat() != binding.created_at.isoformat():
+        if session.bound_at != binding.created_at:
             changes["bound_at"] = binding.created_at
         if session.binding_version != binding.version:
             changes["binding_version"] = binding.version
