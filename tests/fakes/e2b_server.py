@@ -37,7 +37,7 @@ from tests.fakes.fake_envd import Envd
 from tests.fakes.fake_http import HttpError, Reply, Request, read_request
 from tests.fakes.fake_lifecycle import Lifecycle
 from tests.fakes.fake_runtime import DEFAULT_IMAGE, DockerRuntime
-from tests.fakes.fake_state import Fault, Personality, Reaper, Store
+from tests.fakes.fake_state import Fault, Personality, Reaper, Store, now
 
 DEFAULT_API_KEY = "e2b_" + "0" * 40
 _HOST_ROUTE = re.compile(r"^(\d+)-([a-z0-9-]+)\.")
@@ -127,7 +127,9 @@ class FakeApp:
         if sbx is None:
             raise HttpError(404, "no such sandbox")
         if m.group(2) == "expire":
-            sbx.set_ttl(0)
+            # End the current TTL only: the configured length stays, so a resume re-arms it in
+            # full (as E2B does) instead of a 0 s TTL that would pause the sandbox again at once.
+            sbx.end_at = now()
         else:
             state = req.json().get("state")
             if state not in ("running", "pausing"):
