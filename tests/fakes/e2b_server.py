@@ -14,7 +14,8 @@ Admin endpoints (no auth), for tests:
   POST   /_fake/faults                       add a fault (fake_state.Fault as JSON), or
                                              {"faults": [...]}
   DELETE /_fake/faults                       clear faults
-  POST   /_fake/reset                        kill every sandbox, drop snapshots and faults
+  POST   /_fake/reset                        kill every sandbox, drop snapshots, volumes and
+                                             faults
   POST   /_fake/config                       {"cube_pause_seconds": s, "resume_failures": n}
   POST   /_fake/sandboxes/{id}/state         {"state": "pausing"|"running"} (force a state)
   POST   /_fake/sandboxes/{id}/expire        make the TTL run out now (the reaper acts)
@@ -149,6 +150,7 @@ class FakeApp:
             snapshot_ids = [t for t, v in self.store.templates.items() if v.kind == "snapshot"]
         for tid in snapshot_ids:
             self.life.delete_template(tid)
+        self.life.volumes.drop_all()
 
 
 class Handler(BaseHTTPRequestHandler):

@@ -87,6 +87,11 @@ class ControlPlane:
         r("POST", "/v3/templates", self.request_build)
         r("GET", "/templates/{tid}/files/{hash}", self.build_file_link)
         r("POST", "/v2/templates/{tid}/builds/{bid}", self.start_build)
+        volumes = self.life.volumes
+        r("POST", "/volumes", volumes.post)
+        r("GET", "/volumes", volumes.list)
+        r("GET", "/volumes/{vid}", volumes.get_one)
+        r("DELETE", "/volumes/{vid}", volumes.delete_one)
 
     def handle(self, req: Request, reply: Reply) -> None:
         path = req.path
@@ -148,8 +153,9 @@ class ControlPlane:
         return out
 
     def listed_json(self, sbx: FakeSandbox) -> dict[str, Any]:
-        # spec/openapi.yml: components/schemas/ListedSandbox (every field below is required).
-        return {
+        # spec/openapi.yml: components/schemas/ListedSandbox (every required field, and the
+        # optional volumeMounts when the sandbox has some).
+        out: dict[str, Any] = {
             "templateID": sbx.template_id,
             "alias": sbx.alias,
             "sandboxID": sbx.sandbox_id,
@@ -164,6 +170,9 @@ class ControlPlane:
             "envdVersion": sbx.envd_version,
             "metadata": sbx.metadata,
         }
+        if sbx.volume_mounts:
+            out["volumeMounts"] = sbx.volume_mounts
+        return out
 
     def detail_json(self, sbx: FakeSandbox) -> dict[str, Any]:
         # spec/openapi.yml: components/schemas/SandboxDetail

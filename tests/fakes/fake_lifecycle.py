@@ -16,12 +16,14 @@ from typing import Any
 from tests.fakes.fake_http import HttpError
 from tests.fakes.fake_runtime import RuntimeFailure
 from tests.fakes.fake_state import FakeSandbox, Store, Template, new_id, now
+from tests.fakes.fake_volumes import Volumes
 
 
 class Lifecycle:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.runtime = store.runtime
+        self.volumes = Volumes(store)
 
     # -- create -------------------------------------------------------------------------------
 
@@ -44,9 +46,15 @@ class Lifecycle:
             # mapping); it never comes back as user metadata.
             annotations["host-mount"] = metadata.pop("host-mount")
         env_vars = {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
+        mounts = self.volumes.mounts_for(body, annotations)
         sandbox_id = new_id()
         image = image or template.image
-        container_id = self.runtime.create(sandbox_id, image, env_vars)
+        try:
+            container_id = self.runtime.create(sandbox_id, image, env_vars, mounts)
+        except RuntimeFailure as e:
+            # E.g. a host-mount of a missing directory: Cubelet's bind mount fails, and
+            # CubeAPI answers a failed create with 500.
+            raise HttpError(e.status, str(e)) from e
         started = now()
         sbx = FakeSandbox(
             sandbox_id=sandbox_id,
@@ -66,6 +74,8 @@ class Lifecycle:
             allow_internet_access=body.get("allow_internet_access"),
             network=body.get("network"),
             annotations=annotations,
+            mounts=mounts,
+            volume_mounts=[] if self.store.is_cube else list(body.get("volumeMounts") or []),
         )
         self._issue_tokens(sbx, body)
         template.spawn_count += 1
@@ -94,6 +104,7 @@ class Lifecycle:
         with sbx.lock:
             self._drop_processes(sbx)
             self.runtime.remove(sbx.container_id)
+        self.volumes.sweep()  # a deleted volume this sandbox held can go now
 
     def pause(self, sbx: FakeSandbox) -> None:
         with sbx.lock:
@@ -194,7 +205,7 @@ class Lifecycle:
         with sbx.lock:
             self._drop_processes(sbx)
             self.runtime.remove(sbx.container_id)
-            sbx.container_id = self.runtime.create(sbx.sandbox_id, snapshot.image, sbx.env_vars)
+            sbx.container_id = self.runtime.create(sbx.sandbox_id, snapshot.image, sbx.env_vars, sbx.mounts)
             sbx.image = snapshot.image
             sbx.state = "running"
             sbx.set_ttl(sbx.timeout)

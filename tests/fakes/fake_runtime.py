@@ -16,17 +16,20 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import docker
 from docker.errors import APIError, NotFound
+from docker.types import Mount
 
 DEFAULT_IMAGE = "sandbox-console/base:latest"
 LABEL_FAKE = "sandbox-console.fake-e2b"
 LABEL_RUN = "sandbox-console.fake-e2b.run"
 LABEL_SANDBOX = "sandbox-console.fake-e2b.sandbox"
+LABEL_VOLUME = "sandbox-console.fake-e2b.volume"
+VOLUME_PREFIX = "fake-e2b-vol-"
 # The base image carries the console's own markers (console.managed=1, console.kind=template)
 # and containers and committed images inherit them, which would put the fake's containers
 # and snapshot images into the Docker adapter's template list. The fake sets its own.
@@ -43,6 +46,29 @@ class RuntimeFailure(Exception):
     def __init__(self, message: str, status: int = 500) -> None:
         super().__init__(message)
         self.status = status
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    """A mount of a fake sandbox: an E2B volume (a Docker named volume) or a Cube host
+    directory (a bind mount of a path on the Docker host)."""
+
+    kind: Literal["volume", "bind"]
+    source: str
+    target: str
+    read_only: bool = False
+
+    def docker(self) -> Mount:
+        # A fresh E2B volume is empty: `no_copy` stops Docker from seeding a named volume
+        # with the image's files at the mount point. A bind mount of a missing source fails,
+        # as Cubelet's bind mount does.
+        return Mount(
+            target=self.target,
+            source=self.source,
+            type=self.kind,
+            read_only=self.read_only,
+            no_copy=self.kind == "volume",
+        )
 
 
 @dataclass
@@ -308,7 +334,7 @@ class DockerRuntime:
             return False
         return True
 
-    def create(self, sandbox_id: str, image: str, envs: dict[str, str]) -> str:
+    def create(self, sandbox_id: str, image: str, envs: dict[str, str], mounts: Sequence[MountSpec] = ()) -> str:
         try:
             container = self.client.containers.run(
                 image,
@@ -322,6 +348,7 @@ class DockerRuntime:
                 dns=["127.0.0.1"],
                 hostname=sandbox_id[:12],
                 init=False,
+                mounts=[m.docker() for m in mounts],
             )
         except APIError as e:
             raise RuntimeFailure(f"cannot start sandbox container: {e}") from e
@@ -375,13 +402,36 @@ class DockerRuntime:
             if e.status_code != 409:
                 raise
 
+    # -- volumes ------------------------------------------------------------------------------
+
+    def create_volume(self, volume_id: str) -> str:
+        """A Docker named volume behind an E2B volume; returns its Docker name."""
+        name = VOLUME_PREFIX + volume_id
+        self.api.create_volume(name, labels={**self.labels(), LABEL_VOLUME: volume_id})
+        return name
+
+    def remove_volume(self, name: str) -> bool:
+        """Remove a volume; False while a container still mounts it (try again later)."""
+        try:
+            self.api.remove_volume(name)
+        except NotFound:
+            return True
+        except APIError as e:
+            if e.status_code == 409:
+                return False
+            raise
+        return True
+
     def cleanup_run(self) -> None:
-        """Remove every container and snapshot image this run created."""
+        """Remove every container, snapshot image and volume this run created."""
         selector = {"label": [f"{LABEL_RUN}={self.run_id}"]}
         for c in self.api.containers(all=True, filters=selector):
             self.remove(c["Id"])
         for img in self.api.images(filters=selector):
             self.remove_image(img["Id"])
+        for volume in self.api.volumes(filters={"label": f"{LABEL_RUN}={self.run_id}"}).get("Volumes") or []:
+            with contextlib.suppress(NotFound):
+                self.api.remove_volume(volume["Name"], force=True)
 
     # -- exec ---------------------------------------------------------------------------------
 

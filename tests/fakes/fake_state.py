@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tests.fakes.fake_runtime import DockerRuntime, ExecHandle
+from tests.fakes.fake_runtime import DockerRuntime, ExecHandle, MountSpec
 
 Personality = Literal["e2b", "cube"]
 
@@ -114,6 +114,9 @@ class FakeSandbox:
     allow_internet_access: bool | None = None
     network: dict[str, Any] | None = None
     annotations: dict[str, str] = field(default_factory=dict)
+    # What the container mounts, and (E2B) the volumeMounts as asked, echoed in listings.
+    mounts: list[MountSpec] = field(default_factory=list)
+    volume_mounts: list[dict[str, str]] = field(default_factory=list)
     processes: dict[int, FakeProcess] = field(default_factory=dict)
     homes: dict[str, str] = field(default_factory=dict)
     watchers: dict[str, Any] = field(default_factory=dict)  # fake_envd.Watcher by id
@@ -125,6 +128,17 @@ class FakeSandbox:
     def set_ttl(self, seconds: int) -> None:
         self.timeout = seconds
         self.end_at = now() + dt.timedelta(seconds=seconds)
+
+
+@dataclass
+class FakeVolume:
+    """An E2B team volume (spec/openapi.yml Volume / VolumeAndToken), kept in a Docker volume."""
+
+    volume_id: str
+    name: str
+    docker_name: str
+    token: str
+    created_at: dt.datetime
 
 
 @dataclass
@@ -210,6 +224,9 @@ class Store:
         self.sandboxes: dict[str, FakeSandbox] = {}
         self.killed: set[str] = set()  # for Cube's 410 Gone on the data plane
         self.templates: dict[str, Template] = {}
+        self.volumes: dict[str, FakeVolume] = {}  # by volume id
+        # Docker volumes of deleted E2B volumes still mounted somewhere: removed once free.
+        self.doomed_volumes: set[str] = set()
         self.faults: list[Fault] = []
         self.next_pid = 1000
         self.cube_pause_seconds = 0.0
@@ -282,6 +299,11 @@ class Store:
                         "autoResume": s.auto_resume,
                         "network": s.network,
                         "processes": [p.info() for p in s.processes.values()],
+                        "annotations": s.annotations,
+                        "mounts": [
+                            {"kind": m.kind, "source": m.source, "target": m.target, "readOnly": m.read_only}
+                            for m in s.mounts
+                        ],
                     }
                     for s in self.sandboxes.values()
                 ],
@@ -294,6 +316,10 @@ class Store:
                         "image": t.image,
                     }
                     for t in self.templates.values()
+                ],
+                "volumes": [
+                    {"volumeID": v.volume_id, "name": v.name, "dockerName": v.docker_name}
+                    for v in self.volumes.values()
                 ],
                 "faults": [f.as_dict() for f in self.faults],
             }

@@ -8,8 +8,11 @@ leaves nothing behind.
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,6 +71,22 @@ def sweep_docker_leftovers(client: object, run_id: str) -> None:
             api.remove_volume(volume["Name"], force=True)
     for network in api.networks(names=[docker_test_network_name(run_id)]):
         api.remove_network(network["Id"])
+
+
+@pytest.fixture(scope="session")
+def cube_host_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The Cube nodes' shared workspace storage, for the fake Cube (whose nodes are this
+    machine's Docker host). World-traversable, so a daemon that is not root here (rootless,
+    userns-remap) can still bind-mount from it. Whatever a test left inside is removed."""
+    root = tmp_path_factory.mktemp("cube-workspaces")
+    temp = Path(tempfile.gettempdir())
+    for path in (root, *root.parents):  # pytest makes its folders 0700
+        if path == temp or not path.is_relative_to(temp):
+            break
+        path.chmod(0o755)
+    yield root
+    for leftover in root.iterdir():
+        shutil.rmtree(leftover, ignore_errors=True)
 
 
 def docker_test_network_name(run_id: str) -> str:

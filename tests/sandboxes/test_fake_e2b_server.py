@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
+import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,6 +38,8 @@ from e2b import (
     ServiceBusyException,
     Template,
     TimeoutException,
+    Volume,
+    VolumeException,
 )
 
 from tests.fakes.e2b_server import FakeServer
@@ -428,6 +432,39 @@ def test_list_started_after(fake_e2b: FakeHandle, sbx: Sandbox) -> None:
     assert sbx.sandbox_id not in {x.sandbox_id for x in Sandbox.list(query=after, **fake_e2b.options()).next_items()}
 
 
+def test_volumes_with_the_sdk(fake_e2b: FakeHandle) -> None:
+    # spec/openapi.yml /volumes and NewSandbox.volumeMounts, through the SDK's own Volume.
+    opts = fake_e2b.options()
+    name = f"sdk-vol-{uuid.uuid4().hex[:8]}"
+    volume = Volume.create(name, **opts)
+    try:
+        assert volume.name == name
+        assert volume.token
+        assert name in {v.name for v in Volume.list(**opts)}
+        assert Volume.get_info(volume.volume_id, **opts).name == name
+        with pytest.raises(VolumeException) as taken:  # names are unique per team: a 400
+            Volume.create(name, **opts)
+        assert "already exists" in str(taken.value)
+        first = fresh(fake_e2b, volume_mounts={"/data": volume})
+        assert first.commands.run("stat -c %u /data; ls -A /data").stdout == "0\n"  # empty, root's
+        first.commands.run("echo kept > /data/kept.txt", user="root")
+        first.kill()
+        second = fresh(fake_e2b, volume_mounts={"/data": name})  # by name works too
+        try:
+            assert second.files.read("/data/kept.txt") == "kept\n"
+        finally:
+            second.kill()
+        with pytest.raises(SandboxException) as unknown:
+            fresh(fake_e2b, volume_mounts={"/data": f"no-such-{name}"})
+        assert "volume mount #0" in str(unknown.value)
+        assert "not found" in str(unknown.value)
+    finally:
+        destroyed = Volume.destroy(volume.volume_id, **opts)
+    assert destroyed is True
+    assert Volume.destroy(volume.volume_id, **opts) is False
+    assert name not in {v["name"] for v in fake_e2b.state()["volumes"]}
+
+
 def test_cli_runs_as_a_subprocess() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -560,9 +597,9 @@ def test_cube_metadata_filter_quirk(fake_cube: FakeHandle) -> None:
 
 
 @pytest.mark.cube
-def test_cube_tokens_connect_and_pausing(fake_cube: FakeHandle) -> None:
+def test_cube_tokens_connect_and_pausing(fake_cube: FakeHandle, cube_host_root: Path) -> None:
     with fake_cube.http() as http:
-        mount = '[{"hostPath": "/data", "mountPath": "/mnt/data", "readOnly": true}]'
+        mount = json.dumps([{"hostPath": str(cube_host_root), "mountPath": "/mnt/data", "readOnly": True}])
         meta = {"k": "v", "host-mount": mount}
         created = http.post("/sandboxes", json={"templateID": "base", "metadata": meta})
         assert created.status_code == 201
@@ -673,6 +710,49 @@ def test_cube_network_and_env_validation(fake_cube: FakeHandle, cube_sbx: Sandbo
         assert http.put(url, json={"allowOut": ["example.com"]}).status_code == 400
         bad_env = http.post("/sandboxes", json={"templateID": "base", "envVars": {"PATH": "/x"}})
         assert bad_env.status_code == 400
+
+
+@pytest.mark.cube
+def test_cube_host_mount_is_a_bind_mount_of_the_host_path(fake_cube: FakeHandle, cube_host_root: Path) -> None:
+    # CubeMaster hostdir_mount.go: `host-mount` entries are bind mounts, readOnly respected.
+    rw, ro = cube_host_root / f"rw-{uuid.uuid4().hex[:6]}", cube_host_root / f"ro-{uuid.uuid4().hex[:6]}"
+    rw.mkdir()
+    ro.mkdir()
+    (ro / "given.txt").write_text("from the host\n")
+    mounts = [
+        {"hostPath": str(rw), "mountPath": "/mnt/rw", "readOnly": False},
+        {"hostPath": str(ro), "mountPath": "/mnt/ro", "readOnly": True},
+    ]
+    s = fresh(fake_cube, metadata={"host-mount": json.dumps(mounts), "plain": "yes"})
+    try:
+        assert s.get_info().metadata == {"plain": "yes"}  # lifted into an annotation
+        s.commands.run("echo from the sandbox > /mnt/rw/made.txt", user="root")
+        assert (rw / "made.txt").read_text() == "from the sandbox\n"
+        assert s.commands.run("cat /mnt/ro/given.txt").stdout == "from the host\n"
+        with pytest.raises(CommandExitException):
+            s.commands.run("touch /mnt/ro/nope", user="root")
+    finally:
+        s.kill()
+        shutil.rmtree(rw)
+        shutil.rmtree(ro)
+
+
+@pytest.mark.cube
+def test_cube_refuses_bad_host_mounts_and_has_no_volumes(fake_cube: FakeHandle, cube_host_root: Path) -> None:
+    before = _ids(fake_cube)
+    with fake_cube.http() as http:
+        for mounts, problem in (
+            ([{"hostPath": "relative", "mountPath": "/mnt/x"}], "hostPath must be an absolute path"),
+            ([{"hostPath": str(cube_host_root / "missing"), "mountPath": "/mnt/x"}], ""),
+            ("not json", "invalid"),
+        ):
+            value = mounts if isinstance(mounts, str) else json.dumps(mounts)
+            r = http.post("/sandboxes", json={"templateID": "base", "metadata": {"host-mount": value}})
+            # CubeAPI answers every failed create with 500 (services/sandboxes.rs internal_error).
+            assert r.status_code == 500, r.text
+            assert problem in r.json()["message"]
+        assert http.get("/volumes").status_code == 404  # absent in C-May, not modelled for C-later
+    assert _ids(fake_cube) == before
 
 
 @pytest.mark.cube
