@@ -10,6 +10,7 @@ from django import forms
 from console.crypto import REDACTED
 
 from .backends.base import RemoteError, is_snapshot_id
+from .backends.cube import host_root_problem
 from .backends.guard import check_endpoint
 from .models import BackendKind, SandboxConfig
 from .services import CONFIG_FIELDS
@@ -38,6 +39,9 @@ class SandboxConfigForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk and self.instance.has_api_key:
             self.initial["api_key"] = REDACTED
+        if not self.instance._state.adding and self.instance.kind != BackendKind.CUBE:
+            # Only Cube mounts workspaces from a host directory; a new config may still become one.
+            del self.fields["workspace_host_root"]
         if template_choices is not None:
             # The picker lists templates only: a snapshot id never appears here.
             current = self.instance.default_template if self.instance.pk else ""
@@ -134,12 +138,23 @@ class SandboxConfigForm(forms.ModelForm):
                     check_endpoint(sandbox_url, allow_private=bool(cleaned.get("allow_private_endpoints")))
                 except RemoteError as exc:
                     self.add_error("sandbox_url", exc.message)
+        self._clean_workspace_host_root(cleaned, kind)
         if endpoint and not endpoint.startswith("unix://") and "endpoint" not in self.errors:
             try:
                 check_endpoint(endpoint, allow_private=bool(cleaned.get("allow_private_endpoints")))
             except RemoteError as exc:
                 self.add_error("endpoint", exc.message)
         return cleaned
+
+    def _clean_workspace_host_root(self, cleaned: dict[str, Any], kind: str | None) -> None:
+        root = (cleaned.get("workspace_host_root") or "").strip()
+        cleaned["workspace_host_root"] = root  # "" also when the field is not on this form
+        if not root:
+            return
+        if kind != BackendKind.CUBE:
+            self.add_error("workspace_host_root", "Only Cube configs mount workspaces from a host directory.")
+        elif problem := host_root_problem(root):
+            self.add_error("workspace_host_root", f"The workspace host root must be {problem}.")
 
 
 class TemplateBuildForm(forms.Form):

@@ -77,6 +77,14 @@ class SandboxConfig(models.Model):
     persistent_workspace = models.BooleanField(
         default=True, help_text="Keep /workspace on storage that outlives the sandbox, where the backend can."
     )
+    workspace_host_root = models.CharField(
+        max_length=500,
+        blank=True,
+        verbose_name="Workspace host root (Cube only)",
+        help_text="Cube: a directory on storage shared by every Cube node (e.g. /srv/sandbox-workspaces); each "
+        "session's /workspace is a directory under it, mounted from the node. Empty: Cube sessions have no "
+        "persistent /workspace. Changing it leaves existing workspaces under the old root.",
+    )
     allow_private_endpoints = models.BooleanField(
         default=False,
         help_text="Allow the endpoint to resolve to loopback, private or 100.64.0.0/10 addresses. "

@@ -6,6 +6,7 @@ none of them builds one from a row themselves.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -41,7 +42,7 @@ from .backends.base import (
     TemplateBuildSpec,
     is_snapshot_id,
 )
-from .models import IDENTITY_FIELDS, SandboxConfig
+from .models import IDENTITY_FIELDS, BackendKind, SandboxConfig
 
 CONFIG_FIELDS = (
     "name",
@@ -56,6 +57,7 @@ CONFIG_FIELDS = (
     "idle_mode",
     "idle_timeout_s",
     "persistent_workspace",
+    "workspace_host_root",
     "allow_private_endpoints",
     "pip_index_url",
     "pip_find_links",
@@ -72,8 +74,24 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
         api_key=decrypt(config.api_key_encrypted),
         allow_private_endpoints=config.allow_private_endpoints,
         idle_mode=IdleMode(config.idle_mode),
-        options={"sandbox_url": config.sandbox_url} if config.sandbox_url else {},
+        options={
+            **({"sandbox_url": config.sandbox_url} if config.sandbox_url else {}),
+            **workspace_options(config),
+        },
     )
+
+
+def workspace_options(config: SandboxConfig) -> dict[str, str]:
+    """Cube keeps persistent workspaces under a host directory and manages them with
+    housekeeping sandboxes: from the config's template, carrying its console metadata so the
+    reaper can find a leftover one."""
+    if config.kind != BackendKind.CUBE or not config.workspace_host_root:
+        return {}
+    return {
+        "workspace_host_root": config.workspace_host_root,
+        "workspace_template": config.default_template,
+        "housekeeping_metadata": json.dumps(console_metadata(config)),
+    }
 
 
 @contextmanager

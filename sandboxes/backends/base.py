@@ -344,7 +344,8 @@ class VolumesCapability(abc.ABC):
 
     @abc.abstractmethod
     def delete(self, name: str) -> None:
-        """Delete a workspace volume (idempotent; conflict while a sandbox mounts it)."""
+        """Delete a workspace volume (idempotent). Delete the sandboxes that mount it first:
+        Docker refuses while one does (conflict), E2B and Cube delete it under them."""
 
 
 class PtyHandle(abc.ABC):

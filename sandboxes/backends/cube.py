@@ -26,25 +26,35 @@ about each:
   snapshot API (it invents ids), so `snapshots()` is None there.
 - **Templates**: Cube's template API (`POST /templates` from an image, polled until READY;
   `DELETE /templates/{id}`), never E2B's build API.
-- **`host-mount`** metadata is reserved by Cube (lifted into an annotation): refused at
-  create, never echoed.
+- **`host-mount`** metadata is reserved by Cube (lifted into an annotation, a bind mount from
+  the node's host): refused in user metadata, never echoed. The adapter sets it itself for a
+  persistent workspace: with `options["workspace_host_root"]` (shared storage on every Cube
+  node) a workspace is the directory `<root>/<name>` mounted at /workspace. Cube has no API to
+  make or remove host directories, so a short-lived housekeeping sandbox that mounts the
+  root does both (made when a create fails for the missing directory, removed by
+  `volumes().delete`).
 """
 
 from __future__ import annotations
 
 import base64
 import builtins
+import json
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from .base import (
+    META_PURPOSE,
     SNAPSHOT_PREFIX,
     BackendConfig,
     ErrorKind,
+    ExecRequest,
     HealthInfo,
     ListQuery,
     NetworkCapabilities,
@@ -59,13 +69,16 @@ from .base import (
     TemplateBuildSpec,
     TemplateInfo,
     TemplatesCapability,
+    VolumesCapability,
     is_snapshot_id,
 )
 from .e2b import (
+    WORKSPACE,
     E2BBackend,
     E2BSnapshots,
     _is_domain,
     _q,
+    check_volume_name,
     parse_time,
     translating,
 )
@@ -80,6 +93,55 @@ RESERVED_METADATA = "host-mount"
 DEFAULT_LIST_LIMIT = 1000
 TEMPLATE_BUILD_DEADLINE_S = 900.0
 _PLAIN = re.compile(r"^[A-Za-z0-9_-]+$")
+# Where a housekeeping sandbox sees the workspace host root, and what it is tagged as (the
+# reaper gives a job's sandbox the job grace; its own TTL ends it sooner).
+HOUSEKEEPING_MOUNT = "/mnt/console-workspaces"
+HOUSEKEEPING_PURPOSE = "workspace-housekeeping"
+HOUSEKEEPING_TTL_S = 300
+_HOST_PATH = re.compile(r"^[A-Za-z0-9._/-]+$")
+
+
+def host_root_problem(path: str) -> str | None:
+    """What is wrong with `path` as a workspace host root, or None when it will do.
+
+    It goes into Cube's `host-mount` JSON and into housekeeping commands, so it is kept to
+    plain characters and one spelling of an absolute path.
+    """
+    if not path.startswith("/") or path == "/":
+        return "an absolute path below / (e.g. /srv/sandbox-workspaces)"
+    if not _HOST_PATH.match(path):
+        return "letters, digits and . _ - / only"
+    if "//" in path or path.endswith("/") or any(part in (".", "..") for part in path.split("/")):
+        return "written without '.', '..', '//' or a trailing '/'"
+    return None
+
+
+@dataclass(frozen=True)
+class HostMount:
+    """One entry of Cube's `host-mount` annotation (CubeMaster hostdir_mount.go)."""
+
+    host_path: str
+    mount_path: str
+    read_only: bool = False
+
+
+def host_mount_json(mounts: Sequence[HostMount]) -> str:
+    return json.dumps([{"hostPath": m.host_path, "mountPath": m.mount_path, "readOnly": m.read_only} for m in mounts])
+
+
+def _metadata_option(raw: str | None) -> dict[str, str]:
+    """`options["housekeeping_metadata"]`: a JSON object of strings (the console's metadata)."""
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise RemoteError(ErrorKind.INVALID, "option 'housekeeping_metadata' must be a JSON object of strings")
+    if RESERVED_METADATA in value:
+        raise RemoteError(ErrorKind.INVALID, f"option 'housekeeping_metadata' may not set {RESERVED_METADATA!r}")
+    return value
 
 
 def _encode_token(started: str, sandbox_id: str) -> str:
@@ -101,7 +163,10 @@ class CubeBackend(E2BBackend):
 
     BackendConfig as for E2B; `endpoint` (the CubeAPI URL) is required. Extra options:
     `cube_version` (`later` or `may`: what to assume before `health()` has probed the
-    cluster), `list_limit` (page size asked of CubeAPI, default 1000).
+    cluster), `list_limit` (page size asked of CubeAPI, default 1000), and for persistent
+    workspaces `workspace_host_root` (an absolute directory on the Cube nodes' shared
+    storage; empty: no workspaces), `workspace_template` (what housekeeping sandboxes start
+    from) and `housekeeping_metadata` (JSON object stamped on them, so the reaper knows them).
     """
 
     kind = "cube"
@@ -116,6 +181,12 @@ class CubeBackend(E2BBackend):
             raise RemoteError(ErrorKind.INVALID, "option 'cube_version' must be 'may' or 'later'")
         self.generation = assumed
         self.probed = False
+        self.host_root = config.options.get("workspace_host_root", "")
+        problem = host_root_problem(self.host_root) if self.host_root else None
+        if problem:
+            raise RemoteError(ErrorKind.INVALID, f"option 'workspace_host_root' must be {problem}")
+        self.housekeeping_template = config.options.get("workspace_template", "")
+        self.housekeeping_metadata = _metadata_option(config.options.get("housekeeping_metadata"))
 
     def _api(
         self,
@@ -242,9 +313,36 @@ class CubeBackend(E2BBackend):
             raise RemoteError(ErrorKind.INVALID, f"metadata key {RESERVED_METADATA!r} is reserved by Cube")
         return super()._create_body(spec)
 
-    def create(self, spec: SandboxSpec) -> SandboxInfo:
-        self._check_spec(spec)
-        body = self._create_body(spec)
+    def _mount_workspace(self, body: dict[str, Any], name: str) -> None:
+        # CubeAPI lifts `host-mount` out of the labels into an annotation (services/sandboxes.rs).
+        body["metadata"][RESERVED_METADATA] = host_mount_json([HostMount(self.host_dir(name), WORKSPACE)])
+
+    def host_dir(self, name: str) -> str:
+        return f"{self.host_root}/{check_volume_name(name)}"
+
+    def _provide_workspace(self, name: str) -> None:
+        # Nothing up front: the directory is made when a create says it is missing (_submit),
+        # so a rebuild onto an existing workspace costs no housekeeping sandbox.
+        return None
+
+    def _submit(self, body: Mapping[str, Any], spec: SandboxSpec) -> SandboxInfo:
+        try:
+            return self._post_sandbox(body, spec)
+        except RemoteError as exc:
+            if not spec.workspace_volume or exc.kind not in (ErrorKind.INTERNAL, ErrorKind.INVALID):
+                raise
+            failure = exc
+        # Cubelet bind-mounts hostPath and fails when it does not exist (Cubelet
+        # storage/hostdir.go; CubeAPI answers 500): make the directory, then try once more.
+        try:
+            CubeWorkspaceDirs(self).make(spec.workspace_volume)
+        except RemoteError as exc:
+            raise RemoteError(
+                failure.kind, f"{failure.message}; making the workspace directory failed too: {exc.message}"
+            ) from exc
+        return self._post_sandbox(body, spec)
+
+    def _post_sandbox(self, body: Mapping[str, Any], spec: SandboxSpec) -> SandboxInfo:
         # POST /sandboxes: served by every Cube release (the /v2 path is not). It takes no
         # Idempotency-Key, so a create is never retried.
         response = self._api(
@@ -252,6 +350,33 @@ class CubeBackend(E2BBackend):
         )
         # The traffic token is only in this answer: _created puts it in SandboxInfo.
         return self._created(response.json(), spec)
+
+    def run_housekeeping(self, argv: tuple[str, ...], what: str) -> None:
+        """Run `argv` as root in a short-lived sandbox that mounts the workspace host root at
+        HOUSEKEEPING_MOUNT; the sandbox is deleted afterwards whatever happened."""
+        if not self.housekeeping_template:
+            raise RemoteError(
+                ErrorKind.INVALID, "option 'workspace_template' is needed to manage workspace directories"
+            )
+        spec = SandboxSpec(
+            template_id=self.housekeeping_template,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata={**self.housekeeping_metadata, META_PURPOSE: HOUSEKEEPING_PURPOSE},
+            timeout_s=HOUSEKEEPING_TTL_S,
+            auto_pause=False,  # killed at its TTL if this process dies before deleting it
+            auto_resume=False,
+        )
+        body = self._create_body(spec)
+        body["metadata"][RESERVED_METADATA] = host_mount_json([HostMount(self.host_root, HOUSEKEEPING_MOUNT)])
+        info = self._post_sandbox(body, spec)
+        try:
+            result = self.exec(info.sandbox_id, ExecRequest(argv=argv, user="root", timeout_s=120))
+        finally:
+            with suppress(RemoteError):
+                self.delete(info.sandbox_id)
+        if result.exit_code != 0:
+            problem = result.stderr.decode(errors="replace").strip() or f"exit {result.exit_code}"
+            raise RemoteError(ErrorKind.INTERNAL, f"{what}: {problem}")
 
     def _connect_path(self, sandbox_id: str) -> str:
         # Cube always answers 200 here, also after resuming: "was paused" is never inferred.
@@ -313,6 +438,10 @@ class CubeBackend(E2BBackend):
     def templates(self) -> TemplatesCapability | None:
         return CubeTemplates(self)
 
+    def volumes(self) -> VolumesCapability | None:
+        # Workspaces live on the nodes' host storage: only with a root to keep them under.
+        return CubeWorkspaceDirs(self) if self.host_root else None
+
     # Snapshot ids are Cube's own `snap-…`: no presentation prefix.
     @staticmethod
     def _raw_snapshot_id(snapshot_id: str) -> str:
@@ -332,6 +461,25 @@ class CubeBackend(E2BBackend):
 
 def _sort_time(info: SandboxInfo) -> str:
     return info.started_at.isoformat() if info.started_at else ""
+
+
+class CubeWorkspaceDirs(VolumesCapability):
+    """Persistent workspaces as directories `<host root>/<name>` on the Cube nodes, mounted
+    at /workspace through `host-mount`. Made and removed by housekeeping sandboxes."""
+
+    def __init__(self, backend: CubeBackend) -> None:
+        self.backend = backend
+
+    def _path(self, name: str) -> str:
+        return f"{HOUSEKEEPING_MOUNT}/{check_volume_name(name)}"
+
+    def make(self, name: str) -> None:
+        self.backend.run_housekeeping(("mkdir", "-p", "--", self._path(name)), f"making workspace {name}")
+
+    def delete(self, name: str) -> None:
+        """Idempotent (`rm -rf`). A sandbox still mounting the directory would be left on a
+        deleted one: delete the sandboxes first."""
+        self.backend.run_housekeeping(("rm", "-rf", "--", self._path(name)), f"deleting workspace {name}")
 
 
 class CubeSnapshots(E2BSnapshots):
@@ -440,5 +588,6 @@ def _cube_template(row: Mapping[str, Any]) -> TemplateInfo:
     )
 
 
-translating(CubeBackend, "create", "list", "probe_generation")
+translating(CubeBackend, "list", "probe_generation", "run_housekeeping")
+translating(CubeWorkspaceDirs, "make", "delete")
 translating(CubeTemplates, "list", "get", "create", "delete")

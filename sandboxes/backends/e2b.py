@@ -16,7 +16,10 @@ Mapping of the contract:
 - data plane: envd on port 49983, at `options["sandbox_url"]` (one URL for every sandbox,
   routed by the `E2b-Sandbox-Id` header) or `https://49983-<id>.<domain>`;
 - snapshot ids are presented as `snap-<E2B snapshot id>` (E2B's own look like
-  `team/name:tag`), so `is_snapshot_id` works; the prefix is stripped again on use.
+  `team/name:tag`), so `is_snapshot_id` works; the prefix is stripped again on use;
+- a persistent workspace (`SandboxSpec.workspace_volume`) is an E2B team volume, created by
+  name if missing (`POST /volumes`) and mounted at /workspace (`volumeMounts`); a fresh
+  volume is empty and root's, so the adapter lays /workspace out after create.
 
 Imports nothing of the project but `base` and `guard`.
 """
@@ -71,6 +74,7 @@ from .base import (
     TemplateBuildSpec,
     TemplateInfo,
     TemplatesCapability,
+    VolumesCapability,
     is_snapshot_id,
 )
 from .guard import GuardedTransport, Resolver, system_resolver
@@ -90,6 +94,12 @@ DEFAULT_SANDBOX_TTL_S = 300
 STDIN_CHUNK = 256 * 1024
 KEEPALIVE_INTERVAL_S = 50
 EXEC_PID_DIR = "/tmp"  # noqa: S108 - a path inside the sandbox, not on the host
+WORKSPACE = "/workspace"
+SANDBOX_UID = 1000
+# Workspace names: E2B volume names are [a-zA-Z0-9_-]+ (e2b-dev/infra
+# packages/api/internal/handlers/volume_create.go), and Cube uses the name as one directory
+# under the host root, so nothing that could leave it (/, ..) may pass.
+_VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 _FLAG_END_STREAM = 0x02
 
@@ -161,6 +171,13 @@ _EXEC_WRAPPER = (
 )
 _EXEC_LAUNCHER = (
     'if command -v setsid > /dev/null 2>&1; then exec setsid -w /bin/sh -c "$0" "$@"; fi; exec /bin/sh -c "$0" "$@"'
+)
+# /workspace as the Docker base image lays it out: owned by the sandbox user, with input/ and
+# output/. Idempotent, and never recursive: on a rebuilt sandbox an existing workspace keeps
+# its files and their owners. $0 = the workspace, $1 = the sandbox uid.
+_WORKSPACE_LAYOUT = (
+    'cd "$0" && for d in input output; do [ -d "$d" ] || { mkdir "$d" && chown "$1:$1" "$d"; }; done'
+    ' && chown "$1:$1" "$0"'
 )
 _KILL_GROUP = (
     'for i in 1 2 3 4 5 6 7 8 9 10; do [ -s "$0" ] && break; sleep 0.05; done; '
@@ -241,6 +258,17 @@ def parse_version(value: str | None) -> tuple[int, int, int]:
     if not match:
         return (0, 0, 0)
     return (int(match.group(1)), int(match.group(2)), int(match.group(3) or 0))
+
+
+def check_volume_name(name: str) -> str:
+    """A workspace volume name the backends can use as is (see _VOLUME_NAME)."""
+    if not _VOLUME_NAME.match(name):
+        raise RemoteError(
+            ErrorKind.INVALID,
+            f"workspace volume name {name!r}: letters, digits, '-' and '_', starting with a letter or digit, "
+            "at most 128",
+        )
+    return name
 
 
 def _basic_auth(user: str) -> str:
@@ -485,7 +513,7 @@ class E2BBackend(Backend):
 
     def _create_body(self, spec: SandboxSpec) -> dict[str, Any]:
         self._check_network(spec.network)
-        return {
+        body: dict[str, Any] = {
             "templateID": self._template_for_api(spec.template_id),
             "timeout": spec.timeout_s,
             "autoPause": spec.auto_pause,
@@ -498,14 +526,38 @@ class E2BBackend(Backend):
             "metadata": dict(spec.metadata),
             "envVars": dict(spec.env),
         }
+        if spec.workspace_volume:
+            self._mount_workspace(body, spec.workspace_volume)
+        return body
+
+    def _mount_workspace(self, body: dict[str, Any], name: str) -> None:
+        # spec/openapi.yml NewSandbox.volumeMounts: [{name, path}], the volume by name.
+        body["volumeMounts"] = [{"name": name, "path": WORKSPACE}]
 
     def _check_spec(self, spec: SandboxSpec) -> None:
-        if spec.workspace_volume:
-            raise RemoteError(ErrorKind.UNSUPPORTED, f"{self.label} sandboxes have no workspace volumes")
+        if not spec.workspace_volume:
+            return
+        if self.volumes() is None:
+            raise RemoteError(
+                ErrorKind.UNSUPPORTED, f"this {self.label} config has no storage for a persistent /workspace"
+            )
+        check_volume_name(spec.workspace_volume)
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         self._check_spec(spec)
         body = self._create_body(spec)
+        if spec.workspace_volume:
+            self._provide_workspace(spec.workspace_volume)
+        info = self._submit(body, spec)
+        if spec.workspace_volume:
+            self._lay_out_workspace(info.sandbox_id)
+        return info
+
+    def _provide_workspace(self, name: str) -> None:
+        """Make the workspace's storage exist before a sandbox mounts it."""
+        E2BVolumes(self).ensure(name)
+
+    def _submit(self, body: Mapping[str, Any], spec: SandboxSpec) -> SandboxInfo:
         # The Idempotency-Key makes a retried create return the same sandbox.
         response = self._api(
             "POST",
@@ -516,6 +568,22 @@ class E2BBackend(Backend):
             json=body,
         )
         return self._created(response.json(), spec)
+
+    def _lay_out_workspace(self, sandbox_id: str) -> None:
+        """Give a mounted workspace the layout sessions expect (a fresh volume is empty and
+        root's); a sandbox whose workspace cannot be laid out is deleted again."""
+        request = ExecRequest(
+            argv=("/bin/sh", "-c", _WORKSPACE_LAYOUT, WORKSPACE, str(SANDBOX_UID)), user="root", timeout_s=60
+        )
+        try:
+            result = self.exec(sandbox_id, request)
+            if result.exit_code != 0:
+                problem = result.stderr.decode(errors="replace").strip() or f"exit {result.exit_code}"
+                raise RemoteError(ErrorKind.INTERNAL, f"laying out {WORKSPACE} in sandbox {sandbox_id}: {problem}")
+        except RemoteError:
+            with suppress(RemoteError):
+                self.delete(sandbox_id)
+            raise
 
     def _created(self, data: Mapping[str, Any], spec: SandboxSpec) -> SandboxInfo:
         sandbox_id = str(data["sandboxID"])
@@ -855,6 +923,9 @@ class E2BBackend(Backend):
 
     def pty(self) -> PtyCapability:
         return E2BPtys(self)
+
+    def volumes(self) -> VolumesCapability | None:
+        return E2BVolumes(self)
 
     # Snapshot helpers shared by the capabilities ------------------------------------------
 
@@ -1196,6 +1267,52 @@ class E2BInbound(InboundCapability):
 
 
 # ---------------------------------------------------------------------------------------
+# Volumes
+
+
+class E2BVolumes(VolumesCapability):
+    """E2B team volumes as persistent workspaces: `POST /volumes {name}`, `GET /volumes`,
+    `DELETE /volumes/{id}` (e2b SDK 2.63 api/client/api/volumes). E2B addresses a volume by id;
+    the console knows its workspaces by name, so both calls look the name up first."""
+
+    def __init__(self, backend: E2BBackend) -> None:
+        self.backend = backend
+
+    def ensure(self, name: str) -> None:
+        """The volume exists afterwards (created when missing)."""
+        if self._find(name) is not None:
+            return
+        try:
+            self.backend._api("POST", "/volumes", f"creating volume {name}", idempotent=False, json={"name": name})
+        except RemoteError as exc:
+            if exc.kind in (ErrorKind.FORBIDDEN, ErrorKind.UNSUPPORTED):
+                # 403 "use of volumes is not enabled", 501 volume tokens not configured.
+                raise RemoteError(
+                    ErrorKind.UNSUPPORTED,
+                    f"this E2B team has no volumes ({exc.message}); turn the persistent /workspace off",
+                ) from None
+            # A name taken meanwhile is a 400 "already exists" (infra volume_create.go): look again.
+            if exc.kind != ErrorKind.INVALID or self._find(name) is None:
+                raise
+
+    def delete(self, name: str) -> None:
+        """Idempotent. E2B deletes a mounted volume too (its data goes in the background)."""
+        volume_id = self._find(check_volume_name(name))
+        if volume_id is None:
+            return
+        try:
+            self.backend._api("DELETE", f"/volumes/{_q(volume_id)}", f"deleting volume {name}", idempotent=True)
+        except RemoteError as exc:
+            if exc.kind not in (ErrorKind.NOT_FOUND, ErrorKind.GONE):
+                raise
+
+    def _find(self, name: str) -> str | None:
+        response = self.backend._api("GET", "/volumes", "listing volumes", idempotent=True)
+        ids = [str(row["volumeID"]) for row in response.json() if row.get("name") == name]
+        return ids[0] if ids else None
+
+
+# ---------------------------------------------------------------------------------------
 # PTY
 
 
@@ -1342,5 +1459,6 @@ translating(E2BFiles, "write", "read", "list", "make_dir", "remove", "stat")
 translating(E2BSnapshots, "create", "list", "delete")
 translating(E2BTemplates, "list", "get", "create", "delete")
 translating(E2BInbound, "public_url", "traffic_token")
+translating(E2BVolumes, "ensure", "delete")
 translating(E2BPtys, "open")
 translating(E2BPty, "read", "write", "resize", "kill")

@@ -96,6 +96,13 @@ class BackendConformance:
             pytest.skip(f"{backend.label} has no snapshots capability")
         return capability
 
+    @pytest.fixture
+    def volumes(self, backend: Backend) -> VolumesCapability:
+        capability = backend.volumes()
+        if capability is None:
+            pytest.skip(f"{backend.label} has no volumes capability")
+        return capability
+
     # Capabilities and health -----------------------------------------------------------
 
     def test_capability_accessors_return_capability_or_none(self, backend: Backend) -> None:
@@ -252,6 +259,33 @@ class BackendConformance:
         assert run(backend, info.sandbox_id, "cat /workspace/kept.txt") == "kept\n"
         if paused.state == SandboxState.PAUSED:  # a stopped sandbox loses its processes by design
             assert "sleep 1000" in run(backend, info.sandbox_id, "ps -eo args")
+
+    # Persistent workspace --------------------------------------------------------------
+
+    def test_workspace_volume_outlives_its_sandbox(
+        self, backend: Backend, make_sandbox: SandboxFactory, volumes: VolumesCapability
+    ) -> None:
+        name = f"conformance-ws-{uuid.uuid4().hex[:10]}"
+        owners = "stat -c %u /workspace /workspace/input /workspace/output"
+        try:
+            first = make_sandbox(workspace_volume=name)
+            assert run(backend, first.sandbox_id, owners).split() == ["1000"] * 3
+            run(backend, first.sandbox_id, "echo persisted > /workspace/output/state.txt")
+            backend.delete(first.sandbox_id)
+            second = make_sandbox(workspace_volume=name)
+            kept = "cat /workspace/output/state.txt; stat -c %u /workspace/output/state.txt"
+            assert run(backend, second.sandbox_id, kept) == "persisted\n1000\n"
+            assert run(backend, second.sandbox_id, owners).split() == ["1000"] * 3
+            backend.delete(second.sandbox_id)
+        finally:
+            volumes.delete(name)
+        volumes.delete(name)  # idempotent
+        third = make_sandbox(workspace_volume=name)  # deleted means gone: a fresh workspace
+        try:
+            assert run(backend, third.sandbox_id, "ls -A /workspace").split() == ["input", "output"]
+            backend.delete(third.sandbox_id)
+        finally:
+            volumes.delete(name)
 
     # Snapshots -------------------------------------------------------------------------
 

@@ -20,6 +20,9 @@ from tests.personas import World
 pytestmark = pytest.mark.django_db
 
 
+CUBE = {"kind": "cube", "endpoint": "https://api.example.com", "domain": "x.example.com", "api_key": "k"}
+
+
 def config_form_data(**overrides: Any) -> dict[str, Any]:
     data = {
         "name": "main",
@@ -189,6 +192,11 @@ def test_api_key_is_encrypted_redacted_and_kept_when_redaction_is_sent_back(worl
         ({"idle_timeout_s": "5"}, "idle_timeout_s", "greater than or equal to 60"),
         ({"name": "  "}, "name", "required"),
         ({"domain": "not a domain", "kind": "e2b"}, "domain", "is not a domain name"),
+        ({"workspace_host_root": "/srv/ws"}, "workspace_host_root", "Only Cube configs"),
+        ({**CUBE, "workspace_host_root": "srv/ws"}, "workspace_host_root", "must be an absolute path"),
+        ({**CUBE, "workspace_host_root": "/"}, "workspace_host_root", "must be an absolute path"),
+        ({**CUBE, "workspace_host_root": "/srv/../etc"}, "workspace_host_root", "without '.', '..'"),
+        ({**CUBE, "workspace_host_root": "/srv/my ws"}, "workspace_host_root", "letters, digits"),
     ],
 )
 def test_bad_config_input_is_a_field_error_and_saves_nothing(
@@ -202,6 +210,40 @@ def test_bad_config_input_is_a_field_error_and_saves_nothing(
     assert any(message in error for error in errors.get(field, [])), errors
     assert not SandboxConfig.objects.exists()
     assert not AuditEvent.objects.filter(action__startswith="sandbox_config").exists()
+
+
+def test_cube_workspace_host_root_is_saved_shown_and_only_offered_to_cube(world: World) -> None:
+    client = world.client_for("alice")
+    url = reverse("sandboxes:config_create", args=[world.space_a.id])
+    data = config_form_data(
+        name="cube",
+        **{**CUBE, "endpoint": "http://127.0.0.1:9"},
+        allow_private_endpoints="on",
+        workspace_host_root=" /srv/sandbox-workspaces ",
+    )
+    response = client.post(url, data)
+    assert response.status_code == 302, response.context["form"].errors
+    config = SandboxConfig.objects.get(name="cube")
+    assert config.workspace_host_root == "/srv/sandbox-workspaces"
+    detail = client.get(config.get_absolute_url()).content.decode()
+    assert "<code>/srv/sandbox-workspaces</code> on the Cube nodes" in detail
+    assert 'id="workspace-unsupported"' not in detail
+    assert (
+        "workspace_host_root" in client.get(reverse("sandboxes:config_edit", args=[config.id])).context["form"].fields
+    )
+    docker = make_config(world.space_a, name="docker")
+    assert (
+        "workspace_host_root"
+        not in client.get(reverse("sandboxes:config_edit", args=[docker.id])).context["form"].fields
+    )
+    assert 'id="workspace-host-root"' not in client.get(docker.get_absolute_url()).content.decode()
+
+
+def test_a_cube_config_without_host_root_says_its_workspace_is_unsupported(world: World) -> None:
+    config = make_config(world.space_a, kind="cube", endpoint="https://api.example.com", domain="x.example.com")
+    detail = world.client_for("carol").get(config.get_absolute_url()).content.decode()
+    assert 'id="workspace-unsupported"' in detail
+    assert "without a workspace host root" in detail
 
 
 def test_duplicate_config_name_in_a_space_is_a_field_error(world: World) -> None:

@@ -3,9 +3,11 @@ plus one test per Cube quirk the adapter handles (each names the quirk it pins).
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -40,9 +42,18 @@ def template_id() -> str:
     return "base"
 
 
+def workspace_options(root: Path, test_run_id: str) -> dict[str, str]:
+    """What backend_config_for passes a Cube config with a workspace host root."""
+    return {
+        "workspace_host_root": str(root),
+        "workspace_template": "base",
+        "housekeeping_metadata": json.dumps({"test-run": test_run_id}),
+    }
+
+
 @pytest.fixture(scope="module")
-def backend(fake_cube_server: FakeHandle) -> Iterator[CubeBackend]:
-    adapter = CubeBackend(fake_cube_server.backend_config("cube"))
+def backend(fake_cube_server: FakeHandle, cube_host_root: Path, test_run_id: str) -> Iterator[CubeBackend]:
+    adapter = CubeBackend(fake_cube_server.backend_config("cube", **workspace_options(cube_host_root, test_run_id)))
     yield adapter
     adapter.close()
 
@@ -216,6 +227,59 @@ class TestCubeQuirks:
         with pytest.raises(RemoteError) as caught:
             backend.create(SandboxSpec(template_id="base", network=OFFLINE, metadata={"host-mount": "[]"}))
         assert caught.value.kind == ErrorKind.INVALID
+
+    def test_a_workspace_is_a_host_directory_made_and_removed_by_housekeeping(
+        self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory, cube_host_root: Path
+    ) -> None:
+        # Quirk: `host-mount` binds a node directory, which Cube neither makes (the bind mount
+        # of a missing one fails) nor removes: housekeeping sandboxes do both.
+        name = f"quirk-ws-{uuid.uuid4().hex[:8]}"
+        info = make_sandbox(workspace_volume=name)
+        host_dir = cube_host_root / name
+        assert host_dir.is_dir()
+        assert host_dir.stat().st_uid == 1000
+        state = {row["sandboxID"]: row for row in fake_cube.state()["sandboxes"]}
+        assert json.loads(state[info.sandbox_id]["annotations"]["host-mount"]) == [
+            {"hostPath": str(host_dir), "mountPath": "/workspace", "readOnly": False}
+        ]
+        assert "host-mount" not in backend.get(info.sandbox_id).metadata  # never echoed
+        # The housekeeping sandbox that made the directory is gone again.
+        assert not [row for row in state.values() if row["metadata"].get("console-purpose")]
+        run(backend, info.sandbox_id, "echo hi > /workspace/output/hi.txt")
+        assert (host_dir / "output" / "hi.txt").read_text() == "hi\n"
+        backend.delete(info.sandbox_id)
+        volumes = backend.volumes()
+        assert volumes is not None
+        volumes.delete(name)
+        assert not host_dir.exists()
+        volumes.delete(name)  # idempotent
+
+    def test_a_missing_host_root_fails_the_create_and_leaves_nothing(
+        self, fake_cube: FakeHandle, cube_host_root: Path, test_run_id: str
+    ) -> None:
+        # Quirk: a root that does not exist on the node cannot be bind-mounted either: the
+        # create fails with both reasons, and no sandbox is left behind.
+        missing = cube_host_root / f"missing-{uuid.uuid4().hex[:6]}"
+        adapter = CubeBackend(fake_cube.backend_config("cube", **workspace_options(missing, test_run_id)))
+        before = {row["sandboxID"] for row in fake_cube.state()["sandboxes"]}
+        with pytest.raises(RemoteError) as caught:
+            adapter.create(SandboxSpec(template_id="base", network=OFFLINE, workspace_volume="ws-nowhere"))
+        assert caught.value.kind == ErrorKind.INTERNAL
+        assert "making the workspace directory failed too" in caught.value.message
+        assert {row["sandboxID"] for row in fake_cube.state()["sandboxes"]} == before
+        adapter.close()
+
+    def test_without_a_host_root_there_is_no_persistent_workspace(self, fake_cube: FakeHandle) -> None:
+        adapter = CubeBackend(fake_cube.backend_config("cube"))
+        assert adapter.volumes() is None
+        with pytest.raises(RemoteError) as caught:
+            adapter.create(SandboxSpec(template_id="base", network=OFFLINE, workspace_volume="ws"))
+        assert caught.value.kind == ErrorKind.UNSUPPORTED
+        for root in ("relative/dir", "/", "/srv/../etc", "/srv/with space", "/srv/trailing/"):
+            with pytest.raises(RemoteError) as caught:
+                CubeBackend(fake_cube.backend_config("cube", workspace_host_root=root))
+            assert caught.value.kind == ErrorKind.INVALID, root
+        adapter.close()
 
     def test_old_envd_gets_the_user_named_explicitly(self, backend: CubeBackend, make_sandbox: SandboxFactory) -> None:
         # Quirk: envd 0.2.0 has no default user (the SDK forces `user`): files written as

@@ -290,10 +290,43 @@ class TestE2BMapping:
             with pytest.raises(RemoteError) as caught:
                 backend.create(SandboxSpec(template_id="base", network=network))
             assert caught.value.kind == ErrorKind.UNSUPPORTED
-        assert backend.volumes() is None
+        with pytest.raises(RemoteError) as caught:  # a name that is no E2B volume name
+            backend.create(SandboxSpec(template_id="base", network=OFFLINE, workspace_volume="../ws"))
+        assert caught.value.kind == ErrorKind.INVALID
+
+    def test_a_workspace_is_an_e2b_volume_mounted_at_workspace(
+        self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        name = f"mapping-ws-{uuid.uuid4().hex[:8]}"
+        volumes = backend.volumes()
+        assert volumes is not None
+        try:
+            first = make_sandbox(workspace_volume=name)
+            second = make_sandbox(workspace_volume=name)  # the volume exists now: found by name
+            with fake_e2b.http() as http:
+                listed = [row for row in http.get("/volumes").json() if row["name"] == name]
+                detail = http.get(f"/sandboxes/{second.sandbox_id}").json()
+            assert len(listed) == 1
+            assert detail["volumeMounts"] == [{"name": name, "path": "/workspace"}]
+            run(backend, first.sandbox_id, "echo shared > /workspace/output/both.txt")
+            assert run(backend, second.sandbox_id, "cat /workspace/output/both.txt") == "shared\n"
+        finally:
+            volumes.delete(name)  # E2B deletes a mounted volume too
+        with fake_e2b.http() as http:
+            assert name not in {row["name"] for row in http.get("/volumes").json()}
+        volumes.delete(name)
+
+    def test_a_team_without_volumes_is_told_so(self, fake_e2b: FakeHandle, backend: E2BBackend) -> None:
+        # E2B answers 403 while volumes are not enabled for the team (infra volume_create.go).
+        fake_e2b.set_fault(
+            "status", status=403, path=r"^/volumes$", method="POST", message="use of volumes is not enabled"
+        )
         with pytest.raises(RemoteError) as caught:
-            backend.create(SandboxSpec(template_id="base", network=OFFLINE, workspace_volume="ws"))
+            backend.create(
+                SandboxSpec(template_id="base", network=OFFLINE, workspace_volume=f"ws-{uuid.uuid4().hex[:8]}")
+            )
         assert caught.value.kind == ErrorKind.UNSUPPORTED
+        assert "use of volumes is not enabled" in caught.value.message
 
     def test_traffic_token_and_public_url(self, backend: E2BBackend, make_sandbox: SandboxFactory) -> None:
         info = make_sandbox(network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False))

@@ -129,6 +129,7 @@ def test_idle_sweep_leaves_e2b_to_its_own_auto_pause(world: World, fake_e2b: Fak
     assert back.sandbox.state == SandboxState.RUNNING
 
 
-def test_config_page_says_persistent_workspace_is_unsupported(world: World, config: SandboxConfig) -> None:
+def test_config_page_does_not_call_the_e2b_workspace_unsupported(world: World, config: SandboxConfig) -> None:
     page = world.client_for("alice").get(config.get_absolute_url()).content.decode()
-    assert 'id="workspace-unsupported"' in page  # E2B offers no volumes() here
+    assert 'id="workspace-unsupported"' not in page  # E2B keeps /workspace on a team volume
+    assert 'id="workspace-host-root"' not in page  # a Cube setting
