@@ -116,9 +116,14 @@ _STATES = {
     "dead": SandboxState.GONE,
 }
 
-# Runs every exec in its own session (so a timeout can kill the whole process group) and
-# records the group's id where a second exec can find it. $1 is the pid file.
-_EXEC_WRAPPER = 'echo $$ > "$1"; pid_file=$1; shift; "$@"; rc=$?; rm -f "$pid_file"; exit $rc'
+# Every exec runs as `setsid -w timeout -s KILL BACKSTOP /bin/sh -c _EXEC_WRAPPER ...`: its own
+# session and process group, led by `timeout`, so a timeout can kill the whole group. The
+# console kills the group itself when an exec's deadline passes; `timeout` is the backstop for
+# when it cannot (the engine went away mid-call): the group dies inside the sandbox a little
+# after the deadline, so no command outlives it. The wrapper records the group's id (its
+# parent, `timeout`) where a second exec can find it. $1 is the pid file.
+_EXEC_WRAPPER = 'echo $PPID > "$1"; pid_file=$1; shift; "$@"; rc=$?; rm -f "$pid_file"; exit $rc'
+EXEC_BACKSTOP_GRACE_S = 2.0
 # Waits briefly for the pid file (a very short timeout can beat the wrapper), then kills
 # the whole group. $0 is the pid file.
 _KILL_GROUP = (
@@ -702,9 +707,12 @@ class DockerBackend(Backend):
     ) -> ExecResult:
         uid, home = self._exec_user(user)
         pid_file = f"/tmp/.console-exec-{secrets.token_hex(8)}.pid"  # noqa: S108 - inside the sandbox
-        wrapped = ["setsid", "-w", "/bin/sh", "-c", _EXEC_WRAPPER, "sh", pid_file, *command]
+        backstop = f"{timeout_s + EXEC_BACKSTOP_GRACE_S:.3f}"
+        wrapped = ["setsid", "-w", "timeout", "-s", "KILL", backstop, "/bin/sh", "-c", _EXEC_WRAPPER, "sh", pid_file]
+        wrapped += command
+        what = f"exec in sandbox {container_id[:12]}"
         started = time.monotonic()
-        with _engine_call(f"exec in sandbox {container_id[:12]}"):
+        with _engine_call(what):
             exec_id = self.api.exec_create(
                 container_id,
                 wrapped,
@@ -725,7 +733,16 @@ class DockerBackend(Backend):
             stream.close()
         if timed_out:
             self._kill_group(container_id, pid_file)
-        exit_code = self._exit_code(exec_id, wait_s=2.0 if timed_out else 5.0)
+        exit_code = self._exit_code(exec_id, what, wait_s=2.0 if timed_out else 5.0)
+        if exit_code is None and not timed_out:
+            # The engine ends the stream only once the command has exited, so a stream that
+            # ended while the command still runs was cut on the way. Nobody would read the
+            # rest: stop the command rather than leave it running unobserved.
+            self._kill_group(container_id, pid_file)
+            raise RemoteError(
+                ErrorKind.UNAVAILABLE,
+                f"{what}: the connection to the Docker engine was cut while the command ran; it was stopped",
+            )
         if timed_out or exit_code is None:
             exit_code = 137  # killed by SIGKILL, as a shell would report it
         return ExecResult(
@@ -775,10 +792,11 @@ class DockerBackend(Backend):
         with suppress(RemoteError):
             self._run(container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user="root", timeout_s=10)
 
-    def _exit_code(self, exec_id: str, wait_s: float) -> int | None:
+    def _exit_code(self, exec_id: str, what: str, wait_s: float) -> int | None:
+        """The exec's exit code, or None while it still runs after wait_s."""
         deadline = time.monotonic() + wait_s
         while True:
-            with _engine_call("exec status"):
+            with _engine_call(what):
                 state = self.api.exec_inspect(exec_id)
             if not state.get("Running"):
                 code = state.get("ExitCode")
