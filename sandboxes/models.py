@@ -161,6 +161,9 @@ class Session(models.Model):
     bound_at = models.DateTimeField(null=True, blank=True, help_text="When the current sandbox was bound.")
     stale_at = models.DateTimeField(null=True, blank=True, help_text="Sandboxes bound before this are stale.")
     traffic_token_encrypted = models.TextField(blank=True)
+    has_persistent_workspace = models.BooleanField(
+        default=False, help_text="A sandbox of this session was created on a persistent /workspace (to delete with it)."
+    )
     last_activity = models.DateTimeField(null=True, blank=True, db_index=True)
     created = models.DateTimeField(auto_now_add=True)
 

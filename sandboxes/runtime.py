@@ -359,12 +359,16 @@ class Runtime:
         for duplicate in duplicates:
             self._delete_quietly(backend, duplicate.sandbox_id)
         info = backend.connect(winner.sandbox_id)
+        # A claimed sandbox may come from a create cut before its workspace was laid out
+        # (input/ would still be the session user's to write); the layout is idempotent.
+        backend.exec(info.sandbox_id, PREPARE_WORKSPACE)
         version = int(winner.metadata.get(META_BINDING_VERSION, "0") or 0)
         return info, version
 
     def _create(self, session: Session, backend: Backend, version: int) -> SandboxInfo:
         config = session.config
         template = effective_template(session.space, config)
+        persistent = config.persistent_workspace and backend.volumes() is not None
         spec = SandboxSpec(
             template_id=template.template_id,
             network=network_spec_for(session.space),
@@ -373,10 +377,12 @@ class Runtime:
             timeout_s=config.idle_timeout_s,
             auto_pause=True,
             auto_resume=True,
-            workspace_volume=session.workspace_volume
-            if config.persistent_workspace and backend.volumes() is not None
-            else None,
+            workspace_volume=session.workspace_volume if persistent else None,
         )
+        if persistent and not session.has_persistent_workspace:
+            # Recorded before the create, so a delete after a crash mid-create still removes it.
+            Session.objects.filter(pk=session.pk).update(has_persistent_workspace=True)
+            session.has_persistent_workspace = True
         info = backend.create(spec)
         try:
             backend.exec(info.sandbox_id, PREPARE_WORKSPACE)
@@ -509,7 +515,8 @@ class Runtime:
             for leftover in backend.iter_sandboxes(ListQuery(metadata=self.session_metadata(session))):
                 backend.delete(leftover.sandbox_id)
             volumes = backend.volumes()
-            if volumes is not None:
+            # Only a session that had one: on Cube a delete costs a housekeeping sandbox.
+            if volumes is not None and session.has_persistent_workspace:
                 volumes.delete(session.workspace_volume)
             self.store.end_turn(tkey)
             with transaction.atomic():

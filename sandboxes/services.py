@@ -356,7 +356,8 @@ def _timed(name: str, func: Callable[[], str]) -> StepResult:
 
 
 def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], None]) -> list[StepResult]:
-    """Health, then a short create -> exec -> delete, each step timed. Stops at a failure."""
+    """Health, whether persistent workspaces can be made (when the config keeps them), then a
+    short create -> exec -> delete, each step timed. Stops at a failure."""
     steps: list[StepResult] = []
     sandbox_ids: list[str] = []
     with open_backend(config) as backend:
@@ -368,6 +369,11 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
             if info.version and info.version != config.backend_version:
                 SandboxConfig.objects.filter(pk=config.pk).update(backend_version=info.version[:100])
             return info.version or "ok"
+
+        def workspace() -> str:
+            volumes = backend.volumes()
+            assert volumes is not None  # the step is only listed when there are volumes
+            return volumes.check()
 
         def create() -> str:
             spec = SandboxSpec(
@@ -392,8 +398,12 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
             backend.delete(sandbox_ids.pop())
             return "deleted"
 
+        plan: list[tuple[str, Callable[[], str]]] = [("health", health)]
+        if config.persistent_workspace and backend.volumes() is not None:
+            plan.append(("persistent workspace", workspace))
+        plan += [("create", create), ("exec", execute), ("delete", delete)]
         try:
-            for name, func in (("health", health), ("create", create), ("exec", execute), ("delete", delete)):
+            for name, func in plan:
                 step = _timed(name, func)
                 steps.append(step)
                 report(step)

@@ -342,6 +342,11 @@ class VolumesCapability(abc.ABC):
     refuses a `workspace_volume` it cannot honour.
     """
 
+    def check(self) -> str:
+        """That workspaces can be made on this account now, in one cheap call; raises
+        RemoteError (`unsupported` when the account has no volumes) and says what it saw."""
+        return "available"
+
     @abc.abstractmethod
     def delete(self, name: str) -> None:
         """Delete a workspace volume (idempotent). Delete the sandboxes that mount it first:

@@ -473,6 +473,11 @@ class CubeWorkspaceDirs(VolumesCapability):
     def _path(self, name: str) -> str:
         return f"{HOUSEKEEPING_MOUNT}/{check_volume_name(name)}"
 
+    def check(self) -> str:
+        # The one way to learn whether the nodes can mount the root: mount it once.
+        self.backend.run_housekeeping(("test", "-d", HOUSEKEEPING_MOUNT), "mounting the workspace host root")
+        return f"host directories under {self.backend.host_root} mount"
+
     def make(self, name: str) -> None:
         self.backend.run_housekeeping(("mkdir", "-p", "--", self._path(name)), f"making workspace {name}")
 

@@ -1401,5 +1401,10 @@ class DockerVolumes(VolumesCapability):
     def __init__(self, backend: DockerBackend) -> None:
         self.backend = backend
 
+    def check(self) -> str:
+        with _engine_call("listing workspace volumes"):
+            found = self.backend.api.volumes(filters={"label": f"{LABEL_KIND}={KIND_WORKSPACE}"})
+        return f"named volumes ({len(found.get('Volumes') or [])} workspaces on this engine)"
+
     def delete(self, name: str) -> None:
         self.backend.delete_volume(name)

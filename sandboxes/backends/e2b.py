@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -1278,19 +1278,19 @@ class E2BVolumes(VolumesCapability):
     def __init__(self, backend: E2BBackend) -> None:
         self.backend = backend
 
+    def check(self) -> str:
+        with self._no_volumes_is_unsupported():
+            response = self.backend._api("GET", "/volumes", "listing volumes", idempotent=True)
+        return f"team volumes available ({len(response.json())} on the team)"
+
     def ensure(self, name: str) -> None:
         """The volume exists afterwards (created when missing)."""
         if self._find(name) is not None:
             return
         try:
-            self.backend._api("POST", "/volumes", f"creating volume {name}", idempotent=False, json={"name": name})
+            with self._no_volumes_is_unsupported():
+                self.backend._api("POST", "/volumes", f"creating volume {name}", idempotent=False, json={"name": name})
         except RemoteError as exc:
-            if exc.kind in (ErrorKind.FORBIDDEN, ErrorKind.UNSUPPORTED):
-                # 403 "use of volumes is not enabled", 501 volume tokens not configured.
-                raise RemoteError(
-                    ErrorKind.UNSUPPORTED,
-                    f"this E2B team has no volumes ({exc.message}); turn the persistent /workspace off",
-                ) from None
             # A name taken meanwhile is a 400 "already exists" (infra volume_create.go): look again.
             if exc.kind != ErrorKind.INVALID or self._find(name) is None:
                 raise
@@ -1306,8 +1306,23 @@ class E2BVolumes(VolumesCapability):
             if exc.kind not in (ErrorKind.NOT_FOUND, ErrorKind.GONE):
                 raise
 
+    @staticmethod
+    @contextmanager
+    def _no_volumes_is_unsupported() -> Iterator[None]:
+        try:
+            yield
+        except RemoteError as exc:
+            if exc.kind in (ErrorKind.FORBIDDEN, ErrorKind.UNSUPPORTED):
+                # 403 "use of volumes is not enabled", 501 volume tokens not configured.
+                raise RemoteError(
+                    ErrorKind.UNSUPPORTED,
+                    f"this E2B team has no volumes ({exc.message}); turn the persistent /workspace off",
+                ) from None
+            raise
+
     def _find(self, name: str) -> str | None:
-        response = self.backend._api("GET", "/volumes", "listing volumes", idempotent=True)
+        with self._no_volumes_is_unsupported():
+            response = self.backend._api("GET", "/volumes", "listing volumes", idempotent=True)
         ids = [str(row["volumeID"]) for row in response.json() if row.get("name") == name]
         return ids[0] if ids else None
 

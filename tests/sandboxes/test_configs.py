@@ -278,9 +278,10 @@ def test_test_connection_runs_each_step_and_records_the_version(world: World, do
     job = run_queued_job()
     assert job.status == JobStatus.SUCCEEDED, job.error
     steps = job.result["steps"]
-    assert [s["name"] for s in steps] == ["health", "create", "exec", "delete"]
+    assert [s["name"] for s in steps] == ["health", "persistent workspace", "create", "exec", "delete"]
     assert all(s["ok"] and s["ms"] > 0 for s in steps)
-    assert "uid 1000" in steps[2]["detail"]
+    assert steps[1]["detail"].startswith("named volumes (")
+    assert "uid 1000" in steps[3]["detail"]
     docker_config.refresh_from_db()
     assert docker_config.backend_version.startswith("Docker ")
     assert AuditEvent.objects.filter(action="job.start", details__kind="sandboxes.test_connection").count() == 1

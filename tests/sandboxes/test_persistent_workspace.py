@@ -115,3 +115,48 @@ def test_deleting_the_session_deletes_its_workspace(
 
     assert not workspace_exists(fake, cube_host_root, name)
     assert not Session.objects.filter(pk=resolved.session.pk).exists()
+
+
+def test_a_session_without_a_persistent_workspace_deletes_no_workspace(
+    world: World, fake: FakeHandle, cube_host_root: Path, config: SandboxConfig
+) -> None:
+    # On Cube a workspace delete costs a housekeeping sandbox: a session that never had a
+    # persistent workspace must not pay it (nor, on E2B, a volume lookup that finds nothing).
+    SandboxConfig.objects.filter(pk=config.pk).update(persistent_workspace=False)
+    runtime = Runtime(MemorySessionStore())
+    resolved = runtime.resolve(world.space_a, "ws-none")
+    assert not resolved.session.has_persistent_workspace
+    killed_before = set(fake.state()["killed"])
+
+    runtime.delete(resolved.session, actor=SYSTEM)
+
+    assert set(fake.state()["killed"]) - killed_before == {resolved.sandbox.sandbox_id}
+    assert not workspace_exists(fake, cube_host_root, resolved.session.workspace_volume)
+
+
+def test_a_persistent_session_is_marked_so_its_delete_removes_the_workspace(
+    world: World, config: SandboxConfig
+) -> None:
+    runtime = Runtime(MemorySessionStore())
+    resolved = runtime.resolve(world.space_a, "ws-marked")
+    assert Session.objects.get(pk=resolved.session.pk).has_persistent_workspace
+
+
+def test_the_connection_test_says_when_workspaces_cannot_be_made(fake: FakeHandle, config: SandboxConfig) -> None:
+    from sandboxes.services import run_connection_test
+
+    steps = run_connection_test(config, lambda step: None)
+    assert [s.name for s in steps][:2] == ["health", "persistent workspace"]
+    assert all(s.ok for s in steps), steps
+    if fake.personality != "e2b":
+        return
+    # An E2B team without volumes (infra volume_create.go: 403 "use of volumes is not enabled").
+    fake.set_fault("status", status=403, path=r"/volumes$", message="use of volumes is not enabled")
+    try:
+        steps = run_connection_test(config, lambda step: None)
+    finally:
+        fake.clear_faults()
+    assert [s.name for s in steps] == ["health", "persistent workspace"]
+    assert not steps[1].ok
+    assert steps[1].detail.startswith("unsupported: this E2B team has no volumes")
+    assert "turn the persistent /workspace off" in steps[1].detail

@@ -419,6 +419,30 @@ def test_duplicates_found_by_metadata_are_deleted_oldest_wins(
 
 
 @pytest.mark.django_db
+def test_a_claimed_sandbox_gets_the_workspace_layout_a_cut_create_never_made(
+    world: World, docker_session_config: SandboxConfig, runtime: Runtime
+) -> None:
+    from sandboxes.backends.base import NetworkSpec, SandboxSpec
+    from sandboxes.runtime import get_or_create_session
+
+    session = get_or_create_session(world.space_a, "s-half-made")
+    # What a create cut after the engine made the container leaves: console metadata, but
+    # input/ still the session user's (the image's layout), no root-owned staging area.
+    half_made = backend_for(docker_session_config).create(
+        SandboxSpec(
+            template_id=docker_session_config.default_template,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata=Runtime.session_metadata(session),
+        )
+    )
+    claimed = runtime.resolve(world.space_a, "s-half-made")
+    assert claimed.action == "claimed"
+    assert claimed.sandbox.sandbox_id == half_made.sandbox_id
+    assert run(runtime, claimed.session, "stat -c '%u' /workspace/input") == (0, "0\n")
+    assert run(runtime, claimed.session, "touch /workspace/input/planted")[0] != 0
+
+
+@pytest.mark.django_db
 def test_delete_removes_sandbox_binding_and_workspace(
     world: World, docker_session_config: SandboxConfig, runtime: Runtime
 ) -> None:

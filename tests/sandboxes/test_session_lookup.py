@@ -38,8 +38,10 @@ def test_it_returns_the_session_and_its_config_exactly_as_the_orm_does(world: Wo
     assert found is not None
     assert field_values(found) == field_values(expected)
     assert field_values(found.config) == field_values(expected.config)
-    assert isinstance(found.config.cpus, Decimal) and found.config.cpus == Decimal("1.5")
-    assert not found.get_deferred_fields() and not found.config.get_deferred_fields()
+    assert isinstance(found.config.cpus, Decimal)
+    assert found.config.cpus == Decimal("1.5")
+    assert not found.get_deferred_fields()
+    assert not found.config.get_deferred_fields()
 
 
 def test_it_finds_nothing_for_an_unknown_key_or_another_space(world: World) -> None:
@@ -56,11 +58,14 @@ def test_it_reads_the_row_anew_each_time(world: World) -> None:
     config = make_config(world.space_a, memory_mb=256)
     Session.objects.create(space=world.space_a, key="k", config=config)
     first = session_by_key(world.space_a, "k")
-    assert first is not None and first.stale_at is None
+    assert first is not None
+    assert first.stale_at is None
 
     stale_at = timezone.now()
     Session.objects.filter(space=world.space_a, key="k").update(stale_at=stale_at)
     SandboxConfig.objects.filter(pk=config.pk).update(memory_mb=512)
     again = session_by_key(world.space_a, "k")
 
-    assert again is not None and again.stale_at == stale_at and again.config.memory_mb == 512
+    assert again is not None
+    assert again.stale_at == stale_at
+    assert again.config.memory_mb == 512
