@@ -34,6 +34,14 @@ class SandboxConfigForm(forms.ModelForm):
         model = SandboxConfig
         # The service's fields, with the API key (kept apart: it is stored encrypted) after the endpoint.
         fields = [*CONFIG_FIELDS[:5], "api_key", *CONFIG_FIELDS[5:]]
+        # How each source reaches the build sandbox (docs/skills.md, "The build sandbox's network").
+        help_texts = {
+            "pip_index_url": "Package source for skill installs: a pip index URL (PEP 503 simple API), used when no "
+            "find-links folder is set; pip never falls back to PyPI. The build sandbox then gets outbound network to "
+            "its host: only to it where the backend has allow lists (E2B, Cube); all outbound on Docker.",
+            "npm_registry_url": "Package source for skill installs: an npm registry URL (the template needs npm). "
+            "The build sandbox gets outbound network to its host, as for the pip index URL.",
+        }
 
     def __init__(self, *args: Any, template_choices: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

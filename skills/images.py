@@ -8,7 +8,9 @@ source of truth.
 
 A build (`build_generation`):
   create   a build sandbox from the current generation's snapshot (or the config's default
-           template), outbound OFF, inbound off, console metadata with purpose skill-build
+           template), inbound off, outbound off unless a pip index or npm registry must be
+           reached (then to that host only where the backend can; `build_network`), console
+           metadata with purpose skill-build
   copy     the skill's files to /opt/skills/<name> (root-owned, modes kept minus g/o write)
   dependencies  declared pip (offline wheel folder or index), npm, Debian (see install.py)
   verify   the skill's check script, or the default checks, as uid 1000
@@ -52,6 +54,7 @@ from sandboxes.runtime import backend_for, config_fingerprint, effective_templat
 from sandboxes.services import console_metadata, do_set_session_image, sessions_using_snapshot
 
 from . import install
+from .build_network import BuildNetwork, build_network, sources_to_reach
 from .install import PackageSources, SkillPayload, StepFailed
 from .models import SkillImage, SkillImageAction, SkillImageItem, SkillImageStatus, SkillVersion
 
@@ -405,8 +408,10 @@ def build_generation(
         build.log(f"generation {image.generation}: {plan.action} {plan.subject}, starting from {plan.base_template}")
         with build.step("create"):
             sources = package_sources(config)
-            sandbox_id = create_build_sandbox(backend, space, config, plan.base_template, image)
-            build.log(f"build sandbox {sandbox_id[:12]} created (outbound off)")
+            network = network_for_build(backend, sources, plan.add)
+            build.log(network.description)
+            sandbox_id = create_build_sandbox(backend, space, config, plan.base_template, image, network.spec)
+            build.log(f"build sandbox {sandbox_id[:12]} created")
         with build.step("copy"):
             for name in plan.removed:
                 install.remove_skill(backend, sandbox_id, name)
@@ -452,12 +457,21 @@ def build_generation(
     return image
 
 
+def network_for_build(backend: Backend, sources: PackageSources, skills: Sequence[SkillPayload]) -> BuildNetwork:
+    """Offline unless these skills need the config's pip index or npm registry (build_network).
+
+    Not the space's network policy: that governs the space's sessions, and a build sandbox
+    runs only the console's install steps.
+    """
+    return build_network(backend.network_capabilities(), backend.label, sources_to_reach(sources, skills))
+
+
 def create_build_sandbox(
-    backend: Backend, space: Space, config: SandboxConfig, template: str, image: SkillImage
+    backend: Backend, space: Space, config: SandboxConfig, template: str, image: SkillImage, network: NetworkSpec
 ) -> str:
     spec = SandboxSpec(
         template_id=template,
-        network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+        network=network,
         metadata=console_metadata(config, **{META_PURPOSE: BUILD_PURPOSE, META_SKILL_IMAGE: str(image.pk)}),
         resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
         timeout_s=BUILD_TIMEOUT_S,

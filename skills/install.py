@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sandboxes.backends.base import Backend, ExecRequest, ExecResult, RemoteError
 
@@ -51,7 +52,23 @@ PIP_ENV = {
     "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     "PIP_NO_CACHE_DIR": "1",
     "PIP_NO_INPUT": "1",
+    # No pip.conf of the image may add an index: packages come from the config's source only.
+    "PIP_CONFIG_FILE": "/dev/null",
 }
+# The same for an image's environment: these would add a source next to the config's own
+# (PIP_EXTRA_INDEX_URL = a fallback to PyPI) or override it. Unset for every pip run.
+PIP_SOURCE_VARIABLES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_TRUSTED_HOST")
+# Connects to a package source from inside the build sandbox: argv host, port, timeout.
+# Prints why it could not, in the words of the socket error.
+SOURCE_PROBE = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
+except OSError as exc:
+    print(exc.strerror or str(exc) or type(exc).__name__)
+    sys.exit(1)
+"""
+SOURCE_PROBE_TIMEOUT_S = 10
 
 Log = Callable[[str], None]
 
@@ -124,6 +141,20 @@ class PackageSources:
     def has_pip(self) -> bool:
         return bool(self.pip_folder or self.pip_index_url)
 
+    @property
+    def pip_uses_index(self) -> bool:
+        """The index URL is used only without a folder: the offline folder needs no network."""
+        return self.pip_folder is None and bool(self.pip_index_url)
+
+
+def source_host_port(url: str) -> tuple[str, int]:
+    """The host (a name or an IP literal, without brackets) and port a source URL connects to."""
+    split = urlsplit(url)
+    port = split.port  # raises ValueError for a port that is not a number in range
+    if split.scheme not in ("http", "https") or not split.hostname:
+        raise ValueError("not an http(s) URL with a host")
+    return split.hostname, port or (443 if split.scheme == "https" else 80)
+
 
 # --- Running commands -------------------------------------------------------------------
 
@@ -157,6 +188,31 @@ def output_tail(result: ExecResult, limit: int = 1500) -> str:
     if result.timed_out:
         text = f"timed out after {result.duration_s:.0f}s. {text}"
     return text[-limit:] or "(no output)"
+
+
+def probe_source(backend: Backend, sandbox_id: str, what: str, url: str, log: Log) -> None:
+    """Fail at once, in plain words, when the build sandbox cannot connect to a package source.
+
+    pip and npm retry an unreachable source for a while and then report that nothing matches
+    (pip: "from versions: none"), which hides the cause. Needs python3 in the image; without
+    it the source is not probed and the installer's own error has to do.
+    """
+    host, port = source_host_port(url)
+    argv = ["python3", "-c", SOURCE_PROBE, host, str(port), str(SOURCE_PROBE_TIMEOUT_S)]
+    result = run(
+        backend, sandbox_id, "dependencies", shlex.join(argv), timeout_s=SOURCE_PROBE_TIMEOUT_S + 20, check=False
+    )
+    if result.exit_code == 127:
+        log(f"{what} {url} not probed (no python3 in the image)")
+        return
+    if result.exit_code != 0:
+        reason = result.stdout.decode(errors="replace").strip() or output_tail(result)
+        raise StepFailed(
+            "dependencies",
+            f"{what} {url} does not answer from the build sandbox ({host} port {port}: {reason}). "
+            "Check that it runs and that this backend's sandboxes can reach that address.",
+        )
+    log(f"{what} answers from the build sandbox ({host} port {port})")
 
 
 def upload_tree(backend: Backend, sandbox_id: str, step: str, archive: bytes, destination: str) -> None:
@@ -254,8 +310,9 @@ def install_dependencies(
 def check_debian_packages(backend: Backend, sandbox_id: str, names: list[str], log: Log) -> None:
     """Debian packages are accepted when the image already has them; installing needs a mirror.
 
-    Build sandboxes run with outbound off and the console has no Debian package source to
-    copy in, so a package the image lacks fails the step (docs/skills.md, package sources).
+    Build sandboxes reach no network but a configured pip index or npm registry, and the
+    console has no Debian package source to copy in, so a package the image lacks fails the
+    step (docs/skills.md, package sources).
     """
     quoted = " ".join(shlex.quote(name) for name in names)
     script = (
@@ -269,13 +326,16 @@ def check_debian_packages(backend: Backend, sandbox_id: str, names: list[str], l
             "Debian packages "
             + ", ".join(missing)
             + " are not in the image, and installing Debian packages is unsupported without a Debian "
-            "package source (build sandboxes have no outbound network). Use a base template that has them.",
+            "package source (build sandboxes reach no network but a configured pip index or npm registry). "
+            "Use a base template that has them.",
         )
     log(f"Debian packages already in the image: {', '.join(names)}")
 
 
 def prepare_pip(backend: Backend, sandbox_id: str, sources: PackageSources, log: Log) -> list[str]:
-    """Copy the wheel folder in and find a pip to run. Returns the argv prefix for pip.
+    """Copy the wheel folder in (or check the index answers) and find a pip to run.
+
+    Returns the argv prefix for pip.
 
     pip, in this order: the image's own (`python3 -m pip`); a `pip-*.whl` in the package
     source, run straight from the wheel (`python3 pip-X.whl/pip ...`, which pip supports);
@@ -292,6 +352,10 @@ def prepare_pip(backend: Backend, sandbox_id: str, sources: PackageSources, log:
         wheels = package_folder_entries(sources.pip_folder)
         upload_tree(backend, sandbox_id, "dependencies", tar_of(wheels), PACKAGES_DIR)
         log(f"copied package source {sources.pip_folder.name}/ ({len(wheels)} file(s)) to {PACKAGES_DIR}")
+        if sources.pip_index_url:
+            log(f"the pip index URL is not used: the find-links folder {sources.pip_folder.name}/ wins (offline)")
+    if sources.pip_uses_index:
+        probe_source(backend, sandbox_id, "the pip index", sources.pip_index_url, log)
     own = run(backend, sandbox_id, "dependencies", "python3 -m pip --version", check=False)
     if own.exit_code == 0:
         log(f"using the image's pip: {own.stdout.decode(errors='replace').strip()[:120]}")
@@ -341,29 +405,39 @@ def pip_install(
     files = backend.files()
     assert files is not None  # checked by upload_tree before
     files.write(sandbox_id, requirements, ("\n".join(skill.pip_requirements) + "\n").encode(), mode=0o600, user="root")
-    if sources.pip_folder is not None:
-        where = ["--no-index", "--find-links", PACKAGES_DIR]
-    else:
-        where = ["--index-url", sources.pip_index_url]
-    argv = [*pip, "install", "--only-binary=:all:", "--no-warn-script-location", *where, "-r", requirements]
+    argv = [*pip, "install", "--only-binary=:all:", "--no-warn-script-location", *pip_source_args(sources)]
     log(f"pip install for {skill.name}: {', '.join(skill.pip_requirements)}")
     result = run(
         backend,
         sandbox_id,
         "dependencies",
-        shlex.join(argv),
+        shlex.join(["env", *(f"--unset={name}" for name in PIP_SOURCE_VARIABLES), *argv, "-r", requirements]),
         env=PIP_ENV,
         timeout_s=PIP_TIMEOUT_S,
         check=False,
     )
     if result.exit_code != 0:
-        hint = ""
-        if sources.pip_folder is None:
-            hint = " (build sandboxes have no outbound network: an index URL must be reachable without it)"
-        raise StepFailed("dependencies", f"pip install for {skill.name} failed{hint}: {output_tail(result)}")
+        where = f" from the pip index {sources.pip_index_url}" if sources.pip_uses_index else ""
+        raise StepFailed("dependencies", f"pip install for {skill.name} failed{where}: {output_tail(result)}")
     installed = parse_pip_installed(result.stdout.decode(errors="replace"))
     log(f"installed: {', '.join(installed) or 'already satisfied'}")
     return installed
+
+
+def pip_source_args(sources: PackageSources) -> list[str]:
+    """Where pip looks: the copied folder only, or the config's index only (never PyPI too).
+
+    `--index-url` replaces PyPI and no `--extra-index-url` is ever given, so a package the
+    source lacks fails instead of coming from elsewhere. Plain http needs `--trusted-host`
+    (pip ignores an untrusted http index), for that host and port only.
+    """
+    if sources.pip_folder is not None:
+        return ["--no-index", "--find-links", PACKAGES_DIR]
+    args = ["--index-url", sources.pip_index_url]
+    split = urlsplit(sources.pip_index_url)
+    if split.scheme == "http":
+        args += ["--trusted-host", split.netloc.rpartition("@")[2]]
+    return args
 
 
 def parse_pip_installed(output: str) -> list[str]:
@@ -379,7 +453,12 @@ def npm_install(backend: Backend, sandbox_id: str, skill: SkillPayload, sources:
             "dependencies", f"{skill.name} declares npm dependencies but the config has no npm registry URL"
         )
     if run(backend, sandbox_id, "dependencies", "command -v npm", check=False).exit_code != 0:
-        raise StepFailed("dependencies", f"{skill.name} declares npm dependencies but the image has no npm")
+        raise StepFailed(
+            "dependencies",
+            f"{skill.name} declares npm dependencies but npm is not in the template the build started from; "
+            "use a base template with Node.js and npm",
+        )
+    probe_source(backend, sandbox_id, "the npm registry", sources.npm_registry_url, log)
     folders = sorted({posixpath.dirname(str(dep.get("source", "package.json"))) for dep in skill.npm_packages})
     for folder in folders:
         target = shlex.quote(posixpath.join(skill.root, folder) if folder else skill.root)

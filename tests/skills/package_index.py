@@ -1,0 +1,92 @@
+"""A PEP 503 simple index of local wheels, served by the test itself on one address.
+
+Sandboxes in tests only ever talk to servers the test runs on this machine; this one binds
+to the address it is given (the Docker bridge's gateway) and records every request, so a
+test can prove pip fetched from it and from nowhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+
+
+class PackageIndex:
+    """`/simple/` (projects), `/simple/<project>/` (files with #sha256=), `/files/<wheel>`."""
+
+    def __init__(self, host: str, wheels: list[Path]) -> None:
+        self.host = host
+        self.files = {wheel.name: wheel.read_bytes() for wheel in wheels}
+        self.requests: list[tuple[str, str]] = []  # (client address, path)
+        self._server = ThreadingHTTPServer((host, 0), self._handler())
+        self._thread = threading.Thread(target=self._server.serve_forever, name="package-index", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self._server.server_port}/simple/"
+
+    @property
+    def paths(self) -> list[str]:
+        return [path for _, path in self.requests]
+
+    def __enter__(self) -> PackageIndex:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+    def projects(self) -> dict[str, list[str]]:
+        """Normalised project name → its file names (a wheel's name is `<project>-<version>-...`)."""
+        found: dict[str, list[str]] = {}
+        for name in sorted(self.files):
+            found.setdefault(name.split("-")[0].lower().replace("_", "-"), []).append(name)
+        return found
+
+    def page(self, path: str) -> tuple[int, str, bytes]:
+        if path == "/simple/":
+            links = [f'<a href="{html.escape(p)}/">{html.escape(p)}</a>' for p in self.projects()]
+            return 200, "text/html", _html(links)
+        if path.startswith("/simple/") and path.endswith("/"):
+            names = self.projects().get(path.removeprefix("/simple/").strip("/"))
+            if names is None:
+                return 404, "text/plain", b"no such project\n"
+            links = [
+                f'<a href="/files/{html.escape(n)}#sha256={hashlib.sha256(self.files[n]).hexdigest()}">'
+                f"{html.escape(n)}</a>"
+                for n in names
+            ]
+            return 200, "text/html", _html(links)
+        data = self.files.get(path.removeprefix("/files/")) if path.startswith("/files/") else None
+        if data is None:
+            return 404, "text/plain", b"not found\n"
+        return 200, "application/octet-stream", data
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        index = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # the http.server hook's name
+                path = self.path.split("?", 1)[0].split("#", 1)[0]
+                index.requests.append((self.client_address[0], path))
+                status, content_type, body = index.page(path)
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # the hook's signature
+                return  # the test reads `requests`, not stderr
+
+        return Handler
+
+
+def _html(links: list[str]) -> bytes:
+    return ("<!DOCTYPE html>\n<html><body>\n" + "<br>\n".join(links) + "\n</body></html>\n").encode()

@@ -1,0 +1,191 @@
+"""Skill installs from a pip index URL (and an npm registry URL) on the real Docker engine.
+
+The index is a PEP 503 simple index the test serves itself, bound to the gateway address of
+the console-managed bridge network the Docker backend puts sandboxes with outbound on. No
+sandbox is ever pointed at anything but that server (or a free port on the same address),
+and by IP: sandbox DNS is 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from console.models import JobStatus
+from sandboxes.backends.base import ExecRequest
+from sandboxes.backends.docker import DockerBackend
+from sandboxes.binding import RedisSessionStore
+from sandboxes.models import SandboxConfig
+from sandboxes.runtime import Runtime, backend_for
+from skills.images import current_image
+from tests.conftest import REDIS_URL
+from tests.factories import make_config
+from tests.personas import World
+from tests.skills.helpers import REGULAR, build_zip
+from tests.skills.install_helpers import (
+    build_sandboxes,
+    clean_up,
+    import_skill,
+    job_error,
+    plain_skill,
+    run_install,
+    skill_with_dependency,
+    write_wheel,
+)
+from tests.skills.package_index import PackageIndex
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
+
+
+@pytest.fixture
+def installation(settings: Any, test_run_id: str) -> str:
+    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-skills-index"
+    return str(settings.CONSOLE_INSTALLATION_ID)
+
+
+@pytest.fixture
+def config(world: World, docker_base_image: str, installation: str) -> Iterator[SandboxConfig]:
+    """A Docker config with no package source yet (each test names its own)."""
+    made: SandboxConfig = make_config(
+        world.space_a, name="skills", default_template=docker_base_image, is_default=True, persistent_workspace=False
+    )
+    try:
+        yield made
+    finally:
+        clean_up(made, installation)
+
+
+@pytest.fixture
+def bridge(config: SandboxConfig) -> ipaddress.IPv4Interface:
+    """The gateway (this machine's address) and subnet of the bridge network the config's
+    Docker backend puts sandboxes with outbound on, from the engine's IPAM. Made the way the
+    backend makes it if this engine has none yet; it is the console's own network and stays,
+    as in any deployment (removing it could break another run using it at the same time).
+    """
+    backend = backend_for(config)
+    assert isinstance(backend, DockerBackend)
+    backend._ensure_network()
+    ipam = backend.api.inspect_network(backend.network_name)["IPAM"]["Config"]
+    row = next(row for row in ipam if ":" not in row["Subnet"])  # the IPv4 pool
+    return ipaddress.IPv4Interface(f"{row['Gateway']}/{ipaddress.IPv4Network(row['Subnet']).prefixlen}")
+
+
+@pytest.fixture
+def gateway(bridge: ipaddress.IPv4Interface) -> str:
+    return str(bridge.ip)
+
+
+@pytest.fixture
+def index(gateway: str, tmp_path: Path) -> Iterator[PackageIndex]:
+    with PackageIndex(gateway, [write_wheel(tmp_path / "wheels")]) as served:
+        yield served
+
+
+@pytest.fixture
+def runtime() -> Runtime:
+    return Runtime(RedisSessionStore(REDIS_URL))
+
+
+def set_sources(config: SandboxConfig, **fields: str) -> None:
+    SandboxConfig.objects.filter(pk=config.pk).update(**fields)
+    config.refresh_from_db()
+
+
+def free_port_url(gateway: str, path: str) -> str:
+    """A URL on the gateway where nothing listens (the port was free a moment ago)."""
+    with socket.socket() as probe:
+        probe.bind((gateway, 0))
+        port = probe.getsockname()[1]
+    return f"http://{gateway}:{port}{path}"
+
+
+def port_of(url: str) -> int:
+    port = urlsplit(url).port
+    assert port is not None
+    return port
+
+
+def log_lines(job: Any) -> list[str]:
+    return [str(line.get("message")) for line in job.log]
+
+
+def test_a_pip_index_url_gets_the_build_outbound_and_installs_from_that_index(
+    world: World,
+    config: SandboxConfig,
+    index: PackageIndex,
+    bridge: ipaddress.IPv4Interface,
+    runtime: Runtime,
+    installation: str,
+) -> None:
+    gateway = str(bridge.ip)
+    set_sources(config, pip_index_url=index.url)
+    job = run_install(world.space_a, config, import_skill(skill_with_dependency()))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    lines = log_lines(job)
+    assert (
+        f"build sandbox: outbound network on (Docker cannot limit it to {gateway}) to reach the pip index {index.url}"
+        in lines
+    )
+    assert f"the pip index answers from the build sandbox ({gateway} port {port_of(index.url)})" in lines
+    # pip fetched the project page and the wheel from this server, from the bridge network.
+    assert "/simple/tinydep/" in index.paths
+    assert "/files/tinydep-1.0-py3-none-any.whl" in index.paths
+    assert all(ipaddress.ip_address(client) in bridge.network for client, _ in index.requests)
+    image = current_image(world.space_a, config)
+    assert image is not None
+    assert image.manifest[0]["installed"] == ["tinydep-1.0"]
+    assert build_sandboxes(config, installation) == []
+
+    session = runtime.resolve(world.space_a, "uses-the-index-package").session
+    result = runtime.exec(
+        session, ExecRequest(shell="python3 -c 'import tinydep; print(tinydep.VALUE)'", user="user", timeout_s=60)
+    )
+    assert (result.exit_code, result.stdout) == (0, b"42\n"), result.stderr
+
+
+def test_a_pip_index_that_does_not_answer_fails_the_dependencies_step(
+    world: World, config: SandboxConfig, gateway: str, installation: str
+) -> None:
+    first = run_install(world.space_a, config, import_skill(plain_skill("first-skill")))
+    assert first.status == JobStatus.SUCCEEDED, job_error(first)
+    assert "build sandbox: outbound network off (no package source to reach over it)" in log_lines(first)
+    before = current_image(world.space_a, config)
+    assert before is not None
+
+    url = free_port_url(gateway, "/simple/")
+    set_sources(config, pip_index_url=url)
+    job = run_install(world.space_a, config, import_skill(skill_with_dependency()))
+    assert job.status == JobStatus.FAILED
+    assert job.error.startswith(
+        f"step dependencies failed: the pip index {url} does not answer from the build sandbox "
+        f"({gateway} port {port_of(url)}: Connection refused)"
+    ), job_error(job)
+    assert current_image(world.space_a, config) == before
+    assert build_sandboxes(config, installation) == []
+
+
+def test_npm_dependencies_get_the_registry_network_and_fail_clearly_without_npm(
+    world: World, config: SandboxConfig, gateway: str, installation: str
+) -> None:
+    registry = free_port_url(gateway, "/")  # never contacted: the template has no npm
+    set_sources(config, npm_registry_url=registry)
+    md = b"---\nname: npm-skill\ndescription: Needs an npm package. Use when testing installs.\nlicense: MIT\n"
+    md += b"---\n\nHi.\n"
+    package_json = json.dumps({"name": "npm-skill", "dependencies": {"left-pad": "^1.3.0"}}).encode()
+    archive = build_zip([("npm-skill/SKILL.md", md, REGULAR), ("npm-skill/package.json", package_json, REGULAR)])
+    job = run_install(world.space_a, config, import_skill(archive))
+    assert job.status == JobStatus.FAILED
+    assert (
+        f"build sandbox: outbound network on (Docker cannot limit it to {gateway}) to reach the npm registry {registry}"
+        in log_lines(job)
+    )
+    assert "step dependencies failed: npm-skill declares npm dependencies but npm is not in the template" in job.error
+    assert current_image(world.space_a, config) is None
+    assert build_sandboxes(config, installation) == []
