@@ -168,9 +168,12 @@ class _CompiledSessionQuery:
         self.session_fields = [f.attname for f in Session._meta.concrete_fields]
         self.config_fields = [f.attname for f in SandboxConfig._meta.concrete_fields]
         columns = [*self.session_fields, *(f"config__{name}" for name in self.config_fields)]
-        query = Session.objects.filter(space_id=self._SENTINEL_SPACE, key=self._SENTINEL_KEY).values_list(*columns)
-        self.compiler: SQLCompiler = query.query.get_compiler(alias)
+        # No ORDER BY: (space, key) is unique, and the model's default ordering would sort.
+        query = Session.objects.filter(space_id=self._SENTINEL_SPACE, key=self._SENTINEL_KEY).order_by()
+        self.compiler: SQLCompiler = query.values_list(*columns).query.get_compiler(alias)
         self.sql, params = self.compiler.as_sql()
+        selected = [column[0] for column in self.compiler.select[: self.compiler.col_count]]
+        self.converters = self.compiler.get_converters(selected)
         self.space_param = self._space_param(self._SENTINEL_SPACE)
         # The compiler orders parameters as it likes (key before space, today); map each slot.
         self.slots = ["key" if p == self._SENTINEL_KEY else "space" if p == self.space_param else "?" for p in params]
@@ -185,10 +188,11 @@ class _CompiledSessionQuery:
         with connections[self.alias].cursor() as cursor:
             cursor.execute(self.sql, [values[slot] for slot in self.slots])
             rows = cursor.fetchall()
-        converted = list(self.compiler.results_iter(results=[rows]))
-        if not converted:
+        if not rows:
             return None
-        row, split = converted[0], len(self.session_fields)
+        row, split = rows[0], len(self.session_fields)
+        if self.converters:
+            row = next(iter(self.compiler.apply_converters([row], self.converters)))
         session = Session.from_db(self.alias, self.session_fields, row[:split])
         session.config = SandboxConfig.from_db(self.alias, self.config_fields, row[split:])
         return session
