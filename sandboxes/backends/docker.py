@@ -371,6 +371,9 @@ class DockerBackend(Backend):
         self.base_image = config.options.get("base_image", DEFAULT_BASE_IMAGE)
         # Container ids already checked to be console sandboxes (ids and labels never change).
         self._verified: set[str] = set()
+        # What get() last saw of each sandbox; only its fixed parts (labels, template, creation
+        # time) are reused, so a pause needs no inspect before it.
+        self._seen: dict[str, SandboxInfo] = {}
 
     # Engine connection ---------------------------------------------------------------
 
@@ -473,6 +476,19 @@ class DockerBackend(Backend):
         return dataclasses.replace(info, state=SandboxState.RUNNING)
 
     def pause(self, sandbox_id: str) -> SandboxInfo:
+        seen = self._seen.get(sandbox_id)
+        if seen is not None and self.config.idle_mode != IdleMode.STOP:
+            try:
+                with _engine_call(f"idling sandbox {sandbox_id}"):
+                    self.api.pause(sandbox_id)
+                return dataclasses.replace(seen, state=SandboxState.PAUSED)
+            except RemoteError as exc:
+                if exc.kind == ErrorKind.NOT_FOUND:
+                    self._seen.pop(sandbox_id, None)
+                    self._verified.discard(sandbox_id)
+                if exc.kind != ErrorKind.CONFLICT:
+                    raise
+                # Already paused, or not running: look, then do what its state needs.
         info = self.get(sandbox_id)
         with _engine_call(f"idling sandbox {sandbox_id}"):
             if self.config.idle_mode == IdleMode.STOP:
@@ -491,13 +507,15 @@ class DockerBackend(Backend):
     def get(self, sandbox_id: str) -> SandboxInfo:
         attrs = self._inspect_sandbox(sandbox_id)
         labels = attrs["Config"].get("Labels") or {}
-        return SandboxInfo(
+        info = SandboxInfo(
             sandbox_id=attrs["Id"],
             state=_STATES.get(attrs["State"]["Status"], SandboxState.GONE),
             template_id=labels.get(LABEL_TEMPLATE, ""),
             metadata=metadata_from_labels(labels),
             started_at=_parse_time(attrs.get("Created")),
         )
+        self._seen[info.sandbox_id] = info
+        return info
 
     def list(self, query: ListQuery) -> Page:
         if query.limit <= 0:
@@ -547,6 +565,7 @@ class DockerBackend(Backend):
 
     def _remove_container(self, container_id: str) -> None:
         self._verified.discard(container_id)
+        self._seen.pop(container_id, None)
         try:
             with _engine_call(f"deleting sandbox {container_id}"):
                 self.api.remove_container(container_id, force=True)

@@ -7,6 +7,7 @@ managed bridge, and always with DNS 127.0.0.1: nothing here leaves the machine.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
@@ -110,6 +111,22 @@ class TestDockerBackend:
         assert run(stopping, info.sandbox_id, "cat /workspace/kept.txt") == "kept\n"
         assert "sleep 1000" not in run(stopping, info.sandbox_id, "ps -eo args")
         stopping.close()
+
+    def test_pause_is_idempotent_and_reads_a_changed_state_back(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory, engine: docker.DockerClient
+    ) -> None:
+        # pause skips the inspect for a sandbox it has seen; what the engine refuses sends it
+        # back to looking at the real state.
+        info = make_sandbox()
+        assert backend.pause(info.sandbox_id) == dataclasses.replace(info, state=SandboxState.PAUSED)
+        assert backend.pause(info.sandbox_id).state == SandboxState.PAUSED  # already paused: 409, then a look
+        engine.api.unpause(info.sandbox_id)
+        engine.api.stop(info.sandbox_id, timeout=1)  # stopped behind the backend's back
+        assert backend.pause(info.sandbox_id).state == SandboxState.STOPPED
+        engine.api.remove_container(info.sandbox_id, force=True)
+        with pytest.raises(RemoteError) as caught:
+            backend.pause(info.sandbox_id)
+        assert caught.value.kind == ErrorKind.NOT_FOUND
 
     def test_exec_on_a_paused_sandbox_is_a_conflict(self, backend: DockerBackend, make_sandbox: SandboxFactory) -> None:
         info = make_sandbox()
