@@ -6,11 +6,15 @@ from . import api
 
 app_name = "api"
 
-SESSION = "spaces/<uuid:space_id>/sessions/<str:key>/"
+SESSION_ROOT = "spaces/<uuid:space_id>/sessions/<str:key>"
+SESSION = SESSION_ROOT + "/"
 
 urlpatterns = [
     path("openapi.json", api.openapi_view, name="openapi"),
-    path(SESSION, api.session_view, name="session"),
+    # As described (no trailing slash), and with one: APPEND_SLASH would answer a DELETE
+    # without it with a redirect that clients do not follow.
+    path(SESSION_ROOT, api.session_view, name="session"),
+    path(SESSION, api.session_view),
     path(SESSION + "resolve", api.resolve_view, name="resolve"),
     path(SESSION + "turns/begin", api.turn_begin_view, name="turn_begin"),
     path(SESSION + "turns/end", api.turn_end_view, name="turn_end"),

@@ -46,7 +46,9 @@ class Agent:
         self.headers = {"Authorization": f"Bearer {token}"}
 
     def url(self, key: str, suffix: str = "") -> str:
-        return f"/api/v1/spaces/{self.space_id}/sessions/{key}/{suffix}"
+        # As the OpenAPI description writes them: the session itself without a trailing slash.
+        session = f"/api/v1/spaces/{self.space_id}/sessions/{key}"
+        return f"{session}/{suffix}" if suffix else session
 
     def post(self, key: str, suffix: str, body: Any = None) -> Any:
         data = json.dumps(body) if body is not None else ""
@@ -236,6 +238,15 @@ def implemented_routes() -> dict[str, set[str]]:
 
 def test_openapi_describes_exactly_the_implemented_routes() -> None:
     assert described_routes() == implemented_routes()
+
+
+@pytest.mark.django_db
+def test_the_session_answers_with_and_without_a_trailing_slash(world: World, agent_a: Agent) -> None:
+    config = make_config(world.space_a, is_default=True)
+    Session.objects.create(space=world.space_a, key="slashes", config=config)
+    documented = agent_a.url("slashes")
+    assert agent_a.client.get(documented, headers=agent_a.headers).json()["key"] == "slashes"
+    assert agent_a.client.get(documented + "/", headers=agent_a.headers).json()["key"] == "slashes"
 
 
 def test_openapi_is_served_and_valid_json(client: Client) -> None:
