@@ -61,6 +61,7 @@ def test_viewer_sees_the_session_and_an_offline_backend_is_a_message(world: Worl
     assert page.status_code == 200
     assert "Binding inspector" in page.content.decode()
     assert "Viewers do not browse session files" in page.content.decode()
+    assert "on: made with this session's next sandbox" in page.content.decode()  # none created yet
     response = world.client_for("bob").post(session_urls(offline_session)["resume"], follow=True)
     assert "The backend said unavailable" in response.content.decode()
 
@@ -110,6 +111,7 @@ def test_pause_and_resume_from_the_ui_keep_the_files(world: World, live_session:
     page = client.get(urls["detail"]).content.decode()
     assert live_session.sandbox_id in page
     assert "Paused" in page
+    assert f"kept in <code>{live_session.workspace_volume}</code>" in page
     client.post(urls["resume"])
     live_session.refresh_from_db()
     assert live_session.state == SessionState.RUNNING
