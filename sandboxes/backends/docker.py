@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import builtins
 import dataclasses
+import http.client
 import io
 import json
 import posixpath
@@ -38,6 +39,7 @@ from typing import Any, NoReturn
 import docker
 import docker.errors
 import requests.exceptions
+import urllib3.exceptions
 
 from .base import (
     SNAPSHOT_PREFIX,
@@ -156,6 +158,13 @@ else:
 # Error translation
 
 
+_CUT_MID_ANSWER = (
+    requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.ProtocolError,
+    http.client.IncompleteRead,
+)
+
+
 def _translate(exc: Exception, what: str) -> RemoteError:
     """One docker-py / requests failure as a RemoteError; the vendor type never leaks."""
     if isinstance(exc, RemoteError):
@@ -168,6 +177,12 @@ def _translate(exc: Exception, what: str) -> RemoteError:
         return RemoteError(ErrorKind.TIMEOUT, f"{what}: the Docker engine did not answer in time")
     if isinstance(exc, requests.exceptions.ConnectionError | ConnectionError | FileNotFoundError):
         return RemoteError(ErrorKind.UNAVAILABLE, f"{what}: the Docker engine is unreachable ({exc})")
+    if isinstance(exc, _CUT_MID_ANSWER):
+        # The connection broke while the engine's answer was coming in: the engine went away
+        # (or the path to it), the same as a refused connection, not a fault of the call.
+        return RemoteError(
+            ErrorKind.UNAVAILABLE, f"{what}: the connection to the Docker engine broke mid-answer ({exc})"
+        )
     if isinstance(exc, docker.errors.DockerException):
         # Raised by the client constructor when the engine does not answer the version probe.
         return RemoteError(ErrorKind.UNAVAILABLE, f"{what}: the Docker engine is unreachable ({exc})")

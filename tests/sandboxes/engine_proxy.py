@@ -148,6 +148,11 @@ class EngineProxy:
 
     def _to_engine(self, link: _Link) -> None:
         while data := _recv(link.client):
+            if self.killed.is_set():
+                # kill() cuts the open connections one by one; a request sent meanwhile on
+                # one not yet cut must not reach the engine (nor get half an answer back).
+                _close(link.client)
+                break
             for match in _REQUEST_LINE.finditer(data):
                 self._saw(link, f"{match[1].decode()} {match[2].decode()}")
             if not _send(link.upstream, data):
