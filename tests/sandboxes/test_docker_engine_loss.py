@@ -9,6 +9,7 @@ through the real socket.
 
 from __future__ import annotations
 
+import http.client
 import os
 import tempfile
 import time
@@ -19,6 +20,8 @@ from typing import Any
 
 import docker
 import pytest
+import requests.exceptions
+import urllib3.exceptions
 from django.urls import reverse
 
 from console.models import JobStatus
@@ -36,7 +39,7 @@ from sandboxes.backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from sandboxes.backends.docker import EXEC_BACKSTOP_GRACE_S, DockerBackend
+from sandboxes.backends.docker import EXEC_BACKSTOP_GRACE_S, DockerBackend, _translate
 from sandboxes.binding import get_store
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.reaper import reap_config
@@ -201,6 +204,21 @@ def test_terminal_read_ends_when_the_engine_goes_away(proxy: EngineProxy, backen
     assert proxy.killed.is_set()
     assert not pty.is_running()
     pty.kill()  # returns: nothing left to reach
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        requests.exceptions.ChunkedEncodingError("Connection broken: IncompleteRead(3873 bytes read)"),
+        urllib3.exceptions.ProtocolError("Connection broken", http.client.IncompleteRead(b"{", 1139)),
+        http.client.IncompleteRead(b"{", 1139),
+    ],
+)
+def test_an_answer_cut_midway_is_unavailable(cut: Exception) -> None:
+    # What a pooled connection cut while the engine's answer came in raises (seen in CI when
+    # the engine went away between two calls); the proxy cannot make it happen on demand.
+    error = _translate(cut, "sandbox abc")
+    assert_unavailable(error, "sandbox abc")
 
 
 def test_the_same_backend_works_again_once_the_engine_is_back(
