@@ -75,7 +75,6 @@ from .services import backend_config_for, network_spec_for
 
 GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
 ACTIVITY_WRITE_INTERVAL = timedelta(seconds=30)
-WORKSPACE = "/workspace"
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 
 # --- Backends, cached per config --------------------------------------------------------

@@ -370,11 +370,6 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
                 SandboxConfig.objects.filter(pk=config.pk).update(backend_version=info.version[:100])
             return info.version or "ok"
 
-        def workspace() -> str:
-            volumes = backend.volumes()
-            assert volumes is not None  # the step is only listed when there are volumes
-            return volumes.check()
-
         def create() -> str:
             spec = SandboxSpec(
                 template_id=config.default_template,
@@ -399,8 +394,9 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
             return "deleted"
 
         plan: list[tuple[str, Callable[[], str]]] = [("health", health)]
-        if config.persistent_workspace and backend.volumes() is not None:
-            plan.append(("persistent workspace", workspace))
+        volumes = backend.volumes() if config.persistent_workspace else None
+        if volumes is not None:
+            plan.append(("persistent workspace", volumes.check))
         plan += [("create", create), ("exec", execute), ("delete", delete)]
         try:
             for name, func in plan:

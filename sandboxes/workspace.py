@@ -18,9 +18,9 @@ from django.db import transaction
 
 from console.services import Actor, ServiceError, record_audit
 
-from .backends.base import ErrorKind, ExecRequest, FileInfo, FilesCapability, RemoteError
+from .backends.base import WORKSPACE, ErrorKind, ExecRequest, FileInfo, FilesCapability, RemoteError
 from .models import Artifact, Session
-from .runtime import WORKSPACE, Runtime, backend_for
+from .runtime import Runtime, backend_for
 
 INPUT = f"{WORKSPACE}/input"
 OUTPUT = f"{WORKSPACE}/output"

@@ -29,6 +29,10 @@ META_PURPOSE = "console-purpose"
 
 SNAPSHOT_PREFIX = "snap-"
 
+# Every sandbox's working tree, owned by the unprivileged user commands run as by default.
+WORKSPACE = "/workspace"
+SANDBOX_UID = 1000
+
 
 class ErrorKind(enum.StrEnum):
     NOT_FOUND = "not_found"

@@ -52,6 +52,7 @@ import httpx
 from .base import (
     META_PURPOSE,
     SNAPSHOT_PREFIX,
+    WORKSPACE,
     BackendConfig,
     ErrorKind,
     ExecRequest,
@@ -73,7 +74,6 @@ from .base import (
     is_snapshot_id,
 )
 from .e2b import (
-    WORKSPACE,
     E2BBackend,
     E2BSnapshots,
     _is_domain,
@@ -244,26 +244,17 @@ class CubeBackend(E2BBackend):
         return HealthInfo(ok=True, version=version, detail=detail)
 
     def network_capabilities(self) -> NetworkCapabilities:
-        if self.generation == GEN_MAY:
-            # C-May takes allowOut/denyOut at create but reads allowPublicTraffic as the
-            # egress switch: no inbound toggle, no L7 rules.
-            return NetworkCapabilities(
-                outbound_toggle=True,
-                allow_out_cidr=True,
-                allow_out_domain=True,
-                deny_out_cidr=True,
-                deny_out_domain=False,
-                l7_rules=False,
-                inbound_toggle=False,
-            )
+        # C-May takes allowOut/denyOut at create but reads allowPublicTraffic as the egress
+        # switch: no inbound toggle, no L7 rules. Later releases have both.
+        later = self.generation != GEN_MAY
         return NetworkCapabilities(
             outbound_toggle=True,
             allow_out_cidr=True,
             allow_out_domain=True,
             deny_out_cidr=True,
             deny_out_domain=False,
-            l7_rules=True,
-            inbound_toggle=True,
+            l7_rules=later,
+            inbound_toggle=later,
         )
 
     # Lifecycle ---------------------------------------------------------------------------

@@ -42,7 +42,9 @@ import requests.exceptions
 import urllib3.exceptions
 
 from .base import (
+    SANDBOX_UID,
     SNAPSHOT_PREFIX,
+    WORKSPACE,
     Backend,
     BackendConfig,
     ErrorKind,
@@ -78,7 +80,6 @@ from .docker_image import (
     LABEL_MANAGED,
     LABEL_TEMPLATE_DESCRIPTION,
     LABEL_TEMPLATE_NAME,
-    SANDBOX_UID,
     ImageBuildError,
     build_rootfs_image,
     template_labels,
@@ -101,7 +102,6 @@ SNAPSHOT_REPOSITORY = "sandbox-console/snapshots"
 TEMPLATE_REPOSITORY = "sandbox-console"
 DEFAULT_API_TIMEOUT_S = 120
 STOP_GRACE_S = 5
-WORKSPACE = "/workspace"
 PTY_PID_DIR = "/tmp/.console-pty"  # noqa: S108 - a path inside the sandbox, not on the host
 
 # Exec users: the sandbox account, or root for the explicit install path. (uid, home)
@@ -384,10 +384,9 @@ class DockerBackend(Backend):
         except ValueError:
             raise RemoteError(ErrorKind.INVALID, "option 'timeout' must be a whole number of seconds") from None
         self.base_image = config.options.get("base_image", DEFAULT_BASE_IMAGE)
-        # Container ids already checked to be console sandboxes (ids and labels never change).
-        self._verified: set[str] = set()
-        # What get() last saw of each sandbox; only its fixed parts (labels, template, creation
-        # time) are reused, so a pause needs no inspect before it.
+        # Console sandboxes by full container id, as last inspected. Ids, labels, template and
+        # creation time never change, so an id here needs no check that it is a console
+        # sandbox, and a pause needs no inspect before it; the state is never reused.
         self._seen: dict[str, SandboxInfo] = {}
 
     # Engine connection ---------------------------------------------------------------
@@ -453,7 +452,6 @@ class DockerBackend(Backend):
         except RemoteError:
             self._remove_container(container_id)
             raise
-        self._verified.add(container_id)
         return self.get(container_id)
 
     def _create_container(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
@@ -500,7 +498,6 @@ class DockerBackend(Backend):
             except RemoteError as exc:
                 if exc.kind == ErrorKind.NOT_FOUND:
                     self._seen.pop(sandbox_id, None)
-                    self._verified.discard(sandbox_id)
                 if exc.kind != ErrorKind.CONFLICT:
                     raise
                 # Already paused, or not running: look, then do what its state needs.
@@ -520,17 +517,7 @@ class DockerBackend(Backend):
         return info
 
     def get(self, sandbox_id: str) -> SandboxInfo:
-        attrs = self._inspect_sandbox(sandbox_id)
-        labels = attrs["Config"].get("Labels") or {}
-        info = SandboxInfo(
-            sandbox_id=attrs["Id"],
-            state=_STATES.get(attrs["State"]["Status"], SandboxState.GONE),
-            template_id=labels.get(LABEL_TEMPLATE, ""),
-            metadata=metadata_from_labels(labels),
-            started_at=_parse_time(attrs.get("Created")),
-        )
-        self._seen[info.sandbox_id] = info
-        return info
+        return self._inspect_sandbox(sandbox_id)
 
     def list(self, query: ListQuery) -> Page:
         if query.limit <= 0:
@@ -571,15 +558,14 @@ class DockerBackend(Backend):
 
     def delete(self, sandbox_id: str) -> None:
         try:
-            attrs = self._inspect_sandbox(sandbox_id)
+            info = self._inspect_sandbox(sandbox_id)
         except RemoteError as exc:
             if exc.kind == ErrorKind.NOT_FOUND:
                 return
             raise
-        self._remove_container(attrs["Id"])
+        self._remove_container(info.sandbox_id)
 
     def _remove_container(self, container_id: str) -> None:
-        self._verified.discard(container_id)
         self._seen.pop(container_id, None)
         try:
             with _engine_call(f"deleting sandbox {container_id}"):
@@ -589,7 +575,8 @@ class DockerBackend(Backend):
             if exc.kind not in (ErrorKind.NOT_FOUND, ErrorKind.CONFLICT):
                 raise
 
-    def _inspect_sandbox(self, sandbox_id: str) -> dict[str, Any]:
+    def _inspect_sandbox(self, sandbox_id: str) -> SandboxInfo:
+        """Inspect a console sandbox (not_found for any other container) and remember it."""
         if not _SANDBOX_ID.match(sandbox_id or ""):
             raise RemoteError(ErrorKind.INVALID, f"malformed sandbox id {sandbox_id!r}")
         with _engine_call(f"sandbox {sandbox_id}"):
@@ -597,14 +584,21 @@ class DockerBackend(Backend):
         labels = attrs["Config"].get("Labels") or {}
         if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_KIND) != KIND_SANDBOX:
             raise RemoteError(ErrorKind.NOT_FOUND, f"sandbox {sandbox_id}: no such sandbox")
-        self._verified.add(attrs["Id"])
-        return attrs
+        info = SandboxInfo(
+            sandbox_id=attrs["Id"],
+            state=_STATES.get(attrs["State"]["Status"], SandboxState.GONE),
+            template_id=labels.get(LABEL_TEMPLATE, ""),
+            metadata=metadata_from_labels(labels),
+            started_at=_parse_time(attrs.get("Created")),
+        )
+        self._seen[info.sandbox_id] = info
+        return info
 
     def _container_id(self, sandbox_id: str) -> str:
         """The full id of a console sandbox, inspecting only the first time it is seen."""
-        if sandbox_id in self._verified:
+        if sandbox_id in self._seen:
             return sandbox_id
-        return str(self._inspect_sandbox(sandbox_id)["Id"])
+        return self._inspect_sandbox(sandbox_id).sandbox_id
 
     # Images, networks, volumes -------------------------------------------------------
 

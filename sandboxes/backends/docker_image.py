@@ -24,6 +24,8 @@ from pathlib import Path
 import docker
 import docker.errors
 
+from .base import SANDBOX_UID
+
 log = logging.getLogger(__name__)
 
 DEFAULT_BASE_IMAGE = "sandbox-console/base:latest"
@@ -55,7 +57,6 @@ BASE_PACKAGES: tuple[str, ...] = (
 # Marks which recipe built an image, so a changed recipe rebuilds the base image by itself.
 LABEL_RECIPE = "console.base.recipe"
 
-SANDBOX_UID = 1000
 MERGED_USR_HOOKS = "/usr/share/mmdebstrap/hooks/merged-usr"
 BUILD_TIMEOUT_S = 1800
 

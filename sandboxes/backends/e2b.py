@@ -48,7 +48,9 @@ from urllib.parse import quote, urlencode
 import httpx
 
 from .base import (
+    SANDBOX_UID,
     SNAPSHOT_PREFIX,
+    WORKSPACE,
     Backend,
     BackendConfig,
     ErrorKind,
@@ -94,8 +96,6 @@ DEFAULT_SANDBOX_TTL_S = 300
 STDIN_CHUNK = 256 * 1024
 KEEPALIVE_INTERVAL_S = 50
 EXEC_PID_DIR = "/tmp"  # noqa: S108 - a path inside the sandbox, not on the host
-WORKSPACE = "/workspace"
-SANDBOX_UID = 1000
 # Workspace names: E2B volume names are [a-zA-Z0-9_-]+ (e2b-dev/infra
 # packages/api/internal/handlers/volume_create.go), and Cube uses the name as one directory
 # under the host root, so nothing that could leave it (/, ..) may pass.
