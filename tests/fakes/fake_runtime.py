@@ -476,8 +476,13 @@ class DockerRuntime:
         return host_pid, _namespaced_pid(host_pid)
 
     def wait_exit(self, handle: ExecHandle) -> int:
+        """The exec's exit code; -1 when it cannot be known (still running after 4 s, or gone
+        with its container: a kill removes the container while a process's pump still reads)."""
         for _ in range(200):
-            info = self.api.exec_inspect(handle.exec_id)
+            try:
+                info = self.api.exec_inspect(handle.exec_id)
+            except NotFound:
+                return -1
             if not info.get("Running") and info.get("ExitCode") is not None:
                 return int(info["ExitCode"])
             time.sleep(0.02)
