@@ -93,6 +93,18 @@ DATABASES = {
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Web requests, jobs, the scheduler and the session store (sandboxes.store_db) write from
+    # several threads at once: wait for the write lock rather than fail ("database is
+    # locked"), take it at BEGIN so a transaction never has to upgrade (which fails at once
+    # under contention), and let readers run beside the writer (WAL).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": int(os.environ.get("SQLITE_BUSY_TIMEOUT_S", 30)),
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+        }
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
