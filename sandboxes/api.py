@@ -18,7 +18,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.core.exceptions import ObjectDoesNotExist
+from django.db import IntegrityError, transaction
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -29,7 +30,7 @@ from console.services import Actor, ServiceError, record_audit
 from .backends.base import ErrorKind, ExecRequest, RemoteError
 from .commands import kill_command, read_output, send_input, start_command
 from .models import ApiToken, Artifact, BackgroundCommand, Session
-from .runtime import Resolved, Runtime, get_or_create_session
+from .runtime import GONE_KINDS, Resolved, Runtime, SessionDeleted, get_or_create_session
 from .workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
 TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
@@ -190,13 +191,31 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
             except ServiceError as exc:
                 first_field = next(iter(exc.field_errors), None)
                 return ApiError(400, "invalid", exc.message, field=first_field).response()
+            except SessionDeleted:
+                return session_deleted(kwargs.get("key", "")).response()
             except RemoteError as exc:
+                if exc.kind in GONE_KINDS and was_deleted(space_id, kwargs.get("key")):
+                    return session_deleted(kwargs["key"]).response()
                 return remote_error(exc).response()
+            except (ObjectDoesNotExist, IntegrityError):
+                # A row of the session (or the session) vanished under the call: a delete won.
+                if was_deleted(space_id, kwargs.get("key")):
+                    return session_deleted(kwargs["key"]).response()
+                raise
 
         view.api_methods = methods  # type: ignore[attr-defined]  # read by the OpenAPI test
         return view
 
     return decorate
+
+
+def was_deleted(space_id: Any, key: str | None) -> bool:
+    """Whether the call's session is gone now (a DELETE raced the call)."""
+    return bool(key) and not Session.objects.filter(space_id=space_id, key=key).exists()
+
+
+def session_deleted(key: str) -> ApiError:
+    return ApiError(404, "not_found", f"No session {key!r} in this space (it was deleted).")
 
 
 def actor(request: HttpRequest) -> Actor:
