@@ -188,9 +188,15 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # Periodic tasks, run by Celery beat (REDIS_URL set) or by a thread of the server.
 RUN_SCHEDULER = env_bool("RUN_SCHEDULER", True)
 REAPER_GRACE_S = int(os.environ.get("REAPER_GRACE_S", 300))
+# Finished reaper and idle-sweep jobs (failed ones too) are deleted after this long.
+HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S", 86400))
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
     "reaper": {"function": "sandboxes.reaper.start_reaper_pass", "celery_task": "sandboxes.reaper_pass", "every_s": 60},
-    "idle-sweep": {"function": "sandboxes.reaper.idle_sweep", "celery_task": "sandboxes.idle_sweep", "every_s": 60},
+    "idle-sweep": {
+        "function": "sandboxes.reaper.start_idle_sweep",
+        "celery_task": "sandboxes.idle_sweep",
+        "every_s": 60,
+    },
 }
 CELERY_BEAT_SCHEDULE = {
     name: {"task": spec["celery_task"], "schedule": float(spec["every_s"])}  # type: ignore[arg-type]
