@@ -185,11 +185,10 @@ class _Pass:
         self, held: HeldLock, space: str, key: str, bkey: str, stale: Binding | None, infos: list[SandboxInfo]
     ) -> str | None:
         """Bind the session's oldest sandbox to it (its own start time kept)."""
-        candidates = infos
-        if len(candidates) > 1:
-            # Listings may round creation times (Docker: to the second); ask each for its own.
-            precise = [self._get_or_none(i.sandbox_id) for i in candidates]
-            candidates = [i for i in precise if i is not None and i.state != SandboxState.GONE]
+        # Listings may round creation times (Docker: to the second); ask each for its own
+        # (claims are rare: a store that came back empty, a create cut before its bind).
+        precise = [self._get_or_none(i.sandbox_id) for i in infos]
+        candidates = [i for i in precise if i is not None and i.state != SandboxState.GONE]
         if not candidates:
             return None
         candidates.sort(key=lambda s: (s.started_at is None, s.started_at or self.now))
