@@ -669,6 +669,12 @@ PREPARE_WORKSPACE = ExecRequest(
 )
 
 
+def mark_config_stale(space: Space, config: SandboxConfig) -> int:
+    """Declare stale the sessions that start from this config's image (its skill image
+    changed); sessions on the space's other configs keep their sandboxes. Returns how many."""
+    return Session.objects.filter(space=space, config=config).update(stale_at=timezone.now())
+
+
 def mark_space_stale(space: Space) -> int:
-    """Declare every session of the space stale (e.g. a new skill image); returns how many."""
+    """Declare every session of the space stale, whatever its config; returns how many."""
     return Session.objects.filter(space=space).update(stale_at=timezone.now())

@@ -276,3 +276,31 @@ def test_calls_racing_a_session_delete_answer_404_or_409_never_500(
     assert len(statuses) == 16
     assert set(statuses) <= {201, 204, 404, 409}, statuses
     assert statuses.count(204) == 4
+
+
+# --- Staleness follows the image that changed ------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_new_skill_image_marks_only_the_sessions_of_its_config(world: World, config: SandboxConfig) -> None:
+    from sandboxes.runtime import config_fingerprint
+    from sandboxes.services import do_clear_session_image, do_set_session_image
+
+    other = make_config(world.space_a, name="other", default_template=config.default_template)
+    on_image = get_or_create_session(world.space_a, "s-on-image", config=config)
+    elsewhere = get_or_create_session(world.space_a, "s-elsewhere", config=other)
+    do_set_session_image(
+        world.space_a,
+        config,
+        snapshot_id="snap-new",
+        fingerprint=config_fingerprint(config),
+        label="skills",
+        actor=Actor(user=world.alice),
+    )
+    on_image.refresh_from_db()
+    elsewhere.refresh_from_db()
+    assert on_image.stale_at is not None
+    assert elsewhere.stale_at is None  # its sessions never start from that image
+    do_clear_session_image(world.space_a, config, actor=Actor(user=world.alice))
+    elsewhere.refresh_from_db()
+    assert elsewhere.stale_at is None
