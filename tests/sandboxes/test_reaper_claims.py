@@ -26,7 +26,7 @@ from tests.conftest import REDIS_URL
 from tests.personas import World
 
 from .test_reaper import exists, plant_orphan
-from .test_runtime import sandboxes_of
+from .test_runtime import RedisServer, own_redis, sandboxes_of  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.docker]
 
@@ -217,3 +217,79 @@ def test_the_idle_sweep_idles_under_the_sessions_lock(world: World, config: Sand
         assert idle_sweep(runtime) == 0  # a resolve (or delete) holds the session: not now
     assert backend_for(config).get(resolved.sandbox.sandbox_id).state == SandboxState.RUNNING
     assert idle_sweep(runtime) == 1
+
+
+# --- Restarts and an emptied store ------------------------------------------------------------
+
+
+def _first_console_process(space_id: str, out: Any) -> None:
+    """A console process of the embedded mode: resolves two sessions, pauses one, exits."""
+    connections.close_all()  # never share the parent's database sockets
+    from django.conf import settings
+
+    from console.models import Space
+    from sandboxes import binding
+
+    settings.REDIS_URL = ""
+    binding.set_store(None)  # what settings choose when REDIS_URL is unset
+    space = Space.objects.get(pk=space_id)
+    runtime = Runtime()
+    kept = runtime.resolve(space, "restart-running")
+    paused = runtime.resolve(space, "restart-paused")
+    runtime.pause(paused.session, actor=SYSTEM)
+    out.put((runtime.store.name, kept.sandbox.sandbox_id, paused.sandbox.sandbox_id))
+    connections.close_all()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_restart_of_the_embedded_console_loses_no_session(world: World, config: SandboxConfig, settings: Any) -> None:
+    import multiprocessing
+
+    from sandboxes import binding
+
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    connections.close_all()
+    child = context.Process(target=_first_console_process, args=(str(world.space_a.id), out))
+    child.start()
+    store_name, running_id, paused_id = out.get(timeout=120)
+    child.join(timeout=30)
+    assert store_name == "database"
+
+    # The console starts again: a new process, the store its settings choose.
+    settings.REDIS_URL = ""
+    binding.set_store(None)
+    try:
+        reports = reap_all(grace=timedelta(0))  # the first pass, past the grace
+        assert reports[0].deleted == []
+        runtime = Runtime()
+        again = runtime.resolve(world.space_a, "restart-running")
+        back = runtime.resolve(world.space_a, "restart-paused")
+    finally:
+        binding.set_store(None)
+    assert (again.action, again.sandbox.sandbox_id) == ("bound", running_id)
+    assert (back.action, back.sandbox.sandbox_id) == ("bound", paused_id)
+
+
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_redis_flushed_then_a_reaper_pass_claims_every_live_sandbox(
+    world: World,
+    config: SandboxConfig,
+    own_redis: RedisServer,  # noqa: F811
+) -> None:
+    import redis
+
+    store = RedisSessionStore(own_redis.url)
+    runtime = Runtime(store)
+    ids = {key: runtime.resolve(world.space_a, key).sandbox.sandbox_id for key in ("flush-1", "flush-2", "flush-3")}
+    redis.Redis.from_url(own_redis.url).flushdb()
+
+    report = reap_all(store, grace=timedelta(0))[0]
+
+    assert sorted(report.claimed) == sorted(ids.values())
+    assert report.deleted == []
+    for key, sandbox_id in ids.items():
+        resolved = runtime.resolve(world.space_a, key)
+        assert (resolved.action, resolved.sandbox.sandbox_id) == ("bound", sandbox_id)
