@@ -449,13 +449,18 @@ def lifecycle_lock(
 
 
 def _renew_until(held: HeldLock, stop: threading.Event) -> None:
-    while not stop.wait(held.ttl_ms / 3000):
-        try:
-            if not held.renew():
-                return
-        except RemoteError:
-            held.is_lost()  # marks the lock lost once a whole lease passed without renewal
-            continue
+    try:
+        while not stop.wait(held.ttl_ms / 3000):
+            try:
+                if not held.renew():
+                    return
+            except RemoteError:
+                held.is_lost()  # marks the lock lost once a whole lease passed without renewal
+                continue
+    finally:
+        from django.db import connections
+
+        connections.close_all()  # this thread's own (the database store's renewals)
 
 
 # --- The store this process uses ----------------------------------------------------------
