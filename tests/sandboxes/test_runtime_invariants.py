@@ -304,3 +304,91 @@ def test_a_new_skill_image_marks_only_the_sessions_of_its_config(world: World, c
     do_clear_session_image(world.space_a, config, actor=Actor(user=world.alice))
     elsewhere.refresh_from_db()
     assert elsewhere.stale_at is None
+
+
+# --- Many writers at once (SQLite: "database is locked") ---------------------------------------
+
+
+def test_concurrent_agent_calls_never_fail_on_a_locked_database(world: World, db_store: SessionStore) -> None:
+    """Session creates (a transaction with its audit row), turn leases, token bookkeeping and
+    transactions that read before they write (a skill image recorded) from many threads at
+    once: every call answers, none with "database is locked"."""
+    from sandboxes.runtime import config_fingerprint
+    from sandboxes.services import do_set_session_image
+
+    writers = make_config(world.space_a, name="writers", default_template="unused", is_default=True)
+    _, token = do_create_api_token(world.space_a, name="writers", actor=Actor(user=world.alice))
+    headers = {"Authorization": f"Bearer {token}"}
+    base = f"/api/v1/spaces/{world.space_a.id}/sessions"
+    statuses: list[int] = []
+    barrier = threading.Barrier(24)
+
+    errors: list[str] = []
+
+    def record_images(i: int) -> None:
+        try:
+            barrier.wait()
+            for round_ in range(5):
+                do_set_session_image(
+                    world.space_a,
+                    writers,
+                    snapshot_id=f"snap-{i}-{round_}",
+                    fingerprint=config_fingerprint(writers),
+                    label="race",
+                    actor=Actor(user=world.alice),
+                )
+        except Exception as exc:
+            errors.append(f"{exc.__class__.__name__}: {exc}")
+        finally:
+            connections.close_all()
+
+    def call(i: int) -> None:
+        client = Client(raise_request_exception=False)
+        try:
+            barrier.wait()
+            for round_ in range(5):
+                key = f"writer-{i}-{round_}" if round_ % 2 else "writer-shared"
+                for suffix in ("turns/begin", "turns/end"):
+                    response = client.post(
+                        f"{base}/{key}/{suffix}", "", content_type="application/json", headers=headers
+                    )
+                    statuses.append(response.status_code)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(16)]
+    threads += [threading.Thread(target=record_images, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    assert statuses == [200] * 160, sorted(set(statuses))
+    assert Session.objects.filter(space=world.space_a, key__startswith="writer-").count() == 1 + 16 * 2
+
+
+@pytest.mark.slow
+def test_the_runtime_races_hold_on_sqlite_too(tmp_path: Any) -> None:
+    """The races above in a child run on SQLite, the embedded default's database."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        pytest.skip("this run is the SQLite run")
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'console.sqlite3'}"}
+    child = subprocess.run(
+        [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k", "racing or locked"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    tail = (child.stdout + child.stderr)[-3000:]
+    assert child.returncode == 0, tail
+    assert "2 passed" in tail, tail
