@@ -317,7 +317,8 @@ def _idle_candidates(now: datetime) -> Any:
     """Running sessions with nothing going on in them: no background command running, no
     exec in flight (counted by Runtime.exec, trusted until its deadline), no open terminal."""
     running_command = BackgroundCommand.objects.filter(session=OuterRef("pk"), status=CommandStatus.RUNNING)
-    open_terminal = Terminal.objects.filter(session=OuterRef("pk"), closed__isnull=True)
+    # Opened and not closed: a ticket never redeemed holds no shell.
+    open_terminal = Terminal.objects.filter(session=OuterRef("pk"), opened__isnull=False, closed__isnull=True)
     exec_in_flight = Q(execs_in_flight__gt=0, exec_deadline__gt=now)
     return (
         Session.objects.filter(state=SessionState.RUNNING, last_activity__isnull=False)
