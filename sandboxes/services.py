@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -297,34 +297,13 @@ def do_delete_config(config: SandboxConfig, *, actor: Actor) -> None:
 
 
 # --- Templates ---------------------------------------------------------------------------
-
-
-def do_delete_template(config: SandboxConfig, template_id: str, *, actor: Actor) -> None:
-    """Delete a template (refused by the backend while sandboxes use it)."""
-    _delete_catalog_item(config, template_id, "template", actor=actor)
-
-
-def do_delete_snapshot(config: SandboxConfig, snapshot_id: str, *, actor: Actor) -> None:
-    _delete_catalog_item(config, snapshot_id, "snapshot", actor=actor)
-
-
-def _delete_catalog_item(config: SandboxConfig, item_id: str, what: str, *, actor: Actor) -> None:
-    with open_backend(config) as backend:
-        capability = backend.templates() if what == "template" else backend.snapshots()
-        if capability is None:
-            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} {what}s cannot be deleted from the console")
-        capability.delete(item_id)
-    record_audit(
-        actor,
-        f"{what}.delete",
-        space=config.space,
-        target_type=what,
-        target_id=item_id,
-        details={"config": str(config.id)},
-    )
+# Listing and deleting are scoped to the space in sandboxes.catalog.
 
 
 def build_template(config: SandboxConfig, spec: TemplateBuildSpec) -> str:
+    """Build a template of the config's space: it carries the space's labels, so only that
+    space sees it (sandboxes.catalog)."""
+    spec = replace(spec, labels={**spec.labels, **console_metadata(config)})
     with open_backend(config) as backend:
         templates = backend.templates()
         if templates is None:

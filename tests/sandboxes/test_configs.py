@@ -12,6 +12,7 @@ from console.crypto import decrypt
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, NetworkPolicy
 from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
+from sandboxes.catalog import owner_labels
 from sandboxes.models import SandboxConfig
 from sandboxes.services import console_metadata, open_backend
 from tests.factories import make_config
@@ -341,7 +342,9 @@ def test_snapshots_are_listed_apart_and_never_offered_as_templates(
     with open_backend(docker_config) as backend:
         snapshots = backend.snapshots()
         assert snapshots is not None
-        snapshot = snapshots.create(live_sandbox, name="pytest", labels={"test-run": test_run_id})
+        # Labelled with the space as the console labels its own snapshots (sandboxes.catalog).
+        labels = {**owner_labels(docker_config), "test-run": test_run_id}
+        snapshot = snapshots.create(live_sandbox, name="pytest", labels=labels)
     client = world.client_for("alice")
     page = client.get(reverse("sandboxes:template_list", args=[docker_config.id]))
     templates_html = page.content.decode().split('id="snapshots"')[0]
