@@ -71,7 +71,7 @@ from .binding import (
     turn_key,
 )
 from .models import SandboxConfig, Session, SessionImage, SessionState
-from .services import backend_config_for, network_spec_for
+from .services import account_identity, backend_config_for, network_spec_for
 
 GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
 ACTIVITY_WRITE_INTERVAL = timedelta(seconds=30)
@@ -79,13 +79,13 @@ HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 
 # --- Backends, cached per config --------------------------------------------------------
 
-_backends: dict[tuple[str, datetime], Backend] = {}
+_backends: dict[tuple[str, datetime, datetime], Backend] = {}
 _backends_lock = threading.Lock()
 
 
 def backend_for(config: SandboxConfig) -> Backend:
-    """A long-lived backend per config version (connection pools are reused across calls)."""
-    key = (str(config.pk), config.updated)
+    """A long-lived backend per config and platform backend version (pools are reused)."""
+    key = (str(config.pk), config.updated, config.backend.updated)
     with _backends_lock:
         backend = _backends.get(key)
         if backend is None:
@@ -101,7 +101,7 @@ def backend_for(config: SandboxConfig) -> Backend:
 
 def config_fingerprint(config: SandboxConfig) -> str:
     """SHA-256 over provider, endpoint and credential: which backend account holds a snapshot."""
-    material = "\n".join([config.kind, config.endpoint, config.domain, decrypt(config.api_key_encrypted)])
+    material = "\n".join(account_identity(config))  # the platform backend's, or the space's own key
     return hashlib.sha256(material.encode()).hexdigest()
 
 

@@ -56,7 +56,7 @@ from .workspace import collect_artifacts, list_files, read_file, stage_input
 
 def get_config_for_user(user: Any, config_id: Any, role: Role = Role.VIEWER) -> SandboxConfig:
     """A config of a space the user holds `role` in (404 for outsiders, 403 for low roles)."""
-    config = get_object_or_404(SandboxConfig.objects.select_related("space"), pk=config_id)
+    config = get_object_or_404(SandboxConfig.objects.select_related("space", "backend"), pk=config_id)
     get_space_for_user(user, config.space_id, role)
     return config
 
@@ -77,12 +77,17 @@ def template_ids(config: SandboxConfig) -> list[str] | None:
 @login_required
 def config_list(request: HttpRequest) -> HttpResponse:
     spaces = spaces_for_user(request.user).order_by("name")
-    configs = SandboxConfig.objects.filter(space__in=spaces).select_related("space").order_by("space__name", "name")
+    configs = (
+        SandboxConfig.objects.filter(space__in=spaces)
+        .select_related("space", "backend")
+        .order_by("space__name", "name")
+    )
     admin_space_ids = set(spaces_for_user(request.user, Role.ADMIN).values_list("id", flat=True))
     context = {
         "configs": configs,
         "spaces": spaces,
         "admin_space_ids": admin_space_ids,
+        "is_platform_admin": is_platform_admin(request.user),
         "section": "sandboxes",
     }
     return render(request, "sandboxes/config_list.html", context)
@@ -92,7 +97,11 @@ def config_list(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def config_create(request: HttpRequest, space_id: str) -> HttpResponse:
     space = get_space_for_user(request.user, space_id, Role.ADMIN)
-    form = SandboxConfigForm(request.POST or None, initial={"default_template": "sandbox-console/base:latest"})
+    form = SandboxConfigForm(
+        request.POST or None, space=space, initial={"default_template": "sandbox-console/base:latest"}
+    )
+    if not form.fields["backend"].queryset.exists():  # type: ignore[attr-defined]
+        messages.warning(request, "No backend is granted to this space yet: ask a platform admin for one.")
     if request.method == "POST" and form.is_valid():
         try:
             config = do_create_config(
@@ -121,6 +130,7 @@ def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
         "config": config,
         "space": config.space,
         "is_admin": has_role(request.user, config.space, Role.ADMIN),
+        "is_platform_admin": is_platform_admin(request.user),
         "capabilities": capabilities,
         "unsupported": (
             unsupported_policy_switches(policy, capabilities.network) if capabilities.network is not None else []
@@ -137,7 +147,9 @@ def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def config_edit(request: HttpRequest, config_id: str) -> HttpResponse:
     config = get_config_for_user(request.user, config_id, Role.ADMIN)
-    form = SandboxConfigForm(request.POST or None, instance=config, template_choices=template_ids(config))
+    form = SandboxConfigForm(
+        request.POST or None, instance=config, space=config.space, template_choices=template_ids(config)
+    )
     if request.method == "POST" and form.is_valid():
         try:
             do_update_config(
@@ -407,7 +419,7 @@ def capability_row(config: SandboxConfig) -> CapabilityRow:
 
 @login_required
 def capability_matrix(request: HttpRequest) -> HttpResponse:
-    configs = SandboxConfig.objects.filter(space__in=spaces_for_user(request.user)).select_related("space")
+    configs = SandboxConfig.objects.filter(space__in=spaces_for_user(request.user)).select_related("space", "backend")
     rows = [capability_row(config) for config in configs.order_by("space__name", "name")]
     context = {
         "rows": rows,
