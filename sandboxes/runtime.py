@@ -70,7 +70,7 @@ from .binding import (
     now_iso,
     turn_key,
 )
-from .models import SandboxConfig, Session, SessionImage, SessionState
+from .models import PlatformBackend, SandboxConfig, Session, SessionImage, SessionState
 from .services import account_identity, backend_config_for, network_spec_for
 
 GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
@@ -151,7 +151,7 @@ def check_session_key(key: str) -> None:
 
 
 class _CompiledSessionQuery:
-    """`Session.objects.select_related("config").get(space=..., key=...)`, compiled once per thread.
+    """`Session.objects.select_related("config__backend").get(space=..., key=...)`, compiled once per thread.
 
     Django compiles a queryset to SQL each time it runs; on the warm resolve path that compilation
     cost more than the query's round trip (bench/session_resolve.py). The SQL never changes, so
@@ -166,7 +166,12 @@ class _CompiledSessionQuery:
         self.alias = alias
         self.session_fields = [f.attname for f in Session._meta.concrete_fields]
         self.config_fields = [f.attname for f in SandboxConfig._meta.concrete_fields]
-        columns = [*self.session_fields, *(f"config__{name}" for name in self.config_fields)]
+        self.backend_fields = [f.attname for f in PlatformBackend._meta.concrete_fields]
+        columns = [
+            *self.session_fields,
+            *(f"config__{name}" for name in self.config_fields),
+            *(f"config__backend__{name}" for name in self.backend_fields),
+        ]
         # No ORDER BY: (space, key) is unique, and the model's default ordering would sort.
         query = Session.objects.filter(space_id=self._SENTINEL_SPACE, key=self._SENTINEL_KEY).order_by()
         self.compiler: SQLCompiler = query.values_list(*columns).query.get_compiler(alias)
@@ -193,7 +198,9 @@ class _CompiledSessionQuery:
         if self.converters:
             row = next(iter(self.compiler.apply_converters([row], self.converters)))
         session = Session.from_db(self.alias, self.session_fields, row[:split])
-        session.config = SandboxConfig.from_db(self.alias, self.config_fields, row[split:])
+        backend_at = split + len(self.config_fields)
+        session.config = SandboxConfig.from_db(self.alias, self.config_fields, row[split:backend_at])
+        session.config.backend = PlatformBackend.from_db(self.alias, self.backend_fields, row[backend_at:])
         return session
 
 
@@ -231,7 +238,7 @@ def get_or_create_session(
             )
     except IntegrityError:
         pass  # another process created it first
-    return Session.objects.select_related("config", "space").get(space=space, key=key)
+    return Session.objects.select_related("config__backend", "space").get(space=space, key=key)
 
 
 @dataclass(frozen=True)

@@ -489,7 +489,7 @@ def token_revoke(request: HttpRequest, space_id: str, token_id: str) -> HttpResp
 
 
 def get_session_for_user(user: Any, session_id: Any, role: Role = Role.VIEWER) -> Session:
-    session = get_object_or_404(Session.objects.select_related("space", "config"), pk=session_id)
+    session = get_object_or_404(Session.objects.select_related("space", "config__backend"), pk=session_id)
     get_space_for_user(user, session.space_id, role)
     return session
 
@@ -500,7 +500,7 @@ SESSION_STATE_FILTERS = [("running", "Running"), ("paused", "Paused"), ("stopped
 @login_required
 def session_list(request: HttpRequest) -> HttpResponse:
     spaces = spaces_for_user(request.user)
-    sessions = Session.objects.filter(space__in=spaces).select_related("space", "config")
+    sessions = Session.objects.filter(space__in=spaces).select_related("space", "config__backend")
     space_filter = request.GET.get("space", "")
     if space_filter:
         space = get_space_for_user(request.user, space_filter)
