@@ -15,14 +15,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.urls import reverse
 
 from console.services import Actor
-from sandboxes.backends.base import NetworkSpec, RemoteError, SandboxSpec, TemplateBuildSpec
-from sandboxes.catalog import owner_labels
-from sandboxes.models import SandboxConfig, SessionImage
+from sandboxes.backends.base import (
+    META_INSTALLATION,
+    META_SPACE,
+    NetworkSpec,
+    RemoteError,
+    SandboxSpec,
+    TemplateBuildSpec,
+)
+from sandboxes.catalog import load_catalog, owner_labels
+from sandboxes.models import SandboxConfig, Session, SessionImage
 from sandboxes.runtime import config_fingerprint, effective_template
 from sandboxes.services import build_template, do_set_session_image, open_backend
+from skills.images import take_snapshot
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import make_config
 from tests.personas import World
@@ -205,3 +214,44 @@ def test_a_snapshot_in_use_says_by_what_and_a_forced_delete_really_falls_back(wo
     page = alice.get(reverse("skills:image_detail", args=[world.space_a.id]) + f"?config={config.id}").content.decode()
     assert "deleted by a platform admin" in page
     assert config.default_template in page
+
+
+def test_a_snapshot_a_live_session_runs_from_cannot_be_deleted(world: World, engine: Engine) -> None:
+    Session.objects.create(
+        space=world.space_a, config=engine.config_a, key="busy", template_id=engine.snap_a_spare, sandbox_id="abc"
+    )
+    url = reverse("sandboxes:snapshot_delete", args=[engine.config_a.id])
+    response = world.client_for("alice").post(url, {"id": engine.snap_a_spare}, follow=True)
+    assert "is still used by live session busy" in response.content.decode()
+    assert engine.snap_a_spare in _on_engine(engine.config_a)[0]
+
+
+def test_skill_image_snapshots_carry_the_installation_and_the_space(
+    world: World, engine: Engine, docker_base_image: str, test_run_id: str
+) -> None:
+    config = engine.config_b
+    image = SkillImage.objects.create(space=world.space_b, config=config, generation=7)
+    with open_backend(config) as backend:
+        sandbox = backend.create(
+            SandboxSpec(
+                template_id=docker_base_image,
+                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                metadata={"test-run": test_run_id},
+            )
+        ).sandbox_id
+        try:
+            snapshot_id = take_snapshot(backend, sandbox, config, image)
+        finally:
+            backend.delete(sandbox)
+    try:
+        listed_b = load_catalog(config).snapshots
+        assert snapshot_id in {s.snapshot_id for s in listed_b}
+        assert snapshot_id not in {s.snapshot_id for s in load_catalog(engine.config_a).snapshots}
+        labels = next(s.labels for s in listed_b if s.snapshot_id == snapshot_id)
+        assert labels[META_SPACE] == str(world.space_b.id)
+        assert labels[META_INSTALLATION] == settings.CONSOLE_INSTALLATION_ID
+    finally:
+        with open_backend(config) as backend:
+            snapshots = backend.snapshots()
+            assert snapshots is not None
+            snapshots.delete(snapshot_id)
