@@ -311,8 +311,15 @@ class TemplateBuildForm(forms.Form):
         help_text="Shell script run as root in a build sandbox without network, then frozen.",
     )
 
-    def __init__(self, *args: Any, template_choices: list[str], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, template_choices: list[str], offer_platform: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if offer_platform:
+            self.fields["platform_template"] = forms.BooleanField(
+                required=False,
+                label="Platform template",
+                help_text="Offered to every space granted this backend; only platform admins can delete it. "
+                "Unticked: a template of this space only.",
+            )
         self.fields["base_template_id"].choices = [("", "—")] + [  # type: ignore[attr-defined]
             (t, t) for t in template_choices if not is_snapshot_id(t)
         ]

@@ -361,10 +361,12 @@ def do_delete_config(config: SandboxConfig, *, actor: Actor) -> None:
 # Listing and deleting are scoped to the space in sandboxes.catalog.
 
 
-def build_template(config: SandboxConfig, spec: TemplateBuildSpec) -> str:
+def build_template(config: SandboxConfig, spec: TemplateBuildSpec, *, platform: bool = False) -> str:
     """Build a template of the config's space: it carries the space's labels, so only that
-    space sees it (sandboxes.catalog)."""
-    spec = replace(spec, labels={**spec.labels, **console_metadata(config)})
+    space sees it (sandboxes.catalog). A platform template (`platform`, started by platform
+    admins only) carries none and is offered to every space."""
+    if not platform:
+        spec = replace(spec, labels={**spec.labels, **console_metadata(config)})
     with open_backend(config) as backend:
         templates = backend.templates()
         if templates is None:

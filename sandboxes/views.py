@@ -265,7 +265,9 @@ def template_build(request: HttpRequest, config_id: str) -> HttpResponse:
     if choices is None:
         messages.error(request, "This backend's templates cannot be listed or built from the console right now.")
         return redirect("sandboxes:template_list", config_id=config.id)
-    form = TemplateBuildForm(request.POST or None, template_choices=choices)
+    form = TemplateBuildForm(
+        request.POST or None, template_choices=choices, offer_platform=is_platform_admin(request.user)
+    )
     if request.method == "POST" and form.is_valid():
         job = start_job(
             "sandboxes.build_template",
@@ -278,6 +280,8 @@ def template_build(request: HttpRequest, config_id: str) -> HttpResponse:
                 "debian_packages": form.cleaned_data["debian_packages"],
                 "base_template_id": form.cleaned_data["base_template_id"],
                 "script": form.cleaned_data["script"],
+                # Only a platform admin's form has the field: anyone else's build is the space's own.
+                "platform_template": bool(form.cleaned_data.get("platform_template")),
             },
         )
         return redirect(job)

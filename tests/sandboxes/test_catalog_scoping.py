@@ -18,6 +18,7 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
+from console.models import AdminJob
 from console.services import Actor
 from sandboxes.backends.base import (
     META_INSTALLATION,
@@ -255,3 +256,16 @@ def test_skill_image_snapshots_carry_the_installation_and_the_space(
             snapshots = backend.snapshots()
             assert snapshots is not None
             snapshots.delete(snapshot_id)
+
+
+def test_only_platform_admins_build_platform_templates(world: World, engine: Engine) -> None:
+    url = reverse("sandboxes:template_build", args=[engine.config_a.id])
+    data = {"name": "forged", "base_template_id": engine.config_a.default_template, "script": "true"}
+    alice = world.client_for("alice")
+    assert "platform_template" not in alice.get(url).context["form"].fields
+    assert alice.post(url, {**data, "platform_template": "on"}).status_code == 302
+    assert AdminJob.objects.get(params__name="forged").params["platform_template"] is False
+    root = world.client_for("root")
+    assert "platform_template" in root.get(url).context["form"].fields
+    assert root.post(url, {**data, "name": "shared", "platform_template": "on"}).status_code == 302
+    assert AdminJob.objects.get(params__name="shared").params["platform_template"] is True
