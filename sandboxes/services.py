@@ -200,6 +200,25 @@ def _check_template_choice(template_id: str) -> None:
         )
 
 
+def _check_template_visible(config: SandboxConfig) -> None:
+    """Another tenant's template (on a shared engine) is no choice for this space's config.
+    Unlisted or unreachable: left to the connection test, as before."""
+    from .catalog import template_owner
+
+    try:
+        with open_backend(config) as backend:
+            templates = backend.templates()
+            listed = templates.list() if templates is not None else []
+    except RemoteError:
+        return
+    found = next((t for t in listed if t.template_id == config.default_template), None)
+    if found is not None and template_owner(found, config.space) is None:
+        raise ServiceError(
+            "That template is not offered to this space.",
+            field_errors={"default_template": ["not a template of the platform or of this space"]},
+        )
+
+
 def _apply_api_key(config: SandboxConfig, api_key: str | None) -> bool:
     """Set the key unless the form sent back the redaction placeholder. True if it changed."""
     if api_key is None or api_key == REDACTED:
@@ -249,6 +268,7 @@ def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor:
     _check_backend_choice(space, data["backend"], data, api_key)
     config = SandboxConfig(space=space, **{k: data[k] for k in CONFIG_FIELDS if k in data})
     _apply_api_key(config, api_key)
+    _check_template_visible(config)
     try:
         with transaction.atomic():
             # The space's first config serves its sessions unless another is chosen.
@@ -303,6 +323,8 @@ def do_update_config(
         return config
     for key in changed:
         setattr(config, key, data[key])
+    if "default_template" in changed or "backend" in changed:
+        _check_template_visible(config)
     try:
         with transaction.atomic():
             if "is_default" in changed and config.is_default:

@@ -269,3 +269,23 @@ def test_only_platform_admins_build_platform_templates(world: World, engine: Eng
     assert "platform_template" in root.get(url).context["form"].fields
     assert root.post(url, {**data, "name": "shared", "platform_template": "on"}).status_code == 302
     assert AdminJob.objects.get(params__name="shared").params["platform_template"] is True
+
+
+def test_another_spaces_template_cannot_become_a_default_template(world: World, engine: Engine) -> None:
+    alice = world.client_for("alice")
+    data = {
+        "name": "sneaky",
+        "backend": str(engine.config_a.backend_id),
+        "default_template": engine.template_b,
+        "cpus": "1",
+        "memory_mb": "256",
+        "pids_limit": "128",
+        "idle_mode": "pause",
+        "idle_timeout_s": "900",
+    }
+    response = alice.post(reverse("sandboxes:config_create", args=[world.space_a.id]), data)
+    assert response.status_code == 400
+    assert "default_template" in response.context["form"].errors
+    assert not SandboxConfig.objects.filter(name="sneaky").exists()
+    ok = {**data, "default_template": engine.template_platform}
+    assert alice.post(reverse("sandboxes:config_create", args=[world.space_a.id]), ok).status_code == 302
