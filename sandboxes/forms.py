@@ -138,6 +138,15 @@ class PlatformBackendForm(forms.ModelForm):
     class Meta:
         model = PlatformBackend
         fields = [*BACKEND_FIELDS[:5], "api_key", "tls_ca", "tls_cert", "tls_key", "clear_tls", *BACKEND_FIELDS[5:]]
+        labels = {
+            "sandbox_url": "Data-plane URL",
+            "pip_index_url": "pip index URL",
+            "pip_find_links": "pip wheel folder",
+            "npm_registry_url": "npm registry URL",
+            "max_cpus": "Most CPU cores per sandbox",
+            "max_memory_mb": "Most MiB per sandbox",
+            "max_pids": "Most processes per sandbox",
+        }
         # How each source reaches the build sandbox (docs/skills.md, "The build sandbox's network").
         help_texts = {
             "pip_index_url": "Package source for skill installs: a pip index URL (PEP 503 simple API), used when no "
