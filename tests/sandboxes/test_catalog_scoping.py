@@ -50,6 +50,7 @@ class Engine:
     snap_other_installation: str
     template_b: str
     template_platform: str
+    template_other_installation: str
 
 
 def _snapshot(config: SandboxConfig, sandbox_id: str, labels: dict[str, str]) -> str:
@@ -97,9 +98,17 @@ def engine(world: World, docker_base_image: str, test_run_id: str, settings: Any
         installation = settings.CONSOLE_INSTALLATION_ID
         settings.CONSOLE_INSTALLATION_ID = f"{installation}-other"
         snap_other = _snapshot(config_a, sandbox, {**owner_labels(config_a), **run})
+        template_other = build_template(
+            config_a,
+            TemplateBuildSpec(
+                name=f"{test_run_id}-{suffix}-o", base_template_id=docker_base_image, script="true", labels=run
+            ),
+        )
         settings.CONSOLE_INSTALLATION_ID = installation
-        made += [snap_other, snap_b, snap_a_spare, snap_a, template_b, template_platform]
-        yield Engine(config_a, config_b, snap_a, snap_a_spare, snap_b, snap_other, template_b, template_platform)
+        made += [snap_other, snap_b, snap_a_spare, snap_a, template_b, template_platform, template_other]
+        yield Engine(
+            config_a, config_b, snap_a, snap_a_spare, snap_b, snap_other, template_b, template_platform, template_other
+        )
     finally:
         with open_backend(config_a) as backend:
             backend.delete(sandbox)
@@ -128,6 +137,7 @@ def test_each_space_lists_the_platform_templates_and_only_its_own_snapshots_and_
     assert engine.snap_b not in body_a
     assert engine.snap_other_installation not in body_a
     assert engine.template_b not in body_a
+    assert engine.template_other_installation not in body_a
     assert engine.template_platform in body_a
     assert engine.config_a.default_template in body_a
     body_b = world.client_for("charlie").get(reverse("sandboxes:template_list", args=[engine.config_b.id])).content
@@ -152,8 +162,9 @@ def test_forged_deletes_of_another_tenants_snapshots_and_templates_are_404_and_k
         assert alice.get(snapshot_url, {"id": foreign}).status_code == 404
         assert alice.post(snapshot_url, {"id": foreign}).status_code == 404
         assert alice.post(snapshot_url, {"id": foreign, "force": "1"}).status_code in (403, 404)
-    assert alice.get(template_url, {"id": engine.template_b}).status_code == 404
-    assert alice.post(template_url, {"id": engine.template_b}).status_code == 404
+    for foreign in (engine.template_b, engine.template_other_installation):
+        assert alice.get(template_url, {"id": foreign}).status_code == 404
+        assert alice.post(template_url, {"id": foreign}).status_code == 404
     # Through the other space's config: the space check answers first.
     assert (
         alice.post(reverse("sandboxes:snapshot_delete", args=[engine.config_b.id]), {"id": engine.snap_b}).status_code
@@ -164,7 +175,7 @@ def test_forged_deletes_of_another_tenants_snapshots_and_templates_are_404_and_k
     assert alice.post(template_url, {"id": engine.template_platform}).status_code == 403
     snapshots, templates = _on_engine(engine.config_a)
     assert {engine.snap_b, engine.snap_other_installation} <= snapshots
-    assert {engine.template_b, engine.template_platform} <= templates
+    assert {engine.template_b, engine.template_platform, engine.template_other_installation} <= templates
     # Its own: deleted.
     assert alice.post(snapshot_url, {"id": engine.snap_a_spare}).status_code == 302
     charlie = world.client_for("charlie")
