@@ -209,9 +209,14 @@ def _check_template_visible(config: SandboxConfig) -> None:
         with open_backend(config) as backend:
             templates = backend.templates()
             listed = templates.list() if templates is not None else []
+            found = next((t for t in listed if t.template_id == config.default_template), None)
+            if found is None and templates is not None:
+                # Another name of a listed image (a repository without its tag, an image id):
+                # judged by what the backend resolves it to, not by the text.
+                with suppress(RemoteError):
+                    found = templates.get(config.default_template)
     except RemoteError:
         return
-    found = next((t for t in listed if t.template_id == config.default_template), None)
     if found is not None and template_owner(found, config.space) is None:
         raise ServiceError(
             "That template is not offered to this space.",

@@ -649,6 +649,10 @@ class DockerBackend(Backend):
         if is_snapshot_id(template_id):
             return self._snapshot_image(template_id)["Id"]
         attrs = self._console_image(template_id, f"template {template_id!r}")
+        if attrs["Config"]["Labels"].get(LABEL_KIND) != KIND_TEMPLATE:
+            # A snapshot is started by its snap- id only: a bare image id would bypass the
+            # console's checks of whose snapshot it is.
+            raise RemoteError(ErrorKind.NOT_FOUND, f"template {template_id!r} not found (the image is a snapshot)")
         return str(attrs["Id"])
 
     def _console_image(self, reference: str, what: str) -> dict[str, Any]:

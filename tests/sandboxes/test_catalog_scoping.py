@@ -300,3 +300,49 @@ def test_another_spaces_template_cannot_become_a_default_template(world: World, 
     assert not SandboxConfig.objects.filter(name="sneaky").exists()
     ok = {**data, "default_template": engine.template_platform}
     assert alice.post(reverse("sandboxes:config_create", args=[world.space_a.id]), ok).status_code == 302
+
+
+def _image_id(config: SandboxConfig, reference: str) -> str:
+    with open_backend(config) as backend:
+        return str(backend.api.inspect_image(reference)["Id"])  # type: ignore[attr-defined]
+
+
+def test_another_tenants_image_cannot_be_named_by_another_reference(world: World, engine: Engine) -> None:
+    """The same image under another name: untagged repository, full or short image id, or
+    a snapshot's image id without the snap- prefix. Each is another tenant's image."""
+    alice = world.client_for("alice")
+    snap_b_image = _image_id(engine.config_b, engine.snap_b.removeprefix("snap-"))
+    template_b_image = _image_id(engine.config_b, engine.template_b)
+    aliases = [
+        engine.template_b.removesuffix(":latest"),
+        template_b_image,
+        template_b_image.removeprefix("sha256:")[:12],
+        engine.template_other_installation.removesuffix(":latest"),
+    ]
+    base = {
+        "backend": str(engine.config_a.backend_id),
+        "cpus": "1",
+        "memory_mb": "256",
+        "pids_limit": "128",
+        "idle_mode": "pause",
+        "idle_timeout_s": "900",
+    }
+    for n, alias in enumerate(aliases):
+        response = alice.post(
+            reverse("sandboxes:config_create", args=[world.space_a.id]),
+            {**base, "name": f"alias{n}", "default_template": alias},
+        )
+        assert response.status_code == 400, alias
+        assert "default_template" in response.context["form"].errors, alias
+    assert not SandboxConfig.objects.filter(name__startswith="alias").exists()
+    # A snapshot by its bare image id is no template: no sandbox starts from it (a snapshot
+    # starts by its snap- id only, which the catalog checks).
+    for alias in (snap_b_image, snap_b_image.removeprefix("sha256:")[:12]):
+        with open_backend(engine.config_a) as backend, pytest.raises(RemoteError, match="snapshot"):
+            backend.create(
+                SandboxSpec(
+                    template_id=alias,
+                    network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                    metadata={"test-run": "alias"},
+                )
+            )
