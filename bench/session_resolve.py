@@ -73,16 +73,18 @@ def run(n: int, run_id: str) -> dict[str, object]:
     from sandboxes.backends.base import META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
     from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE
     from sandboxes.binding import RedisSessionStore
-    from sandboxes.models import SandboxConfig, Session
+    from sandboxes.models import PlatformBackend, SandboxConfig, Session
     from sandboxes.runtime import Runtime, backend_for
     from sandboxes.store_db import DatabaseSessionStore
 
     space = Space.objects.create(name=f"bench {run_id}", slug=f"bench-{run_id}")
     NetworkPolicy.objects.create(space=space)
+    local = PlatformBackend.objects.create(name=f"bench {run_id}", kind="docker")
+    local.spaces.add(space)
     config = SandboxConfig.objects.create(
         space=space,
         name="bench",
-        kind="docker",
+        backend=local,
         default_template=DEFAULT_BASE_IMAGE,
         is_default=True,
         memory_mb=256,
@@ -92,7 +94,7 @@ def run(n: int, run_id: str) -> dict[str, object]:
     stop_config = SandboxConfig.objects.create(
         space=space,
         name="bench-stop",
-        kind="docker",
+        backend=local,
         default_template=DEFAULT_BASE_IMAGE,
         memory_mb=256,
         pids_limit=128,

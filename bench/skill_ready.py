@@ -113,7 +113,7 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
     from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
     from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE
     from sandboxes.binding import RedisSessionStore
-    from sandboxes.models import SandboxConfig, Session
+    from sandboxes.models import PlatformBackend, SandboxConfig, Session
     from sandboxes.runtime import Runtime, backend_for
     from skills import install
     from skills.images import build_generation, package_sources, payload_for, plan_install
@@ -126,17 +126,18 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
         space = Space.objects.create(name=f"bench {label} {run_id}", slug=f"bench-{label}-{run_id}")
         NetworkPolicy.objects.create(space=space)
         spaces.append(space)
+        local = PlatformBackend.objects.create(name=f"bench {label} {run_id}", kind="docker", pip_find_links="wheels")
+        local.spaces.add(space)
         configs.append(
             SandboxConfig.objects.create(
                 space=space,
                 name=label,
-                kind="docker",
+                backend=local,
                 default_template=DEFAULT_BASE_IMAGE,
                 is_default=True,
                 memory_mb=512,
                 pids_limit=256,
                 persistent_workspace=False,
-                pip_find_links="wheels",
             )
         )
     image_space, base_space = spaces

@@ -225,7 +225,7 @@ def main() -> int:
     from console.models import Membership, NetworkPolicy, Role, Space
     from sandboxes.backends.base import META_INSTALLATION, ListQuery, PtySize
     from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE, build_base_image
-    from sandboxes.models import SandboxConfig
+    from sandboxes.models import PlatformBackend, SandboxConfig
     from sandboxes.runtime import Runtime, backend_for, get_or_create_session
     from sandboxes.terminals import create_terminal, issue_ticket
 
@@ -235,8 +235,10 @@ def main() -> int:
     space = Space.objects.create(name="Bench", slug="bench")
     NetworkPolicy.objects.create(space=space)
     Membership.objects.create(space=space, user=user, role=Role.MEMBER)
+    local = PlatformBackend.objects.create(name="bench local engine", kind="docker")
+    local.spaces.add(space)
     config = SandboxConfig.objects.create(
-        space=space, name="bench", kind="docker", default_template=DEFAULT_BASE_IMAGE, is_default=True
+        space=space, name="bench", backend=local, default_template=DEFAULT_BASE_IMAGE, is_default=True
     )
     session = get_or_create_session(space, "bench-terminal")
     resolved = Runtime().resolve_session(session)

@@ -15,5 +15,13 @@ NAV_ITEMS = [
 ]
 
 
+# Shown to platform admins only (the pages answer 404 to anyone else).
+PLATFORM_NAV_ITEMS = [("backends", "Backends", "sandboxes:backend_list")]
+
+
 def navigation(request: HttpRequest) -> dict[str, object]:
+    from console.access import is_platform_admin
+
+    if is_platform_admin(getattr(request, "user", None)):
+        return {"nav_items": NAV_ITEMS + PLATFORM_NAV_ITEMS}
     return {"nav_items": NAV_ITEMS}

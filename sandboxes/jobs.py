@@ -49,7 +49,7 @@ def build_template_job(ctx: JobContext) -> dict[str, Any]:
     what = "Debian packages " + ", ".join(spec.debian_packages) if spec.debian_packages else "a script"
     ctx.progress(5, f"Building template {spec.name} from {what}; this can take a few minutes.")
     try:
-        template_id = build_template(config, spec)
+        template_id = build_template(config, spec, platform=bool(ctx.params.get("platform_template")))
     except RemoteError as exc:
         raise JobFailed(f"{exc.kind}: {exc.message}") from exc
     ctx.log(f"Template {template_id} is ready.")

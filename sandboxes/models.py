@@ -24,25 +24,28 @@ class IdleMode(models.TextChoices):
 
 
 # Changing these while sandboxes live would orphan them on the old account or engine.
-IDENTITY_FIELDS = ("kind", "endpoint", "api_key")
+IDENTITY_FIELDS = ("backend", "api_key")
+# A platform backend's fields that name the account or engine its configs' sandboxes live on.
+BACKEND_IDENTITY_FIELDS = ("kind", "endpoint", "domain", "api_key", "tls")
 
 
-class SandboxConfig(models.Model):
-    """A named, self-contained backend configuration of one space.
+class PlatformBackend(models.Model):
+    """Infrastructure registered by platform admins and granted to spaces.
 
-    Nothing is inherited from deployment settings: a config names its own endpoint, key
-    and template, so a half-filled config never silently talks to a default host.
+    A Docker host (local socket, tcp:// with TLS client certificates, ssh://) or an E2B/Cube
+    endpoint with its credentials, the private-endpoint opt-in, Cube's workspace host root,
+    the package sources of skill installs, and the limits a space's configs stay within.
+    Space admins never set any of it: their configs choose a granted backend.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="sandbox_configs")
-    name = models.CharField(max_length=100)
+    name = models.CharField(max_length=100, unique=True)
     kind = models.CharField(max_length=16, choices=BackendKind.choices, default=BackendKind.DOCKER)
     endpoint = models.CharField(
         max_length=500,
         blank=True,
-        help_text="E2B/Cube: the control-plane URL (https://api.example.com). "
-        "Docker: empty for the local engine socket, or tcp://host:port.",
+        help_text="E2B/Cube: the control-plane URL (https://api.example.com). Docker: empty for the local "
+        "engine socket, unix:///path, tcp://host:port (with TLS client certificates) or ssh://user@host.",
     )
     domain = models.CharField(max_length=255, blank=True, help_text="E2B/Cube: the sandbox (data-plane) domain.")
     sandbox_url = models.CharField(
@@ -51,6 +54,99 @@ class SandboxConfig(models.Model):
         help_text="E2B/Cube, optional: one data-plane (envd) URL for every sandbox, routed by header "
         "(a Cube proxy, or a test server). Empty: https://49983-<sandbox>.<domain>.",
     )
+    api_key_encrypted = models.TextField(blank=True)
+    # Docker tcp:// with TLS: PEM, stored encrypted like API keys.
+    tls_ca_encrypted = models.TextField(blank=True)
+    tls_cert_encrypted = models.TextField(blank=True)
+    tls_key_encrypted = models.TextField(blank=True)
+    allow_private_endpoints = models.BooleanField(
+        default=False,
+        help_text="Allow the endpoint to resolve to loopback, private or 100.64.0.0/10 addresses. "
+        "Link-local and cloud metadata addresses are always refused.",
+    )
+    allow_space_api_key = models.BooleanField(
+        default=False,
+        verbose_name="Spaces may bring their own API key",
+        help_text="E2B/Cube on a public endpoint: a space's config may use its own API key instead of this "
+        "backend's (always through the SSRF guard, never with private endpoints).",
+    )
+    workspace_host_root = models.CharField(
+        max_length=500,
+        blank=True,
+        verbose_name="Workspace host root (Cube only)",
+        help_text="Cube: a directory on storage shared by every Cube node (e.g. /srv/sandbox-workspaces); each "
+        "session's /workspace is a directory under it, mounted from the node. Empty: Cube sessions have no "
+        "persistent /workspace. Changing it leaves existing workspaces under the old root.",
+    )
+    pip_index_url = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Package source for skill installs: a pip index URL the build sandbox can reach (empty: none).",
+    )
+    pip_find_links = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Package source for skill installs: the name of a wheel folder under the deployment's "
+        "SKILL_PACKAGE_SOURCES_ROOT, copied into the build sandbox (offline installs).",
+    )
+    npm_registry_url = models.CharField(
+        max_length=500, blank=True, help_text="Package source for skill installs: an npm registry URL (empty: none)."
+    )
+    max_cpus = models.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        default=4,
+        validators=[MinValueValidator(0.1), MaxValueValidator(64)],
+        help_text="The most CPU cores a config on this backend may give a sandbox.",
+    )
+    max_memory_mb = models.PositiveIntegerField(
+        default=8192,
+        validators=[MinValueValidator(64), MaxValueValidator(262144)],
+        help_text="The most MiB a config on this backend may give a sandbox.",
+    )
+    max_pids = models.PositiveIntegerField(
+        default=4096,
+        validators=[MinValueValidator(16), MaxValueValidator(100000)],
+        help_text="The most processes a config on this backend may allow a sandbox (Docker).",
+    )
+    spaces = models.ManyToManyField(
+        Space, blank=True, related_name="granted_backends", help_text="The spaces that may run configs on it."
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_kind_display()})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("sandboxes:backend_edit", kwargs={"backend_id": self.id})
+
+    @property
+    def has_api_key(self) -> bool:
+        return bool(self.api_key_encrypted)
+
+    @property
+    def has_tls(self) -> bool:
+        return bool(self.tls_cert_encrypted or self.tls_ca_encrypted)
+
+
+class SandboxConfig(models.Model):
+    """A space's configuration on one platform backend granted to it.
+
+    The infrastructure (endpoint, credentials, TLS, private opt-in, host roots, package
+    sources) belongs to the backend; the config holds what a space admin decides: template,
+    resources within the backend's limits, idle behaviour, and, where the backend allows
+    it, the space's own API key.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="sandbox_configs")
+    name = models.CharField(max_length=100)
+    backend = models.ForeignKey(PlatformBackend, on_delete=models.PROTECT, related_name="configs")
+    # The space's own key (only where backend.allow_space_api_key); empty: the backend's.
     api_key_encrypted = models.TextField(blank=True)
     default_template = models.CharField(max_length=255)
     cpus = models.DecimalField(
@@ -76,33 +172,6 @@ class SandboxConfig(models.Model):
     )
     persistent_workspace = models.BooleanField(
         default=True, help_text="Keep /workspace on storage that outlives the sandbox, where the backend can."
-    )
-    workspace_host_root = models.CharField(
-        max_length=500,
-        blank=True,
-        verbose_name="Workspace host root (Cube only)",
-        help_text="Cube: a directory on storage shared by every Cube node (e.g. /srv/sandbox-workspaces); each "
-        "session's /workspace is a directory under it, mounted from the node. Empty: Cube sessions have no "
-        "persistent /workspace. Changing it leaves existing workspaces under the old root.",
-    )
-    allow_private_endpoints = models.BooleanField(
-        default=False,
-        help_text="Allow the endpoint to resolve to loopback, private or 100.64.0.0/10 addresses. "
-        "Link-local and cloud metadata addresses are always refused.",
-    )
-    pip_index_url = models.CharField(
-        max_length=500,
-        blank=True,
-        help_text="Package source for skill installs: a pip index URL the build sandbox can reach (empty: none).",
-    )
-    pip_find_links = models.CharField(
-        max_length=200,
-        blank=True,
-        help_text="Package source for skill installs: the name of a wheel folder under the deployment's "
-        "SKILL_PACKAGE_SOURCES_ROOT, copied into the build sandbox (offline installs).",
-    )
-    npm_registry_url = models.CharField(
-        max_length=500, blank=True, help_text="Package source for skill installs: an npm registry URL (empty: none)."
     )
     backend_version = models.CharField(max_length=100, blank=True, help_text="As reported by the last health check.")
     is_default = models.BooleanField(
@@ -130,7 +199,48 @@ class SandboxConfig(models.Model):
 
     @property
     def has_api_key(self) -> bool:
+        """The space's own key (the backend's is the platform's, never shown to the space)."""
         return bool(self.api_key_encrypted)
+
+    # The infrastructure, read from the platform backend (read-only here: the platform owns it).
+    @property
+    def kind(self) -> str:
+        return self.backend.kind
+
+    def get_kind_display(self) -> str:
+        return self.backend.get_kind_display()
+
+    @property
+    def endpoint(self) -> str:
+        return self.backend.endpoint
+
+    @property
+    def domain(self) -> str:
+        return self.backend.domain
+
+    @property
+    def sandbox_url(self) -> str:
+        return self.backend.sandbox_url
+
+    @property
+    def allow_private_endpoints(self) -> bool:
+        return self.backend.allow_private_endpoints
+
+    @property
+    def workspace_host_root(self) -> str:
+        return self.backend.workspace_host_root
+
+    @property
+    def pip_index_url(self) -> str:
+        return self.backend.pip_index_url
+
+    @property
+    def pip_find_links(self) -> str:
+        return self.backend.pip_find_links
+
+    @property
+    def npm_registry_url(self) -> str:
+        return self.backend.npm_registry_url
 
 
 class SessionState(models.TextChoices):

@@ -75,8 +75,8 @@ from .binding import (
     now_iso,
     turn_key,
 )
-from .models import SandboxConfig, Session, SessionImage, SessionState
-from .services import backend_config_for, network_spec_for
+from .models import PlatformBackend, SandboxConfig, Session, SessionImage, SessionState
+from .services import account_identity, backend_config_for, network_spec_for
 
 GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
 # A slow path whose lock lease ran out starts over (waiting for the new holder) this often.
@@ -88,13 +88,13 @@ HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 
 # --- Backends, cached per config --------------------------------------------------------
 
-_backends: dict[tuple[str, datetime], Backend] = {}
+_backends: dict[tuple[str, datetime, datetime], Backend] = {}
 _backends_lock = threading.Lock()
 
 
 def backend_for(config: SandboxConfig) -> Backend:
-    """A long-lived backend per config version (connection pools are reused across calls)."""
-    key = (str(config.pk), config.updated)
+    """A long-lived backend per config and platform backend version (pools are reused)."""
+    key = (str(config.pk), config.updated, config.backend.updated)
     with _backends_lock:
         backend = _backends.get(key)
         if backend is None:
@@ -110,7 +110,7 @@ def backend_for(config: SandboxConfig) -> Backend:
 
 def config_fingerprint(config: SandboxConfig) -> str:
     """SHA-256 over provider, endpoint and credential: which backend account holds a snapshot."""
-    material = "\n".join([config.kind, config.endpoint, config.domain, decrypt(config.api_key_encrypted)])
+    material = "\n".join(account_identity(config))  # the platform backend's, or the space's own key
     return hashlib.sha256(material.encode()).hexdigest()
 
 
@@ -160,7 +160,7 @@ def check_session_key(key: str) -> None:
 
 
 class _CompiledSessionQuery:
-    """`Session.objects.select_related("config").get(space=..., key=...)`, compiled once per thread.
+    """`Session.objects.select_related("config__backend").get(space=..., key=...)`, compiled once per thread.
 
     Django compiles a queryset to SQL each time it runs; on the warm resolve path that compilation
     cost more than the query's round trip (bench/session_resolve.py). The SQL never changes, so
@@ -175,7 +175,12 @@ class _CompiledSessionQuery:
         self.alias = alias
         self.session_fields = [f.attname for f in Session._meta.concrete_fields]
         self.config_fields = [f.attname for f in SandboxConfig._meta.concrete_fields]
-        columns = [*self.session_fields, *(f"config__{name}" for name in self.config_fields)]
+        self.backend_fields = [f.attname for f in PlatformBackend._meta.concrete_fields]
+        columns = [
+            *self.session_fields,
+            *(f"config__{name}" for name in self.config_fields),
+            *(f"config__backend__{name}" for name in self.backend_fields),
+        ]
         # No ORDER BY: (space, key) is unique, and the model's default ordering would sort.
         query = Session.objects.filter(space_id=self._SENTINEL_SPACE, key=self._SENTINEL_KEY).order_by()
         self.compiler: SQLCompiler = query.values_list(*columns).query.get_compiler(alias)
@@ -202,7 +207,9 @@ class _CompiledSessionQuery:
         if self.converters:
             row = next(iter(self.compiler.apply_converters([row], self.converters)))
         session = Session.from_db(self.alias, self.session_fields, row[:split])
-        session.config = SandboxConfig.from_db(self.alias, self.config_fields, row[split:])
+        backend_at = split + len(self.config_fields)
+        session.config = SandboxConfig.from_db(self.alias, self.config_fields, row[split:backend_at])
+        session.config.backend = PlatformBackend.from_db(self.alias, self.backend_fields, row[backend_at:])
         return session
 
 
@@ -240,7 +247,7 @@ def get_or_create_session(
             )
     except IntegrityError:
         pass  # another process created it first
-    return Session.objects.select_related("config", "space").get(space=space, key=key)
+    return Session.objects.select_related("config__backend", "space").get(space=space, key=key)
 
 
 class SessionDeleted(RemoteError):

@@ -10,7 +10,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -42,14 +42,12 @@ from .backends.base import (
     TemplateBuildSpec,
     is_snapshot_id,
 )
-from .models import IDENTITY_FIELDS, BackendKind, SandboxConfig
+from .models import IDENTITY_FIELDS, BackendKind, PlatformBackend, SandboxConfig
 
+# What a space admin sets; the infrastructure is the platform backend's (sandboxes.platform).
 CONFIG_FIELDS = (
     "name",
-    "kind",
-    "endpoint",
-    "domain",
-    "sandbox_url",
+    "backend",
     "default_template",
     "cpus",
     "memory_mb",
@@ -57,28 +55,54 @@ CONFIG_FIELDS = (
     "idle_mode",
     "idle_timeout_s",
     "persistent_workspace",
-    "workspace_host_root",
-    "allow_private_endpoints",
-    "pip_index_url",
-    "pip_find_links",
-    "npm_registry_url",
     "is_default",
 )
 
 
+def effective_api_key(config: SandboxConfig) -> str:
+    """The space's own key where its backend allows one, else the platform backend's."""
+    if config.api_key_encrypted and config.backend.allow_space_api_key:
+        return decrypt(config.api_key_encrypted)
+    return decrypt(config.backend.api_key_encrypted)
+
+
+def uses_own_api_key(config: SandboxConfig) -> bool:
+    return bool(config.api_key_encrypted) and config.backend.allow_space_api_key
+
+
+def account_identity(config: SandboxConfig) -> tuple[str, str, str, str]:
+    """Provider, endpoint, domain and credential: the account holding the config's sandboxes."""
+    backend = config.backend
+    return (backend.kind, backend.endpoint, backend.domain, effective_api_key(config))
+
+
 def backend_config_for(config: SandboxConfig) -> BackendConfig:
+    """The platform backend's infrastructure merged with the config's own settings."""
+    backend = config.backend
     return BackendConfig(
-        kind=config.kind,
-        endpoint=config.endpoint,
-        domain=config.domain,
-        api_key=decrypt(config.api_key_encrypted),
-        allow_private_endpoints=config.allow_private_endpoints,
+        kind=backend.kind,
+        endpoint=backend.endpoint,
+        domain=backend.domain,
+        api_key=effective_api_key(config),
+        # A space's own key goes to a public endpoint only: the guard refuses private ranges.
+        allow_private_endpoints=backend.allow_private_endpoints and not uses_own_api_key(config),
         idle_mode=IdleMode(config.idle_mode),
         options={
-            **({"sandbox_url": config.sandbox_url} if config.sandbox_url else {}),
+            **({"sandbox_url": backend.sandbox_url} if backend.sandbox_url else {}),
+            **tls_options(backend),
             **workspace_options(config),
         },
     )
+
+
+def tls_options(backend: PlatformBackend) -> dict[str, str]:
+    """Docker tcp:// with TLS: the client certificate, key and CA (PEM) for the adapter."""
+    values = {
+        "tls_ca": decrypt(backend.tls_ca_encrypted),
+        "tls_cert": decrypt(backend.tls_cert_encrypted),
+        "tls_key": decrypt(backend.tls_key_encrypted),
+    }
+    return {key: value for key, value in values.items() if value}
 
 
 def workspace_options(config: SandboxConfig) -> dict[str, str]:
@@ -176,6 +200,30 @@ def _check_template_choice(template_id: str) -> None:
         )
 
 
+def _check_template_visible(config: SandboxConfig) -> None:
+    """Another tenant's template (on a shared engine) is no choice for this space's config.
+    Unlisted or unreachable: left to the connection test, as before."""
+    from .catalog import template_owner
+
+    try:
+        with open_backend(config) as backend:
+            templates = backend.templates()
+            listed = templates.list() if templates is not None else []
+            found = next((t for t in listed if t.template_id == config.default_template), None)
+            if found is None and templates is not None:
+                # Another name of a listed image (a repository without its tag, an image id):
+                # judged by what the backend resolves it to, not by the text.
+                with suppress(RemoteError):
+                    found = templates.get(config.default_template)
+    except RemoteError:
+        return
+    if found is not None and template_owner(found, config.space) is None:
+        raise ServiceError(
+            "That template is not offered to this space.",
+            field_errors={"default_template": ["not a template of the platform or of this space"]},
+        )
+
+
 def _apply_api_key(config: SandboxConfig, api_key: str | None) -> bool:
     """Set the key unless the form sent back the redaction placeholder. True if it changed."""
     if api_key is None or api_key == REDACTED:
@@ -186,10 +234,46 @@ def _apply_api_key(config: SandboxConfig, api_key: str | None) -> bool:
     return True
 
 
+def _check_backend_choice(space: Space, backend: PlatformBackend, data: dict[str, Any], api_key: str | None) -> None:
+    """The backend is granted to the space, the resources stay within its limits, and an own
+    API key is given only where the platform allows one (to a public endpoint)."""
+    if not backend.spaces.filter(pk=space.pk).exists():
+        raise ServiceError(
+            "This backend is not granted to the space.", field_errors={"backend": ["not granted to this space"]}
+        )
+    limits = (
+        ("cpus", backend.max_cpus, "CPU cores"),
+        ("memory_mb", backend.max_memory_mb, "MiB"),
+        ("pids_limit", backend.max_pids, "processes"),
+    )
+    errors = {
+        field: [f"at most {limit} {unit} on {backend.name}"]
+        for field, limit, unit in limits
+        if field in data and data[field] is not None and data[field] > limit
+    }
+    if errors:
+        raise ServiceError("Resources above what the platform allows on this backend.", field_errors=errors)
+    if api_key and api_key != REDACTED and not backend.allow_space_api_key:
+        raise ServiceError(
+            "This backend uses the platform's credentials.",
+            field_errors={"api_key": ["the platform does not let spaces bring their own key to this backend"]},
+        )
+    if api_key and api_key != REDACTED:
+        from .backends.guard import check_endpoint
+
+        try:  # an own key is only ever sent to a public endpoint
+            check_endpoint(backend.endpoint, allow_private=False)
+        except RemoteError as exc:
+            raise ServiceError(exc.message, field_errors={"api_key": [exc.message]}) from None
+
+
 def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor: Actor) -> SandboxConfig:
+    """A config of the space on a backend granted to it (one audit row)."""
     _check_template_choice(data["default_template"])
+    _check_backend_choice(space, data["backend"], data, api_key)
     config = SandboxConfig(space=space, **{k: data[k] for k in CONFIG_FIELDS if k in data})
     _apply_api_key(config, api_key)
+    _check_template_visible(config)
     try:
         with transaction.atomic():
             # The space's first config serves its sessions unless another is chosen.
@@ -204,7 +288,7 @@ def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor:
                 space=space,
                 target_type="sandbox_config",
                 target_id=config.id,
-                details={"name": config.name, "kind": config.kind, "endpoint": config.endpoint},
+                details={"name": config.name, "kind": config.kind, "backend": str(config.backend_id)},
             )
     except IntegrityError:
         raise ServiceError(
@@ -220,9 +304,11 @@ def do_update_config(
     api_key: str | None,
     actor: Actor,
 ) -> SandboxConfig:
-    """Save changes. Identity fields (kind, endpoint, key) are frozen while sandboxes live."""
+    """Save changes. Identity fields (backend, own key) are frozen while sandboxes live."""
     _check_template_choice(data.get("default_template", config.default_template))
-    original = SandboxConfig.objects.get(pk=config.pk)
+    merged = {k: data.get(k, getattr(config, k)) for k in ("cpus", "memory_mb", "pids_limit")}
+    _check_backend_choice(config.space, data.get("backend", config.backend), merged, api_key)
+    original = SandboxConfig.objects.select_related("backend").get(pk=config.pk)
     changed = [k for k in CONFIG_FIELDS if k in data and getattr(original, k) != data[k]]
     key_changed = _apply_api_key(config, api_key)
     identity_changed = [k for k in changed if k in IDENTITY_FIELDS] + (["api_key"] if key_changed else [])
@@ -242,6 +328,8 @@ def do_update_config(
         return config
     for key in changed:
         setattr(config, key, data[key])
+    if "default_template" in changed or "backend" in changed:
+        _check_template_visible(config)
     try:
         with transaction.atomic():
             if "is_default" in changed and config.is_default:
@@ -297,34 +385,15 @@ def do_delete_config(config: SandboxConfig, *, actor: Actor) -> None:
 
 
 # --- Templates ---------------------------------------------------------------------------
+# Listing and deleting are scoped to the space in sandboxes.catalog.
 
 
-def do_delete_template(config: SandboxConfig, template_id: str, *, actor: Actor) -> None:
-    """Delete a template (refused by the backend while sandboxes use it)."""
-    _delete_catalog_item(config, template_id, "template", actor=actor)
-
-
-def do_delete_snapshot(config: SandboxConfig, snapshot_id: str, *, actor: Actor) -> None:
-    _delete_catalog_item(config, snapshot_id, "snapshot", actor=actor)
-
-
-def _delete_catalog_item(config: SandboxConfig, item_id: str, what: str, *, actor: Actor) -> None:
-    with open_backend(config) as backend:
-        capability = backend.templates() if what == "template" else backend.snapshots()
-        if capability is None:
-            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} {what}s cannot be deleted from the console")
-        capability.delete(item_id)
-    record_audit(
-        actor,
-        f"{what}.delete",
-        space=config.space,
-        target_type=what,
-        target_id=item_id,
-        details={"config": str(config.id)},
-    )
-
-
-def build_template(config: SandboxConfig, spec: TemplateBuildSpec) -> str:
+def build_template(config: SandboxConfig, spec: TemplateBuildSpec, *, platform: bool = False) -> str:
+    """Build a template of the config's space: it carries the space's labels, so only that
+    space sees it (sandboxes.catalog). A platform template (`platform`, started by platform
+    admins only) carries none and is offered to every space."""
+    if not platform:
+        spec = replace(spec, labels={**spec.labels, **console_metadata(config)})
     with open_backend(config) as backend:
         templates = backend.templates()
         if templates is None:

@@ -33,6 +33,15 @@ urlpatterns = [
     path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", views.token_revoke, name="token_revoke"),
 ]
 
+# The platform's Backends section (platform admins only; sandboxes/views_platform.py).
+from . import views_platform  # noqa: E402
+
+urlpatterns += [
+    path("platform/backends/", views_platform.backend_list, name="backend_list"),
+    path("platform/backends/new/", views_platform.backend_create, name="backend_create"),
+    path("platform/backends/<uuid:backend_id>/", views_platform.backend_edit, name="backend_edit"),
+]
+
 # The web terminal (sandboxes/views_terminal.py; docs/terminal-protocol.md).
 from . import views_terminal  # noqa: E402
 

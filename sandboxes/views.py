@@ -6,12 +6,12 @@ Backend failures never become a 500: a `RemoteError` is shown as a message with 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.db.models import F, Q
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from console.access import get_space_for_user, has_role, spaces_for_user
+from console.access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from console.jobs import start_job
 from console.models import NetworkPolicy, Role
 from console.services import ServiceError, actor_from_request
@@ -28,7 +28,17 @@ from console.views import apply_form_errors, is_htmx, paginate, query_without_pa
 
 from .api import do_create_api_token, do_revoke_api_token
 from .backends import build_backend
-from .backends.base import NetworkCapabilities, RemoteError, SnapshotInfo, TemplateInfo, is_snapshot_id
+from .backends.base import NetworkCapabilities, RemoteError
+from .catalog import (
+    Catalog,
+    CatalogItemForbidden,
+    CatalogItemNotFound,
+    do_delete_snapshot,
+    do_delete_template,
+    load_catalog,
+    snapshot_users,
+    visible_template_ids,
+)
 from .commands import kill_command, read_output, start_command
 from .forms import SandboxConfigForm, TemplateBuildForm
 from .models import ApiToken, Artifact, BackgroundCommand, SandboxConfig, Session
@@ -38,10 +48,7 @@ from .services import (
     backend_config_for,
     do_create_config,
     do_delete_config,
-    do_delete_snapshot,
-    do_delete_template,
     do_update_config,
-    open_backend,
     unsupported_policy_switches,
 )
 from .workspace import collect_artifacts, list_files, read_file, stage_input
@@ -49,7 +56,7 @@ from .workspace import collect_artifacts, list_files, read_file, stage_input
 
 def get_config_for_user(user: Any, config_id: Any, role: Role = Role.VIEWER) -> SandboxConfig:
     """A config of a space the user holds `role` in (404 for outsiders, 403 for low roles)."""
-    config = get_object_or_404(SandboxConfig.objects.select_related("space"), pk=config_id)
+    config = get_object_or_404(SandboxConfig.objects.select_related("space", "backend"), pk=config_id)
     get_space_for_user(user, config.space_id, role)
     return config
 
@@ -60,15 +67,8 @@ def remote_error_message(exc: RemoteError) -> str:
 
 
 def template_ids(config: SandboxConfig) -> list[str] | None:
-    """Template ids for pickers (never snapshots), or None when the backend cannot list them."""
-    try:
-        with open_backend(config) as backend:
-            templates = backend.templates()
-            if templates is None:
-                return None
-            return [t.template_id for t in templates.list() if not is_snapshot_id(t.template_id)]
-    except RemoteError:
-        return None
+    """Template ids the space may pick (the platform's and its own), or None when unlistable."""
+    return visible_template_ids(config)
 
 
 # --- Configs -----------------------------------------------------------------------------
@@ -77,12 +77,17 @@ def template_ids(config: SandboxConfig) -> list[str] | None:
 @login_required
 def config_list(request: HttpRequest) -> HttpResponse:
     spaces = spaces_for_user(request.user).order_by("name")
-    configs = SandboxConfig.objects.filter(space__in=spaces).select_related("space").order_by("space__name", "name")
+    configs = (
+        SandboxConfig.objects.filter(space__in=spaces)
+        .select_related("space", "backend")
+        .order_by("space__name", "name")
+    )
     admin_space_ids = set(spaces_for_user(request.user, Role.ADMIN).values_list("id", flat=True))
     context = {
         "configs": configs,
         "spaces": spaces,
         "admin_space_ids": admin_space_ids,
+        "is_platform_admin": is_platform_admin(request.user),
         "section": "sandboxes",
     }
     return render(request, "sandboxes/config_list.html", context)
@@ -92,7 +97,11 @@ def config_list(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def config_create(request: HttpRequest, space_id: str) -> HttpResponse:
     space = get_space_for_user(request.user, space_id, Role.ADMIN)
-    form = SandboxConfigForm(request.POST or None, initial={"default_template": "sandbox-console/base:latest"})
+    form = SandboxConfigForm(
+        request.POST or None, space=space, initial={"default_template": "sandbox-console/base:latest"}
+    )
+    if not form.fields["backend"].queryset.exists():  # type: ignore[attr-defined]
+        messages.warning(request, "No backend is granted to this space yet: ask a platform admin for one.")
     if request.method == "POST" and form.is_valid():
         try:
             config = do_create_config(
@@ -121,6 +130,7 @@ def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
         "config": config,
         "space": config.space,
         "is_admin": has_role(request.user, config.space, Role.ADMIN),
+        "is_platform_admin": is_platform_admin(request.user),
         "capabilities": capabilities,
         "unsupported": (
             unsupported_policy_switches(policy, capabilities.network) if capabilities.network is not None else []
@@ -137,7 +147,9 @@ def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def config_edit(request: HttpRequest, config_id: str) -> HttpResponse:
     config = get_config_for_user(request.user, config_id, Role.ADMIN)
-    form = SandboxConfigForm(request.POST or None, instance=config, template_choices=template_ids(config))
+    form = SandboxConfigForm(
+        request.POST or None, instance=config, space=config.space, template_choices=template_ids(config)
+    )
     if request.method == "POST" and form.is_valid():
         try:
             do_update_config(
@@ -222,36 +234,12 @@ def config_verify(request: HttpRequest, config_id: str) -> HttpResponse:
 # --- Templates and snapshots -------------------------------------------------------------
 
 
-NEVER = datetime.min.replace(tzinfo=UTC)
-
-
-@dataclass
-class Catalog:
-    templates: list[TemplateInfo] = field(default_factory=list)
-    snapshots: list[SnapshotInfo] = field(default_factory=list)
-    templates_supported: bool = True
-    snapshots_supported: bool = True
-    error: str = ""
-
-
-def load_catalog(config: SandboxConfig) -> Catalog:
-    catalog = Catalog()
+def _load_catalog(config: SandboxConfig) -> Catalog:
     try:
-        with open_backend(config) as backend:
-            templates, snapshots = backend.templates(), backend.snapshots()
-            catalog.templates_supported = templates is not None
-            catalog.snapshots_supported = snapshots is not None
-            if snapshots is not None:
-                catalog.snapshots = sorted(snapshots.list(), key=lambda s: s.created_at or NEVER, reverse=True)
-            if templates is not None:
-                snapshot_ids = {s.snapshot_id for s in catalog.snapshots}
-                catalog.templates = [
-                    t
-                    for t in templates.list()
-                    if not is_snapshot_id(t.template_id) and t.template_id not in snapshot_ids
-                ]
+        catalog = load_catalog(config)
     except RemoteError as exc:
-        catalog.error = remote_error_message(exc)
+        return Catalog(error=remote_error_message(exc))
+    catalog.users = {s.snapshot_id: snapshot_users(config, s.snapshot_id) for s in catalog.snapshots}
     return catalog
 
 
@@ -261,8 +249,9 @@ def template_list(request: HttpRequest, config_id: str) -> HttpResponse:
     context = {
         "config": config,
         "space": config.space,
-        "catalog": load_catalog(config),
+        "catalog": _load_catalog(config),
         "is_admin": has_role(request.user, config.space, Role.ADMIN),
+        "is_platform_admin": is_platform_admin(request.user),
         "section": "sandboxes",
     }
     return render(request, "sandboxes/template_list.html", context)
@@ -276,7 +265,9 @@ def template_build(request: HttpRequest, config_id: str) -> HttpResponse:
     if choices is None:
         messages.error(request, "This backend's templates cannot be listed or built from the console right now.")
         return redirect("sandboxes:template_list", config_id=config.id)
-    form = TemplateBuildForm(request.POST or None, template_choices=choices)
+    form = TemplateBuildForm(
+        request.POST or None, template_choices=choices, offer_platform=is_platform_admin(request.user)
+    )
     if request.method == "POST" and form.is_valid():
         job = start_job(
             "sandboxes.build_template",
@@ -289,6 +280,8 @@ def template_build(request: HttpRequest, config_id: str) -> HttpResponse:
                 "debian_packages": form.cleaned_data["debian_packages"],
                 "base_template_id": form.cleaned_data["base_template_id"],
                 "script": form.cleaned_data["script"],
+                # Only a platform admin's form has the field: anyone else's build is the space's own.
+                "platform_template": bool(form.cleaned_data.get("platform_template")),
             },
         )
         return redirect(job)
@@ -301,36 +294,72 @@ def template_build(request: HttpRequest, config_id: str) -> HttpResponse:
 
 
 def _catalog_delete(request: HttpRequest, config_id: str, what: str) -> HttpResponse:
+    """Confirm and delete one of the space's own templates or snapshots. Another tenant's is
+    a 404 whether linked or forged (checked in sandboxes.catalog); one in use says by what."""
     config = get_config_for_user(request.user, config_id, Role.ADMIN)
     item_id = (request.POST.get("id") or request.GET.get("id") or "").strip()
     back = reverse("sandboxes:template_list", kwargs={"config_id": config.id})
     if not item_id:
         messages.error(request, f"Which {what}? No id was given.")
         return redirect(back)
+    actor = actor_from_request(request)
+    force = request.POST.get("force") == "1"
     if request.method == "POST":
         try:
             if what == "template":
-                do_delete_template(config, item_id, actor=actor_from_request(request))
+                do_delete_template(config, item_id, actor=actor)
             else:
-                do_delete_snapshot(config, item_id, actor=actor_from_request(request))
+                do_delete_snapshot(config, item_id, actor=actor, force=force)
+        except CatalogItemNotFound as exc:
+            raise Http404(exc.message) from None
+        except CatalogItemForbidden as exc:
+            raise PermissionDenied(exc.message) from None
+        except ServiceError as exc:
+            messages.error(request, exc.message)
         except RemoteError as exc:
             messages.error(request, remote_error_message(exc))
         else:
             messages.success(request, f"{what.capitalize()} {item_id} deleted.")
         return redirect(back)
-    consequences = (
-        ["Refused while live sandboxes use it.", "Configs that name it as default template stop working."]
-        if what == "template"
-        else ["Sandboxes already created from it keep running.", "Skill images recorded on it fall back."]
-    )
+    users: list[str] = []
+    try:
+        catalog = load_catalog(config)
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+        return redirect(back)
+    if what == "template":
+        if item_id not in {t.template_id for t in catalog.templates}:
+            raise Http404(f"No template {item_id} in this space.")
+        if item_id not in catalog.own_templates and not is_platform_admin(request.user):
+            raise PermissionDenied(f"{item_id} is a platform template: only platform admins can delete it.")
+        consequences = [
+            "Refused while live sandboxes use it.",
+            "Configs that name it as default template stop working.",
+        ]
+    else:
+        if item_id not in {s.snapshot_id for s in catalog.snapshots}:
+            raise Http404(f"No snapshot {item_id} in this space.")
+        users = snapshot_users(config, item_id)
+        consequences = ["Sandboxes already created from it keep running."]
+        if users:
+            consequences.insert(0, "It is still used by " + "; ".join(users) + ": release it first.")
+            if is_platform_admin(request.user):
+                consequences.append(
+                    "As a platform admin you can force it: skill images recorded on it fall back to their "
+                    "config's default template."
+                )
+    hidden = {"id": item_id}
+    if users and is_platform_admin(request.user):
+        hidden["force"] = "1"
     return render(
         request,
         "inc/confirm_delete.html",
         {
             "object_label": f"{what} {item_id}",
             "consequences": consequences,
-            "hidden": {"id": item_id},
+            "hidden": hidden,
             "cancel_url": back,
+            "blocked": bool(users) and not is_platform_admin(request.user),
             "section": "sandboxes",
         },
     )
@@ -394,7 +423,7 @@ def capability_row(config: SandboxConfig) -> CapabilityRow:
 
 @login_required
 def capability_matrix(request: HttpRequest) -> HttpResponse:
-    configs = SandboxConfig.objects.filter(space__in=spaces_for_user(request.user)).select_related("space")
+    configs = SandboxConfig.objects.filter(space__in=spaces_for_user(request.user)).select_related("space", "backend")
     rows = [capability_row(config) for config in configs.order_by("space__name", "name")]
     context = {
         "rows": rows,
@@ -464,7 +493,7 @@ def token_revoke(request: HttpRequest, space_id: str, token_id: str) -> HttpResp
 
 
 def get_session_for_user(user: Any, session_id: Any, role: Role = Role.VIEWER) -> Session:
-    session = get_object_or_404(Session.objects.select_related("space", "config"), pk=session_id)
+    session = get_object_or_404(Session.objects.select_related("space", "config__backend"), pk=session_id)
     get_space_for_user(user, session.space_id, role)
     return session
 
@@ -475,7 +504,7 @@ SESSION_STATE_FILTERS = [("running", "Running"), ("paused", "Paused"), ("stopped
 @login_required
 def session_list(request: HttpRequest) -> HttpResponse:
     spaces = spaces_for_user(request.user)
-    sessions = Session.objects.filter(space__in=spaces).select_related("space", "config")
+    sessions = Session.objects.filter(space__in=spaces).select_related("space", "config__backend")
     space_filter = request.GET.get("space", "")
     if space_filter:
         space = get_space_for_user(request.user, space_filter)

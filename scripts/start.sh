@@ -19,6 +19,7 @@ fi
 echo "==> migrating the database"
 .venv/bin/python manage.py migrate --noinput
 .venv/bin/python manage.py bootstrap_console
+.venv/bin/python manage.py register_local_engine
 
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }

@@ -7,4 +7,9 @@ class SkillsConfig(AppConfig):
 
     def ready(self) -> None:
         # Register job handlers.
-        from . import jobs  # noqa: F401
+        from . import (
+            jobs,  # noqa: F401
+            snapshot_refs,
+        )
+
+        snapshot_refs.connect()

@@ -430,7 +430,7 @@ def build_generation(
         with build.step("ledger"):
             install.write_ledger(backend, sandbox_id, ledger_for(image, manifest), build.log)
         with build.step("snapshot"):
-            snapshot_id = take_snapshot(backend, sandbox_id, space, image)
+            snapshot_id = take_snapshot(backend, sandbox_id, config, image)
             build.log(f"snapshot {snapshot_id} created")
         with build.step("record"):
             record_generation(space, config, image, plan, manifest, snapshot_id, fingerprint, build, actor=actor)
@@ -484,15 +484,20 @@ def create_build_sandbox(
         raise StepFailed("create", f"{exc.kind}: {exc.message}") from exc
 
 
-def take_snapshot(backend: Backend, sandbox_id: str, space: Space, image: SkillImage) -> str:
+def take_snapshot(backend: Backend, sandbox_id: str, config: SandboxConfig, image: SkillImage) -> str:
     snapshots = backend.snapshots()
     if snapshots is None:
         raise StepFailed("snapshot", f"{backend.label} cannot take snapshots; skill images need them")
     try:
         info = snapshots.create(
             sandbox_id,
-            name=f"skills-{space.slug}-g{image.generation}",
-            labels={"console.skill-image": str(image.pk), "console.skill-image.generation": str(image.generation)},
+            name=f"skills-{config.space.slug}-g{image.generation}",
+            # Installation + space: only this space sees it in the catalog (sandboxes.catalog).
+            labels={
+                **console_metadata(config),
+                "console.skill-image": str(image.pk),
+                "console.skill-image.generation": str(image.generation),
+            },
         )
     except RemoteError as exc:
         raise StepFailed("snapshot", f"{exc.kind}: {exc.message}") from exc

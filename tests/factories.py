@@ -31,19 +31,57 @@ def add_member(space: Space, user: Any, role: Role) -> Membership:
     return Membership.objects.create(space=space, user=user, role=role)
 
 
-def make_config(space: Space, **extra: Any) -> Any:
-    """A sandbox config; Docker on the local engine with the base template by default."""
+# What make_config passes to the platform backend rather than to the config itself.
+BACKEND_KWARGS = (
+    "kind",
+    "endpoint",
+    "domain",
+    "sandbox_url",
+    "allow_private_endpoints",
+    "allow_space_api_key",
+    "workspace_host_root",
+    "pip_index_url",
+    "pip_find_links",
+    "npm_registry_url",
+    "max_cpus",
+    "max_memory_mb",
+    "max_pids",
+)
+
+
+def make_backend(*spaces: Space, api_key: str = "", **extra: Any) -> Any:
+    """A platform backend granted to `spaces`; Docker on the local engine by default."""
     from console.crypto import encrypt
+    from sandboxes.models import PlatformBackend
+
+    values: dict[str, Any] = {"name": f"backend {next(_counter)}", "kind": "docker"}
+    values.update(extra)
+    backend = PlatformBackend.objects.create(api_key_encrypted=encrypt(api_key), **values)
+    backend.spaces.set(spaces)
+    return backend
+
+
+def make_config(space: Space, **extra: Any) -> Any:
+    """A sandbox config; Docker on the local engine with the base template by default.
+
+    Infrastructure keywords (kind, endpoint, api_key, pip_find_links, ...) go to a platform
+    backend made for it and granted to the space, unless `backend=` names one.
+    """
     from sandboxes.models import SandboxConfig
 
+    backend = extra.pop("backend", None)
+    infra = {key: extra.pop(key) for key in BACKEND_KWARGS if key in extra}
     api_key = extra.pop("api_key", "")
+    if backend is None:
+        backend = make_backend(space, api_key=api_key, **infra)
+    elif infra or api_key:
+        raise TypeError("pass infrastructure to make_backend, not with backend=")
     values: dict[str, Any] = {
         "name": f"config {next(_counter)}",
-        "kind": "docker",
         "default_template": "sandbox-console/base:latest",
         "cpus": 1,
         "memory_mb": 256,
         "pids_limit": 128,
     }
     values.update(extra)
-    return SandboxConfig.objects.create(space=space, api_key_encrypted=encrypt(api_key), **values)
+    return SandboxConfig.objects.create(space=space, backend=backend, **values)

@@ -23,12 +23,14 @@ import dataclasses
 import http.client
 import io
 import json
+import os
 import posixpath
 import re
 import secrets
 import select
 import socket
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -37,7 +39,9 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import docker
+import docker.constants
 import docker.errors
+import docker.tls
 import requests.exceptions
 import urllib3.exceptions
 
@@ -378,6 +382,7 @@ class DockerBackend(Backend):
     def __init__(self, config: BackendConfig) -> None:
         super().__init__(config)
         self._client: docker.DockerClient | None = None
+        self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
         self.network_name = config.options.get("network", DEFAULT_NETWORK)
         try:
             self.api_timeout = int(config.options.get("timeout", DEFAULT_API_TIMEOUT_S))
@@ -396,7 +401,20 @@ class DockerBackend(Backend):
         if self._client is None:
             with _engine_call("connecting to the Docker engine"):
                 if self.config.endpoint:
-                    self._client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
+                    tls = self._tls_config()
+                    self._client = docker.DockerClient(
+                        base_url=self.config.endpoint,
+                        timeout=self.api_timeout,
+                        tls=tls,
+                        # With TLS, no request before trust_env is off: requests would verify
+                        # against REQUESTS_CA_BUNDLE instead of the backend's CA.
+                        version=docker.constants.DEFAULT_DOCKER_API_VERSION if tls else None,
+                        # ssh:// through the ssh client (no paramiko); its known_hosts decides trust.
+                        use_ssh_client=self.config.endpoint.startswith("ssh://"),
+                    )
+                    if tls:
+                        self._client.api.trust_env = False
+                        self._client.api._version = self._client.api._retrieve_server_version()
                 else:
                     self._client = docker.from_env(timeout=self.api_timeout)
                 # The engine is never reached through an HTTP proxy; without this, requests
@@ -408,10 +426,32 @@ class DockerBackend(Backend):
     def api(self) -> docker.APIClient:
         return self.client.api
 
+    def _tls_config(self) -> docker.tls.TLSConfig | bool:
+        """tcp:// with TLS: options tls_cert/tls_key (client certificate) and tls_ca (PEM), written
+        to a private directory for the client's lifetime (the library reads files only)."""
+        options = self.config.options
+        if not (options.get("tls_cert") or options.get("tls_ca")):
+            return False
+        self._tls_dir = tempfile.TemporaryDirectory(prefix="console-docker-tls-")
+        paths = {}
+        for name in ("tls_ca", "tls_cert", "tls_key"):
+            if options.get(name):
+                path = os.path.join(self._tls_dir.name, name + ".pem")
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+                    handle.write(options[name])
+                paths[name] = path
+        client_cert = (paths["tls_cert"], paths["tls_key"]) if "tls_cert" in paths and "tls_key" in paths else None
+        return docker.tls.TLSConfig(
+            client_cert=client_cert, ca_cert=paths.get("tls_ca"), verify=bool(paths.get("tls_ca"))
+        )
+
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
+        if self._tls_dir is not None:
+            self._tls_dir.cleanup()
+            self._tls_dir = None
 
     def health(self) -> HealthInfo:
         try:
@@ -609,6 +649,10 @@ class DockerBackend(Backend):
         if is_snapshot_id(template_id):
             return self._snapshot_image(template_id)["Id"]
         attrs = self._console_image(template_id, f"template {template_id!r}")
+        if attrs["Config"]["Labels"].get(LABEL_KIND) != KIND_TEMPLATE:
+            # A snapshot is started by its snap- id only: a bare image id would bypass the
+            # console's checks of whose snapshot it is.
+            raise RemoteError(ErrorKind.NOT_FOUND, f"template {template_id!r} not found (the image is a snapshot)")
         return str(attrs["Id"])
 
     def _console_image(self, reference: str, what: str) -> dict[str, Any]:

@@ -8,27 +8,30 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from console.crypto import decrypt
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, NetworkPolicy
 from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
-from sandboxes.models import SandboxConfig
+from sandboxes.catalog import owner_labels
+from sandboxes.models import PlatformBackend, SandboxConfig
 from sandboxes.services import console_metadata, open_backend
-from tests.factories import make_config
+from tests.factories import make_backend, make_config
 from tests.personas import World
 
 pytestmark = pytest.mark.django_db
 
 
-CUBE = {"kind": "cube", "endpoint": "https://api.example.com", "domain": "x.example.com", "api_key": "k"}
+@pytest.fixture
+def local_backend(world: World) -> PlatformBackend:
+    """The local Docker engine, granted to space A (as a platform admin would)."""
+    backend: PlatformBackend = make_backend(world.space_a, name="local engine")
+    return backend
 
 
-def config_form_data(**overrides: Any) -> dict[str, Any]:
+def config_form_data(on: PlatformBackend | None = None, **overrides: Any) -> dict[str, Any]:
+    backend = on or PlatformBackend.objects.get(name="local engine")
     data = {
         "name": "main",
-        "kind": "docker",
-        "endpoint": "",
-        "domain": "",
+        "backend": str(backend.pk),
         "api_key": "",
         "default_template": "sandbox-console/base:latest",
         "cpus": "1",
@@ -89,7 +92,7 @@ def test_anonymous_is_sent_to_login(unreachable_config: SandboxConfig) -> None:
     assert "/login/" in response["Location"]
 
 
-def test_config_create_is_for_space_admins(world: World) -> None:
+def test_config_create_is_for_space_admins(world: World, local_backend: PlatformBackend) -> None:
     url = reverse("sandboxes:config_create", args=[world.space_a.id])
     assert world.client_for("charlie").get(url).status_code == 404
     assert world.client_for("bob").post(url, config_form_data()).status_code == 403
@@ -109,98 +112,20 @@ def test_config_list_is_scoped(world: World, unreachable_config: SandboxConfig) 
 # --- Validation and secrets --------------------------------------------------------------
 
 
-def test_api_key_is_encrypted_redacted_and_kept_when_redaction_is_sent_back(world: World) -> None:
-    client = world.client_for("alice")
-    url = reverse("sandboxes:config_create", args=[world.space_a.id])
-    response = client.post(
-        url,
-        config_form_data(
-            name="e2b",
-            kind="e2b",
-            endpoint="http://127.0.0.1:9",
-            domain="sandbox.local",
-            api_key="e2b_0123456789abcdef",
-            allow_private_endpoints="on",
-        ),
-    )
-    assert response.status_code == 302, response.content.decode()[:3000]
-    config = SandboxConfig.objects.get(name="e2b")
-    assert "e2b_0123456789abcdef" not in config.api_key_encrypted
-    assert decrypt(config.api_key_encrypted) == "e2b_0123456789abcdef"
-    detail = client.get(config.get_absolute_url()).content.decode()
-    assert "e2b_0123456789abcdef" not in detail
-    assert "***" in detail
-    edit = client.get(reverse("sandboxes:config_edit", args=[config.id]))
-    assert edit.context["form"].initial["api_key"] == "***"
-    assert "e2b_0123456789abcdef" not in edit.content.decode()
-    # Sending *** back (with another change) keeps the stored key.
-    data = config_form_data(
-        name="e2b renamed",
-        kind="e2b",
-        endpoint="http://127.0.0.1:9",
-        domain="sandbox.local",
-        api_key="***",
-        allow_private_endpoints="on",
-        is_default="on",  # as the edit form shows it for the space's first config
-    )
-    assert client.post(reverse("sandboxes:config_edit", args=[config.id]), data).status_code == 302
-    config.refresh_from_db()
-    assert config.name == "e2b renamed"
-    assert decrypt(config.api_key_encrypted) == "e2b_0123456789abcdef"
-    event = AuditEvent.objects.filter(action="sandbox_config.update").latest("time")
-    assert event.details["changed"] == ["name"]
-    assert "e2b_0123456789abcdef" not in str(AuditEvent.objects.values_list("details", flat=True)[::1])
-
-
 @pytest.mark.parametrize(
     ("overrides", "field", "message"),
     [
-        ({"kind": "e2b"}, "endpoint", "need their control-plane URL"),
-        ({"kind": "e2b", "endpoint": "https://api.example.com"}, "domain", "need their sandbox domain"),
-        (
-            {"kind": "cube", "endpoint": "https://api.example.com", "domain": "x.example.com"},
-            "api_key",
-            "need an API key",
-        ),
-        (
-            {"kind": "e2b", "endpoint": "ftp://x.example.com", "domain": "e2b.app", "api_key": "k"},
-            "endpoint",
-            "starts with https://",
-        ),
-        ({"endpoint": "http://docker.example.com"}, "endpoint", "A Docker endpoint is empty"),
-        ({"domain": "e2b.app"}, "domain", "Docker configs have no sandbox domain"),
-        (
-            {
-                "kind": "e2b",
-                "endpoint": "http://169.254.169.254/",
-                "domain": "e2b.app",
-                "api_key": "k",
-                "allow_private_endpoints": "on",
-            },
-            "endpoint",
-            "never allowed",
-        ),
-        (
-            {"kind": "e2b", "endpoint": "http://127.0.0.1:3000/", "domain": "e2b.app", "api_key": "k"},
-            "endpoint",
-            "allow private endpoints on this config",
-        ),
-        ({"endpoint": "tcp://10.1.2.3:2375"}, "endpoint", "a private range"),
         ({"default_template": "snap-0123abcd"}, "default_template", "are not templates"),
         ({"cpus": "0"}, "cpus", "greater than or equal to 0.1"),
         ({"memory_mb": "8"}, "memory_mb", "greater than or equal to 64"),
         ({"idle_timeout_s": "5"}, "idle_timeout_s", "greater than or equal to 60"),
         ({"name": "  "}, "name", "required"),
-        ({"domain": "not a domain", "kind": "e2b"}, "domain", "is not a domain name"),
-        ({"workspace_host_root": "/srv/ws"}, "workspace_host_root", "Only Cube configs"),
-        ({**CUBE, "workspace_host_root": "srv/ws"}, "workspace_host_root", "must be an absolute path"),
-        ({**CUBE, "workspace_host_root": "/"}, "workspace_host_root", "must be an absolute path"),
-        ({**CUBE, "workspace_host_root": "/srv/../etc"}, "workspace_host_root", "without '.', '..'"),
-        ({**CUBE, "workspace_host_root": "/srv/my ws"}, "workspace_host_root", "letters, digits"),
+        ({"backend": ""}, "backend", "required"),
+        ({"backend": "not-a-uuid"}, "backend", "is not a valid UUID"),
     ],
 )
 def test_bad_config_input_is_a_field_error_and_saves_nothing(
-    world: World, overrides: dict[str, str], field: str, message: str
+    world: World, local_backend: PlatformBackend, overrides: dict[str, str], field: str, message: str
 ) -> None:
     response = world.client_for("alice").post(
         reverse("sandboxes:config_create", args=[world.space_a.id]), config_form_data(**overrides)
@@ -212,33 +137,6 @@ def test_bad_config_input_is_a_field_error_and_saves_nothing(
     assert not AuditEvent.objects.filter(action__startswith="sandbox_config").exists()
 
 
-def test_cube_workspace_host_root_is_saved_shown_and_only_offered_to_cube(world: World) -> None:
-    client = world.client_for("alice")
-    url = reverse("sandboxes:config_create", args=[world.space_a.id])
-    data = config_form_data(
-        name="cube",
-        **{**CUBE, "endpoint": "http://127.0.0.1:9"},
-        allow_private_endpoints="on",
-        workspace_host_root=" /srv/sandbox-workspaces ",
-    )
-    response = client.post(url, data)
-    assert response.status_code == 302, response.context["form"].errors
-    config = SandboxConfig.objects.get(name="cube")
-    assert config.workspace_host_root == "/srv/sandbox-workspaces"
-    detail = client.get(config.get_absolute_url()).content.decode()
-    assert "<code>/srv/sandbox-workspaces</code> on the Cube nodes" in detail
-    assert 'id="workspace-unsupported"' not in detail
-    assert (
-        "workspace_host_root" in client.get(reverse("sandboxes:config_edit", args=[config.id])).context["form"].fields
-    )
-    docker = make_config(world.space_a, name="docker")
-    assert (
-        "workspace_host_root"
-        not in client.get(reverse("sandboxes:config_edit", args=[docker.id])).context["form"].fields
-    )
-    assert 'id="workspace-host-root"' not in client.get(docker.get_absolute_url()).content.decode()
-
-
 def test_a_cube_config_without_host_root_says_its_workspace_is_unsupported(world: World) -> None:
     config = make_config(world.space_a, kind="cube", endpoint="https://api.example.com", domain="x.example.com")
     detail = world.client_for("carol").get(config.get_absolute_url()).content.decode()
@@ -246,8 +144,8 @@ def test_a_cube_config_without_host_root_says_its_workspace_is_unsupported(world
     assert "without a workspace host root" in detail
 
 
-def test_duplicate_config_name_in_a_space_is_a_field_error(world: World) -> None:
-    make_config(world.space_a, name="main")
+def test_duplicate_config_name_in_a_space_is_a_field_error(world: World, local_backend: PlatformBackend) -> None:
+    make_config(world.space_a, name="main", backend=local_backend)
     response = world.client_for("alice").post(
         reverse("sandboxes:config_create", args=[world.space_a.id]), config_form_data(name="main")
     )
@@ -259,8 +157,10 @@ def test_duplicate_config_name_in_a_space_is_a_field_error(world: World) -> None
 
 
 @pytest.fixture
-def docker_config(world: World, docker_base_image: str) -> SandboxConfig:
-    config: SandboxConfig = make_config(world.space_a, name="local docker", default_template=docker_base_image)
+def docker_config(world: World, docker_base_image: str, local_backend: PlatformBackend) -> SandboxConfig:
+    config: SandboxConfig = make_config(
+        world.space_a, name="local docker", default_template=docker_base_image, backend=local_backend
+    )
     return config
 
 
@@ -341,7 +241,9 @@ def test_snapshots_are_listed_apart_and_never_offered_as_templates(
     with open_backend(docker_config) as backend:
         snapshots = backend.snapshots()
         assert snapshots is not None
-        snapshot = snapshots.create(live_sandbox, name="pytest", labels={"test-run": test_run_id})
+        # Labelled with the space as the console labels its own snapshots (sandboxes.catalog).
+        labels = {**owner_labels(docker_config), "test-run": test_run_id}
+        snapshot = snapshots.create(live_sandbox, name="pytest", labels=labels)
     client = world.client_for("alice")
     page = client.get(reverse("sandboxes:template_list", args=[docker_config.id]))
     templates_html = page.content.decode().split('id="snapshots"')[0]
@@ -367,12 +269,13 @@ def test_identity_fields_are_frozen_while_sandboxes_live(
 ) -> None:
     client = world.client_for("alice")
     url = reverse("sandboxes:config_edit", args=[docker_config.id])
-    data = config_form_data(name=docker_config.name, endpoint="unix:///var/run/other.sock")
+    other = make_backend(world.space_a, name="other engine", endpoint="unix:///var/run/other.sock")
+    data = config_form_data(other, name=docker_config.name)
     response = client.post(url, data)
     assert response.status_code == 400
     assert "1 live sandbox(es) use this config" in response.content.decode()
     docker_config.refresh_from_db()
-    assert docker_config.endpoint == ""
+    assert docker_config.backend == docker_config.backend.__class__.objects.get(name="local engine")
     # Non-identity fields still change while sandboxes live.
     assert client.post(url, config_form_data(name=docker_config.name, memory_mb="768")).status_code == 302
     # Deleting the config is refused too.
@@ -405,7 +308,7 @@ def test_capabilities_come_from_the_accessors_and_unsupported_policy_is_said(
     assert "domain allow entries (pypi.org)" in detail
 
 
-def test_first_config_is_the_default_and_another_can_take_over(world: World) -> None:
+def test_first_config_is_the_default_and_another_can_take_over(world: World, local_backend: PlatformBackend) -> None:
     client = world.client_for("alice")
     url = reverse("sandboxes:config_create", args=[world.space_a.id])
     assert client.post(url, config_form_data(name="first")).status_code == 302

@@ -20,7 +20,7 @@ from sandboxes.backends.base import (
     SandboxSpec,
 )
 from sandboxes.binding import Binding, MemorySessionStore, binding_key, now_iso
-from sandboxes.models import SandboxConfig
+from sandboxes.models import PlatformBackend, SandboxConfig
 from sandboxes.reaper import reap_config
 from sandboxes.runtime import backend_for
 from sandboxes.services import console_metadata
@@ -107,7 +107,8 @@ def test_idle_sweep_leaves_e2b_to_its_own_auto_pause(world: World, fake_e2b: Fak
     from sandboxes.reaper import idle_sweep
     from sandboxes.runtime import Runtime
 
-    SandboxConfig.objects.filter(pk=config.pk).update(sandbox_url=fake_e2b.sandbox_url, is_default=True)
+    PlatformBackend.objects.filter(pk=config.backend_id).update(sandbox_url=fake_e2b.sandbox_url)
+    SandboxConfig.objects.filter(pk=config.pk).update(is_default=True)
     config.refresh_from_db()
     runtime = Runtime(MemorySessionStore())
     resolved = runtime.resolve(world.space_a, "e2b-idle")

@@ -15,7 +15,7 @@ from django.urls import reverse
 from console.crypto import encrypt
 from console.models import AdminJob
 from console.services import SYSTEM, ServiceError
-from sandboxes.models import SandboxConfig
+from sandboxes.models import PlatformBackend, SandboxConfig
 from sandboxes.runtime import config_fingerprint
 from sandboxes.services import do_set_session_image
 from skills.images import current_image, do_start_install, package_sources
@@ -199,7 +199,7 @@ def test_cleanup_confirmation_lists_what_would_go(world: World, setup: Any) -> N
 
 def test_fingerprint_mismatch_is_explained_on_the_page(world: World, setup: Any) -> None:
     config, _, _, _ = setup
-    SandboxConfig.objects.filter(pk=config.pk).update(api_key_encrypted=encrypt("another-account"))
+    PlatformBackend.objects.filter(pk=config.backend_id).update(api_key_encrypted=encrypt("another-account"))
     page = world.client_for("carol").get(image_url(world)).content.decode()
     assert 'id="fingerprint-mismatch"' in page
     assert "sessions fall back to the base template" in page
@@ -289,5 +289,6 @@ def test_package_folder_must_be_a_folder_under_the_root(world: World, settings: 
     config = make_config(world.space_a, pip_find_links=name)
     with pytest.raises(StepFailed, match="not a folder under"):
         package_sources(config)
-    config.pip_find_links = "wheels"
+    PlatformBackend.objects.filter(pk=config.backend_id).update(pip_find_links="wheels")
+    config.refresh_from_db()
     assert package_sources(config).pip_folder == (tmp_path / "wheels").resolve()

@@ -18,7 +18,7 @@ from console.crypto import encrypt
 from console.models import AuditEvent, JobStatus
 from sandboxes.backends.base import ExecRequest
 from sandboxes.binding import RedisSessionStore
-from sandboxes.models import SandboxConfig, Session, SessionImage
+from sandboxes.models import PlatformBackend, SandboxConfig, Session, SessionImage
 from sandboxes.runtime import Runtime, effective_template
 from skills.images import current_image, do_delete_old_snapshots, do_rollback_image
 from skills.install import console_pip_wheel
@@ -151,7 +151,7 @@ def test_a_failing_check_script_keeps_the_previous_generation(
 def test_missing_package_source_fails_the_dependencies_step(
     world: World, config: SandboxConfig, installation: str
 ) -> None:
-    SandboxConfig.objects.filter(pk=config.pk).update(pip_find_links="")
+    PlatformBackend.objects.filter(pk=config.backend_id).update(pip_find_links="")
     config.refresh_from_db()
     job = run_install(world.space_a, config, import_skill(skill_with_dependency()))
     assert job.status == JobStatus.FAILED
@@ -188,7 +188,7 @@ def test_another_account_falls_back_to_the_base_template(
     image = current_image(world.space_a, config)
     assert image is not None
     # Another account: the key (then the endpoint) changes underneath, as an edit in the DB would.
-    SandboxConfig.objects.filter(pk=config.pk).update(api_key_encrypted=encrypt("someone-else"))
+    PlatformBackend.objects.filter(pk=config.backend_id).update(api_key_encrypted=encrypt("someone-else"))
     config.refresh_from_db()
     effective = effective_template(world.space_a, config)
     assert effective.template_id == docker_base_image
@@ -197,11 +197,13 @@ def test_another_account_falls_back_to_the_base_template(
     page = world.client_for("carol").get(image.get_absolute_url()).content.decode()
     assert "fingerprint-mismatch" in page
     assert "sessions fall back to the base template" in page
-    SandboxConfig.objects.filter(pk=config.pk).update(api_key_encrypted=encrypt(""), endpoint="tcp://other:2375")
+    PlatformBackend.objects.filter(pk=config.backend_id).update(
+        api_key_encrypted=encrypt(""), endpoint="tcp://other:2375"
+    )
     config.refresh_from_db()
     assert effective_template(world.space_a, config).source == "default template"
     # Restore the account so clean-up reaches the engine.
-    SandboxConfig.objects.filter(pk=config.pk).update(endpoint="")
+    PlatformBackend.objects.filter(pk=config.backend_id).update(endpoint="")
     config.refresh_from_db()
     assert effective_template(world.space_a, config).template_id == image.snapshot_id
 

@@ -22,7 +22,7 @@ from console.models import JobStatus
 from sandboxes.backends.base import ExecRequest
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.binding import RedisSessionStore
-from sandboxes.models import SandboxConfig
+from sandboxes.models import PlatformBackend, SandboxConfig
 from sandboxes.runtime import Runtime, backend_for
 from skills.images import current_image
 from tests.conftest import REDIS_URL
@@ -94,7 +94,8 @@ def runtime() -> Runtime:
 
 
 def set_sources(config: SandboxConfig, **fields: str) -> None:
-    SandboxConfig.objects.filter(pk=config.pk).update(**fields)
+    # Package sources are the platform backend's.
+    PlatformBackend.objects.filter(pk=config.backend_id).update(**fields)
     config.refresh_from_db()
 
 

@@ -1,0 +1,64 @@
+"""The skills side of the catalog's snapshot questions (sandboxes.catalog signals).
+
+sandboxes never imports skills, so it asks through signals: which skill image
+generations use a snapshot, and, once a platform admin forced its deletion, to retire them
+so the Skill image page says they are gone and sessions start from the default template.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q
+
+from sandboxes.catalog import SnapshotReference
+
+from .models import SkillImage, SkillImageStatus
+
+FORCED_NOTE = "Its snapshot was deleted by a platform admin; sessions start from the config's default template."
+
+
+def snapshot_references(
+    sender: Any, *, snapshot_id: str | None, fingerprint: str, **kwargs: Any
+) -> list[tuple[str, SnapshotReference]]:
+    """(snapshot id, reference) for ready generations on it and builds starting from it."""
+    images = SkillImage.objects.filter(fingerprint=fingerprint, status=SkillImageStatus.READY).select_related("config")
+    building = SkillImage.objects.filter(status=SkillImageStatus.BUILDING).select_related("config")
+    if snapshot_id is not None:
+        images = images.filter(snapshot_id=snapshot_id)
+        building = building.filter(Q(base_template=snapshot_id))
+    else:
+        building = building.none()
+    refs = [
+        (
+            image.snapshot_id,
+            SnapshotReference(
+                f"skill image generation {image.generation} on config {image.config.name}", str(image.space_id)
+            ),
+        )
+        for image in images
+    ]
+    refs += [
+        (
+            image.base_template,
+            SnapshotReference(
+                f"skill image generation {image.generation} (building) on config {image.config.name}",
+                str(image.space_id),
+            ),
+        )
+        for image in building
+    ]
+    return refs
+
+
+def snapshot_force_deleted(sender: Any, *, snapshot_id: str, fingerprint: str, **kwargs: Any) -> None:
+    SkillImage.objects.filter(snapshot_id=snapshot_id, fingerprint=fingerprint, status=SkillImageStatus.READY).update(
+        status=SkillImageStatus.RETIRED, error=FORCED_NOTE
+    )
+
+
+def connect() -> None:
+    from sandboxes import catalog
+
+    catalog.snapshot_references.connect(snapshot_references, dispatch_uid="skills.snapshot_references")
+    catalog.snapshot_force_deleted.connect(snapshot_force_deleted, dispatch_uid="skills.snapshot_force_deleted")
