@@ -128,7 +128,7 @@ def test_bad_config_input_is_a_field_error_and_saves_nothing(
     world: World, local_backend: PlatformBackend, overrides: dict[str, str], field: str, message: str
 ) -> None:
     response = world.client_for("alice").post(
-        reverse("sandboxes:config_create", args=[world.space_a.id]), config_form_data(**overrides)
+        reverse("sandboxes:config_create", args=[world.space_a.id]), config_form_data(None, **overrides)
     )
     assert response.status_code == 400
     errors = response.context["form"].errors
