@@ -20,13 +20,24 @@ TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$|^localhost$")
 
 
+class SecretInput(forms.PasswordInput):
+    """A password input that shows the redacted placeholder of a stored secret and never
+    renders a typed secret back (a form that fails validation comes back with it empty)."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs, render_value=True)
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        return super().get_context(name, REDACTED if value == REDACTED else None, attrs)
+
+
 class SandboxConfigForm(forms.ModelForm):
     """A config form. The API key shows as *** when set; sending *** back keeps it."""
 
     api_key = forms.CharField(
         required=False,
         label="API key",
-        widget=forms.PasswordInput(render_value=True, attrs={"autocomplete": "new-password"}),
+        widget=SecretInput(attrs={"autocomplete": "new-password"}),
         help_text="E2B/Cube. Stored encrypted; shown as *** once saved. Leave *** to keep the stored key.",
     )
 
@@ -103,6 +114,16 @@ class SandboxConfigForm(forms.ModelForm):
             raise forms.ValidationError("An http(s) URL.")
         return url
 
+    def _check_package_sources(self, cleaned: dict[str, Any]) -> None:
+        # Build sandboxes are given network to these hosts, so they get the endpoints' check.
+        for field in ("pip_index_url", "npm_registry_url"):
+            url = cleaned.get(field) or ""
+            if url and field not in self.errors:
+                try:
+                    check_endpoint(url, allow_private=bool(cleaned.get("allow_private_endpoints")))
+                except RemoteError as exc:
+                    self.add_error(field, exc.message)
+
     def clean_pip_index_url(self) -> str:
         return self._clean_url("pip_index_url")
 
@@ -147,6 +168,7 @@ class SandboxConfigForm(forms.ModelForm):
                 except RemoteError as exc:
                     self.add_error("sandbox_url", exc.message)
         self._clean_workspace_host_root(cleaned, kind)
+        self._check_package_sources(cleaned)
         if endpoint and not endpoint.startswith("unix://") and "endpoint" not in self.errors:
             try:
                 check_endpoint(endpoint, allow_private=bool(cleaned.get("allow_private_endpoints")))
