@@ -31,11 +31,14 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = env_bool("DEBUG", False)
-# The embedded default key is for a local console only; deployments set SECRET_KEY.
+# The embedded default key is public: outside DEBUG the console refuses to start on it
+# (console/crypto.py, check_secrets). `make start` generates a key and keeps it in var/.
 SECRET_KEY = os.environ.get("SECRET_KEY", "insecure-local-console-key-set-SECRET_KEY-in-production")
-# Fernet key (urlsafe base64, 32 bytes) for backend API keys at rest. Without one, a key is
-# derived from SECRET_KEY so the embedded console works; deployments set their own.
+# Fernet key (urlsafe base64, 32 bytes) for secrets at rest, required outside DEBUG. Keys
+# being rotated out stay readable while listed in FIELD_ENCRYPTION_OLD_KEYS (comma-separated)
+# until `manage.py rotate_field_encryption_key` has re-encrypted everything.
 FIELD_ENCRYPTION_KEY = os.environ.get("FIELD_ENCRYPTION_KEY", "")
+FIELD_ENCRYPTION_OLD_KEYS = env_list("FIELD_ENCRYPTION_OLD_KEYS", [])
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
