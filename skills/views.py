@@ -298,8 +298,8 @@ def image_detail(request: HttpRequest, space_id: str) -> HttpResponse:
         fingerprint = config_fingerprint(config)
         generations = list(images.history(space, config))
         preselected = None
-        if request.GET.get("version"):
-            preselected = SkillVersion.objects.select_related("skill").filter(pk=request.GET["version"]).first()
+        if version_id := _uuid_or_none(request.GET.get("version")):  # a malformed id preselects nothing
+            preselected = SkillVersion.objects.select_related("skill").filter(pk=version_id).first()
         form = SkillInstallForm(
             initial={"config": str(config.id), "version": str(preselected.id) if preselected else None},
             configs=[(str(c.id), c.name) for c in configs],
