@@ -25,6 +25,7 @@ from console.access import get_space_for_user, has_role, is_platform_admin, spac
 from console.models import Role, Space
 from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, paginate, query_without_page
+from sandboxes.backends.base import RemoteError
 from sandboxes.models import SandboxConfig
 from sandboxes.runtime import config_fingerprint
 
@@ -406,6 +407,10 @@ def image_rollback(request: HttpRequest, space_id: str, image_id: str) -> HttpRe
             images.do_rollback_image(image, actor=actor_from_request(request))
         except ServiceError as exc:
             messages.error(request, exc.message)
+        except RemoteError as exc:  # the snapshot is checked on the backend first
+            messages.error(
+                request, f"The backend could not be asked whether the snapshot is still there: {exc.message}"
+            )
         else:
             messages.success(request, f"Generation {image.generation} is current again; sessions are marked stale.")
         return redirect(url)

@@ -22,11 +22,13 @@ deviations) and fails listing every deviation.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -454,3 +456,82 @@ def test_authorization_sweep_over_every_websocket_route(world: World, capsys: py
             f"pairs (each without and with a leaked ticket); deviations: {len(deviations)}"
         )
     assert not deviations, deviations
+
+
+# --- Malformed input never answers 500 ----------------------------------------------------------
+
+PARAM_READS = re.compile(
+    r"""request\.(?:GET|POST)(?:\.get\(|\[)["'](\w+)["']|(?:int|bool|str)_param\(request,\s*["'](\w+)["']"""
+)
+BAD_VALUES = ("not-a-uuid\u2028../../etc/passwd", "-99999999999999999999999")
+
+
+def parameter_names() -> list[str]:
+    """Every query/form parameter the views read, found in their source (not a kept list)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    names: set[str] = set()
+    for app in ("console", "sandboxes", "skills"):
+        for source in (root / app).rglob("*.py"):
+            for match in PARAM_READS.finditer(source.read_text()):
+                names.add(match.group(1) or match.group(2))
+    return sorted(names)
+
+
+@pytest.mark.django_db
+def test_malformed_parameters_never_answer_500(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    target = build_target(world)
+    personas = Personas(world)
+    names = parameter_names()
+    assert {"version", "terminal_id", "path", "config"} <= set(names)
+    routes = [r for r in http_routes() if all(k in FILLERS for k in r.kwargs) and r.name != "logout"]
+    problems: list[str] = []
+    requests = 0
+    for route in routes:
+        base = target.url(route).split("?")[0]
+        headers = {"authorization": f"Bearer {target.token_a}"} if route.is_api else {}
+        client = personas.client("control", route)  # the admin of A: past every access check
+        for name in names:  # one at a time, so an early 400 on one cannot hide another
+            error = probe(client, "GET", f"{base}?{urlencode({name: BAD_VALUES[0]})}", None, headers)
+            requests += 1
+            if error:
+                problems.append(f"GET {route.name} ?{name}=…: {error}")
+        for value in BAD_VALUES:
+            error = probe(client, "POST", base, dict.fromkeys(names, value), headers, as_json=route.is_api)
+            requests += 1
+            if error:
+                problems.append(f"POST {route.name} (every field {value[:12]}…): {error}")
+    with capsys.disabled():
+        print(
+            f"\nmalformed-input sweep: {len(routes)} URL patterns x {len(names)} parameters "
+            f"({requests} requests as the admin of A); 500s: {len(problems)}"
+        )
+        for problem in problems:
+            print("  500", problem)
+    assert not problems, "\n".join(problems)
+
+
+def probe(
+    client: Client,
+    method: str,
+    url: str,
+    data: dict[str, str] | None,
+    headers: dict[str, str],
+    *,
+    as_json: bool = False,
+) -> str | None:
+    """A 500 (or an exception out of the view) for this request, rolled back afterwards; else None."""
+    with transaction.atomic():
+        try:
+            if method == "GET":
+                response = client.get(url, headers=headers)
+            elif as_json:
+                response = client.post(url, json.dumps(data), content_type="application/json", headers=headers)
+            else:
+                response = client.post(url, data, headers=headers)
+        except Exception as exc:
+            return f"raised {type(exc).__name__}: {exc}"
+        finally:
+            transaction.set_rollback(True)
+    return "500" if response.status_code == 500 else None

@@ -219,3 +219,23 @@ def test_a_malformed_version_on_the_skill_image_page_is_ignored_not_a_500(world:
     make_config(world.space_a, endpoint="unix:///tmp/no-such-docker.sock")
     url = reverse("skills:image_detail", kwargs={"space_id": world.space_a.id}) + "?version=not-a-uuid"
     assert world.client_for("carol").get(url).status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_rollback_while_the_backend_is_unreachable_is_a_message_not_a_500(world: World) -> None:
+    from sandboxes.runtime import config_fingerprint
+    from skills.models import SkillImage
+
+    config = make_config(world.space_a, endpoint="unix:///tmp/no-such-docker.sock")
+    image = SkillImage.objects.create(
+        space=world.space_a,
+        config=config,
+        generation=1,
+        status="ready",
+        snapshot_id="snap-1",
+        fingerprint=config_fingerprint(config),
+    )
+    url = reverse("skills:image_rollback", kwargs={"space_id": world.space_a.id, "image_id": image.id})
+    response = world.client_for("alice").post(url, follow=True)
+    assert response.status_code == 200
+    assert "could not be asked whether the snapshot is still there" in response.content.decode()
