@@ -379,7 +379,9 @@ def test_every_url_keyword_has_a_filler() -> None:
 
 
 @pytest.mark.django_db
-def test_authorization_sweep_over_every_url_pattern(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+def test_authorization_sweep_over_every_url_pattern(
+    world: World, capsys: pytest.CaptureFixture[str], record_property: Any
+) -> None:
     target = build_target(world)
     personas = Personas(world)
     routes = [r for r in http_routes() if all(k in FILLERS for k in r.kwargs)]
@@ -397,6 +399,9 @@ def test_authorization_sweep_over_every_url_pattern(world: World, capsys: pytest
                 requests += 1
                 if reason := judge(route, persona, method, outcome, target):
                     deviations.append(f"{method} {route.name} as {persona}: {reason}")
+    record_property("sweep_patterns", len(routes))
+    record_property("sweep_personas", len(PERSONAS))
+    record_property("sweep_deviations", len(deviations))
     with capsys.disabled():
         print(
             f"\nauthorization sweep: {len(routes)} URL patterns x {len(PERSONAS)} personas = "
