@@ -12,6 +12,7 @@ import ipaddress
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from django.urls import reverse
 
 from sandboxes.backends.base import BackendConfig, ErrorKind, RemoteError
 from sandboxes.backends.docker import DockerBackend
-from sandboxes.backends.guard import address_problem, check_endpoint, embedded_ipv4
+from sandboxes.backends.guard import GuardedHTTPAdapter, address_problem, check_endpoint, embedded_ipv4
 from sandboxes.models import SandboxConfig
 from tests.personas import World
 from tests.sandboxes.test_configs import config_form_data
@@ -251,3 +252,89 @@ def test_an_ssh_docker_engine_is_judged_before_it_is_dialled(address: str) -> No
     assert not health.ok
     assert "never allowed" in health.detail or "allow private endpoints" in health.detail
     assert resolver.calls == ["engine.example.test"]
+
+
+# --- The requests adapter keeps the name for TLS while it dials the checked address ------------
+
+
+def self_signed(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    from datetime import UTC, datetime, timedelta
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+@pytest.fixture
+def tls_server(tmp_path: Path) -> Iterator[tuple[int, Path, list[str]]]:
+    """An HTTPS server on loopback with a certificate for engine.rebind.test; records Host headers."""
+    import http.server
+    import ssl
+
+    cert, key = self_signed(tmp_path, "engine.rebind.test")
+    hosts: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hosts.append(self.headers.get("Host", ""))
+            body = b'{"ApiVersion": "1.41"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1], cert, hosts
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_requests_adapter_pins_the_address_and_verifies_tls_for_the_name(
+    tls_server: tuple[int, Path, list[str]],
+) -> None:
+    import requests
+
+    port, cert, hosts = tls_server
+    resolver = StubResolver("127.0.0.1")
+    session = requests.Session()
+    session.trust_env = False
+    session.mount("https://", GuardedHTTPAdapter(allow_private=True, resolver=resolver))
+    url = f"https://engine.rebind.test:{port}/version"
+    assert session.get(url, verify=str(cert), timeout=10).json() == {"ApiVersion": "1.41"}
+    assert hosts == [f"engine.rebind.test:{port}"]  # the name travels in Host (and SNI/cert check)
+    resolver.address = METADATA
+    with pytest.raises(RemoteError) as caught:
+        session.get(url, verify=str(cert), timeout=10)
+    assert caught.value.kind == ErrorKind.FORBIDDEN
+    assert len(hosts) == 1  # refused before anything was sent
