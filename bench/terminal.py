@@ -207,6 +207,9 @@ def main() -> int:
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "console.settings.base",
+        # A throwaway console still needs its own keys: the default one is refused outside DEBUG.
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "FIELD_ENCRYPTION_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
         "CONSOLE_VAR_DIR": str(workdir),
         "DATABASE_URL": f"sqlite:///{workdir / 'bench.sqlite3'}",
         "CONSOLE_INSTALLATION_ID": run_id,

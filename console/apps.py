@@ -7,5 +7,9 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Console"
 
     def ready(self) -> None:
+        from .crypto import check_secrets
+
+        # Before anything serves: outside DEBUG, no public default key, no derived secrets key.
+        check_secrets()
         # Register job handlers.
         from . import diagnostics  # noqa: F401

@@ -10,12 +10,12 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from .routing import websocket_urlpatterns  # noqa: E402
 from .scheduler import start_in_process_scheduler  # noqa: E402
+from .security import OriginValidator  # noqa: E402
 
 # The embedded console serves its own static files; a deployment behind a web server
 # sets SERVE_STATIC=false and lets the server do it.
@@ -27,6 +27,7 @@ start_in_process_scheduler()
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Scheme, host and port of the Origin are checked (console/security.py).
+        "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -1,4 +1,14 @@
-"""Encryption at rest for secrets such as backend API keys (Fernet, FIELD_ENCRYPTION_KEY)."""
+"""Encryption at rest for secrets such as backend API keys (Fernet, FIELD_ENCRYPTION_KEY).
+
+Secrets are encrypted with FIELD_ENCRYPTION_KEY and read with it or any key listed in
+FIELD_ENCRYPTION_OLD_KEYS (a MultiFernet), so a key can be rotated without downtime: add
+the new key, move the old one to the old list, run `manage.py rotate_field_encryption_key`,
+then drop the old key. Every model field named `*_encrypted` holds such a token.
+
+Outside DEBUG the console refuses to start on the embedded default SECRET_KEY or without
+FIELD_ENCRYPTION_KEY (`check_secrets`, called when the console app is ready). In DEBUG a
+missing FIELD_ENCRYPTION_KEY is still derived from SECRET_KEY, for throwaway consoles only.
+"""
 
 from __future__ import annotations
 
@@ -6,24 +16,63 @@ import base64
 import functools
 import hashlib
 
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 
 REDACTED = "***"
 
+# The key of settings/base.py when no SECRET_KEY is set: public, so never good for secrets.
+DEFAULT_SECRET_KEY = "insecure-local-console-key-set-SECRET_KEY-in-production"  # noqa: S105
+
+HOW_TO_MAKE_A_KEY = (
+    "make one with `python -c 'import secrets; print(secrets.token_urlsafe(50))'` for SECRET_KEY and "
+    "`python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'` for "
+    "FIELD_ENCRYPTION_KEY, and set them in the environment (`make start` keeps its own in var/)"
+)
+
+
+def derived_key(secret_key: str) -> str:
+    """The Fernet key earlier consoles derived from SECRET_KEY when FIELD_ENCRYPTION_KEY was unset."""
+    return base64.urlsafe_b64encode(hashlib.sha256(("field-encryption:" + secret_key).encode()).digest()).decode()
+
+
+def _key(value: str, name: str) -> Fernet:
+    try:
+        return Fernet(value.encode())
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{name} is not a Fernet key (32 bytes, urlsafe base64); {HOW_TO_MAKE_A_KEY}."
+        ) from None
+
 
 @functools.cache
-def _fernet(key_setting: str, secret_key: str) -> Fernet:
-    if key_setting:
-        return Fernet(key_setting.encode())
-    # No explicit key: derive one from SECRET_KEY so the embedded console works; rotating
-    # SECRET_KEY then makes stored API keys unreadable (they must be entered again).
-    derived = base64.urlsafe_b64encode(hashlib.sha256(("field-encryption:" + secret_key).encode()).digest())
-    return Fernet(derived)
+def _fernet(primary: str, old_keys: tuple[str, ...], secret_key: str) -> MultiFernet:
+    keys = [_key(primary, "FIELD_ENCRYPTION_KEY") if primary else Fernet(derived_key(secret_key).encode())]
+    keys += [_key(old, "a key in FIELD_ENCRYPTION_OLD_KEYS") for old in old_keys]
+    return MultiFernet(keys)
 
 
-def fernet() -> Fernet:
-    return _fernet(settings.FIELD_ENCRYPTION_KEY, settings.SECRET_KEY)
+def fernet() -> MultiFernet:
+    """Encrypts with FIELD_ENCRYPTION_KEY; decrypts with it or any of FIELD_ENCRYPTION_OLD_KEYS."""
+    old_keys = tuple(getattr(settings, "FIELD_ENCRYPTION_OLD_KEYS", ()))
+    return _fernet(settings.FIELD_ENCRYPTION_KEY, old_keys, settings.SECRET_KEY)
+
+
+def check_secrets() -> None:
+    """Refuse to run outside DEBUG on the public default SECRET_KEY or without FIELD_ENCRYPTION_KEY."""
+    if settings.DEBUG:
+        return
+    problems = []
+    if not settings.SECRET_KEY or settings.SECRET_KEY == DEFAULT_SECRET_KEY:
+        problems.append("SECRET_KEY is the public embedded default")
+    if not settings.FIELD_ENCRYPTION_KEY:
+        problems.append("FIELD_ENCRYPTION_KEY is not set (stored API keys would be encrypted with a derived key)")
+    if problems:
+        raise ImproperlyConfigured(
+            "The console refuses to start: " + "; ".join(problems) + f". Outside DEBUG, {HOW_TO_MAKE_A_KEY}."
+        )
+    fernet()  # a malformed key fails here, at start, not at the first secret
 
 
 def encrypt(plaintext: str) -> str:
@@ -43,3 +92,14 @@ def decrypt(token: str) -> str:
         return fernet().decrypt(token.encode()).decode()
     except InvalidToken:
         raise SecretUnreadable("the stored secret cannot be decrypted with FIELD_ENCRYPTION_KEY") from None
+
+
+def rotate(token: str, *, extra_old_keys: tuple[str, ...] = ()) -> str:
+    """`token` re-encrypted with FIELD_ENCRYPTION_KEY, read with any configured key or these."""
+    if not token:
+        return ""
+    old_keys = (*getattr(settings, "FIELD_ENCRYPTION_OLD_KEYS", ()), *extra_old_keys)
+    try:
+        return _fernet(settings.FIELD_ENCRYPTION_KEY, old_keys, settings.SECRET_KEY).rotate(token.encode()).decode()
+    except InvalidToken:
+        raise SecretUnreadable("the stored secret cannot be decrypted with any configured key") from None

@@ -273,3 +273,57 @@ def policy_warnings(policy: NetworkPolicy) -> list[str]:
         deny_out=list(policy.deny_out),
         l7_rules=list(policy.l7_rules),
     ).warnings
+
+
+# --- Secrets at rest ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RotationReport:
+    """What a key rotation did: tokens re-encrypted, and those no configured key could read."""
+
+    rotated: int
+    unreadable: list[str]
+
+
+def encrypted_fields() -> list[tuple[Any, str]]:
+    """(model, field name) of every stored secret: by convention, fields named `*_encrypted`."""
+    from django.apps import apps
+
+    return [
+        (model, field.name)
+        for model in apps.get_models()
+        for field in model._meta.get_fields()
+        if field.name.endswith("_encrypted") and getattr(field, "concrete", False)
+    ]
+
+
+def do_rotate_field_encryption(*, actor: Actor, legacy_secret_keys: tuple[str, ...] = ()) -> RotationReport:
+    """Re-encrypt every stored secret with FIELD_ENCRYPTION_KEY.
+
+    Tokens are read with FIELD_ENCRYPTION_KEY, FIELD_ENCRYPTION_OLD_KEYS and the keys earlier
+    consoles derived from `legacy_secret_keys`; one that none reads is left as it is and
+    reported. One audit row for the whole pass.
+    """
+    from .crypto import SecretUnreadable, derived_key, rotate
+
+    extra = tuple(derived_key(secret) for secret in legacy_secret_keys)
+    rotated, unreadable = 0, []
+    with transaction.atomic():
+        for model, field in encrypted_fields():
+            rows = model.objects.select_for_update().exclude(**{field: ""}).values_list("pk", field)
+            for pk, token in rows:
+                try:
+                    fresh = rotate(token, extra_old_keys=extra)
+                except SecretUnreadable:
+                    unreadable.append(f"{model._meta.label}:{pk}.{field}")
+                    continue
+                model.objects.filter(pk=pk).update(**{field: fresh})
+                rotated += 1
+        record_audit(
+            actor,
+            "secrets.rotate",
+            target_type="field_encryption_key",
+            details={"rotated": rotated, "unreadable": unreadable},
+        )
+    return RotationReport(rotated, unreadable)

@@ -18,7 +18,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
 from . import jobs as job_runner
@@ -67,6 +67,7 @@ def apply_form_errors(form: Any, error: ServiceError) -> None:
 
 
 @login_required
+@require_safe
 def dashboard(request: HttpRequest) -> HttpResponse:
     spaces = spaces_for_user(request.user)
     since = timezone.now() - timedelta(hours=24)
@@ -89,6 +90,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def space_list(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "").strip()
     spaces = spaces_for_user(request.user).annotate(member_count=Count("memberships", distinct=True))
@@ -130,6 +132,7 @@ def space_create(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def space_detail(request: HttpRequest, space_id: str) -> HttpResponse:
     space = get_space_for_user(request.user, space_id)
     policy = NetworkPolicy.objects.get_or_create(space=space)[0]
@@ -331,6 +334,7 @@ def audit_for_user(user: Any) -> QuerySet[AuditEvent]:
 
 
 @login_required
+@require_safe
 def audit_list(request: HttpRequest) -> HttpResponse:
     events = audit_for_user(request.user)
     form = AuditFilterForm(request.GET or None, spaces=spaces_for_user(request.user, Role.ADMIN))
@@ -373,6 +377,7 @@ def jobs_for_user(user: Any) -> QuerySet[AdminJob]:
 
 
 @login_required
+@require_safe
 def job_list(request: HttpRequest) -> HttpResponse:
     jobs = jobs_for_user(request.user).select_related("space", "created_by")
     status = request.GET.get("status", "")
@@ -411,6 +416,7 @@ def get_job_for_user(user: Any, job_id: str, role: Role = Role.VIEWER) -> AdminJ
 
 
 @login_required
+@require_safe
 def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
     job = get_job_for_user(request.user, job_id)
     can_cancel = not job.is_finished and (

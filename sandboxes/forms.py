@@ -23,6 +23,17 @@ TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$|^localhost$")
 
 
+class SecretInput(forms.PasswordInput):
+    """A password input that shows the redacted placeholder of a stored secret and never
+    renders a typed secret back (a form that fails validation comes back with it empty)."""
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs, render_value=True)
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        return super().get_context(name, REDACTED if value == REDACTED else None, attrs)
+
+
 class SandboxConfigForm(forms.ModelForm):
     """A space admin's config: a backend granted to the space, template, resources within the
     backend's limits, idle behaviour. Infrastructure fields are not on it: a posted endpoint,
@@ -35,7 +46,7 @@ class SandboxConfigForm(forms.ModelForm):
     api_key = forms.CharField(
         required=False,
         label="Own API key",
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        widget=SecretInput(attrs={"autocomplete": "new-password"}),
         help_text="Only for backends where the platform lets spaces bring their own E2B/Cube key (public "
         "endpoints). Stored encrypted; leave *** to keep the stored key, empty to use the platform's.",
     )
@@ -58,9 +69,7 @@ class SandboxConfigForm(forms.ModelForm):
         backend_field.help_text = "Infrastructure the platform granted this space."
         if self.instance.pk and self.instance.has_api_key:
             self.initial["api_key"] = REDACTED
-            self.fields["api_key"].widget = forms.PasswordInput(
-                render_value=True, attrs={"autocomplete": "new-password"}
-            )
+            self.fields["api_key"].widget = SecretInput(attrs={"autocomplete": "new-password"})
         if template_choices is not None:
             # The picker lists templates only: a snapshot id never appears here.
             current = self.instance.default_template if self.instance.pk else ""
@@ -105,7 +114,7 @@ class PlatformBackendForm(forms.ModelForm):
     api_key = forms.CharField(
         required=False,
         label="API key",
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        widget=SecretInput(attrs={"autocomplete": "new-password"}),
         help_text="E2B/Cube. Stored encrypted; leave *** to keep the stored key.",
     )
     tls_ca = forms.CharField(
@@ -162,9 +171,7 @@ class PlatformBackendForm(forms.ModelForm):
             self.initial["spaces"] = list(self.instance.spaces.all())
             if self.instance.has_api_key:
                 self.initial["api_key"] = REDACTED
-                self.fields["api_key"].widget = forms.PasswordInput(
-                    render_value=True, attrs={"autocomplete": "new-password"}
-                )
+                self.fields["api_key"].widget = SecretInput(attrs={"autocomplete": "new-password"})
             if self.instance.has_tls:
                 self.fields["tls_cert"].help_text += " A certificate is stored."
 

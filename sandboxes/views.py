@@ -17,7 +17,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 from django_htmx.http import HttpResponseStopPolling
 
 from console.access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
@@ -75,6 +75,7 @@ def template_ids(config: SandboxConfig) -> list[str] | None:
 
 
 @login_required
+@require_safe
 def config_list(request: HttpRequest) -> HttpResponse:
     spaces = spaces_for_user(request.user).order_by("name")
     configs = (
@@ -122,6 +123,7 @@ def config_create(request: HttpRequest, space_id: str) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
     config = get_config_for_user(request.user, config_id)
     policy = NetworkPolicy.objects.get_or_create(space=config.space)[0]
@@ -244,6 +246,7 @@ def _load_catalog(config: SandboxConfig) -> Catalog:
 
 
 @login_required
+@require_safe
 def template_list(request: HttpRequest, config_id: str) -> HttpResponse:
     config = get_config_for_user(request.user, config_id)
     context = {
@@ -422,6 +425,7 @@ def capability_row(config: SandboxConfig) -> CapabilityRow:
 
 
 @login_required
+@require_safe
 def capability_matrix(request: HttpRequest) -> HttpResponse:
     configs = SandboxConfig.objects.filter(space__in=spaces_for_user(request.user)).select_related("space", "backend")
     rows = [capability_row(config) for config in configs.order_by("space__name", "name")]
@@ -502,6 +506,7 @@ SESSION_STATE_FILTERS = [("running", "Running"), ("paused", "Paused"), ("stopped
 
 
 @login_required
+@require_safe
 def session_list(request: HttpRequest) -> HttpResponse:
     spaces = spaces_for_user(request.user)
     sessions = Session.objects.filter(space__in=spaces).select_related("space", "config__backend")
@@ -537,6 +542,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_user(request.user, session_id)
     runtime = Runtime()
@@ -647,6 +653,7 @@ def session_upload(request: HttpRequest, session_id: str) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def session_download(request: HttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_user(request.user, session_id, Role.MEMBER)
     path = request.GET.get("path", "")
@@ -664,6 +671,7 @@ def session_download(request: HttpRequest, session_id: str) -> HttpResponse:
 
 
 @login_required
+@require_safe
 def artifact_download(request: HttpRequest, session_id: str, artifact_id: str) -> HttpResponse | FileResponse:
     session = get_session_for_user(request.user, session_id)
     artifact = get_object_or_404(Artifact, pk=artifact_id, session=session)
@@ -713,6 +721,7 @@ OUTPUT_PAGE_BYTES = 512 * 1024
 
 
 @login_required
+@require_safe
 def command_detail(request: HttpRequest, session_id: str, command_id: str) -> HttpResponse:
     """A command's output; with HTMX the output partial polls until the command ends."""
     session = get_session_for_user(request.user, session_id, Role.MEMBER)

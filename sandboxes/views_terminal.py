@@ -6,6 +6,7 @@ a notice and no terminal; the ticket endpoint answers them 403. Outsiders get 40
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
@@ -72,7 +73,11 @@ def terminal_create(request: HttpRequest, session_id: Any) -> JsonResponse:
         return JsonResponse({"error": "This sandbox backend has no interactive terminals."}, status=409)
     existing_id = request.POST.get("terminal_id", "").strip()
     if existing_id:
-        terminal = Terminal.objects.filter(pk=existing_id, session=session, user=request.user).first()
+        try:
+            terminal_id = uuid.UUID(existing_id)
+        except ValueError:
+            return JsonResponse({"error": "No such terminal."}, status=404)
+        terminal = Terminal.objects.filter(pk=terminal_id, session=session, user=request.user).first()
         if terminal is None:
             return JsonResponse({"error": "No such terminal."}, status=404)
         if terminal.closed is not None:

@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 export DJANGO_SETTINGS_MODULE=${DJANGO_SETTINGS_MODULE:-console.settings.dev}
 mkdir -p var
+source scripts/keys.sh
 
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   echo "==> Docker engine answers; making sure the base template image exists"
@@ -18,6 +19,11 @@ fi
 
 echo "==> migrating the database"
 .venv/bin/python manage.py migrate --noinput
+if [ -n "$LEGACY_SECRET_KEY" ]; then
+  # A console from before the key was required: move its stored secrets to the new key.
+  .venv/bin/python manage.py rotate_field_encryption_key --legacy-secret-key "$LEGACY_SECRET_KEY" ||
+    echo "==> some stored secrets could not be moved to the new key; enter them again on their configs"
+fi
 .venv/bin/python manage.py bootstrap_console
 .venv/bin/python manage.py register_local_engine
 

@@ -25,6 +25,7 @@ from console.access import get_space_for_user, has_role, is_platform_admin, spac
 from console.models import Role, Space
 from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, paginate, query_without_page
+from sandboxes.backends.base import RemoteError
 from sandboxes.models import SandboxConfig
 from sandboxes.runtime import config_fingerprint
 
@@ -298,8 +299,8 @@ def image_detail(request: HttpRequest, space_id: str) -> HttpResponse:
         fingerprint = config_fingerprint(config)
         generations = list(images.history(space, config))
         preselected = None
-        if request.GET.get("version"):
-            preselected = SkillVersion.objects.select_related("skill").filter(pk=request.GET["version"]).first()
+        if version_id := _uuid_or_none(request.GET.get("version")):  # a malformed id preselects nothing
+            preselected = SkillVersion.objects.select_related("skill").filter(pk=version_id).first()
         form = SkillInstallForm(
             initial={"config": str(config.id), "version": str(preselected.id) if preselected else None},
             configs=[(str(c.id), c.name) for c in configs],
@@ -406,6 +407,10 @@ def image_rollback(request: HttpRequest, space_id: str, image_id: str) -> HttpRe
             images.do_rollback_image(image, actor=actor_from_request(request))
         except ServiceError as exc:
             messages.error(request, exc.message)
+        except RemoteError as exc:  # the snapshot is checked on the backend first
+            messages.error(
+                request, f"The backend could not be asked whether the snapshot is still there: {exc.message}"
+            )
         else:
             messages.success(request, f"Generation {image.generation} is current again; sessions are marked stale.")
         return redirect(url)

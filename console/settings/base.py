@@ -8,6 +8,7 @@ bindings, locks, the channel layer and jobs to Redis and Celery.
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -31,11 +32,14 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = env_bool("DEBUG", False)
-# The embedded default key is for a local console only; deployments set SECRET_KEY.
+# The embedded default key is public: outside DEBUG the console refuses to start on it
+# (console/crypto.py, check_secrets). `make start` generates a key and keeps it in var/.
 SECRET_KEY = os.environ.get("SECRET_KEY", "insecure-local-console-key-set-SECRET_KEY-in-production")
-# Fernet key (urlsafe base64, 32 bytes) for backend API keys at rest. Without one, a key is
-# derived from SECRET_KEY so the embedded console works; deployments set their own.
+# Fernet key (urlsafe base64, 32 bytes) for secrets at rest, required outside DEBUG. Keys
+# being rotated out stay readable while listed in FIELD_ENCRYPTION_OLD_KEYS (comma-separated)
+# until `manage.py rotate_field_encryption_key` has re-encrypted everything.
 FIELD_ENCRYPTION_KEY = os.environ.get("FIELD_ENCRYPTION_KEY", "")
+FIELD_ENCRYPTION_OLD_KEYS = env_list("FIELD_ENCRYPTION_OLD_KEYS", [])
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -50,6 +54,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django_htmx",
     "channels",
+    "axes",
     "console",
     "sandboxes",
     "skills",
@@ -65,6 +70,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "console.middleware.HtmxMessagesMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -129,6 +136,46 @@ MEDIA_ROOT = VAR_DIR / "media"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # HTMX reads the token from the page, not the cookie
 X_FRAME_OPTIONS = "DENY"
+
+# --- Behind TLS (docs/operations.md, "Security settings") ---------------------------------
+# CONSOLE_TLS=true when users reach the console over https: cookies travel over https only
+# and HSTS is sent. Behind a TLS-terminating proxy also set SECURE_PROXY_SSL_HEADER (the
+# proxy must always set or strip that header), or Django cannot tell https requests apart.
+CONSOLE_TLS = env_bool("CONSOLE_TLS", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", CONSOLE_TLS)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", CONSOLE_TLS)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS") or (31_536_000 if CONSOLE_TLS else 0))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+# "X-Forwarded-Proto: https" -> ("HTTP_X_FORWARDED_PROTO", "https"), as Django wants it.
+_proxy_header, _, _proxy_value = os.environ.get("SECURE_PROXY_SSL_HEADER", "").partition(":")
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _proxy_header.strip().upper().replace("-", "_"), _proxy_value.strip() or "https")
+    if _proxy_header.strip()
+    else None
+)
+# How many proxies in front append to X-Forwarded-For (0: use the connection's address).
+FORWARDED_FOR_PROXIES = int(os.environ.get("FORWARDED_FOR_PROXIES", 0))
+# Websocket handshakes come from the console's own origin (scheme, host and port) or one of
+# these full origins (console/security.py).
+WEBSOCKET_ALLOWED_ORIGINS = env_list("WEBSOCKET_ALLOWED_ORIGINS", CSRF_TRUSTED_ORIGINS)
+
+# --- Login throttling (django-axes) -------------------------------------------------------
+# After LOGIN_FAILURE_LIMIT failed logins for one username from one address, that pair is
+# locked out for LOGIN_LOCKOUT_MINUTES (the lock is per pair, so nobody can lock a user out
+# from elsewhere). `manage.py axes_reset` lifts every lock.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", 5))
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("LOGIN_LOCKOUT_MINUTES", 15)))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "console.security.client_ip"
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 

@@ -1,3 +1,22 @@
-"""Settings for the one-command start (`make start`)."""
+"""Settings for the one-command start (`make start`).
+
+`make start` generates SECRET_KEY and FIELD_ENCRYPTION_KEY once and keeps them in var/
+(scripts/start.sh); they are read from there when the environment does not set them, so
+`manage.py` run by hand uses the same keys as the running console.
+"""
+
+import os
 
 from .base import *  # noqa: F403
+from .base import VAR_DIR
+
+
+def _kept_key(name: str, default: str) -> str:
+    path = VAR_DIR / name.lower().replace("_", "-")
+    if os.environ.get(name) or not path.is_file():
+        return default
+    return path.read_text().strip()
+
+
+SECRET_KEY = _kept_key("SECRET_KEY", SECRET_KEY)  # noqa: F405
+FIELD_ENCRYPTION_KEY = _kept_key("FIELD_ENCRYPTION_KEY", FIELD_ENCRYPTION_KEY)  # noqa: F405

@@ -12,7 +12,7 @@ Mapping of the contract (see docs/backends.md, "Docker"):
 - outbound off = network mode "none"; on = a console-managed bridge network. DNS is always
   127.0.0.1, so nothing inside a sandbox reaches an outside resolver.
 
-Imports nothing of the project but `base` (and the image builder next to it).
+Imports nothing of the project but `base` and `guard` (and the image builder next to it).
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import docker
-import docker.constants
 import docker.errors
 import docker.tls
 import requests.exceptions
 import urllib3.exceptions
+from docker.constants import MINIMUM_DOCKER_API_VERSION
 
 from .base import (
     SANDBOX_UID,
@@ -88,6 +88,7 @@ from .docker_image import (
     build_rootfs_image,
     template_labels,
 )
+from .guard import GuardedHTTPAdapter, Resolver, check_endpoint, system_resolver
 
 KIND_SANDBOX = "sandbox"
 KIND_SNAPSHOT = "snapshot"
@@ -379,10 +380,11 @@ class DockerBackend(Backend):
     kind = "docker"
     label = "Docker"
 
-    def __init__(self, config: BackendConfig) -> None:
+    def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
         super().__init__(config)
         self._client: docker.DockerClient | None = None
         self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
+        self.resolver = resolver or system_resolver  # remote engines' names (tcp://, ssh://)
         self.network_name = config.options.get("network", DEFAULT_NETWORK)
         try:
             self.api_timeout = int(config.options.get("timeout", DEFAULT_API_TIMEOUT_S))
@@ -400,27 +402,41 @@ class DockerBackend(Backend):
     def client(self) -> docker.DockerClient:
         if self._client is None:
             with _engine_call("connecting to the Docker engine"):
-                if self.config.endpoint:
-                    tls = self._tls_config()
-                    self._client = docker.DockerClient(
-                        base_url=self.config.endpoint,
-                        timeout=self.api_timeout,
-                        tls=tls,
-                        # With TLS, no request before trust_env is off: requests would verify
-                        # against REQUESTS_CA_BUNDLE instead of the backend's CA.
-                        version=docker.constants.DEFAULT_DOCKER_API_VERSION if tls else None,
-                        # ssh:// through the ssh client (no paramiko); its known_hosts decides trust.
-                        use_ssh_client=self.config.endpoint.startswith("ssh://"),
-                    )
-                    if tls:
-                        self._client.api.trust_env = False
-                        self._client.api._version = self._client.api._retrieve_server_version()
+                if self.config.endpoint.startswith(("tcp://", "ssh://")):
+                    self._client = self._remote_client(self.config.endpoint)
+                elif self.config.endpoint:
+                    self._client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
                 else:
                     self._client = docker.from_env(timeout=self.api_timeout)
                 # The engine is never reached through an HTTP proxy; without this, requests
                 # scans the whole environment for proxy settings on every call.
                 self._client.api.trust_env = False
         return self._client
+
+    def _remote_client(self, endpoint: str) -> docker.DockerClient:
+        """A client of a remote engine, checked by the guard when dialled like HTTP endpoints.
+
+        ssh:// connects while the client is built, so its name is judged just before; tcp://
+        requests go through the guard's adapter, re-resolved, checked and pinned on each
+        request (DNS rebinding), the API version request included.
+        """
+        allow_private = self.config.allow_private_endpoints
+        check_endpoint(endpoint, allow_private=allow_private, resolver=self.resolver)
+        if endpoint.startswith("ssh://"):
+            # Through the ssh client (no paramiko): its known_hosts decides trust.
+            return docker.DockerClient(base_url=endpoint, timeout=self.api_timeout, use_ssh_client=True)
+        # A fixed version makes the constructor send nothing: no request goes out before
+        # trust_env is off (requests would verify against REQUESTS_CA_BUNDLE instead of the
+        # backend's CA) and before the guard is mounted; then the engine is asked.
+        client = docker.DockerClient(
+            base_url=endpoint, timeout=self.api_timeout, tls=self._tls_config(), version=MINIMUM_DOCKER_API_VERSION
+        )
+        client.api.trust_env = False
+        guarded = GuardedHTTPAdapter(allow_private=allow_private, resolver=self.resolver)
+        client.api.mount("http://", guarded)
+        client.api.mount("https://", guarded)
+        client.api._version = client.api.version(api_version=False)["ApiVersion"]
+        return client
 
     @property
     def api(self) -> docker.APIClient:

@@ -1,49 +1,182 @@
 """The guarded transport: every call to a tenant-controlled URL goes through here.
 
 A URL is checked when a config is saved (`check_endpoint`) and again when it is dialled
-(`GuardedTransport`), on the addresses the name resolves to at that moment, and the
-connection is pinned to the checked address, so a name that re-resolves between save and
-dial (DNS rebinding) is caught. Link-local, cloud metadata, multicast and unspecified
-addresses are always refused; loopback, private ranges and 100.64.0.0/10 only when the
-config opts in.
+(`GuardedTransport` for httpx, `GuardedHTTPAdapter` for requests), on the addresses the
+name resolves to at that moment, and the connection is pinned to the checked address, so a
+name that re-resolves between save and dial (DNS rebinding) is caught. Link-local, cloud
+metadata, multicast and unspecified addresses are always refused; loopback, private
+ranges, 100.64.0.0/10 and the other special-purpose (reserved, benchmarking,
+documentation) ranges only when the config opts in. An IPv6 address that embeds an IPv4
+address (mapped, compatible, NAT64, 6to4, Teredo) is judged by the address it embeds.
+Host names are checked for shape before any lookup, so a malformed one is an `invalid`
+error, never a codec exception.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Callable
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
+import requests
+import requests.adapters
 
 from .base import ErrorKind, RemoteError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-ALWAYS_REFUSED = [
-    (ipaddress.ip_network("169.254.0.0/16"), "link-local (cloud metadata lives here)"),
-    (ipaddress.ip_network("fe80::/10"), "link-local"),
-    (ipaddress.ip_network("100.100.100.200/32"), "a cloud metadata address"),
-    (ipaddress.ip_network("168.63.129.16/32"), "a cloud metadata address"),
-    (ipaddress.ip_network("fd00:ec2::254/128"), "a cloud metadata address"),
-    (ipaddress.ip_network("224.0.0.0/4"), "multicast"),
-    (ipaddress.ip_network("ff00::/8"), "multicast"),
-    (ipaddress.ip_network("0.0.0.0/8"), "unspecified"),
-    (ipaddress.ip_network("::/128"), "unspecified"),
-    (ipaddress.ip_network("255.255.255.255/32"), "broadcast"),
-]
-PRIVATE_OPT_IN = [
-    (ipaddress.ip_network("127.0.0.0/8"), "loopback"),
-    (ipaddress.ip_network("::1/128"), "loopback"),
-    (ipaddress.ip_network("10.0.0.0/8"), "a private range"),
-    (ipaddress.ip_network("172.16.0.0/12"), "a private range"),
-    (ipaddress.ip_network("192.168.0.0/16"), "a private range"),
-    (ipaddress.ip_network("fc00::/7"), "a private range"),
-    (ipaddress.ip_network("100.64.0.0/10"), "shared address space (100.64.0.0/10)"),
-]
+
+def _nets(*entries: tuple[str, str]) -> list[tuple[Network, str]]:
+    return [(ipaddress.ip_network(cidr), reason) for cidr, reason in entries]
+
+
+ALWAYS_REFUSED = _nets(
+    ("169.254.0.0/16", "link-local (cloud metadata lives here)"),
+    ("fe80::/10", "link-local"),
+    ("100.100.100.200/32", "a cloud metadata address"),
+    ("168.63.129.16/32", "a cloud metadata address"),
+    ("fd00:ec2::254/128", "a cloud metadata address"),
+    ("224.0.0.0/4", "multicast"),
+    ("ff00::/8", "multicast"),
+    ("0.0.0.0/8", "unspecified"),
+    ("::/128", "unspecified"),
+    ("255.255.255.255/32", "broadcast"),
+)
+PRIVATE_OPT_IN = _nets(
+    ("127.0.0.0/8", "loopback"),
+    ("::1/128", "loopback"),
+    ("10.0.0.0/8", "a private range"),
+    ("172.16.0.0/12", "a private range"),
+    ("192.168.0.0/16", "a private range"),
+    ("fc00::/7", "a private range"),
+    ("fec0::/10", "a private range (site-local)"),
+    ("100.64.0.0/10", "shared address space (100.64.0.0/10)"),
+    ("64:ff9b:1::/48", "a local-use NAT64 prefix (64:ff9b:1::/48)"),
+    # Special-purpose ranges (IANA registries): not public, so not without the opt-in.
+    ("192.0.0.0/24", "an IETF protocol assignment (192.0.0.0/24)"),
+    ("192.0.2.0/24", "a documentation range"),
+    ("198.51.100.0/24", "a documentation range"),
+    ("203.0.113.0/24", "a documentation range"),
+    ("198.18.0.0/15", "the benchmarking range (198.18.0.0/15)"),
+    ("192.88.99.0/24", "the deprecated 6to4 relay range"),
+    ("240.0.0.0/4", "reserved (240.0.0.0/4)"),
+    ("100::/64", "a discard-only range"),
+    ("2001:2::/48", "the benchmarking range (2001:2::/48)"),
+    ("2001:db8::/32", "a documentation range"),
+    ("3fff::/20", "a documentation range"),
+    ("2001::/23", "an IETF protocol assignment (2001::/23)"),
+    ("5f00::/16", "a segment-routing range"),
+)
+
+# IPv6 forms that carry an IPv4 address: a packet to one reaches (or is translated to) the
+# IPv4 address inside, so that address is what gets judged.
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT (RFC 2765)
+_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated IPv4-compatible ::a.b.c.d
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215, any RFC 6052 layout
+_SIXTOFOUR = ipaddress.ip_network("2002::/16")
+_TEREDO = ipaddress.ip_network("2001::/32")
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+
+
+def _rfc6052_ipv4(value: int, prefix_len: int) -> ipaddress.IPv4Address:
+    """The IPv4 address at the RFC 6052 position for a NAT64 prefix of this length."""
+    if prefix_len == 96:
+        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
+    # Bits 64-71 (the "u" octet) hold no address bits: drop them, then read the 32 bits
+    # that follow the prefix (prefixes of 32 to 64 bits end before the u octet).
+    without_u = ((value >> 64) << 56) | (value & ((1 << 56) - 1))
+    return ipaddress.IPv4Address((without_u >> (120 - prefix_len - 32)) & 0xFFFFFFFF)
+
+
+def embedded_ipv4(ip: IPAddress) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address embeds (mapped, compatible, NAT64, 6to4, Teredo)."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return []
+    value = int(ip)
+    if ip in _MAPPED or ip in _TRANSLATED or ip in _NAT64:
+        return [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
+    if ip in _COMPATIBLE:
+        # :: and ::1 are the IPv6 unspecified and loopback addresses, judged as themselves.
+        return [ipaddress.IPv4Address(value)] if value > 1 else []
+    if ip in _NAT64_LOCAL:
+        # The prefix length in use is not known: judge the address at each RFC 6052 position
+        # (zero bits read as 0.0.0.0 at unused positions mean nothing), and the prefix too.
+        candidates = {_rfc6052_ipv4(value, length) for length in (48, 56, 64, 96)}
+        return sorted(c for c in candidates if c not in _THIS_NETWORK)
+    if ip in _SIXTOFOUR:
+        return [ipaddress.IPv4Address((value >> 80) & 0xFFFFFFFF)]
+    if ip in _TEREDO and ip.teredo is not None:
+        server, client = ip.teredo
+        return [server, client]
+    return []
+
+
+_OPT_IN_HINT = "allow private endpoints on this config to use it"
+
+
+def _listed_problem(ip: IPAddress, *, allow_private: bool) -> tuple[str, bool] | None:
+    """(why `ip` is refused, whether the opt-in could allow it), or None when it is allowed."""
+    for network, reason in ALWAYS_REFUSED:
+        if ip.version == network.version and ip in network:
+            return f"{ip} is {reason}, which is never allowed", False
+    if allow_private:
+        return None
+    for network, reason in PRIVATE_OPT_IN:
+        if ip.version == network.version and ip in network:
+            return f"{ip} is {reason}", True
+    if not ip.is_global:
+        # Anything else the IANA special-purpose registries list as not globally reachable.
+        return f"{ip} is not a public address", True
+    return None
+
+
+def address_problem(address: str, *, allow_private: bool) -> str | None:
+    """Why `address` may not be dialled, or None when it may.
+
+    An IPv6 address that embeds IPv4 addresses is judged by each of them: the most
+    restrictive answer wins.
+    """
+    ip: IPAddress = ipaddress.ip_address(address.split("%")[0])
+    embedded = embedded_ipv4(ip)
+    problems = []
+    for inner in embedded:
+        if found := _listed_problem(inner, allow_private=allow_private):
+            problems.append((f"{ip}, whose embedded IPv4 address {found[0]}", found[1]))
+    if (not embedded or ip in _NAT64_LOCAL) and (found := _listed_problem(ip, allow_private=allow_private)):
+        problems.append(found)
+    if not problems:
+        return None
+    reason, opt_in = min(problems, key=lambda problem: problem[1])  # a never-allowed one first
+    return f"{reason}; {_OPT_IN_HINT}" if opt_in else reason
+
 
 Resolver = Callable[[str, int], list[str]]
+
+_LABEL = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` (a name or an IP literal, no brackets) is not a host name, or None."""
+    try:
+        ipaddress.ip_address(host.split("%")[0])
+        return None
+    except ValueError:
+        pass
+    try:
+        ascii_host = host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return "not a valid host name (empty or over-long label, or a character names cannot hold)"
+    labels = ascii_host.removesuffix(".").split(".")
+    if len(ascii_host) > 253 or not all(_LABEL.match(label) for label in labels):
+        return "not a valid host name (labels are 1-63 letters, digits or '-', 253 characters at most)"
+    return None
 
 
 def system_resolver(host: str, port: int) -> list[str]:
@@ -51,38 +184,35 @@ def system_resolver(host: str, port: int) -> list[str]:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise RemoteError(ErrorKind.UNAVAILABLE, f"cannot resolve {host!r}: {exc.strerror}") from None
+    except UnicodeError:
+        raise RemoteError(ErrorKind.INVALID, f"{host!r} is not a valid host name") from None
     return sorted({str(info[4][0]) for info in infos})
 
 
-def address_problem(address: str, *, allow_private: bool) -> str | None:
-    """Why `address` may not be dialled, or None when it may."""
-    ip: IPAddress = ipaddress.ip_address(address.split("%")[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    for network, reason in ALWAYS_REFUSED:
-        if ip.version == network.version and ip in network:
-            return f"{ip} is {reason}, which is never allowed"
-    if not allow_private:
-        for network, reason in PRIVATE_OPT_IN:
-            if ip.version == network.version and ip in network:
-                return f"{ip} is {reason}; allow private endpoints on this config to use it"
-    return None
+DEFAULT_PORTS = {"https": 443, "http": 80, "tcp": 2375, "ssh": 22}
 
 
 def split_endpoint(url: str) -> tuple[str, str, int]:
-    """(scheme, host, port) of an http(s) or tcp endpoint URL, or RemoteError(invalid)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https", "tcp"):
-        raise RemoteError(ErrorKind.INVALID, f"{url!r}: the scheme must be https, http or tcp")
-    if not parts.hostname:
-        raise RemoteError(ErrorKind.INVALID, f"{url!r}: no host name")
-    if parts.username or parts.password:
-        raise RemoteError(ErrorKind.INVALID, f"{url!r}: credentials do not belong in the URL")
+    """(scheme, host, port) of an http(s), tcp or ssh endpoint URL, or RemoteError(invalid)."""
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:
+        raise RemoteError(ErrorKind.INVALID, f"{url!r}: not a URL") from None
+    if parts.scheme not in DEFAULT_PORTS:
+        raise RemoteError(ErrorKind.INVALID, f"{url!r}: the scheme must be https, http, tcp or ssh")
+    if not hostname:
+        raise RemoteError(ErrorKind.INVALID, f"{url!r}: no host name")
+    if parts.password or (parts.username and parts.scheme != "ssh"):
+        # ssh://user@host names the login; any other credential does not belong in a URL.
+        raise RemoteError(ErrorKind.INVALID, f"{url!r}: credentials do not belong in the URL")
+    if problem := host_problem(hostname):
+        raise RemoteError(ErrorKind.INVALID, f"{hostname!r} is {problem}")
+    try:
+        port = parts.port or DEFAULT_PORTS[parts.scheme]
     except ValueError:
         raise RemoteError(ErrorKind.INVALID, f"{url!r}: invalid port") from None
-    return parts.scheme, parts.hostname, port
+    return parts.scheme, hostname, port
 
 
 def check_endpoint(url: str, *, allow_private: bool, resolver: Resolver = system_resolver) -> list[str]:
@@ -118,3 +248,39 @@ class GuardedTransport(httpx.HTTPTransport):
                 request.headers["Host"] = host if request.url.port is None else f"{host}:{port}"
             request.url = request.url.copy_with(host=pinned)
         return super().handle_request(request)
+
+
+class GuardedHTTPAdapter(requests.adapters.HTTPAdapter):
+    """The requests twin of GuardedTransport, for clients built on requests (docker-py's
+    `tcp://` engines): every request re-resolves, checks and pins the address it connects to.
+    """
+
+    def __init__(self, *, allow_private: bool, resolver: Resolver = system_resolver, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.allow_private = allow_private
+        self.resolver = resolver
+
+    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> requests.Response:
+        url = request.url or ""
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        addresses = check_endpoint(url, allow_private=self.allow_private, resolver=self.resolver)
+        pinned = addresses[0]
+        if pinned != host:
+            # Connect to the address we checked; keep the name for Host and TLS (SNI + cert).
+            netloc = f"[{pinned}]" if ":" in pinned else pinned
+            if parts.port is not None:
+                netloc += f":{parts.port}"
+            request.headers.setdefault("Host", host if parts.port is None else f"{host}:{parts.port}")
+            request.url = urlunsplit(parts._replace(netloc=netloc))
+            request.guard_hostname = host  # type: ignore[attr-defined]
+        return super().send(request, *args, **kwargs)
+
+    def build_connection_pool_key_attributes(
+        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        name = getattr(request, "guard_hostname", None)
+        if name and host_params.get("scheme") == "https":
+            pool_kwargs = {**pool_kwargs, "server_hostname": name, "assert_hostname": name}
+        return host_params, pool_kwargs

@@ -85,7 +85,7 @@ def communicator(
     from console.asgi import application
 
     path = f"/ws/terminals/{terminal_id}/" + (f"?ticket={ticket}" if ticket is not None else "")
-    headers = [origin] + ([(b"cookie", cookie)] if cookie else [])
+    headers = [origin, (b"host", b"localhost")] + ([(b"cookie", cookie)] if cookie else [])
     return WebsocketCommunicator(application, path, headers=headers)
 
 

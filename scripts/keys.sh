@@ -1,0 +1,25 @@
+# Sourced by scripts/start.sh: the embedded console's SECRET_KEY and FIELD_ENCRYPTION_KEY.
+# Outside DEBUG the console refuses to start on the public default key or without a
+# FIELD_ENCRYPTION_KEY, so the one-command start generates both once and keeps them in
+# var/ (mode 600), and every later start uses the same ones. Keys set in the environment win.
+# Sets LEGACY_SECRET_KEY when FIELD_ENCRYPTION_KEY was just generated for an existing
+# console, whose stored secrets were encrypted with a key derived from that SECRET_KEY.
+var_dir=${CONSOLE_VAR_DIR:-var}
+mkdir -p "$var_dir"
+python_bin=${PYTHON_BIN:-.venv/bin/python}
+LEGACY_SECRET_KEY=""
+
+keep_key() {  # keep_key NAME FILE PYTHON-EXPRESSION
+  local name=$1 file=$var_dir/$2 expr=$3
+  if [ -n "${!name:-}" ]; then return; fi
+  if [ ! -s "$file" ]; then
+    (umask 077 && "$python_bin" -c "import base64, os, secrets; print($expr)" >"$file.tmp" && mv "$file.tmp" "$file")
+    echo "==> generated $name in $file (keep it: stored secrets need it)"
+    [ "$name" = FIELD_ENCRYPTION_KEY ] && LEGACY_SECRET_KEY=${SECRET_KEY_BEFORE:-insecure-local-console-key-set-SECRET_KEY-in-production}
+  fi
+  export "$name=$(cat "$file")"
+}
+
+SECRET_KEY_BEFORE=${SECRET_KEY:-}
+keep_key SECRET_KEY secret-key "secrets.token_urlsafe(50)"
+keep_key FIELD_ENCRYPTION_KEY field-encryption-key "base64.urlsafe_b64encode(os.urandom(32)).decode()"
