@@ -355,13 +355,17 @@ class Envd:
                     b64 = base64.b64encode(event.data).decode()
                     writer.message({"event": {"data": {event.stream: b64}}})
                     continue
-                end: dict[str, Any] = {
-                    "exitCode": event.exit_code,
-                    "exited": event.exited,
-                    "status": event.status,
-                }
-                if not event.exited:
-                    end["error"] = event.status
+                # process.proto ProcessEvent.EndEvent {exit_code sint32, exited bool, status,
+                # error?}, printed by connect-go's protojson: fields at their default (exit 0,
+                # exited false, "") are omitted, so a signal death has no `exited` at all.
+                end = omit_defaults(
+                    {
+                        "exitCode": event.exit_code,
+                        "exited": event.exited,
+                        "status": event.status,
+                        "error": "" if event.exited else event.status,
+                    }
+                )
                 writer.message({"event": {"end": end}})
                 writer.finish()
                 return
@@ -566,6 +570,13 @@ class _StreamWriter:
                 return events.get(timeout=max(0.01, wait))
             except queue.Empty:
                 continue
+
+
+def omit_defaults(message: dict[str, Any]) -> dict[str, Any]:
+    """proto3 JSON as protojson prints it (EmitUnpopulated off): scalar fields at their
+    default (0, false, "") and empty repeated/map fields are left out. Only for flat
+    messages: an empty sub-message ({}) is a set field and stays."""
+    return {k: v for k, v in message.items() if v not in (0, False, "", None, [])}
 
 
 def basic_auth_user(req: Request) -> str | None:

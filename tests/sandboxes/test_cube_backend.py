@@ -209,7 +209,10 @@ class TestCubeQuirks:
                 "action": {"allow": True},
             }
         ]
-        assert detail["network"]["allowInternetAccess"] is False
+        assert detail["allowInternetAccess"] is False
+        assert [row["egress"] for row in fake_cube.state()["sandboxes"] if row["sandboxID"] == info.sandbox_id] == [
+            False
+        ]
         caps = backend.network_capabilities()
         assert (caps.l7_rules, caps.deny_out_domain, caps.inbound_toggle) == (True, False, True)
 

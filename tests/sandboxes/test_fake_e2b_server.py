@@ -66,8 +66,24 @@ def sbx(fake_e2b_server: FakeHandle) -> Iterator[Sandbox]:
 
 
 @pytest.fixture(scope="module")
-def cube_sbx(fake_cube_server: FakeHandle) -> Iterator[Sandbox]:
-    sandbox = Sandbox.create("base", metadata={"suite": "fake-cube"}, **fake_cube_server.options())
+def cube_pr1800(fake_cube_server: FakeHandle) -> Iterator[FakeHandle]:
+    """SDK 2.63 creates and connects on /v2 paths, which no Cube release serves (Cube #1784):
+    these SDK tests talk to a Cube built with PR #1800; off again after the module."""
+    fake_cube_server.configure(cube_pr1800=True)
+    yield fake_cube_server
+    fake_cube_server.configure(cube_pr1800=False)
+
+
+@pytest.fixture
+def fake_cube(cube_pr1800: FakeHandle) -> Iterator[FakeHandle]:
+    yield cube_pr1800
+    cube_pr1800.clear_faults()
+    cube_pr1800.configure(cube_pause_seconds=0, resume_failures=0)
+
+
+@pytest.fixture(scope="module")
+def cube_sbx(cube_pr1800: FakeHandle) -> Iterator[Sandbox]:
+    sandbox = Sandbox.create("base", metadata={"suite": "fake-cube"}, **cube_pr1800.options())
     yield sandbox
     sandbox.kill()
 
@@ -629,7 +645,7 @@ def test_cube_tokens_connect_and_pausing(fake_cube: FakeHandle, cube_host_root: 
 @pytest.mark.cube
 def test_cube_data_plane_gone_and_resume_failure(fake_cube: FakeHandle) -> None:
     s = fresh(fake_cube)
-    envd = {"E2b-Sandbox-Id": s.sandbox_id}
+    envd = {"Host": f"49983-{s.sandbox_id}.cube.app"}
     with fake_cube.http() as http:
         assert Sandbox.pause(s.sandbox_id, **fake_cube.options()) is True
         fake_cube.configure(resume_failures=1)
@@ -637,9 +653,10 @@ def test_cube_data_plane_gone_and_resume_failure(fake_cube: FakeHandle) -> None:
         assert (failed.status_code, failed.headers["Retry-After"]) == (503, "5")
         # Cube's proxy resumes a paused sandbox on traffic.
         assert http.get("/health", headers=envd).status_code == 204
-        # CubeProxy-style routing on the Host header works too.
-        host = {"Host": f"49983-{s.sandbox_id}.cube.app"}
-        assert http.get("/health", headers=host).status_code == 204
+        # CubeProxy routes on Host only: E2b-Sandbox-Id alone reaches the control plane.
+        by_header = http.get("/health", headers={"E2b-Sandbox-Id": s.sandbox_id})
+        assert by_header.status_code == 200
+        assert "sandboxes" in by_header.json()
         s.kill()
         assert http.get("/health", headers=envd).status_code == 410
 
@@ -704,12 +721,26 @@ def test_cube_network_and_env_validation(fake_cube: FakeHandle, cube_sbx: Sandbo
         ok = http.put(url, json={"allowOut": ["api.github.com"], "denyOut": ["0.0.0.0/0"], "rules": rules})
         assert ok.status_code == 204
         assert http.get(f"/sandboxes/{cube_sbx.sandbox_id}").json()["network"]["rules"] == rules
-        # E2B's rules shape (object keyed by domain) does not deserialize on Cube.
+        # Cube 0.7 takes E2B's rules shape (object keyed by domain) too (Cube #1483).
         e2b_rules = {"api.github.com": [{"transform": {"headers": {"X": "1"}}}]}
-        assert http.put(url, json={"rules": e2b_rules}).status_code == 400
+        assert http.put(url, json={"allowOut": [], "rules": e2b_rules}).status_code == 204
         assert http.put(url, json={"allowOut": ["example.com"]}).status_code == 400
-        bad_env = http.post("/sandboxes", json={"templateID": "base", "envVars": {"PATH": "/x"}})
-        assert bad_env.status_code == 400
+        # CubeAPI FORBIDDEN_ENV_NAMES: loader and language paths, not HOME or HOSTNAME.
+        for name in ("PATH", "PYTHONPATH", "NODE_PATH", "LD_PRELOAD"):
+            bad_env = http.post("/sandboxes", json={"templateID": "base", "envVars": {name: "/x"}})
+            assert bad_env.status_code == 400, name
+        fine = http.post("/sandboxes", json={"templateID": "base", "envVars": {"HOME": "/h", "HOSTNAME": "h"}})
+        assert fine.status_code == 201
+        assert http.delete(f"/sandboxes/{fine.json()['sandboxID']}").status_code == 204
+
+
+@pytest.mark.cube
+def test_cube_05_takes_rules_as_a_list_only(fake_cube_05_server: FakeHandle) -> None:
+    e2b_rules = {"api.github.com": [{"transform": {"headers": {"X": "1"}}}]}
+    with fake_cube_05_server.http() as http:
+        made = http.post("/sandboxes", json={"templateID": "base", "network": {"rules": e2b_rules}})
+        assert made.status_code == 400
+        assert "sequence" in made.json()["message"]
 
 
 @pytest.mark.cube
@@ -761,7 +792,9 @@ def test_cube_may_has_no_v2_paths() -> None:
     try:
         with httpx.Client(base_url=server.api_url, headers={"X-API-Key": server.api_key}) as http:
             assert http.post("/v2/sandboxes", json={"templateID": "base"}).status_code == 405
-            assert http.post("/v2/sandboxes/x/connect", json={}).status_code == 405
+            # axum: a path with other methods is 405, an unknown path 404, both bodiless.
+            missing = http.post("/v2/sandboxes/x/connect", json={})
+            assert (missing.status_code, missing.content) == (404, b"")
     finally:
         server.stop()
 
