@@ -112,6 +112,9 @@ class SandboxConfigForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         kind = cleaned.get("kind")
+        pin = cleaned.get("protocol_pin") or ""
+        if pin and not pin.startswith(f"{kind}-"):
+            self.add_error("protocol_pin", "This protocol belongs to another kind of backend.")
         endpoint = (cleaned.get("endpoint") or "").strip()
         cleaned["endpoint"] = endpoint
         api_key = cleaned.get("api_key") or ""

@@ -59,6 +59,7 @@ CONFIG_FIELDS = (
     "persistent_workspace",
     "workspace_host_root",
     "allow_private_endpoints",
+    "protocol_pin",
     "pip_index_url",
     "pip_find_links",
     "npm_registry_url",
@@ -77,8 +78,22 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
         options={
             **({"sandbox_url": config.sandbox_url} if config.sandbox_url else {}),
             **workspace_options(config),
+            **protocol_options(config),
         },
     )
+
+
+def protocol_options(config: SandboxConfig) -> dict[str, str]:
+    """E2B/Cube: the TTL create and connect send (the config's idle timeout), and the wire
+    protocol, pinned or as last detected (the adapter detects it again when not pinned)."""
+    if config.kind not in (BackendKind.E2B, BackendKind.CUBE):
+        return {}
+    options = {"sandbox_timeout": str(config.idle_timeout_s)}
+    if config.protocol_pin:
+        options.update(protocol=config.protocol_pin, protocol_pinned="1")
+    elif config.backend_protocol:
+        options["protocol"] = config.backend_protocol
+    return options
 
 
 def workspace_options(config: SandboxConfig) -> dict[str, str]:
@@ -366,8 +381,10 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
             info = backend.health()
             if not info.ok:
                 raise RemoteError(ErrorKind.UNAVAILABLE, info.detail or "unhealthy")
-            if info.version and info.version != config.backend_version:
-                SandboxConfig.objects.filter(pk=config.pk).update(backend_version=info.version[:100])
+            recorded = {"backend_version": info.version[:100], "backend_protocol": info.protocol[:16]}
+            changed = {k: v for k, v in recorded.items() if v and v != getattr(config, k)}
+            if changed:
+                SandboxConfig.objects.filter(pk=config.pk).update(**changed)
             return info.version or "ok"
 
         def create() -> str:

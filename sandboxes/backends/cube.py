@@ -106,6 +106,8 @@ _GENERATIONS = {**{v: k for k, v in PROTOCOLS.items()}, GEN_MAY: GEN_MAY, GEN_LA
 MAY_TTL_MARGIN_S = 900
 # Grow a full page this much when asking again (Cube has no cursor).
 LIST_GROWTH = 4
+# Sandboxes created between counting and listing still fit.
+LIST_HEADROOM = 100
 MAX_LIST_LIMIT = 64000
 ALL_TRAFFIC = "0.0.0.0/0"
 RESERVED_METADATA = "host-mount"
@@ -467,9 +469,11 @@ class CubeBackend(E2BBackend):
         return Page(items=tuple(page), next_token=next_token)
 
     def _all_rows(self, params: Mapping[str, Any]) -> builtins.list[Any]:
-        """Every row the filter matches. CubeAPI has no cursor and answers one page of
-        `limit` rows (CubeMaster start 0): a full page is asked again, larger."""
-        limit = self.list_limit
+        """Every row the filter matches. CubeAPI has no cursor: it takes one page of `limit`
+        sandboxes from CubeMaster (start 0) and filters that page, so a match beyond it never
+        shows. The page is therefore sized to the cluster's sandbox count (`GET /health`
+        `sandboxes`), and a full page is asked again, larger."""
+        limit = max(self.list_limit, self._sandbox_count() + LIST_HEADROOM)
         while True:
             response = self._api(
                 "GET", "/v2/sandboxes", "listing sandboxes", idempotent=True, params={**params, "limit": limit}
@@ -484,6 +488,16 @@ class CubeBackend(E2BBackend):
                     ErrorKind.INTERNAL, f"listing sandboxes: more than {MAX_LIST_LIMIT} match", retryable=False
                 )
             limit = min(limit * LIST_GROWTH, MAX_LIST_LIMIT)
+
+    def _sandbox_count(self) -> int:
+        """How many sandboxes the cluster holds (CubeAPI /health), 0 when it does not say."""
+        response = self._api("GET", "/health", "counting sandboxes", idempotent=True)
+        try:
+            body = response.json()
+        except ValueError:
+            return 0
+        count = body.get("sandboxes") if isinstance(body, dict) else None
+        return count if isinstance(count, int) and count >= 0 else 0
 
     # Capabilities ------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ routing) goes to the sandbox's envd, and everything else to the control plane.
 
 Admin endpoints (no auth), for tests:
   GET    /_fake/state                        sandboxes, processes, templates, faults
+  GET    /_fake/requests                     [plane, method, path] of the last 500 requests
+  DELETE /_fake/requests                     forget them
   POST   /_fake/faults                       add a fault (fake_state.Fault as JSON), or
                                              {"faults": [...]}
   DELETE /_fake/faults                       clear faults
@@ -70,6 +72,8 @@ class FakeApp:
             return
         sandbox_id = self._envd_target(req, sidecar=sidecar)
         plane = "envd" if sandbox_id else "api"
+        with self.store.lock:
+            self.store.requests = [*self.store.requests[-499:], (plane, req.method, req.path)]
         self._apply_faults(plane, req)
         if sandbox_id:
             self.envd.handle(req, reply, sandbox_id)
@@ -103,6 +107,13 @@ class FakeApp:
         path, method = req.path, req.method
         if path == "/_fake/state" and method == "GET":
             reply.json(200, self.store.snapshot_state())
+        elif path == "/_fake/requests" and method == "GET":
+            with self.store.lock:
+                reply.json(200, [list(r) for r in self.store.requests])
+        elif path == "/_fake/requests" and method == "DELETE":
+            with self.store.lock:
+                self.store.requests = []
+            reply.empty(204)
         elif path == "/_fake/faults" and method == "POST":
             body = req.json()
             specs = body.get("faults", [body]) if isinstance(body, dict) else body

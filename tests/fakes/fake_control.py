@@ -205,6 +205,8 @@ class ControlPlane:
             "envdVersion": sbx.envd_version,
             "metadata": sbx.metadata,
         }
+        if self.store.is_cube and not sbx.metadata:
+            del out["metadata"]  # CubeAPI optional_metadata: no labels, no field
         if sbx.volume_mounts:
             out["volumeMounts"] = sbx.volume_mounts
         return out
@@ -338,12 +340,18 @@ class ControlPlane:
 
     def list_v2(self, req: Request, reply: Reply) -> None:
         # spec/openapi.yml: GET /v2/sandboxes -> [ListedSandbox] + X-Next-Token
-        items = self._filtered(req, default_states=None)
         if self.store.is_cube:
-            # Cube: one page, no X-Next-Token, nextToken ignored; limit is a page size.
-            limit = int(req.q("limit") or 100)
-            reply.json(200, [self.listed_json(s) for s in items[:limit]])
+            # CubeAPI services/sandboxes.rs list: CubeMaster answers one page of `limit` rows
+            # from index 0 (oldest first), then CubeAPI filters metadata and state: no
+            # X-Next-Token, nextToken ignored, a match beyond the page never shows.
+            limit = max(1, int(req.q("limit") or 100))
+            with self.store.lock:
+                page = sorted(self.store.sandboxes.values(), key=lambda s: (s.started_at, s.sandbox_id))[:limit]
+            allowed = {s.sandbox_id for s in page}
+            items = [s for s in self._filtered(req, default_states=None) if s.sandbox_id in allowed]
+            reply.json(200, [self.listed_json(s) for s in items])
             return
+        items = self._filtered(req, default_states=None)
         page, headers = self._paginate(req, items)
         headers["X-Total-Running"] = str(sum(1 for s in items if s.state == "running"))
         reply.json(200, [self.listed_json(s) for s in page], headers)

@@ -256,6 +256,8 @@ class Store:
         self.next_pid = 1000
         self.cube_pause_seconds = 0.0
         self.resume_failures = 0  # Cube: the next N data-plane resumes fail with 503
+        # (plane, method, path) of the last requests, for tests counting calls.
+        self.requests: list[tuple[str, str, str]] = []
         # Cube with PR #1800 applied (serves the SDK's /v2 create/connect): for SDK tests only.
         self.cube_pr1800 = False
         self._add_builtin_templates()

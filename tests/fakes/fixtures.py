@@ -96,6 +96,13 @@ class FakeHandle:
         """Run the sandbox's TTL out now; the reaper pauses or kills it within ~0.2 s."""
         self._admin("POST", f"sandboxes/{sandbox_id}/expire")
 
+    def requests(self) -> list[tuple[str, str, str]]:
+        """(plane, method, path) of the requests since `forget_requests`."""
+        return [tuple(r) for r in self._admin("GET", "requests")]
+
+    def forget_requests(self) -> None:
+        self._admin("DELETE", "requests")
+
     def reset(self) -> None:
         self._admin("POST", "reset")
 
