@@ -10,6 +10,7 @@ import json
 import re
 import secrets
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -603,7 +604,7 @@ class ControlPlane:
         created = rfc3339(tpl.created_at)
         return {
             "templateID": tpl.template_id,
-            "buildID": tpl.build_id or "build-" + tpl.template_id,
+            "buildID": tpl.build_id or str(uuid.uuid5(uuid.NAMESPACE_URL, tpl.template_id)),
             "cpuCount": 2,
             "memoryMB": 512,
             "diskSizeMB": 1024,
@@ -664,10 +665,15 @@ class ControlPlane:
             detail.update(replicas=[], createRequest=tpl.extra.get("createRequest", {}))
             reply.json(200, detail)
             return
-        # spec/openapi.yml: GET /templates/{templateID} -> TemplateWithBuilds
         base = self._e2b_template_json(tpl)
-        keys = ("templateID", "public", "aliases", "names", "createdAt", "updatedAt")
-        out = {k: base[k] for k in keys}
+        if self.store.e2b_api == "cloud":
+            # SDK 2.63 api/client/models/template_with_builds.py: every Template field + builds.
+            out = dict(base)
+        else:
+            # e2b-dev/infra spec/openapi.yml TemplateWithBuilds: fewer fields (no buildID,
+            # cpuCount, memoryMB, diskSizeMB, createdBy, buildCount, envdVersion, buildStatus).
+            keys = ("templateID", "public", "aliases", "names", "createdAt", "updatedAt")
+            out = {k: base[k] for k in keys}
         out.update(
             lastSpawnedAt=None,
             spawnCount=tpl.spawn_count,

@@ -172,7 +172,8 @@ class Envd:
     def process_list(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/process/process.proto: Process.List -> ListResponse {processes[]}
         with sbx.lock:
-            return {"processes": [p.info() for p in sbx.processes.values() if not p.finished]}
+            # protojson omits an empty repeated field.
+            return omit_defaults({"processes": [p.info() for p in sbx.processes.values() if not p.finished]})
 
     def process_send_input(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/process/process.proto: Process.SendInput {process, input{stdin|pty}}
@@ -397,7 +398,7 @@ class Envd:
     def fs_list_dir(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/filesystem/filesystem.proto: Filesystem.ListDir {path, depth} -> {entries[]}
         args = {"path": body.get("path", ""), "depth": body.get("depth", 1)}
-        return {"entries": self._fs(sbx, user, "list", args)}
+        return omit_defaults({"entries": self._fs(sbx, user, "list", args)})
 
     def fs_remove(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/filesystem/filesystem.proto: Filesystem.Remove {path} -> {}

@@ -10,6 +10,7 @@ import re
 import secrets
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -281,7 +282,7 @@ class Store:
             image=image,
             names=["base"],
             created_at=now(),
-            build_id=new_id("", 12),
+            build_id=str(uuid.uuid4()),  # infra build ids are UUIDs (SDK TemplateBuild.build_id)
         )
 
     def resolve_template(self, ref: str) -> Template | None:
