@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,6 +125,25 @@ def test_list_filters_on_metadata_and_paginates(fake_e2b: FakeHandle) -> None:
     finally:
         for s in created:
             s.kill()
+
+
+def test_metadata_filter_is_decoded_as_infra_parse_filters(fake_e2b: FakeHandle) -> None:
+    # infra parseFilters: unescape the whole value, split on & and =, unescape each part.
+    # The SDK's encoding (quote each, urlencode) round-trips `& = + %`; one level less does not.
+    value = f"a&b=c+d%e {uuid.uuid4().hex[:6]}"
+    s = fresh(fake_e2b, metadata={"k": value})
+    try:
+        found = Sandbox.list(query=SandboxQuery(metadata={"k": value}), **fake_e2b.options()).next_items()
+        assert [x.sandbox_id for x in found] == [s.sandbox_id]
+        with fake_e2b.http() as http:
+            one_level = urllib.parse.urlencode({"k": value})  # what the adapter used to send
+            short = http.get("/v2/sandboxes", params={"metadata": one_level})
+            # `&`/`=` split wrongly and `%e` is a bad escape after the second unescape (400).
+            assert short.status_code == 400 or short.json() == []
+            bad = http.get("/v2/sandboxes", params={"metadata": "k=%zz"})
+            assert bad.status_code == 400
+    finally:
+        s.kill()
 
 
 def test_kill_is_idempotent_and_get_info_404s(fake_e2b: FakeHandle) -> None:
@@ -812,3 +832,46 @@ def _wait_state(fake: FakeHandle, sandbox_id: str, state: str, timeout: float = 
             return
         time.sleep(0.1)
     raise AssertionError(f"sandbox {sandbox_id} is {current}, expected {state}")
+
+
+@pytest.mark.cube
+def test_cube_07_reads_idle_behaviour_from_lifecycle_only(fake_cube_server: FakeHandle) -> None:
+    # CubeAPI models SandboxLifecycleConfig: "absent lifecycle keeps today's behaviour: idle
+    # sandboxes are killed"; top-level autoPause is not a field of NewSandbox any more.
+    bodies = {
+        "top-level": {"autoPause": True, "autoResume": {"enabled": True}},
+        "lifecycle": {"lifecycle": {"onTimeout": "pause", "autoResume": True}},
+    }
+    with fake_cube_server.http() as http:
+        seen = {}
+        for name, extra in bodies.items():
+            made = http.post("/sandboxes", json={"templateID": "base", **extra})
+            assert made.status_code == 201
+            sandbox_id = made.json()["sandboxID"]
+            seen[name] = http.get(f"/sandboxes/{sandbox_id}").json()["lifecycle"]
+            http.delete(f"/sandboxes/{sandbox_id}")
+        bad = http.post("/sandboxes", json={"templateID": "base", "lifecycle": {"onTimeout": "sleep"}})
+        assert bad.status_code == 400
+    assert seen == {
+        "top-level": {"autoResume": False, "onTimeout": "kill"},
+        "lifecycle": {"autoResume": True, "onTimeout": "pause"},
+    }
+
+
+@pytest.mark.cube
+def test_cube_04_egress_switch_templates_and_missing_routes(fake_cube_04_server: FakeHandle) -> None:
+    # C-May build_cubevs_context: allowPublicTraffic overrides allow_internet_access as the
+    # egress switch; CreateTemplateRequest needs templateID; GET /snapshots has no route.
+    with fake_cube_04_server.http() as http:
+        made = http.post(
+            "/sandboxes",
+            json={"templateID": "base", "allow_internet_access": False, "network": {"allowPublicTraffic": True}},
+        )
+        assert made.status_code == 201
+        sandbox_id = made.json()["sandboxID"]
+        row = next(r for r in fake_cube_04_server.state()["sandboxes"] if r["sandboxID"] == sandbox_id)
+        assert row["egress"] is True  # inbound "on" opened the internet
+        http.delete(f"/sandboxes/{sandbox_id}")
+        assert http.post("/templates", json={"image": DEFAULT_IMAGE}).status_code == 400
+        snapshots = http.get("/snapshots")
+        assert (snapshots.status_code, snapshots.content) == (404, b"")
