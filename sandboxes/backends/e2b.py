@@ -349,7 +349,8 @@ class E2BBackend(Backend):
     `sandbox_url` (one envd URL for every sandbox, routed by header: E2B_SANDBOX_URL's
     meaning; used for the fake server and for a Cube reverse proxy), `request_timeout`
     (seconds, default 60), `retries` (attempts after the first for retryable failures,
-    default 4), `sandbox_timeout` (TTL set on connect, default 300).
+    default 4), `sandbox_timeout` (TTL set on connect, default 300), `protocol` (`e2b-v2` or
+    `e2b-v1`: recorded or pinned create flavour) with `protocol_pinned`.
     """
 
     kind = "e2b"
