@@ -108,6 +108,8 @@ MAY_TTL_MARGIN_S = 900
 LIST_GROWTH = 4
 # Sandboxes created between counting and listing still fit.
 LIST_HEADROOM = 100
+# How long the rows of a first page serve the pages that follow it.
+LIST_SNAPSHOT_TTL_S = 30.0
 MAX_LIST_LIMIT = 64000
 ALL_TRAFFIC = "0.0.0.0/0"
 RESERVED_METADATA = "host-mount"
@@ -205,6 +207,7 @@ class CubeBackend(E2BBackend):
         self.generation: str | None = _GENERATIONS.get(known)
         self.protocol_pinned = self.protocol_pinned or bool(config.options.get("cube_version"))
         self.probed = False
+        self._list_snapshot: tuple[str, float, builtins.list[Any]] | None = None
         self.host_root = config.options.get("workspace_host_root", "")
         problem = host_root_problem(self.host_root) if self.host_root else None
         if problem:
@@ -449,7 +452,7 @@ class CubeBackend(E2BBackend):
             # Cube takes one state (several mean no filter); `pausing` is asked for by
             # filtering here, since "paused" would leave it out.
             params["state"] = states[0]
-        rows = self._all_rows(params)
+        rows = self._listing(params, continuing=bool(query.page_token))
         items = [self._info(row) for row in rows]
         items = [
             info
@@ -467,6 +470,21 @@ class CubeBackend(E2BBackend):
         page, rest = items[:limit], items[limit:]
         next_token = _encode_token(_sort_time(page[-1]), page[-1].sandbox_id) if rest and page else None
         return Page(items=tuple(page), next_token=next_token)
+
+    def _listing(self, params: Mapping[str, Any], *, continuing: bool) -> builtins.list[Any]:
+        """The rows a listing pages through. The first page fetches them all (Cube has no
+        cursor); a following page of the same filter reuses that fetch for a short while, so
+        a full walk costs one fetch, not one per page (keyset order keeps it consistent)."""
+        key = json.dumps(params, sort_keys=True)
+        now = time.monotonic()
+        with self._lock:
+            cached = self._list_snapshot
+        if continuing and cached is not None and cached[0] == key and now - cached[1] < LIST_SNAPSHOT_TTL_S:
+            return cached[2]
+        rows = self._all_rows(params)
+        with self._lock:
+            self._list_snapshot = (key, now, rows)
+        return rows
 
     def _all_rows(self, params: Mapping[str, Any]) -> builtins.list[Any]:
         """Every row the filter matches. CubeAPI has no cursor: it takes one page of `limit`

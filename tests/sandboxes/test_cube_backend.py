@@ -561,4 +561,10 @@ class TestCubeReleases:
         adapter = CubeBackend(fake_cube.backend_config("cube", list_limit="2"))
         found = {info.sandbox_id for info in adapter.iter_sandboxes(ListQuery(metadata=group, limit=2))}
         assert found == made
+        # A walk page by page fetches once (Cube has no cursor; the pages are cut here).
+        fake_cube.forget_requests()
+        assert len(list(adapter.iter_sandboxes(ListQuery(metadata=group, limit=1)))) == 3
+        assert [r for r in fake_cube.requests() if r == ("api", "GET", "/v2/sandboxes")] == [
+            ("api", "GET", "/v2/sandboxes")
+        ]
         adapter.close()

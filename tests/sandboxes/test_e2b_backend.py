@@ -33,6 +33,7 @@ from sandboxes.backends.base import (
 )
 from sandboxes.backends.e2b import E2BBackend, parse_time
 from tests.fakes.fixtures import FakeHandle
+from tests.personas import World
 from tests.sandboxes.backend_conformance import (
     OFFLINE,
     BackendConformance,
@@ -549,3 +550,35 @@ def backend_end_at(fake: FakeHandle, sandbox_id: str) -> float:
     end = parse_time(row["endAt"])
     assert end is not None
     return end.timestamp()
+
+
+@pytest.mark.django_db
+def test_the_connection_test_records_the_protocol_and_the_page_shows_it(
+    world: World, fake_e2b_spec_server: FakeHandle
+) -> None:
+    # The config never recorded what it talks to; a pinned protocol is passed to the adapter.
+    from sandboxes.services import backend_config_for, run_connection_test
+    from tests.factories import make_config
+
+    config = make_config(
+        world.space_a,
+        kind="e2b",
+        endpoint=fake_e2b_spec_server.api_url,
+        domain=fake_e2b_spec_server.domain,
+        sandbox_url=fake_e2b_spec_server.proxy_url,
+        allow_private_endpoints=True,
+        api_key=fake_e2b_spec_server.api_key,
+        default_template="base",
+    )
+    steps = run_connection_test(config, lambda step: None)
+    assert all(step.ok for step in steps), [step.as_json() for step in steps]
+    config.refresh_from_db()
+    assert config.backend_protocol == "e2b-v1"
+    assert backend_config_for(config).options["protocol"] == "e2b-v1"
+    page = world.client_for("alice").get(config.get_absolute_url()).content.decode()
+    assert "<code>e2b-v1</code> (detected)" in page
+    config.protocol_pin = "e2b-v2"
+    config.save(update_fields=["protocol_pin"])
+    assert backend_config_for(config).options["protocol_pinned"] == "1"
+    page = world.client_for("alice").get(config.get_absolute_url()).content.decode()
+    assert "<code>e2b-v2</code> (pinned)" in page

@@ -20,6 +20,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -838,7 +839,7 @@ def _wait_state(fake: FakeHandle, sandbox_id: str, state: str, timeout: float = 
 def test_cube_07_reads_idle_behaviour_from_lifecycle_only(fake_cube_server: FakeHandle) -> None:
     # CubeAPI models SandboxLifecycleConfig: "absent lifecycle keeps today's behaviour: idle
     # sandboxes are killed"; top-level autoPause is not a field of NewSandbox any more.
-    bodies = {
+    bodies: dict[str, dict[str, Any]] = {
         "top-level": {"autoPause": True, "autoResume": {"enabled": True}},
         "lifecycle": {"lifecycle": {"onTimeout": "pause", "autoResume": True}},
     }
