@@ -103,6 +103,13 @@ class SandboxConfigForm(forms.ModelForm):
         # A typed secret is never rendered back, so nothing here echoes it.
         return str(self.cleaned_data.get("api_key") or "")
 
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        backend, pin = cleaned.get("backend"), cleaned.get("protocol_pin") or ""
+        if backend is not None and pin and not pin.startswith(f"{backend.kind}-"):
+            self.add_error("protocol_pin", "This protocol belongs to another kind of backend.")
+        return cleaned
+
 
 class PlatformBackendForm(forms.ModelForm):
     """Infrastructure a platform admin registers, and the spaces it is granted to.

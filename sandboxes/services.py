@@ -55,6 +55,7 @@ CONFIG_FIELDS = (
     "idle_mode",
     "idle_timeout_s",
     "persistent_workspace",
+    "protocol_pin",
     "is_default",
 )
 
@@ -91,6 +92,7 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
             **({"sandbox_url": backend.sandbox_url} if backend.sandbox_url else {}),
             **tls_options(backend),
             **workspace_options(config),
+            **protocol_options(config),
         },
     )
 
@@ -103,6 +105,19 @@ def tls_options(backend: PlatformBackend) -> dict[str, str]:
         "tls_key": decrypt(backend.tls_key_encrypted),
     }
     return {key: value for key, value in values.items() if value}
+
+
+def protocol_options(config: SandboxConfig) -> dict[str, str]:
+    """E2B/Cube: the TTL create and connect send (the config's idle timeout), and the wire
+    protocol, pinned or as last detected (the adapter detects it again when not pinned)."""
+    if config.kind not in (BackendKind.E2B, BackendKind.CUBE):
+        return {}
+    options = {"sandbox_timeout": str(config.idle_timeout_s)}
+    if config.protocol_pin:
+        options.update(protocol=config.protocol_pin, protocol_pinned="1")
+    elif config.backend_protocol:
+        options["protocol"] = config.backend_protocol
+    return options
 
 
 def workspace_options(config: SandboxConfig) -> dict[str, str]:
@@ -435,8 +450,10 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
             info = backend.health()
             if not info.ok:
                 raise RemoteError(ErrorKind.UNAVAILABLE, info.detail or "unhealthy")
-            if info.version and info.version != config.backend_version:
-                SandboxConfig.objects.filter(pk=config.pk).update(backend_version=info.version[:100])
+            recorded = {"backend_version": info.version[:100], "backend_protocol": info.protocol[:16]}
+            changed = {k: v for k, v in recorded.items() if v and v != getattr(config, k)}
+            if changed:
+                SandboxConfig.objects.filter(pk=config.pk).update(**changed)
             return info.version or "ok"
 
         def create() -> str:

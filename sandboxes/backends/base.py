@@ -274,6 +274,9 @@ class HealthInfo:
     ok: bool
     version: str = ""
     detail: str = ""
+    # The wire protocol the backend found the server to speak (e.g. "cube-0.4", "e2b-v1"),
+    # recorded on the config and handed back as `options["protocol"]`; "" = nothing to record.
+    protocol: str = ""
 
 
 # ---------------------------------------------------------------------------------------

@@ -4,9 +4,16 @@ CubeAPI is an E2B-compatible gateway, but releases differ and several E2B behavi
 missing or changed (protocol reference §6, docs/backends.md "Cube"). What this module does
 about each:
 
-- **v2 paths absent on older Cube** (C-May; Cube #1784): create is `POST /sandboxes` and
-  connect `POST /sandboxes/{id}/connect`, which every release serves. The release generation
-  is probed by `health()` and shown as its version.
+- **Releases** (protocol `cube-0.4` before v0.5, `cube-0.5` from v0.5): no release serves
+  the SDK's /v2 create/connect (PR #1800 is unmerged), so create is `POST /sandboxes` and
+  connect `POST /sandboxes/{id}/connect`. The release is told by `GET /snapshots`, which
+  v0.5+ serves and older releases answer with axum's empty 404 (a missing route); probed by
+  `health()` (recorded on the config) or before the first create when nothing is recorded;
+  `options["protocol"]` with `protocol_pinned` pins it.
+- **Idle behaviour**: v0.5/v0.6 read top-level `autoPause`/`autoResume`, v0.7 only
+  `lifecycle.onTimeout`/`autoResume` (absent lifecycle = killed at the TTL, Cube #1780): both
+  forms are sent. Before v0.5 neither is read, so the console idles those sandboxes itself
+  (`idles_itself()` False) and the TTL sent carries a margin so it pauses them first.
 - **List**: no cursor and a metadata filter without per-pair URL decoding. The adapter sends
   only plain `[A-Za-z0-9_-]` pairs and a single state, fetches one large page, re-filters
   metadata and states itself and pages client-side (keyset over start time and id).
@@ -16,10 +23,11 @@ about each:
   (resume failed) is retried for stream starts and reads.
 - **envd 0.2.0** (C-May) has no default user: the adapter always names the user (basic
   auth and `username=`), and omits the Start `stdin` flag below 0.3.0.
-- **Network**: Cube's own shape (`allowInternetAccess`, `allowOut`, `denyOut`, L7 `rules`
-  as a list); a domain in `allowOut` needs outbound off or `denyOut` 0.0.0.0/0 (checked
-  before sending). C-May reads `allowPublicTraffic` as the egress switch, so it is sent with
-  the egress meaning there and inbound is not offered.
+- **Network**: Cube's own shape (top-level `allow_internet_access`, `allowOut`, `denyOut`,
+  L7 `rules` as a list, which every release takes); a domain in `allowOut` needs outbound off
+  or `denyOut` 0.0.0.0/0 (checked before sending). Before v0.5 `allowPublicTraffic` is the
+  egress master switch (build_cubevs_context), so it is sent with the egress meaning there,
+  and inbound and L7 rules are not offered.
 - **Traffic token**: only in the create answer; returned in `SandboxInfo.traffic_token`
   (the runtime stores it) and cached for `inbound().traffic_token()`.
 - **Snapshots**: ids are Cube's own `snap-…` (usable as template ids); C-May has no
@@ -41,6 +49,7 @@ import base64
 import builtins
 import json
 import re
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
@@ -74,10 +83,13 @@ from .base import (
     is_snapshot_id,
 )
 from .e2b import (
+    ENVD_PORT,
     E2BBackend,
     E2BSnapshots,
+    NoRoute,
     _is_domain,
     _q,
+    _slug,
     check_volume_name,
     parse_time,
     translating,
@@ -86,13 +98,25 @@ from .guard import Resolver
 
 CUBE_DEFAULT_DOMAIN = "cube.app"
 # Cube releases, as told apart by their routes (protocol reference §6.1).
-GEN_MAY = "may"  # before v0.5: no /v2 create/connect, no GET /snapshots, no network update
+GEN_MAY = "may"  # before v0.5: no GET /snapshots, no network update, no idle pause
 GEN_LATER = "later"  # v0.5-v0.7
+PROTOCOLS = {GEN_MAY: "cube-0.4", GEN_LATER: "cube-0.5"}
+_GENERATIONS = {**{v: k for k, v in PROTOCOLS.items()}, GEN_MAY: GEN_MAY, GEN_LATER: GEN_LATER}
+# Before v0.5 Cube kills an idle sandbox at its TTL: the console's idle sweep pauses it first.
+MAY_TTL_MARGIN_S = 900
+# Grow a full page this much when asking again (Cube has no cursor).
+LIST_GROWTH = 4
+# Sandboxes created between counting and listing still fit.
+LIST_HEADROOM = 100
+# How long the rows of a first page serve the pages that follow it.
+LIST_SNAPSHOT_TTL_S = 30.0
+MAX_LIST_LIMIT = 64000
 ALL_TRAFFIC = "0.0.0.0/0"
 RESERVED_METADATA = "host-mount"
 DEFAULT_LIST_LIMIT = 1000
 TEMPLATE_BUILD_DEADLINE_S = 900.0
-_PLAIN = re.compile(r"^[A-Za-z0-9_-]+$")
+# Cube's metadata filter splits on & and = and decodes nothing more (filter_by_metadata).
+_UNSPLIT = re.compile(r"^[^&=]+$")
 # Where a housekeeping sandbox sees the workspace host root, and what it is tagged as (the
 # reaper gives a job's sandbox the job grace; its own TTL ends it sooner).
 HOUSEKEEPING_MOUNT = "/mnt/console-workspaces"
@@ -176,11 +200,14 @@ class CubeBackend(E2BBackend):
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
         super().__init__(config, resolver=resolver)
         self.list_limit = int(self._number_option("list_limit", DEFAULT_LIST_LIMIT)) or DEFAULT_LIST_LIMIT
-        assumed = config.options.get("cube_version", GEN_LATER)
-        if assumed not in (GEN_MAY, GEN_LATER):
-            raise RemoteError(ErrorKind.INVALID, "option 'cube_version' must be 'may' or 'later'")
-        self.generation = assumed
+        known = config.options.get("protocol") or config.options.get("cube_version") or ""
+        if known and known not in _GENERATIONS:
+            raise RemoteError(ErrorKind.INVALID, f"option 'protocol' must be one of {sorted(PROTOCOLS.values())}")
+        # None: not known yet (probed before it matters). A bare `cube_version` pins.
+        self.generation: str | None = _GENERATIONS.get(known)
+        self.protocol_pinned = self.protocol_pinned or bool(config.options.get("cube_version"))
         self.probed = False
+        self._list_snapshot: tuple[str, float, builtins.list[Any]] | None = None
         self.host_root = config.options.get("workspace_host_root", "")
         problem = host_root_problem(self.host_root) if self.host_root else None
         if problem:
@@ -203,50 +230,58 @@ class CubeBackend(E2BBackend):
             raise RemoteError(ErrorKind.INVALID, "a Cube config needs the CubeAPI endpoint URL")
         return super()._api(method, path, what, idempotent=idempotent, timeout=timeout, headers=headers, **kwargs)
 
+    def _initial_protocol(self, value: str) -> str:
+        return ""  # Cube's protocol is its release generation (self.generation)
+
     # Health and the release generation ---------------------------------------------------
 
     def probe_generation(self) -> str:
-        """C-later serves `POST /v2/sandboxes/{id}/connect` (404 for an unknown id); C-May
-        answers 405 there. Probing with a made-up id changes nothing on the cluster."""
+        """v0.5+ serves `GET /snapshots` (CubeAPI routes.rs); before v0.5 axum answers it with
+        an empty 404 (no route). A read: it changes nothing on the cluster."""
         try:
-            self._api(
-                "POST",
-                "/v2/sandboxes/console-version-probe/connect",
-                "probing the Cube version",
-                idempotent=True,
-                json={},
-            )
-        except RemoteError as exc:
-            if exc.kind == ErrorKind.UNSUPPORTED:
-                self.generation = GEN_MAY
-            elif exc.kind in (ErrorKind.NOT_FOUND, ErrorKind.INVALID):
-                self.generation = GEN_LATER
-            else:
-                raise
+            self._api("GET", "/snapshots", "probing the Cube release", idempotent=True, params={"limit": 1})
+        except NoRoute:
+            self.generation = GEN_MAY
+        else:
+            self.generation = GEN_LATER
         self.probed = True
         return self.generation
+
+    def known_generation(self) -> str:
+        """The release generation, probed once when neither recorded nor pinned."""
+        if self.generation is None:
+            return self.probe_generation()
+        return self.generation
+
+    def idles_itself(self) -> bool:
+        # Before v0.5 Cube reads no idle behaviour: sandboxes die at the TTL, never pause.
+        return self.known_generation() != GEN_MAY
 
     def health(self) -> HealthInfo:
         try:
             response = self._api("GET", "/health", "health check", idempotent=True)
             body = response.json() if response.content else {}
             self._api("GET", "/v2/sandboxes", "checking the API key", idempotent=True, params={"limit": 1})
-            generation = self.probe_generation()
+            generation = self.known_generation() if self.protocol_pinned else self.probe_generation()
         except RemoteError as exc:
             return HealthInfo(ok=False, detail=exc.message)
         except ValueError:
             return HealthInfo(ok=False, detail="CubeAPI /health did not answer JSON")
         if generation == GEN_MAY:
-            version = "Cube before v0.5 (no /v2 sandbox paths, no snapshot or network-update API)"
+            version = "Cube before v0.5 (no snapshot, network-update or idle-pause API)"
         else:
-            version = "Cube v0.5+ (/v2 sandbox paths, snapshots, network update)"
+            version = "Cube v0.5+ (snapshots, network update, L7 rules, idle pause)"
         detail = f"status {body.get('status', '?')}, {body.get('sandboxes', '?')} sandboxes; domain {self.domain}"
-        return HealthInfo(ok=True, version=version, detail=detail)
+        return HealthInfo(ok=True, version=version, detail=detail, protocol=PROTOCOLS[generation])
 
     def network_capabilities(self) -> NetworkCapabilities:
         # C-May takes allowOut/denyOut at create but reads allowPublicTraffic as the egress
-        # switch: no inbound toggle, no L7 rules. Later releases have both.
-        later = self.generation != GEN_MAY
+        # switch: no inbound toggle, no L7 rules. Later releases have both. Unknown and not
+        # reachable: offer the smaller set.
+        try:
+            later = self.known_generation() != GEN_MAY
+        except RemoteError:
+            later = False
         return NetworkCapabilities(
             outbound_toggle=True,
             allow_out_cidr=True,
@@ -263,7 +298,7 @@ class CubeBackend(E2BBackend):
         domains = [entry for entry in network.deny_out if _is_domain(entry)]
         if domains:
             raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube cannot deny domains (denyOut takes CIDRs): {domains}")
-        if network.l7_rules and self.generation == GEN_MAY:
+        if network.l7_rules and self.known_generation() == GEN_MAY:
             raise RemoteError(ErrorKind.UNSUPPORTED, "this Cube release has no L7 rules")
         allowed_domains = [entry for entry in network.allow_out if _is_domain(entry)]
         if allowed_domains and network.allow_internet_access and ALL_TRAFFIC not in network.deny_out:
@@ -275,13 +310,15 @@ class CubeBackend(E2BBackend):
             )
 
     def _network_body(self, network: NetworkSpec) -> dict[str, Any]:
+        # Egress is the top-level `allow_internet_access` (sent by _create_body) on every
+        # release; v0.5+ reads it there (build_cube_network_config).
         body: dict[str, Any] = {
-            "allowInternetAccess": network.allow_internet_access,
             "allowOut": list(network.allow_out),
             "denyOut": list(network.deny_out),
         }
-        if self.generation == GEN_MAY:
-            # C-May reads allowPublicTraffic as the egress master switch.
+        if self.known_generation() == GEN_MAY:
+            # Before v0.5 allowPublicTraffic, when sent, overrides allow_internet_access as the
+            # egress master switch (build_cubevs_context): send it with the egress meaning.
             body["allowPublicTraffic"] = network.allow_internet_access
             return body
         body["allowPublicTraffic"] = network.allow_public_traffic
@@ -302,7 +339,27 @@ class CubeBackend(E2BBackend):
     def _create_body(self, spec: SandboxSpec) -> dict[str, Any]:
         if RESERVED_METADATA in spec.metadata:
             raise RemoteError(ErrorKind.INVALID, f"metadata key {RESERVED_METADATA!r} is reserved by Cube")
-        return super()._create_body(spec)
+        body = super()._create_body(spec)
+        # v0.7 reads the idle behaviour only from `lifecycle` (models SandboxLifecycleConfig;
+        # absent = kill at the TTL), v0.5/v0.6 only from the top-level fields: send both.
+        body["lifecycle"] = {
+            "onTimeout": "pause" if spec.auto_pause else "kill",
+            "autoResume": bool(spec.auto_pause and spec.auto_resume),
+        }
+        return body
+
+    def _ttl(self, seconds: int) -> int:
+        if seconds and self.known_generation() == GEN_MAY:
+            return seconds + MAY_TTL_MARGIN_S
+        return seconds
+
+    def _route_headers(self, sandbox_id: str) -> dict[str, str]:
+        # CubeProxy routes on Host `<port>-<sandboxID>.<domain>` only (it ignores
+        # E2b-Sandbox-Id): with `sandbox_url` naming a CubeProxy address, say it in Host. A
+        # header-mapping sidecar in front of it still gets E2b-Sandbox-Id as well.
+        if not self.sandbox_url:
+            return {}
+        return {"Host": f"{ENVD_PORT}-{sandbox_id}.{self.domain}"}
 
     def _mount_workspace(self, body: dict[str, Any], name: str) -> None:
         # CubeAPI lifts `host-mount` out of the labels into an annotation (services/sandboxes.rs).
@@ -369,10 +426,6 @@ class CubeBackend(E2BBackend):
             problem = result.stderr.decode(errors="replace").strip() or f"exit {result.exit_code}"
             raise RemoteError(ErrorKind.INTERNAL, f"{what}: {problem}")
 
-    def _connect_path(self, sandbox_id: str) -> str:
-        # Cube always answers 200 here, also after resuming: "was paused" is never inferred.
-        return f"/sandboxes/{_q(sandbox_id)}/connect"
-
     def _info(self, data: Mapping[str, Any]) -> SandboxInfo:
         info = super()._info(data)
         if RESERVED_METADATA not in info.metadata:
@@ -388,19 +441,18 @@ class CubeBackend(E2BBackend):
         )
 
     def list(self, query: ListQuery) -> Page:
-        params: dict[str, Any] = {"limit": self.list_limit}
-        # Cube's filter splits on & and = without decoding each pair: send only pairs that
-        # need no escaping, and check every pair here.
-        plain = {k: v for k, v in query.metadata.items() if _PLAIN.match(k) and _PLAIN.match(v)}
-        if plain:
-            params["metadata"] = "&".join(f"{k}={v}" for k, v in plain.items())
+        params: dict[str, Any] = {}
+        # Cube's filter splits the (once-decoded) value on & and = and decodes nothing more:
+        # every pair without & or = is filtered server-side; all pairs are checked here.
+        sendable = {k: v for k, v in query.metadata.items() if _UNSPLIT.match(k) and _UNSPLIT.match(v)}
+        if sendable:
+            params["metadata"] = "&".join(f"{k}={v}" for k, v in sendable.items())
         states = self._api_states(query.states)
         if len(states) == 1 and SandboxState.PAUSING not in query.states:
             # Cube takes one state (several mean no filter); `pausing` is asked for by
             # filtering here, since "paused" would leave it out.
             params["state"] = states[0]
-        response = self._api("GET", "/v2/sandboxes", "listing sandboxes", idempotent=True, params=params)
-        rows = response.json()
+        rows = self._listing(params, continuing=bool(query.page_token))
         items = [self._info(row) for row in rows]
         items = [
             info
@@ -419,10 +471,60 @@ class CubeBackend(E2BBackend):
         next_token = _encode_token(_sort_time(page[-1]), page[-1].sandbox_id) if rest and page else None
         return Page(items=tuple(page), next_token=next_token)
 
+    def _listing(self, params: Mapping[str, Any], *, continuing: bool) -> builtins.list[Any]:
+        """The rows a listing pages through. The first page fetches them all (Cube has no
+        cursor); a following page of the same filter reuses that fetch for a short while, so
+        a full walk costs one fetch, not one per page (keyset order keeps it consistent)."""
+        key = json.dumps(params, sort_keys=True)
+        now = time.monotonic()
+        with self._lock:
+            cached = self._list_snapshot
+        if continuing and cached is not None and cached[0] == key and now - cached[1] < LIST_SNAPSHOT_TTL_S:
+            return cached[2]
+        rows = self._all_rows(params)
+        with self._lock:
+            self._list_snapshot = (key, now, rows)
+        return rows
+
+    def _all_rows(self, params: Mapping[str, Any]) -> builtins.list[Any]:
+        """Every row the filter matches. CubeAPI has no cursor: it takes one page of `limit`
+        sandboxes from CubeMaster (start 0) and filters that page, so a match beyond it never
+        shows. The page is therefore sized to the cluster's sandbox count (`GET /health`
+        `sandboxes`), and a full page is asked again, larger."""
+        limit = max(self.list_limit, self._sandbox_count() + LIST_HEADROOM)
+        while True:
+            response = self._api(
+                "GET", "/v2/sandboxes", "listing sandboxes", idempotent=True, params={**params, "limit": limit}
+            )
+            rows = response.json()
+            if not isinstance(rows, builtins.list):
+                raise RemoteError(ErrorKind.INTERNAL, "listing sandboxes: CubeAPI did not answer a list")
+            if len(rows) < limit:
+                return rows
+            if limit >= MAX_LIST_LIMIT:
+                raise RemoteError(
+                    ErrorKind.INTERNAL, f"listing sandboxes: more than {MAX_LIST_LIMIT} match", retryable=False
+                )
+            limit = min(limit * LIST_GROWTH, MAX_LIST_LIMIT)
+
+    def _sandbox_count(self) -> int:
+        """How many sandboxes the cluster holds (CubeAPI /health), 0 when it does not say."""
+        response = self._api("GET", "/health", "counting sandboxes", idempotent=True)
+        try:
+            body = response.json()
+        except ValueError:
+            return 0
+        count = body.get("sandboxes") if isinstance(body, dict) else None
+        return count if isinstance(count, int) and count >= 0 else 0
+
     # Capabilities ------------------------------------------------------------------------
 
     def snapshots(self) -> SnapshotsCapability | None:
-        if self.generation == GEN_MAY:
+        try:
+            generation = self.known_generation()
+        except RemoteError:
+            return None
+        if generation == GEN_MAY:
             return None  # C-May invents snapshot ids and cannot list them
         return CubeSnapshots(self)
 
@@ -516,7 +618,7 @@ class CubeTemplates(TemplatesCapability):
         image = spec.labels.get("image") or spec.base_template_id
         if not image:
             raise RemoteError(ErrorKind.INVALID, "name the image to build from (labels['image'])")
-        body = {
+        body: dict[str, Any] = {
             "image": image,
             "name": spec.name,
             # Every Cube template must run envd on 49983 (bring-your-own-image guide).
@@ -524,6 +626,10 @@ class CubeTemplates(TemplatesCapability):
             "probePort": 49983,
             "writableLayerSize": spec.labels.get("writableLayerSize", "1G"),
         }
+        if self.backend.known_generation() == GEN_MAY:
+            # Before v0.5 the caller names the template (models CreateTemplateRequest:
+            # templateID required); later releases ignore it and mint `tpl-…`.
+            body["templateID"] = f"tpl-{_slug(spec.name) or 'template'}-{secrets.token_hex(4)}"
         response = self.backend._api(
             "POST", "/templates", f"creating template {spec.name}", idempotent=False, json=body
         )

@@ -10,9 +10,13 @@ not be guarded; the wire format used here is the one SDK 2.63 speaks (docs/backe
 Mapping of the contract:
 
 - control plane `<endpoint>` (default `https://api.<domain>`, domain default `e2b.app`):
-  create `POST /v2/sandboxes` (with `Idempotency-Key`, so it may be retried), connect
-  `POST /v2/sandboxes/{id}/connect`, get `GET /sandboxes/{id}`, list `GET /v2/sandboxes`
-  (cursor in `X-Next-Token`), delete, pause, snapshots, templates;
+  create `POST /v2/sandboxes` (the SDK's, with `Idempotency-Key`, so it may be retried) where
+  the server has it, else the published spec's `POST /sandboxes` (never retried); which one
+  is learnt from the server's answer (a missing route) and reported as the config's
+  protocol (`e2b-v2` / `e2b-v1`, `options["protocol"]` pins it). Connect is the spec's
+  `POST /sandboxes/{id}/connect` (it suffices: the SDK's /v2 adds only `memory`) and its
+  answer is the SandboxInfo (no second call). Get `GET /sandboxes/{id}`, list
+  `GET /v2/sandboxes` (cursor in `X-Next-Token`), delete, pause, snapshots, templates;
 - data plane: envd on port 49983, at `options["sandbox_url"]` (one URL for every sandbox,
   routed by the `E2b-Sandbox-Id` header) or `https://49983-<id>.<domain>`;
 - snapshot ids are presented as `snap-<E2B snapshot id>` (E2B's own look like
@@ -41,7 +45,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -102,6 +106,21 @@ EXEC_PID_DIR = "/tmp"  # noqa: S108 - a path inside the sandbox, not on the host
 _VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 _FLAG_END_STREAM = 0x02
+# A process killed by a signal ends with `exited` false (omitted by protojson) and a Go
+# ProcessState status such as "signal: killed"; its exit code is reported the shell's way.
+_SIGNAL_NUMBERS = {
+    "hangup": 1,
+    "interrupt": 2,
+    "quit": 3,
+    "aborted": 6,
+    "killed": 9,
+    "segmentation fault": 11,
+    "broken pipe": 13,
+    "alarm clock": 14,
+    "terminated": 15,
+}
+PROTOCOL_V1 = "e2b-v1"  # the published spec's operations only (e2b-dev/infra spec/openapi.yml)
+PROTOCOL_V2 = "e2b-v2"  # plus the SDK's POST /v2/sandboxes (SDK >= 2.51)
 
 # envd versions that change the wire (e2b/envd/versions.py): the Start `stdin` flag exists
 # from 0.3.0; below 0.4.0 envd has no default user (we always send one explicitly).
@@ -209,8 +228,23 @@ def _retry_after(response: httpx.Response) -> float | None:
     return None
 
 
-def status_error(response: httpx.Response, what: str) -> RemoteError:
+class NoRoute(RemoteError):
+    """The server has no such operation: its router answered 404/405 without the API's
+    error body (gin's plain text, axum's empty body), as opposed to a handler's 404."""
+
+
+def _is_api_error(response: httpx.Response) -> bool:
+    try:
+        body = response.json()
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(body, dict) and "message" in body
+
+
+def status_error(response: httpx.Response, what: str, *, control: bool = False) -> RemoteError:
     """An HTTP error answer as a RemoteError (both planes)."""
+    if control and response.status_code in (404, 405) and not _is_api_error(response):
+        return NoRoute(ErrorKind.UNSUPPORTED, f"{what}: the server has no such operation (HTTP {response.status_code})")
     message, error_code = _message_of(response)
     kind = _ERROR_CODE_KINDS.get(error_code) or _STATUS_KINDS.get(response.status_code)
     if kind is None:
@@ -315,7 +349,8 @@ class E2BBackend(Backend):
     `sandbox_url` (one envd URL for every sandbox, routed by header: E2B_SANDBOX_URL's
     meaning; used for the fake server and for a Cube reverse proxy), `request_timeout`
     (seconds, default 60), `retries` (attempts after the first for retryable failures,
-    default 4), `sandbox_timeout` (TTL set on connect, default 300).
+    default 4), `sandbox_timeout` (TTL set on connect, default 300), `protocol` (`e2b-v2` or
+    `e2b-v1`: recorded or pinned create flavour) with `protocol_pinned`.
     """
 
     kind = "e2b"
@@ -339,8 +374,19 @@ class E2BBackend(Backend):
         self._lock = threading.Lock()
         self._envd: dict[str, _Envd] = {}
         self._traffic_tokens: dict[str, str] = {}
+        # Metadata learnt at create/get/list, so a connect answer (which carries none) still
+        # makes a full SandboxInfo.
+        self._metadata: dict[str, dict[str, str]] = {}
+        self.protocol_pinned = config.options.get("protocol_pinned", "") in ("1", "true", "yes")
+        self.protocol = self._initial_protocol(config.options.get("protocol", ""))
         # Waits between retries go through here so tests can observe the backoff.
         self.sleep: Callable[[float], None] = time.sleep
+
+    def _initial_protocol(self, value: str) -> str:
+        """The recorded or pinned protocol ("" = learn it from the server)."""
+        if value in ("", PROTOCOL_V1, PROTOCOL_V2):
+            return value
+        raise RemoteError(ErrorKind.INVALID, f"option 'protocol' must be {PROTOCOL_V1!r} or {PROTOCOL_V2!r}")
 
     def _number_option(self, name: str, default: float) -> float:
         raw = self.config.options.get(name)
@@ -390,6 +436,7 @@ class E2BBackend(Backend):
         idempotent: bool,
         headers: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        control: bool = False,
         **kwargs: Any,
     ) -> httpx.Response:
         """One request with retries: rate_limited and unavailable answers (and connection
@@ -405,7 +452,7 @@ class E2BBackend(Backend):
                     timeout=httpx.Timeout(timeout, connect=10.0) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
                     **kwargs,
                 )
-                error = None if response.status_code < 400 else status_error(response, what)
+                error = None if response.status_code < 400 else status_error(response, what, control=control)
             except RemoteError:
                 raise
             except Exception as exc:
@@ -452,6 +499,7 @@ class E2BBackend(Backend):
             idempotent=idempotent,
             timeout=timeout,
             headers={**self._api_headers(), **(headers or {})},
+            control=True,
             **kwargs,
         )
 
@@ -462,9 +510,32 @@ class E2BBackend(Backend):
             self._api("GET", "/health", "health check", idempotent=True)
             # /health needs no key: list one sandbox to prove the key works too.
             self._api("GET", "/v2/sandboxes", "checking the API key", idempotent=True, params={"limit": 1})
+            protocol = self.protocol if self.protocol_pinned else self.probe_protocol()
         except RemoteError as exc:
             return HealthInfo(ok=False, detail=exc.message)
-        return HealthInfo(ok=True, version=f"E2B API at {self.api_url}", detail=f"sandbox domain {self.domain}")
+        flavour = "SDK /v2 create" if protocol == PROTOCOL_V2 else "published-spec create (POST /sandboxes)"
+        return HealthInfo(
+            ok=True,
+            version=f"E2B API at {self.api_url} ({flavour})",
+            detail=f"sandbox domain {self.domain}",
+            protocol=protocol,
+        )
+
+    def probe_protocol(self) -> str:
+        """Whether the control plane serves the SDK's `POST /v2/sandboxes`. The probe body
+        lacks the required templateID, so a server that has the route refuses it (400)
+        without creating anything; one that lacks it answers with its router's 404/405."""
+        try:
+            self._api("POST", "/v2/sandboxes", "probing the create operation", idempotent=True, json={})
+        except NoRoute:
+            self.protocol = PROTOCOL_V1
+        except RemoteError as exc:
+            if exc.kind not in (ErrorKind.INVALID, ErrorKind.NOT_FOUND):
+                raise
+            self.protocol = PROTOCOL_V2
+        else:
+            self.protocol = PROTOCOL_V2
+        return self.protocol
 
     def network_capabilities(self) -> NetworkCapabilities:
         # E2B: allowOut takes CIDRs, IPs and domains; denyOut CIDRs and IPs only (no domain
@@ -515,7 +586,7 @@ class E2BBackend(Backend):
         self._check_network(spec.network)
         body: dict[str, Any] = {
             "templateID": self._template_for_api(spec.template_id),
-            "timeout": spec.timeout_s,
+            "timeout": self._ttl(spec.timeout_s),
             "autoPause": spec.auto_pause,
             # Auto-resume requires pause-on-timeout (spec/openapi.yml NewSandbox).
             "autoResume": {"enabled": bool(spec.auto_pause and spec.auto_resume)},
@@ -558,15 +629,27 @@ class E2BBackend(Backend):
         E2BVolumes(self).ensure(name)
 
     def _submit(self, body: Mapping[str, Any], spec: SandboxSpec) -> SandboxInfo:
-        # The Idempotency-Key makes a retried create return the same sandbox.
-        response = self._api(
-            "POST",
-            "/v2/sandboxes",
-            f"creating a sandbox from {spec.template_id!r}",
-            idempotent=True,
-            headers={"Idempotency-Key": str(uuid.uuid4())},
-            json=body,
-        )
+        what = f"creating a sandbox from {spec.template_id!r}"
+        if self.protocol != PROTOCOL_V1:
+            try:
+                # The Idempotency-Key makes a retried create return the same sandbox.
+                response = self._api(
+                    "POST",
+                    "/v2/sandboxes",
+                    what,
+                    idempotent=True,
+                    headers={"Idempotency-Key": str(uuid.uuid4())},
+                    json=body,
+                )
+                self.protocol = PROTOCOL_V2
+                return self._created(response.json(), spec)
+            except NoRoute:
+                if self.protocol_pinned:
+                    raise
+                self.protocol = PROTOCOL_V1  # a control plane built from the published spec
+        # spec/openapi.yml POST /sandboxes: no Idempotency-Key, so never retried; `secure`
+        # asks for the envd access token that NewSandboxV2 always gives.
+        response = self._api("POST", "/sandboxes", what, idempotent=False, json={**body, "secure": True})
         return self._created(response.json(), spec)
 
     def _lay_out_workspace(self, sandbox_id: str) -> None:
@@ -588,18 +671,27 @@ class E2BBackend(Backend):
     def _created(self, data: Mapping[str, Any], spec: SandboxSpec) -> SandboxInfo:
         sandbox_id = str(data["sandboxID"])
         self._remember(sandbox_id, data)
-        token = data.get("trafficAccessToken") or None
-        if token:
-            with self._lock:
-                self._traffic_tokens[sandbox_id] = str(token)
+        token = self._keep_token(sandbox_id, data)
+        with self._lock:
+            self._metadata[sandbox_id] = dict(spec.metadata)
         return SandboxInfo(
             sandbox_id=sandbox_id,
             state=SandboxState.RUNNING,
             template_id=spec.template_id,
             metadata=dict(spec.metadata),
             started_at=None,
-            traffic_token=str(token) if token else None,
+            traffic_token=token,
         )
+
+    def _keep_token(self, sandbox_id: str, data: Mapping[str, Any]) -> str | None:
+        """The traffic token of a create/connect answer, else the one kept from before (Cube
+        sends it at create only; spec/openapi.yml Sandbox.trafficAccessToken is nullable)."""
+        token = data.get("trafficAccessToken") or None
+        with self._lock:
+            if token:
+                self._traffic_tokens[sandbox_id] = str(token)
+                return str(token)
+            return self._traffic_tokens.get(sandbox_id)
 
     def _remember(self, sandbox_id: str, data: Mapping[str, Any]) -> None:
         if "envdVersion" not in data:
@@ -610,30 +702,49 @@ class E2BBackend(Backend):
             )
 
     def connect(self, sandbox_id: str) -> SandboxInfo:
+        """One call: the connect answer (spec/openapi.yml Sandbox) says what a warm resolve
+        needs; state is running (connect resumes), the TTL runs from now."""
+        ttl = self._ttl(self.sandbox_ttl)
         response = self._api(
             "POST",
-            self._connect_path(sandbox_id),
+            f"/sandboxes/{_q(sandbox_id)}/connect",
             f"connecting to sandbox {sandbox_id}",
             idempotent=True,
-            json={"timeout": self.sandbox_ttl},
+            json={"timeout": ttl},
             timeout=max(self.request_timeout, 130.0),
         )
         data = response.json()
         # Keep the id the control plane answers with (E2B #884: it changed after a resume).
         new_id = str(data.get("sandboxID") or sandbox_id)
         self._remember(new_id, data)
-        return self.get(new_id)
+        token = self._keep_token(new_id, data)
+        with self._lock:
+            metadata = dict(self._metadata.get(new_id) or self._metadata.get(sandbox_id) or {})
+        return SandboxInfo(
+            sandbox_id=new_id,
+            state=SandboxState.RUNNING,
+            template_id=self._presented_template(str(data.get("templateID") or "")),
+            metadata=metadata,
+            end_at=datetime.now(UTC) + timedelta(seconds=ttl),
+            traffic_token=token,
+        )
 
-    def _connect_path(self, sandbox_id: str) -> str:
-        return f"/v2/sandboxes/{_q(sandbox_id)}/connect"
+    def _ttl(self, seconds: int) -> int:
+        """The TTL sent at create and connect (Cube before v0.5 adds a margin)."""
+        return seconds
 
     def get(self, sandbox_id: str) -> SandboxInfo:
         response = self._api("GET", f"/sandboxes/{_q(sandbox_id)}", f"sandbox {sandbox_id}", idempotent=True)
         data = response.json()
         self._remember(sandbox_id, data)
-        return self._info(data)
+        info = self._info(data)
+        with self._lock:
+            self._metadata[info.sandbox_id] = dict(info.metadata)
+        return info
 
     def _info(self, data: Mapping[str, Any]) -> SandboxInfo:
+        # Only sandboxID is relied on: Cube leaves out endAt (never-timeout sandboxes) and
+        # diskSizeMB, and metadata when empty (CubeAPI models ListedSandbox/SandboxDetail).
         template = str(data.get("templateID") or "")
         return SandboxInfo(
             sandbox_id=str(data["sandboxID"]),
@@ -650,8 +761,7 @@ class E2BBackend(Backend):
     def list(self, query: ListQuery) -> Page:
         params: dict[str, Any] = {"limit": max(1, min(query.limit, 100))}
         if query.metadata:
-            # The API expects the pairs form-encoded inside one parameter (the SDK's shape).
-            params["metadata"] = urlencode(dict(query.metadata))
+            params["metadata"] = encode_metadata_filter(query.metadata)
         states = self._api_states(query.states)
         if states:
             params["state"] = ",".join(states)
@@ -682,6 +792,7 @@ class E2BBackend(Backend):
         with self._lock:
             self._envd.pop(sandbox_id, None)
             self._traffic_tokens.pop(sandbox_id, None)
+            self._metadata.pop(sandbox_id, None)
 
     def pause(self, sandbox_id: str) -> SandboxInfo:
         try:
@@ -716,9 +827,14 @@ class E2BBackend(Backend):
             return f"https://sandbox.{self.domain}"
         return f"https://{ENVD_PORT}-{sandbox_id}.{self.domain}"
 
+    def _route_headers(self, sandbox_id: str) -> dict[str, str]:
+        """Headers that route a data-plane request to the sandbox (E2B: E2b-Sandbox-Id)."""
+        return {}
+
     def _envd_headers(self, sandbox_id: str, user: str) -> dict[str, str]:
         facts = self._envd_facts(sandbox_id)
         headers = {
+            **self._route_headers(sandbox_id),
             "E2b-Sandbox-Id": sandbox_id,
             "E2b-Sandbox-Port": str(ENVD_PORT),
             # Always name the user: envd < 0.4.0 (Cube reports 0.2.0) has no default user
@@ -987,6 +1103,15 @@ def _q(segment: str) -> str:
     return quote(segment, safe="")
 
 
+def encode_metadata_filter(metadata: Mapping[str, str]) -> str:
+    """The `metadata` query value of GET /v2/sandboxes as e2b-dev/infra's parseFilters reads
+    it: it unescapes the whole value, splits on `&` and `=`, then unescapes each key and
+    value. So each key and value is escaped, the pairs joined as a form, and httpx escapes
+    the whole once more (what SDK 2.63 sandbox_sync/paginator.py does): any character
+    round-trips, `& = + %` included."""
+    return urlencode({quote(k, safe=""): quote(v, safe="") for k, v in metadata.items()})
+
+
 def _is_domain(entry: str) -> bool:
     return bool(re.search(r"[A-Za-z*]", entry)) and ":" not in entry
 
@@ -1006,6 +1131,7 @@ class _ExecReader:
         self.ended = False
         self.exit_code = -1
         self.signalled = False
+        self.status = ""
         self.error: RemoteError | None = None
 
     def run(self) -> None:
@@ -1021,10 +1147,12 @@ class _ExecReader:
                         if stream in self.out:
                             self._keep(self.out[stream], base64.b64decode(value))
                 elif "end" in event:
+                    # proto3 JSON omits defaults: no exitCode is 0, no `exited` is false.
                     end = event["end"]
                     self.ended = True
                     self.exit_code = int(end.get("exitCode", 0) or 0)
-                    self.signalled = not end.get("exited", True)
+                    self.signalled = not end.get("exited", False)
+                    self.status = str(end.get("status") or "")
         except (httpx.HTTPError, OSError, ValueError, RuntimeError):
             return  # closed by the caller, or cut: `ended` tells which
 
@@ -1037,8 +1165,12 @@ class _ExecReader:
 
     def result(self, duration: float, *, timed_out: bool) -> ExecResult:
         exit_code = self.exit_code
-        if timed_out or (self.signalled and exit_code < 0):
+        if timed_out:
             exit_code = 137  # killed, as a shell reports SIGKILL
+        elif self.signalled and exit_code <= 0:
+            # Ended by a signal (envd: exitCode -1 or omitted): 128 + the signal, as a shell does.
+            name = self.status.removeprefix("signal: ").strip().lower()
+            exit_code = 128 + _SIGNAL_NUMBERS.get(name, 9)
         return ExecResult(
             exit_code=exit_code,
             stdout=bytes(self.out["stdout"]),

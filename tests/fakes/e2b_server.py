@@ -11,13 +11,16 @@ routing) goes to the sandbox's envd, and everything else to the control plane.
 
 Admin endpoints (no auth), for tests:
   GET    /_fake/state                        sandboxes, processes, templates, faults
+  GET    /_fake/requests                     [plane, method, path] of the last 500 requests
+  DELETE /_fake/requests                     forget them
   POST   /_fake/faults                       add a fault (fake_state.Fault as JSON), or
                                              {"faults": [...]}
   DELETE /_fake/faults                       clear faults
   POST   /_fake/reset                        kill every sandbox, drop snapshots, volumes and
                                              faults
   POST   /_fake/config                       {"cube_pause_seconds": s, "resume_failures": n,
-                                              "new_id_on_resume": n (the next n resumes answer a new id)}
+                                              "new_id_on_resume": n (the next n resumes answer a new id),
+                                             "cube_pr1800": bool (serve /v2 create/connect)}
   POST   /_fake/sandboxes/{id}/state         {"state": "pausing"|"running"} (force a state)
   POST   /_fake/sandboxes/{id}/expire        make the TTL run out now (the reaper acts)
 """
@@ -36,10 +39,10 @@ from typing import Any
 
 from tests.fakes.fake_control import ControlPlane
 from tests.fakes.fake_envd import Envd
-from tests.fakes.fake_http import HttpError, Reply, Request, read_request
+from tests.fakes.fake_http import HttpError, NoRoute, Reply, Request, read_request
 from tests.fakes.fake_lifecycle import Lifecycle
 from tests.fakes.fake_runtime import DEFAULT_IMAGE, DockerRuntime
-from tests.fakes.fake_state import Fault, Personality, Reaper, Store, now
+from tests.fakes.fake_state import CUBE_VERSION_ALIASES, CUBE_VERSIONS, E2B_APIS, Fault, Personality, Reaper, Store, now
 
 DEFAULT_API_KEY = "e2b_" + "0" * 40
 _HOST_ROUTE = re.compile(r"^(\d+)-([a-z0-9-]+)\.")
@@ -49,6 +52,10 @@ class FakeHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     app: FakeApp
+    # A listener standing for an operator's reverse proxy in front of CubeProxy, which maps
+    # the SDK's `E2b-Sandbox-Id` header onto `Host: 49983-<id>.<domain>` (CubeSandbox
+    # examples/e2b-dev-sidecar). CubeProxy itself routes on Host only.
+    sidecar: bool = False
 
 
 class FakeApp:
@@ -60,21 +67,26 @@ class FakeApp:
         self.control = ControlPlane(store, self.life)
         self.envd = Envd(store, self.life)
 
-    def dispatch(self, req: Request, reply: Reply) -> None:
+    def dispatch(self, req: Request, reply: Reply, *, sidecar: bool = False) -> None:
         if req.path.startswith("/_fake/"):
             self.admin(req, reply)
             return
-        sandbox_id = self._envd_target(req)
+        sandbox_id = self._envd_target(req, sidecar=sidecar)
         plane = "envd" if sandbox_id else "api"
+        with self.store.lock:
+            self.store.requests = [*self.store.requests[-499:], (plane, req.method, req.path)]
         self._apply_faults(plane, req)
         if sandbox_id:
             self.envd.handle(req, reply, sandbox_id)
         else:
             self.control.handle(req, reply)
 
-    def _envd_target(self, req: Request) -> str | None:
+    def _envd_target(self, req: Request, *, sidecar: bool = False) -> str | None:
+        # E2B's client proxy routes on the SDK's E2b-Sandbox-Id header (SDK 2.63
+        # connection_config.py / sandbox_url); CubeProxy ignores that header and routes on
+        # Host `<port>-<sandboxID>.<domain>` only (CubeSandbox CubeProxy, protocol ref §1).
         sandbox_id = req.header("e2b-sandbox-id")
-        if sandbox_id:
+        if sandbox_id and (sidecar or not self.store.is_cube):
             return sandbox_id
         m = _HOST_ROUTE.match(req.header("host", "") or "")
         if m and m.group(1) == "49983":
@@ -96,6 +108,13 @@ class FakeApp:
         path, method = req.path, req.method
         if path == "/_fake/state" and method == "GET":
             reply.json(200, self.store.snapshot_state())
+        elif path == "/_fake/requests" and method == "GET":
+            with self.store.lock:
+                reply.json(200, [list(r) for r in self.store.requests])
+        elif path == "/_fake/requests" and method == "DELETE":
+            with self.store.lock:
+                self.store.requests = []
+            reply.empty(204)
         elif path == "/_fake/faults" and method == "POST":
             body = req.json()
             specs = body.get("faults", [body]) if isinstance(body, dict) else body
@@ -119,6 +138,8 @@ class FakeApp:
                     self.store.resume_failures = int(body["resume_failures"])
                 if "new_id_on_resume" in body:
                     self.store.new_id_on_resume = int(body["new_id_on_resume"])
+                if "cube_pr1800" in body:
+                    self.store.cube_pr1800 = bool(body["cube_pr1800"])
             reply.empty(204)
         else:
             self._admin_sandbox(req, reply)
@@ -173,12 +194,14 @@ class Handler(BaseHTTPRequestHandler):
         reply = Reply(self)
         try:
             req = read_request(self)
-            self.server.app.dispatch(req, reply)
+            self.server.app.dispatch(req, reply, sidecar=self.server.sidecar)
         except HttpError as e:
             if reply.started:
                 self.close_connection = True
             else:
                 reply.api_error(e)
+        except NoRoute as e:
+            reply.no_route(e, self.server.app.store.personality)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as e:
@@ -203,18 +226,29 @@ class FakeServer:
         image: str = DEFAULT_IMAGE,
         api_key: str = DEFAULT_API_KEY,
         run_id: str | None = None,
-        cube_version: str = "later",
+        cube_version: str = "0.7",
+        e2b_api: str = "cloud",
     ) -> None:
+        cube_version = CUBE_VERSION_ALIASES.get(cube_version, cube_version)
+        if cube_version not in CUBE_VERSIONS or e2b_api not in E2B_APIS:
+            raise ValueError(f"cube_version in {CUBE_VERSIONS}, e2b_api in {E2B_APIS}")
         self.personality = personality
+        self.cube_version = cube_version
+        self.e2b_api = e2b_api
         self.api_key = api_key
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.runtime = DockerRuntime(self.run_id, image)
-        self.store = Store(personality, self.runtime, api_key, cube_version=cube_version)
+        self.store = Store(personality, self.runtime, api_key, cube_version=cube_version, e2b_api=e2b_api)
         self.app = FakeApp(self.store)
         self.httpd = FakeHTTPServer((host, port), Handler)
         self.httpd.app = self.app
+        self.sidecar: FakeHTTPServer | None = None
+        if personality == "cube":
+            self.sidecar = FakeHTTPServer((host, 0), Handler)
+            self.sidecar.app = self.app
+            self.sidecar.sidecar = True
         self.reaper = Reaper(self.app.life)
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
 
     @property
     def port(self) -> int:
@@ -226,7 +260,16 @@ class FakeServer:
 
     @property
     def sandbox_url(self) -> str:
-        # Same listener: envd requests are told apart by their E2b-Sandbox-Id header.
+        """Where the SDK's `sandbox_url` points. E2B: the same listener (envd requests carry
+        E2b-Sandbox-Id). Cube: the sidecar listener (CubeProxy routes on Host only)."""
+        if self.sidecar is not None:
+            return f"http://127.0.0.1:{self.sidecar.server_address[1]}"
+        return self.api_url
+
+    @property
+    def proxy_url(self) -> str:
+        """The data-plane address as a Cube node's CubeProxy serves it (Host-routed); for E2B
+        the header-routed client proxy."""
         return self.api_url
 
     @property
@@ -243,15 +286,20 @@ class FakeServer:
         }
 
     def start(self) -> FakeServer:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name=f"fake-{self.personality}", daemon=True)
-        self._thread.start()
+        for httpd in (self.httpd, self.sidecar):
+            if httpd is not None:
+                thread = threading.Thread(target=httpd.serve_forever, name=f"fake-{self.personality}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
         self.reaper.start()
         return self
 
     def stop(self) -> None:
         self.reaper.stopped.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        for httpd in (self.httpd, self.sidecar):
+            if httpd is not None:
+                httpd.shutdown()
+                httpd.server_close()
         try:
             self.app.reset()
         finally:
@@ -269,7 +317,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--personality", choices=["e2b", "cube"], default="e2b")
-    parser.add_argument("--cube-version", choices=["may", "later"], default="later")
+    parser.add_argument("--cube-version", choices=list(CUBE_VERSIONS), default="0.7")
+    parser.add_argument("--e2b-api", choices=list(E2B_APIS), default="cloud")
     parser.add_argument("--image", default=DEFAULT_IMAGE)
     parser.add_argument("--api-key", default=DEFAULT_API_KEY)
     parser.add_argument("--run-id", default=None)
@@ -282,6 +331,7 @@ def main(argv: list[str] | None = None) -> None:
         api_key=args.api_key,
         run_id=args.run_id,
         cube_version=args.cube_version,
+        e2b_api=args.e2b_api,
     )
     server.start()
     # `kill <pid>` (how a test or a shell stops a subprocess) cleans up like Ctrl-C does.

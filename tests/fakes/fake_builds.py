@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +70,7 @@ class Builds:
                     status="waiting",
                 )
                 self.store.templates[tpl.template_id] = tpl
-            tpl.build_id = new_id("", 12)
+            tpl.build_id = str(uuid.uuid4())  # infra build ids are UUIDs
             tpl.extra["tags"] = tags
             build = Build(tpl.template_id, tpl.build_id)
             self.builds[(tpl.template_id, tpl.build_id)] = build

@@ -10,18 +10,44 @@ import json
 import re
 import secrets
 import urllib.parse
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from tests.fakes.fake_builds import Builds
-from tests.fakes.fake_http import HttpError, Reply, Request
+from tests.fakes.fake_http import HttpError, NoRoute, Reply, Request
 from tests.fakes.fake_lifecycle import Lifecycle
 from tests.fakes.fake_state import FakeSandbox, Store, Template, new_id, now, rfc3339
 
 Handler = Callable[[Request, Reply], None]
+Served = Callable[[], bool]
 
-# Cube rejects these env names at create (C-later input validation).
-CUBE_FORBIDDEN_ENVS = {"PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "HOME", "HOSTNAME"}
+# CubeAPI services/sandboxes.rs FORBIDDEN_ENV_NAMES (C-later; C-May checks no names).
+CUBE_FORBIDDEN_ENVS = frozenset(
+    {
+        "BASH_ENV",
+        "ENV",
+        "LD_PRELOAD",
+        "LD_AUDIT",
+        "LD_LIBRARY_PATH",
+        "LD_ORIGIN_PATH",
+        "DYLD_INSERT_LIBRARIES",
+        "DYLD_LIBRARY_PATH",
+        "GCONV_PATH",
+        "PATH",
+        "PYTHONPATH",
+        "NODE_PATH",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "GEM_PATH",
+        "RUBYOPT",
+        "RUBYLIB",
+        "PERL5LIB",
+        "PERLLIB",
+        "CLASSPATH",
+        "IFS",
+    }
+)
 ALL_TRAFFIC = "0.0.0.0/0"
 _IP_OR_CIDR = re.compile(r"^[0-9a-fA-F:.]+(/\d+)?$")
 
@@ -43,22 +69,36 @@ class ControlPlane:
     def __init__(self, store: Store, lifecycle: Lifecycle) -> None:
         self.store = store
         self.life = lifecycle
-        self.routes: list[tuple[str, re.Pattern[str], Handler]] = []
+        self.routes: list[tuple[str, re.Pattern[str], Handler, Served]] = []
         self.idempotency: dict[str, str] = {}
         self.builds = Builds(store)
         self._register()
 
     # -- routing ------------------------------------------------------------------------------
 
-    def _route(self, method: str, pattern: str, handler: Handler) -> None:
+    def _route(self, method: str, pattern: str, handler: Handler, served: Served | None = None) -> None:
+        """`served` says whether this personality has the route at all (else its router
+        answers 404, or 405 when the path has other methods)."""
         regex = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern)
-        self.routes.append((method, re.compile(f"^{regex}$"), handler))
+        self.routes.append((method, re.compile(f"^{regex}$"), handler, served or (lambda: True)))
+
+    def _sdk_v2(self) -> bool:
+        # SDK >= 2.51 create/connect: E2B cloud only. Absent from e2b-dev/infra
+        # spec/openapi.yml (2026-08) and from every Cube release (PR #1800 unmerged).
+        if self.store.is_cube:
+            return self.store.cube_pr1800  # a Cube built with PR #1800, for SDK 2.63 tests
+        return self.store.e2b_api == "cloud"
+
+    def _cube_later(self) -> bool:
+        # CubeAPI routes.rs after v0.5: GET /snapshots, PUT network, rollback.
+        return self.store.is_cube and not self.store.cube_may
 
     def _register(self) -> None:
         r = self._route
+        e2b_only = lambda: not self.store.is_cube  # noqa: E731
         r("GET", "/health", self.health)
         r("POST", "/sandboxes", self.create_v1)
-        r("POST", "/v2/sandboxes", self.create_v2)
+        r("POST", "/v2/sandboxes", self.create_v2, self._sdk_v2)
         r("GET", "/sandboxes", self.list_v1)
         r("GET", "/v2/sandboxes", self.list_v2)
         r("GET", "/sandboxes/{sid}", self.get_sandbox)
@@ -66,14 +106,14 @@ class ControlPlane:
         r("POST", "/sandboxes/{sid}/pause", self.pause)
         r("POST", "/sandboxes/{sid}/resume", self.resume_v1)
         r("POST", "/sandboxes/{sid}/connect", self.connect_v1)
-        r("POST", "/v2/sandboxes/{sid}/connect", self.connect_v2)
+        r("POST", "/v2/sandboxes/{sid}/connect", self.connect_v2, self._sdk_v2)
         r("POST", "/sandboxes/{sid}/timeout", self.set_timeout)
         r("POST", "/sandboxes/{sid}/refreshes", self.refresh)
-        r("PUT", "/sandboxes/{sid}/network", self.update_network)
+        r("PUT", "/sandboxes/{sid}/network", self.update_network, lambda: not self.store.cube_may)
         r("POST", "/sandboxes/{sid}/snapshots", self.create_snapshot)
-        r("POST", "/sandboxes/{sid}/fork", self.fork)
-        r("POST", "/sandboxes/{sid}/rollback", self.cube_rollback)
-        r("GET", "/snapshots", self.list_snapshots)
+        r("POST", "/sandboxes/{sid}/fork", self.fork, e2b_only)
+        r("POST", "/sandboxes/{sid}/rollback", self.cube_rollback, self._cube_later)
+        r("GET", "/snapshots", self.list_snapshots, lambda: not self.store.cube_may)
         r("GET", "/sandboxes/{sid}/metrics", self.metrics)
         r("GET", "/v2/sandboxes/{sid}/logs", self.logs)
         r("GET", "/templates", self.list_templates_v1)
@@ -84,7 +124,7 @@ class ControlPlane:
         r("PATCH", "/templates/{tid}", self.cube_patch_template)
         r("DELETE", "/templates/{tid}", self.delete_template)
         r("GET", "/templates/{tid}/builds/{bid}/status", self.build_status)
-        r("POST", "/v3/templates", self.request_build)
+        r("POST", "/v3/templates", self.request_build, e2b_only)
         r("GET", "/templates/{tid}/files/{hash}", self.build_file_link)
         r("POST", "/v2/templates/{tid}/builds/{bid}", self.start_build)
         volumes = self.life.volumes
@@ -99,9 +139,9 @@ class ControlPlane:
             # Cube serves everything under /cubeapi/v1 as well (CubeAPI/src/routes.rs).
             path = path[len("/cubeapi/v1") :]
         allowed: list[str] = []
-        for method, regex, handler in self.routes:
+        for method, regex, handler, served in self.routes:
             m = regex.match(path)
-            if not m:
+            if not m or not served():
                 continue
             if method != req.method:
                 allowed.append(method)
@@ -111,16 +151,12 @@ class ControlPlane:
                 self._authenticate(req)
             handler(req, reply)
             return
-        if allowed:
-            raise HttpError(405, f"method {req.method} not allowed on {path}")
-        raise HttpError(404, f"no route for {req.method} {path}")
+        raise NoRoute(405 if allowed else 404)
 
     def _authenticate(self, req: Request) -> None:
-        # spec/openapi.yml securitySchemes ApiKeyAuth: header X-API-Key.
+        # spec/openapi.yml securitySchemes ApiKeyAuth: the key in header X-API-Key only (the
+        # Bearer scheme is the dashboard's access token, not an API key).
         key = req.header("x-api-key")
-        bearer = req.header("authorization", "") or ""
-        if key is None and bearer.lower().startswith("bearer "):
-            key = bearer[7:].strip()
         if key != self.store.api_key:
             raise HttpError(401, "Invalid API key")
 
@@ -170,6 +206,8 @@ class ControlPlane:
             "envdVersion": sbx.envd_version,
             "metadata": sbx.metadata,
         }
+        if self.store.is_cube and not sbx.metadata:
+            del out["metadata"]  # CubeAPI optional_metadata: no labels, no field
         if sbx.volume_mounts:
             out["volumeMounts"] = sbx.volume_mounts
         return out
@@ -206,15 +244,11 @@ class ControlPlane:
         self._create(req, reply, default_timeout=15)
 
     def create_v2(self, req: Request, reply: Reply) -> None:
-        # spec/openapi.yml: POST /v2/sandboxes (NewSandboxV2 -> 201 Sandbox), default timeout 300
-        if self.store.is_cube and self.store.cube_version == "may":
-            raise HttpError(405, "Method Not Allowed")
-        body = req.json()
-        if self.store.is_cube and body.get("autoPauseMemory") is False:
-            # Cube PR #1800 rejects filesystem-only pause.
-            raise HttpError(400, "autoPauseMemory=false is not supported")
-        # NewSandboxV2 has no `secure`: every E2B sandbox created this way secures envd
-        # access and returns an envdAccessToken (SDK 2.63 NewSandboxV2 docstring).
+        # SDK 2.63 api/client/models/new_sandbox_v2.py (NewSandboxV2 -> 201 Sandbox), default
+        # timeout 300. NewSandboxV2 has no `secure`: every sandbox created this way secures
+        # envd access and returns an envdAccessToken (its docstring).
+        if self.store.is_cube and req.json().get("autoPauseMemory") is False:
+            raise HttpError(400, "autoPauseMemory=false is not supported")  # Cube PR #1800
         self._create(req, reply, default_timeout=300, secure=not self.store.is_cube)
 
     def _create(self, req: Request, reply: Reply, default_timeout: int, secure: bool = False) -> None:
@@ -223,6 +257,8 @@ class ControlPlane:
             raise HttpError(400, "body must be a JSON object")
         if self.store.is_cube:
             self._cube_validate_create(body)
+        body["_egress"] = self._egress(body)
+        body["_idle"] = self._idle(body)
         if secure:
             body["secure"] = True
         # spec/openapi.yml: POST /v2/sandboxes header Idempotency-Key: a retried create with the
@@ -237,19 +273,56 @@ class ControlPlane:
             self.idempotency[key] = sbx.sandbox_id
         reply.json(201, self.sandbox_json(sbx, created=True))
 
+    def _egress(self, body: dict[str, Any]) -> bool:
+        """Whether the server lets the new sandbox reach the internet."""
+        network = body.get("network") or {}
+        deny_all = ALL_TRAFFIC in (network.get("denyOut") or network.get("deny_out") or [])
+        if self.store.cube_may:
+            # C-May services/sandboxes.rs build_cubevs_context: allowPublicTraffic, when set,
+            # overrides allow_internet_access as the egress switch.
+            allowed = network.get("allowPublicTraffic")
+            if allowed is None:
+                allowed = body.get("allow_internet_access")
+            return allowed is not False and not deny_all
+        # spec/openapi.yml NewSandbox.allow_internet_access (default true); Cube C-later
+        # build_cube_network_config reads the same flag (allowPublicTraffic is inbound).
+        return body.get("allow_internet_access") is not False and not deny_all
+
+    def _idle(self, body: dict[str, Any]) -> tuple[bool, bool]:
+        """(pause at the TTL, resume on traffic), as this server reads the create body."""
+        top = (bool(body.get("autoPause", False)), bool((body.get("autoResume") or {}).get("enabled", False)))
+        if not self.store.is_cube:
+            return top  # spec/openapi.yml NewSandbox autoPause / autoResume
+        if self.store.cube_may:
+            return (False, False)  # C-May create_sandbox forwards neither: idle sandboxes die
+        if self.store.cube_version == "0.5":
+            return top
+        # 0.7: models SandboxLifecycleConfig; absent lifecycle = kill (services create_sandbox).
+        lifecycle = body.get("lifecycle")
+        if not isinstance(lifecycle, dict):
+            return (False, False)
+        on_timeout = lifecycle.get("onTimeout", lifecycle.get("on_timeout", "kill"))
+        if on_timeout not in ("kill", "pause"):
+            raise HttpError(400, f"lifecycle.onTimeout: unknown variant {on_timeout!r}")
+        return (on_timeout == "pause", bool(lifecycle.get("autoResume", lifecycle.get("auto_resume", False))))
+
     def _cube_validate_create(self, body: dict[str, Any]) -> None:
-        for name in body.get("envVars") or {}:
+        if self.store.cube_may:
+            return  # C-May create_sandbox validates neither envs nor the network
+        for name in body.get("envVars") or body.get("envs") or {}:
             if name in CUBE_FORBIDDEN_ENVS:
-                raise HttpError(400, f"environment variable {name} is not allowed")
+                raise HttpError(400, f"environment variable name '{name}' is not allowed")
         network = body.get("network") or {}
         self._cube_validate_network(network, body.get("allow_internet_access"))
 
     def _cube_validate_network(self, network: dict[str, Any], allow_internet: Any) -> None:
-        # CubeNetworkConfig (CubeAPI models): rules is a list; a domain in allowOut needs
-        # allow_internet_access=false or denyOut containing 0.0.0.0/0.
+        # CubeNetworkConfig (CubeAPI models): rules a list (0.5), or a list or E2B's map keyed
+        # by domain (0.7, Cube #1483); a domain in allowOut needs allow_internet_access=false
+        # or denyOut containing 0.0.0.0/0 (validate_allow_out_domains_require_deny_all).
         rules = network.get("rules")
-        if rules is not None and not isinstance(rules, list):
-            raise HttpError(400, "network.rules must be a list of L7 rules")
+        map_ok = self.store.cube_version == "0.7"
+        if rules is not None and not isinstance(rules, list) and not (map_ok and isinstance(rules, dict)):
+            raise HttpError(400, "network.rules: invalid type: map, expected a sequence")
         allow_out = network.get("allowOut") or network.get("allow_out") or []
         deny_out = network.get("denyOut") or network.get("deny_out") or []
         has_domain = any(not _IP_OR_CIDR.match(str(a)) for a in allow_out)
@@ -268,12 +341,18 @@ class ControlPlane:
 
     def list_v2(self, req: Request, reply: Reply) -> None:
         # spec/openapi.yml: GET /v2/sandboxes -> [ListedSandbox] + X-Next-Token
-        items = self._filtered(req, default_states=None)
         if self.store.is_cube:
-            # Cube: one page, no X-Next-Token, nextToken ignored; limit is a page size.
-            limit = int(req.q("limit") or 100)
-            reply.json(200, [self.listed_json(s) for s in items[:limit]])
+            # CubeAPI services/sandboxes.rs list: CubeMaster answers one page of `limit` rows
+            # from index 0 (oldest first), then CubeAPI filters metadata and state: no
+            # X-Next-Token, nextToken ignored, a match beyond the page never shows.
+            limit = max(1, int(req.q("limit") or 100))
+            with self.store.lock:
+                page = sorted(self.store.sandboxes.values(), key=lambda s: (s.started_at, s.sandbox_id))[:limit]
+            allowed = {s.sandbox_id for s in page}
+            items = [s for s in self._filtered(req, default_states=None) if s.sandbox_id in allowed]
+            reply.json(200, [self.listed_json(s) for s in items])
             return
+        items = self._filtered(req, default_states=None)
         page, headers = self._paginate(req, items)
         headers["X-Total-Running"] = str(sum(1 for s in items if s.state == "running"))
         reply.json(200, [self.listed_json(s) for s in page], headers)
@@ -301,17 +380,22 @@ class ControlPlane:
         return out
 
     def _metadata_filter(self, raw: str | None) -> dict[str, str]:
-        """The `metadata` query: an urlencoded set of pairs (already decoded once by the
-        query parser). E2B decodes each key and value once more; Cube does not, so escaped
-        characters never match there (CubeAPI list handler)."""
+        """The `metadata` query value, already decoded once by the query parser.
+
+        E2B (e2b-dev/infra packages/api/internal/utils parseFilters): unescape the whole
+        value, split on `&` and `=`, then unescape each key and value. Cube (CubeAPI
+        services/sandboxes.rs filter_by_metadata): split on `&` and `=`, nothing more, so a
+        pair needing escapes never matches there."""
         if not raw:
             return {}
         if self.store.is_cube:
-            return dict(pair.partition("=")[::2] for pair in raw.split("&"))
-        # E2B parses the string as a query (decoding each pair) and unescapes keys and
-        # values once more: the SDK quotes them before urlencoding the set.
-        pairs = urllib.parse.parse_qsl(raw, keep_blank_values=True)
-        return {urllib.parse.unquote(k): urllib.parse.unquote(v) for k, v in pairs}
+            return dict(pair.partition("=")[::2] for pair in raw.split("&") if pair)
+        try:
+            whole = _query_unescape(raw)
+            pairs = [pair.partition("=") for pair in whole.split("&") if pair]
+            return {_query_unescape(k): _query_unescape(v) for k, _, v in pairs}
+        except ValueError as e:
+            raise HttpError(400, f"error when parsing metadata: {e}") from e
 
     def _state_filter(self, raw: str | None) -> set[str] | None:
         if not raw:
@@ -379,11 +463,9 @@ class ControlPlane:
 
     def connect_v2(self, req: Request, reply: Reply) -> None:
         # spec/openapi.yml: POST /v2/sandboxes/{sandboxID}/connect {timeout?, memory?} -> 200/201
-        if self.store.is_cube and self.store.cube_version == "may":
-            raise HttpError(405, "Method Not Allowed")
         body = req.json()
         if self.store.is_cube and body.get("memory") is False:
-            raise HttpError(400, "memory=false is not supported")
+            raise HttpError(400, "memory=false is not supported")  # Cube PR #1800
         # SDK 2.63 sends memory:false for on_resume="reboot": a cold boot from disk.
         self._connect(req, reply, _int_or_none(body.get("timeout")), reboot=body.get("memory") is False)
 
@@ -420,8 +502,6 @@ class ControlPlane:
 
     def update_network(self, req: Request, reply: Reply) -> None:
         # spec/openapi.yml: PUT /sandboxes/{sandboxID}/network -> 204; replaces every rule.
-        if self.store.is_cube and self.store.cube_version == "may":
-            raise HttpError(404, "no route")
         sbx = self._sandbox(req)
         body = req.json()
         allow_internet = body.pop("allow_internet_access", None)
@@ -470,8 +550,6 @@ class ControlPlane:
     def fork(self, req: Request, reply: Reply) -> None:
         # spec/openapi.yml: POST /sandboxes/{sandboxID}/fork {timeout, count 1..100}
         # -> 201 [{sandbox?, error?}]
-        if self.store.is_cube:
-            raise HttpError(404, "no route")
         sbx = self._sandbox(req)
         body = req.json()
         count = _int_or_none(body.get("count")) or 1
@@ -484,8 +562,6 @@ class ControlPlane:
     def cube_rollback(self, req: Request, reply: Reply) -> None:
         # CubeAPI C-later: POST /sandboxes/:id/rollback {snapshotID}
         # -> {sandboxID, snapshotID, operationID, status}
-        if not self.store.is_cube or self.store.cube_version == "may":
-            raise HttpError(404, "no route")
         sbx = self._sandbox(req)
         snapshot_id = req.json().get("snapshotID")
         snapshot = self.store.templates.get(str(snapshot_id))
@@ -504,9 +580,7 @@ class ControlPlane:
 
     def list_snapshots(self, req: Request, reply: Reply) -> None:
         # spec/openapi.yml: GET /snapshots {sandboxID, name, limit, nextToken} -> [SnapshotInfo];
-        # Cube C-later adds status/originSandboxID/createdAt; C-May has no such route.
-        if self.store.is_cube and self.store.cube_version == "may":
-            raise HttpError(404, "no route")
+        # Cube C-later adds status/originSandboxID?/createdAt?; C-May has no such route.
         sandbox_id, name = req.q("sandboxID"), req.q("name")
         with self.store.lock:
             snaps = [t for t in self.store.templates.values() if t.kind == "snapshot"]
@@ -536,7 +610,7 @@ class ControlPlane:
         created = rfc3339(tpl.created_at)
         return {
             "templateID": tpl.template_id,
-            "buildID": tpl.build_id or "build-" + tpl.template_id,
+            "buildID": tpl.build_id or str(uuid.uuid5(uuid.NAMESPACE_URL, tpl.template_id)),
             "cpuCount": 2,
             "memoryMB": 512,
             "diskSizeMB": 1024,
@@ -597,10 +671,15 @@ class ControlPlane:
             detail.update(replicas=[], createRequest=tpl.extra.get("createRequest", {}))
             reply.json(200, detail)
             return
-        # spec/openapi.yml: GET /templates/{templateID} -> TemplateWithBuilds
         base = self._e2b_template_json(tpl)
-        keys = ("templateID", "public", "aliases", "names", "createdAt", "updatedAt")
-        out = {k: base[k] for k in keys}
+        if self.store.e2b_api == "cloud":
+            # SDK 2.63 api/client/models/template_with_builds.py: every Template field + builds.
+            out = dict(base)
+        else:
+            # e2b-dev/infra spec/openapi.yml TemplateWithBuilds: fewer fields (no buildID,
+            # cpuCount, memoryMB, diskSizeMB, createdBy, buildCount, envdVersion, buildStatus).
+            keys = ("templateID", "public", "aliases", "names", "createdAt", "updatedAt")
+            out = {k: base[k] for k in keys}
         out.update(
             lastSpawnedAt=None,
             spawnCount=tpl.spawn_count,
@@ -681,8 +760,6 @@ class ControlPlane:
     def request_build(self, req: Request, reply: Reply) -> None:
         # spec/openapi.yml: POST /v3/templates {name, tags, cpuCount, memoryMB}
         # -> 202 TemplateRequestResponseV3 {templateID, buildID, public, names, tags, aliases}
-        if self.store.is_cube:
-            raise HttpError(404, "no route")
         tpl, build = self.builds.request(req.json())
         tags = tpl.extra["tags"]
         reply.json(
@@ -719,7 +796,15 @@ class ControlPlane:
         image = body.get("image")
         if not isinstance(image, str) or not image:
             raise HttpError(400, "image is required")
-        tid = "tpl-" + secrets.token_hex(8)
+        if self.store.cube_may:
+            # C-May models CreateTemplateRequest: templateID required (length >= 1), used as is.
+            tid = body.get("templateID")
+            if not isinstance(tid, str) or not tid:
+                raise HttpError(400, "templateID: length must be at least 1")
+            if tid in self.store.templates:
+                raise HttpError(409, f"template '{tid}' already exists")
+        else:
+            tid = "tpl-" + secrets.token_hex(8)  # C-later ignores templateID and mints one
         ok = self.store.runtime.image_exists(image)
         names = [n for n in (body.get("name"), body.get("alias")) if isinstance(n, str) and n]
         tpl = Template(
@@ -752,6 +837,16 @@ class ControlPlane:
     def cube_patch_template(self, req: Request, reply: Reply) -> None:
         # CubeAPI C-May: PATCH /templates/:id -> 501
         raise HttpError(501, "not implemented")
+
+
+_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def _query_unescape(text: str) -> str:
+    """Go's url.QueryUnescape: `+` is a space, `%XX` a byte, a bad escape an error."""
+    if _ESCAPE.search(text):
+        raise ValueError(f"invalid URL escape in {text!r}")
+    return urllib.parse.unquote_plus(text, errors="strict")
 
 
 def _parse_time(value: str | None) -> dt.datetime | None:

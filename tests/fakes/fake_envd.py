@@ -172,7 +172,8 @@ class Envd:
     def process_list(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/process/process.proto: Process.List -> ListResponse {processes[]}
         with sbx.lock:
-            return {"processes": [p.info() for p in sbx.processes.values() if not p.finished]}
+            # protojson omits an empty repeated field.
+            return omit_defaults({"processes": [p.info() for p in sbx.processes.values() if not p.finished]})
 
     def process_send_input(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/process/process.proto: Process.SendInput {process, input{stdin|pty}}
@@ -355,13 +356,17 @@ class Envd:
                     b64 = base64.b64encode(event.data).decode()
                     writer.message({"event": {"data": {event.stream: b64}}})
                     continue
-                end: dict[str, Any] = {
-                    "exitCode": event.exit_code,
-                    "exited": event.exited,
-                    "status": event.status,
-                }
-                if not event.exited:
-                    end["error"] = event.status
+                # process.proto ProcessEvent.EndEvent {exit_code sint32, exited bool, status,
+                # error?}, printed by connect-go's protojson: fields at their default (exit 0,
+                # exited false, "") are omitted, so a signal death has no `exited` at all.
+                end = omit_defaults(
+                    {
+                        "exitCode": event.exit_code,
+                        "exited": event.exited,
+                        "status": event.status,
+                        "error": "" if event.exited else event.status,
+                    }
+                )
                 writer.message({"event": {"end": end}})
                 writer.finish()
                 return
@@ -393,7 +398,7 @@ class Envd:
     def fs_list_dir(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/filesystem/filesystem.proto: Filesystem.ListDir {path, depth} -> {entries[]}
         args = {"path": body.get("path", ""), "depth": body.get("depth", 1)}
-        return {"entries": self._fs(sbx, user, "list", args)}
+        return omit_defaults({"entries": self._fs(sbx, user, "list", args)})
 
     def fs_remove(self, sbx: FakeSandbox, user: str, body: dict[str, Any]) -> dict[str, Any]:
         # spec/envd/filesystem/filesystem.proto: Filesystem.Remove {path} -> {}
@@ -566,6 +571,13 @@ class _StreamWriter:
                 return events.get(timeout=max(0.01, wait))
             except queue.Empty:
                 continue
+
+
+def omit_defaults(message: dict[str, Any]) -> dict[str, Any]:
+    """proto3 JSON as protojson prints it (EmitUnpopulated off): scalar fields at their
+    default (0, false, "") and empty repeated/map fields are left out. Only for flat
+    messages: an empty sub-message ({}) is a set field and stays."""
+    return {k: v for k, v in message.items() if v not in (0, False, "", None, [])}
 
 
 def basic_auth_user(req: Request) -> str | None:

@@ -48,6 +48,14 @@ class HttpError(Exception):
         self.extra = extra
 
 
+class NoRoute(Exception):
+    """No route serves the request: answered as the real server's router does (personality)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
 class ConnectError(Exception):
     """A Connect-RPC error: ``code`` is the string code (``not_found``, ...)."""
 
@@ -176,6 +184,16 @@ class Reply:
         # spec/openapi.yml: components/schemas/Error {code: int32, message: string}
         body: dict[str, Any] = {"code": err.status, "message": err.message, **err.extra}
         self.json(err.status, body, err.headers)
+
+    def no_route(self, err: NoRoute, personality: str) -> None:
+        if personality == "cube":
+            # axum (CubeAPI/src/routes.rs): an unknown path is 404, a known path with another
+            # method 405, both with an empty body (no {code, message}).
+            self.send(err.status, b"", None, {"Allow": ""} if err.status == 405 else None)
+        else:
+            # gin (e2b-dev/infra packages/api, HandleMethodNotAllowed): plain-text bodies.
+            text = b"404 page not found" if err.status == 404 else b"405 method not allowed"
+            self.send(err.status, text, "text/plain")
 
     def connect_error(self, err: ConnectError) -> None:
         # Connect protocol unary error: {"code": "<string>", "message": ...} and a mapped status.

@@ -46,6 +46,10 @@ class Lifecycle:
             # mapping); it never comes back as user metadata.
             annotations["host-mount"] = metadata.pop("host-mount")
         env_vars = {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
+        auto_pause, auto_resume = body.get("_idle") or (
+            bool(body.get("autoPause", False)),
+            bool((body.get("autoResume") or {}).get("enabled", False)),
+        )
         mounts = self.volumes.mounts_for(body, annotations)
         sandbox_id = new_id()
         image = image or template.image
@@ -68,8 +72,11 @@ class Lifecycle:
             timeout=timeout,
             started_at=started,
             end_at=started + dt.timedelta(seconds=timeout),
-            auto_pause=bool(body.get("autoPause", False)),
-            auto_resume=bool((body.get("autoResume") or {}).get("enabled", False)),
+            # How this server read the idle behaviour and the egress switch (fake_control _idle,
+            # _egress); a fork copies its origin's.
+            auto_pause=auto_pause,
+            auto_resume=auto_resume,
+            egress=bool(body.get("_egress", True)),
             auto_pause_memory=bool(body.get("autoPauseMemory", True)),
             allow_internet_access=body.get("allow_internet_access"),
             network=body.get("network"),
@@ -87,7 +94,7 @@ class Lifecycle:
         network = body.get("network") or {}
         if self.store.is_cube:
             # Cube C-May: both tokens null. C-later: a traffic token, only in this response.
-            if self.store.cube_version != "may":
+            if not self.store.cube_may:
                 sbx.traffic_access_token = secrets.token_hex(16)
             return
         if body.get("secure"):

@@ -173,6 +173,8 @@ def entry(path):
            "modifiedTime": mtime.isoformat().replace("+00:00", "Z")}
     if target is not None:
         out["symlinkTarget"] = target
+    if not st.st_size:
+        del out["size"]  # protojson omits a zero int64
     return out
 
 def absolute(p):

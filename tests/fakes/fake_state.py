@@ -10,12 +10,32 @@ import re
 import secrets
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tests.fakes.fake_runtime import DockerRuntime, ExecHandle, MountSpec
 
 Personality = Literal["e2b", "cube"]
+
+# Cube releases the fake answers as (docs/fake-server.md, "Personalities"):
+#   "0.4"  C-May, CubeSandbox 1ef7499 (2026-05): no GET /snapshots, no PUT .../network, no
+#          rollback; `allowPublicTraffic` is the egress master switch
+#          (services/sandboxes.rs build_cubevs_context); autoPause/autoResume not forwarded;
+#          POST /templates requires `templateID` (models CreateTemplateRequest).
+#   "0.5"  C-later: snapshots, network update, rollback; top-level autoPause/autoResume
+#          forwarded; env names checked; L7 `rules` a list; the server mints `tpl-` ids.
+#   "0.7"  as 0.5, but idle behaviour only from `lifecycle.onTimeout` (models
+#          SandboxLifecycleConfig, services create_sandbox: "absent lifecycle keeps today's
+#          behaviour"), and `rules` also as E2B's map (Cube #1483).
+# None of them serves POST /v2/sandboxes or POST /v2/sandboxes/{id}/connect (Cube PR #1800
+# is not in a release): axum answers 405 and 404.
+CUBE_VERSIONS = ("0.4", "0.5", "0.7")
+CUBE_VERSION_ALIASES = {"may": "0.4", "later": "0.5"}
+# E2B control planes: "cloud" serves what SDK 2.63 calls (POST /v2/sandboxes and
+# /v2/sandboxes/{id}/connect); "spec" is a self-hosted control plane built from e2b-dev/infra
+# spec/openapi.yml (2026-08), which has neither.
+E2B_APIS = ("cloud", "spec")
 
 # envd versions the fake reports. PEP 440 local versions ("+fake") parse in the SDK; a
 # "-fake" suffix would crash packaging.Version (protocol reference §3.5).
@@ -86,7 +106,9 @@ class FakeProcess:
 
     def info(self) -> dict[str, Any]:
         # spec/envd/process/process.proto: ProcessInfo {config, pid, tag?}
-        out: dict[str, Any] = {"config": self.config, "pid": self.pid}
+        # Printed by protojson: an empty args list, envs map or cwd is omitted.
+        config = {k: v for k, v in self.config.items() if v not in ("", [], {}, None)}
+        out: dict[str, Any] = {"config": config, "pid": self.pid}
         if self.tag:
             out["tag"] = self.tag
         return out
@@ -113,6 +135,8 @@ class FakeSandbox:
     traffic_access_token: str | None = None
     allow_internet_access: bool | None = None
     network: dict[str, Any] | None = None
+    # What the server made of the network switches: may the sandbox reach the internet?
+    egress: bool = True
     annotations: dict[str, str] = field(default_factory=dict)
     # What the container mounts, and (E2B) the volumeMounts as asked, echoed in listings.
     mounts: list[MountSpec] = field(default_factory=list)
@@ -214,10 +238,12 @@ class Store:
         personality: Personality,
         runtime: DockerRuntime,
         api_key: str,
-        cube_version: str = "later",
+        cube_version: str = "0.7",
+        e2b_api: str = "cloud",
     ) -> None:
         self.personality = personality
-        self.cube_version = cube_version
+        self.cube_version = CUBE_VERSION_ALIASES.get(cube_version, cube_version)
+        self.e2b_api = e2b_api
         self.runtime = runtime
         self.api_key = api_key
         self.lock = threading.RLock()
@@ -232,11 +258,19 @@ class Store:
         self.cube_pause_seconds = 0.0
         self.resume_failures = 0  # Cube: the next N data-plane resumes fail with 503
         self.new_id_on_resume = 0  # the next N resumes through connect answer a new sandbox id (E2B #884)
+        # (plane, method, path) of the last requests, for tests counting calls.
+        self.requests: list[tuple[str, str, str]] = []
+        # Cube with PR #1800 applied (serves the SDK's /v2 create/connect): for SDK tests only.
+        self.cube_pr1800 = False
         self._add_builtin_templates()
 
     @property
     def is_cube(self) -> bool:
         return self.personality == "cube"
+
+    @property
+    def cube_may(self) -> bool:
+        return self.is_cube and self.cube_version == "0.4"
 
     @property
     def envd_version(self) -> str:
@@ -249,7 +283,7 @@ class Store:
             image=image,
             names=["base"],
             created_at=now(),
-            build_id=new_id("", 12),
+            build_id=str(uuid.uuid4()),  # infra build ids are UUIDs (SDK TemplateBuild.build_id)
         )
 
     def resolve_template(self, ref: str) -> Template | None:
@@ -306,6 +340,7 @@ class Store:
                         "autoPause": s.auto_pause,
                         "autoResume": s.auto_resume,
                         "network": s.network,
+                        "egress": s.egress,
                         "processes": [p.info() for p in s.processes.values()],
                         "annotations": s.annotations,
                         "mounts": [

@@ -3,7 +3,9 @@
 Load with ``pytest_plugins = ["tests.fakes.fixtures"]`` in tests/conftest.py.
 
 - ``fake_e2b_server`` / ``fake_cube_server`` (session): one server per personality on a free
-  loopback port, started on first use; every container and snapshot image it created
+  loopback port, started on first use (E2B cloud; Cube 0.7). ``fake_e2b_spec_server`` (a
+  control plane built from the published spec), ``fake_cube_05_server`` and
+  ``fake_cube_04_server`` (older Cube releases) likewise; every container and snapshot image it created
   (labelled with the session's run id) is removed at the end of the session.
 - ``fake_e2b`` / ``fake_cube`` (function): a ``FakeHandle`` on that server; faults set
   through it are cleared when the test ends. Sandboxes are not reset between tests, so
@@ -37,8 +39,11 @@ class FakeHandle:
     def __init__(self, server: FakeServer) -> None:
         self.server = server
         self.personality = server.personality
+        self.cube_version = server.cube_version
+        self.e2b_api = server.e2b_api
         self.api_url = server.api_url
         self.sandbox_url = server.sandbox_url
+        self.proxy_url = server.proxy_url
         self.domain = server.domain
         self.api_key = server.api_key
         self.run_id = server.run_id
@@ -50,15 +55,15 @@ class FakeHandle:
 
     def backend_config(self, kind: str | None = None, **options: str) -> BackendConfig:
         """A BackendConfig pointing the E2B/Cube adapter at this fake: control plane at
-        `endpoint`, envd at `options["sandbox_url"]` (one URL, routed by header), loopback
-        allowed through the guarded transport."""
+        `endpoint`, envd at `options["sandbox_url"]` (E2B: one URL routed by header; Cube: the
+        CubeProxy address, routed by Host), loopback allowed through the guarded transport."""
         return BackendConfig(
             kind=kind or self.personality,
             endpoint=self.api_url,
             domain=self.domain,
             api_key=self.api_key,
             allow_private_endpoints=True,
-            options={"sandbox_url": self.sandbox_url, **options},
+            options={"sandbox_url": self.proxy_url, **options},
         )
 
     def _admin(self, method: str, path: str, json: Any = None) -> Any:
@@ -92,6 +97,13 @@ class FakeHandle:
         """Run the sandbox's TTL out now; the reaper pauses or kills it within ~0.2 s."""
         self._admin("POST", f"sandboxes/{sandbox_id}/expire")
 
+    def requests(self) -> list[tuple[str, str, str]]:
+        """(plane, method, path) of the requests since `forget_requests`."""
+        return [tuple(r) for r in self._admin("GET", "requests")]
+
+    def forget_requests(self) -> None:
+        self._admin("DELETE", "requests")
+
     def reset(self) -> None:
         self._admin("POST", "reset")
 
@@ -103,7 +115,7 @@ class FakeHandle:
         self._http.close()
 
 
-def _start(personality: Personality) -> FakeServer:
+def _start(personality: Personality, **versions: str) -> FakeServer:
     try:
         client = docker.from_env(timeout=10)
         client.ping()
@@ -115,26 +127,44 @@ def _start(personality: Personality) -> FakeServer:
         if IN_CI:
             pytest.fail(f"[CI] {problem}", pytrace=False)
         pytest.skip(problem)
-    server = FakeServer(personality, run_id=f"{RUN_ID}-{personality}")
+    suffix = "".join(f"-{v}" for v in versions.values()).replace(".", "")
+    server = FakeServer(personality, run_id=f"{RUN_ID}-{personality}{suffix}", **versions)  # type: ignore[arg-type]
     return server.start()
+
+
+def _serve(personality: Personality, **versions: str) -> Iterator[FakeHandle]:
+    server = _start(personality, **versions)
+    handle = FakeHandle(server)
+    yield handle
+    handle.close()
+    server.stop()
 
 
 @pytest.fixture(scope="session")
 def fake_e2b_server() -> Iterator[FakeHandle]:
-    server = _start("e2b")
-    handle = FakeHandle(server)
-    yield handle
-    handle.close()
-    server.stop()
+    yield from _serve("e2b")
+
+
+@pytest.fixture(scope="session")
+def fake_e2b_spec_server() -> Iterator[FakeHandle]:
+    """An E2B control plane built from e2b-dev/infra's published spec (no SDK /v2 create or
+    connect)."""
+    yield from _serve("e2b", e2b_api="spec")
 
 
 @pytest.fixture(scope="session")
 def fake_cube_server() -> Iterator[FakeHandle]:
-    server = _start("cube")
-    handle = FakeHandle(server)
-    yield handle
-    handle.close()
-    server.stop()
+    yield from _serve("cube")
+
+
+@pytest.fixture(scope="session")
+def fake_cube_05_server() -> Iterator[FakeHandle]:
+    yield from _serve("cube", cube_version="0.5")
+
+
+@pytest.fixture(scope="session")
+def fake_cube_04_server() -> Iterator[FakeHandle]:
+    yield from _serve("cube", cube_version="0.4")
 
 
 @pytest.fixture

@@ -123,6 +123,7 @@ def test_config_list_is_scoped(world: World, unreachable_config: SandboxConfig) 
         ({"name": "  "}, "name", "required"),
         ({"backend": ""}, "backend", "required"),
         ({"backend": "not-a-uuid"}, "backend", "is not a valid UUID"),
+        ({"protocol_pin": "cube-0.4"}, "protocol_pin", "belongs to another kind"),
     ],
 )
 def test_bad_config_input_is_a_field_error_and_saves_nothing(

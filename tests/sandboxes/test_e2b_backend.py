@@ -8,6 +8,7 @@ guarded transport included. The fake's containers run with network "none".
 from __future__ import annotations
 
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,6 +18,8 @@ import pytest
 
 from sandboxes.backends.base import (
     ErrorKind,
+    ExecRequest,
+    ExecResult,
     L7Rule,
     ListQuery,
     NetworkSpec,
@@ -28,8 +31,9 @@ from sandboxes.backends.base import (
     SandboxState,
     TemplateBuildSpec,
 )
-from sandboxes.backends.e2b import E2BBackend
+from sandboxes.backends.e2b import E2BBackend, parse_time
 from tests.fakes.fixtures import FakeHandle
+from tests.personas import World
 from tests.sandboxes.backend_conformance import (
     OFFLINE,
     BackendConformance,
@@ -388,3 +392,193 @@ class TestE2BMapping:
         handle.kill()
         assert not handle.is_running()
         handle.kill()  # idempotent
+
+
+# Issue 16: E2B both ways, encoding as infra decodes, proto3-JSON defaults -------------------
+
+
+@pytest.fixture(scope="class")
+def spec_backend(fake_e2b_spec_server: FakeHandle) -> Iterator[E2BBackend]:
+    adapter = E2BBackend(fake_e2b_spec_server.backend_config("e2b"))
+    yield adapter
+    adapter.close()
+
+
+class TestE2BSpecConformance(BackendConformance):
+    """The shared contract against a control plane built from the published spec (no SDK
+    /v2 create or connect): the adapter falls back to the spec's operations."""
+
+    @pytest.fixture(scope="class")
+    def backend(self, spec_backend: E2BBackend) -> E2BBackend:
+        return spec_backend
+
+
+def _api_calls(fake: FakeHandle) -> list[tuple[str, str]]:
+    return [(method, path) for plane, method, path in fake.requests() if plane == "api"]
+
+
+class TestE2BProtocol:
+    def test_a_spec_control_plane_gets_the_spec_create_and_it_is_remembered(
+        self, fake_e2b_spec_server: FakeHandle, test_run_id: str
+    ) -> None:
+        # POST /v2/sandboxes is not in e2b-dev/infra's spec: such a server answers 405.
+        adapter = E2BBackend(fake_e2b_spec_server.backend_config("e2b"))
+        spec = SandboxSpec(template_id="base", network=OFFLINE, metadata={"test-run": test_run_id})
+        first = adapter.create(spec)
+        fake_e2b_spec_server.forget_requests()
+        second = adapter.create(spec)
+        try:
+            assert adapter.protocol == "e2b-v1"
+            assert ("POST", "/v2/sandboxes") not in _api_calls(fake_e2b_spec_server)
+            assert run(adapter, second.sandbox_id, "echo spec") == "spec\n"
+            health = adapter.health()
+            assert (health.ok, health.protocol) == (True, "e2b-v1")
+        finally:
+            adapter.delete(first.sandbox_id)
+            adapter.delete(second.sandbox_id)
+            adapter.close()
+
+    def test_the_cloud_is_detected_as_v2(self, fake_e2b: FakeHandle) -> None:
+        adapter = E2BBackend(fake_e2b.backend_config("e2b"))
+        assert adapter.health().protocol == "e2b-v2"
+        adapter.close()
+
+    def test_a_pinned_flavour_is_kept(self, fake_e2b_spec_server: FakeHandle) -> None:
+        config = fake_e2b_spec_server.backend_config("e2b", protocol="e2b-v2", protocol_pinned="1")
+        adapter = E2BBackend(config)
+        with pytest.raises(RemoteError) as caught:
+            adapter.create(SandboxSpec(template_id="base", network=OFFLINE))
+        assert caught.value.kind == ErrorKind.UNSUPPORTED
+        assert "no such operation" in caught.value.message
+        adapter.close()
+
+    def test_connect_is_one_call_and_keeps_the_traffic_token(
+        self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        # The connect answer carries what a warm resolve needs; its trafficAccessToken was
+        # dropped (a second call, GET /sandboxes/{id}, has none).
+        info = make_sandbox(
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False), metadata={"k": "v"}
+        )
+        fresh = E2BBackend(fake_e2b.backend_config("e2b"))  # knows nothing of the sandbox
+        fake_e2b.forget_requests()
+        connected = fresh.connect(info.sandbox_id)
+        assert _api_calls(fake_e2b) == [("POST", f"/sandboxes/{info.sandbox_id}/connect")]
+        assert connected.sandbox_id == info.sandbox_id
+        assert connected.state == SandboxState.RUNNING
+        assert connected.traffic_token == info.traffic_token is not None
+        inbound = fresh.inbound()
+        assert inbound is not None
+        assert inbound.traffic_token(info.sandbox_id) == info.traffic_token
+        assert backend.connect(info.sandbox_id).metadata["k"] == "v"
+        fresh.close()
+
+    @pytest.mark.parametrize("value", ["a&b=c", "a+b", "100%", "x y=z&w", "%2B", "ü/?#"])
+    def test_metadata_filters_round_trip_any_value(
+        self, backend: E2BBackend, make_sandbox: SandboxFactory, value: str
+    ) -> None:
+        # infra's parseFilters unescapes the whole value, splits on & and =, then unescapes
+        # each key and value: one level of escaping short, `a&b=c` read as {a, b: c}.
+        group = {"console-session": f"{value}-{uuid.uuid4().hex[:6]}", "k&=+": value}
+        info = make_sandbox(metadata=group)
+        page = backend.list(ListQuery(metadata=group))
+        assert [item.sandbox_id for item in page.items] == [info.sandbox_id]
+
+    def test_a_process_killed_by_a_signal_exits_137(self, backend: E2BBackend, make_sandbox: SandboxFactory) -> None:
+        # envd (protojson) leaves `exited: false` out; it was read as exited, code -1.
+        info = make_sandbox()
+        results: list[ExecResult] = []
+        worker = threading.Thread(
+            target=lambda: results.append(backend.exec(info.sandbox_id, ExecRequest(argv=("sleep", "30")))),
+            daemon=True,
+        )
+        worker.start()
+        deadline = time.monotonic() + 10
+        pids: list[int] = []
+        while not pids:
+            assert time.monotonic() < deadline, "the command did not start"
+            listed = backend.rpc(info.sandbox_id, "process.Process/List", {}, "listing processes")
+            pids = [
+                p["pid"] for p in listed.get("processes") or [] if "sleep" in (p.get("config") or {}).get("args", [])
+            ]
+            time.sleep(0.1)
+        backend.rpc(
+            info.sandbox_id,
+            "process.Process/SendSignal",
+            {"process": {"pid": pids[0]}, "signal": "SIGNAL_SIGKILL"},
+            "killing",
+        )
+        worker.join(15)
+        assert results
+        assert (results[0].exit_code, results[0].timed_out) == (137, False)
+
+
+@pytest.mark.django_db
+def test_create_and_connect_send_the_configs_idle_timeout(fake_e2b: FakeHandle, test_run_id: str) -> None:
+    # Every connect sent 300 s: a config's 3600 s idle timeout collapsed after a warm resolve.
+    from sandboxes.services import backend_config_for
+    from tests.factories import make_config, make_space
+
+    config = make_config(
+        make_space(),
+        kind="e2b",
+        endpoint=fake_e2b.api_url,
+        domain=fake_e2b.domain,
+        sandbox_url=fake_e2b.proxy_url,
+        allow_private_endpoints=True,
+        api_key=fake_e2b.api_key,
+        default_template="base",
+        idle_timeout_s=3600,
+    )
+    adapter = E2BBackend(backend_config_for(config))
+    info = adapter.create(
+        SandboxSpec(template_id="base", network=OFFLINE, metadata={"test-run": test_run_id}, timeout_s=3600)
+    )
+    try:
+        with fake_e2b.http() as http:
+            http.post(f"/sandboxes/{info.sandbox_id}/timeout", json={"timeout": 5})
+        connected = adapter.connect(info.sandbox_id)
+        remaining = (backend_end_at(fake_e2b, info.sandbox_id) - time.time()) if connected else 0
+        assert remaining > 3000
+    finally:
+        adapter.delete(info.sandbox_id)
+        adapter.close()
+
+
+def backend_end_at(fake: FakeHandle, sandbox_id: str) -> float:
+    row = next(row for row in fake.state()["sandboxes"] if row["sandboxID"] == sandbox_id)
+    end = parse_time(row["endAt"])
+    assert end is not None
+    return end.timestamp()
+
+
+@pytest.mark.django_db
+def test_the_connection_test_records_the_protocol_and_the_page_shows_it(
+    world: World, fake_e2b_spec_server: FakeHandle
+) -> None:
+    # The config never recorded what it talks to; a pinned protocol is passed to the adapter.
+    from sandboxes.services import backend_config_for, run_connection_test
+    from tests.factories import make_config
+
+    config = make_config(
+        world.space_a,
+        kind="e2b",
+        endpoint=fake_e2b_spec_server.api_url,
+        domain=fake_e2b_spec_server.domain,
+        sandbox_url=fake_e2b_spec_server.proxy_url,
+        allow_private_endpoints=True,
+        api_key=fake_e2b_spec_server.api_key,
+        default_template="base",
+    )
+    steps = run_connection_test(config, lambda step: None)
+    assert all(step.ok for step in steps), [step.as_json() for step in steps]
+    config.refresh_from_db()
+    assert config.backend_protocol == "e2b-v1"
+    assert backend_config_for(config).options["protocol"] == "e2b-v1"
+    page = world.client_for("alice").get(config.get_absolute_url()).content.decode()
+    assert "<code>e2b-v1</code> (detected)" in page
+    config.protocol_pin = "e2b-v2"
+    config.save(update_fields=["protocol_pin"])
+    assert backend_config_for(config).options["protocol_pinned"] == "1"
+    page = world.client_for("alice").get(config.get_absolute_url()).content.decode()
+    assert "<code>e2b-v2</code> (pinned)" in page

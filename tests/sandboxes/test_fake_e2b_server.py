@@ -16,9 +16,11 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -66,8 +68,24 @@ def sbx(fake_e2b_server: FakeHandle) -> Iterator[Sandbox]:
 
 
 @pytest.fixture(scope="module")
-def cube_sbx(fake_cube_server: FakeHandle) -> Iterator[Sandbox]:
-    sandbox = Sandbox.create("base", metadata={"suite": "fake-cube"}, **fake_cube_server.options())
+def cube_pr1800(fake_cube_server: FakeHandle) -> Iterator[FakeHandle]:
+    """SDK 2.63 creates and connects on /v2 paths, which no Cube release serves (Cube #1784):
+    these SDK tests talk to a Cube built with PR #1800; off again after the module."""
+    fake_cube_server.configure(cube_pr1800=True)
+    yield fake_cube_server
+    fake_cube_server.configure(cube_pr1800=False)
+
+
+@pytest.fixture
+def fake_cube(cube_pr1800: FakeHandle) -> Iterator[FakeHandle]:
+    yield cube_pr1800
+    cube_pr1800.clear_faults()
+    cube_pr1800.configure(cube_pause_seconds=0, resume_failures=0)
+
+
+@pytest.fixture(scope="module")
+def cube_sbx(cube_pr1800: FakeHandle) -> Iterator[Sandbox]:
+    sandbox = Sandbox.create("base", metadata={"suite": "fake-cube"}, **cube_pr1800.options())
     yield sandbox
     sandbox.kill()
 
@@ -108,6 +126,25 @@ def test_list_filters_on_metadata_and_paginates(fake_e2b: FakeHandle) -> None:
     finally:
         for s in created:
             s.kill()
+
+
+def test_metadata_filter_is_decoded_as_infra_parse_filters(fake_e2b: FakeHandle) -> None:
+    # infra parseFilters: unescape the whole value, split on & and =, unescape each part.
+    # The SDK's encoding (quote each, urlencode) round-trips `& = + %`; one level less does not.
+    value = f"a&b=c+d%e {uuid.uuid4().hex[:6]}"
+    s = fresh(fake_e2b, metadata={"k": value})
+    try:
+        found = Sandbox.list(query=SandboxQuery(metadata={"k": value}), **fake_e2b.options()).next_items()
+        assert [x.sandbox_id for x in found] == [s.sandbox_id]
+        with fake_e2b.http() as http:
+            one_level = urllib.parse.urlencode({"k": value})  # what the adapter used to send
+            short = http.get("/v2/sandboxes", params={"metadata": one_level})
+            # `&`/`=` split wrongly and `%e` is a bad escape after the second unescape (400).
+            assert short.status_code == 400 or short.json() == []
+            bad = http.get("/v2/sandboxes", params={"metadata": "k=%zz"})
+            assert bad.status_code == 400
+    finally:
+        s.kill()
 
 
 def test_kill_is_idempotent_and_get_info_404s(fake_e2b: FakeHandle) -> None:
@@ -629,7 +666,7 @@ def test_cube_tokens_connect_and_pausing(fake_cube: FakeHandle, cube_host_root: 
 @pytest.mark.cube
 def test_cube_data_plane_gone_and_resume_failure(fake_cube: FakeHandle) -> None:
     s = fresh(fake_cube)
-    envd = {"E2b-Sandbox-Id": s.sandbox_id}
+    envd = {"Host": f"49983-{s.sandbox_id}.cube.app"}
     with fake_cube.http() as http:
         assert Sandbox.pause(s.sandbox_id, **fake_cube.options()) is True
         fake_cube.configure(resume_failures=1)
@@ -637,9 +674,10 @@ def test_cube_data_plane_gone_and_resume_failure(fake_cube: FakeHandle) -> None:
         assert (failed.status_code, failed.headers["Retry-After"]) == (503, "5")
         # Cube's proxy resumes a paused sandbox on traffic.
         assert http.get("/health", headers=envd).status_code == 204
-        # CubeProxy-style routing on the Host header works too.
-        host = {"Host": f"49983-{s.sandbox_id}.cube.app"}
-        assert http.get("/health", headers=host).status_code == 204
+        # CubeProxy routes on Host only: E2b-Sandbox-Id alone reaches the control plane.
+        by_header = http.get("/health", headers={"E2b-Sandbox-Id": s.sandbox_id})
+        assert by_header.status_code == 200
+        assert "sandboxes" in by_header.json()
         s.kill()
         assert http.get("/health", headers=envd).status_code == 410
 
@@ -704,12 +742,26 @@ def test_cube_network_and_env_validation(fake_cube: FakeHandle, cube_sbx: Sandbo
         ok = http.put(url, json={"allowOut": ["api.github.com"], "denyOut": ["0.0.0.0/0"], "rules": rules})
         assert ok.status_code == 204
         assert http.get(f"/sandboxes/{cube_sbx.sandbox_id}").json()["network"]["rules"] == rules
-        # E2B's rules shape (object keyed by domain) does not deserialize on Cube.
+        # Cube 0.7 takes E2B's rules shape (object keyed by domain) too (Cube #1483).
         e2b_rules = {"api.github.com": [{"transform": {"headers": {"X": "1"}}}]}
-        assert http.put(url, json={"rules": e2b_rules}).status_code == 400
+        assert http.put(url, json={"allowOut": [], "rules": e2b_rules}).status_code == 204
         assert http.put(url, json={"allowOut": ["example.com"]}).status_code == 400
-        bad_env = http.post("/sandboxes", json={"templateID": "base", "envVars": {"PATH": "/x"}})
-        assert bad_env.status_code == 400
+        # CubeAPI FORBIDDEN_ENV_NAMES: loader and language paths, not HOME or HOSTNAME.
+        for name in ("PATH", "PYTHONPATH", "NODE_PATH", "LD_PRELOAD"):
+            bad_env = http.post("/sandboxes", json={"templateID": "base", "envVars": {name: "/x"}})
+            assert bad_env.status_code == 400, name
+        fine = http.post("/sandboxes", json={"templateID": "base", "envVars": {"HOME": "/h", "HOSTNAME": "h"}})
+        assert fine.status_code == 201
+        assert http.delete(f"/sandboxes/{fine.json()['sandboxID']}").status_code == 204
+
+
+@pytest.mark.cube
+def test_cube_05_takes_rules_as_a_list_only(fake_cube_05_server: FakeHandle) -> None:
+    e2b_rules = {"api.github.com": [{"transform": {"headers": {"X": "1"}}}]}
+    with fake_cube_05_server.http() as http:
+        made = http.post("/sandboxes", json={"templateID": "base", "network": {"rules": e2b_rules}})
+        assert made.status_code == 400
+        assert "sequence" in made.json()["message"]
 
 
 @pytest.mark.cube
@@ -761,7 +813,9 @@ def test_cube_may_has_no_v2_paths() -> None:
     try:
         with httpx.Client(base_url=server.api_url, headers={"X-API-Key": server.api_key}) as http:
             assert http.post("/v2/sandboxes", json={"templateID": "base"}).status_code == 405
-            assert http.post("/v2/sandboxes/x/connect", json={}).status_code == 405
+            # axum: a path with other methods is 405, an unknown path 404, both bodiless.
+            missing = http.post("/v2/sandboxes/x/connect", json={})
+            assert (missing.status_code, missing.content) == (404, b"")
     finally:
         server.stop()
 
@@ -779,3 +833,46 @@ def _wait_state(fake: FakeHandle, sandbox_id: str, state: str, timeout: float = 
             return
         time.sleep(0.1)
     raise AssertionError(f"sandbox {sandbox_id} is {current}, expected {state}")
+
+
+@pytest.mark.cube
+def test_cube_07_reads_idle_behaviour_from_lifecycle_only(fake_cube_server: FakeHandle) -> None:
+    # CubeAPI models SandboxLifecycleConfig: "absent lifecycle keeps today's behaviour: idle
+    # sandboxes are killed"; top-level autoPause is not a field of NewSandbox any more.
+    bodies: dict[str, dict[str, Any]] = {
+        "top-level": {"autoPause": True, "autoResume": {"enabled": True}},
+        "lifecycle": {"lifecycle": {"onTimeout": "pause", "autoResume": True}},
+    }
+    with fake_cube_server.http() as http:
+        seen = {}
+        for name, extra in bodies.items():
+            made = http.post("/sandboxes", json={"templateID": "base", **extra})
+            assert made.status_code == 201
+            sandbox_id = made.json()["sandboxID"]
+            seen[name] = http.get(f"/sandboxes/{sandbox_id}").json()["lifecycle"]
+            http.delete(f"/sandboxes/{sandbox_id}")
+        bad = http.post("/sandboxes", json={"templateID": "base", "lifecycle": {"onTimeout": "sleep"}})
+        assert bad.status_code == 400
+    assert seen == {
+        "top-level": {"autoResume": False, "onTimeout": "kill"},
+        "lifecycle": {"autoResume": True, "onTimeout": "pause"},
+    }
+
+
+@pytest.mark.cube
+def test_cube_04_egress_switch_templates_and_missing_routes(fake_cube_04_server: FakeHandle) -> None:
+    # C-May build_cubevs_context: allowPublicTraffic overrides allow_internet_access as the
+    # egress switch; CreateTemplateRequest needs templateID; GET /snapshots has no route.
+    with fake_cube_04_server.http() as http:
+        made = http.post(
+            "/sandboxes",
+            json={"templateID": "base", "allow_internet_access": False, "network": {"allowPublicTraffic": True}},
+        )
+        assert made.status_code == 201
+        sandbox_id = made.json()["sandboxID"]
+        row = next(r for r in fake_cube_04_server.state()["sandboxes"] if r["sandboxID"] == sandbox_id)
+        assert row["egress"] is True  # inbound "on" opened the internet
+        http.delete(f"/sandboxes/{sandbox_id}")
+        assert http.post("/templates", json={"image": DEFAULT_IMAGE}).status_code == 400
+        snapshots = http.get("/snapshots")
+        assert (snapshots.status_code, snapshots.content) == (404, b"")
