@@ -29,6 +29,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
+from . import terminals
 from .backends.base import PtySize, RemoteError
 from .terminals import (
     CLOSE_LOGGED_OUT,
@@ -113,7 +114,10 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def _connection_over(self) -> None:
         """However the connection ended (closed, crashed, cancelled by the server): never
-        leave the shell attached to it. Daphne's shutdown hook ends the shells it held."""
+        leave the shell attached to it. When the server is stopping, the shutdown hook ends
+        the shell and closes the websocket (which outlives its cancelled application)."""
+        if terminals.shutting_down:
+            return
         self.gone = True
         process = self.process
         if process is not None and process.consumer is self and not process.closed:
@@ -258,7 +262,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if not self.gone:
             try:
                 await self.close(code=code)
-            except Exception:
+            except Exception as exc:
+                logger.info("terminal: closing the websocket failed: %s", exc)
                 self.gone = True
 
     # Control events from the per-user group ------------------------------------------------

@@ -76,6 +76,7 @@ CLOSE_LOGGED_OUT = 4001
 CLOSE_ACCESS = 4003
 CLOSE_REPLACED = 4009
 CLOSE_UNAVAILABLE = 4010
+CLOSE_SERVER_STOPPING = 4012  # (1001 is the server's own: Autobahn refuses it from the app)
 # Refusals before accept (seen by test clients; browsers see 1006).
 REFUSE_TICKET = 4401
 REFUSE_FORBIDDEN = 4403
@@ -282,16 +283,20 @@ def get_process(terminal_id: str) -> TerminalProcess | None:
 _closing: set[asyncio.Task[None]] = set()
 
 
-async def close_all(reason: str = "server shutting down") -> None:
+async def close_all(reason: str = "server shutting down", *, code: int = CLOSE_SERVER_STOPPING) -> None:
     """Close every terminal this process owns (attached or in its grace window), at once,
     and wait for every close in flight: each ends its shell and records the close."""
-    closes = [process.close(reason) for process in list(_processes.values())]
+    closes = [process.close(reason, code=code) for process in list(_processes.values())]
     await asyncio.gather(*closes, return_exceptions=True)
     if _closing:
         await asyncio.gather(*list(_closing), return_exceptions=True)
 
 
 _shutdown_hook: list[object] = []
+# Set (synchronously) by the shutdown trigger, so the consumers Daphne cancels in the same
+# breath leave their terminals attached for close_all() to end with a message and a close code.
+shutting_down = False
+SHUTDOWN_LINGER_S = 0.3
 
 
 def install_shutdown_hook() -> None:
@@ -307,7 +312,16 @@ def install_shutdown_hook() -> None:
     from twisted.internet import defer, reactor
 
     def before_shutdown() -> object:
-        return defer.Deferred.fromFuture(asyncio.ensure_future(close_all("server shutting down")))
+        global shutting_down
+        shutting_down = True
+        logger.info("server stopping: closing %d terminal(s)", len(_processes))
+        return defer.Deferred.fromFuture(asyncio.ensure_future(close_all_and_linger()))
+
+    async def close_all_and_linger() -> None:
+        await close_all("server shutting down")
+        # The close frames are written; give the clients a moment to answer them before
+        # Twisted drops the connections (else a reset can swallow the frame unread).
+        await asyncio.sleep(SHUTDOWN_LINGER_S)
 
     _shutdown_hook.append(reactor.addSystemEventTrigger("before", "shutdown", before_shutdown))  # type: ignore[arg-type]  # zope interface stubs
 
