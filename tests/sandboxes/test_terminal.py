@@ -461,3 +461,13 @@ async def test_a_channel_layer_outage_does_not_close_the_terminal(
     terminal = await wait_closed(tid)
     assert terminal.close_reason == "logged out"
     await wait_no_shell(session)
+
+
+def test_the_redis_layers_read_timeout_is_well_above_its_blocking_read() -> None:
+    """The invariant behind the 1011-every-5-s crash, for anyone who edits the layer config."""
+    from channels_redis.core import RedisChannelLayer
+
+    config: Any = redis_channel_layer("redis://127.0.0.1:6379/0")["CONFIG"]
+    host = config["hosts"][0]
+    assert host["socket_timeout"] is None or host["socket_timeout"] >= 2 * RedisChannelLayer.brpop_timeout
+    assert host["health_check_interval"] > 0
