@@ -206,7 +206,7 @@ def revoked(grant: Grant) -> Revocation | None:
     password, its login session and its role in the space. None while it may run on."""
     user = get_user_model().objects.filter(pk=grant.user_id).first()
     if user is None or not user.is_active:
-        return Revocation("access revoked: the account was deactivated", CLOSE_ACCESS)
+        return Revocation("access revoked: the account was deactivated or deleted", CLOSE_ACCESS)
     if grant.auth_hash and user.get_session_auth_hash() != grant.auth_hash:
         return Revocation("logged out: the password was changed", CLOSE_LOGGED_OUT)
     if grant.login_session and login_session_ended(user.pk, grant.login_session):
