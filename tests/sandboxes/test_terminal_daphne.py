@@ -91,6 +91,13 @@ def daphne(request: pytest.FixtureRequest, session: Session, settings: Any) -> I
             process.kill()
         output = process.communicate(timeout=30)[0]
         print(output[-5000:])
+        if layer == "redis":  # the child's group entries would otherwise live for a day
+            import redis
+
+            client = redis.Redis.from_url(terminal_support.REDIS_URL)
+            for key in client.scan_iter(match=f"{env['TEST_CHANNEL_LAYER_PREFIX']}*"):
+                client.delete(key)
+            client.close()
 
 
 class Websocket:
