@@ -616,7 +616,7 @@ class TerminalProcess:
                 next_touch = now + settings.TERMINAL_KEEPALIVE_S
                 with contextlib.suppress(Exception):
                     await database_sync_to_async(touch_session)(self.grant.session_id)
-            if now >= next_check and self.consumer is not None:
+            if now >= next_check:  # detached too: its shell runs on for the grace window
                 next_check = now + settings.TERMINAL_KEEPALIVE_S
                 with contextlib.suppress(Exception):  # the database away: ask again later
                     revocation = await database_sync_to_async(revoked)(self.grant)

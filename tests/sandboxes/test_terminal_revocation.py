@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -156,3 +157,24 @@ def test_log_out_everywhere_ends_every_login_session_and_is_audited(world: World
     assert anonymous.status_code == 302
     assert anonymous["Location"].startswith(reverse("login"))
     assert AuditEvent.objects.filter(action="user.logout_everywhere").count() == 1
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_a_detached_terminals_shell_ends_when_access_is_lost(
+    world: World, session: Session, settings: Any, layer: str
+) -> None:
+    """A shell waiting in its grace window (no connection to tell) is re-checked by its
+    keepalive too, instead of running on for the whole window."""
+    settings.TERMINAL_REATTACH_S = 120
+    settings.TERMINAL_KEEPALIVE_S = 1
+    comm, screen, tid = await open_terminal(world.bob, session)
+    await screen.run("echo up\n")
+    await screen.until_output(b"up")
+    await comm.disconnect(code=1006)  # abnormal: detached, waiting for a reattach
+    await sync_to_async(downgrade_role)(world)
+    terminal = await wait_closed(tid, timeout=10)
+    assert "member role" in terminal.close_reason
+    await wait_no_shell(session)
