@@ -126,6 +126,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self._leave_group()
 
     async def connect(self) -> None:
+        if terminals.shutting_down:  # close_all() has taken its list: a shell now would leak
+            await self.close(code=terminals.CLOSE_SERVER_STOPPING)
+            return
         install_shutdown_hook()
         user = self.scope.get("user")
         terminal_id = str(self.scope["url_route"]["kwargs"]["terminal_id"])
