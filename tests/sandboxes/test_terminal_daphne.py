@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -152,7 +153,8 @@ class Websocket:
             self.controls.append(json.loads(payload))
         elif opcode == 0x8:
             self.close_code = struct.unpack("!H", payload[:2])[0] if len(payload) >= 2 else 1005
-            await self.send_frame(0x8, payload[:2])  # the closing handshake's answer
+            with contextlib.suppress(ConnectionError):  # the server may be gone already
+                await self.send_frame(0x8, payload[:2])  # the closing handshake's answer
 
     async def until(self, predicate: Any, timeout: float = 20) -> None:
         deadline = time.monotonic() + timeout
