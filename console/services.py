@@ -10,13 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.text import slugify
 
 from .models import AuditEvent, Membership, NetworkPolicy, Role, Space
 from .network import PolicyValidation, validate_policy
+from .signals import login_sessions_ended
 
 
 class ServiceError(Exception):
@@ -211,6 +215,40 @@ def do_remove_member(membership: Membership, *, actor: Actor) -> None:
             details={"username": locked.user.get_username(), "role": locked.role},
         )
         locked.delete()
+
+
+# --- Login sessions ----------------------------------------------------------------------
+
+SERVER_SIDE_SESSION_ENGINES = ("django.contrib.sessions.backends.db", "django.contrib.sessions.backends.cached_db")
+
+
+def do_logout_everywhere(user: Any, *, actor: Actor) -> int:
+    """End every login session of `user`, the caller's own included, and (once committed)
+    close the user's terminals. Returns how many sessions were ended.
+
+    Needs a session engine that keeps sessions in the database (the default): only there
+    can a user's sessions be found."""
+    from importlib import import_module
+
+    from django.contrib.sessions.models import Session as LoginSession
+
+    if settings.SESSION_ENGINE not in SERVER_SIDE_SESSION_ENGINES:
+        raise ServiceError("Logging out everywhere needs sessions stored in the database (SESSION_ENGINE).")
+    engine = import_module(settings.SESSION_ENGINE)
+    with transaction.atomic():
+        live = LoginSession.objects.filter(expire_date__gt=timezone.now())
+        keys = [row.session_key for row in live.iterator() if row.get_decoded().get(SESSION_KEY) == str(user.pk)]
+        for key in keys:
+            engine.SessionStore(session_key=key).delete()  # cached_db: the cache copy too
+        login_sessions_ended.send(sender=do_logout_everywhere, user_id=user.pk)
+        record_audit(
+            actor,
+            "user.logout_everywhere",
+            target_type="user",
+            target_id=user.pk,
+            details={"username": user.get_username(), "sessions_ended": len(keys)},
+        )
+    return len(keys)
 
 
 # --- Network policy ----------------------------------------------------------------------

@@ -25,6 +25,7 @@ console_patterns = [
         views.member_remove,
         name="member_remove",
     ),
+    path("account/logout-everywhere/", views.logout_everywhere, name="logout_everywhere"),
     path("audit/", views.audit_list, name="audit_list"),
     path("jobs/", views.job_list, name="job_list"),
     path("jobs/diagnostics/", views.diagnostics_start, name="diagnostics_start"),

@@ -10,6 +10,7 @@ from datetime import datetime, time, timedelta
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
@@ -32,6 +33,7 @@ from .services import (
     do_change_member_role,
     do_create_space,
     do_delete_space,
+    do_logout_everywhere,
     do_remove_member,
     do_update_network_policy,
     do_update_space,
@@ -284,6 +286,23 @@ def member_remove(request: HttpRequest, space_id: str, membership_id: str) -> Ht
             "section": "spaces",
         },
     )
+
+
+# --- Account -----------------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def logout_everywhere(request: HttpRequest) -> HttpResponse:
+    """End all of the user's login sessions (this one too) and close their terminals."""
+    try:
+        ended = do_logout_everywhere(request.user, actor=actor_from_request(request))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+        return redirect("console:dashboard")
+    logout(request)
+    messages.success(request, f"Logged out everywhere: {ended} session(s) ended, terminals closed.")
+    return redirect("login")
 
 
 # --- Network policy ----------------------------------------------------------------------

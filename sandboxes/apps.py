@@ -7,5 +7,5 @@ class SandboxesConfig(AppConfig):
     verbose_name = "Sandboxes"
 
     def ready(self) -> None:
-        # Register job handlers.
-        from . import jobs, reaper, verify  # noqa: F401
+        # Register job handlers, and the signals that close terminals on loss of access.
+        from . import jobs, reaper, terminals, verify  # noqa: F401

@@ -6,21 +6,32 @@ bytes both ways; text frames carry one JSON control message each. The handshake 
 without the member role in the session's space. The PTY itself is owned by a
 `sandboxes.terminals.TerminalProcess` in this process; the channel layer only carries
 control events (logout, access changes) to the per-user group.
+
+A failing channel layer (Redis away, a read timing out) never takes the websocket down: the
+consumer retries the layer with a backoff, re-joins its group and re-checks access once the
+layer answers again, since events sent meanwhile are lost. However the connection ends (a
+close, an exception, a cancellation by the server), its shell is detached into the grace
+window or closed; it is never left attached to a dead connection.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+from channels.utils import await_many_dispatch
 
+from . import terminals
 from .backends.base import PtySize, RemoteError
 from .terminals import (
-    CLOSE_ACCESS,
     CLOSE_LOGGED_OUT,
     CLOSE_NORMAL,
     CLOSE_UNAVAILABLE,
@@ -29,13 +40,16 @@ from .terminals import (
     TerminalProcess,
     admit,
     get_process,
-    still_allowed,
+    install_shutdown_hook,
+    revoked,
     user_group,
 )
 
 logger = logging.getLogger(__name__)
 
 MAX_CONTROL_CHARS = 4096
+LAYER_RETRY_FIRST_S = 0.5
+LAYER_RETRY_MAX_S = 5.0
 
 
 class TerminalConsumer(AsyncWebsocketConsumer):
@@ -43,23 +57,97 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     grant: Grant | None = None
     process: TerminalProcess | None = None
-    joined_group = False
+    in_group = False  # the group holds this channel (as far as we know)
     gone = False
 
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """AsyncConsumer.__call__, with a channel-layer receive that survives layer errors
+        and a last step that runs however the connection ends."""
+        self.scope = scope
+        self.channel_layer = get_channel_layer(self.channel_layer_alias)
+        self.base_send = send
+        sources = [receive]
+        if self.channel_layer is not None:
+            self.channel_name = await self.channel_layer.new_channel()
+            sources.append(self._receive_control_event)
+        try:
+            await await_many_dispatch(sources, self.dispatch)
+        except StopConsumer:
+            pass
+        finally:
+            await self._connection_over()
+
+    async def _receive_control_event(self) -> dict[str, Any]:
+        """The next control event from the layer; on errors retry with a backoff, and after
+        one, re-join the group and re-check access (events sent meanwhile are lost)."""
+        assert self.channel_layer is not None
+        delay = LAYER_RETRY_FIRST_S
+        failed = False
+        while True:
+            try:
+                if failed:
+                    await self._join_group()
+                    return {"type": "terminal.recheck"}
+                return dict(await self.channel_layer.receive(self.channel_name))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                failed = True
+                logger.warning(
+                    "terminal channel layer failed (%s: %s); retrying in %.1f s", type(exc).__name__, exc, delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LAYER_RETRY_MAX_S)
+
+    async def _join_group(self) -> None:
+        if self.channel_layer is not None and self.grant is not None and not self.gone:
+            await self.channel_layer.group_add(user_group(self.grant.user_id), self.channel_name)
+            self.in_group = True
+
+    async def _leave_group(self) -> None:
+        if self.in_group and self.channel_layer is not None and self.grant is not None:
+            self.in_group = False
+            try:
+                await self.channel_layer.group_discard(user_group(self.grant.user_id), self.channel_name)
+            except Exception as exc:  # the group entry expires on its own
+                logger.warning("terminal %s: leaving the group failed: %s", self.grant.terminal_id, exc)
+
+    async def _connection_over(self) -> None:
+        """However the connection ended (closed, crashed, cancelled by the server): never
+        leave the shell attached to it. When the server is stopping, the shutdown hook ends
+        the shell and closes the websocket (which outlives its cancelled application)."""
+        if terminals.shutting_down:
+            return
+        self.gone = True
+        process = self.process
+        if process is not None and process.consumer is self and not process.closed:
+            process.detach(self)
+        with contextlib.suppress(BaseException):
+            await self._leave_group()
+
     async def connect(self) -> None:
+        if terminals.shutting_down:  # close_all() has taken its list: a shell now would leak
+            await self.close(code=terminals.CLOSE_SERVER_STOPPING)
+            return
+        install_shutdown_hook()
         user = self.scope.get("user")
         terminal_id = str(self.scope["url_route"]["kwargs"]["terminal_id"])
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         ticket = (query.get("ticket") or [""])[0]
+        login = self.scope.get("session")
         try:
-            self.grant = await database_sync_to_async(admit)(user, terminal_id, ticket)
+            self.grant = await database_sync_to_async(admit)(
+                user, terminal_id, ticket, getattr(login, "session_key", None)
+            )
         except Refused as refused:
             logger.info("terminal %s: handshake refused (%s)", terminal_id, refused.reason)
             await self.close(code=refused.code)
             return
-        if self.channel_layer is not None:
-            await self.channel_layer.group_add(user_group(self.grant.user_id), self.channel_name)
-            self.joined_group = True
+        try:
+            await self._join_group()
+        except Exception as exc:
+            # Without the group, loss of access is still found by the keepalive re-check.
+            logger.warning("terminal %s: joining the group failed: %s", terminal_id, exc)
         await self.accept()
         existing = get_process(terminal_id)
         if existing is not None:
@@ -93,8 +181,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.gone = True
-        if self.joined_group and self.channel_layer is not None and self.grant is not None:
-            await self.channel_layer.group_discard(user_group(self.grant.user_id), self.channel_name)
+        await self._leave_group()
         process = self.process
         if process is None or process.closed:
             return
@@ -178,21 +265,26 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if not self.gone:
             try:
                 await self.close(code=code)
-            except Exception:
+            except Exception as exc:
+                logger.info("terminal: closing the websocket failed: %s", exc)
                 self.gone = True
 
     # Control events from the per-user group ------------------------------------------------
 
     async def terminal_revoke(self, event: dict[str, Any]) -> None:
         reason = str(event.get("reason") or "logged out")
-        if self.process is not None and self.process.consumer is self:
+        if self.process is not None and self.process.consumer in (self, None):
             await self.process.close(reason, code=CLOSE_LOGGED_OUT)
         else:
             await self.end(reason, CLOSE_LOGGED_OUT)
 
     async def terminal_recheck(self, event: dict[str, Any]) -> None:
-        if self.grant is None or self.process is None or self.process.consumer is not self:
+        if self.grant is None or self.process is None:
             return
-        allowed = await database_sync_to_async(still_allowed)(self.scope["user"], self.grant)
-        if not allowed:
-            await self.process.close("access revoked", code=CLOSE_ACCESS)
+        revocation = await database_sync_to_async(revoked)(self.grant)
+        if revocation is None:
+            return
+        if self.process.consumer in (self, None):
+            await self.process.close(revocation.reason, code=revocation.code)
+        else:
+            await self.end(revocation.reason, revocation.code)

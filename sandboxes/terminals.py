@@ -11,8 +11,12 @@ The websocket consumer (`sandboxes.consumers.TerminalConsumer`) is thin; this mo
   (client `pause`/`resume` stop and restart reading), keeps the session from idling, closes
   on idle, waits `TERMINAL_REATTACH_S` for a reconnect after an abnormal disconnect, and
   ends the shell through the contract's `kill()` when it closes;
-- the per-user channel-layer group and the signals that close terminals on logout or when
-  a membership changes. Only these control events cross the channel layer, never PTY bytes.
+- the per-user channel-layer group and the signals that, once their transaction has
+  committed, close terminals on logout or make them re-check access (a membership changed
+  or was removed, the user was deactivated or changed password, their login sessions were
+  ended). Only these control events cross the channel layer, never PTY bytes;
+- `install_shutdown_hook()`: when the server (Daphne) stops, every shell this process owns
+  is ended and its close recorded.
 
 Nothing here branches on the backend's kind: only on the capabilities the contract offers.
 """
@@ -23,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,9 +38,11 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.contrib.auth import SESSION_KEY, get_user_model
 from django.contrib.auth.signals import user_logged_out
 from django.core import signing
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.http import Http404
@@ -44,6 +51,7 @@ from django.utils import timezone
 from console.access import get_space_for_user
 from console.models import Membership, Role
 from console.services import Actor, record_audit
+from console.signals import login_sessions_ended
 
 from .backends.base import ErrorKind, PtyHandle, PtySize, RemoteError
 from .models import Session, Terminal
@@ -68,6 +76,7 @@ CLOSE_LOGGED_OUT = 4001
 CLOSE_ACCESS = 4003
 CLOSE_REPLACED = 4009
 CLOSE_UNAVAILABLE = 4010
+CLOSE_SERVER_STOPPING = 4012  # (1001 is the server's own: Autobahn refuses it from the app)
 # Refusals before accept (seen by test clients; browsers see 1006).
 REFUSE_TICKET = 4401
 REFUSE_FORBIDDEN = 4403
@@ -99,6 +108,10 @@ class Grant:
     space_id: str
     user_id: int
     read_only: bool
+    # The user's session auth hash when admitted: it changes with the password.
+    auth_hash: str = ""
+    # The login session the websocket came with: ended by logout or "log out everywhere".
+    login_session: str | None = None
 
 
 def can_open_terminals(user: Any, session: Session) -> bool:
@@ -125,7 +138,7 @@ def issue_ticket(terminal: Terminal) -> str:
     )
 
 
-def admit(user: Any, terminal_id: str, ticket: str) -> Grant:
+def admit(user: Any, terminal_id: str, ticket: str, login_session: str | None = None) -> Grant:
     """Check everything the handshake needs, then redeem the ticket. Raises Refused."""
     if user is None or not user.is_authenticated or not user.is_active:
         raise Refused(REFUSE_FORBIDDEN, "not logged in")
@@ -159,19 +172,52 @@ def admit(user: Any, terminal_id: str, ticket: str) -> Grant:
     if not redeemed:
         raise Refused(REFUSE_TICKET, "ticket already used")
     return Grant(
-        str(terminal.pk), str(terminal.session_id), str(terminal.session.space_id), user.pk, terminal.read_only
+        str(terminal.pk),
+        str(terminal.session_id),
+        str(terminal.session.space_id),
+        user.pk,
+        terminal.read_only,
+        auth_hash=user.get_session_auth_hash(),
+        login_session=login_session,
     )
 
 
-def still_allowed(user: Any, grant: Grant) -> bool:
-    user.refresh_from_db(fields=["is_active"])
-    if not user.is_active:
+@dataclass(frozen=True)
+class Revocation:
+    """Why an admitted terminal may no longer run, and the close code that says so."""
+
+    reason: str
+    code: int
+
+
+def login_session_ended(user_id: object, session_key: str) -> bool:
+    """True when the login session is gone (logout, "log out everywhere", expiry) or is no
+    longer this user's. Cookie-only session engines keep no server state to ask."""
+    if settings.SESSION_ENGINE.endswith("signed_cookies"):
         return False
+    from importlib import import_module
+
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+    return bool(store.load().get(SESSION_KEY) != str(user_id))
+
+
+def revoked(grant: Grant) -> Revocation | None:
+    """Re-check an admitted terminal against the committed state: the account, its
+    password, its login session and its role in the space. None while it may run on."""
+    user = get_user_model().objects.filter(pk=grant.user_id).first()
+    if user is None or not user.is_active:
+        return Revocation("access revoked: the account was deactivated or deleted", CLOSE_ACCESS)
+    if grant.auth_hash and user.get_session_auth_hash() != grant.auth_hash:
+        return Revocation("logged out: the password was changed", CLOSE_LOGGED_OUT)
+    if grant.login_session and login_session_ended(user.pk, grant.login_session):
+        return Revocation("logged out: the login session was ended", CLOSE_LOGGED_OUT)
     try:
         get_space_for_user(user, grant.space_id, Role.MEMBER)
-    except (Http404, PermissionDenied):
-        return False
-    return True
+    except Http404:
+        return Revocation("access revoked: no longer a member of this space", CLOSE_ACCESS)
+    except PermissionDenied:
+        return Revocation("access revoked: terminals need the member role", CLOSE_ACCESS)
+    return None
 
 
 # --- Audit ---------------------------------------------------------------------------------
@@ -237,12 +283,47 @@ def get_process(terminal_id: str) -> TerminalProcess | None:
 _closing: set[asyncio.Task[None]] = set()
 
 
-async def close_all(reason: str = "server shutting down") -> None:
-    """Close every terminal this process owns and wait for every close in flight."""
-    for process in list(_processes.values()):
-        await process.close(reason)
+async def close_all(reason: str = "server shutting down", *, code: int = CLOSE_SERVER_STOPPING) -> None:
+    """Close every terminal this process owns (attached or in its grace window), at once,
+    and wait for every close in flight: each ends its shell and records the close."""
+    closes = [process.close(reason, code=code) for process in list(_processes.values())]
+    await asyncio.gather(*closes, return_exceptions=True)
     if _closing:
         await asyncio.gather(*list(_closing), return_exceptions=True)
+
+
+_shutdown_hook: list[object] = []
+# Set (synchronously) by the shutdown trigger, so the consumers Daphne cancels in the same
+# breath leave their terminals attached for close_all() to end with a message and a close code.
+shutting_down = False
+SHUTDOWN_LINGER_S = 0.3
+
+
+def install_shutdown_hook() -> None:
+    """Under Daphne, end this process's shells before the server stops.
+
+    On SIGTERM/SIGINT Daphne stops its Twisted reactor, which first cancels every websocket
+    application; a shell left in its grace window has no application at all. Both would
+    leave shells running and Terminal rows open, so a "before shutdown" trigger closes every
+    terminal (and Twisted waits for it). Outside a Twisted reactor this does nothing.
+    """
+    if _shutdown_hook or "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import defer, reactor
+
+    def before_shutdown() -> object:
+        global shutting_down
+        shutting_down = True
+        logger.info("server stopping: closing %d terminal(s)", len(_processes))
+        return defer.Deferred.fromFuture(asyncio.ensure_future(close_all_and_linger()))
+
+    async def close_all_and_linger() -> None:
+        await close_all("server shutting down")
+        # The close frames are written; give the clients a moment to answer them before
+        # Twisted drops the connections (else a reset can swallow the frame unread).
+        await asyncio.sleep(SHUTDOWN_LINGER_S)
+
+    _shutdown_hook.append(reactor.addSystemEventTrigger("before", "shutdown", before_shutdown))  # type: ignore[arg-type]  # zope interface stubs
 
 
 class TerminalProcess:
@@ -535,11 +616,13 @@ class TerminalProcess:
                 next_touch = now + settings.TERMINAL_KEEPALIVE_S
                 with contextlib.suppress(Exception):
                     await database_sync_to_async(touch_session)(self.grant.session_id)
-            if now >= next_check and self.consumer is not None:
+            if now >= next_check:  # detached too: its shell runs on for the grace window
                 next_check = now + settings.TERMINAL_KEEPALIVE_S
-                if not await database_sync_to_async(still_allowed)(self.user, self.grant):
-                    await self.close("access revoked", code=CLOSE_ACCESS)
-                    return
+                with contextlib.suppress(Exception):  # the database away: ask again later
+                    revocation = await database_sync_to_async(revoked)(self.grant)
+                    if revocation is not None:
+                        await self.close(revocation.reason, code=revocation.code)
+                        return
             await asyncio.sleep(every)
 
 
@@ -564,10 +647,29 @@ def send_to_user_terminals(user_id: object, event: dict[str, Any]) -> None:
         logger.exception("could not notify the terminals of user %s", user_id)
 
 
+def revoke_user_terminals_on_commit(user_id: object, reason: str) -> None:
+    """Close every terminal of the user once the current transaction commits."""
+    event = {"type": "terminal.revoke", "reason": reason}
+    transaction.on_commit(lambda: send_to_user_terminals(user_id, event), robust=True)
+
+
+def recheck_user_terminals_on_commit(user_id: object) -> None:
+    """Make the user's terminals re-check their access once the current transaction commits.
+
+    Sent inside the transaction, the terminals' re-check (on another connection) would read
+    the state before the change and let the terminal run until its next keepalive."""
+    transaction.on_commit(lambda: send_to_user_terminals(user_id, {"type": "terminal.recheck"}), robust=True)
+
+
 @receiver(user_logged_out, dispatch_uid="sandboxes.terminals.logout")
 def _close_terminals_on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     if user is not None:
-        send_to_user_terminals(user.pk, {"type": "terminal.revoke", "reason": "logged out"})
+        revoke_user_terminals_on_commit(user.pk, "logged out")
+
+
+@receiver(login_sessions_ended, dispatch_uid="sandboxes.terminals.sessions_ended")
+def _close_terminals_on_logout_everywhere(sender: Any, user_id: object, **kwargs: Any) -> None:
+    revoke_user_terminals_on_commit(user_id, "logged out everywhere")
 
 
 @receiver(post_save, sender=Membership, dispatch_uid="sandboxes.terminals.membership_saved")
@@ -575,4 +677,15 @@ def _close_terminals_on_logout(sender: Any, request: Any, user: Any, **kwargs: A
 def _recheck_terminals_on_membership_change(sender: Any, instance: Membership, **kwargs: Any) -> None:
     if kwargs.get("created"):
         return  # a new membership cannot take access away
-    send_to_user_terminals(instance.user_id, {"type": "terminal.recheck"})
+    recheck_user_terminals_on_commit(instance.user_id)
+
+
+@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminals.user_saved")
+@receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminals.user_deleted")
+def _recheck_terminals_on_user_change(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """A deactivation or a password change (any save of the user but a login's stamp)."""
+    if kwargs.get("created"):
+        return
+    if set(kwargs.get("update_fields") or ()) == {"last_login"}:
+        return
+    recheck_user_terminals_on_commit(instance.pk)

@@ -179,13 +179,33 @@ AXES_VERBOSE = False
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
-if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000},
-        }
+
+def redis_channel_layer(url: str, **config: object) -> dict[str, object]:
+    """channels-redis on `url`.
+
+    Its receive blocks in BZPOPMIN for 5 s at a time, and redis-py's default socket timeout
+    is 5 s too: every idle consumer's read timed out and its websocket died with 1011. The
+    read timeout stays well above the blocking read; health checks and TCP keepalive find a
+    dead connection instead. A pooled connection that Redis dropped (a restart) is retried on
+    a new one, so the first event sent after it is not lost."""
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialBackoff
+    from redis.exceptions import ConnectionError, TimeoutError
+
+    host = {
+        "address": url,
+        "socket_timeout": 30,
+        "socket_connect_timeout": 5,
+        "socket_keepalive": True,
+        "health_check_interval": 15,
+        "retry": Retry(ExponentialBackoff(cap=1, base=0.05), 2),
+        "retry_on_error": [ConnectionError, TimeoutError],
     }
+    return {"BACKEND": "channels_redis.core.RedisChannelLayer", "CONFIG": {"hosts": [host], "capacity": 1000, **config}}
+
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {"default": redis_channel_layer(REDIS_URL)}
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 

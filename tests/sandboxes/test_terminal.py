@@ -1,174 +1,51 @@
 """The web terminal: views, and the consumer through the real ASGI stack on a real Docker sandbox.
 
-Websocket tests go through `console.asgi.application` (origin validator, session auth, URL
-router) with `channels.testing.WebsocketCommunicator`, logged in with a real session cookie.
+Every websocket test runs on both channel layers (`layer`: in-memory and channels-redis, the
+latter as production configures it). Fixtures and helpers: tests/sandboxes/terminal_support.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
+from channels.layers import get_channel_layer
 from django.core import signing
 from django.test import Client
 from django.urls import reverse
 
 from console.models import AuditEvent, Membership, Role
-from sandboxes import binding, terminals
-from sandboxes.backends.base import ExecRequest
-from sandboxes.binding import MemorySessionStore
-from sandboxes.models import SandboxConfig, Session, Terminal
-from sandboxes.runtime import Runtime, get_or_create_session
+from console.settings.base import redis_channel_layer
+from sandboxes import terminals
+from sandboxes.consumers import LAYER_RETRY_MAX_S
+from sandboxes.models import Session, Terminal
+from sandboxes.runtime import get_or_create_session
 from tests.personas import World
+from tests.sandboxes import terminal_support
+from tests.sandboxes.terminal_support import (
+    RedisServer,
+    Screen,
+    communicator,
+    cookie_for,
+    new_ticket,
+    open_terminal,
+    shells_in,
+    wait_closed,
+    wait_no_shell,
+)
 
-ORIGIN = (b"origin", b"http://localhost")
-
-
-# --- Fixtures and helpers ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def store() -> Iterator[MemorySessionStore]:
-    """The consumer resolves sessions through the process's store: a fresh one per test."""
-    previous = binding._store
-    fresh = MemorySessionStore()
-    binding.set_store(fresh)
-    try:
-        yield fresh
-    finally:
-        binding.set_store(previous)
-
-
-@pytest.fixture
-def session(world: World, session_config: SandboxConfig, store: MemorySessionStore) -> Session:
-    return get_or_create_session(world.space_a, f"term-{time.monotonic_ns()}")
-
-
-@pytest.fixture
-def fast_terminals(settings: Any) -> Any:
-    settings.TERMINAL_REATTACH_S = 10
-    settings.TERMINAL_IDLE_TIMEOUT_S = 600
-    return settings
-
-
-@pytest_asyncio.fixture
-async def cleanup() -> AsyncIterator[None]:
-    yield
-    await terminals.close_all("test finished")
-
-
-def cookie_for(user: Any) -> bytes:
-    client = Client()
-    client.force_login(user)
-    return f"sessionid={client.cookies['sessionid'].value}".encode()
-
-
-def new_ticket(user: Any, session: Session, terminal_id: str | None = None) -> dict[str, Any]:
-    client = Client()
-    client.force_login(user)
-    data = {"terminal_id": terminal_id} if terminal_id else {}
-    response = client.post(reverse("sandboxes:terminal_create", kwargs={"session_id": session.id}), data)
-    assert response.status_code in (200, 201), response.content
-    return dict(response.json())
-
-
-def communicator(
-    terminal_id: str, ticket: str | None, cookie: bytes | None, origin: tuple[bytes, bytes] = ORIGIN
-) -> Any:
-    from console.asgi import application
-
-    path = f"/ws/terminals/{terminal_id}/" + (f"?ticket={ticket}" if ticket is not None else "")
-    headers = [origin, (b"host", b"localhost")] + ([(b"cookie", cookie)] if cookie else [])
-    return WebsocketCommunicator(application, path, headers=headers)
-
-
-class Screen:
-    """Everything a connection received: PTY bytes and control messages, in order."""
-
-    def __init__(self, comm: Any) -> None:
-        self.comm = comm
-        self.data = b""
-        self.controls: list[dict[str, Any]] = []
-        self.closed_code: int | None = None
-
-    async def pump(self, timeout: float = 0.2) -> bool:
-        # receive_output() cancels the application on a timeout: wait with receive_nothing().
-        if await self.comm.receive_nothing(timeout, interval=0.01):
-            return False
-        message = await self.comm.receive_output(5)
-        if message["type"] == "websocket.close":
-            self.closed_code = message.get("code", 1000)
-        elif message.get("bytes") is not None:
-            self.data += message["bytes"]
-        elif message.get("text") is not None:
-            self.controls.append(json.loads(message["text"]))
-        return True
-
-    async def until(self, predicate: Any, timeout: float = 20, what: str = "") -> None:
-        deadline = time.monotonic() + timeout
-        while not predicate():
-            if time.monotonic() > deadline or self.closed_code is not None:
-                raise AssertionError(f"timed out waiting for {what}: {self.data[-300:]!r} {self.controls[-5:]}")
-            await self.pump()
-
-    async def until_output(self, needle: bytes, timeout: float = 20) -> None:
-        await self.until(lambda: needle in self.data, timeout, repr(needle))
-
-    async def until_control(self, **fields: Any) -> dict[str, Any]:
-        def found() -> dict[str, Any] | None:
-            for message in self.controls:
-                if all(message.get(k) == v for k, v in fields.items()):
-                    return message
-            return None
-
-        await self.until(lambda: found() is not None, what=str(fields))
-        message = found()
-        assert message is not None
-        return message
-
-    async def run(self, line: str) -> None:
-        await self.comm.send_to(bytes_data=line.encode())
-
-
-async def open_terminal(user: Any, session: Session) -> tuple[Any, Screen, str]:
-    grant = await sync_to_async(new_ticket)(user, session)
-    comm = communicator(grant["terminal_id"], grant["ticket"], await sync_to_async(cookie_for)(user))
-    connected, code = await comm.connect(timeout=10)
-    assert connected, code
-    screen = Screen(comm)
-    await screen.until_control(type="status", state="ready")
-    return comm, screen, grant["terminal_id"]
-
-
-def shells_in(session: Session) -> list[str]:
-    session.refresh_from_db()
-    result = Runtime().exec(session, ExecRequest(argv=("ps", "-eo", "args"), timeout_s=30))
-    return [line for line in result.stdout.decode().splitlines() if line.strip() == "bash -l"]
-
-
-async def wait_no_shell(session: Session, timeout: float = 15) -> None:
-    deadline = time.monotonic() + timeout
-    while await sync_to_async(shells_in)(session):
-        assert time.monotonic() < deadline, "the shell is still running"
-        await asyncio.sleep(0.2)
-
-
-async def wait_closed(terminal_id: str, timeout: float = 15) -> Terminal:
-    """The row once its close is recorded (after the shell was ended)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        terminal = await Terminal.objects.aget(pk=terminal_id)
-        if terminal.closed is not None:
-            return terminal
-        assert time.monotonic() < deadline, "the close was not recorded"
-        await asyncio.sleep(0.1)
+# The shared fixtures (pytest finds them as attributes of this module).
+layer = terminal_support.layer
+store = terminal_support.store
+session = terminal_support.session
+fast_terminals = terminal_support.fast_terminals
+cleanup = terminal_support.cleanup
+own_redis = terminal_support.own_redis
 
 
 # --- Views ---------------------------------------------------------------------------------------
@@ -490,3 +367,107 @@ async def test_pause_stops_output_and_ctrl_c_returns_the_prompt(world: World, se
     await screen.until_output(b"done-3", timeout=20)
     assert time.monotonic() - started < 10
     await comm.disconnect(code=1000)
+
+
+# --- Holding on: the channel layer's blocking read, crashes, layer outages ---------------------
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_a_terminal_stays_open_idle_and_busy_past_the_layers_blocking_read(
+    world: World, session: Session, layer: str
+) -> None:
+    """channels-redis blocks 5 s per read; with redis-py's 5 s socket timeout every consumer
+    crashed (1011) about 5 s after it opened. Hold one open for 13 s, idle then busy."""
+    comm, screen, tid = await open_terminal(world.bob, session)
+    opened = time.monotonic()
+    while time.monotonic() - opened < 7:  # idle: nothing but the layer's blocking reads
+        await screen.pump(0.5)
+        assert screen.closed_code is None, screen.controls
+    await screen.run("for i in $(seq 1 5); do echo busy-$((i*11)); sleep 1; done\n")
+    await screen.until_output(b"busy-55", timeout=15)
+    while time.monotonic() - opened < 13:
+        await screen.pump(0.5)
+    assert screen.closed_code is None, screen.controls
+    await screen.run("echo alive-$((6*7))\n")
+    await screen.until_output(b"alive-42")
+    await comm.send_to(text_data='{"type": "ping"}')
+    await screen.until_control(type="pong")
+    assert not [m for m in screen.controls if m.get("state") == "closed"]
+    assert (await Terminal.objects.aget(pk=tid)).closed is None
+    await comm.disconnect(code=1000)
+    await wait_no_shell(session)
+
+
+@pytest.mark.parametrize("how", ["cancelled by the server", "error in a handler"])
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_a_crashed_connection_detaches_and_its_shell_ends_after_the_grace_window(
+    world: World, session: Session, settings: Any, layer: str, how: str
+) -> None:
+    """A connection that ends without a websocket.disconnect (its application cancelled, as
+    Daphne does, or raising) used to leave its shell attached to nothing, running forever."""
+    settings.TERMINAL_REATTACH_S = 1
+    comm, screen, tid = await open_terminal(world.bob, session)
+    await screen.run("echo up-$((2+3))\n")
+    await screen.until_output(b"up-5")
+    if how == "cancelled by the server":
+        comm.future.cancel()
+    else:  # an event no handler takes: AsyncConsumer.dispatch raises ValueError
+        channel_layer = get_channel_layer()
+        assert channel_layer is not None
+        await channel_layer.group_send(terminals.user_group(world.bob.pk), {"type": "terminal.no_such_event"})
+    await wait_no_shell(session)
+    terminal = await wait_closed(tid)
+    assert terminal.close_reason == "not reattached within the grace window"
+    assert await AuditEvent.objects.filter(action="terminal.close", target_id=tid).aexists()
+    with contextlib.suppress(BaseException):
+        await comm.disconnect()
+
+
+@pytest.mark.parametrize("layer", ["redis"], indirect=True)
+@pytest.mark.redis
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_a_channel_layer_outage_does_not_close_the_terminal(
+    world: World, session: Session, settings: Any, own_redis: RedisServer
+) -> None:
+    """Redis (the layer's own server) killed while a terminal is open: the terminal works on;
+    once Redis is back, the consumer is in its group again and control events reach it."""
+    settings.CHANNEL_LAYERS = {"default": redis_channel_layer(own_redis.url)}
+    comm, screen, tid = await open_terminal(world.bob, session)
+    await sync_to_async(own_redis.stop)()
+    await screen.run("echo during-$((4*4))\n")
+    await screen.until_output(b"during-16")
+    for _ in range(10):  # several failed layer reads and retries
+        await screen.pump(0.3)
+    assert screen.closed_code is None, screen.controls
+    await sync_to_async(own_redis.start)()  # empty: the group membership is gone with it
+    await asyncio.sleep(LAYER_RETRY_MAX_S + 1)  # the consumer's next retry re-joins the group
+    await screen.run("echo after-$((5*5))\n")
+    await screen.until_output(b"after-25")
+    await sync_to_async(terminals.send_to_user_terminals)(
+        world.bob.pk, {"type": "terminal.revoke", "reason": "logged out"}
+    )
+    await screen.until(lambda: screen.closed_code is not None, timeout=5, what="revoke after the outage")
+    assert screen.closed_code == terminals.CLOSE_LOGGED_OUT
+    await comm.disconnect()
+    terminal = await wait_closed(tid)
+    assert terminal.close_reason == "logged out"
+    await wait_no_shell(session)
+
+
+def test_the_redis_layers_read_timeout_is_well_above_its_blocking_read() -> None:
+    """The invariant behind the 1011-every-5-s crash, for anyone who edits the layer config."""
+    from channels_redis.core import RedisChannelLayer
+
+    config: Any = redis_channel_layer("redis://127.0.0.1:6379/0")["CONFIG"]
+    host = config["hosts"][0]
+    assert host["socket_timeout"] is None or host["socket_timeout"] >= 2 * RedisChannelLayer.brpop_timeout
+    assert host["health_check_interval"] > 0

@@ -1,0 +1,10 @@
+"""Signals the console app sends for other apps to act on (no app imports the others' internals).
+
+`login_sessions_ended(sender, user_id)`: sent inside the transaction of
+`do_logout_everywhere` after the user's login sessions were deleted; the terminals close the
+user's shells once that transaction commits.
+"""
+
+from django.dispatch import Signal
+
+login_sessions_ended = Signal()
