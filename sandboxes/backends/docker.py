@@ -9,8 +9,12 @@ Mapping of the contract (see docs/backends.md, "Docker"):
   snapshots are `docker commit` images labelled `console.kind=snapshot`, shown as
   `snap-<12 hex of the image id>`;
 - idle = `docker pause` or `docker stop` per the config's idle mode, resumed by connect();
-- outbound off = network mode "none"; on = a console-managed bridge network. DNS is always
-  127.0.0.1, so nothing inside a sandbox reaches an outside resolver.
+- outbound off = network mode "none"; on = the space's own console-managed bridge network
+  (inter-container traffic off), kept off the host's addresses and link-local/metadata by
+  the host packet filter of `docker_firewall`. DNS is always 127.0.0.1, so nothing inside a
+  sandbox reaches an outside resolver;
+- hardening: every capability dropped but `ROOT_CAPABILITIES`, no-new-privileges, the
+  engine's default seccomp and AppArmor profiles, no host paths or engine socket inside.
 
 Imports nothing of the project but `base` (and the image builder next to it).
 """
@@ -23,6 +27,7 @@ import dataclasses
 import http.client
 import io
 import json
+import os
 import posixpath
 import re
 import secrets
@@ -42,6 +47,7 @@ import requests.exceptions
 import urllib3.exceptions
 
 from .base import (
+    META_SPACE,
     SANDBOX_UID,
     SNAPSHOT_PREFIX,
     WORKSPACE,
@@ -73,6 +79,7 @@ from .base import (
     VolumesCapability,
     is_snapshot_id,
 )
+from .docker_firewall import apply_ruleset, bridge_name, render_ruleset
 from .docker_image import (
     DEFAULT_BASE_IMAGE,
     KIND_TEMPLATE,
@@ -98,6 +105,15 @@ LABEL_SNAPSHOT_SOURCE = "console.snapshot.source"
 LABEL_SNAPSHOT_NAME = "console.snapshot.name"
 
 DEFAULT_NETWORK = "sandbox-console-net"
+KIND_NETWORK = "network"
+LABEL_NETWORK_SPACE = "console.network.space"
+# What the root install path (apt/dpkg, pip, npm, chown of /workspace, killing the session
+# user's timed-out commands) needs; every other capability is dropped. Why each is kept:
+# docs/security.md, "Sandbox hardening".
+ROOT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
+# Left to the engine on purpose: no "seccomp=…" or "apparmor=…" entry keeps its defaults.
+SECURITY_OPTIONS = ("no-new-privileges",)
+HOST_FIREWALL_MODES = ("auto", "external")
 SNAPSHOT_REPOSITORY = "sandbox-console/snapshots"
 TEMPLATE_REPOSITORY = "sandbox-console"
 DEFAULT_API_TIMEOUT_S = 120
@@ -107,6 +123,8 @@ PTY_PID_DIR = "/tmp/.console-pty"  # noqa: S108 - a path inside the sandbox, not
 # Exec users: the sandbox account, or root for the explicit install path. (uid, home)
 _USERS = {"user": (SANDBOX_UID, "/home/user"), "root": (0, "/root")}
 _SANDBOX_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# A named volume, never a host path ("/etc", "./x" would be bind mounts).
+_VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 _TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _STATES = {
     "created": SandboxState.STARTING,
@@ -367,9 +385,12 @@ class _Demuxer:
 class DockerBackend(Backend):
     """Sandboxes as long-lived containers on a Docker engine (local socket or base URL).
 
-    Options (BackendConfig.options): `network` (managed bridge name, default
-    "sandbox-console-net"), `timeout` (seconds per engine call, default 120),
-    `base_image` (the template used when a build names none).
+    Options (BackendConfig.options): `network` (prefix of the per-space bridge networks,
+    default "sandbox-console-net"), `timeout` (seconds per engine call, default 120),
+    `base_image` (the template used when a build names none), `host_firewall` ("auto":
+    the console applies the host packet filter when the engine is local and refuses online
+    sandboxes while it is not in force; "external": an operator applies it on the engine's
+    host, e.g. for a remote engine, and health says so).
     """
 
     kind = "docker"
@@ -384,6 +405,13 @@ class DockerBackend(Backend):
         except ValueError:
             raise RemoteError(ErrorKind.INVALID, "option 'timeout' must be a whole number of seconds") from None
         self.base_image = config.options.get("base_image", DEFAULT_BASE_IMAGE)
+        self.host_firewall = config.options.get("host_firewall", "auto")
+        if self.host_firewall not in HOST_FIREWALL_MODES:
+            raise RemoteError(
+                ErrorKind.INVALID, f"option 'host_firewall' must be one of {', '.join(HOST_FIREWALL_MODES)}"
+            )
+        self._firewall_applied = False
+        self._firewall_lock = threading.Lock()
         # Console sandboxes by full container id, as last inspected. Ids, labels, template and
         # creation time never change, so an id here needs no check that it is a console
         # sandbox, and a pause needs no inspect before it; the state is never reused.
@@ -423,8 +451,55 @@ class DockerBackend(Backend):
         return HealthInfo(
             ok=True,
             version=f"Docker {version.get('Version', '?')} (API {version.get('ApiVersion', '?')})",
-            detail=f"{version.get('Os', '')}/{version.get('Arch', '')}",
+            detail=f"{version.get('Os', '')}/{version.get('Arch', '')}; host firewall: {self.firewall_status()}",
         )
+
+    # Host packet filter ----------------------------------------------------------------
+
+    def engine_is_local(self) -> bool:
+        """True when the engine is reached over a unix socket, i.e. runs on this host
+        (decided from the endpoint alone: no engine call)."""
+        endpoint = self.config.endpoint or os.environ.get("DOCKER_HOST", "")
+        return endpoint == "" or endpoint.startswith("unix://")
+
+    def firewall_status(self) -> str:
+        """What keeps online sandboxes off the host's addresses, in words (never pretends)."""
+        if self.host_firewall == "external":
+            return "applied outside the console (host_firewall=external); not checked"
+        if not self.engine_is_local():
+            return "NOT in force: the engine is remote and the console can only filter its own host"
+        try:
+            self.ensure_firewall()
+        except RemoteError as exc:
+            return f"NOT in force: {exc.message}"
+        return "nftables table inet sandbox_console in force"
+
+    def ensure_firewall(self) -> None:
+        """Apply the host ruleset (once per adapter: it names no network, so new ones are
+        covered by their bridge-name prefix). In "auto" mode a ruleset that cannot be applied
+        refuses the online sandbox: its network would otherwise reach the host's own
+        addresses and the metadata range."""
+        if self.host_firewall == "external":
+            return
+        with self._firewall_lock:
+            if self._firewall_applied:
+                return
+            if not self.engine_is_local():
+                raise RemoteError(
+                    ErrorKind.UNSUPPORTED,
+                    "outbound needs the host packet filter, which the console applies only to a "
+                    "local engine; apply it on the engine's host and set host_firewall=external "
+                    "(docs/security.md)",
+                )
+            result = apply_ruleset(render_ruleset())
+            if not result.applied:
+                raise RemoteError(
+                    ErrorKind.UNSUPPORTED,
+                    f"outbound needs the host packet filter, and it could not be applied: {result.detail} "
+                    "(run the console as root with nftables installed, or apply it yourself and set "
+                    "host_firewall=external; docs/security.md)",
+                )
+            self._firewall_applied = True
 
     def network_capabilities(self) -> NetworkCapabilities:
         return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False)
@@ -433,8 +508,12 @@ class DockerBackend(Backend):
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         self._check_network_spec(spec.network)
+        if spec.network.allow_internet_access:
+            self.ensure_firewall()  # before anything is made: refused means nothing left behind
         image = self._resolve_image(spec.template_id)
-        network_mode = self._network_mode(spec.network)
+        if spec.workspace_volume and not _VOLUME_NAME.match(spec.workspace_volume):
+            raise RemoteError(ErrorKind.INVALID, f"not a volume name: {spec.workspace_volume!r}")
+        network_mode = self._network_mode(spec.network, spec.metadata)
         labels = {
             **metadata_labels(spec.metadata),
             LABEL_MANAGED: "1",
@@ -465,7 +544,7 @@ class DockerBackend(Backend):
                 memswap_limit=memory,  # no swap beyond the memory limit
                 nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
                 pids_limit=limits.pids,
-                security_opt=["no-new-privileges"],
+                **_hardening(),
                 binds=({spec.workspace_volume: {"bind": WORKSPACE, "mode": "rw"}} if spec.workspace_volume else None),
             )
             created = self.api.create_container(
@@ -652,24 +731,36 @@ class DockerBackend(Backend):
                 + ", ".join(unsupported),
             )
 
-    def _network_mode(self, network: NetworkSpec) -> str:
+    def _network_mode(self, network: NetworkSpec, metadata: Mapping[str, str]) -> str:
         if not network.allow_internet_access:
             return "none"
-        self._ensure_network()
-        return self.network_name
+        self.ensure_firewall()  # a sandbox on a bridge never exists without the filter
+        name = self.space_network_name(metadata.get(META_SPACE, ""))
+        self._ensure_network(name, metadata.get(META_SPACE, ""))
+        return name
 
-    def _ensure_network(self) -> None:
-        with _engine_call(f"network {self.network_name}"):
+    def space_network_name(self, space: str) -> str:
+        """The bridge network of one space's online sandboxes ("nospace" for none)."""
+        return f"{self.network_name}-{re.sub(r'[^A-Za-z0-9_.-]', '_', space)[:64] or 'nospace'}"
+
+    def _ensure_network(self, name: str, space: str) -> None:
+        with _engine_call(f"network {name}"):
             try:
-                self.api.inspect_network(self.network_name)
+                self.api.inspect_network(name)
                 return
             except docker.errors.NotFound:
                 pass
             try:
                 self.api.create_network(
-                    self.network_name,
+                    name,
                     driver="bridge",
-                    labels={LABEL_MANAGED: "1", LABEL_KIND: "network"},
+                    options={
+                        # Sandboxes of one space do not talk to each other either.
+                        "com.docker.network.bridge.enable_icc": "false",
+                        # The name prefix is what the host packet filter matches on.
+                        "com.docker.network.bridge.name": bridge_name(name),
+                    },
+                    labels={LABEL_MANAGED: "1", LABEL_KIND: KIND_NETWORK, LABEL_NETWORK_SPACE: space},
                 )
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:  # created meanwhile by another worker
@@ -851,10 +942,20 @@ class DockerBackend(Backend):
         return DockerPtys(self)
 
     def _run_checked(self, container_id: str, command: tuple[str, ...], what: str, user: str = "root") -> bytes:
-        result = self._run(container_id, command, user=user, timeout_s=60)
+        result = self._run(container_id, command, user=user, cwd="/", timeout_s=60)
         if result.exit_code == 0:
             return result.stdout
         _raise_for_command(result, what)
+
+
+def _hardening() -> dict[str, Any]:
+    """Host-config arguments every sandbox and build container gets."""
+    return {
+        "cap_drop": ["ALL"],
+        "cap_add": list(ROOT_CAPABILITIES),
+        "security_opt": list(SECURITY_OPTIONS),
+        "privileged": False,
+    }
 
 
 def _raise_for_command(result: ExecResult, what: str) -> NoReturn:
@@ -965,7 +1066,9 @@ class DockerFiles(FilesCapability):
 
     def _probe(self, sandbox_id: str, op: str, path: str) -> bytes:
         container_id = self.backend._container_id(sandbox_id)
-        return self.backend._run_checked(container_id, ("python3", "-c", _FS_PROBE, op, path), f"{op} {path}")
+        # -I and cwd "/": as root, python must not import modules the session user planted
+        # in the working directory (/workspace by default) or name in PYTHON* variables.
+        return self.backend._run_checked(container_id, ("python3", "-I", "-c", _FS_PROBE, op, path), f"{op} {path}")
 
     def make_dir(self, sandbox_id: str, path: str, *, user: str = "user") -> None:
         path = _check_path(path)
@@ -1247,7 +1350,7 @@ class DockerTemplates(TemplatesCapability):
             container_id = api.create_container(
                 image,
                 labels=build_labels,
-                host_config=api.create_host_config(network_mode="none", dns=["127.0.0.1"]),
+                host_config=api.create_host_config(network_mode="none", dns=["127.0.0.1"], **_hardening()),
             )["Id"]
         try:
             with _engine_call("starting the build container"):
