@@ -79,7 +79,7 @@ from .base import (
     VolumesCapability,
     is_snapshot_id,
 )
-from .docker_firewall import apply_ruleset, bridge_name, render_ruleset
+from .docker_firewall import apply_ruleset, bridge_name, render_ruleset, table_present
 from .docker_image import (
     DEFAULT_BASE_IMAGE,
     KIND_TEMPLATE,
@@ -410,7 +410,6 @@ class DockerBackend(Backend):
             raise RemoteError(
                 ErrorKind.INVALID, f"option 'host_firewall' must be one of {', '.join(HOST_FIREWALL_MODES)}"
             )
-        self._firewall_applied = False
         self._firewall_lock = threading.Lock()
         # Console sandboxes by full container id, as last inspected. Ids, labels, template and
         # creation time never change, so an id here needs no check that it is a console
@@ -463,34 +462,35 @@ class DockerBackend(Backend):
         return endpoint == "" or endpoint.startswith("unix://")
 
     def firewall_status(self) -> str:
-        """What keeps online sandboxes off the host's addresses, in words (never pretends)."""
+        """What keeps online sandboxes off the host's addresses, in words (never pretends).
+        Read-only: it looks at the host's ruleset and changes nothing."""
         if self.host_firewall == "external":
             return "applied outside the console (host_firewall=external); not checked"
         if not self.engine_is_local():
             return "NOT in force: the engine is remote and the console can only filter its own host"
-        try:
-            self.ensure_firewall()
-        except RemoteError as exc:
-            return f"NOT in force: {exc.message}"
-        return "nftables table inet sandbox_console in force"
+        present = table_present()
+        if present.applied:
+            return present.detail
+        return f"NOT in force: {present.detail} (applied at the next sandbox with outbound on, as root)"
 
     def ensure_firewall(self) -> None:
-        """Apply the host ruleset (once per adapter: it names no network, so new ones are
-        covered by their bridge-name prefix). In "auto" mode a ruleset that cannot be applied
-        refuses the online sandbox: its network would otherwise reach the host's own
-        addresses and the metadata range."""
+        """Make sure the host ruleset is loaded before an online sandbox exists (it names no
+        network: new ones are covered by their bridge-name prefix). Loaded only when missing,
+        so live set elements of the same table survive. In "auto" mode a ruleset that cannot
+        be loaded refuses the online sandbox: its network would otherwise reach the host's
+        own addresses and the metadata range."""
         if self.host_firewall == "external":
             return
+        if not self.engine_is_local():
+            raise RemoteError(
+                ErrorKind.UNSUPPORTED,
+                "outbound needs the host packet filter, which the console applies only to a "
+                "local engine; apply it on the engine's host and set host_firewall=external "
+                "(docs/security.md)",
+            )
         with self._firewall_lock:
-            if self._firewall_applied:
+            if table_present().applied:
                 return
-            if not self.engine_is_local():
-                raise RemoteError(
-                    ErrorKind.UNSUPPORTED,
-                    "outbound needs the host packet filter, which the console applies only to a "
-                    "local engine; apply it on the engine's host and set host_firewall=external "
-                    "(docs/security.md)",
-                )
             result = apply_ruleset(render_ruleset())
             if not result.applied:
                 raise RemoteError(
@@ -499,7 +499,6 @@ class DockerBackend(Backend):
                     "(run the console as root with nftables installed, or apply it yourself and set "
                     "host_firewall=external; docs/security.md)",
                 )
-            self._firewall_applied = True
 
     def network_capabilities(self) -> NetworkCapabilities:
         return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False)

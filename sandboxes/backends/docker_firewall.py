@@ -106,14 +106,13 @@ class FirewallResult:
     detail: str
 
 
-def apply_ruleset(ruleset: str) -> FirewallResult:
-    """Load the ruleset with `nft -f -`. Never raises: the caller decides what a failure means."""
+def _nft(args: list[str], stdin: str | None = None) -> FirewallResult:
     nft = shutil.which("nft") or next((p for p in ("/usr/sbin/nft", "/sbin/nft") if os.path.exists(p)), None)
     if nft is None:
         return FirewallResult(False, "nft (Debian package nftables) is not installed on the console's host")
     try:
         done = subprocess.run(
-            [nft, "-f", "-"], input=ruleset, capture_output=True, text=True, timeout=NFT_TIMEOUT_S, check=False
+            [nft, *args], input=stdin, capture_output=True, text=True, timeout=NFT_TIMEOUT_S, check=False
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return FirewallResult(False, f"nft could not run: {exc}")
@@ -121,8 +120,28 @@ def apply_ruleset(ruleset: str) -> FirewallResult:
         reason = (done.stderr or done.stdout).strip()[-500:]
         if os.geteuid() != 0:
             reason = f"the console does not run as root (uid {os.geteuid()}): {reason}"
-        return FirewallResult(False, f"nft refused the ruleset: {reason}")
+        return FirewallResult(False, reason)
     return FirewallResult(True, f"nftables table {TABLE_FAMILY} {TABLE_NAME} in force")
+
+
+def apply_ruleset(ruleset: str) -> FirewallResult:
+    """Load the ruleset with `nft -f -`. Never raises: the caller decides what a failure means."""
+    result = _nft(["-f", "-"], ruleset)
+    return result if result.applied else FirewallResult(False, f"nft refused the ruleset: {result.detail}")
+
+
+def table_present() -> FirewallResult:
+    """Whether the table is loaded now (read-only: a status check never changes the host).
+
+    Only its presence is checked: the same table will hold live elements (addresses the
+    resolver adds to sets) that re-applying the rendered file would drop.
+    """
+    result = _nft(["list", "table", TABLE_FAMILY, TABLE_NAME])
+    if result.applied:
+        return result
+    if "No such file" in result.detail:
+        return FirewallResult(False, f"the table {TABLE_FAMILY} {TABLE_NAME} is not loaded")
+    return FirewallResult(False, result.detail)
 
 
 def main(argv: list[str] | None = None) -> int:

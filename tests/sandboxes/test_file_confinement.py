@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from django.test import Client
 
-from console.services import Actor
+from console.services import SYSTEM, Actor, ServiceError
 from sandboxes.api import do_create_api_token
-from sandboxes.backends.base import ExecRequest
-from sandboxes.models import SandboxConfig
-from sandboxes.runtime import backend_for
+from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
+from sandboxes.binding import MemorySessionStore
+from sandboxes.models import SandboxConfig, Session
+from sandboxes.runtime import Runtime, backend_for
+from sandboxes.workspace import list_files, read_file, stage_input, write_file
+from tests.factories import make_config
 from tests.personas import World
 
 pytestmark = [pytest.mark.django_db, pytest.mark.docker]
@@ -200,8 +205,6 @@ def test_artifact_collection_skips_links_and_never_leaves_output(agent: Agent) -
 
 
 def test_the_session_page_browser_refuses_links_without_a_500(world: World, agent: Agent, client: Client) -> None:
-    from sandboxes.models import Session
-
     agent.shell("ln -s /root rootlink")
     session = Session.objects.get(space=world.space_a, key=KEY)
     client.force_login(world.alice)
@@ -209,3 +212,93 @@ def test_the_session_page_browser_refuses_links_without_a_500(world: World, agen
     assert page.status_code == 200
     assert b".bashrc" not in page.content
     assert b"symbolic link" in page.content
+
+
+def test_a_link_swapped_into_output_while_collecting_is_never_followed(agent: Agent) -> None:
+    agent.shell("mkdir -p output/d && echo inside > output/d/passwd && ln -s /etc output/link")
+    swapper = (
+        "import ctypes, time\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "end = time.time() + 30\n"
+        "while time.time() < end:\n"
+        "    libc.renameat2(-100, b'/workspace/output/d', -100, b'/workspace/output/link', 2)\n"
+    )
+    agent.post(
+        "exec",
+        {"argv": ["sh", "-c", 'setsid nohup python3 -c "$0" > /dev/null 2>&1 & echo $! > /tmp/swapper.pid', swapper]},
+    )
+    collected_files = 0
+    try:
+        for _ in range(12):
+            collected = agent.post("artifacts/collect")
+            assert collected.status_code == 200, collected.content
+            for artifact in collected.json()["artifacts"]:
+                download = agent.client.get(
+                    artifact["download_url"].replace("http://testserver", ""), headers=agent.headers
+                )
+                data = download.getvalue()
+                assert b"root:" not in data
+                collected_files += 1
+    finally:
+        agent.shell("kill $(cat /tmp/swapper.pid) 2>/dev/null; true")
+    assert collected_files  # the real file was collected at least once
+
+
+# The same layer on the remote backends (the fake E2B/Cube servers run real containers).
+
+
+@pytest.fixture(params=["e2b", pytest.param("cube", marks=pytest.mark.cube)])
+def remote_session(
+    request: pytest.FixtureRequest, world: World, settings: Any, test_run_id: str
+) -> Iterator[tuple[Runtime, Session]]:
+    fake = request.getfixturevalue(f"fake_{request.param}")
+    settings.CONSOLE_INSTALLATION_ID = f"test-conf-{test_run_id}-{uuid.uuid4().hex[:6]}"
+    config = make_config(
+        world.space_a,
+        kind=fake.personality,
+        endpoint=fake.api_url,
+        domain=fake.domain,
+        sandbox_url=fake.sandbox_url,
+        api_key=fake.api_key,
+        allow_private_endpoints=True,
+        default_template="base",
+        is_default=True,
+    )
+    runtime = Runtime(MemorySessionStore())
+    try:
+        yield runtime, runtime.resolve(world.space_a, "confined-remote").session
+    finally:
+        backend = backend_for(config)
+        for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
+            backend.delete(info.sandbox_id)
+
+
+@pytest.mark.e2b
+def test_remote_backends_go_through_the_same_confinement(remote_session: tuple[Runtime, Session]) -> None:
+    runtime, session = remote_session
+    sandbox_id = runtime.resolve_session(session).sandbox.sandbox_id
+    backend = backend_for(session.config)
+
+    def sh(line: str, user: str = "user") -> None:
+        result = backend.exec(sandbox_id, ExecRequest(shell=f"cd /workspace && {line}", user=user, timeout_s=30))
+        assert result.exit_code == 0, result
+
+    sh("ln -s /etc etclink && mkdir -p a/b && ln -s ../../../etc a/b/up")
+    for call in (
+        lambda: read_file(runtime, session, "etclink/passwd"),
+        lambda: read_file(runtime, session, "a/b/up/passwd"),
+        lambda: list_files(runtime, session, "etclink"),
+        lambda: write_file(runtime, session, "etclink/x", b"x", actor=SYSTEM),
+    ):
+        with pytest.raises(ServiceError):
+            call()
+    sh("mv input input.away && ln -s /etc input")
+    with pytest.raises(ServiceError):
+        stage_input(runtime, session, "evil.txt", b"x", actor=SYSTEM)
+    check = backend.exec(sandbox_id, ExecRequest(shell="ls /etc/evil.txt /etc/x", user="root"))
+    assert check.exit_code != 0
+    # Moved back, it may be a copy of the user's (a rename on overlayfs copies): refused too.
+    # Gone, root makes a fresh one.
+    sh("rm input")
+    assert stage_input(runtime, session, "fine.txt", b"ok", actor=SYSTEM).path == "/workspace/input/fine.txt"
+    assert read_file(runtime, session, "input/fine.txt") == b"ok"

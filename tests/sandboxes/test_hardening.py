@@ -309,9 +309,18 @@ def test_the_ruleset_is_in_force_and_applying_it_again_changes_nothing(
     assert render_ruleset() == render_ruleset()
     fresh = DockerBackend(BackendConfig(kind="docker"))
     fresh.ensure_firewall()
-    fresh.ensure_firewall()
     assert listed() == before
-    assert "in force" in fresh.firewall_status()
+    assert fresh.firewall_status() == "nftables table inet sandbox_console in force"
+    # Flushed behind the console's back (a firewall reload): reported, then loaded again
+    # before the next online sandbox.
+    subprocess.run(["nft", "delete", "table", "inet", TABLE_NAME], check=True)
+    try:
+        assert fresh.firewall_status().startswith("NOT in force: the table inet sandbox_console is not loaded")
+    finally:
+        fresh.ensure_firewall()
+    assert listed() == before
+    subprocess.run(["nft", "-f", "-"], input=render_ruleset(), text=True, check=True)  # idempotent
+    assert listed() == before
     fresh.close()
 
 
@@ -350,3 +359,16 @@ def test_a_remote_engine_gets_no_online_sandbox_until_its_host_filters(docker_ba
 def test_offline_sandboxes_stay_without_a_network(make_sandbox: SandboxMaker, backend: DockerBackend) -> None:
     offline = make_sandbox(f"space-c-{uuid.uuid4().hex[:8]}", network=OFFLINE)
     assert run(backend, offline.sandbox_id, "ls /sys/class/net").split() == ["lo"]
+
+
+@pytest.mark.parametrize("volume", ["/etc", "/var/run/docker.sock", "./here", "../up"])
+def test_a_host_path_is_never_mounted_as_the_workspace(
+    backend: DockerBackend, docker_base_image: str, test_run_id: str, engine: docker.APIClient, volume: str
+) -> None:
+    marker = {"test-run": test_run_id, "case": uuid.uuid4().hex}
+    with pytest.raises(RemoteError) as caught:
+        backend.create(
+            SandboxSpec(template_id=docker_base_image, network=OFFLINE, metadata=marker, workspace_volume=volume)
+        )
+    assert caught.value.kind == ErrorKind.INVALID
+    assert engine.containers(all=True, filters={"label": f"console.meta.case={marker['case']}"}) == []
