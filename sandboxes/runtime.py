@@ -27,6 +27,7 @@ import socket
 import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -553,14 +554,15 @@ class Runtime:
         return decrypt(session.traffic_token_encrypted)
 
 
-# The workspace layout every new sandbox gets: input/ read-only to the session user.
+# Run inside sandboxes for every file operation on /workspace (docs/security.md).
+WORKSPACE_HELPER_SOURCE = Path(__file__).with_name("workspace_helper.py").read_text()
+# The workspace layout every new sandbox gets: input/ read-only to the session user. Set by
+# the helper on descriptors opened without following links: a persistent workspace may hold
+# links its user planted (output -> /etc), which a plain chown would follow as root.
 PREPARE_WORKSPACE = ExecRequest(
-    shell=(
-        "mkdir -p /workspace/input /workspace/output"
-        " && chown root:root /workspace/input && chmod 0755 /workspace/input"
-        " && chown 1000:1000 /workspace /workspace/output"
-    ),
+    argv=("python3", "-I", "-c", WORKSPACE_HELPER_SOURCE, "prepare", ".", "1000"),
     user="root",
+    cwd="/",
     timeout_s=30,
 )
 

@@ -21,7 +21,6 @@ import posixpath
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -32,12 +31,12 @@ from console.services import Actor, ServiceError, record_audit
 
 from .backends.base import WORKSPACE, Backend, ErrorKind, ExecRequest, FileInfo, RemoteError
 from .models import Artifact, Session
-from .runtime import Runtime, backend_for
+from .runtime import WORKSPACE_HELPER_SOURCE, Runtime, backend_for
 
 INPUT = f"{WORKSPACE}/input"
 OUTPUT = f"{WORKSPACE}/output"
 
-HELPER_SOURCE = Path(__file__).with_name("workspace_helper.py").read_text()
+HELPER_SOURCE = WORKSPACE_HELPER_SOURCE
 # The helper's exit codes (see its docstring) and how each is told to the caller.
 _MISSING, _WRONG_KIND, _LINK, _DENIED, _STAGING, _BAD, _TOO_MANY = 2, 3, 4, 5, 6, 7, 8
 _COMMAND_NOT_FOUND = 127

@@ -9,7 +9,9 @@ Every path is walked component by component from an open descriptor of /workspac
 component opened relative to its parent with O_NOFOLLOW: a symbolic link anywhere on the way,
 planted before the call or swapped in while it runs, fails the call instead of being
 followed, so nothing outside /workspace is read, written or listed. `..` never appears (the
-console refuses it first, and so does this helper). Staging also checks that `input/` is
+console refuses it first, and so does this helper). `prepare` (root, when a sandbox is made)
+sets the layout's owners the same way, on descriptors, moving aside a link left in a
+persistent workspace. Staging also checks that `input/` is
 still the root-owned, not user-writable directory the image made (a user who owns
 /workspace can rename it away and put a link or a folder of their own in its place), and
 writes through a temporary name renamed into place, so no hard link is written through.
@@ -24,6 +26,7 @@ import json
 import os
 import stat
 import sys
+import time
 
 ROOT = "/workspace"
 MISSING, WRONG_KIND, LINK, DENIED, STAGING, BAD, TOO_MANY = 2, 3, 4, 5, 6, 7, 8
@@ -254,6 +257,37 @@ def do_tree(parts):
     return found
 
 
+def open_or_remake(root, name):
+    """The folder `name` under /workspace; a link or file there is moved aside, not followed."""
+    try:
+        return os.open(name, DIR_FLAGS, dir_fd=root)
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise refusal(error, [name]) from None
+        os.rename(name, f"{name}.replaced-{int(time.time())}", src_dir_fd=root, dst_dir_fd=root)
+    os.mkdir(name, 0o755, dir_fd=root)
+    return os.open(name, DIR_FLAGS, dir_fd=root)
+
+
+def do_prepare(uid):
+    """As root, at create: /workspace and output/ the user's, input/ root's and 0755.
+
+    A persistent workspace carries whatever the user left in it; owners and modes are set
+    on descriptors opened without following links, so no link makes root chown /etc.
+    """
+    root = open_root()
+    os.fchown(root, uid, uid)
+    for name, owner in (("input", 0), ("output", uid)):
+        fd = open_or_remake(root, name)
+        os.fchown(fd, owner, owner)
+        if owner == 0:
+            os.fchmod(fd, 0o755)
+        os.close(fd)
+    return {"prepared": ROOT}
+
+
 def main(argv):
     if len(argv) < 2:
         raise Refused(BAD, "usage: OP PATH [ARG]")
@@ -271,6 +305,8 @@ def main(argv):
         answer = do_write(parts, int(argv[2], 8))
     elif op == "stage":
         answer = do_stage(parts, int(argv[2], 8))
+    elif op == "prepare":
+        answer = do_prepare(int(argv[2]))
     else:
         raise Refused(BAD, "unknown operation " + op)
     sys.stdout.write(json.dumps(answer))

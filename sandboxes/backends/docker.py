@@ -16,7 +16,8 @@ Mapping of the contract (see docs/backends.md, "Docker"):
 - hardening: every capability dropped but `ROOT_CAPABILITIES`, no-new-privileges, the
   engine's default seccomp and AppArmor profiles, no host paths or engine socket inside.
 
-Imports nothing of the project but `base` (and the image builder next to it).
+Imports nothing of the project but `base` (and the image builder and the host packet filter
+next to it).
 """
 
 from __future__ import annotations
@@ -733,7 +734,6 @@ class DockerBackend(Backend):
     def _network_mode(self, network: NetworkSpec, metadata: Mapping[str, str]) -> str:
         if not network.allow_internet_access:
             return "none"
-        self.ensure_firewall()  # a sandbox on a bridge never exists without the filter
         name = self.space_network_name(metadata.get(META_SPACE, ""))
         self._ensure_network(name, metadata.get(META_SPACE, ""))
         return name

@@ -302,3 +302,24 @@ def test_remote_backends_go_through_the_same_confinement(remote_session: tuple[R
     sh("rm input")
     assert stage_input(runtime, session, "fine.txt", b"ok", actor=SYSTEM).path == "/workspace/input/fine.txt"
     assert read_file(runtime, session, "input/fine.txt") == b"ok"
+
+
+def test_links_left_in_a_persistent_workspace_never_redirect_the_layout(agent: Agent) -> None:
+    """A rebuild lays out the same volume again as root: input/ -> /etc and output/ -> /etc
+    are moved aside, not followed (a plain chown would hand /etc to uid 1000)."""
+    from sandboxes.models import Session
+
+    agent.shell("mv input input.mine && ln -s /etc input && rm -r output && ln -s /etc output")
+    session = Session.objects.get(key=KEY)
+    assert session.has_persistent_workspace
+    rebuilt = Runtime().rebuild(session, actor=SYSTEM)
+    agent.sandbox_id = rebuilt.sandbox.sandbox_id
+    layout = as_root(agent, "stat -c '%n %U %a %F' /etc /workspace/input /workspace/output; ls /workspace")
+    lines = layout.splitlines()
+    assert lines[:3] == [
+        "/etc root 755 directory",
+        "/workspace/input root 755 directory",
+        "/workspace/output user 755 directory",
+    ], layout
+    assert any(line.startswith("input.replaced-") for line in lines[3:]), layout
+    assert agent.put("input/after.txt", b"ok").status_code == 201
