@@ -522,6 +522,18 @@ class DockerBackend(Backend):
         }
         if spec.workspace_volume:
             self._ensure_volume(spec.workspace_volume, spec.metadata)
+        try:
+            container_id = self._create_and_start(image, labels, spec, network_mode)
+        except RemoteError as exc:
+            # The space's network went away under us: its last sandbox was deleted meanwhile
+            # and took it along (see _release_network). Make it again, once.
+            if exc.kind != ErrorKind.NOT_FOUND or network_mode == "none":
+                raise
+            network_mode = self._network_mode(spec.network, spec.metadata)
+            container_id = self._create_and_start(image, labels, spec, network_mode)
+        return self.get(container_id)
+
+    def _create_and_start(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
         container_id = self._create_container(image, labels, spec, network_mode)
         try:
             with _engine_call("starting the sandbox"):
@@ -531,7 +543,7 @@ class DockerBackend(Backend):
         except RemoteError:
             self._remove_container(container_id)
             raise
-        return self.get(container_id)
+        return container_id
 
     def _create_container(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
         limits = spec.resources
@@ -643,6 +655,20 @@ class DockerBackend(Backend):
                 return
             raise
         self._remove_container(info.sandbox_id)
+        self._release_network(info.metadata.get(META_SPACE, ""))
+
+    def _release_network(self, space: str) -> None:
+        """Remove the space's network once no container is on it, stopped ones included.
+        The engine's address pools hold a few dozen networks and spaces can be many more;
+        best effort, since a create may be using it again by now (then it stays)."""
+        name = self.space_network_name(space)
+        with suppress(RemoteError), _engine_call(f"releasing network {name}"):
+            try:
+                if self.api.containers(all=True, filters={"network": name}):
+                    return
+                self.api.remove_network(name)
+            except docker.errors.APIError:
+                return  # already gone, or in use again
 
     def _remove_container(self, container_id: str) -> None:
         self._seen.pop(container_id, None)

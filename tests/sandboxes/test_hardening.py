@@ -28,10 +28,12 @@ from sandboxes.backends.base import (
     BackendConfig,
     ErrorKind,
     ExecRequest,
+    IdleMode,
     NetworkSpec,
     RemoteError,
     SandboxInfo,
     SandboxSpec,
+    SandboxState,
 )
 from sandboxes.backends.docker import ROOT_CAPABILITIES, DockerBackend
 from sandboxes.backends.docker_firewall import BRIDGE_PREFIX, TABLE_NAME, bridge_name, render_ruleset
@@ -372,3 +374,29 @@ def test_a_host_path_is_never_mounted_as_the_workspace(
         )
     assert caught.value.kind == ErrorKind.INVALID
     assert engine.containers(all=True, filters={"label": f"console.meta.case={marker['case']}"}) == []
+
+
+def test_a_space_network_lives_as_long_as_a_sandbox_is_on_it(
+    docker_base_image: str, test_run_id: str, engine: docker.APIClient
+) -> None:
+    """Docker's address pools hold a few dozen networks: an unused space network goes."""
+    options = {"network": docker_test_network_name(test_run_id)}
+    stopping = DockerBackend(BackendConfig(kind="docker", idle_mode=IdleMode.STOP, options=options))
+    space = f"space-d-{uuid.uuid4().hex[:8]}"
+    metadata = {"test-run": test_run_id, META_SPACE: space}
+    name = stopping.space_network_name(space)
+    first, second = (
+        stopping.create(SandboxSpec(template_id=docker_base_image, network=ONLINE, metadata=metadata)) for _ in "12"
+    )
+    try:
+        assert stopping.pause(second.sandbox_id).state == SandboxState.STOPPED
+        stopping.delete(first.sandbox_id)
+        assert engine.networks(names=[name])  # the stopped one still needs it to resume
+        assert stopping.connect(second.sandbox_id).state == SandboxState.RUNNING
+        assert run(stopping, second.sandbox_id, "cat /sys/class/net/eth0/operstate") == "up\n"
+    finally:
+        stopping.delete(second.sandbox_id)
+    assert [n for n in engine.networks(names=[name]) if n["Name"] == name] == []
+    again = stopping.create(SandboxSpec(template_id=docker_base_image, network=ONLINE, metadata=metadata))
+    stopping.delete(again.sandbox_id)
+    stopping.close()
