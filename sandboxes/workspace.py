@@ -84,6 +84,8 @@ def run_helper(
     if result.timed_out:
         raise RemoteError(ErrorKind.TIMEOUT, f"{op} {path}: no answer from the sandbox in time")
     if result.exit_code == 0:
+        if result.truncated:
+            raise ServiceError(f"{op} {path}: the answer is larger than {max_output_bytes} bytes.")
         return result.stdout
     message = result.stderr.decode(errors="replace").strip()[:500] or f"exit code {result.exit_code}"
     if result.exit_code == _MISSING:
@@ -93,6 +95,13 @@ def run_helper(
     if result.exit_code in (_WRONG_KIND, _LINK, _DENIED, _STAGING, _BAD, _TOO_MANY):
         raise ServiceError(message, field_errors={"path": [message]})
     raise RemoteError(ErrorKind.INTERNAL, f"{op} {path}: {message}")
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise RemoteError(ErrorKind.INTERNAL, f"the sandbox's file helper answered no JSON: {data[:200]!r}") from exc
 
 
 def _file_info(row: dict[str, Any]) -> FileInfo:
@@ -120,7 +129,7 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
     if path == INPUT:
         raise ServiceError("Give the attachment a file name.", field_errors={"path": ["a file name is needed"]})
     backend, sandbox_id = _sandbox(runtime, session)
-    row = json.loads(run_helper(backend, sandbox_id, "stage", path, "444", user="root", stdin=data))
+    row = _json(run_helper(backend, sandbox_id, "stage", path, "444", user="root", stdin=data))
     info = _file_info(row)
     record_audit(
         actor,
@@ -136,14 +145,14 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
 def list_files(runtime: Runtime, session: Session, relative: str = "") -> list[FileInfo]:
     path = workspace_path(relative or WORKSPACE)
     backend, sandbox_id = _sandbox(runtime, session)
-    entries = [_file_info(row) for row in json.loads(run_helper(backend, sandbox_id, "list", path))]
+    entries = [_file_info(row) for row in _json(run_helper(backend, sandbox_id, "list", path))]
     return sorted(entries, key=lambda e: (not e.is_dir, e.name))
 
 
 def stat_file(runtime: Runtime, session: Session, relative: str) -> FileInfo:
     path = workspace_path(relative)
     backend, sandbox_id = _sandbox(runtime, session)
-    return _file_info(json.loads(run_helper(backend, sandbox_id, "stat", path)))
+    return _file_info(_json(run_helper(backend, sandbox_id, "stat", path)))
 
 
 def read_file(runtime: Runtime, session: Session, relative: str, *, max_bytes: int | None = None) -> bytes:
@@ -164,7 +173,7 @@ def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *
     if len(data) > settings.WORKSPACE_UPLOAD_MAX_BYTES:
         raise ServiceError(f"The file is larger than {settings.WORKSPACE_UPLOAD_MAX_BYTES} bytes.")
     backend, sandbox_id = _sandbox(runtime, session)
-    info = _file_info(json.loads(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
+    info = _file_info(_json(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
     record_audit(
         actor,
         "session.file_write",
@@ -183,7 +192,12 @@ class CollectResult:
     refused: list[str]
 
 
-_KIND_WORDS = {"l": "symlink", "o": "not a file or folder", "changed": "replaced by a link while listing"}
+_KIND_WORDS = {
+    "l": "symlink",
+    "o": "not a file or folder",
+    "changed": "replaced by a link while listing",
+    "name": "its name is not UTF-8",
+}
 
 
 def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> CollectResult:
@@ -193,7 +207,7 @@ def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> Co
     output/, or swapped in between listing and reading, is skipped, never followed.
     """
     backend, sandbox_id = _sandbox(runtime, session)
-    rows = json.loads(run_helper(backend, sandbox_id, "tree", OUTPUT))
+    rows = _json(run_helper(backend, sandbox_id, "tree", OUTPUT))
     collection = uuid.uuid4()
     refused: list[str] = []
     wanted: list[tuple[str, int]] = []

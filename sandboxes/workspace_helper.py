@@ -119,10 +119,15 @@ def walk(parts, create=False, staging=False):
     return fd
 
 
+def printable(text):
+    """A name as JSON can carry it: bytes that are not UTF-8 shown as U+FFFD."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def describe(info, name, path):
     return {
-        "path": path,
-        "name": name,
+        "path": printable(path),
+        "name": printable(name),
         "dir": stat.S_ISDIR(info.st_mode),
         "link": stat.S_ISLNK(info.st_mode),
         "size": info.st_size,
@@ -146,7 +151,10 @@ def do_stat(parts):
 def do_list(parts):
     fd = walk(parts)
     rows = []
-    for name in sorted(os.listdir(fd)):
+    names = os.listdir(fd)
+    if len(names) > TREE_MAX_ENTRIES:
+        raise Refused(TOO_MANY, f"{shown(parts)} has more than {TREE_MAX_ENTRIES} entries")
+    for name in sorted(names):
         try:
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -235,8 +243,10 @@ def do_tree(parts):
                 kind = "d" if stat.S_ISDIR(info.st_mode) else "f" if stat.S_ISREG(info.st_mode) else "l"
                 if not stat.S_ISLNK(info.st_mode) and kind == "l":
                     kind = "o"  # a FIFO, socket or device
-                found.append({"path": relative, "kind": kind, "size": info.st_size})
-                if kind == "d" and depth < TREE_MAX_DEPTH:
+                found.append({"path": printable(relative), "kind": kind, "size": info.st_size})
+                if printable(relative) != relative:
+                    found[-1]["kind"] = "name"  # not UTF-8: it could not be asked for again
+                elif kind == "d" and depth < TREE_MAX_DEPTH:
                     try:
                         child = os.open(entry.name, DIR_FLAGS, dir_fd=fd)
                     except OSError:

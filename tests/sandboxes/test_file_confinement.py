@@ -323,3 +323,13 @@ def test_links_left_in_a_persistent_workspace_never_redirect_the_layout(agent: A
     ], layout
     assert any(line.startswith("input.replaced-") for line in lines[3:]), layout
     assert agent.put("input/after.txt", b"ok").status_code == 201
+
+
+def test_names_that_are_not_utf8_are_listed_and_skipped_without_a_500(agent: Agent) -> None:
+    agent.shell("touch \"$(printf 'bad-\\377.txt')\" && touch \"output/$(printf 'bad-\\377.txt')\"")
+    listing = agent.get("files", path="")
+    assert listing.status_code == 200, listing.content
+    assert "bad-\ufffd.txt" in {entry["name"] for entry in listing.json()["entries"]}
+    collected = agent.post("artifacts/collect")
+    assert collected.status_code == 200, collected.content
+    assert any("not UTF-8" in refusal for refusal in collected.json()["refused"])
