@@ -16,6 +16,7 @@ import json
 import os
 import random
 import secrets
+import shutil
 import socket
 import subprocess
 import threading
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import pytest
+
+from tests.conftest import IN_CI
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
@@ -39,8 +42,13 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def require_root_networking() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to make network namespaces and dummy interfaces")
+    """Skip outside CI, fail in CI (which runs as root), like tests/conftest.require_service."""
+    if os.geteuid() == 0 and shutil.which("ip"):
+        return
+    problem = "root and `ip` (iproute2) to make network namespaces and dummy interfaces"
+    if IN_CI:
+        pytest.fail(f"[CI] required: {problem}", pytrace=False)
+    pytest.skip(f"needs {problem}")
 
 
 def route_device(address: str) -> tuple[str, str]:
