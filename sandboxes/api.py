@@ -29,8 +29,8 @@ from console.services import Actor, ServiceError, record_audit
 
 from .backends.base import ErrorKind, ExecRequest, RemoteError
 from .commands import kill_command, read_output, send_input, start_command
-from .models import ApiToken, Artifact, BackgroundCommand, Session
-from .runtime import GONE_KINDS, Resolved, Runtime, SessionDeleted, get_or_create_session
+from .models import ApiToken, Artifact, BackgroundCommand, Session, SessionState
+from .runtime import Resolved, Runtime, SessionDeleted, get_or_create_session
 from .workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
 TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
@@ -194,7 +194,9 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
             except SessionDeleted:
                 return session_deleted(kwargs.get("key", "")).response()
             except RemoteError as exc:
-                if exc.kind in GONE_KINDS and was_deleted(space_id, kwargs.get("key")):
+                # Whatever the backend said (a command cut by its container's removal ends
+                # as an internal error), a session deleted meanwhile is the answer.
+                if was_deleted(space_id, kwargs.get("key")):
                     return session_deleted(kwargs["key"]).response()
                 return remote_error(exc).response()
             except (ObjectDoesNotExist, IntegrityError):
@@ -210,8 +212,9 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
 
 
 def was_deleted(space_id: Any, key: str | None) -> bool:
-    """Whether the call's session is gone now (a DELETE raced the call)."""
-    return bool(key) and not Session.objects.filter(space_id=space_id, key=key).exists()
+    """Whether the call's session is gone now, or going (a DELETE raced the call)."""
+    live = Session.objects.filter(space_id=space_id, key=key).exclude(state=SessionState.GONE)
+    return bool(key) and not live.exists()
 
 
 def session_deleted(key: str) -> ApiError:

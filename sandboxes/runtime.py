@@ -28,6 +28,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -622,6 +623,8 @@ class Runtime:
         with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms):
             if not Session.objects.filter(pk=session.pk).exists():
                 raise SessionDeleted(session.key)  # a racing delete got there first
+            # Marked first: a call whose command this delete cuts then answers "deleted".
+            Session.objects.filter(pk=session.pk).update(state=SessionState.GONE)
             binding = self.store.get_binding(bkey)
             if binding is not None:
                 backend.delete(binding.sandbox_id)
@@ -664,14 +667,15 @@ class Runtime:
         return decrypt(session.traffic_token_encrypted)
 
 
-# The workspace layout every new sandbox gets: input/ read-only to the session user.
+# Run inside sandboxes for every file operation on /workspace (docs/security.md).
+WORKSPACE_HELPER_SOURCE = Path(__file__).with_name("workspace_helper.py").read_text()
+# The workspace layout every new sandbox gets: input/ read-only to the session user. Set by
+# the helper on descriptors opened without following links: a persistent workspace may hold
+# links its user planted (output -> /etc), which a plain chown would follow as root.
 PREPARE_WORKSPACE = ExecRequest(
-    shell=(
-        "mkdir -p /workspace/input /workspace/output"
-        " && chown root:root /workspace/input && chmod 0755 /workspace/input"
-        " && chown 1000:1000 /workspace /workspace/output"
-    ),
+    argv=("python3", "-I", "-c", WORKSPACE_HELPER_SOURCE, "prepare", ".", "1000"),
     user="root",
+    cwd="/",
     timeout_s=30,
 )
 

@@ -3,14 +3,25 @@
 Layout: /workspace/input holds attachments written by root, read-only to the session user
 (uid 1000); /workspace/output is what `collect_artifacts` copies out to Django storage at
 the end of a turn. Paths from callers are always relative to /workspace and never leave it.
+
+Confinement: the text check of `workspace_path` is only the first gate. Every operation runs
+inside the sandbox through the contract's exec, with `workspace_helper.py` (sent as source to
+the sandbox's python3 in isolated mode): it walks each path from /workspace one component at
+a time with O_NOFOLLOW, so links the session user planted (or swaps in mid-call) are refused,
+never followed. Everything the user asks for runs as the session user (uid 1000); only
+staging into the root-owned input/ runs as root, and the helper checks input/ is still that
+folder. The same path serves every backend, since it needs only exec and python3.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import posixpath
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 from django.conf import settings
 from django.core.files.base import ContentFile
@@ -18,12 +29,19 @@ from django.db import transaction
 
 from console.services import Actor, ServiceError, record_audit
 
-from .backends.base import WORKSPACE, ErrorKind, ExecRequest, FileInfo, FilesCapability, RemoteError
+from .backends.base import WORKSPACE, Backend, ErrorKind, ExecRequest, FileInfo, RemoteError
 from .models import Artifact, Session
-from .runtime import Runtime, backend_for
+from .runtime import WORKSPACE_HELPER_SOURCE, Runtime, backend_for
 
 INPUT = f"{WORKSPACE}/input"
 OUTPUT = f"{WORKSPACE}/output"
+
+HELPER_SOURCE = WORKSPACE_HELPER_SOURCE
+# The helper's exit codes (see its docstring) and how each is told to the caller.
+_MISSING, _WRONG_KIND, _LINK, _DENIED, _STAGING, _BAD, _TOO_MANY = 2, 3, 4, 5, 6, 7, 8
+_COMMAND_NOT_FOUND = 127
+HELPER_TIMEOUT_S = 120.0
+_JSON_MAX = 16 << 20
 
 
 def workspace_path(relative: str, *, under: str = WORKSPACE) -> str:
@@ -39,11 +57,68 @@ def workspace_path(relative: str, *, under: str = WORKSPACE) -> str:
     return normalised
 
 
-def files_of(session: Session) -> FilesCapability:
-    files = backend_for(session.config).files()
-    if files is None:
-        raise RemoteError(ErrorKind.UNSUPPORTED, "this backend has no file access")
-    return files
+def _relative(path: str) -> str:
+    return path.removeprefix(WORKSPACE).lstrip("/") or "."
+
+
+def run_helper(
+    backend: Backend,
+    sandbox_id: str,
+    op: str,
+    path: str,
+    *extra: str,
+    user: str = "user",
+    stdin: bytes | None = None,
+    max_output_bytes: int = _JSON_MAX,
+) -> bytes:
+    """Run one confined operation on `path` (absolute, under /workspace); its stdout."""
+    request = ExecRequest(
+        argv=("python3", "-I", "-c", HELPER_SOURCE, op, _relative(path), *extra),
+        user=user,
+        cwd="/",
+        stdin=stdin,
+        timeout_s=HELPER_TIMEOUT_S,
+        max_output_bytes=max_output_bytes,
+    )
+    result = backend.exec(sandbox_id, request)
+    if result.timed_out:
+        raise RemoteError(ErrorKind.TIMEOUT, f"{op} {path}: no answer from the sandbox in time")
+    if result.exit_code == 0:
+        if result.truncated:
+            raise ServiceError(f"{op} {path}: the answer is larger than {max_output_bytes} bytes.")
+        return result.stdout
+    message = result.stderr.decode(errors="replace").strip()[:500] or f"exit code {result.exit_code}"
+    if result.exit_code == _MISSING:
+        raise RemoteError(ErrorKind.NOT_FOUND, message)
+    if result.exit_code == _COMMAND_NOT_FOUND:
+        raise RemoteError(ErrorKind.UNSUPPORTED, "file access needs python3 in the sandbox's template")
+    if result.exit_code in (_WRONG_KIND, _LINK, _DENIED, _STAGING, _BAD, _TOO_MANY):
+        raise ServiceError(message, field_errors={"path": [message]})
+    raise RemoteError(ErrorKind.INTERNAL, f"{op} {path}: {message}")
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise RemoteError(ErrorKind.INTERNAL, f"the sandbox's file helper answered no JSON: {data[:200]!r}") from exc
+
+
+def _file_info(row: dict[str, Any]) -> FileInfo:
+    return FileInfo(
+        path=row["path"],
+        name=row["name"],
+        is_dir=bool(row["dir"]),
+        size=int(row["size"]),
+        mode=int(row["mode"]),
+        is_symlink=bool(row["link"]),
+        modified=datetime.fromtimestamp(float(row["mtime"]), UTC),
+    )
+
+
+def _sandbox(runtime: Runtime, session: Session) -> tuple[Backend, str]:
+    resolved = runtime.resolve_session(session)
+    return backend_for(session.config), resolved.sandbox.sandbox_id
 
 
 def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, actor: Actor) -> FileInfo:
@@ -53,15 +128,9 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
     path = workspace_path(name, under=INPUT)
     if path == INPUT:
         raise ServiceError("Give the attachment a file name.", field_errors={"path": ["a file name is needed"]})
-    resolved = runtime.resolve_session(session)
-    files = files_of(session)
-    parent = posixpath.dirname(path)
-    if parent != INPUT:
-        backend_for(session.config).exec(
-            resolved.sandbox.sandbox_id,
-            ExecRequest(argv=("mkdir", "-p", parent), user="root", timeout_s=30),
-        )
-    info = files.write(resolved.sandbox.sandbox_id, path, data, mode=0o444, user="root")
+    backend, sandbox_id = _sandbox(runtime, session)
+    row = _json(run_helper(backend, sandbox_id, "stage", path, "444", user="root", stdin=data))
+    info = _file_info(row)
     record_audit(
         actor,
         "session.input_upload",
@@ -75,16 +144,22 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
 
 def list_files(runtime: Runtime, session: Session, relative: str = "") -> list[FileInfo]:
     path = workspace_path(relative or WORKSPACE)
-    resolved = runtime.resolve_session(session)
-    entries = files_of(session).list(resolved.sandbox.sandbox_id, path)
+    backend, sandbox_id = _sandbox(runtime, session)
+    entries = [_file_info(row) for row in _json(run_helper(backend, sandbox_id, "list", path))]
     return sorted(entries, key=lambda e: (not e.is_dir, e.name))
+
+
+def stat_file(runtime: Runtime, session: Session, relative: str) -> FileInfo:
+    path = workspace_path(relative)
+    backend, sandbox_id = _sandbox(runtime, session)
+    return _file_info(_json(run_helper(backend, sandbox_id, "stat", path)))
 
 
 def read_file(runtime: Runtime, session: Session, relative: str, *, max_bytes: int | None = None) -> bytes:
     path = workspace_path(relative)
-    resolved = runtime.resolve_session(session)
+    backend, sandbox_id = _sandbox(runtime, session)
     limit = max_bytes or settings.WORKSPACE_READ_MAX_BYTES
-    data = files_of(session).read(resolved.sandbox.sandbox_id, path, max_bytes=limit + 1)
+    data = run_helper(backend, sandbox_id, "read", path, str(limit + 1), max_output_bytes=limit + 1)
     if len(data) > limit:
         raise ServiceError(f"{relative} is larger than {limit} bytes; collect it as an artifact instead.")
     return data
@@ -97,8 +172,8 @@ def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *
         raise ServiceError("/workspace/input is read-only; upload attachments to input instead.")
     if len(data) > settings.WORKSPACE_UPLOAD_MAX_BYTES:
         raise ServiceError(f"The file is larger than {settings.WORKSPACE_UPLOAD_MAX_BYTES} bytes.")
-    resolved = runtime.resolve_session(session)
-    info = files_of(session).write(resolved.sandbox.sandbox_id, path, data, user="user")
+    backend, sandbox_id = _sandbox(runtime, session)
+    info = _file_info(_json(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
     record_audit(
         actor,
         "session.file_write",
@@ -117,37 +192,36 @@ class CollectResult:
     refused: list[str]
 
 
-# Lists /workspace/output as NUL-separated "type size path" records, without following links.
-_LIST_OUTPUT = "cd /workspace/output 2>/dev/null || exit 0; find . -mindepth 1 -printf '%y %s %P\\0'"
+_KIND_WORDS = {
+    "l": "symlink",
+    "o": "not a file or folder",
+    "changed": "replaced by a link while listing",
+    "name": "its name is not UTF-8",
+}
 
 
 def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> CollectResult:
-    """Copy /workspace/output out to Django storage (caps, no symlinks, no traversal)."""
-    resolved = runtime.resolve_session(session)
-    sandbox_id = resolved.sandbox.sandbox_id
-    backend = backend_for(session.config)
-    listing = backend.exec(
-        sandbox_id, ExecRequest(shell=_LIST_OUTPUT, user="root", timeout_s=60, max_output_bytes=4 << 20)
-    )
-    if listing.exit_code != 0 or listing.truncated:
-        raise RemoteError(ErrorKind.INTERNAL, f"cannot list /workspace/output: {listing.stderr[:200]!r}")
-    files = files_of(session)
+    """Copy /workspace/output out to Django storage (caps, no symlinks, no traversal).
+
+    Listed and read as the session user through the confined helper: a link planted in
+    output/, or swapped in between listing and reading, is skipped, never followed.
+    """
+    backend, sandbox_id = _sandbox(runtime, session)
+    rows = _json(run_helper(backend, sandbox_id, "tree", OUTPUT))
     collection = uuid.uuid4()
     refused: list[str] = []
     wanted: list[tuple[str, int]] = []
-    for record in listing.stdout.split(b"\0"):
-        if not record:
-            continue
-        kind, size_text, name = record.decode(errors="replace").split(" ", 2)
+    for row in rows:
+        kind, name, size = str(row["kind"]), str(row["path"]), int(row["size"])
         if kind == "d":
             continue
         if kind != "f":
-            refused.append(f"{name}: not a regular file ({'symlink' if kind == 'l' else kind}), skipped")
+            refused.append(f"{name}: not a regular file ({_KIND_WORDS.get(kind, kind)}), skipped")
             continue
         if ".." in name.split("/") or name.startswith("/"):
             refused.append(f"{name}: path leaves the output folder, skipped")
             continue
-        wanted.append((name, int(size_text)))
+        wanted.append((name, size))
     total = 0
     picked: list[tuple[str, int]] = []
     for name, size in sorted(wanted):
@@ -164,7 +238,14 @@ def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> Co
     stored: list[Artifact] = []
     try:
         for name, _ in picked:
-            data = files.read(sandbox_id, f"{OUTPUT}/{name}", max_bytes=settings.ARTIFACT_MAX_FILE_BYTES + 1)
+            cap = settings.ARTIFACT_MAX_FILE_BYTES + 1
+            try:
+                data = run_helper(backend, sandbox_id, "read", f"{OUTPUT}/{name}", str(cap), max_output_bytes=cap)
+            except (ServiceError, RemoteError) as exc:
+                if isinstance(exc, RemoteError) and exc.kind != ErrorKind.NOT_FOUND:
+                    raise
+                refused.append(f"{name}: changed while collecting ({exc}), skipped")
+                continue
             if len(data) > settings.ARTIFACT_MAX_FILE_BYTES:
                 refused.append(f"{name}: grew past the cap while collecting, skipped")
                 continue

@@ -13,6 +13,13 @@ source scripts/keys.sh
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   echo "==> Docker engine answers; making sure the base template image exists"
   .venv/bin/python manage.py build_base_image
+  # Online sandboxes need the host packet filter (docs/security.md); only root can load it.
+  if [ "$(id -u)" = 0 ]; then
+    command -v nft >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables; }
+    .venv/bin/python -m sandboxes.backends.docker_firewall || true
+  else
+    echo "==> not root: the host packet filter is not applied, so sessions with outbound on are refused (docs/security.md)"
+  fi
 else
   echo "==> no Docker engine answers: the Docker backend stays unavailable until one runs (see docs/operations.md)"
 fi

@@ -9,10 +9,15 @@ Mapping of the contract (see docs/backends.md, "Docker"):
   snapshots are `docker commit` images labelled `console.kind=snapshot`, shown as
   `snap-<12 hex of the image id>`;
 - idle = `docker pause` or `docker stop` per the config's idle mode, resumed by connect();
-- outbound off = network mode "none"; on = a console-managed bridge network. DNS is always
-  127.0.0.1, so nothing inside a sandbox reaches an outside resolver.
+- outbound off = network mode "none"; on = the space's own console-managed bridge network
+  (inter-container traffic off), kept off the host's addresses and link-local/metadata by
+  the host packet filter of `docker_firewall`. DNS is always 127.0.0.1, so nothing inside a
+  sandbox reaches an outside resolver;
+- hardening: every capability dropped but `ROOT_CAPABILITIES`, no-new-privileges, the
+  engine's default seccomp and AppArmor profiles, no host paths or engine socket inside.
 
-Imports nothing of the project but `base` and `guard` (and the image builder next to it).
+Imports nothing of the project but `base` and `guard` (and the image builder and the host
+packet filter next to it).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ import urllib3.exceptions
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 
 from .base import (
+    META_SPACE,
     SANDBOX_UID,
     SNAPSHOT_PREFIX,
     WORKSPACE,
@@ -77,6 +83,7 @@ from .base import (
     VolumesCapability,
     is_snapshot_id,
 )
+from .docker_firewall import apply_ruleset, bridge_name, render_ruleset, table_present
 from .docker_image import (
     DEFAULT_BASE_IMAGE,
     KIND_TEMPLATE,
@@ -103,6 +110,15 @@ LABEL_SNAPSHOT_SOURCE = "console.snapshot.source"
 LABEL_SNAPSHOT_NAME = "console.snapshot.name"
 
 DEFAULT_NETWORK = "sandbox-console-net"
+KIND_NETWORK = "network"
+LABEL_NETWORK_SPACE = "console.network.space"
+# What the root install path (apt/dpkg, pip, npm, chown of /workspace, killing the session
+# user's timed-out commands) needs; every other capability is dropped. Why each is kept:
+# docs/security.md, "Sandbox hardening".
+ROOT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID")
+# Left to the engine on purpose: no "seccomp=…" or "apparmor=…" entry keeps its defaults.
+SECURITY_OPTIONS = ("no-new-privileges",)
+HOST_FIREWALL_MODES = ("auto", "external")
 SNAPSHOT_REPOSITORY = "sandbox-console/snapshots"
 TEMPLATE_REPOSITORY = "sandbox-console"
 DEFAULT_API_TIMEOUT_S = 120
@@ -112,6 +128,8 @@ PTY_PID_DIR = "/tmp/.console-pty"  # noqa: S108 - a path inside the sandbox, not
 # Exec users: the sandbox account, or root for the explicit install path. (uid, home)
 _USERS = {"user": (SANDBOX_UID, "/home/user"), "root": (0, "/root")}
 _SANDBOX_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+# A named volume, never a host path ("/etc", "./x" would be bind mounts).
+_VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,254}$")
 _TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _STATES = {
     "created": SandboxState.STARTING,
@@ -372,9 +390,12 @@ class _Demuxer:
 class DockerBackend(Backend):
     """Sandboxes as long-lived containers on a Docker engine (local socket or base URL).
 
-    Options (BackendConfig.options): `network` (managed bridge name, default
-    "sandbox-console-net"), `timeout` (seconds per engine call, default 120),
-    `base_image` (the template used when a build names none).
+    Options (BackendConfig.options): `network` (prefix of the per-space bridge networks,
+    default "sandbox-console-net"), `timeout` (seconds per engine call, default 120),
+    `base_image` (the template used when a build names none), `host_firewall` ("auto":
+    the console applies the host packet filter when the engine is local and refuses online
+    sandboxes while it is not in force; "external": an operator applies it on the engine's
+    host, e.g. for a remote engine, and health says so).
     """
 
     kind = "docker"
@@ -391,6 +412,12 @@ class DockerBackend(Backend):
         except ValueError:
             raise RemoteError(ErrorKind.INVALID, "option 'timeout' must be a whole number of seconds") from None
         self.base_image = config.options.get("base_image", DEFAULT_BASE_IMAGE)
+        self.host_firewall = config.options.get("host_firewall", "auto")
+        if self.host_firewall not in HOST_FIREWALL_MODES:
+            raise RemoteError(
+                ErrorKind.INVALID, f"option 'host_firewall' must be one of {', '.join(HOST_FIREWALL_MODES)}"
+            )
+        self._firewall_lock = threading.Lock()
         # Console sandboxes by full container id, as last inspected. Ids, labels, template and
         # creation time never change, so an id here needs no check that it is a console
         # sandbox, and a pause needs no inspect before it; the state is never reused.
@@ -479,8 +506,55 @@ class DockerBackend(Backend):
         return HealthInfo(
             ok=True,
             version=f"Docker {version.get('Version', '?')} (API {version.get('ApiVersion', '?')})",
-            detail=f"{version.get('Os', '')}/{version.get('Arch', '')}",
+            detail=f"{version.get('Os', '')}/{version.get('Arch', '')}; host firewall: {self.firewall_status()}",
         )
+
+    # Host packet filter ----------------------------------------------------------------
+
+    def engine_is_local(self) -> bool:
+        """True when the engine is reached over a unix socket, i.e. runs on this host
+        (decided from the endpoint alone: no engine call)."""
+        endpoint = self.config.endpoint or os.environ.get("DOCKER_HOST", "")
+        return endpoint == "" or endpoint.startswith("unix://")
+
+    def firewall_status(self) -> str:
+        """What keeps online sandboxes off the host's addresses, in words (never pretends).
+        Read-only: it looks at the host's ruleset and changes nothing."""
+        if self.host_firewall == "external":
+            return "applied outside the console (host_firewall=external); not checked"
+        if not self.engine_is_local():
+            return "NOT in force: the engine is remote and the console can only filter its own host"
+        present = table_present()
+        if present.applied:
+            return present.detail
+        return f"NOT in force: {present.detail} (applied at the next sandbox with outbound on, as root)"
+
+    def ensure_firewall(self) -> None:
+        """Make sure the host ruleset is loaded before an online sandbox exists (it names no
+        network: new ones are covered by their bridge-name prefix). Loaded only when missing,
+        so live set elements of the same table survive. In "auto" mode a ruleset that cannot
+        be loaded refuses the online sandbox: its network would otherwise reach the host's
+        own addresses and the metadata range."""
+        if self.host_firewall == "external":
+            return
+        if not self.engine_is_local():
+            raise RemoteError(
+                ErrorKind.UNSUPPORTED,
+                "outbound needs the host packet filter, which the console applies only to a "
+                "local engine; apply it on the engine's host and set host_firewall=external "
+                "(docs/security.md)",
+            )
+        with self._firewall_lock:
+            if table_present().applied:
+                return
+            result = apply_ruleset(render_ruleset())
+            if not result.applied:
+                raise RemoteError(
+                    ErrorKind.UNSUPPORTED,
+                    f"outbound needs the host packet filter, and it could not be applied: {result.detail} "
+                    "(run the console as root with nftables installed, or apply it yourself and set "
+                    "host_firewall=external; docs/security.md)",
+                )
 
     def network_capabilities(self) -> NetworkCapabilities:
         return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False)
@@ -489,8 +563,12 @@ class DockerBackend(Backend):
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         self._check_network_spec(spec.network)
+        if spec.network.allow_internet_access:
+            self.ensure_firewall()  # before anything is made: refused means nothing left behind
         image = self._resolve_image(spec.template_id)
-        network_mode = self._network_mode(spec.network)
+        if spec.workspace_volume and not _VOLUME_NAME.match(spec.workspace_volume):
+            raise RemoteError(ErrorKind.INVALID, f"not a volume name: {spec.workspace_volume!r}")
+        network_mode = self._network_mode(spec.network, spec.metadata)
         labels = {
             **metadata_labels(spec.metadata),
             LABEL_MANAGED: "1",
@@ -499,6 +577,18 @@ class DockerBackend(Backend):
         }
         if spec.workspace_volume:
             self._ensure_volume(spec.workspace_volume, spec.metadata)
+        try:
+            container_id = self._create_and_start(image, labels, spec, network_mode)
+        except RemoteError as exc:
+            # The space's network went away under us: its last sandbox was deleted meanwhile
+            # and took it along (see _release_network). Make it again, once.
+            if exc.kind != ErrorKind.NOT_FOUND or network_mode == "none":
+                raise
+            network_mode = self._network_mode(spec.network, spec.metadata)
+            container_id = self._create_and_start(image, labels, spec, network_mode)
+        return self.get(container_id)
+
+    def _create_and_start(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
         container_id = self._create_container(image, labels, spec, network_mode)
         try:
             with _engine_call("starting the sandbox"):
@@ -508,7 +598,7 @@ class DockerBackend(Backend):
         except RemoteError:
             self._remove_container(container_id)
             raise
-        return self.get(container_id)
+        return container_id
 
     def _create_container(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
         limits = spec.resources
@@ -521,7 +611,7 @@ class DockerBackend(Backend):
                 memswap_limit=memory,  # no swap beyond the memory limit
                 nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
                 pids_limit=limits.pids,
-                security_opt=["no-new-privileges"],
+                **_hardening(),
                 binds=({spec.workspace_volume: {"bind": WORKSPACE, "mode": "rw"}} if spec.workspace_volume else None),
             )
             created = self.api.create_container(
@@ -620,6 +710,20 @@ class DockerBackend(Backend):
                 return
             raise
         self._remove_container(info.sandbox_id)
+        self._release_network(info.metadata.get(META_SPACE, ""))
+
+    def _release_network(self, space: str) -> None:
+        """Remove the space's network once no container is on it, stopped ones included.
+        The engine's address pools hold a few dozen networks and spaces can be many more;
+        best effort, since a create may be using it again by now (then it stays)."""
+        name = self.space_network_name(space)
+        with suppress(RemoteError), _engine_call(f"releasing network {name}"):
+            try:
+                if self.api.containers(all=True, filters={"network": name}):
+                    return
+                self.api.remove_network(name)
+            except docker.errors.APIError:
+                return  # already gone, or in use again
 
     def _remove_container(self, container_id: str) -> None:
         self._seen.pop(container_id, None)
@@ -712,24 +816,35 @@ class DockerBackend(Backend):
                 + ", ".join(unsupported),
             )
 
-    def _network_mode(self, network: NetworkSpec) -> str:
+    def _network_mode(self, network: NetworkSpec, metadata: Mapping[str, str]) -> str:
         if not network.allow_internet_access:
             return "none"
-        self._ensure_network()
-        return self.network_name
+        name = self.space_network_name(metadata.get(META_SPACE, ""))
+        self._ensure_network(name, metadata.get(META_SPACE, ""))
+        return name
 
-    def _ensure_network(self) -> None:
-        with _engine_call(f"network {self.network_name}"):
+    def space_network_name(self, space: str) -> str:
+        """The bridge network of one space's online sandboxes ("nospace" for none)."""
+        return f"{self.network_name}-{re.sub(r'[^A-Za-z0-9_.-]', '_', space)[:64] or 'nospace'}"
+
+    def _ensure_network(self, name: str, space: str) -> None:
+        with _engine_call(f"network {name}"):
             try:
-                self.api.inspect_network(self.network_name)
+                self.api.inspect_network(name)
                 return
             except docker.errors.NotFound:
                 pass
             try:
                 self.api.create_network(
-                    self.network_name,
+                    name,
                     driver="bridge",
-                    labels={LABEL_MANAGED: "1", LABEL_KIND: "network"},
+                    options={
+                        # Sandboxes of one space do not talk to each other either.
+                        "com.docker.network.bridge.enable_icc": "false",
+                        # The name prefix is what the host packet filter matches on.
+                        "com.docker.network.bridge.name": bridge_name(name),
+                    },
+                    labels={LABEL_MANAGED: "1", LABEL_KIND: KIND_NETWORK, LABEL_NETWORK_SPACE: space},
                 )
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:  # created meanwhile by another worker
@@ -911,10 +1026,20 @@ class DockerBackend(Backend):
         return DockerPtys(self)
 
     def _run_checked(self, container_id: str, command: tuple[str, ...], what: str, user: str = "root") -> bytes:
-        result = self._run(container_id, command, user=user, timeout_s=60)
+        result = self._run(container_id, command, user=user, cwd="/", timeout_s=60)
         if result.exit_code == 0:
             return result.stdout
         _raise_for_command(result, what)
+
+
+def _hardening() -> dict[str, Any]:
+    """Host-config arguments every sandbox and build container gets."""
+    return {
+        "cap_drop": ["ALL"],
+        "cap_add": list(ROOT_CAPABILITIES),
+        "security_opt": list(SECURITY_OPTIONS),
+        "privileged": False,
+    }
 
 
 def _raise_for_command(result: ExecResult, what: str) -> NoReturn:
@@ -1025,7 +1150,9 @@ class DockerFiles(FilesCapability):
 
     def _probe(self, sandbox_id: str, op: str, path: str) -> bytes:
         container_id = self.backend._container_id(sandbox_id)
-        return self.backend._run_checked(container_id, ("python3", "-c", _FS_PROBE, op, path), f"{op} {path}")
+        # -I and cwd "/": as root, python must not import modules the session user planted
+        # in the working directory (/workspace by default) or name in PYTHON* variables.
+        return self.backend._run_checked(container_id, ("python3", "-I", "-c", _FS_PROBE, op, path), f"{op} {path}")
 
     def make_dir(self, sandbox_id: str, path: str, *, user: str = "user") -> None:
         path = _check_path(path)
@@ -1307,7 +1434,7 @@ class DockerTemplates(TemplatesCapability):
             container_id = api.create_container(
                 image,
                 labels=build_labels,
-                host_config=api.create_host_config(network_mode="none", dns=["127.0.0.1"]),
+                host_config=api.create_host_config(network_mode="none", dns=["127.0.0.1"], **_hardening()),
             )["Id"]
         try:
             with _engine_call("starting the build container"):

@@ -8,6 +8,7 @@ leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import uuid
@@ -69,8 +70,12 @@ def sweep_docker_leftovers(client: object, run_id: str) -> None:
     for key in DOCKER_RUN_LABELS:
         for volume in api.volumes(filters={"label": f"{key}={run_id}"}).get("Volumes") or []:
             api.remove_volume(volume["Name"], force=True)
-    for network in api.networks(names=[docker_test_network_name(run_id)]):
-        api.remove_network(network["Id"])
+    # The per-space networks are named "<the run's network>-<space>".
+    prefix = docker_test_network_name(run_id)
+    for network in api.networks(names=[prefix]):
+        if network["Name"] == prefix or network["Name"].startswith(prefix + "-"):
+            with contextlib.suppress(docker.errors.APIError):  # still in use by a leftover
+                api.remove_network(network["Id"])
 
 
 @pytest.fixture(scope="session")

@@ -135,7 +135,7 @@ class TestDockerBackend:
             backend.exec(info.sandbox_id, ExecRequest(argv=("true",)))
         assert caught.value.kind == ErrorKind.CONFLICT
 
-    def test_offline_sandboxes_have_no_network_and_online_ones_the_managed_bridge(
+    def test_offline_sandboxes_have_no_network_and_online_ones_a_managed_bridge(
         self, backend: DockerBackend, make_sandbox: SandboxFactory, engine: docker.DockerClient
     ) -> None:
         offline = make_sandbox()
@@ -143,7 +143,7 @@ class TestDockerBackend:
         assert run(backend, offline.sandbox_id, "ls /sys/class/net").split() == ["lo"]
         assert "eth0" in run(backend, online.sandbox_id, "ls /sys/class/net").split()
         networks = engine.api.inspect_container(online.sandbox_id)["NetworkSettings"]["Networks"]
-        assert list(networks) == [backend.network_name]
+        assert list(networks) == [backend.space_network_name("")]  # no space in its metadata
         for info in (offline, online):
             host_config = engine.api.inspect_container(info.sandbox_id)["HostConfig"]
             assert host_config["Dns"] == ["127.0.0.1"]

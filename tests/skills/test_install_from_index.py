@@ -1,14 +1,14 @@
 """Skill installs from a pip index URL (and an npm registry URL) on the real Docker engine.
 
-The index is a PEP 503 simple index the test serves itself, bound to the gateway address of
-the console-managed bridge network the Docker backend puts sandboxes with outbound on. No
-sandbox is ever pointed at anything but that server (or a free port on the same address),
-and by IP: sandbox DNS is 127.0.0.1.
+The index is a PEP 503 simple index the test serves itself inside a network namespace of its
+own (tests/netns.py), which sandboxes reach through the host's forward path as they would a
+real index (the host's own addresses, the bridge gateway included, are unreachable from
+sandboxes). No sandbox is ever pointed at anything but that server (or a free port on the
+same address), and by IP: sandbox DNS is 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import socket
 from collections.abc import Iterator
@@ -20,13 +20,13 @@ import pytest
 
 from console.models import JobStatus
 from sandboxes.backends.base import ExecRequest
-from sandboxes.backends.docker import DockerBackend
 from sandboxes.binding import RedisSessionStore
 from sandboxes.models import PlatformBackend, SandboxConfig
-from sandboxes.runtime import Runtime, backend_for
+from sandboxes.runtime import Runtime
 from skills.images import current_image
 from tests.conftest import REDIS_URL
 from tests.factories import make_config
+from tests.netns import Namespace, namespace
 from tests.personas import World
 from tests.skills.helpers import REGULAR, build_zip
 from tests.skills.install_helpers import (
@@ -63,28 +63,22 @@ def config(world: World, docker_base_image: str, installation: str) -> Iterator[
 
 
 @pytest.fixture
-def bridge(config: SandboxConfig) -> ipaddress.IPv4Interface:
-    """The gateway (this machine's address) and subnet of the bridge network the config's
-    Docker backend puts sandboxes with outbound on, from the engine's IPAM. Made the way the
-    backend makes it if this engine has none yet; it is the console's own network and stays,
-    as in any deployment (removing it could break another run using it at the same time).
-    """
-    backend = backend_for(config)
-    assert isinstance(backend, DockerBackend)
-    backend._ensure_network()
-    ipam = backend.api.inspect_network(backend.network_name)["IPAM"]["Config"]
-    row = next(row for row in ipam if ":" not in row["Subnet"])  # the IPv4 pool
-    return ipaddress.IPv4Interface(f"{row['Gateway']}/{ipaddress.IPv4Network(row['Subnet']).prefixlen}")
+def source_host() -> Iterator[Namespace]:
+    """The package source's machine: a namespace of the test's own behind a veth pair."""
+    with namespace() as made:
+        yield made
 
 
 @pytest.fixture
-def gateway(bridge: ipaddress.IPv4Interface) -> str:
-    return str(bridge.ip)
+def gateway(source_host: Namespace) -> str:
+    """The package source's address (the name stays from when it was the bridge's gateway)."""
+    return source_host.address
 
 
 @pytest.fixture
-def index(gateway: str, tmp_path: Path) -> Iterator[PackageIndex]:
-    with PackageIndex(gateway, [write_wheel(tmp_path / "wheels")]) as served:
+def index(source_host: Namespace, tmp_path: Path) -> Iterator[PackageIndex]:
+    wheels = [write_wheel(tmp_path / "wheels")]
+    with source_host.run(lambda: PackageIndex(source_host.address, wheels)) as served:
         yield served
 
 
@@ -99,12 +93,15 @@ def set_sources(config: SandboxConfig, **fields: str) -> None:
     config.refresh_from_db()
 
 
-def free_port_url(gateway: str, path: str) -> str:
-    """A URL on the gateway where nothing listens (the port was free a moment ago)."""
-    with socket.socket() as probe:
-        probe.bind((gateway, 0))
-        port = probe.getsockname()[1]
-    return f"http://{gateway}:{port}{path}"
+def free_port_url(host: Namespace, path: str) -> str:
+    """A URL on the source's address where nothing listens (the port was free a moment ago)."""
+
+    def free_port() -> int:
+        with socket.socket() as probe:
+            probe.bind((host.address, 0))
+            return int(probe.getsockname()[1])
+
+    return f"http://{host.address}:{host.run(free_port)}{path}"
 
 
 def port_of(url: str) -> int:
@@ -121,11 +118,11 @@ def test_a_pip_index_url_gets_the_build_outbound_and_installs_from_that_index(
     world: World,
     config: SandboxConfig,
     index: PackageIndex,
-    bridge: ipaddress.IPv4Interface,
+    source_host: Namespace,
+    gateway: str,
     runtime: Runtime,
     installation: str,
 ) -> None:
-    gateway = str(bridge.ip)
     set_sources(config, pip_index_url=index.url)
     job = run_install(world.space_a, config, import_skill(skill_with_dependency()))
     assert job.status == JobStatus.SUCCEEDED, job_error(job)
@@ -135,10 +132,11 @@ def test_a_pip_index_url_gets_the_build_outbound_and_installs_from_that_index(
         in lines
     )
     assert f"the pip index answers from the build sandbox ({gateway} port {port_of(index.url)})" in lines
-    # pip fetched the project page and the wheel from this server, from the bridge network.
+    # pip fetched the project page and the wheel from this server, through the host's forward
+    # path (the engine masquerades the bridge network behind the host's end of the veth).
     assert "/simple/tinydep/" in index.paths
     assert "/files/tinydep-1.0-py3-none-any.whl" in index.paths
-    assert all(ipaddress.ip_address(client) in bridge.network for client, _ in index.requests)
+    assert {client for client, _ in index.requests} == {source_host.host_address}
     image = current_image(world.space_a, config)
     assert image is not None
     assert image.manifest[0]["installed"] == ["tinydep-1.0"]
@@ -152,7 +150,7 @@ def test_a_pip_index_url_gets_the_build_outbound_and_installs_from_that_index(
 
 
 def test_a_pip_index_that_does_not_answer_fails_the_dependencies_step(
-    world: World, config: SandboxConfig, gateway: str, installation: str
+    world: World, config: SandboxConfig, source_host: Namespace, gateway: str, installation: str
 ) -> None:
     first = run_install(world.space_a, config, import_skill(plain_skill("first-skill")))
     assert first.status == JobStatus.SUCCEEDED, job_error(first)
@@ -160,7 +158,7 @@ def test_a_pip_index_that_does_not_answer_fails_the_dependencies_step(
     before = current_image(world.space_a, config)
     assert before is not None
 
-    url = free_port_url(gateway, "/simple/")
+    url = free_port_url(source_host, "/simple/")
     set_sources(config, pip_index_url=url)
     job = run_install(world.space_a, config, import_skill(skill_with_dependency()))
     assert job.status == JobStatus.FAILED
@@ -173,9 +171,9 @@ def test_a_pip_index_that_does_not_answer_fails_the_dependencies_step(
 
 
 def test_npm_dependencies_get_the_registry_network_and_fail_clearly_without_npm(
-    world: World, config: SandboxConfig, gateway: str, installation: str
+    world: World, config: SandboxConfig, source_host: Namespace, gateway: str, installation: str
 ) -> None:
-    registry = free_port_url(gateway, "/")  # never contacted: the template has no npm
+    registry = free_port_url(source_host, "/")  # never contacted: the template has no npm
     set_sources(config, npm_registry_url=registry)
     md = b"---\nname: npm-skill\ndescription: Needs an npm package. Use when testing installs.\nlicense: MIT\n"
     md += b"---\n\nHi.\n"
