@@ -176,9 +176,20 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # Periodic tasks, run by Celery beat (REDIS_URL set) or by a thread of the server.
 RUN_SCHEDULER = env_bool("RUN_SCHEDULER", True)
 REAPER_GRACE_S = int(os.environ.get("REAPER_GRACE_S", 300))
+# How often each periodic task runs (seconds); short ones let fault tests see a pass soon.
+REAPER_INTERVAL_S = float(os.environ.get("REAPER_INTERVAL_S", 60))
+IDLE_SWEEP_INTERVAL_S = float(os.environ.get("IDLE_SWEEP_INTERVAL_S", 60))
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
-    "reaper": {"function": "sandboxes.reaper.start_reaper_pass", "celery_task": "sandboxes.reaper_pass", "every_s": 60},
-    "idle-sweep": {"function": "sandboxes.reaper.idle_sweep", "celery_task": "sandboxes.idle_sweep", "every_s": 60},
+    "reaper": {
+        "function": "sandboxes.reaper.start_reaper_pass",
+        "celery_task": "sandboxes.reaper_pass",
+        "every_s": REAPER_INTERVAL_S,
+    },
+    "idle-sweep": {
+        "function": "sandboxes.reaper.idle_sweep",
+        "celery_task": "sandboxes.idle_sweep",
+        "every_s": IDLE_SWEEP_INTERVAL_S,
+    },
 }
 CELERY_BEAT_SCHEDULE = {
     name: {"task": spec["celery_task"], "schedule": float(spec["every_s"])}  # type: ignore[arg-type]
