@@ -55,7 +55,8 @@ def drive(api: ApiClient, keys: list[str]) -> dict[str, str]:
         assert answer.status == 200, answer.body
         sandboxes[key] = answer.body["sandbox_id"]
         wrote = api.shell(key, f"echo {key} > /workspace/kept.txt && echo {key} > /tmp/kept.txt")
-        assert wrote.status == 200 and wrote.body["exit_code"] == 0, wrote.body
+        assert wrote.status == 200, wrote.body
+        assert wrote.body["exit_code"] == 0, wrote.body
     return sandboxes
 
 
@@ -69,7 +70,8 @@ def assert_kept(console: Console, api: ApiClient, sandboxes: dict[str, str]) -> 
         assert answer.status == 200, answer.body
         assert answer.body["sandbox_id"] == sandbox_id, f"session {key} came back on another sandbox"
         files = api.shell(key, "cat /workspace/kept.txt /tmp/kept.txt")
-        assert files.status == 200 and files.body["stdout"] == f"{key}\n{key}\n", files.body
+        assert files.status == 200, files.body
+        assert files.body["stdout"] == f"{key}\n{key}\n", files.body
 
 
 def wait_past_grace(console: Console) -> None:
@@ -124,7 +126,7 @@ def test_a_restart_of_the_embedded_console_keeps_every_session(embedded_console:
 
 
 @pytest.fixture(scope="module")
-def scaled_console(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
+def scaled(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Console, RedisServer]]:
     import psycopg
 
     from tests.conftest import require_service
@@ -146,11 +148,10 @@ def scaled_console(docker_base_image: str, tmp_path_factory: pytest.TempPathFact
         redis_url=redis_server.url,
         extra_env=FAST_REAPER,
     )
-    console.redis_server = redis_server  # type: ignore[attr-defined]
     try:
         console.set_up()
         console.start_all()
-        yield console
+        yield console, redis_server
     finally:
         console.stop_all()
         redis_server.stop()
@@ -161,11 +162,11 @@ def scaled_console(docker_base_image: str, tmp_path_factory: pytest.TempPathFact
 
 @pytest.mark.redis
 @pytest.mark.postgres
-def test_redis_flushed_in_the_scaled_mode_loses_no_session(scaled_console: Console) -> None:
-    console = scaled_console
+def test_redis_flushed_in_the_scaled_mode_loses_no_session(scaled: tuple[Console, RedisServer]) -> None:
+    console, redis_server = scaled
     api = console.api()
     sandboxes = drive(api, ["flush-1", "flush-2"])
-    console.redis_server.flush()  # type: ignore[attr-defined]
+    redis_server.flush()
     wait_past_grace(console)
     try:
         assert_kept(console, api, sandboxes)
@@ -175,11 +176,10 @@ def test_redis_flushed_in_the_scaled_mode_loses_no_session(scaled_console: Conso
 
 @pytest.mark.redis
 @pytest.mark.postgres
-def test_its_own_redis_restarted_empty_loses_no_session(scaled_console: Console) -> None:
-    console = scaled_console
+def test_its_own_redis_restarted_empty_loses_no_session(scaled: tuple[Console, RedisServer]) -> None:
+    console, redis_server = scaled
     api = console.api()
     sandboxes = drive(api, ["restart-1", "restart-2"])
-    redis_server: RedisServer = console.redis_server  # type: ignore[attr-defined]
     redis_server.kill()
     down = api.resolve("restart-1")
     assert down.status == 503, f"with Redis down a resolve answered {down.status}: {down.body}"
