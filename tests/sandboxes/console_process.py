@@ -185,6 +185,11 @@ class PostgresServer:
         self.root.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
+            # The postgres user must reach its folder through ours (mkdtemp makes them 0700).
+            for parent in self.root.parents:
+                if parent == Path("/tmp") or parent == parent.parent:
+                    break
+                parent.chmod(parent.stat().st_mode | 0o711)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
 
     def start(self) -> None:
@@ -354,6 +359,9 @@ class Console:
         """Every console process stopped, then started again (a deploy, a host reboot)."""
         names = list(self.processes)
         self.stop_all()
+        self.start_named(names)
+
+    def start_named(self, names: list[str]) -> None:
         for name in names:
             if name.startswith("web"):
                 self.start_web(name)
