@@ -13,12 +13,13 @@ import binascii
 import functools
 import hashlib
 import json
+import logging
 import secrets
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -32,6 +33,7 @@ from .models import ApiToken, Artifact, BackgroundCommand, Session
 from .runtime import Resolved, Runtime, get_or_create_session
 from .workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
+logger = logging.getLogger(__name__)
 TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
 LAST_USED_WRITE_INTERVAL = timedelta(minutes=1)
 MAX_JSON_BODY = 2 * 1024 * 1024
@@ -192,6 +194,12 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 return ApiError(400, "invalid", exc.message, field=first_field).response()
             except RemoteError as exc:
                 return remote_error(exc).response()
+            except (OperationalError, InterfaceError):
+                # The console's database does not answer (restarting, unreachable, locked): a
+                # store down, like the session store's 503, and the call is safe to retry. Its
+                # address stays in the log, not in the answer.
+                logger.warning("API call failed: the database does not answer", exc_info=True)
+                return ApiError(503, "unavailable", "database unavailable; retry", retryable=True).response()
 
         view.api_methods = methods  # type: ignore[attr-defined]  # read by the OpenAPI test
         return view

@@ -1,4 +1,5 @@
-"""Faults on a real console: its processes restarted, its Redis flushed or restarted.
+"""Faults on a real console: its processes restarted, its Redis flushed or restarted, its
+PostgreSQL restarted.
 
 The console runs as real processes (Daphne; in the scaled mode also a Celery worker and beat,
 on a Redis server of the test's own and a database of its own), driven over HTTP through the
@@ -26,9 +27,11 @@ from tests.conftest import IN_CI
 from tests.sandboxes.console_process import (
     ApiClient,
     Console,
+    PostgresServer,
     RedisServer,
     docker_api,
     live_sandboxes,
+    postgres_binaries_missing,
     remove_docker_leftovers,
 )
 
@@ -184,6 +187,68 @@ def test_its_own_redis_restarted_empty_loses_no_session(scaled: tuple[Console, R
     down = api.resolve("restart-1")
     assert down.status == 503, f"with Redis down a resolve answered {down.status}: {down.body}"
     redis_server.start()  # the same port, empty: no persistence
+    wait_past_grace(console)
+    try:
+        assert_kept(console, api, sandboxes)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{_fail_with_logs(console)}") from None
+
+
+# --- Scaled mode on a PostgreSQL of the test's own, restarted ------------------------------
+
+
+@pytest.fixture(scope="module")
+def on_own_postgres(
+    docker_base_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Console, PostgresServer]]:
+    from tests.conftest import require_service
+
+    require_service("redis")
+    require_service("postgres")
+    _need_redis_server()
+    missing = postgres_binaries_missing()
+    if missing:
+        if IN_CI:
+            pytest.fail(f"[CI] required binaries missing: {missing}", pytrace=False)
+        pytest.skip(f"needs the PostgreSQL server binaries: {missing}")
+    workdir = tmp_path_factory.mktemp("own-postgres")
+    redis_server, postgres = RedisServer(workdir), PostgresServer(workdir)
+    redis_server.start()
+    postgres.init()
+    postgres.start()
+    console = Console(
+        workdir=workdir / "console",
+        installation_id=f"faults-{uuid.uuid4().hex[:10]}",
+        database_url=postgres.create_database("console"),
+        redis_url=redis_server.url,
+        extra_env=FAST_REAPER,
+    )
+    try:
+        console.set_up()
+        console.start_all()
+        yield console, postgres
+    finally:
+        console.stop_all()
+        redis_server.stop()
+        postgres.remove()
+        remove_docker_leftovers(console.installation_id)
+
+
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_a_postgresql_restart_answers_503_meanwhile_and_loses_no_session(
+    on_own_postgres: tuple[Console, PostgresServer],
+) -> None:
+    console, postgres = on_own_postgres
+    api = console.api()
+    sandboxes = drive(api, ["pg-1", "pg-2"])
+    postgres.stop("fast")
+    try:
+        down = api.resolve("pg-1")
+        assert down.status == 503, f"with PostgreSQL down a resolve answered {down.status}: {down.raw[:300]!r}"
+        assert down.body["error"]["retryable"] is True
+    finally:
+        postgres.start()
     wait_past_grace(console)
     try:
         assert_kept(console, api, sandboxes)
