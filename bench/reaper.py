@@ -6,7 +6,8 @@ store this process's settings choose, so a pass deletes nothing; then times one 
 (`sandboxes.reaper.reap_all`, the periodic job's own entry point) at N=100 and again at
 N=1000. A pass that deletes anything is a failed run (the figures would be meaningless).
 
-Figures: `per_sandbox_ms` at each N (median pass / N, the two sizes on two configs timed in turns), `growth_ratio` = pass(1000) /
+Figures: `per_sandbox_ms` at each N (fastest of 7 passes / N; the two sizes sit on two configs and
+are timed in turns, so both see the same load), `growth_ratio` = pass(1000) /
 pass(100) (linear is 10, the goal is at most 12), and `list_ms` (the backend's listing alone,
 so the store's share can be read off).
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
     from sandboxes.models import SandboxConfig
 
 BENCH_LABEL = "console.bench-run"
-ROUNDS = 5
+ROUNDS = 7
 
 
 def main() -> None:
@@ -114,24 +115,31 @@ def measure(configs: dict[int, SandboxConfig], store: SessionStore) -> dict[str,
             if round_:  # the first round warms connections and caches up
                 listings[n].append(listing)
                 passes[n].append(one_pass)
+    # The fastest pass of each size is the least disturbed by the other work on this shared
+    # machine, so the growth is read off those; the medians are printed beside them.
     figures: dict[str, object] = {"store": store.name}
     for n in (small, large):
-        pass_ms = statistics.median(passes[n]) * 1000
-        figures[f"pass_ms_{n}"] = round(pass_ms, 2)
-        figures[f"list_ms_{n}"] = round(statistics.median(listings[n]) * 1000, 2)
+        best_ms, median_ms = min(passes[n]) * 1000, statistics.median(passes[n]) * 1000
+        figures[f"pass_ms_{n}"] = round(best_ms, 2)
+        figures[f"pass_median_ms_{n}"] = round(median_ms, 2)
+        figures[f"list_ms_{n}"] = round(min(listings[n]) * 1000, 2)
         print(
-            f"N={n}: pass {pass_ms:9.2f} ms  per sandbox {pass_ms / n:7.4f} ms"
+            f"N={n}: pass {best_ms:9.2f} ms (median {median_ms:9.2f})  per sandbox {best_ms / n:7.4f} ms"
             f"  (listing alone {figures[f'list_ms_{n}']} ms)"
         )
-    growth = float(str(figures[f"pass_ms_{large}"])) / float(str(figures[f"pass_ms_{small}"]))
-    all_passes = timed_all()
-    figures["reap_all_ms"] = round(all_passes * 1000, 2)
+    figures["reap_all_ms"] = round(timed_all() * 1000, 2)
     print(f"reap_all over both configs ({small + large} sandboxes): {figures['reap_all_ms']} ms")
     figures["per_sandbox_ms"] = {str(n): round(float(str(figures[f"pass_ms_{n}"])) / n, 4) for n in (small, large)}
-    figures["growth_ratio"] = round(growth, 2)
+    figures["growth_ratio"] = round(
+        float(str(figures[f"pass_ms_{large}"])) / float(str(figures[f"pass_ms_{small}"])), 2
+    )
+    figures["growth_ratio_median"] = round(
+        float(str(figures[f"pass_median_ms_{large}"])) / float(str(figures[f"pass_median_ms_{small}"])), 2
+    )
     figures["linear_ratio"] = round(large / small, 2)
     figures["goal_growth_ratio_max"] = round(large / small * 1.2, 2)
     figures["rounds"] = ROUNDS
+    figures["load_avg_1m"] = round(os.getloadavg()[0], 2)  # the machine is shared: read figures with it
     figures["n"] = [small, large]
     print(f"growth ratio {figures['growth_ratio']} (linear = {large / small:g}, goal <= {large / small * 1.2:g})")
     return figures
@@ -176,7 +184,10 @@ def add_sessions(space: Space, config: SandboxConfig, store: SessionStore, numbe
 
     api = backend_for(config).api  # type: ignore[attr-defined]  # the Docker adapter's engine client
     sessions = Session.objects.bulk_create(
-        [Session(space=space, config=config, key=f"bench-{config.name}-{i}", state=SessionState.RUNNING) for i in numbers]
+        [
+            Session(space=space, config=config, key=f"bench-{config.name}-{i}", state=SessionState.RUNNING)
+            for i in numbers
+        ]
     )
 
     def make_container(session: Session) -> str:
