@@ -1,20 +1,22 @@
 """Session runtime benchmark on the real Docker engine and Redis.
 
 Measures, in one run (this machine is noisy, so every figure has its baseline beside it):
-- warm resolve: a bound, running session's resolve against a direct backend `get` of the
-  same sandbox; the difference is what the runtime adds (binding and lease reads, the
-  session row);
+- warm resolve, on each session store (the database store — PostgreSQL here — and Redis): a
+  bound, running session's resolve against a direct backend `get` of the same sandbox; the
+  difference is what the runtime adds (binding and lease reads, the session row);
 - resume after idle: resolve of a paused session, and of a stopped one;
 - concurrency: 20 new sessions resolved at once, against 20 sequential direct creates.
 
 Usage: python bench/session_resolve.py [N]   (REDIS_URL and DATABASE_URL default to the local
 Redis and PostgreSQL; a test database is created and dropped)
-The last line is one JSON object with warm_resolve_added_ms, resume_paused_ms,
-resume_stopped_ms and concurrent_vs_sequential_ratio.
+The last line is one JSON object with warm_resolve_added_ms ({"database": ms, "redis": ms},
+also flat as warm_resolve_added_ms_database / _redis), resume_paused_ms, resume_stopped_ms and
+concurrent_vs_sequential_ratio (the last three on Redis).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -73,6 +75,7 @@ def run(n: int, run_id: str) -> dict[str, object]:
     from sandboxes.binding import RedisSessionStore
     from sandboxes.models import SandboxConfig, Session
     from sandboxes.runtime import Runtime, backend_for
+    from sandboxes.store_db import DatabaseSessionStore
 
     space = Space.objects.create(name=f"bench {run_id}", slug=f"bench-{run_id}")
     NetworkPolicy.objects.create(space=space)
@@ -99,20 +102,29 @@ def run(n: int, run_id: str) -> dict[str, object]:
     runtime = Runtime(RedisSessionStore(os.environ["REDIS_URL"]))
     backend = backend_for(config)
     try:
-        # Warm resolve against a direct get, interleaved so both see the same noise.
-        warm = runtime.resolve(space, "warm")
-        for _ in range(20):
-            runtime.resolve(space, "warm")
-            backend.get(warm.sandbox.sandbox_id)
-        direct, resolved = [], []
-        for _ in range(max(200, n * 40)):
-            direct.append(timed(lambda: backend.get(warm.sandbox.sandbox_id)))
-            resolved.append(timed(lambda: runtime.resolve(space, "warm")))
-        warm_added = median_ms(resolved) - median_ms(direct)
-        print(
-            f"warm resolve   median {median_ms(resolved):8.3f} ms   direct get {median_ms(direct):8.3f} ms"
-            f"   added {warm_added:7.3f} ms"
-        )
+        # Warm resolve against a direct get, interleaved so both see the same noise; on each store.
+        warm_figures: dict[str, dict[str, float]] = {}
+        for store_name, store_runtime in (("database", Runtime(DatabaseSessionStore())), ("redis", runtime)):
+            key = f"warm-{store_name}"
+            warm = store_runtime.resolve(space, key)
+            for _ in range(20):
+                store_runtime.resolve(space, key)
+                backend.get(warm.sandbox.sandbox_id)
+            sandbox_id = warm.sandbox.sandbox_id
+            direct, resolved = [], []
+            for _ in range(max(200, n * 40)):
+                direct.append(timed(functools.partial(backend.get, sandbox_id)))
+                resolved.append(timed(functools.partial(store_runtime.resolve, space, key)))
+            warm_added = median_ms(resolved) - median_ms(direct)
+            warm_figures[store_name] = {
+                "added": round(warm_added, 3),
+                "median": median_ms(resolved),
+                "direct": median_ms(direct),
+            }
+            print(
+                f"warm resolve ({store_name:8}) median {median_ms(resolved):8.3f} ms"
+                f"   direct get {median_ms(direct):8.3f} ms   added {warm_added:7.3f} ms"
+            )
 
         # Resume after idle: paused (memory kept) and stopped (memory freed).
         paused_samples, stopped_samples = [], []
@@ -155,23 +167,25 @@ def run(n: int, run_id: str) -> dict[str, object]:
             f"   ratio {ratio}"
         )
         return {
-            "warm_resolve_added_ms": round(warm_added, 3),
-            "warm_resolve_median_ms": median_ms(resolved),
-            "direct_get_median_ms": median_ms(direct),
+            "warm_resolve_added_ms": {name: figures["added"] for name, figures in warm_figures.items()},
+            "warm_resolve_added_ms_database": warm_figures["database"]["added"],
+            "warm_resolve_added_ms_redis": warm_figures["redis"]["added"],
+            "warm_resolve_median_ms": {name: figures["median"] for name, figures in warm_figures.items()},
+            "direct_get_median_ms": {name: figures["direct"] for name, figures in warm_figures.items()},
             "resume_paused_ms": median_ms(paused_samples),
             "resume_stopped_ms": median_ms(stopped_samples),
             "concurrent_vs_sequential_ratio": ratio,
             "concurrent_s": round(concurrent_s, 3),
             "sequential_s": round(sequential_s, 3),
             "n": n,
-            "store": "redis",
+            "stores": ["database", "redis"],
         }
     finally:
         for info in list(
             backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID}))
         ):
             backend.delete(info.sandbox_id)
-        for session in Session.objects.all():
+        for session in Session.objects.filter(space=space).exclude(key="warm-database"):
             runtime.store.end_turn(runtime.keys(session)[2])
             binding = runtime.store.get_binding(runtime.keys(session)[0])
             if binding is not None:

@@ -64,16 +64,38 @@ class JobContext:
 
 JobHandler = Callable[[JobContext], dict[str, Any] | None]
 _HANDLERS: dict[str, tuple[JobHandler, str]] = {}
+_HOUSEKEEPING: set[str] = set()
 
 
-def job_handler(kind: str, *, label: str) -> Callable[[JobHandler], JobHandler]:
-    """Register a handler for a job kind (apps register theirs when imported)."""
+def job_handler(kind: str, *, label: str, housekeeping: bool = False) -> Callable[[JobHandler], JobHandler]:
+    """Register a handler for a job kind (apps register theirs when imported).
+
+    Housekeeping kinds (periodic passes such as the reaper) run every minute: they are pruned
+    after HOUSEKEEPING_JOB_RETENTION_S and left out of the default job lists.
+    """
 
     def register(func: JobHandler) -> JobHandler:
         _HANDLERS[kind] = (func, label)
+        if housekeeping:
+            _HOUSEKEEPING.add(kind)
         return func
 
     return register
+
+
+def housekeeping_kinds() -> frozenset[str]:
+    return frozenset(_HOUSEKEEPING)
+
+
+def prune_housekeeping_jobs(kind: str) -> int:
+    """Delete finished jobs of a housekeeping kind older than the retention (failed ones too)."""
+    from datetime import timedelta
+
+    from .models import FINISHED_JOB_STATUSES
+
+    cutoff = timezone.now() - timedelta(seconds=settings.HOUSEKEEPING_JOB_RETENTION_S)
+    deleted, _ = AdminJob.objects.filter(kind=kind, status__in=FINISHED_JOB_STATUSES, created__lt=cutoff).delete()
+    return deleted
 
 
 def job_label(kind: str) -> str:

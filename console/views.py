@@ -78,7 +78,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "failed_jobs": visible_jobs.filter(status=JobStatus.FAILED, created__gte=since).count(),
         "audit_24h": audit_for_user(request.user).filter(time__gte=since).count(),
         "recent_spaces": spaces.order_by("-created")[:5],
-        "recent_jobs": visible_jobs.select_related("space")[:5],
+        # Periodic passes would crowd out everything an admin started (one a minute each).
+        "recent_jobs": visible_jobs.exclude(kind__in=job_runner.housekeeping_kinds()).select_related("space")[:5],
         "section": "dashboard",
     }
     return render(request, "console/dashboard.html", context)
@@ -377,10 +378,18 @@ def job_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status", "")
     if status in JobStatus.values:
         jobs = jobs.filter(status=status)
+    # Housekeeping passes (reaper, idle sweep) only when asked for: "all" or "only".
+    housekeeping = request.GET.get("housekeeping", "")
+    if housekeeping == "only":
+        jobs = jobs.filter(kind__in=job_runner.housekeeping_kinds())
+    elif housekeeping != "all":
+        housekeeping = ""
+        jobs = jobs.exclude(kind__in=job_runner.housekeeping_kinds())
     page = paginate(request, jobs.order_by("-created"))
     context = {
         "page": page,
         "status": status,
+        "housekeeping": housekeeping,
         "statuses": JobStatus.choices,
         "querystring": query_without_page(request),
         "can_run_diagnostics": is_platform_admin(request.user),

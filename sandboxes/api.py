@@ -19,7 +19,8 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, transaction
+from django.core.exceptions import ObjectDoesNotExist
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -30,7 +31,7 @@ from console.services import Actor, ServiceError, record_audit
 from .backends.base import ErrorKind, ExecRequest, RemoteError
 from .commands import kill_command, read_output, send_input, start_command
 from .models import ApiToken, Artifact, BackgroundCommand, Session
-from .runtime import Resolved, Runtime, get_or_create_session
+from .runtime import GONE_KINDS, Resolved, Runtime, SessionDeleted, get_or_create_session
 from .workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
 logger = logging.getLogger(__name__)
@@ -181,6 +182,16 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
         @functools.wraps(func)
         def view(request: HttpRequest, space_id: Any, **kwargs: Any) -> HttpResponse | FileResponse:
             try:
+                return answer(request, space_id, kwargs)
+            except (OperationalError, InterfaceError):
+                # The console's database does not answer (restarting, unreachable, locked): a
+                # store down, like the session store's 503, and the call is safe to retry. Its
+                # address stays in the log, not in the answer.
+                logger.warning("API call failed: the database does not answer", exc_info=True)
+                return ApiError(503, "unavailable", "database unavailable; retry", retryable=True).response()
+
+        def answer(request: HttpRequest, space_id: Any, kwargs: dict[str, Any]) -> HttpResponse | FileResponse:
+            try:
                 if request.method not in methods:
                     raise ApiError(405, "method_not_allowed", f"Use {', '.join(methods)}.")
                 space, token = authenticate(request, space_id)
@@ -192,19 +203,31 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
             except ServiceError as exc:
                 first_field = next(iter(exc.field_errors), None)
                 return ApiError(400, "invalid", exc.message, field=first_field).response()
+            except SessionDeleted:
+                return session_deleted(kwargs.get("key", "")).response()
             except RemoteError as exc:
+                if exc.kind in GONE_KINDS and was_deleted(space_id, kwargs.get("key")):
+                    return session_deleted(kwargs["key"]).response()
                 return remote_error(exc).response()
-            except (OperationalError, InterfaceError):
-                # The console's database does not answer (restarting, unreachable, locked): a
-                # store down, like the session store's 503, and the call is safe to retry. Its
-                # address stays in the log, not in the answer.
-                logger.warning("API call failed: the database does not answer", exc_info=True)
-                return ApiError(503, "unavailable", "database unavailable; retry", retryable=True).response()
+            except (ObjectDoesNotExist, IntegrityError):
+                # A row of the session (or the session) vanished under the call: a delete won.
+                if was_deleted(space_id, kwargs.get("key")):
+                    return session_deleted(kwargs["key"]).response()
+                raise
 
         view.api_methods = methods  # type: ignore[attr-defined]  # read by the OpenAPI test
         return view
 
     return decorate
+
+
+def was_deleted(space_id: Any, key: str | None) -> bool:
+    """Whether the call's session is gone now (a DELETE raced the call)."""
+    return bool(key) and not Session.objects.filter(space_id=space_id, key=key).exists()
+
+
+def session_deleted(key: str) -> ApiError:
+    return ApiError(404, "not_found", f"No session {key!r} in this space (it was deleted).")
 
 
 def actor(request: HttpRequest) -> Actor:

@@ -8,8 +8,10 @@
 - Turn lease: its presence means a turn is in flight; its value says whether the turn's
   one-shot rebuild ticket is still unused. It expires by itself (a leaked turn, 30 min).
 
-`RedisSessionStore` is the real one (REDIS_URL). `MemorySessionStore` serves a single
-process (the embedded default) and says so in its name.
+Stores: `RedisSessionStore` when REDIS_URL (or SESSION_STORE_URL) is set, otherwise
+`DatabaseSessionStore` (sandboxes.store_db) in the console's own database, so the embedded
+default loses nothing on a restart either. `MemorySessionStore` holds the same semantics in
+one process's memory for unit tests only; settings never choose it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -81,6 +83,7 @@ class SessionStore(Protocol):
     name: str
 
     def get_binding(self, key: str) -> Binding | None: ...
+    def get_bindings(self, keys: Iterable[str]) -> dict[str, Binding]: ...
     def set_binding_if_absent(self, key: str, binding: Binding) -> bool: ...
     def delete_binding_if(self, key: str, expected: Binding) -> bool: ...
     def acquire_lock(self, key: str, token: str, ttl_ms: int) -> bool: ...
@@ -92,6 +95,7 @@ class SessionStore(Protocol):
     def turn_lease(self, key: str) -> TurnLease: ...
     def end_turn(self, key: str) -> None: ...
     def read_session(self, binding_key: str, turn_key: str) -> tuple[Binding | None, TurnLease]: ...
+    def purge_expired(self) -> int: ...
 
 
 def binding_key(space_id: object, session_key: str) -> str:
@@ -153,6 +157,16 @@ class RedisSessionStore:
         with self._guard("reading the binding"):
             raw = self.client.get(key)
         return Binding.from_json(raw) if raw else None
+
+    def get_bindings(self, keys: Iterable[str]) -> dict[str, Binding]:
+        wanted = list(dict.fromkeys(keys))
+        found: dict[str, Binding] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            with self._guard("reading bindings"):
+                values = self.client.mget(chunk)
+            found.update((key, Binding.from_json(raw)) for key, raw in zip(chunk, values, strict=True) if raw)
+        return found
 
     def set_binding_if_absent(self, key: str, binding: Binding) -> bool:
         with self._guard("writing the binding"):
@@ -218,15 +232,18 @@ class RedisSessionStore:
             return binding, TurnLease(in_flight=False, ticket_unused=False)
         return binding, TurnLease(in_flight=True, ticket_unused=raw_turn == TICKET_UNUSED.encode(), ttl_s=int(ttl))
 
+    def purge_expired(self) -> int:
+        return 0  # Redis expires its own keys
+
 
 # --- In memory ------------------------------------------------------------------------------
 
 
 class MemorySessionStore:
-    """The same semantics in this process's memory: for the single-process embedded console
-    and nothing else (two processes would each see their own bindings)."""
+    """The same semantics in this process's memory: for unit tests and nothing else (two
+    processes would each see their own bindings, and a restart loses them all)."""
 
-    name = "memory (single process only)"
+    name = "memory (unit tests only)"
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -249,6 +266,10 @@ class MemorySessionStore:
         with self._lock:
             raw = self._get(key)
         return Binding.from_json(raw) if raw else None
+
+    def get_bindings(self, keys: Iterable[str]) -> dict[str, Binding]:
+        found = {key: self.get_binding(key) for key in keys}
+        return {key: binding for key, binding in found.items() if binding is not None}
 
     def set_binding_if_absent(self, key: str, binding: Binding) -> bool:
         with self._lock:
@@ -318,6 +339,11 @@ class MemorySessionStore:
     def read_session(self, binding_key: str, turn_key: str) -> tuple[Binding | None, TurnLease]:
         return self.get_binding(binding_key), self.turn_lease(turn_key)
 
+    def purge_expired(self) -> int:
+        with self._lock:
+            expired = [key for key in list(self._values) if self._get(key) is None]
+        return len(expired)
+
 
 # --- The lifecycle lock ----------------------------------------------------------------------
 
@@ -325,6 +351,62 @@ class MemorySessionStore:
 class LockTimeout(RemoteError):
     def __init__(self, message: str) -> None:
         super().__init__(ErrorKind.CONFLICT, message, retryable=True)
+
+
+class LockLost(RemoteError):
+    """The holder's lease ran out (renewal failed or came too late): another process may hold
+    the lock now, so nothing may be decided or written under it any more."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            ErrorKind.CONFLICT, f"the lifecycle lock {key} was lost before the work was done", retryable=True
+        )
+
+
+class HeldLock:
+    """A lifecycle lock while held: its token, and whether its lease may have run out.
+
+    `lost` is set by the renewer when a renewal is refused (someone else holds the key) or
+    when no renewal succeeded for a whole lease; `check()` confirms with the store itself
+    (renewing on the way) and raises `LockLost` rather than let its holder write.
+    """
+
+    def __init__(self, store: SessionStore, key: str, token: str, ttl_ms: int) -> None:
+        self.store, self.key, self.token, self.ttl_ms = store, key, token, ttl_ms
+        self.lost = threading.Event()
+        # Measured from before the call that took (or renewed) the lease: never optimistic.
+        self.renewed_at = time.monotonic()
+
+    def expired_locally(self) -> bool:
+        # 10% margin: the store's clock may run a little ahead of ours.
+        return time.monotonic() - self.renewed_at >= self.ttl_ms * 0.9 / 1000
+
+    def is_lost(self) -> bool:
+        if not self.lost.is_set() and self.expired_locally():
+            self.lost.set()
+        return self.lost.is_set()
+
+    def renew(self) -> bool:
+        """One renewal; False when the store refused it (the lease is someone else's now)."""
+        started = time.monotonic()
+        if self.store.renew_lock(self.key, self.token, self.ttl_ms):
+            # The store still held our token, so nobody took the lock in between.
+            if not self.lost.is_set():
+                self.renewed_at = started
+            return True
+        self.lost.set()
+        return False
+
+    def check(self) -> None:
+        """Raise `LockLost` unless the lock is still ours (asks the store, extending the lease)."""
+        if self.is_lost():
+            raise LockLost(self.key)
+        try:
+            still_ours = self.renew()
+        except RemoteError:
+            still_ours = not self.is_lost()  # cannot ask: trust the lease while it runs
+        if not still_ours:
+            raise LockLost(self.key)
 
 
 @contextmanager
@@ -335,24 +417,30 @@ def lifecycle_lock(
     ttl_ms: int = LOCK_TTL_MS,
     wait_s: float = 120.0,
     holder: str = "",
-) -> Iterator[str]:
+) -> Iterator[HeldLock]:
     """Hold the session's lifecycle lock; renewed in the background until released.
 
-    Waiters back off with jitter. The token names the holder (for the binding inspector).
+    Waiters back off with jitter; `wait_s=0` tries once. The token names the holder (for
+    the binding inspector).
     """
     token = f"{holder or 'console'}:{uuid.uuid4().hex}"
     deadline = time.monotonic() + wait_s
     delay = 0.02
-    while not store.acquire_lock(key, token, ttl_ms):
+    while True:
+        started = time.monotonic()
+        if store.acquire_lock(key, token, ttl_ms):
+            break
         if time.monotonic() >= deadline:
             raise LockTimeout(f"the session is busy (lifecycle lock held by {store.lock_holder(key) or 'someone'})")
         time.sleep(delay + random.uniform(0, delay))  # noqa: S311 - jitter, not security
         delay = min(delay * 2, 0.5)
+    held = HeldLock(store, key, token, ttl_ms)
+    held.renewed_at = started
     stop = threading.Event()
-    renewer = threading.Thread(target=_renew_until, args=(store, key, token, ttl_ms, stop), daemon=True)
+    renewer = threading.Thread(target=_renew_until, args=(held, stop), daemon=True)
     renewer.start()
     try:
-        yield token
+        yield held
     finally:
         stop.set()
         renewer.join(timeout=5)
@@ -360,13 +448,19 @@ def lifecycle_lock(
             store.release_lock(key, token)
 
 
-def _renew_until(store: SessionStore, key: str, token: str, ttl_ms: int, stop: threading.Event) -> None:
-    while not stop.wait(ttl_ms / 3000):
-        try:
-            if not store.renew_lock(key, token, ttl_ms):
-                return
-        except RemoteError:
-            continue
+def _renew_until(held: HeldLock, stop: threading.Event) -> None:
+    try:
+        while not stop.wait(held.ttl_ms / 3000):
+            try:
+                if not held.renew():
+                    return
+            except RemoteError:
+                held.is_lost()  # marks the lock lost once a whole lease passed without renewal
+                continue
+    finally:
+        from django.db import connections
+
+        connections.close_all()  # this thread's own (the database store's renewals)
 
 
 # --- The store this process uses ----------------------------------------------------------
@@ -375,16 +469,29 @@ _store: SessionStore | None = None
 _store_lock = threading.Lock()
 
 
+def store_from_settings() -> SessionStore:
+    """Redis when SESSION_STORE_URL or REDIS_URL is set, else the console's database.
+
+    Never the memory store: a restart would lose every binding and the reaper would then
+    treat live sandboxes as leftovers.
+    """
+    from django.conf import settings
+
+    url = getattr(settings, "SESSION_STORE_URL", "") or settings.REDIS_URL
+    if url:
+        return RedisSessionStore(url)
+    from .store_db import DatabaseSessionStore
+
+    return DatabaseSessionStore()
+
+
 def get_store() -> SessionStore:
-    """Redis when REDIS_URL is set, else the single-process memory store."""
+    """The process's session store (see `store_from_settings`), made once."""
     global _store
     if _store is None:
         with _store_lock:
             if _store is None:
-                from django.conf import settings
-
-                url = getattr(settings, "SESSION_STORE_URL", "") or settings.REDIS_URL
-                _store = RedisSessionStore(url) if url else MemorySessionStore()
+                _store = store_from_settings()
     return _store
 
 

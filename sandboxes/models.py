@@ -144,7 +144,8 @@ class SessionState(models.TextChoices):
 class Session(models.Model):
     """An agent session: one sandbox, kept across turns, idled when unused.
 
-    The authoritative session -> sandbox binding lives in the session store (Redis);
+    The authoritative session -> sandbox binding lives in the session store (Redis or the
+    database tables of `SessionBinding`);
     `sandbox_id`, `state` and `binding_version` here are the last values seen, for pages
     and queries, never for decisions.
     """
@@ -165,6 +166,10 @@ class Session(models.Model):
         default=False, help_text="A sandbox of this session was created on a persistent /workspace (to delete with it)."
     )
     last_activity = models.DateTimeField(null=True, blank=True, db_index=True)
+    # Execs running now (Runtime.exec), so the idle sweep never idles a sandbox under one;
+    # `exec_deadline` bounds the count's trust if a process died mid-exec.
+    execs_in_flight = models.PositiveIntegerField(default=0)
+    exec_deadline = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -324,3 +329,35 @@ class Terminal(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("sandboxes:terminal_page", kwargs={"session_id": self.session_id})
+
+
+class SessionBinding(models.Model):
+    """A session -> sandbox binding of the database session store (sandboxes.store_db).
+
+    `value` is the binding's JSON exactly as `Binding.to_json` wrote it, so compare-and-delete
+    compares whole texts. Written insert-if-absent, never expires.
+    """
+
+    key = models.CharField(max_length=255, primary_key=True)
+    value = models.TextField()
+
+    class Meta:
+        db_table = "sandboxes_store_binding"
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class SessionLease(models.Model):
+    """A lifecycle lock (value = its holder's token) or turn lease (value = ticket state) of
+    the database session store; a row whose `expires_ms` (epoch ms) has passed counts as absent."""
+
+    key = models.CharField(max_length=255, primary_key=True)
+    value = models.TextField()
+    expires_ms = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        db_table = "sandboxes_store_lease"
+
+    def __str__(self) -> str:
+        return self.key

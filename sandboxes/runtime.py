@@ -25,12 +25,15 @@ import os
 import re
 import socket
 import threading
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from django.db.models import Case, F, When
+from django.db.models.functions import Coalesce, Greatest
 from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
@@ -60,6 +63,8 @@ from .binding import (
     LOCK_TTL_MS,
     TURN_TTL_S,
     Binding,
+    HeldLock,
+    LockLost,
     SessionStore,
     SessionStoreUnavailable,
     TurnLease,
@@ -74,6 +79,10 @@ from .models import SandboxConfig, Session, SessionImage, SessionState
 from .services import backend_config_for, network_spec_for
 
 GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
+# A slow path whose lock lease ran out starts over (waiting for the new holder) this often.
+LOCK_LOST_RETRIES = 2
+# How long past its own timeout an exec still counts as in flight (a process that died mid-exec).
+EXEC_GRACE = timedelta(seconds=60)
 ACTIVITY_WRITE_INTERVAL = timedelta(seconds=30)
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -234,6 +243,13 @@ def get_or_create_session(
     return Session.objects.select_related("config", "space").get(space=space, key=key)
 
 
+class SessionDeleted(RemoteError):
+    """The session was deleted while this call was on its way (the API answers 404)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(ErrorKind.NOT_FOUND, f"the session {key!r} was deleted")
+
+
 @dataclass(frozen=True)
 class Resolved:
     session: Session
@@ -298,10 +314,28 @@ class Runtime:
             rebuild = self.rebuild_allowed(session, binding.created_at, lease)
             if not rebuild:
                 info = self._connect(session, binding)
-                if info is not None:
+                if info is not None and info.sandbox_id == binding.sandbox_id:
                     return self._finish(session, info, binding, "bound")
-            return self._slow_path(session, rebuild=rebuild)
-        return self._slow_path(session, rebuild=False)
+                # Gone, or connect answered with another id: settle it under the lock.
+            return self._resolve_locked(session, rebuild=rebuild)
+        # A resolve that creates or claims is a turn's resolve too: it uses up the ticket, so
+        # a sandbox made by this turn is never rebuilt by the same turn.
+        if lease.in_flight and lease.ticket_unused:
+            with contextlib.suppress(SessionStoreUnavailable):
+                self.store.consume_ticket(tkey)
+        return self._resolve_locked(session, rebuild=False)
+
+    def _resolve_locked(self, session: Session, *, rebuild: bool) -> Resolved:
+        made: list[str] = []  # sandboxes an attempt created and could not bind (its lease ran out)
+        for attempt in range(LOCK_LOST_RETRIES + 1):
+            try:
+                return self._slow_path(session, rebuild=rebuild, made=made)
+            except LockLost:
+                # Our lease ran out mid-way: someone else may be deciding now. Start over
+                # behind them; what we made is found again by metadata (claimed), never lost.
+                if attempt == LOCK_LOST_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     def _connect(self, session: Session, binding: Binding) -> SandboxInfo | None:
         try:
@@ -311,35 +345,93 @@ class Runtime:
                 return None
             raise
 
-    def _slow_path(self, session: Session, *, rebuild: bool) -> Resolved:
-        bkey, lkey, _ = self.keys(session)
+    def _refresh_or_deleted(self, session: Session, fields: list[str]) -> None:
+        try:
+            session.refresh_from_db(fields=fields)
+        except Session.DoesNotExist:
+            raise SessionDeleted(session.key) from None
+
+    def _slow_path(self, session: Session, *, rebuild: bool, made: list[str]) -> Resolved:
         backend = backend_for(session.config)
-        with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms):
-            session.refresh_from_db(fields=["stale_at", "binding_version"])
-            binding = self.store.get_binding(bkey)
-            if binding is not None:
-                fresh = session.stale_at is None or binding.created_at >= session.stale_at
-                if not rebuild or fresh:
-                    info = self._connect(session, binding)
-                    if info is not None:
-                        return self._finish(session, info, binding, "bound")
-                else:
-                    self._delete_quietly(backend, binding.sandbox_id)
-                self.store.delete_binding_if(bkey, binding)
-            previous_version = max(binding.version if binding else 0, session.binding_version)
-            claimed = self._claim(session, backend, rebuild=rebuild)
-            if claimed is not None:
-                info, version = claimed
-                action = "claimed"
+        with lifecycle_lock(self.store, self.keys(session)[1], holder=HOLDER, ttl_ms=self.lock_ttl_ms) as held:
+            resolved = self._decide(session, backend, held, rebuild=rebuild, made=made)
+            # What an earlier attempt made while its lease ran out, if another holder bound
+            # something else meanwhile: ours now, under the lock, so delete it (no orphan).
+            for orphan in [m for m in made if m != resolved.sandbox.sandbox_id]:
+                held.check()
+                self._delete_quietly(backend, orphan)
+                made.remove(orphan)
+            return resolved
+
+    def _decide(
+        self, session: Session, backend: Backend, held: HeldLock, *, rebuild: bool, made: list[str]
+    ) -> Resolved:
+        """The slow path's decision, holding the session's lifecycle lock."""
+        bkey = self.keys(session)[0]
+        self._refresh_or_deleted(session, ["stale_at", "binding_version"])
+        binding = self.store.get_binding(bkey)
+        if binding is not None:
+            fresh = session.stale_at is None or binding.created_at >= session.stale_at
+            if not rebuild or fresh:
+                info = self._connect(session, binding)
+                if info is not None:
+                    if info.sandbox_id != binding.sandbox_id:
+                        binding = self._rebind(held, bkey, binding, info)
+                    return self._finish(session, info, binding, "bound")
             else:
-                info, version = self._create(session, backend, previous_version + 1), previous_version + 1
-                action = "rebuilt" if rebuild or binding is not None else "created"
-            bound = Binding(
-                sandbox_id=info.sandbox_id, version=version, config_id=str(session.config_id), created=now_iso()
-            )
-            if not self.store.set_binding_if_absent(bkey, bound):
-                raise RemoteError(ErrorKind.CONFLICT, "another writer bound this session without its lock")
-            return self._finish(session, info, bound, action)
+                held.check()
+                self._delete_quietly(backend, binding.sandbox_id)
+            held.check()
+            self.store.delete_binding_if(bkey, binding)
+        previous_version = max(binding.version if binding else 0, session.binding_version)
+        claimed = self._claim(session, backend, rebuild=rebuild)
+        if claimed is not None:
+            info, version = claimed
+            action = "claimed"
+        else:
+            info, version = self._create(session, backend, previous_version + 1), previous_version + 1
+            action = "rebuilt" if rebuild or binding is not None else "created"
+        # A claimed sandbox keeps its own start time, so a stale one still looks stale.
+        started = info.started_at if action == "claimed" and info.started_at is not None else None
+        bound = Binding(
+            sandbox_id=info.sandbox_id,
+            version=version,
+            config_id=str(session.config_id),
+            created=started.isoformat() if started is not None else now_iso(),
+        )
+        # Never bind on a lease that ran out: the sandbox stays, to be claimed by whoever
+        # holds the lock now, or by our own retry (which deletes it if another was bound).
+        try:
+            held.check()
+        except LockLost:
+            if action != "claimed":
+                made.append(info.sandbox_id)
+            raise
+        if not self.store.set_binding_if_absent(bkey, bound):
+            return self._lost_the_race(session, backend, bkey, info, action)
+        return self._finish(session, info, bound, action)
+
+    def _lost_the_race(self, session: Session, backend: Backend, bkey: str, mine: SandboxInfo, action: str) -> Resolved:
+        """Another writer bound the session first: theirs stands, ours (if new) goes."""
+        winner = self.store.get_binding(bkey)
+        if winner is not None:
+            if winner.sandbox_id == mine.sandbox_id:
+                return self._finish(session, mine, winner, "bound")
+            if action != "claimed":  # a claimed one may be theirs to keep; the reaper decides
+                self._delete_quietly(backend, mine.sandbox_id)
+            info = self._connect(session, winner)
+            if info is not None:
+                return self._finish(session, info, winner, "bound")
+        raise RemoteError(ErrorKind.CONFLICT, "another writer bound this session; try again", retryable=True)
+
+    def _rebind(self, held: HeldLock, bkey: str, old: Binding, info: SandboxInfo) -> Binding:
+        """Connect answered with a new id for the bound sandbox (E2B after a resume): move the
+        binding to it, or the reaper would see the live sandbox as unowned."""
+        moved = Binding(sandbox_id=info.sandbox_id, version=old.version, config_id=old.config_id, created=old.created)
+        held.check()
+        if self.store.delete_binding_if(bkey, old) and self.store.set_binding_if_absent(bkey, moved):
+            return moved
+        return self.store.get_binding(bkey) or moved
 
     def _claim(self, session: Session, backend: Backend, *, rebuild: bool) -> tuple[SandboxInfo, int] | None:
         """Adopt a sandbox this console created for the session (oldest wins)."""
@@ -362,6 +454,8 @@ class Runtime:
         for duplicate in duplicates:
             self._delete_quietly(backend, duplicate.sandbox_id)
         info = backend.connect(winner.sandbox_id)
+        if info.started_at is None and winner.started_at is not None:
+            info = replace(info, started_at=winner.started_at)
         # A claimed sandbox may come from a create cut before its workspace was laid out
         # (input/ would still be the session user's to write); the layout is idempotent.
         backend.exec(info.sandbox_id, PREPARE_WORKSPACE)
@@ -384,7 +478,8 @@ class Runtime:
         )
         if persistent and not session.has_persistent_workspace:
             # Recorded before the create, so a delete after a crash mid-create still removes it.
-            Session.objects.filter(pk=session.pk).update(has_persistent_workspace=True)
+            if not Session.objects.filter(pk=session.pk).update(has_persistent_workspace=True):
+                raise SessionDeleted(session.key)
             session.has_persistent_workspace = True
         info = backend.create(spec)
         try:
@@ -394,7 +489,12 @@ class Runtime:
             raise
         session.template_id = template.template_id
         session.traffic_token_encrypted = encrypt(info.traffic_token or "")
-        session.save(update_fields=["template_id", "traffic_token_encrypted"])
+        kept = Session.objects.filter(pk=session.pk).update(
+            template_id=session.template_id, traffic_token_encrypted=session.traffic_token_encrypted
+        )
+        if not kept:  # deleted meanwhile (not through Runtime.delete, which waits for the lock)
+            self._delete_quietly(backend, info.sandbox_id)
+            raise SessionDeleted(session.key)
         record_audit(
             SYSTEM,
             "session.sandbox_create",
@@ -450,8 +550,29 @@ class Runtime:
     # Operations ---------------------------------------------------------------------------
 
     def exec(self, session: Session, request: ExecRequest) -> ExecResult:
-        resolved = self.resolve_session(session)
-        return backend_for(session.config).exec(resolved.sandbox.sandbox_id, request)
+        """Run a command in the session's sandbox; counted as in flight meanwhile, so the
+        idle sweep never idles the sandbox under it."""
+        with self.exec_in_flight(session, request.timeout_s):
+            resolved = self.resolve_session(session)
+            return backend_for(session.config).exec(resolved.sandbox.sandbox_id, request)
+
+    @contextlib.contextmanager
+    def exec_in_flight(self, session: Session, timeout_s: float | None) -> Iterator[None]:
+        now = timezone.now()
+        until = now + timedelta(seconds=timeout_s or 3600) + EXEC_GRACE
+        rows = Session.objects.filter(pk=session.pk)
+        rows.update(
+            execs_in_flight=F("execs_in_flight") + 1,
+            exec_deadline=Greatest(Coalesce(F("exec_deadline"), until), until),
+        )
+        try:
+            yield
+        finally:
+            # Its end is activity too: the idle clock starts again from here.
+            rows.update(
+                execs_in_flight=Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0),
+                last_activity=timezone.now(),
+            )
 
     def pause(self, session: Session, *, actor: Actor) -> SandboxInfo:
         binding = self.store.get_binding(self.keys(session)[0])
@@ -511,6 +632,8 @@ class Runtime:
         bkey, lkey, tkey = self.keys(session)
         backend = backend_for(session.config)
         with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms):
+            if not Session.objects.filter(pk=session.pk).exists():
+                raise SessionDeleted(session.key)  # a racing delete got there first
             binding = self.store.get_binding(bkey)
             if binding is not None:
                 backend.delete(binding.sandbox_id)
@@ -565,6 +688,12 @@ PREPARE_WORKSPACE = ExecRequest(
 )
 
 
+def mark_config_stale(space: Space, config: SandboxConfig) -> int:
+    """Declare stale the sessions that start from this config's image (its skill image
+    changed); sessions on the space's other configs keep their sandboxes. Returns how many."""
+    return Session.objects.filter(space=space, config=config).update(stale_at=timezone.now())
+
+
 def mark_space_stale(space: Space) -> int:
-    """Declare every session of the space stale (e.g. a new skill image); returns how many."""
+    """Declare every session of the space stale, whatever its config; returns how many."""
     return Session.objects.filter(space=space).update(stale_at=timezone.now())

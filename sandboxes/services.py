@@ -424,14 +424,15 @@ def do_set_session_image(
     label: str,
     actor: Actor,
 ) -> None:
-    """Point the space's new sessions on `config` at a snapshot, and mark its sessions stale.
+    """Point the space's new sessions on `config` at a snapshot, and mark that config's sessions
+    stale (those on the space's other configs do not start from it).
 
     The skills app records skill images through this function, so the runtime never imports
     skills. A pointer without a fingerprint is refused: the runtime could never tell whether
     the snapshot belongs to the config's current backend account.
     """
     from .models import SessionImage
-    from .runtime import mark_space_stale
+    from .runtime import mark_config_stale
 
     if not fingerprint:
         raise ServiceError("A session image needs the fingerprint of the account that holds its snapshot.")
@@ -443,7 +444,7 @@ def do_set_session_image(
             config=config,
             defaults={"snapshot_id": snapshot_id, "fingerprint": fingerprint, "label": label[:200]},
         )
-        stale = mark_space_stale(space)
+        stale = mark_config_stale(space, config)
         record_audit(
             actor,
             "session_image.set",
@@ -457,13 +458,13 @@ def do_set_session_image(
 def do_clear_session_image(space: Space, config: SandboxConfig, *, actor: Actor) -> None:
     """Sessions go back to the config's default template (e.g. every skill uninstalled)."""
     from .models import SessionImage
-    from .runtime import mark_space_stale
+    from .runtime import mark_config_stale
 
     with transaction.atomic():
         deleted, _ = SessionImage.objects.filter(space=space, config=config).delete()
         if not deleted:
             return
-        stale = mark_space_stale(space)
+        stale = mark_config_stale(space, config)
         record_audit(
             actor,
             "session_image.clear",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from .reaper import idle_sweep, start_reaper_pass
+from .reaper import start_idle_sweep, start_reaper_pass
 
 
 @shared_task(name="sandboxes.reaper_pass", ignore_result=True)
@@ -13,5 +13,5 @@ def reaper_pass() -> None:
 
 
 @shared_task(name="sandboxes.idle_sweep", ignore_result=True)
-def idle_sweep_task() -> int:
-    return idle_sweep()
+def idle_sweep_task() -> None:
+    start_idle_sweep()

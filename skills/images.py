@@ -3,7 +3,7 @@
 Writes go through the `do_*` functions here (each audited); the long ones run as admin jobs
 (`skills.jobs`). The generation new sessions start from is the sandboxes-side `SessionImage`
 pointer, written only through `sandboxes.services.do_set_session_image` (which also marks
-the space's sessions stale); `current_image` derives "current" from it, so there is one
+the sessions on that config stale); `current_image` derives "current" from it, so there is one
 source of truth.
 
 A build (`build_generation`):
@@ -434,7 +434,7 @@ def build_generation(
             build.log(f"snapshot {snapshot_id} created")
         with build.step("record"):
             record_generation(space, config, image, plan, manifest, snapshot_id, fingerprint, build, actor=actor)
-            build.log(f"generation {image.generation} is current; the space's sessions are marked stale")
+            build.log(f"generation {image.generation} is current; the config's sessions are marked stale")
         image.timings = dict(build.timings)
         SkillImage.objects.filter(pk=image.pk).update(timings=image.timings, log="\n".join(build.lines))
     except (StepFailed, JobCancelled) as exc:

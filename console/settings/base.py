@@ -93,6 +93,18 @@ DATABASES = {
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "0")),
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Web requests, jobs, the scheduler and the session store (sandboxes.store_db) write from
+    # several threads at once: wait for the write lock rather than fail ("database is
+    # locked"), take it at BEGIN so a transaction never has to upgrade (which fails at once
+    # under contention), and let readers run beside the writer (WAL).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "timeout": int(os.environ.get("SQLITE_BUSY_TIMEOUT_S", 30)),
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+        }
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -176,6 +188,8 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # Periodic tasks, run by Celery beat (REDIS_URL set) or by a thread of the server.
 RUN_SCHEDULER = env_bool("RUN_SCHEDULER", True)
 REAPER_GRACE_S = int(os.environ.get("REAPER_GRACE_S", 300))
+# Finished reaper and idle-sweep jobs (failed ones too) are deleted after this long.
+HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S", 86400))
 # How often each periodic task runs (seconds); short ones let fault tests see a pass soon.
 REAPER_INTERVAL_S = float(os.environ.get("REAPER_INTERVAL_S", 60))
 IDLE_SWEEP_INTERVAL_S = float(os.environ.get("IDLE_SWEEP_INTERVAL_S", 60))
@@ -186,7 +200,7 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "every_s": REAPER_INTERVAL_S,
     },
     "idle-sweep": {
-        "function": "sandboxes.reaper.idle_sweep",
+        "function": "sandboxes.reaper.start_idle_sweep",
         "celery_task": "sandboxes.idle_sweep",
         "every_s": IDLE_SWEEP_INTERVAL_S,
     },

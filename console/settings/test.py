@@ -7,7 +7,7 @@ Redis, but the console under test keeps the in-process runner unless a test opts
 import os
 
 from .base import *  # noqa: F403
-from .base import VAR_DIR
+from .base import DATABASES, VAR_DIR
 
 SECRET_KEY = "test-secret-key-not-for-production"  # noqa: S105
 FIELD_ENCRYPTION_KEY = "i-jd3i8P6hAsBXbyr7FvRh-DyH0dvHOP5x0g-mmpuj8="
@@ -25,3 +25,8 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 RUN_SCHEDULER = False  # tests run periodic functions themselves
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not the in-memory default: threads racing on the session store need real locks.
+    import tempfile
+
+    DATABASES["default"]["TEST"] = {"NAME": os.path.join(tempfile.gettempdir(), f"console-test-{os.getpid()}.sqlite3")}

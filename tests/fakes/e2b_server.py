@@ -16,7 +16,8 @@ Admin endpoints (no auth), for tests:
   DELETE /_fake/faults                       clear faults
   POST   /_fake/reset                        kill every sandbox, drop snapshots, volumes and
                                              faults
-  POST   /_fake/config                       {"cube_pause_seconds": s, "resume_failures": n}
+  POST   /_fake/config                       {"cube_pause_seconds": s, "resume_failures": n,
+                                              "new_id_on_resume": n (the next n resumes answer a new id)}
   POST   /_fake/sandboxes/{id}/state         {"state": "pausing"|"running"} (force a state)
   POST   /_fake/sandboxes/{id}/expire        make the TTL run out now (the reaper acts)
 """
@@ -116,6 +117,8 @@ class FakeApp:
                     self.store.cube_pause_seconds = float(body["cube_pause_seconds"])
                 if "resume_failures" in body:
                     self.store.resume_failures = int(body["resume_failures"])
+                if "new_id_on_resume" in body:
+                    self.store.new_id_on_resume = int(body["new_id_on_resume"])
             reply.empty(204)
         else:
             self._admin_sandbox(req, reply)

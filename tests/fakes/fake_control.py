@@ -390,6 +390,12 @@ class ControlPlane:
     def _connect(self, req: Request, reply: Reply, timeout: int | None, reboot: bool = False) -> None:
         sbx = self._sandbox(req)
         resumed = self.life.resume(sbx, timeout, reboot=reboot)
+        with self.store.lock:
+            renamed = resumed and self.store.new_id_on_resume > 0
+            if renamed:
+                self.store.new_id_on_resume -= 1
+        if renamed:
+            self.store.rename(sbx, new_id())
         # Cube answers 200 even after resuming.
         status = 201 if resumed and not self.store.is_cube else 200
         reply.json(status, self.sandbox_json(sbx, created=False))

@@ -231,6 +231,7 @@ class Store:
         self.next_pid = 1000
         self.cube_pause_seconds = 0.0
         self.resume_failures = 0  # Cube: the next N data-plane resumes fail with 503
+        self.new_id_on_resume = 0  # the next N resumes through connect answer a new sandbox id (E2B #884)
         self._add_builtin_templates()
 
     @property
@@ -265,6 +266,13 @@ class Store:
     def get(self, sandbox_id: str) -> FakeSandbox | None:
         with self.lock:
             return self.sandboxes.get(sandbox_id)
+
+    def rename(self, sbx: FakeSandbox, new: str) -> None:
+        """The sandbox answers to a new id from now on (the old one is unknown)."""
+        with self.lock:
+            self.sandboxes.pop(sbx.sandbox_id, None)
+            sbx.sandbox_id = new
+            self.sandboxes[new] = sbx
 
     def allocate_pid(self) -> int:
         with self.lock:

@@ -81,7 +81,8 @@ class FakeHandle:
         return result
 
     def configure(self, **settings: Any) -> None:
-        """``cube_pause_seconds`` (async Cube pause) and ``resume_failures`` (Cube 503s)."""
+        """``cube_pause_seconds`` (async Cube pause), ``resume_failures`` (Cube 503s) and
+        ``new_id_on_resume`` (the next n resumes through connect answer a new sandbox id)."""
         self._admin("POST", "config", settings)
 
     def force_state(self, sandbox_id: str, state: str) -> None:

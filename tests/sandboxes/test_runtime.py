@@ -19,11 +19,8 @@ from console.services import SYSTEM
 from sandboxes.backends.base import META_INSTALLATION, META_SESSION, ExecRequest, ListQuery, SandboxState
 from sandboxes.binding import (
     Binding,
-    MemorySessionStore,
     RedisSessionStore,
-    SessionStore,
     SessionStoreUnavailable,
-    now_iso,
 )
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.runtime import Runtime, backend_for, mark_space_stale
@@ -85,56 +82,7 @@ def own_redis() -> Iterator[RedisServer]:
         server.stop()
 
 
-# --- Stores: the same semantics in Redis and in memory ------------------------------------
-
-
-@pytest.fixture(params=["redis", "memory"])
-def store(request: pytest.FixtureRequest) -> SessionStore:
-    if request.param == "redis":
-        from tests.conftest import require_service
-
-        require_service("redis")
-        return RedisSessionStore(REDIS_URL)
-    return MemorySessionStore()
-
-
-def test_binding_is_set_once_and_removed_only_by_its_owner(store: SessionStore) -> None:
-    key = f"test:binding:{time.monotonic_ns()}"
-    first = Binding("sbx-1", 1, "cfg", now_iso())
-    second = Binding("sbx-2", 2, "cfg", now_iso())
-    assert store.set_binding_if_absent(key, first)
-    assert not store.set_binding_if_absent(key, second)
-    assert store.get_binding(key) == first
-    assert not store.delete_binding_if(key, second)
-    assert store.delete_binding_if(key, first)
-    assert store.get_binding(key) is None
-
-
-def test_lock_is_token_owned_and_leased(store: SessionStore) -> None:
-    key = f"test:lock:{time.monotonic_ns()}"
-    assert store.acquire_lock(key, "a", 300)
-    assert not store.acquire_lock(key, "b", 300)
-    assert not store.release_lock(key, "b")
-    assert store.renew_lock(key, "a", 300)
-    assert not store.renew_lock(key, "b", 300)
-    time.sleep(0.45)
-    assert store.lock_holder(key) is None  # the lease ran out
-    assert store.acquire_lock(key, "b", 300)
-    assert store.release_lock(key, "b")
-
-
-def test_turn_ticket_is_one_shot_and_the_turn_expires(store: SessionStore) -> None:
-    key = f"test:turn:{time.monotonic_ns()}"
-    assert not store.turn_lease(key).in_flight
-    store.begin_turn(key, 1)
-    assert store.turn_lease(key).ticket_unused
-    assert store.consume_ticket(key)
-    assert not store.consume_ticket(key)
-    lease = store.turn_lease(key)
-    assert lease.in_flight
-    assert not lease.ticket_unused
-    time.sleep(2.1)
-    assert not store.turn_lease(key).in_flight  # a leaked turn expires by itself
+# The stores' own semantics: tests/sandboxes/test_store_conformance.py (every store).
 
 
 # --- The runtime on Docker ------------------------------------------------------------------
