@@ -13,13 +13,14 @@ import binascii
 import functools
 import hashlib
 import json
+import logging
 import secrets
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -33,6 +34,7 @@ from .models import ApiToken, Artifact, BackgroundCommand, Session, SessionState
 from .runtime import Resolved, Runtime, SessionDeleted, get_or_create_session
 from .workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
+logger = logging.getLogger(__name__)
 TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
 LAST_USED_WRITE_INTERVAL = timedelta(minutes=1)
 MAX_JSON_BODY = 2 * 1024 * 1024
@@ -179,6 +181,16 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
         @csrf_exempt
         @functools.wraps(func)
         def view(request: HttpRequest, space_id: Any, **kwargs: Any) -> HttpResponse | FileResponse:
+            try:
+                return answer(request, space_id, kwargs)
+            except (OperationalError, InterfaceError):
+                # The console's database does not answer (restarting, unreachable, locked): a
+                # store down, like the session store's 503, and the call is safe to retry. Its
+                # address stays in the log, not in the answer.
+                logger.warning("API call failed: the database does not answer", exc_info=True)
+                return ApiError(503, "unavailable", "database unavailable; retry", retryable=True).response()
+
+        def answer(request: HttpRequest, space_id: Any, kwargs: dict[str, Any]) -> HttpResponse | FileResponse:
             try:
                 if request.method not in methods:
                     raise ApiError(405, "method_not_allowed", f"Use {', '.join(methods)}.")

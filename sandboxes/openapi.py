@@ -227,7 +227,7 @@ ERRORS = {
     "409": json_response("Backend conflict or quota", "Error"),
     "429": json_response("Backend rate limit (retryable)", "Error"),
     "502": json_response("Backend failure", "Error"),
-    "503": json_response("Backend or session store unavailable (retryable)", "Error"),
+    "503": json_response("Backend, session store or database unavailable (retryable)", "Error"),
     "504": json_response("Backend timeout (retryable)", "Error"),
 }
 

@@ -334,9 +334,10 @@ class Runtime:
         return self._resolve_locked(session, rebuild=False)
 
     def _resolve_locked(self, session: Session, *, rebuild: bool) -> Resolved:
+        made: list[str] = []  # sandboxes an attempt created and could not bind (its lease ran out)
         for attempt in range(LOCK_LOST_RETRIES + 1):
             try:
-                return self._slow_path(session, rebuild=rebuild)
+                return self._slow_path(session, rebuild=rebuild, made=made)
             except LockLost:
                 # Our lease ran out mid-way: someone else may be deciding now. Start over
                 # behind them; what we made is found again by metadata (claimed), never lost.
@@ -358,47 +359,65 @@ class Runtime:
         except Session.DoesNotExist:
             raise SessionDeleted(session.key) from None
 
-    def _slow_path(self, session: Session, *, rebuild: bool) -> Resolved:
-        bkey, lkey, _ = self.keys(session)
+    def _slow_path(self, session: Session, *, rebuild: bool, made: list[str]) -> Resolved:
         backend = backend_for(session.config)
-        with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms) as held:
-            self._refresh_or_deleted(session, ["stale_at", "binding_version"])
-            binding = self.store.get_binding(bkey)
-            if binding is not None:
-                fresh = session.stale_at is None or binding.created_at >= session.stale_at
-                if not rebuild or fresh:
-                    info = self._connect(session, binding)
-                    if info is not None:
-                        if info.sandbox_id != binding.sandbox_id:
-                            binding = self._rebind(held, bkey, binding, info)
-                        return self._finish(session, info, binding, "bound")
-                else:
-                    held.check()
-                    self._delete_quietly(backend, binding.sandbox_id)
+        with lifecycle_lock(self.store, self.keys(session)[1], holder=HOLDER, ttl_ms=self.lock_ttl_ms) as held:
+            resolved = self._decide(session, backend, held, rebuild=rebuild, made=made)
+            # What an earlier attempt made while its lease ran out, if another holder bound
+            # something else meanwhile: ours now, under the lock, so delete it (no orphan).
+            for orphan in [m for m in made if m != resolved.sandbox.sandbox_id]:
                 held.check()
-                self.store.delete_binding_if(bkey, binding)
-            previous_version = max(binding.version if binding else 0, session.binding_version)
-            claimed = self._claim(session, backend, rebuild=rebuild)
-            if claimed is not None:
-                info, version = claimed
-                action = "claimed"
+                self._delete_quietly(backend, orphan)
+                made.remove(orphan)
+            return resolved
+
+    def _decide(
+        self, session: Session, backend: Backend, held: HeldLock, *, rebuild: bool, made: list[str]
+    ) -> Resolved:
+        """The slow path's decision, holding the session's lifecycle lock."""
+        bkey = self.keys(session)[0]
+        self._refresh_or_deleted(session, ["stale_at", "binding_version"])
+        binding = self.store.get_binding(bkey)
+        if binding is not None:
+            fresh = session.stale_at is None or binding.created_at >= session.stale_at
+            if not rebuild or fresh:
+                info = self._connect(session, binding)
+                if info is not None:
+                    if info.sandbox_id != binding.sandbox_id:
+                        binding = self._rebind(held, bkey, binding, info)
+                    return self._finish(session, info, binding, "bound")
             else:
-                info, version = self._create(session, backend, previous_version + 1), previous_version + 1
-                action = "rebuilt" if rebuild or binding is not None else "created"
-            # A claimed sandbox keeps its own start time, so a stale one still looks stale.
-            started = info.started_at if action == "claimed" and info.started_at is not None else None
-            bound = Binding(
-                sandbox_id=info.sandbox_id,
-                version=version,
-                config_id=str(session.config_id),
-                created=started.isoformat() if started is not None else now_iso(),
-            )
-            # Never bind on a lease that ran out: the sandbox stays, to be claimed by whoever
-            # holds the lock now (or by our own retry).
+                held.check()
+                self._delete_quietly(backend, binding.sandbox_id)
             held.check()
-            if not self.store.set_binding_if_absent(bkey, bound):
-                return self._lost_the_race(session, backend, bkey, info, action)
-            return self._finish(session, info, bound, action)
+            self.store.delete_binding_if(bkey, binding)
+        previous_version = max(binding.version if binding else 0, session.binding_version)
+        claimed = self._claim(session, backend, rebuild=rebuild)
+        if claimed is not None:
+            info, version = claimed
+            action = "claimed"
+        else:
+            info, version = self._create(session, backend, previous_version + 1), previous_version + 1
+            action = "rebuilt" if rebuild or binding is not None else "created"
+        # A claimed sandbox keeps its own start time, so a stale one still looks stale.
+        started = info.started_at if action == "claimed" and info.started_at is not None else None
+        bound = Binding(
+            sandbox_id=info.sandbox_id,
+            version=version,
+            config_id=str(session.config_id),
+            created=started.isoformat() if started is not None else now_iso(),
+        )
+        # Never bind on a lease that ran out: the sandbox stays, to be claimed by whoever
+        # holds the lock now, or by our own retry (which deletes it if another was bound).
+        try:
+            held.check()
+        except LockLost:
+            if action != "claimed":
+                made.append(info.sandbox_id)
+            raise
+        if not self.store.set_binding_if_absent(bkey, bound):
+            return self._lost_the_race(session, backend, bkey, info, action)
+        return self._finish(session, info, bound, action)
 
     def _lost_the_race(self, session: Session, backend: Backend, bkey: str, mine: SandboxInfo, action: str) -> Resolved:
         """Another writer bound the session first: theirs stands, ours (if new) goes."""

@@ -257,12 +257,19 @@ RUN_SCHEDULER = env_bool("RUN_SCHEDULER", True)
 REAPER_GRACE_S = int(os.environ.get("REAPER_GRACE_S", 300))
 # Finished reaper and idle-sweep jobs (failed ones too) are deleted after this long.
 HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S", 86400))
+# How often each periodic task runs (seconds); short ones let fault tests see a pass soon.
+REAPER_INTERVAL_S = float(os.environ.get("REAPER_INTERVAL_S", 60))
+IDLE_SWEEP_INTERVAL_S = float(os.environ.get("IDLE_SWEEP_INTERVAL_S", 60))
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
-    "reaper": {"function": "sandboxes.reaper.start_reaper_pass", "celery_task": "sandboxes.reaper_pass", "every_s": 60},
+    "reaper": {
+        "function": "sandboxes.reaper.start_reaper_pass",
+        "celery_task": "sandboxes.reaper_pass",
+        "every_s": REAPER_INTERVAL_S,
+    },
     "idle-sweep": {
         "function": "sandboxes.reaper.start_idle_sweep",
         "celery_task": "sandboxes.idle_sweep",
-        "every_s": 60,
+        "every_s": IDLE_SWEEP_INTERVAL_S,
     },
 }
 CELERY_BEAT_SCHEDULE = {

@@ -276,19 +276,38 @@ def _snapshot_id(image_id: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Page tokens: keyset over (created, id), so deletions between pages skip nothing.
+# Page tokens: keyset in the engine's own order (newest first). A token holds the creation
+# second of the previous page's last row and the id prefixes of that page's rows, last first:
+# the next page starts right after the newest of them still there, so deletions between pages
+# skip nothing and no page re-reads the ones before it.
+
+_ANCHOR_BYTES = 32  # the full id: the engine's `before` filter takes no prefix
+MAX_ANCHORS = 100  # the reaper's page: a whole page deleted still never falls back
 
 
-def _encode_token(created: int, container_id: str) -> str:
-    return base64.urlsafe_b64encode(f"{created}:{container_id}".encode()).decode()
+@dataclasses.dataclass(frozen=True)
+class _Cursor:
+    created: int
+    anchors: tuple[str, ...]
 
 
-def _decode_token(token: str) -> tuple[int, str]:
+def _encode_token(rows: builtins.list[dict[str, Any]]) -> str:
+    """The token after `rows` (the engine rows a page consumed; never empty)."""
+    anchors = [row["Id"][: _ANCHOR_BYTES * 2] for row in reversed(rows)][:MAX_ANCHORS]
+    payload = int(rows[-1]["Created"]).to_bytes(8, "big") + b"".join(bytes.fromhex(anchor) for anchor in anchors)
+    return base64.urlsafe_b64encode(payload).decode().rstrip("=")
+
+
+def _decode_token(token: str) -> _Cursor:
     try:
-        created, _, container_id = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
-        return int(created), container_id
-    except (ValueError, UnicodeDecodeError):
+        payload = base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4))
+    except (ValueError, UnicodeEncodeError):
         raise RemoteError(ErrorKind.INVALID, "malformed page token") from None
+    body = payload[8:]
+    if len(payload) < 8 + _ANCHOR_BYTES or len(body) % _ANCHOR_BYTES:
+        raise RemoteError(ErrorKind.INVALID, "malformed page token")
+    anchors = tuple(body[i : i + _ANCHOR_BYTES].hex() for i in range(0, len(body), _ANCHOR_BYTES))
+    return _Cursor(created=int.from_bytes(payload[:8], "big"), anchors=anchors)
 
 
 # ---------------------------------------------------------------------------------------
@@ -666,29 +685,65 @@ class DockerBackend(Backend):
         return self._inspect_sandbox(sandbox_id)
 
     def list(self, query: ListQuery) -> Page:
+        """One page, newest first, filtered by the engine; the token names where the next starts.
+
+        The engine filters by label and state and stops after `limit + 1` rows, so a page costs
+        the same however many sandboxes exist; `before=<id>` resumes right after a row of the
+        previous page (the engine's own order, creation time to the nanosecond).
+        """
         if query.limit <= 0:
             raise RemoteError(ErrorKind.INVALID, "limit must be positive")
-        after = _decode_token(query.page_token) if query.page_token else None
-        wanted = [f"{key}={value}" for key, value in metadata_labels(query.metadata).items()]
-        wanted = [w for w in wanted if not w.startswith(LABEL_META_KEYS)]
-        with _engine_call("listing sandboxes"):
-            rows = self.api.containers(
-                all=True,
-                filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_KIND}={KIND_SANDBOX}", *wanted]},
-            )
-        rows.sort(key=lambda row: (row["Created"], row["Id"]))
-        matching = [row for row in rows if self._row_matches(row, query, after)]
-        page = matching[: query.limit]
-        next_token = None
-        if len(matching) > query.limit:
-            next_token = _encode_token(page[-1]["Created"], page[-1]["Id"])
+        cursor = _decode_token(query.page_token) if query.page_token else None
+        filters = self._list_filters(query)
+        rows = self._rows_after(cursor, filters, query.limit + 1) if cursor else self._rows(filters, query.limit + 1)
+        consumed = rows[: query.limit]
+        page = [row for row in consumed if self._row_matches(row, query)]
+        next_token = _encode_token(consumed) if len(rows) > query.limit else None
         return Page(items=tuple(self._info_from_row(row) for row in page), next_token=next_token)
 
-    def _row_matches(self, row: dict[str, Any], query: ListQuery, after: tuple[int, str] | None) -> bool:
-        if after is not None and (row["Created"], row["Id"]) <= after:
-            return False
+    def _list_filters(self, query: ListQuery) -> dict[str, builtins.list[str]]:
+        labels = [f"{LABEL_MANAGED}=1", f"{LABEL_KIND}={KIND_SANDBOX}"]
+        labels += [f"{LABEL_META_PREFIX}{key}={value}" for key, value in query.metadata.items()]
+        filters = {"label": labels}
+        if query.states:
+            filters["status"] = sorted(status for status, state in _STATES.items() if state in query.states)
+        return filters
+
+    def _rows(self, filters: Mapping[str, Any], limit: int | None) -> builtins.list[dict[str, Any]]:
+        with _engine_call("listing sandboxes"):
+            rows: builtins.list[dict[str, Any]] = self.api.containers(
+                all=True, filters=dict(filters), limit=limit if limit is not None else -1
+            )
+        return rows
+
+    def _rows_after(self, cursor: _Cursor, filters: Mapping[str, Any], limit: int) -> builtins.list[dict[str, Any]]:
+        # The newest anchor still there marks the position; anchors newer than it are gone, so
+        # nothing the previous page returned comes back. Each deleted row costs one refused
+        # call at most once, which keeps a listing linear even while the reaper deletes.
+        for anchor in cursor.anchors:
+            with _engine_call("listing sandboxes"):
+                try:
+                    rows: builtins.list[dict[str, Any]] = self.api.containers(
+                        all=True, filters={**filters, "before": [anchor]}, limit=limit
+                    )
+                    return rows
+                except docker.errors.APIError as exc:
+                    # An anchor deleted since: Docker 20.10 answers 500 for it, later ones 404.
+                    if exc.status_code != 404 and "no such container" not in _explanation(exc).lower():
+                        raise
+        # Every anchor is gone: fall back to creation seconds. Rows of that second not among the
+        # anchors may come again (a repeat, never a skip).
+        rows = [
+            row
+            for row in self._rows(filters, None)
+            if row["Created"] < cursor.created or (row["Created"] == cursor.created and row["Id"] not in cursor.anchors)
+        ]
+        return rows[:limit]
+
+    def _row_matches(self, row: dict[str, Any], query: ListQuery) -> bool:
         if query.states and _STATES.get(row["State"], SandboxState.GONE) not in query.states:
             return False
+        # The engine matched the labels; the key list says which of them are the sandbox's own.
         metadata = metadata_from_labels(row.get("Labels") or {})
         return all(metadata.get(key) == value for key, value in query.metadata.items())
 
