@@ -74,14 +74,16 @@ def run(small: int, large: int, run_id: str) -> dict[str, object]:
     from console.models import NetworkPolicy, Space
     from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE
     from sandboxes.binding import get_store
-    from sandboxes.models import SandboxConfig
+    from sandboxes.models import PlatformBackend, SandboxConfig
     from sandboxes.runtime import backend_for
 
     space = Space.objects.create(name=f"bench {run_id}", slug=f"bench-{run_id}")
     NetworkPolicy.objects.create(space=space)
+    engine = PlatformBackend.objects.create(name=f"bench engine {run_id}", kind="docker")
+    engine.spaces.add(space)
     configs = {
         n: SandboxConfig.objects.create(
-            space=space, name=f"bench-{n}", kind="docker", default_template=DEFAULT_BASE_IMAGE, is_default=n == small
+            space=space, name=f"bench-{n}", backend=engine, default_template=DEFAULT_BASE_IMAGE, is_default=n == small
         )
         for n in (small, large)
     }
