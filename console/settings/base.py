@@ -279,7 +279,7 @@ CELERY_BEAT_SCHEDULE = {
 
 # --- Web terminal (sandboxes/consumers.py, sandboxes/terminals.py; docs/terminal-protocol.md) ---
 # No input or output for this long closes a terminal (with a message). Cube uses 30 minutes.
-TERMINAL_IDLE_TIMEOUT_S = int(os.environ.get("TERMINAL_IDLE_TIMEOUT_S", 1800))
+TERMINAL_IDLE_TIMEOUT_S = int(os.environ.get("TERMINAL_IDLE_TIMEOUT_S", 8 * 3600))  # a workday
 # After an abnormal disconnect the shell waits this long for the same terminal to reattach.
 TERMINAL_REATTACH_S = int(os.environ.get("TERMINAL_REATTACH_S", 30))
 # A websocket ticket is single-use and valid this long after it was issued.
