@@ -23,6 +23,28 @@ TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$|^localhost$")
 
 
+class SecretInput(forms.PasswordInput):
+    """A secret's field: shows *** when one is stored, and never what was typed (a form that
+    fails validation would otherwise echo a new key back into the page)."""
+
+    def __init__(self, *, stored: bool = False) -> None:
+        super().__init__(attrs={"autocomplete": "new-password"}, render_value=True)
+        self.stored = stored
+
+    def get_context(self, name: str, value: Any, attrs: Any) -> dict[str, Any]:
+        return super().get_context(name, REDACTED if self.stored else None, attrs)
+
+
+class SecretTextarea(forms.Textarea):
+    """PEM material (TLS client key, certificate, CA): never rendered, typed or stored."""
+
+    def __init__(self) -> None:
+        super().__init__(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"})
+
+    def get_context(self, name: str, value: Any, attrs: Any) -> dict[str, Any]:
+        return super().get_context(name, None, attrs)
+
+
 class SandboxConfigForm(forms.ModelForm):
     """A space admin's config: a backend granted to the space, template, resources within the
     backend's limits, idle behaviour. Infrastructure fields are not on it: a posted endpoint,
@@ -35,7 +57,7 @@ class SandboxConfigForm(forms.ModelForm):
     api_key = forms.CharField(
         required=False,
         label="Own API key",
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        widget=SecretInput(),
         help_text="Only for backends where the platform lets spaces bring their own E2B/Cube key (public "
         "endpoints). Stored encrypted; leave *** to keep the stored key, empty to use the platform's.",
     )
@@ -58,9 +80,7 @@ class SandboxConfigForm(forms.ModelForm):
         backend_field.help_text = "Infrastructure the platform granted this space."
         if self.instance.pk and self.instance.has_api_key:
             self.initial["api_key"] = REDACTED
-            self.fields["api_key"].widget = forms.PasswordInput(
-                render_value=True, attrs={"autocomplete": "new-password"}
-            )
+            self.fields["api_key"].widget = SecretInput(stored=True)
         if template_choices is not None:
             # The picker lists templates only: a snapshot id never appears here.
             current = self.instance.default_template if self.instance.pk else ""
@@ -105,25 +125,25 @@ class PlatformBackendForm(forms.ModelForm):
     api_key = forms.CharField(
         required=False,
         label="API key",
-        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        widget=SecretInput(),
         help_text="E2B/Cube. Stored encrypted; leave *** to keep the stored key.",
     )
     tls_ca = forms.CharField(
         required=False,
         label="TLS CA certificate (PEM)",
-        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+        widget=SecretTextarea(),
         help_text="Docker tcp:// with TLS: the CA the engine's certificate is checked against. Empty keeps it.",
     )
     tls_cert = forms.CharField(
         required=False,
         label="TLS client certificate (PEM)",
-        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+        widget=SecretTextarea(),
         help_text="Docker tcp:// with TLS: the console's client certificate. Stored encrypted; empty keeps it.",
     )
     tls_key = forms.CharField(
         required=False,
         label="TLS client key (PEM)",
-        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+        widget=SecretTextarea(),
         help_text="Stored encrypted, never shown again; empty keeps it.",
     )
     clear_tls = forms.BooleanField(required=False, label="Remove the stored TLS material")
@@ -162,9 +182,7 @@ class PlatformBackendForm(forms.ModelForm):
             self.initial["spaces"] = list(self.instance.spaces.all())
             if self.instance.has_api_key:
                 self.initial["api_key"] = REDACTED
-                self.fields["api_key"].widget = forms.PasswordInput(
-                    render_value=True, attrs={"autocomplete": "new-password"}
-                )
+                self.fields["api_key"].widget = SecretInput(stored=True)
             if self.instance.has_tls:
                 self.fields["tls_cert"].help_text += " A certificate is stored."
 

@@ -466,3 +466,56 @@ def test_the_data_migration_turns_each_infrastructure_tuple_into_one_granted_bac
     )
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+# --- Secrets typed into a form that fails validation -------------------------------------
+
+TYPED_KEY = "-----BEGIN PRIVATE KEY-----\ntyped-secret-key-body\n-----END PRIVATE KEY-----"
+
+
+def test_secrets_typed_into_a_failing_form_are_never_rendered_back(world: World) -> None:
+    root = world.client_for("root")
+    # Create: a TLS key with a bad endpoint.
+    response = root.post(
+        reverse("sandboxes:backend_create"),
+        backend_form(endpoint="ftp://nowhere", tls_cert="-----BEGIN CERTIFICATE-----\nc\n", tls_key=TYPED_KEY),
+    )
+    assert response.status_code == 400
+    assert "typed-secret-key-body" not in response.content.decode()
+    # Edit of a backend holding a key: a new key typed with a bad field.
+    backend = make_backend(
+        world.space_a,
+        api_key="stored-platform-key",
+        kind="e2b",
+        endpoint="https://api.e2b.example",
+        domain="e2b.example",
+        allow_space_api_key=True,
+    )
+    response = root.post(
+        reverse("sandboxes:backend_edit", args=[backend.id]),
+        backend_form(
+            kind="e2b",
+            endpoint="https://api.e2b.example",
+            domain="not a domain",
+            api_key="typed-platform-key",
+            tls_key=TYPED_KEY,
+            allow_space_api_key="on",
+        ),
+    )
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "typed-platform-key" not in body
+    assert "typed-secret-key-body" not in body
+    assert "stored-platform-key" not in body
+    # A space's own key on its config's edit form, with resources above the limit.
+    config = make_config(world.space_a, backend=backend, name="own")
+    config.api_key_encrypted = encrypt("stored-own-key")
+    config.save()
+    response = world.client_for("alice").post(
+        reverse("sandboxes:config_edit", args=[config.id]),
+        form(backend, name="own", api_key="typed-own-key", default_template="base", cpus="999"),
+    )
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "typed-own-key" not in body
+    assert "stored-own-key" not in body
