@@ -143,19 +143,22 @@ def do_update_platform_backend(
                 + ", ".join(identity_changed)
                 + ", or register a new backend."
             )
-    old_spaces = set(original.spaces.values_list("pk", flat=True))
     new_spaces = {space.pk for space in spaces}
-    revoked = old_spaces - new_spaces
-    in_use = Space.objects.filter(pk__in=revoked, sandbox_configs__backend=original).distinct()
-    if in_use:
-        names = ", ".join(space.name for space in in_use)
-        raise ServiceError(
-            f"{names} still run configs on this backend: they must move to another backend first.",
-            field_errors={"spaces": [f"configs of {names} use it"]},
-        )
-    _check_limits_cover_configs(backend)
     try:
         with transaction.atomic():
+            # Locked before the checks: a config saved at the same moment (which locks this
+            # row too, sandboxes.services) is either seen here or sees the new limits and grants.
+            PlatformBackend.objects.select_for_update().get(pk=backend.pk)
+            old_spaces = set(original.spaces.values_list("pk", flat=True))
+            revoked = old_spaces - new_spaces
+            in_use = Space.objects.filter(pk__in=revoked, sandbox_configs__backend=original).distinct()
+            if in_use:
+                names = ", ".join(space.name for space in in_use)
+                raise ServiceError(
+                    f"{names} still run configs on this backend: they must move to another backend first.",
+                    field_errors={"spaces": [f"configs of {names} use it"]},
+                )
+            _check_limits_cover_configs(backend)
             backend.save()
             backend.spaces.set(spaces)
             record_audit(

@@ -267,6 +267,14 @@ def _check_backend_choice(space: Space, backend: PlatformBackend, data: dict[str
             raise ServiceError(exc.message, field_errors={"api_key": [exc.message]}) from None
 
 
+def _lock_backend_choice(space: Space, config: SandboxConfig, data: dict[str, Any], api_key: str | None) -> None:
+    """Inside the write's transaction: lock the backend row and check the grant and limits
+    again, so a platform admin lowering limits or withdrawing the grant at the same moment
+    either waits for this write (and sees it) or is seen by it (sandboxes.platform locks too)."""
+    config.backend = PlatformBackend.objects.select_for_update().get(pk=config.backend_id)
+    _check_backend_choice(space, config.backend, data, api_key)
+
+
 def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor: Actor) -> SandboxConfig:
     """A config of the space on a backend granted to it (one audit row)."""
     _check_template_choice(data["default_template"])
@@ -276,6 +284,7 @@ def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor:
     _check_template_visible(config)
     try:
         with transaction.atomic():
+            _lock_backend_choice(space, config, data, api_key)
             # The space's first config serves its sessions unless another is chosen.
             has_default = SandboxConfig.objects.select_for_update().filter(space=space, is_default=True).exists()
             if config.is_default and has_default:
@@ -332,6 +341,7 @@ def do_update_config(
         _check_template_visible(config)
     try:
         with transaction.atomic():
+            _lock_backend_choice(config.space, config, merged, api_key)
             if "is_default" in changed and config.is_default:
                 SandboxConfig.objects.filter(space=config.space_id, is_default=True).exclude(pk=config.pk).update(
                     is_default=False

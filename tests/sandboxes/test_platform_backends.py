@@ -519,3 +519,88 @@ def test_secrets_typed_into_a_failing_form_are_never_rendered_back(world: World)
     body = response.content.decode()
     assert "typed-own-key" not in body
     assert "stored-own-key" not in body
+
+
+# --- Concurrent edits --------------------------------------------------------------------
+
+
+def _wait_for_lock_waiters(count: int, timeout: float = 10.0) -> None:
+    import time
+
+    import psycopg
+    from django.conf import settings as django_settings
+
+    db = django_settings.DATABASES["default"]
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(
+        host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"], autocommit=True
+    ) as watcher:
+        while time.monotonic() < deadline:
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if row and row[0] >= count:
+                return
+            time.sleep(0.02)
+    raise AssertionError("the writers never met on a lock")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_limits_lowered_while_a_space_saves_never_leave_a_config_above_them(world: World) -> None:
+    """The platform lowers max_cpus to 1 while a space admin raises a config to 2 (allowed
+    under the old limit): one of the two must lose, whatever the interleaving."""
+    import threading
+
+    import psycopg
+    from django.conf import settings as django_settings
+    from django.db import connections
+
+    from console.services import Actor, ServiceError
+    from sandboxes.platform import BACKEND_FIELDS, do_update_platform_backend
+    from sandboxes.services import CONFIG_FIELDS, do_update_config
+
+    backend = make_backend(world.space_a, name="limited", max_cpus=2, max_memory_mb=1024, max_pids=256)
+    config = make_config(world.space_a, backend=backend, name="raced", cpus=1)
+    db = django_settings.DATABASES["default"]
+    errors: dict[str, BaseException] = {}
+
+    def space_saves() -> None:
+        try:
+            mine = SandboxConfig.objects.select_related("space", "backend").get(pk=config.pk)
+            mine.cpus = 2
+            do_update_config(
+                mine, data={k: getattr(mine, k) for k in CONFIG_FIELDS}, api_key=None, actor=Actor(world.alice)
+            )
+        except ServiceError as exc:
+            errors["space"] = exc
+        finally:
+            connections.close_all()
+
+    def platform_lowers() -> None:
+        try:
+            mine = PlatformBackend.objects.get(pk=backend.pk)
+            data = {k: getattr(mine, k) for k in BACKEND_FIELDS} | {"max_cpus": 1}
+            do_update_platform_backend(mine, data=data, secrets={}, spaces=[world.space_a], actor=Actor(world.root))
+        except ServiceError as exc:
+            errors["platform"] = exc
+        finally:
+            connections.close_all()
+
+    # A third party holds the config row, so the space's save stops just before its write.
+    with psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"]) as holder:
+        holder.execute("SELECT 1 FROM sandboxes_sandboxconfig WHERE id = %s FOR UPDATE", [config.pk])
+        space = threading.Thread(target=space_saves)
+        space.start()
+        _wait_for_lock_waiters(1)
+        platform = threading.Thread(target=platform_lowers)
+        platform.start()
+        platform.join(timeout=2)
+        holder.rollback()
+    space.join(timeout=10)
+    platform.join(timeout=10)
+    assert not space.is_alive()
+    assert not platform.is_alive()
+    config.refresh_from_db()
+    backend.refresh_from_db()
+    assert config.cpus <= backend.max_cpus, (config.cpus, backend.max_cpus, errors)
+    assert len(errors) == 1, errors
