@@ -346,3 +346,39 @@ def test_another_tenants_image_cannot_be_named_by_another_reference(world: World
                     metadata={"test-run": "alias"},
                 )
             )
+
+
+def test_a_snapshot_an_install_just_took_cannot_be_deleted_before_the_install_records_it(
+    world: World, engine: Engine, docker_base_image: str, test_run_id: str
+) -> None:
+    """Between its snapshot step and its record step an install's snapshot is listed as the
+    space's own, and no generation names it yet: deleting it then would leave the install to
+    record a snapshot that is gone (the next session: snapshot not found)."""
+    config = engine.config_a
+    image = SkillImage.objects.create(
+        space=world.space_a, config=config, generation=3, status=SkillImageStatus.BUILDING
+    )
+    with open_backend(config) as backend:
+        sandbox = backend.create(
+            SandboxSpec(
+                template_id=docker_base_image,
+                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                metadata={"test-run": test_run_id},
+            )
+        ).sandbox_id
+        try:
+            snapshot_id = take_snapshot(backend, sandbox, config, image)
+        finally:
+            backend.delete(sandbox)
+    try:
+        url = reverse("sandboxes:snapshot_delete", args=[config.id])
+        alice = world.client_for("alice")
+        assert "generation 3 (building)" in alice.get(url, {"id": snapshot_id}).content.decode()
+        response = alice.post(url, {"id": snapshot_id}, follow=True)
+        assert "is still used by" in response.content.decode()
+        assert snapshot_id in _on_engine(config)[0]
+    finally:
+        with open_backend(config) as backend:
+            snapshots = backend.snapshots()
+            assert snapshots is not None
+            snapshots.delete(snapshot_id)
