@@ -289,8 +289,8 @@ class PlatformBackendForm(forms.ModelForm):
             else:
                 try:
                     check_endpoint(sandbox_url, allow_private=allow_private)
-                except RemoteError as exc:
-                    self.add_error("sandbox_url", exc.message)
+                except (RemoteError, ValueError, UnicodeError) as exc:  # a malformed URL is a field error
+                    self.add_error("sandbox_url", getattr(exc, "message", str(exc)))
         self._clean_workspace_host_root(cleaned, kind)
         if endpoint and not endpoint.startswith("unix://") and "endpoint" not in self.errors:
             try:

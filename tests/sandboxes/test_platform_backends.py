@@ -146,7 +146,36 @@ def test_resources_stay_within_the_backends_limits(
     assert (config.cpus, config.memory_mb, config.pids_limit) == (2, 1024, 256)
 
 
-def test_an_own_api_key_only_where_the_platform_allows_it_and_never_to_a_private_endpoint(world: World) -> None:
+@pytest.fixture
+def public_address() -> Iterator[str]:
+    """A public IPv4 address local to this machine (on a veth pair of the test's own, both ends
+    here), so a connection to it never leaves the machine; nothing listens (refused at once)."""
+    import json
+    import os
+    import secrets
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a dummy interface")
+    address, device = "93.184.216.34", f"sctpub{secrets.token_hex(2)}"
+
+    def ip(*args: str) -> str:
+        return subprocess.run(["ip", *args], capture_output=True, text=True, check=True, timeout=20).stdout
+
+    ip("link", "add", device, "type", "veth", "peer", "name", device + "p")
+    try:
+        ip("addr", "add", f"{address}/32", "dev", device)
+        ip("link", "set", device, "up")
+        route = json.loads(ip("-j", "route", "get", address))[0]
+        assert route.get("type") == "local", f"{address} is not local: {route}"
+        yield address
+    finally:
+        subprocess.run(["ip", "link", "del", device], capture_output=True, check=False, timeout=20)
+
+
+def test_an_own_api_key_only_where_the_platform_allows_it_and_never_to_a_private_endpoint(
+    world: World, public_address: str
+) -> None:
     closed = make_backend(
         world.space_a,
         name="team e2b",
@@ -162,12 +191,13 @@ def test_an_own_api_key_only_where_the_platform_allows_it_and_never_to_a_private
     assert response.status_code == 400
     assert "does not let spaces bring their own key" in str(response.context["form"].errors["api_key"])
     assert "space-key" not in response.content.decode()  # a typed secret is never rendered back
-    # A public endpoint (an address literal: nothing is resolved or sent) that allows own keys.
+    # A public endpoint that allows own keys. Saving lists the backend's templates, so the
+    # public address is one of the test's own, local to this machine.
     open_ = make_backend(
         world.space_a,
         name="public e2b",
         kind="e2b",
-        endpoint="https://93.184.216.34",
+        endpoint=f"https://{public_address}",
         domain="e2b.example",
         allow_space_api_key=True,
     )
@@ -252,7 +282,11 @@ def test_the_backends_section_is_for_platform_admins_only(world: World, granted:
     ("overrides", "field", "message"),
     [
         ({"kind": "e2b"}, "endpoint", "need their control-plane URL"),
-        ({"kind": "e2b", "endpoint": "https://api.example.com"}, "domain", "need their sandbox domain"),
+        (
+            {"kind": "e2b", "endpoint": "http://127.0.0.1:9", "allow_private_endpoints": "on"},
+            "domain",
+            "need their sandbox domain",
+        ),
         ({"endpoint": "http://docker.example.com"}, "endpoint", "A Docker endpoint is empty"),
         ({"domain": "e2b.app"}, "domain", "Docker backends have no sandbox domain"),
         (
@@ -298,6 +332,18 @@ def test_the_backends_section_is_for_platform_admins_only(world: World, granted:
             "without '.', '..'",
         ),
         ({"max_cpus": "0"}, "max_cpus", "greater than or equal to 0.1"),
+        (
+            {
+                "kind": "e2b",
+                "endpoint": "http://127.0.0.1:9",
+                "domain": "e2b.example",
+                "api_key": "k",
+                "allow_private_endpoints": "on",
+                "sandbox_url": "http://[::1",
+            },
+            "sandbox_url",
+            "Invalid IPv6 URL",
+        ),
     ],
 )
 def test_bad_backend_input_is_a_field_error_and_saves_nothing(
@@ -487,7 +533,7 @@ def test_secrets_typed_into_a_failing_form_are_never_rendered_back(world: World)
         world.space_a,
         api_key="stored-platform-key",
         kind="e2b",
-        endpoint="https://api.e2b.example",
+        endpoint="http://127.0.0.1:9",
         domain="e2b.example",
         allow_space_api_key=True,
     )
@@ -495,11 +541,11 @@ def test_secrets_typed_into_a_failing_form_are_never_rendered_back(world: World)
         reverse("sandboxes:backend_edit", args=[backend.id]),
         backend_form(
             kind="e2b",
-            endpoint="https://api.e2b.example",
+            endpoint="http://127.0.0.1:9",
+            allow_private_endpoints="on",
             domain="not a domain",
             api_key="typed-platform-key",
             tls_key=TYPED_KEY,
-            allow_space_api_key="on",
         ),
     )
     assert response.status_code == 400
