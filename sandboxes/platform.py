@@ -130,6 +130,12 @@ def do_update_platform_backend(
     identity_changed = [k for k in changed if k in IDENTITY] + [s for s in secrets_changed if s != "api_key"]
     if "api_key" in secrets_changed:
         identity_changed.append("api_key")
+    if (
+        "allow_space_api_key" in changed
+        and SandboxConfig.objects.filter(backend=original).exclude(api_key_encrypted="").exists()
+    ):
+        # Configs with their own key change account (theirs <-> the platform's).
+        identity_changed.append("allow_space_api_key")
     if identity_changed:
         live = 0
         for config in SandboxConfig.objects.filter(backend=original).select_related("backend"):

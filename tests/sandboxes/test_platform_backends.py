@@ -650,3 +650,55 @@ def test_limits_lowered_while_a_space_saves_never_leave_a_config_above_them(worl
     backend.refresh_from_db()
     assert config.cpus <= backend.max_cpus, (config.cpus, backend.max_cpus, errors)
     assert len(errors) == 1, errors
+
+
+@pytest.mark.docker
+def test_own_keys_switched_off_while_their_sandboxes_live_is_refused(world: World, public_address: str) -> None:
+    """Switching "spaces may bring their own key" off moves configs with an own key to the
+    platform's account: their live sandboxes (on the space's own account) would be orphaned."""
+    from console.services import Actor, ServiceError
+    from sandboxes.backends.base import NetworkSpec, SandboxSpec
+    from sandboxes.platform import BACKEND_FIELDS, do_update_platform_backend
+    from sandboxes.services import console_metadata
+    from tests.fakes.e2b_server import FakeServer
+
+    server = FakeServer("e2b", host=public_address, run_id="pytest-ownkey").start()
+    try:
+        endpoint = f"http://{public_address}:{server.port}"
+        backend = make_backend(
+            world.space_a,
+            name="public fake",
+            kind="e2b",
+            endpoint=endpoint,
+            domain="e2b.local",
+            sandbox_url=endpoint,
+            api_key="platform-key-the-fake-refuses",
+            allow_space_api_key=True,
+        )
+        config = make_config(world.space_a, backend=backend, name="own key")
+        config.api_key_encrypted = encrypt(server.api_key)
+        config.save()
+        with open_backend(config) as engine:
+            sandbox = engine.create(
+                SandboxSpec(
+                    template_id="base",
+                    network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                    metadata=console_metadata(config),
+                )
+            ).sandbox_id
+        try:
+            data = {k: getattr(backend, k) for k in BACKEND_FIELDS} | {"allow_space_api_key": False}
+            with pytest.raises(ServiceError, match="live sandbox"):
+                do_update_platform_backend(
+                    PlatformBackend.objects.get(pk=backend.pk),
+                    data=data,
+                    secrets={},
+                    spaces=[world.space_a],
+                    actor=Actor(world.root),
+                )
+            assert PlatformBackend.objects.get(pk=backend.pk).allow_space_api_key
+        finally:
+            with open_backend(config) as engine:
+                engine.delete(sandbox)
+    finally:
+        server.stop()
