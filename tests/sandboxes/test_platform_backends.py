@@ -702,3 +702,28 @@ def test_own_keys_switched_off_while_their_sandboxes_live_is_refused(world: Worl
                 engine.delete(sandbox)
     finally:
         server.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_reverse_migration_keeps_each_config_on_the_account_it_uses() -> None:
+    """Back to per-config infrastructure: a config's stale own key (its backend no longer lets
+    spaces bring one) is not the key it uses; the platform's is, and stays."""
+    from console.models import Space
+
+    space = Space.objects.create(name="R", slug="r")
+    closed = make_backend(space, name="closed", kind="e2b", endpoint="http://127.0.0.1:9", domain="e2b.local",
+                          api_key="platform-key", allow_private_endpoints=True)  # fmt: skip
+    stale = make_config(space, backend=closed, name="stale", default_template="base")
+    SandboxConfig.objects.filter(pk=stale.pk).update(api_key_encrypted=encrypt("old-own-key"))
+    stale.refresh_from_db()
+    fingerprint = config_fingerprint(stale)
+    executor = MigrationExecutor(connection)
+    executor.migrate(BEFORE)
+    try:
+        old = executor.loader.project_state(BEFORE).apps
+        back = old.get_model("sandboxes", "SandboxConfig").objects.get(pk=stale.pk)
+        assert decrypt(back.api_key_encrypted) == "platform-key"
+        assert old_fingerprint(back.kind, back.endpoint, back.domain, "platform-key") == fingerprint
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
