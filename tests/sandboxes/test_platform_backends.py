@@ -727,3 +727,63 @@ def test_the_reverse_migration_keeps_each_config_on_the_account_it_uses() -> Non
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_grant_withdrawn_while_a_space_creates_a_config_never_leaves_a_config_on_it(world: World) -> None:
+    import threading
+
+    import psycopg
+    from django.conf import settings as django_settings
+    from django.db import connections
+
+    from console.services import Actor, ServiceError
+    from sandboxes.platform import BACKEND_FIELDS, do_update_platform_backend
+    from sandboxes.services import do_create_config
+
+    backend = make_backend(world.space_a, name="withdrawn")
+    existing = make_config(world.space_a, name="existing", is_default=True)  # on a backend of its own
+    db = django_settings.DATABASES["default"]
+    errors: dict[str, BaseException] = {}
+
+    def space_creates() -> None:
+        try:
+            data = {
+                "name": "late", "backend": PlatformBackend.objects.get(pk=backend.pk),
+                "default_template": "sandbox-console/base:latest", "cpus": 1, "memory_mb": 256, "pids_limit": 128,
+                "idle_mode": "pause", "idle_timeout_s": 900, "persistent_workspace": False, "is_default": False,
+            }  # fmt: skip
+            do_create_config(world.space_a, data=data, api_key="", actor=Actor(world.alice))
+        except ServiceError as exc:
+            errors["space"] = exc
+        finally:
+            connections.close_all()
+
+    def platform_withdraws() -> None:
+        try:
+            mine = PlatformBackend.objects.get(pk=backend.pk)
+            data = {k: getattr(mine, k) for k in BACKEND_FIELDS}
+            do_update_platform_backend(mine, data=data, secrets={}, spaces=[], actor=Actor(world.root))
+        except ServiceError as exc:
+            errors["platform"] = exc
+        finally:
+            connections.close_all()
+
+    # A third party holds the space's default config, so the create stops inside its transaction.
+    with psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"]) as holder:
+        holder.execute("SELECT 1 FROM sandboxes_sandboxconfig WHERE id = %s FOR UPDATE", [existing.pk])
+        space = threading.Thread(target=space_creates)
+        space.start()
+        _wait_for_lock_waiters(1)
+        platform = threading.Thread(target=platform_withdraws)
+        platform.start()
+        platform.join(timeout=2)
+        holder.rollback()
+    space.join(timeout=10)
+    platform.join(timeout=10)
+    assert not space.is_alive()
+    assert not platform.is_alive()
+    on_it = SandboxConfig.objects.filter(backend=backend)
+    granted = backend.spaces.filter(pk=world.space_a.pk).exists()
+    assert granted or not on_it.exists(), errors
+    assert len(errors) == 1, errors
