@@ -108,8 +108,11 @@ def tls_options(backend: PlatformBackend) -> dict[str, str]:
 def workspace_options(config: SandboxConfig) -> dict[str, str]:
     """Cube keeps persistent workspaces under a host directory and manages them with
     housekeeping sandboxes: from the config's template, carrying its console metadata so the
-    reaper can find a leftover one."""
-    if config.kind != BackendKind.CUBE or not config.workspace_host_root:
+    reaper can find a leftover one.
+
+    Not on a space's own account: the host root holds every space's workspaces, and there the
+    template (and so what runs beside the mount) is the space's own."""
+    if config.kind != BackendKind.CUBE or not config.workspace_host_root or uses_own_api_key(config):
         return {}
     return {
         "workspace_host_root": config.workspace_host_root,

@@ -787,3 +787,28 @@ def test_a_grant_withdrawn_while_a_space_creates_a_config_never_leaves_a_config_
     granted = backend.spaces.filter(pk=world.space_a.pk).exists()
     assert granted or not on_it.exists(), errors
     assert len(errors) == 1, errors
+
+
+def test_the_platforms_workspace_host_root_is_never_mounted_for_a_spaces_own_account(world: World) -> None:
+    """Cube housekeeping sandboxes mount the whole workspace host root (every space's
+    workspaces) and start from the config's template. On a space's own account that template
+    is the space's own: the platform's root must not go there."""
+    backend = make_backend(
+        world.space_a,
+        name="cube",
+        kind="cube",
+        endpoint="https://93.184.216.34",
+        domain="cube.example",
+        api_key="platform-key",
+        allow_space_api_key=True,
+        workspace_host_root="/srv/sandbox-workspaces",
+    )
+    platform = make_config(world.space_a, backend=backend, name="platform key", persistent_workspace=True)
+    assert backend_config_for(platform).options["workspace_host_root"] == "/srv/sandbox-workspaces"
+    own = make_config(world.space_a, backend=backend, name="own key", persistent_workspace=True)
+    own.api_key_encrypted = encrypt("space-key")
+    own.save()
+    merged = backend_config_for(own)
+    assert merged.api_key == "space-key"
+    assert "workspace_host_root" not in merged.options
+    assert "workspace_template" not in merged.options
