@@ -14,6 +14,7 @@ Imports: the sandboxes app and console only. The skills app answers `snapshot_re
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -114,10 +115,15 @@ def recorded_snapshot_ids(config: SandboxConfig) -> set[str]:
     return ids
 
 
-def _references(snapshot_id: str | None, fingerprint: str) -> list[tuple[str, SnapshotReference]]:
-    """(snapshot id, reference) from every receiver; all snapshots when `snapshot_id` is None."""
+def _references(
+    snapshot_id: str | None, fingerprint: str, labels: Mapping[str, str] | None = None
+) -> list[tuple[str, SnapshotReference]]:
+    """(snapshot id, reference) from every receiver; all snapshots when `snapshot_id` is None.
+    `labels` are the snapshot's own (a build names itself there before it records the id)."""
     found: list[tuple[str, SnapshotReference]] = []
-    for _, refs in snapshot_references.send(sender=SandboxConfig, snapshot_id=snapshot_id, fingerprint=fingerprint):
+    for _, refs in snapshot_references.send(
+        sender=SandboxConfig, snapshot_id=snapshot_id, fingerprint=fingerprint, labels=labels or {}
+    ):
         found.extend(refs or [])  # type: ignore[arg-type]  # receivers answer lists; send() is typed loosely
     return found
 
@@ -170,8 +176,9 @@ def load_catalog(config: SandboxConfig) -> Catalog:
     return catalog
 
 
-def snapshot_users(config: SandboxConfig, snapshot_id: str) -> list[str]:
-    """What still uses the snapshot on this account: skill images and live sessions, in words."""
+def snapshot_users(config: SandboxConfig, snapshot_id: str, labels: Mapping[str, str] | None = None) -> list[str]:
+    """What still uses the snapshot on this account: skill images (also one a build just took
+    and has not recorded yet, known by `labels`) and live sessions, in words."""
     fingerprint = _fingerprint(config)
     users = [
         f"the current skill image of config {image.config.name}"
@@ -179,7 +186,7 @@ def snapshot_users(config: SandboxConfig, snapshot_id: str) -> list[str]:
             "config"
         )
     ]
-    users.extend(ref.description for _, ref in _references(snapshot_id, fingerprint))
+    users.extend(ref.description for _, ref in _references(snapshot_id, fingerprint, labels))
     sessions = Session.objects.filter(template_id=snapshot_id).exclude(sandbox_id="").select_related("config")
     users.extend(f"live session {s.key}" for s in sessions if _fingerprint(s.config) == fingerprint)
     return list(dict.fromkeys(users))
@@ -204,7 +211,7 @@ def do_delete_snapshot(config: SandboxConfig, snapshot_id: str, *, actor: Actor,
         snapshot = _find(snapshots.list(), "snapshot_id", snapshot_id)
         if snapshot is None or not snapshot_is_own(snapshot, config, recorded_snapshot_ids(config)):
             raise CatalogItemNotFound(f"No snapshot {snapshot_id} in this space.")
-        users = snapshot_users(config, snapshot_id)
+        users = snapshot_users(config, snapshot_id, snapshot.labels)
         if users and not force:
             raise CatalogItemInUse(
                 f"Snapshot {snapshot_id} is still used by " + "; ".join(users) + ". Release it first.", users

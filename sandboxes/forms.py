@@ -24,14 +24,25 @@ DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-
 
 
 class SecretInput(forms.PasswordInput):
-    """A password input that shows the redacted placeholder of a stored secret and never
-    renders a typed secret back (a form that fails validation comes back with it empty)."""
+    """A secret's field: shows *** when one is stored, and never what was typed (a form that
+    fails validation would otherwise echo a new key back into the page)."""
 
-    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
-        super().__init__(attrs, render_value=True)
+    def __init__(self, *, stored: bool = False) -> None:
+        super().__init__(attrs={"autocomplete": "new-password"}, render_value=True)
+        self.stored = stored
 
-    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
-        return super().get_context(name, REDACTED if value == REDACTED else None, attrs)
+    def get_context(self, name: str, value: Any, attrs: Any) -> dict[str, Any]:
+        return super().get_context(name, REDACTED if self.stored else None, attrs)
+
+
+class SecretTextarea(forms.Textarea):
+    """PEM material (TLS client key, certificate, CA): never rendered, typed or stored."""
+
+    def __init__(self) -> None:
+        super().__init__(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"})
+
+    def get_context(self, name: str, value: Any, attrs: Any) -> dict[str, Any]:
+        return super().get_context(name, None, attrs)
 
 
 class SandboxConfigForm(forms.ModelForm):
@@ -46,7 +57,7 @@ class SandboxConfigForm(forms.ModelForm):
     api_key = forms.CharField(
         required=False,
         label="Own API key",
-        widget=SecretInput(attrs={"autocomplete": "new-password"}),
+        widget=SecretInput(),
         help_text="Only for backends where the platform lets spaces bring their own E2B/Cube key (public "
         "endpoints). Stored encrypted; leave *** to keep the stored key, empty to use the platform's.",
     )
@@ -69,7 +80,7 @@ class SandboxConfigForm(forms.ModelForm):
         backend_field.help_text = "Infrastructure the platform granted this space."
         if self.instance.pk and self.instance.has_api_key:
             self.initial["api_key"] = REDACTED
-            self.fields["api_key"].widget = SecretInput(attrs={"autocomplete": "new-password"})
+            self.fields["api_key"].widget = SecretInput(stored=True)
         if template_choices is not None:
             # The picker lists templates only: a snapshot id never appears here.
             current = self.instance.default_template if self.instance.pk else ""
@@ -121,25 +132,25 @@ class PlatformBackendForm(forms.ModelForm):
     api_key = forms.CharField(
         required=False,
         label="API key",
-        widget=SecretInput(attrs={"autocomplete": "new-password"}),
+        widget=SecretInput(),
         help_text="E2B/Cube. Stored encrypted; leave *** to keep the stored key.",
     )
     tls_ca = forms.CharField(
         required=False,
         label="TLS CA certificate (PEM)",
-        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+        widget=SecretTextarea(),
         help_text="Docker tcp:// with TLS: the CA the engine's certificate is checked against. Empty keeps it.",
     )
     tls_cert = forms.CharField(
         required=False,
         label="TLS client certificate (PEM)",
-        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+        widget=SecretTextarea(),
         help_text="Docker tcp:// with TLS: the console's client certificate. Stored encrypted; empty keeps it.",
     )
     tls_key = forms.CharField(
         required=False,
         label="TLS client key (PEM)",
-        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+        widget=SecretTextarea(),
         help_text="Stored encrypted, never shown again; empty keeps it.",
     )
     clear_tls = forms.BooleanField(required=False, label="Remove the stored TLS material")
@@ -178,7 +189,7 @@ class PlatformBackendForm(forms.ModelForm):
             self.initial["spaces"] = list(self.instance.spaces.all())
             if self.instance.has_api_key:
                 self.initial["api_key"] = REDACTED
-                self.fields["api_key"].widget = SecretInput(attrs={"autocomplete": "new-password"})
+                self.fields["api_key"].widget = SecretInput(stored=True)
             if self.instance.has_tls:
                 self.fields["tls_cert"].help_text += " A certificate is stored."
 
@@ -285,8 +296,8 @@ class PlatformBackendForm(forms.ModelForm):
             else:
                 try:
                     check_endpoint(sandbox_url, allow_private=allow_private)
-                except RemoteError as exc:
-                    self.add_error("sandbox_url", exc.message)
+                except (RemoteError, ValueError, UnicodeError) as exc:  # a malformed URL is a field error
+                    self.add_error("sandbox_url", getattr(exc, "message", str(exc)))
         self._clean_workspace_host_root(cleaned, kind)
         if endpoint and not endpoint.startswith("unix://") and "endpoint" not in self.errors:
             try:

@@ -130,6 +130,12 @@ def do_update_platform_backend(
     identity_changed = [k for k in changed if k in IDENTITY] + [s for s in secrets_changed if s != "api_key"]
     if "api_key" in secrets_changed:
         identity_changed.append("api_key")
+    if (
+        "allow_space_api_key" in changed
+        and SandboxConfig.objects.filter(backend=original).exclude(api_key_encrypted="").exists()
+    ):
+        # Configs with their own key change account (theirs <-> the platform's).
+        identity_changed.append("allow_space_api_key")
     if identity_changed:
         live = 0
         for config in SandboxConfig.objects.filter(backend=original).select_related("backend"):
@@ -143,19 +149,22 @@ def do_update_platform_backend(
                 + ", ".join(identity_changed)
                 + ", or register a new backend."
             )
-    old_spaces = set(original.spaces.values_list("pk", flat=True))
     new_spaces = {space.pk for space in spaces}
-    revoked = old_spaces - new_spaces
-    in_use = Space.objects.filter(pk__in=revoked, sandbox_configs__backend=original).distinct()
-    if in_use:
-        names = ", ".join(space.name for space in in_use)
-        raise ServiceError(
-            f"{names} still run configs on this backend: they must move to another backend first.",
-            field_errors={"spaces": [f"configs of {names} use it"]},
-        )
-    _check_limits_cover_configs(backend)
     try:
         with transaction.atomic():
+            # Locked before the checks: a config saved at the same moment (which locks this
+            # row too, sandboxes.services) is either seen here or sees the new limits and grants.
+            PlatformBackend.objects.select_for_update().get(pk=backend.pk)
+            old_spaces = set(original.spaces.values_list("pk", flat=True))
+            revoked = old_spaces - new_spaces
+            in_use = Space.objects.filter(pk__in=revoked, sandbox_configs__backend=original).distinct()
+            if in_use:
+                names = ", ".join(space.name for space in in_use)
+                raise ServiceError(
+                    f"{names} still run configs on this backend: they must move to another backend first.",
+                    field_errors={"spaces": [f"configs of {names} use it"]},
+                )
+            _check_limits_cover_configs(backend)
             backend.save()
             backend.spaces.set(spaces)
             record_audit(

@@ -123,8 +123,11 @@ def protocol_options(config: SandboxConfig) -> dict[str, str]:
 def workspace_options(config: SandboxConfig) -> dict[str, str]:
     """Cube keeps persistent workspaces under a host directory and manages them with
     housekeeping sandboxes: from the config's template, carrying its console metadata so the
-    reaper can find a leftover one."""
-    if config.kind != BackendKind.CUBE or not config.workspace_host_root:
+    reaper can find a leftover one.
+
+    Not on a space's own account: the host root holds every space's workspaces, and there the
+    template (and so what runs beside the mount) is the space's own."""
+    if config.kind != BackendKind.CUBE or not config.workspace_host_root or uses_own_api_key(config):
         return {}
     return {
         "workspace_host_root": config.workspace_host_root,
@@ -282,6 +285,14 @@ def _check_backend_choice(space: Space, backend: PlatformBackend, data: dict[str
             raise ServiceError(exc.message, field_errors={"api_key": [exc.message]}) from None
 
 
+def _lock_backend_choice(space: Space, config: SandboxConfig, data: dict[str, Any], api_key: str | None) -> None:
+    """Inside the write's transaction: lock the backend row and check the grant and limits
+    again, so a platform admin lowering limits or withdrawing the grant at the same moment
+    either waits for this write (and sees it) or is seen by it (sandboxes.platform locks too)."""
+    config.backend = PlatformBackend.objects.select_for_update().get(pk=config.backend_id)
+    _check_backend_choice(space, config.backend, data, api_key)
+
+
 def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor: Actor) -> SandboxConfig:
     """A config of the space on a backend granted to it (one audit row)."""
     _check_template_choice(data["default_template"])
@@ -291,6 +302,7 @@ def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor:
     _check_template_visible(config)
     try:
         with transaction.atomic():
+            _lock_backend_choice(space, config, data, api_key)
             # The space's first config serves its sessions unless another is chosen.
             has_default = SandboxConfig.objects.select_for_update().filter(space=space, is_default=True).exists()
             if config.is_default and has_default:
@@ -347,6 +359,7 @@ def do_update_config(
         _check_template_visible(config)
     try:
         with transaction.atomic():
+            _lock_backend_choice(config.space, config, merged, api_key)
             if "is_default" in changed and config.is_default:
                 SandboxConfig.objects.filter(space=config.space_id, is_default=True).exclude(pk=config.pk).update(
                     is_default=False

@@ -241,7 +241,7 @@ def _load_catalog(config: SandboxConfig) -> Catalog:
         catalog = load_catalog(config)
     except RemoteError as exc:
         return Catalog(error=remote_error_message(exc))
-    catalog.users = {s.snapshot_id: snapshot_users(config, s.snapshot_id) for s in catalog.snapshots}
+    catalog.users = {s.snapshot_id: snapshot_users(config, s.snapshot_id, s.labels) for s in catalog.snapshots}
     return catalog
 
 
@@ -340,9 +340,10 @@ def _catalog_delete(request: HttpRequest, config_id: str, what: str) -> HttpResp
             "Configs that name it as default template stop working.",
         ]
     else:
-        if item_id not in {s.snapshot_id for s in catalog.snapshots}:
+        snapshot = next((s for s in catalog.snapshots if s.snapshot_id == item_id), None)
+        if snapshot is None:
             raise Http404(f"No snapshot {item_id} in this space.")
-        users = snapshot_users(config, item_id)
+        users = snapshot_users(config, item_id, snapshot.labels)
         consequences = ["Sandboxes already created from it keep running."]
         if users:
             consequences.insert(0, "It is still used by " + "; ".join(users) + ": release it first.")

@@ -57,6 +57,7 @@ from . import install
 from .build_network import BuildNetwork, build_network, sources_to_reach
 from .install import PackageSources, SkillPayload, StepFailed
 from .models import SkillImage, SkillImageAction, SkillImageItem, SkillImageStatus, SkillVersion
+from .snapshot_refs import SKILL_IMAGE_LABEL
 
 STEPS = ("create", "copy", "dependencies", "verify", "clean", "ledger", "snapshot", "record")
 BUILD_PURPOSE = "skill-build"
@@ -495,7 +496,7 @@ def take_snapshot(backend: Backend, sandbox_id: str, config: SandboxConfig, imag
             # Installation + space: only this space sees it in the catalog (sandboxes.catalog).
             labels={
                 **console_metadata(config),
-                "console.skill-image": str(image.pk),
+                SKILL_IMAGE_LABEL: str(image.pk),
                 "console.skill-image.generation": str(image.generation),
             },
         )

@@ -7,6 +7,8 @@ so the Skill image page says they are gone and sessions start from the default t
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from django.db.models import Q
@@ -15,18 +17,25 @@ from sandboxes.catalog import SnapshotReference
 
 from .models import SkillImage, SkillImageStatus
 
+# Put on each skill-image snapshot by skills.images.take_snapshot: the generation that took it.
+SKILL_IMAGE_LABEL = "console.skill-image"
 FORCED_NOTE = "Its snapshot was deleted by a platform admin; sessions start from the config's default template."
 
 
 def snapshot_references(
-    sender: Any, *, snapshot_id: str | None, fingerprint: str, **kwargs: Any
+    sender: Any, *, snapshot_id: str | None, fingerprint: str, labels: Mapping[str, str] | None = None, **kwargs: Any
 ) -> list[tuple[str, SnapshotReference]]:
-    """(snapshot id, reference) for ready generations on it and builds starting from it."""
+    """(snapshot id, reference) for ready generations on it, builds starting from it, and the
+    build that took it (named in its labels) while that build has not recorded it yet."""
     images = SkillImage.objects.filter(fingerprint=fingerprint, status=SkillImageStatus.READY).select_related("config")
     building = SkillImage.objects.filter(status=SkillImageStatus.BUILDING).select_related("config")
     if snapshot_id is not None:
         images = images.filter(snapshot_id=snapshot_id)
-        building = building.filter(Q(base_template=snapshot_id))
+        uses = Q(base_template=snapshot_id)
+        took_it = (labels or {}).get(SKILL_IMAGE_LABEL)
+        if _is_uuid(took_it):
+            uses |= Q(pk=took_it)
+        building = building.filter(uses)
     else:
         building = building.none()
     refs = [
@@ -40,7 +49,7 @@ def snapshot_references(
     ]
     refs += [
         (
-            image.base_template,
+            snapshot_id or image.base_template,
             SnapshotReference(
                 f"skill image generation {image.generation} (building) on config {image.config.name}",
                 str(image.space_id),
@@ -49,6 +58,14 @@ def snapshot_references(
         for image in building
     ]
     return refs
+
+
+def _is_uuid(value: str | None) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def snapshot_force_deleted(sender: Any, *, snapshot_id: str, fingerprint: str, **kwargs: Any) -> None:

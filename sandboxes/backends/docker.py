@@ -51,6 +51,7 @@ import urllib3.exceptions
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 
 from .base import (
+    META_INSTALLATION,
     META_SPACE,
     SANDBOX_UID,
     SNAPSHOT_PREFIX,
@@ -269,6 +270,16 @@ def metadata_from_labels(labels: Mapping[str, str]) -> dict[str, str]:
     except ValueError:
         keys = []
     return {key: labels[LABEL_META_PREFIX + key] for key in keys if LABEL_META_PREFIX + key in labels}
+
+
+def _check_image_owner(attrs: Mapping[str, Any], owner: Mapping[str, str] | None, template_id: str) -> None:
+    """An image with owner labels (installation, space) starts sandboxes of that owner only."""
+    if owner is None:
+        return
+    labels = (attrs.get("Config") or {}).get("Labels") or {}
+    for key in (META_INSTALLATION, META_SPACE):
+        if key in labels and labels[key] != owner.get(key):
+            raise RemoteError(ErrorKind.NOT_FOUND, f"template {template_id!r} not found (another tenant's image)")
 
 
 def _snapshot_id(image_id: str) -> str:
@@ -584,7 +595,7 @@ class DockerBackend(Backend):
         self._check_network_spec(spec.network)
         if spec.network.allow_internet_access:
             self.ensure_firewall()  # before anything is made: refused means nothing left behind
-        image = self._resolve_image(spec.template_id)
+        image = self._resolve_image(spec.template_id, owner=spec.metadata)
         if spec.workspace_volume and not _VOLUME_NAME.match(spec.workspace_volume):
             raise RemoteError(ErrorKind.INVALID, f"not a volume name: {spec.workspace_volume!r}")
         network_mode = self._network_mode(spec.network, spec.metadata)
@@ -817,13 +828,20 @@ class DockerBackend(Backend):
 
     # Images, networks, volumes -------------------------------------------------------
 
-    def _resolve_image(self, template_id: str) -> str:
-        """The image id behind a template or snapshot id; not_found names the template."""
+    def _resolve_image(self, template_id: str, owner: Mapping[str, str] | None = None) -> str:
+        """The image id behind a template or snapshot id; not_found names the template.
+
+        With `owner` (the new sandbox's metadata): an image labelled with another
+        installation or space is not found. A tag is only a name: another tenant may build
+        one a config still names after its template was deleted."""
         if not template_id:
             raise RemoteError(ErrorKind.INVALID, "no template id given")
         if is_snapshot_id(template_id):
-            return self._snapshot_image(template_id)["Id"]
+            attrs = self._snapshot_image(template_id)
+            _check_image_owner(attrs, owner, template_id)
+            return str(attrs["Id"])
         attrs = self._console_image(template_id, f"template {template_id!r}")
+        _check_image_owner(attrs, owner, template_id)
         if attrs["Config"]["Labels"].get(LABEL_KIND) != KIND_TEMPLATE:
             # A snapshot is started by its snap- id only: a bare image id would bypass the
             # console's checks of whose snapshot it is.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
@@ -338,7 +338,7 @@ def test_another_tenants_image_cannot_be_named_by_another_reference(world: World
     # A snapshot by its bare image id is no template: no sandbox starts from it (a snapshot
     # starts by its snap- id only, which the catalog checks).
     for alias in (snap_b_image, snap_b_image.removeprefix("sha256:")[:12]):
-        with open_backend(engine.config_a) as backend, pytest.raises(RemoteError, match="snapshot"):
+        with open_backend(engine.config_a) as backend, pytest.raises(RemoteError, match="not found"):
             backend.create(
                 SandboxSpec(
                     template_id=alias,
@@ -346,3 +346,75 @@ def test_another_tenants_image_cannot_be_named_by_another_reference(world: World
                     metadata={"test-run": "alias"},
                 )
             )
+
+
+def test_a_snapshot_an_install_just_took_cannot_be_deleted_before_the_install_records_it(
+    world: World, engine: Engine, docker_base_image: str, test_run_id: str
+) -> None:
+    """Between its snapshot step and its record step an install's snapshot is listed as the
+    space's own, and no generation names it yet: deleting it then would leave the install to
+    record a snapshot that is gone (the next session: snapshot not found)."""
+    config = engine.config_a
+    image = SkillImage.objects.create(
+        space=world.space_a, config=config, generation=3, status=SkillImageStatus.BUILDING
+    )
+    with open_backend(config) as backend:
+        sandbox = backend.create(
+            SandboxSpec(
+                template_id=docker_base_image,
+                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                metadata={"test-run": test_run_id},
+            )
+        ).sandbox_id
+        try:
+            snapshot_id = take_snapshot(backend, sandbox, config, image)
+        finally:
+            backend.delete(sandbox)
+    try:
+        url = reverse("sandboxes:snapshot_delete", args=[config.id])
+        alice = world.client_for("alice")
+        assert "generation 3 (building)" in alice.get(url, {"id": snapshot_id}).content.decode()
+        response = alice.post(url, {"id": snapshot_id}, follow=True)
+        assert "is still used by" in response.content.decode()
+        assert snapshot_id in _on_engine(config)[0]
+    finally:
+        with open_backend(config) as backend:
+            snapshots = backend.snapshots()
+            assert snapshots is not None
+            snapshots.delete(snapshot_id)
+
+
+def test_a_name_another_tenant_took_over_never_starts_a_sandbox_of_this_space(
+    world: World, engine: Engine, docker_base_image: str, test_run_id: str
+) -> None:
+    """Space A's config names a template that is gone (deleted by the platform, or not built
+    yet); space B then builds a template of that name. A's sessions must not start from B's
+    image (B's code in A's sandboxes), though the name is the same."""
+    from sandboxes.services import console_metadata
+
+    name = f"{test_run_id}-{uuid.uuid4().hex[:8]}-taken"
+    taken = build_template(
+        engine.config_b,
+        TemplateBuildSpec(
+            name=name, base_template_id=docker_base_image, script="true", labels={"test-run": test_run_id}
+        ),
+    )
+    try:
+        spec = SandboxSpec(
+            template_id=taken,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata={**console_metadata(engine.config_a), "test-run": test_run_id},
+        )
+        with open_backend(engine.config_a) as backend, pytest.raises(RemoteError, match="not found"):
+            backend.delete(backend.create(spec).sandbox_id)
+        # B's own sessions start from it, and A's from the platform's templates and its own.
+        with open_backend(engine.config_b) as backend:
+            backend.delete(backend.create(replace(spec, metadata=console_metadata(engine.config_b))).sandbox_id)
+        with open_backend(engine.config_a) as backend:
+            for template in (engine.template_platform, engine.snap_a):
+                backend.delete(backend.create(replace(spec, template_id=template)).sandbox_id)
+    finally:
+        with open_backend(engine.config_b) as backend:
+            templates = backend.templates()
+            assert templates is not None
+            templates.delete(taken)

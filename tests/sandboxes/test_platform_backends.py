@@ -146,7 +146,36 @@ def test_resources_stay_within_the_backends_limits(
     assert (config.cpus, config.memory_mb, config.pids_limit) == (2, 1024, 256)
 
 
-def test_an_own_api_key_only_where_the_platform_allows_it_and_never_to_a_private_endpoint(world: World) -> None:
+@pytest.fixture
+def public_address() -> Iterator[str]:
+    """A public IPv4 address local to this machine (on a veth pair of the test's own, both ends
+    here), so a connection to it never leaves the machine; nothing listens (refused at once)."""
+    import json
+    import os
+    import secrets
+    import subprocess
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a dummy interface")
+    address, device = "93.184.216.34", f"sctpub{secrets.token_hex(2)}"
+
+    def ip(*args: str) -> str:
+        return subprocess.run(["ip", *args], capture_output=True, text=True, check=True, timeout=20).stdout
+
+    ip("link", "add", device, "type", "veth", "peer", "name", device + "p")
+    try:
+        ip("addr", "add", f"{address}/32", "dev", device)
+        ip("link", "set", device, "up")
+        route = json.loads(ip("-j", "route", "get", address))[0]
+        assert route.get("type") == "local", f"{address} is not local: {route}"
+        yield address
+    finally:
+        subprocess.run(["ip", "link", "del", device], capture_output=True, check=False, timeout=20)
+
+
+def test_an_own_api_key_only_where_the_platform_allows_it_and_never_to_a_private_endpoint(
+    world: World, public_address: str
+) -> None:
     closed = make_backend(
         world.space_a,
         name="team e2b",
@@ -162,12 +191,13 @@ def test_an_own_api_key_only_where_the_platform_allows_it_and_never_to_a_private
     assert response.status_code == 400
     assert "does not let spaces bring their own key" in str(response.context["form"].errors["api_key"])
     assert "space-key" not in response.content.decode()  # a typed secret is never rendered back
-    # A public endpoint (an address literal: nothing is resolved or sent) that allows own keys.
+    # A public endpoint that allows own keys. Saving lists the backend's templates, so the
+    # public address is one of the test's own, local to this machine.
     open_ = make_backend(
         world.space_a,
         name="public e2b",
         kind="e2b",
-        endpoint="https://93.184.216.34",
+        endpoint=f"https://{public_address}",
         domain="e2b.example",
         allow_space_api_key=True,
     )
@@ -252,7 +282,11 @@ def test_the_backends_section_is_for_platform_admins_only(world: World, granted:
     ("overrides", "field", "message"),
     [
         ({"kind": "e2b"}, "endpoint", "need their control-plane URL"),
-        ({"kind": "e2b", "endpoint": "https://api.example.com"}, "domain", "need their sandbox domain"),
+        (
+            {"kind": "e2b", "endpoint": "http://127.0.0.1:9", "allow_private_endpoints": "on"},
+            "domain",
+            "need their sandbox domain",
+        ),
         ({"endpoint": "http://docker.example.com"}, "endpoint", "A Docker endpoint is empty"),
         ({"domain": "e2b.app"}, "domain", "Docker backends have no sandbox domain"),
         (
@@ -298,6 +332,18 @@ def test_the_backends_section_is_for_platform_admins_only(world: World, granted:
             "without '.', '..'",
         ),
         ({"max_cpus": "0"}, "max_cpus", "greater than or equal to 0.1"),
+        (
+            {
+                "kind": "e2b",
+                "endpoint": "http://127.0.0.1:9",
+                "domain": "e2b.example",
+                "api_key": "k",
+                "allow_private_endpoints": "on",
+                "sandbox_url": "http://[::1",
+            },
+            "sandbox_url",
+            "Invalid IPv6 URL",
+        ),
     ],
 )
 def test_bad_backend_input_is_a_field_error_and_saves_nothing(
@@ -466,3 +512,303 @@ def test_the_data_migration_turns_each_infrastructure_tuple_into_one_granted_bac
     )
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+# --- Secrets typed into a form that fails validation -------------------------------------
+
+TYPED_KEY = "-----BEGIN PRIVATE KEY-----\ntyped-secret-key-body\n-----END PRIVATE KEY-----"
+
+
+def test_secrets_typed_into_a_failing_form_are_never_rendered_back(world: World) -> None:
+    root = world.client_for("root")
+    # Create: a TLS key with a bad endpoint.
+    response = root.post(
+        reverse("sandboxes:backend_create"),
+        backend_form(endpoint="ftp://nowhere", tls_cert="-----BEGIN CERTIFICATE-----\nc\n", tls_key=TYPED_KEY),
+    )
+    assert response.status_code == 400
+    assert "typed-secret-key-body" not in response.content.decode()
+    # Edit of a backend holding a key: a new key typed with a bad field.
+    backend = make_backend(
+        world.space_a,
+        api_key="stored-platform-key",
+        kind="e2b",
+        endpoint="http://127.0.0.1:9",
+        domain="e2b.example",
+        allow_space_api_key=True,
+    )
+    response = root.post(
+        reverse("sandboxes:backend_edit", args=[backend.id]),
+        backend_form(
+            kind="e2b",
+            endpoint="http://127.0.0.1:9",
+            allow_private_endpoints="on",
+            domain="not a domain",
+            api_key="typed-platform-key",
+            tls_key=TYPED_KEY,
+        ),
+    )
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "typed-platform-key" not in body
+    assert "typed-secret-key-body" not in body
+    assert "stored-platform-key" not in body
+    # A space's own key on its config's edit form, with resources above the limit.
+    config = make_config(world.space_a, backend=backend, name="own")
+    config.api_key_encrypted = encrypt("stored-own-key")
+    config.save()
+    response = world.client_for("alice").post(
+        reverse("sandboxes:config_edit", args=[config.id]),
+        form(backend, name="own", api_key="typed-own-key", default_template="base", cpus="999"),
+    )
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "typed-own-key" not in body
+    assert "stored-own-key" not in body
+
+
+# --- Concurrent edits --------------------------------------------------------------------
+
+
+def _wait_for_lock_waiters(count: int, timeout: float = 10.0) -> None:
+    import time
+
+    import psycopg
+    from django.conf import settings as django_settings
+
+    db = django_settings.DATABASES["default"]
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(
+        host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"], autocommit=True
+    ) as watcher:
+        while time.monotonic() < deadline:
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if row and row[0] >= count:
+                return
+            time.sleep(0.02)
+    raise AssertionError("the writers never met on a lock")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_limits_lowered_while_a_space_saves_never_leave_a_config_above_them(world: World) -> None:
+    """The platform lowers max_cpus to 1 while a space admin raises a config to 2 (allowed
+    under the old limit): one of the two must lose, whatever the interleaving."""
+    import threading
+
+    import psycopg
+    from django.conf import settings as django_settings
+    from django.db import connections
+
+    from console.services import Actor, ServiceError
+    from sandboxes.platform import BACKEND_FIELDS, do_update_platform_backend
+    from sandboxes.services import CONFIG_FIELDS, do_update_config
+
+    backend = make_backend(world.space_a, name="limited", max_cpus=2, max_memory_mb=1024, max_pids=256)
+    config = make_config(world.space_a, backend=backend, name="raced", cpus=1)
+    db = django_settings.DATABASES["default"]
+    errors: dict[str, BaseException] = {}
+
+    def space_saves() -> None:
+        try:
+            mine = SandboxConfig.objects.select_related("space", "backend").get(pk=config.pk)
+            mine.cpus = 2
+            do_update_config(
+                mine, data={k: getattr(mine, k) for k in CONFIG_FIELDS}, api_key=None, actor=Actor(world.alice)
+            )
+        except ServiceError as exc:
+            errors["space"] = exc
+        finally:
+            connections.close_all()
+
+    def platform_lowers() -> None:
+        try:
+            mine = PlatformBackend.objects.get(pk=backend.pk)
+            data = {k: getattr(mine, k) for k in BACKEND_FIELDS} | {"max_cpus": 1}
+            do_update_platform_backend(mine, data=data, secrets={}, spaces=[world.space_a], actor=Actor(world.root))
+        except ServiceError as exc:
+            errors["platform"] = exc
+        finally:
+            connections.close_all()
+
+    # A third party holds the config row, so the space's save stops just before its write.
+    with psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"]) as holder:
+        holder.execute("SELECT 1 FROM sandboxes_sandboxconfig WHERE id = %s FOR UPDATE", [config.pk])
+        space = threading.Thread(target=space_saves)
+        space.start()
+        _wait_for_lock_waiters(1)
+        platform = threading.Thread(target=platform_lowers)
+        platform.start()
+        platform.join(timeout=2)
+        holder.rollback()
+    space.join(timeout=10)
+    platform.join(timeout=10)
+    assert not space.is_alive()
+    assert not platform.is_alive()
+    config.refresh_from_db()
+    backend.refresh_from_db()
+    assert config.cpus <= backend.max_cpus, (config.cpus, backend.max_cpus, errors)
+    assert len(errors) == 1, errors
+
+
+@pytest.mark.docker
+def test_own_keys_switched_off_while_their_sandboxes_live_is_refused(world: World, public_address: str) -> None:
+    """Switching "spaces may bring their own key" off moves configs with an own key to the
+    platform's account: their live sandboxes (on the space's own account) would be orphaned."""
+    from console.services import Actor, ServiceError
+    from sandboxes.backends.base import NetworkSpec, SandboxSpec
+    from sandboxes.platform import BACKEND_FIELDS, do_update_platform_backend
+    from sandboxes.services import console_metadata
+    from tests.fakes.e2b_server import FakeServer
+
+    server = FakeServer("e2b", host=public_address, run_id="pytest-ownkey").start()
+    try:
+        endpoint = f"http://{public_address}:{server.port}"
+        backend = make_backend(
+            world.space_a,
+            name="public fake",
+            kind="e2b",
+            endpoint=endpoint,
+            domain="e2b.local",
+            sandbox_url=endpoint,
+            api_key="platform-key-the-fake-refuses",
+            allow_space_api_key=True,
+        )
+        config = make_config(world.space_a, backend=backend, name="own key")
+        config.api_key_encrypted = encrypt(server.api_key)
+        config.save()
+        with open_backend(config) as engine:
+            sandbox = engine.create(
+                SandboxSpec(
+                    template_id="base",
+                    network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                    metadata=console_metadata(config),
+                )
+            ).sandbox_id
+        try:
+            data = {k: getattr(backend, k) for k in BACKEND_FIELDS} | {"allow_space_api_key": False}
+            with pytest.raises(ServiceError, match="live sandbox"):
+                do_update_platform_backend(
+                    PlatformBackend.objects.get(pk=backend.pk),
+                    data=data,
+                    secrets={},
+                    spaces=[world.space_a],
+                    actor=Actor(world.root),
+                )
+            assert PlatformBackend.objects.get(pk=backend.pk).allow_space_api_key
+        finally:
+            with open_backend(config) as engine:
+                engine.delete(sandbox)
+    finally:
+        server.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_reverse_migration_keeps_each_config_on_the_account_it_uses() -> None:
+    """Back to per-config infrastructure: a config's stale own key (its backend no longer lets
+    spaces bring one) is not the key it uses; the platform's is, and stays."""
+    from console.models import Space
+
+    space = Space.objects.create(name="R", slug="r")
+    closed = make_backend(space, name="closed", kind="e2b", endpoint="http://127.0.0.1:9", domain="e2b.local",
+                          api_key="platform-key", allow_private_endpoints=True)  # fmt: skip
+    stale = make_config(space, backend=closed, name="stale", default_template="base")
+    SandboxConfig.objects.filter(pk=stale.pk).update(api_key_encrypted=encrypt("old-own-key"))
+    stale.refresh_from_db()
+    fingerprint = config_fingerprint(stale)
+    executor = MigrationExecutor(connection)
+    executor.migrate(BEFORE)
+    try:
+        old = executor.loader.project_state(BEFORE).apps
+        back = old.get_model("sandboxes", "SandboxConfig").objects.get(pk=stale.pk)
+        assert decrypt(back.api_key_encrypted) == "platform-key"
+        assert old_fingerprint(back.kind, back.endpoint, back.domain, "platform-key") == fingerprint
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_grant_withdrawn_while_a_space_creates_a_config_never_leaves_a_config_on_it(world: World) -> None:
+    import threading
+
+    import psycopg
+    from django.conf import settings as django_settings
+    from django.db import connections
+
+    from console.services import Actor, ServiceError
+    from sandboxes.platform import BACKEND_FIELDS, do_update_platform_backend
+    from sandboxes.services import do_create_config
+
+    backend = make_backend(world.space_a, name="withdrawn")
+    existing = make_config(world.space_a, name="existing", is_default=True)  # on a backend of its own
+    db = django_settings.DATABASES["default"]
+    errors: dict[str, BaseException] = {}
+
+    def space_creates() -> None:
+        try:
+            data = {
+                "name": "late", "backend": PlatformBackend.objects.get(pk=backend.pk),
+                "default_template": "sandbox-console/base:latest", "cpus": 1, "memory_mb": 256, "pids_limit": 128,
+                "idle_mode": "pause", "idle_timeout_s": 900, "persistent_workspace": False, "is_default": False,
+            }  # fmt: skip
+            do_create_config(world.space_a, data=data, api_key="", actor=Actor(world.alice))
+        except ServiceError as exc:
+            errors["space"] = exc
+        finally:
+            connections.close_all()
+
+    def platform_withdraws() -> None:
+        try:
+            mine = PlatformBackend.objects.get(pk=backend.pk)
+            data = {k: getattr(mine, k) for k in BACKEND_FIELDS}
+            do_update_platform_backend(mine, data=data, secrets={}, spaces=[], actor=Actor(world.root))
+        except ServiceError as exc:
+            errors["platform"] = exc
+        finally:
+            connections.close_all()
+
+    # A third party holds the space's default config, so the create stops inside its transaction.
+    with psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname=db["NAME"]) as holder:
+        holder.execute("SELECT 1 FROM sandboxes_sandboxconfig WHERE id = %s FOR UPDATE", [existing.pk])
+        space = threading.Thread(target=space_creates)
+        space.start()
+        _wait_for_lock_waiters(1)
+        platform = threading.Thread(target=platform_withdraws)
+        platform.start()
+        platform.join(timeout=2)
+        holder.rollback()
+    space.join(timeout=10)
+    platform.join(timeout=10)
+    assert not space.is_alive()
+    assert not platform.is_alive()
+    on_it = SandboxConfig.objects.filter(backend=backend)
+    granted = backend.spaces.filter(pk=world.space_a.pk).exists()
+    assert granted or not on_it.exists(), errors
+    assert len(errors) == 1, errors
+
+
+def test_the_platforms_workspace_host_root_is_never_mounted_for_a_spaces_own_account(world: World) -> None:
+    """Cube housekeeping sandboxes mount the whole workspace host root (every space's
+    workspaces) and start from the config's template. On a space's own account that template
+    is the space's own: the platform's root must not go there."""
+    backend = make_backend(
+        world.space_a,
+        name="cube",
+        kind="cube",
+        endpoint="https://93.184.216.34",
+        domain="cube.example",
+        api_key="platform-key",
+        allow_space_api_key=True,
+        workspace_host_root="/srv/sandbox-workspaces",
+    )
+    platform = make_config(world.space_a, backend=backend, name="platform key", persistent_workspace=True)
+    assert backend_config_for(platform).options["workspace_host_root"] == "/srv/sandbox-workspaces"
+    own = make_config(world.space_a, backend=backend, name="own key", persistent_workspace=True)
+    own.api_key_encrypted = encrypt("space-key")
+    own.save()
+    merged = backend_config_for(own)
+    assert merged.api_key == "space-key"
+    assert "workspace_host_root" not in merged.options
+    assert "workspace_template" not in merged.options
