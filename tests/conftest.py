@@ -13,6 +13,11 @@ from collections.abc import Callable
 
 import pytest
 
+from tests import network_guard
+
+# No test looks a name up off this machine (tests/network_guard.py).
+network_guard.install()
+
 # The fake E2B/Cube server's fixtures (fake_e2b_server, fake_cube_server, ...).
 pytest_plugins = ["tests.fakes.fixtures"]
 

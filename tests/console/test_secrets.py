@@ -22,7 +22,7 @@ from django.urls import reverse
 from console.crypto import DEFAULT_SECRET_KEY, check_secrets, decrypt, derived_key, encrypt
 from console.models import AuditEvent
 from sandboxes.models import SandboxConfig
-from tests.factories import make_config
+from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.test_configs import config_form_data
 
@@ -144,11 +144,12 @@ def test_rotation_re_encrypts_stored_secrets_with_the_new_key(world: World, sett
     call_command("rotate_field_encryption_key", "--legacy-secret-key", DEFAULT_SECRET_KEY)
 
     settings.FIELD_ENCRYPTION_OLD_KEYS = []  # the old key is dropped: only the new one reads them
-    config.refresh_from_db()
-    legacy.refresh_from_db()
-    assert decrypt(config.api_key_encrypted) == "sk-rotate-me"
+    backend = config.backend
+    backend.refresh_from_db()  # the platform's key lives on the platform backend
+    legacy.refresh_from_db()  # a space's own key on its config
+    assert decrypt(backend.api_key_encrypted) == "sk-rotate-me"
     assert decrypt(legacy.api_key_encrypted) == "sk-from-before"
-    assert Fernet(new.encode()).decrypt(config.api_key_encrypted.encode()) == b"sk-rotate-me"
+    assert Fernet(new.encode()).decrypt(backend.api_key_encrypted.encode()) == b"sk-rotate-me"
     event = AuditEvent.objects.get(action="secrets.rotate")
     assert event.details == {"rotated": 2, "unreadable": []}
 
@@ -162,9 +163,9 @@ def test_rotation_reports_a_secret_no_key_reads_and_leaves_it_unchanged(world: W
     with pytest.raises(CommandError, match="could not be read with any configured key"):
         call_command("rotate_field_encryption_key")
     config.refresh_from_db()
-    readable.refresh_from_db()
+    readable.backend.refresh_from_db()
     assert config.api_key_encrypted == stray
-    assert decrypt(readable.api_key_encrypted) == "sk-fine"
+    assert decrypt(readable.backend.api_key_encrypted) == "sk-fine"
 
 
 def test_the_current_key_encrypts_and_old_keys_still_read(settings: Any) -> None:
@@ -182,26 +183,29 @@ def test_the_current_key_encrypts_and_old_keys_still_read(settings: Any) -> None
 
 @pytest.mark.django_db
 def test_a_config_form_that_fails_validation_does_not_echo_the_typed_api_key(world: World) -> None:
+    # The local engine only: a form page lists the backend's templates, and no test reaches
+    # an endpoint off this machine.
+    backend = make_backend(world.space_a, name="local engine", allow_space_api_key=True)
     typed = "sk-typed-secret-0123456789"
     url = reverse("sandboxes:config_create", args=[world.space_a.id])
-    data = config_form_data(kind="e2b", endpoint="", domain="e2b.example.com", api_key=typed)
+    data = config_form_data(backend, cpus="0", api_key=typed)
     response = world.client_for("alice").post(url, data)
     assert response.status_code == 400
-    assert "endpoint" in response.context["form"].errors
+    assert "cpus" in response.context["form"].errors
     assert typed not in response.content.decode()
 
 
 @pytest.mark.django_db
 def test_an_edit_form_shows_the_stored_key_redacted_and_never_a_retyped_one(world: World) -> None:
-    config = make_config(
-        world.space_a, kind="e2b", endpoint="https://[2606:4700::1]", domain="e2b.example.com", api_key="sk-stored"
-    )
+    backend = make_backend(world.space_a, name="local engine", allow_space_api_key=True)
+    config = make_config(world.space_a, backend=backend)
+    SandboxConfig.objects.filter(pk=config.pk).update(api_key_encrypted=encrypt("sk-stored"))
     url = reverse("sandboxes:config_edit", args=[config.id])
     page = world.client_for("alice").get(url).content.decode()
     assert 'value="***"' in page
     assert "sk-stored" not in page
     typed = "sk-retyped-secret-987654321"
-    data = config_form_data(kind="e2b", endpoint="", domain="e2b.example.com", api_key=typed)
+    data = config_form_data(backend, cpus="0", api_key=typed)
     response = world.client_for("alice").post(url, data)
     assert response.status_code == 400
     assert typed not in response.content.decode()
