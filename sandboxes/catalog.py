@@ -4,9 +4,10 @@ One backend account (a Docker engine, an E2B/Cube team) is shared by every space
 it, and by other installations of the console. A space sees the platform's templates and
 its own templates and snapshots, never another tenant's: ownership is read from the
 labels the console puts on what it creates (installation + space) and, where a backend
-keeps no labels on snapshots (E2B, Cube), from the console's own records of snapshots it
-took for the space. Everything here is checked in the service layer, so a forged POST
-is refused exactly as the missing link is.
+keeps no labels (E2B, Cube), from the console's own records: of snapshots it took for the
+space, and of templates it built for a space or for the platform (`TemplateRecord`).
+Everything here is checked in the service layer, so a forged POST is refused exactly as
+the missing link is.
 
 Imports: the sandboxes app and console only. The skills app answers `snapshot_references`
 (which generations use a snapshot) and `snapshot_force_deleted` (fall back) as receivers.
@@ -36,7 +37,7 @@ from .backends.base import (
     TemplateInfo,
     is_snapshot_id,
 )
-from .models import SandboxConfig, Session, SessionImage
+from .models import SandboxConfig, Session, SessionImage, TemplateRecord
 from .services import console_metadata, do_clear_session_image, open_backend
 
 # Receivers return a list of `SnapshotReference` for (snapshot_id, fingerprint).
@@ -89,18 +90,44 @@ def _labelled_owner(labels: Any, space: Space) -> str | None:
     return "other"
 
 
-def template_owner(template: TemplateInfo, space: Space) -> str | None:
-    """OWN, PLATFORM or None (another tenant's: hidden)."""
-    owner = _labelled_owner(template.labels, space)
-    if owner is None:
-        return PLATFORM  # built outside any space: the base image, platform builds
-    return OWN if owner == OWN else None
+def template_owner(
+    template: TemplateInfo, config: SandboxConfig, recorded: dict[str, str | None] | None = None
+) -> str | None:
+    """OWN, PLATFORM or None (another tenant's: hidden), for the config's space.
+
+    Labels decide where the backend keeps them (Docker). Without labels, the console's
+    record of the build on this account does: the space's own, the platform's, or another
+    space's (hidden). A template without labels or record was built outside the console
+    (the base image, the account's own templates): the platform's. `recorded` is
+    `recorded_template_owners(config)`, passed in when judging many templates."""
+    owner = _labelled_owner(template.labels, config.space)
+    if owner is not None:
+        return OWN if owner == OWN else None
+    if recorded is None:
+        recorded = recorded_template_owners(config, [template.template_id])
+    if template.template_id not in recorded:
+        return PLATFORM
+    space_id = recorded[template.template_id]
+    if space_id is None:
+        return PLATFORM
+    return OWN if space_id == str(config.space_id) else None
 
 
 def _fingerprint(config: SandboxConfig) -> str:
     from .runtime import config_fingerprint
 
     return config_fingerprint(config)
+
+
+def recorded_template_owners(config: SandboxConfig, template_ids: list[str] | None = None) -> dict[str, str | None]:
+    """Template id -> the space id it was built for (None: the platform), on this account."""
+    records = TemplateRecord.objects.filter(fingerprint=_fingerprint(config))
+    if template_ids is not None:
+        records = records.filter(template_id__in=template_ids)
+    return {
+        template_id: (str(space) if space is not None else None)
+        for template_id, space in records.values_list("template_id", "owner_space")
+    }
 
 
 def recorded_snapshot_ids(config: SandboxConfig) -> set[str]:
@@ -164,10 +191,11 @@ def load_catalog(config: SandboxConfig) -> Catalog:
                 reverse=True,
             )
         if templates is not None:
+            recorded_templates = recorded_template_owners(config)
             for template in templates.list():
                 if is_snapshot_id(template.template_id) or template.template_id in all_snapshot_ids:
                     continue
-                owner = template_owner(template, config.space)
+                owner = template_owner(template, config, recorded_templates)
                 if owner is None:
                     continue
                 if owner == OWN:
@@ -251,20 +279,22 @@ def do_delete_template(config: SandboxConfig, template_id: str, *, actor: Actor)
         if templates is None:
             raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} templates cannot be deleted from the console")
         template = _find(templates.list(), "template_id", template_id)
-        owner = template_owner(template, config.space) if template is not None else None
+        owner = template_owner(template, config) if template is not None else None
         if owner is None or is_snapshot_id(template_id):
             raise CatalogItemNotFound(f"No template {template_id} in this space.")
         if owner == PLATFORM and not is_platform_admin(actor.user):
             raise CatalogItemForbidden(f"{template_id} is a platform template: only platform admins can delete it.")
         templates.delete(template_id)
-    record_audit(
-        actor,
-        "template.delete",
-        space=config.space,
-        target_type="template",
-        target_id=template_id,
-        details={"config": str(config.id), "platform_template": owner == PLATFORM},
-    )
+    with transaction.atomic():
+        TemplateRecord.objects.filter(fingerprint=_fingerprint(config), template_id=template_id).delete()
+        record_audit(
+            actor,
+            "template.delete",
+            space=config.space,
+            target_type="template",
+            target_id=template_id,
+            details={"config": str(config.id), "platform_template": owner == PLATFORM},
+        )
 
 
 def visible_template_ids(config: SandboxConfig) -> list[str] | None:

@@ -346,6 +346,32 @@ class SessionImage(models.Model):
         return f"{self.snapshot_id} for {self.space} on {self.config}"
 
 
+class TemplateRecord(models.Model):
+    """A template the console built, and for which space, on one backend account.
+
+    E2B and Cube keep no labels on templates, so this record is how the catalog tells a
+    space's own build from the platform's (`sandboxes.catalog.template_owner`). The space
+    is kept as a bare id, not a foreign key: a deleted space's builds stay hidden from the
+    other spaces instead of turning into platform templates.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner_space = models.UUIDField(null=True, blank=True, help_text="The space it was built for; null: the platform.")
+    fingerprint = models.CharField(
+        max_length=64, help_text="The backend account (sandboxes.runtime.config_fingerprint)."
+    )
+    template_id = models.CharField(max_length=255)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["fingerprint", "template_id"], name="one_template_record_per_account")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.template_id} for {self.owner_space or 'the platform'}"
+
+
 class ApiToken(models.Model):
     """A per-space token for the agent API. Only its SHA-256 is stored; shown once."""
 

@@ -42,7 +42,7 @@ from .backends.base import (
     TemplateBuildSpec,
     is_snapshot_id,
 )
-from .models import IDENTITY_FIELDS, BackendKind, PlatformBackend, SandboxConfig
+from .models import IDENTITY_FIELDS, BackendKind, PlatformBackend, SandboxConfig, TemplateRecord
 
 # What a space admin sets; the infrastructure is the platform backend's (sandboxes.platform).
 CONFIG_FIELDS = (
@@ -235,7 +235,7 @@ def _check_template_visible(config: SandboxConfig) -> None:
                     found = templates.get(config.default_template)
     except RemoteError:
         return
-    if found is not None and template_owner(found, config.space) is None:
+    if found is not None and template_owner(found, config) is None:
         raise ServiceError(
             "That template is not offered to this space.",
             field_errors={"default_template": ["not a template of the platform or of this space"]},
@@ -422,11 +422,20 @@ def build_template(config: SandboxConfig, spec: TemplateBuildSpec, *, platform: 
     admins only) carries none and is offered to every space."""
     if not platform:
         spec = replace(spec, labels={**spec.labels, **console_metadata(config)})
+    from .runtime import config_fingerprint
+
     with open_backend(config) as backend:
         templates = backend.templates()
         if templates is None:
             raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} cannot build templates from the console")
-        return templates.create(spec).template_id
+        template_id = templates.create(spec).template_id
+    # E2B and Cube drop the labels: this record is what tells the space's build from the platform's.
+    TemplateRecord.objects.update_or_create(
+        fingerprint=config_fingerprint(config),
+        template_id=template_id,
+        defaults={"owner_space": None if platform else config.space_id},
+    )
+    return template_id
 
 
 # --- Test connection ---------------------------------------------------------------------
