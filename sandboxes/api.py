@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import hashlib
 import json
 import secrets
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -28,9 +29,10 @@ from console.models import Space
 from console.services import Actor, ServiceError, record_audit
 
 from .backends.base import ErrorKind, ExecRequest, RemoteError
+from .binding import get_store, lifecycle_lock, lock_key
 from .commands import kill_command, read_output, send_input, start_command
 from .models import ApiToken, Artifact, BackgroundCommand, Session
-from .runtime import GONE_KINDS, Resolved, Runtime, SessionDeleted, get_or_create_session
+from .runtime import Resolved, Runtime, SessionDeleted, get_or_create_session
 from .workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
 TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
@@ -179,6 +181,7 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
         @csrf_exempt
         @functools.wraps(func)
         def view(request: HttpRequest, space_id: Any, **kwargs: Any) -> HttpResponse | FileResponse:
+            began = timezone.now()
             try:
                 if request.method not in methods:
                     raise ApiError(405, "method_not_allowed", f"Use {', '.join(methods)}.")
@@ -194,12 +197,14 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
             except SessionDeleted:
                 return session_deleted(kwargs.get("key", "")).response()
             except RemoteError as exc:
-                if exc.kind in GONE_KINDS and was_deleted(space_id, kwargs.get("key")):
+                # A sandbox deleted under the call fails in many ways (not found, "removal in
+                # progress", a cut stream, a killed process): if a DELETE did it, say so.
+                if was_deleted(space_id, kwargs.get("key"), began):
                     return session_deleted(kwargs["key"]).response()
                 return remote_error(exc).response()
             except (ObjectDoesNotExist, IntegrityError):
                 # A row of the session (or the session) vanished under the call: a delete won.
-                if was_deleted(space_id, kwargs.get("key")):
+                if was_deleted(space_id, kwargs.get("key"), began):
                     return session_deleted(kwargs["key"]).response()
                 raise
 
@@ -209,9 +214,24 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
     return decorate
 
 
-def was_deleted(space_id: Any, key: str | None) -> bool:
-    """Whether the call's session is gone now (a DELETE raced the call)."""
-    return bool(key) and not Session.objects.filter(space_id=space_id, key=key).exists()
+def was_deleted(space_id: Any, key: str | None, began: datetime) -> bool:
+    """Whether the session the call began on is gone now (a DELETE raced the call).
+
+    A session with the key created after the call began is another one (a racing resolve
+    made it anew). A DELETE deletes the sandbox first and the row last, under the session's
+    lifecycle lock: while the row is still there, wait behind that lock's holder, then look.
+    """
+    if not key:
+        return False
+
+    def gone() -> bool:
+        return not Session.objects.filter(space_id=space_id, key=key, created__lt=began).exists()
+
+    if gone():
+        return True
+    with contextlib.suppress(RemoteError), lifecycle_lock(get_store(), lock_key(space_id, key), wait_s=15):
+        pass
+    return gone()
 
 
 def session_deleted(key: str) -> ApiError:

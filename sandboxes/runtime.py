@@ -646,6 +646,11 @@ class Runtime:
                 volumes.delete(session.workspace_volume)
             self.store.end_turn(tkey)
             with transaction.atomic():
+                # Lock the row first: a terminal, command or artifact row inserted meanwhile
+                # either commits before (and is deleted with it) or fails its foreign key after,
+                # never makes this delete fail at commit.
+                if not Session.objects.select_for_update().filter(pk=session.pk).values_list("pk", flat=True):
+                    raise SessionDeleted(session.key)
                 record_audit(
                     actor,
                     "session.delete",

@@ -11,18 +11,26 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections
+from django.test import Client
 
-from sandboxes.binding import lock_key
-from sandboxes.models import SandboxConfig
+from console.services import SYSTEM, Actor
+from sandboxes.api import do_create_api_token
+from sandboxes.binding import SessionStore, lock_key
+from sandboxes.models import SandboxConfig, Session
 from sandboxes.runtime import Resolved, Runtime, get_or_create_session
 from sandboxes.store_db import DatabaseSessionStore
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
 
 from .test_runtime import sandboxes_of
-from .test_runtime_invariants import e2b_config  # noqa: F401 - the fake E2B config fixture
+from .test_runtime_invariants import db_store, e2b_config  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def config(session_config: SandboxConfig) -> SandboxConfig:
+    return session_config
 
 
 def _expire_lease(key: str) -> None:
@@ -75,3 +83,84 @@ def test_a_holder_whose_lease_ran_out_mid_create_leaves_no_orphan_when_another_b
     assert a.sandbox.sandbox_id == b.sandbox.sandbox_id  # one binding
     # A's own sandbox was deleted by A, not left unbound (an orphan until the reaper's grace).
     assert sandboxes_of(e2b_config, key) == [b.sandbox.sandbox_id]
+
+
+# --- A DELETE racing the agent's calls on a session whose sandbox is running ------------------
+
+
+def test_calls_racing_a_delete_of_a_running_session_never_answer_5xx(
+    world: World,
+    config: SandboxConfig,
+    db_store: SessionStore,  # noqa: F811
+) -> None:
+    """The first race test began with no sandbox (every call queued on the lock). Here the
+    sandbox runs, so the calls take the fast path beside the DELETE: exec, PUT input, resolve,
+    a background command, a collect and a terminal opened from the UI, all while the sandbox
+    and then the row are deleted."""
+    _, token = do_create_api_token(world.space_a, name="racer", actor=Actor(user=world.alice))
+    headers = {"Authorization": f"Bearer {token}"}
+    base = f"/api/v1/spaces/{world.space_a.id}/sessions"
+    seen: list[tuple[str, int, bytes]] = []
+    for round_ in range(3):
+        key = f"s-delete-running-{round_}"
+        Runtime(db_store).resolve(world.space_a, key)
+        session_id = Session.objects.get(space=world.space_a, key=key).id
+        barrier = threading.Barrier(8)
+
+        def call(kind: str, key: str = key, barrier: threading.Barrier = barrier, sid: Any = session_id) -> None:
+            client = Client(raise_request_exception=False)
+            try:
+                barrier.wait()
+                for _ in range(12 if kind != "delete" else 1):
+                    time.sleep(0.08)
+                    if kind == "delete":
+                        time.sleep(0.2)
+                        response = client.delete(f"{base}/{key}", headers=headers)
+                    elif kind == "exec":
+                        response = client.post(
+                            f"{base}/{key}/exec",
+                            {"shell": "sleep 0.3; echo hi"},
+                            content_type="application/json",
+                            headers=headers,
+                        )
+                    elif kind == "input":
+                        response = client.put(
+                            f"{base}/{key}/input/f.txt", b"x", content_type="application/octet-stream", headers=headers
+                        )
+                    elif kind == "resolve":
+                        response = client.post(
+                            f"{base}/{key}/resolve", "", content_type="application/json", headers=headers
+                        )
+                    elif kind == "command":
+                        response = client.post(
+                            f"{base}/{key}/commands",
+                            {"shell": "sleep 0.1"},
+                            content_type="application/json",
+                            headers=headers,
+                        )
+                    elif kind == "collect":
+                        response = client.post(
+                            f"{base}/{key}/artifacts/collect", "", content_type="application/json", headers=headers
+                        )
+                    elif kind == "files":
+                        response = client.get(f"{base}/{key}/files", headers=headers)
+                    else:
+                        client.force_login(world.bob)
+                        response = client.post(f"/sessions/{sid}/terminals/")
+                    seen.append((kind, response.status_code, response.content[:300]))
+            finally:
+                connections.close_all()
+
+        kinds = ["delete", "exec", "input", "resolve", "command", "collect", "files", "terminal"]
+        threads = [threading.Thread(target=call, args=(kind,)) for kind in kinds]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        # The resolve and the PUT may re-create the session after the DELETE: delete it again.
+        again = Session.objects.filter(space=world.space_a, key=key).first()
+        if again is not None:
+            Runtime(db_store).delete(again, actor=SYSTEM)
+    server_errors = [s for s in seen if s[1] >= 500]
+    assert server_errors == [], server_errors
+    assert [s[1] for s in seen if s[0] == "delete"] == [204, 204, 204]
