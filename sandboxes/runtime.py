@@ -32,8 +32,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
-from django.db.models import Case, F, When
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import Case, F, Q, When
+from django.db.models.functions import Greatest
 from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
@@ -561,16 +561,21 @@ class Runtime:
         now = timezone.now()
         until = now + timedelta(seconds=timeout_s or 3600) + EXEC_GRACE
         rows = Session.objects.filter(pk=session.pk)
+        # Past the deadline every counted exec is dead (its process was killed before its
+        # `finally`): start the count again rather than carry them for ever.
+        expired = Q(exec_deadline__isnull=True) | Q(exec_deadline__lte=now)
         rows.update(
-            execs_in_flight=F("execs_in_flight") + 1,
-            exec_deadline=Greatest(Coalesce(F("exec_deadline"), until), until),
+            execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
+            exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
         )
         try:
             yield
         finally:
-            # Its end is activity too: the idle clock starts again from here.
+            # Its end is activity too: the idle clock starts again from here. The last one
+            # out clears the deadline, so a long timeout does not outlive its exec.
             rows.update(
                 execs_in_flight=Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0),
+                exec_deadline=Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline")),
                 last_activity=timezone.now(),
             )
 

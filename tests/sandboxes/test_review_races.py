@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection, connections
 from django.test import Client
+from django.utils import timezone
 
 from console.services import SYSTEM, Actor
 from sandboxes.api import do_create_api_token
+from sandboxes.backends.base import ExecRequest
 from sandboxes.binding import SessionStore, lock_key
-from sandboxes.models import SandboxConfig, Session
+from sandboxes.models import SandboxConfig, Session, SessionState
+from sandboxes.reaper import idle_sweep
 from sandboxes.runtime import Resolved, Runtime, get_or_create_session
 from sandboxes.store_db import DatabaseSessionStore
 from tests.fakes.fixtures import FakeHandle
@@ -164,3 +168,45 @@ def test_calls_racing_a_delete_of_a_running_session_never_answer_5xx(
     server_errors = [s for s in seen if s[1] >= 500]
     assert server_errors == [], server_errors
     assert [s[1] for s in seen if s[0] == "delete"] == [204, 204, 204]
+
+
+# --- An exec whose process was killed never keeps its session from idling ---------------------
+
+
+def _exec_then_get_killed(space_id: str, key: str) -> None:
+    """A console process running a long exec (it is killed -9 by the test mid-way)."""
+    from sandboxes import runtime as runtime_module
+
+    runtime_module._backends.clear()  # the parent's engine connections are not ours
+    session = Session.objects.select_related("config", "space").get(space_id=space_id, key=key)
+    Runtime(DatabaseSessionStore()).exec(session, ExecRequest(shell="sleep 60", timeout_s=5))
+
+
+def test_an_exec_killed_mid_way_does_not_make_its_session_unidleable(world: World, config: SandboxConfig) -> None:
+    import multiprocessing
+    import os
+    import signal
+
+    runtime = Runtime(DatabaseSessionStore())
+    session = runtime.resolve(world.space_a, "s-exec-leak").session
+    connections.close_all()
+    child = multiprocessing.get_context("fork").Process(
+        target=_exec_then_get_killed, args=(str(world.space_a.id), "s-exec-leak")
+    )
+    child.start()
+    _wait_for(lambda: Session.objects.filter(pk=session.pk, execs_in_flight__gt=0).exists(), 60)
+    assert child.pid is not None
+    os.kill(child.pid, signal.SIGKILL)  # its `finally` never runs: the count stays up
+    child.join(timeout=30)
+    # Past that exec's timeout and grace (the trust in its count ran out) ...
+    Session.objects.filter(pk=session.pk).update(exec_deadline=timezone.now() - timedelta(seconds=1))
+    # ... the agent runs one more short exec, which ends normally.
+    result = runtime.exec(session, ExecRequest(shell="true", timeout_s=5))
+    assert result.exit_code == 0
+    row = Session.objects.get(pk=session.pk)
+    assert row.execs_in_flight == 0, "a dead exec is still counted in flight"
+    # Quiet since: the sweep idles it (it used to wait for that last exec's timeout + grace,
+    # and with every further exec again, so a busy-ish agent's session never idled).
+    Session.objects.filter(pk=session.pk).update(last_activity=timezone.now() - timedelta(hours=2))
+    assert idle_sweep(runtime) == 1
+    assert Session.objects.get(pk=session.pk).state == SessionState.PAUSED
