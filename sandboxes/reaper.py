@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
@@ -355,15 +356,16 @@ def idle_sweep(runtime: Runtime | None = None) -> int:
                     Session.objects.filter(pk=session.pk).update(state=str(state))
                     idled += 1
                 continue
-            with lifecycle_lock(
-                runtime.store, lock_key(session.space_id, session.key), wait_s=0, holder=HOLDER
-            ) as held:
+            with (
+                lifecycle_lock(runtime.store, lock_key(session.space_id, session.key), wait_s=0, holder=HOLDER) as held,
+                transaction.atomic(),
+            ):
                 # Re-checked under the lock: a resolve, exec, command or terminal may have begun.
-                if (
-                    not _idle_candidates(timezone.now())
-                    .filter(pk=session.pk, last_activity=session.last_activity)
-                    .exists()
-                ):
+                # The row stays locked until the pause is done, so an exec starting now (it
+                # counts itself on this row first) waits, then resumes the sandbox, instead of
+                # running into one frozen under it.
+                quiet = _idle_candidates(timezone.now()).filter(pk=session.pk, last_activity=session.last_activity)
+                if not list(quiet.select_for_update(of=("self",)).values_list("pk", flat=True)):
                     continue
                 if _turn_in_flight(runtime.store, session):
                     continue

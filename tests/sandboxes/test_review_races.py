@@ -5,6 +5,7 @@ database store on the test database, and real threads with their own connections
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from datetime import timedelta
@@ -17,15 +18,17 @@ from django.utils import timezone
 
 from console.services import SYSTEM, Actor
 from sandboxes.api import do_create_api_token
-from sandboxes.backends.base import ExecRequest
+from sandboxes.backends.base import ExecRequest, SandboxState
 from sandboxes.binding import SessionStore, lock_key
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.reaper import idle_sweep
-from sandboxes.runtime import Resolved, Runtime, get_or_create_session
+from sandboxes.runtime import Resolved, Runtime, backend_for, get_or_create_session
 from sandboxes.store_db import DatabaseSessionStore
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
+from tests.sandboxes.engine_proxy import EngineProxy
 
+from .test_docker_engine_loss import proxied_config, proxy  # noqa: F401 - fixtures
 from .test_runtime import sandboxes_of
 from .test_runtime_invariants import db_store, e2b_config  # noqa: F401 - fixtures
 
@@ -210,3 +213,57 @@ def test_an_exec_killed_mid_way_does_not_make_its_session_unidleable(world: Worl
     Session.objects.filter(pk=session.pk).update(last_activity=timezone.now() - timedelta(hours=2))
     assert idle_sweep(runtime) == 1
     assert Session.objects.get(pk=session.pk).state == SessionState.PAUSED
+
+
+# --- The idle sweep racing an exec that starts right after its check ---------------------------
+
+
+def test_an_exec_starting_while_the_sweep_idles_its_session_runs_to_the_end(
+    world: World,
+    proxy: EngineProxy,  # noqa: F811
+    proxied_config: SandboxConfig,  # noqa: F811
+) -> None:
+    """The sweep has checked (nothing in flight) and its pause is on its way to the engine;
+    an exec starts now. The exec must not run into a frozen (or freezing) sandbox: it waits
+    for the sweep, then resumes the sandbox, and ends with its output."""
+    runtime = Runtime(DatabaseSessionStore())
+    session = runtime.resolve(world.space_a, "s-sweep-exec").session
+    Session.objects.filter(pk=session.pk).update(last_activity=timezone.now() - timedelta(hours=2))
+    proxy.hold(r"^POST /[^ ]*/containers/[^/]+/pause")
+    swept: list[int] = []
+
+    def sweep() -> None:
+        try:
+            swept.append(idle_sweep(Runtime(DatabaseSessionStore())))
+        finally:
+            connections.close_all()
+
+    sweeper = threading.Thread(target=sweep)
+    sweeper.start()
+    _wait_for(lambda: proxy.requests(r"/pause$"), 30)
+    results: list[Any] = []
+
+    def agent_exec() -> None:
+        try:
+            request = ExecRequest(shell="sleep 1; echo done", timeout_s=8)
+            results.append(runtime.exec(Session.objects.select_related("config", "space").get(pk=session.pk), request))
+        except Exception as exc:  # reported by the assertion below
+            results.append(exc)
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=agent_exec)
+    worker.start()
+    # Let the exec get as far as it can (to its process, on the old code), then let the pause on.
+    with contextlib.suppress(AssertionError):
+        _wait_for(lambda: proxy.requests(r"^POST /[^ ]*/exec/[^/]+/start"), 3)
+    time.sleep(0.3)
+    proxy.release()
+    sweeper.join(timeout=60)
+    worker.join(timeout=60)
+    assert swept == [1]  # the sweep did idle it ...
+    (result,) = results
+    assert not isinstance(result, Exception), result
+    assert (result.exit_code, result.timed_out, result.stdout.strip()) == (0, False, b"done")
+    sandbox_id = Session.objects.get(pk=session.pk).sandbox_id
+    assert backend_for(proxied_config).get(sandbox_id).state == SandboxState.RUNNING  # resumed
