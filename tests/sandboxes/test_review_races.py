@@ -267,3 +267,80 @@ def test_an_exec_starting_while_the_sweep_idles_its_session_runs_to_the_end(
     assert (result.exit_code, result.timed_out, result.stdout.strip()) == (0, False, b"done")
     sandbox_id = Session.objects.get(pk=session.pk).sandbox_id
     assert backend_for(proxied_config).get(sandbox_id).state == SandboxState.RUNNING  # resumed
+
+
+# --- Processes resolving one session at once (PostgreSQL here, SQLite in a child run) ----------
+
+
+def _resolve_in_a_process(space_id: str, key: str, start_at: float, out: Any) -> None:
+    from console.models import Space
+    from sandboxes import runtime as runtime_module
+
+    runtime_module._backends.clear()  # the parent's engine connections are not ours
+    try:
+        space = Space.objects.get(pk=space_id)
+        time.sleep(max(0.0, start_at - time.time()))
+        resolved = Runtime(DatabaseSessionStore()).resolve(space, key)
+        out.put(("ok", resolved.sandbox.sandbox_id, resolved.action))
+    except BaseException as exc:  # reported by the parent
+        out.put(("error", f"{exc.__class__.__name__}: {exc}", ""))
+    finally:
+        connections.close_all()
+
+
+def test_processes_resolving_one_new_session_at_once_share_one_sandbox(world: World, config: SandboxConfig) -> None:
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    key = "s-processes"
+    connections.close_all()
+    start_at = time.time() + 1.0
+    children = [
+        context.Process(target=_resolve_in_a_process, args=(str(world.space_a.id), key, start_at, out))
+        for _ in range(4)
+    ]
+    for child in children:
+        child.start()
+    answers = [out.get(timeout=120) for _ in children]
+    for child in children:
+        child.join(timeout=30)
+    assert [a for a in answers if a[0] != "ok"] == []
+    assert len({a[1] for a in answers}) == 1, answers
+    assert sorted(a[2] for a in answers).count("created") == 1, answers
+    assert sandboxes_of(config, key) == [answers[0][1]]
+
+
+@pytest.mark.slow
+def test_the_review_races_hold_on_sqlite_too(tmp_path: Any) -> None:
+    """The process race, the killed exec and the sweep race in a child run on SQLite."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if connection.vendor == "sqlite":
+        pytest.skip("this run is the SQLite run")
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'console.sqlite3'}"}
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            __file__,
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-k",
+            "processes or unidleable or sweep",
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    tail = (child.stdout + child.stderr)[-3000:]
+    assert child.returncode == 0, tail
+    assert "3 passed" in tail, tail
