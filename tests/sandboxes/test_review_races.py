@@ -344,3 +344,47 @@ def test_the_review_races_hold_on_sqlite_too(tmp_path: Any) -> None:
     tail = (child.stdout + child.stderr)[-3000:]
     assert child.returncode == 0, tail
     assert "3 passed" in tail, tail
+
+
+# --- One turn, many resolves at once: the ticket is used once ----------------------------------
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("store_name", ["database", "redis"])
+def test_concurrent_resolves_of_one_turn_rebuild_a_stale_sandbox_once(
+    world: World, config: SandboxConfig, store_name: str
+) -> None:
+    from sandboxes.binding import RedisSessionStore
+    from sandboxes.runtime import mark_space_stale
+    from tests.conftest import REDIS_URL
+
+    def store() -> SessionStore:
+        return DatabaseSessionStore() if store_name == "database" else RedisSessionStore(REDIS_URL)
+
+    key = f"s-turn-burst-{store_name}"
+    first = Runtime(store()).resolve(world.space_a, key)
+    time.sleep(1.1)  # Docker's creation times are to the second
+    mark_space_stale(world.space_a)
+    Runtime(store()).begin_turn(first.session)
+    barrier = threading.Barrier(6)
+    answers: list[Any] = []
+
+    def resolve() -> None:
+        try:
+            barrier.wait()
+            answers.append(Runtime(store()).resolve(world.space_a, key).action)
+        except Exception as exc:  # reported by the assertion below
+            answers.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=resolve) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(map(str, answers)) == ["bound"] * 5 + ["rebuilt"], answers
+    later = Runtime(store()).resolve(world.space_a, key)  # same turn: never a second rebuild
+    assert later.action == "bound"
+    assert sandboxes_of(config, key) == [later.sandbox.sandbox_id]
+    assert later.sandbox.sandbox_id != first.sandbox.sandbox_id
