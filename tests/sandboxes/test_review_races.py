@@ -388,3 +388,72 @@ def test_concurrent_resolves_of_one_turn_rebuild_a_stale_sandbox_once(
     assert later.action == "bound"
     assert sandboxes_of(config, key) == [later.sandbox.sandbox_id]
     assert later.sandbox.sandbox_id != first.sandbox.sandbox_id
+
+
+# --- The store emptied, then reaper passes in two processes racing a resolve, a rebuild, a delete
+
+
+def _reap_in_a_process(start_at: float, out: Any) -> None:
+    from sandboxes import runtime as runtime_module
+    from sandboxes.reaper import ReaperBusy, reap_all
+
+    runtime_module._backends.clear()  # the parent's engine connections are not ours
+    try:
+        time.sleep(max(0.0, start_at - time.time()))
+        reports = reap_all(DatabaseSessionStore(), grace=timedelta(0))
+        out.put(("ran", [r.as_json() for r in reports]))
+    except ReaperBusy:
+        out.put(("busy", []))
+    except BaseException as exc:  # reported by the parent
+        out.put(("error", f"{exc.__class__.__name__}: {exc}"))
+    finally:
+        connections.close_all()
+
+
+def test_reaper_passes_after_the_store_was_emptied_race_resolve_rebuild_and_delete(
+    world: World, config: SandboxConfig
+) -> None:
+    import multiprocessing
+
+    from .test_reaper import plant_orphan
+
+    runtime = Runtime(DatabaseSessionStore())
+    live = {key: runtime.resolve(world.space_a, key) for key in ("r-running", "r-paused", "r-resolved", "r-rebuilt")}
+    runtime.pause(live["r-paused"].session, actor=SYSTEM)
+    doomed = runtime.resolve(world.space_a, "r-deleted")
+    time.sleep(1.1)  # Docker's creation times are to the second: the duplicate is younger
+    duplicate = plant_orphan(config, "r-running")
+    with connection.cursor() as cursor:  # the store's tables emptied (a restore, a TRUNCATE)
+        cursor.execute("DELETE FROM sandboxes_store_binding")
+        cursor.execute("DELETE FROM sandboxes_store_lease")
+    connections.close_all()
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    start_at = time.time() + 1.0
+    reapers = [context.Process(target=_reap_in_a_process, args=(start_at, out)) for _ in range(2)]
+    for reaper in reapers:
+        reaper.start()
+    time.sleep(max(0.0, start_at - time.time()))
+    resolved = runtime.resolve(world.space_a, "r-resolved")
+    rebuilt = runtime.rebuild(live["r-rebuilt"].session, actor=SYSTEM)
+    runtime.delete(Session.objects.select_related("config", "space").get(pk=doomed.session.pk), actor=SYSTEM)
+    outcomes = [out.get(timeout=120) for _ in reapers]
+    for reaper in reapers:
+        reaper.join(timeout=30)
+    assert [o for o in outcomes if o[0] == "error"] == []
+    assert sorted(o[0] for o in outcomes) in (["busy", "ran"], ["ran", "ran"]), outcomes
+    # After one more pass (what the racing ones left busy), every live session has one sandbox:
+    # its own, paused still paused; the duplicate and the deleted session's sandbox are gone.
+    from sandboxes.reaper import reap_all
+
+    reap_all(DatabaseSessionStore(), grace=timedelta(0))
+    assert resolved.sandbox.sandbox_id == live["r-resolved"].sandbox.sandbox_id
+    for key in ("r-running", "r-paused", "r-resolved"):
+        assert sandboxes_of(config, key) == [live[key].sandbox.sandbox_id], key
+    assert duplicate not in sandboxes_of(config, "r-running")
+    assert sandboxes_of(config, "r-rebuilt") == [rebuilt.sandbox.sandbox_id]
+    assert sandboxes_of(config, "r-deleted") == []
+    assert backend_for(config).get(live["r-paused"].sandbox.sandbox_id).state == SandboxState.PAUSED
+    for key in ("r-running", "r-paused", "r-resolved"):
+        again = runtime.resolve(world.space_a, key)
+        assert (again.action, again.sandbox.sandbox_id) == ("bound", live[key].sandbox.sandbox_id), key
