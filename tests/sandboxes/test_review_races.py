@@ -457,3 +457,31 @@ def test_reaper_passes_after_the_store_was_emptied_race_resolve_rebuild_and_dele
     for key in ("r-running", "r-paused", "r-resolved"):
         again = runtime.resolve(world.space_a, key)
         assert (again.action, again.sandbox.sandbox_id) == ("bound", live[key].sandbox.sandbox_id), key
+
+
+# --- Moving a deployment from Redis to the database store ----------------------------------------
+
+
+@pytest.mark.redis
+def test_moving_from_redis_to_the_database_store_keeps_every_session(world: World, config: SandboxConfig) -> None:
+    """Bindings in Redis, then REDIS_URL unset (the database store, empty): the first reaper
+    pass claims every live sandbox, paused ones included, and deletes none; each session then
+    answers with its own sandbox."""
+    from sandboxes.binding import RedisSessionStore
+    from sandboxes.reaper import reap_all
+    from tests.conftest import REDIS_URL
+
+    before = Runtime(RedisSessionStore(REDIS_URL))
+    running = before.resolve(world.space_a, "m-running")
+    paused = before.resolve(world.space_a, "m-paused")
+    before.pause(paused.session, actor=SYSTEM)
+
+    after = Runtime(DatabaseSessionStore())
+    reports = reap_all(after.store, grace=timedelta(0))
+    assert reports[0].deleted == []
+    assert sorted(reports[0].claimed) == sorted([running.sandbox.sandbox_id, paused.sandbox.sandbox_id])
+    assert backend_for(config).get(paused.sandbox.sandbox_id).state == SandboxState.PAUSED
+    for old in (running, paused):
+        again = after.resolve(world.space_a, old.session.key)
+        assert (again.action, again.sandbox.sandbox_id) == ("bound", old.sandbox.sandbox_id)
+        assert again.binding.version == old.binding.version
