@@ -309,6 +309,7 @@ class Runtime:
 
     def resolve_session(self, session: Session) -> Resolved:
         bkey, _, tkey = self.keys(session)
+        self._touch(session)
         binding, lease = self.store.read_session(bkey, tkey)
         if binding is not None:
             rebuild = self.rebuild_allowed(session, binding.created_at, lease)
@@ -324,6 +325,18 @@ class Runtime:
             with contextlib.suppress(SessionStoreUnavailable):
                 self.store.consume_ticket(tkey)
         return self._resolve_locked(session, rebuild=False)
+
+    @staticmethod
+    def _touch(session: Session) -> None:
+        """Record activity before the sandbox is looked at. The idle sweep idles only a session
+        whose activity did not move, holding its row meanwhile: so this write either lands
+        first (the sweep leaves the session alone) or waits for the pause to be done (and the
+        connect below resumes the sandbox), never lets a caller open a process in a sandbox
+        being frozen. Sessions active in the last interval are not idle candidates: no write."""
+        now = timezone.now()
+        if session.last_activity is None or now - session.last_activity > ACTIVITY_WRITE_INTERVAL:
+            Session.objects.filter(pk=session.pk).update(last_activity=now)
+            session.last_activity = now
 
     def _resolve_locked(self, session: Session, *, rebuild: bool) -> Resolved:
         made: list[str] = []  # sandboxes an attempt created and could not bind (its lease ran out)

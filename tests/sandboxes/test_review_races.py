@@ -313,7 +313,7 @@ def test_processes_resolving_one_new_session_at_once_share_one_sandbox(world: Wo
 
 @pytest.mark.slow
 def test_the_review_races_hold_on_sqlite_too(tmp_path: Any) -> None:
-    """The process race, the killed exec and the sweep race in a child run on SQLite."""
+    """The process race, the killed exec and the sweep races in a child run on SQLite."""
     import os
     import subprocess
     import sys
@@ -343,7 +343,7 @@ def test_the_review_races_hold_on_sqlite_too(tmp_path: Any) -> None:
     )
     tail = (child.stdout + child.stderr)[-3000:]
     assert child.returncode == 0, tail
-    assert "3 passed" in tail, tail
+    assert "4 passed" in tail, tail
 
 
 # --- One turn, many resolves at once: the ticket is used once ----------------------------------
@@ -485,3 +485,52 @@ def test_moving_from_redis_to_the_database_store_keeps_every_session(world: Worl
         again = after.resolve(world.space_a, old.session.key)
         assert (again.action, again.sandbox.sandbox_id) == ("bound", old.sandbox.sandbox_id)
         assert again.binding.version == old.binding.version
+
+
+def test_a_command_starting_while_the_sweep_idles_its_session_runs(
+    world: World,
+    proxy: EngineProxy,  # noqa: F811
+    proxied_config: SandboxConfig,  # noqa: F811
+) -> None:
+    """As above with a background command (and so a terminal: both resolve, then open a
+    process): it must not open its process in the sandbox the sweep is freezing."""
+    from sandboxes.commands import start_command
+
+    runtime = Runtime(DatabaseSessionStore())
+    session = runtime.resolve(world.space_a, "s-sweep-command").session
+    Session.objects.filter(pk=session.pk).update(last_activity=timezone.now() - timedelta(hours=2))
+    proxy.hold(r"^POST /[^ ]*/containers/[^/]+/pause")
+    swept: list[int] = []
+
+    def sweep() -> None:
+        try:
+            swept.append(idle_sweep(Runtime(DatabaseSessionStore())))
+        finally:
+            connections.close_all()
+
+    sweeper = threading.Thread(target=sweep)
+    sweeper.start()
+    _wait_for(lambda: proxy.requests(r"/pause$"), 30)
+    results: list[Any] = []
+
+    def agent_command() -> None:
+        try:
+            fresh = Session.objects.select_related("config", "space").get(pk=session.pk)
+            results.append(start_command(runtime, fresh, shell="echo started", actor=SYSTEM))
+        except Exception as exc:  # reported by the assertion below
+            results.append(exc)
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=agent_command)
+    worker.start()
+    with contextlib.suppress(AssertionError):
+        _wait_for(lambda: proxy.requests(r"^POST /[^ ]*/exec/[^/]+/start"), 3)
+    time.sleep(0.3)
+    proxy.release()
+    sweeper.join(timeout=60)
+    worker.join(timeout=60)
+    (result,) = results
+    assert not isinstance(result, Exception), result
+    sandbox_id = Session.objects.get(pk=session.pk).sandbox_id
+    assert backend_for(proxied_config).get(sandbox_id).state == SandboxState.RUNNING
