@@ -16,7 +16,7 @@ import hashlib
 import json
 import secrets
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -32,7 +32,7 @@ from .backends.base import ErrorKind, ExecRequest, RemoteError
 from .binding import get_store, lifecycle_lock, lock_key
 from .commands import kill_command, read_output, send_input, start_command
 from .models import ApiToken, Artifact, BackgroundCommand, Session
-from .runtime import Resolved, Runtime, SessionDeleted, get_or_create_session
+from .runtime import Resolved, Runtime, SessionDeleted, call_session, get_or_create_session
 from .workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
 TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
@@ -181,7 +181,7 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
         @csrf_exempt
         @functools.wraps(func)
         def view(request: HttpRequest, space_id: Any, **kwargs: Any) -> HttpResponse | FileResponse:
-            began = timezone.now()
+            call = call_session.set(None)
             try:
                 if request.method not in methods:
                     raise ApiError(405, "method_not_allowed", f"Use {', '.join(methods)}.")
@@ -199,14 +199,16 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
             except RemoteError as exc:
                 # A sandbox deleted under the call fails in many ways (not found, "removal in
                 # progress", a cut stream, a killed process): if a DELETE did it, say so.
-                if was_deleted(space_id, kwargs.get("key"), began):
+                if was_deleted(space_id, kwargs.get("key")):
                     return session_deleted(kwargs["key"]).response()
                 return remote_error(exc).response()
             except (ObjectDoesNotExist, IntegrityError):
                 # A row of the session (or the session) vanished under the call: a delete won.
-                if was_deleted(space_id, kwargs.get("key"), began):
+                if was_deleted(space_id, kwargs.get("key")):
                     return session_deleted(kwargs["key"]).response()
                 raise
+            finally:
+                call_session.reset(call)
 
         view.api_methods = methods  # type: ignore[attr-defined]  # read by the OpenAPI test
         return view
@@ -214,18 +216,22 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
     return decorate
 
 
-def was_deleted(space_id: Any, key: str | None, began: datetime) -> bool:
-    """Whether the session the call began on is gone now (a DELETE raced the call).
+def was_deleted(space_id: Any, key: str | None) -> bool:
+    """Whether the session the call worked on is gone now (a DELETE raced the call).
 
-    A session with the key created after the call began is another one (a racing resolve
-    made it anew). A DELETE deletes the sandbox first and the row last, under the session's
-    lifecycle lock: while the row is still there, wait behind that lock's holder, then look.
+    Asked by id when the call got that far (`call_session`): a session with the same key made
+    since by a racing resolve is another one. A DELETE deletes the sandbox first and the row
+    last, under the session's lifecycle lock: while the row is still there, wait behind that
+    lock's holder, then look.
     """
     if not key:
         return False
+    session_id = call_session.get()
 
     def gone() -> bool:
-        return not Session.objects.filter(space_id=space_id, key=key, created__lt=began).exists()
+        if session_id is not None:
+            return not Session.objects.filter(pk=session_id).exists()
+        return not Session.objects.filter(space_id=space_id, key=key).exists()
 
     if gone():
         return True
@@ -248,6 +254,7 @@ def existing_session(space: Space, key: str) -> Session:
     session = Session.objects.select_related("config", "space").filter(space=space, key=key).first()
     if session is None:
         raise ApiError(404, "not_found", f"No session {key!r} in this space.")
+    call_session.set(session.pk)
     return session
 
 

@@ -26,6 +26,7 @@ import re
 import socket
 import threading
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -217,6 +218,11 @@ def session_by_key(space: Space, key: str) -> Session | None:
     return compiled.get(space.pk, key)
 
 
+# The id of the session the current call (an API request) works on, so an error can tell a
+# session deleted under the call from one with its key made anew since (sandboxes.api).
+call_session: ContextVar[Any] = ContextVar("call_session", default=None)
+
+
 def get_or_create_session(
     space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
 ) -> Session:
@@ -225,6 +231,7 @@ def get_or_create_session(
     session = session_by_key(space, key)
     if session is not None:
         session.space = space
+        call_session.set(session.pk)
         return session
     config = config or default_config(space)
     try:
@@ -240,7 +247,9 @@ def get_or_create_session(
             )
     except IntegrityError:
         pass  # another process created it first
-    return Session.objects.select_related("config", "space").get(space=space, key=key)
+    session = Session.objects.select_related("config", "space").get(space=space, key=key)
+    call_session.set(session.pk)
+    return session
 
 
 class SessionDeleted(RemoteError):
