@@ -243,6 +243,16 @@ def _is_api_error(response: httpx.Response) -> bool:
 
 def status_error(response: httpx.Response, what: str, *, control: bool = False) -> RemoteError:
     """An HTTP error answer as a RemoteError (both planes)."""
+    if response.status_code < 400:
+        # Redirects are never followed (the guarded transport checks the address asked for,
+        # not one a server names), so a 3xx is no answer: often a login or http->https proxy.
+        location = response.headers.get("location", "")[:200] or "?"
+        return RemoteError(
+            ErrorKind.INVALID,
+            f"{what}: the server answered a redirect to {location} (HTTP {response.status_code}); redirects are "
+            "not followed, so give the address the server answers on itself",
+            retryable=False,
+        )
     if control and response.status_code in (404, 405) and not _is_api_error(response):
         return NoRoute(ErrorKind.UNSUPPORTED, f"{what}: the server has no such operation (HTTP {response.status_code})")
     message, error_code = _message_of(response)
@@ -452,7 +462,7 @@ class E2BBackend(Backend):
                     timeout=httpx.Timeout(timeout, connect=10.0) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
                     **kwargs,
                 )
-                error = None if response.status_code < 400 else status_error(response, what, control=control)
+                error = None if response.status_code < 300 else status_error(response, what, control=control)
             except RemoteError:
                 raise
             except Exception as exc:
@@ -924,7 +934,7 @@ class E2BBackend(Backend):
                 raise
             except Exception as exc:
                 raise transport_error(exc, what) from exc
-            if response.status_code < 400:
+            if response.status_code < 300:
                 return response
             response.read()
             error = self._envd_failure(sandbox_id, status_error(response, what))
@@ -1250,7 +1260,7 @@ class E2BFiles(FilesCapability):
                 with backend.http.stream(
                     "GET", url, headers=headers, params={"path": path, "username": "root"}
                 ) as response:
-                    if response.status_code < 400:
+                    if response.status_code < 300:
                         return _read_capped(response, max_bytes)
                     response.read()
                     error = backend._envd_failure(sandbox_id, status_error(response, what))

@@ -1,0 +1,139 @@
+"""The E2B and Cube adapters against control planes that answer oddly: a proxy that
+redirects, a /health that is JSON but not the object CubeAPI answers, a /health that lies
+about the sandbox count. None of these is the vendor's server, so they are not personalities
+of tests/fakes: each is a few lines of stdlib HTTP on 127.0.0.1, started here."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from sandboxes.backends.base import BackendConfig, ErrorKind, ListQuery, RemoteError
+from sandboxes.backends.cube import MAX_LIST_LIMIT, CubeBackend
+from sandboxes.backends.e2b import E2BBackend
+
+# (status, headers, body) for a (method, path, query).
+Answer = Callable[[str, str, dict[str, list[str]]], tuple[int, dict[str, str], bytes]]
+
+
+class _Odd:
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.seen: list[tuple[str, str, dict[str, list[str]]]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                if length:
+                    self.rfile.read(length)
+                parts = urlsplit(self.path)
+                query = parse_qs(parts.query)
+                outer.seen.append((self.command, parts.path, query))
+                status, headers, body = outer.answer(self.command, parts.path, query)
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_DELETE = do_PUT = _serve
+
+            def log_message(self, format: str, *args: object) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def config(self, kind: str) -> BackendConfig:
+        return BackendConfig(
+            kind=kind, endpoint=self.url, domain="odd.test", api_key="e2b_" + "0" * 40, allow_private_endpoints=True
+        )
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def odd() -> Iterator[Callable[[Answer], _Odd]]:
+    servers: list[_Odd] = []
+
+    def start(answer: Answer) -> _Odd:
+        servers.append(_Odd(answer))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+def _redirect(method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
+    # A login proxy or an http->https hop: every request redirected, with a body.
+    return 302, {"Location": "https://login.odd.test/", "Content-Type": "text/html"}, b"<html>moved</html>"
+
+
+@pytest.mark.parametrize("backend_class", [E2BBackend, CubeBackend])
+def test_a_redirecting_endpoint_is_not_taken_for_a_healthy_server(
+    odd: Callable[[Answer], _Odd], backend_class: type[E2BBackend]
+) -> None:
+    # Redirects are not followed (the SSRF guard pins the endpoint), and a 3xx was taken
+    # for success: health said ok and the probe detected the SDK /v2 create (E2B) or
+    # Cube v0.5+ (GET /snapshots "served") from a proxy that answers nothing but 302.
+    server = odd(_redirect)
+    backend = backend_class(server.config(backend_class.kind))
+    health = backend.health()
+    assert not health.ok
+    assert "redirect" in health.detail
+    assert "https://login.odd.test/" in health.detail
+    with pytest.raises(RemoteError) as caught:
+        backend.list(ListQuery())
+    assert caught.value.kind == ErrorKind.INVALID
+    assert "redirect" in caught.value.message
+    backend.close()
+
+
+@pytest.mark.parametrize("body", [b"[]", b"null", b'"ok"', b"42"])
+def test_a_cube_health_that_is_json_but_no_object_is_a_clear_failure(
+    odd: Callable[[Answer], _Odd], body: bytes
+) -> None:
+    # CubeAPI answers {status, sandboxes}; anything else in JSON raised AttributeError out of
+    # health() (the config page's connection test), and out of every listing.
+    def answer(method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
+        if path == "/health":
+            return 200, {"Content-Type": "application/json"}, body
+        return 200, {"Content-Type": "application/json"}, b"[]"
+
+    backend = CubeBackend(odd(answer).config("cube"))
+    health = backend.health()
+    assert not health.ok
+    assert "/health" in health.detail
+    assert backend.list(ListQuery()).items == ()  # the count is unknown, the listing still works
+    backend.close()
+
+
+def test_a_cube_health_that_lies_about_the_count_does_not_size_the_page_past_the_cap(
+    odd: Callable[[Answer], _Odd],
+) -> None:
+    # The first listing page was sized to /health's count with no cap (only its growth was
+    # capped): a count of 10**12 asked CubeAPI for limit=1000000000100.
+    def answer(method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
+        if path == "/health":
+            return 200, {"Content-Type": "application/json"}, json.dumps({"status": "ok", "sandboxes": 10**12}).encode()
+        return 200, {"Content-Type": "application/json"}, b"[]"
+
+    server = odd(answer)
+    backend = CubeBackend(server.config("cube"))
+    assert backend.list(ListQuery(metadata={"console-space": "1"})).items == ()
+    limits = [int(q["limit"][0]) for m, p, q in server.seen if p == "/v2/sandboxes"]
+    assert limits
+    assert max(limits) <= MAX_LIST_LIMIT
+    backend.close()
