@@ -261,6 +261,8 @@ class CubeBackend(E2BBackend):
         try:
             response = self._api("GET", "/health", "health check", idempotent=True)
             body = response.json() if response.content else {}
+            if not isinstance(body, dict):
+                return HealthInfo(ok=False, detail="CubeAPI /health did not answer a JSON object")
             self._api("GET", "/v2/sandboxes", "checking the API key", idempotent=True, params={"limit": 1})
             generation = self.known_generation() if self.protocol_pinned else self.probe_generation()
         except RemoteError as exc:
@@ -491,7 +493,8 @@ class CubeBackend(E2BBackend):
         sandboxes from CubeMaster (start 0) and filters that page, so a match beyond it never
         shows. The page is therefore sized to the cluster's sandbox count (`GET /health`
         `sandboxes`), and a full page is asked again, larger."""
-        limit = max(self.list_limit, self._sandbox_count() + LIST_HEADROOM)
+        # Capped: /health's count is the server's word, and a page past the cap is never asked.
+        limit = min(max(self.list_limit, self._sandbox_count() + LIST_HEADROOM), MAX_LIST_LIMIT)
         while True:
             response = self._api(
                 "GET", "/v2/sandboxes", "listing sandboxes", idempotent=True, params={**params, "limit": limit}
