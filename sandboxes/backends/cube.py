@@ -8,8 +8,9 @@ about each:
   the SDK's /v2 create/connect (PR #1800 is unmerged), so create is `POST /sandboxes` and
   connect `POST /sandboxes/{id}/connect`. The release is told by `GET /snapshots`, which
   v0.5+ serves and older releases answer with axum's empty 404 (a missing route); probed by
-  `health()` (recorded on the config) or before the first create when nothing is recorded;
-  `options["protocol"]` with `protocol_pinned` pins it.
+  `health()` (recorded on the config) and, unless pinned, again before an adapter's first
+  create (a recorded release may have gone stale); `options["protocol"]` with
+  `protocol_pinned` pins it.
 - **Idle behaviour**: v0.5/v0.6 read top-level `autoPause`/`autoResume`, v0.7 only
   `lifecycle.onTimeout`/`autoResume` (absent lifecycle = killed at the TTL, Cube #1780): both
   forms are sent. Before v0.5 neither is read, so the console idles those sandboxes itself
@@ -295,6 +296,15 @@ class CubeBackend(E2BBackend):
         )
 
     # Lifecycle ---------------------------------------------------------------------------
+
+    def create(self, spec: SandboxSpec) -> SandboxInfo:
+        # The network switches mean different things per release (allowPublicTraffic: egress
+        # before v0.5, inbound from v0.5), so a recorded release that went stale (the cluster
+        # was upgraded or rolled back since the connection test) would open what the policy
+        # closes. Unless pinned, the release is probed once per adapter before it creates.
+        if not self.protocol_pinned and not self.probed:
+            self.probe_generation()
+        return super().create(spec)
 
     def _check_network(self, network: NetworkSpec) -> None:
         domains = [entry for entry in network.deny_out if _is_domain(entry)]
@@ -693,6 +703,6 @@ def _cube_template(row: Mapping[str, Any]) -> TemplateInfo:
     )
 
 
-translating(CubeBackend, "list", "probe_generation", "run_housekeeping")
+translating(CubeBackend, "create", "list", "probe_generation", "run_housekeeping")
 translating(CubeWorkspaceDirs, "make", "delete")
 translating(CubeTemplates, "list", "get", "create", "delete")
