@@ -137,3 +137,18 @@ def test_a_cube_health_that_lies_about_the_count_does_not_size_the_page_past_the
     assert limits
     assert max(limits) <= MAX_LIST_LIMIT
     backend.close()
+
+
+def test_the_volume_check_of_an_html_answer_is_a_remote_error(odd: Callable[[Answer], _Odd]) -> None:
+    # The connection test's "persistent workspace" step catches RemoteError only: an HTML 200
+    # (a portal in front of the API) escaped volumes().check() as a JSONDecodeError.
+    def answer(method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
+        return 200, {"Content-Type": "text/html"}, b"<html>captive portal</html>"
+
+    backend = E2BBackend(odd(answer).config("e2b"))
+    volumes = backend.volumes()
+    assert volumes is not None
+    with pytest.raises(RemoteError) as caught:
+        volumes.check()
+    assert caught.value.kind == ErrorKind.INTERNAL
+    backend.close()
