@@ -106,6 +106,9 @@ EXEC_PID_DIR = "/tmp"  # noqa: S108 - a path inside the sandbox, not on the host
 _VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 _FLAG_END_STREAM = 0x02
+# The largest Connect message read from envd: far above what envd sends (process output
+# comes in small chunks), so a bigger length header is a broken or hostile server.
+MAX_ENVELOPE_BYTES = 16 * 1024 * 1024
 # A process killed by a signal ends with `exited` false (omitted by protojson) and a Go
 # ProcessState status such as "signal: killed"; its exit code is reported the shell's way.
 _SIGNAL_NUMBERS = {
@@ -325,15 +328,26 @@ def envelope(message: Mapping[str, Any], flags: int = 0) -> bytes:
 
 
 def iter_envelopes(chunks: Iterator[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Connect streaming envelopes (flags, JSON) from raw response chunks."""
-    buffer = b""
+    """Connect streaming envelopes (flags, JSON) from raw response chunks.
+
+    An envelope's length is the sender's word: one past MAX_ENVELOPE_BYTES is refused at its
+    header instead of buffered (envd sends output in small chunks). The buffer is a bytearray
+    consumed from the front, so a large message costs no repeated copies."""
+    buffer = bytearray()
     for chunk in chunks:
         buffer += chunk
         while len(buffer) >= 5:
             flags, length = struct.unpack(">BI", buffer[:5])
+            if length > MAX_ENVELOPE_BYTES:
+                raise RemoteError(
+                    ErrorKind.INTERNAL,
+                    f"envd sent a message of {length} bytes (at most {MAX_ENVELOPE_BYTES} are read)",
+                    retryable=False,
+                )
             if len(buffer) < 5 + length:
                 break
-            payload, buffer = buffer[5 : 5 + length], buffer[5 + length :]
+            payload = bytes(buffer[5 : 5 + length])
+            del buffer[: 5 + length]
             yield flags, (json.loads(payload) if payload else {})
 
 
@@ -1163,6 +1177,8 @@ class _ExecReader:
                     self.exit_code = int(end.get("exitCode", 0) or 0)
                     self.signalled = not end.get("exited", False)
                     self.status = str(end.get("status") or "")
+        except RemoteError as exc:
+            self.error = exc  # an envelope refused at its header
         except (httpx.HTTPError, OSError, ValueError, RuntimeError):
             return  # closed by the caller, or cut: `ended` tells which
 
@@ -1546,6 +1562,8 @@ class E2BPty(PtyHandle):
                     elif "end" in event:
                         clean = True
                     self._cond.notify_all()
+        except RemoteError as exc:
+            self._error = exc  # an envelope refused at its header
         except (httpx.HTTPError, OSError, ValueError, RuntimeError):
             pass
         with self._cond:

@@ -6,14 +6,16 @@ of tests/fakes: each is a few lines of stdlib HTTP on 127.0.0.1, started here.""
 from __future__ import annotations
 
 import json
+import struct
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from sandboxes.backends.base import BackendConfig, ErrorKind, ListQuery, RemoteError
+from sandboxes.backends.base import BackendConfig, ErrorKind, ExecRequest, ListQuery, RemoteError
 from sandboxes.backends.cube import MAX_LIST_LIMIT, CubeBackend
 from sandboxes.backends.e2b import E2BBackend
 
@@ -151,4 +153,26 @@ def test_the_volume_check_of_an_html_answer_is_a_remote_error(odd: Callable[[Ans
     with pytest.raises(RemoteError) as caught:
         volumes.check()
     assert caught.value.kind == ErrorKind.INTERNAL
+    backend.close()
+
+
+def test_an_envd_message_claiming_gigabytes_is_refused_not_buffered(odd: Callable[[Answer], _Odd]) -> None:
+    # A Connect envelope's length is the sender's word (u32): a broken or hostile envd that
+    # claims 2 GiB made the exec reader buffer everything that followed, waiting for the
+    # message to complete, and a stream cut then was reported as a plain cut.
+    def answer(method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
+        if path == "/sandboxes/sbx1":
+            detail = {"sandboxID": "sbx1", "templateID": "base", "envdVersion": "0.5.7", "state": "running"}
+            return 200, {"Content-Type": "application/json"}, json.dumps(detail).encode()
+        if path == "/process.Process/Start":
+            return 200, {"Content-Type": "application/connect+json"}, struct.pack(">BI", 0, 2**31) + b"x" * 65536
+        return 404, {}, b""
+
+    server = odd(answer)
+    config = server.config("e2b")
+    backend = E2BBackend(replace(config, options={"sandbox_url": server.url}))
+    with pytest.raises(RemoteError) as caught:
+        backend.exec("sbx1", ExecRequest(argv=("true",), timeout_s=10))
+    assert caught.value.kind == ErrorKind.INTERNAL
+    assert "2147483648 bytes" in caught.value.message
     backend.close()
