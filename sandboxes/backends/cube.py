@@ -240,10 +240,13 @@ class CubeBackend(E2BBackend):
         """v0.5+ serves `GET /snapshots` (CubeAPI routes.rs); before v0.5 axum answers it with
         an empty 404 (no route). A read: it changes nothing on the cluster."""
         try:
-            self._api("GET", "/snapshots", "probing the Cube release", idempotent=True, params={"limit": 1})
+            response = self._api("GET", "/snapshots", "probing the Cube release", idempotent=True, params={"limit": 1})
         except NoRoute:
             self.generation = GEN_MAY
         else:
+            if not isinstance(response.json(), builtins.list):
+                # v0.5+ answers [SnapshotInfo]; anything else is not CubeAPI's route.
+                raise RemoteError(ErrorKind.INVALID, "probing the Cube release: GET /snapshots did not answer a list")
             self.generation = GEN_LATER
         self.probed = True
         return self.generation
@@ -264,7 +267,7 @@ class CubeBackend(E2BBackend):
             body = response.json() if response.content else {}
             if not isinstance(body, dict):
                 return HealthInfo(ok=False, detail="CubeAPI /health did not answer a JSON object")
-            self._api("GET", "/v2/sandboxes", "checking the API key", idempotent=True, params={"limit": 1})
+            self.check_listing()
             generation = self.known_generation() if self.protocol_pinned else self.probe_generation()
         except RemoteError as exc:
             return HealthInfo(ok=False, detail=exc.message)

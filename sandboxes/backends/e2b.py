@@ -533,7 +533,7 @@ class E2BBackend(Backend):
         try:
             self._api("GET", "/health", "health check", idempotent=True)
             # /health needs no key: list one sandbox to prove the key works too.
-            self._api("GET", "/v2/sandboxes", "checking the API key", idempotent=True, params={"limit": 1})
+            self.check_listing()
             protocol = self.protocol if self.protocol_pinned else self.probe_protocol()
         except RemoteError as exc:
             return HealthInfo(ok=False, detail=exc.message)
@@ -544,6 +544,21 @@ class E2BBackend(Backend):
             detail=f"sandbox domain {self.domain}",
             protocol=protocol,
         )
+
+    def check_listing(self) -> None:
+        """List one sandbox: proves the key works, and that the endpoint is the API at all (a
+        dashboard or portal answers 200 to every path, but no JSON list)."""
+        response = self._api("GET", "/v2/sandboxes", "checking the API key", idempotent=True, params={"limit": 1})
+        try:
+            rows = response.json()
+        except (ValueError, UnicodeDecodeError):
+            rows = None
+        if not isinstance(rows, builtins.list):
+            raise RemoteError(
+                ErrorKind.INVALID,
+                f"listing sandboxes at {self.api_url} did not answer a JSON list: is this the API endpoint?",
+                retryable=False,
+            )
 
     def probe_protocol(self) -> str:
         """Whether the control plane serves the SDK's `POST /v2/sandboxes`. The probe body
@@ -558,7 +573,13 @@ class E2BBackend(Backend):
                 raise
             self.protocol = PROTOCOL_V2
         else:
-            self.protocol = PROTOCOL_V2
+            # No E2B API accepts a create without templateID (spec/openapi.yml NewSandbox
+            # requires it): this is something else answering every path.
+            raise RemoteError(
+                ErrorKind.INVALID,
+                f"{self.api_url} accepted a create without a template: it is not an E2B API",
+                retryable=False,
+            )
         return self.protocol
 
     def network_capabilities(self) -> NetworkCapabilities:

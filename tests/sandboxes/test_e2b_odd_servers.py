@@ -176,3 +176,27 @@ def test_an_envd_message_claiming_gigabytes_is_refused_not_buffered(odd: Callabl
     assert caught.value.kind == ErrorKind.INTERNAL
     assert "2147483648 bytes" in caught.value.message
     backend.close()
+
+
+@pytest.mark.parametrize("backend_class", [E2BBackend, CubeBackend])
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [("text/html", b"<html>dashboard</html>"), ("application/json", b'{"ok": true}'), ("application/json", b"null")],
+)
+def test_a_server_that_answers_200_to_everything_is_no_api(
+    odd: Callable[[Answer], _Odd], backend_class: type[E2BBackend], content_type: str, body: bytes
+) -> None:
+    # A dashboard or portal URL given as the endpoint answers 200 to every path: health said
+    # ok and recorded a protocol (E2B: /v2 create, as the probe "succeeded"; Cube: v0.5+, as
+    # GET /snapshots "was served"), though the list answer is no list and no E2B API accepts
+    # a create without templateID.
+    def answer(method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
+        if backend_class is CubeBackend and path == "/health":
+            return 200, {"Content-Type": "application/json"}, b'{"status": "ok", "sandboxes": 0}'
+        return 200, {"Content-Type": content_type}, body
+
+    backend = backend_class(odd(answer).config(backend_class.kind))
+    health = backend.health()
+    assert not health.ok
+    assert health.protocol == ""
+    backend.close()
