@@ -15,9 +15,10 @@ about each:
   `lifecycle.onTimeout`/`autoResume` (absent lifecycle = killed at the TTL, Cube #1780): both
   forms are sent. Before v0.5 neither is read, so the console idles those sandboxes itself
   (`idles_itself()` False) and the TTL sent carries a margin so it pauses them first.
-- **List**: no cursor and a metadata filter without per-pair URL decoding. The adapter sends
-  only plain `[A-Za-z0-9_-]` pairs and a single state, fetches one large page, re-filters
-  metadata and states itself and pages client-side (keyset over start time and id).
+- **List**: no cursor, and filters applied within one CubeMaster page (and without per-pair
+  URL decoding). The adapter sends no filter, fetches one page large enough for the whole
+  cluster (grown while full), filters metadata and states itself and pages client-side
+  (keyset over start time and id).
 - **`pausing` state** is parsed (`SandboxState.PAUSING`); a `DELETE` answered with
   503 + `Retry-After` while pausing is retried.
 - **Data plane**: 410 means the sandbox was killed (`gone`: rebuild); 503 + `Retry-After`
@@ -74,7 +75,6 @@ from .base import (
     RemoteError,
     SandboxInfo,
     SandboxSpec,
-    SandboxState,
     SnapshotInfo,
     SnapshotsCapability,
     TemplateBuildSpec,
@@ -116,8 +116,6 @@ ALL_TRAFFIC = "0.0.0.0/0"
 RESERVED_METADATA = "host-mount"
 DEFAULT_LIST_LIMIT = 1000
 TEMPLATE_BUILD_DEADLINE_S = 900.0
-# Cube's metadata filter splits on & and = and decodes nothing more (filter_by_metadata).
-_UNSPLIT = re.compile(r"^[^&=]+$")
 # Where a housekeeping sandbox sees the workspace host root, and what it is tagged as (the
 # reaper gives a job's sandbox the job grace; its own TTL ends it sooner).
 HOUSEKEEPING_MOUNT = "/mnt/console-workspaces"
@@ -456,17 +454,12 @@ class CubeBackend(E2BBackend):
         )
 
     def list(self, query: ListQuery) -> Page:
+        # No filter is sent: CubeAPI filters metadata and state *within* the one CubeMaster
+        # page of `limit` rows it takes, so a filtered answer shorter than `limit` does not
+        # say that nothing matches past the page (and the page is sized from /health's count,
+        # which is the server's word). Unfiltered, a short page is the whole cluster; the
+        # metadata and states are checked here.
         params: dict[str, Any] = {}
-        # Cube's filter splits the (once-decoded) value on & and = and decodes nothing more:
-        # every pair without & or = is filtered server-side; all pairs are checked here.
-        sendable = {k: v for k, v in query.metadata.items() if _UNSPLIT.match(k) and _UNSPLIT.match(v)}
-        if sendable:
-            params["metadata"] = "&".join(f"{k}={v}" for k, v in sendable.items())
-        states = self._api_states(query.states)
-        if len(states) == 1 and SandboxState.PAUSING not in query.states:
-            # Cube takes one state (several mean no filter); `pausing` is asked for by
-            # filtering here, since "paused" would leave it out.
-            params["state"] = states[0]
         rows = self._listing(params, continuing=bool(query.page_token))
         items = [self._info(row) for row in rows]
         items = [

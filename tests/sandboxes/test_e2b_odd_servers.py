@@ -17,7 +17,7 @@ import pytest
 
 from sandboxes.backends.base import BackendConfig, ErrorKind, ExecRequest, ListQuery, RemoteError
 from sandboxes.backends.cube import MAX_LIST_LIMIT, CubeBackend
-from sandboxes.backends.e2b import E2BBackend
+from sandboxes.backends.e2b import E2BBackend, envelope
 
 # (status, headers, body) for a (method, path, query).
 Answer = Callable[[str, str, dict[str, list[str]]], tuple[int, dict[str, str], bytes]]
@@ -199,4 +199,69 @@ def test_a_server_that_answers_200_to_everything_is_no_api(
     health = backend.health()
     assert not health.ok
     assert health.protocol == ""
+    backend.close()
+
+
+def test_cube_listing_past_the_first_page_when_health_undercounts(odd: Callable[[Answer], _Odd]) -> None:
+    # CubeAPI takes one CubeMaster page of `limit` rows from index 0 and filters *that page*
+    # by metadata and state (services/sandboxes.rs list; tests/fakes list_v2 does the same).
+    # A filtered answer shorter than `limit` therefore says nothing about rows past the page:
+    # with /health counting fewer sandboxes than the list holds, the matches past row 1000
+    # were silently never seen (the reaper's listing is filtered by config).
+    rows = [
+        {
+            "sandboxID": f"sbx-{i:05d}",
+            "templateID": "base",
+            "state": "running",
+            "startedAt": f"2026-12-01T{i // 3600:02d}:{i // 60 % 60:02d}:{i % 60:02d}Z",
+            "metadata": {"console-config": "mine" if i >= 1100 else "other"},
+        }
+        for i in range(1200)
+    ]
+
+    def answer(method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
+        if path == "/health":
+            return 200, {"Content-Type": "application/json"}, b'{"status": "ok", "sandboxes": 0}'
+        if path == "/v2/sandboxes":
+            page = rows[: int(query.get("limit", ["100"])[0])]
+            wanted = dict(p.partition("=")[::2] for p in query.get("metadata", [""])[0].split("&") if p)
+            page = [r for r in page if all(r["metadata"].get(k) == v for k, v in wanted.items())]  # type: ignore[attr-defined]
+            return 200, {"Content-Type": "application/json"}, json.dumps(page).encode()
+        return 404, {}, b""
+
+    backend = CubeBackend(odd(answer).config("cube"))
+    found = list(backend.iter_sandboxes(ListQuery(metadata={"console-config": "mine"}, limit=50)))
+    assert [info.sandbox_id for info in found] == [f"sbx-{i:05d}" for i in range(1100, 1200)]
+    backend.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        ("signal: segmentation fault (core dumped)", 139),
+        ("signal: aborted (core dumped)", 134),
+        ("signal: user defined signal 1", 138),
+        ("signal: CPU time limit exceeded", 152),
+        ("signal: killed", 137),
+    ],
+)
+def test_a_signal_exit_is_128_plus_that_signal(odd: Callable[[Answer], _Odd], status: str, code: int) -> None:
+    # envd's EndEvent.status is Go's ProcessState.String(): "signal: " + the signal's name
+    # from the syscall table, plus " (core dumped)" when a core was written (os/exec_posix.go).
+    # Only nine names were known, and a core dump hid even those: all read as SIGKILL (137).
+    end = {"exitCode": -1, "status": status, "error": status}  # `exited` false: omitted
+    events: list[dict[str, object]] = [{"event": {"start": {"pid": 7}}}, {"event": {"end": end}}]
+    stream = b"".join(envelope(event) for event in events) + envelope({}, flags=0x02)
+
+    def answer(method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
+        if path == "/sandboxes/sbx1":
+            detail = {"sandboxID": "sbx1", "templateID": "base", "envdVersion": "0.5.7", "state": "running"}
+            return 200, {"Content-Type": "application/json"}, json.dumps(detail).encode()
+        if path == "/process.Process/Start":
+            return 200, {"Content-Type": "application/connect+json"}, stream
+        return 404, {}, b""
+
+    server = odd(answer)
+    backend = E2BBackend(replace(server.config("e2b"), options={"sandbox_url": server.url}))
+    assert backend.exec("sbx1", ExecRequest(argv=("true",), timeout_s=10)).exit_code == code
     backend.close()
