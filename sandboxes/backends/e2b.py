@@ -109,19 +109,26 @@ _FLAG_END_STREAM = 0x02
 # The largest Connect message read from envd: far above what envd sends (process output
 # comes in small chunks), so a bigger length header is a broken or hostile server.
 MAX_ENVELOPE_BYTES = 16 * 1024 * 1024
-# A process killed by a signal ends with `exited` false (omitted by protojson) and a Go
-# ProcessState status such as "signal: killed"; its exit code is reported the shell's way.
+# A process killed by a signal ends with `exited` false (omitted by protojson) and the status
+# Go's ProcessState.String() gives: "signal: <name>", plus " (core dumped)" when a core was
+# written (os/exec_posix.go); the names are Linux's from the syscall signal table. Its exit
+# code is reported the shell's way, 128 + the signal.
 _SIGNAL_NUMBERS = {
-    "hangup": 1,
-    "interrupt": 2,
-    "quit": 3,
-    "aborted": 6,
-    "killed": 9,
-    "segmentation fault": 11,
-    "broken pipe": 13,
-    "alarm clock": 14,
-    "terminated": 15,
-}
+    name: number
+    for number, name in enumerate(
+        (
+            "hangup", "interrupt", "quit", "illegal instruction", "trace/breakpoint trap", "aborted",
+            "bus error", "floating point exception", "killed", "user defined signal 1",
+            "segmentation fault", "user defined signal 2", "broken pipe", "alarm clock", "terminated",
+            "stack fault", "child exited", "continued", "stopped (signal)", "stopped",
+            "stopped (tty input)", "stopped (tty output)", "urgent i/o condition",
+            "cpu time limit exceeded", "file size limit exceeded", "virtual timer expired",
+            "profiling timer expired", "window changed", "i/o possible", "power failure",
+            "bad system call",
+        ),
+        start=1,
+    )
+}  # fmt: skip
 PROTOCOL_V1 = "e2b-v1"  # the published spec's operations only (e2b-dev/infra spec/openapi.yml)
 PROTOCOL_V2 = "e2b-v2"  # plus the SDK's POST /v2/sandboxes (SDK >= 2.51)
 
@@ -1216,7 +1223,7 @@ class _ExecReader:
             exit_code = 137  # killed, as a shell reports SIGKILL
         elif self.signalled and exit_code <= 0:
             # Ended by a signal (envd: exitCode -1 or omitted): 128 + the signal, as a shell does.
-            name = self.status.removeprefix("signal: ").strip().lower()
+            name = self.status.removeprefix("signal: ").removesuffix(" (core dumped)").strip().lower()
             exit_code = 128 + _SIGNAL_NUMBERS.get(name, 9)
         return ExecResult(
             exit_code=exit_code,
