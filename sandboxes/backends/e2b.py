@@ -244,11 +244,14 @@ class NoRoute(RemoteError):
 
 
 def _is_api_error(response: httpx.Response) -> bool:
+    """The API's own error body (spec/openapi.yml Error: `code` and `message`, both required;
+    CubeAPI the same). A gateway's answer for a path it has no route for may be JSON too
+    (Kong: {"message": "no Route matched with those values"}), but has no `code`."""
     try:
         body = response.json()
     except (ValueError, UnicodeDecodeError):
         return False
-    return isinstance(body, dict) and "message" in body
+    return isinstance(body, dict) and "message" in body and "code" in body
 
 
 def status_error(response: httpx.Response, what: str, *, control: bool = False) -> RemoteError:

@@ -15,7 +15,15 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from sandboxes.backends.base import BackendConfig, ErrorKind, ExecRequest, ListQuery, RemoteError
+from sandboxes.backends.base import (
+    BackendConfig,
+    ErrorKind,
+    ExecRequest,
+    ListQuery,
+    NetworkSpec,
+    RemoteError,
+    SandboxSpec,
+)
 from sandboxes.backends.cube import MAX_LIST_LIMIT, CubeBackend
 from sandboxes.backends.e2b import E2BBackend, envelope
 
@@ -265,3 +273,31 @@ def test_a_signal_exit_is_128_plus_that_signal(odd: Callable[[Answer], _Odd], st
     backend = E2BBackend(replace(server.config("e2b"), options={"sandbox_url": server.url}))
     assert backend.exec("sbx1", ExecRequest(argv=("true",), timeout_s=10)).exit_code == code
     backend.close()
+
+
+def test_a_gateways_json_404_for_a_missing_route_falls_back_to_the_spec_create(odd: Callable[[Answer], _Odd]) -> None:
+    # A spec-built control plane (no POST /v2/sandboxes) behind an API gateway: Kong answers
+    # a path it has no route for with 404 {"message": "no Route matched with those values"}.
+    # Any JSON with `message` was taken for the API's own error ({code, message}, spec
+    # Error): the probe recorded e2b-v2 and every create failed with not_found.
+    sandbox = {"sandboxID": "sbx-k", "templateID": "base", "clientID": "c", "envdVersion": "0.5.7"}
+
+    def answer(method: str, path: str, query: dict[str, list[str]]) -> tuple[int, dict[str, str], bytes]:
+        if path == "/health":
+            return 204, {}, b""
+        if (method, path) == ("GET", "/v2/sandboxes"):
+            return 200, {"Content-Type": "application/json"}, b"[]"
+        if (method, path) == ("POST", "/sandboxes"):
+            return 201, {"Content-Type": "application/json"}, json.dumps(sandbox).encode()
+        return 404, {"Content-Type": "application/json"}, b'{"message": "no Route matched with those values"}'
+
+    server = odd(answer)
+    backend = E2BBackend(server.config("e2b"))
+    health = backend.health()
+    assert (health.ok, health.protocol) == (True, "e2b-v1")
+    fresh = E2BBackend(server.config("e2b"))  # knows nothing: learns it from the create
+    info = fresh.create(SandboxSpec(template_id="base", network=NetworkSpec(False, False)))
+    assert info.sandbox_id == "sbx-k"
+    assert [(m, p) for m, p, _ in server.seen if p == "/sandboxes"] == [("POST", "/sandboxes")]
+    backend.close()
+    fresh.close()
