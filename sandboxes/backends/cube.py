@@ -8,15 +8,17 @@ about each:
   the SDK's /v2 create/connect (PR #1800 is unmerged), so create is `POST /sandboxes` and
   connect `POST /sandboxes/{id}/connect`. The release is told by `GET /snapshots`, which
   v0.5+ serves and older releases answer with axum's empty 404 (a missing route); probed by
-  `health()` (recorded on the config) or before the first create when nothing is recorded;
-  `options["protocol"]` with `protocol_pinned` pins it.
+  `health()` (recorded on the config) and, unless pinned, again before an adapter's first
+  create (a recorded release may have gone stale); `options["protocol"]` with
+  `protocol_pinned` pins it.
 - **Idle behaviour**: v0.5/v0.6 read top-level `autoPause`/`autoResume`, v0.7 only
   `lifecycle.onTimeout`/`autoResume` (absent lifecycle = killed at the TTL, Cube #1780): both
   forms are sent. Before v0.5 neither is read, so the console idles those sandboxes itself
   (`idles_itself()` False) and the TTL sent carries a margin so it pauses them first.
-- **List**: no cursor and a metadata filter without per-pair URL decoding. The adapter sends
-  only plain `[A-Za-z0-9_-]` pairs and a single state, fetches one large page, re-filters
-  metadata and states itself and pages client-side (keyset over start time and id).
+- **List**: no cursor, and filters applied within one CubeMaster page (and without per-pair
+  URL decoding). The adapter sends no filter, fetches one page large enough for the whole
+  cluster (grown while full), filters metadata and states itself and pages client-side
+  (keyset over start time and id).
 - **`pausing` state** is parsed (`SandboxState.PAUSING`); a `DELETE` answered with
   503 + `Retry-After` while pausing is retried.
 - **Data plane**: 410 means the sandbox was killed (`gone`: rebuild); 503 + `Retry-After`
@@ -73,7 +75,6 @@ from .base import (
     RemoteError,
     SandboxInfo,
     SandboxSpec,
-    SandboxState,
     SnapshotInfo,
     SnapshotsCapability,
     TemplateBuildSpec,
@@ -115,8 +116,6 @@ ALL_TRAFFIC = "0.0.0.0/0"
 RESERVED_METADATA = "host-mount"
 DEFAULT_LIST_LIMIT = 1000
 TEMPLATE_BUILD_DEADLINE_S = 900.0
-# Cube's metadata filter splits on & and = and decodes nothing more (filter_by_metadata).
-_UNSPLIT = re.compile(r"^[^&=]+$")
 # Where a housekeeping sandbox sees the workspace host root, and what it is tagged as (the
 # reaper gives a job's sandbox the job grace; its own TTL ends it sooner).
 HOUSEKEEPING_MOUNT = "/mnt/console-workspaces"
@@ -239,10 +238,13 @@ class CubeBackend(E2BBackend):
         """v0.5+ serves `GET /snapshots` (CubeAPI routes.rs); before v0.5 axum answers it with
         an empty 404 (no route). A read: it changes nothing on the cluster."""
         try:
-            self._api("GET", "/snapshots", "probing the Cube release", idempotent=True, params={"limit": 1})
+            response = self._api("GET", "/snapshots", "probing the Cube release", idempotent=True, params={"limit": 1})
         except NoRoute:
             self.generation = GEN_MAY
         else:
+            if not isinstance(response.json(), builtins.list):
+                # v0.5+ answers [SnapshotInfo]; anything else is not CubeAPI's route.
+                raise RemoteError(ErrorKind.INVALID, "probing the Cube release: GET /snapshots did not answer a list")
             self.generation = GEN_LATER
         self.probed = True
         return self.generation
@@ -261,7 +263,9 @@ class CubeBackend(E2BBackend):
         try:
             response = self._api("GET", "/health", "health check", idempotent=True)
             body = response.json() if response.content else {}
-            self._api("GET", "/v2/sandboxes", "checking the API key", idempotent=True, params={"limit": 1})
+            if not isinstance(body, dict):
+                return HealthInfo(ok=False, detail="CubeAPI /health did not answer a JSON object")
+            self.check_listing()
             generation = self.known_generation() if self.protocol_pinned else self.probe_generation()
         except RemoteError as exc:
             return HealthInfo(ok=False, detail=exc.message)
@@ -293,6 +297,15 @@ class CubeBackend(E2BBackend):
         )
 
     # Lifecycle ---------------------------------------------------------------------------
+
+    def create(self, spec: SandboxSpec) -> SandboxInfo:
+        # The network switches mean different things per release (allowPublicTraffic: egress
+        # before v0.5, inbound from v0.5), so a recorded release that went stale (the cluster
+        # was upgraded or rolled back since the connection test) would open what the policy
+        # closes. Unless pinned, the release is probed once per adapter before it creates.
+        if not self.protocol_pinned and not self.probed:
+            self.probe_generation()
+        return super().create(spec)
 
     def _check_network(self, network: NetworkSpec) -> None:
         domains = [entry for entry in network.deny_out if _is_domain(entry)]
@@ -441,17 +454,12 @@ class CubeBackend(E2BBackend):
         )
 
     def list(self, query: ListQuery) -> Page:
+        # No filter is sent: CubeAPI filters metadata and state *within* the one CubeMaster
+        # page of `limit` rows it takes, so a filtered answer shorter than `limit` does not
+        # say that nothing matches past the page (and the page is sized from /health's count,
+        # which is the server's word). Unfiltered, a short page is the whole cluster; the
+        # metadata and states are checked here.
         params: dict[str, Any] = {}
-        # Cube's filter splits the (once-decoded) value on & and = and decodes nothing more:
-        # every pair without & or = is filtered server-side; all pairs are checked here.
-        sendable = {k: v for k, v in query.metadata.items() if _UNSPLIT.match(k) and _UNSPLIT.match(v)}
-        if sendable:
-            params["metadata"] = "&".join(f"{k}={v}" for k, v in sendable.items())
-        states = self._api_states(query.states)
-        if len(states) == 1 and SandboxState.PAUSING not in query.states:
-            # Cube takes one state (several mean no filter); `pausing` is asked for by
-            # filtering here, since "paused" would leave it out.
-            params["state"] = states[0]
         rows = self._listing(params, continuing=bool(query.page_token))
         items = [self._info(row) for row in rows]
         items = [
@@ -491,7 +499,8 @@ class CubeBackend(E2BBackend):
         sandboxes from CubeMaster (start 0) and filters that page, so a match beyond it never
         shows. The page is therefore sized to the cluster's sandbox count (`GET /health`
         `sandboxes`), and a full page is asked again, larger."""
-        limit = max(self.list_limit, self._sandbox_count() + LIST_HEADROOM)
+        # Capped: /health's count is the server's word, and a page past the cap is never asked.
+        limit = min(max(self.list_limit, self._sandbox_count() + LIST_HEADROOM), MAX_LIST_LIMIT)
         while True:
             response = self._api(
                 "GET", "/v2/sandboxes", "listing sandboxes", idempotent=True, params={**params, "limit": limit}
@@ -690,6 +699,6 @@ def _cube_template(row: Mapping[str, Any]) -> TemplateInfo:
     )
 
 
-translating(CubeBackend, "list", "probe_generation", "run_housekeeping")
+translating(CubeBackend, "create", "list", "probe_generation", "run_housekeeping")
 translating(CubeWorkspaceDirs, "make", "delete")
 translating(CubeTemplates, "list", "get", "create", "delete")

@@ -106,19 +106,29 @@ EXEC_PID_DIR = "/tmp"  # noqa: S108 - a path inside the sandbox, not on the host
 _VOLUME_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$")
 
 _FLAG_END_STREAM = 0x02
-# A process killed by a signal ends with `exited` false (omitted by protojson) and a Go
-# ProcessState status such as "signal: killed"; its exit code is reported the shell's way.
+# The largest Connect message read from envd: far above what envd sends (process output
+# comes in small chunks), so a bigger length header is a broken or hostile server.
+MAX_ENVELOPE_BYTES = 16 * 1024 * 1024
+# A process killed by a signal ends with `exited` false (omitted by protojson) and the status
+# Go's ProcessState.String() gives: "signal: <name>", plus " (core dumped)" when a core was
+# written (os/exec_posix.go); the names are Linux's from the syscall signal table. Its exit
+# code is reported the shell's way, 128 + the signal.
 _SIGNAL_NUMBERS = {
-    "hangup": 1,
-    "interrupt": 2,
-    "quit": 3,
-    "aborted": 6,
-    "killed": 9,
-    "segmentation fault": 11,
-    "broken pipe": 13,
-    "alarm clock": 14,
-    "terminated": 15,
-}
+    name: number
+    for number, name in enumerate(
+        (
+            "hangup", "interrupt", "quit", "illegal instruction", "trace/breakpoint trap", "aborted",
+            "bus error", "floating point exception", "killed", "user defined signal 1",
+            "segmentation fault", "user defined signal 2", "broken pipe", "alarm clock", "terminated",
+            "stack fault", "child exited", "continued", "stopped (signal)", "stopped",
+            "stopped (tty input)", "stopped (tty output)", "urgent i/o condition",
+            "cpu time limit exceeded", "file size limit exceeded", "virtual timer expired",
+            "profiling timer expired", "window changed", "i/o possible", "power failure",
+            "bad system call",
+        ),
+        start=1,
+    )
+}  # fmt: skip
 PROTOCOL_V1 = "e2b-v1"  # the published spec's operations only (e2b-dev/infra spec/openapi.yml)
 PROTOCOL_V2 = "e2b-v2"  # plus the SDK's POST /v2/sandboxes (SDK >= 2.51)
 
@@ -234,15 +244,28 @@ class NoRoute(RemoteError):
 
 
 def _is_api_error(response: httpx.Response) -> bool:
+    """The API's own error body (spec/openapi.yml Error: `code` and `message`, both required;
+    CubeAPI the same). A gateway's answer for a path it has no route for may be JSON too
+    (Kong: {"message": "no Route matched with those values"}), but has no `code`."""
     try:
         body = response.json()
     except (ValueError, UnicodeDecodeError):
         return False
-    return isinstance(body, dict) and "message" in body
+    return isinstance(body, dict) and "message" in body and "code" in body
 
 
 def status_error(response: httpx.Response, what: str, *, control: bool = False) -> RemoteError:
     """An HTTP error answer as a RemoteError (both planes)."""
+    if response.status_code < 400:
+        # Redirects are never followed (the guarded transport checks the address asked for,
+        # not one a server names), so a 3xx is no answer: often a login or http->https proxy.
+        location = response.headers.get("location", "")[:200] or "?"
+        return RemoteError(
+            ErrorKind.INVALID,
+            f"{what}: the server answered a redirect to {location} (HTTP {response.status_code}); redirects are "
+            "not followed, so give the address the server answers on itself",
+            retryable=False,
+        )
     if control and response.status_code in (404, 405) and not _is_api_error(response):
         return NoRoute(ErrorKind.UNSUPPORTED, f"{what}: the server has no such operation (HTTP {response.status_code})")
     message, error_code = _message_of(response)
@@ -315,15 +338,26 @@ def envelope(message: Mapping[str, Any], flags: int = 0) -> bytes:
 
 
 def iter_envelopes(chunks: Iterator[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Connect streaming envelopes (flags, JSON) from raw response chunks."""
-    buffer = b""
+    """Connect streaming envelopes (flags, JSON) from raw response chunks.
+
+    An envelope's length is the sender's word: one past MAX_ENVELOPE_BYTES is refused at its
+    header instead of buffered (envd sends output in small chunks). The buffer is a bytearray
+    consumed from the front, so a large message costs no repeated copies."""
+    buffer = bytearray()
     for chunk in chunks:
         buffer += chunk
         while len(buffer) >= 5:
             flags, length = struct.unpack(">BI", buffer[:5])
+            if length > MAX_ENVELOPE_BYTES:
+                raise RemoteError(
+                    ErrorKind.INTERNAL,
+                    f"envd sent a message of {length} bytes (at most {MAX_ENVELOPE_BYTES} are read)",
+                    retryable=False,
+                )
             if len(buffer) < 5 + length:
                 break
-            payload, buffer = buffer[5 : 5 + length], buffer[5 + length :]
+            payload = bytes(buffer[5 : 5 + length])
+            del buffer[: 5 + length]
             yield flags, (json.loads(payload) if payload else {})
 
 
@@ -452,7 +486,7 @@ class E2BBackend(Backend):
                     timeout=httpx.Timeout(timeout, connect=10.0) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
                     **kwargs,
                 )
-                error = None if response.status_code < 400 else status_error(response, what, control=control)
+                error = None if response.status_code < 300 else status_error(response, what, control=control)
             except RemoteError:
                 raise
             except Exception as exc:
@@ -509,7 +543,7 @@ class E2BBackend(Backend):
         try:
             self._api("GET", "/health", "health check", idempotent=True)
             # /health needs no key: list one sandbox to prove the key works too.
-            self._api("GET", "/v2/sandboxes", "checking the API key", idempotent=True, params={"limit": 1})
+            self.check_listing()
             protocol = self.protocol if self.protocol_pinned else self.probe_protocol()
         except RemoteError as exc:
             return HealthInfo(ok=False, detail=exc.message)
@@ -520,6 +554,21 @@ class E2BBackend(Backend):
             detail=f"sandbox domain {self.domain}",
             protocol=protocol,
         )
+
+    def check_listing(self) -> None:
+        """List one sandbox: proves the key works, and that the endpoint is the API at all (a
+        dashboard or portal answers 200 to every path, but no JSON list)."""
+        response = self._api("GET", "/v2/sandboxes", "checking the API key", idempotent=True, params={"limit": 1})
+        try:
+            rows = response.json()
+        except (ValueError, UnicodeDecodeError):
+            rows = None
+        if not isinstance(rows, builtins.list):
+            raise RemoteError(
+                ErrorKind.INVALID,
+                f"listing sandboxes at {self.api_url} did not answer a JSON list: is this the API endpoint?",
+                retryable=False,
+            )
 
     def probe_protocol(self) -> str:
         """Whether the control plane serves the SDK's `POST /v2/sandboxes`. The probe body
@@ -534,7 +583,13 @@ class E2BBackend(Backend):
                 raise
             self.protocol = PROTOCOL_V2
         else:
-            self.protocol = PROTOCOL_V2
+            # No E2B API accepts a create without templateID (spec/openapi.yml NewSandbox
+            # requires it): this is something else answering every path.
+            raise RemoteError(
+                ErrorKind.INVALID,
+                f"{self.api_url} accepted a create without a template: it is not an E2B API",
+                retryable=False,
+            )
         return self.protocol
 
     def network_capabilities(self) -> NetworkCapabilities:
@@ -924,7 +979,7 @@ class E2BBackend(Backend):
                 raise
             except Exception as exc:
                 raise transport_error(exc, what) from exc
-            if response.status_code < 400:
+            if response.status_code < 300:
                 return response
             response.read()
             error = self._envd_failure(sandbox_id, status_error(response, what))
@@ -1153,6 +1208,8 @@ class _ExecReader:
                     self.exit_code = int(end.get("exitCode", 0) or 0)
                     self.signalled = not end.get("exited", False)
                     self.status = str(end.get("status") or "")
+        except RemoteError as exc:
+            self.error = exc  # an envelope refused at its header
         except (httpx.HTTPError, OSError, ValueError, RuntimeError):
             return  # closed by the caller, or cut: `ended` tells which
 
@@ -1169,7 +1226,7 @@ class _ExecReader:
             exit_code = 137  # killed, as a shell reports SIGKILL
         elif self.signalled and exit_code <= 0:
             # Ended by a signal (envd: exitCode -1 or omitted): 128 + the signal, as a shell does.
-            name = self.status.removeprefix("signal: ").strip().lower()
+            name = self.status.removeprefix("signal: ").removesuffix(" (core dumped)").strip().lower()
             exit_code = 128 + _SIGNAL_NUMBERS.get(name, 9)
         return ExecResult(
             exit_code=exit_code,
@@ -1250,7 +1307,7 @@ class E2BFiles(FilesCapability):
                 with backend.http.stream(
                     "GET", url, headers=headers, params={"path": path, "username": "root"}
                 ) as response:
-                    if response.status_code < 400:
+                    if response.status_code < 300:
                         return _read_capped(response, max_bytes)
                     response.read()
                     error = backend._envd_failure(sandbox_id, status_error(response, what))
@@ -1536,6 +1593,8 @@ class E2BPty(PtyHandle):
                     elif "end" in event:
                         clean = True
                     self._cond.notify_all()
+        except RemoteError as exc:
+            self._error = exc  # an envelope refused at its header
         except (httpx.HTTPError, OSError, ValueError, RuntimeError):
             pass
         with self._cond:
@@ -1606,6 +1665,6 @@ translating(E2BFiles, "write", "read", "list", "make_dir", "remove", "stat")
 translating(E2BSnapshots, "create", "list", "delete")
 translating(E2BTemplates, "list", "get", "create", "delete")
 translating(E2BInbound, "public_url", "traffic_token")
-translating(E2BVolumes, "ensure", "delete")
+translating(E2BVolumes, "check", "ensure", "delete")
 translating(E2BPtys, "open")
 translating(E2BPty, "read", "write", "resize", "kill")
