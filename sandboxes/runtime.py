@@ -486,11 +486,19 @@ class Runtime:
         info = backend.connect(winner.sandbox_id)
         if info.started_at is None and winner.started_at is not None:
             info = replace(info, started_at=winner.started_at)
+        self._keep_traffic_token(session, info)
         # A claimed sandbox may come from a create cut before its workspace was laid out
         # (input/ would still be the session user's to write); the layout is idempotent.
         backend.exec(info.sandbox_id, PREPARE_WORKSPACE)
         version = int(winner.metadata.get(META_BINDING_VERSION, "0") or 0)
         return info, version
+
+    @staticmethod
+    def _keep_traffic_token(session: Session, info: SandboxInfo) -> None:
+        """A claimed sandbox's traffic token (E2B answers it on connect) replaces the session's."""
+        if info.traffic_token and info.traffic_token != decrypt(session.traffic_token_encrypted):
+            session.traffic_token_encrypted = encrypt(info.traffic_token)
+            Session.objects.filter(pk=session.pk).update(traffic_token_encrypted=session.traffic_token_encrypted)
 
     def _create(self, session: Session, backend: Backend, version: int) -> SandboxInfo:
         config = session.config

@@ -210,6 +210,24 @@ def e2b_config(world: World, fake_e2b: FakeHandle, settings: Any, test_run_id: s
 
 
 @pytest.mark.e2b
+def test_a_claimed_sandbox_keeps_its_traffic_token(
+    world: World, e2b_config: SandboxConfig, db_store: SessionStore
+) -> None:
+    runtime = Runtime(db_store)
+    first = runtime.resolve(world.space_a, "s-token")
+    token = runtime.traffic_token(first.session)
+    assert token
+    # The binding and the session's copy of the token are lost: the claim brings both back.
+    db_store.delete_binding_if(runtime.keys(first.session)[0], first.binding)
+    Session.objects.filter(pk=first.session.pk).update(traffic_token_encrypted="")
+    claimed = runtime.resolve(world.space_a, "s-token")
+    assert claimed.action == "claimed"
+    assert claimed.sandbox.sandbox_id == first.sandbox.sandbox_id
+    claimed.session.refresh_from_db()
+    assert runtime.traffic_token(claimed.session) == token
+
+
+@pytest.mark.e2b
 def test_a_sandbox_id_changed_by_connect_is_rebound_and_not_reaped(
     world: World, e2b_config: SandboxConfig, fake_e2b: FakeHandle, db_store: SessionStore
 ) -> None:
