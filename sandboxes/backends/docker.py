@@ -147,13 +147,21 @@ _STATES = {
 # when it cannot (the engine went away mid-call): the group dies inside the sandbox a little
 # after the deadline, so no command outlives it. The wrapper records the group's id (its
 # parent, `timeout`) where a second exec can find it. $1 is the pid file.
-_EXEC_WRAPPER = 'echo $PPID > "$1"; pid_file=$1; shift; "$@"; rc=$?; rm -f "$pid_file"; exit $rc'
+_EXEC_WRAPPER = '{ echo $PPID > "$1"; } 2>/dev/null; pid_file=$1; shift; "$@"; rc=$?; rm -f "$pid_file"; exit $rc'
+# Where that pid file goes. The path is in the exec's command line, which uid 1000 can read
+# in /proc, so a root exec's file must not sit in a folder the user can write (/tmp): the
+# user would put a link at that path before the wrapper writes it and root would overwrite
+# the link's target (fs.protected_symlinks is the host's setting, often 0). /run is root's.
+_PID_DIRS = {0: "/run", SANDBOX_UID: "/tmp"}  # noqa: S108 - paths inside the sandbox
 EXEC_BACKSTOP_GRACE_S = 2.0
 # Waits briefly for the pid file (a very short timeout can beat the wrapper), then kills
 # the whole group. $0 is the pid file.
 _KILL_GROUP = (
     'for i in 1 2 3 4 5 6 7 8 9 10; do [ -s "$0" ] && break; sleep 0.05; done; '
-    '[ -s "$0" ] && kill -KILL -"$(cat "$0")" 2>/dev/null; rm -f "$0"; true'
+    # A user exec's file is the user's to rewrite: only a group id above 1 is killed (not -1,
+    # "every process", which root would otherwise kill on the user's word).
+    'p=$(cat "$0" 2>/dev/null); case "$p" in ""|*[!0-9]*|0|1) ;; *) kill -KILL -"$p" 2>/dev/null;; esac; '
+    'rm -f "$0"; true'
 )
 # Prints JSON for stat (one path) or list (a directory's entries); exit 2 = missing,
 # 3 = not a directory. Python is in every template (the base image carries python3).
@@ -964,7 +972,7 @@ class DockerBackend(Backend):
         max_output_bytes: int = 1024 * 1024,
     ) -> ExecResult:
         uid, home = self._exec_user(user)
-        pid_file = f"/tmp/.console-exec-{secrets.token_hex(8)}.pid"  # noqa: S108 - inside the sandbox
+        pid_file = f"{_PID_DIRS[uid]}/.console-exec-{secrets.token_hex(8)}.pid"
         backstop = f"{timeout_s + EXEC_BACKSTOP_GRACE_S:.3f}"
         wrapped = ["setsid", "-w", "timeout", "-s", "KILL", backstop, "/bin/sh", "-c", _EXEC_WRAPPER, "sh", pid_file]
         wrapped += command
