@@ -405,3 +405,17 @@ def test_remote_root_commands_never_write_through_a_link_at_their_pid_file(
         stage_input(runtime, session, f"race-{n}.txt", b"staged\n", actor=SYSTEM)
     victim = backend.exec(sandbox_id, ExecRequest(shell="cat /etc/console-victim", user="root"))
     assert victim.stdout == b"original\n"
+
+
+def test_paths_longer_than_the_kernel_takes_are_a_clear_400(agent: Agent) -> None:
+    """A path past PATH_MAX (and past the 128 KiB one argument may have) is bad input, not a
+    502 'internal' from an exec the engine could not start."""
+    for path in ("a" * 200_000, "a/" * 70_000, "a/" * 2100):
+        for response in (
+            agent.get("files/content", path=path),
+            agent.get("files", path=path),
+            agent.put(f"files/content?path={path}", b"x"),
+            agent.put(f"input/{path}", b"x"),
+        ):
+            assert_refused(response)
+            assert "too long" in response.json()["error"]["message"]
