@@ -434,3 +434,18 @@ def test_uploads_past_djangos_memory_limit_reach_the_workspace_cap(agent: Agent,
     for response in (agent.put("files/content?path=over.bin", data), agent.put("input/over.bin", data)):
         assert_refused(response)
         assert "larger than" in response.json()["error"]["message"]
+
+
+def test_folders_planted_at_the_moved_aside_names_do_not_stop_a_rebuild(agent: Agent) -> None:
+    """The layout moves a link named input aside as input.replaced-<time>; a user who made
+    folders of those names for the coming minutes made every rebuild fail (rename of the
+    link onto a non-empty folder: EISDIR), locking the session out of its own workspace."""
+    agent.shell(
+        'now=$(date +%s); for t in $(seq $((now - 5)) $((now + 300))); do mkdir -p "input.replaced-$t/x"; done'
+        " && mv input input.mine && ln -s /etc input"
+    )
+    session = Session.objects.get(key=KEY)
+    rebuilt = Runtime().rebuild(session, actor=SYSTEM)
+    agent.sandbox_id = rebuilt.sandbox.sandbox_id
+    assert as_root(agent, "stat -c '%U %a %F' /workspace/input /etc") == "root 755 directory\nroot 755 directory\n"
+    assert agent.put("input/after.txt", b"ok").status_code == 201
