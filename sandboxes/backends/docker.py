@@ -998,13 +998,13 @@ class DockerBackend(Backend):
         finally:
             stream.close()
         if timed_out:
-            self._kill_group(container_id, pid_file)
+            self._kill_group(container_id, pid_file, user)
         exit_code = self._exit_code(exec_id, what, wait_s=2.0 if timed_out else 5.0)
         if exit_code is None and not timed_out:
             # The engine ends the stream only once the command has exited, so a stream that
             # ended while the command still runs was cut on the way. Nobody would read the
             # rest: stop the command rather than leave it running unobserved.
-            self._kill_group(container_id, pid_file)
+            self._kill_group(container_id, pid_file, user)
             raise RemoteError(
                 ErrorKind.UNAVAILABLE,
                 f"{what}: the connection to the Docker engine was cut while the command ran; it was stopped",
@@ -1053,10 +1053,14 @@ class DockerBackend(Backend):
                 return True
             demux.feed(chunk)
 
-    def _kill_group(self, container_id: str, pid_file: str) -> None:
-        """Kill a timed-out command's whole process group inside the sandbox."""
+    def _kill_group(self, container_id: str, pid_file: str, user: str) -> None:
+        """Kill a timed-out command's whole process group inside the sandbox.
+
+        As the command's own user: its processes are that user's, and a session user's pid
+        file (theirs to rewrite) then names nothing root's to kill.
+        """
         with suppress(RemoteError):
-            self._run(container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user="root", timeout_s=10)
+            self._run(container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user=user, timeout_s=10)
 
     def _exit_code(self, exec_id: str, what: str, wait_s: float) -> int | None:
         """The exec's exit code, or None while it still runs after wait_s."""
@@ -1580,7 +1584,7 @@ class DockerPtys(PtyCapability):
                 environment={"TERM": "xterm-256color", "HOME": home, **(env or {})},
             )["Id"]
             stream = _ExecStream(api.exec_start(exec_id, tty=True, socket=True))
-        handle = DockerPty(self.backend, container_id, exec_id, pty_id, stream)
+        handle = DockerPty(self.backend, container_id, exec_id, pty_id, stream, user=user)
         try:
             handle.resize(size)
         except RemoteError:
@@ -1602,8 +1606,10 @@ class DockerPty(PtyHandle):
         exec_id: str,
         pty_id: str,
         stream: _ExecStream,
+        user: str = "user",
     ):
         self.backend = backend
+        self.user = user  # the kill runs as the shell's own user (its pid file is theirs)
         self.container_id = container_id
         self.exec_id = exec_id
         self.pty_id = pty_id
@@ -1643,13 +1649,16 @@ class DockerPty(PtyHandle):
     def kill(self) -> None:
         if self.is_running():
             script = (
-                'pid=$(cat "$0" 2>/dev/null) || exit 0; kill -HUP "$pid" 2>/dev/null; '
+                # The file is the session user's to rewrite: root signals only a process id
+                # above 1 (not -1, every process, nor tini, whose end stops the sandbox).
+                'pid=$(cat "$0" 2>/dev/null) || exit 0; '
+                'case "$pid" in ""|*[!0-9]*|0|1) rm -f "$0"; exit 0;; esac; kill -HUP "$pid" 2>/dev/null; '
                 "for i in 1 2 3 4 5 6 7 8 9 10; do "
                 'kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done; '
                 'kill -KILL "$pid" 2>/dev/null; rm -f "$0"; true'
             )
             with suppress(RemoteError):
-                self.backend._run(self.container_id, ("/bin/sh", "-c", script, self.pid_file), user="root")
+                self.backend._run(self.container_id, ("/bin/sh", "-c", script, self.pid_file), user=self.user)
         self.stream.close()
 
     def is_running(self) -> bool:

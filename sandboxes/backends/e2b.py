@@ -988,7 +988,7 @@ class E2BBackend(Backend):
         if timed_out:
             # Kill the whole process group inside the sandbox; the stream then ends.
             with suppress(RemoteError):
-                self._kill_group(sandbox_id, pid_file)
+                self._kill_group(sandbox_id, pid_file, request.user)
             thread.join(10)
         response.close()
         thread.join(2)
@@ -1001,9 +1001,11 @@ class E2BBackend(Backend):
             raise RemoteError(ErrorKind.UNAVAILABLE, f"the command stream of sandbox {sandbox_id} was cut")
         return reader.result(duration, timed_out=False)
 
-    def _kill_group(self, sandbox_id: str, pid_file: str) -> None:
+    def _kill_group(self, sandbox_id: str, pid_file: str, user: str) -> None:
+        # As the command's own user: a session user's pid file (theirs to rewrite) then names
+        # nothing of root's to kill.
         body = self._start_body(sandbox_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), cwd=None, env={})
-        response = self.open_stream(sandbox_id, "process.Process/Start", body, "stopping a command", user="root")
+        response = self.open_stream(sandbox_id, "process.Process/Start", body, "stopping a command", user=user)
         try:
             deadline = time.monotonic() + 10
             for flags, message in iter_envelopes(response.iter_raw()):
