@@ -20,6 +20,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
@@ -376,10 +377,23 @@ def exec_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
     )
 
 
+def upload_body(request: HttpRequest) -> bytes:
+    """A PUT's raw body up to WORKSPACE_UPLOAD_MAX_BYTES, read from the stream.
+
+    `request.body` refuses anything past DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB, meant for
+    form fields) with an HTML 400, which made the workspace's own cap unreachable.
+    """
+    cap = settings.WORKSPACE_UPLOAD_MAX_BYTES
+    data = request.read(cap + 1)
+    if len(data) > cap:
+        raise ApiError(400, "invalid", f"The file is larger than {cap} bytes.", field="body")
+    return data
+
+
 @api_view("PUT")
 def input_upload_view(request: HttpRequest, space: Space, key: str, path: str) -> HttpResponse:
     session = existing_session(space, key)
-    info = stage_input(Runtime(), session, path, request.body, actor=actor(request))
+    info = stage_input(Runtime(), session, path, upload_body(request), actor=actor(request))
     return JsonResponse({"path": info.path, "size": info.size, "mode": oct(info.mode)}, status=201)
 
 
@@ -411,7 +425,7 @@ def file_content_view(request: HttpRequest, space: Space, key: str) -> HttpRespo
     if not path:
         raise ApiError(400, "invalid", "'path' is required.", field="path")
     if request.method == "PUT":
-        info = write_file(Runtime(), session, path, request.body, actor=actor(request))
+        info = write_file(Runtime(), session, path, upload_body(request), actor=actor(request))
         return JsonResponse({"path": info.path, "size": info.size}, status=201)
     data = read_file(Runtime(), session, path)
     return HttpResponse(data, content_type="application/octet-stream")

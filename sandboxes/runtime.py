@@ -489,7 +489,7 @@ class Runtime:
         self._keep_traffic_token(session, info)
         # A claimed sandbox may come from a create cut before its workspace was laid out
         # (input/ would still be the session user's to write); the layout is idempotent.
-        backend.exec(info.sandbox_id, PREPARE_WORKSPACE)
+        prepare_workspace(backend, info.sandbox_id)
         version = int(winner.metadata.get(META_BINDING_VERSION, "0") or 0)
         return info, version
 
@@ -521,7 +521,7 @@ class Runtime:
             session.has_persistent_workspace = True
         info = backend.create(spec)
         try:
-            backend.exec(info.sandbox_id, PREPARE_WORKSPACE)
+            prepare_workspace(backend, info.sandbox_id)
         except RemoteError:
             self._delete_quietly(backend, info.sandbox_id)
             raise
@@ -735,6 +735,16 @@ PREPARE_WORKSPACE = ExecRequest(
     cwd="/",
     timeout_s=30,
 )
+
+
+def prepare_workspace(backend: Backend, sandbox_id: str) -> None:
+    """Lay out /workspace; a layout that failed is an error, not a sandbox handed out with
+    input/ still the session user's or a link. A template without python3 (127) has no file
+    access at all (the file operations say so), so it is not refused here."""
+    result = backend.exec(sandbox_id, PREPARE_WORKSPACE)
+    if result.exit_code not in (0, 127):
+        message = result.stderr.decode(errors="replace").strip()[:300] or f"exit code {result.exit_code}"
+        raise RemoteError(ErrorKind.INTERNAL, f"laying out /workspace failed: {message}")
 
 
 def mark_config_stale(space: Space, config: SandboxConfig) -> int:

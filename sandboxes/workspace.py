@@ -42,12 +42,18 @@ _MISSING, _WRONG_KIND, _LINK, _DENIED, _STAGING, _BAD, _TOO_MANY = 2, 3, 4, 5, 6
 _COMMAND_NOT_FOUND = 127
 HELPER_TIMEOUT_S = 120.0
 _JSON_MAX = 16 << 20
+# Linux's PATH_MAX, with its NUL: a longer path cannot be opened, and one past 128 KiB
+# cannot even be passed to the helper (the exec fails with E2BIG, an "internal" 502).
+PATH_MAX_BYTES = 4095
 
 
 def workspace_path(relative: str, *, under: str = WORKSPACE) -> str:
     """The absolute path of `relative` inside `under`; ServiceError if it would leave it."""
     if not relative or "\x00" in relative:
         raise ServiceError("Give a path inside the workspace.", field_errors={"path": ["empty or invalid path"]})
+    if len(relative.encode(errors="surrogateescape")) > PATH_MAX_BYTES:
+        message = f"the path is too long (more than {PATH_MAX_BYTES} bytes)"
+        raise ServiceError(f"The path is too long ({PATH_MAX_BYTES} bytes at most).", field_errors={"path": [message]})
     candidate = relative if relative.startswith("/") else posixpath.join(under, relative)
     normalised = posixpath.normpath(candidate)
     if normalised != under and not normalised.startswith(under + "/"):

@@ -267,6 +267,19 @@ def do_tree(parts):
     return found
 
 
+def move_aside(root, name):
+    """Rename `name` to a name nobody holds: the user may have made folders (or files) of
+    the names a plain `<name>.replaced-<time>` would take, to make the rename fail or eat them."""
+    for _ in range(100):
+        aside = f"{name}.replaced-{int(time.time())}-{os.urandom(4).hex()}"
+        try:
+            os.stat(aside, dir_fd=root, follow_symlinks=False)
+        except FileNotFoundError:
+            os.rename(name, aside, src_dir_fd=root, dst_dir_fd=root)
+            return
+    raise Refused(BAD, shown([name]) + " could not be moved aside")
+
+
 def open_or_remake(root, name):
     """The folder `name` under /workspace; a link or file there is moved aside, not followed."""
     try:
@@ -276,7 +289,7 @@ def open_or_remake(root, name):
     except OSError as error:
         if error.errno not in (errno.ELOOP, errno.ENOTDIR):
             raise refusal(error, [name]) from None
-        os.rename(name, f"{name}.replaced-{int(time.time())}", src_dir_fd=root, dst_dir_fd=root)
+        move_aside(root, name)
     os.mkdir(name, 0o755, dir_fd=root)
     return os.open(name, DIR_FLAGS, dir_fd=root)
 

@@ -148,13 +148,21 @@ _STATES = {
 # when it cannot (the engine went away mid-call): the group dies inside the sandbox a little
 # after the deadline, so no command outlives it. The wrapper records the group's id (its
 # parent, `timeout`) where a second exec can find it. $1 is the pid file.
-_EXEC_WRAPPER = 'echo $PPID > "$1"; pid_file=$1; shift; "$@"; rc=$?; rm -f "$pid_file"; exit $rc'
+_EXEC_WRAPPER = '{ echo $PPID > "$1"; } 2>/dev/null; pid_file=$1; shift; "$@"; rc=$?; rm -f "$pid_file"; exit $rc'
+# Where that pid file goes. The path is in the exec's command line, which uid 1000 can read
+# in /proc, so a root exec's file must not sit in a folder the user can write (/tmp): the
+# user would put a link at that path before the wrapper writes it and root would overwrite
+# the link's target (fs.protected_symlinks is the host's setting, often 0). /run is root's.
+_PID_DIRS = {0: "/run", SANDBOX_UID: "/tmp"}  # noqa: S108 - paths inside the sandbox
 EXEC_BACKSTOP_GRACE_S = 2.0
 # Waits briefly for the pid file (a very short timeout can beat the wrapper), then kills
 # the whole group. $0 is the pid file.
 _KILL_GROUP = (
     'for i in 1 2 3 4 5 6 7 8 9 10; do [ -s "$0" ] && break; sleep 0.05; done; '
-    '[ -s "$0" ] && kill -KILL -"$(cat "$0")" 2>/dev/null; rm -f "$0"; true'
+    # A user exec's file is the user's to rewrite: only a group id above 1 is killed (not -1,
+    # "every process", which root would otherwise kill on the user's word).
+    'p=$(cat "$0" 2>/dev/null); case "$p" in ""|*[!0-9]*|0|1) ;; *) kill -KILL -"$p" 2>/dev/null;; esac; '
+    'rm -f "$0"; true'
 )
 # Prints JSON for stat (one path) or list (a directory's entries); exit 2 = missing,
 # 3 = not a directory. Python is in every template (the base image carries python3).
@@ -982,7 +990,7 @@ class DockerBackend(Backend):
         max_output_bytes: int = 1024 * 1024,
     ) -> ExecResult:
         uid, home = self._exec_user(user)
-        pid_file = f"/tmp/.console-exec-{secrets.token_hex(8)}.pid"  # noqa: S108 - inside the sandbox
+        pid_file = f"{_PID_DIRS[uid]}/.console-exec-{secrets.token_hex(8)}.pid"
         backstop = f"{timeout_s + EXEC_BACKSTOP_GRACE_S:.3f}"
         wrapped = ["setsid", "-w", "timeout", "-s", "KILL", backstop, "/bin/sh", "-c", _EXEC_WRAPPER, "sh", pid_file]
         wrapped += command
@@ -1008,13 +1016,13 @@ class DockerBackend(Backend):
         finally:
             stream.close()
         if timed_out:
-            self._kill_group(container_id, pid_file)
+            self._kill_group(container_id, pid_file, user)
         exit_code = self._exit_code(exec_id, what, wait_s=2.0 if timed_out else 5.0)
         if exit_code is None and not timed_out:
             # The engine ends the stream only once the command has exited, so a stream that
             # ended while the command still runs was cut on the way. Nobody would read the
             # rest: stop the command rather than leave it running unobserved.
-            self._kill_group(container_id, pid_file)
+            self._kill_group(container_id, pid_file, user)
             raise RemoteError(
                 ErrorKind.UNAVAILABLE,
                 f"{what}: the connection to the Docker engine was cut while the command ran; it was stopped",
@@ -1063,10 +1071,14 @@ class DockerBackend(Backend):
                 return True
             demux.feed(chunk)
 
-    def _kill_group(self, container_id: str, pid_file: str) -> None:
-        """Kill a timed-out command's whole process group inside the sandbox."""
+    def _kill_group(self, container_id: str, pid_file: str, user: str) -> None:
+        """Kill a timed-out command's whole process group inside the sandbox.
+
+        As the command's own user: its processes are that user's, and a session user's pid
+        file (theirs to rewrite) then names nothing root's to kill.
+        """
         with suppress(RemoteError):
-            self._run(container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user="root", timeout_s=10)
+            self._run(container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user=user, timeout_s=10)
 
     def _exit_code(self, exec_id: str, what: str, wait_s: float) -> int | None:
         """The exec's exit code, or None while it still runs after wait_s."""
@@ -1590,7 +1602,7 @@ class DockerPtys(PtyCapability):
                 environment={"TERM": "xterm-256color", "HOME": home, **(env or {})},
             )["Id"]
             stream = _ExecStream(api.exec_start(exec_id, tty=True, socket=True))
-        handle = DockerPty(self.backend, container_id, exec_id, pty_id, stream)
+        handle = DockerPty(self.backend, container_id, exec_id, pty_id, stream, user=user)
         try:
             handle.resize(size)
         except RemoteError:
@@ -1612,8 +1624,10 @@ class DockerPty(PtyHandle):
         exec_id: str,
         pty_id: str,
         stream: _ExecStream,
+        user: str = "user",
     ):
         self.backend = backend
+        self.user = user  # the kill runs as the shell's own user (its pid file is theirs)
         self.container_id = container_id
         self.exec_id = exec_id
         self.pty_id = pty_id
@@ -1653,13 +1667,16 @@ class DockerPty(PtyHandle):
     def kill(self) -> None:
         if self.is_running():
             script = (
-                'pid=$(cat "$0" 2>/dev/null) || exit 0; kill -HUP "$pid" 2>/dev/null; '
+                # The file is the session user's to rewrite: root signals only a process id
+                # above 1 (not -1, every process, nor tini, whose end stops the sandbox).
+                'pid=$(cat "$0" 2>/dev/null) || exit 0; '
+                'case "$pid" in ""|*[!0-9]*|0|1) rm -f "$0"; exit 0;; esac; kill -HUP "$pid" 2>/dev/null; '
                 "for i in 1 2 3 4 5 6 7 8 9 10; do "
                 'kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done; '
                 'kill -KILL "$pid" 2>/dev/null; rm -f "$0"; true'
             )
             with suppress(RemoteError):
-                self.backend._run(self.container_id, ("/bin/sh", "-c", script, self.pid_file), user="root")
+                self.backend._run(self.container_id, ("/bin/sh", "-c", script, self.pid_file), user=self.user)
         self.stream.close()
 
     def is_running(self) -> bool:

@@ -99,7 +99,10 @@ MAX_BACKOFF_S = 30.0
 DEFAULT_SANDBOX_TTL_S = 300
 STDIN_CHUNK = 256 * 1024
 KEEPALIVE_INTERVAL_S = 50
-EXEC_PID_DIR = "/tmp"  # noqa: S108 - a path inside the sandbox, not on the host
+# Pid and stdin files of an exec, by its user. The paths are in the command line, which
+# uid 1000 reads in /proc: a root exec's files in /tmp would let the user put a link there
+# first, and root would write through it (see the Docker adapter's _PID_DIRS).
+EXEC_PID_DIRS = {"user": "/tmp", "root": "/run"}  # noqa: S108 - paths inside the sandbox
 # Workspace names: E2B volume names are [a-zA-Z0-9_-]+ (e2b-dev/infra
 # packages/api/internal/handlers/volume_create.go), and Cube uses the name as one directory
 # under the host root, so nothing that could leave it (/, ..) may pass.
@@ -194,7 +197,7 @@ _CONNECT_KINDS = {
 # Every command runs in its own session (so a timeout kills the whole process group), with
 # stdin from a staged file or /dev/null. $0 = pid file, $1 = stdin file ("" = none).
 _EXEC_WRAPPER = (
-    'pid_file=$0; in_file=$1; shift; echo $$ > "$pid_file"; '
+    'pid_file=$0; in_file=$1; shift; { echo $$ > "$pid_file"; } 2>/dev/null; '
     'if [ -n "$in_file" ]; then exec < "$in_file"; rm -f "$in_file"; else exec < /dev/null; fi; '
     '"$@"; rc=$?; rm -f "$pid_file"; exit $rc'
 )
@@ -210,7 +213,9 @@ _WORKSPACE_LAYOUT = (
 )
 _KILL_GROUP = (
     'for i in 1 2 3 4 5 6 7 8 9 10; do [ -s "$0" ] && break; sleep 0.05; done; '
-    '[ -s "$0" ] && kill -KILL -"$(cat "$0")" 2>/dev/null; rm -f "$0"; true'
+    # A user exec's file is the user's to rewrite: only a group id above 1 is killed.
+    'p=$(cat "$0" 2>/dev/null); case "$p" in ""|*[!0-9]*|0|1) ;; *) kill -KILL -"$p" 2>/dev/null;; esac; '
+    'rm -f "$0"; true'
 )
 
 
@@ -1019,10 +1024,11 @@ class E2BBackend(Backend):
             raise RemoteError(ErrorKind.INVALID, f"unknown sandbox user {request.user!r}")
         argv = request.argv if request.argv is not None else ("/bin/bash", "-c", request.shell or "")
         tag = secrets.token_hex(8)
-        pid_file = f"{EXEC_PID_DIR}/.console-exec-{tag}.pid"
+        pid_dir = EXEC_PID_DIRS[request.user]
+        pid_file = f"{pid_dir}/.console-exec-{tag}.pid"
         in_file = ""
         if request.stdin:
-            in_file = f"{EXEC_PID_DIR}/.console-stdin-{tag}"
+            in_file = f"{pid_dir}/.console-stdin-{tag}"
             self._upload(sandbox_id, in_file, request.stdin, user=request.user)
         wrapped = ("/bin/sh", "-c", _EXEC_LAUNCHER, _EXEC_WRAPPER, pid_file, in_file, *argv)
         body = self._start_body(sandbox_id, wrapped, cwd=request.cwd, env=request.env)
@@ -1037,7 +1043,7 @@ class E2BBackend(Backend):
         if timed_out:
             # Kill the whole process group inside the sandbox; the stream then ends.
             with suppress(RemoteError):
-                self._kill_group(sandbox_id, pid_file)
+                self._kill_group(sandbox_id, pid_file, request.user)
             thread.join(10)
         response.close()
         thread.join(2)
@@ -1050,9 +1056,11 @@ class E2BBackend(Backend):
             raise RemoteError(ErrorKind.UNAVAILABLE, f"the command stream of sandbox {sandbox_id} was cut")
         return reader.result(duration, timed_out=False)
 
-    def _kill_group(self, sandbox_id: str, pid_file: str) -> None:
+    def _kill_group(self, sandbox_id: str, pid_file: str, user: str) -> None:
+        # As the command's own user: a session user's pid file (theirs to rewrite) then names
+        # nothing of root's to kill.
         body = self._start_body(sandbox_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), cwd=None, env={})
-        response = self.open_stream(sandbox_id, "process.Process/Start", body, "stopping a command", user="root")
+        response = self.open_stream(sandbox_id, "process.Process/Start", body, "stopping a command", user=user)
         try:
             deadline = time.monotonic() + 10
             for flags, message in iter_envelopes(response.iter_raw()):

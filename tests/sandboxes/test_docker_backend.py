@@ -348,6 +348,34 @@ class TestDockerBackend:
         assert not terminal.is_running()
         terminal.kill()  # idempotent
 
+    def test_pty_kill_takes_only_a_process_id_from_the_users_pid_file(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        """The terminal's pid file is the session user's to rewrite; root's kill must not
+        signal what it names when that is not one process (-1 is every process)."""
+        info = make_sandbox()
+        started = backend.exec(
+            info.sandbox_id, ExecRequest(shell="setsid sleep 300 > /dev/null 2>&1 & echo $! > /tmp/victim.pid")
+        )
+        assert started.exit_code == 0, started
+        root_started = backend.exec(
+            info.sandbox_id,
+            ExecRequest(shell="setsid sleep 300 > /dev/null 2>&1 & echo $! > /run/root-victim.pid", user="root"),
+        )
+        assert root_started.exit_code == 0, root_started
+        for named in ("-1", "$(cat /run/root-victim.pid)", "1"):
+            terminal = backend.pty().open(info.sandbox_id, PtySize(cols=80, rows=24))
+            try:
+                terminal.write(f"echo {named} > /tmp/.console-pty/*.pid; echo marker-$((40+2))\n".encode())
+                _read_until(terminal, b"marker-42")
+            finally:
+                terminal.kill()
+            alive = backend.exec(
+                info.sandbox_id,
+                ExecRequest(shell='kill -0 "$(cat /tmp/victim.pid)" && ps -o pid= -p "$(cat /run/root-victim.pid)"'),
+            )
+            assert alive.exit_code == 0, f"the terminal kill signalled {named}: {alive}"
+
 
 def _read_until(terminal: object, needle: bytes, timeout: float = 10) -> bytes:
     from sandboxes.backends.base import PtyHandle

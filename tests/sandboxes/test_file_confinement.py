@@ -333,3 +333,119 @@ def test_names_that_are_not_utf8_are_listed_and_skipped_without_a_500(agent: Age
     collected = agent.post("artifacts/collect")
     assert collected.status_code == 200, collected.content
     assert any("not UTF-8" in refusal for refusal in collected.json()["refused"])
+
+
+PID_FILE_RACER = (
+    "import os, time\n"
+    "seen = set()\n"
+    "end = time.time() + 40\n"
+    "while time.time() < end:\n"
+    "    for pid in os.listdir('/proc'):\n"
+    "        if not pid.isdigit() or pid in seen:\n"
+    "            continue\n"
+    "        seen.add(pid)\n"
+    "        try:\n"
+    "            argv = open('/proc/%s/cmdline' % pid, 'rb').read().split(b'\\0')\n"
+    "        except OSError:\n"
+    "            continue\n"
+    "        for arg in argv:\n"
+    "            if b'.console-exec-' in arg and arg.endswith(b'.pid'):\n"
+    "                try:\n"
+    "                    os.symlink('/etc/console-victim', arg)\n"
+    "                except OSError:\n"
+    "                    pass\n"
+)
+
+
+def test_root_commands_never_write_through_a_link_the_user_plants_at_their_pid_file(agent: Agent) -> None:
+    """Each exec records its process group in a pid file; a root one (staging into input/)
+    must not write it where uid 1000 can plant a link. A racer as uid 1000 watches the
+    process table for a new pid-file path in a command line and puts a link to a root-owned
+    file there before the wrapper writes it (fs.protected_symlinks does not stop this on a
+    host where it is 0, and the console cannot rely on the host's setting)."""
+    as_root(agent, "echo original > /etc/console-victim && chmod 644 /etc/console-victim")
+    agent.post(
+        "exec",
+        {
+            "argv": [
+                "sh",
+                "-c",
+                'setsid nohup python3 -c "$0" > /dev/null 2>&1 & echo $! > /tmp/racer.pid',
+                PID_FILE_RACER,
+            ]
+        },
+    )
+    try:
+        for n in range(20):
+            staged = agent.put(f"input/race-{n}.txt", b"staged\n")
+            assert staged.status_code == 201, staged.content
+    finally:
+        agent.shell("kill $(cat /tmp/racer.pid) 2>/dev/null; true")
+    assert as_root(agent, "cat /etc/console-victim") == "original\n"
+
+
+@pytest.mark.e2b
+def test_remote_root_commands_never_write_through_a_link_at_their_pid_file(
+    remote_session: tuple[Runtime, Session],
+) -> None:
+    runtime, session = remote_session
+    sandbox_id = runtime.resolve_session(session).sandbox.sandbox_id
+    backend = backend_for(session.config)
+    seeded = backend.exec(
+        sandbox_id,
+        ExecRequest(shell="echo original > /etc/console-victim && chmod 644 /etc/console-victim", user="root"),
+    )
+    assert seeded.exit_code == 0, seeded
+    started = backend.exec(
+        sandbox_id,
+        ExecRequest(argv=("sh", "-c", 'setsid nohup python3 -c "$0" > /dev/null 2>&1 &', PID_FILE_RACER), timeout_s=30),
+    )
+    assert started.exit_code == 0, started
+    for n in range(15):
+        stage_input(runtime, session, f"race-{n}.txt", b"staged\n", actor=SYSTEM)
+    victim = backend.exec(sandbox_id, ExecRequest(shell="cat /etc/console-victim", user="root"))
+    assert victim.stdout == b"original\n"
+
+
+def test_paths_longer_than_the_kernel_takes_are_a_clear_400(agent: Agent) -> None:
+    """A path past PATH_MAX (and past the 128 KiB one argument may have) is bad input, not a
+    502 'internal' from an exec the engine could not start."""
+    for path in ("a" * 200_000, "a/" * 70_000, "a/" * 2100):
+        for response in (
+            agent.get("files/content", path=path),
+            agent.get("files", path=path),
+            agent.put(f"files/content?path={path}", b"x"),
+            agent.put(f"input/{path}", b"x"),
+        ):
+            assert_refused(response)
+            assert "too long" in response.json()["error"]["message"]
+
+
+def test_uploads_past_djangos_memory_limit_reach_the_workspace_cap(agent: Agent, settings: Any) -> None:
+    """A raw-body PUT above DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB) was an HTML 400 from Django,
+    so WORKSPACE_UPLOAD_MAX_BYTES (50 MiB) could not be reached; past the cap it is a JSON 400."""
+    data = b"q" * (5 * 1024 * 1024)
+    wrote = agent.put("files/content?path=five.bin", data)
+    assert wrote.status_code == 201, wrote.content[:300]
+    assert wrote.json()["size"] == len(data)
+    staged = agent.put("input/five.bin", data)
+    assert staged.status_code == 201, staged.content[:300]
+    settings.WORKSPACE_UPLOAD_MAX_BYTES = 4 * 1024 * 1024
+    for response in (agent.put("files/content?path=over.bin", data), agent.put("input/over.bin", data)):
+        assert_refused(response)
+        assert "larger than" in response.json()["error"]["message"]
+
+
+def test_folders_planted_at_the_moved_aside_names_do_not_stop_a_rebuild(agent: Agent) -> None:
+    """The layout moves a link named input aside as input.replaced-<time>; a user who made
+    folders of those names for the coming minutes made every rebuild fail (rename of the
+    link onto a non-empty folder: EISDIR), locking the session out of its own workspace."""
+    agent.shell(
+        'now=$(date +%s); for t in $(seq $((now - 5)) $((now + 300))); do mkdir -p "input.replaced-$t/x"; done'
+        " && mv input input.mine && ln -s /etc input"
+    )
+    session = Session.objects.get(key=KEY)
+    rebuilt = Runtime().rebuild(session, actor=SYSTEM)
+    agent.sandbox_id = rebuilt.sandbox.sandbox_id
+    assert as_root(agent, "stat -c '%U %a %F' /workspace/input /etc") == "root 755 directory\nroot 755 directory\n"
+    assert agent.put("input/after.txt", b"ok").status_code == 201
