@@ -178,3 +178,48 @@ async def test_a_detached_terminals_shell_ends_when_access_is_lost(
     terminal = await wait_closed(tid, timeout=10)
     assert "member role" in terminal.close_reason
     await wait_no_shell(session)
+
+
+@pytest.mark.postgres
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_a_downgrade_committed_mid_handshake_closes_the_reattached_terminal(
+    world: World, session: Session, layer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The downgrade commits after the ticket was redeemed but before the new connection
+    joined the user's group: its re-check event reaches nobody (the shell is detached, in
+    its grace window) and the shell's own keepalive re-checks only every 30 s."""
+    from sandboxes import consumers
+
+    comm, screen, tid = await open_terminal(world.bob, session)
+    await screen.run("echo up\n")
+    await screen.until_output(b"up")
+    await comm.disconnect(code=1006)  # detached, waiting for a reattach
+    grant = await sync_to_async(terminal_support.new_ticket)(world.bob, session, tid)
+    real_admit = consumers.admit
+
+    def admit_then_downgrade(*args: Any, **kwargs: Any) -> terminals.Grant:
+        admitted = real_admit(*args, **kwargs)
+        downgrade_role(world)  # committed here, before the consumer is in its group
+        return admitted
+
+    monkeypatch.setattr(consumers, "admit", admit_then_downgrade)
+    again = terminal_support.communicator(
+        tid, grant["ticket"], await sync_to_async(terminal_support.cookie_for)(world.bob)
+    )
+    connected, code = await again.connect(timeout=10)
+    started = time.monotonic()
+    if connected:
+        screen = terminal_support.Screen(again)
+        with pytest.raises(AssertionError):
+            await screen.until(lambda: False, timeout=CLOSE_WITHIN_S, what="the close")
+        assert screen.closed_code is not None, "the reattached terminal stayed open after the downgrade"
+        await again.disconnect()
+    else:
+        assert code == terminals.CLOSE_ACCESS
+    terminal = await wait_closed(tid, timeout=5)
+    assert time.monotonic() - started < CLOSE_WITHIN_S + 1
+    assert "member role" in terminal.close_reason
+    await wait_no_shell(session)
