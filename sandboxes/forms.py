@@ -34,6 +34,14 @@ class SecretInput(forms.PasswordInput):
         return super().get_context(name, REDACTED if value == REDACTED else None, attrs)
 
 
+class SecretTextarea(forms.Textarea):
+    """A textarea for a private key: what was typed is never rendered back (a form that
+    fails validation comes back with it empty, to be pasted again)."""
+
+    def get_context(self, name: str, value: Any, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        return super().get_context(name, None, attrs)
+
+
 class SandboxConfigForm(forms.ModelForm):
     """A space admin's config: a backend granted to the space, template, resources within the
     backend's limits, idle behaviour. Infrastructure fields are not on it: a posted endpoint,
@@ -139,7 +147,7 @@ class PlatformBackendForm(forms.ModelForm):
     tls_key = forms.CharField(
         required=False,
         label="TLS client key (PEM)",
-        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
+        widget=SecretTextarea(attrs={"rows": 3, "spellcheck": "false", "autocomplete": "off"}),
         help_text="Stored encrypted, never shown again; empty keeps it.",
     )
     clear_tls = forms.BooleanField(required=False, label="Remove the stored TLS material")

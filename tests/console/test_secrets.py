@@ -206,3 +206,37 @@ def test_an_edit_form_shows_the_stored_key_redacted_and_never_a_retyped_one(worl
     assert response.status_code == 400
     assert typed not in response.content.decode()
     assert "sk-stored" not in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_backend_form_that_fails_validation_does_not_echo_the_typed_tls_key(world: World) -> None:
+    """The TLS client key is a secret like the API key ("never shown again"): a form sent
+    back for another field's error must not carry it in the page."""
+    from tests.sandboxes.test_platform_backends import backend_form
+
+    typed_key = "-----BEGIN PRIVATE KEY-----\nTYPEDSECRETKEYMATERIAL0123456789\n-----END PRIVATE KEY-----"
+    data = backend_form(
+        endpoint="tcp://127.0.0.1:2376",
+        allow_private_endpoints="on",
+        tls_cert="-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----",
+        tls_key=typed_key,
+        max_cpus="0",  # the error that sends the form back
+    )
+    response = world.client_for("root").post(reverse("sandboxes:backend_create"), data)
+    assert response.status_code == 400
+    assert "max_cpus" in response.context["form"].errors
+    assert "TYPEDSECRETKEYMATERIAL" not in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://deploy:s3cr3t-pass@api.example.com/", "tcp://u:s3cr3t-pass@[::1", "http://:s3cr3t-pass@h:99999/"],
+)
+def test_guard_errors_never_repeat_a_password_in_the_url(url: str) -> None:
+    """Guard messages end up in form errors, health details, job logs and audit rows."""
+    from sandboxes.backends.base import RemoteError
+    from sandboxes.backends.guard import split_endpoint
+
+    with pytest.raises(RemoteError) as raised:
+        split_endpoint(url)
+    assert "s3cr3t-pass" not in raised.value.message
