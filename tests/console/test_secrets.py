@@ -21,8 +21,8 @@ from django.urls import reverse
 
 from console.crypto import DEFAULT_SECRET_KEY, check_secrets, decrypt, derived_key, encrypt
 from console.models import AuditEvent
-from sandboxes.models import SandboxConfig
-from tests.factories import make_config
+from sandboxes.models import PlatformBackend, SandboxConfig
+from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.test_configs import config_form_data
 
@@ -144,11 +144,11 @@ def test_rotation_re_encrypts_stored_secrets_with_the_new_key(world: World, sett
     call_command("rotate_field_encryption_key", "--legacy-secret-key", DEFAULT_SECRET_KEY)
 
     settings.FIELD_ENCRYPTION_OLD_KEYS = []  # the old key is dropped: only the new one reads them
-    config.refresh_from_db()
+    backend = PlatformBackend.objects.get(pk=config.backend_id)  # make_config puts the key on it
     legacy.refresh_from_db()
-    assert decrypt(config.api_key_encrypted) == "sk-rotate-me"
-    assert decrypt(legacy.api_key_encrypted) == "sk-from-before"
-    assert Fernet(new.encode()).decrypt(config.api_key_encrypted.encode()) == b"sk-rotate-me"
+    assert decrypt(backend.api_key_encrypted) == "sk-rotate-me"
+    assert decrypt(legacy.api_key_encrypted) == "sk-from-before"  # a space's own key, on the config
+    assert Fernet(new.encode()).decrypt(backend.api_key_encrypted.encode()) == b"sk-rotate-me"
     event = AuditEvent.objects.get(action="secrets.rotate")
     assert event.details == {"rotated": 2, "unreadable": []}
 
@@ -162,9 +162,8 @@ def test_rotation_reports_a_secret_no_key_reads_and_leaves_it_unchanged(world: W
     with pytest.raises(CommandError, match="could not be read with any configured key"):
         call_command("rotate_field_encryption_key")
     config.refresh_from_db()
-    readable.refresh_from_db()
     assert config.api_key_encrypted == stray
-    assert decrypt(readable.api_key_encrypted) == "sk-fine"
+    assert decrypt(PlatformBackend.objects.get(pk=readable.backend_id).api_key_encrypted) == "sk-fine"
 
 
 def test_the_current_key_encrypts_and_old_keys_still_read(settings: Any) -> None:
@@ -180,28 +179,41 @@ def test_the_current_key_encrypts_and_old_keys_still_read(settings: Any) -> None
 # --- Typed secrets are never rendered back ---------------------------------------------------
 
 
+def own_key_backend(world: World) -> PlatformBackend:
+    """An E2B backend on a public address literal (nothing is resolved or sent) that lets
+    spaces bring their own key."""
+    backend: PlatformBackend = make_backend(
+        world.space_a,
+        kind="e2b",
+        endpoint="https://[2606:4700::1]",
+        domain="e2b.example.com",
+        api_key="platform-key",
+        allow_space_api_key=True,
+    )
+    return backend
+
+
 @pytest.mark.django_db
 def test_a_config_form_that_fails_validation_does_not_echo_the_typed_api_key(world: World) -> None:
     typed = "sk-typed-secret-0123456789"
     url = reverse("sandboxes:config_create", args=[world.space_a.id])
-    data = config_form_data(kind="e2b", endpoint="", domain="e2b.example.com", api_key=typed)
+    data = config_form_data(own_key_backend(world), api_key=typed, cpus="0")
     response = world.client_for("alice").post(url, data)
     assert response.status_code == 400
-    assert "endpoint" in response.context["form"].errors
+    assert "cpus" in response.context["form"].errors
     assert typed not in response.content.decode()
 
 
 @pytest.mark.django_db
 def test_an_edit_form_shows_the_stored_key_redacted_and_never_a_retyped_one(world: World) -> None:
-    config = make_config(
-        world.space_a, kind="e2b", endpoint="https://[2606:4700::1]", domain="e2b.example.com", api_key="sk-stored"
-    )
+    config = make_config(world.space_a, backend=own_key_backend(world))
+    SandboxConfig.objects.filter(pk=config.pk).update(api_key_encrypted=encrypt("sk-stored"))
     url = reverse("sandboxes:config_edit", args=[config.id])
     page = world.client_for("alice").get(url).content.decode()
     assert 'value="***"' in page
     assert "sk-stored" not in page
     typed = "sk-retyped-secret-987654321"
-    data = config_form_data(kind="e2b", endpoint="", domain="e2b.example.com", api_key=typed)
+    data = config_form_data(config.backend, api_key=typed, cpus="0")
     response = world.client_for("alice").post(url, data)
     assert response.status_code == 400
     assert typed not in response.content.decode()
