@@ -75,6 +75,23 @@ def test_the_console_starts_with_both_keys_and_in_debug_without_them(tmp_path: P
     assert start_console(tmp_path, DEBUG="true").returncode == 0
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"SECRET_KEY": "a-real-secret-key-for-this-test-only", "FIELD_ENCRYPTION_KEY": "not-a-key"},
+            "not a Fernet key",
+        ),
+        ({"FIELD_ENCRYPTION_KEY": Fernet.generate_key().decode()}, "SECRET_KEY is the public embedded default"),
+    ],
+)
+def test_a_refused_start_is_a_message_not_a_traceback(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    result = start_console(tmp_path, **env)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
 def test_a_malformed_field_encryption_key_is_refused_at_start(settings: Any) -> None:
     settings.FIELD_ENCRYPTION_KEY = "not-a-fernet-key"
     with pytest.raises(ImproperlyConfigured, match="not a Fernet key"):
