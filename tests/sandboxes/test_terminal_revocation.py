@@ -32,6 +32,7 @@ store = terminal_support.store
 session = terminal_support.session
 fast_terminals = terminal_support.fast_terminals
 cleanup = terminal_support.cleanup
+own_redis = terminal_support.own_redis
 
 HOLD_OPEN_S = 0.5  # the transaction stays open this long after the change
 CLOSE_WITHIN_S = 1.0
@@ -223,3 +224,27 @@ async def test_a_downgrade_committed_mid_handshake_closes_the_reattached_termina
     assert time.monotonic() - started < CLOSE_WITHIN_S + 1
     assert "member role" in terminal.close_reason
     await wait_no_shell(session)
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_hung_channel_layer_does_not_hold_up_the_change(
+    world: World, settings: Any, own_redis: terminal_support.RedisServer
+) -> None:
+    """The layer's Redis accepts connections but answers nothing (stopped): the request
+    that downgrades a member waited for the notification for minutes (the read timeout
+    times the retries). The keepalive re-check is the fallback for a lost notification."""
+    import os
+    import signal
+
+    settings.CHANNEL_LAYERS = {"default": terminal_support.redis_channel_layer(own_redis.url)}
+    assert own_redis.process is not None
+    os.kill(own_redis.process.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        downgrade_role(world)
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(own_redis.process.pid, signal.SIGCONT)
+    assert Membership.objects.get(user=world.bob, space=world.space_a).role == Role.VIEWER
+    assert elapsed < terminals.NOTIFY_TIMEOUT_S + 2, f"the downgrade took {elapsed:.1f} s"
