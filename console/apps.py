@@ -7,9 +7,15 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Console"
 
     def ready(self) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
         from .crypto import check_secrets
 
         # Before anything serves: outside DEBUG, no public default key, no derived secrets key.
-        check_secrets()
+        # An operator's mistake, not a bug: the message alone, without a traceback to read past.
+        try:
+            check_secrets()
+        except ImproperlyConfigured as exc:
+            raise SystemExit(f"error: {exc}") from None
         # Register job handlers.
         from . import diagnostics  # noqa: F401

@@ -148,6 +148,17 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         except Exception as exc:
             # Without the group, loss of access is still found by the keepalive re-check.
             logger.warning("terminal %s: joining the group failed: %s", terminal_id, exc)
+        # A change committed between the ticket's redemption and the group join sent its
+        # event to nobody (a shell in its grace window has no connection in the group):
+        # check again now that later events reach us.
+        revocation = await database_sync_to_async(revoked)(self.grant)
+        if revocation is not None:
+            logger.info("terminal %s: handshake refused (%s)", terminal_id, revocation.reason)
+            existing = get_process(terminal_id)
+            if existing is not None:  # the shell this connection would have reattached to
+                await existing.close(revocation.reason, code=revocation.code)
+            await self.close(code=revocation.code)
+            return
         await self.accept()
         existing = get_process(terminal_id)
         if existing is not None:

@@ -629,6 +629,11 @@ class TerminalProcess:
 # --- Control events over the channel layer ----------------------------------------------------
 
 
+# How long a change waits to tell the user's terminals (then the keepalive re-check is the fallback).
+NOTIFY_TIMEOUT_S = 2.0
+_notifying: set[asyncio.Task[None]] = set()
+
+
 def send_to_user_terminals(user_id: object, event: dict[str, Any]) -> None:
     """The one sync helper that sends to a user's terminals (never PTY bytes)."""
     layer = get_channel_layer()
@@ -638,11 +643,19 @@ def send_to_user_terminals(user_id: object, event: dict[str, Any]) -> None:
         loop = asyncio.get_running_loop()
     except RuntimeError:
         loop = None
+
+    async def send() -> None:
+        # Bounded: a layer that accepts but never answers (a hung Redis) held the request
+        # that made the change for minutes. A lost event is caught by the keepalive re-check.
+        await asyncio.wait_for(layer.group_send(user_group(user_id), event), NOTIFY_TIMEOUT_S)
+
     try:
         if loop is not None:  # called from async code (a signal fired in the event loop's thread)
-            loop.create_task(layer.group_send(user_group(user_id), event))
+            task = loop.create_task(send())
+            _notifying.add(task)  # the loop keeps only a weak reference to its tasks
+            task.add_done_callback(_notifying.discard)
         else:
-            async_to_sync(layer.group_send)(user_group(user_id), event)
+            async_to_sync(send)()
     except Exception:
         logger.exception("could not notify the terminals of user %s", user_id)
 

@@ -259,6 +259,9 @@ def _is_api_error(response: httpx.Response) -> bool:
     return isinstance(body, dict) and "message" in body and "code" in body
 
 
+_CREDENTIAL_HEADERS = ("x-api-key", "x-access-token", "authorization")
+
+
 def status_error(response: httpx.Response, what: str, *, control: bool = False) -> RemoteError:
     """An HTTP error answer as a RemoteError (both planes)."""
     if response.status_code < 400:
@@ -274,6 +277,16 @@ def status_error(response: httpx.Response, what: str, *, control: bool = False) 
     if control and response.status_code in (404, 405) and not _is_api_error(response):
         return NoRoute(ErrorKind.UNSUPPORTED, f"{what}: the server has no such operation (HTTP {response.status_code})")
     message, error_code = _message_of(response)
+    # A server (or a proxy before it) may repeat the credential it was sent; the message
+    # reaches health details, job errors and pages that the key's owner never shows.
+    try:
+        sent = [response.request.headers.get(name) or "" for name in _CREDENTIAL_HEADERS]
+    except RuntimeError:  # a response built without its request
+        sent = []
+    for value in sent:
+        for secret in {value, value.partition(" ")[2]}:  # "Basic xyz": the credential part too
+            if len(secret) >= 8:
+                message = message.replace(secret, "***")
     kind = _ERROR_CODE_KINDS.get(error_code) or _STATUS_KINDS.get(response.status_code)
     if kind is None:
         kind = ErrorKind.INTERNAL if response.status_code >= 500 else ErrorKind.INVALID

@@ -192,26 +192,33 @@ def system_resolver(host: str, port: int) -> list[str]:
 DEFAULT_PORTS = {"https": 443, "http": 80, "tcp": 2375, "ssh": 22}
 
 
+def shown_url(url: str) -> str:
+    """`url` for messages: anything that may be userinfo (a password) is replaced by ***.
+    Errors end up in form errors, health details, job logs and audit rows."""
+    start, at = url.find("://"), url.rfind("@")
+    return f"{url[: start + 3]}***{url[at:]}" if 0 <= start < at else url
+
+
 def split_endpoint(url: str) -> tuple[str, str, int]:
     """(scheme, host, port) of an http(s), tcp or ssh endpoint URL, or RemoteError(invalid)."""
     try:
         parts = urlsplit(url)
         hostname = parts.hostname
     except ValueError:
-        raise RemoteError(ErrorKind.INVALID, f"{url!r}: not a URL") from None
+        raise RemoteError(ErrorKind.INVALID, f"{shown_url(url)!r}: not a URL") from None
     if parts.scheme not in DEFAULT_PORTS:
-        raise RemoteError(ErrorKind.INVALID, f"{url!r}: the scheme must be https, http, tcp or ssh")
+        raise RemoteError(ErrorKind.INVALID, f"{shown_url(url)!r}: the scheme must be https, http, tcp or ssh")
     if not hostname:
-        raise RemoteError(ErrorKind.INVALID, f"{url!r}: no host name")
+        raise RemoteError(ErrorKind.INVALID, f"{shown_url(url)!r}: no host name")
     if parts.password or (parts.username and parts.scheme != "ssh"):
         # ssh://user@host names the login; any other credential does not belong in a URL.
-        raise RemoteError(ErrorKind.INVALID, f"{url!r}: credentials do not belong in the URL")
+        raise RemoteError(ErrorKind.INVALID, f"{shown_url(url)!r}: credentials do not belong in the URL")
     if problem := host_problem(hostname):
         raise RemoteError(ErrorKind.INVALID, f"{hostname!r} is {problem}")
     try:
         port = parts.port or DEFAULT_PORTS[parts.scheme]
     except ValueError:
-        raise RemoteError(ErrorKind.INVALID, f"{url!r}: invalid port") from None
+        raise RemoteError(ErrorKind.INVALID, f"{shown_url(url)!r}: invalid port") from None
     return parts.scheme, hostname, port
 
 

@@ -21,7 +21,7 @@ from django.urls import reverse
 
 from console.crypto import DEFAULT_SECRET_KEY, check_secrets, decrypt, derived_key, encrypt
 from console.models import AuditEvent
-from sandboxes.models import SandboxConfig
+from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.test_configs import config_form_data
@@ -73,6 +73,23 @@ def test_the_console_starts_with_both_keys_and_in_debug_without_them(tmp_path: P
     both = start_console(tmp_path, SECRET_KEY="a-real-secret-key", FIELD_ENCRYPTION_KEY=Fernet.generate_key().decode())
     assert both.returncode == 0, both.stderr
     assert start_console(tmp_path, DEBUG="true").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"SECRET_KEY": "a-real-secret-key-for-this-test-only", "FIELD_ENCRYPTION_KEY": "not-a-key"},
+            "not a Fernet key",
+        ),
+        ({"FIELD_ENCRYPTION_KEY": Fernet.generate_key().decode()}, "SECRET_KEY is the public embedded default"),
+    ],
+)
+def test_a_refused_start_is_a_message_not_a_traceback(tmp_path: Path, env: dict[str, str], message: str) -> None:
+    result = start_console(tmp_path, **env)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 def test_a_malformed_field_encryption_key_is_refused_at_start(settings: Any) -> None:
@@ -144,11 +161,10 @@ def test_rotation_re_encrypts_stored_secrets_with_the_new_key(world: World, sett
     call_command("rotate_field_encryption_key", "--legacy-secret-key", DEFAULT_SECRET_KEY)
 
     settings.FIELD_ENCRYPTION_OLD_KEYS = []  # the old key is dropped: only the new one reads them
-    backend = config.backend
-    backend.refresh_from_db()  # the platform's key lives on the platform backend
-    legacy.refresh_from_db()  # a space's own key on its config
+    backend = PlatformBackend.objects.get(pk=config.backend_id)  # make_config puts the key on it
+    legacy.refresh_from_db()
     assert decrypt(backend.api_key_encrypted) == "sk-rotate-me"
-    assert decrypt(legacy.api_key_encrypted) == "sk-from-before"
+    assert decrypt(legacy.api_key_encrypted) == "sk-from-before"  # a space's own key, on the config
     assert Fernet(new.encode()).decrypt(backend.api_key_encrypted.encode()) == b"sk-rotate-me"
     event = AuditEvent.objects.get(action="secrets.rotate")
     assert event.details == {"rotated": 2, "unreadable": []}
@@ -163,9 +179,8 @@ def test_rotation_reports_a_secret_no_key_reads_and_leaves_it_unchanged(world: W
     with pytest.raises(CommandError, match="could not be read with any configured key"):
         call_command("rotate_field_encryption_key")
     config.refresh_from_db()
-    readable.backend.refresh_from_db()
     assert config.api_key_encrypted == stray
-    assert decrypt(readable.backend.api_key_encrypted) == "sk-fine"
+    assert decrypt(PlatformBackend.objects.get(pk=readable.backend_id).api_key_encrypted) == "sk-fine"
 
 
 def test_the_current_key_encrypts_and_old_keys_still_read(settings: Any) -> None:
@@ -181,14 +196,25 @@ def test_the_current_key_encrypts_and_old_keys_still_read(settings: Any) -> None
 # --- Typed secrets are never rendered back ---------------------------------------------------
 
 
+def own_key_backend(world: World) -> PlatformBackend:
+    """An E2B backend on a public address literal (nothing is resolved or sent) that lets
+    spaces bring their own key."""
+    backend: PlatformBackend = make_backend(
+        world.space_a,
+        kind="e2b",
+        endpoint="https://[2606:4700::1]",
+        domain="e2b.example.com",
+        api_key="platform-key",
+        allow_space_api_key=True,
+    )
+    return backend
+
+
 @pytest.mark.django_db
 def test_a_config_form_that_fails_validation_does_not_echo_the_typed_api_key(world: World) -> None:
-    # The local engine only: a form page lists the backend's templates, and no test reaches
-    # an endpoint off this machine.
-    backend = make_backend(world.space_a, name="local engine", allow_space_api_key=True)
     typed = "sk-typed-secret-0123456789"
     url = reverse("sandboxes:config_create", args=[world.space_a.id])
-    data = config_form_data(backend, cpus="0", api_key=typed)
+    data = config_form_data(own_key_backend(world), api_key=typed, cpus="0")
     response = world.client_for("alice").post(url, data)
     assert response.status_code == 400
     assert "cpus" in response.context["form"].errors
@@ -197,16 +223,49 @@ def test_a_config_form_that_fails_validation_does_not_echo_the_typed_api_key(wor
 
 @pytest.mark.django_db
 def test_an_edit_form_shows_the_stored_key_redacted_and_never_a_retyped_one(world: World) -> None:
-    backend = make_backend(world.space_a, name="local engine", allow_space_api_key=True)
-    config = make_config(world.space_a, backend=backend)
+    config = make_config(world.space_a, backend=own_key_backend(world))
     SandboxConfig.objects.filter(pk=config.pk).update(api_key_encrypted=encrypt("sk-stored"))
     url = reverse("sandboxes:config_edit", args=[config.id])
     page = world.client_for("alice").get(url).content.decode()
     assert 'value="***"' in page
     assert "sk-stored" not in page
     typed = "sk-retyped-secret-987654321"
-    data = config_form_data(backend, cpus="0", api_key=typed)
+    data = config_form_data(config.backend, api_key=typed, cpus="0")
     response = world.client_for("alice").post(url, data)
     assert response.status_code == 400
     assert typed not in response.content.decode()
     assert "sk-stored" not in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_backend_form_that_fails_validation_does_not_echo_the_typed_tls_key(world: World) -> None:
+    """The TLS client key is a secret like the API key ("never shown again"): a form sent
+    back for another field's error must not carry it in the page."""
+    from tests.sandboxes.test_platform_backends import backend_form
+
+    typed_key = "-----BEGIN PRIVATE KEY-----\nTYPEDSECRETKEYMATERIAL0123456789\n-----END PRIVATE KEY-----"
+    data = backend_form(
+        endpoint="tcp://127.0.0.1:2376",
+        allow_private_endpoints="on",
+        tls_cert="-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----",
+        tls_key=typed_key,
+        max_cpus="0",  # the error that sends the form back
+    )
+    response = world.client_for("root").post(reverse("sandboxes:backend_create"), data)
+    assert response.status_code == 400
+    assert "max_cpus" in response.context["form"].errors
+    assert "TYPEDSECRETKEYMATERIAL" not in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://deploy:s3cr3t-pass@api.example.com/", "tcp://u:s3cr3t-pass@[::1", "http://:s3cr3t-pass@h:99999/"],
+)
+def test_guard_errors_never_repeat_a_password_in_the_url(url: str) -> None:
+    """Guard messages end up in form errors, health details, job logs and audit rows."""
+    from sandboxes.backends.base import RemoteError
+    from sandboxes.backends.guard import split_endpoint
+
+    with pytest.raises(RemoteError) as raised:
+        split_endpoint(url)
+    assert "s3cr3t-pass" not in raised.value.message

@@ -582,3 +582,22 @@ def test_the_connection_test_records_the_protocol_and_the_page_shows_it(
     assert backend_config_for(config).options["protocol_pinned"] == "1"
     page = world.client_for("alice").get(config.get_absolute_url()).content.decode()
     assert "<code>e2b-v2</code> (pinned)" in page
+
+
+@pytest.mark.parametrize("header", ["X-API-Key", "X-Access-Token"])
+def test_an_error_answer_that_repeats_a_credential_is_shown_without_it(header: str) -> None:
+    """Error messages reach health details, job errors and pages a space admin sees; a
+    server (or a proxy in front of it) that echoes the key it was sent must not leak it."""
+    import httpx
+
+    from sandboxes.backends.e2b import status_error
+
+    secret = "e2b_0123456789abcdef0123456789abcdef"
+    request = httpx.Request("GET", "https://api.example.com/v2/sandboxes", headers={header: secret})
+    for response in (
+        httpx.Response(401, json={"code": 401, "message": f"Invalid API key {secret}"}, request=request),
+        httpx.Response(502, text=f"upstream refused key={secret}", request=request),
+    ):
+        error = status_error(response, "listing sandboxes")
+        assert secret not in error.message
+        assert "***" in error.message

@@ -32,6 +32,7 @@ store = terminal_support.store
 session = terminal_support.session
 fast_terminals = terminal_support.fast_terminals
 cleanup = terminal_support.cleanup
+own_redis = terminal_support.own_redis
 
 HOLD_OPEN_S = 0.5  # the transaction stays open this long after the change
 CLOSE_WITHIN_S = 1.0
@@ -178,3 +179,72 @@ async def test_a_detached_terminals_shell_ends_when_access_is_lost(
     terminal = await wait_closed(tid, timeout=10)
     assert "member role" in terminal.close_reason
     await wait_no_shell(session)
+
+
+@pytest.mark.postgres
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_a_downgrade_committed_mid_handshake_closes_the_reattached_terminal(
+    world: World, session: Session, layer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The downgrade commits after the ticket was redeemed but before the new connection
+    joined the user's group: its re-check event reaches nobody (the shell is detached, in
+    its grace window) and the shell's own keepalive re-checks only every 30 s."""
+    from sandboxes import consumers
+
+    comm, screen, tid = await open_terminal(world.bob, session)
+    await screen.run("echo up\n")
+    await screen.until_output(b"up")
+    await comm.disconnect(code=1006)  # detached, waiting for a reattach
+    grant = await sync_to_async(terminal_support.new_ticket)(world.bob, session, tid)
+    real_admit = consumers.admit
+
+    def admit_then_downgrade(*args: Any, **kwargs: Any) -> terminals.Grant:
+        admitted = real_admit(*args, **kwargs)
+        downgrade_role(world)  # committed here, before the consumer is in its group
+        return admitted
+
+    monkeypatch.setattr(consumers, "admit", admit_then_downgrade)
+    again = terminal_support.communicator(
+        tid, grant["ticket"], await sync_to_async(terminal_support.cookie_for)(world.bob)
+    )
+    connected, code = await again.connect(timeout=10)
+    started = time.monotonic()
+    if connected:
+        screen = terminal_support.Screen(again)
+        with pytest.raises(AssertionError):
+            await screen.until(lambda: False, timeout=CLOSE_WITHIN_S, what="the close")
+        assert screen.closed_code is not None, "the reattached terminal stayed open after the downgrade"
+        await again.disconnect()
+    else:
+        assert code == terminals.CLOSE_ACCESS
+    terminal = await wait_closed(tid, timeout=5)
+    assert time.monotonic() - started < CLOSE_WITHIN_S + 1
+    assert "member role" in terminal.close_reason
+    await wait_no_shell(session)
+
+
+@pytest.mark.redis
+@pytest.mark.django_db(transaction=True)
+def test_a_hung_channel_layer_does_not_hold_up_the_change(
+    world: World, settings: Any, own_redis: terminal_support.RedisServer
+) -> None:
+    """The layer's Redis accepts connections but answers nothing (stopped): the request
+    that downgrades a member waited for the notification for minutes (the read timeout
+    times the retries). The keepalive re-check is the fallback for a lost notification."""
+    import os
+    import signal
+
+    settings.CHANNEL_LAYERS = {"default": terminal_support.redis_channel_layer(own_redis.url)}
+    assert own_redis.process is not None
+    os.kill(own_redis.process.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        downgrade_role(world)
+        elapsed = time.monotonic() - started
+    finally:
+        os.kill(own_redis.process.pid, signal.SIGCONT)
+    assert Membership.objects.get(user=world.bob, space=world.space_a).role == Role.VIEWER
+    assert elapsed < terminals.NOTIFY_TIMEOUT_S + 2, f"the downgrade took {elapsed:.1f} s"
