@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import hashlib
 import json
@@ -29,9 +30,10 @@ from console.models import Space
 from console.services import Actor, ServiceError, record_audit
 
 from .backends.base import ErrorKind, ExecRequest, RemoteError
+from .binding import get_store, lifecycle_lock, lock_key
 from .commands import kill_command, read_output, send_input, start_command
 from .models import ApiToken, Artifact, BackgroundCommand, Session
-from .runtime import GONE_KINDS, Resolved, Runtime, SessionDeleted, get_or_create_session
+from .runtime import Resolved, Runtime, SessionDeleted, call_session, get_or_create_session
 from .workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
 logger = logging.getLogger(__name__)
@@ -181,6 +183,7 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
         @csrf_exempt
         @functools.wraps(func)
         def view(request: HttpRequest, space_id: Any, **kwargs: Any) -> HttpResponse | FileResponse:
+            call = call_session.set(None)
             try:
                 return answer(request, space_id, kwargs)
             except (OperationalError, InterfaceError):
@@ -189,6 +192,8 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 # address stays in the log, not in the answer.
                 logger.warning("API call failed: the database does not answer", exc_info=True)
                 return ApiError(503, "unavailable", "database unavailable; retry", retryable=True).response()
+            finally:
+                call_session.reset(call)
 
         def answer(request: HttpRequest, space_id: Any, kwargs: dict[str, Any]) -> HttpResponse | FileResponse:
             try:
@@ -206,7 +211,9 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
             except SessionDeleted:
                 return session_deleted(kwargs.get("key", "")).response()
             except RemoteError as exc:
-                if exc.kind in GONE_KINDS and was_deleted(space_id, kwargs.get("key")):
+                # A sandbox deleted under the call fails in many ways (not found, "removal in
+                # progress", a cut stream, a killed process): if a DELETE did it, say so.
+                if was_deleted(space_id, kwargs.get("key")):
                     return session_deleted(kwargs["key"]).response()
                 return remote_error(exc).response()
             except (ObjectDoesNotExist, IntegrityError):
@@ -222,8 +229,27 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
 
 
 def was_deleted(space_id: Any, key: str | None) -> bool:
-    """Whether the call's session is gone now (a DELETE raced the call)."""
-    return bool(key) and not Session.objects.filter(space_id=space_id, key=key).exists()
+    """Whether the session the call worked on is gone now (a DELETE raced the call).
+
+    Asked by id when the call got that far (`call_session`): a session with the same key made
+    since by a racing resolve is another one. A DELETE deletes the sandbox first and the row
+    last, under the session's lifecycle lock: while the row is still there, wait behind that
+    lock's holder, then look.
+    """
+    if not key:
+        return False
+    session_id = call_session.get()
+
+    def gone() -> bool:
+        if session_id is not None:
+            return not Session.objects.filter(pk=session_id).exists()
+        return not Session.objects.filter(space_id=space_id, key=key).exists()
+
+    if gone():
+        return True
+    with contextlib.suppress(RemoteError), lifecycle_lock(get_store(), lock_key(space_id, key), wait_s=15):
+        pass
+    return gone()
 
 
 def session_deleted(key: str) -> ApiError:
@@ -240,6 +266,7 @@ def existing_session(space: Space, key: str) -> Session:
     session = Session.objects.select_related("config", "space").filter(space=space, key=key).first()
     if session is None:
         raise ApiError(404, "not_found", f"No session {key!r} in this space.")
+    call_session.set(session.pk)
     return session
 
 

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
@@ -358,17 +359,19 @@ def idle_sweep(runtime: Runtime | None = None) -> int:
             with lifecycle_lock(
                 runtime.store, lock_key(session.space_id, session.key), wait_s=0, holder=HOLDER
             ) as held:
-                # Re-checked under the lock: a resolve, exec, command or terminal may have begun.
-                if (
-                    not _idle_candidates(timezone.now())
-                    .filter(pk=session.pk, last_activity=session.last_activity)
-                    .exists()
-                ):
-                    continue
                 if _turn_in_flight(runtime.store, session):
                     continue
                 held.check()
-                runtime.pause(session, actor=SYSTEM)
+                with transaction.atomic():
+                    # Re-checked under the lock: a resolve, exec, command or terminal may have
+                    # begun. The row stays locked until the pause is done, so an exec starting
+                    # now (it counts itself on this row first) waits, then resumes the sandbox,
+                    # instead of running into one frozen under it. No store write in here: a
+                    # database store's lease row must never wait for this transaction.
+                    quiet = _idle_candidates(timezone.now()).filter(pk=session.pk, last_activity=session.last_activity)
+                    if not list(quiet.select_for_update(of=("self",)).values_list("pk", flat=True)):
+                        continue
+                    runtime.pause(session, actor=SYSTEM)
             idled += 1
         except Exception:  # noqa: S112 - one session's failure (or busy lock) must not stop the sweep
             continue

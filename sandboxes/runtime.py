@@ -26,14 +26,15 @@ import re
 import socket
 import threading
 from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
-from django.db.models import Case, F, When
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models import Case, F, Q, When
+from django.db.models.functions import Greatest
 from django.db.models.sql.compiler import SQLCompiler
 from django.utils import timezone
 
@@ -217,6 +218,11 @@ def session_by_key(space: Space, key: str) -> Session | None:
     return compiled.get(space.pk, key)
 
 
+# The id of the session the current call (an API request) works on, so an error can tell a
+# session deleted under the call from one with its key made anew since (sandboxes.api).
+call_session: ContextVar[Any] = ContextVar("call_session", default=None)
+
+
 def get_or_create_session(
     space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
 ) -> Session:
@@ -225,6 +231,7 @@ def get_or_create_session(
     session = session_by_key(space, key)
     if session is not None:
         session.space = space
+        call_session.set(session.pk)
         return session
     config = config or default_config(space)
     try:
@@ -240,7 +247,9 @@ def get_or_create_session(
             )
     except IntegrityError:
         pass  # another process created it first
-    return Session.objects.select_related("config", "space").get(space=space, key=key)
+    session = Session.objects.select_related("config", "space").get(space=space, key=key)
+    call_session.set(session.pk)
+    return session
 
 
 class SessionDeleted(RemoteError):
@@ -309,6 +318,7 @@ class Runtime:
 
     def resolve_session(self, session: Session) -> Resolved:
         bkey, _, tkey = self.keys(session)
+        self._touch(session)
         binding, lease = self.store.read_session(bkey, tkey)
         if binding is not None:
             rebuild = self.rebuild_allowed(session, binding.created_at, lease)
@@ -324,6 +334,18 @@ class Runtime:
             with contextlib.suppress(SessionStoreUnavailable):
                 self.store.consume_ticket(tkey)
         return self._resolve_locked(session, rebuild=False)
+
+    @staticmethod
+    def _touch(session: Session) -> None:
+        """Record activity before the sandbox is looked at. The idle sweep idles only a session
+        whose activity did not move, holding its row meanwhile: so this write either lands
+        first (the sweep leaves the session alone) or waits for the pause to be done (and the
+        connect below resumes the sandbox), never lets a caller open a process in a sandbox
+        being frozen. Sessions active in the last interval are not idle candidates: no write."""
+        now = timezone.now()
+        if session.last_activity is None or now - session.last_activity > ACTIVITY_WRITE_INTERVAL:
+            Session.objects.filter(pk=session.pk).update(last_activity=now)
+            session.last_activity = now
 
     def _resolve_locked(self, session: Session, *, rebuild: bool) -> Resolved:
         made: list[str] = []  # sandboxes an attempt created and could not bind (its lease ran out)
@@ -561,16 +583,21 @@ class Runtime:
         now = timezone.now()
         until = now + timedelta(seconds=timeout_s or 3600) + EXEC_GRACE
         rows = Session.objects.filter(pk=session.pk)
+        # Past the deadline every counted exec is dead (its process was killed before its
+        # `finally`): start the count again rather than carry them for ever.
+        expired = Q(exec_deadline__isnull=True) | Q(exec_deadline__lte=now)
         rows.update(
-            execs_in_flight=F("execs_in_flight") + 1,
-            exec_deadline=Greatest(Coalesce(F("exec_deadline"), until), until),
+            execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
+            exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
         )
         try:
             yield
         finally:
-            # Its end is activity too: the idle clock starts again from here.
+            # Its end is activity too: the idle clock starts again from here. The last one
+            # out clears the deadline, so a long timeout does not outlive its exec.
             rows.update(
                 execs_in_flight=Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0),
+                exec_deadline=Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline")),
                 last_activity=timezone.now(),
             )
 
@@ -646,6 +673,11 @@ class Runtime:
                 volumes.delete(session.workspace_volume)
             self.store.end_turn(tkey)
             with transaction.atomic():
+                # Lock the row first: a terminal, command or artifact row inserted meanwhile
+                # either commits before (and is deleted with it) or fails its foreign key after,
+                # never makes this delete fail at commit.
+                if not Session.objects.select_for_update().filter(pk=session.pk).values_list("pk", flat=True):
+                    raise SessionDeleted(session.key)
                 record_audit(
                     actor,
                     "session.delete",

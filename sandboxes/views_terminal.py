@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.db import IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
@@ -79,7 +80,10 @@ def terminal_create(request: HttpRequest, session_id: Any) -> JsonResponse:
             return JsonResponse({"error": f"The terminal was closed: {terminal.close_reason}"}, status=410)
         status = 200
     else:
-        terminal = create_terminal(request.user, session)
+        try:
+            terminal = create_terminal(request.user, session)
+        except IntegrityError:  # the session was deleted since it was read
+            return JsonResponse({"error": "No such session."}, status=404)
         status = 201
     ticket = issue_ticket(terminal)
     scheme = "wss" if request.is_secure() else "ws"

@@ -59,6 +59,8 @@ class EngineProxy:
         self._sockets: set[socket.socket] = set()
         self._seen: list[str] = []
         self._tripwire: _Tripwire | None = None
+        self._hold: re.Pattern[str] | None = None
+        self._released = threading.Event()
         self._lock = threading.Lock()
 
     @property
@@ -111,6 +113,18 @@ class EngineProxy:
         with self._lock:
             self._tripwire = _Tripwire(re.compile(request), marker, keep_listening)
 
+    def hold(self, request: str) -> None:
+        """Keep requests matching `request` (a regex over "METHOD /path") from the engine until
+        `release()`: the call is under way, the engine has not acted yet. Others pass."""
+        with self._lock:
+            self._hold = re.compile(request)
+            self._released.clear()
+
+    def release(self) -> None:
+        with self._lock:
+            self._hold = None
+        self._released.set()
+
     def requests(self, pattern: str) -> list[str]:
         """The requests ("METHOD /path") seen since start() that match `pattern`."""
         with self._lock:
@@ -155,6 +169,10 @@ class EngineProxy:
                 break
             for match in _REQUEST_LINE.finditer(data):
                 self._saw(link, f"{match[1].decode()} {match[2].decode()}")
+            with self._lock:
+                held = self._hold is not None and bool(self._hold.search(link.request))
+            if held:
+                self._released.wait(timeout=60)
             if not _send(link.upstream, data):
                 break
         # Pass the client's half-close on: an exec's stdin ends with shutdown(SHUT_WR).
