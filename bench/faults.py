@@ -33,7 +33,7 @@ Counted (the last line is JSON):
   PostgreSQL) is down; `conflicts`: answers 409 (the agent sees an error it did not cause);
 - `unanswered`: requests that got no HTTP answer (a process down or frozen: expected).
 
-Usage: python bench/faults.py [--lock-ttl-s 60] [--only NAME,NAME]
+Usage: python bench/faults.py [--only NAME,NAME] [--keep] [--lock-ttl-s S]
 Needs the Docker engine with sandbox-console/base:latest, redis-server and the PostgreSQL
 binaries. Every sandbox and volume carries the run's installation ids and is removed at the end.
 """
@@ -492,7 +492,11 @@ class Campaign:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lock-ttl-s", type=float, default=60.0, help="the lifecycle lock's lease (binding.py)")
+    from sandboxes.binding import LOCK_TTL_MS
+
+    parser.add_argument(
+        "--lock-ttl-s", type=float, default=LOCK_TTL_MS / 1000, help="the lifecycle lock's lease (sandboxes/binding.py)"
+    )
     parser.add_argument("--only", default="", help="comma-separated fault names")
     parser.add_argument("--keep", action="store_true", help="keep the working folder (logs)")
     args = parser.parse_args()
