@@ -199,8 +199,6 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 # address stays in the log, not in the answer.
                 logger.warning("API call failed: the database does not answer", exc_info=True)
                 return ApiError(503, "unavailable", "database unavailable; retry", retryable=True).response()
-            finally:
-                call_session.reset(call)
 
         def handle(request: HttpRequest, space_id: Any, kwargs: dict[str, Any]) -> HttpResponse | FileResponse:
             try:
