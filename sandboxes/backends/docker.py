@@ -488,7 +488,8 @@ class DockerBackend(Backend):
         allow_private = self.config.allow_private_endpoints
         check_endpoint(endpoint, allow_private=allow_private, resolver=self.resolver)
         if endpoint.startswith("ssh://"):
-            # Through the ssh client (no paramiko): its known_hosts decides trust.
+            # Through the ssh client, not paramiko (docker-py imports it all the same): the
+            # account's ~/.ssh/config and known_hosts decide key and trust.
             return docker.DockerClient(base_url=endpoint, timeout=self.api_timeout, use_ssh_client=True)
         # A fixed version makes the constructor send nothing: no request goes out before
         # trust_env is off (requests would verify against REQUESTS_CA_BUNDLE instead of the
