@@ -49,9 +49,9 @@ from sandboxes.backends.base import (
     Resources,
     SandboxSpec,
 )
+from sandboxes.catalog.services import console_metadata, do_set_session_image, sessions_using_snapshot
 from sandboxes.models import SandboxConfig, SessionImage
-from sandboxes.runtime import backend_for, config_fingerprint, effective_template
-from sandboxes.services import console_metadata, do_set_session_image, sessions_using_snapshot
+from sandboxes.sessions.runtime import backend_for, config_fingerprint, effective_template
 
 from . import install
 from .build_network import BuildNetwork, build_network, sources_to_reach

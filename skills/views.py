@@ -27,7 +27,7 @@ from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, paginate, query_without_page
 from sandboxes.backends.base import RemoteError
 from sandboxes.models import SandboxConfig
-from sandboxes.runtime import config_fingerprint
+from sandboxes.sessions.runtime import config_fingerprint
 
 from . import images
 from .archives import Limits, human_size

@@ -10,9 +10,9 @@ import importlib
 from .base import Backend, BackendConfig, ErrorKind, RemoteError
 
 BACKEND_CLASSES: dict[str, str] = {
-    "docker": "sandboxes.backends.docker.DockerBackend",
-    "e2b": "sandboxes.backends.e2b.E2BBackend",
-    "cube": "sandboxes.backends.cube.CubeBackend",
+    "docker": "sandboxes.backends.docker.backend.DockerBackend",
+    "e2b": "sandboxes.backends.e2b.backend.E2BBackend",
+    "cube": "sandboxes.backends.cube.backend.CubeBackend",
 }
 
 

@@ -29,11 +29,12 @@ from django.test import Client
 from django.urls import reverse
 
 from console.settings.base import redis_channel_layer
-from sandboxes import binding, terminals
 from sandboxes.backends.base import ExecRequest
-from sandboxes.binding import MemorySessionStore
 from sandboxes.models import SandboxConfig, Session, Terminal
-from sandboxes.runtime import Runtime, get_or_create_session
+from sandboxes.sessions import store as binding
+from sandboxes.sessions.runtime import Runtime, get_or_create_session
+from sandboxes.sessions.store import MemorySessionStore
+from sandboxes.terminal import tickets as terminals
 from tests.conftest import IN_CI, REDIS_URL, require_service
 from tests.personas import World
 

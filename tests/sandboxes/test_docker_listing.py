@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sandboxes.backends.base import BackendConfig, ErrorKind, ListQuery, RemoteError, SandboxState
-from sandboxes.backends.docker import KIND_SANDBOX, LABEL_KIND, LABEL_MANAGED, DockerBackend, metadata_labels
+from sandboxes.backends.docker.backend import KIND_SANDBOX, LABEL_KIND, LABEL_MANAGED, DockerBackend, metadata_labels
 
 pytestmark = [pytest.mark.docker]
 

@@ -17,9 +17,9 @@ from django.urls import reverse
 
 from console.crypto import decrypt, encrypt
 from console.models import AuditEvent
+from sandboxes.catalog.services import backend_config_for, open_backend
 from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
-from sandboxes.runtime import config_fingerprint, effective_template
-from sandboxes.services import backend_config_for, open_backend
+from sandboxes.sessions.runtime import config_fingerprint, effective_template
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.tls_engine import TlsEngine

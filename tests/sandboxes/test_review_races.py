@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from django.db import connection, connections
 
-from sandboxes.binding import lock_key
 from sandboxes.models import SandboxConfig
-from sandboxes.runtime import Resolved, Runtime, get_or_create_session
-from sandboxes.store_db import DatabaseSessionStore
+from sandboxes.sessions.runtime import Resolved, Runtime, get_or_create_session
+from sandboxes.sessions.store import lock_key
+from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
 

@@ -21,8 +21,8 @@ from django.urls import reverse
 
 from console.models import AuditEvent, Membership, Role
 from console.services import Actor, do_change_member_role, do_logout_everywhere, do_remove_member
-from sandboxes import terminals
 from sandboxes.models import Session, Terminal
+from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import open_terminal, wait_closed, wait_no_shell

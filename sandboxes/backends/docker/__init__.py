@@ -1,0 +1,7 @@
+"""The Docker adapter: one long-lived container per sandbox on a local or remote engine.
+
+`backend` is the adapter, `image` the base template image builder (mmdebstrap +
+`docker import`), `firewall` the host's packet filter for sandbox networks (nftables).
+
+Imports nothing of the project but `sandboxes.backends` (the contract and the guard).
+"""

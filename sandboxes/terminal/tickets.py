@@ -1,0 +1,691 @@
+"""Web terminals: tickets, access, and the PTY owner behind each websocket.
+
+The websocket consumer (`sandboxes.consumers.TerminalConsumer`) is thin; this module holds:
+
+- tickets: `issue_ticket(terminal)` signs {user, terminal, nonce} with a TimestampSigner;
+  `admit(user, terminal_id, ticket)` checks signature, age, user, terminal, space role and
+  redeems the nonce (single use) in the database;
+- `TerminalProcess`: owns one PTY in this process's event loop. It reads the PTY (through
+  the fd with `loop.add_reader` when the backend gives one, else a reader thread), keeps a
+  replay ring buffer, forwards output to the attached consumer through a bounded queue
+  (client `pause`/`resume` stop and restart reading), keeps the session from idling, closes
+  on idle, waits `TERMINAL_REATTACH_S` for a reconnect after an abnormal disconnect, and
+  ends the shell through the contract's `kill()` when it closes;
+- the per-user channel-layer group and the signals that, once their transaction has
+  committed, close terminals on logout or make them re-check access (a membership changed
+  or was removed, the user was deactivated or changed password, their login sessions were
+  ended). Only these control events cross the channel layer, never PTY bytes;
+- `install_shutdown_hook()`: when the server (Daphne) stops, every shell this process owns
+  is ended and its close recorded.
+
+Nothing here branches on the backend's kind: only on the capabilities the contract offers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import SESSION_KEY, get_user_model
+from django.contrib.auth.signals import user_logged_out
+from django.core import signing
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+from django.http import Http404
+from django.utils import timezone
+
+from console.access import get_space_for_user
+from console.models import Membership, Role
+from console.services import Actor, record_audit
+from console.signals import login_sessions_ended
+
+from ..backends.base import ErrorKind, PtyHandle, PtySize, RemoteError
+from ..models import Session, Terminal
+from ..sessions.runtime import Runtime, backend_for
+from ..sessions.streams import MemoryRingBuffer
+
+if TYPE_CHECKING:
+    from .consumer import TerminalConsumer
+
+logger = logging.getLogger(__name__)
+
+TICKET_SALT = "sandboxes.terminal.ticket"
+SHELL = ("bash", "-l")
+READ_BYTES = 64 * 1024
+QUEUE_CHUNKS = 32  # reader -> sender; at most QUEUE_CHUNKS * READ_BYTES in flight
+MAX_PENDING_INPUT = 64 * 1024  # typed before the shell started
+
+# Close codes after accept (before accept a refusal is a 403 on the handshake).
+CLOSE_NORMAL = 1000
+CLOSE_IDLE = 4000
+CLOSE_LOGGED_OUT = 4001
+CLOSE_ACCESS = 4003
+CLOSE_REPLACED = 4009
+CLOSE_UNAVAILABLE = 4010
+CLOSE_SERVER_STOPPING = 4012  # (1001 is the server's own: Autobahn refuses it from the app)
+# Refusals before accept (seen by test clients; browsers see 1006).
+REFUSE_TICKET = 4401
+REFUSE_FORBIDDEN = 4403
+REFUSE_NOT_FOUND = 4404
+
+
+def user_group(user_id: object) -> str:
+    return f"terminals.user.{user_id}"
+
+
+# --- Tickets and access ------------------------------------------------------------------------
+
+
+class Refused(Exception):
+    """The websocket handshake is refused (closed before accept) with this code."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What an admitted websocket may do."""
+
+    terminal_id: str
+    session_id: str
+    space_id: str
+    user_id: int
+    read_only: bool
+    # The user's session auth hash when admitted: it changes with the password.
+    auth_hash: str = ""
+    # The login session the websocket came with: ended by logout or "log out everywhere".
+    login_session: str | None = None
+
+
+def can_open_terminals(user: Any, session: Session) -> bool:
+    try:
+        get_space_for_user(user, session.space_id, Role.MEMBER)
+    except (Http404, PermissionDenied):
+        return False
+    return True
+
+
+def create_terminal(user: Any, session: Session) -> Terminal:
+    """A terminal row for `user` (a member or admin: the caller checked). Opening is audited
+    when its shell starts, not here."""
+    return Terminal.objects.create(session=session, user=user)
+
+
+def issue_ticket(terminal: Terminal) -> str:
+    """A new single-use ticket for `terminal`; any earlier unredeemed ticket stops working."""
+    nonce = secrets.token_urlsafe(24)
+    Terminal.objects.filter(pk=terminal.pk).update(ticket_nonce=nonce)
+    terminal.ticket_nonce = nonce
+    return signing.TimestampSigner(salt=TICKET_SALT).sign_object(
+        {"u": terminal.user_id, "t": str(terminal.id), "n": nonce}
+    )
+
+
+def admit(user: Any, terminal_id: str, ticket: str, login_session: str | None = None) -> Grant:
+    """Check everything the handshake needs, then redeem the ticket. Raises Refused."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        raise Refused(REFUSE_FORBIDDEN, "not logged in")
+    if not ticket:
+        raise Refused(REFUSE_TICKET, "no ticket")
+    try:
+        data = signing.TimestampSigner(salt=TICKET_SALT).unsign_object(
+            ticket, max_age=settings.TERMINAL_TICKET_MAX_AGE_S
+        )
+    except signing.SignatureExpired:
+        raise Refused(REFUSE_TICKET, "ticket expired") from None
+    except signing.BadSignature:
+        raise Refused(REFUSE_TICKET, "bad ticket") from None
+    if not isinstance(data, dict) or data.get("u") != user.pk or data.get("t") != str(terminal_id):
+        raise Refused(REFUSE_FORBIDDEN, "ticket for another user or terminal")
+    terminal = Terminal.objects.select_related("session").filter(pk=terminal_id, user=user).first()
+    if terminal is None:
+        raise Refused(REFUSE_NOT_FOUND, "no such terminal")
+    if terminal.closed is not None:
+        raise Refused(REFUSE_NOT_FOUND, "terminal closed")
+    try:
+        get_space_for_user(user, terminal.session.space_id, Role.MEMBER)
+    except Http404:
+        raise Refused(REFUSE_NOT_FOUND, "no such terminal") from None
+    except PermissionDenied:
+        raise Refused(REFUSE_FORBIDDEN, "this needs the member role") from None
+    nonce = str(data.get("n") or "")
+    redeemed = (
+        Terminal.objects.filter(pk=terminal.pk, ticket_nonce=nonce).exclude(ticket_nonce="").update(ticket_nonce="")
+    )
+    if not redeemed:
+        raise Refused(REFUSE_TICKET, "ticket already used")
+    return Grant(
+        str(terminal.pk),
+        str(terminal.session_id),
+        str(terminal.session.space_id),
+        user.pk,
+        terminal.read_only,
+        auth_hash=user.get_session_auth_hash(),
+        login_session=login_session,
+    )
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """Why an admitted terminal may no longer run, and the close code that says so."""
+
+    reason: str
+    code: int
+
+
+def login_session_ended(user_id: object, session_key: str) -> bool:
+    """True when the login session is gone (logout, "log out everywhere", expiry) or is no
+    longer this user's. Cookie-only session engines keep no server state to ask."""
+    if settings.SESSION_ENGINE.endswith("signed_cookies"):
+        return False
+    from importlib import import_module
+
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+    return bool(store.load().get(SESSION_KEY) != str(user_id))
+
+
+def revoked(grant: Grant) -> Revocation | None:
+    """Re-check an admitted terminal against the committed state: the account, its
+    password, its login session and its role in the space. None while it may run on."""
+    user = get_user_model().objects.filter(pk=grant.user_id).first()
+    if user is None or not user.is_active:
+        return Revocation("access revoked: the account was deactivated or deleted", CLOSE_ACCESS)
+    if grant.auth_hash and user.get_session_auth_hash() != grant.auth_hash:
+        return Revocation("logged out: the password was changed", CLOSE_LOGGED_OUT)
+    if grant.login_session and login_session_ended(user.pk, grant.login_session):
+        return Revocation("logged out: the login session was ended", CLOSE_LOGGED_OUT)
+    try:
+        get_space_for_user(user, grant.space_id, Role.MEMBER)
+    except Http404:
+        return Revocation("access revoked: no longer a member of this space", CLOSE_ACCESS)
+    except PermissionDenied:
+        return Revocation("access revoked: terminals need the member role", CLOSE_ACCESS)
+    return None
+
+
+# --- Audit ---------------------------------------------------------------------------------
+
+
+def record_open(grant: Grant, user: Any, source_ip: str | None, sandbox_id: str) -> None:
+    session = Session.objects.select_related("space").get(pk=grant.session_id)
+    Terminal.objects.filter(pk=grant.terminal_id).update(opened=timezone.now())
+    record_audit(
+        Actor(user=user, source_ip=source_ip),
+        "terminal.open",
+        space=session.space,
+        target_type="terminal",
+        target_id=grant.terminal_id,
+        details={"session": grant.session_id, "sandbox_id": sandbox_id, "read_only": grant.read_only},
+    )
+
+
+def record_close(grant: Grant, user: Any, source_ip: str | None, reason: str, stats: dict[str, Any]) -> None:
+    session = Session.objects.select_related("space").get(pk=grant.session_id)
+    Terminal.objects.filter(pk=grant.terminal_id, closed__isnull=True).update(
+        closed=timezone.now(),
+        close_reason=reason[:200],
+        bytes_in=stats["bytes_in"],
+        bytes_out=stats["bytes_out"],
+        ticket_nonce="",
+    )
+    record_audit(
+        Actor(user=user, source_ip=source_ip),
+        "terminal.close",
+        space=session.space,
+        target_type="terminal",
+        target_id=grant.terminal_id,
+        details={"session": grant.session_id, "reason": reason, **stats},
+    )
+
+
+def touch_session(session_id: str) -> None:
+    Session.objects.filter(pk=session_id).update(last_activity=timezone.now())
+
+
+def open_pty(session_id: str, size: PtySize) -> tuple[PtyHandle, str]:
+    """Resolve the session (resuming a paused sandbox) and open a shell as the session user."""
+    session = Session.objects.select_related("config", "space").get(pk=session_id)
+    resolved = Runtime().resolve_session(session)
+    ptys = backend_for(session.config).pty()
+    if ptys is None:
+        raise RemoteError(ErrorKind.UNSUPPORTED, "this sandbox backend has no interactive terminals")
+    handle = ptys.open(resolved.sandbox.sandbox_id, size, command=SHELL, user="user", cwd="/workspace")
+    return handle, resolved.sandbox.sandbox_id
+
+
+# --- The PTY owner ---------------------------------------------------------------------------
+
+_processes: dict[str, TerminalProcess] = {}
+
+
+def get_process(terminal_id: str) -> TerminalProcess | None:
+    process = _processes.get(terminal_id)
+    return process if process is not None and not process.closed else None
+
+
+_closing: set[asyncio.Task[None]] = set()
+
+
+async def close_all(reason: str = "server shutting down", *, code: int = CLOSE_SERVER_STOPPING) -> None:
+    """Close every terminal this process owns (attached or in its grace window), at once,
+    and wait for every close in flight: each ends its shell and records the close."""
+    closes = [process.close(reason, code=code) for process in list(_processes.values())]
+    await asyncio.gather(*closes, return_exceptions=True)
+    if _closing:
+        await asyncio.gather(*list(_closing), return_exceptions=True)
+
+
+_shutdown_hook: list[object] = []
+# Set (synchronously) by the shutdown trigger, so the consumers Daphne cancels in the same
+# breath leave their terminals attached for close_all() to end with a message and a close code.
+shutting_down = False
+SHUTDOWN_LINGER_S = 0.3
+
+
+def install_shutdown_hook() -> None:
+    """Under Daphne, end this process's shells before the server stops.
+
+    On SIGTERM/SIGINT Daphne stops its Twisted reactor, which first cancels every websocket
+    application; a shell left in its grace window has no application at all. Both would
+    leave shells running and Terminal rows open, so a "before shutdown" trigger closes every
+    terminal (and Twisted waits for it). Outside a Twisted reactor this does nothing.
+    """
+    if _shutdown_hook or "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import defer, reactor
+
+    def before_shutdown() -> object:
+        global shutting_down
+        shutting_down = True
+        logger.info("server stopping: closing %d terminal(s)", len(_processes))
+        return defer.Deferred.fromFuture(asyncio.ensure_future(close_all_and_linger()))
+
+    async def close_all_and_linger() -> None:
+        await close_all("server shutting down")
+        # The close frames are written; give the clients a moment to answer them before
+        # Twisted drops the connections (else a reset can swallow the frame unread).
+        await asyncio.sleep(SHUTDOWN_LINGER_S)
+
+    _shutdown_hook.append(reactor.addSystemEventTrigger("before", "shutdown", before_shutdown))  # type: ignore[arg-type]  # zope interface stubs
+
+
+class TerminalProcess:
+    """One shell, owned by this process's event loop, attached to at most one websocket."""
+
+    def __init__(self, grant: Grant, user: Any, source_ip: str | None) -> None:
+        self.grant = grant
+        self.user = user
+        self.source_ip = source_ip
+        self.loop = asyncio.get_running_loop()
+        self.ring = MemoryRingBuffer(max_bytes=settings.TERMINAL_REPLAY_BYTES, max_chunks=1000)
+        self.size = PtySize()
+        self.applied_size: PtySize | None = None
+        self.handle: PtyHandle | None = None
+        self.consumer: TerminalConsumer | None = None
+        # Bounded by the readers, which stop at QUEUE_CHUNKS (a full asyncio.Queue would raise).
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self.send_lock = asyncio.Lock()
+        self.reading = False
+        self.fd: int | None = None
+        self.reader_wakeup = threading.Event()
+        self.reader_stop = False
+        self.closed = False
+        self.closing: asyncio.Task[None] | None = None
+        self.started_at = time.monotonic()
+        self.last_activity = time.monotonic()
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.pending_input = bytearray()
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.grace: asyncio.TimerHandle | None = None
+        self.resizing: asyncio.Task[Any] | None = None
+        self.writes: asyncio.Queue[bytes] = asyncio.Queue()
+        self.writer_busy = False
+        _processes[grant.terminal_id] = self
+
+    # Lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the shell (resuming the sandbox), then start reading, sending and keeping alive."""
+        handle, sandbox_id = await database_sync_to_async(open_pty)(self.grant.session_id, self.size)
+        if self.closed:  # closed while the sandbox was resolving
+            await self.loop.run_in_executor(None, handle.kill)
+            return
+        self.handle = handle
+        self.applied_size = self.size
+        await database_sync_to_async(record_open)(self.grant, self.user, self.source_ip, sandbox_id)
+        self.tasks.append(self.loop.create_task(self._sender()))
+        self.tasks.append(self.loop.create_task(self._keepalive()))
+        self.tasks.append(self.loop.create_task(self._writer()))
+        self.fd = handle.fileno()
+        if self.fd is not None:
+            # Bytes the backend already read ahead are served by read() before the fd wakes.
+            first = await self.loop.run_in_executor(None, self._read_now)
+            if first:
+                self.queue.put_nowait(first)
+            self._start_reading()
+        else:
+            threading.Thread(target=self._reader_thread, name=f"terminal-{self.grant.terminal_id}", daemon=True).start()
+        if self.pending_input:
+            self.write(bytes(self.pending_input))
+            self.pending_input.clear()
+        self._apply_size()
+
+    async def close(self, reason: str, *, code: int = CLOSE_NORMAL) -> None:
+        """End the shell, close the websocket with `reason`, record and audit the close.
+
+        The work runs in a task of its own: a consumer cancelled while closing (Daphne's
+        application close timeout) cannot leave the shell running or the close unrecorded.
+        """
+        if self.closing is None:
+            self.closed = True
+            self.closing = self.loop.create_task(self._close(reason, code))
+            _closing.add(self.closing)
+            self.closing.add_done_callback(_closing.discard)
+        await asyncio.shield(self.closing)
+
+    async def _close(self, reason: str, code: int) -> None:
+        if self.grace is not None:
+            self.grace.cancel()
+        self._stop_reading()
+        self.reader_stop = True
+        self.reader_wakeup.set()
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            await consumer.end(reason, code)
+        if self.handle is not None:
+            with contextlib.suppress(Exception):
+                await self.loop.run_in_executor(None, self.handle.kill)
+        for task in self.tasks:
+            task.cancel()
+        _processes.pop(self.grant.terminal_id, None)
+        stats = {
+            "duration_s": round(time.monotonic() - self.started_at, 3),
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+        }
+        try:
+            await database_sync_to_async(record_close)(self.grant, self.user, self.source_ip, reason, stats)
+        except Exception:
+            logger.exception("terminal %s: recording the close failed", self.grant.terminal_id)
+
+    async def attach(self, consumer: TerminalConsumer, *, reattached: bool) -> None:
+        """Make `consumer` the one client: replay the buffered output, then stream live."""
+        if self.grace is not None:
+            self.grace.cancel()
+            self.grace = None
+        previous = self.consumer
+        if previous is not None and previous is not consumer:
+            self.consumer = None
+            await previous.end("another connection took over this terminal", CLOSE_REPLACED)
+        async with self.send_lock:
+            replay = self.ring.read_after(None, max(settings.TERMINAL_REPLAY_BYTES, 1))
+            await consumer.send_control({"type": "status", "state": "ready", "reattached": reattached})
+            for _, chunk in replay.chunks:
+                await consumer.send(bytes_data=chunk)
+            self.consumer = consumer
+        self.flowing.set()
+        self._maybe_resume_reading()
+
+    def detach(self, consumer: TerminalConsumer) -> None:
+        """The client went away abnormally: keep the shell for the grace window, input fenced."""
+        if self.consumer is not consumer or self.closed:
+            return
+        self.consumer = None
+        self.start_grace()
+
+    def start_grace(self) -> None:
+        """No client: keep draining into the replay buffer; end the shell if none comes back."""
+        if self.closed or self.consumer is not None or self.grace is not None:
+            return
+        self.flowing.set()
+        self.grace = self.loop.call_later(
+            settings.TERMINAL_REATTACH_S,
+            lambda: self.loop.create_task(self.close("not reattached within the grace window")),
+        )
+
+    # Client -> shell -------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        self.touch()
+        self.bytes_in += len(data)
+        if self.handle is None:
+            if len(self.pending_input) + len(data) <= MAX_PENDING_INPUT:
+                self.pending_input += data
+            return
+        if not self.writer_busy and self.writes.empty() and len(data) <= 1024:
+            # Keystrokes: write at once (a short send on a socket with room never blocks).
+            with contextlib.suppress(RemoteError):
+                self.handle.write(data)
+            return
+        self.writes.put_nowait(data)
+
+    async def _writer(self) -> None:
+        """Large writes (pastes) in an executor, in order, so the loop never blocks on them."""
+        while True:
+            data = await self.writes.get()
+            self.writer_busy = True
+            try:
+                if self.handle is not None:
+                    await self.loop.run_in_executor(None, self.handle.write, data)
+            except RemoteError:
+                pass
+            finally:
+                self.writer_busy = False
+
+    def resize(self, size: PtySize) -> None:
+        """Remember the size; apply it once the shell runs (a resize before start fails)."""
+        self.size = size.clamped()
+        self.touch()
+        if self.handle is not None:
+            self._apply_size()
+
+    def _apply_size(self) -> None:
+        if self.resizing is not None and not self.resizing.done():
+            return  # the running resize re-checks the wanted size when it finishes
+        if self.handle is None or self.size == self.applied_size:
+            return
+        self.resizing = self.loop.create_task(self._resize_loop())
+
+    async def _resize_loop(self) -> None:
+        while self.handle is not None and self.size != self.applied_size and not self.closed:
+            wanted = self.size
+            try:
+                await self.loop.run_in_executor(None, self.handle.resize, wanted)
+            except RemoteError as exc:
+                logger.info("terminal %s: resize failed: %s", self.grant.terminal_id, exc)
+                return
+            self.applied_size = wanted
+
+    def pause(self) -> None:
+        self.flowing.clear()
+        self._stop_reading()
+
+    def resume(self) -> None:
+        self.flowing.set()
+        self._maybe_resume_reading()
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    # Shell -> client -------------------------------------------------------------------------
+
+    def _read_now(self) -> bytes | None:
+        """One non-waiting read: bytes, b"" at end of stream, None when nothing is there."""
+        assert self.handle is not None
+        try:
+            return self.handle.read(READ_BYTES, timeout=0)
+        except RemoteError as exc:
+            return None if exc.kind == ErrorKind.TIMEOUT else b""
+
+    def _start_reading(self) -> None:
+        if self.fd is not None and not self.reading and not self.closed:
+            self.loop.add_reader(self.fd, self._on_readable)
+            self.reading = True
+
+    def _stop_reading(self) -> None:
+        if self.fd is not None and self.reading:
+            self.loop.remove_reader(self.fd)
+            self.reading = False
+
+    def _maybe_resume_reading(self) -> None:
+        if self.flowing.is_set() and self.queue.qsize() <= QUEUE_CHUNKS // 2:
+            if self.fd is not None:
+                self._start_reading()
+            else:
+                self.reader_wakeup.set()
+
+    def _on_readable(self) -> None:
+        data = self._read_now()
+        if data is None:
+            return
+        if data == b"":
+            self._stop_reading()
+            self.fd = None  # the descriptor may be closed and reused from here on
+            self.queue.put_nowait(None)
+            return
+        self.queue.put_nowait(data)
+        if self.queue.qsize() >= QUEUE_CHUNKS or not self.flowing.is_set():
+            self._stop_reading()  # the kernel's PTY buffer fills and the producer blocks
+
+    def _reader_thread(self) -> None:
+        """For backends without a descriptor: blocking reads, bounded by the same queue."""
+        assert self.handle is not None
+        while not self.reader_stop:
+            if self.queue.qsize() >= QUEUE_CHUNKS or not self.flowing.is_set():
+                self.reader_wakeup.wait(0.5)
+                self.reader_wakeup.clear()
+                continue
+            try:
+                data: bytes | None = self.handle.read(READ_BYTES, timeout=0.5)
+            except RemoteError as exc:
+                if exc.kind == ErrorKind.TIMEOUT:
+                    continue
+                data = b""
+            put: Callable[[bytes | None], None] = self.queue.put_nowait
+            self.loop.call_soon_threadsafe(put, data or None)
+            if not data:
+                return
+
+    async def _sender(self) -> None:
+        while True:
+            await self.flowing.wait()
+            data = await self.queue.get()
+            if data is None:
+                break
+            self.ring.append(data)
+            self.bytes_out += len(data)
+            self.touch()
+            async with self.send_lock:
+                consumer = self.consumer
+                if consumer is not None:
+                    await consumer.send_pty(data)
+            self._maybe_resume_reading()
+        await self.close("the shell exited")
+
+    async def _keepalive(self) -> None:
+        """Keep the session from idling; close on idle; re-check access now and then."""
+        idle_s = settings.TERMINAL_IDLE_TIMEOUT_S
+        every = max(min(settings.TERMINAL_KEEPALIVE_S, idle_s / 4), 0.2)
+        next_touch = next_check = 0.0
+        while not self.closed:
+            now = time.monotonic()
+            if now - self.last_activity > idle_s:
+                await self.close(f"idle for {idle_s} s", code=CLOSE_IDLE)
+                return
+            if now >= next_touch:
+                next_touch = now + settings.TERMINAL_KEEPALIVE_S
+                with contextlib.suppress(Exception):
+                    await database_sync_to_async(touch_session)(self.grant.session_id)
+            if now >= next_check:  # detached too: its shell runs on for the grace window
+                next_check = now + settings.TERMINAL_KEEPALIVE_S
+                with contextlib.suppress(Exception):  # the database away: ask again later
+                    revocation = await database_sync_to_async(revoked)(self.grant)
+                    if revocation is not None:
+                        await self.close(revocation.reason, code=revocation.code)
+                        return
+            await asyncio.sleep(every)
+
+
+# --- Control events over the channel layer ----------------------------------------------------
+
+
+def send_to_user_terminals(user_id: object, event: dict[str, Any]) -> None:
+    """The one sync helper that sends to a user's terminals (never PTY bytes)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+    try:
+        if loop is not None:  # called from async code (a signal fired in the event loop's thread)
+            loop.create_task(layer.group_send(user_group(user_id), event))
+        else:
+            async_to_sync(layer.group_send)(user_group(user_id), event)
+    except Exception:
+        logger.exception("could not notify the terminals of user %s", user_id)
+
+
+def revoke_user_terminals_on_commit(user_id: object, reason: str) -> None:
+    """Close every terminal of the user once the current transaction commits."""
+    event = {"type": "terminal.revoke", "reason": reason}
+    transaction.on_commit(lambda: send_to_user_terminals(user_id, event), robust=True)
+
+
+def recheck_user_terminals_on_commit(user_id: object) -> None:
+    """Make the user's terminals re-check their access once the current transaction commits.
+
+    Sent inside the transaction, the terminals' re-check (on another connection) would read
+    the state before the change and let the terminal run until its next keepalive."""
+    transaction.on_commit(lambda: send_to_user_terminals(user_id, {"type": "terminal.recheck"}), robust=True)
+
+
+@receiver(user_logged_out, dispatch_uid="sandboxes.terminals.logout")
+def _close_terminals_on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    if user is not None:
+        revoke_user_terminals_on_commit(user.pk, "logged out")
+
+
+@receiver(login_sessions_ended, dispatch_uid="sandboxes.terminals.sessions_ended")
+def _close_terminals_on_logout_everywhere(sender: Any, user_id: object, **kwargs: Any) -> None:
+    revoke_user_terminals_on_commit(user_id, "logged out everywhere")
+
+
+@receiver(post_save, sender=Membership, dispatch_uid="sandboxes.terminals.membership_saved")
+@receiver(post_delete, sender=Membership, dispatch_uid="sandboxes.terminals.membership_deleted")
+def _recheck_terminals_on_membership_change(sender: Any, instance: Membership, **kwargs: Any) -> None:
+    if kwargs.get("created"):
+        return  # a new membership cannot take access away
+    recheck_user_terminals_on_commit(instance.user_id)
+
+
+@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminals.user_saved")
+@receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminals.user_deleted")
+def _recheck_terminals_on_user_change(sender: Any, instance: Any, **kwargs: Any) -> None:
+    """A deactivation or a password change (any save of the user but a login's stamp)."""
+    if kwargs.get("created"):
+        return
+    if set(kwargs.get("update_fields") or ()) == {"last_login"}:
+        return
+    recheck_user_terminals_on_commit(instance.pk)
