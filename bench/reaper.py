@@ -75,7 +75,7 @@ def run(small: int, large: int, run_id: str) -> dict[str, object]:
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
     from sandboxes.models import PlatformBackend, SandboxConfig
     from sandboxes.sessions.runtime import backend_for
-    from sandboxes.sessions.store import get_store
+    from sandboxes.sessions.store_select import get_store
 
     space = Space.objects.create(name=f"bench {run_id}", slug=f"bench-{run_id}")
     NetworkPolicy.objects.create(space=space)

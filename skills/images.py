@@ -49,9 +49,14 @@ from sandboxes.backends.base import (
     Resources,
     SandboxSpec,
 )
-from sandboxes.catalog.services import console_metadata, do_set_session_image, sessions_using_snapshot
+from sandboxes.catalog.services import (
+    config_fingerprint,
+    console_metadata,
+    do_set_session_image,
+    sessions_using_snapshot,
+)
 from sandboxes.models import SandboxConfig, SessionImage
-from sandboxes.sessions.runtime import backend_for, config_fingerprint, effective_template
+from sandboxes.sessions.runtime import backend_for, effective_template
 
 from . import install
 from .build_network import BuildNetwork, build_network, sources_to_reach
@@ -98,17 +103,6 @@ def current_image(space: Space, config: SandboxConfig) -> SkillImage | None:
         .order_by("-generation")
         .first()
     )
-
-
-def current_items() -> QuerySet[SkillImageItem]:
-    """Items of every current generation (one per space and config), for catalog queries."""
-    pointed = SessionImage.objects.filter(
-        space=OuterRef("image__space"),
-        config=OuterRef("image__config"),
-        snapshot_id=OuterRef("image__snapshot_id"),
-        fingerprint=OuterRef("image__fingerprint"),
-    )
-    return SkillImageItem.objects.filter(Exists(pointed), image__status=SkillImageStatus.READY)
 
 
 def history(space: Space, config: SandboxConfig) -> QuerySet[SkillImage]:

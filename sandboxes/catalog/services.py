@@ -6,6 +6,7 @@ none of them builds one from a row themselves.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -15,6 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from console.crypto import REDACTED, decrypt, encrypt
 from console.models import NetworkPolicy, Space
@@ -40,9 +42,10 @@ from ..backends.base import (
     Resources,
     SandboxSpec,
     TemplateBuildSpec,
+    TemplateInfo,
     is_snapshot_id,
 )
-from ..models import IDENTITY_FIELDS, BackendKind, PlatformBackend, SandboxConfig
+from ..models import IDENTITY_FIELDS, BackendKind, PlatformBackend, SandboxConfig, Session
 
 # What a space admin sets; the infrastructure is the platform backend's (sandboxes.platform).
 CONFIG_FIELDS = (
@@ -153,6 +156,36 @@ def console_metadata(config: SandboxConfig, **extra: str) -> dict[str, str]:
     }
 
 
+# Ownership as the console's labels say it (written by `console_metadata`); read by the
+# catalog (`templates`) and by the config checks here.
+OWN = "own"
+PLATFORM = "platform"
+
+
+def labelled_owner(labels: Any, space: Space) -> str | None:
+    """OWN, "other" or None (no owner labels) as the labels say."""
+    installation, owner = labels.get(META_INSTALLATION), labels.get(META_SPACE)
+    if installation is None and owner is None:
+        return None
+    if installation == settings.CONSOLE_INSTALLATION_ID and owner == str(space.pk):
+        return OWN
+    return "other"
+
+
+def template_owner(template: TemplateInfo, space: Space) -> str | None:
+    """OWN, PLATFORM or None (another tenant's: hidden)."""
+    owner = labelled_owner(template.labels, space)
+    if owner is None:
+        return PLATFORM  # built outside any space: the base image, platform builds
+    return OWN if owner == OWN else None
+
+
+def config_fingerprint(config: SandboxConfig) -> str:
+    """SHA-256 over provider, endpoint and credential: which backend account holds a snapshot."""
+    material = "\n".join(account_identity(config))  # the platform backend's, or the space's own key
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
 def network_spec_for(space: Space) -> NetworkSpec:
     """The space's policy as sent to a backend: every switch explicit."""
     policy = NetworkPolicy.objects.get_or_create(space=space)[0]
@@ -218,8 +251,6 @@ def _check_template_choice(template_id: str) -> None:
 def _check_template_visible(config: SandboxConfig) -> None:
     """Another tenant's template (on a shared engine) is no choice for this space's config.
     Unlisted or unreachable: left to the connection test, as before."""
-    from .templates import template_owner
-
     try:
         with open_backend(config) as backend:
             templates = backend.templates()
@@ -518,7 +549,6 @@ def do_set_session_image(
     the snapshot belongs to the config's current backend account.
     """
     from ..models import SessionImage
-    from ..sessions.runtime import mark_config_stale
 
     if not fingerprint:
         raise ServiceError("A session image needs the fingerprint of the account that holds its snapshot.")
@@ -544,7 +574,6 @@ def do_set_session_image(
 def do_clear_session_image(space: Space, config: SandboxConfig, *, actor: Actor) -> None:
     """Sessions go back to the config's default template (e.g. every skill uninstalled)."""
     from ..models import SessionImage
-    from ..sessions.runtime import mark_config_stale
 
     with transaction.atomic():
         deleted, _ = SessionImage.objects.filter(space=space, config=config).delete()
@@ -566,3 +595,17 @@ def sessions_using_snapshot(snapshot_id: str) -> int:
     from ..models import Session
 
     return Session.objects.filter(template_id=snapshot_id).exclude(sandbox_id="").count()
+
+
+# Staleness: sessions whose image changed start afresh at their next turn (runtime.resolve).
+
+
+def mark_config_stale(space: Space, config: SandboxConfig) -> int:
+    """Declare stale the sessions that start from this config's image (its skill image
+    changed); sessions on the space's other configs keep their sandboxes. Returns how many."""
+    return Session.objects.filter(space=space, config=config).update(stale_at=timezone.now())
+
+
+def mark_space_stale(space: Space) -> int:
+    """Declare every session of the space stale, whatever its config; returns how many."""
+    return Session.objects.filter(space=space).update(stale_at=timezone.now())

@@ -19,16 +19,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import django.dispatch
-from django.conf import settings
 from django.db import transaction
 
 from console.access import is_platform_admin
-from console.models import Space
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import (
-    META_INSTALLATION,
-    META_SPACE,
     ErrorKind,
     RemoteError,
     SnapshotInfo,
@@ -36,15 +32,21 @@ from ..backends.base import (
     is_snapshot_id,
 )
 from ..models import SandboxConfig, Session, SessionImage
-from .services import console_metadata, do_clear_session_image, open_backend
+from .services import (
+    OWN,
+    PLATFORM,
+    config_fingerprint,
+    console_metadata,
+    do_clear_session_image,
+    labelled_owner,
+    open_backend,
+    template_owner,
+)
 
 # Receivers return a list of `SnapshotReference` for (snapshot_id, fingerprint).
 snapshot_references = django.dispatch.Signal()
 # Sent after a platform admin deleted a snapshot still referenced: receivers fall back.
 snapshot_force_deleted = django.dispatch.Signal()
-
-OWN = "own"
-PLATFORM = "platform"
 
 NEVER = datetime.min.replace(tzinfo=UTC)
 
@@ -78,33 +80,9 @@ def owner_labels(config: SandboxConfig) -> dict[str, str]:
     return console_metadata(config)
 
 
-def _labelled_owner(labels: Any, space: Space) -> str | None:
-    """OWN, "other" or None (no owner labels) as the labels say."""
-    installation, owner = labels.get(META_INSTALLATION), labels.get(META_SPACE)
-    if installation is None and owner is None:
-        return None
-    if installation == settings.CONSOLE_INSTALLATION_ID and owner == str(space.pk):
-        return OWN
-    return "other"
-
-
-def template_owner(template: TemplateInfo, space: Space) -> str | None:
-    """OWN, PLATFORM or None (another tenant's: hidden)."""
-    owner = _labelled_owner(template.labels, space)
-    if owner is None:
-        return PLATFORM  # built outside any space: the base image, platform builds
-    return OWN if owner == OWN else None
-
-
-def _fingerprint(config: SandboxConfig) -> str:
-    from ..sessions.runtime import config_fingerprint
-
-    return config_fingerprint(config)
-
-
 def recorded_snapshot_ids(config: SandboxConfig) -> set[str]:
     """Snapshots the console's own records say it took for the config's space on this account."""
-    fingerprint = _fingerprint(config)
+    fingerprint = config_fingerprint(config)
     ids = set(
         SessionImage.objects.filter(space_id=config.space_id, fingerprint=fingerprint).values_list(
             "snapshot_id", flat=True
@@ -123,7 +101,7 @@ def _references(snapshot_id: str | None, fingerprint: str) -> list[tuple[str, Sn
 
 
 def snapshot_is_own(snapshot: SnapshotInfo, config: SandboxConfig, recorded: set[str]) -> bool:
-    owner = _labelled_owner(snapshot.labels, config.space)
+    owner = labelled_owner(snapshot.labels, config.space)
     if owner is not None:
         return owner == OWN
     return snapshot.snapshot_id in recorded
@@ -172,7 +150,7 @@ def load_catalog(config: SandboxConfig) -> Catalog:
 
 def snapshot_users(config: SandboxConfig, snapshot_id: str) -> list[str]:
     """What still uses the snapshot on this account: skill images and live sessions, in words."""
-    fingerprint = _fingerprint(config)
+    fingerprint = config_fingerprint(config)
     users = [
         f"the current skill image of config {image.config.name}"
         for image in SessionImage.objects.filter(snapshot_id=snapshot_id, fingerprint=fingerprint).select_related(
@@ -181,7 +159,7 @@ def snapshot_users(config: SandboxConfig, snapshot_id: str) -> list[str]:
     ]
     users.extend(ref.description for _, ref in _references(snapshot_id, fingerprint))
     sessions = Session.objects.filter(template_id=snapshot_id).exclude(sandbox_id="").select_related("config")
-    users.extend(f"live session {s.key}" for s in sessions if _fingerprint(s.config) == fingerprint)
+    users.extend(f"live session {s.key}" for s in sessions if config_fingerprint(s.config) == fingerprint)
     return list(dict.fromkeys(users))
 
 
@@ -223,7 +201,7 @@ def do_delete_snapshot(config: SandboxConfig, snapshot_id: str, *, actor: Actor,
 
 def _fall_back_from(config: SandboxConfig, snapshot_id: str, *, actor: Actor) -> list[str]:
     """Skill images recorded on a deleted snapshot go back to their config's default template."""
-    fingerprint = _fingerprint(config)
+    fingerprint = config_fingerprint(config)
     fell_back = []
     with transaction.atomic():
         for image in SessionImage.objects.filter(snapshot_id=snapshot_id, fingerprint=fingerprint).select_related(

@@ -59,11 +59,11 @@ from .store import (
     SessionStore,
     SessionStoreUnavailable,
     binding_key,
-    get_store,
     lifecycle_lock,
     lock_key,
     turn_key,
 )
+from .store_select import get_store
 
 # Longest a job may keep a sandbox of its own (skill builds, verification) before it counts
 # as a leftover.

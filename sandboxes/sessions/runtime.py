@@ -20,7 +20,6 @@ in flight and nothing is torn down.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import socket
@@ -60,7 +59,7 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from ..catalog.services import account_identity, backend_config_for, network_spec_for
+from ..catalog.services import backend_config_for, config_fingerprint, network_spec_for
 from ..models import PlatformBackend, SandboxConfig, Session, SessionImage, SessionState
 from .store import (
     LOCK_TTL_MS,
@@ -72,12 +71,12 @@ from .store import (
     SessionStoreUnavailable,
     TurnLease,
     binding_key,
-    get_store,
     lifecycle_lock,
     lock_key,
     now_iso,
     turn_key,
 )
+from .store_select import get_store
 
 GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
 # A slow path whose lock lease ran out starts over (waiting for the new holder) this often.
@@ -107,12 +106,6 @@ def backend_for(config: SandboxConfig) -> Backend:
 
 
 # --- Effective template -----------------------------------------------------------------
-
-
-def config_fingerprint(config: SandboxConfig) -> str:
-    """SHA-256 over provider, endpoint and credential: which backend account holds a snapshot."""
-    material = "\n".join(account_identity(config))  # the platform backend's, or the space's own key
-    return hashlib.sha256(material.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -697,14 +690,3 @@ PREPARE_WORKSPACE = ExecRequest(
     cwd="/",
     timeout_s=30,
 )
-
-
-def mark_config_stale(space: Space, config: SandboxConfig) -> int:
-    """Declare stale the sessions that start from this config's image (its skill image
-    changed); sessions on the space's other configs keep their sandboxes. Returns how many."""
-    return Session.objects.filter(space=space, config=config).update(stale_at=timezone.now())
-
-
-def mark_space_stale(space: Space) -> int:
-    """Declare every session of the space stale, whatever its config; returns how many."""
-    return Session.objects.filter(space=space).update(stale_at=timezone.now())

@@ -9,7 +9,7 @@
   one-shot rebuild ticket is still unused. It expires by itself (a leaked turn, 30 min).
 
 Stores: `RedisSessionStore` when REDIS_URL (or SESSION_STORE_URL) is set, otherwise
-`DatabaseSessionStore` (sandboxes.store_db) in the console's own database, so the embedded
+`DatabaseSessionStore` (`store_db`) in the console's own database (chosen in `store_select`), so the embedded
 default loses nothing on a restart either. `MemorySessionStore` holds the same semantics in
 one process's memory for unit tests only; settings never choose it.
 """
@@ -461,41 +461,3 @@ def _renew_until(held: HeldLock, stop: threading.Event) -> None:
         from django.db import connections
 
         connections.close_all()  # this thread's own (the database store's renewals)
-
-
-# --- The store this process uses ----------------------------------------------------------
-
-_store: SessionStore | None = None
-_store_lock = threading.Lock()
-
-
-def store_from_settings() -> SessionStore:
-    """Redis when SESSION_STORE_URL or REDIS_URL is set, else the console's database.
-
-    Never the memory store: a restart would lose every binding and the reaper would then
-    treat live sandboxes as leftovers.
-    """
-    from django.conf import settings
-
-    url = getattr(settings, "SESSION_STORE_URL", "") or settings.REDIS_URL
-    if url:
-        return RedisSessionStore(url)
-    from .store_db import DatabaseSessionStore
-
-    return DatabaseSessionStore()
-
-
-def get_store() -> SessionStore:
-    """The process's session store (see `store_from_settings`), made once."""
-    global _store
-    if _store is None:
-        with _store_lock:
-            if _store is None:
-                _store = store_from_settings()
-    return _store
-
-
-def set_store(store: SessionStore | None) -> None:
-    """Swap the process's store (tests pointing at their own Redis server)."""
-    global _store
-    _store = store

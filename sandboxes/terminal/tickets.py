@@ -1,6 +1,6 @@
 """Web terminals: tickets, access, and the PTY owner behind each websocket.
 
-The websocket consumer (`sandboxes.consumers.TerminalConsumer`) is thin; this module holds:
+The websocket consumer (`sandboxes.terminal.consumer.TerminalConsumer`) is thin; this module holds:
 
 - tickets: `issue_ticket(terminal)` signs {user, terminal, nonce} with a TimestampSigner;
   `admit(user, terminal_id, ticket)` checks signature, age, user, terminal, space role and
@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
@@ -58,8 +58,24 @@ from ..models import Session, Terminal
 from ..sessions.runtime import Runtime, backend_for
 from ..sessions.streams import MemoryRingBuffer
 
-if TYPE_CHECKING:
-    from .consumer import TerminalConsumer
+
+class TerminalClient(Protocol):
+    """What a `TerminalProcess` needs of the websocket attached to it (`consumer.TerminalConsumer`).
+
+    A protocol rather than the consumer's class, so this module does not import the consumer
+    that imports it.
+    """
+
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None: ...
+
+    async def send_pty(self, data: bytes) -> None: ...
+
+    async def send_control(self, message: dict[str, Any]) -> None: ...
+
+    async def end(self, reason: str, code: int) -> None: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -338,7 +354,7 @@ class TerminalProcess:
         self.size = PtySize()
         self.applied_size: PtySize | None = None
         self.handle: PtyHandle | None = None
-        self.consumer: TerminalConsumer | None = None
+        self.consumer: TerminalClient | None = None
         # Bounded by the readers, which stop at QUEUE_CHUNKS (a full asyncio.Queue would raise).
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self.flowing = asyncio.Event()
@@ -428,7 +444,7 @@ class TerminalProcess:
         except Exception:
             logger.exception("terminal %s: recording the close failed", self.grant.terminal_id)
 
-    async def attach(self, consumer: TerminalConsumer, *, reattached: bool) -> None:
+    async def attach(self, consumer: TerminalClient, *, reattached: bool) -> None:
         """Make `consumer` the one client: replay the buffered output, then stream live."""
         if self.grace is not None:
             self.grace.cancel()
@@ -446,7 +462,7 @@ class TerminalProcess:
         self.flowing.set()
         self._maybe_resume_reading()
 
-    def detach(self, consumer: TerminalConsumer) -> None:
+    def detach(self, consumer: TerminalClient) -> None:
         """The client went away abnormally: keep the shell for the grace window, input fenced."""
         if self.consumer is not consumer or self.closed:
             return

@@ -10,7 +10,7 @@ import pytest
 
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions import store as binding
+from sandboxes.sessions import store_select as binding
 from sandboxes.sessions.runtime import Runtime, get_or_create_session
 from sandboxes.sessions.store import MemorySessionStore
 from tests.personas import World

@@ -31,7 +31,7 @@ from django.urls import reverse
 from console.settings.base import redis_channel_layer
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import SandboxConfig, Session, Terminal
-from sandboxes.sessions import store as binding
+from sandboxes.sessions import store_select as binding
 from sandboxes.sessions.runtime import Runtime, get_or_create_session
 from sandboxes.sessions.store import MemorySessionStore
 from sandboxes.terminal import tickets as terminals

@@ -28,10 +28,10 @@ from sandboxes.backends.base import (
     SandboxSpec,
     TemplateBuildSpec,
 )
-from sandboxes.catalog.services import build_template, do_set_session_image, open_backend
+from sandboxes.catalog.services import build_template, config_fingerprint, do_set_session_image, open_backend
 from sandboxes.catalog.templates import load_catalog, owner_labels
 from sandboxes.models import SandboxConfig, Session, SessionImage
-from sandboxes.sessions.runtime import config_fingerprint, effective_template
+from sandboxes.sessions.runtime import effective_template
 from skills.images import take_snapshot
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import make_config

@@ -12,7 +12,7 @@ import pytest
 from console.models import AuditEvent
 from console.services import Actor, ServiceError
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session
-from sandboxes.sessions import store as binding
+from sandboxes.sessions import store_select as binding
 from sandboxes.sessions.commands import CommandOutput, kill_command, read_output, send_input, start_command
 from sandboxes.sessions.runtime import Runtime, get_or_create_session
 from sandboxes.sessions.store import RedisSessionStore

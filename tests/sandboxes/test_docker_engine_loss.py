@@ -42,7 +42,7 @@ from sandboxes.backends.base import (
 from sandboxes.backends.docker.backend import EXEC_BACKSTOP_GRACE_S, DockerBackend, _translate
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.reaper import reap_config
-from sandboxes.sessions.store import get_store
+from sandboxes.sessions.store_select import get_store
 from tests.factories import make_config
 from tests.personas import World
 from tests.sandboxes.backend_conformance import OFFLINE, run, shell_request

@@ -17,9 +17,9 @@ from django.urls import reverse
 
 from console.crypto import decrypt, encrypt
 from console.models import AuditEvent
-from sandboxes.catalog.services import backend_config_for, open_backend
+from sandboxes.catalog.services import backend_config_for, config_fingerprint, open_backend
 from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
-from sandboxes.sessions.runtime import config_fingerprint, effective_template
+from sandboxes.sessions.runtime import effective_template
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.tls_engine import TlsEngine

@@ -228,7 +228,7 @@ def _first_console_process(space_id: str, out: Any) -> None:
     from django.conf import settings
 
     from console.models import Space
-    from sandboxes.sessions import store as binding
+    from sandboxes.sessions import store_select as binding
 
     settings.REDIS_URL = ""
     binding.set_store(None)  # what settings choose when REDIS_URL is unset
@@ -246,7 +246,7 @@ def _first_console_process(space_id: str, out: Any) -> None:
 def test_a_restart_of_the_embedded_console_loses_no_session(world: World, config: SandboxConfig, settings: Any) -> None:
     import multiprocessing
 
-    from sandboxes.sessions import store as binding
+    from sandboxes.sessions import store_select as binding
 
     context = multiprocessing.get_context("fork")
     out = context.Queue()

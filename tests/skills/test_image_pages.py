@@ -15,9 +15,8 @@ from django.urls import reverse
 from console.crypto import encrypt
 from console.models import AdminJob
 from console.services import SYSTEM, ServiceError
-from sandboxes.catalog.services import do_set_session_image
+from sandboxes.catalog.services import config_fingerprint, do_set_session_image
 from sandboxes.models import PlatformBackend, SandboxConfig
-from sandboxes.sessions.runtime import config_fingerprint
 from skills.images import current_image, do_start_install, package_sources
 from skills.install import StepFailed
 from skills.models import SkillImage, SkillImageItem, SkillImageStatus, SkillVersion
