@@ -172,3 +172,34 @@ def test_the_graph_sees_function_level_and_relative_imports():
     assert "sandboxes.sessions.runtime" in graph["sandboxes.sessions.reaper"]
     assert "console.jobs" in graph["console.diagnostics"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# Inside sandboxes/: what each capability package may import of its siblings (the docstring
+# of each package says the same). The backends are a leaf (tested above); models import none.
+_BASE = {"sandboxes.backends", "sandboxes.models"}
+SANDBOXES_LAYERS = {
+    "sandboxes.catalog": _BASE,
+    "sandboxes.sessions": _BASE | {"sandboxes.catalog"},
+    "sandboxes.api": _BASE | {"sandboxes.catalog", "sandboxes.sessions"},
+    "sandboxes.terminal": _BASE | {"sandboxes.catalog", "sandboxes.sessions"},
+    # The pages sit on top: token writes live with the API, the terminal page with the terminal.
+    "sandboxes.pages": _BASE | {"sandboxes.catalog", "sandboxes.sessions", "sandboxes.api", "sandboxes.terminal"},
+}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "sandboxes" and len(parts) > 2 else module
+
+
+def test_sandboxes_packages_import_only_the_layers_below():
+    wrong = [
+        f"{module} -> {target}"
+        for module, targets in build_graph().items()
+        if _room(module) in SANDBOXES_LAYERS
+        for target in sorted(targets)
+        if _app(target) == "sandboxes"
+        and _room(target) != _room(module)
+        and _room(target) not in SANDBOXES_LAYERS[_room(module)]
+    ]
+    assert not wrong, "imports against the sandboxes/ layers:\n" + "\n".join(wrong)
