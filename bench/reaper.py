@@ -185,14 +185,8 @@ def timed_all() -> float:
 def add_sessions(space: Space, config: SandboxConfig, store: SessionStore, numbers: range, run_id: str) -> None:
     """Sessions numbered `numbers`: a row, a created (not started) container, a binding."""
     from sandboxes.backends.base import META_BINDING_VERSION
-    from sandboxes.backends.docker.backend import (
-        KIND_SANDBOX,
-        LABEL_KIND,
-        LABEL_MANAGED,
-        LABEL_TEMPLATE,
-        metadata_labels,
-    )
-    from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
+    from sandboxes.backends.docker.common import KIND_SANDBOX, LABEL_TEMPLATE, metadata_labels
+    from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE, LABEL_KIND, LABEL_MANAGED
     from sandboxes.models import Session, SessionState
     from sandboxes.sessions.runtime import Runtime, backend_for
     from sandboxes.sessions.store import Binding, now_iso

@@ -7,9 +7,12 @@ The graph is built with the standard library's `ast` from the source of `console
 running project; `sandboxes/sessions/workspace_helper.py` runs inside a sandbox and imports
 nothing of ours anyway). What counts as an arrow:
 
-- every `import` and `from ... import` anywhere in a module: at module level, inside a
-  function, and under `if TYPE_CHECKING:`. A function-level import is the usual way to hide
-  a cycle from the interpreter; the two modules still need each other, so it counts.
+- every `import` and `from ... import` that runs: at module level and inside a function or
+  method. A function-level import is the usual way to hide a cycle from the interpreter;
+  the two modules still need each other at run time, so it counts.
+- not the imports under `if TYPE_CHECKING:`: they never run and carry no behaviour, only
+  names for annotations. A part of a package split by responsibility names its whole that
+  way (`docker/files.py`'s `DockerFiles(backend: DockerBackend)`, built by `backend.py`).
 - `from package import name` is an arrow to `package.name` when that is a module of ours,
   else to `package`. Parent packages a dotted import executes on the way (`a/__init__.py`
   for `a.b`) are not arrows: they hold docstrings and the backend registry, not logic.
@@ -57,12 +60,33 @@ def _resolve(module: str, is_package: bool, level: int, target: str | None) -> s
     return ".".join([*base, target] if target else base)
 
 
+def _is_type_checking(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node of the tree but those under `if TYPE_CHECKING:` (its `else:` does run)."""
+    found: list[ast.AST] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            todo.extend(node.orelse)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
 def build_graph() -> dict[str, set[str]]:
     modules = _project_modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(), filename=str(path))):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -171,6 +195,9 @@ def test_the_graph_sees_function_level_and_relative_imports():
     assert "sandboxes.backends.base" in graph["sandboxes.backends.docker.backend"]
     assert "sandboxes.sessions.runtime" in graph["sandboxes.sessions.reaper"]
     assert "console.jobs" in graph["console.diagnostics"]
+    assert "sandboxes.backends.docker.files" in graph["sandboxes.backends.docker.backend"]
+    # ...and not the type-only name a part gives its whole.
+    assert "sandboxes.backends.docker.backend" not in graph["sandboxes.backends.docker.files"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 

@@ -24,7 +24,7 @@ from sandboxes.backends.base import (
     TemplateBuildSpec,
 )
 from sandboxes.backends.cube.backend import CubeBackend
-from sandboxes.backends.e2b.backend import parse_time
+from sandboxes.backends.e2b.common import parse_time
 from tests.fakes.e2b_server import FakeServer
 from tests.fakes.fixtures import FakeHandle
 from tests.sandboxes.backend_conformance import (

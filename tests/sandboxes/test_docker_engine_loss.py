@@ -39,7 +39,8 @@ from sandboxes.backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from sandboxes.backends.docker.backend import EXEC_BACKSTOP_GRACE_S, DockerBackend, _translate
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.common import EXEC_BACKSTOP_GRACE_S, _translate
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.reaper import reap_config
 from sandboxes.sessions.store_select import get_store

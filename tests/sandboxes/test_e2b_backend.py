@@ -31,7 +31,8 @@ from sandboxes.backends.base import (
     SandboxState,
     TemplateBuildSpec,
 )
-from sandboxes.backends.e2b.backend import E2BBackend, parse_time
+from sandboxes.backends.e2b.backend import E2BBackend
+from sandboxes.backends.e2b.common import parse_time
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
 from tests.sandboxes.backend_conformance import (

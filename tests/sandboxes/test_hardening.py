@@ -35,7 +35,8 @@ from sandboxes.backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from sandboxes.backends.docker.backend import ROOT_CAPABILITIES, DockerBackend
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.common import ROOT_CAPABILITIES
 from sandboxes.backends.docker.firewall import BRIDGE_PREFIX, TABLE_NAME, bridge_name, render_ruleset
 from tests.netns import BannerServer, dummy_link_local, host_addresses, namespace
 from tests.sandboxes.backend_conformance import OFFLINE, run

@@ -48,8 +48,6 @@ from __future__ import annotations
 import base64
 import builtins
 import json
-import re
-import secrets
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
@@ -76,53 +74,35 @@ from ..base import (
     SandboxState,
     SnapshotInfo,
     SnapshotsCapability,
-    TemplateBuildSpec,
-    TemplateInfo,
     TemplatesCapability,
     VolumesCapability,
-    is_snapshot_id,
 )
-from ..e2b.backend import (
-    ENVD_PORT,
-    E2BBackend,
-    E2BSnapshots,
-    NoRoute,
-    _is_domain,
-    _q,
-    _slug,
-    check_volume_name,
-    parse_time,
-    translating,
-)
+from ..e2b.backend import E2BBackend
+from ..e2b.common import ENVD_PORT, NoRoute, _is_domain, check_volume_name, translating
 from ..guard import Resolver
+from .common import (
+    _GENERATIONS,
+    _HOST_PATH,
+    _UNSPLIT,
+    ALL_TRAFFIC,
+    DEFAULT_LIST_LIMIT,
+    GEN_LATER,
+    GEN_MAY,
+    HOUSEKEEPING_MOUNT,
+    HOUSEKEEPING_PURPOSE,
+    HOUSEKEEPING_TTL_S,
+    LIST_GROWTH,
+    LIST_HEADROOM,
+    LIST_SNAPSHOT_TTL_S,
+    MAX_LIST_LIMIT,
+    MAY_TTL_MARGIN_S,
+    PROTOCOLS,
+    RESERVED_METADATA,
+)
+from .templates import CubeSnapshots, CubeTemplates
+from .workspaces import CubeWorkspaceDirs
 
 CUBE_DEFAULT_DOMAIN = "cube.app"
-# Cube releases, as told apart by their routes (protocol reference §6.1).
-GEN_MAY = "may"  # before v0.5: no GET /snapshots, no network update, no idle pause
-GEN_LATER = "later"  # v0.5-v0.7
-PROTOCOLS = {GEN_MAY: "cube-0.4", GEN_LATER: "cube-0.5"}
-_GENERATIONS = {**{v: k for k, v in PROTOCOLS.items()}, GEN_MAY: GEN_MAY, GEN_LATER: GEN_LATER}
-# Before v0.5 Cube kills an idle sandbox at its TTL: the console's idle sweep pauses it first.
-MAY_TTL_MARGIN_S = 900
-# Grow a full page this much when asking again (Cube has no cursor).
-LIST_GROWTH = 4
-# Sandboxes created between counting and listing still fit.
-LIST_HEADROOM = 100
-# How long the rows of a first page serve the pages that follow it.
-LIST_SNAPSHOT_TTL_S = 30.0
-MAX_LIST_LIMIT = 64000
-ALL_TRAFFIC = "0.0.0.0/0"
-RESERVED_METADATA = "host-mount"
-DEFAULT_LIST_LIMIT = 1000
-TEMPLATE_BUILD_DEADLINE_S = 900.0
-# Cube's metadata filter splits on & and = and decodes nothing more (filter_by_metadata).
-_UNSPLIT = re.compile(r"^[^&=]+$")
-# Where a housekeeping sandbox sees the workspace host root, and what it is tagged as (the
-# reaper gives a job's sandbox the job grace; its own TTL ends it sooner).
-HOUSEKEEPING_MOUNT = "/mnt/console-workspaces"
-HOUSEKEEPING_PURPOSE = "workspace-housekeeping"
-HOUSEKEEPING_TTL_S = 300
-_HOST_PATH = re.compile(r"^[A-Za-z0-9._/-]+$")
 
 
 def host_root_problem(path: str) -> str | None:
@@ -556,140 +536,4 @@ def _sort_time(info: SandboxInfo) -> str:
     return info.started_at.isoformat() if info.started_at else ""
 
 
-class CubeWorkspaceDirs(VolumesCapability):
-    """Persistent workspaces as directories `<host root>/<name>` on the Cube nodes, mounted
-    at /workspace through `host-mount`. Made and removed by housekeeping sandboxes."""
-
-    def __init__(self, backend: CubeBackend) -> None:
-        self.backend = backend
-
-    def _path(self, name: str) -> str:
-        return f"{HOUSEKEEPING_MOUNT}/{check_volume_name(name)}"
-
-    def check(self) -> str:
-        # The one way to learn whether the nodes can mount the root: mount it once.
-        self.backend.run_housekeeping(("test", "-d", HOUSEKEEPING_MOUNT), "mounting the workspace host root")
-        return f"host directories under {self.backend.host_root} mount"
-
-    def make(self, name: str) -> None:
-        self.backend.run_housekeeping(("mkdir", "-p", "--", self._path(name)), f"making workspace {name}")
-
-    def delete(self, name: str) -> None:
-        """Idempotent (`rm -rf`). A sandbox still mounting the directory would be left on a
-        deleted one: delete the sandboxes first."""
-        self.backend.run_housekeeping(("rm", "-rf", "--", self._path(name)), f"deleting workspace {name}")
-
-
-class CubeSnapshots(E2BSnapshots):
-    """Cube C-later snapshots: `snap-…` ids, deleted through `DELETE /templates/{id}`."""
-
-
-class CubeTemplates(TemplatesCapability):
-    """Cube's template API. A template is built from an OCI image: `labels["image"]` or
-    `base_template_id` names it; Debian packages and scripts are not Cube's way."""
-
-    def __init__(self, backend: CubeBackend) -> None:
-        self.backend = backend
-
-    def list(self) -> builtins.list[TemplateInfo]:
-        response = self.backend._api("GET", "/templates", "listing templates", idempotent=True)
-        snapshots: set[str] = set()
-        capability = self.backend.snapshots()
-        if capability is not None:
-            snapshots = {s.snapshot_id for s in capability.list()}
-        infos = [
-            _cube_template(row)
-            for row in response.json()
-            if not is_snapshot_id(str(row.get("templateID"))) and str(row.get("templateID")) not in snapshots
-        ]
-        return sorted(infos, key=lambda info: info.template_id)
-
-    def get(self, template_id: str) -> TemplateInfo:
-        if is_snapshot_id(template_id):
-            raise RemoteError(ErrorKind.NOT_FOUND, f"{template_id!r} is a snapshot, not a template")
-        response = self.backend._api("GET", f"/templates/{_q(template_id)}", f"template {template_id}", idempotent=True)
-        return _cube_template(response.json())
-
-    def create(self, spec: TemplateBuildSpec) -> TemplateInfo:
-        if spec.debian_packages or spec.script:
-            raise RemoteError(
-                ErrorKind.UNSUPPORTED, "Cube builds templates from an image; packages and scripts belong in the image"
-            )
-        image = spec.labels.get("image") or spec.base_template_id
-        if not image:
-            raise RemoteError(ErrorKind.INVALID, "name the image to build from (labels['image'])")
-        body: dict[str, Any] = {
-            "image": image,
-            "name": spec.name,
-            # Every Cube template must run envd on 49983 (bring-your-own-image guide).
-            "exposedPorts": [49983],
-            "probePort": 49983,
-            "writableLayerSize": spec.labels.get("writableLayerSize", "1G"),
-        }
-        if self.backend.known_generation() == GEN_MAY:
-            # Before v0.5 the caller names the template (models CreateTemplateRequest:
-            # templateID required); later releases ignore it and mint `tpl-…`.
-            body["templateID"] = f"tpl-{_slug(spec.name) or 'template'}-{secrets.token_hex(4)}"
-        response = self.backend._api(
-            "POST", "/templates", f"creating template {spec.name}", idempotent=False, json=body
-        )
-        template_id = str(response.json()["templateID"])
-        return self._wait_ready(template_id)
-
-    def _wait_ready(self, template_id: str) -> TemplateInfo:
-        deadline = time.monotonic() + TEMPLATE_BUILD_DEADLINE_S
-        delay = 0.5
-        while True:
-            response = self.backend._api(
-                "GET", f"/templates/{_q(template_id)}", f"template {template_id}", idempotent=True
-            )
-            row = response.json()
-            status = str(row.get("status") or "").upper()
-            if status == "READY":
-                return _cube_template(row)
-            if status in ("FAILED", "ERROR"):
-                raise RemoteError(ErrorKind.INVALID, f"template {template_id} failed: {row.get('lastError') or status}")
-            if time.monotonic() > deadline:
-                raise RemoteError(ErrorKind.TIMEOUT, f"template {template_id} still {status} after the build deadline")
-            self.backend.sleep(delay)
-            delay = min(delay * 2, 10.0)
-
-    def delete(self, template_id: str) -> None:
-        """Idempotent; conflict while sandboxes run from it (Cube would delete its snapshots)."""
-        users = [
-            row
-            for row in self.backend._api(
-                "GET", "/v2/sandboxes", "sandboxes using the template", idempotent=True, params={"limit": 1000}
-            ).json()
-            if row.get("templateID") == template_id
-        ]
-        if users:
-            raise RemoteError(ErrorKind.CONFLICT, f"template {template_id} is used by {len(users)} sandbox(es)")
-        try:
-            self.backend._api(
-                "DELETE", f"/templates/{_q(template_id)}", f"deleting template {template_id}", idempotent=True
-            )
-        except RemoteError as exc:
-            if exc.kind not in (ErrorKind.NOT_FOUND, ErrorKind.GONE):
-                raise
-
-
-def _cube_template(row: Mapping[str, Any]) -> TemplateInfo:
-    names = [str(n) for n in (row.get("names") or [])]
-    request = row.get("createRequest") or {}
-    name = names[0] if names else str(request.get("name") or request.get("alias") or row["templateID"])
-    labels = {
-        key: str(row[key]) for key in ("status", "instanceType", "version", "imageInfo") if row.get(key) is not None
-    }
-    return TemplateInfo(
-        template_id=str(row["templateID"]),
-        name=name,
-        description=str(row.get("imageInfo") or ""),
-        created_at=parse_time(row.get("createdAt")),
-        labels=labels,
-    )
-
-
 translating(CubeBackend, "list", "probe_generation", "run_housekeeping")
-translating(CubeWorkspaceDirs, "make", "delete")
-translating(CubeTemplates, "list", "get", "create", "delete")
