@@ -21,6 +21,7 @@ from ..base import (
     RemoteError,
 )
 from .common import _FS_PROBE, _check_path, _engine_call
+from .exec import DockerExec
 
 if TYPE_CHECKING:
     from .backend import DockerBackend
@@ -49,7 +50,7 @@ class DockerFiles(FilesCapability):
         if path == "/":
             raise RemoteError(ErrorKind.INVALID, "cannot write to /")
         container_id = self.backend._container_id(sandbox_id)
-        uid, _ = DockerBackend._exec_user(user)
+        uid, _ = DockerExec._exec_user(user)
         parent, name = posixpath.split(path)
         archive = self._tar_one_file(name, data, mode if mode is not None else 0o644, uid)
         try:

@@ -17,7 +17,7 @@ from ..base import (
     RemoteError,
 )
 from .common import PTY_PID_DIR, _engine_call
-from .exec import _ExecStream
+from .exec import DockerExec, _ExecStream
 
 if TYPE_CHECKING:
     from .backend import DockerBackend
@@ -44,7 +44,7 @@ class DockerPtys(PtyCapability):
         env: Mapping[str, str] | None = None,
     ) -> PtyHandle:
         container_id = self.backend._container_id(sandbox_id)
-        uid, home = DockerBackend._exec_user(user)
+        uid, home = DockerExec._exec_user(user)
         pty_id = secrets.token_hex(8)
         pid_file = f"{PTY_PID_DIR}/{pty_id}.pid"
         # Record the in-container pid (exec_inspect's Pid is the host's) before becoming the shell.
