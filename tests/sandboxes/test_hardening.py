@@ -334,7 +334,7 @@ def test_the_ruleset_is_in_force_and_applying_it_again_changes_nothing(
 
 def test_without_root_the_ruleset_is_reported_not_applied() -> None:
     script = (
-        "from sandboxes.backends.docker_firewall import apply_ruleset, render_ruleset\n"
+        "from sandboxes.backends.docker.firewall import apply_ruleset, render_ruleset\n"
         "result = apply_ruleset(render_ruleset()); print(result.applied, result.detail)"
     )
     done = subprocess.run(
