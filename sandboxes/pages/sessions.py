@@ -5,6 +5,7 @@ and background commands.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -26,7 +27,7 @@ from ..backends.base import RemoteError
 from ..models import Artifact, BackgroundCommand, Session
 from ..sessions.commands import kill_command, read_output, start_command
 from ..sessions.runtime import Runtime, effective_template
-from ..sessions.workspace import collect_artifacts, list_files, read_file, stage_input
+from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
 from .lookups import get_session_for_user, remote_error_message
 
 # --- Sessions ----------------------------------------------------------------------------
@@ -80,9 +81,13 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     path = request.GET.get("path", "")
     listing: list[Any] = []
     listing_error = ""
+    not_running = False
     if request.GET.get("browse") == "1" and can_use:
+        # A GET reads only: a paused or missing sandbox is offered a "Resume and browse" POST.
         try:
-            listing = list_files(runtime, session, path)
+            listing = list_files(runtime, session, path, wake=False)
+        except SandboxNotRunning:
+            not_running = True
         except (RemoteError, ServiceError) as exc:
             listing_error = remote_error_message(exc) if isinstance(exc, RemoteError) else exc.message
     context = {
@@ -95,6 +100,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "path": path,
         "listing": listing,
         "listing_error": listing_error,
+        "not_running": not_running,
         "browsed": request.GET.get("browse") == "1",
         "artifacts": session.artifacts.all()[:50],
         "commands": session.commands.all()[:20],
@@ -156,7 +162,13 @@ def session_action(request: HttpRequest, session_id: str, action: str) -> HttpRe
         messages.error(request, remote_error_message(exc))
     except ServiceError as exc:
         messages.error(request, exc.message)
+    if action == "resume" and request.POST.get("browse") == "1":
+        return redirect(_browse_url(session, request.POST.get("path", "")))
     return redirect(session)
+
+
+def _browse_url(session: Session, path: str) -> str:
+    return f"{session.get_absolute_url()}?{urlencode({'browse': '1', 'path': path})}#files"
 
 
 @login_required
@@ -188,7 +200,10 @@ def session_download(request: HttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_user(request.user, session_id, Role.MEMBER)
     path = request.GET.get("path", "")
     try:
-        data = read_file(Runtime(), session, path)
+        data = read_file(Runtime(), session, path, wake=False)  # a GET: never wakes the sandbox
+    except SandboxNotRunning as exc:
+        messages.error(request, exc.message)
+        return redirect(_browse_url(session, path.rpartition("/")[0]))
     except RemoteError as exc:
         messages.error(request, remote_error_message(exc))
         return redirect(session)

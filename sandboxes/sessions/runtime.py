@@ -661,6 +661,23 @@ class Runtime:
                     artifact.file.delete(save=False)
                 session.delete()
 
+    def running_sandbox(self, session: Session) -> SandboxInfo | None:
+        """The session's bound sandbox when it is running, else None; reads only.
+
+        Never creates, connects (a connect resumes a paused sandbox), resumes or rebuilds, so
+        GET pages may call it: browsing a paused session's files offers a resume instead.
+        """
+        binding = self.store.get_binding(self.keys(session)[0])
+        if binding is None:
+            return None
+        try:
+            info = backend_for(session.config).get(binding.sandbox_id)
+        except RemoteError as exc:
+            if exc.kind in GONE_KINDS:
+                return None
+            raise
+        return info if info.state == SandboxState.RUNNING else None
+
     def inspect(self, session: Session) -> dict[str, object]:
         """What the binding inspector shows; each part tolerates an unavailable store."""
         bkey, lkey, tkey = self.keys(session)

@@ -116,7 +116,18 @@ def _file_info(row: dict[str, Any]) -> FileInfo:
     )
 
 
-def _sandbox(runtime: Runtime, session: Session) -> tuple[Backend, str]:
+class SandboxNotRunning(ServiceError):
+    """A read that may not wake the session (a GET page) found its sandbox not running."""
+
+
+def _sandbox(runtime: Runtime, session: Session, *, wake: bool = True) -> tuple[Backend, str]:
+    """The session's backend and sandbox id. `wake=False` reads only: a paused, missing or
+    deleted sandbox is a `SandboxNotRunning`, never created, resumed or rebuilt."""
+    if not wake:
+        info = runtime.running_sandbox(session)
+        if info is None:
+            raise SandboxNotRunning(f"Session {session.key} has no running sandbox; resume it to see its files.")
+        return backend_for(session.config), info.sandbox_id
     resolved = runtime.resolve_session(session)
     return backend_for(session.config), resolved.sandbox.sandbox_id
 
@@ -142,9 +153,9 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
     return info
 
 
-def list_files(runtime: Runtime, session: Session, relative: str = "") -> list[FileInfo]:
+def list_files(runtime: Runtime, session: Session, relative: str = "", *, wake: bool = True) -> list[FileInfo]:
     path = workspace_path(relative or WORKSPACE)
-    backend, sandbox_id = _sandbox(runtime, session)
+    backend, sandbox_id = _sandbox(runtime, session, wake=wake)
     entries = [_file_info(row) for row in _json(run_helper(backend, sandbox_id, "list", path))]
     return sorted(entries, key=lambda e: (not e.is_dir, e.name))
 
@@ -155,9 +166,11 @@ def stat_file(runtime: Runtime, session: Session, relative: str) -> FileInfo:
     return _file_info(_json(run_helper(backend, sandbox_id, "stat", path)))
 
 
-def read_file(runtime: Runtime, session: Session, relative: str, *, max_bytes: int | None = None) -> bytes:
+def read_file(
+    runtime: Runtime, session: Session, relative: str, *, max_bytes: int | None = None, wake: bool = True
+) -> bytes:
     path = workspace_path(relative)
-    backend, sandbox_id = _sandbox(runtime, session)
+    backend, sandbox_id = _sandbox(runtime, session, wake=wake)
     limit = max_bytes or settings.WORKSPACE_READ_MAX_BYTES
     data = run_helper(backend, sandbox_id, "read", path, str(limit + 1), max_output_bytes=limit + 1)
     if len(data) > limit:
