@@ -31,7 +31,8 @@ from console.services import Actor, ServiceError, record_audit
 from ..backends.base import ErrorKind, ExecRequest, RemoteError
 from ..models import ApiToken, Artifact, BackgroundCommand, Session, SessionState
 from ..sessions.commands import kill_command, read_output, send_input, start_command
-from ..sessions.runtime import Resolved, Runtime, SessionDeleted, get_or_create_session
+from ..sessions.lookup import get_or_create_session
+from ..sessions.runtime import Resolved, Runtime, SessionDeleted
 from ..sessions.workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
 logger = logging.getLogger(__name__)

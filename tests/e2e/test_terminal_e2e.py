@@ -11,7 +11,8 @@ import pytest
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions import store_select as binding
-from sandboxes.sessions.runtime import Runtime, get_or_create_session
+from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import MemorySessionStore
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures

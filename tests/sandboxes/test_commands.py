@@ -14,7 +14,8 @@ from console.services import Actor, ServiceError
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session
 from sandboxes.sessions import store_select as binding
 from sandboxes.sessions.commands import CommandOutput, kill_command, read_output, send_input, start_command
-from sandboxes.sessions.runtime import Runtime, get_or_create_session
+from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from tests.conftest import REDIS_URL
 from tests.personas import World

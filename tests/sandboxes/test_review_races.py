@@ -13,7 +13,8 @@ import pytest
 from django.db import connection, connections
 
 from sandboxes.models import SandboxConfig
-from sandboxes.sessions.runtime import Resolved, Runtime, get_or_create_session
+from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.runtime import Resolved, Runtime
 from sandboxes.sessions.store import lock_key
 from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.fakes.fixtures import FakeHandle

@@ -368,7 +368,7 @@ def test_a_claimed_sandbox_gets_the_workspace_layout_a_cut_create_never_made(
     world: World, docker_session_config: SandboxConfig, runtime: Runtime
 ) -> None:
     from sandboxes.backends.base import NetworkSpec, SandboxSpec
-    from sandboxes.sessions.runtime import get_or_create_session
+    from sandboxes.sessions.lookup import get_or_create_session
 
     session = get_or_create_session(world.space_a, "s-half-made")
     # What a create cut after the engine made the container leaves: console metadata, but

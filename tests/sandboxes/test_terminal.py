@@ -22,7 +22,7 @@ from django.urls import reverse
 from console.models import AuditEvent, Membership, Role
 from console.settings.base import redis_channel_layer
 from sandboxes.models import Session, Terminal
-from sandboxes.sessions.runtime import get_or_create_session
+from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.terminal import tickets as terminals
 from sandboxes.terminal.consumer import LAYER_RETRY_MAX_S
 from tests.personas import World
