@@ -4,7 +4,7 @@
 bytes both ways; text frames carry one JSON control message each. The handshake is refused
 (closed before accept) without a valid, unused ticket of this user for this terminal, or
 without the member role in the session's space. The PTY itself is owned by a
-`sandboxes.terminals.TerminalProcess` in this process; the channel layer only carries
+`sandboxes.terminal.process.TerminalProcess` in this process; the channel layer only carries
 control events (logout, access changes) to the per-user group.
 
 A failing channel layer (Redis away, a read timing out) never takes the websocket down: the
@@ -30,17 +30,16 @@ from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
 from ..backends.base import PtySize, RemoteError
+from . import process as processes
 from . import tickets as terminals
+from .process import TerminalProcess, get_process, install_shutdown_hook
 from .tickets import (
     CLOSE_LOGGED_OUT,
     CLOSE_NORMAL,
     CLOSE_UNAVAILABLE,
     Grant,
     Refused,
-    TerminalProcess,
     admit,
-    get_process,
-    install_shutdown_hook,
     revoked,
     user_group,
 )
@@ -116,7 +115,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         """However the connection ended (closed, crashed, cancelled by the server): never
         leave the shell attached to it. When the server is stopping, the shutdown hook ends
         the shell and closes the websocket (which outlives its cancelled application)."""
-        if terminals.shutting_down:
+        if processes.shutting_down:
             return
         self.gone = True
         process = self.process
@@ -126,7 +125,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             await self._leave_group()
 
     async def connect(self) -> None:
-        if terminals.shutting_down:  # close_all() has taken its list: a shell now would leak
+        if processes.shutting_down:  # close_all() has taken its list: a shell now would leak
             await self.close(code=terminals.CLOSE_SERVER_STOPPING)
             return
         install_shutdown_hook()
