@@ -116,7 +116,7 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
     from sandboxes.sessions.runtime import Runtime, backend_for
     from sandboxes.sessions.store import RedisSessionStore
     from skills import install
-    from skills.images import build_generation, package_sources, payload_for, plan_install
+    from skills.image_builds import build_generation, package_sources, payload_for, plan_install
     from skills.services import import_folder
 
     write_wheel(sources / "wheels")

@@ -32,7 +32,7 @@ from sandboxes.catalog.services import build_template, config_fingerprint, do_se
 from sandboxes.catalog.templates import load_catalog, owner_labels
 from sandboxes.models import SandboxConfig, Session, SessionImage
 from sandboxes.sessions.runtime import effective_template
-from skills.images import take_snapshot
+from skills.image_builds import take_snapshot
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import make_config
 from tests.personas import World

@@ -17,7 +17,8 @@ from console.models import AdminJob
 from console.services import SYSTEM, ServiceError
 from sandboxes.catalog.services import config_fingerprint, do_set_session_image
 from sandboxes.models import PlatformBackend, SandboxConfig
-from skills.images import current_image, do_start_install, package_sources
+from skills.image_builds import package_sources
+from skills.images import current_image, do_start_install
 from skills.install import StepFailed
 from skills.models import SkillImage, SkillImageItem, SkillImageStatus, SkillVersion
 from skills.services import do_delete_skill_version, spaces_with_skill
