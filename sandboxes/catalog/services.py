@@ -23,7 +23,7 @@ from console.models import NetworkPolicy, Space
 from console.network import parse_destination
 from console.services import Actor, ServiceError, record_audit
 
-from ..backends import build_backend
+from ..backends import build_backend, describe
 from ..backends.base import (
     META_CONFIG,
     META_INSTALLATION,
@@ -45,7 +45,7 @@ from ..backends.base import (
     TemplateInfo,
     is_snapshot_id,
 )
-from ..models import IDENTITY_FIELDS, BackendKind, PlatformBackend, SandboxConfig, Session
+from ..models import IDENTITY_FIELDS, PlatformBackend, SandboxConfig, Session
 
 # What a space admin sets; the infrastructure is the platform backend's (sandboxes.platform).
 CONFIG_FIELDS = (
@@ -111,9 +111,10 @@ def tls_options(backend: PlatformBackend) -> dict[str, str]:
 
 
 def protocol_options(config: SandboxConfig) -> dict[str, str]:
-    """E2B/Cube: the TTL create and connect send (the config's idle timeout), and the wire
-    protocol, pinned or as last detected (the adapter detects it again when not pinned)."""
-    if config.kind not in (BackendKind.E2B, BackendKind.CUBE):
+    """Kinds with a versioned wire protocol (E2B, Cube): the TTL create and connect send (the
+    config's idle timeout), and the protocol, pinned or as last detected (the adapter detects
+    it again when not pinned)."""
+    if not describe(config.kind).versioned_protocol:
         return {}
     options = {"sandbox_timeout": str(config.idle_timeout_s)}
     if config.protocol_pin:
@@ -124,10 +125,10 @@ def protocol_options(config: SandboxConfig) -> dict[str, str]:
 
 
 def workspace_options(config: SandboxConfig) -> dict[str, str]:
-    """Cube keeps persistent workspaces under a host directory and manages them with
+    """Kinds that keep persistent workspaces under a host directory (Cube) manage them with
     housekeeping sandboxes: from the config's template, carrying its console metadata so the
     reaper can find a leftover one."""
-    if config.kind != BackendKind.CUBE or not config.workspace_host_root:
+    if not describe(config.kind).takes_workspace_host_root or not config.workspace_host_root:
         return {}
     return {
         "workspace_host_root": config.workspace_host_root,

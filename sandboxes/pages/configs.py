@@ -20,14 +20,14 @@ from console.models import NetworkPolicy, Role
 from console.services import ServiceError, actor_from_request
 from console.views import apply_form_errors
 
-from ..backends import build_backend
+from ..backends import describe
 from ..backends.base import NetworkCapabilities, RemoteError
 from ..catalog.services import (
     CONFIG_FIELDS,
-    backend_config_for,
     do_create_config,
     do_delete_config,
     do_update_config,
+    open_backend,
     unsupported_policy_switches,
 )
 from ..models import SandboxConfig
@@ -97,6 +97,7 @@ def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
         "is_admin": has_role(request.user, config.space, Role.ADMIN),
         "is_platform_admin": is_platform_admin(request.user),
         "capabilities": capabilities,
+        "backend_kind": describe(config.kind),  # which settings rows apply, from the adapter
         "unsupported": (
             unsupported_policy_switches(policy, capabilities.network) if capabilities.network is not None else []
         ),
@@ -224,19 +225,14 @@ def capability_row(config: SandboxConfig) -> CapabilityRow:
     """What the config's backend offers, read from its accessors (never from its kind)."""
     row = CapabilityRow(config=config)
     try:
-        backend = build_backend(backend_config_for(config))
+        # Through the services' bridge, the one place that builds a backend from a row.
+        with open_backend(config) as backend:
+            row.label = backend.label
+            row.accessors = {name: getattr(backend, name)() is not None for name in CAPABILITY_ACCESSORS}
+            row.network = backend.network_capabilities()
+            row.network_flags = [(label, getattr(row.network, attr)) for attr, label in NETWORK_FLAGS]
     except RemoteError as exc:
         row.error = remote_error_message(exc)
-        return row
-    try:
-        row.label = backend.label
-        row.accessors = {name: getattr(backend, name)() is not None for name in CAPABILITY_ACCESSORS}
-        row.network = backend.network_capabilities()
-        row.network_flags = [(label, getattr(row.network, attr)) for attr, label in NETWORK_FLAGS]
-    except RemoteError as exc:
-        row.error = remote_error_message(exc)
-    finally:
-        backend.close()
     return row
 
 

@@ -11,12 +11,12 @@ from django import forms
 from console.crypto import REDACTED
 from console.models import Space
 
-from ..backends.base import RemoteError, is_snapshot_id
-from ..backends.cube.backend import host_root_problem
+from ..backends import BACKEND_CLASSES, describe
+from ..backends.base import KindDescription, RemoteError, is_snapshot_id
 from ..backends.guard import check_endpoint
 from ..catalog.platform import BACKEND_FIELDS
 from ..catalog.services import CONFIG_FIELDS
-from ..models import BackendKind, PlatformBackend, SandboxConfig
+from ..models import PlatformBackend, SandboxConfig
 
 DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -246,26 +246,23 @@ class PlatformBackendForm(forms.ModelForm):
         api_key = cleaned.get("api_key") or ""
         has_key = bool(api_key) and (api_key != REDACTED or self.instance.has_api_key)
         allow_private = bool(cleaned.get("allow_private_endpoints"))
-        if kind in (BackendKind.E2B, BackendKind.CUBE):
-            if not endpoint:
-                self.add_error("endpoint", "E2B and Cube backends need their control-plane URL.")
-            elif not endpoint.startswith(("https://", "http://")):
+        # What the kind takes comes from its adapter package (no branch on the kind here).
+        described = describe(kind) if kind in BACKEND_CLASSES else None
+        if described is not None:
+            if described.endpoint_required and not endpoint:
+                self.add_error("endpoint", f"{described.label} backends need their control-plane URL.")
+            elif endpoint and not endpoint.startswith(described.endpoint_schemes):
+                self.add_error("endpoint", described.endpoint_rule)
+            if described.needs_domain and not cleaned.get("domain"):
+                self.add_error("domain", f"{described.label} backends need their sandbox domain.")
+            elif not described.needs_domain and cleaned.get("domain"):
+                self.add_error("domain", f"{described.label} backends have no sandbox domain; leave it empty.")
+            if described.takes_api_key and not has_key and not cleaned.get("allow_space_api_key"):
                 self.add_error(
-                    "endpoint", "The control-plane URL starts with https:// (or http:// on a private network)."
+                    "api_key", f"{described.label} backends need an API key (or let spaces bring their own)."
                 )
-            if not cleaned.get("domain"):
-                self.add_error("domain", "E2B and Cube backends need their sandbox domain.")
-            if not has_key and not cleaned.get("allow_space_api_key"):
-                self.add_error("api_key", "E2B and Cube backends need an API key (or let spaces bring their own).")
-        elif kind == BackendKind.DOCKER:
-            if endpoint and not endpoint.startswith(("tcp://", "unix://", "ssh://")):
-                self.add_error(
-                    "endpoint", "A Docker endpoint is empty (local socket), unix:///path, tcp://host:port or ssh://."
-                )
-            if cleaned.get("domain"):
-                self.add_error("domain", "Docker backends have no sandbox domain; leave it empty.")
-            if cleaned.get("allow_space_api_key"):
-                self.add_error("allow_space_api_key", "Docker engines take no API key.")
+            elif not described.takes_api_key and cleaned.get("allow_space_api_key"):
+                self.add_error("allow_space_api_key", f"{described.label} backends take no API key.")
         tls_given = any(cleaned.get(f) for f in ("tls_cert", "tls_key", "tls_ca"))
         if tls_given and not endpoint.startswith("tcp://"):
             self.add_error("tls_cert", "TLS client certificates are for Docker tcp:// endpoints.")
@@ -278,8 +275,8 @@ class PlatformBackendForm(forms.ModelForm):
         sandbox_url = (cleaned.get("sandbox_url") or "").strip()
         cleaned["sandbox_url"] = sandbox_url
         if sandbox_url:
-            if kind == BackendKind.DOCKER:
-                self.add_error("sandbox_url", "Docker backends have no data-plane URL; leave it empty.")
+            if described is not None and not described.takes_sandbox_url:
+                self.add_error("sandbox_url", f"{described.label} backends have no data-plane URL; leave it empty.")
             elif not sandbox_url.startswith(("https://", "http://")):
                 self.add_error("sandbox_url", "The data-plane URL starts with https:// (or http://).")
             else:
@@ -287,7 +284,7 @@ class PlatformBackendForm(forms.ModelForm):
                     check_endpoint(sandbox_url, allow_private=allow_private)
                 except RemoteError as exc:
                     self.add_error("sandbox_url", exc.message)
-        self._clean_workspace_host_root(cleaned, kind)
+        self._clean_workspace_host_root(cleaned, described)
         if endpoint and not endpoint.startswith("unix://") and "endpoint" not in self.errors:
             try:
                 check_endpoint(_guard_form(endpoint), allow_private=allow_private)
@@ -295,14 +292,15 @@ class PlatformBackendForm(forms.ModelForm):
                 self.add_error("endpoint", getattr(exc, "message", str(exc)))
         return cleaned
 
-    def _clean_workspace_host_root(self, cleaned: dict[str, Any], kind: str | None) -> None:
+    def _clean_workspace_host_root(self, cleaned: dict[str, Any], described: KindDescription | None) -> None:
         root = (cleaned.get("workspace_host_root") or "").strip()
         cleaned["workspace_host_root"] = root
         if not root:
             return
-        if kind != BackendKind.CUBE:
-            self.add_error("workspace_host_root", "Only Cube backends mount workspaces from a host directory.")
-        elif problem := host_root_problem(root):
+        if described is None or described.workspace_host_root_problem is None:
+            takers = " and ".join(d.label for d in map(describe, BACKEND_CLASSES) if d.takes_workspace_host_root)
+            self.add_error("workspace_host_root", f"Only {takers} backends mount workspaces from a host directory.")
+        elif problem := described.workspace_host_root_problem(root):
             self.add_error("workspace_host_root", f"The workspace host root must be {problem}.")
 
 

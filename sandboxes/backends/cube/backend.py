@@ -82,7 +82,6 @@ from ..e2b.common import ENVD_PORT, NoRoute, _is_domain, check_volume_name, tran
 from ..guard import Resolver
 from .common import (
     _GENERATIONS,
-    _HOST_PATH,
     _UNSPLIT,
     ALL_TRAFFIC,
     DEFAULT_LIST_LIMIT,
@@ -98,26 +97,12 @@ from .common import (
     MAY_TTL_MARGIN_S,
     PROTOCOLS,
     RESERVED_METADATA,
+    host_root_problem,
 )
 from .templates import CubeSnapshots, CubeTemplates
 from .workspaces import CubeWorkspaceDirs
 
 CUBE_DEFAULT_DOMAIN = "cube.app"
-
-
-def host_root_problem(path: str) -> str | None:
-    """What is wrong with `path` as a workspace host root, or None when it will do.
-
-    It goes into Cube's `host-mount` JSON and into housekeeping commands, so it is kept to
-    plain characters and one spelling of an absolute path.
-    """
-    if not path.startswith("/") or path == "/":
-        return "an absolute path below / (e.g. /srv/sandbox-workspaces)"
-    if not _HOST_PATH.match(path):
-        return "letters, digits and . _ - / only"
-    if "//" in path or path.endswith("/") or any(part in (".", "..") for part in path.split("/")):
-        return "written without '.', '..', '//' or a trailing '/'"
-    return None
 
 
 @dataclass(frozen=True)

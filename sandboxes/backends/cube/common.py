@@ -32,3 +32,18 @@ HOUSEKEEPING_MOUNT = "/mnt/console-workspaces"
 HOUSEKEEPING_PURPOSE = "workspace-housekeeping"
 HOUSEKEEPING_TTL_S = 300
 _HOST_PATH = re.compile(r"^[A-Za-z0-9._/-]+$")
+
+
+def host_root_problem(path: str) -> str | None:
+    """What is wrong with `path` as a workspace host root, or None when it will do.
+
+    It goes into Cube's `host-mount` JSON and into housekeeping commands, so it is kept to
+    plain characters and one spelling of an absolute path.
+    """
+    if not path.startswith("/") or path == "/":
+        return "an absolute path below / (e.g. /srv/sandbox-workspaces)"
+    if not _HOST_PATH.match(path):
+        return "letters, digits and . _ - / only"
+    if "//" in path or path.endswith("/") or any(part in (".", "..") for part in path.split("/")):
+        return "written without '.', '..', '//' or a trailing '/'"
+    return None

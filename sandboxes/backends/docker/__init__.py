@@ -5,3 +5,11 @@
 
 Imports nothing of the project but `sandboxes.backends` (the contract and the guard).
 """
+
+from ..base import KindDescription
+
+DESCRIPTION = KindDescription(
+    label="Docker",
+    endpoint_schemes=("tcp://", "unix://", "ssh://"),
+    endpoint_rule="A Docker endpoint is empty (local socket), unix:///path, tcp://host:port or ssh://.",
+)
