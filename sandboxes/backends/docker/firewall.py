@@ -19,7 +19,7 @@ and never leaves a moment without the rules. The issue "network switches enforce
 adds per-space allow/deny sets and the resolver/proxy exceptions to this same table and
 renderer (`host_services` is the place for the latter).
 
-Imports nothing of the project. `python -m sandboxes.backends.docker_firewall --print`
+Imports nothing of the project. `python -m sandboxes.backends.docker.firewall --print`
 prints the ruleset (for an operator applying it on a remote engine's host); without
 `--print` it applies it here.
 """

@@ -5,7 +5,7 @@
 that agent commands leave behind). The image carries the account `user` (uid/gid 1000) and
 a `/workspace` tree with `input/` and `output/` owned by it.
 
-Runs without Django: `python -m sandboxes.backends.docker_image [--force]`. The management
+Runs without Django: `python -m sandboxes.backends.docker.image [--force]`. The management
 command `build_base_image` calls the same function.
 """
 
