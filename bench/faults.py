@@ -327,7 +327,7 @@ class Campaign:
 
     def lease_expiry(self, fleet: Fleet) -> None:
         """A holder stalls past its lock lease while it creates; another replica resolves meanwhile."""
-        from sandboxes.binding import binding_key, lock_key
+        from sandboxes.sessions.store import binding_key, lock_key
 
         assert self.redis is not None
         console, key = fleet.console, f"lease-{self.run_id}"
@@ -385,7 +385,7 @@ class Campaign:
 
     def kill_before_bind(self, fleet: Fleet) -> None:
         """A replica killed with -9 once its new sandbox exists, before it binds it."""
-        from sandboxes.binding import binding_key
+        from sandboxes.sessions.store import binding_key
 
         assert self.redis is not None
         console, key = fleet.console, f"killed-{self.run_id}"

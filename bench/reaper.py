@@ -48,8 +48,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from console.models import Space
-    from sandboxes.binding import SessionStore
     from sandboxes.models import SandboxConfig
+    from sandboxes.sessions.store import SessionStore
 
 BENCH_LABEL = "console.bench-run"
 ROUNDS = 7
@@ -72,10 +72,10 @@ def main() -> None:
 
 def run(small: int, large: int, run_id: str) -> dict[str, object]:
     from console.models import NetworkPolicy, Space
-    from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE
-    from sandboxes.binding import get_store
+    from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
     from sandboxes.models import PlatformBackend, SandboxConfig
-    from sandboxes.runtime import backend_for
+    from sandboxes.sessions.runtime import backend_for
+    from sandboxes.sessions.store_select import get_store
 
     space = Space.objects.create(name=f"bench {run_id}", slug=f"bench-{run_id}")
     NetworkPolicy.objects.create(space=space)
@@ -107,7 +107,7 @@ def measure(configs: dict[int, SandboxConfig], store: SessionStore) -> dict[str,
     on the machine spoils one round, not the figure.
     """
     from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery
-    from sandboxes.runtime import backend_for
+    from sandboxes.sessions.runtime import backend_for
 
     small, large = sorted(configs)
     passes: dict[int, list[float]] = {small: [], large: []}
@@ -161,7 +161,7 @@ def timed(func: Callable[[], object]) -> float:
 
 
 def timed_pass(config: SandboxConfig, store: SessionStore) -> float:
-    from sandboxes.reaper import reap_config
+    from sandboxes.sessions.reaper import reap_config
 
     started = time.perf_counter()
     report = reap_config(config, store, grace=timedelta(0))  # no age spares a sandbox: ownership alone must
@@ -172,7 +172,7 @@ def timed_pass(config: SandboxConfig, store: SessionStore) -> float:
 
 
 def timed_all() -> float:
-    from sandboxes.reaper import reap_all
+    from sandboxes.sessions.reaper import reap_all
 
     started = time.perf_counter()
     reports = reap_all(grace=timedelta(0))
@@ -185,11 +185,11 @@ def timed_all() -> float:
 def add_sessions(space: Space, config: SandboxConfig, store: SessionStore, numbers: range, run_id: str) -> None:
     """Sessions numbered `numbers`: a row, a created (not started) container, a binding."""
     from sandboxes.backends.base import META_BINDING_VERSION
-    from sandboxes.backends.docker import KIND_SANDBOX, LABEL_KIND, LABEL_MANAGED, LABEL_TEMPLATE, metadata_labels
-    from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE
-    from sandboxes.binding import Binding, now_iso
+    from sandboxes.backends.docker.common import KIND_SANDBOX, LABEL_TEMPLATE, metadata_labels
+    from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE, LABEL_KIND, LABEL_MANAGED
     from sandboxes.models import Session, SessionState
-    from sandboxes.runtime import Runtime, backend_for
+    from sandboxes.sessions.runtime import Runtime, backend_for
+    from sandboxes.sessions.store import Binding, now_iso
 
     api = backend_for(config).api  # type: ignore[attr-defined]  # the Docker adapter's engine client
     sessions = Session.objects.bulk_create(
@@ -222,7 +222,7 @@ def add_sessions(space: Space, config: SandboxConfig, store: SessionStore, numbe
 
 def unbind_all(store: SessionStore) -> None:
     from sandboxes.models import Session
-    from sandboxes.runtime import Runtime
+    from sandboxes.sessions.runtime import Runtime
 
     for session in Session.objects.all():
         key = Runtime.keys(session)[0]

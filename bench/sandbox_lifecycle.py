@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import docker
 
 from sandboxes.backends.base import BackendConfig, ExecRequest, NetworkSpec, SandboxSpec
-from sandboxes.backends.docker import DockerBackend
-from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE, build_base_image
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE, build_base_image
 
 OPERATIONS = ("create", "exec", "pause", "connect", "snapshot", "create_from_snapshot", "delete")
 BENCH_LABEL = "console.bench-run"

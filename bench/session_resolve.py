@@ -71,11 +71,11 @@ def main() -> None:
 def run(n: int, run_id: str) -> dict[str, object]:
     from console.models import NetworkPolicy, Space
     from sandboxes.backends.base import META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
-    from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE
-    from sandboxes.binding import RedisSessionStore
+    from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
-    from sandboxes.runtime import Runtime, backend_for
-    from sandboxes.store_db import DatabaseSessionStore
+    from sandboxes.sessions.runtime import Runtime, backend_for
+    from sandboxes.sessions.store import RedisSessionStore
+    from sandboxes.sessions.store_db import DatabaseSessionStore
 
     space = Space.objects.create(name=f"bench {run_id}", slug=f"bench-{run_id}")
     NetworkPolicy.objects.create(space=space)

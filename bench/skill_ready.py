@@ -111,12 +111,12 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
     from console.models import NetworkPolicy, Space
     from console.services import SYSTEM
     from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
-    from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE
-    from sandboxes.binding import RedisSessionStore
+    from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
-    from sandboxes.runtime import Runtime, backend_for
+    from sandboxes.sessions.runtime import Runtime, backend_for
+    from sandboxes.sessions.store import RedisSessionStore
     from skills import install
-    from skills.images import build_generation, package_sources, payload_for, plan_install
+    from skills.image_builds import build_generation, package_sources, payload_for, plan_install
     from skills.services import import_folder
 
     write_wheel(sources / "wheels")

@@ -227,10 +227,11 @@ def main() -> int:
 
     from console.models import Membership, NetworkPolicy, Role, Space
     from sandboxes.backends.base import META_INSTALLATION, ListQuery, PtySize
-    from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE, build_base_image
+    from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE, build_base_image
     from sandboxes.models import PlatformBackend, SandboxConfig
-    from sandboxes.runtime import Runtime, backend_for, get_or_create_session
-    from sandboxes.terminals import create_terminal, issue_ticket
+    from sandboxes.sessions.lookup import get_or_create_session
+    from sandboxes.sessions.runtime import Runtime, backend_for
+    from sandboxes.terminal.tickets import create_terminal, issue_ticket
 
     call_command("migrate", verbosity=0)
     build_base_image()

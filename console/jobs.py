@@ -121,11 +121,16 @@ def start_job(kind: str, *, actor: Actor, space: Space | None = None, params: di
     return job
 
 
+# The Celery task that runs a job (registered in console.tasks).
+RUN_ADMIN_JOB_TASK = "console.run_admin_job"
+
+
 def dispatch(job: AdminJob) -> None:
     if settings.JOB_RUNNER == "celery":
-        from .tasks import run_admin_job
+        from .celery import app
 
-        result = run_admin_job.delay(str(job.id))
+        # By name, so the job runner does not import its own Celery wrapper (console.tasks).
+        result = app.send_task(RUN_ADMIN_JOB_TASK, args=[str(job.id)])
         AdminJob.objects.filter(pk=job.pk).update(task_id=result.id)
     else:
         thread = threading.Thread(target=_run_in_thread, args=(str(job.id),), name=f"job-{job.id}", daemon=True)

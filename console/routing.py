@@ -2,6 +2,6 @@
 
 from django.urls import URLPattern
 
-from sandboxes.routing import websocket_urlpatterns as sandboxes_websockets
+from sandboxes.terminal.routing import websocket_urlpatterns as sandboxes_websockets
 
 websocket_urlpatterns: list[URLPattern] = [*sandboxes_websockets]

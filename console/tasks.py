@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from .jobs import run_job
+from .jobs import RUN_ADMIN_JOB_TASK, run_job
 
 
-@shared_task(name="console.run_admin_job", ignore_result=True)
+@shared_task(name=RUN_ADMIN_JOB_TASK, ignore_result=True)
 def run_admin_job(job_id: str) -> None:
     """Run one admin job; the compare-and-set claim in run_job makes redelivery harmless."""
     run_job(job_id)

@@ -37,8 +37,8 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("django-admin/", admin.site.urls),
-    path("api/v1/", include("sandboxes.api_urls")),
-    path("", include("sandboxes.urls")),
+    path("api/v1/", include("sandboxes.api.urls")),
+    path("", include("sandboxes.pages.urls")),
     path("", include("skills.urls")),
     path("", include((console_patterns, "console"))),
 ]

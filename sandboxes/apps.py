@@ -8,4 +8,6 @@ class SandboxesConfig(AppConfig):
 
     def ready(self) -> None:
         # Register job handlers, and the signals that close terminals on loss of access.
-        from . import jobs, reaper, terminals, verify  # noqa: F401
+        from .catalog import jobs, verify  # noqa: F401
+        from .sessions import reaper  # noqa: F401
+        from .terminal import tickets  # noqa: F401

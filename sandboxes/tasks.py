@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from .reaper import start_idle_sweep, start_reaper_pass
+from .sessions.reaper import start_idle_sweep, start_reaper_pass
 
 
 @shared_task(name="sandboxes.reaper_pass", ignore_result=True)

@@ -16,7 +16,7 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   # Online sandboxes need the host packet filter (docs/security.md); only root can load it.
   if [ "$(id -u)" = 0 ]; then
     command -v nft >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables; }
-    .venv/bin/python -m sandboxes.backends.docker_firewall || true
+    .venv/bin/python -m sandboxes.backends.docker.firewall || true
   else
     echo "==> not root: the host packet filter is not applied, so sessions with outbound on are refused (docs/security.md)"
   fi

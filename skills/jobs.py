@@ -1,6 +1,6 @@
 """Job handlers of the skills app: install a skill into a space's image, and uninstall one.
 
-Thin: they load the rows named in the params and call `skills.images.build_generation`. A
+Thin: they load the rows named in the params and call `skills.image_builds.build_generation`. A
 failed step ends the job as failed with "step <name> failed: <why>"; the previous generation
 stays in force (see skills/images.py).
 """
@@ -14,7 +14,7 @@ from console.models import Space
 from console.services import Actor
 from sandboxes.models import SandboxConfig
 
-from .images import BuildPlan, build_generation, plan_install, plan_uninstall
+from .image_builds import BuildPlan, build_generation, plan_install, plan_uninstall
 from .install import StepFailed
 from .models import SkillVersion
 

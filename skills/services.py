@@ -16,14 +16,16 @@ from dataclasses import dataclass
 from typing import IO, Any, NamedTuple
 
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef, QuerySet
 from django.urls import reverse
 
 from console.access import spaces_for_user
 from console.services import Actor, ServiceError, record_audit
+from sandboxes.models import SessionImage
 
 from .archives import ArchiveError, ExtractedSkill, Limits, SkillEntry, read_archive, read_folder
 from .dependencies import find_dependencies
-from .models import Skill, SkillFile, SkillVersion
+from .models import Skill, SkillFile, SkillImageItem, SkillImageStatus, SkillVersion
 from .parsing import Issue, ParsedSkill, parse_skill_md
 
 # Files are inserted in batches so a 1000-file skill is a handful of queries.
@@ -196,8 +198,6 @@ def do_delete_skill_version(version: SkillVersion, *, actor: Actor) -> Skill | N
     space's current skill image holds the version: uninstalling it rebuilds the image from
     the catalog's copies of the other skills, and a rollback target keeps only its snapshot.
     """
-    from .images import current_items
-
     holders = sorted(set(current_items().filter(version=version).values_list("image__space__name", flat=True)))
     if holders:
         raise ServiceError(
@@ -261,14 +261,25 @@ class SpaceRef:
         return reverse("skills:image_detail", kwargs={"space_id": self.id})
 
 
+def current_items() -> QuerySet[SkillImageItem]:
+    """Items of every current generation (one per space and config), for catalog queries.
+
+    A read beside the writes that need it; `images` builds on this module, not the reverse."""
+    pointed = SessionImage.objects.filter(
+        space=OuterRef("image__space"),
+        config=OuterRef("image__config"),
+        snapshot_id=OuterRef("image__snapshot_id"),
+        fingerprint=OuterRef("image__fingerprint"),
+    )
+    return SkillImageItem.objects.filter(Exists(pointed), image__status=SkillImageStatus.READY)
+
+
 def spaces_with_skill(skill_ids: list[object], *, user: Any = None) -> dict[object, list[SpaceRef]]:
     """{skill id: the spaces whose current skill image holds it}, in one query.
 
     With `user`, only spaces that user can see are listed (skills are platform-wide, spaces
     are not). "Current" is the sandboxes-side pointer of each (space, config).
     """
-    from .images import current_items
-
     items = current_items().filter(skill_id__in=[str(skill_id) for skill_id in skill_ids])
     if user is not None:
         items = items.filter(image__space__in=spaces_for_user(user))

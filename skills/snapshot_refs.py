@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from sandboxes.catalog import SnapshotReference
+from sandboxes.catalog.templates import SnapshotReference
 
 from .models import SkillImage, SkillImageStatus
 
@@ -75,7 +75,7 @@ def snapshot_force_deleted(sender: Any, *, snapshot_id: str, fingerprint: str, *
 
 
 def connect() -> None:
-    from sandboxes import catalog
+    from sandboxes.catalog import templates as catalog
 
     catalog.snapshot_references.connect(snapshot_references, dispatch_uid="skills.snapshot_references")
     catalog.snapshot_force_deleted.connect(snapshot_force_deleted, dispatch_uid="skills.snapshot_force_deleted")

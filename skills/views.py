@@ -26,8 +26,8 @@ from console.models import Role, Space
 from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, paginate, query_without_page
 from sandboxes.backends.base import RemoteError
+from sandboxes.catalog.services import config_fingerprint
 from sandboxes.models import SandboxConfig
-from sandboxes.runtime import config_fingerprint
 
 from . import images
 from .archives import Limits, human_size

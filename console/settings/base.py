@@ -262,12 +262,12 @@ REAPER_INTERVAL_S = float(os.environ.get("REAPER_INTERVAL_S", 60))
 IDLE_SWEEP_INTERVAL_S = float(os.environ.get("IDLE_SWEEP_INTERVAL_S", 60))
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
     "reaper": {
-        "function": "sandboxes.reaper.start_reaper_pass",
+        "function": "sandboxes.sessions.reaper.start_reaper_pass",
         "celery_task": "sandboxes.reaper_pass",
         "every_s": REAPER_INTERVAL_S,
     },
     "idle-sweep": {
-        "function": "sandboxes.reaper.start_idle_sweep",
+        "function": "sandboxes.sessions.reaper.start_idle_sweep",
         "celery_task": "sandboxes.idle_sweep",
         "every_s": IDLE_SWEEP_INTERVAL_S,
     },

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Backend, BackendConfig, ErrorKind, RemoteError
+from .base import Backend, BackendConfig, ErrorKind, KindDescription, RemoteError
 
 BACKEND_CLASSES: dict[str, str] = {
-    "docker": "sandboxes.backends.docker.DockerBackend",
-    "e2b": "sandboxes.backends.e2b.E2BBackend",
-    "cube": "sandboxes.backends.cube.CubeBackend",
+    "docker": "sandboxes.backends.docker.backend.DockerBackend",
+    "e2b": "sandboxes.backends.e2b.backend.E2BBackend",
+    "cube": "sandboxes.backends.cube.backend.CubeBackend",
 }
 
 
@@ -32,3 +32,14 @@ def backend_class(kind: str) -> type[Backend]:
 
 def build_backend(config: BackendConfig) -> Backend:
     return backend_class(config.kind)(config)
+
+
+def describe(kind: str) -> KindDescription:
+    """The settings a kind takes (its package's `DESCRIPTION`); imports no adapter SDK."""
+    try:
+        dotted = BACKEND_CLASSES[kind]
+    except KeyError:
+        raise RemoteError(ErrorKind.INVALID, f"unknown backend kind {kind!r}") from None
+    package = importlib.import_module(dotted.rsplit(".", 2)[0])
+    description: KindDescription = package.DESCRIPTION
+    return description

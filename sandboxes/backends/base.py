@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import ClassVar
@@ -505,3 +505,28 @@ class Backend(abc.ABC):
 
 def is_snapshot_id(template_id: str) -> bool:
     return template_id.startswith(SNAPSHOT_PREFIX)
+
+
+@dataclass(frozen=True)
+class KindDescription:
+    """What one kind of backend takes in its settings, so forms, services and pages above the
+    adapters never branch on the kind: each adapter package exports one as `DESCRIPTION`,
+    read through `sandboxes.backends.describe(kind)` without importing the adapter's SDK."""
+
+    label: str  # in messages: "<label> backends need ..."
+    endpoint_schemes: tuple[str, ...]  # an endpoint, when given, starts with one of these
+    endpoint_rule: str  # the error when it does not
+    endpoint_required: bool = False  # empty means the local default otherwise
+    needs_domain: bool = False  # a sandbox domain (required); without, none is allowed
+    takes_api_key: bool = False  # an API key (the platform's, or each space's own)
+    takes_sandbox_url: bool = False  # a separate data-plane URL
+    # A versioned wire protocol, detected at the connection test or pinned; the config's
+    # idle timeout is then the TTL each create and connect sends.
+    versioned_protocol: bool = False
+    # Persistent workspaces under a host directory of the backend's nodes: what is wrong
+    # with a given one (None when it will do). None: the kind takes no host root.
+    workspace_host_root_problem: Callable[[str], str | None] | None = None
+
+    @property
+    def takes_workspace_host_root(self) -> bool:
+        return self.workspace_host_root_problem is not None

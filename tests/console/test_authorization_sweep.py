@@ -41,9 +41,9 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from console.models import AdminJob, AuditEvent, Membership, Role
 from console.services import SYSTEM
-from sandboxes.api import do_create_api_token
+from sandboxes.api.views import do_create_api_token
+from sandboxes.catalog.services import config_fingerprint
 from sandboxes.models import Artifact, BackgroundCommand, CommandStatus, Session, SessionImage, Terminal
-from sandboxes.runtime import config_fingerprint
 from skills.models import SkillFile, SkillImage
 from tests.factories import add_member, make_config, make_user
 from tests.personas import World
@@ -451,7 +451,7 @@ async def handshake(application: Any, path: str, headers: list[tuple[bytes, byte
 @pytest.mark.django_db(transaction=True)
 def test_authorization_sweep_over_every_websocket_route(world: World, capsys: pytest.CaptureFixture[str]) -> None:
     from console.asgi import application
-    from sandboxes.terminals import issue_ticket
+    from sandboxes.terminal.tickets import issue_ticket
 
     target = build_target(world)
     personas = Personas(world)

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from sandboxes import binding
 from sandboxes.backends.base import ExecRequest
-from sandboxes.binding import MemorySessionStore
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.runtime import Runtime, get_or_create_session
+from sandboxes.sessions import store_select as binding
+from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import MemorySessionStore
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
 

@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from sandboxes.backends.base import BackendConfig
-from sandboxes.backends.docker import DockerBackend
+from sandboxes.backends.docker.backend import DockerBackend
 from tests.fakes.fake_runtime import LABEL_RUN
 from tests.fakes.fixtures import FakeHandle
 

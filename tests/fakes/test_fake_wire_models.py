@@ -34,8 +34,9 @@ from e2b.envd.filesystem.filesystem_pb import ListDirResponse, StatResponse
 from e2b.envd.process.process_pb import ListResponse, StartResponse
 
 from sandboxes.backends.base import NetworkSpec, SandboxSpec
-from sandboxes.backends.cube import CubeBackend
-from sandboxes.backends.e2b import E2BBackend, iter_envelopes
+from sandboxes.backends.cube.backend import CubeBackend
+from sandboxes.backends.e2b.backend import E2BBackend
+from sandboxes.backends.e2b.common import iter_envelopes
 from tests.fakes.fixtures import FakeHandle
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2b]

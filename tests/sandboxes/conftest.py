@@ -38,7 +38,7 @@ def docker_base_image(test_run_id: str) -> Iterator[str]:
     require_service("docker")
     import docker
 
-    from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE, build_base_image
+    from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE, build_base_image
 
     client = docker.from_env(timeout=120)
     build_base_image(client=client)
@@ -108,7 +108,7 @@ def session_config(world: Any, docker_base_image: str, settings: Any, test_run_i
     """
     from sandboxes.backends.base import META_INSTALLATION, ListQuery
     from sandboxes.models import Session
-    from sandboxes.runtime import backend_for
+    from sandboxes.sessions.runtime import backend_for
     from tests.factories import make_config
 
     settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-{uuid.uuid4().hex[:6]}"

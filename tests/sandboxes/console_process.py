@@ -237,14 +237,18 @@ import json
 from django.contrib.auth import get_user_model
 from console.models import Membership
 from console.services import SYSTEM, do_create_space
-from sandboxes.api import do_create_api_token
-from sandboxes.services import do_create_config
+from sandboxes.api.views import do_create_api_token
+from sandboxes.catalog.services import do_create_config
+from sandboxes.models import PlatformBackend
 
 user = get_user_model().objects.create_superuser(username={user!r}, password={password!r}, email="")
 space = do_create_space(name="Faults", slug="faults", actor=SYSTEM)
+# The platform's local engine, granted to the space (as `make start` registers it).
+engine = PlatformBackend.objects.create(name="local engine", kind="docker")
+engine.spaces.add(space)
 config = do_create_config(
     space,
-    data={{"name": "faults", "kind": "docker", "default_template": {image!r}, "cpus": 1, "memory_mb": 256,
+    data={{"name": "faults", "backend": engine, "default_template": {image!r}, "cpus": 1, "memory_mb": 256,
           "pids_limit": 128, "persistent_workspace": True, "is_default": True}},
     api_key="",
     actor=SYSTEM,

@@ -29,11 +29,13 @@ from django.test import Client
 from django.urls import reverse
 
 from console.settings.base import redis_channel_layer
-from sandboxes import binding, terminals
 from sandboxes.backends.base import ExecRequest
-from sandboxes.binding import MemorySessionStore
 from sandboxes.models import SandboxConfig, Session, Terminal
-from sandboxes.runtime import Runtime, get_or_create_session
+from sandboxes.sessions import store_select as binding
+from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import MemorySessionStore
+from sandboxes.terminal import process as terminal_process
 from tests.conftest import IN_CI, REDIS_URL, require_service
 from tests.personas import World
 
@@ -80,7 +82,7 @@ def fast_terminals(settings: Any) -> Any:
 @pytest_asyncio.fixture
 async def cleanup(layer: str) -> AsyncIterator[None]:
     yield
-    await terminals.close_all("test finished")
+    await terminal_process.close_all("test finished")
     channel_layer = get_channel_layer()
     if layer == "redis" and channel_layer is not None:
         with contextlib.suppress(Exception):

@@ -21,9 +21,9 @@ from console.jobs import run_job, start_job
 from console.models import AdminJob, JobStatus
 from console.services import Actor
 from sandboxes.backends.base import RemoteError
-from sandboxes.catalog import load_catalog
+from sandboxes.catalog.services import open_backend
+from sandboxes.catalog.templates import load_catalog
 from sandboxes.models import PlatformBackend, SandboxConfig, TemplateRecord
-from sandboxes.services import open_backend
 from tests.factories import make_backend, make_config
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World

@@ -11,11 +11,12 @@ import pytest
 
 from console.models import AuditEvent
 from console.services import Actor, ServiceError
-from sandboxes import binding
-from sandboxes.binding import RedisSessionStore
-from sandboxes.commands import CommandOutput, kill_command, read_output, send_input, start_command
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session
-from sandboxes.runtime import Runtime, get_or_create_session
+from sandboxes.sessions import store_select as binding
+from sandboxes.sessions.commands import CommandOutput, kill_command, read_output, send_input, start_command
+from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import RedisSessionStore
 from tests.conftest import REDIS_URL
 from tests.personas import World
 

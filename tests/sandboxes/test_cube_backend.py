@@ -23,8 +23,8 @@ from sandboxes.backends.base import (
     SandboxState,
     TemplateBuildSpec,
 )
-from sandboxes.backends.cube import CubeBackend
-from sandboxes.backends.e2b import parse_time
+from sandboxes.backends.cube.backend import CubeBackend
+from sandboxes.backends.e2b.common import parse_time
 from tests.fakes.e2b_server import FakeServer
 from tests.fakes.fixtures import FakeHandle
 from tests.sandboxes.backend_conformance import (

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from sandboxes.backends.base import NetworkSpec, SandboxSpec
-from sandboxes.backends.cube import CubeBackend
+from sandboxes.backends.cube.backend import CubeBackend
 from tests.fakes.fixtures import FakeHandle
 
 pytestmark = [pytest.mark.docker, pytest.mark.cube]

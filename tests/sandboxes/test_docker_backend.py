@@ -30,7 +30,7 @@ from sandboxes.backends.base import (
     SandboxState,
     TemplateBuildSpec,
 )
-from sandboxes.backends.docker import DockerBackend
+from sandboxes.backends.docker.backend import DockerBackend
 from tests.sandboxes.backend_conformance import (
     OFFLINE,
     BackendConformance,
@@ -392,7 +392,7 @@ def _read_until(terminal: object, needle: bytes, timeout: float = 10) -> bytes:
 def test_base_image_is_rebuilt_only_when_its_recipe_changes(
     docker_base_image: str, engine: docker.DockerClient
 ) -> None:
-    from sandboxes.backends.docker_image import LABEL_RECIPE, base_recipe, build_base_image
+    from sandboxes.backends.docker.image import LABEL_RECIPE, base_recipe, build_base_image
 
     image = engine.images.get(docker_base_image)
     assert image.labels[LABEL_RECIPE] == base_recipe()

@@ -26,7 +26,7 @@ from django.urls import reverse
 
 from console.models import JobStatus
 from console.services import Actor
-from sandboxes.api import do_create_api_token
+from sandboxes.api.views import do_create_api_token
 from sandboxes.backends.base import (
     META_INSTALLATION,
     META_SESSION,
@@ -39,10 +39,11 @@ from sandboxes.backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from sandboxes.backends.docker import EXEC_BACKSTOP_GRACE_S, DockerBackend, _translate
-from sandboxes.binding import get_store
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.common import EXEC_BACKSTOP_GRACE_S, _translate
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.reaper import reap_config
+from sandboxes.sessions.reaper import reap_config
+from sandboxes.sessions.store_select import get_store
 from tests.factories import make_config
 from tests.personas import World
 from tests.sandboxes.backend_conformance import OFFLINE, run, shell_request

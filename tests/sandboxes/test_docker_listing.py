@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from sandboxes.backends.base import BackendConfig, ErrorKind, ListQuery, RemoteError, SandboxState
-from sandboxes.backends.docker import KIND_SANDBOX, LABEL_KIND, LABEL_MANAGED, DockerBackend, metadata_labels
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.common import KIND_SANDBOX, metadata_labels
+from sandboxes.backends.docker.image import LABEL_KIND, LABEL_MANAGED
 
 pytestmark = [pytest.mark.docker]
 

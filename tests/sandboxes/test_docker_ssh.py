@@ -26,8 +26,8 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.urls import reverse
 
 from sandboxes.backends.base import ExecRequest, NetworkSpec, SandboxSpec
+from sandboxes.catalog.services import open_backend
 from sandboxes.models import PlatformBackend, SandboxConfig
-from sandboxes.services import open_backend
 from tests.conftest import IN_CI
 from tests.personas import World
 from tests.sandboxes.test_platform_backends import backend_form, form

@@ -31,7 +31,8 @@ from sandboxes.backends.base import (
     SandboxState,
     TemplateBuildSpec,
 )
-from sandboxes.backends.e2b import E2BBackend, parse_time
+from sandboxes.backends.e2b.backend import E2BBackend
+from sandboxes.backends.e2b.common import parse_time
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
 from tests.sandboxes.backend_conformance import (
@@ -516,7 +517,7 @@ class TestE2BProtocol:
 @pytest.mark.django_db
 def test_create_and_connect_send_the_configs_idle_timeout(fake_e2b: FakeHandle, test_run_id: str) -> None:
     # Every connect sent 300 s: a config's 3600 s idle timeout collapsed after a warm resolve.
-    from sandboxes.services import backend_config_for
+    from sandboxes.catalog.services import backend_config_for
     from tests.factories import make_config, make_space
 
     config = make_config(
@@ -557,7 +558,7 @@ def test_the_connection_test_records_the_protocol_and_the_page_shows_it(
     world: World, fake_e2b_spec_server: FakeHandle
 ) -> None:
     # The config never recorded what it talks to; a pinned protocol is passed to the adapter.
-    from sandboxes.services import backend_config_for, run_connection_test
+    from sandboxes.catalog.services import backend_config_for, run_connection_test
     from tests.factories import make_config
 
     config = make_config(
@@ -590,7 +591,7 @@ def test_an_error_answer_that_repeats_a_credential_is_shown_without_it(header: s
     server (or a proxy in front of it) that echoes the key it was sent must not leak it."""
     import httpx
 
-    from sandboxes.backends.e2b import status_error
+    from sandboxes.backends.e2b.common import status_error
 
     secret = "e2b_0123456789abcdef0123456789abcdef"
     request = httpx.Request("GET", "https://api.example.com/v2/sandboxes", headers={header: secret})

@@ -24,8 +24,10 @@ from sandboxes.backends.base import (
     RemoteError,
     SandboxSpec,
 )
-from sandboxes.backends.cube import MAX_LIST_LIMIT, CubeBackend
-from sandboxes.backends.e2b import E2BBackend, envelope
+from sandboxes.backends.cube.backend import CubeBackend
+from sandboxes.backends.cube.common import MAX_LIST_LIMIT
+from sandboxes.backends.e2b.backend import E2BBackend
+from sandboxes.backends.e2b.common import envelope
 
 # (status, headers, body) for a (method, path, query).
 Answer = Callable[[str, str, dict[str, list[str]]], tuple[int, dict[str, str], bytes]]

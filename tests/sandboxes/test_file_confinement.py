@@ -18,12 +18,12 @@ import pytest
 from django.test import Client
 
 from console.services import SYSTEM, Actor, ServiceError
-from sandboxes.api import do_create_api_token
+from sandboxes.api.views import do_create_api_token
 from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
-from sandboxes.binding import MemorySessionStore
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.runtime import Runtime, backend_for
-from sandboxes.workspace import list_files, read_file, stage_input, write_file
+from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.store import MemorySessionStore
+from sandboxes.sessions.workspace import list_files, read_file, stage_input, write_file
 from tests.factories import make_config
 from tests.personas import World
 

@@ -14,8 +14,8 @@ from dataclasses import replace
 import pytest
 
 from sandboxes.backends.base import BackendConfig, ErrorKind, ListQuery, RemoteError, SandboxSpec
-from sandboxes.backends.cube import CubeBackend
-from sandboxes.backends.e2b import E2BBackend
+from sandboxes.backends.cube.backend import CubeBackend
+from sandboxes.backends.e2b.backend import E2BBackend
 from sandboxes.backends.guard import check_endpoint
 from tests.fakes.fixtures import FakeHandle
 from tests.sandboxes.backend_conformance import OFFLINE, run

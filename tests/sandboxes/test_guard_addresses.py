@@ -19,7 +19,7 @@ import pytest
 from django.urls import reverse
 
 from sandboxes.backends.base import BackendConfig, ErrorKind, RemoteError
-from sandboxes.backends.docker import DockerBackend
+from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.guard import GuardedHTTPAdapter, address_problem, check_endpoint, embedded_ipv4
 from sandboxes.models import PlatformBackend
 from tests.personas import World

@@ -35,8 +35,9 @@ from sandboxes.backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from sandboxes.backends.docker import ROOT_CAPABILITIES, DockerBackend
-from sandboxes.backends.docker_firewall import BRIDGE_PREFIX, TABLE_NAME, bridge_name, render_ruleset
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.common import ROOT_CAPABILITIES
+from sandboxes.backends.docker.firewall import BRIDGE_PREFIX, TABLE_NAME, bridge_name, render_ruleset
 from tests.netns import BannerServer, dummy_link_local, host_addresses, namespace
 from tests.sandboxes.backend_conformance import OFFLINE, run
 from tests.sandboxes.conftest import docker_test_network_name
@@ -333,7 +334,7 @@ def test_the_ruleset_is_in_force_and_applying_it_again_changes_nothing(
 
 def test_without_root_the_ruleset_is_reported_not_applied() -> None:
     script = (
-        "from sandboxes.backends.docker_firewall import apply_ruleset, render_ruleset\n"
+        "from sandboxes.backends.docker.firewall import apply_ruleset, render_ruleset\n"
         "result = apply_ruleset(render_ruleset()); print(result.applied, result.detail)"
     )
     done = subprocess.run(

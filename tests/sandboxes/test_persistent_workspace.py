@@ -17,10 +17,10 @@ import pytest
 
 from console.services import SYSTEM
 from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
-from sandboxes.binding import MemorySessionStore
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.runtime import Runtime, backend_for
-from sandboxes.workspace import stage_input
+from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.store import MemorySessionStore
+from sandboxes.sessions.workspace import stage_input
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
@@ -143,7 +143,7 @@ def test_a_persistent_session_is_marked_so_its_delete_removes_the_workspace(
 
 
 def test_the_connection_test_says_when_workspaces_cannot_be_made(fake: FakeHandle, config: SandboxConfig) -> None:
-    from sandboxes.services import run_connection_test
+    from sandboxes.catalog.services import run_connection_test
 
     steps = run_connection_test(config, lambda step: None)
     assert [s.name for s in steps][:2] == ["health", "persistent workspace"]

@@ -18,9 +18,9 @@ from django.urls import reverse
 
 from console.crypto import decrypt, encrypt
 from console.models import AuditEvent
+from sandboxes.catalog.services import backend_config_for, config_fingerprint, open_backend
 from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
-from sandboxes.runtime import config_fingerprint, effective_template
-from sandboxes.services import backend_config_for, open_backend
+from sandboxes.sessions.runtime import effective_template
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.tls_engine import TlsEngine
@@ -605,8 +605,8 @@ def test_limits_lowered_while_a_space_saves_never_leave_a_config_above_them(worl
     from django.db import connections
 
     from console.services import Actor, ServiceError
-    from sandboxes.platform import BACKEND_FIELDS, do_update_platform_backend
-    from sandboxes.services import CONFIG_FIELDS, do_update_config
+    from sandboxes.catalog.platform import BACKEND_FIELDS, do_update_platform_backend
+    from sandboxes.catalog.services import CONFIG_FIELDS, do_update_config
 
     backend = make_backend(world.space_a, name="limited", max_cpus=2, max_memory_mb=1024, max_pids=256)
     config = make_config(world.space_a, backend=backend, name="raced", cpus=1)
@@ -661,8 +661,8 @@ def test_own_keys_switched_off_while_their_sandboxes_live_is_refused(world: Worl
     platform's account: their live sandboxes (on the space's own account) would be orphaned."""
     from console.services import Actor, ServiceError
     from sandboxes.backends.base import NetworkSpec, SandboxSpec
-    from sandboxes.platform import BACKEND_FIELDS, do_update_platform_backend
-    from sandboxes.services import console_metadata
+    from sandboxes.catalog.platform import BACKEND_FIELDS, do_update_platform_backend
+    from sandboxes.catalog.services import console_metadata
     from tests.fakes.e2b_server import FakeServer
 
     server = FakeServer("e2b", host=public_address, run_id="pytest-ownkey").start()
@@ -741,8 +741,8 @@ def test_a_grant_withdrawn_while_a_space_creates_a_config_never_leaves_a_config_
     from django.db import connections
 
     from console.services import Actor, ServiceError
-    from sandboxes.platform import BACKEND_FIELDS, do_update_platform_backend
-    from sandboxes.services import do_create_config
+    from sandboxes.catalog.platform import BACKEND_FIELDS, do_update_platform_backend
+    from sandboxes.catalog.services import do_create_config
 
     backend = make_backend(world.space_a, name="withdrawn")
     existing = make_config(world.space_a, name="existing", is_default=True)  # on a backend of its own

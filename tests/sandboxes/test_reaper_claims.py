@@ -17,11 +17,12 @@ from console.jobs import run_job, start_job
 from console.models import AdminJob, JobStatus
 from console.services import SYSTEM
 from sandboxes.backends.base import ExecRequest, SandboxState
-from sandboxes.binding import RedisSessionStore, SessionStore, lifecycle_lock
 from sandboxes.models import BackgroundCommand, SandboxConfig, Session, SessionState, Terminal
-from sandboxes.reaper import REAPER_LOCK, ReaperBusy, idle_sweep, reap_all
-from sandboxes.runtime import Runtime, backend_for, get_or_create_session
-from sandboxes.store_db import DatabaseSessionStore
+from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.reaper import REAPER_LOCK, ReaperBusy, idle_sweep, reap_all
+from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.store import RedisSessionStore, SessionStore, lifecycle_lock
+from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.conftest import REDIS_URL
 from tests.personas import World
 
@@ -228,7 +229,7 @@ def _first_console_process(space_id: str, out: Any) -> None:
     from django.conf import settings
 
     from console.models import Space
-    from sandboxes import binding
+    from sandboxes.sessions import store_select as binding
 
     settings.REDIS_URL = ""
     binding.set_store(None)  # what settings choose when REDIS_URL is unset
@@ -246,7 +247,7 @@ def _first_console_process(space_id: str, out: Any) -> None:
 def test_a_restart_of_the_embedded_console_loses_no_session(world: World, config: SandboxConfig, settings: Any) -> None:
     import multiprocessing
 
-    from sandboxes import binding
+    from sandboxes.sessions import store_select as binding
 
     context = multiprocessing.get_context("fork")
     out = context.Queue()

@@ -19,11 +19,11 @@ from sandboxes.backends.base import (
     RemoteError,
     SandboxSpec,
 )
-from sandboxes.binding import Binding, MemorySessionStore, binding_key, now_iso
+from sandboxes.catalog.services import console_metadata
 from sandboxes.models import PlatformBackend, SandboxConfig
-from sandboxes.reaper import reap_config
-from sandboxes.runtime import backend_for
-from sandboxes.services import console_metadata
+from sandboxes.sessions.reaper import reap_config
+from sandboxes.sessions.runtime import backend_for
+from sandboxes.sessions.store import Binding, MemorySessionStore, binding_key, now_iso
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
@@ -104,8 +104,8 @@ def test_idle_sweep_leaves_e2b_to_its_own_auto_pause(world: World, fake_e2b: Fak
 
     from sandboxes.backends.base import SandboxState
     from sandboxes.models import Session, SessionState
-    from sandboxes.reaper import idle_sweep
-    from sandboxes.runtime import Runtime
+    from sandboxes.sessions.reaper import idle_sweep
+    from sandboxes.sessions.runtime import Runtime
 
     PlatformBackend.objects.filter(pk=config.backend_id).update(sandbox_url=fake_e2b.sandbox_url)
     SandboxConfig.objects.filter(pk=config.pk).update(is_default=True)

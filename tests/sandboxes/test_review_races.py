@@ -17,13 +17,14 @@ from django.test import Client
 from django.utils import timezone
 
 from console.services import SYSTEM, Actor
-from sandboxes.api import do_create_api_token
+from sandboxes.api.views import do_create_api_token
 from sandboxes.backends.base import ExecRequest, SandboxState
-from sandboxes.binding import SessionStore, lock_key
 from sandboxes.models import SandboxConfig, Session, SessionState
-from sandboxes.reaper import idle_sweep
-from sandboxes.runtime import Resolved, Runtime, backend_for, get_or_create_session
-from sandboxes.store_db import DatabaseSessionStore
+from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.reaper import idle_sweep
+from sandboxes.sessions.runtime import Resolved, Runtime, backend_for
+from sandboxes.sessions.store import SessionStore, lock_key
+from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
 from tests.sandboxes.engine_proxy import EngineProxy
@@ -178,7 +179,7 @@ def test_calls_racing_a_delete_of_a_running_session_never_answer_5xx(
 
 def _exec_then_get_killed(space_id: str, key: str) -> None:
     """A console process running a long exec (it is killed -9 by the test mid-way)."""
-    from sandboxes import runtime as runtime_module
+    from sandboxes.sessions import runtime as runtime_module
 
     runtime_module._backends.clear()  # the parent's engine connections are not ours
     session = Session.objects.select_related("config", "space").get(space_id=space_id, key=key)
@@ -274,7 +275,7 @@ def test_an_exec_starting_while_the_sweep_idles_its_session_runs_to_the_end(
 
 def _resolve_in_a_process(space_id: str, key: str, start_at: float, out: Any) -> None:
     from console.models import Space
-    from sandboxes import runtime as runtime_module
+    from sandboxes.sessions import runtime as runtime_module
 
     runtime_module._backends.clear()  # the parent's engine connections are not ours
     try:
@@ -354,8 +355,8 @@ def test_the_review_races_hold_on_sqlite_too(tmp_path: Any) -> None:
 def test_concurrent_resolves_of_one_turn_rebuild_a_stale_sandbox_once(
     world: World, config: SandboxConfig, store_name: str
 ) -> None:
-    from sandboxes.binding import RedisSessionStore
-    from sandboxes.runtime import mark_space_stale
+    from sandboxes.catalog.services import mark_space_stale
+    from sandboxes.sessions.store import RedisSessionStore
     from tests.conftest import REDIS_URL
 
     def store() -> SessionStore:
@@ -394,8 +395,8 @@ def test_concurrent_resolves_of_one_turn_rebuild_a_stale_sandbox_once(
 
 
 def _reap_in_a_process(start_at: float, out: Any) -> None:
-    from sandboxes import runtime as runtime_module
-    from sandboxes.reaper import ReaperBusy, reap_all
+    from sandboxes.sessions import runtime as runtime_module
+    from sandboxes.sessions.reaper import ReaperBusy, reap_all
 
     runtime_module._backends.clear()  # the parent's engine connections are not ours
     try:
@@ -444,7 +445,7 @@ def test_reaper_passes_after_the_store_was_emptied_race_resolve_rebuild_and_dele
     assert sorted(o[0] for o in outcomes) in (["busy", "ran"], ["ran", "ran"]), outcomes
     # After one more pass (what the racing ones left busy), every live session has one sandbox:
     # its own, paused still paused; the duplicate and the deleted session's sandbox are gone.
-    from sandboxes.reaper import reap_all
+    from sandboxes.sessions.reaper import reap_all
 
     reap_all(DatabaseSessionStore(), grace=timedelta(0))
     assert resolved.sandbox.sandbox_id == live["r-resolved"].sandbox.sandbox_id
@@ -467,8 +468,8 @@ def test_moving_from_redis_to_the_database_store_keeps_every_session(world: Worl
     """Bindings in Redis, then REDIS_URL unset (the database store, empty): the first reaper
     pass claims every live sandbox, paused ones included, and deletes none; each session then
     answers with its own sandbox."""
-    from sandboxes.binding import RedisSessionStore
-    from sandboxes.reaper import reap_all
+    from sandboxes.sessions.reaper import reap_all
+    from sandboxes.sessions.store import RedisSessionStore
     from tests.conftest import REDIS_URL
 
     before = Runtime(RedisSessionStore(REDIS_URL))
@@ -494,7 +495,7 @@ def test_a_command_starting_while_the_sweep_idles_its_session_runs(
 ) -> None:
     """As above with a background command (and so a terminal: both resolve, then open a
     process): it must not open its process in the sandbox the sweep is freezing."""
-    from sandboxes.commands import start_command
+    from sandboxes.sessions.commands import start_command
 
     runtime = Runtime(DatabaseSessionStore())
     session = runtime.resolve(world.space_a, "s-sweep-command").session

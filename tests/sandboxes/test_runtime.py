@@ -17,13 +17,10 @@ from django.db import connections
 
 from console.services import SYSTEM
 from sandboxes.backends.base import META_INSTALLATION, META_SESSION, ExecRequest, ListQuery, SandboxState
-from sandboxes.binding import (
-    Binding,
-    RedisSessionStore,
-    SessionStoreUnavailable,
-)
+from sandboxes.catalog.services import mark_space_stale
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.runtime import Runtime, backend_for, mark_space_stale
+from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.store import Binding, RedisSessionStore, SessionStoreUnavailable
 from tests.conftest import REDIS_URL
 from tests.personas import World
 
@@ -371,7 +368,7 @@ def test_a_claimed_sandbox_gets_the_workspace_layout_a_cut_create_never_made(
     world: World, docker_session_config: SandboxConfig, runtime: Runtime
 ) -> None:
     from sandboxes.backends.base import NetworkSpec, SandboxSpec
-    from sandboxes.runtime import get_or_create_session
+    from sandboxes.sessions.lookup import get_or_create_session
 
     session = get_or_create_session(world.space_a, "s-half-made")
     # What a create cut after the engine made the container leaves: console metadata, but

@@ -20,14 +20,16 @@ from django.db import connections
 from django.test import Client
 
 from console.services import Actor
-from sandboxes import binding as binding_module
-from sandboxes.api import do_create_api_token
+from sandboxes.api.views import do_create_api_token
 from sandboxes.backends.base import META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
-from sandboxes.binding import Binding, RedisSessionStore, SessionStore, lock_key
+from sandboxes.catalog.services import mark_space_stale
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.reaper import reap_config
-from sandboxes.runtime import Runtime, backend_for, get_or_create_session, mark_space_stale
-from sandboxes.store_db import DatabaseSessionStore
+from sandboxes.sessions import store_select as binding_module
+from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.reaper import reap_config
+from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.store import Binding, RedisSessionStore, SessionStore, lock_key
+from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.conftest import REDIS_URL
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
@@ -301,8 +303,7 @@ def test_calls_racing_a_session_delete_answer_404_or_409_never_500(
 
 @pytest.mark.django_db
 def test_a_new_skill_image_marks_only_the_sessions_of_its_config(world: World, config: SandboxConfig) -> None:
-    from sandboxes.runtime import config_fingerprint
-    from sandboxes.services import do_clear_session_image, do_set_session_image
+    from sandboxes.catalog.services import config_fingerprint, do_clear_session_image, do_set_session_image
 
     other = make_config(world.space_a, name="other", default_template=config.default_template)
     on_image = get_or_create_session(world.space_a, "s-on-image", config=config)
@@ -331,8 +332,7 @@ def test_concurrent_agent_calls_never_fail_on_a_locked_database(world: World, db
     """Session creates (a transaction with its audit row), turn leases, token bookkeeping and
     transactions that read before they write (a skill image recorded) from many threads at
     once: every call answers, none with "database is locked"."""
-    from sandboxes.runtime import config_fingerprint
-    from sandboxes.services import do_set_session_image
+    from sandboxes.catalog.services import config_fingerprint, do_set_session_image
 
     writers = make_config(world.space_a, name="writers", default_template="unused", is_default=True)
     _, token = do_create_api_token(world.space_a, name="writers", actor=Actor(user=world.alice))

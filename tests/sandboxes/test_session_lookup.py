@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.runtime import session_by_key
+from sandboxes.sessions.lookup import session_by_key
 from tests.factories import make_config, make_space
 from tests.personas import World
 

@@ -10,7 +10,7 @@ from django.urls import reverse
 from console.models import AuditEvent
 from sandboxes.backends.base import ExecRequest, SandboxState
 from sandboxes.models import SandboxConfig, Session, SessionState
-from sandboxes.runtime import Runtime, backend_for
+from sandboxes.sessions.runtime import Runtime, backend_for
 from tests.factories import make_config
 from tests.personas import World
 
@@ -181,3 +181,60 @@ def test_background_command_from_the_session_page(world: World, session_config: 
     assert "echo from-the-page" in page
     assert world.client_for("carol").get(url).status_code == 403
     assert world.client_for("charlie").get(url).status_code == 404
+
+
+def _sandbox_state(session: Session) -> tuple[Any, ...]:
+    session.refresh_from_db()
+    info = backend_for(session.config).get(session.sandbox_id)
+    return (session.state, session.sandbox_id, session.binding_version, info.state)
+
+
+@pytest.mark.docker
+def test_browsing_a_paused_session_offers_a_resume_and_leaves_it_paused(world: World, live_session: Session) -> None:
+    client = world.client_for("bob")
+    urls = session_urls(live_session)
+    Runtime().exec(live_session, ExecRequest(shell="echo kept > /workspace/notes.txt"))
+    client.post(urls["pause"])
+    before = _sandbox_state(live_session)
+    assert before[3] == SandboxState.PAUSED
+    page = client.get(urls["detail"], {"browse": "1", "path": "output"}).content.decode()
+    assert "Resume and browse" in page
+    assert 'name="path" value="output"' in page
+    assert _sandbox_state(live_session) == before  # the GET resumed nothing
+    # The offer is a POST: it resumes and comes back to the listing.
+    response = client.post(urls["resume"], {"browse": "1", "path": ""})
+    assert response.status_code == 302
+    assert "browse=1" in response["Location"]
+    assert "notes.txt" in client.get(response["Location"]).content.decode()
+    assert _sandbox_state(live_session)[3] == SandboxState.RUNNING
+
+
+@pytest.mark.docker
+def test_downloading_from_a_paused_session_leaves_it_paused(world: World, live_session: Session) -> None:
+    client = world.client_for("bob")
+    urls = session_urls(live_session)
+    Runtime().exec(live_session, ExecRequest(shell="echo kept > /workspace/notes.txt"))
+    client.post(urls["pause"])
+    before = _sandbox_state(live_session)
+    download = reverse("sandboxes:session_download", args=[live_session.id])
+    response = client.get(download, {"path": "notes.txt"})
+    assert response.status_code == 302  # back to the session page, with the resume offer
+    assert "browse=1" in response["Location"]
+    assert _sandbox_state(live_session) == before
+    assert not AuditEvent.objects.filter(action="session.resume").exists()
+
+
+@pytest.mark.docker
+def test_browsing_a_session_whose_sandbox_is_gone_creates_none(world: World, live_session: Session) -> None:
+    client = world.client_for("bob")
+    urls = session_urls(live_session)
+    old = live_session.sandbox_id
+    backend_for(live_session.config).delete(old)  # gone behind the console's back
+    page = client.get(urls["detail"], {"browse": "1"}).content.decode()
+    assert "Resume and browse" in page
+    live_session.refresh_from_db()
+    assert live_session.sandbox_id == old  # no new sandbox was made by the GET
+    download = client.get(reverse("sandboxes:session_download", args=[live_session.id]), {"path": "x"})
+    assert download.status_code == 302
+    live_session.refresh_from_db()
+    assert live_session.sandbox_id == old

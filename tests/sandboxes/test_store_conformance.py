@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from django.db import connection, connections
 
-from sandboxes.binding import (
+from sandboxes.sessions.store import (
     Binding,
     LockLost,
     MemorySessionStore,
@@ -28,9 +28,9 @@ from sandboxes.binding import (
     SessionStore,
     lifecycle_lock,
     now_iso,
-    store_from_settings,
 )
-from sandboxes.store_db import DatabaseSessionStore
+from sandboxes.sessions.store_db import DatabaseSessionStore
+from sandboxes.sessions.store_select import store_from_settings
 from tests.conftest import REDIS_URL, require_service
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sandboxes.streams import MAX_CHUNK_BYTES, MemoryRingBuffer, RedisRingBuffer, RingBuffer
+from sandboxes.sessions.streams import MAX_CHUNK_BYTES, MemoryRingBuffer, RedisRingBuffer, RingBuffer
 from tests.conftest import REDIS_URL, require_service
 
 Factory = Callable[..., RingBuffer]

@@ -21,10 +21,10 @@ from django.urls import reverse
 
 from console.models import AuditEvent, Membership, Role
 from console.settings.base import redis_channel_layer
-from sandboxes import terminals
-from sandboxes.consumers import LAYER_RETRY_MAX_S
 from sandboxes.models import Session, Terminal
-from sandboxes.runtime import get_or_create_session
+from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.terminal import tickets as terminals
+from sandboxes.terminal.consumer import LAYER_RETRY_MAX_S
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import (
@@ -102,7 +102,7 @@ def test_ticket_endpoint_roles_csrf_and_reticketing(world: World) -> None:
 
 @pytest.mark.django_db
 def test_a_backend_without_pty_shows_a_message(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sandboxes import views_terminal
+    from sandboxes.terminal import views as views_terminal
     from tests.factories import make_config
 
     class NoPty:

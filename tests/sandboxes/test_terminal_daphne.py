@@ -31,10 +31,10 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 
 from console.models import AuditEvent
-from sandboxes import terminals
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import Session, Terminal
-from sandboxes.runtime import backend_for
+from sandboxes.sessions.runtime import backend_for
+from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import cookie_for, free_port, new_ticket, wait_closed

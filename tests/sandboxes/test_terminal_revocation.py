@@ -21,8 +21,8 @@ from django.urls import reverse
 
 from console.models import AuditEvent, Membership, Role
 from console.services import Actor, do_change_member_role, do_logout_everywhere, do_remove_member
-from sandboxes import terminals
 from sandboxes.models import Session, Terminal
+from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import open_terminal, wait_closed, wait_no_shell
@@ -192,7 +192,7 @@ async def test_a_downgrade_committed_mid_handshake_closes_the_reattached_termina
     """The downgrade commits after the ticket was redeemed but before the new connection
     joined the user's group: its re-check event reaches nobody (the shell is detached, in
     its grace window) and the shell's own keepalive re-checks only every 30 s."""
-    from sandboxes import consumers
+    from sandboxes.terminal import consumer as consumers
 
     comm, screen, tid = await open_terminal(world.bob, session)
     await screen.run("echo up\n")

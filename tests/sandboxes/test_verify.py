@@ -17,11 +17,11 @@ from django.urls import reverse
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus
 from sandboxes.backends.base import META_INSTALLATION, Backend, ListQuery
-from sandboxes.backends.cube import CubeBackend
-from sandboxes.backends.e2b import E2BBackend
+from sandboxes.backends.cube.backend import CubeBackend
+from sandboxes.backends.e2b.backend import E2BBackend
+from sandboxes.catalog.verify import FAIL, PASS, UNSUPPORTED, Check, Verifier
 from sandboxes.models import SandboxConfig
-from sandboxes.runtime import backend_for
-from sandboxes.verify import FAIL, PASS, UNSUPPORTED, Check, Verifier
+from sandboxes.sessions.runtime import backend_for
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World

@@ -12,10 +12,10 @@ from typing import Any
 from console.jobs import run_job
 from console.models import AdminJob, Space
 from console.services import SYSTEM, Actor
-from sandboxes.backends.base import META_INSTALLATION, ListQuery
+from sandboxes.backends.base import META_INSTALLATION, META_PURPOSE, ListQuery
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.runtime import backend_for
-from skills.images import META_PURPOSE, do_start_install, do_start_uninstall
+from sandboxes.sessions.runtime import backend_for
+from skills.images import do_start_install, do_start_uninstall
 from skills.models import SkillVersion
 from tests.skills.helpers import EXECUTABLE, REGULAR, build_zip, import_bytes
 

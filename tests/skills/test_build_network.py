@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from sandboxes.backends.base import Backend, BackendConfig, NetworkSpec
-from sandboxes.backends.cube import CubeBackend
-from sandboxes.backends.docker import DockerBackend
-from sandboxes.backends.e2b import E2BBackend
+from sandboxes.backends.cube.backend import CubeBackend
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.e2b.backend import E2BBackend
 from skills.build_network import OFFLINE, build_network, sources_to_reach
 from skills.install import PackageSources, SkillPayload, StepFailed, pip_source_args, source_host_port
 

@@ -15,10 +15,10 @@ from django.urls import reverse
 from console.crypto import encrypt
 from console.models import AdminJob
 from console.services import SYSTEM, ServiceError
+from sandboxes.catalog.services import config_fingerprint, do_set_session_image
 from sandboxes.models import PlatformBackend, SandboxConfig
-from sandboxes.runtime import config_fingerprint
-from sandboxes.services import do_set_session_image
-from skills.images import current_image, do_start_install, package_sources
+from skills.image_builds import package_sources
+from skills.images import current_image, do_start_install
 from skills.install import StepFailed
 from skills.models import SkillImage, SkillImageItem, SkillImageStatus, SkillVersion
 from skills.services import do_delete_skill_version, spaces_with_skill

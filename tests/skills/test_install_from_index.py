@@ -20,9 +20,9 @@ import pytest
 
 from console.models import JobStatus
 from sandboxes.backends.base import ExecRequest
-from sandboxes.binding import RedisSessionStore
 from sandboxes.models import PlatformBackend, SandboxConfig
-from sandboxes.runtime import Runtime
+from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image
 from tests.conftest import REDIS_URL
 from tests.factories import make_config

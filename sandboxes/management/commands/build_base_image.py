@@ -7,7 +7,7 @@ from typing import Any
 import docker.errors
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from sandboxes.backends.docker_image import DEFAULT_BASE_IMAGE, ImageBuildError, build_base_image
+from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE, ImageBuildError, build_base_image
 
 
 class Command(BaseCommand):

@@ -1,0 +1,15 @@
+"""The Docker adapter: one long-lived container per sandbox on a local or remote engine.
+
+`backend` is the adapter, `image` the base template image builder (mmdebstrap +
+`docker import`), `firewall` the host's packet filter for sandbox networks (nftables).
+
+Imports nothing of the project but `sandboxes.backends` (the contract and the guard).
+"""
+
+from ..base import KindDescription
+
+DESCRIPTION = KindDescription(
+    label="Docker",
+    endpoint_schemes=("tcp://", "unix://", "ssh://"),
+    endpoint_rule="A Docker endpoint is empty (local socket), unix:///path, tcp://host:port or ssh://.",
+)

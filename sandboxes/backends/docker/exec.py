@@ -1,0 +1,274 @@
+"""Commands in Docker sandboxes: exec on the hijacked socket, stdin, the demultiplexed output,
+deadlines and the process-group kill that backs them up.
+
+`_ExecStream` and `_Demuxer` are used by `pty` (interactive shells) too.
+"""
+
+from __future__ import annotations
+
+import secrets
+import select
+import socket
+import threading
+import time
+from collections.abc import Mapping
+from contextlib import suppress
+from typing import TYPE_CHECKING, Any
+
+import docker
+import docker.errors
+import docker.tls
+
+from ..base import (
+    ErrorKind,
+    ExecRequest,
+    ExecResult,
+    RemoteError,
+)
+from .common import (
+    _EXEC_WRAPPER,
+    _KILL_GROUP,
+    _PID_DIRS,
+    _USERS,
+    EXEC_BACKSTOP_GRACE_S,
+    _engine_call,
+    _raise_for_command,
+)
+
+# ---------------------------------------------------------------------------------------
+# The hijacked exec socket
+
+
+class _ExecStream:
+    """The raw socket of an upgraded exec connection, with read-ahead recovered.
+
+    docker-py hands back the socket after http.client has parsed the response headers; its
+    buffered reader may already hold the first bytes of output, so they are taken first.
+    """
+
+    def __init__(self, sock: Any) -> None:
+        # Holding docker-py's wrapper keeps its HTTP response (and so the connection) alive.
+        self.holder = sock
+        self.raw: socket.socket = getattr(sock, "_sock", sock)
+        self.pending = self._buffered_bytes(sock)
+        self.raw.settimeout(None)
+
+    def _buffered_bytes(self, sock: Any) -> bytes:
+        response = getattr(sock, "_response", None)
+        reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+        if reader is None:
+            return b""
+        self.raw.setblocking(False)
+        try:
+            data = reader.peek(1) or b""
+            return reader.read1(len(data)) if data else b""
+        except (OSError, ValueError):
+            return b""
+        finally:
+            self.raw.setblocking(True)
+
+    def recv(self, max_bytes: int, timeout: float | None) -> bytes:
+        """Up to max_bytes; b"" at end of stream; TimeoutError when nothing came in time.
+
+        Waits with poll() instead of a socket timeout: the socket stays blocking, so another
+        thread can keep sending stdin on it meanwhile.
+        """
+        if self.pending:
+            data, self.pending = self.pending[:max_bytes], self.pending[max_bytes:]
+            return data
+        poller = select.poll()
+        poller.register(self.raw, select.POLLIN | select.POLLHUP | select.POLLERR)
+        if not poller.poll(None if timeout is None else max(int(timeout * 1000), 1)):
+            raise TimeoutError("no data in time")
+        return self.raw.recv(max_bytes)
+
+    def send_all(self, data: bytes) -> None:
+        self.raw.sendall(data)
+
+    def close_input(self) -> None:
+        with suppress(OSError):
+            self.raw.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        # shutdown() first: it wakes a stdin thread blocked in sendall, close() alone does not.
+        with suppress(OSError):
+            self.raw.shutdown(socket.SHUT_RDWR)
+        with suppress(OSError):
+            self.raw.close()
+
+
+class _Demuxer:
+    """Splits Docker's multiplexed stream (8-byte header per frame) into stdout and stderr,
+    keeping at most `cap` bytes of each; the rest is read and dropped."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.buffer = b""
+        self.out = {1: bytearray(), 2: bytearray()}
+        self.truncated = False
+
+    def feed(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= 8:
+            stream, length = self.buffer[0], int.from_bytes(self.buffer[4:8], "big")
+            if len(self.buffer) < 8 + length:
+                return
+            payload, self.buffer = self.buffer[8 : 8 + length], self.buffer[8 + length :]
+            self._keep(stream, payload)
+
+    def _keep(self, stream: int, payload: bytes) -> None:
+        target = self.out.get(stream)
+        if target is None:
+            return
+        room = self.cap - len(target)
+        if len(payload) > room:
+            self.truncated = True
+        if room > 0:
+            target += payload[:room]
+
+
+class DockerExec:
+    """`exec` of the contract and the command runs the other parts use (a part of `DockerBackend`)."""
+
+    if TYPE_CHECKING:  # provided by DockerBackend
+
+        @property
+        def api(self) -> docker.APIClient: ...
+
+        def _container_id(self, sandbox_id: str) -> str: ...
+
+    def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        container_id = self._container_id(sandbox_id)
+        command = list(request.argv) if request.argv is not None else ["/bin/bash", "-c", request.shell or ""]
+        return self._run(
+            container_id,
+            tuple(command),
+            user=request.user,
+            cwd=request.cwd,
+            env=request.env,
+            stdin=request.stdin,
+            timeout_s=request.timeout_s,
+            max_output_bytes=request.max_output_bytes,
+        )
+
+    def _run(
+        self,
+        container_id: str,
+        command: tuple[str, ...],
+        *,
+        user: str = "user",
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_s: float = 60.0,
+        max_output_bytes: int = 1024 * 1024,
+    ) -> ExecResult:
+        uid, home = self._exec_user(user)
+        pid_file = f"{_PID_DIRS[uid]}/.console-exec-{secrets.token_hex(8)}.pid"
+        backstop = f"{timeout_s + EXEC_BACKSTOP_GRACE_S:.3f}"
+        wrapped = ["setsid", "-w", "timeout", "-s", "KILL", backstop, "/bin/sh", "-c", _EXEC_WRAPPER, "sh", pid_file]
+        wrapped += command
+        what = f"exec in sandbox {container_id[:12]}"
+        started = time.monotonic()
+        with _engine_call(what):
+            exec_id = self.api.exec_create(
+                container_id,
+                wrapped,
+                stdin=stdin is not None,
+                user=f"{uid}:{uid}",
+                workdir=cwd,
+                environment={"HOME": home, **(env or {})},
+            )["Id"]
+            stream = _ExecStream(self.api.exec_start(exec_id, socket=True))
+        try:
+            if stdin is not None:
+                # Fed from a thread: a command that writes while it reads would otherwise
+                # block on its full stdout while we block on its full stdin.
+                threading.Thread(target=self._feed_stdin, args=(stream, stdin), daemon=True).start()
+            demux = _Demuxer(max_output_bytes)
+            timed_out = not self._pump(stream, demux, started + timeout_s)
+        finally:
+            stream.close()
+        if timed_out:
+            self._kill_group(container_id, pid_file, user)
+        exit_code = self._exit_code(exec_id, what, wait_s=2.0 if timed_out else 5.0)
+        if exit_code is None and not timed_out:
+            # The engine ends the stream only once the command has exited, so a stream that
+            # ended while the command still runs was cut on the way. Nobody would read the
+            # rest: stop the command rather than leave it running unobserved.
+            self._kill_group(container_id, pid_file, user)
+            raise RemoteError(
+                ErrorKind.UNAVAILABLE,
+                f"{what}: the connection to the Docker engine was cut while the command ran; it was stopped",
+            )
+        if timed_out or exit_code is None:
+            exit_code = 137  # killed by SIGKILL, as a shell would report it
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=bytes(demux.out[1]),
+            stderr=bytes(demux.out[2]),
+            duration_s=time.monotonic() - started,
+            truncated=demux.truncated,
+            timed_out=timed_out,
+        )
+
+    @staticmethod
+    def _exec_user(user: str) -> tuple[int, str]:
+        """(uid, home) of a contract user name; anything but "user" and "root" is invalid."""
+        try:
+            return _USERS[user]
+        except KeyError:
+            raise RemoteError(ErrorKind.INVALID, f"unknown user {user!r} (use 'user' or 'root')") from None
+
+    @staticmethod
+    def _feed_stdin(stream: _ExecStream, data: bytes) -> None:
+        # A command that exits without reading its input closes the pipe, and a timeout closes
+        # the socket under us: neither is a failure of the exec.
+        with suppress(OSError):
+            stream.send_all(data)
+            stream.close_input()
+
+    @staticmethod
+    def _pump(stream: _ExecStream, demux: _Demuxer, deadline: float) -> bool:
+        """Read until end of stream; False when the deadline passed first."""
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                chunk = stream.recv(65536, remaining)
+            except TimeoutError:
+                return False
+            except OSError:
+                return True
+            if not chunk:
+                return True
+            demux.feed(chunk)
+
+    def _kill_group(self, container_id: str, pid_file: str, user: str) -> None:
+        """Kill a timed-out command's whole process group inside the sandbox.
+
+        As the command's own user: its processes are that user's, and a session user's pid
+        file (theirs to rewrite) then names nothing root's to kill.
+        """
+        with suppress(RemoteError):
+            self._run(container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user=user, timeout_s=10)
+
+    def _exit_code(self, exec_id: str, what: str, wait_s: float) -> int | None:
+        """The exec's exit code, or None while it still runs after wait_s."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            with _engine_call(what):
+                state = self.api.exec_inspect(exec_id)
+            if not state.get("Running"):
+                code = state.get("ExitCode")
+                return int(code) if code is not None else None
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+
+    def _run_checked(self, container_id: str, command: tuple[str, ...], what: str, user: str = "root") -> bytes:
+        result = self._run(container_id, command, user=user, cwd="/", timeout_s=60)
+        if result.exit_code == 0:
+            return result.stdout
+        _raise_for_command(result, what)

@@ -1,0 +1,190 @@
+"""Platform-owned backends: the infrastructure platform admins register and grant to spaces.
+
+Writes here are for platform admins only (checked again in every `do_*`, not only in the
+views). Space admins reach a backend only by choosing a granted one for a config
+(sandboxes.services.do_create_config / do_update_config).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from console.access import is_platform_admin
+from console.crypto import REDACTED, decrypt, encrypt
+from console.models import Space
+from console.services import Actor, ServiceError, record_audit
+
+from ..backends.base import RemoteError
+from ..models import PlatformBackend, SandboxConfig
+from .services import count_live_sandboxes
+
+BACKEND_FIELDS = (
+    "name",
+    "kind",
+    "endpoint",
+    "domain",
+    "sandbox_url",
+    "allow_private_endpoints",
+    "allow_space_api_key",
+    "workspace_host_root",
+    "pip_index_url",
+    "pip_find_links",
+    "npm_registry_url",
+    "max_cpus",
+    "max_memory_mb",
+    "max_pids",
+)
+SECRET_FIELDS = ("api_key", "tls_ca", "tls_cert", "tls_key")
+# Changing these while sandboxes live would orphan them on the old account or engine.
+IDENTITY = ("kind", "endpoint", "domain")
+
+
+class NotPlatformAdmin(ServiceError):
+    """Only platform admins register and grant infrastructure."""
+
+
+def _require_platform_admin(actor: Actor) -> None:
+    if not is_platform_admin(actor.user):
+        raise NotPlatformAdmin("Only platform admins manage platform backends.")
+
+
+def _apply_secrets(backend: PlatformBackend, secrets: dict[str, str | None]) -> list[str]:
+    """Set each secret given; None, '' (for certificates) and *** keep the stored one. Returns
+    the names that changed."""
+    changed = []
+    for name in SECRET_FIELDS:
+        value = secrets.get(name)
+        if value is None or value == REDACTED or (value == "" and name != "api_key"):
+            continue
+        attr = f"{name}_encrypted"
+        if value != decrypt(getattr(backend, attr)):
+            setattr(backend, attr, encrypt(value))
+            changed.append(name)
+    if secrets.get("clear_tls"):
+        for name in ("tls_ca", "tls_cert", "tls_key"):
+            if getattr(backend, f"{name}_encrypted"):
+                setattr(backend, f"{name}_encrypted", "")
+                changed.append(name)
+    return changed
+
+
+def _check_limits_cover_configs(backend: PlatformBackend) -> None:
+    """Lowering a limit below what a config already gives its sandboxes is refused."""
+    configs = SandboxConfig.objects.filter(backend=backend)
+    over = (
+        configs.filter(cpus__gt=backend.max_cpus).count()
+        + configs.filter(memory_mb__gt=backend.max_memory_mb).count()
+        + configs.filter(pids_limit__gt=backend.max_pids).count()
+    )
+    if over:
+        raise ServiceError(f"{over} config setting(s) on this backend are above the new limits: lower them first.")
+
+
+def do_create_platform_backend(
+    *, data: dict[str, Any], secrets: dict[str, str | None], spaces: list[Space], actor: Actor
+) -> PlatformBackend:
+    """Register infrastructure and grant it to `spaces` (one audit row)."""
+    _require_platform_admin(actor)
+    backend = PlatformBackend(**{k: data[k] for k in BACKEND_FIELDS if k in data})
+    _apply_secrets(backend, secrets)
+    try:
+        with transaction.atomic():
+            backend.save()
+            backend.spaces.set(spaces)
+            record_audit(
+                actor,
+                "platform_backend.create",
+                target_type="platform_backend",
+                target_id=backend.id,
+                details={
+                    "name": backend.name,
+                    "kind": backend.kind,
+                    "endpoint": backend.endpoint,
+                    "tls": backend.has_tls,
+                    "granted": sorted(str(space.pk) for space in spaces),
+                },
+            )
+    except IntegrityError:
+        raise ServiceError("A backend with this name exists.", field_errors={"name": ["already used"]}) from None
+    return backend
+
+
+def do_update_platform_backend(
+    backend: PlatformBackend,
+    *,
+    data: dict[str, Any],
+    secrets: dict[str, str | None],
+    spaces: list[Space],
+    actor: Actor,
+) -> PlatformBackend:
+    """Save changes and grants. The account (kind, endpoint, domain, key, TLS) is frozen while
+    its configs' sandboxes live; a grant cannot be withdrawn from a space with configs on it."""
+    _require_platform_admin(actor)
+    original = PlatformBackend.objects.get(pk=backend.pk)
+    changed = [k for k in BACKEND_FIELDS if k in data and getattr(original, k) != data[k]]
+    for key in changed:
+        setattr(backend, key, data[key])
+    secrets_changed = _apply_secrets(backend, secrets)
+    identity_changed = [k for k in changed if k in IDENTITY] + [s for s in secrets_changed if s != "api_key"]
+    if "api_key" in secrets_changed:
+        identity_changed.append("api_key")
+    if (
+        "allow_space_api_key" in changed
+        and SandboxConfig.objects.filter(backend=original).exclude(api_key_encrypted="").exists()
+    ):
+        # Configs with their own key change account (theirs <-> the platform's).
+        identity_changed.append("allow_space_api_key")
+    if identity_changed:
+        live = 0
+        for config in SandboxConfig.objects.filter(backend=original).select_related("backend"):
+            try:
+                live += count_live_sandboxes(config)
+            except RemoteError:
+                continue  # the old account does not answer: nothing reachable can be orphaned
+        if live:
+            raise ServiceError(
+                f"{live} live sandbox(es) run on this backend: delete them before changing "
+                + ", ".join(identity_changed)
+                + ", or register a new backend."
+            )
+    new_spaces = {space.pk for space in spaces}
+    try:
+        with transaction.atomic():
+            # Locked before the checks: a config saved at the same moment (which locks this
+            # row too, sandboxes.services) is either seen here or sees the new limits and grants.
+            PlatformBackend.objects.select_for_update().get(pk=backend.pk)
+            old_spaces = set(original.spaces.values_list("pk", flat=True))
+            revoked = old_spaces - new_spaces
+            in_use = Space.objects.filter(pk__in=revoked, sandbox_configs__backend=original).distinct()
+            if in_use:
+                names = ", ".join(space.name for space in in_use)
+                raise ServiceError(
+                    f"{names} still run configs on this backend: they must move to another backend first.",
+                    field_errors={"spaces": [f"configs of {names} use it"]},
+                )
+            _check_limits_cover_configs(backend)
+            backend.save()
+            backend.spaces.set(spaces)
+            record_audit(
+                actor,
+                "platform_backend.update",
+                target_type="platform_backend",
+                target_id=backend.id,
+                details={
+                    "changed": changed + secrets_changed,
+                    "before": {k: str(getattr(original, k)) for k in changed},
+                    "after": {k: str(data[k]) for k in changed},
+                    "granted": sorted(str(pk) for pk in new_spaces - old_spaces),
+                    "revoked": sorted(str(pk) for pk in revoked),
+                },
+            )
+    except IntegrityError:
+        raise ServiceError("A backend with this name exists.", field_errors={"name": ["already used"]}) from None
+    return backend
+
+
+def granted_backends(space: Space) -> Any:
+    """The backends a space's configs may choose."""
+    return PlatformBackend.objects.filter(spaces=space).order_by("name")

@@ -1,0 +1,662 @@
+"""Writes with side effects for sandbox configs and templates, and the bridge to backends.
+
+Views, the API, tasks and consumers reach a backend only through `open_backend(config)`;
+none of them builds one from a row themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from console.crypto import REDACTED, decrypt, encrypt
+from console.models import NetworkPolicy, Space
+from console.network import parse_destination
+from console.services import Actor, ServiceError, record_audit
+
+from ..backends import build_backend, describe
+from ..backends.base import (
+    META_CONFIG,
+    META_INSTALLATION,
+    META_PURPOSE,
+    META_SPACE,
+    Backend,
+    BackendConfig,
+    ErrorKind,
+    ExecRequest,
+    IdleMode,
+    L7Rule,
+    ListQuery,
+    NetworkCapabilities,
+    NetworkSpec,
+    RemoteError,
+    Resources,
+    SandboxSpec,
+    TemplateBuildSpec,
+    TemplateInfo,
+    is_snapshot_id,
+)
+from ..models import IDENTITY_FIELDS, PlatformBackend, SandboxConfig, Session, TemplateRecord
+
+# What a space admin sets; the infrastructure is the platform backend's (sandboxes.platform).
+CONFIG_FIELDS = (
+    "name",
+    "backend",
+    "default_template",
+    "cpus",
+    "memory_mb",
+    "pids_limit",
+    "idle_mode",
+    "idle_timeout_s",
+    "persistent_workspace",
+    "protocol_pin",
+    "is_default",
+)
+
+
+def effective_api_key(config: SandboxConfig) -> str:
+    """The space's own key where its backend allows one, else the platform backend's."""
+    if config.api_key_encrypted and config.backend.allow_space_api_key:
+        return decrypt(config.api_key_encrypted)
+    return decrypt(config.backend.api_key_encrypted)
+
+
+def uses_own_api_key(config: SandboxConfig) -> bool:
+    return bool(config.api_key_encrypted) and config.backend.allow_space_api_key
+
+
+def account_identity(config: SandboxConfig) -> tuple[str, str, str, str]:
+    """Provider, endpoint, domain and credential: the account holding the config's sandboxes."""
+    backend = config.backend
+    return (backend.kind, backend.endpoint, backend.domain, effective_api_key(config))
+
+
+def backend_config_for(config: SandboxConfig) -> BackendConfig:
+    """The platform backend's infrastructure merged with the config's own settings."""
+    backend = config.backend
+    return BackendConfig(
+        kind=backend.kind,
+        endpoint=backend.endpoint,
+        domain=backend.domain,
+        api_key=effective_api_key(config),
+        # A space's own key goes to a public endpoint only: the guard refuses private ranges.
+        allow_private_endpoints=backend.allow_private_endpoints and not uses_own_api_key(config),
+        idle_mode=IdleMode(config.idle_mode),
+        options={
+            **({"sandbox_url": backend.sandbox_url} if backend.sandbox_url else {}),
+            **tls_options(backend),
+            **workspace_options(config),
+            **protocol_options(config),
+        },
+    )
+
+
+def tls_options(backend: PlatformBackend) -> dict[str, str]:
+    """Docker tcp:// with TLS: the client certificate, key and CA (PEM) for the adapter."""
+    values = {
+        "tls_ca": decrypt(backend.tls_ca_encrypted),
+        "tls_cert": decrypt(backend.tls_cert_encrypted),
+        "tls_key": decrypt(backend.tls_key_encrypted),
+    }
+    return {key: value for key, value in values.items() if value}
+
+
+def protocol_options(config: SandboxConfig) -> dict[str, str]:
+    """Kinds with a versioned wire protocol (E2B, Cube): the TTL create and connect send (the
+    config's idle timeout), and the protocol, pinned or as last detected (the adapter detects
+    it again when not pinned)."""
+    if not describe(config.kind).versioned_protocol:
+        return {}
+    options = {"sandbox_timeout": str(config.idle_timeout_s)}
+    if config.protocol_pin:
+        options.update(protocol=config.protocol_pin, protocol_pinned="1")
+    elif config.backend_protocol:
+        options["protocol"] = config.backend_protocol
+    return options
+
+
+def workspace_options(config: SandboxConfig) -> dict[str, str]:
+    """Kinds that keep persistent workspaces under a host directory (Cube) manage them with
+    housekeeping sandboxes: from the config's template, carrying its console metadata so the
+    reaper can find a leftover one.
+
+    Not on a space's own account: the host root holds every space's workspaces, and there the
+    template (and so what runs beside the mount) is the space's own."""
+    if (
+        not describe(config.kind).takes_workspace_host_root
+        or not config.workspace_host_root
+        or uses_own_api_key(config)
+    ):
+        return {}
+    return {
+        "workspace_host_root": config.workspace_host_root,
+        "workspace_template": config.default_template,
+        "housekeeping_metadata": json.dumps(console_metadata(config)),
+    }
+
+
+@contextmanager
+def open_backend(config: SandboxConfig) -> Iterator[Backend]:
+    """The config's backend, closed afterwards. Raises RemoteError only."""
+    backend = build_backend(backend_config_for(config))
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def console_metadata(config: SandboxConfig, **extra: str) -> dict[str, str]:
+    """The metadata every sandbox this console creates carries (see DESIGN: sessions)."""
+    return {
+        META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID,
+        META_SPACE: str(config.space_id),
+        META_CONFIG: str(config.id),
+        **extra,
+    }
+
+
+# Ownership as the console's labels say it (written by `console_metadata`); read by the
+# catalog (`templates`) and by the config checks here.
+OWN = "own"
+PLATFORM = "platform"
+
+
+def labelled_owner(labels: Any, space: Space) -> str | None:
+    """OWN, "other" or None (no owner labels) as the labels say."""
+    installation, owner = labels.get(META_INSTALLATION), labels.get(META_SPACE)
+    if installation is None and owner is None:
+        return None
+    if installation == settings.CONSOLE_INSTALLATION_ID and owner == str(space.pk):
+        return OWN
+    return "other"
+
+
+def template_owner(
+    template: TemplateInfo, config: SandboxConfig, recorded: dict[str, str | None] | None = None
+) -> str | None:
+    """OWN, PLATFORM or None (another tenant's: hidden), for the config's space.
+
+    Labels decide where the backend keeps them (Docker). Without labels, the console's
+    record of the build on this account does: the space's own, the platform's, or another
+    space's (hidden). A template without labels or record was built outside the console
+    (the base image, the account's own templates): the platform's. `recorded` is
+    `recorded_template_owners(config)`, passed in when judging many templates."""
+    owner = labelled_owner(template.labels, config.space)
+    if owner is not None:
+        return OWN if owner == OWN else None
+    if recorded is None:
+        recorded = recorded_template_owners(config, [template.template_id])
+    if template.template_id not in recorded:
+        return PLATFORM
+    space_id = recorded[template.template_id]
+    if space_id is None:
+        return PLATFORM
+    return OWN if space_id == str(config.space_id) else None
+
+
+def config_fingerprint(config: SandboxConfig) -> str:
+    """SHA-256 over provider, endpoint and credential: which backend account holds a snapshot."""
+    material = "\n".join(account_identity(config))  # the platform backend's, or the space's own key
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def recorded_template_owners(config: SandboxConfig, template_ids: list[str] | None = None) -> dict[str, str | None]:
+    """Template id -> the space id it was built for (None: the platform), on this account."""
+    records = TemplateRecord.objects.filter(fingerprint=config_fingerprint(config))
+    if template_ids is not None:
+        records = records.filter(template_id__in=template_ids)
+    return {
+        template_id: (str(space) if space is not None else None)
+        for template_id, space in records.values_list("template_id", "owner_space")
+    }
+
+
+def network_spec_for(space: Space) -> NetworkSpec:
+    """The space's policy as sent to a backend: every switch explicit."""
+    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
+    return NetworkSpec(
+        allow_internet_access=policy.allow_internet_access,
+        allow_public_traffic=policy.allow_public_traffic,
+        allow_out=tuple(policy.allow_out),
+        deny_out=tuple(policy.deny_out),
+        l7_rules=tuple(
+            L7Rule(
+                domain=rule["domain"],
+                methods=tuple(rule.get("methods") or ()),
+                path_prefix=rule.get("path_prefix") or "/",
+                action=rule["action"],
+            )
+            for rule in policy.l7_rules
+        ),
+    )
+
+
+def unsupported_policy_switches(policy: NetworkPolicy, caps: NetworkCapabilities) -> list[str]:
+    """The parts of a space's policy this backend cannot honour, in plain words."""
+    problems = []
+    if policy.allow_internet_access:
+        lists = (
+            ("deny", policy.deny_out, caps.deny_out_cidr, caps.deny_out_domain),
+            ("allow", policy.allow_out, caps.allow_out_cidr, caps.allow_out_domain),
+        )
+        for verb, entries, cidr_ok, domain_ok in lists:
+            # Stored entries were validated on save; parse_destination tells networks from names.
+            parsed = [parse_destination(entry) for entry in entries]
+            cidrs = [d.text for d in parsed if d.network is not None]
+            domains = [d.text for d in parsed if d.network is None]
+            if cidrs and not cidr_ok:
+                problems.append(f"CIDR {verb} entries ({', '.join(cidrs)})")
+            if domains and not domain_ok:
+                problems.append(f"domain {verb} entries ({', '.join(domains)})")
+        if policy.l7_rules and not caps.l7_rules:
+            problems.append(f"{len(policy.l7_rules)} HTTP (L7) rule(s)")
+    if policy.allow_public_traffic and not caps.inbound_toggle:
+        problems.append("public inbound traffic")
+    return problems
+
+
+# --- Configs -----------------------------------------------------------------------------
+
+
+def count_live_sandboxes(config: SandboxConfig) -> int:
+    """Sandboxes this console created with `config` that still exist on the backend."""
+    with open_backend(config) as backend:
+        query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID, META_CONFIG: str(config.id)})
+        return sum(1 for _ in backend.iter_sandboxes(query))
+
+
+def _check_template_choice(template_id: str) -> None:
+    if is_snapshot_id(template_id):
+        raise ServiceError(
+            "A snapshot cannot be a config's default template; snapshots live in their own list.",
+            field_errors={"default_template": ["snapshot ids (snap-…) are not templates"]},
+        )
+
+
+def _check_template_visible(config: SandboxConfig) -> None:
+    """Another tenant's template (on a shared engine) is no choice for this space's config.
+    Unlisted or unreachable: left to the connection test, as before."""
+    try:
+        with open_backend(config) as backend:
+            templates = backend.templates()
+            listed = templates.list() if templates is not None else []
+            found = next((t for t in listed if t.template_id == config.default_template), None)
+            if found is None and templates is not None:
+                # Another name of a listed image (a repository without its tag, an image id):
+                # judged by what the backend resolves it to, not by the text.
+                with suppress(RemoteError):
+                    found = templates.get(config.default_template)
+    except RemoteError:
+        return
+    if found is not None and template_owner(found, config) is None:
+        raise ServiceError(
+            "That template is not offered to this space.",
+            field_errors={"default_template": ["not a template of the platform or of this space"]},
+        )
+
+
+def _apply_api_key(config: SandboxConfig, api_key: str | None) -> bool:
+    """Set the key unless the form sent back the redaction placeholder. True if it changed."""
+    if api_key is None or api_key == REDACTED:
+        return False
+    if api_key == decrypt(config.api_key_encrypted):
+        return False
+    config.api_key_encrypted = encrypt(api_key)
+    return True
+
+
+def _check_backend_choice(space: Space, backend: PlatformBackend, data: dict[str, Any], api_key: str | None) -> None:
+    """The backend is granted to the space, the resources stay within its limits, and an own
+    API key is given only where the platform allows one (to a public endpoint)."""
+    if not backend.spaces.filter(pk=space.pk).exists():
+        raise ServiceError(
+            "This backend is not granted to the space.", field_errors={"backend": ["not granted to this space"]}
+        )
+    limits = (
+        ("cpus", backend.max_cpus, "CPU cores"),
+        ("memory_mb", backend.max_memory_mb, "MiB"),
+        ("pids_limit", backend.max_pids, "processes"),
+    )
+    errors = {
+        field: [f"at most {limit} {unit} on {backend.name}"]
+        for field, limit, unit in limits
+        if field in data and data[field] is not None and data[field] > limit
+    }
+    if errors:
+        raise ServiceError("Resources above what the platform allows on this backend.", field_errors=errors)
+    if api_key and api_key != REDACTED and not backend.allow_space_api_key:
+        raise ServiceError(
+            "This backend uses the platform's credentials.",
+            field_errors={"api_key": ["the platform does not let spaces bring their own key to this backend"]},
+        )
+    if api_key and api_key != REDACTED:
+        from ..backends.guard import check_endpoint
+
+        try:  # an own key is only ever sent to a public endpoint
+            check_endpoint(backend.endpoint, allow_private=False)
+        except RemoteError as exc:
+            raise ServiceError(exc.message, field_errors={"api_key": [exc.message]}) from None
+
+
+def _lock_backend_choice(space: Space, config: SandboxConfig, data: dict[str, Any], api_key: str | None) -> None:
+    """Inside the write's transaction: lock the backend row and check the grant and limits
+    again, so a platform admin lowering limits or withdrawing the grant at the same moment
+    either waits for this write (and sees it) or is seen by it (sandboxes.platform locks too)."""
+    config.backend = PlatformBackend.objects.select_for_update().get(pk=config.backend_id)
+    _check_backend_choice(space, config.backend, data, api_key)
+
+
+def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor: Actor) -> SandboxConfig:
+    """A config of the space on a backend granted to it (one audit row)."""
+    _check_template_choice(data["default_template"])
+    _check_backend_choice(space, data["backend"], data, api_key)
+    config = SandboxConfig(space=space, **{k: data[k] for k in CONFIG_FIELDS if k in data})
+    _apply_api_key(config, api_key)
+    _check_template_visible(config)
+    try:
+        with transaction.atomic():
+            _lock_backend_choice(space, config, data, api_key)
+            # The space's first config serves its sessions unless another is chosen.
+            has_default = SandboxConfig.objects.select_for_update().filter(space=space, is_default=True).exists()
+            if config.is_default and has_default:
+                SandboxConfig.objects.filter(space=space, is_default=True).update(is_default=False)
+            config.is_default = config.is_default or not has_default
+            config.save()
+            record_audit(
+                actor,
+                "sandbox_config.create",
+                space=space,
+                target_type="sandbox_config",
+                target_id=config.id,
+                details={"name": config.name, "kind": config.kind, "backend": str(config.backend_id)},
+            )
+    except IntegrityError:
+        raise ServiceError(
+            "This space already has a config with this name.", field_errors={"name": ["already used in this space"]}
+        ) from None
+    return config
+
+
+def do_update_config(
+    config: SandboxConfig,
+    *,
+    data: dict[str, Any],
+    api_key: str | None,
+    actor: Actor,
+) -> SandboxConfig:
+    """Save changes. Identity fields (backend, own key) are frozen while sandboxes live."""
+    _check_template_choice(data.get("default_template", config.default_template))
+    merged = {k: data.get(k, getattr(config, k)) for k in ("cpus", "memory_mb", "pids_limit")}
+    _check_backend_choice(config.space, data.get("backend", config.backend), merged, api_key)
+    original = SandboxConfig.objects.select_related("backend").get(pk=config.pk)
+    changed = [k for k in CONFIG_FIELDS if k in data and getattr(original, k) != data[k]]
+    key_changed = _apply_api_key(config, api_key)
+    identity_changed = [k for k in changed if k in IDENTITY_FIELDS] + (["api_key"] if key_changed else [])
+    if identity_changed:
+        try:
+            live = count_live_sandboxes(original)
+        except RemoteError:
+            live = 0  # The old backend does not answer: nothing reachable can be orphaned.
+        if live:
+            config.api_key_encrypted = original.api_key_encrypted
+            raise ServiceError(
+                f"{live} live sandbox(es) use this config: delete them before changing "
+                + ", ".join(identity_changed)
+                + ", or create a new config."
+            )
+    if not changed and not key_changed:
+        return config
+    for key in changed:
+        setattr(config, key, data[key])
+    if "default_template" in changed or "backend" in changed:
+        _check_template_visible(config)
+    try:
+        with transaction.atomic():
+            _lock_backend_choice(config.space, config, merged, api_key)
+            if "is_default" in changed and config.is_default:
+                SandboxConfig.objects.filter(space=config.space_id, is_default=True).exclude(pk=config.pk).update(
+                    is_default=False
+                )
+            config.save()
+            record_audit(
+                actor,
+                "sandbox_config.update",
+                space=config.space,
+                target_type="sandbox_config",
+                target_id=config.id,
+                details={
+                    "changed": changed + (["api_key"] if key_changed else []),
+                    "before": {k: str(getattr(original, k)) for k in changed},
+                    "after": {k: str(data[k]) for k in changed},
+                },
+            )
+    except IntegrityError:
+        raise ServiceError(
+            "This space already has a config with this name.", field_errors={"name": ["already used in this space"]}
+        ) from None
+    return config
+
+
+def do_delete_config(config: SandboxConfig, *, actor: Actor) -> None:
+    from ..models import SessionImage
+
+    if SessionImage.objects.filter(config=config).exists():
+        raise ServiceError(
+            "A skill image of this space lives on this config: uninstall its skills (or delete its "
+            "generations) on the Skill image page first, so its snapshots are not left behind."
+        )
+    if config.sessions.exists():
+        raise ServiceError(f"{config.sessions.count()} session(s) use this config: delete them first.")
+    try:
+        live = count_live_sandboxes(config)
+    except RemoteError:
+        live = 0
+    if live:
+        raise ServiceError(f"{live} live sandbox(es) use this config: delete them first.")
+    with transaction.atomic():
+        record_audit(
+            actor,
+            "sandbox_config.delete",
+            space=config.space,
+            target_type="sandbox_config",
+            target_id=config.id,
+            details={"name": config.name, "kind": config.kind},
+        )
+        config.delete()
+
+
+# --- Templates ---------------------------------------------------------------------------
+# Listing and deleting are scoped to the space in sandboxes.catalog.
+
+
+def build_template(config: SandboxConfig, spec: TemplateBuildSpec, *, platform: bool = False) -> str:
+    """Build a template of the config's space: it carries the space's labels, so only that
+    space sees it (sandboxes.catalog). A platform template (`platform`, started by platform
+    admins only) carries none and is offered to every space."""
+    if not platform:
+        spec = replace(spec, labels={**spec.labels, **console_metadata(config)})
+    with open_backend(config) as backend:
+        templates = backend.templates()
+        if templates is None:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} cannot build templates from the console")
+        template_id = templates.create(spec).template_id
+    # E2B and Cube drop the labels: this record is what tells the space's build from the platform's.
+    TemplateRecord.objects.update_or_create(
+        fingerprint=config_fingerprint(config),
+        template_id=template_id,
+        defaults={"owner_space": None if platform else config.space_id},
+    )
+    return template_id
+
+
+# --- Test connection ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepResult:
+    name: str
+    ok: bool
+    ms: float
+    detail: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "ms": round(self.ms, 1), "detail": self.detail}
+
+
+def _timed(name: str, func: Callable[[], str]) -> StepResult:
+    started = time.perf_counter()
+    try:
+        detail = func()
+    except RemoteError as exc:
+        return StepResult(name, False, (time.perf_counter() - started) * 1000, f"{exc.kind}: {exc.message}")
+    return StepResult(name, True, (time.perf_counter() - started) * 1000, detail)
+
+
+def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], None]) -> list[StepResult]:
+    """Health, whether persistent workspaces can be made (when the config keeps them), then a
+    short create -> exec -> delete, each step timed. Stops at a failure."""
+    steps: list[StepResult] = []
+    sandbox_ids: list[str] = []
+    with open_backend(config) as backend:
+
+        def health() -> str:
+            info = backend.health()
+            if not info.ok:
+                raise RemoteError(ErrorKind.UNAVAILABLE, info.detail or "unhealthy")
+            recorded = {"backend_version": info.version[:100], "backend_protocol": info.protocol[:16]}
+            changed = {k: v for k, v in recorded.items() if v and v != getattr(config, k)}
+            if changed:
+                SandboxConfig.objects.filter(pk=config.pk).update(**changed)
+            return info.version or "ok"
+
+        def create() -> str:
+            spec = SandboxSpec(
+                template_id=config.default_template,
+                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                metadata=console_metadata(config, **{META_PURPOSE: "connection-test"}),
+                resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
+                timeout_s=120,
+            )
+            info = backend.create(spec)
+            sandbox_ids.append(info.sandbox_id)
+            return f"sandbox {info.sandbox_id[:12]} from {config.default_template}"
+
+        def execute() -> str:
+            result = backend.exec(sandbox_ids[0], ExecRequest(argv=("sh", "-c", "echo ok; id -u"), timeout_s=30))
+            out = result.stdout.decode(errors="replace").split()
+            if result.exit_code != 0 or out[:1] != ["ok"]:
+                raise RemoteError(ErrorKind.INTERNAL, f"exit {result.exit_code}: {result.stderr[:200]!r}")
+            return f"echo ok as uid {out[1] if len(out) > 1 else '?'}"
+
+        def delete() -> str:
+            backend.delete(sandbox_ids.pop())
+            return "deleted"
+
+        plan: list[tuple[str, Callable[[], str]]] = [("health", health)]
+        volumes = backend.volumes() if config.persistent_workspace else None
+        if volumes is not None:
+            plan.append(("persistent workspace", volumes.check))
+        plan += [("create", create), ("exec", execute), ("delete", delete)]
+        try:
+            for name, func in plan:
+                step = _timed(name, func)
+                steps.append(step)
+                report(step)
+                if not step.ok:
+                    break
+        finally:
+            for leftover in sandbox_ids:
+                with suppress(RemoteError):
+                    backend.delete(leftover)
+    return steps
+
+
+# --- Session images (written by the skills app) ------------------------------------------
+
+
+def do_set_session_image(
+    space: Space,
+    config: SandboxConfig,
+    *,
+    snapshot_id: str,
+    fingerprint: str,
+    label: str,
+    actor: Actor,
+) -> None:
+    """Point the space's new sessions on `config` at a snapshot, and mark that config's sessions
+    stale (those on the space's other configs do not start from it).
+
+    The skills app records skill images through this function, so the runtime never imports
+    skills. A pointer without a fingerprint is refused: the runtime could never tell whether
+    the snapshot belongs to the config's current backend account.
+    """
+    from ..models import SessionImage
+
+    if not fingerprint:
+        raise ServiceError("A session image needs the fingerprint of the account that holds its snapshot.")
+    if not snapshot_id:
+        raise ServiceError("A session image needs a snapshot id.")
+    with transaction.atomic():
+        SessionImage.objects.update_or_create(
+            space=space,
+            config=config,
+            defaults={"snapshot_id": snapshot_id, "fingerprint": fingerprint, "label": label[:200]},
+        )
+        stale = mark_config_stale(space, config)
+        record_audit(
+            actor,
+            "session_image.set",
+            space=space,
+            target_type="sandbox_config",
+            target_id=config.id,
+            details={"snapshot_id": snapshot_id, "label": label, "sessions_marked_stale": stale},
+        )
+
+
+def do_clear_session_image(space: Space, config: SandboxConfig, *, actor: Actor) -> None:
+    """Sessions go back to the config's default template (e.g. every skill uninstalled)."""
+    from ..models import SessionImage
+
+    with transaction.atomic():
+        deleted, _ = SessionImage.objects.filter(space=space, config=config).delete()
+        if not deleted:
+            return
+        stale = mark_config_stale(space, config)
+        record_audit(
+            actor,
+            "session_image.clear",
+            space=space,
+            target_type="sandbox_config",
+            target_id=config.id,
+            details={"sessions_marked_stale": stale},
+        )
+
+
+def sessions_using_snapshot(snapshot_id: str) -> int:
+    """Sessions whose current sandbox was started from `snapshot_id`."""
+    from ..models import Session
+
+    return Session.objects.filter(template_id=snapshot_id).exclude(sandbox_id="").count()
+
+
+# Staleness: sessions whose image changed start afresh at their next turn (runtime.resolve).
+
+
+def mark_config_stale(space: Space, config: SandboxConfig) -> int:
+    """Declare stale the sessions that start from this config's image (its skill image
+    changed); sessions on the space's other configs keep their sandboxes. Returns how many."""
+    return Session.objects.filter(space=space, config=config).update(stale_at=timezone.now())
+
+
+def mark_space_stale(space: Space) -> int:
+    """Declare every session of the space stale, whatever its config; returns how many."""
+    return Session.objects.filter(space=space).update(stale_at=timezone.now())

@@ -1,0 +1,250 @@
+"""Pages of sandbox configs: list, create, detail, edit, delete, the connection test and the
+verification job, and the capability matrix.
+
+Backend failures never become a 500: a `RemoteError` is shown as a message with its kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
+
+from console.access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
+from console.jobs import start_job
+from console.models import NetworkPolicy, Role
+from console.services import ServiceError, actor_from_request
+from console.views import apply_form_errors
+
+from ..backends import describe
+from ..backends.base import NetworkCapabilities, RemoteError
+from ..catalog.services import (
+    CONFIG_FIELDS,
+    do_create_config,
+    do_delete_config,
+    do_update_config,
+    open_backend,
+    unsupported_policy_switches,
+)
+from ..models import SandboxConfig
+from .forms import SandboxConfigForm
+from .lookups import get_config_for_user, remote_error_message, template_ids
+
+# --- Configs -----------------------------------------------------------------------------
+
+
+@login_required
+@require_safe
+def config_list(request: HttpRequest) -> HttpResponse:
+    spaces = spaces_for_user(request.user).order_by("name")
+    configs = (
+        SandboxConfig.objects.filter(space__in=spaces)
+        .select_related("space", "backend")
+        .order_by("space__name", "name")
+    )
+    admin_space_ids = set(spaces_for_user(request.user, Role.ADMIN).values_list("id", flat=True))
+    context = {
+        "configs": configs,
+        "spaces": spaces,
+        "admin_space_ids": admin_space_ids,
+        "is_platform_admin": is_platform_admin(request.user),
+        "section": "sandboxes",
+    }
+    return render(request, "sandboxes/config_list.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def config_create(request: HttpRequest, space_id: str) -> HttpResponse:
+    space = get_space_for_user(request.user, space_id, Role.ADMIN)
+    form = SandboxConfigForm(
+        request.POST or None, space=space, initial={"default_template": "sandbox-console/base:latest"}
+    )
+    if not form.fields["backend"].queryset.exists():  # type: ignore[attr-defined]
+        messages.warning(request, "No backend is granted to this space yet: ask a platform admin for one.")
+    if request.method == "POST" and form.is_valid():
+        try:
+            config = do_create_config(
+                space,
+                data={k: form.cleaned_data[k] for k in CONFIG_FIELDS},
+                api_key=form.cleaned_data["api_key"],
+                actor=actor_from_request(request),
+            )
+        except ServiceError as exc:
+            apply_form_errors(form, exc)
+        else:
+            messages.success(request, f"Config {config.name} created. Test its connection next.")
+            return redirect(config)
+    status = 400 if form.errors else 200
+    return render(
+        request, "sandboxes/config_form.html", {"form": form, "space": space, "section": "sandboxes"}, status=status
+    )
+
+
+@login_required
+@require_safe
+def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
+    config = get_config_for_user(request.user, config_id)
+    policy = NetworkPolicy.objects.get_or_create(space=config.space)[0]
+    capabilities = capability_row(config)
+    context = {
+        "config": config,
+        "space": config.space,
+        "is_admin": has_role(request.user, config.space, Role.ADMIN),
+        "is_platform_admin": is_platform_admin(request.user),
+        "capabilities": capabilities,
+        "backend_kind": describe(config.kind),  # which settings rows apply, from the adapter
+        "unsupported": (
+            unsupported_policy_switches(policy, capabilities.network) if capabilities.network is not None else []
+        ),
+        "recent_tests": config.space.jobs.filter(
+            kind__in=["sandboxes.test_connection", "sandboxes.verify_backend"], params__config_id=str(config.id)
+        ).order_by("-created")[:8],
+        "section": "sandboxes",
+    }
+    return render(request, "sandboxes/config_detail.html", context)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def config_edit(request: HttpRequest, config_id: str) -> HttpResponse:
+    config = get_config_for_user(request.user, config_id, Role.ADMIN)
+    form = SandboxConfigForm(
+        request.POST or None, instance=config, space=config.space, template_choices=template_ids(config)
+    )
+    if request.method == "POST" and form.is_valid():
+        try:
+            do_update_config(
+                SandboxConfig.objects.get(pk=config.pk),
+                data={k: form.cleaned_data[k] for k in CONFIG_FIELDS},
+                api_key=form.cleaned_data["api_key"],
+                actor=actor_from_request(request),
+            )
+        except ServiceError as exc:
+            apply_form_errors(form, exc)
+        except RemoteError as exc:
+            form.add_error(None, remote_error_message(exc))
+        else:
+            messages.success(request, "Config saved.")
+            return redirect(config)
+    status = 400 if form.errors else 200
+    return render(
+        request,
+        "sandboxes/config_form.html",
+        {"form": form, "space": config.space, "config": config, "section": "sandboxes"},
+        status=status,
+    )
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def config_delete(request: HttpRequest, config_id: str) -> HttpResponse:
+    config = get_config_for_user(request.user, config_id, Role.ADMIN)
+    if request.method == "POST":
+        try:
+            do_delete_config(config, actor=actor_from_request(request))
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+            return redirect(config)
+        messages.success(request, f"Config {config.name} deleted.")
+        return redirect("sandboxes:config_list")
+    return render(
+        request,
+        "inc/confirm_delete.html",
+        {
+            "object_label": f"sandbox config {config.name}",
+            "consequences": [
+                "Refused while live sandboxes use it.",
+                "Its templates and snapshots stay on the backend.",
+            ],
+            "cancel_url": config.get_absolute_url(),
+            "section": "sandboxes",
+        },
+    )
+
+
+def _start_config_job(request: HttpRequest, config_id: str, kind: str, announce: str) -> HttpResponse:
+    """Start a job on one config (space admins only) and follow it on its page."""
+    config = get_config_for_user(request.user, config_id, Role.ADMIN)
+    job = start_job(kind, actor=actor_from_request(request), space=config.space, params={"config_id": str(config.id)})
+    messages.info(request, announce.format(name=config.name))
+    return redirect(job)
+
+
+@login_required
+@require_POST
+def config_test(request: HttpRequest, config_id: str) -> HttpResponse:
+    return _start_config_job(
+        request,
+        config_id,
+        "sandboxes.test_connection",
+        "Testing {name}: health, then create, exec and delete a sandbox.",
+    )
+
+
+@login_required
+@require_POST
+def config_verify(request: HttpRequest, config_id: str) -> HttpResponse:
+    return _start_config_job(
+        request,
+        config_id,
+        "sandboxes.verify_backend",
+        "Verifying {name}: snapshots, pause and resume, metadata, network, data plane.",
+    )
+
+
+# --- Capability matrix -------------------------------------------------------------------
+
+CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty", "volumes")
+NETWORK_FLAGS = (
+    ("outbound_toggle", "Outbound on/off"),
+    ("allow_out_cidr", "Allow CIDRs"),
+    ("allow_out_domain", "Allow domains"),
+    ("deny_out_cidr", "Deny CIDRs"),
+    ("deny_out_domain", "Deny domains"),
+    ("l7_rules", "HTTP (L7) rules"),
+    ("inbound_toggle", "Inbound on/off"),
+)
+
+
+@dataclass
+class CapabilityRow:
+    config: SandboxConfig
+    label: str = ""
+    accessors: dict[str, bool] = field(default_factory=dict)
+    network: NetworkCapabilities | None = None
+    network_flags: list[tuple[str, bool]] = field(default_factory=list)
+    error: str = ""
+
+
+def capability_row(config: SandboxConfig) -> CapabilityRow:
+    """What the config's backend offers, read from its accessors (never from its kind)."""
+    row = CapabilityRow(config=config)
+    try:
+        # Through the services' bridge, the one place that builds a backend from a row.
+        with open_backend(config) as backend:
+            row.label = backend.label
+            row.accessors = {name: getattr(backend, name)() is not None for name in CAPABILITY_ACCESSORS}
+            row.network = backend.network_capabilities()
+            row.network_flags = [(label, getattr(row.network, attr)) for attr, label in NETWORK_FLAGS]
+    except RemoteError as exc:
+        row.error = remote_error_message(exc)
+    return row
+
+
+@login_required
+@require_safe
+def capability_matrix(request: HttpRequest) -> HttpResponse:
+    configs = SandboxConfig.objects.filter(space__in=spaces_for_user(request.user)).select_related("space", "backend")
+    rows = [capability_row(config) for config in configs.order_by("space__name", "name")]
+    context = {
+        "rows": rows,
+        "accessor_names": CAPABILITY_ACCESSORS,
+        "network_labels": [label for _, label in NETWORK_FLAGS],
+        "section": "sandboxes",
+    }
+    return render(request, "sandboxes/capability_matrix.html", context)

@@ -1,0 +1,41 @@
+"""What every page of the sandboxes app looks up the same way: a config or a session through
+the access helper (outsider 404, too-low role 403), and a `RemoteError` in words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+
+from console.access import get_space_for_user
+from console.models import Role
+
+from ..backends.base import RemoteError
+from ..catalog.templates import (
+    visible_template_ids,
+)
+from ..models import SandboxConfig, Session
+
+
+def get_config_for_user(user: Any, config_id: Any, role: Role = Role.VIEWER) -> SandboxConfig:
+    """A config of a space the user holds `role` in (404 for outsiders, 403 for low roles)."""
+    config = get_object_or_404(SandboxConfig.objects.select_related("space", "backend"), pk=config_id)
+    get_space_for_user(user, config.space_id, role)
+    return config
+
+
+def remote_error_message(exc: RemoteError) -> str:
+    hint = " (retry later)" if exc.retryable else ""
+    return f"The backend said {exc.kind}: {exc.message}{hint}"
+
+
+def template_ids(config: SandboxConfig) -> list[str] | None:
+    """Template ids the space may pick (the platform's and its own), or None when unlistable."""
+    return visible_template_ids(config)
+
+
+def get_session_for_user(user: Any, session_id: Any, role: Role = Role.VIEWER) -> Session:
+    session = get_object_or_404(Session.objects.select_related("space", "config__backend"), pk=session_id)
+    get_space_for_user(user, session.space_id, role)
+    return session

@@ -1,0 +1,302 @@
+"""Pages of sessions: list, detail, actions (pause, resume, rebuild, delete), files, artifacts
+and background commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import F, Q
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
+from django_htmx.http import HttpResponseStopPolling
+
+from console.access import get_space_for_user, has_role, spaces_for_user
+from console.models import Role
+from console.services import ServiceError, actor_from_request
+from console.views import is_htmx, paginate, query_without_page
+
+from ..backends.base import RemoteError
+from ..models import Artifact, BackgroundCommand, Session
+from ..sessions.commands import kill_command, read_output, start_command
+from ..sessions.runtime import Runtime, effective_template
+from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
+from .lookups import get_session_for_user, remote_error_message
+
+# --- Sessions ----------------------------------------------------------------------------
+
+
+SESSION_STATE_FILTERS = [("running", "Running"), ("paused", "Paused"), ("stopped", "Stopped"), ("stale", "Stale")]
+
+
+@login_required
+@require_safe
+def session_list(request: HttpRequest) -> HttpResponse:
+    spaces = spaces_for_user(request.user)
+    sessions = Session.objects.filter(space__in=spaces).select_related("space", "config__backend")
+    space_filter = request.GET.get("space", "")
+    if space_filter:
+        space = get_space_for_user(request.user, space_filter)
+        sessions = sessions.filter(space=space)
+    state = request.GET.get("state", "")
+    if state == "stale":
+        sessions = sessions.filter(stale_at__isnull=False).filter(
+            Q(bound_at__isnull=True) | Q(bound_at__lt=F("stale_at"))
+        )
+    elif state in {"running", "paused", "stopped"}:
+        sessions = sessions.filter(state=state)
+    query = request.GET.get("q", "").strip()
+    if query:
+        sessions = sessions.filter(key__icontains=query)
+    page = paginate(request, sessions.order_by(F("last_activity").desc(nulls_last=True), "-created"))
+    context = {
+        "page": page,
+        "spaces": spaces.order_by("name"),
+        "space_filter": space_filter,
+        "state": state,
+        "states": SESSION_STATE_FILTERS,
+        "query": query,
+        "querystring": query_without_page(request),
+        "now": timezone.now(),
+        "section": "sessions",
+    }
+    if is_htmx(request) and request.headers.get("HX-Target") == "session-results":
+        return render(request, "sandboxes/partials/session_results.html", context)
+    return render(request, "sandboxes/session_list.html", context)
+
+
+@login_required
+@require_safe
+def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id)
+    runtime = Runtime()
+    can_use = has_role(request.user, session.space, Role.MEMBER)
+    path = request.GET.get("path", "")
+    listing: list[Any] = []
+    listing_error = ""
+    not_running = False
+    if request.GET.get("browse") == "1" and can_use:
+        # A GET reads only: a paused or missing sandbox is offered a "Resume and browse" POST.
+        try:
+            listing = list_files(runtime, session, path, wake=False)
+        except SandboxNotRunning:
+            not_running = True
+        except (RemoteError, ServiceError) as exc:
+            listing_error = remote_error_message(exc) if isinstance(exc, RemoteError) else exc.message
+    context = {
+        "session": session,
+        "space": session.space,
+        "inspect": runtime.inspect(session),
+        "template": effective_template(session.space, session.config),
+        "can_use": can_use,
+        "is_admin": has_role(request.user, session.space, Role.ADMIN),
+        "path": path,
+        "listing": listing,
+        "listing_error": listing_error,
+        "not_running": not_running,
+        "browsed": request.GET.get("browse") == "1",
+        "artifacts": session.artifacts.all()[:50],
+        "commands": session.commands.all()[:20],
+        "section": "sessions",
+    }
+    return render(request, "sandboxes/session_detail.html", context)
+
+
+SESSION_ACTIONS = {"pause", "resume", "rebuild", "delete"}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def session_action(request: HttpRequest, session_id: str, action: str) -> HttpResponse:
+    """Pause, resume, rebuild (members) or delete (admins) a session; destructive ones confirm."""
+    if action not in SESSION_ACTIONS:
+        raise Http404("No such action")
+    role = Role.ADMIN if action == "delete" else Role.MEMBER
+    session = get_session_for_user(request.user, session_id, role)
+    if request.method == "GET":
+        if action not in {"rebuild", "delete"}:
+            return redirect(session)
+        consequences = (
+            [
+                "Its sandbox is deleted and a new one created from the current template.",
+                "Files in a persistent /workspace are kept; running processes are lost.",
+            ]
+            if action == "rebuild"
+            else ["Its sandbox, binding, persistent /workspace and artifacts are deleted."]
+        )
+        return render(
+            request,
+            "inc/confirm_delete.html",
+            {
+                "object_label": f"session {session.key}",
+                "action_label": action.capitalize(),
+                "consequences": consequences,
+                "cancel_url": session.get_absolute_url(),
+                "section": "sessions",
+            },
+        )
+    runtime = Runtime()
+    actor = actor_from_request(request)
+    try:
+        if action == "pause":
+            info = runtime.pause(session, actor=actor)
+            messages.success(request, f"Session {session.key} is {info.state}.")
+        elif action == "resume":
+            resolved = runtime.resume(session, actor=actor)
+            messages.success(request, f"Session {session.key} is running ({resolved.action}).")
+        elif action == "rebuild":
+            runtime.rebuild(session, actor=actor)
+            messages.success(request, f"Session {session.key} was rebuilt.")
+        else:
+            runtime.delete(session, actor=actor)
+            messages.success(request, f"Session {session.key} deleted.")
+            return redirect(reverse("sandboxes:session_list") + f"?space={session.space_id}")
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    if action == "resume" and request.POST.get("browse") == "1":
+        return redirect(_browse_url(session, request.POST.get("path", "")))
+    return redirect(session)
+
+
+def _browse_url(session: Session, path: str) -> str:
+    return f"{session.get_absolute_url()}?{urlencode({'browse': '1', 'path': path})}#files"
+
+
+@login_required
+@require_POST
+def session_upload(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    upload = request.FILES.get("file")
+    if upload is None:
+        messages.error(request, "Choose a file to upload.")
+    elif upload.size is not None and upload.size > settings.WORKSPACE_UPLOAD_MAX_BYTES:
+        messages.error(request, f"The file is larger than {settings.WORKSPACE_UPLOAD_MAX_BYTES} bytes.")
+    else:
+        try:
+            info = stage_input(
+                Runtime(), session, upload.name or "upload", upload.read(), actor=actor_from_request(request)
+            )
+        except RemoteError as exc:
+            messages.error(request, remote_error_message(exc))
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Uploaded {info.path} (read-only to the session).")
+    return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "?browse=1&path=input")
+
+
+@login_required
+@require_safe
+def session_download(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    path = request.GET.get("path", "")
+    try:
+        data = read_file(Runtime(), session, path, wake=False)  # a GET: never wakes the sandbox
+    except SandboxNotRunning as exc:
+        messages.error(request, exc.message)
+        return redirect(_browse_url(session, path.rpartition("/")[0]))
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+        return redirect(session)
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+        return redirect(session)
+    response = HttpResponse(data, content_type="application/octet-stream")
+    response["Content-Disposition"] = f'attachment; filename="{path.rsplit("/", 1)[-1] or "file"}"'
+    return response
+
+
+@login_required
+@require_safe
+def artifact_download(request: HttpRequest, session_id: str, artifact_id: str) -> HttpResponse | FileResponse:
+    session = get_session_for_user(request.user, session_id)
+    artifact = get_object_or_404(Artifact, pk=artifact_id, session=session)
+    return FileResponse(artifact.file.open("rb"), as_attachment=True, filename=artifact.path.rsplit("/", 1)[-1])
+
+
+@login_required
+@require_POST
+def session_collect(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    try:
+        result = collect_artifacts(Runtime(), session, actor=actor_from_request(request))
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Collected {len(result.artifacts)} file(s) from /workspace/output.")
+        for refusal in result.refused[:10]:
+            messages.warning(request, refusal)
+    return redirect(session)
+
+
+# --- Background commands on the session page ----------------------------------------------
+
+
+@login_required
+@require_POST
+def command_start(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    shell = request.POST.get("shell", "").strip()
+    if not shell:
+        messages.error(request, "Type a command to run.")
+        return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "#commands")
+    try:
+        command = start_command(Runtime(), session, shell=shell, actor=actor_from_request(request))
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        return redirect("sandboxes:command_detail", session_id=session.id, command_id=command.id)
+    return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "#commands")
+
+
+OUTPUT_PAGE_BYTES = 512 * 1024
+
+
+@login_required
+@require_safe
+def command_detail(request: HttpRequest, session_id: str, command_id: str) -> HttpResponse:
+    """A command's output; with HTMX the output partial polls until the command ends."""
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    command = get_object_or_404(BackgroundCommand, pk=command_id, session=session)
+    output = read_output(command, None, OUTPUT_PAGE_BYTES)
+    context = {
+        "session": session,
+        "space": session.space,
+        "command": command,
+        "output": output,
+        "text": output.data.decode(errors="replace"),
+        "section": "sessions",
+    }
+    if is_htmx(request) and request.headers.get("HX-Target") == "command-output":
+        response = render(request, "sandboxes/partials/command_output.html", context)
+        if output.finished or command.is_finished:
+            return HttpResponseStopPolling(response.content)
+        return response
+    return render(request, "sandboxes/command_detail.html", context)
+
+
+@login_required
+@require_POST
+def command_kill(request: HttpRequest, session_id: str, command_id: str) -> HttpResponse:
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    command = get_object_or_404(BackgroundCommand, pk=command_id, session=session)
+    try:
+        kill_command(command, actor=actor_from_request(request))
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+    else:
+        messages.success(request, "Command killed.")
+    return redirect("sandboxes:command_detail", session_id=session.id, command_id=command.id)

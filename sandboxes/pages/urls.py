@@ -1,0 +1,53 @@
+"""Routes of the sandboxes app (namespace "sandboxes")."""
+
+from django.urls import path
+
+from . import catalog, configs, sessions, tokens
+
+app_name = "sandboxes"
+
+urlpatterns = [
+    path("sandboxes/", configs.config_list, name="config_list"),
+    path("sandboxes/capabilities/", configs.capability_matrix, name="capability_matrix"),
+    path("spaces/<uuid:space_id>/sandboxes/new/", configs.config_create, name="config_create"),
+    path("sandboxes/<uuid:config_id>/", configs.config_detail, name="config_detail"),
+    path("sandboxes/<uuid:config_id>/edit/", configs.config_edit, name="config_edit"),
+    path("sandboxes/<uuid:config_id>/delete/", configs.config_delete, name="config_delete"),
+    path("sandboxes/<uuid:config_id>/test/", configs.config_test, name="config_test"),
+    path("sandboxes/<uuid:config_id>/verify/", configs.config_verify, name="config_verify"),
+    path("sandboxes/<uuid:config_id>/templates/", catalog.template_list, name="template_list"),
+    path("sandboxes/<uuid:config_id>/templates/new/", catalog.template_build, name="template_build"),
+    path("sandboxes/<uuid:config_id>/templates/delete/", catalog.template_delete, name="template_delete"),
+    path("sandboxes/<uuid:config_id>/snapshots/delete/", catalog.snapshot_delete, name="snapshot_delete"),
+    path("sessions/", sessions.session_list, name="session_list"),
+    path("sessions/<uuid:session_id>/", sessions.session_detail, name="session_detail"),
+    path("sessions/<uuid:session_id>/upload/", sessions.session_upload, name="session_upload"),
+    path("sessions/<uuid:session_id>/download/", sessions.session_download, name="session_download"),
+    path("sessions/<uuid:session_id>/collect/", sessions.session_collect, name="session_collect"),
+    path(
+        "sessions/<uuid:session_id>/artifacts/<uuid:artifact_id>/", sessions.artifact_download, name="artifact_download"
+    ),
+    path("sessions/<uuid:session_id>/actions/<str:action>/", sessions.session_action, name="session_action"),
+    path("sessions/<uuid:session_id>/commands/", sessions.command_start, name="command_start"),
+    path("sessions/<uuid:session_id>/commands/<uuid:command_id>/", sessions.command_detail, name="command_detail"),
+    path("sessions/<uuid:session_id>/commands/<uuid:command_id>/kill/", sessions.command_kill, name="command_kill"),
+    path("spaces/<uuid:space_id>/tokens/", tokens.token_list, name="token_list"),
+    path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
+]
+
+# The platform's Backends section (platform admins only; sandboxes/views_platform.py).
+from . import platform as views_platform  # noqa: E402
+
+urlpatterns += [
+    path("platform/backends/", views_platform.backend_list, name="backend_list"),
+    path("platform/backends/new/", views_platform.backend_create, name="backend_create"),
+    path("platform/backends/<uuid:backend_id>/", views_platform.backend_edit, name="backend_edit"),
+]
+
+# The web terminal (sandboxes/views_terminal.py; docs/terminal-protocol.md).
+from ..terminal import views as views_terminal  # noqa: E402
+
+urlpatterns += [
+    path("sessions/<uuid:session_id>/terminal/", views_terminal.terminal_page, name="terminal_page"),
+    path("sessions/<uuid:session_id>/terminals/", views_terminal.terminal_create, name="terminal_create"),
+]

@@ -1,9 +1,0 @@
-"""Websocket routes of the sandboxes app (gathered by console.routing)."""
-
-from django.urls import path
-
-from .consumers import TerminalConsumer
-
-websocket_urlpatterns = [
-    path("ws/terminals/<uuid:terminal_id>/", TerminalConsumer.as_asgi()),
-]

@@ -1,0 +1,401 @@
+"""The reaper and the idle sweep: periodic housekeeping of session sandboxes.
+
+Reaper: on every config, list the sandboxes this installation created (paged, with the
+repeated-page-token guard), read their bindings in one batch and their sessions in one
+query, and then, per session and under that session's lifecycle lock (re-reading both):
+
+- a session that still exists keeps a sandbox: if no binding owns one (a store that came
+  back empty, a process killed between create and bind, a binding pointing at a sandbox that
+  is gone), the oldest is claimed — bound to the session with its own start time — never
+  deleted; duplicates of a bound session are deleted once older than the grace;
+- only sandboxes whose session is gone (or that sit on a config the session no longer uses)
+  are deleted, once older than the grace period, paused ones included.
+
+Ages come from the backend's own timestamps, never from this process's memory. A sandbox
+without this installation's metadata is never listed, so never touched. When the binding
+store does not answer, nothing is decided. One pass runs at a time across all processes (a
+store-level lock); a session whose lock is held (a resolve at work) is left for the next pass.
+
+Idle sweep: sessions idle past their config's timeout — and with no background command
+running, no exec in flight, no open terminal and no turn in flight — are idled (paused or
+stopped, per the config) under their lifecycle lock, or, on a backend that idles its
+sandboxes itself (E2B, Cube: TTL with auto-pause), left to it and their state read back; the
+next resolve brings them back with /workspace intact.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+from django.utils import timezone
+
+from console.jobs import JobContext, JobFailed, job_handler, prune_housekeeping_jobs
+from console.services import SYSTEM
+
+from ..backends.base import (
+    META_BINDING_VERSION,
+    META_CONFIG,
+    META_INSTALLATION,
+    META_PURPOSE,
+    META_SESSION,
+    META_SPACE,
+    Backend,
+    ListQuery,
+    RemoteError,
+    SandboxInfo,
+    SandboxState,
+)
+from ..models import BackgroundCommand, CommandStatus, SandboxConfig, Session, SessionState, Terminal
+from .runtime import GONE_KINDS, Runtime, backend_for
+from .store import (
+    Binding,
+    HeldLock,
+    LockTimeout,
+    SessionStore,
+    SessionStoreUnavailable,
+    binding_key,
+    lifecycle_lock,
+    lock_key,
+    turn_key,
+)
+from .store_select import get_store
+
+# Longest a job may keep a sandbox of its own (skill builds, verification) before it counts
+# as a leftover.
+JOB_GRACE = timedelta(hours=1)
+# The store-level lock that keeps reaper passes from overlapping across processes.
+REAPER_LOCK = "console:lock:reaper-pass"
+HOLDER = "reaper"
+# Sessions per batched query.
+BATCH = 500
+
+
+class ReaperBusy(LockTimeout):
+    """Another process is running a reaper pass; this one does nothing."""
+
+
+@dataclass
+class ReapReport:
+    config: str
+    listed: int = 0
+    bound: int = 0
+    too_young: int = 0
+    busy: int = 0
+    claimed: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "listed": self.listed,
+            "bound": self.bound,
+            "too_young": self.too_young,
+            "busy": self.busy,
+            "claimed": self.claimed,
+            "deleted": self.deleted,
+            "errors": self.errors,
+        }
+
+
+def is_owned(store: SessionStore, metadata: dict[str, str] | Any, sandbox_id: str) -> bool:
+    space, key = metadata.get(META_SPACE), metadata.get(META_SESSION)
+    if not space or not key:
+        return False  # e.g. a connection test's leftover
+    binding = store.get_binding(binding_key(space, key))
+    return binding is not None and binding.sandbox_id == sandbox_id
+
+
+def _sessions_on(groups: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """(space id, session key) -> the session's config id, for the sessions that exist."""
+    found: dict[tuple[str, str], str] = {}
+    for start in range(0, len(groups), BATCH):
+        chunk = groups[start : start + BATCH]
+        wanted = set(chunk)
+        rows = Session.objects.filter(
+            space_id__in={space for space, _ in chunk}, key__in={key for _, key in chunk}
+        ).values_list("space_id", "key", "config_id")
+        for space_id, key, config_id in rows:
+            if (str(space_id), key) in wanted:
+                found[(str(space_id), key)] = str(config_id)
+    return found
+
+
+@dataclass
+class _Pass:
+    """One config's pass: what it needs to decide, and where it reports."""
+
+    config: SandboxConfig
+    backend: Backend
+    store: SessionStore
+    grace: timedelta
+    now: datetime
+    report: ReapReport
+
+    def old_enough(self, info: SandboxInfo, allowed: timedelta | None = None) -> bool:
+        if info.started_at is None or self.now - info.started_at < (allowed or self.grace):
+            self.report.too_young += 1
+            return False
+        return True
+
+    def delete(self, info: SandboxInfo, held: HeldLock | None = None) -> None:
+        if held is not None:
+            held.check()  # never act on a lease that ran out
+        self.backend.delete(info.sandbox_id)
+        self.report.deleted.append(info.sandbox_id)
+
+    def alive(self, sandbox_id: str) -> bool:
+        try:
+            return self.backend.get(sandbox_id).state != SandboxState.GONE
+        except RemoteError as exc:
+            if exc.kind in GONE_KINDS:
+                return False
+            raise
+
+    def settle(self, space: str, key: str, infos: list[SandboxInfo]) -> None:
+        """Decide one session's listed sandboxes, holding its lifecycle lock."""
+        bkey = binding_key(space, key)
+        with lifecycle_lock(self.store, lock_key(space, key), wait_s=0, holder=HOLDER) as held:
+            # Re-read under the lock: a resolve may have bound, or a delete removed, meanwhile.
+            binding = self.store.get_binding(bkey)
+            session_here = _sessions_on([(space, key)]).get((space, key)) == str(self.config.id)
+            owner = next((i for i in infos if binding is not None and i.sandbox_id == binding.sandbox_id), None)
+            owner_id: str | None = None
+            if owner is not None:
+                owner_id = owner.sandbox_id  # a bound sandbox is never deleted here
+                self.report.bound += 1
+            elif session_here and binding is not None and self.alive(binding.sandbox_id):
+                owner_id = binding.sandbox_id  # bound to a sandbox the listing did not show
+            elif session_here:
+                owner_id = self.claim(held, space, key, bkey, binding, infos)
+                if owner_id is None:
+                    return
+            # What is left: duplicates of a bound session, or sandboxes whose session is gone
+            # (or runs on another config now).
+            for info in infos:
+                if info.sandbox_id != owner_id and self.old_enough(info):
+                    self.delete(info, held)
+
+    def claim(
+        self, held: HeldLock, space: str, key: str, bkey: str, stale: Binding | None, infos: list[SandboxInfo]
+    ) -> str | None:
+        """Bind the session's oldest sandbox to it (its own start time kept)."""
+        # Listings may round creation times (Docker: to the second); ask each for its own
+        # (claims are rare: a store that came back empty, a create cut before its bind).
+        precise = [self._get_or_none(i.sandbox_id) for i in infos]
+        candidates = [i for i in precise if i is not None and i.state != SandboxState.GONE]
+        if not candidates:
+            return None
+        candidates.sort(key=lambda s: (s.started_at is None, s.started_at or self.now))
+        winner = candidates[0]
+        version = int(winner.metadata.get(META_BINDING_VERSION, "0") or 0)
+        started = winner.started_at or self.now
+        bound = Binding(winner.sandbox_id, version, str(self.config.id), started.isoformat())
+        held.check()
+        if stale is not None:
+            self.store.delete_binding_if(bkey, stale)  # it pointed at a sandbox that is gone
+        if not self.store.set_binding_if_absent(bkey, bound):
+            return None  # bound meanwhile by someone else; the next pass looks again
+        state = {SandboxState.PAUSED: SessionState.PAUSED, SandboxState.STOPPED: SessionState.STOPPED}.get(
+            winner.state, SessionState.RUNNING
+        )
+        Session.objects.filter(space_id=space, key=key).update(
+            sandbox_id=winner.sandbox_id, bound_at=started, binding_version=version, state=state
+        )
+        self.report.claimed.append(winner.sandbox_id)
+        return winner.sandbox_id
+
+    def _get_or_none(self, sandbox_id: str) -> SandboxInfo | None:
+        try:
+            return self.backend.get(sandbox_id)
+        except RemoteError as exc:
+            if exc.kind in GONE_KINDS:
+                return None
+            raise
+
+
+def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta) -> ReapReport:
+    report = ReapReport(config=f"{config.space.name} / {config.name}")
+    query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID, META_CONFIG: str(config.id)})
+    backend = backend_for(config)
+    run = _Pass(config, backend, store, grace, timezone.now(), report)
+    groups: dict[tuple[str, str], list[SandboxInfo]] = defaultdict(list)
+    unowned: list[SandboxInfo] = []
+    try:
+        for info in backend.iter_sandboxes(query):
+            report.listed += 1
+            if info.state == SandboxState.GONE:
+                continue
+            space, key = info.metadata.get(META_SPACE), info.metadata.get(META_SESSION)
+            if space and key:
+                if all(seen.sandbox_id != info.sandbox_id for seen in groups[(space, key)]):
+                    groups[(space, key)].append(info)  # a repeated page lists it twice
+            else:
+                unowned.append(info)  # a job's sandbox, or a connection test's leftover
+    except RemoteError as exc:
+        # Decide on what was listed; the rest waits for the next pass.
+        report.errors.append(f"{exc.kind}: {exc.message}")
+    try:
+        for info in unowned:
+            # A job's sandbox (a skill build, say) may legitimately outlive the session grace.
+            allowed = max(grace, JOB_GRACE) if info.metadata.get(META_PURPOSE) else grace
+            if run.old_enough(info, allowed):
+                run.delete(info)
+        bindings = store.get_bindings(binding_key(space, key) for space, key in groups)
+    except RemoteError as exc:
+        report.errors.append(f"{exc.kind}: {exc.message}")
+        return report
+    for (space, key), infos in groups.items():
+        binding = bindings.get(binding_key(space, key))
+        owns = binding is not None and any(i.sandbox_id == binding.sandbox_id for i in infos)
+        if owns and len(infos) == 1:
+            report.bound += 1  # the common case: settled without a lock
+            continue
+        try:
+            run.settle(space, key, infos)
+        except LockTimeout:
+            report.busy += 1  # a resolve (or delete) is at work on it; the next pass looks again
+        except SessionStoreUnavailable as exc:
+            report.errors.append(f"{exc.kind}: {exc.message}")
+            return report
+        except RemoteError as exc:
+            report.errors.append(f"{exc.kind}: {exc.message}")
+    return report
+
+
+def reap_all(store: SessionStore | None = None, *, grace: timedelta | None = None) -> list[ReapReport]:
+    """One pass over every config; raises `ReaperBusy` when another process runs one."""
+    store = store or get_store()
+    grace = grace if grace is not None else timedelta(seconds=settings.REAPER_GRACE_S)
+    configs = list(SandboxConfig.objects.select_related("space").order_by("created"))
+    try:
+        with lifecycle_lock(store, REAPER_LOCK, wait_s=0, holder=HOLDER):
+            reports = [reap_config(config, store, grace=grace) for config in configs]
+            store.purge_expired()
+            return reports
+    except ReaperBusy:
+        raise
+    except LockTimeout as exc:
+        raise ReaperBusy(exc.message) from None
+    except SessionStoreUnavailable as exc:
+        # Nothing is decided without the store; every config says why.
+        message = f"{exc.kind}: {exc.message}"
+        return [ReapReport(config=f"{c.space.name} / {c.name}", errors=[message]) for c in configs]
+
+
+@job_handler("sandboxes.reap", label="Reaper pass", housekeeping=True)
+def reap_job(ctx: JobContext) -> dict[str, Any]:
+    prune_housekeeping_jobs("sandboxes.reap")
+    try:
+        reports = reap_all()
+    except ReaperBusy as exc:
+        ctx.log(f"Skipped: another reaper pass is running ({exc.message}).")
+        return {"skipped": True, "configs": [], "deleted": 0, "claimed": 0}
+    for report in reports:
+        ctx.log(
+            f"{report.config}: listed {report.listed}, bound {report.bound}, claimed {len(report.claimed)}, "
+            f"young {report.too_young}, busy {report.busy}, deleted {len(report.deleted)}"
+            + (f", errors: {'; '.join(report.errors)}" if report.errors else "")
+        )
+    result = {
+        "configs": [r.as_json() for r in reports],
+        "deleted": sum(len(r.deleted) for r in reports),
+        "claimed": sum(len(r.claimed) for r in reports),
+    }
+    errors = [e for r in reports for e in r.errors]
+    if errors:
+        raise JobFailed("; ".join(errors[:5]))
+    return result
+
+
+def _idle_candidates(now: datetime) -> Any:
+    """Running sessions with nothing going on in them: no background command running, no
+    exec in flight (counted by Runtime.exec, trusted until its deadline), no open terminal."""
+    running_command = BackgroundCommand.objects.filter(session=OuterRef("pk"), status=CommandStatus.RUNNING)
+    # Opened and not closed: a ticket never redeemed holds no shell.
+    open_terminal = Terminal.objects.filter(session=OuterRef("pk"), opened__isnull=False, closed__isnull=True)
+    exec_in_flight = Q(execs_in_flight__gt=0, exec_deadline__gt=now)
+    return (
+        Session.objects.filter(state=SessionState.RUNNING, last_activity__isnull=False)
+        .exclude(exec_in_flight)
+        .exclude(Exists(running_command))
+        .exclude(Exists(open_terminal))
+        .select_related("config", "space")
+    )
+
+
+def _turn_in_flight(store: SessionStore, session: Session) -> bool:
+    try:
+        return store.turn_lease(turn_key(session.space_id, session.key)).in_flight
+    except SessionStoreUnavailable:
+        return True  # cannot read the lease: assume a turn is in flight
+
+
+def idle_sweep(runtime: Runtime | None = None) -> int:
+    """Idle the quiet running sessions whose config's timeout has passed; returns how many."""
+    runtime = runtime or Runtime()
+    now = timezone.now()
+    idled = 0
+    for session in _idle_candidates(now):
+        if now - session.last_activity < timedelta(seconds=session.config.idle_timeout_s):
+            continue
+        if _turn_in_flight(runtime.store, session):
+            continue
+        try:
+            backend = backend_for(session.config)
+            if backend.idles_itself():
+                # Left to the backend's own auto-pause: only read the state back for the pages.
+                state = backend.get(session.sandbox_id).state
+                if state in (SandboxState.PAUSED, SandboxState.STOPPED):
+                    Session.objects.filter(pk=session.pk).update(state=str(state))
+                    idled += 1
+                continue
+            with lifecycle_lock(
+                runtime.store, lock_key(session.space_id, session.key), wait_s=0, holder=HOLDER
+            ) as held:
+                if _turn_in_flight(runtime.store, session):
+                    continue
+                held.check()
+                with transaction.atomic():
+                    # Re-checked under the lock: a resolve, exec, command or terminal may have
+                    # begun. The row stays locked until the pause is done, so an exec starting
+                    # now (it counts itself on this row first) waits, then resumes the sandbox,
+                    # instead of running into one frozen under it. No store write in here: a
+                    # database store's lease row must never wait for this transaction.
+                    quiet = _idle_candidates(timezone.now()).filter(pk=session.pk, last_activity=session.last_activity)
+                    if not list(quiet.select_for_update(of=("self",)).values_list("pk", flat=True)):
+                        continue
+                    runtime.pause(session, actor=SYSTEM)
+            idled += 1
+        except Exception:  # noqa: S112 - one session's failure (or busy lock) must not stop the sweep
+            continue
+    return idled
+
+
+@job_handler("sandboxes.idle_sweep", label="Idle sweep", housekeeping=True)
+def idle_sweep_job(ctx: JobContext) -> dict[str, Any]:
+    prune_housekeeping_jobs("sandboxes.idle_sweep")
+    idled = idle_sweep()
+    if idled:
+        ctx.log(f"Idled {idled} session(s).")
+    return {"idled": idled}
+
+
+def start_reaper_pass() -> None:
+    """The periodic entry point: one audited job per pass."""
+    from console.jobs import start_job
+
+    start_job("sandboxes.reap", actor=SYSTEM)
+
+
+def start_idle_sweep() -> None:
+    """The periodic entry point of the idle sweep: one job per sweep."""
+    from console.jobs import start_job
+
+    start_job("sandboxes.idle_sweep", actor=SYSTEM)

@@ -1,0 +1,632 @@
+"""The session runtime: the one place that turns a session key into a live sandbox.
+
+The API, the UI, tasks and the terminal all call `resolve()` and the functions below; none
+of them talks to a backend about sessions directly.
+
+resolve(space, key):
+  fast path   binding hit -> connect (resumes a paused or stopped sandbox) -> return
+  slow path   (miss, bound sandbox gone, or a stale sandbox that may be rebuilt now)
+              take the session's lifecycle lock -> re-read the binding -> claim an existing
+              sandbox by metadata (oldest wins, duplicates deleted) -> only then create one
+              from the effective template with the space's network switches sent
+              explicitly -> write the binding (SET NX)
+
+Stale and the turn lease: a stale sandbox (bound before the session's stale time) is
+rebuilt at once when no turn is in flight; within a turn only the first resolve may rebuild
+(it consumes the turn's one-shot ticket); when the lease cannot be read, a turn is assumed
+in flight and nothing is torn down.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Case, F, Q, When
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from console.crypto import decrypt, encrypt
+from console.models import Space
+from console.services import SYSTEM, Actor, ServiceError, record_audit
+
+from ..backends import build_backend
+from ..backends.base import (
+    META_BINDING_VERSION,
+    META_CONFIG,
+    META_INSTALLATION,
+    META_SESSION,
+    META_SPACE,
+    Backend,
+    ErrorKind,
+    ExecRequest,
+    ExecResult,
+    ListQuery,
+    RemoteError,
+    Resources,
+    SandboxInfo,
+    SandboxSpec,
+    SandboxState,
+)
+from ..catalog.services import backend_config_for, config_fingerprint, network_spec_for
+from ..models import SandboxConfig, Session, SessionImage, SessionState
+from .lookup import get_or_create_session
+from .store import (
+    LOCK_TTL_MS,
+    TURN_TTL_S,
+    Binding,
+    HeldLock,
+    LockLost,
+    SessionStore,
+    SessionStoreUnavailable,
+    TurnLease,
+    binding_key,
+    lifecycle_lock,
+    lock_key,
+    now_iso,
+    turn_key,
+)
+from .store_select import get_store
+
+GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
+# A slow path whose lock lease ran out starts over (waiting for the new holder) this often.
+LOCK_LOST_RETRIES = 2
+# How long past its own timeout an exec still counts as in flight (a process that died mid-exec).
+EXEC_GRACE = timedelta(seconds=60)
+ACTIVITY_WRITE_INTERVAL = timedelta(seconds=30)
+HOLDER = f"{socket.gethostname()}:{os.getpid()}"
+
+# --- Backends, cached per config --------------------------------------------------------
+
+_backends: dict[tuple[str, datetime, datetime], Backend] = {}
+_backends_lock = threading.Lock()
+
+
+def backend_for(config: SandboxConfig) -> Backend:
+    """A long-lived backend per config and platform backend version (pools are reused)."""
+    key = (str(config.pk), config.updated, config.backend.updated)
+    with _backends_lock:
+        backend = _backends.get(key)
+        if backend is None:
+            for stale in [k for k in _backends if k[0] == key[0]]:
+                _backends.pop(stale).close()
+            backend = build_backend(backend_config_for(config))
+            _backends[key] = backend
+    return backend
+
+
+# --- Effective template -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EffectiveTemplate:
+    template_id: str
+    source: str  # "skill image" | "default template"
+    note: str = ""
+
+
+def effective_template(space: Space, config: SandboxConfig) -> EffectiveTemplate:
+    """The space's current skill image on this config when valid, else the default template."""
+    image = SessionImage.objects.filter(space=space, config=config).first()
+    if image is None:
+        return EffectiveTemplate(config.default_template, "default template")
+    if image.fingerprint != config_fingerprint(config):
+        return EffectiveTemplate(
+            config.default_template,
+            "default template",
+            f"the skill image {image.snapshot_id} belongs to another backend account; "
+            "sessions start from the default template",
+        )
+    return EffectiveTemplate(image.snapshot_id, "skill image", image.label)
+
+
+class SessionDeleted(RemoteError):
+    """The session was deleted while this call was on its way (the API answers 404)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(ErrorKind.NOT_FOUND, f"the session {key!r} was deleted")
+
+
+@dataclass(frozen=True)
+class Resolved:
+    session: Session
+    sandbox: SandboxInfo
+    binding: Binding
+    action: str  # bound | claimed | created | rebuilt
+
+
+class Runtime:
+    """Resolve and manage sessions against one session store (the process's by default)."""
+
+    def __init__(self, store: SessionStore | None = None, *, lock_ttl_ms: int = LOCK_TTL_MS) -> None:
+        self.store = store or get_store()
+        self.lock_ttl_ms = lock_ttl_ms
+
+    # Keys -----------------------------------------------------------------------------
+
+    @staticmethod
+    def keys(session: Session) -> tuple[str, str, str]:
+        return (
+            binding_key(session.space_id, session.key),
+            lock_key(session.space_id, session.key),
+            turn_key(session.space_id, session.key),
+        )
+
+    # Turns ------------------------------------------------------------------------------
+
+    def begin_turn(self, session: Session) -> None:
+        """A new turn: its first resolve may rebuild a stale sandbox (one-shot ticket)."""
+        self.store.begin_turn(self.keys(session)[2], TURN_TTL_S)
+
+    def end_turn(self, session: Session) -> None:
+        self.store.end_turn(self.keys(session)[2])
+
+    def rebuild_allowed(self, session: Session, bound_at: datetime, lease: TurnLease | None = None) -> bool:
+        """Whether a sandbox bound at `bound_at` must be rebuilt by this resolve."""
+        stale = session.stale_at is not None and bound_at < session.stale_at
+        tkey = self.keys(session)[2]
+        try:
+            lease = lease or self.store.turn_lease(tkey)
+            if not lease.in_flight:
+                return stale
+            # The first resolve of the turn consumes the ticket whether or not it rebuilds,
+            # so a sandbox that goes stale mid-turn stays until the next turn.
+            first_of_turn = lease.ticket_unused and self.store.consume_ticket(tkey)
+        except SessionStoreUnavailable:
+            return False  # cannot read the lease: assume a turn is in flight, tear nothing down
+        return stale and first_of_turn
+
+    # Resolve ----------------------------------------------------------------------------
+
+    def resolve(
+        self, space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
+    ) -> Resolved:
+        session = get_or_create_session(space, key, config=config, actor=actor)
+        return self.resolve_session(session)
+
+    def resolve_session(self, session: Session) -> Resolved:
+        bkey, _, tkey = self.keys(session)
+        self._touch(session)
+        binding, lease = self.store.read_session(bkey, tkey)
+        if binding is not None:
+            rebuild = self.rebuild_allowed(session, binding.created_at, lease)
+            if not rebuild:
+                info = self._connect(session, binding)
+                if info is not None and info.sandbox_id == binding.sandbox_id:
+                    return self._finish(session, info, binding, "bound")
+                # Gone, or connect answered with another id: settle it under the lock.
+            return self._resolve_locked(session, rebuild=rebuild)
+        # A resolve that creates or claims is a turn's resolve too: it uses up the ticket, so
+        # a sandbox made by this turn is never rebuilt by the same turn.
+        if lease.in_flight and lease.ticket_unused:
+            with contextlib.suppress(SessionStoreUnavailable):
+                self.store.consume_ticket(tkey)
+        return self._resolve_locked(session, rebuild=False)
+
+    @staticmethod
+    def _touch(session: Session) -> None:
+        """Record activity before the sandbox is looked at. The idle sweep idles only a session
+        whose activity did not move, holding its row meanwhile: so this write either lands
+        first (the sweep leaves the session alone) or waits for the pause to be done (and the
+        connect below resumes the sandbox), never lets a caller open a process in a sandbox
+        being frozen. Sessions active in the last interval are not idle candidates: no write."""
+        now = timezone.now()
+        if session.last_activity is None or now - session.last_activity > ACTIVITY_WRITE_INTERVAL:
+            Session.objects.filter(pk=session.pk).update(last_activity=now)
+            session.last_activity = now
+
+    def _resolve_locked(self, session: Session, *, rebuild: bool) -> Resolved:
+        made: list[str] = []  # sandboxes an attempt created and could not bind (its lease ran out)
+        for attempt in range(LOCK_LOST_RETRIES + 1):
+            try:
+                return self._slow_path(session, rebuild=rebuild, made=made)
+            except LockLost:
+                # Our lease ran out mid-way: someone else may be deciding now. Start over
+                # behind them; what we made is found again by metadata (claimed), never lost.
+                if attempt == LOCK_LOST_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _connect(self, session: Session, binding: Binding) -> SandboxInfo | None:
+        try:
+            return backend_for(session.config).connect(binding.sandbox_id)
+        except RemoteError as exc:
+            if exc.kind in GONE_KINDS:
+                return None
+            raise
+
+    def _refresh_or_deleted(self, session: Session, fields: list[str]) -> None:
+        try:
+            session.refresh_from_db(fields=fields)
+        except Session.DoesNotExist:
+            raise SessionDeleted(session.key) from None
+
+    def _slow_path(self, session: Session, *, rebuild: bool, made: list[str]) -> Resolved:
+        backend = backend_for(session.config)
+        with lifecycle_lock(self.store, self.keys(session)[1], holder=HOLDER, ttl_ms=self.lock_ttl_ms) as held:
+            resolved = self._decide(session, backend, held, rebuild=rebuild, made=made)
+            # What an earlier attempt made while its lease ran out, if another holder bound
+            # something else meanwhile: ours now, under the lock, so delete it (no orphan).
+            for orphan in [m for m in made if m != resolved.sandbox.sandbox_id]:
+                held.check()
+                self._delete_quietly(backend, orphan)
+                made.remove(orphan)
+            return resolved
+
+    def _decide(
+        self, session: Session, backend: Backend, held: HeldLock, *, rebuild: bool, made: list[str]
+    ) -> Resolved:
+        """The slow path's decision, holding the session's lifecycle lock."""
+        bkey = self.keys(session)[0]
+        self._refresh_or_deleted(session, ["stale_at", "binding_version"])
+        binding = self.store.get_binding(bkey)
+        if binding is not None:
+            fresh = session.stale_at is None or binding.created_at >= session.stale_at
+            if not rebuild or fresh:
+                info = self._connect(session, binding)
+                if info is not None:
+                    if info.sandbox_id != binding.sandbox_id:
+                        binding = self._rebind(held, bkey, binding, info)
+                    return self._finish(session, info, binding, "bound")
+            else:
+                held.check()
+                self._delete_quietly(backend, binding.sandbox_id)
+            held.check()
+            self.store.delete_binding_if(bkey, binding)
+        previous_version = max(binding.version if binding else 0, session.binding_version)
+        claimed = self._claim(session, backend, rebuild=rebuild)
+        if claimed is not None:
+            info, version = claimed
+            action = "claimed"
+        else:
+            info, version = self._create(session, backend, previous_version + 1), previous_version + 1
+            action = "rebuilt" if rebuild or binding is not None else "created"
+        # A claimed sandbox keeps its own start time, so a stale one still looks stale.
+        started = info.started_at if action == "claimed" and info.started_at is not None else None
+        bound = Binding(
+            sandbox_id=info.sandbox_id,
+            version=version,
+            config_id=str(session.config_id),
+            created=started.isoformat() if started is not None else now_iso(),
+        )
+        # Never bind on a lease that ran out: the sandbox stays, to be claimed by whoever
+        # holds the lock now, or by our own retry (which deletes it if another was bound).
+        try:
+            held.check()
+        except LockLost:
+            if action != "claimed":
+                made.append(info.sandbox_id)
+            raise
+        if not self.store.set_binding_if_absent(bkey, bound):
+            return self._lost_the_race(session, backend, bkey, info, action)
+        return self._finish(session, info, bound, action)
+
+    def _lost_the_race(self, session: Session, backend: Backend, bkey: str, mine: SandboxInfo, action: str) -> Resolved:
+        """Another writer bound the session first: theirs stands, ours (if new) goes."""
+        winner = self.store.get_binding(bkey)
+        if winner is not None:
+            if winner.sandbox_id == mine.sandbox_id:
+                return self._finish(session, mine, winner, "bound")
+            if action != "claimed":  # a claimed one may be theirs to keep; the reaper decides
+                self._delete_quietly(backend, mine.sandbox_id)
+            info = self._connect(session, winner)
+            if info is not None:
+                return self._finish(session, info, winner, "bound")
+        raise RemoteError(ErrorKind.CONFLICT, "another writer bound this session; try again", retryable=True)
+
+    def _rebind(self, held: HeldLock, bkey: str, old: Binding, info: SandboxInfo) -> Binding:
+        """Connect answered with a new id for the bound sandbox (E2B after a resume): move the
+        binding to it, or the reaper would see the live sandbox as unowned."""
+        moved = Binding(sandbox_id=info.sandbox_id, version=old.version, config_id=old.config_id, created=old.created)
+        held.check()
+        if self.store.delete_binding_if(bkey, old) and self.store.set_binding_if_absent(bkey, moved):
+            return moved
+        return self.store.get_binding(bkey) or moved
+
+    def _claim(self, session: Session, backend: Backend, *, rebuild: bool) -> tuple[SandboxInfo, int] | None:
+        """Adopt a sandbox this console created for the session (oldest wins)."""
+        query = ListQuery(metadata=self.session_metadata(session))
+        found = [s for s in backend.iter_sandboxes(query) if s.state != SandboxState.GONE]
+        if len(found) > 1:
+            # Listings may round creation times (Docker: to the second); ask each for its own.
+            found = [info for info in (self._get_or_none(backend, s.sandbox_id) for s in found) if info]
+        found.sort(key=lambda s: (s.started_at is None, s.started_at or timezone.now()))
+        if rebuild and session.stale_at is not None:
+            # Rebuilding for staleness: what was created before the stale time goes too.
+            keep = [s for s in found if s.started_at is not None and s.started_at >= session.stale_at]
+            for old in found:
+                if old not in keep:
+                    self._delete_quietly(backend, old.sandbox_id)
+            found = keep
+        if not found:
+            return None
+        winner, duplicates = found[0], found[1:]
+        for duplicate in duplicates:
+            self._delete_quietly(backend, duplicate.sandbox_id)
+        info = backend.connect(winner.sandbox_id)
+        if info.started_at is None and winner.started_at is not None:
+            info = replace(info, started_at=winner.started_at)
+        self._keep_traffic_token(session, info)
+        # A claimed sandbox may come from a create cut before its workspace was laid out
+        # (input/ would still be the session user's to write); the layout is idempotent.
+        prepare_workspace(backend, info.sandbox_id)
+        version = int(winner.metadata.get(META_BINDING_VERSION, "0") or 0)
+        return info, version
+
+    @staticmethod
+    def _keep_traffic_token(session: Session, info: SandboxInfo) -> None:
+        """A claimed sandbox's traffic token (E2B answers it on connect) replaces the session's."""
+        if info.traffic_token and info.traffic_token != decrypt(session.traffic_token_encrypted):
+            session.traffic_token_encrypted = encrypt(info.traffic_token)
+            Session.objects.filter(pk=session.pk).update(traffic_token_encrypted=session.traffic_token_encrypted)
+
+    def _create(self, session: Session, backend: Backend, version: int) -> SandboxInfo:
+        config = session.config
+        template = effective_template(session.space, config)
+        persistent = config.persistent_workspace and backend.volumes() is not None
+        spec = SandboxSpec(
+            template_id=template.template_id,
+            network=network_spec_for(session.space),
+            metadata={**self.session_metadata(session), META_BINDING_VERSION: str(version)},
+            resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
+            timeout_s=config.idle_timeout_s,
+            auto_pause=True,
+            auto_resume=True,
+            workspace_volume=session.workspace_volume if persistent else None,
+        )
+        if persistent and not session.has_persistent_workspace:
+            # Recorded before the create, so a delete after a crash mid-create still removes it.
+            if not Session.objects.filter(pk=session.pk).update(has_persistent_workspace=True):
+                raise SessionDeleted(session.key)
+            session.has_persistent_workspace = True
+        info = backend.create(spec)
+        try:
+            prepare_workspace(backend, info.sandbox_id)
+        except RemoteError:
+            self._delete_quietly(backend, info.sandbox_id)
+            raise
+        session.template_id = template.template_id
+        session.traffic_token_encrypted = encrypt(info.traffic_token or "")
+        kept = Session.objects.filter(pk=session.pk).update(
+            template_id=session.template_id, traffic_token_encrypted=session.traffic_token_encrypted
+        )
+        if not kept:  # deleted meanwhile (not through Runtime.delete, which waits for the lock)
+            self._delete_quietly(backend, info.sandbox_id)
+            raise SessionDeleted(session.key)
+        record_audit(
+            SYSTEM,
+            "session.sandbox_create",
+            space=session.space,
+            target_type="session",
+            target_id=session.id,
+            details={"sandbox_id": info.sandbox_id, "template": template.template_id, "version": version},
+        )
+        return info
+
+    @staticmethod
+    def session_metadata(session: Session) -> dict[str, str]:
+        return {
+            META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID,
+            META_SPACE: str(session.space_id),
+            META_CONFIG: str(session.config_id),
+            META_SESSION: session.key,
+        }
+
+    @staticmethod
+    def _get_or_none(backend: Backend, sandbox_id: str) -> SandboxInfo | None:
+        try:
+            return backend.get(sandbox_id)
+        except RemoteError as exc:
+            if exc.kind in GONE_KINDS:
+                return None
+            raise
+
+    @staticmethod
+    def _delete_quietly(backend: Backend, sandbox_id: str) -> None:
+        with contextlib.suppress(RemoteError):  # the reaper removes what is left
+            backend.delete(sandbox_id)
+
+    def _finish(self, session: Session, info: SandboxInfo, binding: Binding, action: str) -> Resolved:
+        now = timezone.now()
+        changes: dict[str, object] = {}
+        if session.sandbox_id != info.sandbox_id:
+            changes["sandbox_id"] = info.sandbox_id
+        if session.bound_at != binding.created_at:
+            changes["bound_at"] = binding.created_at
+        if session.binding_version != binding.version:
+            changes["binding_version"] = binding.version
+        if session.state != SessionState.RUNNING:
+            changes["state"] = SessionState.RUNNING
+        if session.last_activity is None or now - session.last_activity > ACTIVITY_WRITE_INTERVAL:
+            changes["last_activity"] = now
+        if changes:
+            Session.objects.filter(pk=session.pk).update(**changes)
+            for name, value in changes.items():
+                setattr(session, name, value)
+        return Resolved(session=session, sandbox=info, binding=binding, action=action)
+
+    # Operations ---------------------------------------------------------------------------
+
+    def exec(self, session: Session, request: ExecRequest) -> ExecResult:
+        """Run a command in the session's sandbox; counted as in flight meanwhile, so the
+        idle sweep never idles the sandbox under it."""
+        with self.exec_in_flight(session, request.timeout_s):
+            resolved = self.resolve_session(session)
+            return backend_for(session.config).exec(resolved.sandbox.sandbox_id, request)
+
+    @contextlib.contextmanager
+    def exec_in_flight(self, session: Session, timeout_s: float | None) -> Iterator[None]:
+        now = timezone.now()
+        until = now + timedelta(seconds=timeout_s or 3600) + EXEC_GRACE
+        rows = Session.objects.filter(pk=session.pk)
+        # Past the deadline every counted exec is dead (its process was killed before its
+        # `finally`): start the count again rather than carry them for ever.
+        expired = Q(exec_deadline__isnull=True) | Q(exec_deadline__lte=now)
+        rows.update(
+            execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
+            exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
+        )
+        try:
+            yield
+        finally:
+            # Its end is activity too: the idle clock starts again from here. The last one
+            # out clears the deadline, so a long timeout does not outlive its exec.
+            rows.update(
+                execs_in_flight=Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0),
+                exec_deadline=Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline")),
+                last_activity=timezone.now(),
+            )
+
+    def pause(self, session: Session, *, actor: Actor) -> SandboxInfo:
+        binding = self.store.get_binding(self.keys(session)[0])
+        if binding is None:
+            raise ServiceError("This session has no sandbox to pause.")
+        info = backend_for(session.config).pause(binding.sandbox_id)
+        state = SessionState.STOPPED if info.state == SandboxState.STOPPED else SessionState.PAUSED
+        with transaction.atomic():
+            Session.objects.filter(pk=session.pk).update(state=state)
+            record_audit(
+                actor,
+                "session.pause",
+                space=session.space,
+                target_type="session",
+                target_id=session.id,
+                details={"sandbox_id": binding.sandbox_id, "state": state},
+            )
+        session.state = state
+        return info
+
+    def resume(self, session: Session, *, actor: Actor) -> Resolved:
+        resolved = self.resolve_session(session)
+        record_audit(
+            actor,
+            "session.resume",
+            space=session.space,
+            target_type="session",
+            target_id=session.id,
+            details={"sandbox_id": resolved.sandbox.sandbox_id, "action": resolved.action},
+        )
+        return resolved
+
+    def rebuild(self, session: Session, *, actor: Actor) -> Resolved:
+        """Replace the sandbox now (the persistent workspace, if any, is kept)."""
+        bkey, lkey, _ = self.keys(session)
+        backend = backend_for(session.config)
+        with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms):
+            binding = self.store.get_binding(bkey)
+            if binding is not None:
+                self._delete_quietly(backend, binding.sandbox_id)
+                self.store.delete_binding_if(bkey, binding)
+            for leftover in backend.iter_sandboxes(ListQuery(metadata=self.session_metadata(session))):
+                self._delete_quietly(backend, leftover.sandbox_id)
+        resolved = self.resolve_session(session)
+        record_audit(
+            actor,
+            "session.rebuild",
+            space=session.space,
+            target_type="session",
+            target_id=session.id,
+            details={"sandbox_id": resolved.sandbox.sandbox_id, "version": resolved.binding.version},
+        )
+        return resolved
+
+    def delete(self, session: Session, *, actor: Actor) -> None:
+        """Delete the session, its sandboxes, its binding and its persistent workspace."""
+        bkey, lkey, tkey = self.keys(session)
+        backend = backend_for(session.config)
+        with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms):
+            if not Session.objects.filter(pk=session.pk).exists():
+                raise SessionDeleted(session.key)  # a racing delete got there first
+            binding = self.store.get_binding(bkey)
+            if binding is not None:
+                backend.delete(binding.sandbox_id)
+                self.store.delete_binding_if(bkey, binding)
+            for leftover in backend.iter_sandboxes(ListQuery(metadata=self.session_metadata(session))):
+                backend.delete(leftover.sandbox_id)
+            volumes = backend.volumes()
+            # Only a session that had one: on Cube a delete costs a housekeeping sandbox.
+            if volumes is not None and session.has_persistent_workspace:
+                volumes.delete(session.workspace_volume)
+            self.store.end_turn(tkey)
+            with transaction.atomic():
+                # Lock the row first: a terminal, command or artifact row inserted meanwhile
+                # either commits before (and is deleted with it) or fails its foreign key after,
+                # never makes this delete fail at commit.
+                if not Session.objects.select_for_update().filter(pk=session.pk).values_list("pk", flat=True):
+                    raise SessionDeleted(session.key)
+                record_audit(
+                    actor,
+                    "session.delete",
+                    space=session.space,
+                    target_type="session",
+                    target_id=session.id,
+                    details={"key": session.key},
+                )
+                for artifact in session.artifacts.all():
+                    artifact.file.delete(save=False)
+                session.delete()
+
+    def running_sandbox(self, session: Session) -> SandboxInfo | None:
+        """The session's bound sandbox when it is running, else None; reads only.
+
+        Never creates, connects (a connect resumes a paused sandbox), resumes or rebuilds, so
+        GET pages may call it: browsing a paused session's files offers a resume instead.
+        """
+        binding = self.store.get_binding(self.keys(session)[0])
+        if binding is None:
+            return None
+        try:
+            info = backend_for(session.config).get(binding.sandbox_id)
+        except RemoteError as exc:
+            if exc.kind in GONE_KINDS:
+                return None
+            raise
+        return info if info.state == SandboxState.RUNNING else None
+
+    def inspect(self, session: Session) -> dict[str, object]:
+        """What the binding inspector shows; each part tolerates an unavailable store."""
+        bkey, lkey, tkey = self.keys(session)
+        report: dict[str, object] = {"store": self.store.name}
+        try:
+            binding = self.store.get_binding(bkey)
+            report["binding"] = binding
+            report["lock_holder"] = self.store.lock_holder(lkey)
+            report["turn"] = self.store.turn_lease(tkey)
+        except SessionStoreUnavailable as exc:
+            report["error"] = exc.message
+        report["traffic_token_present"] = bool(session.traffic_token_encrypted)
+        return report
+
+    def traffic_token(self, session: Session) -> str:
+        return decrypt(session.traffic_token_encrypted)
+
+
+# Run inside sandboxes for every file operation on /workspace (docs/security.md).
+WORKSPACE_HELPER_SOURCE = Path(__file__).with_name("workspace_helper.py").read_text()
+# The workspace layout every new sandbox gets: input/ read-only to the session user. Set by
+# the helper on descriptors opened without following links: a persistent workspace may hold
+# links its user planted (output -> /etc), which a plain chown would follow as root.
+PREPARE_WORKSPACE = ExecRequest(
+    argv=("python3", "-I", "-c", WORKSPACE_HELPER_SOURCE, "prepare", ".", "1000"),
+    user="root",
+    cwd="/",
+    timeout_s=30,
+)
+
+
+def prepare_workspace(backend: Backend, sandbox_id: str) -> None:
+    """Lay out /workspace; a layout that failed is an error, not a sandbox handed out with
+    input/ still the session user's or a link. A template without python3 (127) has no file
+    access at all (the file operations say so), so it is not refused here."""
+    result = backend.exec(sandbox_id, PREPARE_WORKSPACE)
+    if result.exit_code not in (0, 127):
+        message = result.stderr.decode(errors="replace").strip()[:300] or f"exit code {result.exit_code}"
+        raise RemoteError(ErrorKind.INTERNAL, f"laying out /workspace failed: {message}")

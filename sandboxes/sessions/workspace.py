@@ -1,0 +1,300 @@
+"""A session's /workspace: staged attachments, the user's files, and collected artifacts.
+
+Layout: /workspace/input holds attachments written by root, read-only to the session user
+(uid 1000); /workspace/output is what `collect_artifacts` copies out to Django storage at
+the end of a turn. Paths from callers are always relative to /workspace and never leave it.
+
+Confinement: the text check of `workspace_path` is only the first gate. Every operation runs
+inside the sandbox through the contract's exec, with `workspace_helper.py` (sent as source to
+the sandbox's python3 in isolated mode): it walks each path from /workspace one component at
+a time with O_NOFOLLOW, so links the session user planted (or swaps in mid-call) are refused,
+never followed. Everything the user asks for runs as the session user (uid 1000); only
+staging into the root-owned input/ runs as root, and the helper checks input/ is still that
+folder. The same path serves every backend, since it needs only exec and python3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings
+from django.core.files.base import ContentFile
+from django.db import transaction
+
+from console.services import Actor, ServiceError, record_audit
+
+from ..backends.base import WORKSPACE, Backend, ErrorKind, ExecRequest, FileInfo, RemoteError
+from ..models import Artifact, Session
+from .runtime import WORKSPACE_HELPER_SOURCE, Runtime, backend_for
+
+INPUT = f"{WORKSPACE}/input"
+OUTPUT = f"{WORKSPACE}/output"
+
+HELPER_SOURCE = WORKSPACE_HELPER_SOURCE
+# The helper's exit codes (see its docstring) and how each is told to the caller.
+_MISSING, _WRONG_KIND, _LINK, _DENIED, _STAGING, _BAD, _TOO_MANY = 2, 3, 4, 5, 6, 7, 8
+_COMMAND_NOT_FOUND = 127
+HELPER_TIMEOUT_S = 120.0
+_JSON_MAX = 16 << 20
+# Linux's PATH_MAX, with its NUL: a longer path cannot be opened, and one past 128 KiB
+# cannot even be passed to the helper (the exec fails with E2BIG, an "internal" 502).
+PATH_MAX_BYTES = 4095
+
+
+def workspace_path(relative: str, *, under: str = WORKSPACE) -> str:
+    """The absolute path of `relative` inside `under`; ServiceError if it would leave it."""
+    if not relative or "\x00" in relative:
+        raise ServiceError("Give a path inside the workspace.", field_errors={"path": ["empty or invalid path"]})
+    if len(relative.encode(errors="surrogateescape")) > PATH_MAX_BYTES:
+        message = f"the path is too long (more than {PATH_MAX_BYTES} bytes)"
+        raise ServiceError(f"The path is too long ({PATH_MAX_BYTES} bytes at most).", field_errors={"path": [message]})
+    candidate = relative if relative.startswith("/") else posixpath.join(under, relative)
+    normalised = posixpath.normpath(candidate)
+    if normalised != under and not normalised.startswith(under + "/"):
+        raise ServiceError(
+            f"{relative!r} leaves {under}.", field_errors={"path": [f"the path must stay inside {under}"]}
+        )
+    return normalised
+
+
+def _relative(path: str) -> str:
+    return path.removeprefix(WORKSPACE).lstrip("/") or "."
+
+
+def run_helper(
+    backend: Backend,
+    sandbox_id: str,
+    op: str,
+    path: str,
+    *extra: str,
+    user: str = "user",
+    stdin: bytes | None = None,
+    max_output_bytes: int = _JSON_MAX,
+) -> bytes:
+    """Run one confined operation on `path` (absolute, under /workspace); its stdout."""
+    request = ExecRequest(
+        argv=("python3", "-I", "-c", HELPER_SOURCE, op, _relative(path), *extra),
+        user=user,
+        cwd="/",
+        stdin=stdin,
+        timeout_s=HELPER_TIMEOUT_S,
+        max_output_bytes=max_output_bytes,
+    )
+    result = backend.exec(sandbox_id, request)
+    if result.timed_out:
+        raise RemoteError(ErrorKind.TIMEOUT, f"{op} {path}: no answer from the sandbox in time")
+    if result.exit_code == 0:
+        if result.truncated:
+            raise ServiceError(f"{op} {path}: the answer is larger than {max_output_bytes} bytes.")
+        return result.stdout
+    message = result.stderr.decode(errors="replace").strip()[:500] or f"exit code {result.exit_code}"
+    if result.exit_code == _MISSING:
+        raise RemoteError(ErrorKind.NOT_FOUND, message)
+    if result.exit_code == _COMMAND_NOT_FOUND:
+        raise RemoteError(ErrorKind.UNSUPPORTED, "file access needs python3 in the sandbox's template")
+    if result.exit_code in (_WRONG_KIND, _LINK, _DENIED, _STAGING, _BAD, _TOO_MANY):
+        raise ServiceError(message, field_errors={"path": [message]})
+    raise RemoteError(ErrorKind.INTERNAL, f"{op} {path}: {message}")
+
+
+def _json(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise RemoteError(ErrorKind.INTERNAL, f"the sandbox's file helper answered no JSON: {data[:200]!r}") from exc
+
+
+def _file_info(row: dict[str, Any]) -> FileInfo:
+    return FileInfo(
+        path=row["path"],
+        name=row["name"],
+        is_dir=bool(row["dir"]),
+        size=int(row["size"]),
+        mode=int(row["mode"]),
+        is_symlink=bool(row["link"]),
+        modified=datetime.fromtimestamp(float(row["mtime"]), UTC),
+    )
+
+
+class SandboxNotRunning(ServiceError):
+    """A read that may not wake the session (a GET page) found its sandbox not running."""
+
+
+def _sandbox(runtime: Runtime, session: Session, *, wake: bool = True) -> tuple[Backend, str]:
+    """The session's backend and sandbox id. `wake=False` reads only: a paused, missing or
+    deleted sandbox is a `SandboxNotRunning`, never created, resumed or rebuilt."""
+    if not wake:
+        info = runtime.running_sandbox(session)
+        if info is None:
+            raise SandboxNotRunning(f"Session {session.key} has no running sandbox; resume it to see its files.")
+        return backend_for(session.config), info.sandbox_id
+    resolved = runtime.resolve_session(session)
+    return backend_for(session.config), resolved.sandbox.sandbox_id
+
+
+def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, actor: Actor) -> FileInfo:
+    """Write an attachment into /workspace/input, owned by root and read-only to the user."""
+    if len(data) > settings.WORKSPACE_UPLOAD_MAX_BYTES:
+        raise ServiceError(f"The file is larger than {settings.WORKSPACE_UPLOAD_MAX_BYTES} bytes.")
+    path = workspace_path(name, under=INPUT)
+    if path == INPUT:
+        raise ServiceError("Give the attachment a file name.", field_errors={"path": ["a file name is needed"]})
+    backend, sandbox_id = _sandbox(runtime, session)
+    row = _json(run_helper(backend, sandbox_id, "stage", path, "444", user="root", stdin=data))
+    info = _file_info(row)
+    record_audit(
+        actor,
+        "session.input_upload",
+        space=session.space,
+        target_type="session",
+        target_id=session.id,
+        details={"path": path, "size": len(data)},
+    )
+    return info
+
+
+def list_files(runtime: Runtime, session: Session, relative: str = "", *, wake: bool = True) -> list[FileInfo]:
+    path = workspace_path(relative or WORKSPACE)
+    backend, sandbox_id = _sandbox(runtime, session, wake=wake)
+    entries = [_file_info(row) for row in _json(run_helper(backend, sandbox_id, "list", path))]
+    return sorted(entries, key=lambda e: (not e.is_dir, e.name))
+
+
+def stat_file(runtime: Runtime, session: Session, relative: str) -> FileInfo:
+    path = workspace_path(relative)
+    backend, sandbox_id = _sandbox(runtime, session)
+    return _file_info(_json(run_helper(backend, sandbox_id, "stat", path)))
+
+
+def read_file(
+    runtime: Runtime, session: Session, relative: str, *, max_bytes: int | None = None, wake: bool = True
+) -> bytes:
+    path = workspace_path(relative)
+    backend, sandbox_id = _sandbox(runtime, session, wake=wake)
+    limit = max_bytes or settings.WORKSPACE_READ_MAX_BYTES
+    data = run_helper(backend, sandbox_id, "read", path, str(limit + 1), max_output_bytes=limit + 1)
+    if len(data) > limit:
+        raise ServiceError(f"{relative} is larger than {limit} bytes; collect it as an artifact instead.")
+    return data
+
+
+def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *, actor: Actor) -> FileInfo:
+    """Write a file as the session user. /workspace/input stays read-only (staging is apart)."""
+    path = workspace_path(relative)
+    if path == INPUT or path.startswith(INPUT + "/"):
+        raise ServiceError("/workspace/input is read-only; upload attachments to input instead.")
+    if len(data) > settings.WORKSPACE_UPLOAD_MAX_BYTES:
+        raise ServiceError(f"The file is larger than {settings.WORKSPACE_UPLOAD_MAX_BYTES} bytes.")
+    backend, sandbox_id = _sandbox(runtime, session)
+    info = _file_info(_json(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
+    record_audit(
+        actor,
+        "session.file_write",
+        space=session.space,
+        target_type="session",
+        target_id=session.id,
+        details={"path": path, "size": len(data)},
+    )
+    return info
+
+
+@dataclass(frozen=True)
+class CollectResult:
+    collection: uuid.UUID
+    artifacts: list[Artifact]
+    refused: list[str]
+
+
+_KIND_WORDS = {
+    "l": "symlink",
+    "o": "not a file or folder",
+    "changed": "replaced by a link while listing",
+    "name": "its name is not UTF-8",
+}
+
+
+def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> CollectResult:
+    """Copy /workspace/output out to Django storage (caps, no symlinks, no traversal).
+
+    Listed and read as the session user through the confined helper: a link planted in
+    output/, or swapped in between listing and reading, is skipped, never followed.
+    """
+    backend, sandbox_id = _sandbox(runtime, session)
+    rows = _json(run_helper(backend, sandbox_id, "tree", OUTPUT))
+    collection = uuid.uuid4()
+    refused: list[str] = []
+    wanted: list[tuple[str, int]] = []
+    for row in rows:
+        kind, name, size = str(row["kind"]), str(row["path"]), int(row["size"])
+        if kind == "d":
+            continue
+        if kind != "f":
+            refused.append(f"{name}: not a regular file ({_KIND_WORDS.get(kind, kind)}), skipped")
+            continue
+        if ".." in name.split("/") or name.startswith("/"):
+            refused.append(f"{name}: path leaves the output folder, skipped")
+            continue
+        wanted.append((name, size))
+    total = 0
+    picked: list[tuple[str, int]] = []
+    for name, size in sorted(wanted):
+        if len(picked) >= settings.ARTIFACT_MAX_FILES:
+            refused.append(f"{name}: more than {settings.ARTIFACT_MAX_FILES} files, skipped")
+        elif size > settings.ARTIFACT_MAX_FILE_BYTES:
+            refused.append(f"{name}: {size} bytes is over the {settings.ARTIFACT_MAX_FILE_BYTES}-byte cap, skipped")
+        elif total + size > settings.ARTIFACT_MAX_TOTAL_BYTES:
+            refused.append(f"{name}: the collection would pass {settings.ARTIFACT_MAX_TOTAL_BYTES} bytes, skipped")
+        else:
+            picked.append((name, size))
+            total += size
+    artifacts: list[Artifact] = []
+    stored: list[Artifact] = []
+    try:
+        for name, _ in picked:
+            cap = settings.ARTIFACT_MAX_FILE_BYTES + 1
+            try:
+                data = run_helper(backend, sandbox_id, "read", f"{OUTPUT}/{name}", str(cap), max_output_bytes=cap)
+            except (ServiceError, RemoteError) as exc:
+                if isinstance(exc, RemoteError) and exc.kind != ErrorKind.NOT_FOUND:
+                    raise
+                refused.append(f"{name}: changed while collecting ({exc}), skipped")
+                continue
+            if len(data) > settings.ARTIFACT_MAX_FILE_BYTES:
+                refused.append(f"{name}: grew past the cap while collecting, skipped")
+                continue
+            artifact = Artifact(
+                session=session,
+                collection=collection,
+                path=name,
+                size=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+            )
+            artifact.file.save(f"{session.id}/{collection}/{name}", ContentFile(data), save=False)
+            stored.append(artifact)
+        with transaction.atomic():
+            Artifact.objects.bulk_create(stored)
+            record_audit(
+                actor,
+                "session.collect_artifacts",
+                space=session.space,
+                target_type="session",
+                target_id=session.id,
+                details={
+                    "collection": str(collection),
+                    "files": len(stored),
+                    "bytes": sum(a.size for a in stored),
+                    "refused": refused[:50],
+                },
+            )
+        artifacts = stored
+    except Exception:
+        for artifact in stored:  # nothing half-collected
+            artifact.file.delete(save=False)
+        raise
+    return CollectResult(collection=collection, artifacts=artifacts, refused=refused)

@@ -1,0 +1,416 @@
+"""The PTY owner behind each websocket: `TerminalProcess` and this process's registry of them.
+
+It reads the PTY (through the fd with `loop.add_reader` when the backend gives one, else a
+reader thread), keeps a replay ring buffer, forwards output to the attached client through
+a bounded queue, keeps the session from idling, closes on idle, waits `TERMINAL_REATTACH_S`
+for a reconnect after an abnormal disconnect, and ends the shell through the contract's
+`kill()` when it closes. `install_shutdown_hook()` ends every shell when Daphne stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from ..backends.base import ErrorKind, PtyHandle, PtySize, RemoteError
+from ..sessions.streams import MemoryRingBuffer
+from .tickets import (
+    CLOSE_IDLE,
+    CLOSE_NORMAL,
+    CLOSE_REPLACED,
+    CLOSE_SERVER_STOPPING,
+    MAX_PENDING_INPUT,
+    QUEUE_CHUNKS,
+    READ_BYTES,
+    Grant,
+    open_pty,
+    record_close,
+    record_open,
+    revoked,
+    touch_session,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class TerminalClient(Protocol):
+    """What a `TerminalProcess` needs of the websocket attached to it (`consumer.TerminalConsumer`).
+
+    A protocol rather than the consumer's class, so this module does not import the consumer
+    that imports it.
+    """
+
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None: ...
+
+    async def send_pty(self, data: bytes) -> None: ...
+
+    async def send_control(self, message: dict[str, Any]) -> None: ...
+
+    async def end(self, reason: str, code: int) -> None: ...
+
+
+# --- The PTY owner ---------------------------------------------------------------------------
+
+_processes: dict[str, TerminalProcess] = {}
+
+
+def get_process(terminal_id: str) -> TerminalProcess | None:
+    process = _processes.get(terminal_id)
+    return process if process is not None and not process.closed else None
+
+
+_closing: set[asyncio.Task[None]] = set()
+
+
+async def close_all(reason: str = "server shutting down", *, code: int = CLOSE_SERVER_STOPPING) -> None:
+    """Close every terminal this process owns (attached or in its grace window), at once,
+    and wait for every close in flight: each ends its shell and records the close."""
+    closes = [process.close(reason, code=code) for process in list(_processes.values())]
+    await asyncio.gather(*closes, return_exceptions=True)
+    if _closing:
+        await asyncio.gather(*list(_closing), return_exceptions=True)
+
+
+_shutdown_hook: list[object] = []
+# Set (synchronously) by the shutdown trigger, so the consumers Daphne cancels in the same
+# breath leave their terminals attached for close_all() to end with a message and a close code.
+shutting_down = False
+SHUTDOWN_LINGER_S = 0.3
+
+
+def install_shutdown_hook() -> None:
+    """Under Daphne, end this process's shells before the server stops.
+
+    On SIGTERM/SIGINT Daphne stops its Twisted reactor, which first cancels every websocket
+    application; a shell left in its grace window has no application at all. Both would
+    leave shells running and Terminal rows open, so a "before shutdown" trigger closes every
+    terminal (and Twisted waits for it). Outside a Twisted reactor this does nothing.
+    """
+    if _shutdown_hook or "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import defer, reactor
+
+    def before_shutdown() -> object:
+        global shutting_down
+        shutting_down = True
+        logger.info("server stopping: closing %d terminal(s)", len(_processes))
+        return defer.Deferred.fromFuture(asyncio.ensure_future(close_all_and_linger()))
+
+    async def close_all_and_linger() -> None:
+        await close_all("server shutting down")
+        # The close frames are written; give the clients a moment to answer them before
+        # Twisted drops the connections (else a reset can swallow the frame unread).
+        await asyncio.sleep(SHUTDOWN_LINGER_S)
+
+    _shutdown_hook.append(reactor.addSystemEventTrigger("before", "shutdown", before_shutdown))  # type: ignore[arg-type]  # zope interface stubs
+
+
+class TerminalProcess:
+    """One shell, owned by this process's event loop, attached to at most one websocket."""
+
+    def __init__(self, grant: Grant, user: Any, source_ip: str | None) -> None:
+        self.grant = grant
+        self.user = user
+        self.source_ip = source_ip
+        self.loop = asyncio.get_running_loop()
+        self.ring = MemoryRingBuffer(max_bytes=settings.TERMINAL_REPLAY_BYTES, max_chunks=1000)
+        self.size = PtySize()
+        self.applied_size: PtySize | None = None
+        self.handle: PtyHandle | None = None
+        self.consumer: TerminalClient | None = None
+        # Bounded by the readers, which stop at QUEUE_CHUNKS (a full asyncio.Queue would raise).
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.flowing = asyncio.Event()
+        self.flowing.set()
+        self.send_lock = asyncio.Lock()
+        self.reading = False
+        self.fd: int | None = None
+        self.reader_wakeup = threading.Event()
+        self.reader_stop = False
+        self.closed = False
+        self.closing: asyncio.Task[None] | None = None
+        self.started_at = time.monotonic()
+        self.last_activity = time.monotonic()
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.pending_input = bytearray()
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.grace: asyncio.TimerHandle | None = None
+        self.resizing: asyncio.Task[Any] | None = None
+        self.writes: asyncio.Queue[bytes] = asyncio.Queue()
+        self.writer_busy = False
+        _processes[grant.terminal_id] = self
+
+    # Lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the shell (resuming the sandbox), then start reading, sending and keeping alive."""
+        handle, sandbox_id = await database_sync_to_async(open_pty)(self.grant.session_id, self.size)
+        if self.closed:  # closed while the sandbox was resolving
+            await self.loop.run_in_executor(None, handle.kill)
+            return
+        self.handle = handle
+        self.applied_size = self.size
+        await database_sync_to_async(record_open)(self.grant, self.user, self.source_ip, sandbox_id)
+        self.tasks.append(self.loop.create_task(self._sender()))
+        self.tasks.append(self.loop.create_task(self._keepalive()))
+        self.tasks.append(self.loop.create_task(self._writer()))
+        self.fd = handle.fileno()
+        if self.fd is not None:
+            # Bytes the backend already read ahead are served by read() before the fd wakes.
+            first = await self.loop.run_in_executor(None, self._read_now)
+            if first:
+                self.queue.put_nowait(first)
+            self._start_reading()
+        else:
+            threading.Thread(target=self._reader_thread, name=f"terminal-{self.grant.terminal_id}", daemon=True).start()
+        if self.pending_input:
+            self.write(bytes(self.pending_input))
+            self.pending_input.clear()
+        self._apply_size()
+
+    async def close(self, reason: str, *, code: int = CLOSE_NORMAL) -> None:
+        """End the shell, close the websocket with `reason`, record and audit the close.
+
+        The work runs in a task of its own: a consumer cancelled while closing (Daphne's
+        application close timeout) cannot leave the shell running or the close unrecorded.
+        """
+        if self.closing is None:
+            self.closed = True
+            self.closing = self.loop.create_task(self._close(reason, code))
+            _closing.add(self.closing)
+            self.closing.add_done_callback(_closing.discard)
+        await asyncio.shield(self.closing)
+
+    async def _close(self, reason: str, code: int) -> None:
+        if self.grace is not None:
+            self.grace.cancel()
+        self._stop_reading()
+        self.reader_stop = True
+        self.reader_wakeup.set()
+        consumer, self.consumer = self.consumer, None
+        if consumer is not None:
+            await consumer.end(reason, code)
+        if self.handle is not None:
+            with contextlib.suppress(Exception):
+                await self.loop.run_in_executor(None, self.handle.kill)
+        for task in self.tasks:
+            task.cancel()
+        _processes.pop(self.grant.terminal_id, None)
+        stats = {
+            "duration_s": round(time.monotonic() - self.started_at, 3),
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+        }
+        try:
+            await database_sync_to_async(record_close)(self.grant, self.user, self.source_ip, reason, stats)
+        except Exception:
+            logger.exception("terminal %s: recording the close failed", self.grant.terminal_id)
+
+    async def attach(self, consumer: TerminalClient, *, reattached: bool) -> None:
+        """Make `consumer` the one client: replay the buffered output, then stream live."""
+        if self.grace is not None:
+            self.grace.cancel()
+            self.grace = None
+        previous = self.consumer
+        if previous is not None and previous is not consumer:
+            self.consumer = None
+            await previous.end("another connection took over this terminal", CLOSE_REPLACED)
+        async with self.send_lock:
+            replay = self.ring.read_after(None, max(settings.TERMINAL_REPLAY_BYTES, 1))
+            await consumer.send_control({"type": "status", "state": "ready", "reattached": reattached})
+            for _, chunk in replay.chunks:
+                await consumer.send(bytes_data=chunk)
+            self.consumer = consumer
+        self.flowing.set()
+        self._maybe_resume_reading()
+
+    def detach(self, consumer: TerminalClient) -> None:
+        """The client went away abnormally: keep the shell for the grace window, input fenced."""
+        if self.consumer is not consumer or self.closed:
+            return
+        self.consumer = None
+        self.start_grace()
+
+    def start_grace(self) -> None:
+        """No client: keep draining into the replay buffer; end the shell if none comes back."""
+        if self.closed or self.consumer is not None or self.grace is not None:
+            return
+        self.flowing.set()
+        self.grace = self.loop.call_later(
+            settings.TERMINAL_REATTACH_S,
+            lambda: self.loop.create_task(self.close("not reattached within the grace window")),
+        )
+
+    # Client -> shell -------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        self.touch()
+        self.bytes_in += len(data)
+        if self.handle is None:
+            if len(self.pending_input) + len(data) <= MAX_PENDING_INPUT:
+                self.pending_input += data
+            return
+        if not self.writer_busy and self.writes.empty() and len(data) <= 1024:
+            # Keystrokes: write at once (a short send on a socket with room never blocks).
+            with contextlib.suppress(RemoteError):
+                self.handle.write(data)
+            return
+        self.writes.put_nowait(data)
+
+    async def _writer(self) -> None:
+        """Large writes (pastes) in an executor, in order, so the loop never blocks on them."""
+        while True:
+            data = await self.writes.get()
+            self.writer_busy = True
+            try:
+                if self.handle is not None:
+                    await self.loop.run_in_executor(None, self.handle.write, data)
+            except RemoteError:
+                pass
+            finally:
+                self.writer_busy = False
+
+    def resize(self, size: PtySize) -> None:
+        """Remember the size; apply it once the shell runs (a resize before start fails)."""
+        self.size = size.clamped()
+        self.touch()
+        if self.handle is not None:
+            self._apply_size()
+
+    def _apply_size(self) -> None:
+        if self.resizing is not None and not self.resizing.done():
+            return  # the running resize re-checks the wanted size when it finishes
+        if self.handle is None or self.size == self.applied_size:
+            return
+        self.resizing = self.loop.create_task(self._resize_loop())
+
+    async def _resize_loop(self) -> None:
+        while self.handle is not None and self.size != self.applied_size and not self.closed:
+            wanted = self.size
+            try:
+                await self.loop.run_in_executor(None, self.handle.resize, wanted)
+            except RemoteError as exc:
+                logger.info("terminal %s: resize failed: %s", self.grant.terminal_id, exc)
+                return
+            self.applied_size = wanted
+
+    def pause(self) -> None:
+        self.flowing.clear()
+        self._stop_reading()
+
+    def resume(self) -> None:
+        self.flowing.set()
+        self._maybe_resume_reading()
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    # Shell -> client -------------------------------------------------------------------------
+
+    def _read_now(self) -> bytes | None:
+        """One non-waiting read: bytes, b"" at end of stream, None when nothing is there."""
+        assert self.handle is not None
+        try:
+            return self.handle.read(READ_BYTES, timeout=0)
+        except RemoteError as exc:
+            return None if exc.kind == ErrorKind.TIMEOUT else b""
+
+    def _start_reading(self) -> None:
+        if self.fd is not None and not self.reading and not self.closed:
+            self.loop.add_reader(self.fd, self._on_readable)
+            self.reading = True
+
+    def _stop_reading(self) -> None:
+        if self.fd is not None and self.reading:
+            self.loop.remove_reader(self.fd)
+            self.reading = False
+
+    def _maybe_resume_reading(self) -> None:
+        if self.flowing.is_set() and self.queue.qsize() <= QUEUE_CHUNKS // 2:
+            if self.fd is not None:
+                self._start_reading()
+            else:
+                self.reader_wakeup.set()
+
+    def _on_readable(self) -> None:
+        data = self._read_now()
+        if data is None:
+            return
+        if data == b"":
+            self._stop_reading()
+            self.fd = None  # the descriptor may be closed and reused from here on
+            self.queue.put_nowait(None)
+            return
+        self.queue.put_nowait(data)
+        if self.queue.qsize() >= QUEUE_CHUNKS or not self.flowing.is_set():
+            self._stop_reading()  # the kernel's PTY buffer fills and the producer blocks
+
+    def _reader_thread(self) -> None:
+        """For backends without a descriptor: blocking reads, bounded by the same queue."""
+        assert self.handle is not None
+        while not self.reader_stop:
+            if self.queue.qsize() >= QUEUE_CHUNKS or not self.flowing.is_set():
+                self.reader_wakeup.wait(0.5)
+                self.reader_wakeup.clear()
+                continue
+            try:
+                data: bytes | None = self.handle.read(READ_BYTES, timeout=0.5)
+            except RemoteError as exc:
+                if exc.kind == ErrorKind.TIMEOUT:
+                    continue
+                data = b""
+            put: Callable[[bytes | None], None] = self.queue.put_nowait
+            self.loop.call_soon_threadsafe(put, data or None)
+            if not data:
+                return
+
+    async def _sender(self) -> None:
+        while True:
+            await self.flowing.wait()
+            data = await self.queue.get()
+            if data is None:
+                break
+            self.ring.append(data)
+            self.bytes_out += len(data)
+            self.touch()
+            async with self.send_lock:
+                consumer = self.consumer
+                if consumer is not None:
+                    await consumer.send_pty(data)
+            self._maybe_resume_reading()
+        await self.close("the shell exited")
+
+    async def _keepalive(self) -> None:
+        """Keep the session from idling; close on idle; re-check access now and then."""
+        idle_s = settings.TERMINAL_IDLE_TIMEOUT_S
+        every = max(min(settings.TERMINAL_KEEPALIVE_S, idle_s / 4), 0.2)
+        next_touch = next_check = 0.0
+        while not self.closed:
+            now = time.monotonic()
+            if now - self.last_activity > idle_s:
+                await self.close(f"idle for {idle_s} s", code=CLOSE_IDLE)
+                return
+            if now >= next_touch:
+                next_touch = now + settings.TERMINAL_KEEPALIVE_S
+                with contextlib.suppress(Exception):
+                    await database_sync_to_async(touch_session)(self.grant.session_id)
+            if now >= next_check:  # detached too: its shell runs on for the grace window
+                next_check = now + settings.TERMINAL_KEEPALIVE_S
+                with contextlib.suppress(Exception):  # the database away: ask again later
+                    revocation = await database_sync_to_async(revoked)(self.grant)
+                    if revocation is not None:
+                        await self.close(revocation.reason, code=revocation.code)
+                        return
+            await asyncio.sleep(every)
