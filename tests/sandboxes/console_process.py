@@ -237,8 +237,8 @@ import json
 from django.contrib.auth import get_user_model
 from console.models import Membership
 from console.services import SYSTEM, do_create_space
-from sandboxes.api import do_create_api_token
-from sandboxes.services import do_create_config
+from sandboxes.api.views import do_create_api_token
+from sandboxes.catalog.services import do_create_config
 
 user = get_user_model().objects.create_superuser(username={user!r}, password={password!r}, email="")
 space = do_create_space(name="Faults", slug="faults", actor=SYSTEM)
