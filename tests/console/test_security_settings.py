@@ -165,6 +165,7 @@ async def handshake(origin: str | None, host: str = "127.0.0.1:8000", **scope: A
 
 
 @pytest.mark.asyncio
+@pytest.mark.django_db  # Channels' consumer closes stale database connections on every event
 async def test_the_websocket_origin_check_compares_the_port() -> None:
     assert await handshake("http://127.0.0.1:8000")
     assert not await handshake("http://127.0.0.1:9000")  # same host, another port: another origin
@@ -172,6 +173,7 @@ async def test_the_websocket_origin_check_compares_the_port() -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.django_db  # Channels' consumer closes stale database connections on every event
 async def test_the_websocket_origin_check_compares_scheme_and_host() -> None:
     assert not await handshake("https://127.0.0.1:8000")
     assert not await handshake("http://localhost:8000")  # allowed host, but not the one asked for
@@ -181,6 +183,7 @@ async def test_the_websocket_origin_check_compares_scheme_and_host() -> None:
 
 
 @pytest.mark.asyncio
+@pytest.mark.django_db  # Channels' consumer closes stale database connections on every event
 async def test_a_tls_handshake_and_trusted_origins_are_accepted(settings: Any) -> None:
     assert await handshake("https://localhost", host="localhost", scheme="wss")
     settings.SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
