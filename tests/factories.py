@@ -8,6 +8,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 
 from console.models import Membership, NetworkPolicy, Role, Space
+from sandboxes.catalog.platform import BACKEND_FIELDS
 
 _counter = itertools.count(1)
 
@@ -32,21 +33,7 @@ def add_member(space: Space, user: Any, role: Role) -> Membership:
 
 
 # What make_config passes to the platform backend rather than to the config itself.
-BACKEND_KWARGS = (
-    "kind",
-    "endpoint",
-    "domain",
-    "sandbox_url",
-    "allow_private_endpoints",
-    "allow_space_api_key",
-    "workspace_host_root",
-    "pip_index_url",
-    "pip_find_links",
-    "npm_registry_url",
-    "max_cpus",
-    "max_memory_mb",
-    "max_pids",
-)
+BACKEND_KWARGS = tuple(field for field in BACKEND_FIELDS if field != "name")
 
 
 def make_backend(*spaces: Space, api_key: str = "", **extra: Any) -> Any:

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import shutil
-import socket
-import subprocess
 import threading
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,60 +18,11 @@ from sandboxes.sessions.runtime import Runtime, backend_for
 from sandboxes.sessions.store import Binding, RedisSessionStore, SessionStoreUnavailable
 from tests.conftest import REDIS_URL
 from tests.personas import World
+from tests.sandboxes import terminal_support
+from tests.sandboxes.terminal_support import RedisServer
 
-# --- A private Redis server the test may stop and restart ---------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class RedisServer:
-    """A real redis-server on a free loopback port, with no persistence (a restart loses data)."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-        self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError("redis-server did not start")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-            self.process = None
-
-
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    if not (shutil.which("redis-server") or os.path.exists("/usr/bin/redis-server")):
-        pytest.skip("needs the redis-server binary")
-    server = RedisServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+# A private Redis server the test may stop and restart (fails in CI without redis-server).
+own_redis = terminal_support.own_redis
 
 
 # The stores' own semantics: tests/sandboxes/test_store_conformance.py (every store).
