@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -333,17 +335,28 @@ def test_the_ruleset_is_in_force_and_applying_it_again_changes_nothing(
 
 
 def test_without_root_the_ruleset_is_reported_not_applied() -> None:
-    script = (
-        "from sandboxes.backends.docker.firewall import apply_ruleset, render_ruleset\n"
-        "result = apply_ruleset(render_ruleset()); print(result.applied, result.detail)"
-    )
-    done = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).resolve().parents[2],
-        check=False,
-    )
+    # The module is standard library only: run a copy from a folder the unprivileged user can
+    # read (the checkout may sit in a folder only root may enter, as CI's clone can).
+    folder = Path(tempfile.mkdtemp(prefix="console-firewall-"))
+    try:
+        folder.chmod(0o755)
+        firewall = Path(__file__).resolve().parents[2] / "sandboxes" / "backends" / "docker" / "firewall.py"
+        shutil.copy(firewall, folder / "console_firewall.py")
+        (folder / "console_firewall.py").chmod(0o644)
+        script = (
+            f"import sys; sys.path.insert(0, {str(folder)!r})\n"
+            "from console_firewall import apply_ruleset, render_ruleset\n"
+            "result = apply_ruleset(render_ruleset()); print(result.applied, result.detail)"
+        )
+        done = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-I", "-c", script],
+            capture_output=True,
+            text=True,
+            cwd="/",
+            check=False,
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     assert done.stdout.startswith("False "), done
     assert "does not run as root" in done.stdout
 
