@@ -135,6 +135,8 @@ class NetworkCapabilities:
     deny_out_domain: bool = False
     l7_rules: bool = False
     inbound_toggle: bool = False
+    # A changed NetworkSpec reaches running sandboxes (Backend.egress().update) without a rebuild.
+    live_update: bool = False
 
 
 @dataclass(frozen=True)
@@ -342,6 +344,31 @@ class InboundCapability(abc.ABC):
     def traffic_token(self, sandbox_id: str) -> str | None: ...
 
 
+@dataclass(frozen=True)
+class EgressRefusal:
+    """One refused outbound attempt, read back from the enforcing components' logs."""
+
+    at: datetime
+    sandbox_id: str
+    layer: str  # "dns" | "packet" | "http" | "tls"
+    destination: str  # a name, or address[:port]; for HTTP the URL without its query
+    rule: str  # which rule refused it, in words ("not in the allow list", "deny entry 10.0.0.0/8", ...)
+    detail: str = ""
+
+
+class EgressCapability(abc.ABC):
+    """Network policy applied to running sandboxes, and refused attempts read back."""
+
+    @abc.abstractmethod
+    def update(self, sandbox_id: str, network: NetworkSpec) -> None:
+        """Apply a changed NetworkSpec to a running sandbox now (no recreate)."""
+
+    @abc.abstractmethod
+    def refusals(self, cursor: str) -> tuple[list[EgressRefusal], str]:
+        """Refusals recorded after `cursor` ("" = from the start of what is kept), and the cursor
+        to pass next time. Never raises for an empty log."""
+
+
 class VolumesCapability(abc.ABC):
     """Persistent storage for /workspace that outlives a sandbox (SandboxSpec.workspace_volume).
 
@@ -456,6 +483,9 @@ class Backend(abc.ABC):
         return None
 
     def pty(self) -> PtyCapability | None:
+        return None
+
+    def egress(self) -> EgressCapability | None:
         return None
 
     def volumes(self) -> VolumesCapability | None:
