@@ -71,7 +71,6 @@ PTY_SIZE = PtySize(cols=200, rows=50)
 MAX_COMMAND_CHARS = 64 * 1024
 MAX_INPUT_BYTES = 64 * 1024
 MAX_PAGE_BYTES = 4 * 1024 * 1024
-OUTPUT_TTL_AFTER_END_S = 3600
 HEARTBEAT_S = 5
 HEARTBEAT_TTL_S = 20
 INPUT_POLL_S = 0.05
@@ -137,8 +136,8 @@ class RedisPlumbing(Plumbing):
 
     def finish(self) -> None:
         self.client.delete(self.beat_key, self.stdin_key)
-        self.client.expire(self.kill_key, OUTPUT_TTL_AFTER_END_S)
-        self.ring.finish(OUTPUT_TTL_AFTER_END_S)
+        self.client.expire(self.kill_key, settings.COMMAND_OUTPUT_RETENTION_S)
+        self.ring.finish(settings.COMMAND_OUTPUT_RETENTION_S)
 
 
 class MemoryPlumbing(Plumbing):
@@ -194,7 +193,7 @@ def plumbing_for(command_id: uuid.UUID | str) -> Plumbing:
                 client = _redis_clients[url] = redis.Redis.from_url(url)
             return RedisPlumbing(client, key)
         now = time.monotonic()
-        for stale in [k for k, p in _memory.items() if p.finished_at and now - p.finished_at > OUTPUT_TTL_AFTER_END_S]:
+        for stale in [k for k, p in _memory.items() if p.finished_at and now - p.finished_at > settings.COMMAND_OUTPUT_RETENTION_S]:
             del _memory[stale]
         return _memory.setdefault(key, MemoryPlumbing())
 
