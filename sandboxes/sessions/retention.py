@@ -37,7 +37,7 @@ def prune_artifacts(cutoff: datetime) -> int:
         removable = []
         for artifact in batch:
             try:
-                if artifact.file:
+                if artifact.file.name:
                     artifact.file.storage.delete(artifact.file.name)
             except OSError as exc:
                 logger.warning("retention: artifact %s file not removed: %s", artifact.pk, exc)
