@@ -260,6 +260,15 @@ HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S"
 # How often each periodic task runs (seconds); short ones let fault tests see a pass soon.
 REAPER_INTERVAL_S = float(os.environ.get("REAPER_INTERVAL_S", 60))
 IDLE_SWEEP_INTERVAL_S = float(os.environ.get("IDLE_SWEEP_INTERVAL_S", 60))
+# --- Quotas and rate limits per space (sandboxes/sessions/limits.py; docs/operations.md) ---
+# Platform defaults; platform admins override them per space on the space's Limits page.
+SPACE_LIMIT_DEFAULTS: dict[str, int] = {
+    "live_sessions": int(os.environ.get("SPACE_LIVE_SESSIONS", 200)),
+    "concurrent_execs": int(os.environ.get("SPACE_CONCURRENT_EXECS", 32)),
+    "background_commands": int(os.environ.get("SPACE_BACKGROUND_COMMANDS", 32)),
+    "api_requests_per_minute": int(os.environ.get("SPACE_API_REQUESTS_PER_MINUTE", 1200)),
+}
+
 # --- Retention (sandboxes/sessions/retention.py; docs/operations.md, "Retention") ---------
 # Days each kind of record is kept; 0 keeps it forever. Only finished things are deleted:
 # closed terminals, finished jobs and background commands; artifacts by collection time.
