@@ -58,6 +58,7 @@ from ..backends.base import (
 )
 from ..catalog.services import backend_config_for, config_fingerprint, network_spec_for
 from ..models import SandboxConfig, Session, SessionImage, SessionState
+from .limits import check_concurrent_execs
 from .lookup import get_or_create_session
 from .store import (
     LOCK_TTL_MS,
@@ -470,10 +471,12 @@ class Runtime:
         # Past the deadline every counted exec is dead (its process was killed before its
         # `finally`): start the count again rather than carry them for ever.
         expired = Q(exec_deadline__isnull=True) | Q(exec_deadline__lte=now)
-        rows.update(
-            execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
-            exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
-        )
+        with transaction.atomic():
+            check_concurrent_execs(session.space)  # under the space's limits lock: count in, or refuse
+            rows.update(
+                execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
+                exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
+            )
         try:
             yield
         finally:
