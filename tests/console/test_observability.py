@@ -250,7 +250,6 @@ class Captured(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         config = logging_config(log_format="json", level="DEBUG")
-        self.setFormatter(logging.Formatter())
         formatter_spec = dict(config["formatters"]["main"])
         factory = formatter_spec.pop("()")
         from django.utils.module_loading import import_string
@@ -308,7 +307,9 @@ def test_the_readable_format_is_one_line_with_the_id_and_fields() -> None:
     record.sandbox_id = "abc123"
     RequestIdFilter().filter(record)
     line = ReadableFormatter().format(record)
-    assert "INFO" in line and "sandboxes.x [-] resolve of session k1" in line and "sandbox_id=abc123" in line
+    assert "INFO" in line
+    assert "sandboxes.x [-] resolve of session k1" in line
+    assert "sandbox_id=abc123" in line
 
 
 @pytest.mark.django_db(transaction=True)
