@@ -204,6 +204,9 @@ def readiness_response() -> JsonResponse:
     }
     response = JsonResponse(body, status=503 if failing else 200)
     response["Cache-Control"] = "no-store"
+    # An unready console is an answer, not an error of Django's: no "Service Unavailable"
+    # line at ERROR for every probe (the failing checks were logged once per run).
+    response._has_been_logged = True  # type: ignore[attr-defined]
     return response
 
 

@@ -32,7 +32,8 @@ class RequestIdMiddleware:
 
 
 class RequestMetricsMiddleware:
-    """Counts every answer by area and status, and logs one line per agent API request."""
+    """Counts every answer by area and status, and logs one line per request (the access log
+    with request ids; run Daphne with `--verbosity 0` to drop its own plain-text one)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -44,19 +45,19 @@ class RequestMetricsMiddleware:
         elapsed = time.perf_counter() - started
         metrics.HTTP_REQUESTS.labels(area=area, method=request.method or "", status=str(response.status_code)).inc()
         metrics.HTTP_SECONDS.labels(area=area).observe(elapsed)
-        if area == "api":
-            match = request.resolver_match
-            logger.info(
-                "%s %s -> %s",
-                request.method,
-                request.path_info,
-                response.status_code,
-                extra={
-                    "route": match.view_name if match else "",
-                    "status": response.status_code,
-                    "duration_ms": round(elapsed * 1000, 1),
-                },
-            )
+        match = request.resolver_match
+        logger.info(
+            "%s %s -> %s",
+            request.method,
+            request.path_info,
+            response.status_code,
+            extra={
+                "area": area,
+                "route": match.view_name if match else "",
+                "status": response.status_code,
+                "duration_ms": round(elapsed * 1000, 1),
+            },
+        )
         return response
 
 

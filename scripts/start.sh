@@ -39,6 +39,8 @@ cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
   echo "==> REDIS_URL is set: starting a Celery worker and beat"
+  # Daphne and the worker add their metrics up in one folder (docs/operations.md, "Metrics").
+  export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-$PWD/var/metrics}
   .venv/bin/celery -A console worker --loglevel=INFO --pool=threads --concurrency=4 &
   pids+=($!)
   .venv/bin/celery -A console beat --loglevel=INFO --schedule var/celerybeat-schedule &

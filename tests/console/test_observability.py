@@ -1,7 +1,8 @@
 """Health, readiness, metrics, request ids and logs, in this process (console/health.py,
 console/metrics.py, console/ops_views.py, console/logs.py).
 
-The parts that need several processes or a service to break are in test_ops_processes.py.
+The parts that need several processes or a service to break are in
+tests/sandboxes/test_ops_processes.py.
 Readiness runs its checks in threads of its own, so those tests commit their rows
 (transactional database) for the threads to see them.
 """
