@@ -100,3 +100,24 @@ def test_a_turn_logs_its_decisions_under_each_calls_request_id_and_no_secret(
     assert len(captured.lines) > 20
     for secret in (token, token[4:], PLATFORM_KEY, settings.SECRET_KEY, settings.FIELD_ENCRYPTION_KEY):
         assert secret not in everything
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_a_websocket_logs_under_the_request_id_of_its_handshake(captured: Captured) -> None:
+    import uuid
+
+    from channels.testing import WebsocketCommunicator
+
+    from console.asgi import application
+    from tests.sandboxes.terminal_support import ORIGIN
+
+    terminal_id = str(uuid.uuid4())
+    headers = [ORIGIN, (b"host", b"localhost"), (b"x-request-id", b"ws-handshake-9")]
+    communicator = WebsocketCommunicator(application, f"/ws/terminals/{terminal_id}/?ticket=forged", headers=headers)
+    connected, _ = await communicator.connect()
+    assert not connected
+    await communicator.disconnect()
+    refused = [r for r in captured.records if r.name == "sandboxes.terminal.consumer" and terminal_id in r.getMessage()]
+    assert refused, [r.getMessage() for r in captured.records]
+    assert {r.request_id for r in refused} == {"ws-handshake-9"}  # type: ignore[attr-defined]
