@@ -54,11 +54,14 @@ def _capability(accessor: Callable[[], Any], kind: str, prefix: str) -> Callable
     def wrapped() -> Any:
         capability = accessor()
         if capability is not None and not getattr(capability, _MARK, False):
-            for name in dir(type(capability)):
-                if name.startswith("_") or not callable(getattr(type(capability), name, None)):
-                    continue
-                setattr(capability, name, _measured(getattr(capability, name), kind, f"{prefix}.{name}"))
-            setattr(capability, _MARK, True)
+            try:
+                for name in dir(type(capability)):
+                    if name.startswith("_") or not callable(getattr(type(capability), name, None)):
+                        continue
+                    setattr(capability, name, _measured(getattr(capability, name), kind, f"{prefix}.{name}"))
+                setattr(capability, _MARK, True)
+            except (AttributeError, TypeError):
+                pass  # an object that takes no attributes (slots) stays unmeasured, never broken
         return capability
 
     return wrapped
