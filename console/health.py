@@ -124,7 +124,8 @@ register_checks("console", _console_checks)
 
 # --- One readiness run ----------------------------------------------------------------------
 
-_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="readyz")
+# Roomy: a check that hangs past its timeout keeps its thread until the call gives up.
+_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="readyz")
 _cache_lock = threading.Lock()
 _cached: tuple[float, list[CheckResult]] | None = None
 
