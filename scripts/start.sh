@@ -55,6 +55,8 @@ cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
   echo "==> REDIS_URL is set: starting a Celery worker and beat (logs: var/celery-worker.log, var/celery-beat.log)"
+  # Daphne and the worker add their metrics up in one folder (docs/operations.md, "Metrics").
+  export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-$PWD/var/metrics}
   .venv/bin/celery -A console worker --loglevel=INFO --pool=threads --concurrency=4 >>var/celery-worker.log 2>&1 &
   pids+=($!)
   .venv/bin/celery -A console beat --loglevel=INFO --schedule var/celerybeat-schedule >>var/celery-beat.log 2>&1 &
@@ -64,7 +66,8 @@ fi
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8000}
 echo "==> Sandbox Console on http://$HOST:$PORT/ (Ctrl-C stops it)"
-# Twisted's "HTTP/2 support not enabled" says nothing an embedded console needs (TLS and
+# Daphne at -v 0: the console logs one access line per request itself. Twisted's
+# "HTTP/2 support not enabled" says nothing an embedded console needs (TLS and
 # HTTP/2 are the reverse proxy's job in a deployment: docs/operations.md, "Production").
-.venv/bin/daphne -v 1 -b "$HOST" -p "$PORT" console.asgi:application \
+.venv/bin/daphne -v 0 -b "$HOST" -p "$PORT" console.asgi:application \
   2> >(grep --line-buffered -v "HTTP/2 support not enabled" >&2)

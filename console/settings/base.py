@@ -13,6 +13,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from console.logs import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(os.environ.get("CONSOLE_VAR_DIR", BASE_DIR / "var"))
 
@@ -61,6 +63,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz, /readyz and /metrics, answered before ALLOWED_HOSTS and TLS redirects apply.
+    "console.health.OpsEndpointsMiddleware",
+    "console.middleware.RequestIdMiddleware",
+    "console.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -222,13 +228,24 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # touches sandboxes of another installation sharing the same backend account.
 CONSOLE_INSTALLATION_ID = os.environ.get("CONSOLE_INSTALLATION_ID", "local")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
-}
+# --- Logs, health and metrics (console/logs.py, console/health.py, console/metrics.py;
+# docs/operations.md, "Health, metrics and logs") -----------------------------------------
+# LOG_FORMAT: "json" (one JSON object a line, for a log collector) or "text" (for a person).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "json")
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
+# Celery keeps this set-up instead of installing its own (console/celery.py).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# /readyz: each check's time limit, how long one answer is reused, and whether an unreachable
+# platform backend makes the console unready ("required") or is only reported ("reported").
+READYZ_TIMEOUT_S = float(os.environ.get("READYZ_TIMEOUT_S", 2))
+READYZ_CACHE_S = float(os.environ.get("READYZ_CACHE_S", 5))
+READYZ_BACKENDS = os.environ.get("READYZ_BACKENDS", "required")
+# /metrics is refused unless a scraper is allowed: by a bearer token, or by its address.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_ALLOWED_NETWORKS = env_list("METRICS_ALLOWED_NETWORKS", [])
+# Scrapes from loopback without either (the development settings turn this on).
+METRICS_ALLOW_LOOPBACK = env_bool("METRICS_ALLOW_LOOPBACK", False)
 
 # The embedded console serves /static/ itself through Daphne (see console/asgi.py).
 SERVE_STATIC = env_bool("SERVE_STATIC", True)

@@ -23,7 +23,7 @@ from console.models import NetworkPolicy, Space
 from console.network import parse_destination
 from console.services import Actor, ServiceError, record_audit
 
-from ..backends import build_backend, describe
+from ..backends import describe
 from ..backends.base import (
     META_CONFIG,
     META_INSTALLATION,
@@ -46,6 +46,7 @@ from ..backends.base import (
     is_snapshot_id,
 )
 from ..models import IDENTITY_FIELDS, PlatformBackend, SandboxConfig, Session, TemplateRecord
+from .observed import build_observed
 
 # What a space admin sets; the infrastructure is the platform backend's (sandboxes.platform).
 CONFIG_FIELDS = (
@@ -147,7 +148,7 @@ def workspace_options(config: SandboxConfig) -> dict[str, str]:
 @contextmanager
 def open_backend(config: SandboxConfig) -> Iterator[Backend]:
     """The config's backend, closed afterwards. Raises RemoteError only."""
-    backend = build_backend(backend_config_for(config))
+    backend = build_observed(backend_config_for(config))
     try:
         yield backend
     finally:

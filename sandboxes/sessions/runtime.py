@@ -38,7 +38,6 @@ from console.crypto import decrypt, encrypt
 from console.models import Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
-from ..backends import build_backend
 from ..backends.base import (
     META_BINDING_VERSION,
     META_CONFIG,
@@ -56,10 +55,12 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
+from ..catalog.observed import build_observed
 from ..catalog.services import backend_config_for, config_fingerprint, network_spec_for
 from ..models import SandboxConfig, Session, SessionImage, SessionState
 from .limits import check_concurrent_execs
 from .lookup import get_or_create_session
+from .observe import observe_resolve, took_slow_path
 from .store import (
     LOCK_TTL_MS,
     TURN_TTL_S,
@@ -99,7 +100,7 @@ def backend_for(config: SandboxConfig) -> Backend:
         if backend is None:
             for stale in [k for k in _backends if k[0] == key[0]]:
                 _backends.pop(stale).close()
-            backend = build_backend(backend_config_for(config))
+            backend = build_observed(backend_config_for(config))
             _backends[key] = backend
     return backend
 
@@ -194,6 +195,12 @@ class Runtime:
         return self.resolve_session(session)
 
     def resolve_session(self, session: Session) -> Resolved:
+        """Resolve, timed by path and outcome (console.metrics) and logged."""
+        with observe_resolve(session) as observed:
+            observed.resolved = self._resolve_session(session)
+            return observed.resolved
+
+    def _resolve_session(self, session: Session) -> Resolved:
         bkey, _, tkey = self.keys(session)
         self._touch(session)
         binding, lease = self.store.read_session(bkey, tkey)
@@ -225,6 +232,7 @@ class Runtime:
             session.last_activity = now
 
     def _resolve_locked(self, session: Session, *, rebuild: bool) -> Resolved:
+        took_slow_path()
         made: list[str] = []  # sandboxes an attempt created and could not bind (its lease ran out)
         for attempt in range(LOCK_LOST_RETRIES + 1):
             try:
