@@ -163,10 +163,11 @@ WEBSOCKET_ALLOWED_ORIGINS = env_list("WEBSOCKET_ALLOWED_ORIGINS", CSRF_TRUSTED_O
 
 # --- Inbound traffic to sandbox ports (sandboxes/inbound/, docs/inbound.md) --------------
 # The origin the console's inbound URLs are issued under ("" = the console's own, as the
-# page or API request reached it). A separate host (e.g. https://inbound.example.com)
-# keeps sandbox pages off the console's origin; until then they are served sandboxed (CSP).
+# page or API request reached it). A host of their own (https://inbound.example.com; for a
+# local console on http://localhost:8000, http://127.0.0.1:8000 will do) serves sandbox
+# pages as ordinary pages and only /inbound/ there; on the console's own origin they are
+# served under `Content-Security-Policy: sandbox` (an opaque origin: docs/inbound.md).
 INBOUND_BASE_URL = os.environ.get("INBOUND_BASE_URL", "").rstrip("/")
-INBOUND_CSP_SANDBOX = env_bool("INBOUND_CSP_SANDBOX", not INBOUND_BASE_URL)
 INBOUND_MAX_REQUEST_BYTES = int(os.environ.get("INBOUND_MAX_REQUEST_BYTES", 100 * 1024 * 1024))
 INBOUND_CONNECT_TIMEOUT_S = float(os.environ.get("INBOUND_CONNECT_TIMEOUT_S", 5))
 INBOUND_READ_TIMEOUT_S = float(os.environ.get("INBOUND_READ_TIMEOUT_S", 60))

@@ -11,7 +11,8 @@ INBOUND_MAX_REQUEST_BYTES; the response as the sandbox sends it); hop-by-hop hea
 console's own cookies are never forwarded; the upstream is the sandbox's own address from
 the engine, never a host the request names. On the console's own origin every answer carries
 `Content-Security-Policy: sandbox …`, so a sandbox's page runs in an opaque origin and cannot
-read or drive the console (docs/inbound.md).
+read or drive the console; on the inbound host of its own (INBOUND_BASE_URL) pages are served
+as they are, and that host serves nothing else (docs/inbound.md).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
 from channels.db import database_sync_to_async
@@ -83,7 +84,8 @@ class Refused(Exception):
 
 
 class InboundRouter:
-    """`/inbound/…` HTTP requests to the proxy; everything else to the console's own app."""
+    """`/inbound/…` HTTP requests to the proxy; everything else to the console's own app,
+    except on the inbound host (INBOUND_BASE_URL), which serves nothing but `/inbound/`."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -91,8 +93,20 @@ class InboundRouter:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path", "").startswith(PREFIX):
             await handle(scope, receive, send)
+        elif scope["type"] == "http" and _on_inbound_host(_headers(scope)):
+            await _plain(send, 404, "This host serves sandbox ports only (/inbound/…).")
         else:
             await self.app(scope, receive, send)
+
+
+def _inbound_host() -> str:
+    """host[:port] of INBOUND_BASE_URL, lower-cased ("" when inbound URLs use the console's)."""
+    return urlsplit(settings.INBOUND_BASE_URL).netloc.lower() if settings.INBOUND_BASE_URL else ""
+
+
+def _on_inbound_host(headers: list[tuple[bytes, bytes]]) -> bool:
+    inbound_host = _inbound_host()
+    return bool(inbound_host) and (_header(headers, b"host") or b"").decode("latin-1").lower() == inbound_host
 
 
 # --- Looking up the target (cached briefly) ------------------------------------------------
@@ -209,7 +223,7 @@ async def handle(scope: Scope, receive: Receive, send: Send) -> None:
     except Refused as exc:
         await _plain(send, exc.status, exc.message)
         return
-    await _proxy(scope, receive, send, headers, address, prefix, rest)
+    await _proxy(scope, receive, send, headers, address, prefix, rest, sandboxed=not _on_inbound_host(headers))
 
 
 async def _authorize(
@@ -265,11 +279,16 @@ def _link_cookie(value: str, expires_at: int, prefix: str, scope: Scope, headers
     morsel["path"] = prefix
     morsel["max-age"] = str(max(expires_at - int(time.time()), 1))
     morsel["httponly"] = True
-    # Pages served under CSP sandbox load their parts as a cross-site context: only a
-    # SameSite=None cookie (which must be Secure; browsers take that on http://localhost)
-    # comes along. Elsewhere on plain http, Lax: the pages' own parts then need the header.
-    host = _host_name(headers)
-    if _is_secure(scope, headers) or host in ("localhost", "127.0.0.1", "[::1]"):
+    secure = _is_secure(scope, headers)
+    if _on_inbound_host(headers):
+        # A host of its own: an ordinary page, whose parts are same-site requests.
+        morsel["samesite"] = "Lax"
+        if secure:
+            morsel["secure"] = True
+    elif secure or _host_name(headers) in ("localhost", "127.0.0.1", "[::1]"):
+        # Under CSP sandbox the page's own parts are requests from an opaque origin, which
+        # carry only SameSite=None cookies (and those must be Secure; browsers take that on
+        # http://localhost). On other plain-http hosts, Lax: the page's parts then fail.
         morsel["secure"] = True
         morsel["samesite"] = "None"
     else:
@@ -362,6 +381,8 @@ async def _proxy(
     address: tuple[str, int],
     prefix: str,
     rest: str,
+    *,
+    sandboxed: bool,
 ) -> None:
     limit = settings.INBOUND_MAX_REQUEST_BYTES
     length = _header(headers, b"content-length")
@@ -419,7 +440,7 @@ async def _proxy(
                     {
                         "type": "http.response.start",
                         "status": response.status_code,
-                        "headers": _response_headers(response, prefix),
+                        "headers": _response_headers(response, prefix, sandboxed=sandboxed),
                     }
                 )
                 started = True
@@ -474,7 +495,7 @@ async def _stream_response(response: httpx.Response, receive: Receive, send: Sen
                 await watcher
 
 
-def _response_headers(response: httpx.Response, prefix: str) -> list[tuple[bytes, bytes]]:
+def _response_headers(response: httpx.Response, prefix: str, *, sandboxed: bool) -> list[tuple[bytes, bytes]]:
     connection_listed = {
         name.strip().lower()
         for key, value in response.headers.raw
@@ -493,8 +514,8 @@ def _response_headers(response: httpx.Response, prefix: str) -> list[tuple[bytes
                 out.append((b"set-cookie", scoped))
             continue
         out.append((name, value))
-    if settings.INBOUND_CSP_SANDBOX:
-        # Next to any policy of the sandbox's own: browsers enforce both.
+    if sandboxed:
+        # On the console's own origin. Next to any policy of the sandbox's own: both hold.
         out.append((b"content-security-policy", CSP_SANDBOX))
     return out
 

@@ -32,6 +32,7 @@ from tests.sandboxes.console_process import (
     Console,
     UiClient,
     docker_api,
+    free_port,
     remove_docker_leftovers,
 )
 
@@ -195,11 +196,19 @@ def _wait_for(check: Any, what: str, timeout: float = 20) -> Any:
 @pytest.fixture(scope="module")
 def world(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     workdir = tmp_path_factory.mktemp("inbound-console")
+    port = free_port()
+    # Inbound URLs on a host of their own: localhost, while the console is used at 127.0.0.1
+    # (a request for 127.0.0.1 is the console's own origin, served under CSP sandbox).
     console = Console(
         workdir=workdir / "console",
         installation_id=f"inbound-{uuid.uuid4().hex[:10]}",
         database_url=f"sqlite:///{workdir / 'console' / 'console.sqlite3'}",
-        extra_env={"INBOUND_MAX_REQUEST_BYTES": str(MAX_BODY), "IDLE_SWEEP_INTERVAL_S": "3600"},
+        extra_env={
+            "INBOUND_MAX_REQUEST_BYTES": str(MAX_BODY),
+            "IDLE_SWEEP_INTERVAL_S": "3600",
+            "INBOUND_BASE_URL": f"http://localhost:{port}",
+        },
+        web_ports={"web": port},
     )
     spaces: dict[str, dict[str, str]] = {}
     try:
@@ -246,7 +255,7 @@ def _get_with_token(world: World, letter: str, path: str = "hello.txt", port: in
 def test_the_api_issues_the_url_the_token_and_its_header(world: World) -> None:
     inbound = world.inbound("a")
     sandbox_id = world.sandboxes["a"]
-    assert inbound["url"] == f"http://127.0.0.1:{world.port}/inbound/{sandbox_id}/8000/"
+    assert inbound["url"] == f"http://localhost:{world.port}/inbound/{sandbox_id}/8000/"
     assert inbound["token_header"] == "X-Traffic-Token"
     assert inbound["traffic_token"]
     assert inbound["signed_links"]
@@ -438,7 +447,7 @@ def test_the_session_page_shows_the_url_and_makes_signed_links(world: World) -> 
     page_path = f"/sessions/{session_id}/"
     with ui.opener.open(f"http://127.0.0.1:{world.port}{page_path}?port=8000", timeout=30) as answer:
         page = answer.read().decode()
-    assert f"http://127.0.0.1:{world.port}/inbound/{world.sandboxes['a']}/8000/" in page
+    assert f"http://localhost:{world.port}/inbound/{world.sandboxes['a']}/8000/" in page
     assert 'data-copy="inbound-url"' in page
     assert "Make signed link" in page
     token = ui._csrf(page_path)
@@ -462,3 +471,86 @@ def test_the_host_packet_filter_is_loaded_while_all_this_works(world: World) -> 
     if done.returncode != 0:
         pytest.fail("the nftables table inet sandbox_console is not loaded: these tests prove nothing about it")
     assert _get_with_token(world, "a").status == 200
+
+
+def test_the_inbound_host_serves_sandbox_ports_only_and_without_csp_sandbox(world: World) -> None:
+    own_host = {"Host": f"localhost:{world.port}"}
+    console_page = world.request("/login/", headers=own_host)
+    assert console_page.status == 404
+    assert b"serves sandbox ports only" in console_page.body
+    a = world.inbound("a")
+    direct = world.request(_path(a["url"]) + "hello.txt", headers={**own_host, "X-Traffic-Token": a["traffic_token"]})
+    assert direct.status == 200
+    assert direct.header("Content-Security-Policy") is None
+    made = world.api("a").call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 120})
+    cookie = world.request(_path(made.body["url"]), headers=own_host).header("Set-Cookie") or ""
+    assert "SameSite=Lax" in cookie
+    # The console's own origin: sandboxed, and the cookie must come along from an opaque origin.
+    cookie = world.request(_path(made.body["url"])).header("Set-Cookie") or ""
+    assert "SameSite=None" in cookie
+    assert "Secure" in cookie
+
+
+APP_PAGE = (
+    "<!doctype html><html><head><script src='app.js'></script></head>"
+    "<body><img id='pic' src='pic.svg' onload=\"document.body.dataset.img='loaded'\""
+    " onerror=\"document.body.dataset.img='failed'\"></body></html>"
+)
+APP_SCRIPT = (
+    "document.title = 'script-ran';"
+    "fetch('data.txt').then(r => r.text()).then(t => { document.body.dataset.fetch = t.trim(); })"
+    ".catch(() => { document.body.dataset.fetch = 'failed'; });"
+)
+PIC = "<svg xmlns='http://www.w3.org/2000/svg' width='4' height='4'><rect width='4' height='4'/></svg>"
+
+
+def test_a_browser_follows_a_signed_link_and_the_page_loads_its_parts(world: World) -> None:
+    from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing (apt-get install -y chromium)", pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    api = world.api("a")
+    assert api.shell("web", "mkdir -p /workspace/app").status == 200
+    for name, body in (("index.html", APP_PAGE), ("app.js", APP_SCRIPT), ("pic.svg", PIC), ("data.txt", "data-ok")):
+        put = api.call("PUT", "web", f"files/content?path=app/{name}", raw=body.encode())
+        assert put.status == 201, put.body
+    made = api.call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 300})
+    assert made.status == 201, made.body
+    link = urllib.parse.urlsplit(made.body["url"])
+    page_path = f"/inbound/{world.sandboxes['a']}/8000/app/index.html"
+    seen = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for origin in (f"http://localhost:{world.port}", f"http://127.0.0.1:{world.port}"):
+                context = browser.new_context()
+                page = context.new_page()
+                page.goto(f"{origin}{link.path}?{link.query}")  # 303 -> cookie -> the app's root
+                page.goto(origin + page_path)
+                if origin.startswith("http://localhost"):
+                    page.wait_for_function("document.body && document.body.dataset.img && document.body.dataset.fetch")
+                    seen[origin] = (
+                        page.title(),
+                        page.evaluate("document.body.dataset.img"),
+                        page.evaluate("document.body.dataset.fetch"),
+                    )
+                else:
+                    page.wait_for_load_state("load")
+                    seen[origin] = (
+                        page.evaluate("window.origin"),
+                        page.evaluate("(() => { try { return document.cookie; } catch (e) { return 'refused'; } })()"),
+                        page.evaluate(
+                            "(() => { try { localStorage.length; return 'open'; } catch (e) { return 'refused'; } })()"
+                        ),
+                    )
+                context.close()
+        finally:
+            browser.close()
+    own, console_origin = seen.values()
+    # A host of its own: an ordinary page (its script, image and own fetches work).
+    assert own == ("script-ran", "loaded", "data-ok")
+    # The console's own origin: the page runs sandboxed, in an opaque origin that reaches no
+    # cookie or storage of the console's (its own parts need third-party cookies: docs/inbound.md).
+    assert console_origin == ("null", "refused", "refused")
