@@ -42,6 +42,7 @@ from ..sessions.inbound import (
     check_link,
     inbound_target,
     inbound_upstream,
+    touch_inbound_activity,
 )
 
 logger = logging.getLogger(__name__)
@@ -220,6 +221,7 @@ async def handle(scope: Scope, receive: Receive, send: Send) -> None:
             await _redirect(send, 303, _without_link(prefix + rest.removeprefix("/"), scope), cookie=link_cookie)
             return
         address = await _address(target)
+        await database_sync_to_async(touch_inbound_activity)(target)
     except Refused as exc:
         await _plain(send, exc.status, exc.message)
         return

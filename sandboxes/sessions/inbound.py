@@ -20,6 +20,8 @@ from urllib.parse import quote
 from django.conf import settings
 from django.core import signing
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from console.crypto import decrypt
 from console.models import NetworkPolicy
@@ -27,7 +29,7 @@ from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import InboundCapability, RemoteError
 from ..models import Session
-from .runtime import backend_for
+from .runtime import ACTIVITY_WRITE_INTERVAL, backend_for
 
 LINK_SALT = "sandboxes.inbound.link"
 LINK_PARAM = "_console_link"
@@ -194,3 +196,22 @@ def inbound_upstream(target: InboundTarget) -> tuple[str, int]:
     if not hmac.compare_digest(label.encode(), target.token.encode()):
         raise RemoteError("not_found", "the sandbox is no longer the session's")
     return inbound.console_upstream(target.sandbox_id, target.port)
+
+
+_touched: dict[uuid.UUID, float] = {}
+
+
+def touch_inbound_activity(target: InboundTarget) -> None:
+    """Traffic to a sandbox port is activity: the idle sweep leaves a served sandbox alone.
+    One conditional write per session and activity interval (in-process throttle too)."""
+    now = time.monotonic()
+    interval = ACTIVITY_WRITE_INTERVAL.total_seconds()
+    if now - _touched.get(target.session_id, -interval) < interval:
+        return
+    if len(_touched) > 10_000:
+        _touched.clear()
+    _touched[target.session_id] = now
+    moment = timezone.now()
+    Session.objects.filter(pk=target.session_id).filter(
+        Q(last_activity__isnull=True) | Q(last_activity__lt=moment - ACTIVITY_WRITE_INTERVAL)
+    ).update(last_activity=moment)

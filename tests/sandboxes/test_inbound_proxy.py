@@ -554,3 +554,34 @@ def test_a_browser_follows_a_signed_link_and_the_page_loads_its_parts(world: Wor
     # The console's own origin: the page runs sandboxed, in an opaque origin that reaches no
     # cookie or storage of the console's (its own parts need third-party cookies: docs/inbound.md).
     assert console_origin == ("null", "refused", "refused")
+
+
+_AGE_ACTIVITY = """
+from datetime import timedelta
+from django.utils import timezone
+from sandboxes.models import Session
+Session.objects.filter(space_id={space_id!r}, key="idle").update(last_activity=timezone.now() - timedelta(hours=1))
+"""
+_READ_ACTIVITY = """
+from django.utils import timezone
+from sandboxes.models import Session
+session = Session.objects.get(space_id={space_id!r}, key="idle")
+print("AGE", (timezone.now() - session.last_activity).total_seconds())
+"""
+
+
+def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
+    space_a = world.spaces["a"]["space_id"]
+    api = world.api("a")
+    assert api.resolve("idle").status == 200
+    try:
+        world.console.manage("shell", "-c", _AGE_ACTIVITY.format(space_id=space_a))
+        age = float(world.console.manage("shell", "-c", _READ_ACTIVITY.format(space_id=space_a)).split("AGE ")[1])
+        assert age > 3000
+        inbound = api.call("GET", "idle", "inbound?port=8000").body
+        reply = world.request(_path(inbound["url"]), headers={"X-Traffic-Token": inbound["traffic_token"]})
+        assert reply.status == 502  # nothing listens there: still traffic for the session
+        age = float(world.console.manage("shell", "-c", _READ_ACTIVITY.format(space_id=space_a)).split("AGE ")[1])
+        assert age < 60
+    finally:
+        assert api.delete("idle").status == 204
