@@ -27,7 +27,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import httpx
 from channels.db import database_sync_to_async
@@ -218,7 +218,8 @@ async def handle(scope: Scope, receive: Receive, send: Send) -> None:
     try:
         target, link_cookie = await _authorize(scope, headers, sandbox_id, port, prefix)
         if link_cookie is not None:
-            await _redirect(send, 303, _without_link(prefix + rest.removeprefix("/"), scope), cookie=link_cookie)
+            raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+            await _redirect(send, 303, raw_path + _query_without_link(scope), cookie=link_cookie)
             return
         address = await _address(target)
         await database_sync_to_async(touch_inbound_activity)(target)
@@ -298,10 +299,15 @@ def _link_cookie(value: str, expires_at: int, prefix: str, scope: Scope, headers
     return morsel.OutputString().encode("latin-1")
 
 
-def _without_link(path: str, scope: Scope) -> str:
-    pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+def _query_without_link(scope: Scope) -> str:
+    """ "?…" with the link parameter left out ("" when nothing is left); a link is never
+    passed on to the sandbox."""
+    query: bytes = scope.get("query_string", b"")
+    if LINK_PARAM.encode() not in query:
+        return f"?{query.decode('latin-1')}" if query else ""
+    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
     kept = [(key, value) for key, value in pairs if key != LINK_PARAM]
-    return path + (f"?{urlencode(kept)}" if kept else "")
+    return f"?{urlencode(kept)}" if kept else ""
 
 
 async def _address(target: InboundTarget) -> tuple[str, int]:
@@ -419,10 +425,9 @@ async def _proxy(
     has_body = bool(first_body) or more or length is not None
     raw = scope.get("raw_path") or scope["path"].encode()
     raw_prefix = prefix.encode()
-    upstream_path = raw[len(raw_prefix) - 1 :] if raw.startswith(raw_prefix) else rest.encode()
-    query = scope.get("query_string", b"")
+    upstream_path = raw[len(raw_prefix) - 1 :] if raw.startswith(raw_prefix) else quote(rest, safe="/").encode()
     url = httpx.URL(f"http://{address[0]}:{address[1]}").copy_with(
-        raw_path=upstream_path + (b"?" + query if query else b"")
+        raw_path=upstream_path + _query_without_link(scope).encode("latin-1")
     )
     if ":" in address[0]:  # an IPv6 address
         url = httpx.URL(f"http://[{address[0]}]:{address[1]}").copy_with(raw_path=url.raw_path)

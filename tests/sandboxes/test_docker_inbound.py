@@ -197,3 +197,29 @@ def engine_api() -> Iterator[docker.APIClient]:
     client = docker.from_env(timeout=60)
     yield client.api
     client.close()
+
+
+def test_a_snapshot_keeps_no_token_and_its_sandboxes_get_their_own(
+    backend: DockerBackend, make: object, engine_api: docker.APIClient
+) -> None:
+    source = make(OFFLINE)  # type: ignore[operator]
+    snapshots = backend.snapshots()
+    snapshot = snapshots.create(source, name="inbound-token")
+    try:
+        assert snapshot.labels[LABEL_TRAFFIC_TOKEN] == ""
+        image = engine_api.inspect_image(snapshot.snapshot_id.removeprefix("snap-"))
+        assert image["Config"]["Labels"][LABEL_TRAFFIC_TOKEN] == ""
+        listed = next(s for s in snapshots.list() if s.snapshot_id == snapshot.snapshot_id)
+        assert listed.labels.get(LABEL_TRAFFIC_TOKEN) == ""
+        child = backend.create(
+            SandboxSpec(template_id=snapshot.snapshot_id, network=OFFLINE, metadata=dict(backend.get(source).metadata))
+        )
+        try:
+            token = backend.inbound().traffic_token(child.sandbox_id)
+            assert token
+            assert token not in (backend.inbound().traffic_token(source), "")
+            assert child.traffic_token == token
+        finally:
+            backend.delete(child.sandbox_id)
+    finally:
+        snapshots.delete(snapshot.snapshot_id)

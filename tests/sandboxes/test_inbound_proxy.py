@@ -420,6 +420,11 @@ def test_hop_by_hop_headers_the_token_and_console_cookies_stay_behind(world: Wor
     # The sandbox's cookies stay under its own URL path; the console's names never pass.
     cookies = reply.all("Set-Cookie")
     assert cookies == [f"app=1; Path=/inbound/{world.sandboxes['a']}/9000/"]
+    # A signed link in the query never reaches the sandbox; the rest of the query does.
+    linked = world.request(
+        _path(a["url"]) + "headers?_console_link=abc&keep=1", headers={"X-Traffic-Token": a["traffic_token"]}
+    )
+    assert json.loads(linked.body)["path"] == "/headers?keep=1"
 
 
 def test_a_port_nothing_listens_on_and_a_paused_sandbox_say_so(world: World) -> None:
