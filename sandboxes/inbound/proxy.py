@@ -39,6 +39,7 @@ from ..sessions.inbound import (
     LINK_PARAM,
     InboundTarget,
     LinkExpired,
+    activity_due,
     check_link,
     inbound_target,
     inbound_upstream,
@@ -75,6 +76,7 @@ CSP_SANDBOX = (
     b"sandbox allow-scripts allow-forms allow-popups allow-popups-to-escape-sandbox allow-modals allow-downloads"
 )
 NOT_FOUND = "No such inbound URL, or no valid traffic token for it."
+UPLOAD_PIECE = 256 * 1024
 TARGET_TTL_S = 2.0  # how long a looked-up session/switch/address is reused (an off switch: within 2 s)
 
 
@@ -113,46 +115,50 @@ def _on_inbound_host(headers: list[tuple[bytes, bytes]]) -> bool:
 # --- Looking up the target (cached briefly) ------------------------------------------------
 
 _cache: dict[tuple[str, int], tuple[float, InboundTarget | None]] = {}
+_upstreams: dict[tuple[str, int, str], tuple[float, tuple[str, int]]] = {}
 _cache_lock = threading.Lock()
+_MISS = object()
 
 
-def _cached_target(sandbox_id: str, port: int) -> InboundTarget | None:
-    key = (sandbox_id, port)
-    now = time.monotonic()
+def _peek(table: dict[Any, tuple[float, Any]], key: Any) -> Any:
+    """A fresh cached value, or _MISS (no I/O: asked on the event loop before any hop to the
+    single thread the ORM runs in)."""
     with _cache_lock:
-        hit = _cache.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
+        hit = table.get(key)
+    return hit[1] if hit is not None and hit[0] > time.monotonic() else _MISS
+
+
+def _keep(table: dict[Any, tuple[float, Any]], key: Any, value: Any) -> None:
+    with _cache_lock:
+        if len(table) > 4096:
+            table.clear()
+        table[key] = (time.monotonic() + TARGET_TTL_S, value)
+
+
+def _looked_up_target(sandbox_id: str, port: int) -> InboundTarget | None:
     target = inbound_target(sandbox_id, port)
-    with _cache_lock:
-        if len(_cache) > 4096:
-            _cache.clear()
-        _cache[key] = (now + TARGET_TTL_S, target)
+    _keep(_cache, (sandbox_id, port), target)
     return target
+
+
+def _looked_up_upstream(target: InboundTarget) -> tuple[str, int]:
+    address = inbound_upstream(target)
+    _keep(_upstreams, (target.sandbox_id, target.port, target.token), address)
+    return address
+
+
+async def _target(sandbox_id: str, port: int) -> InboundTarget | None:
+    cached = _peek(_cache, (sandbox_id, port))
+    if cached is not _MISS:
+        return cached
+    return await database_sync_to_async(_looked_up_target)(sandbox_id, port)
 
 
 def forget_targets() -> None:
     """Drop every cached lookup (tests; a switch change is also seen within TARGET_TTL_S)."""
     with _cache_lock:
         _cache.clear()
-
-
-_upstreams: dict[tuple[str, int, str], tuple[float, tuple[str, int]]] = {}
-
-
-def _cached_upstream(target: InboundTarget) -> tuple[str, int]:
-    key = (target.sandbox_id, target.port, target.token)
-    now = time.monotonic()
-    with _cache_lock:
-        hit = _upstreams.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
-    address = inbound_upstream(target)
-    with _cache_lock:
-        if len(_upstreams) > 4096:
-            _upstreams.clear()
-        _upstreams[key] = (now + TARGET_TTL_S, address)
-    return address
+        _upstreams.clear()
 
 
 # --- The request ---------------------------------------------------------------------------
@@ -222,7 +228,8 @@ async def handle(scope: Scope, receive: Receive, send: Send) -> None:
             await _redirect(send, 303, raw_path + _query_without_link(scope), cookie=link_cookie)
             return
         address = await _address(target)
-        await database_sync_to_async(touch_inbound_activity)(target)
+        if activity_due(target):
+            await database_sync_to_async(touch_inbound_activity)(target)
     except Refused as exc:
         await _plain(send, exc.status, exc.message)
         return
@@ -234,7 +241,7 @@ async def _authorize(
 ) -> tuple[InboundTarget, bytes | None]:
     """The target when the request brings a credential for it (and inbound is on), and the
     cookie to set when it followed a signed link."""
-    target = await database_sync_to_async(_cached_target)(sandbox_id, port)
+    target = await _target(sandbox_id, port)
     if target is None:
         raise Refused(404, NOT_FOUND)
     query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
@@ -311,8 +318,11 @@ def _query_without_link(scope: Scope) -> str:
 
 
 async def _address(target: InboundTarget) -> tuple[str, int]:
+    cached = _peek(_upstreams, (target.sandbox_id, target.port, target.token))
+    if cached is not _MISS:
+        return cached
     try:
-        return await database_sync_to_async(_cached_upstream)(target)
+        return await database_sync_to_async(_looked_up_upstream)(target)
     except RemoteError as exc:
         if exc.kind == ErrorKind.CONFLICT:
             raise Refused(503, f"The session's sandbox is not running ({exc.message}): resume the session.") from None
@@ -403,9 +413,10 @@ async def _proxy(
     first_body, more = first.get("body", b""), first.get("more_body", False)
 
     async def body() -> AsyncIterator[bytes]:
+        # Daphne hands a body over in 8 KiB messages: passed on in pieces of up to 256 KiB.
         total = len(first_body)
-        if first_body:
-            yield first_body
+        buffered = [first_body] if first_body else []
+        size = total
         pending = more
         while pending:
             message = await receive()
@@ -416,8 +427,14 @@ async def _proxy(
             if total > limit:
                 raise _TooLarge
             if chunk:
-                yield chunk
+                buffered.append(chunk)
+                size += len(chunk)
             pending = message.get("more_body", False)
+            if size >= UPLOAD_PIECE:
+                yield b"".join(buffered)
+                buffered, size = [], 0
+        if buffered:
+            yield b"".join(buffered)
 
     if len(first_body) > limit:
         await _plain(send, 413, f"The request body is over the limit of {limit} bytes.")

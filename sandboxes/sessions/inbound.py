@@ -201,16 +201,20 @@ def inbound_upstream(target: InboundTarget) -> tuple[str, int]:
 _touched: dict[uuid.UUID, float] = {}
 
 
+def activity_due(target: InboundTarget) -> bool:
+    """Whether this process has not recorded the session's inbound activity lately (no I/O)."""
+    interval = ACTIVITY_WRITE_INTERVAL.total_seconds()
+    return time.monotonic() - _touched.get(target.session_id, -interval) >= interval
+
+
 def touch_inbound_activity(target: InboundTarget) -> None:
     """Traffic to a sandbox port is activity: the idle sweep leaves a served sandbox alone.
-    One conditional write per session and activity interval (in-process throttle too)."""
-    now = time.monotonic()
-    interval = ACTIVITY_WRITE_INTERVAL.total_seconds()
-    if now - _touched.get(target.session_id, -interval) < interval:
+    One conditional write per session and activity interval (and per process)."""
+    if not activity_due(target):
         return
     if len(_touched) > 10_000:
         _touched.clear()
-    _touched[target.session_id] = now
+    _touched[target.session_id] = time.monotonic()
     moment = timezone.now()
     Session.objects.filter(pk=target.session_id).filter(
         Q(last_activity__isnull=True) | Q(last_activity__lt=moment - ACTIVITY_WRITE_INTERVAL)
