@@ -31,6 +31,7 @@ application = ProtocolTypeRouter(
         # /inbound/<sandbox>/<port>/… goes to that sandbox port (sandboxes/inbound/proxy.py).
         "http": InboundRouter(http_app),
         # Scheme, host and port of the Origin are checked (console/security.py).
-        "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # /inbound/… websockets go to the sandbox port; the console's own are checked here.
+        "websocket": InboundRouter(OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
     }
 )

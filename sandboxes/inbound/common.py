@@ -43,6 +43,14 @@ NOT_FOUND = "No such inbound URL, or no valid traffic token for it."
 UPLOAD_PIECE = 256 * 1024
 
 
+class Refused(Exception):
+    """The route's refusal: an HTTP status and the message its body says."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
 def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
     return [(bytes(name).lower(), bytes(value)) for name, value in scope.get("headers", [])]
 

@@ -45,6 +45,7 @@ from .common import (
     TOKEN_HEADER,
     ASGIApp,
     Receive,
+    Refused,
     Scope,
     Send,
     cookies,
@@ -58,15 +59,10 @@ from .common import (
     request_headers,
 )
 from .forward import forward
+from .websocket import bridge
 
 _ROUTE = re.compile(r"^/inbound/([A-Za-z0-9][A-Za-z0-9_.-]{0,127})/([0-9]{1,5})(/.*)?$", re.DOTALL)
 TARGET_TTL_S = 2.0  # how long a looked-up session/switch/address is reused (an off switch: within 2 s)
-
-
-class Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 class InboundRouter:
@@ -79,6 +75,8 @@ class InboundRouter:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope.get("path", "").startswith(PREFIX):
             await handle(scope, receive, send)
+        elif scope["type"] == "websocket" and scope.get("path", "").startswith(PREFIX):
+            await bridge(scope, receive, send, _admit_websocket)
         elif scope["type"] == "http" and on_inbound_host(request_headers(scope)):
             await plain(send, 404, "This host serves sandbox ports only (/inbound/…).")
         else:
@@ -243,3 +241,27 @@ async def _address(target: InboundTarget) -> tuple[str, int]:
         if exc.kind in (ErrorKind.NOT_FOUND, ErrorKind.GONE):
             raise Refused(404, "The sandbox is gone (the session was rebuilt): ask for its new URL.") from None
         raise Refused(502, f"The sandbox cannot be reached: {exc.message}") from None
+
+
+async def _admit_websocket(scope: Scope) -> tuple[str, int, str]:
+    """A websocket handshake to `/inbound/<id>/<port>/…`: the sandbox's address and the path
+    to ask it for. The token header counts as for HTTP; the link cookie only when the page
+    that opens the socket is of the same origin (a cross-site page never rides on it)."""
+    match = _ROUTE.match(scope.get("path", ""))
+    if match is None or not 1 <= int(match.group(2)) <= 65535:
+        raise Refused(404, NOT_FOUND)
+    sandbox_id, port, rest = match.group(1), int(match.group(2)), match.group(3) or "/"
+    prefix = f"{PREFIX}{sandbox_id}/{port}/"
+    headers = request_headers(scope)
+    origin = (header(headers, b"origin") or b"").decode("latin-1")
+    host = (header(headers, b"host") or b"").decode("latin-1")
+    scheme = "https" if is_secure(scope, headers) else "http"
+    if origin.lower() != f"{scheme}://{host}".lower():
+        headers = [(name, value) for name, value in headers if name != b"cookie"]
+    target, _ = await _authorize({**scope, "query_string": b""}, headers, sandbox_id, port, prefix)
+    address = await _address(target)
+    if activity_due(target):
+        await database_sync_to_async(touch_inbound_activity)(target)
+    raw = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    path = raw[len(prefix) - 1 :] if raw.startswith(prefix) else rest
+    return address[0], address[1], path + query_without_link(scope)

@@ -99,6 +99,49 @@ class Echo(http.server.BaseHTTPRequestHandler):
 http.server.ThreadingHTTPServer(("0.0.0.0", 9000), Echo).serve_forever()
 """
 
+# A websocket echo server of the test's own (stdlib only: the base image has no packages for it).
+WS_SERVER = r"""
+import base64, hashlib, socket, struct, threading
+
+GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+def serve(conn):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(4096)
+    lines = data.split(b"\r\n\r\n")[0].decode().split("\r\n")
+    path = lines[0].split()[1]
+    fields = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    accept = base64.b64encode(hashlib.sha1((fields["sec-websocket-key"] + GUID).encode()).digest()).decode()
+    answer = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    answer += "Sec-WebSocket-Accept: " + accept + "\r\n\r\n"
+    conn.sendall(answer.encode())
+    stream = conn.makefile("rb")
+    prefix = (path + "|" + fields.get("cookie", "") + "|").encode()
+    while True:
+        b1, b2 = stream.read(2)
+        opcode, size = b1 & 0x0F, b2 & 0x7F
+        if size == 126:
+            size = struct.unpack(">H", stream.read(2))[0]
+        elif size == 127:
+            size = struct.unpack(">Q", stream.read(8))[0]
+        mask = stream.read(4) if b2 & 0x80 else b"\0\0\0\0"
+        payload = bytes(c ^ mask[i % 4] for i, c in enumerate(stream.read(size)))
+        if opcode == 8:
+            conn.sendall(b"\x88\x02\x03\xe8")
+            return
+        if opcode in (9, 10):
+            continue
+        reply = prefix + payload
+        length = bytes([len(reply)]) if len(reply) < 126 else bytes([126]) + struct.pack(">H", len(reply))
+        conn.sendall(bytes([0x80 | opcode]) + length + reply)
+
+listener = socket.create_server(("0.0.0.0", 9100))
+while True:
+    connection, _ = listener.accept()
+    threading.Thread(target=serve, args=(connection,), daemon=True).start()
+"""
+
 _SEED = """
 import json
 from django.contrib.auth import get_user_model
@@ -227,13 +270,15 @@ def world(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> I
             made.sandboxes[letter] = resolved.body["sandbox_id"]
             wrote = api.shell("web", f"echo hello-inbound-{letter} > /workspace/hello.txt")
             assert wrote.status == 200, wrote.body
-            put = api.call("PUT", "web", "files/content?path=echo.py", raw=ECHO_SERVER.encode())
-            assert put.status == 201, put.body
+            for name, source in (("echo.py", ECHO_SERVER), ("wsecho.py", WS_SERVER)):
+                put = api.call("PUT", "web", f"files/content?path={name}", raw=source.encode())
+                assert put.status == 201, put.body
             started = api.shell(
                 "web",
                 "cd /workspace"
                 " && (setsid nohup python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 </dev/null &)"
-                " && (setsid nohup python3 echo.py >/dev/null 2>&1 </dev/null &)",
+                " && (setsid nohup python3 echo.py >/dev/null 2>&1 </dev/null &)"
+                " && (setsid nohup python3 wsecho.py >/dev/null 2>&1 </dev/null &)",
             )
             assert started.status == 200, started.body
         yield made
@@ -590,3 +635,58 @@ def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
         assert age < 60
     finally:
         assert api.delete("idle").status == 204
+
+
+def _ws_exchange(world: World, path: str, headers: dict[str, str], text: str) -> tuple[int, bytes]:
+    """A websocket handshake by hand, one masked text frame, one frame back: (status, payload)."""
+    import base64
+    import socket
+    import struct
+
+    with socket.create_connection(("127.0.0.1", world.port), timeout=20) as sock:
+        key = base64.b64encode(os.urandom(16)).decode()
+        lines = [
+            f"GET {path} HTTP/1.1",
+            f"Host: 127.0.0.1:{world.port}",
+            "Upgrade: websocket",
+            "Connection: Upgrade",
+            f"Sec-WebSocket-Key: {key}",
+            "Sec-WebSocket-Version: 13",
+            *(f"{name}: {value}" for name, value in headers.items()),
+        ]
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        stream = sock.makefile("rb")
+        status = int(stream.readline().split()[1])
+        while stream.readline() not in (b"\r\n", b""):
+            pass
+        if status != 101:
+            return status, b""
+        payload = text.encode()
+        mask = os.urandom(4)
+        masked = bytes(c ^ mask[i % 4] for i, c in enumerate(payload))
+        sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+        _first, second = stream.read(2)
+        size = second & 0x7F
+        if size == 126:
+            size = struct.unpack(">H", stream.read(2))[0]
+        return status, stream.read(size)
+
+
+def test_websockets_reach_the_sandbox_port_with_the_token(world: World) -> None:
+    a, b = world.inbound("a", 9100), world.inbound("b", 9100)
+    path = _path(a["url"]) + "chat?room=1"
+    _status, echoed = _wait_for(
+        lambda: (r := _ws_exchange(world, path, {"X-Traffic-Token": a["traffic_token"]}, "hi"))[0] == 101 and r,
+        "websocket echo in A",
+    )
+    assert echoed == b"/chat?room=1||hi"
+    for refused in ({}, {"X-Traffic-Token": b["traffic_token"]}, {"X-Traffic-Token": "x" * 43}):
+        assert _ws_exchange(world, path, refused, "hi")[0] == 403
+    # A link cookie counts from a page of the same origin only, and reaches no further.
+    made = world.api("a").call("POST", "web", "inbound/links", {"port": 9100, "ttl_s": 120})
+    cookie = (world.request(_path(made.body["url"])).header("Set-Cookie") or "").split(";", 1)[0]
+    jar = f"{cookie}; sessionid=console-session; app=1"
+    same = {"Cookie": jar, "Origin": f"http://127.0.0.1:{world.port}"}
+    assert _ws_exchange(world, path, same, "yo") == (101, b"/chat?room=1|app=1|yo")
+    cross = {"Cookie": jar, "Origin": "http://evil.test"}
+    assert _ws_exchange(world, path, cross, "yo")[0] == 403
