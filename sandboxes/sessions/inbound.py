@@ -188,7 +188,9 @@ def inbound_upstream(target: InboundTarget) -> tuple[str, int]:
     """The sandbox's own address for the target's port, from the engine, after checking that
     the sandbox still carries the session's token (a rebound session's old id goes nowhere).
     Raises RemoteError (conflict: not running; not_found: gone)."""
-    session = Session.objects.select_related("config__backend").get(pk=target.session_id)
+    session = Session.objects.select_related("config__backend").filter(pk=target.session_id).first()
+    if session is None:
+        raise RemoteError("not_found", "the session was deleted")
     inbound = session_inbound(session)
     if inbound is None:
         raise RemoteError("not_found", "the session's backend serves no inbound URLs")

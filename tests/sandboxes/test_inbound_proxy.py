@@ -635,6 +635,16 @@ def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
         assert age < 60
     finally:
         assert api.delete("idle").status == 204
+    # A deleted session's URL is gone (within the 2 s the lookups are kept).
+    gone = _wait_for(
+        lambda: (
+            (r := world.request(_path(inbound["url"]), headers={"X-Traffic-Token": inbound["traffic_token"]})).status
+            == 404
+            and r
+        ),
+        "the deleted session's URL refused",
+    )
+    assert b"hello" not in gone.body
 
 
 def _ws_exchange(world: World, path: str, headers: dict[str, str], text: str) -> tuple[int, bytes]:
