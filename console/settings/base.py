@@ -167,6 +167,20 @@ FORWARDED_FOR_PROXIES = int(os.environ.get("FORWARDED_FOR_PROXIES", 0))
 # these full origins (console/security.py).
 WEBSOCKET_ALLOWED_ORIGINS = env_list("WEBSOCKET_ALLOWED_ORIGINS", CSRF_TRUSTED_ORIGINS)
 
+# --- Inbound traffic to sandbox ports (sandboxes/inbound/, docs/inbound.md) --------------
+# The origin the console's inbound URLs are issued under ("" = the console's own, as the
+# page or API request reached it). A host of their own (https://inbound.example.com; for a
+# local console on http://localhost:8000, http://127.0.0.1:8000 will do) serves sandbox
+# pages as ordinary pages and only /inbound/ there; on the console's own origin they are
+# served under `Content-Security-Policy: sandbox` (an opaque origin: docs/inbound.md).
+INBOUND_BASE_URL = os.environ.get("INBOUND_BASE_URL", "").rstrip("/")
+INBOUND_MAX_REQUEST_BYTES = int(os.environ.get("INBOUND_MAX_REQUEST_BYTES", 100 * 1024 * 1024))
+INBOUND_CONNECT_TIMEOUT_S = float(os.environ.get("INBOUND_CONNECT_TIMEOUT_S", 5))
+INBOUND_READ_TIMEOUT_S = float(os.environ.get("INBOUND_READ_TIMEOUT_S", 60))
+INBOUND_MAX_DURATION_S = float(os.environ.get("INBOUND_MAX_DURATION_S", 3600))
+INBOUND_LINK_DEFAULT_TTL_S = int(os.environ.get("INBOUND_LINK_DEFAULT_TTL_S", 3600))
+INBOUND_LINK_MAX_TTL_S = int(os.environ.get("INBOUND_LINK_MAX_TTL_S", 7 * 24 * 3600))
+
 # --- Login throttling (django-axes) -------------------------------------------------------
 # After LOGIN_FAILURE_LIMIT failed logins for one username from one address, that pair is
 # locked out for LOGIN_LOCKOUT_MINUTES (the lock is per pair, so nobody can lock a user out

@@ -387,6 +387,51 @@ PATHS[SESSION_PATH + "/commands/{command_id}/kill"] = {
     "post": operation("Kill the command's process group in the sandbox", {"200": json_response("Killed", "Command")})
 }
 
+INBOUND = {
+    "type": "object",
+    "required": ["port", "url", "token_header", "traffic_token", "signed_links", "inbound_on"],
+    "properties": {
+        "port": {"type": "integer"},
+        "url": {"type": "string", "description": "The port's URL; send the token in `token_header`"},
+        "token_header": {"type": ["string", "null"]},
+        "traffic_token": {"type": ["string", "null"]},
+        "signed_links": {"type": "boolean", "description": "Whether signed links (for browsers) can be made"},
+        "inbound_on": {"type": "boolean", "description": "The space's inbound switch; off: the URL is refused"},
+    },
+}
+INBOUND_LINK_REQUEST = {
+    "type": "object",
+    "required": ["port"],
+    "properties": {
+        "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+        "ttl_s": {"type": "integer", "minimum": 60, "description": "Lifetime in seconds (default one hour)"},
+    },
+}
+INBOUND_LINK = {
+    "type": "object",
+    "required": ["port", "url", "expires_at"],
+    "properties": {
+        "port": {"type": "integer"},
+        "url": {"type": "string", "description": "Opened in a browser, it sets a cookie for the port's URL path"},
+        "expires_at": {"type": "integer", "description": "Unix time"},
+    },
+}
+SCHEMAS.update({"Inbound": INBOUND, "InboundLinkRequest": INBOUND_LINK_REQUEST, "InboundLink": INBOUND_LINK})
+PATHS[SESSION_PATH + "/inbound"] = {
+    "get": operation(
+        "The URL of a port of the session's sandbox, with the traffic token and its header",
+        {"200": json_response("The port's URL", "Inbound")},
+        query=[query_param("port", "A port of the sandbox (1-65535)", required=True)],
+    )
+}
+PATHS[SESSION_PATH + "/inbound/links"] = {
+    "post": operation(
+        "A signed link to a port for a browser (audited; refused while inbound is off)",
+        {"201": json_response("The link", "InboundLink")},
+        body={"required": True, "content": {"application/json": {"schema": ref("InboundLinkRequest")}}},
+    )
+}
+
 PATH_PARAMETERS = {
     "space_id": {"name": "space_id", "in": "path", "required": True, "schema": {"type": "string", "format": "uuid"}},
     "key": {

@@ -2,6 +2,7 @@
 
 from django.urls import path
 
+from . import inbound as api_inbound
 from . import views as api
 
 app_name = "api"
@@ -29,4 +30,6 @@ urlpatterns = [
     path(SESSION + "commands/<uuid:command_id>/output", api.command_output_view, name="command_output"),
     path(SESSION + "commands/<uuid:command_id>/stdin", api.command_stdin_view, name="command_stdin"),
     path(SESSION + "commands/<uuid:command_id>/kill", api.command_kill_view, name="command_kill"),
+    path(SESSION + "inbound", api_inbound.inbound_view, name="inbound"),
+    path(SESSION + "inbound/links", api_inbound.inbound_link_view, name="inbound_links"),
 ]

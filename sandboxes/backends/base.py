@@ -337,11 +337,23 @@ class TemplatesCapability(abc.ABC):
 
 
 class InboundCapability(abc.ABC):
+    # The request header carrying the traffic token to `public_url` ("" = not known).
+    token_header: ClassVar[str] = ""
+    # True when `public_url` is the console's own inbound route (its proxy then connects to
+    # `console_upstream`); False when the backend's own edge serves it.
+    served_by_console: ClassVar[bool] = False
+
     @abc.abstractmethod
     def public_url(self, sandbox_id: str, port: int) -> str: ...
 
     @abc.abstractmethod
     def traffic_token(self, sandbox_id: str) -> str | None: ...
+
+    def console_upstream(self, sandbox_id: str, port: int) -> tuple[str, int]:
+        """Where the console's inbound proxy connects for `port` of a running sandbox: the
+        sandbox's own address (never one a caller names). Raises `conflict` when the sandbox
+        is not running, `unsupported` when the backend serves its URLs itself."""
+        raise RemoteError(ErrorKind.UNSUPPORTED, "this backend serves its public URLs itself")
 
 
 @dataclass(frozen=True)

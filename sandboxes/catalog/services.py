@@ -97,6 +97,8 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
             **tls_options(backend),
             **workspace_options(config),
             **protocol_options(config),
+            # Where inbound URLs point for backends whose ports the console's proxy serves.
+            "inbound_url": f"{settings.INBOUND_BASE_URL}/inbound/",
         },
     )
 

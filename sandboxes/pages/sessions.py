@@ -28,6 +28,7 @@ from ..models import Artifact, BackgroundCommand, Session
 from ..sessions.commands import kill_command, read_output, start_command
 from ..sessions.runtime import Runtime, effective_template
 from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
+from .inbound import inbound_context
 from .lookups import get_session_for_user, remote_error_message
 
 # --- Sessions ----------------------------------------------------------------------------
@@ -104,6 +105,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "browsed": request.GET.get("browse") == "1",
         "artifacts": session.artifacts.all()[:50],
         "commands": session.commands.all()[:20],
+        "inbound": inbound_context(request, session, can_use=can_use),
         "section": "sessions",
     }
     return render(request, "sandboxes/session_detail.html", context)

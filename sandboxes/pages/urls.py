@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import catalog, configs, sessions, tokens
+from . import catalog, configs, inbound, sessions, tokens
 
 app_name = "sandboxes"
 
@@ -29,6 +29,7 @@ urlpatterns = [
     ),
     path("sessions/<uuid:session_id>/actions/<str:action>/", sessions.session_action, name="session_action"),
     path("sessions/<uuid:session_id>/commands/", sessions.command_start, name="command_start"),
+    path("sessions/<uuid:session_id>/inbound/link/", inbound.session_inbound_link, name="session_inbound_link"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/", sessions.command_detail, name="command_detail"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/kill/", sessions.command_kill, name="command_kill"),
     path("spaces/<uuid:space_id>/tokens/", tokens.token_list, name="token_list"),

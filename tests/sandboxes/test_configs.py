@@ -302,7 +302,7 @@ def test_capabilities_come_from_the_accessors_and_unsupported_policy_is_said(
     client = world.client_for("carol")
     matrix = client.get(reverse("sandboxes:capability_matrix")).content.decode()
     assert 'data-capability="files">✓' in matrix
-    assert 'data-capability="inbound">✗' in matrix
+    assert 'data-capability="inbound">✓' in matrix  # the console serves Docker ports (docs/inbound.md)
     detail = client.get(docker_config.get_absolute_url()).content.decode()
     assert "cannot honour part of Space A" in detail
     assert 'id="workspace-unsupported"' not in detail  # Docker keeps /workspace on a volume

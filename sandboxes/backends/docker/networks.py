@@ -90,7 +90,7 @@ class DockerNetworks:
                 )
 
     def network_capabilities(self) -> NetworkCapabilities:
-        return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False)
+        return NetworkCapabilities(outbound_toggle=True, inbound_toggle=True)
 
     def _release_network(self, space: str) -> None:
         """Remove the space's network once no container is on it, stopped ones included.
@@ -115,8 +115,6 @@ class DockerNetworks:
             )
             if value
         ]
-        if network.allow_public_traffic:
-            unsupported.append("inbound public traffic")
         if unsupported:
             raise RemoteError(
                 ErrorKind.UNSUPPORTED,
