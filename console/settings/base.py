@@ -288,6 +288,9 @@ TERMINAL_TICKET_MAX_AGE_S = int(os.environ.get("TERMINAL_TICKET_MAX_AGE_S", 30))
 TERMINAL_REPLAY_BYTES = int(os.environ.get("TERMINAL_REPLAY_BYTES", 1024 * 1024))
 # How often an open terminal marks its session active and re-checks access.
 TERMINAL_KEEPALIVE_S = int(os.environ.get("TERMINAL_KEEPALIVE_S", 30))
+# A console process holding a terminal's websocket renews its attachment lease (a third of
+# this) so another process's grace window never closes a terminal in use elsewhere.
+TERMINAL_LEASE_S = int(os.environ.get("TERMINAL_LEASE_S", 30))
 
 # Skill installs: folders of wheels (one per name) that configs may name as an offline pip
 # source; only folders under this root can be copied into build sandboxes.
