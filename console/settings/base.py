@@ -291,6 +291,10 @@ TERMINAL_KEEPALIVE_S = int(os.environ.get("TERMINAL_KEEPALIVE_S", 30))
 # A console process holding a terminal's websocket renews its attachment lease (a third of
 # this) so another process's grace window never closes a terminal in use elsewhere.
 TERMINAL_LEASE_S = int(os.environ.get("TERMINAL_LEASE_S", 30))
+# Keep each terminal's shell in a tmux session in the sandbox (where the template has tmux),
+# so a reload or a reconnect through any console process gets it back. Off: a plain shell per
+# connection, whose output reaches the browser byte for byte (tmux re-renders the screen).
+TERMINAL_KEEP_SHELLS = os.environ.get("TERMINAL_KEEP_SHELLS", "1") != "0"
 
 # Skill installs: folders of wheels (one per name) that configs may name as an offline pip
 # source; only folders under this root can be copied into build sandboxes.

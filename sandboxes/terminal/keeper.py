@@ -65,6 +65,9 @@ class Probe:
     scrollback: bytes = b""  # its pane's history and screen, ready for a terminal (CRLF)
 
 
+NOT_KEPT = Probe(kept=False, exists=False)
+
+
 def probe(backend: Backend, sandbox_id: str, terminal_id: str, *, lines: int = SCROLLBACK_LINES) -> Probe:
     """One exec: write the config, tell whether tmux and the session exist, capture the pane.
 
@@ -83,7 +86,7 @@ def probe(backend: Backend, sandbox_id: str, terminal_id: str, *, lines: int = S
             ExecRequest(argv=("/bin/sh", "-c", script), stdin=CONFIG.encode(), timeout_s=PROBE_TIMEOUT_S),
         )
     except RemoteError:
-        return Probe(kept=False, exists=False)
+        return NOT_KEPT
     out = result.stdout
     head, _, capture = out.partition(_HEADER_END)
     words = set(head.decode("utf-8", "replace").split())

@@ -218,6 +218,7 @@ class TerminalProcess:
         if self.pending_input:
             self.write(bytes(self.pending_input))
             self.pending_input.clear()
+        self.touch()  # the idle clock starts with the shell, not with the sandbox's resolve
         self._apply_size()
 
     async def close(self, reason: str, *, code: int = CLOSE_NORMAL, force: bool = True, let_go: bool = False) -> None:

@@ -242,7 +242,7 @@ def record_close(grant: Grant, user: Any, source_ip: str | None, reason: str, st
     )
     if not closed:
         return
-    totals: dict[str, Any] = Terminal.objects.filter(pk=grant.terminal_id).values("bytes_in", "bytes_out").first() or {}
+    totals = dict(Terminal.objects.filter(pk=grant.terminal_id).values("bytes_in", "bytes_out").first() or {})
     record_audit(
         Actor(user=user, source_ip=source_ip),
         "terminal.close",
@@ -278,7 +278,7 @@ def open_shell(session_id: str, terminal_id: str, size: PtySize) -> OpenedShell:
     if ptys is None:
         raise RemoteError(ErrorKind.UNSUPPORTED, "this sandbox backend has no interactive terminals")
     sandbox_id = resolved.sandbox.sandbox_id
-    found = keeper.probe(backend, sandbox_id, terminal_id)
+    found = keeper.probe(backend, sandbox_id, terminal_id) if settings.TERMINAL_KEEP_SHELLS else keeper.NOT_KEPT
     command = keeper.attach_command(terminal_id, size, SHELL) if found.kept else SHELL
     handle = ptys.open(sandbox_id, size, command=command, user="user", cwd="/workspace")
     return OpenedShell(handle, sandbox_id, found.kept, found.exists, found.scrollback)
