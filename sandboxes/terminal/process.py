@@ -193,6 +193,7 @@ class TerminalProcess:
             await self.loop.run_in_executor(None, handle.kill)
             return
         self.handle = handle
+        self.touch()  # the idle clock starts with the shell, not with the sandbox's resolve
         self.sandbox_id = opened.sandbox_id
         self.kept = opened.kept
         self.applied_size = self.size
@@ -218,7 +219,6 @@ class TerminalProcess:
         if self.pending_input:
             self.write(bytes(self.pending_input))
             self.pending_input.clear()
-        self.touch()  # the idle clock starts with the shell, not with the sandbox's resolve
         self._apply_size()
 
     async def close(self, reason: str, *, code: int = CLOSE_NORMAL, force: bool = True, let_go: bool = False) -> None:
