@@ -162,6 +162,12 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             return
         await self.accept()
         existing = get_process(terminal_id)
+        if existing is not None and existing.kept:
+            # A fresh tmux attachment, as through any other process: tmux redraws for this
+            # client (replaying the old one's stream would replay tmux's terminal queries too,
+            # whose answers would reach the shell as typed keys).
+            await existing.close("reattached", let_go=True)
+            existing = None
         if existing is not None:
             self.process = existing
             await existing.attach(self, reattached=True)

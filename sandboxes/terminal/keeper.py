@@ -12,8 +12,10 @@ sandbox whose template has no tmux gets a plain shell, and the caller says so ("
 replaced") when that shell cannot be the one an earlier connection had.
 
 The tmux configuration hides tmux: no status line, no prefix key or key bindings (Ctrl-b
-stays bash's), no alternate screen (the browser's own scrollback keeps working), no escape
-delay (vim), UTF-8 (`-u`) whatever the locale.
+stays bash's), no alternate screen (the browser's own scrollback keeps working), a short
+escape delay (50 ms: quick for vim, yet the answer xterm.js gives to tmux's device-attributes
+query on attach is not split into keys that reach the shell as `0;276;0c`), UTF-8 (`-u`)
+whatever the locale.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ set -g prefix None
 set -g prefix2 None
 unbind-key -a -T prefix
 unbind-key -a -T root
-set -g escape-time 0
+set -g escape-time 50
 set -g history-limit 10000
 set -g default-terminal tmux-256color
 set -ga terminal-overrides ',xterm*:smcup@:rmcup@'

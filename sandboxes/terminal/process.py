@@ -265,7 +265,8 @@ class TerminalProcess:
                 await self.loop.run_in_executor(None, self.handle.kill)
         for task in self.tasks:
             task.cancel()
-        _processes.pop(self.grant.terminal_id, None)
+        if _processes.get(terminal_id) is self:  # a fresh attachment may have taken the place
+            del _processes[terminal_id]
         stats = {
             "duration_s": round(time.monotonic() - self.started_at, 3),
             "bytes_in": self.bytes_in,
