@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from .sessions.reaper import start_idle_sweep, start_reaper_pass
+from .terminal.sweep import close_abandoned
 
 
 @shared_task(name="sandboxes.reaper_pass", ignore_result=True)
@@ -15,3 +16,8 @@ def reaper_pass() -> None:
 @shared_task(name="sandboxes.idle_sweep", ignore_result=True)
 def idle_sweep_task() -> None:
     start_idle_sweep()
+
+
+@shared_task(name="sandboxes.terminal_sweep", ignore_result=True)
+def terminal_sweep_task() -> None:
+    close_abandoned()

@@ -271,6 +271,11 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "celery_task": "sandboxes.idle_sweep",
         "every_s": IDLE_SWEEP_INTERVAL_S,
     },
+    "terminal-sweep": {
+        "function": "sandboxes.terminal.sweep.close_abandoned",
+        "celery_task": "sandboxes.terminal_sweep",
+        "every_s": 60,
+    },
 }
 CELERY_BEAT_SCHEDULE = {
     name: {"task": spec["celery_task"], "schedule": float(spec["every_s"])}  # type: ignore[arg-type]

@@ -50,13 +50,11 @@ def renew(terminal_id: str, holder: str) -> bool:
 
 
 def release(terminal_id: str, holder: str) -> None:
-    """The holder's client went away: no live attachment until someone takes it again."""
-    Terminal.objects.filter(pk=terminal_id, holder=holder).update(holder="", held_until=None)
-
-
-def held_elsewhere(terminal_id: str, holder: str) -> bool:
-    row = Terminal.objects.filter(pk=terminal_id, closed__isnull=True).first()
-    return row is not None and _live_other(row, holder)
+    """The holder's client went away: the lease runs on for the grace window only (not
+    renewed), so any process may take the terminal, and once it runs out with nobody taking
+    it the terminal is abandoned (`abandoned`, closed by the sweep)."""
+    until = timezone.now() + timedelta(seconds=settings.TERMINAL_REATTACH_S + lease_s())
+    Terminal.objects.filter(pk=terminal_id, holder=holder, closed__isnull=True).update(held_until=until)
 
 
 def claim_close(terminal_id: str, holder: str, *, force: bool) -> bool:
@@ -74,6 +72,17 @@ def claim_close(terminal_id: str, holder: str, *, force: bool) -> bool:
         row.held_until = None
         row.save(update_fields=["holder", "held_until"])
         return True
+
+
+def abandoned(margin_s: float = 0.0) -> list[Terminal]:
+    """Open terminals whose lease ran out (plus `margin_s`): no process holds them or waits
+    for them (its process stopped, or was killed in its grace window)."""
+    before = timezone.now() - timedelta(seconds=margin_s)
+    return list(
+        Terminal.objects.select_related("session__config", "session__space", "user")
+        .filter(closed__isnull=True, opened__isnull=False, held_until__lt=before)
+        .exclude(holder__startswith=CLOSING)
+    )
 
 
 def add_traffic(terminal_id: str, bytes_in: int, bytes_out: int) -> None:

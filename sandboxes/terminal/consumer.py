@@ -166,7 +166,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             # A fresh tmux attachment, as through any other process: tmux redraws for this
             # client (replaying the old one's stream would replay tmux's terminal queries too,
             # whose answers would reach the shell as typed keys).
-            await existing.close("reattached", let_go=True)
+            await existing.close(processes.TAKEN_OVER, code=terminals.CLOSE_REPLACED, let_go=True)
             existing = None
         if existing is not None:
             self.process = existing

@@ -96,8 +96,12 @@ _closing: set[asyncio.Task[None]] = set()
 
 async def close_all(reason: str = "server shutting down", *, code: int = CLOSE_SERVER_STOPPING) -> None:
     """Close every terminal this process owns (attached or in its grace window), at once,
-    and wait for every close in flight: each ends its shell and records the close."""
-    closes = [process.close(reason, code=code) for process in list(_processes.values())]
+    and wait for every close in flight: each ends its shell and records the close.
+
+    A shell the sandbox keeps is not ended: this process lets go of it (its client is told
+    why and reconnects, through another process), and a terminal nobody takes again within
+    the grace window is closed by the sweep (`sweep.close_abandoned`)."""
+    closes = [process.close(reason, code=code, let_go=process.kept) for process in list(_processes.values())]
     await asyncio.gather(*closes, return_exceptions=True)
     if _closing:
         await asyncio.gather(*list(_closing), return_exceptions=True)
@@ -248,9 +252,12 @@ class TerminalProcess:
         except Exception:
             logger.exception("terminal %s: claiming the close failed", terminal_id)
             claimed = force
-        if not claimed and (let_go or not force):
+        if not claimed and not let_go and not force:
             reason, code = TAKEN_OVER, CLOSE_REPLACED
             logger.info("terminal %s: held through another process; letting go of this PTY", terminal_id)
+        if not claimed:  # a holder that lets go leaves the grace window in the lease (for the sweep)
+            with contextlib.suppress(Exception):
+                await database_sync_to_async(attachments.release)(terminal_id, self.holder)
         self._stop_reading()
         self.reader_stop = True
         self.reader_wakeup.set()

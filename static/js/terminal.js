@@ -18,7 +18,8 @@
   const LOW = 2; // ... and below which we ask it to resume
   const BACKOFF_MS = [500, 1000, 2000, 4000, 8000];
   const PING_MS = 30000;
-  const RETRY_CODES = new Set([1001, 1005, 1006, 1011, 1012, 1013, 1014]);
+  // 4012: the console process is stopping; a kept shell is reattached through another one.
+  const RETRY_CODES = new Set([1001, 1005, 1006, 1011, 1012, 1013, 1014, 4012]);
   const CLOSE_PAGE_LEFT = 4100; // not 1000: the server keeps the shell for its grace window
   const MIN_HEIGHT = 160;
   // The terminal id outlives a reload (not the tab): a reload within the server's grace

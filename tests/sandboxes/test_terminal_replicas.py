@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +28,8 @@ from django.db import connection
 
 from console.models import AuditEvent
 from sandboxes.models import Session, Terminal
+from sandboxes.terminal import sweep
+from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import cookie_for, free_port, new_ticket, wait_closed
@@ -75,7 +78,7 @@ def start_daphne(settings: Any, prefix: str, keep_shells: bool) -> Daphne:
 def replicas(request: pytest.FixtureRequest, session: Session, settings: Any) -> Iterator[tuple[Daphne, Daphne]]:
     terminal_support.require_service("redis")
     prefix = f"test-replicas-{uuid.uuid4().hex[:8]}"
-    servers = [start_daphne(settings, prefix, request.param == "kept") for _ in range(2)]
+    servers = [start_daphne(settings, prefix, request.param != "plain") for _ in range(2)]
     try:
         yield servers[0], servers[1]
     finally:
@@ -174,3 +177,65 @@ async def test_a_reconnect_through_another_replica_reattaches_the_same_shell(
     while await sync_to_async(shells_in_sandbox)(session, sandbox_id):
         assert time.monotonic() < deadline, "a shell outlived the terminal"
         await asyncio.sleep(0.3)
+
+
+def tmux_sessions(session: Session, sandbox_id: str) -> list[str]:
+    from sandboxes.backends.base import ExecRequest
+    from sandboxes.sessions.runtime import backend_for
+
+    script = "tmux -L sandbox-console list-sessions -F '#{session_name}' 2>/dev/null; true"
+    result = backend_for(session.config).exec(sandbox_id, ExecRequest(argv=("/bin/sh", "-c", script), timeout_s=30))
+    return result.stdout.decode().split()
+
+
+@pytest.mark.parametrize("replicas", ["kept"], indirect=True)
+@pytest.mark.postgres
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_a_stopping_replica_lets_kept_shells_go_and_the_sweep_closes_the_abandoned_one(
+    world: World, session: Session, replicas: tuple[Daphne, Daphne], settings: Any
+) -> None:
+    first, second = replicas
+    attached = await connect(first, world, session)
+    await attached.send_bytes(b"export FOO=kept; echo up-$((6*7))\n")
+    await attached.until(lambda: b"up-42" in attached.data)
+    dropped = await connect(first, world, session)  # its connection drops: nobody comes back
+    await dropped.send_bytes(b"echo dropped-$((2*3))\n")
+    await dropped.until(lambda: b"dropped-6" in dropped.data)
+    dropped.writer.transport.abort()
+    await asyncio.sleep(1)
+
+    first.process.send_signal(signal.SIGTERM)
+    await attached.read_until_closed()
+    assert attached.close_code == terminals.CLOSE_SERVER_STOPPING  # the page reconnects on it
+    await sync_to_async(first.process.wait)(30)
+    for ws in (attached, dropped):
+        assert (await Terminal.objects.aget(pk=ws.terminal_id)).closed is None  # type: ignore[attr-defined]
+
+    # The attached one's client reconnects through the other replica: the same shell.
+    again = await connect(second, world, session, attached.terminal_id)  # type: ignore[attr-defined]
+    assert ready(again)["reattached"] is True
+    await again.send_bytes(b'echo "[$FOO]"\n')
+    await again.until(lambda: b"[kept]" in again.data)
+
+    # The dropped one is abandoned once its lease (grace window included) runs out.
+    opened = await AuditEvent.objects.filter(action="terminal.open", target_id=dropped.terminal_id).afirst()  # type: ignore[attr-defined]
+    assert opened is not None
+    sandbox_id = opened.details["sandbox_id"]
+    names = await sync_to_async(tmux_sessions)(session, sandbox_id)
+    assert len(names) == 2, names
+    assert await sync_to_async(sweep.close_abandoned)() == 0  # still within its grace window
+    deadline = time.monotonic() + GRACE_S + 3 + sweep.MARGIN_S + 10
+    while not await sync_to_async(sweep.close_abandoned)():
+        assert time.monotonic() < deadline, "the abandoned terminal was not swept"
+        await asyncio.sleep(1)
+    row = await Terminal.objects.aget(pk=dropped.terminal_id)  # type: ignore[attr-defined]
+    assert row.close_reason == sweep.ABANDONED
+    assert await AuditEvent.objects.filter(action="terminal.close", target_id=dropped.terminal_id).acount() == 1  # type: ignore[attr-defined]
+    assert len(await sync_to_async(tmux_sessions)(session, sandbox_id)) == 1  # the reattached one's
+    # The terminal in use through the second replica is not abandoned: its holder renews it.
+    assert (await Terminal.objects.aget(pk=attached.terminal_id)).closed is None  # type: ignore[attr-defined]
+    await again.send_bytes(b"echo alive-$((1+1))\n")
+    await again.until(lambda: b"alive-2" in again.data)
