@@ -477,6 +477,10 @@ class Terminal(models.Model):
     read_only = models.BooleanField(default=False)
     # The one ticket that may still open (or reattach to) this terminal; cleared when redeemed.
     ticket_nonce = models.CharField(max_length=64, blank=True)
+    # The console process holding a live websocket attachment (sandboxes.terminal.attachments):
+    # a lease renewed by its holder, so any process's grace window knows whether to close.
+    holder = models.CharField(max_length=100, blank=True)
+    held_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created"]

@@ -8,6 +8,9 @@ from .sessions.reaper import start_idle_sweep, start_reaper_pass
 from .sessions.retention import start_retention_pass
 
 
+from .terminal.sweep import close_abandoned
+
+
 @shared_task(name="sandboxes.reaper_pass", ignore_result=True)
 def reaper_pass() -> None:
     start_reaper_pass()
@@ -21,3 +24,8 @@ def idle_sweep_task() -> None:
 @shared_task(name="sandboxes.retention_pass", ignore_result=True)
 def retention_pass_task() -> None:
     start_retention_pass()
+
+
+@shared_task(name="sandboxes.terminal_sweep", ignore_result=True)
+def terminal_sweep_task() -> None:
+    close_abandoned()

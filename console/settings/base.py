@@ -331,6 +331,11 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "celery_task": "sandboxes.retention_pass",
         "every_s": RETENTION_INTERVAL_S,
     },
+    "terminal-sweep": {
+        "function": "sandboxes.terminal.sweep.close_abandoned",
+        "celery_task": "sandboxes.terminal_sweep",
+        "every_s": 60,
+    },
 }
 CELERY_BEAT_SCHEDULE = {
     name: {"task": spec["celery_task"], "schedule": float(spec["every_s"])}  # type: ignore[arg-type]
@@ -348,6 +353,13 @@ TERMINAL_TICKET_MAX_AGE_S = int(os.environ.get("TERMINAL_TICKET_MAX_AGE_S", 30))
 TERMINAL_REPLAY_BYTES = int(os.environ.get("TERMINAL_REPLAY_BYTES", 1024 * 1024))
 # How often an open terminal marks its session active and re-checks access.
 TERMINAL_KEEPALIVE_S = int(os.environ.get("TERMINAL_KEEPALIVE_S", 30))
+# A console process holding a terminal's websocket renews its attachment lease (a third of
+# this) so another process's grace window never closes a terminal in use elsewhere.
+TERMINAL_LEASE_S = int(os.environ.get("TERMINAL_LEASE_S", 30))
+# Keep each terminal's shell in a tmux session in the sandbox (where the template has tmux),
+# so a reload or a reconnect through any console process gets it back. Off: a plain shell per
+# connection, whose output reaches the browser byte for byte (tmux re-renders the screen).
+TERMINAL_KEEP_SHELLS = os.environ.get("TERMINAL_KEEP_SHELLS", "1") != "0"
 
 # Skill installs: folders of wheels (one per name) that configs may name as an offline pip
 # source; only folders under this root can be copied into build sandboxes.

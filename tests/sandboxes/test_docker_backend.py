@@ -418,8 +418,19 @@ def test_base_image_is_rebuilt_only_when_its_recipe_changes(
     assert build_base_image(client=engine) == image.id  # same recipe: nothing built
     probe = engine.containers.run(
         docker_base_image,
-        ["sh", "-c", "for c in vim top less python3; do command -v $c; done"],
+        ["sh", "-c", "for c in vim top less python3 tmux; do command -v $c; done"],
         network_mode="none",
         remove=True,
     )
-    assert probe.decode().split() == ["/usr/local/bin/vim", "/usr/bin/top", "/usr/bin/less", "/usr/bin/python3"]
+    assert probe.decode().split() == [
+        "/usr/local/bin/vim",
+        "/usr/bin/top",
+        "/usr/bin/less",
+        "/usr/bin/python3",
+        "/usr/bin/tmux",  # keeps web-terminal shells (sandboxes/terminal/keeper.py)
+    ]
+    # An image of the same recipe digest that lacks an added package is not current.
+    from sandboxes.backends.docker.image import LABEL_PACKAGES, image_is_current
+
+    assert image_is_current(image.labels)
+    assert not image_is_current({**image.labels, LABEL_PACKAGES: ""})

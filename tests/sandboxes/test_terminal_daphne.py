@@ -1,4 +1,4 @@
-"""Stopping a real `daphne` process ends the shells it held and records their close.
+"""Stopping a real `daphne` process ends the plain shells it held and records their close.
 
 The console runs as `daphne console.asgi:application` in a subprocess on a free loopback
 port, sharing this test's PostgreSQL database (and Redis, for the channels-redis variant).
@@ -66,6 +66,9 @@ def daphne(request: pytest.FixtureRequest, session: Session, settings: Any) -> I
         "TEST_CHANNEL_LAYER": layer,
         "TEST_CHANNEL_LAYER_PREFIX": f"test-daphne-{uuid.uuid4().hex[:8]}",
         "TERMINAL_REATTACH_S": "120",  # only the shutdown can end the dropped terminal's shell in time
+        # Plain shells, which a stopping process ends; shells kept by the sandbox are let go
+        # for another process instead (tests/sandboxes/test_terminal_replicas.py).
+        "TERMINAL_KEEP_SHELLS": "0",
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
