@@ -9,5 +9,6 @@ class SandboxesConfig(AppConfig):
     def ready(self) -> None:
         # Register job handlers, and the signals that close terminals on loss of access.
         from .catalog import jobs, verify  # noqa: F401
+        from .pages import onboarding  # noqa: F401  (the dashboard's getting-started steps)
         from .sessions import reaper  # noqa: F401
         from .terminal import tickets  # noqa: F401
