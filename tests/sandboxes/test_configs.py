@@ -123,7 +123,7 @@ def test_config_list_is_scoped(world: World, unreachable_config: SandboxConfig) 
         ({"name": "  "}, "name", "required"),
         ({"backend": ""}, "backend", "required"),
         ({"backend": "not-a-uuid"}, "backend", "is not a valid UUID"),
-        ({"protocol_pin": "cube-0.4"}, "protocol_pin", "belongs to another kind"),
+        # A protocol pin is not on a Docker config's form (tests/sandboxes/test_config_form_kinds.py).
     ],
 )
 def test_bad_config_input_is_a_field_error_and_saves_nothing(
