@@ -70,9 +70,12 @@ class Command(BaseCommand):
         probe = SandboxConfig(space=space, backend=backend, name=DEMO_CONFIG, default_template=template)
         try:
             with open_backend(probe) as engine:
-                engine.health()
+                health = engine.health()
+            problem = "" if health.ok else health.detail
         except RemoteError as exc:
-            self.stdout.write(f"The Docker engine does not answer ({exc.kind}): no demo config yet; run this again.")
+            problem = f"{exc.kind}: {exc.message}"
+        if problem:
+            self.stdout.write(f"The Docker engine does not answer ({problem}): no demo config yet; run this again.")
             return None
         try:
             config = do_create_config(
