@@ -95,3 +95,13 @@ def test_400_in_layout_without_echoing_input(db):
     assert "Bad request" in body
     assert 'class="topbar"' in body
     assert "attacker" not in body
+
+
+def test_a_csrf_failure_is_a_page_in_the_layout(world):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(world.alice)
+    response = client.post(reverse("console:space_edit", kwargs={"space_id": world.space_a.id}), {"name": "x"})
+    assert response.status_code == 403
+    body = response.content.decode()
+    assert 'class="topbar"' in body
+    assert "security token did not match" in body

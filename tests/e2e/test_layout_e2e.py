@@ -165,3 +165,32 @@ def test_the_binding_inspector_holds_a_real_sandbox_id(
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
         shoot(page, f"session-live-phone-{scheme}")
+
+
+def test_config_form_swaps_the_kind_fields_in_place(world: World, daphne_url: str, page: Any) -> None:
+    from tests.factories import make_backend
+
+    docker = make_backend(world.space_a, name="local docker")
+    e2b = make_backend(
+        world.space_a,
+        name="remote e2b",
+        kind="e2b",
+        endpoint="http://127.0.0.1:9",  # closed: nothing leaves the machine
+        domain="sandbox.example.com",
+        api_key="k",
+        allow_private_endpoints=True,
+    )
+    log_in(page, daphne_url, "alice")
+    page.goto(f"{daphne_url}{reverse('sandboxes:config_create', args=[world.space_a.id])}")
+    assert page.locator("#id_name").count() == 0  # step 1: the backend alone
+    page.evaluate("window.notReloaded = true")
+    page.select_option("#id_backend", str(e2b.pk))
+    page.wait_for_selector("#id_protocol_pin")
+    assert page.locator("#id_pids_limit").count() == 0
+    page.fill("#id_name", "typed before the switch")
+    page.select_option("#id_backend", str(docker.pk))
+    page.wait_for_selector("#id_pids_limit")
+    assert page.locator("#id_protocol_pin").count() == 0
+    assert page.input_value("#id_name") == "typed before the switch"
+    assert page.evaluate("window.notReloaded === true")  # swapped by HTMX, not a new page
+    assert page.inner_text("#config-kind") == "Settings for a Docker backend."
