@@ -65,9 +65,9 @@ def test_kind_filter(world: World, jobs: dict[str, AdminJob]) -> None:
     page = client.get(reverse("console:job_list"), {"kind": "sandboxes.reap"}).content.decode()
     assert _job_labels(page) == ["Reaper pass"]
     # An unknown kind is no filter (and no error).
-    page = client.get(reverse("console:job_list"), {"kind": "nope"})
-    assert page.status_code == 200
-    assert sorted(_job_labels(page.content.decode())) == ["Test connection", "Verify backend"]
+    unknown = client.get(reverse("console:job_list"), {"kind": "nope"})
+    assert unknown.status_code == 200
+    assert sorted(_job_labels(unknown.content.decode())) == ["Test connection", "Verify backend"]
     # The HTMX swap answers the results partial only.
     partial = client.get(
         reverse("console:job_list"),

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from console.models import AuditEvent, NetworkPolicy
+from console.models import AuditEvent, NetworkPolicy, Space
 from console.services import SYSTEM, do_create_space
 from sandboxes.management.commands.register_local_engine import DEMO_CONFIG, NAME
 from sandboxes.models import PlatformBackend, SandboxConfig, Session, SessionState
@@ -107,7 +107,7 @@ def test_starting_a_session_from_the_console(world: World, session_config: Sandb
 
 
 @pytest.fixture
-def demo_space(db: None) -> object:
+def demo_space(db: None) -> Space:
     from tests.factories import make_user
 
     make_user("demo-admin", superuser=True)
@@ -115,7 +115,7 @@ def demo_space(db: None) -> object:
 
 
 @pytest.mark.docker
-def test_register_local_engine_gives_the_demo_space_a_docker_config(demo_space: object, docker_base_image: str) -> None:
+def test_register_local_engine_gives_the_demo_space_a_docker_config(demo_space: Space, docker_base_image: str) -> None:
     out = StringIO()
     call_command("register_local_engine", stdout=out)
     backend = PlatformBackend.objects.get(name=NAME)
@@ -133,7 +133,7 @@ def test_register_local_engine_gives_the_demo_space_a_docker_config(demo_space: 
 
 
 def test_register_local_engine_makes_no_config_when_no_engine_answers(
-    demo_space: object, monkeypatch: pytest.MonkeyPatch
+    demo_space: Space, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///tmp/no-such-docker-engine.sock")
     out = StringIO()
