@@ -16,7 +16,7 @@ def render_value(value: Any) -> str:
     if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
         # PostgreSQL's jsonb does not keep key order: lead with the naming columns.
         columns = sorted(dict.fromkeys(key for item in value for key in item), key=_column_rank)
-        head = format_html_join("", "<th>{}</th>", ((column,) for column in columns))
+        head = format_html_join("", "<th>{}</th>", ((result_label(column),) for column in columns))
         rows = format_html_join(
             "",
             "<tr>{}</tr>",
@@ -30,6 +30,23 @@ def render_value(value: Any) -> str:
     if isinstance(value, dict):
         return counts_summary(value) if _all_counts(value) else _pairs(value)
     return _cell(value)
+
+
+@register.filter
+def result_summary(result: Any) -> str:
+    """One line for a job list: its counts when it has them, else whether it went well."""
+    if not isinstance(result, dict):
+        return ""
+    counts = result.get("summary")
+    if isinstance(counts, dict) and _all_counts(counts):
+        return counts_summary(counts)
+    if isinstance(result.get("ok"), bool):
+        return "ok" if result["ok"] else "not ok"
+    steps = result.get("steps")
+    if isinstance(steps, list) and steps and all(isinstance(step, dict) for step in steps):
+        passed = sum(1 for step in steps if step.get("ok"))
+        return f"{passed} of {len(steps)} steps ok"
+    return ""
 
 
 @register.filter

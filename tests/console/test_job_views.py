@@ -90,6 +90,13 @@ def test_verify_result_reads_as_a_summary(world: World, jobs: dict[str, AdminJob
     assert "<dt>Summary</dt>" in page
 
 
+def test_the_list_shows_results_in_words(world: World, jobs: dict[str, AdminJob]) -> None:
+    AdminJob.objects.filter(pk=jobs["test"].pk).update(result={"steps": [{"name": "health", "ok": True}] * 4})
+    page = world.client_for("alice").get(reverse("console:job_list")).content.decode()
+    cells = re.findall(r'<td class="job-result">([^<]*)</td>', page)
+    assert sorted(cells) == ["4 of 4 steps ok", "8 passed · 0 failed · 0 unsupported"]
+
+
 def test_counts_and_mappings_render_for_people() -> None:
     assert counts_summary({"fail": 1, "pass": 2}) == "2 passed · 1 failed"
     assert counts_summary({"deleted": 3, "claimed": 1}) == "1 claimed · 3 deleted"
