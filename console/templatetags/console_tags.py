@@ -51,7 +51,9 @@ def result_summary(result: Any) -> str:
 
 @register.filter
 def result_label(key: str) -> str:
-    """A result key for people: "cleanup_errors" reads "Cleanup errors"."""
+    """A result key for people: "cleanup_errors" reads "Cleanup errors", "ms" "Time (ms)"."""
+    if str(key) in RESULT_WORDS:
+        return RESULT_WORDS[str(key)]
     text = str(key).replace("_", " ").strip()
     return text[:1].upper() + text[1:]
 
@@ -66,6 +68,7 @@ def counts_summary(value: Any) -> str:
     return " · ".join(f"{count} {COUNT_WORDS.get(key, result_label(key).lower())}" for key, count in ordered)
 
 
+RESULT_WORDS = {"ms": "Time (ms)", "ok": "OK", "s": "Time (s)", "id": "Id"}
 # Words for the status counts handlers report (the verify job's pass/fail/unsupported).
 COUNT_WORDS = {"pass": "passed", "fail": "failed", "ok": "ok", "error": "errors"}
 COUNT_ORDER = ("pass", "ok", "fail", "error")

@@ -101,5 +101,5 @@ def test_counts_and_mappings_render_for_people() -> None:
     assert counts_summary({"fail": 1, "pass": 2}) == "2 passed · 1 failed"
     assert counts_summary({"deleted": 3, "claimed": 1}) == "1 claimed · 3 deleted"
     assert str(render_value({"pass": 1})) == "1 passed"
-    assert str(render_value({"image_tag": "x<y", "ok": True})) == "Image tag: x&lt;y · Ok: ✓"
+    assert str(render_value({"image_tag": "x<y", "ok": True})) == "Image tag: x&lt;y · OK: ✓"
     assert str(render_value({})) == "—"
