@@ -145,11 +145,6 @@ def test_the_binding_inspector_holds_a_real_sandbox_id(
     daphne_url: str,
     page: Any,
 ) -> None:
-    from django.db import connections
-
-    # An earlier browser test's teardown ends the database sessions it did not own; start
-    # this one's ORM work on a fresh connection.
-    connections.close_all()
     session = Runtime().resolve(world.space_a, "inspector-" + "y" * 80).session
     log_in(page, daphne_url, "bob")
     page.set_viewport_size({"width": 390, "height": 844})
