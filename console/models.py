@@ -91,6 +91,17 @@ class Membership(models.Model):
         return f"{self.user} in {self.space} ({self.role})"
 
 
+# Past this many entries the policy's summary names the list instead of repeating it (the
+# space page shows long lists folded, with their count).
+FEW_ENTRIES = 5
+
+
+def _few(entries: list[str], which: str) -> str:
+    if len(entries) <= FEW_ENTRIES:
+        return ", ".join(entries)
+    return f"the {len(entries)} entries of the {which} list"
+
+
 class NetworkPolicy(models.Model):
     """The network switches of one space. Every switch is explicit; nothing is inherited.
 
@@ -117,13 +128,13 @@ class NetworkPolicy(models.Model):
         else:
             deny_all = {"0.0.0.0/0", "::/0"} & set(self.deny_out)
             if deny_all and self.allow_out:
-                lines.append(f"Outbound: on, but only to {', '.join(self.allow_out)} (everything else is denied).")
+                lines.append(f"Outbound: on, but only to {_few(self.allow_out, 'allow')} (everything else is denied).")
             elif deny_all:
                 lines.append("Outbound: on, but every destination is denied.")
             elif self.deny_out:
-                lines.append(f"Outbound: on, except to {', '.join(self.deny_out)}.")
+                lines.append(f"Outbound: on, except to {_few(self.deny_out, 'deny')}.")
                 if self.allow_out:
-                    lines.append(f"Reachable even where a deny entry matches: {', '.join(self.allow_out)}.")
+                    lines.append(f"Reachable even where a deny entry matches: {_few(self.allow_out, 'allow')}.")
             else:
                 lines.append("Outbound: on, to any destination.")
                 if self.allow_out:

@@ -43,3 +43,9 @@ urlpatterns = [
     path("", include("skills.urls")),
     path("", include((console_patterns, "console"))),
 ]
+
+# Error pages in the layout (console/errors.py).
+handler400 = "console.errors.bad_request"
+handler403 = "console.errors.permission_denied"
+handler404 = "console.errors.page_not_found"
+handler500 = "console.errors.server_error"

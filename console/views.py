@@ -27,6 +27,7 @@ from . import jobs as job_runner
 from .access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from .forms import AuditFilterForm, MemberAddForm, MemberRoleForm, NetworkPolicyForm, SpaceForm, SpaceLimitsForm
 from .models import AdminJob, AuditEvent, JobStatus, Membership, NetworkPolicy, Role, Space, SpaceLimits
+from .onboarding import getting_started
 from .services import (
     ServiceError,
     actor_from_request,
@@ -76,6 +77,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     spaces = spaces_for_user(request.user)
     since = timezone.now() - timedelta(hours=24)
     visible_jobs = jobs_for_user(request.user)
+    recent_jobs = visible_jobs.select_related("space")
+    show_system_jobs = request.GET.get("jobs") == "all"
+    if not show_system_jobs:
+        # Periodic passes would crowd out everything an admin started (one a minute each).
+        recent_jobs = recent_jobs.exclude(kind__in=job_runner.housekeeping_kinds())
+    steps = getting_started(request.user, spaces_for_user(request.user, Role.ADMIN))
     context = {
         "space_count": spaces.count(),
         "member_count": Membership.objects.filter(space__in=spaces).values("user").distinct().count(),
@@ -83,8 +90,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "failed_jobs": visible_jobs.filter(status=JobStatus.FAILED, created__gte=since).count(),
         "audit_24h": audit_for_user(request.user).filter(time__gte=since).count(),
         "recent_spaces": spaces.order_by("-created")[:5],
-        # Periodic passes would crowd out everything an admin started (one a minute each).
-        "recent_jobs": visible_jobs.exclude(kind__in=job_runner.housekeeping_kinds()).select_related("space")[:5],
+        "recent_jobs": recent_jobs[:5],
+        "show_system_jobs": show_system_jobs,
+        "steps": steps,
+        "steps_done": sum(step.done for step in steps),
         "section": "dashboard",
     }
     return render(request, "console/dashboard.html", context)
@@ -437,8 +446,17 @@ def job_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status", "")
     if status in JobStatus.values:
         jobs = jobs.filter(status=status)
-    # Housekeeping passes (reaper, idle sweep) only when asked for: "all" or "only".
+    kinds = job_runner.job_kinds()
+    kind = request.GET.get("kind", "")
+    if kind in dict(kinds):
+        jobs = jobs.filter(kind=kind)
+    else:
+        kind = ""
+    # Housekeeping passes (reaper, idle sweep) only when asked for: "all" or "only"; a
+    # housekeeping kind chosen in the kind filter shows it too.
     housekeeping = request.GET.get("housekeeping", "")
+    if kind in job_runner.housekeeping_kinds():
+        housekeeping = housekeeping or "all"
     if housekeeping == "only":
         jobs = jobs.filter(kind__in=job_runner.housekeeping_kinds())
     elif housekeeping != "all":
@@ -449,6 +467,8 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "status": status,
         "housekeeping": housekeeping,
+        "kind": kind,
+        "kinds": kinds,
         "statuses": JobStatus.choices,
         "querystring": query_without_page(request),
         "can_run_diagnostics": is_platform_admin(request.user),

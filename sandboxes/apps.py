@@ -12,6 +12,7 @@ class SandboxesConfig(AppConfig):
 
         from .catalog import jobs, verify  # noqa: F401
         from .catalog.health import backend_checks
+        from .pages import onboarding  # noqa: F401  (the dashboard's getting-started steps)
         from .sessions import gauges, reaper, retention  # noqa: F401
         from .sessions.store_select import check_store
         from .terminal import tickets  # noqa: F401

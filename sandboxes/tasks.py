@@ -6,8 +6,6 @@ from celery import shared_task
 
 from .sessions.reaper import start_idle_sweep, start_reaper_pass
 from .sessions.retention import start_retention_pass
-
-
 from .terminal.sweep import close_abandoned
 
 

@@ -568,6 +568,8 @@ class KindDescription:
     # Persistent workspaces under a host directory of the backend's nodes: what is wrong
     # with a given one (None when it will do). None: the kind takes no host root.
     workspace_host_root_problem: Callable[[str], str | None] | None = None
+    # A per-sandbox process limit (a config's pids_limit) that the backend enforces.
+    limits_processes: bool = False
 
     @property
     def takes_workspace_host_root(self) -> bool:

@@ -20,6 +20,7 @@ urlpatterns = [
     path("sandboxes/<uuid:config_id>/templates/delete/", catalog.template_delete, name="template_delete"),
     path("sandboxes/<uuid:config_id>/snapshots/delete/", catalog.snapshot_delete, name="snapshot_delete"),
     path("sessions/", sessions.session_list, name="session_list"),
+    path("spaces/<uuid:space_id>/sessions/new/", sessions.session_start, name="session_start"),
     path("sessions/<uuid:session_id>/", sessions.session_detail, name="session_detail"),
     path("sessions/<uuid:session_id>/upload/", sessions.session_upload, name="session_upload"),
     path("sessions/<uuid:session_id>/download/", sessions.session_download, name="session_download"),

@@ -123,7 +123,7 @@ def test_config_list_is_scoped(world: World, unreachable_config: SandboxConfig) 
         ({"name": "  "}, "name", "required"),
         ({"backend": ""}, "backend", "required"),
         ({"backend": "not-a-uuid"}, "backend", "is not a valid UUID"),
-        ({"protocol_pin": "cube-0.4"}, "protocol_pin", "belongs to another kind"),
+        # A protocol pin is not on a Docker config's form (tests/sandboxes/test_config_form_kinds.py).
     ],
 )
 def test_bad_config_input_is_a_field_error_and_saves_nothing(
@@ -188,7 +188,9 @@ def test_test_connection_runs_each_step_and_records_the_version(world: World, do
     assert docker_config.backend_version.startswith("Docker ")
     assert AuditEvent.objects.filter(action="job.start", details__kind="sandboxes.test_connection").count() == 1
     job_page = world.client_for("alice").get(job.get_absolute_url()).content.decode()
-    assert '<table class="list compact"><thead><tr><th>name</th><th>ok</th><th>detail</th><th>ms</th>' in job_page
+    assert (
+        '<table class="list compact"><thead><tr><th>Name</th><th>OK</th><th>Detail</th><th>Time (ms)</th>' in job_page
+    )
     page = world.client_for("alice").get(docker_config.get_absolute_url()).content.decode()
     assert "health" in page
     assert "Succeeded" in page

@@ -112,7 +112,7 @@ def test_pause_and_resume_from_the_ui_keep_the_files(world: World, live_session:
     page = client.get(urls["detail"]).content.decode()
     assert live_session.sandbox_id in page
     assert "Paused" in page
-    assert f"kept in <code>{live_session.workspace_volume}</code>" in page
+    assert f'kept in <span class="copyable"><code>{live_session.workspace_volume}</code>' in page
     client.post(urls["resume"])
     live_session.refresh_from_db()
     assert live_session.state == SessionState.RUNNING
