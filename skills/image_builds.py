@@ -29,11 +29,8 @@ from sandboxes.backends.base import (
     Resources,
     SandboxSpec,
 )
-from sandboxes.catalog.services import (
-    config_fingerprint,
-    console_metadata,
-    do_set_session_image,
-)
+from sandboxes.catalog.bridge import config_fingerprint, console_metadata
+from sandboxes.catalog.services import do_set_session_image
 from sandboxes.models import SandboxConfig, SessionImage
 from sandboxes.sessions.runtime import backend_for
 

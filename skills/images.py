@@ -40,11 +40,8 @@ from console.services import Actor, ServiceError, record_audit
 from sandboxes.backends.base import (
     RemoteError,
 )
-from sandboxes.catalog.services import (
-    config_fingerprint,
-    do_set_session_image,
-    sessions_using_snapshot,
-)
+from sandboxes.catalog.bridge import config_fingerprint
+from sandboxes.catalog.services import do_set_session_image, sessions_using_snapshot
 from sandboxes.models import SandboxConfig, SessionImage
 from sandboxes.sessions.runtime import backend_for, effective_template
 

@@ -56,7 +56,7 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from ..catalog.services import backend_config_for, config_fingerprint, network_spec_for
+from ..catalog.bridge import backend_config_for, config_fingerprint, network_spec_for
 from ..models import SandboxConfig, Session, SessionImage, SessionState
 from .lookup import get_or_create_session
 from .store import (

@@ -19,7 +19,7 @@ from sandboxes.backends.base import (
     RemoteError,
     SandboxSpec,
 )
-from sandboxes.catalog.services import console_metadata
+from sandboxes.catalog.bridge import console_metadata
 from sandboxes.models import PlatformBackend, SandboxConfig
 from sandboxes.sessions.reaper import reap_config
 from sandboxes.sessions.runtime import backend_for
