@@ -113,7 +113,8 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
     from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
-    from sandboxes.sessions.runtime import Runtime, backend_for
+    from sandboxes.sessions.provisioning import backend_for
+    from sandboxes.sessions.runtime import Runtime
     from sandboxes.sessions.store import RedisSessionStore
     from skills import install
     from skills.image_builds import build_generation, package_sources, payload_for, plan_install

@@ -32,7 +32,7 @@ from sandboxes.backends.base import (
 from sandboxes.catalog.bridge import config_fingerprint, console_metadata
 from sandboxes.catalog.services import do_set_session_image
 from sandboxes.models import SandboxConfig, SessionImage
-from sandboxes.sessions.runtime import backend_for
+from sandboxes.sessions.provisioning import backend_for
 
 from . import install
 from .build_network import BuildNetwork, build_network, sources_to_reach

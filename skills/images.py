@@ -43,7 +43,7 @@ from sandboxes.backends.base import (
 from sandboxes.catalog.bridge import config_fingerprint
 from sandboxes.catalog.services import do_set_session_image, sessions_using_snapshot
 from sandboxes.models import SandboxConfig, SessionImage
-from sandboxes.sessions.runtime import backend_for, effective_template
+from sandboxes.sessions.provisioning import backend_for, effective_template
 
 from .models import SkillImage, SkillImageStatus, SkillVersion
 

@@ -46,7 +46,8 @@ from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..backends.base import ErrorKind, ExecRequest, PtyHandle, PtySize, RemoteError
 from ..models import BackgroundCommand, CommandStatus, Session
-from .runtime import HOLDER, Runtime, backend_for
+from .provisioning import backend_for
+from .runtime import HOLDER, Runtime
 from .streams import MemoryRingBuffer, RedisRingBuffer, RingBuffer
 
 logger = logging.getLogger(__name__)

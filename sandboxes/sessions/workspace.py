@@ -31,7 +31,8 @@ from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import WORKSPACE, Backend, ErrorKind, ExecRequest, FileInfo, RemoteError
 from ..models import Artifact, Session
-from .runtime import WORKSPACE_HELPER_SOURCE, Runtime, backend_for
+from .provisioning import WORKSPACE_HELPER_SOURCE, backend_for
+from .runtime import Runtime
 
 INPUT = f"{WORKSPACE}/input"
 OUTPUT = f"{WORKSPACE}/output"

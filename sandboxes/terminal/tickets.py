@@ -42,7 +42,8 @@ from console.signals import login_sessions_ended
 
 from ..backends.base import ErrorKind, PtyHandle, PtySize, RemoteError
 from ..models import Session, Terminal
-from ..sessions.runtime import Runtime, backend_for
+from ..sessions.provisioning import backend_for
+from ..sessions.runtime import Runtime
 
 logger = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from sandboxes.catalog.bridge import config_fingerprint, open_backend
 from sandboxes.catalog.services import build_template, do_set_session_image
 from sandboxes.catalog.templates import load_catalog, owner_labels
 from sandboxes.models import SandboxConfig, Session, SessionImage
-from sandboxes.sessions.runtime import effective_template
+from sandboxes.sessions.provisioning import effective_template
 from skills.image_builds import take_snapshot
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import make_config

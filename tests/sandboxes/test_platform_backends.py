@@ -20,7 +20,7 @@ from console.crypto import decrypt, encrypt
 from console.models import AuditEvent
 from sandboxes.catalog.bridge import backend_config_for, config_fingerprint, open_backend
 from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
-from sandboxes.sessions.runtime import effective_template
+from sandboxes.sessions.provisioning import effective_template
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.tls_engine import TlsEngine

@@ -26,8 +26,9 @@ from sandboxes.catalog.services import mark_space_stale
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions import store_select as binding_module
 from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import reap_config
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import Binding, RedisSessionStore, SessionStore, lock_key
 from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.conftest import REDIS_URL
