@@ -3,7 +3,7 @@
 Builds N console sandboxes as Docker containers that are created, never started (listing
 needs no process), each with its session row in the database and its binding in the session
 store this process's settings choose, so a pass deletes nothing; then times one reaper pass
-(`sandboxes.reaper.reap_all`, the periodic job's own entry point) at N=100 and again at
+(`sandboxes.sessions.reaper.reap_all`, the periodic job's own entry point) at N=100 and again at
 N=1000. A pass that deletes anything is a failed run (the figures would be meaningless).
 
 Figures: `per_sandbox_ms` at each N (median pass / N), `growth_ratio` = pass(1000) / pass(100)

@@ -38,7 +38,7 @@ from ..backends.base import (
 from ..models import IDENTITY_FIELDS, PlatformBackend, SandboxConfig, Session, TemplateRecord
 from .bridge import config_fingerprint, console_metadata, open_backend, template_owner
 
-# What a space admin sets; the infrastructure is the platform backend's (sandboxes.platform).
+# What a space admin sets; the infrastructure is the platform backend's (sandboxes.catalog.platform).
 CONFIG_FIELDS = (
     "name",
     "backend",
@@ -140,7 +140,7 @@ def _check_backend_choice(space: Space, backend: PlatformBackend, data: dict[str
 def _lock_backend_choice(space: Space, config: SandboxConfig, data: dict[str, Any], api_key: str | None) -> None:
     """Inside the write's transaction: lock the backend row and check the grant and limits
     again, so a platform admin lowering limits or withdrawing the grant at the same moment
-    either waits for this write (and sees it) or is seen by it (sandboxes.platform locks too)."""
+    either waits for this write (and sees it) or is seen by it (sandboxes.catalog.platform locks too)."""
     config.backend = PlatformBackend.objects.select_for_update().get(pk=config.backend_id)
     _check_backend_choice(space, config.backend, data, api_key)
 
