@@ -90,7 +90,6 @@ from .common import (
     parse_version,
     translating,
 )
-from .control import E2BControlPlane
 from .envd import E2BEnvd
 from .files import E2BFiles
 from .inbound import E2BInbound
@@ -102,7 +101,7 @@ from .volumes import E2BVolumes
 # The backend
 
 
-class E2BBackend(E2BControlPlane, E2BEnvd, Backend):
+class E2BBackend(E2BEnvd, Backend):
     """Sandboxes on an E2B control plane.
 
     BackendConfig: `endpoint` = control-plane URL (empty: `https://api.<domain>`), `domain` =
