@@ -18,4 +18,14 @@ class ConsoleConfig(AppConfig):
         except ImproperlyConfigured as exc:
             raise SystemExit(f"error: {exc}") from None
         # Register job handlers.
-        from . import diagnostics  # noqa: F401
+        from . import (
+            diagnostics,  # noqa: F401
+            metrics,
+        )
+        from .jobs import active_job_counts
+
+        metrics.register_scrape_collector(
+            metrics.DatabaseGauge(
+                "console_jobs", "Admin jobs queued or running now, by kind.", ["kind", "status"], active_job_counts
+            )
+        )

@@ -209,6 +209,7 @@ DEFAULT_CHECKS = r"""
 import importlib, importlib.metadata as md, json, os, shutil, subprocess, sys
 spec = json.loads(sys.argv[1])
 problems = []
+warnings = []
 root = spec["root"]
 if os.access(root, os.W_OK):
     problems.append(f"{root} is writable by the session user")
@@ -234,7 +235,9 @@ for rel in spec["scripts"]:
         data = handle.read()
     first = data.split(b"\n", 1)[0].decode(errors="replace") if data.startswith(b"#!") else ""
     if os.access(path, os.X_OK) and not first:
-        problems.append(f"{rel} is executable but has no #! line")
+        # Common in published skills: SKILL.md runs them as `python3 scripts/x.py` anyway.
+        runner = "python3" if rel.endswith(".py") else "bash" if rel.endswith(".sh") else "its interpreter"
+        warnings.append(f"{rel} is executable but has no #! line: run it with {runner}, not as ./{rel}")
     if first:
         words = first[2:].split()
         program = words[1] if words and words[0].endswith("/env") and len(words) > 1 else (words[0] if words else "")
@@ -249,7 +252,7 @@ for rel in spec["scripts"]:
         checked = subprocess.run(["bash", "-n", path], capture_output=True, text=True)
         if checked.returncode:
             problems.append(f"{rel}: shell syntax error: {checked.stderr.strip()[:300]}")
-print(json.dumps(problems))
+print(json.dumps({"problems": problems, "warnings": warnings}))
 sys.exit(1 if problems else 0)
 """
 
@@ -295,14 +298,25 @@ def verify_skill(backend: Backend, sandbox_id: str, skill: SkillPayload, log: Lo
         timeout_s=CHECK_TIMEOUT_S,
         check=False,
     )
+    report = default_checks_report(result)
+    for warning in report.get("warnings", []):
+        log(f"{skill.name}: warning: {warning}")
     if result.exit_code != 0:
-        try:
-            problems = json.loads(result.stdout.decode().strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            problems = [output_tail(result)]
+        problems = report.get("problems") or [output_tail(result)]
         raise StepFailed("verify", f"{skill.name}: " + "; ".join(str(p) for p in problems))
     log(f"{skill.name}: default checks passed ({len(skill.pip_names)} pip import(s), {len(scripts)} script(s))")
     return "default checks"
+
+
+def default_checks_report(result: ExecResult) -> dict[str, list[str]]:
+    """The default checks' last output line: {"problems": [...], "warnings": [...]}."""
+    try:
+        report = json.loads(result.stdout.decode(errors="replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+    if not isinstance(report, dict):
+        return {}
+    return {key: [str(item) for item in report.get(key) or []] for key in ("problems", "warnings")}
 
 
 def clean_scratch(backend: Backend, sandbox_id: str, log: Log) -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from console.logs import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(os.environ.get("CONSOLE_VAR_DIR", BASE_DIR / "var"))
 
@@ -61,6 +63,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz, /readyz and /metrics, answered before ALLOWED_HOSTS and TLS redirects apply.
+    "console.health.OpsEndpointsMiddleware",
+    "console.middleware.RequestIdMiddleware",
+    "console.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -222,13 +228,24 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # touches sandboxes of another installation sharing the same backend account.
 CONSOLE_INSTALLATION_ID = os.environ.get("CONSOLE_INSTALLATION_ID", "local")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
-}
+# --- Logs, health and metrics (console/logs.py, console/health.py, console/metrics.py;
+# docs/operations.md, "Health, metrics and logs") -----------------------------------------
+# LOG_FORMAT: "json" (one JSON object a line, for a log collector) or "text" (for a person).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "json")
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
+# Celery keeps this set-up instead of installing its own (console/celery.py).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# /readyz: each check's time limit, how long one answer is reused, and whether an unreachable
+# platform backend makes the console unready ("required") or is only reported ("reported").
+READYZ_TIMEOUT_S = float(os.environ.get("READYZ_TIMEOUT_S", 2))
+READYZ_CACHE_S = float(os.environ.get("READYZ_CACHE_S", 5))
+READYZ_BACKENDS = os.environ.get("READYZ_BACKENDS", "required")
+# /metrics is refused unless a scraper is allowed: by a bearer token, or by its address.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_ALLOWED_NETWORKS = env_list("METRICS_ALLOWED_NETWORKS", [])
+# Scrapes from loopback without either (the development settings turn this on).
+METRICS_ALLOW_LOOPBACK = env_bool("METRICS_ALLOW_LOOPBACK", False)
 
 # The embedded console serves /static/ itself through Daphne (see console/asgi.py).
 SERVE_STATIC = env_bool("SERVE_STATIC", True)
@@ -260,6 +277,30 @@ HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S"
 # How often each periodic task runs (seconds); short ones let fault tests see a pass soon.
 REAPER_INTERVAL_S = float(os.environ.get("REAPER_INTERVAL_S", 60))
 IDLE_SWEEP_INTERVAL_S = float(os.environ.get("IDLE_SWEEP_INTERVAL_S", 60))
+# --- Quotas and rate limits per space (sandboxes/sessions/limits.py; docs/operations.md) ---
+# Platform defaults; platform admins override them per space on the space's Limits page.
+SPACE_LIMIT_DEFAULTS: dict[str, int] = {
+    "live_sessions": int(os.environ.get("SPACE_LIVE_SESSIONS", 200)),
+    "concurrent_execs": int(os.environ.get("SPACE_CONCURRENT_EXECS", 32)),
+    "background_commands": int(os.environ.get("SPACE_BACKGROUND_COMMANDS", 32)),
+    "api_requests_per_minute": int(os.environ.get("SPACE_API_REQUESTS_PER_MINUTE", 1200)),
+}
+
+# --- Retention (sandboxes/sessions/retention.py; docs/operations.md, "Retention") ---------
+# Days each kind of record is kept; 0 keeps it forever. Only finished things are deleted:
+# closed terminals, finished jobs and background commands; artifacts by collection time.
+RETENTION_DAYS: dict[str, int] = {
+    "audit_events": int(os.environ.get("RETENTION_AUDIT_EVENTS_DAYS", 365)),
+    "jobs": int(os.environ.get("RETENTION_JOBS_DAYS", 90)),
+    "terminals": int(os.environ.get("RETENTION_TERMINALS_DAYS", 90)),
+    "commands": int(os.environ.get("RETENTION_COMMANDS_DAYS", 30)),
+    "artifacts": int(os.environ.get("RETENTION_ARTIFACTS_DAYS", 30)),
+}
+RETENTION_BATCH = int(os.environ.get("RETENTION_BATCH", 2000))
+RETENTION_INTERVAL_S = float(os.environ.get("RETENTION_INTERVAL_S", 3600))
+# A finished background command's output stays readable (Redis ring buffer) this long.
+COMMAND_OUTPUT_RETENTION_S = int(os.environ.get("COMMAND_OUTPUT_RETENTION_S", 3600))
+
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
     "reaper": {
         "function": "sandboxes.sessions.reaper.start_reaper_pass",
@@ -270,6 +311,11 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "function": "sandboxes.sessions.reaper.start_idle_sweep",
         "celery_task": "sandboxes.idle_sweep",
         "every_s": IDLE_SWEEP_INTERVAL_S,
+    },
+    "retention": {
+        "function": "sandboxes.sessions.retention.start_retention_pass",
+        "celery_task": "sandboxes.retention_pass",
+        "every_s": RETENTION_INTERVAL_S,
     },
 }
 CELERY_BEAT_SCHEDULE = {

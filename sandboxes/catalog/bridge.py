@@ -7,8 +7,9 @@ rules read from them (`console_metadata`, `template_owner`); the account fingerp
 (`config_fingerprint`); the space's network policy as a `NetworkSpec` and what a backend
 cannot honour of it.
 
-Reads only (no writes, no audit rows). May import `sandboxes.backends`, `sandboxes.models`
-and `console`; nothing else of `sandboxes.catalog` (the catalog's other modules import it).
+Reads only (no writes, no audit rows). May import `sandboxes.backends`, `sandboxes.models`,
+`console` and `catalog.observed` (backends are built observed); nothing else of
+`sandboxes.catalog` (the catalog's other modules import it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from console.crypto import decrypt
 from console.models import NetworkPolicy, Space
 from console.network import parse_destination
 
-from ..backends import build_backend, describe
+from ..backends import describe
 from ..backends.base import (
     META_CONFIG,
     META_INSTALLATION,
@@ -39,6 +40,7 @@ from ..backends.base import (
     TemplateInfo,
 )
 from ..models import PlatformBackend, SandboxConfig, TemplateRecord
+from .observed import build_observed
 
 
 def effective_api_key(config: SandboxConfig) -> str:
@@ -125,7 +127,7 @@ def workspace_options(config: SandboxConfig) -> dict[str, str]:
 @contextmanager
 def open_backend(config: SandboxConfig) -> Iterator[Backend]:
     """The config's backend, closed afterwards. Raises RemoteError only."""
-    backend = build_backend(backend_config_for(config))
+    backend = build_observed(backend_config_for(config))
     try:
         yield backend
     finally:

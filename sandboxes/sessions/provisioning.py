@@ -19,9 +19,9 @@ from pathlib import Path
 
 from console.models import Space
 
-from ..backends import build_backend
 from ..backends.base import Backend, ErrorKind, ExecRequest, RemoteError
 from ..catalog.bridge import backend_config_for, config_fingerprint
+from ..catalog.observed import build_observed
 from ..models import SandboxConfig, SessionImage
 
 # --- Backends, cached per config --------------------------------------------------------
@@ -38,7 +38,7 @@ def backend_for(config: SandboxConfig) -> Backend:
         if backend is None:
             for stale in [k for k in _backends if k[0] == key[0]]:
                 _backends.pop(stale).close()
-            backend = build_backend(backend_config_for(config))
+            backend = build_observed(backend_config_for(config))
             _backends[key] = backend
     return backend
 

@@ -55,7 +55,9 @@ from ..backends.base import (
 )
 from ..catalog.bridge import network_spec_for
 from ..models import SandboxConfig, Session, SessionState
+from .limits import check_concurrent_execs
 from .lookup import get_or_create_session
+from .observe import observe_resolve, took_slow_path
 from .provisioning import backend_for, effective_template, prepare_workspace
 from .store import (
     LOCK_TTL_MS,
@@ -148,6 +150,12 @@ class Runtime:
         return self.resolve_session(session)
 
     def resolve_session(self, session: Session) -> Resolved:
+        """Resolve, timed by path and outcome (console.metrics) and logged."""
+        with observe_resolve(session) as observed:
+            observed.resolved = self._resolve_session(session)
+            return observed.resolved
+
+    def _resolve_session(self, session: Session) -> Resolved:
         bkey, _, tkey = self.keys(session)
         self._touch(session)
         binding, lease = self.store.read_session(bkey, tkey)
@@ -179,6 +187,7 @@ class Runtime:
             session.last_activity = now
 
     def _resolve_locked(self, session: Session, *, rebuild: bool) -> Resolved:
+        took_slow_path()
         made: list[str] = []  # sandboxes an attempt created and could not bind (its lease ran out)
         for attempt in range(LOCK_LOST_RETRIES + 1):
             try:
@@ -425,10 +434,12 @@ class Runtime:
         # Past the deadline every counted exec is dead (its process was killed before its
         # `finally`): start the count again rather than carry them for ever.
         expired = Q(exec_deadline__isnull=True) | Q(exec_deadline__lte=now)
-        rows.update(
-            execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
-            exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
-        )
+        with transaction.atomic():
+            check_concurrent_execs(session.space)  # under the space's limits lock: count in, or refuse
+            rows.update(
+                execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
+                exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
+            )
         try:
             yield
         finally:

@@ -29,6 +29,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 from channels.utils import await_many_dispatch
 
+from console.logs import REQUEST_ID_HEADER, sane_request_id, set_request_id
+
 from ..backends.base import PtySize, RemoteError
 from . import process as processes
 from . import tickets as terminals
@@ -63,6 +65,10 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         """AsyncConsumer.__call__, with a channel-layer receive that survives layer errors
         and a last step that runs however the connection ends."""
         self.scope = scope
+        # This connection's request id (console/logs.py): its log lines, and the backend calls
+        # and database work it starts (tasks and sync_to_async copy the context), carry it.
+        headers = dict(scope.get("headers") or [])
+        set_request_id(sane_request_id(headers.get(REQUEST_ID_HEADER.lower().encode())))
         self.channel_layer = get_channel_layer(self.channel_layer_alias)
         self.base_send = send
         sources = [receive]

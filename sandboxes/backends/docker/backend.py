@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import logging
 import os
 import re
 import tempfile
@@ -96,6 +97,8 @@ from .networks import DockerNetworks
 from .pty import DockerPtys
 from .snapshots import DockerSnapshots
 from .templates import DockerTemplates
+
+logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------
 # The backend
@@ -259,6 +262,11 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
                 raise
             network_mode = self._network_mode(spec.network, spec.metadata)
             container_id = self._create_and_start(image, labels, spec, network_mode)
+        logger.info(
+            "created sandbox %s",
+            container_id,
+            extra={"sandbox_id": container_id, "template": spec.template_id, "network": network_mode},
+        )
         return self.get(container_id)
 
     def _create_and_start(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
@@ -305,6 +313,7 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
                 self.api.unpause(info.sandbox_id)
             elif info.state in (SandboxState.STOPPED, SandboxState.STARTING):
                 self.api.start(info.sandbox_id)
+        logger.info("resumed sandbox %s (%s)", sandbox_id, info.state, extra={"sandbox_id": sandbox_id})
         return dataclasses.replace(info, state=SandboxState.RUNNING)
 
     def pause(self, sandbox_id: str) -> SandboxInfo:
@@ -420,6 +429,7 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
             raise
         self._remove_container(info.sandbox_id)
         self._release_network(info.metadata.get(META_SPACE, ""))
+        logger.info("deleted sandbox %s", info.sandbox_id, extra={"sandbox_id": info.sandbox_id})
 
     def _remove_container(self, container_id: str) -> None:
         self._seen.pop(container_id, None)

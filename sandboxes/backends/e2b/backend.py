@@ -34,6 +34,7 @@ Imports nothing of the project but `base` and `guard`.
 from __future__ import annotations
 
 import builtins
+import logging
 import threading
 import time
 import uuid
@@ -96,6 +97,8 @@ from .inbound import E2BInbound
 from .pty import E2BPtys
 from .snapshots import E2BSnapshots, E2BTemplates
 from .volumes import E2BVolumes
+
+logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------
 # The backend
@@ -300,6 +303,11 @@ class E2BBackend(E2BEnvd, Backend):
         info = self._submit(body, spec)
         if spec.workspace_volume:
             self._lay_out_workspace(info.sandbox_id)
+        logger.info(
+            "created sandbox %s",
+            info.sandbox_id,
+            extra={"sandbox_id": info.sandbox_id, "template": spec.template_id, "protocol": self.protocol},
+        )
         return info
 
     def _provide_workspace(self, name: str) -> None:
@@ -471,6 +479,7 @@ class E2BBackend(E2BEnvd, Backend):
             self._envd.pop(sandbox_id, None)
             self._traffic_tokens.pop(sandbox_id, None)
             self._metadata.pop(sandbox_id, None)
+        logger.info("deleted sandbox %s", sandbox_id, extra={"sandbox_id": sandbox_id})
 
     def pause(self, sandbox_id: str) -> SandboxInfo:
         try:
