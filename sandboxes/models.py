@@ -350,7 +350,7 @@ class TemplateRecord(models.Model):
     """A template the console built, and for which space, on one backend account.
 
     E2B and Cube keep no labels on templates, so this record is how the catalog tells a
-    space's own build from the platform's (`sandboxes.catalog.services.template_owner`). The space
+    space's own build from the platform's (`sandboxes.catalog.bridge.template_owner`). The space
     is kept as a bare id, not a foreign key: a deleted space's builds stay hidden from the
     other spaces instead of turning into platform templates.
     """
