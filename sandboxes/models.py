@@ -326,7 +326,7 @@ class Session(models.Model):
 class SessionImage(models.Model):
     """The snapshot a space's new sessions start from on one config (a skill image).
 
-    Written by the skills app through `sandboxes.services.do_set_session_image`, so the
+    Written by the skills app through `sandboxes.catalog.services.do_set_session_image`, so the
     runtime never imports skills. A pointer whose fingerprint no longer matches its config's
     backend account is ignored and sessions fall back to the config's default template.
     """
@@ -350,7 +350,7 @@ class TemplateRecord(models.Model):
     """A template the console built, and for which space, on one backend account.
 
     E2B and Cube keep no labels on templates, so this record is how the catalog tells a
-    space's own build from the platform's (`sandboxes.catalog.services.template_owner`). The space
+    space's own build from the platform's (`sandboxes.catalog.bridge.template_owner`). The space
     is kept as a bare id, not a foreign key: a deleted space's builds stay hidden from the
     other spaces instead of turning into platform templates.
     """
@@ -358,7 +358,7 @@ class TemplateRecord(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner_space = models.UUIDField(null=True, blank=True, help_text="The space it was built for; null: the platform.")
     fingerprint = models.CharField(
-        max_length=64, help_text="The backend account (sandboxes.runtime.config_fingerprint)."
+        max_length=64, help_text="The backend account (sandboxes.catalog.bridge.config_fingerprint)."
     )
     template_id = models.CharField(max_length=255)
     created = models.DateTimeField(auto_now_add=True)
@@ -427,7 +427,7 @@ class CommandStatus(models.TextChoices):
 class BackgroundCommand(models.Model):
     """A command running in a session's sandbox after the request that started it returned.
 
-    Its output lives in a Redis ring buffer (sandboxes.commands) readable from any process;
+    Its output lives in a Redis ring buffer (sandboxes.sessions.commands) readable from any process;
     this row holds what the command was, who started it and how it ended.
     """
 
@@ -460,7 +460,7 @@ class BackgroundCommand(models.Model):
 
 
 class Terminal(models.Model):
-    """One interactive web terminal into a session's sandbox (sandboxes.consumers).
+    """One interactive web terminal into a session's sandbox (sandboxes.terminal.consumer).
 
     Keystrokes are never stored; only who, when, how much and why it closed.
     """
@@ -493,7 +493,7 @@ class Terminal(models.Model):
 
 
 class SessionBinding(models.Model):
-    """A session -> sandbox binding of the database session store (sandboxes.store_db).
+    """A session -> sandbox binding of the database session store (sandboxes.sessions.store_db).
 
     `value` is the binding's JSON exactly as `Binding.to_json` wrote it, so compare-and-delete
     compares whole texts. Written insert-if-absent, never expires.

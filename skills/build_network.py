@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from sandboxes.backends.base import NetworkCapabilities, NetworkSpec
 
-from .install import PackageSources, SkillPayload, StepFailed, source_host_port
+from .install import SkillPayload, StepFailed
+from .install_packages import PackageSources, source_host_port
 
 # "Everything else" in a deny list: the form E2B and Cube take for denying all IPv4 egress.
 ALL_IPV4 = "0.0.0.0/0"

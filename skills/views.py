@@ -26,7 +26,7 @@ from console.models import Role, Space
 from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, paginate, query_without_page
 from sandboxes.backends.base import RemoteError
-from sandboxes.catalog.services import config_fingerprint
+from sandboxes.catalog.bridge import config_fingerprint
 from sandboxes.models import SandboxConfig
 
 from . import images

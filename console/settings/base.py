@@ -107,7 +107,7 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Web requests, jobs, the scheduler and the session store (sandboxes.store_db) write from
+    # Web requests, jobs, the scheduler and the session store (sandboxes.sessions.store_db) write from
     # several threads at once: wait for the write lock rather than fail ("database is
     # locked"), take it at BEGIN so a transaction never has to upgrade (which fails at once
     # under contention), and let readers run beside the writer (WAL).
@@ -342,7 +342,7 @@ CELERY_BEAT_SCHEDULE = {
     for name, spec in PERIODIC_TASKS.items()
 }
 
-# --- Web terminal (sandboxes/consumers.py, sandboxes/terminals.py; docs/terminal-protocol.md) ---
+# --- Web terminal (sandboxes/terminal/; docs/terminal-protocol.md) ---
 # No input or output for this long closes a terminal (with a message). Cube uses 30 minutes.
 TERMINAL_IDLE_TIMEOUT_S = int(os.environ.get("TERMINAL_IDLE_TIMEOUT_S", 8 * 3600))  # a workday
 # After an abnormal disconnect the shell waits this long for the same terminal to reattach.

@@ -3,7 +3,7 @@
 Every route names its space; a token of another space gets 404, exactly like an unknown
 space. Bad input is a 400 naming the field; an unknown session is a 404; backend failures
 map from `RemoteError` kinds to 409/429/502/503/504 with `retryable`. The routes and their
-shapes are described in `sandboxes/openapi.py` and served at /api/v1/openapi.json.
+shapes are described in `sandboxes/api/openapi.py` and served at /api/v1/openapi.json.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import abc
 import enum
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import ClassVar
+from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 # Metadata keys the console stamps on every sandbox it creates. Listing by them is how the
 # console claims, reconciles and reaps; a sandbox without META_INSTALLATION is never touched.
@@ -229,6 +229,21 @@ class FileInfo:
     mode: int  # permission bits, e.g. 0o755
     is_symlink: bool = False
     modified: datetime | None = None
+
+    @classmethod
+    def from_stat_row(cls, row: Mapping[str, Any]) -> FileInfo:
+        """From the JSON row the scripts run inside a sandbox print for one `lstat`: `path`,
+        `name`, `dir`, `size`, `mode`, `link`, `mtime` (the Docker adapter's file probe and the
+        session workspace helper)."""
+        return cls(
+            path=row["path"],
+            name=row["name"],
+            is_dir=bool(row["dir"]),
+            size=int(row["size"]),
+            mode=int(row["mode"]),
+            is_symlink=bool(row["link"]),
+            modified=datetime.fromtimestamp(float(row["mtime"]), UTC),
+        )
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from ..backends.base import (
     is_snapshot_id,
 )
 from ..models import SandboxConfig
-from .services import console_metadata, open_backend
+from .bridge import console_metadata, open_backend
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
 OUTBOUND_OFF = NetworkSpec(allow_internet_access=False, allow_public_traffic=False)

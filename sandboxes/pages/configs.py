@@ -24,13 +24,8 @@ from console.views import apply_form_errors, is_htmx
 
 from ..backends import describe
 from ..backends.base import NetworkCapabilities, RemoteError
-from ..catalog.services import (
-    do_create_config,
-    do_delete_config,
-    do_update_config,
-    open_backend,
-    unsupported_policy_switches,
-)
+from ..catalog.bridge import open_backend, unsupported_policy_switches
+from ..catalog.services import do_create_config, do_delete_config, do_update_config
 from ..models import PlatformBackend, SandboxConfig
 from .forms import SandboxConfigForm, backends_for, chosen_backend
 from .lookups import get_config_for_user, remote_error_message, template_ids

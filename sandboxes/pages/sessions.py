@@ -27,7 +27,8 @@ from console.views import is_htmx, paginate, query_without_page
 from ..backends.base import RemoteError
 from ..models import Artifact, BackgroundCommand, Session
 from ..sessions.commands import kill_command, read_output, start_command
-from ..sessions.runtime import Runtime, effective_template
+from ..sessions.provisioning import effective_template
+from ..sessions.runtime import Runtime
 from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
 from .inbound import inbound_context
 from .lookups import get_session_for_user, remote_error_message

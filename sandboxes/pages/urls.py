@@ -2,7 +2,8 @@
 
 from django.urls import path
 
-from . import catalog, configs, inbound, sessions, tokens
+from ..terminal import views as terminal_views
+from . import catalog, configs, inbound, platform, sessions, tokens
 
 app_name = "sandboxes"
 
@@ -37,19 +38,15 @@ urlpatterns = [
     path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
 ]
 
-# The platform's Backends section (platform admins only; sandboxes/views_platform.py).
-from . import platform as views_platform  # noqa: E402
-
+# The platform's Backends section (platform admins only; sandboxes/pages/platform.py).
 urlpatterns += [
-    path("platform/backends/", views_platform.backend_list, name="backend_list"),
-    path("platform/backends/new/", views_platform.backend_create, name="backend_create"),
-    path("platform/backends/<uuid:backend_id>/", views_platform.backend_edit, name="backend_edit"),
+    path("platform/backends/", platform.backend_list, name="backend_list"),
+    path("platform/backends/new/", platform.backend_create, name="backend_create"),
+    path("platform/backends/<uuid:backend_id>/", platform.backend_edit, name="backend_edit"),
 ]
 
-# The web terminal (sandboxes/views_terminal.py; docs/terminal-protocol.md).
-from ..terminal import views as views_terminal  # noqa: E402
-
+# The web terminal (sandboxes/terminal/views.py; docs/terminal-protocol.md).
 urlpatterns += [
-    path("sessions/<uuid:session_id>/terminal/", views_terminal.terminal_page, name="terminal_page"),
-    path("sessions/<uuid:session_id>/terminals/", views_terminal.terminal_create, name="terminal_create"),
+    path("sessions/<uuid:session_id>/terminal/", terminal_views.terminal_page, name="terminal_page"),
+    path("sessions/<uuid:session_id>/terminals/", terminal_views.terminal_create, name="terminal_create"),
 ]

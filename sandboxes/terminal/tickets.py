@@ -44,7 +44,8 @@ from console.signals import login_sessions_ended
 
 from ..backends.base import ErrorKind, PtyHandle, PtySize, RemoteError
 from ..models import Session, Terminal
-from ..sessions.runtime import Runtime, backend_for
+from ..sessions.provisioning import backend_for
+from ..sessions.runtime import Runtime
 from . import keeper
 
 logger = logging.getLogger(__name__)
@@ -338,27 +339,27 @@ def recheck_user_terminals_on_commit(user_id: object) -> None:
     transaction.on_commit(lambda: send_to_user_terminals(user_id, {"type": "terminal.recheck"}), robust=True)
 
 
-@receiver(user_logged_out, dispatch_uid="sandboxes.terminals.logout")
+@receiver(user_logged_out, dispatch_uid="sandboxes.terminal.tickets.logout")
 def _close_terminals_on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     if user is not None:
         revoke_user_terminals_on_commit(user.pk, "logged out")
 
 
-@receiver(login_sessions_ended, dispatch_uid="sandboxes.terminals.sessions_ended")
+@receiver(login_sessions_ended, dispatch_uid="sandboxes.terminal.tickets.sessions_ended")
 def _close_terminals_on_logout_everywhere(sender: Any, user_id: object, **kwargs: Any) -> None:
     revoke_user_terminals_on_commit(user_id, "logged out everywhere")
 
 
-@receiver(post_save, sender=Membership, dispatch_uid="sandboxes.terminals.membership_saved")
-@receiver(post_delete, sender=Membership, dispatch_uid="sandboxes.terminals.membership_deleted")
+@receiver(post_save, sender=Membership, dispatch_uid="sandboxes.terminal.tickets.membership_saved")
+@receiver(post_delete, sender=Membership, dispatch_uid="sandboxes.terminal.tickets.membership_deleted")
 def _recheck_terminals_on_membership_change(sender: Any, instance: Membership, **kwargs: Any) -> None:
     if kwargs.get("created"):
         return  # a new membership cannot take access away
     recheck_user_terminals_on_commit(instance.user_id)
 
 
-@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminals.user_saved")
-@receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminals.user_deleted")
+@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminal.tickets.user_saved")
+@receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminal.tickets.user_deleted")
 def _recheck_terminals_on_user_change(sender: Any, instance: Any, **kwargs: Any) -> None:
     """A deactivation or a password change (any save of the user but a login's stamp)."""
     if kwargs.get("created"):

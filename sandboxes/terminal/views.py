@@ -23,7 +23,7 @@ from console.models import Role
 
 from ..backends.base import RemoteError
 from ..models import Session, Terminal
-from ..sessions.runtime import backend_for
+from ..sessions.provisioning import backend_for
 from .tickets import create_terminal, issue_ticket
 
 

@@ -42,7 +42,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from console.models import AdminJob, AuditEvent, Membership, Role
 from console.services import SYSTEM
 from sandboxes.api.views import do_create_api_token
-from sandboxes.catalog.services import config_fingerprint
+from sandboxes.catalog.bridge import config_fingerprint
 from sandboxes.models import Artifact, BackgroundCommand, CommandStatus, Session, SessionImage, Terminal
 from skills.models import SkillFile, SkillImage
 from tests.factories import add_member, make_config, make_user

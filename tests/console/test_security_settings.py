@@ -230,7 +230,7 @@ def test_a_malformed_version_on_the_skill_image_page_is_ignored_not_a_500(world:
 
 @pytest.mark.django_db
 def test_a_rollback_while_the_backend_is_unreachable_is_a_message_not_a_500(world: World) -> None:
-    from sandboxes.catalog.services import config_fingerprint
+    from sandboxes.catalog.bridge import config_fingerprint
     from skills.models import SkillImage
 
     config = make_config(world.space_a, endpoint="unix:///tmp/no-such-docker.sock")

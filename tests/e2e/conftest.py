@@ -76,11 +76,11 @@ def _fresh_after_fork() -> None:
 
     from asgiref.sync import SyncToAsync
 
-    from sandboxes.sessions import runtime
+    from sandboxes.sessions import provisioning
     from sandboxes.sessions import store_select as binding
 
     SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
-    runtime._backends.clear()
+    provisioning._backends.clear()
     binding.set_store(None)
 
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, NetworkPolicy
 from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
-from sandboxes.catalog.services import console_metadata, open_backend
+from sandboxes.catalog.bridge import console_metadata, open_backend
 from sandboxes.catalog.templates import owner_labels
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import make_backend, make_config

@@ -517,7 +517,7 @@ class TestE2BProtocol:
 @pytest.mark.django_db
 def test_create_and_connect_send_the_configs_idle_timeout(fake_e2b: FakeHandle, test_run_id: str) -> None:
     # Every connect sent 300 s: a config's 3600 s idle timeout collapsed after a warm resolve.
-    from sandboxes.catalog.services import backend_config_for
+    from sandboxes.catalog.bridge import backend_config_for
     from tests.factories import make_config, make_space
 
     config = make_config(
@@ -558,7 +558,8 @@ def test_the_connection_test_records_the_protocol_and_the_page_shows_it(
     world: World, fake_e2b_spec_server: FakeHandle
 ) -> None:
     # The config never recorded what it talks to; a pinned protocol is passed to the adapter.
-    from sandboxes.catalog.services import backend_config_for, run_connection_test
+    from sandboxes.catalog.bridge import backend_config_for
+    from sandboxes.catalog.services import run_connection_test
     from tests.factories import make_config
 
     config = make_config(

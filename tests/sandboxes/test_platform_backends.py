@@ -18,9 +18,9 @@ from django.urls import reverse
 
 from console.crypto import decrypt, encrypt
 from console.models import AuditEvent
-from sandboxes.catalog.services import backend_config_for, config_fingerprint, open_backend
+from sandboxes.catalog.bridge import backend_config_for, config_fingerprint, open_backend
 from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
-from sandboxes.sessions.runtime import effective_template
+from sandboxes.sessions.provisioning import effective_template
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.tls_engine import TlsEngine
@@ -662,8 +662,8 @@ def test_own_keys_switched_off_while_their_sandboxes_live_is_refused(world: Worl
     platform's account: their live sandboxes (on the space's own account) would be orphaned."""
     from console.services import Actor, ServiceError
     from sandboxes.backends.base import NetworkSpec, SandboxSpec
+    from sandboxes.catalog.bridge import console_metadata
     from sandboxes.catalog.platform import BACKEND_FIELDS, do_update_platform_backend
-    from sandboxes.catalog.services import console_metadata
     from tests.fakes.e2b_server import FakeServer
 
     server = FakeServer("e2b", host=public_address, run_id="pytest-ownkey").start()

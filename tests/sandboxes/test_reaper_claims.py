@@ -19,8 +19,9 @@ from console.services import SYSTEM
 from sandboxes.backends.base import ExecRequest, SandboxState
 from sandboxes.models import BackgroundCommand, SandboxConfig, Session, SessionState, Terminal
 from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import REAPER_LOCK, ReaperBusy, idle_sweep, reap_all
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore, SessionStore, lifecycle_lock
 from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.conftest import REDIS_URL

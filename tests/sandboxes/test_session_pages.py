@@ -10,7 +10,8 @@ from django.urls import reverse
 from console.models import AuditEvent
 from sandboxes.backends.base import ExecRequest, SandboxState
 from sandboxes.models import SandboxConfig, Session, SessionState
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.provisioning import backend_for
+from sandboxes.sessions.runtime import Runtime
 from tests.factories import make_config
 from tests.personas import World
 

@@ -33,7 +33,7 @@ from django.db import connection
 from console.models import AuditEvent
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import Session, Terminal
-from sandboxes.sessions.runtime import backend_for
+from sandboxes.sessions.provisioning import backend_for
 from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support

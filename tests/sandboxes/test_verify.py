@@ -21,7 +21,7 @@ from sandboxes.backends.cube.backend import CubeBackend
 from sandboxes.backends.e2b.backend import E2BBackend
 from sandboxes.catalog.verify import FAIL, PASS, UNSUPPORTED, Check, Verifier
 from sandboxes.models import SandboxConfig
-from sandboxes.sessions.runtime import backend_for
+from sandboxes.sessions.provisioning import backend_for
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World

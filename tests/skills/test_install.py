@@ -18,10 +18,11 @@ from console.crypto import encrypt
 from console.models import AuditEvent, JobStatus
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import PlatformBackend, SandboxConfig, Session, SessionImage
-from sandboxes.sessions.runtime import Runtime, effective_template
+from sandboxes.sessions.provisioning import effective_template
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image, do_delete_old_snapshots, do_rollback_image
-from skills.install import console_pip_wheel
+from skills.install_packages import console_pip_wheel
 from skills.models import SkillImage, SkillImageStatus
 from tests.conftest import REDIS_URL
 from tests.factories import make_config

@@ -13,7 +13,7 @@ Mapping of the contract (see docs/backends.md, "Docker"):
   label; inbound on with outbound off = the space's internal network instead of none;
 - outbound off = network mode "none"; on = the space's own console-managed bridge network
   (inter-container traffic off), kept off the host's addresses and link-local/metadata by
-  the host packet filter of `docker_firewall`. DNS is always 127.0.0.1, so nothing inside a
+  the host packet filter of `firewall`. DNS is always 127.0.0.1, so nothing inside a
   sandbox reaches an outside resolver;
 - hardening: every capability dropped but `ROOT_CAPABILITIES`, no-new-privileges, the
   engine's default seccomp and AppArmor profiles, no host paths or engine socket inside.
