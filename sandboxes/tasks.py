@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from .egress.live import apply_space_policy
+from .egress.log import cleanup_egress_log, ingest_refusals
 from .sessions.reaper import start_idle_sweep, start_reaper_pass
 
 
@@ -15,3 +17,26 @@ def reaper_pass() -> None:
 @shared_task(name="sandboxes.idle_sweep", ignore_result=True)
 def idle_sweep_task() -> None:
     start_idle_sweep()
+
+
+@shared_task(name="sandboxes.apply_network_policy", ignore_result=True)
+def apply_network_policy_task(space_id: str, session_id: str = "") -> None:
+    from console.models import Space
+
+    from .models import Session
+
+    space = Space.objects.filter(pk=space_id).first()
+    if space is None:
+        return
+    sessions = list(Session.objects.filter(pk=session_id, space=space)) if session_id else None
+    apply_space_policy(space, sessions=sessions)
+
+
+@shared_task(name="sandboxes.egress_ingest", ignore_result=True)
+def egress_ingest_task() -> None:
+    ingest_refusals()
+
+
+@shared_task(name="sandboxes.egress_cleanup", ignore_result=True)
+def egress_cleanup_task() -> None:
+    cleanup_egress_log()

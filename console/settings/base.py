@@ -260,7 +260,24 @@ HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S"
 # How often each periodic task runs (seconds); short ones let fault tests see a pass soon.
 REAPER_INTERVAL_S = float(os.environ.get("REAPER_INTERVAL_S", 60))
 IDLE_SWEEP_INTERVAL_S = float(os.environ.get("IDLE_SWEEP_INTERVAL_S", 60))
+# Egress (sandboxes/egress; docs/network-console.md): how often refusals are read back from
+# the backends, how many are kept per session and for how long, and how long a policy
+# change may spend reaching running sandboxes in the request (in-process runner).
+EGRESS_INGEST_INTERVAL_S = float(os.environ.get("EGRESS_INGEST_INTERVAL_S", 5))
+EGRESS_LOG_MAX_PER_SESSION = int(os.environ.get("EGRESS_LOG_MAX_PER_SESSION", 1000))
+EGRESS_LOG_RETENTION_DAYS = int(os.environ.get("EGRESS_LOG_RETENTION_DAYS", 14))
+EGRESS_APPLY_BUDGET_S = float(os.environ.get("EGRESS_APPLY_BUDGET_S", 4))
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
+    "egress-ingest": {
+        "function": "sandboxes.egress.log.ingest_refusals",
+        "celery_task": "sandboxes.egress_ingest",
+        "every_s": EGRESS_INGEST_INTERVAL_S,
+    },
+    "egress-cleanup": {
+        "function": "sandboxes.egress.log.cleanup_egress_log",
+        "celery_task": "sandboxes.egress_cleanup",
+        "every_s": 3600.0,
+    },
     "reaper": {
         "function": "sandboxes.sessions.reaper.start_reaper_pass",
         "celery_task": "sandboxes.reaper_pass",

@@ -104,6 +104,8 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "browsed": request.GET.get("browse") == "1",
         "artifacts": session.artifacts.all()[:50],
         "commands": session.commands.all()[:20],
+        "egress_events": session.egress_events.all()[:20],
+        "egress_grants": session.egress_grants.all(),
         "section": "sessions",
     }
     return render(request, "sandboxes/session_detail.html", context)

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import catalog, configs, sessions, tokens
+from . import catalog, configs, network, sessions, tokens
 
 app_name = "sandboxes"
 
@@ -31,6 +31,19 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/commands/", sessions.command_start, name="command_start"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/", sessions.command_detail, name="command_detail"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/kill/", sessions.command_kill, name="command_kill"),
+    path("spaces/<uuid:space_id>/network/explain/", network.network_explain, name="network_explain"),
+    path("spaces/<uuid:space_id>/egress/", network.egress_list, name="egress_list"),
+    path(
+        "spaces/<uuid:space_id>/egress/<uuid:event_id>/allow-space/",
+        network.egress_allow_space,
+        name="egress_allow_space",
+    ),
+    path(
+        "spaces/<uuid:space_id>/egress/<uuid:event_id>/allow-session/",
+        network.egress_allow_session,
+        name="egress_allow_session",
+    ),
+    path("sessions/<uuid:session_id>/grants/<uuid:grant_id>/revoke/", network.grant_revoke, name="grant_revoke"),
     path("spaces/<uuid:space_id>/tokens/", tokens.token_list, name="token_list"),
     path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
 ]

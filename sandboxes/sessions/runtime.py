@@ -56,7 +56,8 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from ..catalog.services import backend_config_for, config_fingerprint, network_spec_for
+from ..catalog.network import network_spec_for, policy_refusal, spec_fingerprint, unsupported_policy_switches
+from ..catalog.services import backend_config_for, config_fingerprint
 from ..models import SandboxConfig, Session, SessionImage, SessionState
 from .lookup import get_or_create_session
 from .store import (
@@ -372,9 +373,14 @@ class Runtime:
         config = session.config
         template = effective_template(session.space, config)
         persistent = config.persistent_workspace and backend.volumes() is not None
+        network = network_spec_for(session.space, session)
+        problems = unsupported_policy_switches(network, backend.network_capabilities())
+        if problems:
+            # A settings conflict, not a backend failure: 409 with the reason (never 502).
+            raise RemoteError(ErrorKind.CONFLICT, policy_refusal(config.name, backend.label, problems), retryable=False)
         spec = SandboxSpec(
             template_id=template.template_id,
-            network=network_spec_for(session.space),
+            network=network,
             metadata={**self.session_metadata(session), META_BINDING_VERSION: str(version)},
             resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
             timeout_s=config.idle_timeout_s,
@@ -395,8 +401,12 @@ class Runtime:
             raise
         session.template_id = template.template_id
         session.traffic_token_encrypted = encrypt(info.traffic_token or "")
+        session.policy_fingerprint, session.policy_applied_at = spec_fingerprint(network), timezone.now()
         kept = Session.objects.filter(pk=session.pk).update(
-            template_id=session.template_id, traffic_token_encrypted=session.traffic_token_encrypted
+            template_id=session.template_id,
+            traffic_token_encrypted=session.traffic_token_encrypted,
+            policy_fingerprint=session.policy_fingerprint,
+            policy_applied_at=session.policy_applied_at,
         )
         if not kept:  # deleted meanwhile (not through Runtime.delete, which waits for the lock)
             self._delete_quietly(backend, info.sandbox_id)
