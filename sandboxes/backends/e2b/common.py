@@ -377,8 +377,10 @@ def egress_lists(network: NetworkSpec) -> tuple[list[str], list[str]]:
     if not network.allow_internet_access:
         return [], []
     if network.allow_out:
-        return [*network.allow_out, *network.allow_private], [ALL_TRAFFIC, *network.deny_out]
-    return list(network.allow_private), [*network.deny_out, *ALWAYS_DENIED]
+        allow, deny = [*network.allow_out, *network.allow_private], [ALL_TRAFFIC, *network.deny_out]
+    else:
+        allow, deny = list(network.allow_private), [*network.deny_out, *ALWAYS_DENIED]
+    return list(dict.fromkeys(allow)), list(dict.fromkeys(deny))
 
 
 # Per-sandbox data-plane facts learnt from create / connect / get.
