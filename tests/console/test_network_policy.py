@@ -57,7 +57,9 @@ def test_outbound_off_refuses_lists_and_rules_with_an_explanation() -> None:
         l7_rules=["allow a.com"],
     )
     assert set(result.errors) == {"allow_out", "deny_out", "l7_rules"}
-    off = validate_policy(allow_internet_access=False, allow_out=[], deny_out=[], l7_rules=[], allow_private=["10.0.0.0/8"])
+    off = validate_policy(
+        allow_internet_access=False, allow_out=[], deny_out=[], l7_rules=[], allow_private=["10.0.0.0/8"]
+    )
     assert "Outbound access is off" in off.errors["allow_private"][0]
     assert all("Outbound access is off" in errors[0] for errors in result.errors.values())
 
@@ -93,9 +95,7 @@ def test_an_allow_entry_under_a_deny_entry_has_no_effect_and_says_so() -> None:
 
 
 def test_the_old_deny_all_idiom_warns_that_it_now_refuses_everything() -> None:
-    result = validate_policy(
-        allow_internet_access=True, allow_out=["example.com"], deny_out=["0.0.0.0/0"], l7_rules=[]
-    )
+    result = validate_policy(allow_internet_access=True, allow_out=["example.com"], deny_out=["0.0.0.0/0"], l7_rules=[])
     assert any("Deny entry 0.0.0.0/0 refuses every IPv4 destination" in w for w in result.warnings)
 
 
@@ -135,9 +135,7 @@ def test_allow_entries_opening_private_or_link_local_addresses_warn() -> None:
     ],
 )
 def test_private_exceptions_are_private_cidrs_only(entry: str, message: str) -> None:
-    result = validate_policy(
-        allow_internet_access=True, allow_out=[], deny_out=[], l7_rules=[], allow_private=[entry]
-    )
+    result = validate_policy(allow_internet_access=True, allow_out=[], deny_out=[], l7_rules=[], allow_private=[entry])
     assert any(message in e for e in result.errors["allow_private"]), result.errors
 
 

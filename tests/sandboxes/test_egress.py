@@ -89,7 +89,8 @@ def test_a_session_refused_for_the_policy_answers_409_with_the_reason(world: Wor
     response = client.post(url, "{}", content_type="application/json", headers=headers)
     assert response.status_code == 409, response.content
     error = response.json()["error"]
-    assert error["code"] == "conflict" and error["retryable"] is False
+    assert error["code"] == "conflict"
+    assert error["retryable"] is False
     assert "cannot be honoured by config cloud (E2B)" in error["message"]
     assert "deny entry 203.0.113.128/25 inside allow entry 203.0.113.0/24" in error["message"]
     # Nothing was created on the backend for it.
@@ -104,11 +105,14 @@ def test_the_policy_form_warns_which_configs_cannot_honour_it(world: World, e2b_
     assert "Config cloud (E2B) cannot enforce deny entry 203.0.113.128/25 inside allow entry 203.0.113.0/24" in body
     assert "refused (HTTP 409)" in body
     page = world.client_for("alice").get(url).content.decode()
-    assert 'id="policy-backends"' in page and "cannot enforce deny entry 203.0.113.128/25" in page
+    assert 'id="policy-backends"' in page
+    assert "cannot enforce deny entry 203.0.113.128/25" in page
 
 
 @pytest.mark.django_db
-def test_the_connection_test_reports_a_policy_the_backend_cannot_honour(world: World, e2b_config: SandboxConfig) -> None:
+def test_the_connection_test_reports_a_policy_the_backend_cannot_honour(
+    world: World, e2b_config: SandboxConfig
+) -> None:
     set_policy(world.space_a, **DENY_INSIDE_ALLOW)
     steps = run_connection_test(e2b_config, lambda step: None)
     assert [s.name for s in steps][-4:] == ["create", "exec", "delete", "network policy"], steps
@@ -122,7 +126,9 @@ def test_the_connection_test_reports_a_policy_the_backend_cannot_honour(world: W
 
 
 @pytest.mark.django_db
-def test_sessions_on_a_backend_fixed_at_create_are_listed_until_rebuilt(world: World, e2b_config: SandboxConfig) -> None:
+def test_sessions_on_a_backend_fixed_at_create_are_listed_until_rebuilt(
+    world: World, e2b_config: SandboxConfig
+) -> None:
     set_policy(world.space_a, allow_out=["pypi.org"])
     runtime = Runtime()
     session = runtime.resolve(world.space_a, "kept").session
@@ -136,10 +142,12 @@ def test_sessions_on_a_backend_fixed_at_create_are_listed_until_rebuilt(world: W
     assert [row.session.key for row in kept] == ["kept"]
     assert "fixes the network at create" in kept[0].reason
     report = apply_space_policy(world.space_a)
-    assert report.fixed_at_create == ["kept"] and report.applied == []
+    assert report.fixed_at_create == ["kept"]
+    assert report.applied == []
     page = world.client_for("alice").get(reverse("console:network_policy_edit", args=[world.space_a.id]))
     body = page.content.decode()
-    assert 'id="policy-old-rules"' in body and ">kept</a>" in body
+    assert 'id="policy-old-rules"' in body
+    assert ">kept</a>" in body
     assert reverse("sandboxes:session_action", args=[session.id, "rebuild"]) in body
 
     runtime.rebuild(Session.objects.get(pk=session.pk), actor=SYSTEM)
@@ -149,7 +157,9 @@ def test_sessions_on_a_backend_fixed_at_create_are_listed_until_rebuilt(world: W
 # --- The egress log --------------------------------------------------------------------
 
 
-def refusal(sandbox_id: str, destination: str = "files.example", *, layer: str = "dns", ago_s: int = 0) -> EgressRefusal:
+def refusal(
+    sandbox_id: str, destination: str = "files.example", *, layer: str = "dns", ago_s: int = 0
+) -> EgressRefusal:
     return EgressRefusal(
         at=timezone.now() - timedelta(seconds=ago_s),
         sandbox_id=sandbox_id,
@@ -201,7 +211,8 @@ def test_the_egress_page_filters_paginates_and_has_an_empty_state(world: World) 
     rows += [refusal("sbx-2", "198.51.100.7:443", layer="packet")]
     record_refusals(config.backend, rows)
     first = client.get(url)
-    assert first.context["page"].paginator.count == 56 and len(first.context["rows"]) == 50
+    assert first.context["page"].paginator.count == 56
+    assert len(first.context["rows"]) == 50
     assert client.get(url, {"page": 2}).context["page"].number == 2
     assert client.get(url, {"layer": "packet"}).context["page"].paginator.count == 1
     assert client.get(url, {"destination": "a5"}).context["page"].paginator.count == 6  # a5, a50..a54
@@ -209,11 +220,13 @@ def test_the_egress_page_filters_paginates_and_has_an_empty_state(world: World) 
     future = (timezone.now() + timedelta(days=2)).date().isoformat()
     assert client.get(url, {"date_from": future}).context["page"].paginator.count == 0
     partial = client.get(url, {"layer": "packet"}, HTTP_HX_REQUEST="true").content.decode()
-    assert "<html" not in partial and "198.51.100.7:443" in partial
+    assert "<html" not in partial
+    assert "198.51.100.7:443" in partial
     # The viewer sees no approval buttons; the session page shows its own refusals.
     assert "Allow for this space" not in first.content.decode()
     session_page = world.client_for("alice").get(one.get_absolute_url()).content.decode()
-    assert 'id="egress"' in session_page and "a54.example" in session_page
+    assert 'id="egress"' in session_page
+    assert "a54.example" in session_page
 
 
 # --- Approvals ---------------------------------------------------------------------------
@@ -235,12 +248,14 @@ def test_allow_for_this_space_adds_the_entry_audited_through_the_policy_service(
     url = reverse("sandboxes:egress_allow_space", args=[world.space_a.id, event.id])
     client = world.client_for("alice")
     confirm = client.get(url)
-    assert confirm.status_code == 200 and "Add files.example to the allow list." in confirm.content.decode()
+    assert confirm.status_code == 200
+    assert "Add files.example to the allow list." in confirm.content.decode()
     assert NetworkPolicy.objects.get(space=world.space_a).allow_out == ["pypi.org"]  # a GET changes nothing
     assert client.post(url).status_code == 302
     assert NetworkPolicy.objects.get(space=world.space_a).allow_out == ["pypi.org", "files.example"]
     audit = AuditEvent.objects.get(action="egress.allow_space")
-    assert audit.details["entry"] == "files.example" and audit.details["refusal"] == str(event.id)
+    assert audit.details["entry"] == "files.example"
+    assert audit.details["refusal"] == str(event.id)
     assert world.client_for("carol").post(url).status_code == 403
     assert world.client_for("charlie").post(url).status_code == 404
 
@@ -303,11 +318,15 @@ def test_explain_page_works_without_and_with_htmx(world: World, e2b_config: Sand
     page = client.get(url, {"destination": "admin.example.com"})
     assert page.status_code == 200
     body = page.content.decode()
-    assert "would be refused" in body and "deny entry admin.example.com (deny entries win)" in body
+    assert "would be refused" in body
+    assert "deny entry admin.example.com (deny entries win)" in body
     partial = client.get(url, {"destination": "api.example.com"}, HTTP_HX_REQUEST="true").content.decode()
-    assert "<html" not in partial and "would be allowed" in partial and "allow entry *.example.com" in partial
+    assert "<html" not in partial
+    assert "would be allowed" in partial
+    assert "allow entry *.example.com" in partial
     bad = client.get(url, {"destination": "not a host"})
-    assert bad.status_code == 400 and "give one destination" in bad.content.decode()
+    assert bad.status_code == 400
+    assert "give one destination" in bad.content.decode()
     assert world.client_for("charlie").get(url, {"destination": "a.example.com"}).status_code == 404
 
 
@@ -323,7 +342,8 @@ def test_explain_api_answers_through_every_layer(world: World, e2b_config: Sandb
     data = answer.json()
     schema = openapi_document("http://testserver/api/v1")
     jsonschema.validate(data, {**schema["components"]["schemas"]["Explanation"], "$defs": {}})
-    assert data["allowed"] is True and data["rule"] == "allow entry files.example"
+    assert data["allowed"] is True
+    assert data["rule"] == "allow entry files.example"
     layers: dict[str, str] = {}
     for item in data["layers"]:
         layers.setdefault(item["layer"], item["text"])  # the first line of each layer
@@ -334,5 +354,7 @@ def test_explain_api_answers_through_every_layer(world: World, e2b_config: Sandb
     assert client.get(url, {"destination": "a.example", "session": "nope"}, headers=headers).status_code == 404
     assert client.get(url, {"destination": "a.example"}).status_code == 401
     _, other = do_create_api_token(world.space_b, name="b", actor=Actor(user=world.charlie))
-    assert client.get(url, {"destination": "a.example"}, headers={"Authorization": f"Bearer {other}"}).status_code == 404
+    assert (
+        client.get(url, {"destination": "a.example"}, headers={"Authorization": f"Bearer {other}"}).status_code == 404
+    )
     json.dumps(data)
