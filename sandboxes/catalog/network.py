@@ -14,7 +14,7 @@ from dataclasses import asdict
 from console.models import NetworkPolicy, Space
 from console.network import Destination, overlaps, parse_destination, private_range_of
 
-from ..backends.base import L7Rule, NetworkCapabilities, NetworkSpec
+from ..backends.base import ErrorKind, L7Rule, NetworkCapabilities, NetworkSpec, RemoteError
 from ..models import Session, SessionGrant
 
 
@@ -130,6 +130,14 @@ def unsupported_policy_switches(network: NetworkSpec | NetworkPolicy, caps: Netw
     if spec.allow_public_traffic and not caps.inbound_toggle:
         problems.append("public inbound traffic")
     return problems
+
+
+class PolicyConflict(RemoteError):
+    """A session refused because its config's backend cannot enforce the space's policy: a
+    settings conflict (409, `policy_conflict`), never a backend failure."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorKind.CONFLICT, message, retryable=False)
 
 
 def policy_refusal(config_name: str, backend_label: str, problems: list[str]) -> str:

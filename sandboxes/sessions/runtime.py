@@ -56,7 +56,13 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from ..catalog.network import network_spec_for, policy_refusal, spec_fingerprint, unsupported_policy_switches
+from ..catalog.network import (
+    PolicyConflict,
+    network_spec_for,
+    policy_refusal,
+    spec_fingerprint,
+    unsupported_policy_switches,
+)
 from ..catalog.services import backend_config_for, config_fingerprint
 from ..models import SandboxConfig, Session, SessionImage, SessionState
 from .lookup import get_or_create_session
@@ -377,7 +383,7 @@ class Runtime:
         problems = unsupported_policy_switches(network, backend.network_capabilities())
         if problems:
             # A settings conflict, not a backend failure: 409 with the reason (never 502).
-            raise RemoteError(ErrorKind.CONFLICT, policy_refusal(config.name, backend.label, problems), retryable=False)
+            raise PolicyConflict(policy_refusal(config.name, backend.label, problems))
         spec = SandboxSpec(
             template_id=template.template_id,
             network=network,

@@ -25,11 +25,12 @@ from sandboxes.api.views import do_create_api_token
 from sandboxes.backends.base import EgressRefusal
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint
 from sandboxes.catalog.services import run_connection_test
+from sandboxes.catalog.verify import policy_check
 from sandboxes.egress.approvals import do_allow_for_session, do_allow_for_space, propose, target_of
 from sandboxes.egress.live import apply_space_policy, sessions_keeping_old_rules
 from sandboxes.egress.log import cleanup_egress_log, record_refusals, watch_build_sandbox
 from sandboxes.models import EgressEvent, SandboxConfig, Session, SessionGrant
-from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.runtime import Runtime, backend_for
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
@@ -89,12 +90,19 @@ def test_a_session_refused_for_the_policy_answers_409_with_the_reason(world: Wor
     response = client.post(url, "{}", content_type="application/json", headers=headers)
     assert response.status_code == 409, response.content
     error = response.json()["error"]
-    assert error["code"] == "conflict"
+    assert error["code"] == "policy_conflict"
     assert error["retryable"] is False
     assert "cannot be honoured by config cloud (E2B)" in error["message"]
     assert "deny entry 203.0.113.128/25 inside allow entry 203.0.113.0/24" in error["message"]
     # Nothing was created on the backend for it.
-    assert Session.objects.get(key="refused").sandbox_id == ""
+    session = Session.objects.get(key="refused")
+    assert session.sandbox_id == ""
+    # The session page's resume says the same, in the page's message (a redirect, no 502).
+    page = world.client_for("bob").post(reverse("sandboxes:session_action", args=[session.id, "resume"]), follow=True)
+    body = page.content.decode()
+    assert page.status_code == 200
+    assert "cannot be honoured by config cloud (E2B)" in body
+    assert "The backend said" not in body
 
 
 @pytest.mark.django_db
@@ -118,6 +126,9 @@ def test_the_connection_test_reports_a_policy_the_backend_cannot_honour(
     assert [s.name for s in steps][-4:] == ["create", "exec", "delete", "network policy"], steps
     assert [s.ok for s in steps][-4:] == [True, True, True, False]
     assert "conflict: The space's network policy cannot be honoured by config cloud" in steps[-1].detail
+    verified = policy_check(e2b_config, backend_for(e2b_config))
+    assert verified.status == "fail"
+    assert "deny entry 203.0.113.128/25 inside allow entry" in verified.detail
     set_policy(world.space_a, allow_out=["203.0.113.0/24"])
     assert run_connection_test(e2b_config, lambda step: None)[-1].ok
 
@@ -216,7 +227,7 @@ def test_the_egress_page_filters_paginates_and_has_an_empty_state(world: World) 
     assert client.get(url, {"page": 2}).context["page"].number == 2
     assert client.get(url, {"layer": "packet"}).context["page"].paginator.count == 1
     assert client.get(url, {"destination": "a5"}).context["page"].paginator.count == 6  # a5, a50..a54
-    assert client.get(url, {"session": one.id}).context["page"].paginator.count == 55
+    assert client.get(url, {"session": str(one.id)}).context["page"].paginator.count == 55
     future = (timezone.now() + timedelta(days=2)).date().isoformat()
     assert client.get(url, {"date_from": future}).context["page"].paginator.count == 0
     partial = client.get(url, {"layer": "packet"}, HTTP_HX_REQUEST="true").content.decode()

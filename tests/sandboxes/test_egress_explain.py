@@ -7,13 +7,15 @@ entries win; private ranges need a CIDR allow entry or a private exception; link
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from sandboxes.backends.base import L7Rule, NetworkCapabilities, NetworkSpec
 from sandboxes.catalog.network import spec_fingerprint, unsupported_policy_switches
 from sandboxes.egress.explain import BackendView, decide, explain, parse_target
 
-ON = {"allow_internet_access": True, "allow_public_traffic": False}
+ON: dict[str, Any] = {"allow_internet_access": True, "allow_public_traffic": False}
 E2B_LIKE = NetworkCapabilities(
     allow_out_cidr=True,
     allow_out_domain=True,
