@@ -330,3 +330,20 @@ def test_describe_says_what_the_lists_do(allow_out: list[str], deny_out: list[st
 
     policy = NetworkPolicy(allow_internet_access=True, allow_out=allow_out, deny_out=deny_out, l7_rules=[])
     assert policy.describe()[:-1] == expected
+
+
+@pytest.mark.django_db
+def test_the_migration_keeps_old_deny_all_plus_allow_policies_meaning_only_these(world: World) -> None:
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("console.migrations.0002_network_policy_allow_private")
+    NetworkPolicy.objects.filter(space=world.space_a).update(
+        allow_internet_access=True, allow_out=["pypi.org"], deny_out=["0.0.0.0/0", "::/0", "198.51.100.0/24"]
+    )
+    NetworkPolicy.objects.filter(space=world.space_b).update(allow_internet_access=True, deny_out=["0.0.0.0/0"])
+    migration.keep_allow_only_policies(apps, None)
+    assert NetworkPolicy.objects.get(space=world.space_a).deny_out == ["198.51.100.0/24"]
+    # Without an allow list, "deny everything" meant and still means exactly that.
+    assert NetworkPolicy.objects.get(space=world.space_b).deny_out == ["0.0.0.0/0"]
