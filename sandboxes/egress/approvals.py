@@ -22,7 +22,8 @@ from django.db import IntegrityError, transaction
 from console.models import NetworkPolicy
 from console.services import Actor, ServiceError, do_update_network_policy, record_audit
 
-from ..catalog.network import network_spec_for
+from ..backends.base import NetworkSpec
+from ..catalog.network import network_spec_for, policy_spec
 from ..models import EgressEvent, Session, SessionGrant
 from .explain import Target, decide, parse_target
 from .live import apply_soon
@@ -49,10 +50,10 @@ class Proposal:
         return self.action in ("allow", "private")
 
 
-def propose(policy: NetworkPolicy, target: Target | None) -> Proposal:
+def propose(spec: NetworkSpec, target: Target | None) -> Proposal:
+    """What approving a refusal of `target` under the space's `spec` would add (see above)."""
     if target is None:
         return Proposal("none", "", "The destination cannot be named by an allow entry.")
-    spec = network_spec_for(policy.space)
     decision = decide(spec, target)
     if decision.allowed:
         return Proposal("none", target.entry, f"Allowed by the current policy already ({decision.rule}).")
@@ -74,7 +75,7 @@ def propose(policy: NetworkPolicy, target: Target | None) -> Proposal:
 def do_allow_for_space(event: EgressEvent, *, actor: Actor) -> Proposal:
     """Add the refused destination to the space's policy (one audit row, applied live)."""
     policy = NetworkPolicy.objects.get_or_create(space=event.space)[0]
-    proposal = propose(policy, target_of(event))
+    proposal = propose(policy_spec(policy), target_of(event))
     if not proposal.can_approve:
         raise ServiceError(proposal.text)
     allow_out, allow_private = list(policy.allow_out), list(policy.allow_private)
@@ -103,12 +104,11 @@ def do_allow_for_session(event: EgressEvent, *, actor: Actor) -> SessionGrant:
 
 
 def do_grant_session(session: Session, destination: str, *, actor: Actor, refusal: str | None = None) -> SessionGrant:
-    policy = NetworkPolicy.objects.get_or_create(space=session.space)[0]
     try:
         target = parse_target(destination)
     except ValueError as exc:
         raise ServiceError(str(exc), field_errors={"destination": [str(exc)]}) from None
-    proposal = propose(policy, target)
+    proposal = propose(network_spec_for(session.space), target)
     if not proposal.can_approve:
         raise ServiceError(proposal.text)
     kind = SessionGrant.Kind.ALLOW if proposal.action == "allow" else SessionGrant.Kind.PRIVATE

@@ -43,19 +43,33 @@ def _is_htmx(request: HttpRequest) -> bool:
     return bool(getattr(request, "htmx", False))
 
 
+class SessionKeyField(forms.CharField):
+    """A session of the space by its key (a text field: a space may hold many sessions)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(max_length=128, required=False, **kwargs)
+        self.space: Space | None = None
+
+    def clean(self, value: Any) -> Any:
+        key = (super().clean(value) or "").strip()
+        if not key:
+            return None
+        session = Session.objects.filter(space=self.space, key=key).first()
+        if session is None:
+            raise forms.ValidationError(f"No session {key!r} in this space.")
+        return session
+
+
 class ExplainForm(forms.Form):
     destination = forms.CharField(
         max_length=500,
         help_text="A domain, an address, host:port or an http(s) URL. Names are matched, never resolved.",
     )
-    session = forms.ModelChoiceField(
-        queryset=Session.objects.none(), required=False, empty_label="The space (no session)"
-    )
+    session = SessionKeyField(help_text="A session key: its grants count too. Empty: the space's policy alone.")
 
     def __init__(self, *args: Any, space: Space, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["session"].queryset = Session.objects.filter(space=space).order_by("key")  # type: ignore[attr-defined]
-        self.fields["session"].label_from_instance = lambda s: s.key  # type: ignore[attr-defined]
+        self.fields["session"].space = space  # type: ignore[attr-defined]
 
     def clean_destination(self) -> Any:
         try:
@@ -151,7 +165,7 @@ def network_explain(request: HttpRequest, space_id: str) -> HttpResponse:
 
 
 class EgressFilterForm(forms.Form):
-    session = forms.ModelChoiceField(queryset=Session.objects.none(), required=False, empty_label="All sessions")
+    session = SessionKeyField(help_text="A session key")
     layer = forms.ChoiceField(choices=[("", "All layers"), *[(layer, layer) for layer in LAYERS]], required=False)
     destination = forms.CharField(required=False, max_length=200)
     date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
@@ -159,12 +173,14 @@ class EgressFilterForm(forms.Form):
 
     def __init__(self, *args: Any, space: Space, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["session"].queryset = Session.objects.filter(space=space).order_by("key")  # type: ignore[attr-defined]
-        self.fields["session"].label_from_instance = lambda s: s.key  # type: ignore[attr-defined]
+        self.fields["session"].space = space  # type: ignore[attr-defined]
 
-    def filters(self) -> dict[str, Any]:
-        if not self.is_valid():
+    def filters(self) -> dict[str, Any] | None:
+        """The filters, {} when none are given, None when they are invalid (nothing matches)."""
+        if not self.is_bound:
             return {}
+        if not self.is_valid():
+            return None
         data = self.cleaned_data
         tz = timezone.get_current_timezone()
         return {
@@ -177,8 +193,8 @@ class EgressFilterForm(forms.Form):
 
 
 def _rows_with_proposals(space: Space, events: list[EgressEvent]) -> list[tuple[EgressEvent, Any]]:
-    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
-    return [(event, propose(policy, target_of(event))) for event in events]
+    spec = network_spec_for(space)
+    return [(event, propose(spec, target_of(event))) for event in events]
 
 
 @login_required
@@ -186,7 +202,9 @@ def _rows_with_proposals(space: Space, events: list[EgressEvent]) -> list[tuple[
 def egress_list(request: HttpRequest, space_id: str) -> HttpResponse:
     space = get_space_for_user(request.user, space_id, Role.VIEWER)
     form = EgressFilterForm(request.GET or None, space=space)
-    page = Paginator(events_for_space(space, filters=form.filters()), PAGE_SIZE).get_page(request.GET.get("page"))
+    filters = form.filters()
+    rows = events_for_space(space, filters=filters) if filters is not None else EgressEvent.objects.none()
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     params = request.GET.copy()
     params.pop("page", None)
     context = {
@@ -209,7 +227,7 @@ def _event(request: HttpRequest, space_id: str, event_id: str) -> EgressEvent:
 
 def _approve(request: HttpRequest, space_id: str, event_id: str, scope: str) -> HttpResponse:
     event = _event(request, space_id, event_id)
-    proposal = propose(NetworkPolicy.objects.get_or_create(space=event.space)[0], target_of(event))
+    proposal = propose(network_spec_for(event.space), target_of(event))
     back = reverse("sandboxes:egress_list", kwargs={"space_id": event.space_id})
     if request.method == "POST":
         try:

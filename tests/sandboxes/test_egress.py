@@ -227,7 +227,10 @@ def test_the_egress_page_filters_paginates_and_has_an_empty_state(world: World) 
     assert client.get(url, {"page": 2}).context["page"].number == 2
     assert client.get(url, {"layer": "packet"}).context["page"].paginator.count == 1
     assert client.get(url, {"destination": "a5"}).context["page"].paginator.count == 6  # a5, a50..a54
-    assert client.get(url, {"session": str(one.id)}).context["page"].paginator.count == 55
+    assert client.get(url, {"session": one.key}).context["page"].paginator.count == 55
+    unknown = client.get(url, {"session": "nobody"})
+    assert unknown.context["page"].paginator.count == 0
+    assert "No session &#x27;nobody&#x27; in this space." in unknown.content.decode()
     future = (timezone.now() + timedelta(days=2)).date().isoformat()
     assert client.get(url, {"date_from": future}).context["page"].paginator.count == 0
     partial = client.get(url, {"layer": "packet"}, HTTP_HX_REQUEST="true").content.decode()
@@ -284,13 +287,13 @@ def test_an_approval_never_switches_an_allow_everything_space_to_allow_only(worl
     # A public address refused by a deny entry: the row offers to edit the deny list instead.
     set_policy(world.space_a, deny_out=["198.51.100.0/24"])
     denied = event_for(world, "198.51.100.7:443", layer="packet")
-    assert propose(policy, target_of(denied)).action == "edit_deny"
+    assert propose(network_spec_for(world.space_a), target_of(denied)).action == "edit_deny"
     with pytest.raises(ServiceError, match="edit the deny list"):
         do_allow_for_space(denied, actor=SYSTEM)
     assert NetworkPolicy.objects.get(space=world.space_a).allow_out == []
     # Link-local (metadata) is never approved.
     metadata = event_for(world, "169.254.169.254:80", layer="packet")
-    assert propose(policy, target_of(metadata)).action == "none"
+    assert propose(network_spec_for(world.space_a), target_of(metadata)).action == "none"
 
 
 @pytest.mark.django_db
@@ -335,6 +338,9 @@ def test_explain_page_works_without_and_with_htmx(world: World, e2b_config: Sand
     assert "<html" not in partial
     assert "would be allowed" in partial
     assert "allow entry *.example.com" in partial
+    with_session = client.get(url, {"destination": "api.example.com", "session": "nobody"})
+    assert with_session.status_code == 400
+    assert "No session &#x27;nobody&#x27; in this space." in with_session.content.decode()
     bad = client.get(url, {"destination": "not a host"})
     assert bad.status_code == 400
     assert "give one destination" in bad.content.decode()
