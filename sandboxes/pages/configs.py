@@ -199,7 +199,7 @@ def config_verify(request: HttpRequest, config_id: str) -> HttpResponse:
 
 # --- Capability matrix -------------------------------------------------------------------
 
-CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty", "volumes")
+CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty", "volumes", "egress")
 NETWORK_FLAGS = (
     ("outbound_toggle", "Outbound on/off"),
     ("allow_out_cidr", "Allow CIDRs"),
@@ -208,6 +208,9 @@ NETWORK_FLAGS = (
     ("deny_out_domain", "Deny domains"),
     ("l7_rules", "HTTP (L7) rules"),
     ("inbound_toggle", "Inbound on/off"),
+    ("deny_wins", "Deny beats allow"),
+    ("allow_private", "Private exceptions"),
+    ("live_update", "Live policy changes"),
 )
 
 
