@@ -25,8 +25,8 @@ from django.utils import timezone
 from console.models import Space
 from console.services import SYSTEM, Actor, record_audit
 
-from ..backends.base import RemoteError
-from ..catalog.network import network_spec_for, spec_fingerprint, unsupported_policy_switches
+from ..backends.base import NetworkSpec, RemoteError
+from ..catalog.network import merge_grants, network_spec_for, spec_fingerprint, unsupported_policy_switches
 from ..models import Session, SessionState
 from ..sessions.runtime import backend_for
 
@@ -51,11 +51,17 @@ def bound_sessions(space: Space) -> Any:
         .exclude(sandbox_id="")
         .exclude(state=SessionState.GONE)
         .select_related("config__backend", "space")
+        .prefetch_related("egress_grants")
     )
 
 
-def apply_to_session(session: Session, report: ApplyReport) -> None:
-    spec = network_spec_for(session.space, session)
+def session_spec(space_spec: NetworkSpec, session: Session) -> NetworkSpec:
+    """The session's spec from its space's (computed once per pass) and its prefetched grants."""
+    return merge_grants(space_spec, sorted(session.egress_grants.all(), key=lambda grant: grant.created))
+
+
+def apply_to_session(session: Session, report: ApplyReport, space_spec: NetworkSpec | None = None) -> None:
+    spec = network_spec_for(session.space, session) if space_spec is None else session_spec(space_spec, session)
     fingerprint = spec_fingerprint(spec)
     if fingerprint == session.policy_fingerprint:
         report.unchanged.append(session.key)
@@ -85,11 +91,12 @@ def apply_space_policy(space: Space, *, actor: Actor = SYSTEM, sessions: list[Se
     """Apply the space's current spec to its (or the given) bound sessions; one audit row."""
     report = ApplyReport()
     deadline = time.monotonic() + settings.EGRESS_APPLY_BUDGET_S
+    space_spec = network_spec_for(space) if sessions is None else None
     for session in sessions if sessions is not None else bound_sessions(space):
         if time.monotonic() > deadline:
             report.failed.append(session.key)
             continue
-        apply_to_session(session, report)
+        apply_to_session(session, report, space_spec)
     if report.applied or report.failed or report.refused:
         record_audit(
             actor,
@@ -130,8 +137,9 @@ class OldRules:
 def sessions_keeping_old_rules(space: Space) -> list[OldRules]:
     """Bound sessions whose sandbox runs an older spec than the space's current one."""
     found = []
+    space_spec = network_spec_for(space)
     for session in bound_sessions(space):
-        if spec_fingerprint(network_spec_for(space, session)) == session.policy_fingerprint:
+        if spec_fingerprint(session_spec(space_spec, session)) == session.policy_fingerprint:
             continue
         try:
             backend = backend_for(session.config)
