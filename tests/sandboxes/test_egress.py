@@ -375,3 +375,23 @@ def test_explain_api_answers_through_every_layer(world: World, e2b_config: Sandb
         client.get(url, {"destination": "a.example"}, headers={"Authorization": f"Bearer {other}"}).status_code == 404
     )
     json.dumps(data)
+
+
+@pytest.mark.django_db
+def test_the_egress_page_and_the_old_rules_list_keep_their_queries_bounded(
+    world: World, django_assert_max_num_queries: Any
+) -> None:
+    config = make_config(world.space_a)
+    rows = []
+    for n in range(12):
+        session = Session.objects.create(space=world.space_a, config=config, key=f"q{n}", sandbox_id=f"sbx-q{n}")
+        SessionGrant.objects.create(session=session, entry=f"g{n}.example")
+        rows += [refusal(session.sandbox_id, f"d{n}-{i}.example") for i in range(5)]
+    record_refusals(config.backend, rows)
+    client = world.client_for("alice")
+    url = reverse("sandboxes:egress_list", args=[world.space_a.id])
+    client.get(url)  # warm the session and the login
+    with django_assert_max_num_queries(12):
+        assert client.get(url).status_code == 200
+    with django_assert_max_num_queries(6):
+        assert len(sessions_keeping_old_rules(world.space_a)) == 12
