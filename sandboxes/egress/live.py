@@ -141,15 +141,17 @@ def sessions_keeping_old_rules(space: Space) -> list[OldRules]:
     for session in bound_sessions(space):
         if spec_fingerprint(session_spec(space_spec, session)) == session.policy_fingerprint:
             continue
+        label = session.config.backend.name
         try:
             backend = backend_for(session.config)
+            label = backend.label
             live = backend.egress() is not None and backend.network_capabilities().live_update
         except RemoteError:
             live = False
         reason = (
             "the live update did not reach it yet (or failed): the next change retries, a rebuild applies it"
             if live
-            else f"{session.config.backend.name} fixes the network at create: rebuild to apply the new rules"
+            else f"{label} fixes the network at create: rebuild to apply the new rules"
         )
         found.append(OldRules(session, reason, can_rebuild=True))
     return found
