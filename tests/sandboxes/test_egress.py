@@ -395,3 +395,28 @@ def test_the_egress_page_and_the_old_rules_list_keep_their_queries_bounded(
         assert client.get(url).status_code == 200
     with django_assert_max_num_queries(6):
         assert len(sessions_keeping_old_rules(world.space_a)) == 12
+
+
+@pytest.mark.django_db
+def test_a_skill_builds_refusals_are_proposed_as_allow_entries_on_the_skill_image_page(world: World) -> None:
+    from skills.models import SkillImage
+
+    config = make_config(world.space_a)
+    job = AdminJob.objects.create(kind="skills.install", space=world.space_a)
+    SkillImage.objects.create(space=world.space_a, config=config, generation=1, status="failed", job=job)
+    watch_build_sandbox("sbx-build", space=world.space_a, job=job)
+    record_refusals(
+        config.backend,
+        [
+            refusal("sbx-build", "files.pythonhosted.org", layer="dns"),
+            refusal("sbx-build", "203.0.113.5:443", layer="packet"),
+            refusal("sbx-build", "files.pythonhosted.org", layer="dns"),
+        ],
+    )
+    page = world.client_for("carol").get(reverse("skills:image_detail", args=[world.space_a.id]))
+    body = page.content.decode()
+    assert 'id="build-refusals"' in body
+    assert "<code>files.pythonhosted.org</code>, <code>203.0.113.5/32</code>" in body
+    # The Egress page names the build's job for those rows.
+    egress = world.client_for("carol").get(reverse("sandboxes:egress_list", args=[world.space_a.id]))
+    assert "skill build" in egress.content.decode()
