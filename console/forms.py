@@ -157,3 +157,26 @@ class AuditFilterForm(forms.Form):
         if start and end and start > end:
             self.add_error("date_to", "The end date is before the start date.")
         return cleaned
+
+
+class SpaceLimitsForm(forms.Form):
+    """A space's quotas; a blank field means the platform default (shown as its placeholder)."""
+
+    LABELS = {
+        "live_sessions": "Live sessions",
+        "concurrent_execs": "Concurrent execs",
+        "background_commands": "Running background commands",
+        "api_requests_per_minute": "API requests per minute, per token",
+    }
+
+    def __init__(self, *args: Any, defaults: dict[str, int], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, label in self.LABELS.items():
+            self.fields[name] = forms.IntegerField(
+                label=label,
+                required=False,
+                min_value=0,
+                max_value=1_000_000,
+                help_text=f"Blank: the platform default ({defaults[name]}). 0 refuses every call.",
+                widget=forms.NumberInput(attrs={"placeholder": str(defaults[name])}),
+            )

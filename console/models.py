@@ -40,6 +40,40 @@ class Space(models.Model):
         return reverse("console:space_detail", kwargs={"space_id": self.id})
 
 
+class SpaceLimits(models.Model):
+    """A space's quotas and rate limits, set by platform admins. A blank field takes the
+    platform default (settings.SPACE_LIMIT_DEFAULTS); the row is also what a check locks,
+    so two calls of one space never both take its last slot (sandboxes/sessions/limits.py)."""
+
+    space = models.OneToOneField(Space, on_delete=models.CASCADE, related_name="limits", primary_key=True)
+    live_sessions = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Sessions that exist at once (any state but gone)."
+    )
+    concurrent_execs = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Commands running at once through the API's exec, across all sessions."
+    )
+    background_commands = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Background commands running at once, across all sessions."
+    )
+    api_requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Agent API requests per minute, per API token."
+    )
+    updated = models.DateTimeField(auto_now=True)
+
+    LIMIT_FIELDS = ("live_sessions", "concurrent_execs", "background_commands", "api_requests_per_minute")
+
+    def __str__(self) -> str:
+        return f"limits of {self.space}"
+
+    def effective(self) -> dict[str, int]:
+        """Every limit as enforced: this row's value, else the platform default."""
+        defaults = settings.SPACE_LIMIT_DEFAULTS
+        return {
+            name: (getattr(self, name) if getattr(self, name) is not None else int(defaults[name]))
+            for name in self.LIMIT_FIELDS
+        }
+
+
 class Membership(models.Model):
     """A user's role in one space. Superusers need none: they see every space."""
 

@@ -18,7 +18,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import slugify
 
-from .models import AuditEvent, Membership, NetworkPolicy, Role, Space
+from .models import AuditEvent, Membership, NetworkPolicy, Role, Space, SpaceLimits
 from .network import PolicyValidation, validate_policy
 from .signals import login_sessions_ended, network_policy_changed
 
@@ -141,6 +141,34 @@ def do_update_space(space: Space, *, actor: Actor, **changes: str) -> Space:
         space.refresh_from_db()
         raise ServiceError("A space with this slug already exists.", field_errors={"slug": ["already taken"]}) from None
     return space
+
+
+def do_update_space_limits(space: Space, *, actor: Actor, **values: int | None) -> SpaceLimits:
+    """Set a space's quotas and rate limits (None: the platform default). Platform admins only
+    (the caller checks); audited with the values before and after."""
+    unknown = set(values) - set(SpaceLimits.LIMIT_FIELDS)
+    if unknown:
+        raise ServiceError(f"Unknown limit(s): {', '.join(sorted(unknown))}.")
+    bad = {name: ["a whole number, 0 or more"] for name, v in values.items() if v is not None and int(v) < 0}
+    if bad:
+        raise ServiceError("Limits are whole numbers, 0 or more.", field_errors=bad)
+    with transaction.atomic():
+        limits, _ = SpaceLimits.objects.select_for_update().get_or_create(space=space)
+        before = {name: getattr(limits, name) for name in SpaceLimits.LIMIT_FIELDS}
+        for name, value in values.items():
+            setattr(limits, name, value)
+        limits.save()
+        after = {name: getattr(limits, name) for name in SpaceLimits.LIMIT_FIELDS}
+        if after != before:
+            record_audit(
+                actor,
+                "space.limits",
+                space=space,
+                target_type="space",
+                target_id=space.id,
+                details={"before": before, "after": after},
+            )
+    return limits
 
 
 def do_delete_space(space: Space, *, actor: Actor) -> None:

@@ -16,6 +16,7 @@ console_patterns = [
     path("spaces/<uuid:space_id>/edit/", views.space_edit, name="space_edit"),
     path("spaces/<uuid:space_id>/delete/", views.space_delete, name="space_delete"),
     path("spaces/<uuid:space_id>/network/", network_pages.network_policy_edit, name="network_policy_edit"),
+    path("spaces/<uuid:space_id>/limits/", views.space_limits, name="space_limits"),
     path("spaces/<uuid:space_id>/members/add/", views.member_add, name="member_add"),
     path(
         "spaces/<uuid:space_id>/members/<uuid:membership_id>/role/",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, time, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
@@ -24,8 +25,8 @@ from django_htmx.http import HttpResponseStopPolling
 
 from . import jobs as job_runner
 from .access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
-from .forms import AuditFilterForm, MemberAddForm, MemberRoleForm, SpaceForm
-from .models import AdminJob, AuditEvent, JobStatus, Membership, NetworkPolicy, Role, Space
+from .forms import AuditFilterForm, MemberAddForm, MemberRoleForm, SpaceForm, SpaceLimitsForm
+from .models import AdminJob, AuditEvent, JobStatus, Membership, NetworkPolicy, Role, Space, SpaceLimits
 from .services import (
     ServiceError,
     actor_from_request,
@@ -36,6 +37,7 @@ from .services import (
     do_logout_everywhere,
     do_remove_member,
     do_update_space,
+    do_update_space_limits,
     policy_warnings,
 )
 
@@ -175,6 +177,39 @@ def space_edit(request: HttpRequest, space_id: str) -> HttpResponse:
             messages.success(request, "Space saved.")
             return redirect("console:space_detail", space_id=space.id)
     return render(request, "console/space_form.html", {"form": form, "space": space, "section": "spaces"})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def space_limits(request: HttpRequest, space_id: str) -> HttpResponse:
+    """A space's quotas and rate limits: every member reads them, platform admins set them."""
+    space = get_space_for_user(request.user, space_id)
+    can_edit = is_platform_admin(request.user)
+    if request.method == "POST" and not can_edit:
+        raise PermissionDenied("Only platform admins set a space's limits.")
+    limits = SpaceLimits.objects.filter(space=space).first() or SpaceLimits(space=space)
+    initial = {name: getattr(limits, name) for name in SpaceLimits.LIMIT_FIELDS}
+    form = SpaceLimitsForm(request.POST or None, initial=initial, defaults=settings.SPACE_LIMIT_DEFAULTS)
+    if request.method == "POST" and form.is_valid():
+        try:
+            do_update_space_limits(
+                space, actor=actor_from_request(request), **{n: form.cleaned_data[n] for n in SpaceLimits.LIMIT_FIELDS}
+            )
+        except ServiceError as exc:
+            apply_form_errors(form, exc)
+        else:
+            messages.success(request, "Limits saved.")
+            return redirect("console:space_limits", space_id=space.id)
+    context = {
+        "space": space,
+        "form": form,
+        "can_edit": can_edit,
+        "effective": [
+            (SpaceLimitsForm.LABELS[n], v, getattr(limits, n) is None) for n, v in limits.effective().items()
+        ],
+        "section": "spaces",
+    }
+    return render(request, "console/space_limits.html", context, status=400 if form.errors else 200)
 
 
 @login_required

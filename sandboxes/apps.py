@@ -7,13 +7,13 @@ class SandboxesConfig(AppConfig):
     verbose_name = "Sandboxes"
 
     def ready(self) -> None:
-        # Register job handlers, and the signals that close terminals on loss of access.
-        # A committed policy change reaches running sandboxes that take it live.
+        # Register job handlers, and the signals that close terminals on loss of access; a
+        # committed policy change reaches running sandboxes that take it live.
         from console.signals import network_policy_changed
 
         from .catalog import jobs, verify  # noqa: F401
         from .egress.live import on_policy_changed
-        from .sessions import reaper  # noqa: F401
+        from .sessions import reaper, retention  # noqa: F401
         from .terminal import tickets  # noqa: F401
 
         network_policy_changed.connect(on_policy_changed, dispatch_uid="sandboxes.egress.live")

@@ -7,6 +7,7 @@ from celery import shared_task
 from .egress.live import apply_space_policy
 from .egress.log import cleanup_egress_log, ingest_refusals
 from .sessions.reaper import start_idle_sweep, start_reaper_pass
+from .sessions.retention import start_retention_pass
 
 
 @shared_task(name="sandboxes.reaper_pass", ignore_result=True)
@@ -40,3 +41,8 @@ def egress_ingest_task() -> None:
 @shared_task(name="sandboxes.egress_cleanup", ignore_result=True)
 def egress_cleanup_task() -> None:
     cleanup_egress_log()
+
+
+@shared_task(name="sandboxes.retention_pass", ignore_result=True)
+def retention_pass_task() -> None:
+    start_retention_pass()

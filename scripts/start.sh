@@ -5,18 +5,35 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh
-export DJANGO_SETTINGS_MODULE=${DJANGO_SETTINGS_MODULE:-console.settings.dev}
 mkdir -p var
+# Setup noise (pip, npm, image builds, migrations) goes to var/setup.log; the terminal gets one
+# line per step, and the log's tail when a step fails.
+SETUP_LOG=var/setup.log
+: >"$SETUP_LOG"
+quietly() {  # quietly "what it does" command...
+  local what=$1
+  shift
+  echo "==> $what"
+  if ! "$@" >>"$SETUP_LOG" 2>&1; then
+    echo "!! $what failed; the end of $SETUP_LOG:" >&2
+    tail -n 30 "$SETUP_LOG" >&2
+    exit 1
+  fi
+}
+
+quietly "setting up Python packages and front-end assets (details in $SETUP_LOG)" bash scripts/setup.sh
+export DJANGO_SETTINGS_MODULE=${DJANGO_SETTINGS_MODULE:-console.settings.dev}
 source scripts/keys.sh
 
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
-  echo "==> Docker engine answers; making sure the base template image exists"
-  .venv/bin/python manage.py build_base_image
+  quietly "Docker engine answers; making sure the base template image exists (a first build takes minutes)" \
+    .venv/bin/python manage.py build_base_image
   # Online sandboxes need the host packet filter (docs/security.md); only root can load it.
   if [ "$(id -u)" = 0 ]; then
-    command -v nft >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables; }
-    .venv/bin/python -m sandboxes.backends.docker.firewall || true
+    command -v nft >/dev/null 2>&1 ||
+      quietly "installing nftables" bash -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables"
+    .venv/bin/python -m sandboxes.backends.docker.firewall >>"$SETUP_LOG" 2>&1 ||
+      echo "==> the host packet filter could not be applied (see $SETUP_LOG); sessions with outbound on are refused"
   else
     echo "==> not root: the host packet filter is not applied, so sessions with outbound on are refused (docs/security.md)"
   fi
@@ -24,11 +41,10 @@ else
   echo "==> no Docker engine answers: the Docker backend stays unavailable until one runs (see docs/operations.md)"
 fi
 
-echo "==> migrating the database"
-.venv/bin/python manage.py migrate --noinput
+quietly "migrating the database" .venv/bin/python manage.py migrate --noinput
 if [ -n "$LEGACY_SECRET_KEY" ]; then
   # A console from before the key was required: move its stored secrets to the new key.
-  .venv/bin/python manage.py rotate_field_encryption_key --legacy-secret-key "$LEGACY_SECRET_KEY" ||
+  .venv/bin/python manage.py rotate_field_encryption_key --legacy-secret-key "$LEGACY_SECRET_KEY" >>"$SETUP_LOG" 2>&1 ||
     echo "==> some stored secrets could not be moved to the new key; enter them again on their configs"
 fi
 .venv/bin/python manage.py bootstrap_console
@@ -38,14 +54,17 @@ pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
-  echo "==> REDIS_URL is set: starting a Celery worker and beat"
-  .venv/bin/celery -A console worker --loglevel=INFO --pool=threads --concurrency=4 &
+  echo "==> REDIS_URL is set: starting a Celery worker and beat (logs: var/celery-worker.log, var/celery-beat.log)"
+  .venv/bin/celery -A console worker --loglevel=INFO --pool=threads --concurrency=4 >>var/celery-worker.log 2>&1 &
   pids+=($!)
-  .venv/bin/celery -A console beat --loglevel=INFO --schedule var/celerybeat-schedule &
+  .venv/bin/celery -A console beat --loglevel=INFO --schedule var/celerybeat-schedule >>var/celery-beat.log 2>&1 &
   pids+=($!)
 fi
 
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8000}
-echo "==> Sandbox Console on http://$HOST:$PORT/"
-.venv/bin/daphne -b "$HOST" -p "$PORT" console.asgi:application
+echo "==> Sandbox Console on http://$HOST:$PORT/ (Ctrl-C stops it)"
+# Twisted's "HTTP/2 support not enabled" says nothing an embedded console needs (TLS and
+# HTTP/2 are the reverse proxy's job in a deployment: docs/operations.md, "Production").
+.venv/bin/daphne -v 1 -b "$HOST" -p "$PORT" console.asgi:application \
+  2> >(grep --line-buffered -v "HTTP/2 support not enabled" >&2)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from sandboxes.backends.base import Backend, ExecRequest, ExecResult, RemoteError
 
@@ -58,14 +58,28 @@ PIP_ENV = {
 # The same for an image's environment: these would add a source next to the config's own
 # (PIP_EXTRA_INDEX_URL = a fallback to PyPI) or override it. Unset for every pip run.
 PIP_SOURCE_VARIABLES = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_TRUSTED_HOST")
-# Connects to a package source from inside the build sandbox: argv host, port, timeout.
-# Prints why it could not, in the words of the socket error.
+# Asks a package source for one page from inside the build sandbox: argv URL, timeout.
+# Prints the HTTP status (exit 0 for 2xx, 2 for another status), or why no answer came (1).
+# Credentials in the URL's userinfo go in an Authorization header, as pip sends them.
 SOURCE_PROBE = """
-import socket, sys
+import base64, sys, urllib.error, urllib.parse, urllib.request
+split = urllib.parse.urlsplit(sys.argv[1])
+netloc = split.hostname if ":" not in (split.hostname or "") else f"[{split.hostname}]"
+netloc += f":{split.port}" if split.port else ""
+request = urllib.request.Request(urllib.parse.urlunsplit(split._replace(netloc=netloc)))
+request.add_header("Accept", "application/vnd.pypi.simple.v1+html, text/html;q=0.9, application/json;q=0.8")
+if split.username is not None:
+    pair = f"{urllib.parse.unquote(split.username)}:{urllib.parse.unquote(split.password or '')}"
+    request.add_header("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
 try:
-    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3])).close()
-except OSError as exc:
-    print(exc.strerror or str(exc) or type(exc).__name__)
+    with urllib.request.urlopen(request, timeout=float(sys.argv[2])) as answer:
+        print(answer.status)
+except urllib.error.HTTPError as exc:
+    print(exc.code)
+    sys.exit(2)
+except (OSError, ValueError) as exc:
+    reason = getattr(exc, "reason", None) or exc
+    print(getattr(reason, "strerror", None) or str(reason) or type(reason).__name__)
     sys.exit(1)
 """
 SOURCE_PROBE_TIMEOUT_S = 10
@@ -147,6 +161,11 @@ class PackageSources:
         return self.pip_folder is None and bool(self.pip_index_url)
 
 
+def pep503_name(name: str) -> str:
+    """A project's normalised name, as PEP 503 index pages are named."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def source_host_port(url: str) -> tuple[str, int]:
     """The host (a name or an IP literal, without brackets) and port a source URL connects to."""
     split = urlsplit(url)
@@ -190,29 +209,62 @@ def output_tail(result: ExecResult, limit: int = 1500) -> str:
     return text[-limit:] or "(no output)"
 
 
-def probe_source(backend: Backend, sandbox_id: str, what: str, url: str, log: Log) -> None:
-    """Fail at once, in plain words, when the build sandbox cannot connect to a package source.
+def probe_page_url(base_url: str, project: str | None, *, pep503: bool = True) -> str:
+    """The page a probe asks for: a project's PEP 503 page (`<index>/<normalised name>/`), or
+    for an npm registry the package document (`<registry>/<name>`); the source root without
+    a project."""
+    if project is None:
+        return base_url
+    base = base_url if base_url.endswith("/") else base_url + "/"
+    return base + quote(project, safe="@") + ("/" if pep503 else "")
+
+
+def probe_source(
+    backend: Backend, sandbox_id: str, what: str, url: str, log: Log, *, page_url: str | None = None
+) -> None:
+    """Fail at once, in plain words, when a package source does not serve what the build needs.
 
     pip and npm retry an unreachable source for a while and then report that nothing matches
-    (pip: "from versions: none"), which hides the cause. Needs python3 in the image; without
-    it the source is not probed and the installer's own error has to do.
+    (pip: "from versions: none"), which hides the cause; a server that answers 404 to
+    everything passes a mere port check. So the probe asks the source itself for the first
+    dependency's page (PEP 503 for pip) and names the HTTP status. Needs python3 in the
+    image; without it the source is not probed and the installer's own error has to do.
     """
     host, port = source_host_port(url)
-    argv = ["python3", "-c", SOURCE_PROBE, host, str(port), str(SOURCE_PROBE_TIMEOUT_S)]
+    asked = page_url or url
+    argv = ["python3", "-c", SOURCE_PROBE, asked, str(SOURCE_PROBE_TIMEOUT_S)]
     result = run(
         backend, sandbox_id, "dependencies", shlex.join(argv), timeout_s=SOURCE_PROBE_TIMEOUT_S + 20, check=False
     )
+    answer = result.stdout.decode(errors="replace").strip()
+    shown = redact_userinfo(asked)
     if result.exit_code == 127:
-        log(f"{what} {url} not probed (no python3 in the image)")
+        log(f"{what} {redact_userinfo(url)} not probed (no python3 in the image)")
         return
-    if result.exit_code != 0:
-        reason = result.stdout.decode(errors="replace").strip() or output_tail(result)
+    if result.exit_code == 2:
+        hint = " (the index has no such project)" if answer == "404" and page_url else ""
         raise StepFailed(
             "dependencies",
-            f"{what} {url} does not answer from the build sandbox ({host} port {port}: {reason}). "
+            f"{what} {redact_userinfo(url)} answers HTTP {answer} for {shown}{hint}, from the build sandbox "
+            f"({host} port {port}). Check the URL and that the index serves the skill's dependencies.",
+        )
+    if result.exit_code != 0:
+        reason = answer or output_tail(result)
+        raise StepFailed(
+            "dependencies",
+            f"{what} {redact_userinfo(url)} does not answer from the build sandbox ({host} port {port}: {reason}). "
             "Check that it runs and that this backend's sandboxes can reach that address.",
         )
-    log(f"{what} answers from the build sandbox ({host} port {port})")
+    log(f"{what} answers from the build sandbox ({host} port {port}): HTTP {answer} for {shown}")
+
+
+def redact_userinfo(url: str) -> str:
+    """The URL as logged: a password in its userinfo replaced by ***."""
+    split = urlsplit(url)
+    if split.password is None:
+        return url
+    netloc = f"{split.username}:***@" + split.netloc.rpartition("@")[2]
+    return split._replace(netloc=netloc).geturl()
 
 
 def upload_tree(backend: Backend, sandbox_id: str, step: str, archive: bytes, destination: str) -> None:
@@ -295,7 +347,8 @@ def install_dependencies(
         check_debian_packages(backend, sandbox_id, debian, log)
     pip_skills = [skill for skill in skills if skill.pip_requirements]
     if pip_skills:
-        pip = prepare_pip(backend, sandbox_id, sources, log)
+        first = next((name for skill in pip_skills for name in skill.pip_names), None)
+        pip = prepare_pip(backend, sandbox_id, sources, log, project=pep503_name(first) if first else None)
         for skill in pip_skills:
             installed[skill.name] = pip_install(backend, sandbox_id, pip, skill, sources, log)
     npm_skills = [skill for skill in skills if skill.npm_packages]
@@ -332,7 +385,9 @@ def check_debian_packages(backend: Backend, sandbox_id: str, names: list[str], l
     log(f"Debian packages already in the image: {', '.join(names)}")
 
 
-def prepare_pip(backend: Backend, sandbox_id: str, sources: PackageSources, log: Log) -> list[str]:
+def prepare_pip(
+    backend: Backend, sandbox_id: str, sources: PackageSources, log: Log, *, project: str | None = None
+) -> list[str]:
     """Copy the wheel folder in (or check the index answers) and find a pip to run.
 
     Returns the argv prefix for pip.
@@ -355,7 +410,14 @@ def prepare_pip(backend: Backend, sandbox_id: str, sources: PackageSources, log:
         if sources.pip_index_url:
             log(f"the pip index URL is not used: the find-links folder {sources.pip_folder.name}/ wins (offline)")
     if sources.pip_uses_index:
-        probe_source(backend, sandbox_id, "the pip index", sources.pip_index_url, log)
+        probe_source(
+            backend,
+            sandbox_id,
+            "the pip index",
+            sources.pip_index_url,
+            log,
+            page_url=probe_page_url(sources.pip_index_url, project),
+        )
     own = run(backend, sandbox_id, "dependencies", "python3 -m pip --version", check=False)
     if own.exit_code == 0:
         log(f"using the image's pip: {own.stdout.decode(errors='replace').strip()[:120]}")
@@ -458,7 +520,15 @@ def npm_install(backend: Backend, sandbox_id: str, skill: SkillPayload, sources:
             f"{skill.name} declares npm dependencies but npm is not in the template the build started from; "
             "use a base template with Node.js and npm",
         )
-    probe_source(backend, sandbox_id, "the npm registry", sources.npm_registry_url, log)
+    first = skill.npm_packages[0]["name"] if skill.npm_packages else None
+    probe_source(
+        backend,
+        sandbox_id,
+        "the npm registry",
+        sources.npm_registry_url,
+        log,
+        page_url=probe_page_url(sources.npm_registry_url, first, pep503=False),
+    )
     folders = sorted({posixpath.dirname(str(dep.get("source", "package.json"))) for dep in skill.npm_packages})
     for folder in folders:
         target = shlex.quote(posixpath.join(skill.root, folder) if folder else skill.root)
@@ -486,6 +556,7 @@ DEFAULT_CHECKS = r"""
 import importlib, importlib.metadata as md, json, os, shutil, subprocess, sys
 spec = json.loads(sys.argv[1])
 problems = []
+warnings = []
 root = spec["root"]
 if os.access(root, os.W_OK):
     problems.append(f"{root} is writable by the session user")
@@ -511,7 +582,9 @@ for rel in spec["scripts"]:
         data = handle.read()
     first = data.split(b"\n", 1)[0].decode(errors="replace") if data.startswith(b"#!") else ""
     if os.access(path, os.X_OK) and not first:
-        problems.append(f"{rel} is executable but has no #! line")
+        # Common in published skills: SKILL.md runs them as `python3 scripts/x.py` anyway.
+        runner = "python3" if rel.endswith(".py") else "bash" if rel.endswith(".sh") else "its interpreter"
+        warnings.append(f"{rel} is executable but has no #! line: run it with {runner}, not as ./{rel}")
     if first:
         words = first[2:].split()
         program = words[1] if words and words[0].endswith("/env") and len(words) > 1 else (words[0] if words else "")
@@ -526,7 +599,7 @@ for rel in spec["scripts"]:
         checked = subprocess.run(["bash", "-n", path], capture_output=True, text=True)
         if checked.returncode:
             problems.append(f"{rel}: shell syntax error: {checked.stderr.strip()[:300]}")
-print(json.dumps(problems))
+print(json.dumps({"problems": problems, "warnings": warnings}))
 sys.exit(1 if problems else 0)
 """
 
@@ -572,14 +645,25 @@ def verify_skill(backend: Backend, sandbox_id: str, skill: SkillPayload, log: Lo
         timeout_s=CHECK_TIMEOUT_S,
         check=False,
     )
+    report = default_checks_report(result)
+    for warning in report.get("warnings", []):
+        log(f"{skill.name}: warning: {warning}")
     if result.exit_code != 0:
-        try:
-            problems = json.loads(result.stdout.decode().strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            problems = [output_tail(result)]
+        problems = report.get("problems") or [output_tail(result)]
         raise StepFailed("verify", f"{skill.name}: " + "; ".join(str(p) for p in problems))
     log(f"{skill.name}: default checks passed ({len(skill.pip_names)} pip import(s), {len(scripts)} script(s))")
     return "default checks"
+
+
+def default_checks_report(result: ExecResult) -> dict[str, list[str]]:
+    """The default checks' last output line: {"problems": [...], "warnings": [...]}."""
+    try:
+        report = json.loads(result.stdout.decode(errors="replace").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+    if not isinstance(report, dict):
+        return {}
+    return {key: [str(item) for item in report.get(key) or []] for key in ("problems", "warnings")}
 
 
 def clean_scratch(backend: Backend, sandbox_id: str, log: Log) -> None:

@@ -34,7 +34,7 @@ from .archives import Limits, human_size
 from .forms import SkillImportForm, SkillInstallForm
 from .models import Skill, SkillFile, SkillImage, SkillVersion
 from .rendering import render_markdown
-from .services import do_delete_skill_version, import_archive, spaces_with_skill
+from .services import do_delete_skill_version, do_import_examples, import_archive, spaces_with_skill
 
 LIST_FIELDS = (
     "id",
@@ -213,6 +213,17 @@ def _skill_import(request: HttpRequest, limit_handler: ArchiveSizeLimitHandler) 
                 return redirect(result.version)
         status = 400
     return render(request, "skills/skill_import.html", {"form": form, "section": "skills"}, status=status)
+
+
+@login_required
+@require_http_methods(["POST"])
+def skill_import_examples(request: HttpRequest) -> HttpResponse:
+    """Import the bundled example skills (the same as `manage.py import_skill --examples`)."""
+    require_platform_admin(request, "import skills")
+    outcome = do_import_examples(actor=actor_from_request(request))
+    level = messages.warning if outcome.refused else messages.success
+    level(request, outcome.summary)
+    return redirect("skills:skill_list")
 
 
 # --- Delete ------------------------------------------------------------------------------

@@ -260,6 +260,30 @@ HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S"
 # How often each periodic task runs (seconds); short ones let fault tests see a pass soon.
 REAPER_INTERVAL_S = float(os.environ.get("REAPER_INTERVAL_S", 60))
 IDLE_SWEEP_INTERVAL_S = float(os.environ.get("IDLE_SWEEP_INTERVAL_S", 60))
+# --- Quotas and rate limits per space (sandboxes/sessions/limits.py; docs/operations.md) ---
+# Platform defaults; platform admins override them per space on the space's Limits page.
+SPACE_LIMIT_DEFAULTS: dict[str, int] = {
+    "live_sessions": int(os.environ.get("SPACE_LIVE_SESSIONS", 200)),
+    "concurrent_execs": int(os.environ.get("SPACE_CONCURRENT_EXECS", 32)),
+    "background_commands": int(os.environ.get("SPACE_BACKGROUND_COMMANDS", 32)),
+    "api_requests_per_minute": int(os.environ.get("SPACE_API_REQUESTS_PER_MINUTE", 1200)),
+}
+
+# --- Retention (sandboxes/sessions/retention.py; docs/operations.md, "Retention") ---------
+# Days each kind of record is kept; 0 keeps it forever. Only finished things are deleted:
+# closed terminals, finished jobs and background commands; artifacts by collection time.
+RETENTION_DAYS: dict[str, int] = {
+    "audit_events": int(os.environ.get("RETENTION_AUDIT_EVENTS_DAYS", 365)),
+    "jobs": int(os.environ.get("RETENTION_JOBS_DAYS", 90)),
+    "terminals": int(os.environ.get("RETENTION_TERMINALS_DAYS", 90)),
+    "commands": int(os.environ.get("RETENTION_COMMANDS_DAYS", 30)),
+    "artifacts": int(os.environ.get("RETENTION_ARTIFACTS_DAYS", 30)),
+}
+RETENTION_BATCH = int(os.environ.get("RETENTION_BATCH", 2000))
+RETENTION_INTERVAL_S = float(os.environ.get("RETENTION_INTERVAL_S", 3600))
+# A finished background command's output stays readable (Redis ring buffer) this long.
+COMMAND_OUTPUT_RETENTION_S = int(os.environ.get("COMMAND_OUTPUT_RETENTION_S", 3600))
+
 # Egress (sandboxes/egress; docs/network-console.md): how often refusals are read back from
 # the backends, how many are kept per session and for how long, and how long a policy
 # change may spend reaching running sandboxes in the request (in-process runner).
@@ -287,6 +311,11 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "function": "sandboxes.sessions.reaper.start_idle_sweep",
         "celery_task": "sandboxes.idle_sweep",
         "every_s": IDLE_SWEEP_INTERVAL_S,
+    },
+    "retention": {
+        "function": "sandboxes.sessions.retention.start_retention_pass",
+        "celery_task": "sandboxes.retention_pass",
+        "every_s": RETENTION_INTERVAL_S,
     },
 }
 CELERY_BEAT_SCHEDULE = {

@@ -132,8 +132,14 @@ COLLECTION = {
 
 ARTIFACT_LIST = {
     "type": "object",
-    "required": ["artifacts"],
-    "properties": {"artifacts": {"type": "array", "items": {"$ref": "#/components/schemas/Artifact"}}},
+    "required": ["artifacts", "next_cursor"],
+    "properties": {
+        "artifacts": {"type": "array", "items": {"$ref": "#/components/schemas/Artifact"}},
+        "next_cursor": {
+            "type": ["string", "null"],
+            "description": "Pass as ?cursor= for the next page; null: last page",
+        },
+    },
 }
 
 COMMAND = {
@@ -151,8 +157,14 @@ COMMAND = {
 
 COMMAND_LIST = {
     "type": "object",
-    "required": ["commands"],
-    "properties": {"commands": {"type": "array", "items": {"$ref": "#/components/schemas/Command"}}},
+    "required": ["commands", "next_cursor"],
+    "properties": {
+        "commands": {"type": "array", "items": {"$ref": "#/components/schemas/Command"}},
+        "next_cursor": {
+            "type": ["string", "null"],
+            "description": "Pass as ?cursor= for the next page; null: last page",
+        },
+    },
 }
 
 COMMAND_REQUEST = {
@@ -249,7 +261,11 @@ ERRORS = {
         " (the message names what)",
         "Error",
     ),
-    "429": json_response("Backend rate limit (retryable)", "Error"),
+    "429": json_response(
+        "A space quota or rate limit (code limit_exceeded: `limit` names it, `maximum` its value, "
+        "the Retry-After header and `retry_after_s` when to retry), or a backend rate limit (retryable)",
+        "Error",
+    ),
     "502": json_response("Backend failure", "Error"),
     "503": json_response("Backend, session store or database unavailable (retryable)", "Error"),
     "504": json_response("Backend timeout (retryable)", "Error"),
@@ -274,6 +290,11 @@ def operation(
 def query_param(name: str, description: str, *, required: bool = False) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": required, "description": description, "schema": {"type": "string"}}
 
+
+PAGE_QUERY = [
+    query_param("limit", "Page size, 1 to 500 (default: 500 artifacts, 50 commands)"),
+    query_param("cursor", "The `next_cursor` of the page before"),
+]
 
 JSON_BODY = {"content": {"application/json": {"schema": {"type": "object"}}}}
 RAW_BODY = {
@@ -349,7 +370,11 @@ PATHS: dict[str, dict[str, Any]] = {
         ),
     },
     SESSION_PATH + "/artifacts": {
-        "get": operation("Collected artifacts (newest first)", {"200": json_response("Artifacts", "ArtifactList")})
+        "get": operation(
+            "Collected artifacts (newest first, a page at a time)",
+            {"200": json_response("Artifacts", "ArtifactList")},
+            query=PAGE_QUERY,
+        )
     },
     SESSION_PATH + "/artifacts/collect": {
         "post": operation(
@@ -365,7 +390,11 @@ PATHS: dict[str, dict[str, Any]] = {
 }
 
 PATHS[SESSION_PATH + "/commands"] = {
-    "get": operation("The session's recent background commands", {"200": json_response("Commands", "CommandList")}),
+    "get": operation(
+        "The session's background commands (newest first, a page at a time)",
+        {"200": json_response("Commands", "CommandList")},
+        query=PAGE_QUERY,
+    ),
     "post": operation(
         "Start a background command; read its output incrementally",
         {"201": json_response("Started", "Command")},

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from console.models import NetworkPolicy, Space
 from console.network import Destination, overlaps, parse_destination, private_range_of
 
-from ..backends.base import ErrorKind, L7Rule, NetworkCapabilities, NetworkSpec, RemoteError
+from ..backends.base import Backend, ErrorKind, L7Rule, NetworkCapabilities, NetworkSpec, RemoteError
 from ..models import Session, SessionGrant
 
 
@@ -147,3 +147,10 @@ def policy_refusal(config_name: str, backend_label: str, problems: list[str]) ->
         f" enforce {'; '.join(problems)}. Sessions on this config are refused until the policy or the config"
         " changes."
     )
+
+
+def refuse_unless_honoured(network: NetworkSpec, backend: Backend, config_name: str) -> None:
+    """Raise PolicyConflict when `backend` cannot enforce `network` (before anything is created)."""
+    problems = unsupported_policy_switches(network, backend.network_capabilities())
+    if problems:
+        raise PolicyConflict(policy_refusal(config_name, backend.label, problems))

@@ -43,7 +43,7 @@ from ..backends.base import (
     is_snapshot_id,
 )
 from ..models import IDENTITY_FIELDS, PlatformBackend, SandboxConfig, Session, TemplateRecord
-from .network import PolicyConflict, network_spec_for, policy_refusal, unsupported_policy_switches
+from .network import network_spec_for, refuse_unless_honoured
 
 # What a space admin sets; the infrastructure is the platform backend's (sandboxes.platform).
 CONFIG_FIELDS = (
@@ -521,9 +521,7 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
             plan.append(("persistent workspace", volumes.check))
 
         def policy() -> str:
-            problems = unsupported_policy_switches(network_spec_for(config.space), backend.network_capabilities())
-            if problems:
-                raise PolicyConflict(policy_refusal(config.name, backend.label, problems))
+            refuse_unless_honoured(network_spec_for(config.space), backend, config.name)
             return "the space's network policy can be enforced here"
 
         plan += [("create", create), ("exec", execute), ("delete", delete), ("network policy", policy)]

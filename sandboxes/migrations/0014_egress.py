@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('console', '0002_network_policy_allow_private'),
+        ('console', '0003_network_policy_allow_private'),
         ('sandboxes', '0013_template_records'),
     ]
 

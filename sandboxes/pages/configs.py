@@ -22,13 +22,13 @@ from console.views import apply_form_errors
 
 from ..backends import describe
 from ..backends.base import NetworkCapabilities, RemoteError
+from ..catalog.network import unsupported_policy_switches
 from ..catalog.services import (
     CONFIG_FIELDS,
     do_create_config,
     do_delete_config,
     do_update_config,
     open_backend,
-    unsupported_policy_switches,
 )
 from ..models import SandboxConfig
 from .forms import SandboxConfigForm

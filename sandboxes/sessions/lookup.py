@@ -17,6 +17,7 @@ from console.models import Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..models import PlatformBackend, SandboxConfig, Session
+from .limits import check_live_sessions
 
 # --- Sessions ---------------------------------------------------------------------------
 
@@ -124,6 +125,7 @@ def get_or_create_session(
     config = config or default_config(space)
     try:
         with transaction.atomic():
+            check_live_sessions(space)  # locks the space's limits row until the commit
             session = Session.objects.create(space=space, key=key, config=config)
             record_audit(
                 actor,

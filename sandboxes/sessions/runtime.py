@@ -56,15 +56,10 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from ..catalog.network import (
-    PolicyConflict,
-    network_spec_for,
-    policy_refusal,
-    spec_fingerprint,
-    unsupported_policy_switches,
-)
+from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
 from ..catalog.services import backend_config_for, config_fingerprint
 from ..models import SandboxConfig, Session, SessionImage, SessionState
+from .limits import check_concurrent_execs
 from .lookup import get_or_create_session
 from .store import (
     LOCK_TTL_MS,
@@ -380,10 +375,7 @@ class Runtime:
         template = effective_template(session.space, config)
         persistent = config.persistent_workspace and backend.volumes() is not None
         network = network_spec_for(session.space, session)
-        problems = unsupported_policy_switches(network, backend.network_capabilities())
-        if problems:
-            # A settings conflict, not a backend failure: 409 with the reason (never 502).
-            raise PolicyConflict(policy_refusal(config.name, backend.label, problems))
+        refuse_unless_honoured(network, backend, config.name)  # a settings conflict: 409, never 502
         spec = SandboxSpec(
             template_id=template.template_id,
             network=network,
@@ -486,10 +478,12 @@ class Runtime:
         # Past the deadline every counted exec is dead (its process was killed before its
         # `finally`): start the count again rather than carry them for ever.
         expired = Q(exec_deadline__isnull=True) | Q(exec_deadline__lte=now)
-        rows.update(
-            execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
-            exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
-        )
+        with transaction.atomic():
+            check_concurrent_execs(session.space)  # under the space's limits lock: count in, or refuse
+            rows.update(
+                execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
+                exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
+            )
         try:
             yield
         finally:

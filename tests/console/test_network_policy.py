@@ -338,7 +338,7 @@ def test_the_migration_keeps_old_deny_all_plus_allow_policies_meaning_only_these
 
     from django.apps import apps
 
-    migration = importlib.import_module("console.migrations.0002_network_policy_allow_private")
+    migration = importlib.import_module("console.migrations.0003_network_policy_allow_private")
     NetworkPolicy.objects.filter(space=world.space_a).update(
         allow_internet_access=True, allow_out=["pypi.org"], deny_out=["0.0.0.0/0", "::/0", "198.51.100.0/24"]
     )

@@ -253,6 +253,26 @@ class TestDockerBackend:
         finally:
             snapshots.delete(snapshot.snapshot_id)
 
+    def test_a_sandbox_from_a_snapshot_carries_its_own_labels_not_the_sources(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory, engine: docker.DockerClient, test_run_id: str
+    ) -> None:
+        """A build sandbox's purpose does not follow its snapshot into sessions (docker ps filters)."""
+        build = make_sandbox(metadata={"console-purpose": "skill-build", "console-skill-image": "42"})
+        snapshot = backend.snapshots().create(build.sandbox_id, labels={"test-run": test_run_id})
+        try:
+            session = make_sandbox(template_id=snapshot.snapshot_id, metadata={"console-session": "s-1"})
+            assert backend.get(session.sandbox_id).metadata == {"test-run": test_run_id, "console-session": "s-1"}
+            labels = engine.containers.get(session.sandbox_id).labels
+            assert labels["console.meta.console-session"] == "s-1"
+            assert labels.get("console.meta.console-purpose", "") == ""
+            assert labels.get("console.meta.console-skill-image", "") == ""
+            leftovers = engine.containers.list(filters={"label": "console.meta.console-purpose=skill-build"})
+            assert session.sandbox_id not in {c.id for c in leftovers}
+            assert build.sandbox_id in {c.id for c in leftovers}
+        finally:
+            backend.delete(session.sandbox_id)
+            backend.snapshots().delete(snapshot.snapshot_id)
+
     def test_template_from_script_and_delete_refused_while_in_use(
         self, backend: DockerBackend, make_sandbox: SandboxFactory, template_id: str, test_run_id: str
     ) -> None:

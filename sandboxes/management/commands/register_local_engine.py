@@ -6,8 +6,10 @@ every space named with --space), so the demo space's admin can create a config r
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from console.models import Space
@@ -27,7 +29,9 @@ class Command(BaseCommand):
         if PlatformBackend.objects.exists():
             self.stdout.write("Platform backends exist; nothing registered.")
             return
-        backend = PlatformBackend.objects.create(name=NAME, kind=BackendKind.DOCKER)
+        # The bundled examples' wheel folder (scripts/setup.sh) is its pip source when present.
+        examples = "examples" if (Path(settings.SKILL_PACKAGE_SOURCES_ROOT) / "examples").is_dir() else ""
+        backend = PlatformBackend.objects.create(name=NAME, kind=BackendKind.DOCKER, pip_find_links=examples)
         spaces = list(Space.objects.filter(slug__in=options["space"]))
         backend.spaces.set(spaces)
         record_audit(
@@ -35,7 +39,13 @@ class Command(BaseCommand):
             "platform_backend.create",
             target_type="platform_backend",
             target_id=backend.id,
-            details={"name": NAME, "kind": "docker", "endpoint": "", "granted": [str(s.pk) for s in spaces]},
+            details={
+                "name": NAME,
+                "kind": "docker",
+                "endpoint": "",
+                "pip_find_links": examples,
+                "granted": [str(s.pk) for s in spaces],
+            },
         )
         self.stdout.write(
             self.style.SUCCESS(f"Registered {NAME}, granted to {', '.join(s.name for s in spaces) or 'no space'}.")

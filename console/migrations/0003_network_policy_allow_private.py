@@ -20,7 +20,7 @@ def keep_allow_only_policies(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("console", "0001_initial")]
+    dependencies = [("console", "0002_space_limits")]
 
     operations = [
         migrations.AddField(
