@@ -1,20 +1,19 @@
 """The egress log: refused attempts read back from every platform backend with
 `egress()` (a cursor per backend), mapped to space and session (or a skill build's job) by
-sandbox id, bounded per session and kept `EGRESS_LOG_RETENTION_DAYS` days.
+sandbox id, bounded per session (EGRESS_LOG_MAX_PER_SESSION). The retention pass
+(sandboxes.sessions.retention) deletes rows past RETENTION_DAYS["egress_events"].
 
-Periodic (settings.PERIODIC_TASKS): `ingest_refusals` and `cleanup_egress_log`.
+Periodic (settings.PERIODIC_TASKS): `ingest_refusals`.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.utils import timezone
 
 from console.models import AdminJob, Space
 
@@ -24,7 +23,6 @@ from ..sessions.runtime import backend_for
 
 logger = logging.getLogger(__name__)
 MAX_PER_READ = 5000
-WATCH_KEEP = timedelta(days=2)
 
 
 def watch_build_sandbox(sandbox_id: str, *, space: Space, job: AdminJob | None) -> None:
@@ -108,14 +106,6 @@ def ingest_refusals() -> int:
         except RemoteError as exc:
             logger.warning("reading refusals of %s failed: %s", backend, exc)
     return total
-
-
-def cleanup_egress_log() -> int:
-    """Delete rows past the retention, and watch entries of long-gone build sandboxes."""
-    now = timezone.now()
-    deleted, _ = EgressEvent.objects.filter(time__lt=now - timedelta(days=settings.EGRESS_LOG_RETENTION_DAYS)).delete()
-    WatchedSandbox.objects.filter(created__lt=now - WATCH_KEEP).delete()
-    return deleted
 
 
 def events_for_space(space: Space, *, filters: dict[str, Any] | None = None) -> QuerySet[EgressEvent]:

@@ -28,8 +28,9 @@ from sandboxes.catalog.services import run_connection_test
 from sandboxes.catalog.verify import policy_check
 from sandboxes.egress.approvals import do_allow_for_session, do_allow_for_space, propose, target_of
 from sandboxes.egress.live import apply_space_policy, sessions_keeping_old_rules
-from sandboxes.egress.log import cleanup_egress_log, record_refusals, watch_build_sandbox
+from sandboxes.egress.log import record_refusals, watch_build_sandbox
 from sandboxes.models import EgressEvent, SandboxConfig, Session, SessionGrant
+from sandboxes.sessions.retention import prune_session_records
 from sandboxes.sessions.runtime import Runtime, backend_for
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
@@ -201,12 +202,12 @@ def test_refusals_map_to_sessions_and_build_jobs_and_stay_bounded(world: World, 
 
 
 @pytest.mark.django_db
-def test_cleanup_keeps_the_retention(world: World, settings: Any) -> None:
-    settings.EGRESS_LOG_RETENTION_DAYS = 2
+def test_the_retention_pass_keeps_the_egress_log_days(world: World, settings: Any) -> None:
+    settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "egress_events": 2}
     config = make_config(world.space_a)
     Session.objects.create(space=world.space_a, config=config, key="s1", sandbox_id="sbx-1")
     record_refusals(config.backend, [refusal("sbx-1", "old.example", ago_s=3 * 86400), refusal("sbx-1", "new.example")])
-    assert cleanup_egress_log() == 1
+    assert prune_session_records()["egress_events"] == 1
     assert list(EgressEvent.objects.values_list("destination", flat=True)) == ["new.example"]
 
 
