@@ -31,6 +31,7 @@ from sandboxes.backends.base import (
 )
 from sandboxes.catalog.bridge import config_fingerprint, console_metadata
 from sandboxes.catalog.services import do_set_session_image
+from sandboxes.egress.log import watch_build_sandbox
 from sandboxes.models import SandboxConfig, SessionImage
 from sandboxes.sessions.provisioning import backend_for
 
@@ -239,6 +240,7 @@ def build_generation(
             network = network_for_build(backend, sources, plan.add)
             build.log(network.description)
             sandbox_id = create_build_sandbox(backend, space, config, plan.base_template, image, network.spec)
+            watch_build_sandbox(sandbox_id, space=space, job=job)  # its refusals go to this job
             build.log(f"build sandbox {sandbox_id[:12]} created")
         with build.step("copy"):
             for name in plan.removed:

@@ -309,13 +309,26 @@ RETENTION_DAYS: dict[str, int] = {
     "terminals": int(os.environ.get("RETENTION_TERMINALS_DAYS", 90)),
     "commands": int(os.environ.get("RETENTION_COMMANDS_DAYS", 30)),
     "artifacts": int(os.environ.get("RETENTION_ARTIFACTS_DAYS", 30)),
+    # Refused outbound attempts (sandboxes.egress; docs/network-console.md).
+    "egress_events": int(os.environ.get("EGRESS_LOG_RETENTION_DAYS", 14)),
 }
 RETENTION_BATCH = int(os.environ.get("RETENTION_BATCH", 2000))
 RETENTION_INTERVAL_S = float(os.environ.get("RETENTION_INTERVAL_S", 3600))
 # A finished background command's output stays readable (Redis ring buffer) this long.
 COMMAND_OUTPUT_RETENTION_S = int(os.environ.get("COMMAND_OUTPUT_RETENTION_S", 3600))
 
+# Egress (sandboxes/egress; docs/network-console.md): how often refusals are read back from
+# the backends, how many are kept per session (their days: RETENTION_DAYS["egress_events"]),
+# and how long a policy change may spend reaching running sandboxes in the request.
+EGRESS_INGEST_INTERVAL_S = float(os.environ.get("EGRESS_INGEST_INTERVAL_S", 5))
+EGRESS_LOG_MAX_PER_SESSION = int(os.environ.get("EGRESS_LOG_MAX_PER_SESSION", 1000))
+EGRESS_APPLY_BUDGET_S = float(os.environ.get("EGRESS_APPLY_BUDGET_S", 4))
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
+    "egress-ingest": {
+        "function": "sandboxes.egress.log.ingest_refusals",
+        "celery_task": "sandboxes.egress_ingest",
+        "every_s": EGRESS_INGEST_INTERVAL_S,
+    },
     "reaper": {
         "function": "sandboxes.sessions.reaper.start_reaper_pass",
         "celery_task": "sandboxes.reaper_pass",

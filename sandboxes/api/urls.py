@@ -3,6 +3,7 @@
 from django.urls import path
 
 from . import inbound as api_inbound
+from . import network as api_network
 from . import views as api
 
 app_name = "api"
@@ -12,6 +13,7 @@ SESSION = SESSION_ROOT + "/"
 
 urlpatterns = [
     path("openapi.json", api.openapi_view, name="openapi"),
+    path("spaces/<uuid:space_id>/network/explain", api_network.explain_view, name="network_explain"),
     # As described (no trailing slash), and with one: APPEND_SLASH would answer a DELETE
     # without it with a redirect that clients do not follow.
     path(SESSION_ROOT, api.session_view, name="session"),

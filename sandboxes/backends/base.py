@@ -119,9 +119,16 @@ class NetworkSpec:
 
     allow_internet_access: bool
     allow_public_traffic: bool
-    allow_out: tuple[str, ...] = ()  # CIDRs and domain names (*.example.com allowed)
+    # Outbound on: an empty allow_out lets everything out but the always-denied set (the host's
+    # own addresses, link-local/metadata, other sandboxes, private ranges) and deny_out; a
+    # non-empty one lets out ONLY its CIDRs and domain names (*.example.com allowed). deny_out
+    # entries win over allow_out entries.
+    allow_out: tuple[str, ...] = ()
     deny_out: tuple[str, ...] = ()
     l7_rules: tuple[L7Rule, ...] = ()
+    # CIDRs inside the private ranges that are also allowed (exceptions to the always-denied
+    # set) whatever allow_out says; they never switch a space to allow-only. deny_out still wins.
+    allow_private: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,11 @@ class NetworkCapabilities:
     inbound_toggle: bool = False
     # A changed NetworkSpec reaches running sandboxes (Backend.egress().update) without a rebuild.
     live_update: bool = False
+    # deny_out entries win over allow_out entries (the console's meaning). False: an allow
+    # entry beats a deny entry inside it (E2B, Cube), so such a deny entry is not honoured.
+    deny_wins: bool = True
+    # NetworkSpec.allow_private (private CIDRs also allowed) is honoured.
+    allow_private: bool = False
 
 
 @dataclass(frozen=True)

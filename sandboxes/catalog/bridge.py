@@ -23,8 +23,7 @@ from typing import Any
 from django.conf import settings
 
 from console.crypto import decrypt
-from console.models import NetworkPolicy, Space
-from console.network import parse_destination
+from console.models import Space
 
 from ..backends import describe
 from ..backends.base import (
@@ -34,9 +33,6 @@ from ..backends.base import (
     Backend,
     BackendConfig,
     IdleMode,
-    L7Rule,
-    NetworkCapabilities,
-    NetworkSpec,
     TemplateInfo,
 )
 from ..models import PlatformBackend, SandboxConfig, TemplateRecord
@@ -200,47 +196,3 @@ def recorded_template_owners(config: SandboxConfig, template_ids: list[str] | No
         template_id: (str(space) if space is not None else None)
         for template_id, space in records.values_list("template_id", "owner_space")
     }
-
-
-def network_spec_for(space: Space) -> NetworkSpec:
-    """The space's policy as sent to a backend: every switch explicit."""
-    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
-    return NetworkSpec(
-        allow_internet_access=policy.allow_internet_access,
-        allow_public_traffic=policy.allow_public_traffic,
-        allow_out=tuple(policy.allow_out),
-        deny_out=tuple(policy.deny_out),
-        l7_rules=tuple(
-            L7Rule(
-                domain=rule["domain"],
-                methods=tuple(rule.get("methods") or ()),
-                path_prefix=rule.get("path_prefix") or "/",
-                action=rule["action"],
-            )
-            for rule in policy.l7_rules
-        ),
-    )
-
-
-def unsupported_policy_switches(policy: NetworkPolicy, caps: NetworkCapabilities) -> list[str]:
-    """The parts of a space's policy this backend cannot honour, in plain words."""
-    problems = []
-    if policy.allow_internet_access:
-        lists = (
-            ("deny", policy.deny_out, caps.deny_out_cidr, caps.deny_out_domain),
-            ("allow", policy.allow_out, caps.allow_out_cidr, caps.allow_out_domain),
-        )
-        for verb, entries, cidr_ok, domain_ok in lists:
-            # Stored entries were validated on save; parse_destination tells networks from names.
-            parsed = [parse_destination(entry) for entry in entries]
-            cidrs = [d.text for d in parsed if d.network is not None]
-            domains = [d.text for d in parsed if d.network is None]
-            if cidrs and not cidr_ok:
-                problems.append(f"CIDR {verb} entries ({', '.join(cidrs)})")
-            if domains and not domain_ok:
-                problems.append(f"domain {verb} entries ({', '.join(domains)})")
-        if policy.l7_rules and not caps.l7_rules:
-            problems.append(f"{len(policy.l7_rules)} HTTP (L7) rule(s)")
-    if policy.allow_public_traffic and not caps.inbound_toggle:
-        problems.append("public inbound traffic")
-    return problems

@@ -37,6 +37,7 @@ from ..backends.base import (
 )
 from ..models import IDENTITY_FIELDS, PlatformBackend, SandboxConfig, Session, TemplateRecord
 from .bridge import config_fingerprint, console_metadata, open_backend, template_owner
+from .network import network_spec_for, refuse_unless_honoured
 
 # What a space admin sets; the infrastructure is the platform backend's (sandboxes.catalog.platform).
 CONFIG_FIELDS = (
@@ -355,7 +356,12 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
         volumes = backend.volumes() if config.persistent_workspace else None
         if volumes is not None:
             plan.append(("persistent workspace", volumes.check))
-        plan += [("create", create), ("exec", execute), ("delete", delete)]
+
+        def policy() -> str:
+            refuse_unless_honoured(network_spec_for(config.space), backend, config.name)
+            return "the space's network policy can be enforced here"
+
+        plan += [("create", create), ("exec", execute), ("delete", delete), ("network policy", policy)]
         try:
             for name, func in plan:
                 step = _timed(name, func)

@@ -24,7 +24,8 @@ from console.views import apply_form_errors, is_htmx
 
 from ..backends import describe
 from ..backends.base import NetworkCapabilities, RemoteError
-from ..catalog.bridge import open_backend, unsupported_policy_switches
+from ..catalog.bridge import open_backend
+from ..catalog.network import unsupported_policy_switches
 from ..catalog.services import do_create_config, do_delete_config, do_update_config
 from ..models import PlatformBackend, SandboxConfig
 from .forms import SandboxConfigForm, backends_for, chosen_backend
@@ -234,7 +235,7 @@ def config_verify(request: HttpRequest, config_id: str) -> HttpResponse:
 
 # --- Capability matrix -------------------------------------------------------------------
 
-CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty", "volumes")
+CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty", "volumes", "egress")
 NETWORK_FLAGS = (
     ("outbound_toggle", "Outbound on/off"),
     ("allow_out_cidr", "Allow CIDRs"),
@@ -243,6 +244,9 @@ NETWORK_FLAGS = (
     ("deny_out_domain", "Deny domains"),
     ("l7_rules", "HTTP (L7) rules"),
     ("inbound_toggle", "Inbound on/off"),
+    ("deny_wins", "Deny beats allow"),
+    ("allow_private", "Private exceptions"),
+    ("live_update", "Live policy changes"),
 )
 
 

@@ -109,6 +109,8 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "artifacts": session.artifacts.all()[:50],
         "commands": session.commands.all()[:20],
         "inbound": inbound_context(request, session, can_use=can_use),
+        "egress_events": session.egress_events.all()[:20],
+        "egress_grants": session.egress_grants.all(),
         "section": "sessions",
     }
     return render(request, "sandboxes/session_detail.html", context)

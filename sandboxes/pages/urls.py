@@ -3,7 +3,7 @@
 from django.urls import path
 
 from ..terminal import views as terminal_views
-from . import catalog, configs, inbound, platform, sessions, tokens
+from . import catalog, configs, inbound, network, platform, sessions, tokens
 
 app_name = "sandboxes"
 
@@ -34,6 +34,19 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/inbound/link/", inbound.session_inbound_link, name="session_inbound_link"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/", sessions.command_detail, name="command_detail"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/kill/", sessions.command_kill, name="command_kill"),
+    path("spaces/<uuid:space_id>/network/explain/", network.network_explain, name="network_explain"),
+    path("spaces/<uuid:space_id>/egress/", network.egress_list, name="egress_list"),
+    path(
+        "spaces/<uuid:space_id>/egress/<uuid:event_id>/allow-space/",
+        network.egress_allow_space,
+        name="egress_allow_space",
+    ),
+    path(
+        "spaces/<uuid:space_id>/egress/<uuid:event_id>/allow-session/",
+        network.egress_allow_session,
+        name="egress_allow_session",
+    ),
+    path("sessions/<uuid:session_id>/grants/<uuid:grant_id>/revoke/", network.grant_revoke, name="grant_revoke"),
     path("spaces/<uuid:space_id>/tokens/", tokens.token_list, name="token_list"),
     path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
 ]

@@ -53,7 +53,7 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from ..catalog.bridge import network_spec_for
+from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
 from ..models import SandboxConfig, Session, SessionState
 from .limits import check_concurrent_execs
 from .lookup import get_or_create_session
@@ -336,9 +336,11 @@ class Runtime:
         config = session.config
         template = effective_template(session.space, config)
         persistent = config.persistent_workspace and backend.volumes() is not None
+        network = network_spec_for(session.space, session)
+        refuse_unless_honoured(network, backend, config.name)  # a settings conflict: 409, never 502
         spec = SandboxSpec(
             template_id=template.template_id,
-            network=network_spec_for(session.space),
+            network=network,
             metadata={**self.session_metadata(session), META_BINDING_VERSION: str(version)},
             resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
             timeout_s=config.idle_timeout_s,
@@ -359,8 +361,12 @@ class Runtime:
             raise
         session.template_id = template.template_id
         session.traffic_token_encrypted = encrypt(info.traffic_token or "")
+        session.policy_fingerprint, session.policy_applied_at = spec_fingerprint(network), timezone.now()
         kept = Session.objects.filter(pk=session.pk).update(
-            template_id=session.template_id, traffic_token_encrypted=session.traffic_token_encrypted
+            template_id=session.template_id,
+            traffic_token_encrypted=session.traffic_token_encrypted,
+            policy_fingerprint=session.policy_fingerprint,
+            policy_applied_at=session.policy_applied_at,
         )
         if not kept:  # deleted meanwhile (not through Runtime.delete, which waits for the lock)
             self._delete_quietly(backend, info.sandbox_id)

@@ -86,6 +86,7 @@ from .common import (
     _is_domain,
     _q,
     check_volume_name,
+    egress_lists,
     encode_metadata_filter,
     parse_time,
     parse_version,
@@ -220,7 +221,9 @@ class E2BBackend(E2BEnvd, Backend):
 
     def network_capabilities(self) -> NetworkCapabilities:
         # E2B: allowOut takes CIDRs, IPs and domains; denyOut CIDRs and IPs only (no domain
-        # deny list); `network.rules` are header transforms, not allow/deny rules.
+        # deny list); `network.rules` are header transforms, not allow/deny rules. An allowOut
+        # entry beats denyOut (so a deny entry inside an allowed range is not honoured, and
+        # private exceptions are allowOut entries). Fixed at create as far as the console goes.
         return NetworkCapabilities(
             outbound_toggle=True,
             allow_out_cidr=True,
@@ -229,6 +232,8 @@ class E2BBackend(E2BEnvd, Backend):
             deny_out_domain=False,
             l7_rules=False,
             inbound_toggle=True,
+            deny_wins=False,
+            allow_private=True,
         )
 
     # Lifecycle -------------------------------------------------------------------------
@@ -257,10 +262,11 @@ class E2BBackend(E2BEnvd, Backend):
             raise RemoteError(ErrorKind.UNSUPPORTED, f"{self.label} has no L7 allow/deny rules")
 
     def _network_body(self, network: NetworkSpec) -> dict[str, Any]:
+        allow_out, deny_out = egress_lists(network)
         return {
             "allowPublicTraffic": network.allow_public_traffic,
-            "allowOut": list(network.allow_out),
-            "denyOut": list(network.deny_out),
+            "allowOut": allow_out,
+            "denyOut": deny_out,
         }
 
     def _create_body(self, spec: SandboxSpec) -> dict[str, Any]:
