@@ -28,6 +28,7 @@ from .common import (
     _engine_call,
 )
 from .firewall import apply_ruleset, bridge_name, render_ruleset, table_present
+from .proxy import DEFAULT_STATE_DIR, SpaceProxyPolicy, SquidProxy, squid_available
 from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
@@ -90,7 +91,41 @@ class DockerNetworks:
                 )
 
     def network_capabilities(self) -> NetworkCapabilities:
-        return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False)
+        return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False, l7_rules=self._l7_possible())
+
+    # HTTP rules and TLS by SNI (squid, see proxy.py) -----------------------------------
+
+    def _l7_possible(self) -> bool:
+        return self.host_firewall != "external" and self.engine_is_local() and squid_available()
+
+    def egress_proxy(self) -> SquidProxy:
+        """The host's squid (options `proxy_state_dir`, `proxy_dns`: comma-separated resolver
+        addresses of this machine for squid's own lookups)."""
+        proxy = getattr(self, "_egress_proxy", None)
+        if proxy is None:
+            options = self.config.options
+            dns = tuple(a.strip() for a in options.get("proxy_dns", "127.0.0.1").split(",") if a.strip())
+            proxy = SquidProxy(state_dir=options.get("proxy_state_dir", DEFAULT_STATE_DIR), dns_nameservers=dns)
+            self._egress_proxy = proxy
+        return proxy
+
+    def _apply_http_rules(self, name: str, network: NetworkSpec) -> None:
+        """Make squid enforce the space network's HTTP rules (before its sandbox starts)."""
+        with _engine_call(f"network {name}"):
+            ipam = self.api.inspect_network(name).get("IPAM", {}).get("Config") or []
+        sources = tuple(c["Subnet"] for c in ipam if c.get("Subnet"))
+        gateways = tuple(c["Gateway"] for c in ipam if c.get("Gateway"))
+        policy = SpaceProxyPolicy(
+            name=name,
+            sources=sources,
+            gateways=gateways,
+            rules=network.l7_rules,
+            allow_out=network.allow_out,
+            deny_out=network.deny_out,
+        )
+        result = self.egress_proxy().set_space(policy)
+        if not result.applied:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"HTTP rules need the host's squid: {result.detail}")
 
     def _release_network(self, space: str) -> None:
         """Remove the space's network once no container is on it, stopped ones included.
@@ -111,7 +146,7 @@ class DockerNetworks:
             for name, value in (
                 ("allow_out lists", network.allow_out),
                 ("deny_out lists", network.deny_out),
-                ("L7 rules", network.l7_rules),
+                ("L7 rules", network.l7_rules and not self._l7_possible()),
             )
             if value
         ]
@@ -129,6 +164,8 @@ class DockerNetworks:
             return "none"
         name = self.space_network_name(metadata.get(META_SPACE, ""))
         self._ensure_network(name, metadata.get(META_SPACE, ""))
+        if network.l7_rules:
+            self._apply_http_rules(name, network)
         return name
 
     def space_network_name(self, space: str) -> str:

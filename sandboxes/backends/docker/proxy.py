@@ -1,0 +1,672 @@
+"""HTTP rules and TLS by SNI for Docker sandboxes: a kept squid (Debian `squid-openssl`).
+
+A space whose policy has L7 rules gets its sandboxes' TCP 80 and 443 redirected (nftables
+table `inet sandbox_console_proxy`, prerouting nat) to squid on the space network's gateway:
+port 3129 (`http_port … intercept`: host, method and path of plain HTTP) and 3130
+(`https_port … intercept ssl-bump`: `peek` at the ClientHello, then `splice` or `terminate`
+by SNI; nothing is decrypted). It is transparent: a program that ignores proxy variables is
+redirected the same. UDP 443 (QUIC) from those sandboxes is dropped so clients fall back to
+TCP, where the SNI is seen.
+
+Semantics (per space, `SpaceProxyPolicy`), in the order squid checks them:
+1. the always-denied set: loopback, link-local/metadata, the host's own addresses, every
+   sandbox network, and private ranges unless one of the space's allow CIDRs covers them —
+   squid's upstream connections leave from the host (output hook), so the forward filter of
+   `inet sandbox_console` never sees them and squid refuses these itself (`dst` ACLs);
+2. HTTP: the rules in order, first match (host, method, path prefix) decides; a request to
+   a host named by some rule that matches none is refused. TLS: only the host (SNI) can be
+   checked: the first rule naming the host that is an `allow` (whatever its methods/path)
+   or an unrestricted `deny` decides; a `deny` with methods or a path cannot be checked
+   without decryption and is skipped; a host named by rules none of which allows it is refused;
+3. hosts named by no rule follow the space's allow/deny lists (deny entries win; with an
+   allow list only its entries pass; without one everything else passes).
+
+Every refusal line carries the rule in words (an `annotate_transaction` note) so
+`proxy_refusals` reads the log back without knowing the policy of the time.
+
+Imports nothing of the project but the contract's DTOs (`..base`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
+from ..base import EgressRefusal, L7Rule
+
+PROXY_HTTP_PORT = 3129
+PROXY_TLS_PORT = 3130
+# squid insists on one forward-proxy port; on loopback, and refusing everything (no source
+# ACL matches 127.0.0.1), it serves nothing.
+LOOPBACK_PORT = 3131
+TABLE_FAMILY = "inet"
+TABLE_NAME = "sandbox_console_proxy"
+BRIDGE_PREFIX = "sbx-"  # the same prefix as firewall.BRIDGE_PREFIX (not imported: no coupling)
+DEFAULT_STATE_DIR = "/var/lib/sandbox-console/proxy"
+SQUID_USER = "proxy"  # Debian's cache_effective_user
+NOTE_KEY = "egress_rule"
+RUN_TIMEOUT_S = 20
+
+# Never reachable through the proxy, whatever the space allows.
+ALWAYS_DENIED = ("127.0.0.0/8", "0.0.0.0/8", "169.254.0.0/16", "::1/128", "fe80::/10", "::/128")
+# Reachable only when an allow CIDR of the space covers them.
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+
+
+@dataclass(frozen=True)
+class SpaceProxyPolicy:
+    """What squid enforces for one space network's sources."""
+
+    name: str  # the space network's name (unique key)
+    sources: tuple[str, ...]  # CIDRs of the space's sandboxes (its subnet, or /32 per sandbox)
+    gateways: tuple[str, ...]  # the network's gateway addresses: where squid listens
+    rules: tuple[L7Rule, ...] = ()
+    allow_out: tuple[str, ...] = ()
+    deny_out: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["rules"] = [asdict(rule) for rule in self.rules]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> SpaceProxyPolicy:
+        rules = tuple(
+            L7Rule(
+                domain=str(r["domain"]),
+                methods=tuple(r.get("methods") or ()),
+                path_prefix=str(r.get("path_prefix") or "/"),
+                action=str(r.get("action") or "allow"),
+            )
+            for r in data.get("rules") or ()  # type: ignore[union-attr]
+        )
+        return cls(
+            name=str(data["name"]),
+            sources=tuple(data.get("sources") or ()),  # type: ignore[arg-type]
+            gateways=tuple(data.get("gateways") or ()),  # type: ignore[arg-type]
+            rules=rules,
+            allow_out=tuple(data.get("allow_out") or ()),  # type: ignore[arg-type]
+            deny_out=tuple(data.get("deny_out") or ()),  # type: ignore[arg-type]
+        )
+
+
+def squid_binary() -> str | None:
+    return shutil.which("squid") or next((p for p in ("/usr/sbin/squid",) if os.path.exists(p)), None)
+
+
+def squid_available() -> bool:
+    """squid with TLS peeking (Debian's squid-openssl) is installed here."""
+    binary = squid_binary()
+    if binary is None:
+        return False
+    try:
+        done = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--with-openssl" in done.stdout or "enable-ssl-crtd" in done.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# Rule text
+
+
+def describe_rule(position: int, rule: L7Rule) -> str:
+    """"HTTP rule 2 (deny GET example.test/admin)"."""
+    methods = ",".join(rule.methods) or "any method"
+    path = "" if rule.path_prefix == "/" else rule.path_prefix
+    return f"HTTP rule {position} ({rule.action} {methods} {rule.domain}{path})"
+
+
+def _tls_checkable(rule: L7Rule) -> bool:
+    """Whether the rule decides a TLS connection by its SNI alone (see module docstring)."""
+    return rule.action == "allow" or (not rule.methods and rule.path_prefix == "/")
+
+
+def _regex_escape(text: str) -> str:
+    """POSIX extended regex literal (squid's regex ACLs)."""
+    return "".join("\\" + ch if ch in ".[]()*+?{}|^$\\" else ch for ch in text)
+
+
+def _domain_regex(domain: str) -> str:
+    if domain.startswith("*."):
+        return "^.+\\." + _regex_escape(domain[2:].lower()) + "$"
+    return "^" + _regex_escape(domain.lower()) + "$"
+
+
+def _split_list(entries: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(CIDRs, domain patterns) of an allow or deny list."""
+    networks: list[str] = []
+    domains: list[str] = []
+    for entry in entries:
+        try:
+            networks.append(str(ipaddress.ip_network(entry, strict=False)))
+        except ValueError:
+            domains.append(entry.lower())
+    return networks, domains
+
+
+def _note(acl: str, words: str) -> str:
+    return f"acl {acl} annotate_transaction {NOTE_KEY}={quote(words, safe='')}"
+
+
+# ---------------------------------------------------------------------------------------
+# squid.conf
+
+
+def render_squid_conf(
+    policies: Sequence[SpaceProxyPolicy],
+    *,
+    state_dir: str,
+    dns_nameservers: Sequence[str],
+    host_addresses: Sequence[str] = (),
+    http_port: int = PROXY_HTTP_PORT,
+    tls_port: int = PROXY_TLS_PORT,
+) -> str:
+    """The whole squid configuration (deterministic)."""
+    state = Path(state_dir)
+    sandbox_nets = sorted({src for policy in policies for src in policy.sources})
+    lines = [
+        "# Rendered by sandboxes/backends/docker/proxy.py; edits are lost.",
+        f"http_port 127.0.0.1:{LOOPBACK_PORT}",
+        f"pid_filename {state / 'squid.pid'}",
+        f"cache_log {state / 'cache.log'}",
+        f"coredump_dir {state}",
+        "logfile_rotate 0",
+        f"logformat egress %ts.%03tu %>a %>lp %Ss/%03>Hs %rm %ru %ssl::>sni %{{{NOTE_KEY}}}note",
+        f"access_log stdio:{state / 'access.log'} egress",
+        "cache deny all",
+        "cache_mem 8 MB",
+        "memory_pools off",
+        "pinger_enable off",
+        "shutdown_lifetime 1 seconds",
+        "via off",
+        "forwarded_for transparent",
+        "httpd_suppress_version_string on",
+        # A Host header that does not resolve to the address the client connected to is
+        # refused (409): a client cannot name an allowed host and reach another address.
+        "host_verify_strict on",
+        "client_dst_passthru on",
+        f"dns_nameservers {' '.join(dns_nameservers) if dns_nameservers else '127.0.0.1'}",
+        "positive_dns_ttl 30 seconds",
+        "negative_dns_ttl 5 seconds",
+        "acl step1 at_step SslBump1",
+        "acl CONNECT method CONNECT",
+        f"acl always_denied dst {' '.join(ALWAYS_DENIED)}",
+        f"acl private_dst dst {' '.join(PRIVATE_RANGES)}",
+    ]
+    own = sorted(set(host_addresses) | set(sandbox_nets))
+    if own:
+        lines.append(f"acl host_and_sandboxes dst {' '.join(own)}")
+    lines += [
+        _note("n_always", "always-denied destination (loopback, link-local/metadata)"),
+        _note("n_own", "always-denied destination (the host itself or a sandbox network)"),
+        _note("n_private", "private range not allowed by a CIDR entry"),
+    ]
+    for policy in sorted(policies, key=lambda p: p.name):
+        for gateway in policy.gateways:
+            host = f"[{gateway}]" if ":" in gateway else gateway
+            lines.append(f"http_port {host}:{http_port} intercept")
+            lines.append(
+                f"https_port {host}:{tls_port} intercept ssl-bump generate-host-certificates=off "
+                f"tls-cert={state / 'bump.pem'} tls-key={state / 'bump.key'}"
+            )
+
+    access: list[str] = []
+    bump: list[str] = ["ssl_bump peek step1"]
+    for index, policy in enumerate(sorted(policies, key=lambda p: p.name), start=1):
+        lines += _space_acls(index, policy, access, bump)
+    lines += [
+        "",
+        "http_access deny always_denied n_always",
+        *(["http_access deny host_and_sandboxes n_own"] if own else []),
+        *access,
+        "http_access deny all",
+        "",
+        *bump,
+        "ssl_bump terminate all",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: list[str]) -> list[str]:
+    """The ACL definitions of one space; appends its http_access and ssl_bump lines in order."""
+    s = f"s{index}"
+    src = f"{s}_src"
+    acls = [f"# space network {policy.name}", f"acl {src} src {' '.join(policy.sources) or '0.0.0.0/32'}"]
+    allow_nets, allow_domains = _split_list(policy.allow_out)
+    deny_nets, deny_domains = _split_list(policy.deny_out)
+    if allow_nets:
+        acls.append(f"acl {s}_allow_net dst {' '.join(allow_nets)}")
+        access.append(f"http_access deny {src} private_dst !{s}_allow_net n_private")
+    else:
+        access.append(f"http_access deny {src} private_dst n_private")
+
+    named: list[str] = []
+    for position, rule in enumerate(policy.rules, start=1):
+        r = f"{s}_r{position}"
+        pattern = _domain_regex(rule.domain)
+        named.append(pattern)
+        acls.append(f"acl {r}_host dstdom_regex -i {pattern}")
+        acls.append(f"acl {r}_sni ssl::server_name_regex -i {pattern}")
+        conditions = [src, f"{r}_host"]
+        if rule.methods:
+            acls.append(f"acl {r}_method method {' '.join(rule.methods)}")
+            conditions.append(f"{r}_method")
+        if rule.path_prefix != "/":
+            acls.append(f"acl {r}_path urlpath_regex ^{_regex_escape(rule.path_prefix)}")
+            conditions.append(f"{r}_path")
+        # Only refusing lines carry a note: a noted log line is a refusal (see parse_access_line).
+        note = ""
+        if rule.action == "deny":
+            acls.append(_note(f"{r}_note", describe_rule(position, rule)))
+            note = f" {r}_note"
+        # The fake CONNECT of an intercepted TLS connection is decided by ssl_bump below.
+        access.append(f"http_access {rule.action} !CONNECT {' '.join(conditions)}{note}")
+        if _tls_checkable(rule):
+            verdict = "splice" if rule.action == "allow" else "terminate"
+            bump.append(f"ssl_bump {verdict} {src} {r}_sni{note}")
+    if named:
+        acls.append(f"acl {s}_named dstdom_regex -i {' '.join(named)}")
+        acls.append(f"acl {s}_named_sni ssl::server_name_regex -i {' '.join(named)}")
+        acls.append(_note(f"{s}_nomatch", "no HTTP rule matches this request (its host is named by rules)"))
+        acls.append(_note(f"{s}_nomatch_tls", "no HTTP rule allows this host (TLS is checked by SNI only)"))
+        access.append(f"http_access deny !CONNECT {src} {s}_named {s}_nomatch")
+        bump.append(f"ssl_bump terminate {src} {s}_named_sni {s}_nomatch_tls")
+
+    # Hosts named by no rule: the space's allow/deny lists.
+    if deny_nets or deny_domains:
+        acls.append(_note(f"{s}_denied", "in the space's deny list"))
+    if deny_nets:
+        acls.append(f"acl {s}_deny_net dst {' '.join(deny_nets)}")
+        access.append(f"http_access deny {src} {s}_deny_net {s}_denied")
+        bump.append(f"ssl_bump terminate {src} {s}_deny_net {s}_denied")
+    if deny_domains:
+        regexes = " ".join(_domain_regex(d) for d in deny_domains)
+        acls.append(f"acl {s}_deny_dom dstdom_regex -i {regexes}")
+        acls.append(f"acl {s}_deny_sni ssl::server_name_regex -i {regexes}")
+        access.append(f"http_access deny !CONNECT {src} {s}_deny_dom {s}_denied")
+        bump.append(f"ssl_bump terminate {src} {s}_deny_sni {s}_denied")
+    if allow_nets or allow_domains:
+        acls.append(_note(f"{s}_notallowed", "not in the space's allow list"))
+        if allow_nets:
+            access.append(f"http_access allow {src} {s}_allow_net")
+            bump.append(f"ssl_bump splice {src} {s}_allow_net")
+        if allow_domains:
+            regexes = " ".join(_domain_regex(d) for d in allow_domains)
+            acls.append(f"acl {s}_allow_dom dstdom_regex -i {regexes}")
+            acls.append(f"acl {s}_allow_sni ssl::server_name_regex -i {regexes}")
+            access.append(f"http_access allow !CONNECT {src} {s}_allow_dom")
+            bump.append(f"ssl_bump splice {src} {s}_allow_sni")
+        # The fake CONNECT passes here; its SNI is decided by ssl_bump.
+        access.append(f"http_access allow CONNECT {src}")
+        access.append(f"http_access deny {src} {s}_notallowed")
+        bump.append(f"ssl_bump terminate {src} {s}_notallowed")
+    else:
+        access.append(f"http_access allow {src}")
+        bump.append(f"ssl_bump splice {src}")
+    return acls
+
+
+# ---------------------------------------------------------------------------------------
+# nftables: the transparent redirect
+
+
+def render_redirect_table(policies: Sequence[SpaceProxyPolicy]) -> str:
+    """The `inet sandbox_console_proxy` table as an `nft -f` file (deterministic)."""
+    v4 = sorted({s for p in policies for s in p.sources if ipaddress.ip_network(s, strict=False).version == 4})
+    v6 = sorted({s for p in policies for s in p.sources if ipaddress.ip_network(s, strict=False).version == 6})
+    sandbox_in = f'iifname "{BRIDGE_PREFIX}*"'
+    lines = [
+        "# Rendered by sandboxes/backends/docker/proxy.py and applied with `nft -f`; edits are lost.",
+        f"table {TABLE_FAMILY} {TABLE_NAME}",
+        f"delete table {TABLE_FAMILY} {TABLE_NAME}",
+        f"table {TABLE_FAMILY} {TABLE_NAME} {{",
+    ]
+    for name, kind, elements in (("l7_sources4", "ipv4_addr", v4), ("l7_sources6", "ipv6_addr", v6)):
+        lines.append(f"\tset {name} {{")
+        lines.append(f"\t\ttype {kind}; flags interval;")
+        if elements:
+            lines.append(f"\t\telements = {{ {', '.join(elements)} }}")
+        lines.append("\t}")
+    lines += [
+        "\tchain prerouting {",
+        "\t\ttype nat hook prerouting priority dstnat; policy accept;",
+        f"\t\t{sandbox_in} ip saddr @l7_sources4 tcp dport 80 redirect to :{PROXY_HTTP_PORT}",
+        f"\t\t{sandbox_in} ip saddr @l7_sources4 tcp dport 443 redirect to :{PROXY_TLS_PORT}",
+        f"\t\t{sandbox_in} ip6 saddr @l7_sources6 tcp dport 80 redirect to :{PROXY_HTTP_PORT}",
+        f"\t\t{sandbox_in} ip6 saddr @l7_sources6 tcp dport 443 redirect to :{PROXY_TLS_PORT}",
+        "\t}",
+        "",
+        "\t# QUIC would carry HTTP/3 past the SNI check: refused, clients fall back to TCP.",
+        "\tchain forward {",
+        "\t\ttype filter hook forward priority filter; policy accept;",
+        f"\t\t{sandbox_in} ip saddr @l7_sources4 udp dport 443 counter drop",
+        f"\t\t{sandbox_in} ip6 saddr @l7_sources6 udp dport 443 counter drop",
+        "\t}",
+        "}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Running squid
+
+
+@dataclass(frozen=True)
+class ProxyResult:
+    applied: bool
+    detail: str
+
+
+def _run(args: list[str], stdin: str | None = None) -> ProxyResult:
+    try:
+        done = subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return ProxyResult(False, f"{args[0]} could not run: {exc}")
+    if done.returncode != 0:
+        return ProxyResult(False, (done.stderr or done.stdout).strip()[-500:])
+    return ProxyResult(True, done.stdout.strip())
+
+
+def host_addresses() -> list[str]:
+    """Every address of this host's interfaces (squid refuses them as destinations)."""
+    ip = shutil.which("ip") or "/usr/sbin/ip"
+    result = _run([ip, "-j", "addr", "show"])
+    if not result.applied:
+        return []
+    found = set()
+    for link in json.loads(result.detail or "[]"):
+        for info in link.get("addr_info", ()):
+            if info.get("local"):
+                found.add(str(ipaddress.ip_address(info["local"])))
+    return sorted(found)
+
+
+@dataclass
+class SquidProxy:
+    """One squid for the console's host: its state folder holds the per-space policies
+    (`spaces/*.json`, so every console process renders the same file), squid.conf, the
+    peeking certificate, and the logs. Methods never raise for squid's own failures: they
+    answer a `ProxyResult` and the caller decides what it means."""
+
+    state_dir: str = DEFAULT_STATE_DIR
+    dns_nameservers: tuple[str, ...] = ("127.0.0.1",)
+    squid: str = field(default_factory=lambda: squid_binary() or "squid")
+    apply_nftables: bool = True
+
+    @property
+    def state(self) -> Path:
+        return Path(self.state_dir)
+
+    @property
+    def conf_path(self) -> Path:
+        return self.state / "squid.conf"
+
+    @property
+    def access_log(self) -> Path:
+        return self.state / "access.log"
+
+    # Policies ------------------------------------------------------------------------
+
+    def policies(self) -> list[SpaceProxyPolicy]:
+        folder = self.state / "spaces"
+        if not folder.is_dir():
+            return []
+        found = []
+        for path in sorted(folder.glob("*.json")):
+            try:
+                found.append(SpaceProxyPolicy.from_json(json.loads(path.read_text())))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return found
+
+    def set_space(self, policy: SpaceProxyPolicy) -> ProxyResult:
+        """Enforce `policy` for its space network now (a space without rules is removed)."""
+        with self._locked():
+            folder = self.state / "spaces"
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', policy.name)}.json"
+            if policy.rules:
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(policy.as_json(), sort_keys=True))
+                tmp.replace(path)
+            else:
+                path.unlink(missing_ok=True)
+            return self._apply()
+
+    def remove_space(self, name: str) -> ProxyResult:
+        with self._locked():
+            (self.state / "spaces" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.json").unlink(missing_ok=True)
+            return self._apply()
+
+    def apply(self) -> ProxyResult:
+        with self._locked():
+            return self._apply()
+
+    # squid ---------------------------------------------------------------------------
+
+    def _locked(self) -> _FileLock:
+        self.state.mkdir(parents=True, exist_ok=True)
+        return _FileLock(self.state / "lock")
+
+    def _prepare_state(self) -> ProxyResult:
+        self.state.mkdir(parents=True, exist_ok=True)
+        key, cert = self.state / "bump.key", self.state / "bump.pem"
+        if not (key.exists() and cert.exists()):
+            # ssl-bump wants a certificate even though peek/splice/terminate never present it.
+            made = _run(
+                [
+                    shutil.which("openssl") or "openssl",
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650",
+                    "-subj", "/CN=sandbox-console egress proxy (never presented)",
+                    "-keyout", str(key), "-out", str(cert),
+                ]
+            )  # fmt: skip
+            if not made.applied:
+                return ProxyResult(False, f"could not make the peeking certificate: {made.detail}")
+        for path in (self.state, key, cert, self.access_log, self.state / "cache.log"):
+            path.touch(exist_ok=True) if not path.exists() else None
+            with _suppress_os():
+                shutil.chown(path, user=SQUID_USER, group=SQUID_USER)
+        key.chmod(0o600)
+        return ProxyResult(True, "")
+
+    def _pid(self) -> int | None:
+        try:
+            pid = int((self.state / "squid.pid").read_text().strip())
+            os.kill(pid, 0)
+            return pid
+        except (OSError, ValueError):
+            return None
+
+    def running(self) -> bool:
+        return self._pid() is not None
+
+    def _apply(self) -> ProxyResult:
+        if not squid_available():
+            return ProxyResult(False, "squid with TLS peeking (Debian package squid-openssl) is not installed")
+        prepared = self._prepare_state()
+        if not prepared.applied:
+            return prepared
+        policies = self.policies()
+        conf = render_squid_conf(
+            policies,
+            state_dir=str(self.state),
+            dns_nameservers=self.dns_nameservers,
+            host_addresses=host_addresses(),
+        )
+        tmp = self.conf_path.with_suffix(".new")
+        tmp.write_text(conf)
+        parsed = _run([self.squid, "-k", "parse", "-f", str(tmp)])
+        if not parsed.applied:
+            return ProxyResult(False, f"squid refused the configuration: {parsed.detail}")
+        tmp.replace(self.conf_path)
+        if self.apply_nftables:
+            nft = _run([shutil.which("nft") or "/usr/sbin/nft", "-f", "-"], render_redirect_table(policies))
+            if not nft.applied:
+                return ProxyResult(False, f"nft refused the redirect table: {nft.detail}")
+        if not policies:
+            self.stop()
+            return ProxyResult(True, "no space has HTTP rules: squid stopped")
+        if self.running():
+            done = _run([self.squid, "-k", "reconfigure", "-f", str(self.conf_path)])
+            return done if not done.applied else ProxyResult(True, "squid reconfigured")
+        return self._start()
+
+    def _start(self) -> ProxyResult:
+        started = _run([self.squid, "-f", str(self.conf_path)])
+        if not started.applied:
+            return ProxyResult(False, f"squid did not start: {started.detail}")
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.running() and self._listening():
+                return ProxyResult(True, "squid started")
+            time.sleep(0.1)
+        return ProxyResult(False, f"squid did not come up; see {self.state / 'cache.log'}")
+
+    def _listening(self) -> bool:
+        """squid listens on the HTTP port (read from /proc: a probe connection would be logged)."""
+        wanted = f":{PROXY_HTTP_PORT:04X}"
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with _suppress_os(), open(table) as handle:
+                for row in handle.readlines()[1:]:
+                    fields = row.split()
+                    if len(fields) > 3 and fields[3] == "0A" and fields[1].endswith(wanted):
+                        return True
+        return False
+
+    def stop(self) -> None:
+        pid = self._pid()
+        if pid is None:
+            return
+        with _suppress_os():
+            os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self._pid() is not None:
+            time.sleep(0.1)
+        if self._pid() is not None:
+            with _suppress_os():
+                os.kill(pid, signal.SIGKILL)
+
+    # Refusals ------------------------------------------------------------------------
+
+    def refusals(
+        self, cursor: str, sandbox_of: Callable[[str], str] | None = None
+    ) -> tuple[list[EgressRefusal], str]:
+        return proxy_refusals(cursor, log_path=str(self.access_log), sandbox_of=sandbox_of)
+
+
+class _suppress_os:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> bool:
+        return isinstance(exc, OSError | LookupError)
+
+
+class _FileLock:
+    """An exclusive lock on a file, across the console's processes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle: int | None = None
+
+    def __enter__(self) -> _FileLock:
+        self.handle = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            fcntl.flock(self.handle, fcntl.LOCK_UN)
+            os.close(self.handle)
+            self.handle = None
+
+
+# ---------------------------------------------------------------------------------------
+# The access log read back
+
+
+def parse_access_line(line: str, sandbox_of: Callable[[str], str] | None = None) -> EgressRefusal | None:
+    """One `egress` logformat line, as an EgressRefusal when squid refused it."""
+    parts = line.split()
+    if len(parts) < 8:
+        return None
+    stamp, client, local_port, status, method, url, sni, note = parts[:8]
+    # A refusal: squid's own TCP_DENIED (http_access), a connection ssl_bump terminated (only
+    # refusing lines carry a note), or a Host header that is not the address connected to.
+    verify_failed = status.endswith("/409")
+    if not (status.startswith("TCP_DENIED") or note != "-" or verify_failed):
+        return None
+    try:
+        at = datetime.fromtimestamp(float(stamp), tz=UTC)
+    except ValueError:
+        return None
+    tls = method == "CONNECT" or local_port in ("443", str(PROXY_TLS_PORT))
+    if tls:
+        destination = sni if sni != "-" else url
+        layer = "tls"
+    else:
+        split = urlsplit(url)
+        destination = f"{split.scheme}://{split.netloc}{split.path}" if split.netloc else url.split("?", 1)[0]
+        layer = "http"
+    if note != "-":
+        rule = unquote(note.split(",")[0])
+    elif verify_failed:
+        rule = "the Host header does not resolve to the address connected to"
+    else:
+        rule = "refused by the proxy"
+    return EgressRefusal(
+        at=at,
+        sandbox_id=sandbox_of(client) if sandbox_of else client,
+        layer=layer,
+        destination=destination,
+        rule=rule,
+        detail=f"{method} from {client}; squid {status}",
+    )
+
+
+def proxy_refusals(
+    cursor: str,
+    *,
+    log_path: str = str(Path(DEFAULT_STATE_DIR) / "access.log"),
+    sandbox_of: Callable[[str], str] | None = None,
+    limit: int = 5000,
+) -> tuple[list[EgressRefusal], str]:
+    """Refusals logged after `cursor` ("" = the whole log kept), and the next cursor
+    ("<inode>:<offset>"; a rotated or truncated log starts again from its beginning).
+    `sandbox_of` maps a client address to a sandbox id (default: the address itself)."""
+    try:
+        stat = os.stat(log_path)
+    except OSError:
+        return [], cursor
+    offset = 0
+    inode, _, seen = cursor.partition(":")
+    if inode == str(stat.st_ino) and seen.isdigit() and int(seen) <= stat.st_size:
+        offset = int(seen)
+    found: list[EgressRefusal] = []
+    with open(log_path, "rb") as handle:
+        handle.seek(offset)
+        while len(found) < limit:
+            raw = handle.readline()
+            if not raw or not raw.endswith(b"\n"):
+                break  # a line squid is still writing is read next time
+            offset += len(raw)
+            refusal = parse_access_line(raw.decode("utf-8", "replace"), sandbox_of)
+            if refusal is not None:
+                found.append(refusal)
+    return found, f"{stat.st_ino}:{offset}"
