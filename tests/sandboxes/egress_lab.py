@@ -90,6 +90,7 @@ class TargetNamespace:
         self.ns_if = f"epn-{tag}"
         self.host_address = f"{prefix}.1"
         self.address = f"{prefix}.2"
+        self.other_address = f"{prefix}.3"  # the same servers, a second address
         self.names = tuple(names)
         self.folder = Path(tempfile.mkdtemp(prefix="eplab-"))
         self.server: subprocess.Popen[str] | None = None
@@ -102,12 +103,14 @@ class TargetNamespace:
         _sh("ip", "link", "set", self.host_if, "up")
         inside = ("ip", "netns", "exec", self.netns)
         _sh(*inside, "ip", "addr", "add", f"{self.address}/24", "dev", self.ns_if)
+        _sh(*inside, "ip", "addr", "add", f"{self.other_address}/24", "dev", self.ns_if)
         _sh(*inside, "ip", "link", "set", self.ns_if, "up")
         _sh(*inside, "ip", "link", "set", "lo", "up")
         _sh(*inside, "ip", "route", "add", "default", "via", self.host_address)
-        route = json.loads(_sh("ip", "-j", "route", "get", self.address).stdout)
-        if route[0].get("dev") != self.host_if:
-            raise AssertionError(f"the route to {self.address} leaves by {route[0].get('dev')}, not {self.host_if}")
+        for address in (self.address, self.other_address):
+            route = json.loads(_sh("ip", "-j", "route", "get", address).stdout)
+            if route[0].get("dev") != self.host_if:
+                raise AssertionError(f"the route to {address} leaves by {route[0].get('dev')}, not {self.host_if}")
         cert, key = self.folder / "cert.pem", self.folder / "key.pem"
         san = ",".join(f"DNS:{name}" for name in self.names)
         _sh(
@@ -118,7 +121,7 @@ class TargetNamespace:
         script = self.folder / "server.py"
         script.write_text(SERVER)
         self.server = subprocess.Popen(
-            [*inside, sys.executable, str(script), self.address, str(cert), str(key)],
+            [*inside, sys.executable, str(script), "0.0.0.0", str(cert), str(key)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -111,6 +111,8 @@ class DockerNetworks:
 
     def _apply_http_rules(self, name: str, network: NetworkSpec) -> None:
         """Make squid enforce the space network's HTTP rules (before its sandbox starts)."""
+        if not network.l7_rules and not self._l7_possible():
+            return  # nothing to enforce, and no squid that could hold an older policy
         with _engine_call(f"network {name}"):
             ipam = self.api.inspect_network(name).get("IPAM", {}).get("Config") or []
         sources = tuple(c["Subnet"] for c in ipam if c.get("Subnet"))
@@ -123,9 +125,20 @@ class DockerNetworks:
             allow_out=network.allow_out,
             deny_out=network.deny_out,
         )
-        result = self.egress_proxy().set_space(policy)
+        result = self.egress_proxy().set_space(policy)  # no rules: the space leaves the proxy
         if not result.applied:
             raise RemoteError(ErrorKind.UNSUPPORTED, f"HTTP rules need the host's squid: {result.detail}")
+
+    def update_http_rules(self, sandbox_id: str, network: NetworkSpec) -> None:
+        """Apply a changed policy's HTTP rules to the running sandbox's space network now
+        (squid reconfigures live; the lead wires this into the egress capability)."""
+        if network.l7_rules and not self._l7_possible():
+            self._check_network_spec(network)
+        with _engine_call(f"sandbox {sandbox_id}"):
+            networks = self.api.inspect_container(self._container_id(sandbox_id))["NetworkSettings"]["Networks"]
+        for name in networks:
+            if name.startswith(self.network_name + "-"):
+                self._apply_http_rules(name, network)
 
     def _release_network(self, space: str) -> None:
         """Remove the space's network once no container is on it, stopped ones included.

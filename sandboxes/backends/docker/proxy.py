@@ -515,13 +515,16 @@ class SquidProxy:
         if not parsed.applied:
             return ProxyResult(False, f"squid refused the configuration: {parsed.detail}")
         tmp.replace(self.conf_path)
-        if self.apply_nftables:
-            nft = _run([shutil.which("nft") or "/usr/sbin/nft", "-f", "-"], render_redirect_table(policies))
-            if not nft.applied:
-                return ProxyResult(False, f"nft refused the redirect table: {nft.detail}")
+        nft = shutil.which("nft") or "/usr/sbin/nft"
         if not policies:
+            if self.apply_nftables:
+                _run([nft, "delete", "table", TABLE_FAMILY, TABLE_NAME])  # absent already: fine
             self.stop()
             return ProxyResult(True, "no space has HTTP rules: squid stopped")
+        if self.apply_nftables:
+            done = _run([nft, "-f", "-"], render_redirect_table(policies))
+            if not done.applied:
+                return ProxyResult(False, f"nft refused the redirect table: {done.detail}")
         if self.running():
             done = _run([self.squid, "-k", "reconfigure", "-f", str(self.conf_path)])
             return done if not done.applied else ProxyResult(True, "squid reconfigured")
