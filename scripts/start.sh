@@ -16,6 +16,12 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   # Online sandboxes need the host packet filter (docs/security.md); only root can load it.
   if [ "$(id -u)" = 0 ]; then
     command -v nft >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables; }
+    # HTTP rules and TLS by SNI: the console runs its own squid (docs/network.md).
+    if ! command -v squid >/dev/null 2>&1 || ! squid -v 2>/dev/null | grep -q -- --with-openssl; then
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends squid-openssl || true
+    fi
+    # Debian's own squid service (port 3128 on every address) is not ours: kept off.
+    if [ -d /run/systemd/system ]; then systemctl disable --now squid >/dev/null 2>&1 || true; fi
     .venv/bin/python -m sandboxes.backends.docker.firewall || true
   else
     echo "==> not root: the host packet filter is not applied, so sessions with outbound on are refused (docs/security.md)"

@@ -129,7 +129,9 @@ class TargetNamespace:
         assert self.server.stdout is not None
         line = self.server.stdout.readline()
         if line.strip() != "ready":
-            raise AssertionError(f"target servers did not start: {line} {self.server.stderr.read() if self.server.stderr else ''}")
+            raise AssertionError(
+                f"target servers did not start: {line} {self.server.stderr.read() if self.server.stderr else ''}"
+            )
         return self
 
     def stop(self) -> None:
@@ -189,13 +191,15 @@ def _udp_answers(address: str) -> bool:
 @contextlib.contextmanager
 def input_exception(ports: Sequence[int]) -> Iterator[None]:
     """Accept tcp `ports` from sandbox bridges in the live input chain while inside."""
-    rule = f"tcp dport {{ {', '.join(str(p) for p in ports)} }} accept comment \"eplab-{os.getpid()}\""
+    rule = f'tcp dport {{ {", ".join(str(p) for p in ports)} }} accept comment "eplab-{os.getpid()}"'
     listed = _sh("nft", "-j", "list", "chain", "inet", "sandbox_console", "sandbox_to_host", check=False)
     if listed.returncode != 0:
         raise AssertionError(f"the table inet sandbox_console is not loaded: {listed.stderr}")
     _sh("nft", "insert", "rule", "inet", "sandbox_console", "sandbox_to_host", *rule.split(" "))
     handle = None
-    for item in json.loads(_sh("nft", "-j", "-a", "list", "chain", "inet", "sandbox_console", "sandbox_to_host").stdout)["nftables"]:
+    for item in json.loads(
+        _sh("nft", "-j", "-a", "list", "chain", "inet", "sandbox_console", "sandbox_to_host").stdout
+    )["nftables"]:
         found = item.get("rule")
         if found and found.get("comment") == f"eplab-{os.getpid()}":
             handle = found["handle"]
@@ -203,4 +207,14 @@ def input_exception(ports: Sequence[int]) -> Iterator[None]:
         yield
     finally:
         if handle is not None:
-            _sh("nft", "delete", "rule", "inet", "sandbox_console", "sandbox_to_host", "handle", str(handle), check=False)
+            _sh(
+                "nft",
+                "delete",
+                "rule",
+                "inet",
+                "sandbox_console",
+                "sandbox_to_host",
+                "handle",
+                str(handle),
+                check=False,
+            )

@@ -89,7 +89,9 @@ def lab(docker_base_image: str, test_run_id: str) -> Iterator[Lab]:
     if not squid_available():
         pytest.fail("squid-openssl is not installed (.ci/docker-up installs it)")
     target = TargetNamespace(NAMES).start()
-    resolver = LocalResolver({name: target.address for name in NAMES} | {"spoof.test": target.other_address, "self.test": target.host_address}).start()
+    resolver = LocalResolver(
+        dict.fromkeys(NAMES, target.address) | {"spoof.test": target.other_address, "self.test": target.host_address}
+    ).start()
     state = tempfile.mkdtemp(prefix="egress-proxy-")
     backend = DockerBackend(
         BackendConfig(

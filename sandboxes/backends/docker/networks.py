@@ -27,12 +27,13 @@ from .common import (
     LABEL_NETWORK_SPACE,
     _engine_call,
 )
-from .firewall import apply_ruleset, bridge_name, render_ruleset, table_present
-from .proxy import DEFAULT_STATE_DIR, SpaceProxyPolicy, SquidProxy, squid_available
+from .firewall import HostService, apply_ruleset, bridge_name, render_ruleset, table_present
 from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
 )
+from .proxy import DEFAULT_STATE_DIR, PROXY_HTTP_PORT, PROXY_TLS_PORT, SpaceProxyPolicy, squid_available
+from .squid import SquidProxy
 
 
 class DockerNetworks:
@@ -81,7 +82,9 @@ class DockerNetworks:
         with self._firewall_lock:
             if table_present().applied:
                 return
-            result = apply_ruleset(render_ruleset())
+            # squid's intercepting ports on the gateways (HTTP rules, proxy.py).
+            proxy_ports = (HostService("tcp", PROXY_HTTP_PORT), HostService("tcp", PROXY_TLS_PORT))
+            result = apply_ruleset(render_ruleset(host_services=proxy_ports))
             if not result.applied:
                 raise RemoteError(
                     ErrorKind.UNSUPPORTED,
