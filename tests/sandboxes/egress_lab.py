@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -188,24 +189,50 @@ def _udp_answers(address: str) -> bool:
             return False
 
 
+def _exception_handle(tag: str) -> int | None:
+    listed = _sh("nft", "-j", "-a", "list", "chain", "inet", "sandbox_console", "sandbox_to_host", check=False)
+    if listed.returncode != 0:
+        return None
+    for item in json.loads(listed.stdout)["nftables"]:
+        found = item.get("rule")
+        if found and found.get("comment") == tag:
+            return int(found["handle"])
+    return None
+
+
 @contextlib.contextmanager
 def input_exception(ports: Sequence[int]) -> Iterator[None]:
-    """Accept tcp `ports` from sandbox bridges in the live input chain while inside."""
-    rule = f'tcp dport {{ {", ".join(str(p) for p in ports)} }} accept comment "eplab-{os.getpid()}"'
-    listed = _sh("nft", "-j", "list", "chain", "inet", "sandbox_console", "sandbox_to_host", check=False)
+    """Accept tcp `ports` from sandbox bridges in the live input chain while inside.
+
+    The table is shared by everyone on this machine and re-applied whole by whoever renders
+    it (then the inserted rule is gone): a watcher puts it back within a quarter second.
+    Once the renderer itself accepts the proxy ports from online sandboxes this is a no-op
+    duplicate."""
+    tag = f"eplab-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    rule = ["tcp", "dport", "{", ", ".join(str(p) for p in ports), "}", "accept", "comment", f'"{tag}"']
+    listed = _sh("nft", "list", "chain", "inet", "sandbox_console", "sandbox_to_host", check=False)
     if listed.returncode != 0:
         raise AssertionError(f"the table inet sandbox_console is not loaded: {listed.stderr}")
-    _sh("nft", "insert", "rule", "inet", "sandbox_console", "sandbox_to_host", *rule.split(" "))
-    handle = None
-    for item in json.loads(
-        _sh("nft", "-j", "-a", "list", "chain", "inet", "sandbox_console", "sandbox_to_host").stdout
-    )["nftables"]:
-        found = item.get("rule")
-        if found and found.get("comment") == f"eplab-{os.getpid()}":
-            handle = found["handle"]
+
+    def ensure() -> None:
+        if _exception_handle(tag) is None:
+            _sh("nft", "insert", "rule", "inet", "sandbox_console", "sandbox_to_host", *rule, check=False)
+
+    ensure()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.25):
+            ensure()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     try:
         yield
     finally:
+        stop.set()
+        watcher.join(timeout=5)
+        handle = _exception_handle(tag)
         if handle is not None:
             _sh(
                 "nft",

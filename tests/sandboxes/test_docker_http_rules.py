@@ -10,6 +10,7 @@ header or the SNI, which is what the transparent proxy sees.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -139,6 +140,25 @@ def refusals_since(lab: Lab, cursor: str) -> tuple[list[tuple[str, str, str, str
 
 def test_capabilities_claim_http_rules(lab: Lab) -> None:
     assert lab.backend.network_capabilities().l7_rules
+
+
+def test_squid_listens_only_on_the_gateway_and_loopback(lab: Lab) -> None:
+    pids = set(
+        subprocess.run(
+            ["pgrep", "-f", lab.backend.egress_proxy().state_dir], capture_output=True, text=True
+        ).stdout.split()
+    )
+    assert pids
+    gateway = lab.backend.egress_proxy().policies()[0].gateways[0]
+    listening = set()
+    for line in subprocess.run(["ss", "-Htulnp"], capture_output=True, text=True, check=True).stdout.splitlines():
+        if any(f"pid={pid}," in line for pid in pids):
+            listening.add(line.split()[4])
+    assert listening == {f"{gateway}:3129", f"{gateway}:3130", "127.0.0.1:3131"} | {
+        entry
+        for entry in listening
+        if entry.startswith("127.0.0.1:")  # its DNS client socket
+    }, listening
 
 
 def test_method_and_path_rules_decide_plain_http(lab: Lab) -> None:

@@ -154,6 +154,13 @@ def _split_list(entries: Iterable[str]) -> tuple[list[str], list[str]]:
     return networks, domains
 
 
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
 def _collapse(entries: Iterable[str]) -> list[str]:
     """Networks without overlaps (squid warns about an entry inside another one)."""
     networks = [ipaddress.ip_network(entry, strict=False) for entry in entries]
@@ -195,7 +202,8 @@ def render_squid_conf(
         f"access_log stdio:{state / 'access.log'} egress",
         "cache deny all",
         "cache_mem 8 MB",
-        "memory_pools off",
+        "memory_pools on",
+        "read_ahead_gap 1 MB",
         "pinger_enable off",
         "shutdown_lifetime 1 seconds",
         "via off",
@@ -206,6 +214,11 @@ def render_squid_conf(
         "host_verify_strict on",
         "client_dst_passthru on",
         f"dns_nameservers {' '.join(dns_nameservers) if dns_nameservers else '127.0.0.1'}",
+        # squid's lookups leave from a socket on loopback when its resolvers are there.
+        *(["udp_incoming_address 127.0.0.1"] if all(_is_loopback(a) for a in dns_nameservers or ["127.0.0.1"]) else []),
+        "icp_port 0",
+        "htcp_port 0",
+        "snmp_port 0",
         "positive_dns_ttl 30 seconds",
         "negative_dns_ttl 5 seconds",
         "acl step1 at_step SslBump1",

@@ -1,0 +1,132 @@
+"""HTTP throughput through the HTTP-rule path (squid, transparent) versus direct, in one run.
+
+One Docker sandbox on a space network with HTTP rules downloads the same body from the same
+server (in a network namespace of this script's own, 198.51.100.0/24: nothing leaves the
+machine) on port 80, which the redirect table sends through squid, and on port 8080, which
+goes straight through the forward path. Rounds alternate the two; the ratio is the median
+proxied throughput over the median direct one (goal >= 0.8).
+
+Usage: python bench/egress_http.py [SIZE_MB] [ROUNDS]   (root; Docker engine, squid-openssl,
+dnsmasq). The last line is JSON: {"http_throughput_ratio": ..., ...}. bench/egress.py calls
+`measure_http_throughput_ratio()`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from sandboxes.backends.base import META_SPACE, BackendConfig, ExecRequest, L7Rule, NetworkSpec, SandboxSpec
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
+from sandboxes.backends.docker.proxy import PROXY_HTTP_PORT, PROXY_TLS_PORT
+from tests.sandboxes.egress_lab import LocalResolver, TargetNamespace, input_exception
+
+# Inside the sandbox: GET /bytes/N over one connection, timed; prints MB/s.
+DOWNLOAD = r"""
+import http.client, sys, time
+address, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+conn = http.client.HTTPConnection(address, port, timeout=60)
+started = time.perf_counter()
+conn.request("GET", f"/bytes/{size}", headers={"Host": "bench.test"})
+answer = conn.getresponse()
+got = 0
+while True:
+    chunk = answer.read(1 << 20)
+    if not chunk:
+        break
+    got += len(chunk)
+took = time.perf_counter() - started
+assert answer.status == 200 and got == size, (answer.status, got)
+print(size / took / 1e6)
+"""
+
+last_detail: dict[str, object] = {}
+
+
+def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
+    """Median MB/s through squid over median MB/s direct (same sandbox, server, run)."""
+    target = TargetNamespace(["bench.test"]).start()
+    resolver = LocalResolver({"bench.test": target.address}).start()
+    state = tempfile.mkdtemp(prefix="egress-bench-")
+    run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    backend = DockerBackend(
+        BackendConfig(
+            kind="docker",
+            options={"network": f"sandbox-console-{run_id}", "proxy_state_dir": state, "proxy_dns": resolver.address},
+        )
+    )
+    sandbox_id = ""
+    try:
+        with input_exception([PROXY_HTTP_PORT, PROXY_TLS_PORT]):
+            rules = (L7Rule("bench.test", ("GET",), "/bytes/", "allow"),)
+            info = backend.create(
+                SandboxSpec(
+                    template_id=DEFAULT_BASE_IMAGE,
+                    network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=rules),
+                    metadata={"bench-run": run_id, META_SPACE: run_id},
+                )
+            )
+            sandbox_id = info.sandbox_id
+            size = size_mb * 1_000_000
+
+            def download(port: int) -> float:
+                argv = ("python3", "-c", DOWNLOAD, target.address, str(port), str(size))
+                result = backend.exec(sandbox_id, ExecRequest(argv=argv, timeout_s=120))
+                if result.exit_code != 0:
+                    raise RuntimeError(f"download on port {port} failed: {result.stderr.decode()[-500:]}")
+                return float(result.stdout.decode().strip())
+
+            download(80), download(8080)  # warm up both paths
+            proxied: list[float] = []
+            direct: list[float] = []
+            for _ in range(rounds):
+                proxied.append(download(80))
+                direct.append(download(8080))
+            served = [
+                line for line in Path(backend.egress_proxy().access_log).read_text().splitlines() if "/bytes/" in line
+            ]
+            if len(served) < rounds + 1:
+                raise RuntimeError("the port-80 downloads did not go through squid")
+    finally:
+        if sandbox_id:
+            backend.delete(sandbox_id)
+        proxy = backend.egress_proxy()
+        for policy in proxy.policies():
+            proxy.remove_space(policy.name)
+        proxy.stop()
+        backend.close()
+        resolver.stop()
+        target.stop()
+        shutil.rmtree(state, ignore_errors=True)
+    ratio = statistics.median(proxied) / statistics.median(direct)
+    last_detail.clear()
+    last_detail.update(
+        {
+            "proxied_mb_s": round(statistics.median(proxied), 1),
+            "direct_mb_s": round(statistics.median(direct), 1),
+            "size_mb": size_mb,
+            "rounds": rounds,
+        }
+    )
+    return ratio
+
+
+def main(argv: list[str]) -> int:
+    size_mb = int(argv[1]) if len(argv) > 1 else 64
+    rounds = int(argv[2]) if len(argv) > 2 else 5
+    ratio = measure_http_throughput_ratio(size_mb, rounds)
+    print(f"through squid {last_detail['proxied_mb_s']} MB/s, direct {last_detail['direct_mb_s']} MB/s")
+    print(json.dumps({"http_throughput_ratio": round(ratio, 3), **last_detail}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
