@@ -237,3 +237,27 @@ def test_a_rule_change_reaches_the_running_sandbox_within_5_s(lab: Lab) -> None:
     while not lab.http("GET", "web.test", "/admin/").startswith("403 "):
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_each_space_has_its_own_rules(lab: Lab, docker_base_image: str, test_run_id: str) -> None:
+    # A second space joins the running squid (reconfigured: a new gateway to listen on);
+    # its rules hold for its sandboxes only.
+    other_rules = (L7Rule("web.test", action="deny"),)
+    info = lab.backend.create(
+        SandboxSpec(
+            template_id=docker_base_image,
+            network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=other_rules),
+            metadata={"test-run": test_run_id, META_SPACE: f"l7b-{uuid.uuid4().hex[:6]}"},
+        )
+    )
+    try:
+        other = Lab(lab.backend, info.sandbox_id, "", lab.target)
+        assert other.http("GET", "web.test", "/public/x").startswith("403 ")
+        assert other.http("GET", "other.test", "/") == "200 served GET / port 80"
+        assert lab.http("GET", "web.test", "/public/x") == "200 served GET /public/x port 80"
+        assert len(lab.backend.egress_proxy().policies()) == 2
+    finally:
+        lab.backend.delete(info.sandbox_id)
+    # Its network is released with its last sandbox, and squid stops listening there.
+    assert len(lab.backend.egress_proxy().policies()) == 1
+    assert lab.http("GET", "web.test", "/public/x") == "200 served GET /public/x port 80"

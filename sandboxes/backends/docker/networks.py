@@ -155,6 +155,8 @@ class DockerNetworks:
                 self.api.remove_network(name)
             except docker.errors.APIError:
                 return  # already gone, or in use again
+        if self._l7_possible() and any(p.name == name for p in self.egress_proxy().policies()):
+            self.egress_proxy().remove_space(name)  # squid stops listening on its gateway
 
     def _check_network_spec(self, network: NetworkSpec) -> None:
         unsupported = [

@@ -178,12 +178,16 @@ class SquidProxy:
         prepared = self._prepare_state()
         if not prepared.applied:
             return prepared
-        policies = self.policies()
+        addresses = host_addresses()
+        # squid cannot bind the gateway of a network that is gone (and would stop for every
+        # space): such a space is kept on file but not rendered until its network is back.
+        present = {a.split("/")[0] for a in addresses}
+        policies = [p for p in self.policies() if any(g in present for g in p.gateways)]
         conf = render_squid_conf(
             policies,
             state_dir=str(self.state),
             dns_nameservers=self.dns_nameservers,
-            host_addresses=host_addresses(),
+            host_addresses=addresses,
         )
         tmp = self.conf_path.with_suffix(".new")
         tmp.write_text(conf)
