@@ -27,12 +27,12 @@ from .common import (
     LABEL_NETWORK_SPACE,
     _engine_call,
 )
-from .firewall import HostService, apply_ruleset, bridge_name, render_ruleset, table_present
+from .firewall import apply_ruleset, bridge_name, render_ruleset, table_present
 from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
 )
-from .proxy import DEFAULT_STATE_DIR, PROXY_HTTP_PORT, PROXY_TLS_PORT, SpaceProxyPolicy, squid_available
+from .proxy import DEFAULT_STATE_DIR, SpaceProxyPolicy, squid_available
 from .squid import SquidProxy
 
 
@@ -82,9 +82,7 @@ class DockerNetworks:
         with self._firewall_lock:
             if table_present().applied:
                 return
-            # squid's intercepting ports on the gateways (HTTP rules, proxy.py).
-            proxy_ports = (HostService("tcp", PROXY_HTTP_PORT), HostService("tcp", PROXY_TLS_PORT))
-            result = apply_ruleset(render_ruleset(host_services=proxy_ports))
+            result = apply_ruleset(render_ruleset())
             if not result.applied:
                 raise RemoteError(
                     ErrorKind.UNSUPPORTED,
