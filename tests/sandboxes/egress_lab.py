@@ -60,9 +60,16 @@ SERVER = textwrap.dedent(
                 self.wfile.write(body)
         do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _answer
 
+    import socket
+
     class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
         daemon_threads = True
         allow_reuse_address = True
+        address_family = socket.AF_INET6
+
+        def server_bind(self):
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            super().server_bind()
 
     address, cert, key = sys.argv[1], sys.argv[2], sys.argv[3]
     servers = [Server((address, 80), Handler), Server((address, 8080), Handler)]
@@ -92,6 +99,8 @@ class TargetNamespace:
         self.host_address = f"{prefix}.1"
         self.address = f"{prefix}.2"
         self.other_address = f"{prefix}.3"  # the same servers, a second address
+        self.host_address6 = "2001:db8:5100::1"  # documentation range too
+        self.address6 = "2001:db8:5100::2"
         self.names = tuple(names)
         self.folder = Path(tempfile.mkdtemp(prefix="eplab-"))
         self.server: subprocess.Popen[str] | None = None
@@ -108,7 +117,10 @@ class TargetNamespace:
         _sh(*inside, "ip", "link", "set", self.ns_if, "up")
         _sh(*inside, "ip", "link", "set", "lo", "up")
         _sh(*inside, "ip", "route", "add", "default", "via", self.host_address)
-        for address in (self.address, self.other_address):
+        _sh("ip", "addr", "add", f"{self.host_address6}/64", "dev", self.host_if, "nodad")
+        _sh(*inside, "ip", "addr", "add", f"{self.address6}/64", "dev", self.ns_if, "nodad")
+        _sh(*inside, "ip", "-6", "route", "add", "default", "via", self.host_address6)
+        for address in (self.address, self.other_address, self.address6):
             route = json.loads(_sh("ip", "-j", "route", "get", address).stdout)
             if route[0].get("dev") != self.host_if:
                 raise AssertionError(f"the route to {address} leaves by {route[0].get('dev')}, not {self.host_if}")
@@ -122,7 +134,7 @@ class TargetNamespace:
         script = self.folder / "server.py"
         script.write_text(SERVER)
         self.server = subprocess.Popen(
-            [*inside, sys.executable, str(script), "0.0.0.0", str(cert), str(key)],
+            [*inside, sys.executable, str(script), "::", str(cert), str(key)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -16,7 +16,9 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+import docker.types
 import pytest
 
 from sandboxes.backends.base import (
@@ -28,6 +30,9 @@ from sandboxes.backends.base import (
     SandboxSpec,
 )
 from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.common import KIND_NETWORK, LABEL_NETWORK_SPACE
+from sandboxes.backends.docker.firewall import bridge_name
+from sandboxes.backends.docker.image import LABEL_KIND, LABEL_MANAGED
 from sandboxes.backends.docker.proxy import PROXY_HTTP_PORT, PROXY_TLS_PORT, squid_available
 from tests.sandboxes.conftest import docker_test_network_name
 from tests.sandboxes.egress_lab import LocalResolver, TargetNamespace, input_exception
@@ -91,7 +96,8 @@ def lab(docker_base_image: str, test_run_id: str) -> Iterator[Lab]:
         pytest.fail("squid-openssl is not installed (.ci/docker-up installs it)")
     target = TargetNamespace(NAMES).start()
     resolver = LocalResolver(
-        dict.fromkeys(NAMES, target.address) | {"spoof.test": target.other_address, "self.test": target.host_address}
+        dict.fromkeys(NAMES, target.address)
+        | {"spoof.test": target.other_address, "self.test": target.host_address, "v6.test": target.address6}
     ).start()
     state = tempfile.mkdtemp(prefix="egress-proxy-")
     backend = DockerBackend(
@@ -261,3 +267,33 @@ def test_each_space_has_its_own_rules(lab: Lab, docker_base_image: str, test_run
     # Its network is released with its last sandbox, and squid stops listening there.
     assert len(lab.backend.egress_proxy().policies()) == 1
     assert lab.http("GET", "web.test", "/public/x") == "200 served GET /public/x port 80"
+
+
+def test_ipv6_is_redirected_and_decided_the_same(lab: Lab, docker_base_image: str, test_run_id: str) -> None:
+    # A dual-stack space network (made here the way the backend names and bridges it).
+    space = f"l7v6-{uuid.uuid4().hex[:6]}"
+    name = lab.backend.space_network_name(space)
+    lab.backend.api.create_network(
+        name,
+        driver="bridge",
+        enable_ipv6=True,
+        ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet="fd00:5100:77::/64")]),
+        options={"com.docker.network.bridge.enable_icc": "false", "com.docker.network.bridge.name": bridge_name(name)},
+        labels={LABEL_MANAGED: "1", LABEL_KIND: KIND_NETWORK, LABEL_NETWORK_SPACE: space},
+    )
+    rules = (L7Rule("v6.test", ("GET",), "/public", "allow"),)
+    info = lab.backend.create(
+        SandboxSpec(
+            template_id=docker_base_image,
+            network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=rules),
+            metadata={"test-run": test_run_id, META_SPACE: space},
+        )
+    )
+    try:
+        v6 = Lab(lab.backend, info.sandbox_id, "", lab.target)
+        assert v6.http("GET", "v6.test", "/public/x", address=lab.target.address6) == "200 served GET /public/x port 80"
+        assert v6.http("GET", "v6.test", "/private", address=lab.target.address6).startswith("403 ")
+        log = Path(lab.backend.egress_proxy().access_log).read_text()
+        assert "TCP_DENIED/403 GET http://v6.test/private" in log  # it went through squid
+    finally:
+        lab.backend.delete(info.sandbox_id)

@@ -259,6 +259,7 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
                 raise
             network_mode = self._network_mode(spec.network, spec.metadata)
             container_id = self._create_and_start(image, labels, spec, network_mode)
+        self._settle_http_rules(spec.network)
         return self.get(container_id)
 
     def _create_and_start(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:

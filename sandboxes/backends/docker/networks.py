@@ -4,6 +4,7 @@ the host packet filter's state (the ruleset itself is in `firewall`).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import threading
 from collections.abc import Mapping
@@ -117,7 +118,12 @@ class DockerNetworks:
         with _engine_call(f"network {name}"):
             ipam = self.api.inspect_network(name).get("IPAM", {}).get("Config") or []
         sources = tuple(c["Subnet"] for c in ipam if c.get("Subnet"))
-        gateways = tuple(c["Gateway"] for c in ipam if c.get("Gateway"))
+        # The engine leaves Gateway out when it chose it: the subnet's first address.
+        gateways = tuple(
+            c.get("Gateway") or str(next(ipaddress.ip_network(c["Subnet"], strict=False).hosts()))
+            for c in ipam
+            if c.get("Subnet")
+        )
         policy = SpaceProxyPolicy(
             name=name,
             sources=sources,
@@ -129,6 +135,11 @@ class DockerNetworks:
         result = self.egress_proxy().set_space(policy)  # no rules: the space leaves the proxy
         if not result.applied:
             raise RemoteError(ErrorKind.UNSUPPORTED, f"HTTP rules need the host's squid: {result.detail}")
+
+    def _settle_http_rules(self, network: NetworkSpec) -> None:
+        """After a sandbox started: squid binds a new network's IPv6 gateway once it settled."""
+        if network.l7_rules and self._l7_possible():
+            self.egress_proxy().settle()
 
     def update_http_rules(self, sandbox_id: str, network: NetworkSpec) -> None:
         """Apply a changed policy's HTTP rules to the running sandbox's space network now

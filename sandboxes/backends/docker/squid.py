@@ -72,6 +72,20 @@ def host_addresses() -> list[str]:
     return sorted(found)
 
 
+def tentative_addresses() -> set[str]:
+    """IPv6 addresses still in duplicate address detection (squid cannot bind them yet)."""
+    ip = shutil.which("ip") or "/usr/sbin/ip"
+    listed = _run([ip, "-j", "-6", "addr", "show", "tentative"])
+    if not listed.applied:
+        return set()
+    return {
+        str(info.get("local"))
+        for link in json.loads(listed.detail or "[]")
+        for info in link.get("addr_info", ())
+        if info.get("local")
+    }
+
+
 @dataclass
 class SquidProxy:
     """One squid for the console's host: its state folder holds the per-space policies
@@ -209,6 +223,18 @@ class SquidProxy:
             done = _run([self.squid, "-k", "reconfigure", "-f", str(self.conf_path)])
             return done if not done.applied else ProxyResult(True, "squid reconfigured")
         return self._start()
+
+    def settle(self, wait_s: float = 5.0) -> ProxyResult | None:
+        """A new bridge's IPv6 gateway stays tentative until its first sandbox is attached,
+        so squid could not bind it: wait for it to settle, then reconfigure (None: nothing
+        was waiting)."""
+        gateways = {g for p in self.policies() for g in p.gateways}
+        if not tentative_addresses() & gateways:
+            return None
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and tentative_addresses() & gateways:
+            time.sleep(0.1)
+        return self.apply()
 
     def _start(self) -> ProxyResult:
         started = _run([self.squid, "-f", str(self.conf_path)])
