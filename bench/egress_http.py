@@ -4,7 +4,8 @@ One Docker sandbox on a space network with HTTP rules downloads the same body fr
 server (in a network namespace of this script's own, 198.51.100.0/24: nothing leaves the
 machine) on port 80, which the redirect table sends through squid, and on port 8080, which
 goes straight through the forward path. Rounds alternate the two; the ratio is the median
-proxied throughput over the median direct one (goal >= 0.8).
+proxied throughput over the median direct one (goal >= 0.8). `small_bodies_ratio` is the same
+for 40 bodies of 256 kB on one keep-alive connection (package-index-like traffic).
 
 Usage: python bench/egress_http.py [SIZE_MB] [ROUNDS]   (root; Docker engine, squid-openssl,
 dnsmasq). The last line is JSON: {"http_throughput_ratio": ..., ...}. bench/egress.py calls
@@ -32,20 +33,21 @@ from tests.sandboxes.egress_lab import LocalResolver, TargetNamespace, input_exc
 # Inside the sandbox: GET /bytes/N over one connection, timed; prints MB/s.
 DOWNLOAD = r"""
 import http.client, sys, time
-address, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+address, port, size, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 conn = http.client.HTTPConnection(address, port, timeout=60)
 started = time.perf_counter()
-conn.request("GET", f"/bytes/{size}", headers={"Host": "bench.test"})
-answer = conn.getresponse()
-got = 0
-while True:
-    chunk = answer.read(1 << 20)
-    if not chunk:
-        break
-    got += len(chunk)
+for _ in range(count):  # one keep-alive connection
+    conn.request("GET", f"/bytes/{size}", headers={"Host": "bench.test"})
+    answer = conn.getresponse()
+    got = 0
+    while True:
+        chunk = answer.read(1 << 20)
+        if not chunk:
+            break
+        got += len(chunk)
+    assert answer.status == 200 and got == size, (answer.status, got)
 took = time.perf_counter() - started
-assert answer.status == 200 and got == size, (answer.status, got)
-print(size / took / 1e6)
+print(size * count / took / 1e6)
 """
 
 last_detail: dict[str, object] = {}
@@ -77,8 +79,8 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
             sandbox_id = info.sandbox_id
             size = size_mb * 1_000_000
 
-            def download(port: int) -> float:
-                argv = ("python3", "-c", DOWNLOAD, target.address, str(port), str(size))
+            def download(port: int, size: int = size, count: int = 1) -> float:
+                argv = ("python3", "-c", DOWNLOAD, target.address, str(port), str(size), str(count))
                 result = backend.exec(sandbox_id, ExecRequest(argv=argv, timeout_s=120))
                 if result.exit_code != 0:
                     raise RuntimeError(f"download on port {port} failed: {result.stderr.decode()[-500:]}")
@@ -87,13 +89,17 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
             download(80), download(8080)  # warm up both paths
             proxied: list[float] = []
             direct: list[float] = []
+            small_proxied: list[float] = []
+            small_direct: list[float] = []
             for _ in range(rounds):
                 proxied.append(download(80))
                 direct.append(download(8080))
+                small_proxied.append(download(80, 256_000, 40))  # 40 bodies of 256 kB, keep-alive
+                small_direct.append(download(8080, 256_000, 40))
             served = [
                 line for line in Path(backend.egress_proxy().access_log).read_text().splitlines() if "/bytes/" in line
             ]
-            if len(served) < rounds + 1:
+            if len(served) < 41 * rounds + 1:
                 raise RuntimeError("the port-80 downloads did not go through squid")
     finally:
         if sandbox_id:
@@ -112,6 +118,7 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
         {
             "proxied_mb_s": round(statistics.median(proxied), 1),
             "direct_mb_s": round(statistics.median(direct), 1),
+            "small_bodies_ratio": round(statistics.median(small_proxied) / statistics.median(small_direct), 3),
             "size_mb": size_mb,
             "rounds": rounds,
         }
