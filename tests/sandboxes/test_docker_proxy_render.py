@@ -19,6 +19,7 @@ from sandboxes.backends.docker.proxy import (
     render_squid_conf,
     squid_available,
 )
+from sandboxes.backends.docker.squid import SquidProxy
 
 POLICY = SpaceProxyPolicy(
     name="sandbox-console-a",
@@ -166,3 +167,13 @@ def test_the_cursor_reads_each_refusal_once_and_survives_truncation(tmp_path: Pa
     log.write_text(DENIED_HTTP)  # truncated (same inode, shorter): read again from the start
     found, _ = proxy_refusals(cursor, log_path=str(log))
     assert [r.destination for r in found] == ["http://web.test/admin/x"]
+
+
+def test_a_policy_that_cannot_be_applied_is_not_kept(tmp_path: Path) -> None:
+    proxy = SquidProxy(state_dir=str(tmp_path), apply_nftables=False)
+    bad = SpaceProxyPolicy("sandbox-console-x", ("172.300.0.0/16",), ("172.30.0.1",), (L7Rule("x.test"),))
+    result = proxy.set_space(bad)
+    assert not result.applied
+    assert "not an address of the space network" in result.detail
+    assert proxy.policies() == []
+    assert not proxy.running()

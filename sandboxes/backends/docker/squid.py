@@ -126,17 +126,29 @@ class SquidProxy:
 
     def set_space(self, policy: SpaceProxyPolicy) -> ProxyResult:
         """Enforce `policy` for its space network now (a space without rules is removed)."""
+        try:
+            for source in policy.sources:
+                ipaddress.ip_network(source, strict=False)
+            for gateway in policy.gateways:
+                ipaddress.ip_address(gateway)
+        except ValueError as exc:
+            return ProxyResult(False, f"not an address of the space network: {exc}")
         with self._locked():
             folder = self.state / "spaces"
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', policy.name)}.json"
+            before = path.read_text() if path.exists() else None
             if policy.rules:
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(json.dumps(policy.as_json(), sort_keys=True))
-                tmp.replace(path)
+                _write(path, json.dumps(policy.as_json(), sort_keys=True))
             else:
                 path.unlink(missing_ok=True)
-            return self._apply()
+            result = self._apply()
+            if not result.applied:  # nothing half-applied is kept: the previous policy stays
+                if before is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    _write(path, before)
+            return result
 
     def remove_space(self, name: str) -> ProxyResult:
         with self._locked():
@@ -168,8 +180,9 @@ class SquidProxy:
             )  # fmt: skip
             if not made.applied:
                 return ProxyResult(False, f"could not make the peeking certificate: {made.detail}")
+        for path in (self.access_log, self.state / "cache.log"):
+            path.touch(exist_ok=True)
         for path in (self.state, key, cert, self.access_log, self.state / "cache.log"):
-            path.touch(exist_ok=True) if not path.exists() else None
             with _suppress_os():
                 shutil.chown(path, user=SQUID_USER, group=SQUID_USER)
         key.chmod(0o600)
@@ -275,6 +288,12 @@ class SquidProxy:
 
     def refusals(self, cursor: str, sandbox_of: Callable[[str], str] | None = None) -> tuple[list[EgressRefusal], str]:
         return proxy_refusals(cursor, log_path=str(self.access_log), sandbox_of=sandbox_of)
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
 
 
 class _suppress_os:
