@@ -5,7 +5,9 @@ server (in a network namespace of this script's own, 198.51.100.0/24: nothing le
 machine) on port 80, which the redirect table sends through squid, and on port 8080, which
 goes straight through the forward path. Rounds alternate the two; the ratio is the median
 proxied throughput over the median direct one (goal >= 0.8). `small_bodies_ratio` is the same
-for 40 bodies of 256 kB on one keep-alive connection (package-index-like traffic).
+for 40 bodies of 256 kB on one keep-alive connection (package-index-like traffic);
+`rule_change_p50_ms`/`max_ms`: from a rule change (squid -k reconfigure) until a program
+polling inside the running sandbox every 20 ms gets the new answer.
 
 Usage: python bench/egress_http.py [SIZE_MB] [ROUNDS]   (root; Docker engine, squid-openssl,
 dnsmasq). The last line is JSON: {"http_throughput_ratio": ..., ...}. bench/egress.py calls
@@ -19,6 +21,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -50,7 +53,59 @@ took = time.perf_counter() - started
 print(size * count / took / 1e6)
 """
 
+# Inside the sandbox: poll GET /bytes/1 every 20 ms until its status is the wanted one; print
+# the wall-clock time it flipped (the host and the container share the kernel's clock).
+WATCH = r"""
+import http.client, sys, time
+address, wanted = sys.argv[1], int(sys.argv[2])
+deadline = time.time() + 30
+while time.time() < deadline:
+    try:
+        conn = http.client.HTTPConnection(address, 80, timeout=2)
+        conn.request("GET", "/bytes/1", headers={"Host": "bench.test"})
+        status = conn.getresponse().status
+        conn.close()
+    except OSError:
+        status = 0
+    if status == wanted:
+        print(time.time())
+        break
+    time.sleep(0.02)
+"""
+
 last_detail: dict[str, object] = {}
+
+
+def _rule_change_ms(backend: DockerBackend, sandbox_id: str, address: str, changes: int = 6) -> list[float]:
+    """Time from the policy change call until the running sandbox sees the new answer."""
+    import threading
+
+    allow = (L7Rule("bench.test", ("GET",), "/bytes/", "allow"),)
+    deny = (L7Rule("bench.test", ("GET",), "/bytes/", "deny"),)
+    took: list[float] = []
+    for index in range(changes):
+        rules, wanted = (deny, 403) if index % 2 == 0 else (allow, 200)
+        answer: dict[str, bytes] = {}
+
+        def watch(wanted: int = wanted, answer: dict[str, bytes] = answer) -> None:
+            result = backend.exec(
+                sandbox_id, ExecRequest(argv=("python3", "-c", WATCH, address, str(wanted)), timeout_s=60)
+            )
+            answer["out"] = result.stdout
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        time.sleep(1.0)  # the watcher is polling the old answer by now
+        started = time.time()
+        backend.update_http_rules(
+            sandbox_id, NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=rules)
+        )
+        watcher.join(timeout=60)
+        flipped = float(answer.get("out", b"0").decode().strip() or 0)
+        if not flipped:
+            raise RuntimeError("the rule change never reached the sandbox")
+        took.append((flipped - started) * 1000)
+    return took
 
 
 def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
@@ -101,6 +156,7 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
             ]
             if len(served) < 41 * rounds + 1:
                 raise RuntimeError("the port-80 downloads did not go through squid")
+            changes = _rule_change_ms(backend, sandbox_id, target.address)
     finally:
         if sandbox_id:
             backend.delete(sandbox_id)
@@ -118,6 +174,8 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
         {
             "proxied_mb_s": round(statistics.median(proxied), 1),
             "direct_mb_s": round(statistics.median(direct), 1),
+            "rule_change_p50_ms": round(statistics.median(changes)),
+            "rule_change_max_ms": round(max(changes)),
             "small_bodies_ratio": round(statistics.median(small_proxied) / statistics.median(small_direct), 3),
             "size_mb": size_mb,
             "rounds": rounds,
