@@ -1,8 +1,8 @@
 """HTTP throughput through the HTTP-rule path (squid, transparent) versus direct, in one run.
 
 One Docker sandbox on a space network with HTTP rules downloads the same body from the same
-server (in a network namespace of this script's own, 198.51.100.0/24: nothing leaves the
-machine) on port 80, which the redirect table sends through squid, and on port 8080, which
+server (in a network namespace of this script's own, documentation addresses: nothing leaves
+the machine) on port 80, which the redirect table sends through squid, and on port 8080, which
 goes straight through the forward path. Rounds alternate the two; the ratio is the median
 proxied throughput over the median direct one (goal >= 0.8). `small_bodies_ratio` is the same
 for 40 bodies of 256 kB on one keep-alive connection (package-index-like traffic);

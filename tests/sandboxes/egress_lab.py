@@ -1,7 +1,7 @@
 """Targets for egress tests that never leave this machine.
 
 `TargetNamespace` makes a network namespace joined to the host by a veth pair with
-addresses in a documentation range (198.51.100.0/24 by default) and runs, inside it, an
+addresses in documentation ranges (a /29 of 203.0.113.0/24, a /64 of 2001:db8::/32) and runs, inside it, an
 HTTP server on ports 80 and 8080 (echoes method and path; `/bytes/N` answers N bytes) and a
 TLS server on 443 (self-signed, names given). Before any traffic it checks that the host's
 route to the namespace's address goes through the veth it made.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -91,16 +92,21 @@ def _sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 class TargetNamespace:
-    def __init__(self, names: Sequence[str], prefix: str = "198.51.100") -> None:
+    def __init__(self, names: Sequence[str]) -> None:
         tag = uuid.uuid4().hex[:6]
         self.netns = f"eplab-{tag}"
         self.host_if = f"eph-{tag}"
         self.ns_if = f"epn-{tag}"
-        self.host_address = f"{prefix}.1"
-        self.address = f"{prefix}.2"
-        self.other_address = f"{prefix}.3"  # the same servers, a second address
-        self.host_address6 = "2001:db8:5100::1"  # documentation range too
-        self.address6 = "2001:db8:5100::2"
+        # A /29 of 203.0.113.0/24 and a /64 of 2001:db8::/32 (documentation ranges), drawn at
+        # random so that concurrent runs (and other suites' namespaces) do not overlap.
+        base = 8 * random.randrange(1, 31)
+        self.prefixlen = 29
+        self.host_address = f"203.0.113.{base + 1}"
+        self.address = f"203.0.113.{base + 2}"
+        self.other_address = f"203.0.113.{base + 3}"  # the same servers, a second address
+        net6 = f"2001:db8:51{random.randrange(256):02x}:{random.randrange(65536):x}"
+        self.host_address6 = f"{net6}::1"
+        self.address6 = f"{net6}::2"
         self.names = tuple(names)
         self.folder = Path(tempfile.mkdtemp(prefix="eplab-"))
         self.server: subprocess.Popen[str] | None = None
@@ -109,11 +115,11 @@ class TargetNamespace:
         _sh("ip", "netns", "add", self.netns)
         _sh("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
         _sh("ip", "link", "set", self.ns_if, "netns", self.netns)
-        _sh("ip", "addr", "add", f"{self.host_address}/24", "dev", self.host_if)
+        _sh("ip", "addr", "add", f"{self.host_address}/{self.prefixlen}", "dev", self.host_if)
         _sh("ip", "link", "set", self.host_if, "up")
         inside = ("ip", "netns", "exec", self.netns)
-        _sh(*inside, "ip", "addr", "add", f"{self.address}/24", "dev", self.ns_if)
-        _sh(*inside, "ip", "addr", "add", f"{self.other_address}/24", "dev", self.ns_if)
+        _sh(*inside, "ip", "addr", "add", f"{self.address}/{self.prefixlen}", "dev", self.ns_if)
+        _sh(*inside, "ip", "addr", "add", f"{self.other_address}/{self.prefixlen}", "dev", self.ns_if)
         _sh(*inside, "ip", "link", "set", self.ns_if, "up")
         _sh(*inside, "ip", "link", "set", "lo", "up")
         _sh(*inside, "ip", "route", "add", "default", "via", self.host_address)

@@ -1,8 +1,8 @@
 """HTTP rules and TLS by SNI on Docker, end to end: a real sandbox, a real squid, real servers.
 
 Every destination is a server this module starts in a network namespace of its own
-(tests/sandboxes/egress_lab.py: veth pair, 198.51.100.0/24, the route checked before any
-traffic); squid's own lookups go to a dnsmasq on 127.0.0.77 with fixed answers. The sandbox
+(tests/sandboxes/egress_lab.py: veth pair, documentation ranges, the route checked before
+any traffic); squid's own lookups go to a dnsmasq on 127.0.0.77 with fixed answers. The sandbox
 itself has no resolver: its programs connect to the address and name the host in the Host
 header or the SNI, which is what the transparent proxy sees.
 """
