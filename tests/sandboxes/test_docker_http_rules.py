@@ -86,8 +86,8 @@ class Lab:
     def http(self, method: str, host: str, path: str, address: str = "") -> str:
         return self.probe("http", address or self.target.address, host, method, path)
 
-    def tls(self, host: str) -> str:
-        return self.probe("tls", self.target.address, host)
+    def tls(self, host: str, address: str = "") -> str:
+        return self.probe("tls", address or self.target.address, host)
 
 
 @pytest.fixture(scope="module")
@@ -297,3 +297,15 @@ def test_ipv6_is_redirected_and_decided_the_same(lab: Lab, docker_base_image: st
         assert "TCP_DENIED/403 GET http://v6.test/private" in log  # it went through squid
     finally:
         lab.backend.delete(info.sandbox_id)
+
+
+def test_an_sni_naming_another_address_is_refused(lab: Lab) -> None:
+    # "tls-ok.test" resolves to the target's first address; claimed towards its second one,
+    # squid's Host verification (applied to the SNI's CONNECT) refuses the connection.
+    _, cursor = refusals_since(lab, "")
+    assert lab.tls("tls-ok.test", address=lab.target.other_address).startswith("failed")
+    assert lab.tls("spoof.test", address=lab.target.other_address) == "tls HTTP/1.1 200 OK"
+    found, _ = refusals_since(lab, cursor)
+    assert [row[1:] for row in found] == [
+        ("tls", "tls-ok.test", "the name sent (SNI) does not resolve to the address connected to")
+    ]

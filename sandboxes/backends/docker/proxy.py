@@ -412,7 +412,7 @@ def parse_access_line(line: str, sandbox_of: Callable[[str], str] | None = None)
     if note != "-":
         rule = unquote(note.split(",")[0])
     elif verify_failed:
-        rule = "the Host header does not resolve to the address connected to"
+        rule = f"the name sent ({'SNI' if tls else 'Host header'}) does not resolve to the address connected to"
     else:
         rule = "refused by the proxy"
     return EgressRefusal(
