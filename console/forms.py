@@ -91,6 +91,9 @@ class NetworkPolicyForm(forms.Form):
         help_text=(
             "One rule per line, checked in order, first match wins: "
             "'allow|deny DOMAIN [METHODS|*] [PATH-PREFIX]', e.g. 'allow api.github.com GET,POST /repos/'."
+            " Where HTTPS is checked by host name only (SNI, no decryption), methods and paths cannot be"
+            " seen: an allow rule lets every HTTPS request to its host through, a deny rule with methods"
+            " or a path does not apply to HTTPS."
         ),
     )
     allow_public_traffic = forms.BooleanField(

@@ -150,6 +150,16 @@ class NetworkPolicy(models.Model):
                 verb = "allowed" if rule.get("action") == "allow" else "denied"
                 target = f"{rule.get('domain')}{rule.get('path_prefix') or '/'}*"
                 lines.append(f"HTTP rule {index}: {methods} to {target} is {verb}.")
+                if rule.get("methods") or (rule.get("path_prefix") or "/") != "/":
+                    # A backend that reads HTTPS by its SNI only (Docker) sees the host, not this.
+                    lines.append(
+                        f"HTTP rule {index} over HTTPS, where only the host is checked (SNI, no decryption): "
+                        + (
+                            f"every request to {rule.get('domain')} is allowed."
+                            if rule.get("action") == "allow"
+                            else "it cannot be checked and does not apply."
+                        )
+                    )
         if self.allow_public_traffic:
             lines.append(
                 "Inbound: on. Sandbox ports are reachable at their URLs: on Docker with the session's traffic"

@@ -347,3 +347,22 @@ def test_the_migration_keeps_old_deny_all_plus_allow_policies_meaning_only_these
     assert NetworkPolicy.objects.get(space=world.space_a).deny_out == ["198.51.100.0/24"]
     # Without an allow list, "deny everything" meant and still means exactly that.
     assert NetworkPolicy.objects.get(space=world.space_b).deny_out == ["0.0.0.0/0"]
+
+
+def test_describe_says_what_https_can_check_of_each_rule() -> None:
+    from console.models import NetworkPolicy
+
+    rules = [
+        {"domain": "pypi.org", "methods": ["GET"], "path_prefix": "/simple/", "action": "allow"},
+        {"domain": "a.com", "methods": [], "path_prefix": "/admin", "action": "deny"},
+        {"domain": "b.com", "methods": [], "path_prefix": "/", "action": "deny"},
+    ]
+    policy = NetworkPolicy(allow_internet_access=True, allow_out=[], deny_out=[], l7_rules=rules)
+    https = "over HTTPS, where only the host is checked (SNI, no decryption):"
+    assert policy.describe()[1:-1] == [
+        "HTTP rule 1: GET to pypi.org/simple/* is allowed.",
+        f"HTTP rule 1 {https} every request to pypi.org is allowed.",
+        "HTTP rule 2: any method to a.com/admin* is denied.",
+        f"HTTP rule 2 {https} it cannot be checked and does not apply.",
+        "HTTP rule 3: any method to b.com/* is denied.",
+    ]

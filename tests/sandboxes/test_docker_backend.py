@@ -20,7 +20,6 @@ from sandboxes.backends.base import (
     ErrorKind,
     ExecRequest,
     IdleMode,
-    L7Rule,
     ListQuery,
     NetworkSpec,
     PtySize,
@@ -31,6 +30,7 @@ from sandboxes.backends.base import (
     TemplateBuildSpec,
 )
 from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.proxy import squid_available
 from tests.sandboxes.backend_conformance import (
     OFFLINE,
     BackendConformance,
@@ -154,9 +154,8 @@ class TestDockerBackend:
         [
             NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_out=("10.0.0.0/8",)),
             NetworkSpec(allow_internet_access=True, allow_public_traffic=False, deny_out=("*.example.com",)),
-            NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=(L7Rule(domain="pypi.org"),)),
         ],
-        ids=["allow_out", "deny_out", "l7"],
+        ids=["allow_out", "deny_out"],
     )
     def test_network_rules_docker_cannot_honour_are_refused(
         self, backend: DockerBackend, template_id: str, test_run_id: str, network: NetworkSpec
@@ -171,7 +170,7 @@ class TestDockerBackend:
         caps = backend.network_capabilities()
         assert caps.outbound_toggle
         assert caps.inbound_toggle  # through the console's own proxy (test_docker_inbound.py)
-        assert not caps.l7_rules
+        assert caps.l7_rules == squid_available()  # HTTP rules: tests/sandboxes/test_docker_http_rules.py
         assert not (caps.allow_out_cidr)
         assert not (caps.allow_out_domain)
         assert not (caps.deny_out_cidr)

@@ -272,6 +272,7 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
             container_id,
             extra={"sandbox_id": container_id, "template": spec.template_id, "network": network_mode},
         )
+        self._settle_http_rules(spec.network)
         return self.get(container_id)
 
     def _create_and_start(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
