@@ -1,21 +1,23 @@
-"""Networks of Docker sandboxes: the space's own bridge network, the network capabilities, and
-the host packet filter's state (the ruleset itself is in `firewall`).
+"""Networks of Docker sandboxes: the space's own bridge network (IPv4, and IPv6 on a ULA
+subnet derived from its name), attaching a container to it and detaching it live, the network
+capabilities, and the host packet filter's state (the ruleset itself is in `firewall`, each
+sandbox's chain in `egress_rules`, applying them in `egress`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import re
 import threading
-from collections.abc import Mapping
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import docker
 import docker.errors
 import docker.tls
 
 from ..base import (
-    META_SPACE,
     BackendConfig,
     ErrorKind,
     NetworkCapabilities,
@@ -24,9 +26,12 @@ from ..base import (
 )
 from .common import (
     KIND_NETWORK,
+    LABEL_NETWORK,
     LABEL_NETWORK_SPACE,
     _engine_call,
 )
+from .egress import ensure_log_reader
+from .egress_rules import render_network
 from .firewall import apply_ruleset, bridge_name, render_ruleset, table_present
 from .image import (
     LABEL_KIND,
@@ -41,7 +46,10 @@ class DockerNetworks:
         config: BackendConfig
         host_firewall: str
         network_name: str
+        dns_upstream: str
+        egress_state_dir: str
         _firewall_lock: threading.Lock
+        _firewall_loaded: bool
 
         @property
         def api(self) -> docker.APIClient: ...
@@ -59,7 +67,8 @@ class DockerNetworks:
             return "NOT in force: the engine is remote and the console can only filter its own host"
         present = table_present()
         if present.applied:
-            return present.detail
+            upstream = self.dns_upstream or "none set: no name resolves (option dns_upstream)"
+            return f"{present.detail}; resolver upstream: {upstream}"
         return f"NOT in force: {present.detail} (applied at the next sandbox with outbound on, as root)"
 
     def ensure_firewall(self) -> None:
@@ -78,8 +87,10 @@ class DockerNetworks:
                 "(docs/security.md)",
             )
         with self._firewall_lock:
-            if table_present().applied:
+            if self._firewall_loaded and table_present().applied:
                 return
+            # Idempotent and keeping live elements: loaded once per process, so a table of an
+            # older console gains the sets and maps this one needs.
             result = apply_ruleset(render_ruleset())
             if not result.applied:
                 raise RemoteError(
@@ -88,9 +99,25 @@ class DockerNetworks:
                     "(run the console as root with nftables installed, or apply it yourself and set "
                     "host_firewall=external; docs/security.md)",
                 )
+            self._firewall_loaded = True
+            ensure_log_reader(self.egress_state_dir)
+
+    def enforces_lists(self) -> bool:
+        """Whether the console itself applies each sandbox's chain (a local engine it filters)."""
+        return self.host_firewall == "auto" and self.engine_is_local()
 
     def network_capabilities(self) -> NetworkCapabilities:
-        return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False)
+        if not self.enforces_lists():
+            return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False)
+        return NetworkCapabilities(
+            outbound_toggle=True,
+            allow_out_cidr=True,
+            allow_out_domain=True,
+            deny_out_cidr=True,
+            deny_out_domain=True,
+            inbound_toggle=False,
+            live_update=True,
+        )
 
     def _release_network(self, space: str) -> None:
         """Remove the space's network once no container is on it, stopped ones included.
@@ -101,59 +128,141 @@ class DockerNetworks:
             try:
                 if self.api.containers(all=True, filters={"network": name}):
                     return
+                # Sandboxes with outbound off are on no network, but keep their space's: its
+                # gateway is their resolver when outbound is switched on.
+                if self.api.containers(all=True, filters={"label": f"{LABEL_NETWORK}={name}"}):
+                    return
                 self.api.remove_network(name)
             except docker.errors.APIError:
                 return  # already gone, or in use again
 
     def _check_network_spec(self, network: NetworkSpec) -> None:
-        unsupported = [
-            name
-            for name, value in (
-                ("allow_out lists", network.allow_out),
-                ("deny_out lists", network.deny_out),
-                ("L7 rules", network.l7_rules),
-            )
-            if value
-        ]
+        unsupported = []
+        if not self.enforces_lists():
+            unsupported += [
+                name
+                for name, value in (("allow_out lists", network.allow_out), ("deny_out lists", network.deny_out))
+                if value
+            ]
+        if network.l7_rules:
+            unsupported.append("L7 rules")
         if network.allow_public_traffic:
             unsupported.append("inbound public traffic")
         if unsupported:
+            what = "" if self.enforces_lists() else " (lists need a local engine with host_firewall=auto)"
             raise RemoteError(
-                ErrorKind.UNSUPPORTED,
-                "the Docker backend only switches outbound internet on or off; it cannot honour "
-                + ", ".join(unsupported),
+                ErrorKind.UNSUPPORTED, "the Docker backend cannot honour " + ", ".join(unsupported) + what
             )
-
-    def _network_mode(self, network: NetworkSpec, metadata: Mapping[str, str]) -> str:
-        if not network.allow_internet_access:
-            return "none"
-        name = self.space_network_name(metadata.get(META_SPACE, ""))
-        self._ensure_network(name, metadata.get(META_SPACE, ""))
-        return name
 
     def space_network_name(self, space: str) -> str:
         """The bridge network of one space's online sandboxes ("nospace" for none)."""
         return f"{self.network_name}-{re.sub(r'[^A-Za-z0-9_.-]', '_', space)[:64] or 'nospace'}"
 
-    def _ensure_network(self, name: str, space: str) -> None:
+    def _ensure_network(self, name: str, space: str) -> dict[str, Any]:
+        """The space's network, made when missing; its inspection."""
         with _engine_call(f"network {name}"):
             try:
-                self.api.inspect_network(name)
-                return
+                return dict(self.api.inspect_network(name))
             except docker.errors.NotFound:
                 pass
+            options = {
+                # Sandboxes of one space do not talk to each other either.
+                "com.docker.network.bridge.enable_icc": "false",
+                # The name prefix is what the host packet filter matches on.
+                "com.docker.network.bridge.name": bridge_name(name),
+            }
+            labels = {LABEL_MANAGED: "1", LABEL_KIND: KIND_NETWORK, LABEL_NETWORK_SPACE: space}
             try:
-                self.api.create_network(
-                    name,
-                    driver="bridge",
-                    options={
-                        # Sandboxes of one space do not talk to each other either.
-                        "com.docker.network.bridge.enable_icc": "false",
-                        # The name prefix is what the host packet filter matches on.
-                        "com.docker.network.bridge.name": bridge_name(name),
-                    },
-                    labels={LABEL_MANAGED: "1", LABEL_KIND: KIND_NETWORK, LABEL_NETWORK_SPACE: space},
-                )
+                try:
+                    self.api.create_network(
+                        name,
+                        driver="bridge",
+                        options=options,
+                        labels=labels,
+                        enable_ipv6=True,
+                        ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=ula_subnet(name))]),
+                    )
+                except docker.errors.APIError as exc:
+                    if exc.status_code == 409:
+                        raise
+                    # No IPv6 on this engine (or the subnet is taken): IPv4 only.
+                    self.api.create_network(name, driver="bridge", options=options, labels=labels)
             except docker.errors.APIError as exc:
                 if exc.status_code != 409:  # created meanwhile by another worker
                     raise
+            return dict(self.api.inspect_network(name))
+
+    def space_network(self, space: str) -> tuple[str, str]:
+        """The space's network (made when missing, and known to the packet filter): its name
+        and its IPv4 gateway (the sandboxes' resolver)."""
+        name = self.space_network_name(space)
+        attrs = self._ensure_network(name, space)
+        v4, v6 = _gateways(attrs)
+        if self.enforces_lists():
+            from .egress import apply
+
+            apply(render_network(bridge_name(name), v4, v6))
+        return name, (v4[0] if v4 else "")
+
+    def gateway_of(self, bridge: str) -> str:
+        """The IPv4 gateway of the console network behind a bridge ("" when none is found)."""
+        with _engine_call("listing networks"):
+            found = self.api.networks(filters={"label": f"{LABEL_KIND}={KIND_NETWORK}"})
+        for row in found:
+            if bridge_name(row["Name"]) == bridge:
+                with _engine_call(f"network {row['Name']}"):
+                    v4, _ = _gateways(self.api.inspect_network(row["Id"]))
+                return v4[0] if v4 else ""
+        return ""
+
+    def attach_space_network(self, container_id: str, name: str, space: str) -> None:
+        """On the space's network now (leaving "none" first): outbound switched on live."""
+        self.space_network(space)
+        with _engine_call(f"sandbox {container_id}"):
+            attached = self.api.inspect_container(container_id)["NetworkSettings"]["Networks"] or {}
+        if name in attached:
+            return
+        with _engine_call(f"connecting sandbox {container_id} to {name}"):
+            if "none" in attached:
+                self.api.disconnect_container_from_network(container_id, "none")
+            self.api.connect_container_to_network(container_id, name)
+
+    def detach_space_network(self, container_id: str, name: str) -> None:
+        """Off every network but loopback: outbound switched off live."""
+        with _engine_call(f"sandbox {container_id}"):
+            attached = self.api.inspect_container(container_id)["NetworkSettings"]["Networks"] or {}
+        with _engine_call(f"disconnecting sandbox {container_id}"):
+            for network in attached:
+                if network != "none":
+                    self.api.disconnect_container_from_network(container_id, network, force=True)
+
+    def addresses_on(self, container_id: str, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+        """(bridge, IPv4 addresses, IPv6 addresses) of a container on a network ((bridge, (), ())
+        when it is not on it)."""
+        with _engine_call(f"sandbox {container_id}"):
+            attached = self.api.inspect_container(container_id)["NetworkSettings"]["Networks"] or {}
+        endpoint = attached.get(name) or {}
+        v4 = (endpoint["IPAddress"],) if endpoint.get("IPAddress") else ()
+        v6 = (endpoint["GlobalIPv6Address"],) if endpoint.get("GlobalIPv6Address") else ()
+        return bridge_name(name), v4, v6
+
+
+def ula_subnet(name: str) -> str:
+    """A unique-local /64 for a network, derived from its name (fd + 56 bits of a hash)."""
+    digest = hashlib.sha256(b"sandbox-console:" + name.encode()).hexdigest()
+    groups = ["fd" + digest[0:2], digest[2:6], digest[6:10], digest[10:14]]
+    return ":".join(groups) + "::/64"
+
+
+def _gateways(attrs: dict[str, Any]) -> tuple[list[str], list[str]]:
+    v4: list[str] = []
+    v6: list[str] = []
+    for pool in (attrs.get("IPAM") or {}).get("Config") or []:
+        subnet = pool.get("Subnet") or ""
+        try:
+            network = ipaddress.ip_network(subnet)
+        except ValueError:
+            continue
+        gateway = pool.get("Gateway") or str(next(network.hosts()))
+        (v4 if network.version == 4 else v6).append(gateway.split("/")[0])
+    return v4, v6
