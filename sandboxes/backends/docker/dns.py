@@ -67,8 +67,10 @@ def _domain(pattern: str) -> str:
 
 
 def _nftset(pattern: str) -> str:
+    # nftset= takes no "*." pattern: the wildcard's set is filled for its parent domain's
+    # names, of which the server= lines forward only the subdomains.
     set4, set6 = domain_sets(pattern)
-    return f"nftset=/{_domain(pattern)}/4#{TABLE_FAMILY}#{TABLE_NAME}#{set4},6#{TABLE_FAMILY}#{TABLE_NAME}#{set6}"
+    return f"nftset=/{pattern.removeprefix('*.')}/4#{TABLE_FAMILY}#{TABLE_NAME}#{set4},6#{TABLE_FAMILY}#{TABLE_NAME}#{set6}"
 
 
 def render_config(gateway: str, upstream: str, policy: DnsPolicy, log_file: str, pid_file: str) -> str:
