@@ -112,9 +112,13 @@ def make_sandbox(backend: DockerBackend, docker_base_image: str, test_run_id: st
 
 def test_the_capabilities_are_truthful(backend: DockerBackend) -> None:
     caps = backend.network_capabilities()
-    assert caps.allow_out_cidr and caps.allow_out_domain and caps.deny_out_cidr and caps.deny_out_domain
+    assert caps.allow_out_cidr
+    assert caps.allow_out_domain
+    assert caps.deny_out_cidr
+    assert caps.deny_out_domain
     assert caps.live_update
-    assert not caps.l7_rules and not caps.inbound_toggle
+    assert not caps.l7_rules
+    assert not caps.inbound_toggle
     assert backend.egress() is not None
 
 
@@ -156,12 +160,14 @@ def test_a_program_ignoring_proxy_variables_is_filtered(
         sandbox.sandbox_id,
         ExecRequest(argv=("bash", "-c", line.format(allowed.v4.host, allowed.v4.port)), env=env, user="user"),
     )
-    assert reached.exit_code == 0 and reached.stdout == b"reached", reached
+    assert reached.exit_code == 0, reached
+    assert reached.stdout == b"reached", reached
     refused = backend.exec(
         sandbox.sandbox_id,
         ExecRequest(argv=("bash", "-c", line.format(other.v4.host, other.v4.port)), env=env, user="user", timeout_s=20),
     )
-    assert refused.exit_code != 0 and b"reached" not in refused.stdout
+    assert refused.exit_code != 0
+    assert b"reached" not in refused.stdout
     assert wait_refusal(backend, sandbox.sandbox_id, target(other.v4.host, other.v4.port)).rule == (
         "not in the allow list"
     )
@@ -250,7 +256,10 @@ def test_other_sandboxes_and_the_hosts_own_addresses_are_refused(
     space = f"egress-{uuid.uuid4().hex[:8]}"
     client = make_sandbox(OPEN, space)
     neighbour = make_sandbox(OPEN)  # another space
-    server = "import socket\ns = socket.socket(); s.bind(('0.0.0.0', 8000)); s.listen(8)\nwhile True: s.accept()[0].close()\n"
+    server = (
+        "import socket\ns = socket.socket(); s.bind(('0.0.0.0', 8000)); s.listen(8)\n"
+        "while True: s.accept()[0].close()\n"
+    )
     backend.exec(
         neighbour.sandbox_id,
         ExecRequest(argv=("sh", "-c", 'nohup python3 -c "$0" > /dev/null 2>&1 &', server), user="user"),
@@ -269,7 +278,8 @@ def test_other_sandboxes_and_the_hosts_own_addresses_are_refused(
             [(settings["IPAddress"], 8000), (on_gateway.host, on_gateway.port), (on_docker0.host, on_docker0.port)],
         )
         assert all(answer != "reached" and answer != "connected" for answer in answers.values()), answers
-        assert not on_gateway.clients and not on_docker0.clients
+        assert not on_gateway.clients
+        assert not on_docker0.clients
     assert wait_refusal(backend, client.sandbox_id, f"{settings['IPAddress']}:8000").rule == "other sandbox"
     host = wait_refusal(backend, client.sandbox_id, target(on_gateway.host, on_gateway.port))
     assert host.rule == "always denied: the Docker host"
@@ -297,7 +307,9 @@ def test_metadata_and_private_ranges_are_refused_unless_a_cidr_opens_a_private_o
                 [(local, on_host.port), (forwarded, routed.port), (private, private_server.port)],
             )
             assert all(answer != "reached" for answer in answers.values()), answers
-        assert not on_host.clients and not routed.clients and not private_server.clients
+        assert not on_host.clients
+        assert not routed.clients
+        assert not private_server.clients
         assert wait_refusal(backend, sandbox.sandbox_id, f"{forwarded}:{routed.port}").rule == (
             "always denied: link-local/metadata"
         )

@@ -70,7 +70,8 @@ def _nftset(pattern: str) -> str:
     # nftset= takes no "*." pattern: the wildcard's set is filled for its parent domain's
     # names, of which the server= lines forward only the subdomains.
     set4, set6 = domain_sets(pattern)
-    return f"nftset=/{pattern.removeprefix('*.')}/4#{TABLE_FAMILY}#{TABLE_NAME}#{set4},6#{TABLE_FAMILY}#{TABLE_NAME}#{set6}"
+    table = f"{TABLE_FAMILY}#{TABLE_NAME}"
+    return f"nftset=/{pattern.removeprefix('*.')}/4#{table}#{set4},6#{table}#{set6}"
 
 
 def render_config(gateway: str, upstream: str, policy: DnsPolicy, log_file: str, pid_file: str) -> str:
