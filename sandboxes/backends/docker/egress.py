@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base import META_SPACE, EgressCapability, EgressRefusal, ErrorKind, NetworkSpec, RemoteError
 from . import dns
-from .egress_rules import Binding, parse_entries, render_removal, render_update
+from .egress_rules import Binding, parse_entries, render_network, render_removal, render_update
 from .firewall import LOG_PREFIX, MAP_V4, MAP_V6, NFLOG_GROUP, TABLE_FAMILY, TABLE_NAME, _nft
 
 if TYPE_CHECKING:
@@ -266,6 +266,24 @@ class DockerEgress(EgressCapability):
         )
         space = self.backend.get(container_id).metadata.get(META_SPACE, "")
         self.apply_policy(container_id, self.backend.space_network_name(space), spec)
+
+    def restore(self) -> None:
+        """Every known sandbox's chain and binding loaded again (after the table was lost)."""
+        networks = self.backend.console_networks()
+        with self.state.locked():
+            for bridge, (v4, v6) in networks.items():
+                apply(render_network(bridge, v4, v6))
+            present = present_keys()
+            for state in self.state.all():
+                spec = NetworkSpec(
+                    allow_internet_access=state.online,
+                    allow_public_traffic=False,
+                    allow_out=state.allow_out,
+                    deny_out=state.deny_out,
+                )
+                binding = state.binding if state.online else None
+                with contextlib.suppress(RemoteError):
+                    apply(render_update(state.sandbox_id, spec, None, binding, present))
 
     def forget(self, container_id: str) -> None:
         """A deleted sandbox: its chain and elements gone, its resolver's names recomputed."""

@@ -235,9 +235,13 @@ def render_removal(sandbox_id: str, old: Binding | None, present: Collection[tup
     return "\n".join(lines) + "\n"
 
 
-def render_network(bridge: str, gateways_v4: Sequence[str], gateways_v6: Sequence[str]) -> str:
-    """A space network the console manages: its bridge fails closed, its gateway is known."""
-    lines = [f'add element {TABLE} managed {{ "{bridge}" }}']
-    lines += [f'add element {TABLE} gateways_v4 {{ "{bridge}" . {a} }}' for a in gateways_v4]
-    lines += [f'add element {TABLE} gateways_v6 {{ "{bridge}" . {a} }}' for a in gateways_v6]
+def render_network(bridge: str, gateways_v4: Sequence[str], gateways_v6: Sequence[str], *, remove: bool = False) -> str:
+    """A space network the console manages: its bridge fails closed, its gateway is known.
+    `remove`: the network is gone (each element added first, so a missing one cannot fail)."""
+    elements = [f'managed {{ "{bridge}" }}']
+    elements += [f'gateways_v4 {{ "{bridge}" . {a} }}' for a in gateways_v4]
+    elements += [f'gateways_v6 {{ "{bridge}" . {a} }}' for a in gateways_v6]
+    lines = [f"add element {TABLE} {e}" for e in elements]
+    if remove:
+        lines += [f"delete element {TABLE} {e}" for e in elements]
     return "\n".join(lines) + "\n"

@@ -30,7 +30,7 @@ from .common import (
     LABEL_NETWORK_SPACE,
     _engine_call,
 )
-from .egress import ensure_log_reader
+from .egress import DockerEgress, apply, ensure_log_reader
 from .egress_rules import render_network
 from .firewall import apply_ruleset, bridge_name, render_ruleset, table_present
 from .image import (
@@ -87,7 +87,8 @@ class DockerNetworks:
                 "(docs/security.md)",
             )
         with self._firewall_lock:
-            if self._firewall_loaded and table_present().applied:
+            present = table_present().applied
+            if self._firewall_loaded and present:
                 return
             # Idempotent and keeping live elements: loaded once per process, so a table of an
             # older console gains the sets and maps this one needs.
@@ -101,6 +102,10 @@ class DockerNetworks:
                 )
             self._firewall_loaded = True
             ensure_log_reader(self.egress_state_dir)
+            if not present and self.enforces_lists():
+                # Flushed behind the console's back (a firewall reload): every sandbox's
+                # chain and address comes back from the state files.
+                DockerEgress(self).restore()  # type: ignore[arg-type]
 
     def enforces_lists(self) -> bool:
         """Whether the console itself applies each sandbox's chain (a local engine it filters)."""
@@ -132,9 +137,13 @@ class DockerNetworks:
                 # gateway is their resolver when outbound is switched on.
                 if self.api.containers(all=True, filters={"label": f"{LABEL_NETWORK}={name}"}):
                     return
+                v4, v6 = _gateways(self.api.inspect_network(name))
                 self.api.remove_network(name)
             except docker.errors.APIError:
                 return  # already gone, or in use again
+        if self.enforces_lists():
+            with suppress(RemoteError):
+                apply(render_network(bridge_name(name), v4, v6, remove=True))
 
     def _check_network_spec(self, network: NetworkSpec) -> None:
         unsupported = []
@@ -199,10 +208,18 @@ class DockerNetworks:
         attrs = self._ensure_network(name, space)
         v4, v6 = _gateways(attrs)
         if self.enforces_lists():
-            from .egress import apply
-
             apply(render_network(bridge_name(name), v4, v6))
         return name, (v4[0] if v4 else "")
+
+    def console_networks(self) -> dict[str, tuple[list[str], list[str]]]:
+        """Bridge → (IPv4 gateways, IPv6 gateways) of every console network on the engine."""
+        with _engine_call("listing networks"):
+            found = self.api.networks(filters={"label": f"{LABEL_KIND}={KIND_NETWORK}"})
+        networks = {}
+        for row in found:
+            with suppress(RemoteError), _engine_call(f"network {row['Name']}"):
+                networks[bridge_name(row["Name"])] = _gateways(self.api.inspect_network(row["Id"]))
+        return networks
 
     def gateway_of(self, bridge: str) -> str:
         """The IPv4 gateway of the console network behind a bridge ("" when none is found)."""
