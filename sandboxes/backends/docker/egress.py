@@ -24,6 +24,7 @@ import fcntl
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from .backend import DockerBackend
 
 DEFAULT_STATE_DIR = "/run/sandbox-console/egress"
+_HELD = threading.local()  # the state folders this thread holds the lock of
 ULOGD_CANDIDATES = ("/usr/sbin/ulogd", "/sbin/ulogd")
 ULOGD_PLUGINS = "/usr/lib/x86_64-linux-gnu/ulogd"
 
@@ -72,12 +74,20 @@ class EgressState:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
+        """Exclusive across the host's console processes; re-entrant within a thread (a
+        restore of the whole table may run inside an update)."""
+        held: set[str] = _HELD.__dict__.setdefault("folders", set())
+        if self.folder in held:
+            yield
+            return
         os.makedirs(self.path("sandboxes"), mode=0o700, exist_ok=True)
         with open(self.path("lock"), "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
+            held.add(self.folder)
             try:
                 yield
             finally:
+                held.discard(self.folder)
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def read(self, sandbox_id: str) -> SandboxState | None:
@@ -239,7 +249,9 @@ class DockerEgress(EgressCapability):
         with self.state.locked():
             old = self.state.read(container_id)
             new = Binding(bridge, v4, v6) if network.allow_internet_access and (v4 or v6) else None
-            apply(render_update(container_id, network, old.binding if old else None, new, present_keys()))
+            self.backend.egress_apply(
+                render_update(container_id, network, old.binding if old else None, new, present_keys())
+            )
             self.state.write(
                 SandboxState(
                     container_id,
@@ -291,7 +303,7 @@ class DockerEgress(EgressCapability):
             old = self.state.read(container_id)
             if old is None:
                 return
-            apply(render_removal(container_id, old.binding, present_keys()))
+            self.backend.egress_apply(render_removal(container_id, old.binding, present_keys()))
             self.state.remove(container_id)
             self._sync_resolver(old.bridge)
 

@@ -192,6 +192,11 @@ def table_present() -> FirewallResult:
     return FirewallResult(False, result.detail)
 
 
+def table_current() -> bool:
+    """Whether the loaded table is this version's (it has the sandbox maps), read-only."""
+    return _nft(["list", "map", TABLE_FAMILY, TABLE_NAME, MAP_V4]).applied
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Render or apply the sandbox console's host packet filter.")
     parser.add_argument("--print", action="store_true", help="print the ruleset instead of applying it")

@@ -31,8 +31,8 @@ from .common import (
     _engine_call,
 )
 from .egress import DockerEgress, apply, ensure_log_reader
-from .egress_rules import render_network
-from .firewall import apply_ruleset, bridge_name, render_ruleset, table_present
+from .egress_rules import parse_entries, render_network
+from .firewall import apply_ruleset, bridge_name, render_ruleset, table_current, table_present
 from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
@@ -87,7 +87,7 @@ class DockerNetworks:
                 "(docs/security.md)",
             )
         with self._firewall_lock:
-            present = table_present().applied
+            present = table_current()
             if self._firewall_loaded and present:
                 return
             # Idempotent and keeping live elements: loaded once per process, so a table of an
@@ -103,9 +103,21 @@ class DockerNetworks:
             self._firewall_loaded = True
             ensure_log_reader(self.egress_state_dir)
             if not present and self.enforces_lists():
-                # Flushed behind the console's back (a firewall reload): every sandbox's
-                # chain and address comes back from the state files.
+                # Flushed behind the console's back (a firewall reload, or an older console's
+                # table loaded): every sandbox's chain and address comes back from the state.
                 DockerEgress(self).restore()  # type: ignore[arg-type]
+
+    def egress_apply(self, script: str) -> None:
+        """One nftables transaction of the egress state; when the table is gone or is an
+        older console's, it is loaded (and restored) first and the transaction tried again."""
+        try:
+            apply(script)
+        except RemoteError as exc:
+            if "No such file or directory" not in exc.message:
+                raise
+            self._firewall_loaded = False
+            self.ensure_firewall()
+            apply(script)
 
     def enforces_lists(self) -> bool:
         """Whether the console itself applies each sandbox's chain (a local engine it filters)."""
@@ -143,7 +155,7 @@ class DockerNetworks:
                 return  # already gone, or in use again
         if self.enforces_lists():
             with suppress(RemoteError):
-                apply(render_network(bridge_name(name), v4, v6, remove=True))
+                self.egress_apply(render_network(bridge_name(name), v4, v6, remove=True))
 
     def _check_network_spec(self, network: NetworkSpec) -> None:
         unsupported = []
@@ -157,6 +169,10 @@ class DockerNetworks:
             unsupported.append("L7 rules")
         if network.allow_public_traffic:
             unsupported.append("inbound public traffic")
+        if self.enforces_lists():
+            # Entries that are neither a CIDR nor a domain: refused before anything is made.
+            parse_entries(network.allow_out, "allow_out")
+            parse_entries(network.deny_out, "deny_out")
         if unsupported:
             what = "" if self.enforces_lists() else " (lists need a local engine with host_firewall=auto)"
             raise RemoteError(
@@ -208,7 +224,7 @@ class DockerNetworks:
         attrs = self._ensure_network(name, space)
         v4, v6 = _gateways(attrs)
         if self.enforces_lists():
-            apply(render_network(bridge_name(name), v4, v6))
+            self.egress_apply(render_network(bridge_name(name), v4, v6))
         return name, (v4[0] if v4 else "")
 
     def console_networks(self) -> dict[str, tuple[list[str], list[str]]]:
