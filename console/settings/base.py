@@ -240,6 +240,13 @@ ARTIFACT_MAX_FILES = int(os.environ.get("ARTIFACT_MAX_FILES", 200))
 ARTIFACT_MAX_FILE_BYTES = int(os.environ.get("ARTIFACT_MAX_FILE_BYTES", 50 * 1024 * 1024))
 ARTIFACT_MAX_TOTAL_BYTES = int(os.environ.get("ARTIFACT_MAX_TOTAL_BYTES", 200 * 1024 * 1024))
 
+# --- Docker egress (sandboxes/backends/docker/egress.py; docs/network.md) -----------------
+# The resolver each Docker space network's dnsmasq forwards to ("address" or "address#port");
+# empty: no name resolves in Docker sandboxes. The host folder of the resolvers' and the
+# refusal log's files (empty: /run/sandbox-console/egress).
+EGRESS_DNS_UPSTREAM = os.environ.get("EGRESS_DNS_UPSTREAM", "")
+EGRESS_STATE_DIR = os.environ.get("EGRESS_STATE_DIR", "")
+
 # --- Skills (skills/archives.py; docs/skills.md) ------------------------------------------
 # Caps on one skill import. Official skills reach 83 files / 5.5 MB; defaults sit well above.
 SKILL_ARCHIVE_MAX_BYTES = int(os.environ.get("SKILL_ARCHIVE_MAX_BYTES", 20 * 1024 * 1024))

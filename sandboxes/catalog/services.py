@@ -96,8 +96,20 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
             **tls_options(backend),
             **workspace_options(config),
             **protocol_options(config),
+            **resolver_options(config),
         },
     )
+
+
+def resolver_options(config: SandboxConfig) -> dict[str, str]:
+    """Kinds whose resolver the console runs (Docker): the operator's upstream resolver and
+    the host folder of the egress state (docs/network.md)."""
+    if not describe(config.kind).takes_dns_upstream:
+        return {}
+    options = {"dns_upstream": settings.EGRESS_DNS_UPSTREAM}
+    if settings.EGRESS_STATE_DIR:
+        options["egress_state_dir"] = settings.EGRESS_STATE_DIR
+    return options
 
 
 def tls_options(backend: PlatformBackend) -> dict[str, str]:

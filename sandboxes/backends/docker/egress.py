@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base import META_SPACE, EgressCapability, EgressRefusal, ErrorKind, NetworkSpec, RemoteError
 from . import dns
-from .egress_rules import Binding, parse_entries, render_network, render_removal, render_update
+from .egress_rules import Binding, parse_entries, private_exceptions, render_network, render_removal, render_update
 from .firewall import LOG_PREFIX, MAP_V4, MAP_V6, NFLOG_GROUP, TABLE_FAMILY, TABLE_NAME, _nft
 
 if TYPE_CHECKING:
@@ -57,6 +57,11 @@ class SandboxState:
     online: bool
     allow_out: tuple[str, ...]
     deny_out: tuple[str, ...]
+    allow_private: tuple[str, ...] = ()
+
+    @property
+    def spec(self) -> NetworkSpec:
+        return spec_of(self.online, self.allow_out, self.deny_out, self.allow_private)
 
     @property
     def binding(self) -> Binding | None:
@@ -134,6 +139,19 @@ def _state_from(data: dict[str, Any]) -> SandboxState:
         online=bool(data.get("online")),
         allow_out=tuple(data.get("allow_out", ())),
         deny_out=tuple(data.get("deny_out", ())),
+        allow_private=tuple(data.get("allow_private", ())),
+    )
+
+
+def spec_of(
+    online: bool, allow_out: tuple[str, ...], deny_out: tuple[str, ...], allow_private: tuple[str, ...]
+) -> NetworkSpec:
+    """The NetworkSpec a state file records (allow_private where the contract carries it)."""
+    extra: dict[str, Any] = (
+        {"allow_private": allow_private} if "allow_private" in NetworkSpec.__dataclass_fields__ else {}
+    )
+    return NetworkSpec(
+        allow_internet_access=online, allow_public_traffic=False, allow_out=allow_out, deny_out=deny_out, **extra
     )
 
 
@@ -261,6 +279,7 @@ class DockerEgress(EgressCapability):
                     new is not None,
                     tuple(network.allow_out),
                     tuple(network.deny_out),
+                    private_exceptions(network),
                 )
             )
             self._sync_resolver(bridge or (old.bridge if old else ""))
@@ -270,12 +289,7 @@ class DockerEgress(EgressCapability):
         state = self.state.read(container_id)
         if state is None:
             return
-        spec = NetworkSpec(
-            allow_internet_access=state.online,
-            allow_public_traffic=False,
-            allow_out=state.allow_out,
-            deny_out=state.deny_out,
-        )
+        spec = state.spec
         space = self.backend.get(container_id).metadata.get(META_SPACE, "")
         self.apply_policy(container_id, self.backend.space_network_name(space), spec)
 
@@ -287,15 +301,9 @@ class DockerEgress(EgressCapability):
                 apply(render_network(bridge, v4, v6))
             present = present_keys()
             for state in self.state.all():
-                spec = NetworkSpec(
-                    allow_internet_access=state.online,
-                    allow_public_traffic=False,
-                    allow_out=state.allow_out,
-                    deny_out=state.deny_out,
-                )
                 binding = state.binding if state.online else None
                 with contextlib.suppress(RemoteError):
-                    apply(render_update(state.sandbox_id, spec, None, binding, present))
+                    apply(render_update(state.sandbox_id, state.spec, None, binding, present))
 
     def forget(self, container_id: str) -> None:
         """A deleted sandbox: its chain and elements gone, its resolver's names recomputed."""

@@ -125,6 +125,11 @@ def _addresses(networks: Sequence[IPNetwork]) -> str:
     return f"{{ {text} }}" if len(networks) > 1 else text
 
 
+def private_exceptions(network: NetworkSpec) -> tuple[str, ...]:
+    """NetworkSpec.allow_private when the contract carries it (issue 13's console side)."""
+    return tuple(getattr(network, "allow_private", ()) or ())
+
+
 def chain_rules(network: NetworkSpec) -> list[str]:
     """The rules (bodies only) of a sandbox chain for this policy, in order."""
     allow = parse_entries(network.allow_out, "allow_out")
@@ -147,7 +152,10 @@ def chain_rules(network: NetworkSpec) -> list[str]:
     )
     rules.append(f'oifname "{BRIDGE_PREFIX}*" ' + log_and_reject("other sandbox"))
     allowed: list[IPNetwork] = [*allow.v4, *allow.v6]
-    opened = [n for n in allowed if _inside_private(n)]
+    # Private CIDRs allowed besides the list (NetworkSpec.allow_private, where the contract
+    # has it): they open that part of a private range without making the list allow-only.
+    extra = parse_entries(private_exceptions(network), "allow_private")
+    opened = [n for n in (*allowed, *extra.v4, *extra.v6) if _inside_private(n)]
     rules += [f"{'ip' if n.version == 4 else 'ip6'} daddr {n} accept" for n in opened]
     private = "always denied: private range"
     rules.append(f"ip daddr {_addresses([ipaddress.IPv4Network(n) for n in PRIVATE_V4])} " + log_and_reject(private))

@@ -31,7 +31,7 @@ from .common import (
     _engine_call,
 )
 from .egress import DockerEgress, apply, ensure_log_reader
-from .egress_rules import parse_entries, render_network
+from .egress_rules import parse_entries, private_exceptions, render_network
 from .firewall import apply_ruleset, bridge_name, render_ruleset, table_current, table_present
 from .image import (
     LABEL_KIND,
@@ -126,6 +126,8 @@ class DockerNetworks:
     def network_capabilities(self) -> NetworkCapabilities:
         if not self.enforces_lists():
             return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False)
+        # Private CIDR exceptions (NetworkSpec.allow_private) where the contract has them.
+        extra = {"allow_private": True} if "allow_private" in NetworkCapabilities.__dataclass_fields__ else {}
         return NetworkCapabilities(
             outbound_toggle=True,
             allow_out_cidr=True,
@@ -134,6 +136,7 @@ class DockerNetworks:
             deny_out_domain=True,
             inbound_toggle=False,
             live_update=True,
+            **extra,
         )
 
     def _release_network(self, space: str) -> None:
@@ -173,6 +176,7 @@ class DockerNetworks:
             # Entries that are neither a CIDR nor a domain: refused before anything is made.
             parse_entries(network.allow_out, "allow_out")
             parse_entries(network.deny_out, "deny_out")
+            parse_entries(private_exceptions(network), "allow_private")
         if unsupported:
             what = "" if self.enforces_lists() else " (lists need a local engine with host_firewall=auto)"
             raise RemoteError(
