@@ -16,7 +16,13 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   # Online sandboxes need the host packet filter (docs/security.md); only root can load it.
   if [ "$(id -u)" = 0 ]; then
     command -v nft >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables; }
+    # The egress components (docs/network.md): dnsmasq per space network, ulogd2 for refusals.
+    if [ ! -x /usr/sbin/dnsmasq ] || [ ! -x /usr/sbin/ulogd ] || [ ! -e /usr/lib/x86_64-linux-gnu/ulogd/ulogd_output_JSON.so ]; then
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends dnsmasq-base ulogd2 ulogd2-json
+    fi
     .venv/bin/python -m sandboxes.backends.docker.firewall || true
+    .venv/bin/python -m sandboxes.backends.docker.egress || true
+    [ -n "${EGRESS_DNS_UPSTREAM:-}" ] || echo "==> EGRESS_DNS_UPSTREAM is not set: names do not resolve in Docker sandboxes (docs/network.md)"
   else
     echo "==> not root: the host packet filter is not applied, so sessions with outbound on are refused (docs/security.md)"
   fi

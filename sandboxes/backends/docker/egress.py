@@ -420,3 +420,20 @@ def _read_packets(path: str, offset: int) -> tuple[list[dict[str, Any]], int]:
             if isinstance(record, dict):
                 records.append(record)
     return records, offset + end
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m sandboxes.backends.docker.egress`: start ulogd2 on the table's NFLOG group
+    (idempotent; `.ci/docker-up` and `make start` run it after loading the table)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Start the refusal log reader (ulogd2) of the Docker egress.")
+    parser.add_argument("--state-dir", default=os.environ.get("EGRESS_STATE_DIR") or DEFAULT_STATE_DIR)
+    args = parser.parse_args(argv)
+    detail = ensure_log_reader(args.state_dir)
+    print(detail)
+    return 0 if detail == "ulogd2 reads refusals" else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -100,12 +100,14 @@ class DockerNetworks:
                     "(run the console as root with nftables installed, or apply it yourself and set "
                     "host_firewall=external; docs/security.md)",
                 )
-            self._firewall_loaded = True
             ensure_log_reader(self.egress_state_dir)
-            if not present and self.enforces_lists():
-                # Flushed behind the console's back (a firewall reload, or an older console's
-                # table loaded): every sandbox's chain and address comes back from the state.
+            if self.enforces_lists():
+                # Flushed behind the console's back (a firewall reload, an older console's
+                # table, the ruleset loaded again by hand): once per process, and whenever the
+                # table is found missing, every sandbox's chain and address comes back from
+                # the state files (idempotent).
                 DockerEgress(self).restore()  # type: ignore[arg-type]
+            self._firewall_loaded = True
 
     def egress_apply(self, script: str) -> None:
         """One nftables transaction of the egress state; when the table is gone or is an
