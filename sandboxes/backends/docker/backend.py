@@ -50,7 +50,6 @@ from ..base import (
     HealthInfo,
     IdleMode,
     ListQuery,
-    NetworkSpec,
     Page,
     PtyCapability,
     RemoteError,
@@ -274,18 +273,6 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
             network_mode, gateway = self._network_mode(spec.network, spec.metadata)
             container_id = self._create_and_start(image, labels, spec, network_mode, gateway)
         return self.get(container_id)
-
-    def _network_mode(self, network: NetworkSpec, metadata: Mapping[str, str]) -> tuple[str, str]:
-        """(network mode, resolver address). Where the console enforces the policy, even an
-        offline sandbox gets its space network's gateway as resolver: switched on later, it
-        is connected to that network live."""
-        space = metadata.get(META_SPACE, "")
-        if not network.allow_internet_access and not self.enforces_lists():
-            return "none", "127.0.0.1"
-        name, gateway = self.space_network(space)
-        if not self.enforces_lists():
-            return name, "127.0.0.1"  # host_firewall=external: no console-managed resolver
-        return (name if network.allow_internet_access else "none"), gateway or "127.0.0.1"
 
     def _create_and_start(
         self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str

@@ -10,6 +10,7 @@ import hashlib
 import ipaddress
 import re
 import threading
+from collections.abc import Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ import docker.errors
 import docker.tls
 
 from ..base import (
+    META_SPACE,
     BackendConfig,
     ErrorKind,
     NetworkCapabilities,
@@ -184,6 +186,18 @@ class DockerNetworks:
             raise RemoteError(
                 ErrorKind.UNSUPPORTED, "the Docker backend cannot honour " + ", ".join(unsupported) + what
             )
+
+    def _network_mode(self, network: NetworkSpec, metadata: Mapping[str, str]) -> tuple[str, str]:
+        """(network mode, resolver address). Where the console enforces the policy, even an
+        offline sandbox gets its space network's gateway as resolver: switched on later, it
+        is connected to that network live."""
+        space = metadata.get(META_SPACE, "")
+        if not network.allow_internet_access and not self.enforces_lists():
+            return "none", "127.0.0.1"
+        name, gateway = self.space_network(space)
+        if not self.enforces_lists():
+            return name, "127.0.0.1"  # host_firewall=external: no console-managed resolver
+        return (name if network.allow_internet_access else "none"), gateway or "127.0.0.1"
 
     def space_network_name(self, space: str) -> str:
         """The bridge network of one space's online sandboxes ("nospace" for none)."""
