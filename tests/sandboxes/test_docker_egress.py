@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,11 +24,13 @@ from sandboxes.backends.base import (
     META_SPACE,
     BackendConfig,
     ExecRequest,
+    IdleMode,
     NetworkSpec,
     SandboxInfo,
     SandboxSpec,
 )
 from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.firewall import TABLE_NAME
 from tests.netns import BannerServer, dummy_link_local, ip, namespace
 from tests.sandboxes.backend_conformance import run
 from tests.sandboxes.conftest import docker_test_network_name
@@ -323,3 +326,90 @@ def test_metadata_and_private_ranges_are_refused_unless_a_cidr_opens_a_private_o
         answers = probe(backend, sandbox.sandbox_id, [(private, private_server.port), (forwarded, routed.port)])
         assert answers[f"{private}:{private_server.port}"] == "reached"
         assert answers[f"{forwarded}:{routed.port}"] != "reached"
+
+
+def test_each_sandbox_of_a_space_has_its_own_list(
+    backend: DockerBackend, make_sandbox: SandboxMaker, servers: tuple[NamespaceServers, NamespaceServers]
+) -> None:
+    """A session's grants are merged into its own NetworkSpec: they open nothing for the
+    space's other sandboxes, and end with it."""
+    allowed, other = servers
+    space = f"egress-{uuid.uuid4().hex[:8]}"
+    plain = make_sandbox(only(allowed.v4.host + "/32"), space)
+    granted = make_sandbox(only(allowed.v4.host + "/32", "api.other.test"), space)
+    destination = f"api.other.test:{other.v4.port}"
+    assert probe(backend, granted.sandbox_id, [("api.other.test", other.v4.port)]) == {destination: "reached"}
+    # Same network, same resolver: the name resolves for the other sandbox too (the union),
+    # but its packet filter has no such entry.
+    assert (
+        probe(backend, plain.sandbox_id, [(other.v4.host, other.v4.port)])[target(other.v4.host, other.v4.port)]
+        != "reached"
+    )
+    egress = backend.egress()
+    assert egress is not None
+    egress.update(granted.sandbox_id, only(allowed.v4.host + "/32"))  # the grant ended
+    assert (
+        probe(backend, granted.sandbox_id, [(other.v4.host, other.v4.port)])[target(other.v4.host, other.v4.port)]
+        != "reached"
+    )
+    assert resolve(backend, granted.sandbox_id, ["api.other.test"]) == {"api.other.test": []}
+
+
+def test_refusals_resume_after_their_cursor(
+    backend: DockerBackend, make_sandbox: SandboxMaker, servers: tuple[NamespaceServers, NamespaceServers]
+) -> None:
+    allowed, other = servers
+    sandbox = make_sandbox(only(allowed.v4.host + "/32"))
+    egress = backend.egress()
+    assert egress is not None
+    _, cursor = egress.refusals("")
+    probe(backend, sandbox.sandbox_id, [(other.v4.host, other.v4.port)])
+    deadline = time.monotonic() + 5
+    fresh: list[object] = []
+    while time.monotonic() < deadline and not fresh:
+        found, next_cursor = egress.refusals(cursor)
+        fresh = [r for r in found if r.sandbox_id == sandbox.sandbox_id]
+        time.sleep(0.1)
+    assert len(fresh) == 1, fresh
+    again, _ = egress.refusals(next_cursor)
+    assert [r for r in again if r.sandbox_id == sandbox.sandbox_id] == []
+    assert egress.refusals("")[0]  # from the start: the old ones are still kept
+
+
+def test_a_flushed_table_is_restored_with_every_sandboxs_policy(
+    backend: DockerBackend, make_sandbox: SandboxMaker, servers: tuple[NamespaceServers, NamespaceServers]
+) -> None:
+    allowed, other = servers
+    sandbox = make_sandbox(only(allowed.v4.host + "/32"))
+    subprocess.run(["nft", "delete", "table", "inet", TABLE_NAME], check=True)
+    fresh = DockerBackend(backend.config)
+    try:
+        fresh.ensure_firewall()  # what the next online sandbox or policy change does
+    finally:
+        fresh.close()
+    answers = probe(backend, sandbox.sandbox_id, [(allowed.v4.host, allowed.v4.port), (other.v4.host, other.v4.port)])
+    assert answers == {
+        target(allowed.v4.host, allowed.v4.port): "reached",
+        target(other.v4.host, other.v4.port): "error 113",  # refused by its restored chain
+    }
+
+
+def test_a_stopped_sandbox_keeps_its_policy_when_it_starts_again(
+    docker_base_image: str, test_run_id: str, upstream: str, servers: tuple[NamespaceServers, NamespaceServers]
+) -> None:
+    allowed, other = servers
+    options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
+    stopping = DockerBackend(BackendConfig(kind="docker", idle_mode=IdleMode.STOP, options=options))
+    metadata = {"test-run": test_run_id, META_SPACE: f"egress-{uuid.uuid4().hex[:8]}"}
+    info = stopping.create(
+        SandboxSpec(template_id=docker_base_image, network=only(allowed.v4.host + "/32"), metadata=metadata)
+    )
+    try:
+        stopping.pause(info.sandbox_id)
+        stopping.connect(info.sandbox_id)
+        answers = probe(stopping, info.sandbox_id, [(allowed.v4.host, allowed.v4.port), (other.v4.host, other.v4.port)])
+        assert answers[target(allowed.v4.host, allowed.v4.port)] == "reached"
+        assert answers[target(other.v4.host, other.v4.port)] != "reached"
+    finally:
+        stopping.delete(info.sandbox_id)
+        stopping.close()
