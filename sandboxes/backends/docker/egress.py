@@ -282,7 +282,9 @@ class DockerEgress(EgressCapability):
                     private_exceptions(network),
                 )
             )
-            self._sync_resolver(bridge or (old.bridge if old else ""))
+            self._sync_resolver(
+                bridge or (old.bridge if old else ""), self.backend.gateway_on(container_id, network_name)
+            )
 
     def reapply(self, container_id: str) -> None:
         """The last policy again, on the container's current address (after a restart)."""
@@ -315,7 +317,7 @@ class DockerEgress(EgressCapability):
             self.state.remove(container_id)
             self._sync_resolver(old.bridge)
 
-    def _sync_resolver(self, bridge: str) -> None:
+    def _sync_resolver(self, bridge: str, gateway: str = "") -> None:
         if not bridge:
             return
         members = [s for s in self.state.all() if s.bridge == bridge and s.online]
@@ -328,7 +330,7 @@ class DockerEgress(EgressCapability):
             allow = parse_entries(member.allow_out, "allow_out")
             deny = parse_entries(member.deny_out, "deny_out")
             specs.append((not allow.empty, allow.domains, deny.domains))
-        gateway = self.backend.gateway_of(bridge)
+        gateway = gateway or self.backend.gateway_of(bridge)
         if gateway:
             resolver.ensure(gateway, self.backend.dns_upstream, dns.policy_for(specs))
 

@@ -268,6 +268,12 @@ class DockerNetworks:
                 return v4[0] if v4 else ""
         return ""
 
+    def gateway_on(self, container_id: str, name: str) -> str:
+        """The IPv4 gateway of a container's endpoint on a network ("" when not on it)."""
+        with _engine_call(f"sandbox {container_id}"):
+            attached = self.api.inspect_container(container_id)["NetworkSettings"]["Networks"] or {}
+        return str((attached.get(name) or {}).get("Gateway") or "")
+
     def attach_space_network(self, container_id: str, name: str, space: str) -> None:
         """On the space's network now (leaving "none" first): outbound switched on live."""
         self.space_network(space)
