@@ -106,10 +106,8 @@ def resolver_options(config: SandboxConfig) -> dict[str, str]:
     the host folder of the egress state (docs/network.md)."""
     if not describe(config.kind).takes_dns_upstream:
         return {}
-    options = {"dns_upstream": settings.EGRESS_DNS_UPSTREAM}
-    if settings.EGRESS_STATE_DIR:
-        options["egress_state_dir"] = settings.EGRESS_STATE_DIR
-    return options
+    options = {"dns_upstream": settings.EGRESS_DNS_UPSTREAM, "egress_state_dir": settings.EGRESS_STATE_DIR}
+    return {key: value for key, value in options.items() if value}
 
 
 def tls_options(backend: PlatformBackend) -> dict[str, str]:
