@@ -243,7 +243,7 @@ ARTIFACT_MAX_TOTAL_BYTES = int(os.environ.get("ARTIFACT_MAX_TOTAL_BYTES", 200 * 
 # --- Docker egress (sandboxes/backends/docker/egress.py; docs/network.md) -----------------
 # The resolver each Docker space network's dnsmasq forwards to ("address" or "address#port");
 # empty: no name resolves in Docker sandboxes. The host folder of the resolvers' and the
-# refusal log's files (empty: /run/sandbox-console/egress).
+# refusal log's files (empty: /var/lib/sandbox-console/egress).
 EGRESS_DNS_UPSTREAM = os.environ.get("EGRESS_DNS_UPSTREAM", "")
 EGRESS_STATE_DIR = os.environ.get("EGRESS_STATE_DIR", "")
 

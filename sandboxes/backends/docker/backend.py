@@ -113,7 +113,7 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
     default "sandbox-console-net"), `timeout` (seconds per engine call, default 120),
     `dns_upstream` (the resolver the space networks' dnsmasq forwards to: an address,
     optionally `#port`; without it no name resolves), `egress_state_dir` (the host folder of
-    the resolvers' and the refusal log's files, default /run/sandbox-console/egress),
+    the resolvers' and the refusal log's files, default /var/lib/sandbox-console/egress),
     `base_image` (the template used when a build names none), `host_firewall` ("auto":
     the console applies the host packet filter when the engine is local and refuses online
     sandboxes while it is not in force; "external": an operator applies it on the engine's

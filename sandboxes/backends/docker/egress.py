@@ -11,7 +11,7 @@
   line) and the resolvers' query logs, maps each source address back to the sandbox that held
   it (the state files written here), and names the rule from the log prefix.
 
-State lives in a folder of the host (`state_dir`, default `/run/sandbox-console/egress`),
+State lives in a folder of the host (`state_dir`, default `/var/lib/sandbox-console/egress`),
 shared by every console process on it; a file lock serialises its writers.
 
 Imports nothing of the project but the contract and the adapter's modules.
@@ -38,7 +38,7 @@ from .firewall import LOG_PREFIX, MAP_V4, MAP_V6, NFLOG_GROUP, TABLE_FAMILY, TAB
 if TYPE_CHECKING:
     from .backend import DockerBackend
 
-DEFAULT_STATE_DIR = "/run/sandbox-console/egress"
+DEFAULT_STATE_DIR = "/var/lib/sandbox-console/egress"
 _HELD = threading.local()  # the state folders this thread holds the lock of
 ULOGD_CANDIDATES = ("/usr/sbin/ulogd", "/sbin/ulogd")
 ULOGD_PLUGINS = "/usr/lib/x86_64-linux-gnu/ulogd"
@@ -289,11 +289,18 @@ class DockerEgress(EgressCapability):
     def reapply(self, container_id: str) -> None:
         """The last policy again, on the container's current address (after a restart)."""
         state = self.state.read(container_id)
-        if state is None:
-            return
-        spec = state.spec
         space = self.backend.get(container_id).metadata.get(META_SPACE, "")
-        self.apply_policy(container_id, self.backend.space_network_name(space), spec)
+        name = self.backend.space_network_name(space)
+        if state is None:
+            # No policy recorded (a sandbox of an older console): on its space network it had
+            # outbound on without lists, which is what it keeps until the console sends one.
+            _, v4, v6 = self.backend.addresses_on(container_id, name)
+            if not (v4 or v6):
+                return
+            spec = NetworkSpec(allow_internet_access=True, allow_public_traffic=False)
+        else:
+            spec = state.spec
+        self.apply_policy(container_id, name, spec)
 
     def restore(self) -> None:
         """Every known sandbox's chain and binding loaded again (after the table was lost)."""
