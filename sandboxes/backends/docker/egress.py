@@ -189,6 +189,11 @@ def _ulogd_pid(state: EgressState) -> int | None:
         return None
 
 
+def log_reader_running(state_dir: str = DEFAULT_STATE_DIR) -> bool:
+    """Whether ulogd2 runs for this state folder (read-only)."""
+    return _ulogd_pid(EgressState(state_dir)) is not None
+
+
 def ensure_log_reader(state_dir: str = DEFAULT_STATE_DIR) -> str:
     """ulogd2 running on the table's NFLOG group (started when not). Returns words for status."""
     state = EgressState(state_dir)

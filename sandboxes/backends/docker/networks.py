@@ -32,7 +32,7 @@ from .common import (
     LABEL_NETWORK_SPACE,
     _engine_call,
 )
-from .egress import DockerEgress, apply, ensure_log_reader
+from .egress import DockerEgress, apply, ensure_log_reader, log_reader_running
 from .egress_rules import parse_entries, private_exceptions, render_network
 from .firewall import apply_ruleset, bridge_name, render_ruleset, table_current, table_present
 from .image import (
@@ -70,7 +70,8 @@ class DockerNetworks:
         present = table_present()
         if present.applied:
             upstream = self.dns_upstream or "none set: no name resolves (option dns_upstream)"
-            return f"{present.detail}; resolver upstream: {upstream}"
+            reader = "ulogd2 running" if log_reader_running(self.egress_state_dir) else "ulogd2 NOT running"
+            return f"{present.detail}; resolver upstream: {upstream}; refusal log: {reader}"
         return f"NOT in force: {present.detail} (applied at the next sandbox with outbound on, as root)"
 
     def ensure_firewall(self) -> None:
