@@ -30,6 +30,7 @@ from sandboxes.backends.base import (
     SandboxSpec,
 )
 from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.egress_rules import chain_name
 from sandboxes.backends.docker.firewall import TABLE_NAME
 from tests.netns import BannerServer, dummy_link_local, ip, namespace
 from tests.sandboxes.backend_conformance import run
@@ -180,9 +181,10 @@ def test_a_wildcard_domain_opens_exactly_the_addresses_it_resolved_to(
     backend: DockerBackend, make_sandbox: SandboxMaker, servers: tuple[NamespaceServers, NamespaceServers]
 ) -> None:
     allowed, other = servers
-    sandbox = make_sandbox(only("*.name.test"))
-    names = resolve(backend, sandbox.sandbox_id, ["api.name.test", "name.test", "x.other.test"])
+    sandbox = make_sandbox(only("*.name.test", deny=("bad.name.test",)))
+    names = resolve(backend, sandbox.sandbox_id, ["api.name.test", "name.test", "x.other.test", "bad.name.test"])
     assert names["api.name.test"] == [allowed.v4.host]
+    assert names["bad.name.test"] == []  # a deny entry inside the wildcard wins
     assert names["name.test"] == []  # *.name.test: subdomains only
     assert names["x.other.test"] == []  # not in the allow list: the resolver does not answer
     answers = probe(
@@ -194,6 +196,7 @@ def test_a_wildcard_domain_opens_exactly_the_addresses_it_resolved_to(
     assert answers[f"{other.v4.host}:{other.v4.port}"] != "reached"  # its address was never resolved
     refusal = wait_refusal(backend, sandbox.sandbox_id, "x.other.test", layer="dns")
     assert refusal.rule == "not in the allow list"
+    assert wait_refusal(backend, sandbox.sandbox_id, "bad.name.test", layer="dns").rule == "deny entry bad.name.test"
 
 
 def test_dns_answers_allowed_names_only_and_nothing_when_off(
@@ -235,6 +238,8 @@ def test_a_live_change_reaches_a_running_sandbox_within_5_seconds(
     # Off, live: no interface but loopback, nothing reached; on again: reached.
     egress.update(sandbox_id, OFF)
     assert run(backend, sandbox_id, "ls /sys/class/net").split() == ["lo"]
+    listed = subprocess.run(["nft", "list", "table", "inet", TABLE_NAME], capture_output=True, text=True, check=True)
+    assert f"jump {chain_name(sandbox_id)}" not in listed.stdout  # its address is bound to nothing
     egress.update(sandbox_id, only(other.v4.host + "/32"))
     assert probe(backend, sandbox_id, [(other.v4.host, other.v4.port)])[destination] == "reached"
     assert run(backend, sandbox_id, f"kill -0 {pid} && cat /workspace/kept") == "kept\n"

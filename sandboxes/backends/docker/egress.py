@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from .backend import DockerBackend
 
 DEFAULT_STATE_DIR = "/var/lib/sandbox-console/egress"
+GONE_KEPT_S = 7 * 86400  # a deleted sandbox's addresses, for refusals read late
 _HELD = threading.local()  # the state folders this thread holds the lock of
 ULOGD_CANDIDATES = ("/usr/sbin/ulogd", "/sbin/ulogd")
 ULOGD_PLUGINS = "/usr/lib/x86_64-linux-gnu/ulogd"
@@ -110,7 +112,9 @@ class EgressState:
         os.replace(target + ".new", target)
 
     def remove(self, sandbox_id: str) -> None:
-        # Kept as "gone" so refusals logged just before the delete still find their sandbox.
+        # Kept as "gone" so refusals logged just before the delete still find their sandbox;
+        # gone ones older than GONE_KEPT_S are dropped here.
+        self._prune_gone()
         state = self.read(sandbox_id)
         if state is not None:
             gone = self.path("sandboxes", f"{sandbox_id}.gone")
@@ -118,6 +122,14 @@ class EgressState:
                 json.dump({**state.__dict__, "online": False}, handle)
             with contextlib.suppress(OSError):
                 os.unlink(self.path("sandboxes", f"{sandbox_id}.json"))
+
+    def _prune_gone(self) -> None:
+        cutoff = time.time() - GONE_KEPT_S
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.path("sandboxes")):
+                path = self.path("sandboxes", name)
+                if name.endswith(".gone") and os.path.getmtime(path) < cutoff:
+                    os.unlink(path)
 
     def all(self, include_gone: bool = False) -> list[SandboxState]:
         found = []
