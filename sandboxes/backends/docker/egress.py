@@ -299,9 +299,10 @@ class DockerEgress(EgressCapability):
                     private_exceptions(network),
                 )
             )
-            self._sync_resolver(
-                bridge or (old.bridge if old else ""), self.backend.gateway_on(container_id, network_name)
-            )
+            gateway = self.backend.gateway_on(container_id, network_name)
+            self._sync_resolver(bridge or (old.bridge if old else ""), gateway)
+        if new is not None:
+            self.backend.point_resolver(container_id, gateway)
 
     def reapply(self, container_id: str) -> None:
         """The last policy again, on the container's current address (after a restart)."""

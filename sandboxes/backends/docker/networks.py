@@ -22,13 +22,13 @@ from ..base import (
     META_SPACE,
     BackendConfig,
     ErrorKind,
+    ExecResult,
     NetworkCapabilities,
     NetworkSpec,
     RemoteError,
 )
 from .common import (
     KIND_NETWORK,
-    LABEL_NETWORK,
     LABEL_NETWORK_SPACE,
     _engine_call,
 )
@@ -59,6 +59,8 @@ class DockerNetworks:
         def engine_is_local(self) -> bool: ...
 
         def _container_id(self, sandbox_id: str) -> str: ...
+
+        def _run(self, container_id: str, command: tuple[str, ...], *, user: str = "user") -> ExecResult: ...
 
     def firewall_status(self) -> str:
         """What keeps online sandboxes off the host's addresses, in words (never pretends).
@@ -153,10 +155,6 @@ class DockerNetworks:
             try:
                 if self.api.containers(all=True, filters={"network": name}):
                     return
-                # Sandboxes with outbound off are on no network, but keep their space's: its
-                # gateway is their resolver when outbound is switched on.
-                if self.api.containers(all=True, filters={"label": f"{LABEL_NETWORK}={name}"}):
-                    return
                 v4, v6 = _gateways(self.api.inspect_network(name))
                 self.api.remove_network(name)
             except docker.errors.APIError:
@@ -189,16 +187,28 @@ class DockerNetworks:
             )
 
     def _network_mode(self, network: NetworkSpec, metadata: Mapping[str, str]) -> tuple[str, str]:
-        """(network mode, resolver address). Where the console enforces the policy, even an
-        offline sandbox gets its space network's gateway as resolver: switched on later, it
-        is connected to that network live."""
-        space = metadata.get(META_SPACE, "")
-        if not network.allow_internet_access and not self.enforces_lists():
+        """(network mode, resolver address). Offline: no network at all (none is made for it:
+        the engine's address pools are small); switched on later, `point_resolver` gives it
+        its space network's resolver."""
+        if not network.allow_internet_access:
             return "none", "127.0.0.1"
-        name, gateway = self.space_network(space)
+        name, gateway = self.space_network(metadata.get(META_SPACE, ""))
         if not self.enforces_lists():
             return name, "127.0.0.1"  # host_firewall=external: no console-managed resolver
-        return (name if network.allow_internet_access else "none"), gateway or "127.0.0.1"
+        return name, gateway or "127.0.0.1"
+
+    def point_resolver(self, container_id: str, gateway: str) -> None:
+        """A container created offline (resolver 127.0.0.1) and switched on live: its
+        resolv.conf names the network's resolver directly (the engine wrote it anew when it
+        connected or restarted the container)."""
+        with _engine_call(f"sandbox {container_id}"):
+            configured = self.api.inspect_container(container_id)["HostConfig"].get("Dns") or []
+        if not gateway or configured == [gateway]:
+            return
+        text = f"nameserver {gateway}\noptions ndots:0\n"
+        result = self._run(container_id, ("sh", "-c", 'printf "%s" "$0" > /etc/resolv.conf', text), user="root")
+        if result.exit_code != 0:
+            raise RemoteError(ErrorKind.INTERNAL, f"could not point sandbox {container_id} at its resolver")
 
     def space_network_name(self, space: str) -> str:
         """The bridge network of one space's online sandboxes ("nospace" for none)."""
