@@ -72,15 +72,13 @@ def target_namespace() -> Iterator[tuple[str, str]]:
     ip("netns", "add", name)
     try:
         ip("link", "add", host_dev, "type", "veth", "peer", "name", inner_dev, "netns", name)
-        for third in range(200, 252, 4):
-            host_v4, inner_v4 = f"198.51.100.{third + 1}", f"198.51.100.{third + 2}"
-            try:
-                ip("addr", "add", f"{host_v4}/30", "dev", host_dev)
-                break
-            except subprocess.CalledProcessError:
-                continue
-        else:
+        listing = subprocess.run(["ip", "-j", "addr"], capture_output=True, text=True, check=True).stdout
+        taken = {a["local"] for link in json.loads(listing) for a in link.get("addr_info", [])}
+        free = [t for t in range(200, 252, 4) if not any(f"198.51.100.{t + k}" in taken for k in range(4))]
+        if not free:
             raise RuntimeError("no free /30 in 198.51.100.200/27")
+        host_v4, inner_v4 = f"198.51.100.{free[0] + 1}", f"198.51.100.{free[0] + 2}"
+        ip("addr", "add", f"{host_v4}/30", "dev", host_dev)
         ip("link", "set", host_dev, "up")
         ip("-n", name, "link", "set", "lo", "up")
         ip("-n", name, "addr", "add", f"{inner_v4}/30", "dev", inner_dev)
@@ -143,7 +141,7 @@ def percentile(values: list[float], fraction: float) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connects", type=int, default=300, help="connects per measurement")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating measurements of each policy")
+    parser.add_argument("--rounds", type=int, default=9, help="alternating measurements of each policy")
     parser.add_argument("--applies", type=int, default=30, help="policy changes timed")
     args = parser.parse_args()
     run_id = uuid.uuid4().hex[:10]

@@ -119,13 +119,21 @@ def dual_namespace() -> Iterator[DualNamespace]:
     ip("netns", "add", name)
     try:
         ip("link", "add", host_dev, "type", "veth", "peer", "name", inner_dev, "netns", name)
-        for _ in range(64):
-            third = random.randint(0, 63) * 4
-            host_v4, inner_v4 = f"198.51.100.{third + 1}", f"198.51.100.{third + 2}"
-            if ip("addr", "add", f"{host_v4}/30", "dev", host_dev, check=False).returncode == 0:
-                break
-        else:
+        # Linux lets two interfaces hold the same address: a /30 is free only when no
+        # interface holds an address inside it (another run's namespace may).
+        taken = {
+            str(addr["local"])
+            for link in json.loads(ip("-j", "addr").stdout)
+            for addr in link.get("addr_info", [])
+            if addr.get("family") == "inet"
+        }
+        free = [third for third in range(0, 256, 4) if not any(f"198.51.100.{third + k}" in taken for k in range(4))]
+        random.shuffle(free)
+        if not free:
             raise RuntimeError("no free /30 in 198.51.100.0/24")
+        third = free[0]
+        host_v4, inner_v4 = f"198.51.100.{third + 1}", f"198.51.100.{third + 2}"
+        ip("addr", "add", f"{host_v4}/30", "dev", host_dev)
         prefix = f"2001:db8:5c:{random.randint(1, 0xFFFF):x}"
         ip("-6", "addr", "add", f"{prefix}::1/64", "dev", host_dev, "nodad")
         ip("link", "set", host_dev, "up")

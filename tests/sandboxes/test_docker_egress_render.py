@@ -37,7 +37,7 @@ def test_deny_entries_come_first_and_the_list_ends_the_chain() -> None:
     rules = chain_rules(spec(allow=("198.51.100.0/24", "*.example.com"), deny=("198.51.100.7", "bad.example.com")))
     deny_cidr = index(rules, "deny entry 198.51.100.7/32")
     deny_domain = index(rules, "deny entry bad.example.com")
-    allow_cidr = index(rules, "ip daddr 198.51.100.0/24 accept")
+    allow_cidr = index(rules, "ip daddr 198.51.100.0/24 accept")  # one set rule per family
     allow_domain = index(rules, f"@{domain_sets('*.example.com')[0]} accept")
     private = index(rules, "always denied: private range")
     assert deny_cidr < deny_domain < private < allow_cidr < allow_domain
@@ -46,10 +46,12 @@ def test_deny_entries_come_first_and_the_list_ends_the_chain() -> None:
 
 
 def test_only_a_cidr_inside_a_private_range_opens_it() -> None:
-    rules = chain_rules(spec(allow=("10.1.0.0/16", "0.0.0.0/0", "internal.example")))
+    rules = chain_rules(spec(allow=("10.1.0.0/16", "0.0.0.0/0", "internal.example", "10.1.2.0/24")))
     private = index(rules, "always denied: private range")
-    assert index(rules, "ip daddr 10.1.0.0/16 accept") < private  # opened
+    assert index(rules, "ip daddr 10.1.0.0/16 accept") < private  # opened (10.1.2.0/24 merged into it)
     assert index(rules, "ip daddr 0.0.0.0/0 accept") > private  # the public part only
+    many = chain_rules(spec(allow=tuple(f"203.0.113.{i}/32" for i in range(1, 11))))
+    assert sum("accept" in rule for rule in many) == 1  # one set lookup, not ten rules
     assert index(rules, "always denied: link-local/metadata") < index(rules, "ip daddr 10.1.0.0/16 accept")
 
 

@@ -125,6 +125,21 @@ def _addresses(networks: Sequence[IPNetwork]) -> str:
     return f"{{ {text} }}" if len(networks) > 1 else text
 
 
+def _accept_all(networks: Sequence[IPNetwork]) -> list[str]:
+    """One rule per family: an anonymous interval set is one lookup however long the list."""
+    rules = []
+    for family, ip in ((4, "ip"), (6, "ip6")):
+        chosen = [n for n in networks if n.version == family]
+        if chosen:
+            rules.append(f"{ip} daddr {_addresses(_merged(chosen))} accept")
+    return rules
+
+
+def _merged(networks: Sequence[IPNetwork]) -> list[IPNetwork]:
+    """Overlapping entries collapsed (nft refuses overlapping intervals in one set)."""
+    return list(ipaddress.collapse_addresses(networks))  # type: ignore[type-var]
+
+
 def private_exceptions(network: NetworkSpec) -> tuple[str, ...]:
     """NetworkSpec.allow_private when the contract carries it (issue 13's console side)."""
     return tuple(getattr(network, "allow_private", ()) or ())
@@ -156,11 +171,11 @@ def chain_rules(network: NetworkSpec) -> list[str]:
     # has it): they open that part of a private range without making the list allow-only.
     extra = parse_entries(private_exceptions(network), "allow_private")
     opened = [n for n in (*allowed, *extra.v4, *extra.v6) if _inside_private(n)]
-    rules += [f"{'ip' if n.version == 4 else 'ip6'} daddr {n} accept" for n in opened]
+    rules += _accept_all(opened)
     private = "always denied: private range"
     rules.append(f"ip daddr {_addresses([ipaddress.IPv4Network(n) for n in PRIVATE_V4])} " + log_and_reject(private))
     rules.append(f"ip6 daddr {_addresses([ipaddress.IPv6Network(n) for n in PRIVATE_V6])} " + log_and_reject(private))
-    rules += [f"{'ip' if n.version == 4 else 'ip6'} daddr {n} accept" for n in allowed if n not in opened]
+    rules += _accept_all([n for n in allowed if n not in opened])
     for pattern in allow.domains:
         set4, set6 = domain_sets(pattern)
         rules.append(f"ip daddr @{set4} accept")
