@@ -418,3 +418,17 @@ def test_a_stopped_sandbox_keeps_its_policy_when_it_starts_again(
     finally:
         stopping.delete(info.sandbox_id)
         stopping.close()
+
+
+def test_a_paused_offline_sandbox_switched_on_resolves_once_it_resumes(
+    backend: DockerBackend, make_sandbox: SandboxMaker, servers: tuple[NamespaceServers, NamespaceServers]
+) -> None:
+    allowed, _other = servers
+    sandbox = make_sandbox(OFF)
+    backend.pause(sandbox.sandbox_id)
+    egress = backend.egress()
+    assert egress is not None
+    egress.update(sandbox.sandbox_id, only("api.name.test"))
+    backend.connect(sandbox.sandbox_id)
+    answers = probe(backend, sandbox.sandbox_id, [("api.name.test", allowed.v4.port)])
+    assert answers == {f"api.name.test:{allowed.v4.port}": "reached"}

@@ -325,8 +325,10 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
                 self.api.unpause(info.sandbox_id)
             elif info.state in (SandboxState.STOPPED, SandboxState.STARTING):
                 self.api.start(info.sandbox_id)
-        if info.state != SandboxState.PAUSED and self.enforces_lists():
-            DockerEgress(self).reapply(info.sandbox_id)  # a restarted container may have a new address
+        if self.enforces_lists():
+            # A restarted container may have a new address; one switched on while paused has
+            # its resolver pointed now.
+            DockerEgress(self).reapply(info.sandbox_id)
         return dataclasses.replace(info, state=SandboxState.RUNNING)
 
     def pause(self, sandbox_id: str) -> SandboxInfo:

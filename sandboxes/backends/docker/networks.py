@@ -202,9 +202,10 @@ class DockerNetworks:
         resolv.conf names the network's resolver directly (the engine wrote it anew when it
         connected or restarted the container)."""
         with _engine_call(f"sandbox {container_id}"):
-            configured = self.api.inspect_container(container_id)["HostConfig"].get("Dns") or []
-        if not gateway or configured == [gateway]:
-            return
+            attrs = self.api.inspect_container(container_id)
+        configured = attrs["HostConfig"].get("Dns") or []
+        if not gateway or configured == [gateway] or attrs["State"].get("Paused"):
+            return  # a paused one is pointed when it resumes (connect re-applies its policy)
         text = f"nameserver {gateway}\noptions ndots:0\n"
         result = self._run(container_id, ("sh", "-c", 'printf "%s" "$0" > /etc/resolv.conf', text), user="root")
         if result.exit_code != 0:
