@@ -432,3 +432,24 @@ def test_a_paused_offline_sandbox_switched_on_resolves_once_it_resumes(
     backend.connect(sandbox.sandbox_id)
     answers = probe(backend, sandbox.sandbox_id, [("api.name.test", allowed.v4.port)])
     assert answers == {f"api.name.test:{allowed.v4.port}": "reached"}
+
+
+def test_a_container_removed_behind_the_consoles_back_leaves_no_chain(
+    backend: DockerBackend, make_sandbox: SandboxMaker, engine: docker.APIClient
+) -> None:
+    sandbox = make_sandbox(only("198.51.100.0/24"))
+    chain = chain_name(sandbox.sandbox_id)
+
+    def listed() -> str:
+        return subprocess.run(
+            ["nft", "list", "table", "inet", TABLE_NAME], capture_output=True, text=True, check=True
+        ).stdout
+
+    assert f"chain {chain}" in listed()
+    engine.remove_container(sandbox.sandbox_id, force=True)
+    fresh = DockerBackend(backend.config)
+    try:
+        fresh.ensure_firewall()  # once per process: restored, and what is gone pruned
+    finally:
+        fresh.close()
+    assert f"chain {chain}" not in listed()

@@ -41,7 +41,9 @@ if TYPE_CHECKING:
 
 DEFAULT_STATE_DIR = "/var/lib/sandbox-console/egress"
 GONE_KEPT_S = 7 * 86400  # a deleted sandbox's addresses, for refusals read late
-_HELD = threading.local()  # the state folders this thread holds the lock of
+_HELD = threading.local()
+PRUNE_EVERY_S = 60.0
+_last_prune = 0.0  # the state folders this thread holds the lock of
 ULOGD_CANDIDATES = ("/usr/sbin/ulogd", "/sbin/ulogd")
 ULOGD_PLUGINS = "/usr/lib/x86_64-linux-gnu/ulogd"
 
@@ -320,8 +322,20 @@ class DockerEgress(EgressCapability):
             spec = state.spec
         self.apply_policy(container_id, name, spec)
 
+    def prune(self) -> None:
+        """Forget the sandboxes whose containers are gone without the console (removed by
+        hand or by a sweep): their chains, elements and resolver names."""
+        with self.state.locked():  # a state written meanwhile is not judged on an older listing
+            existing = self.backend.container_ids()
+            for state in self.state.all():
+                if state.sandbox_id not in existing:
+                    with contextlib.suppress(RemoteError):
+                        self.forget(state.sandbox_id)
+
     def restore(self) -> None:
         """Every known sandbox's chain and binding loaded again (after the table was lost)."""
+        with contextlib.suppress(RemoteError):
+            self.prune()
         networks = self.backend.console_networks()
         with self.state.locked():
             for bridge, (v4, v6) in networks.items():
@@ -363,6 +377,11 @@ class DockerEgress(EgressCapability):
 
     def refusals(self, cursor: str) -> tuple[list[EgressRefusal], str]:
         positions = _decode_cursor(cursor)
+        global _last_prune
+        if time.monotonic() - _last_prune > PRUNE_EVERY_S:  # read every few seconds: prune now and then
+            _last_prune = time.monotonic()
+            with contextlib.suppress(RemoteError):
+                self.prune()
         by_address: dict[tuple[str, str], SandboxState] = {}
         for state in self.state.all(include_gone=True):
             for address in (*state.v4, *state.v6):

@@ -29,6 +29,7 @@ from ..base import (
 )
 from .common import (
     KIND_NETWORK,
+    KIND_SANDBOX,
     LABEL_NETWORK_SPACE,
     _engine_call,
 )
@@ -258,6 +259,14 @@ class DockerNetworks:
         if self.enforces_lists():
             self.egress_apply(render_network(bridge_name(name), v4, v6))
         return name, (v4[0] if v4 else "")
+
+    def container_ids(self) -> set[str]:
+        """Full ids of every console sandbox container on the engine, stopped ones included."""
+        with _engine_call("listing sandboxes"):
+            rows = self.api.containers(
+                all=True, filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_KIND}={KIND_SANDBOX}"]}
+            )
+        return {str(row["Id"]) for row in rows}
 
     def console_networks(self) -> dict[str, tuple[list[str], list[str]]]:
         """Bridge → (IPv4 gateways, IPv6 gateways) of every console network on the engine."""
