@@ -198,11 +198,11 @@ def main() -> int:
             backend.close()
     http = ROOT / "bench" / "egress_http.py"
     if http.exists():
-        spec = importlib.util.spec_from_file_location("egress_http", http)
-        assert spec is not None
-        assert spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module_spec = importlib.util.spec_from_file_location("egress_http", http)
+        assert module_spec is not None
+        assert module_spec.loader is not None
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
         result["http_throughput_ratio"] = round(float(module.measure_http_throughput_ratio()), 3)
     result["goals"] = {"connect_overhead_ratio": "<= 1.2", "policy_apply_p95_ms": "< 5000"}
     print(json.dumps(result))
