@@ -17,5 +17,19 @@ class ConsoleConfig(AppConfig):
             check_secrets()
         except ImproperlyConfigured as exc:
             raise SystemExit(f"error: {exc}") from None
+        # An expected 403 logs one line, not a traceback (console/errors.py).
+        from .errors import install_log_filter
+
+        install_log_filter()
         # Register job handlers.
-        from . import diagnostics  # noqa: F401
+        from . import (
+            diagnostics,  # noqa: F401
+            metrics,
+        )
+        from .jobs import active_job_counts
+
+        metrics.register_scrape_collector(
+            metrics.DatabaseGauge(
+                "console_jobs", "Admin jobs queued or running now, by kind.", ["kind", "status"], active_job_counts
+            )
+        )

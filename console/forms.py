@@ -61,17 +61,28 @@ class NetworkPolicyForm(forms.Form):
         label="Outbound internet access",
         help_text="Off: sandboxes get no network at all.",
     )
-    deny_out = forms.CharField(
-        required=False,
-        label="Deny outbound",
-        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
-        help_text=LIST_HELP + " Blocked destinations.",
-    )
     allow_out = forms.CharField(
         required=False,
         label="Allow outbound",
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
-        help_text=LIST_HELP + " Always reachable, even when a deny entry matches (allow beats deny).",
+        help_text=LIST_HELP + " Empty: every destination but the always-denied ones (this host, link-local and metadata"
+        " addresses, other sandboxes, private ranges). Not empty: ONLY these destinations are reachable.",
+    )
+    deny_out = forms.CharField(
+        required=False,
+        label="Deny outbound",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text=LIST_HELP + " Always refused: a deny entry wins over an allow entry that also matches.",
+    )
+    allow_private = forms.CharField(
+        required=False,
+        label="Private addresses also allowed",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+        help_text=(
+            "One CIDR per line inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10 or fc00::/7:"
+            " exceptions to the always-denied private ranges. They never turn the allow list on;"
+            " deny entries still win."
+        ),
     )
     l7_rules = forms.CharField(
         required=False,
@@ -96,6 +107,7 @@ class NetworkPolicyForm(forms.Form):
             "allow_internet_access": policy.allow_internet_access,
             "allow_out": "\n".join(policy.allow_out),
             "deny_out": "\n".join(policy.deny_out),
+            "allow_private": "\n".join(policy.allow_private),
             "l7_rules": "\n".join(parse_l7_rule(rule).as_line() for rule in policy.l7_rules),
             "allow_public_traffic": policy.allow_public_traffic,
         }
@@ -107,12 +119,14 @@ class NetworkPolicyForm(forms.Form):
             return cleaned
         cleaned["allow_out"] = lines(cleaned.get("allow_out", ""))
         cleaned["deny_out"] = lines(cleaned.get("deny_out", ""))
+        cleaned["allow_private"] = lines(cleaned.get("allow_private", ""))
         cleaned["l7_rules"] = lines(cleaned.get("l7_rules", ""))
         validation = validate_policy(
             allow_internet_access=cleaned.get("allow_internet_access", False),
             allow_out=cleaned["allow_out"],
             deny_out=cleaned["deny_out"],
             l7_rules=list(cleaned["l7_rules"]),
+            allow_private=cleaned["allow_private"],
         )
         for field_name, messages in validation.errors.items():
             for message in messages:
@@ -143,3 +157,26 @@ class AuditFilterForm(forms.Form):
         if start and end and start > end:
             self.add_error("date_to", "The end date is before the start date.")
         return cleaned
+
+
+class SpaceLimitsForm(forms.Form):
+    """A space's quotas; a blank field means the platform default (shown as its placeholder)."""
+
+    LABELS = {
+        "live_sessions": "Live sessions",
+        "concurrent_execs": "Concurrent execs",
+        "background_commands": "Running background commands",
+        "api_requests_per_minute": "API requests per minute, per token",
+    }
+
+    def __init__(self, *args: Any, defaults: dict[str, int], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name, label in self.LABELS.items():
+            self.fields[name] = forms.IntegerField(
+                label=label,
+                required=False,
+                min_value=0,
+                max_value=1_000_000,
+                help_text=f"Blank: the platform default ({defaults[name]}). 0 refuses every call.",
+                widget=forms.NumberInput(attrs={"placeholder": str(defaults[name])}),
+            )

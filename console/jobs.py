@@ -19,6 +19,8 @@ from django.conf import settings
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
+from . import metrics
+from .logs import get_request_id, new_request_id, request_id
 from .models import AdminJob, JobStatus, Space
 from .services import Actor, ServiceError, record_audit
 
@@ -83,6 +85,11 @@ def job_handler(kind: str, *, label: str, housekeeping: bool = False) -> Callabl
     return register
 
 
+def job_kinds() -> list[tuple[str, str]]:
+    """Every registered (kind, label), by label: the Jobs list's kind filter."""
+    return sorted(((kind, label) for kind, (_, label) in _HANDLERS.items()), key=lambda item: item[1].lower())
+
+
 def housekeeping_kinds() -> frozenset[str]:
     return frozenset(_HOUSEKEEPING)
 
@@ -130,17 +137,21 @@ def dispatch(job: AdminJob) -> None:
         from .celery import app
 
         # By name, so the job runner does not import its own Celery wrapper (console.tasks).
+        # The request id travels in a message header (console/celery.py).
         result = app.send_task(RUN_ADMIN_JOB_TASK, args=[str(job.id)])
         AdminJob.objects.filter(pk=job.pk).update(task_id=result.id)
     else:
-        thread = threading.Thread(target=_run_in_thread, args=(str(job.id),), name=f"job-{job.id}", daemon=True)
+        rid = get_request_id() or new_request_id()
+        thread = threading.Thread(target=_run_in_thread, args=(str(job.id), rid), name=f"job-{job.id}", daemon=True)
         AdminJob.objects.filter(pk=job.pk).update(task_id=f"thread:{thread.name}")
         thread.start()
+    logger.info("job %s (%s) queued", job.id, job.kind, extra={"job_id": str(job.id), "job_kind": job.kind})
 
 
-def _run_in_thread(job_id: str) -> None:
+def _run_in_thread(job_id: str, rid: str) -> None:
     try:
-        run_job(job_id)
+        with request_id(rid):
+            run_job(job_id)
     finally:
         close_old_connections()
         from django.db import connection
@@ -158,6 +169,7 @@ def run_job(job_id: str) -> AdminJob | None:
     job = AdminJob.objects.get(pk=job_id)
     handler, _ = _HANDLERS[job.kind]
     context = JobContext(job)
+    logger.info("job %s (%s) started", job.id, job.kind, extra={"job_id": str(job.id), "job_kind": job.kind})
     try:
         result = handler(context) or {}
     except JobCancelled:
@@ -192,9 +204,19 @@ def _finish(
     if progress is not None:
         updates["progress"] = progress
     # A cancelled job stays cancelled even if its handler finished meanwhile.
-    AdminJob.objects.filter(pk=job.pk).exclude(status=JobStatus.CANCELLED).update(status=status, **updates)
+    if not AdminJob.objects.filter(pk=job.pk).exclude(status=JobStatus.CANCELLED).update(status=status, **updates):
+        status = JobStatus.CANCELLED
     AdminJob.objects.filter(pk=job.pk, status=JobStatus.CANCELLED, finished__isnull=True).update(
         finished=updates["finished"]
+    )
+    metrics.JOBS_FINISHED.labels(kind=job.kind, status=str(status)).inc()
+    duration = (updates["finished"] - job.started).total_seconds() if job.started else None
+    logger.info(
+        "job %s (%s) %s",
+        job.id,
+        job.kind,
+        status,
+        extra={"job_id": str(job.id), "job_kind": job.kind, "status": str(status), "duration_s": duration},
     )
 
 
@@ -217,3 +239,16 @@ def do_cancel_job(job: AdminJob, *, actor: Actor) -> AdminJob:
         )
     job.refresh_from_db()
     return job
+
+
+def active_job_counts() -> list[tuple[dict[str, str], float]]:
+    """Queued and running jobs by kind and status (console.metrics reads it at scrape)."""
+    from django.db.models import Count
+
+    rows = (
+        AdminJob.objects.filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING])
+        .values("kind", "status")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return [({"kind": row["kind"], "status": row["status"]}, float(row["n"])) for row in rows]

@@ -21,3 +21,14 @@ if [ package-lock.json -nt node_modules/.package-lock.json ] || [ ! -d node_modu
   npm ci --no-audit --no-fund --loglevel=error
 fi
 npm run --silent build >/dev/null
+
+# The bundled example skills' pip dependencies as a wheel folder (an offline package source
+# the one-command start gives the local engine; skills/examples/package-source.txt).
+examples_source="${SKILL_PACKAGE_SOURCES_ROOT:-var/package-sources}/examples"
+if [ ! -f "$examples_source/.complete" ] || [ skills/examples/package-source.txt -nt "$examples_source/.complete" ]; then
+  echo "==> downloading the example skills' wheels into $examples_source"
+  mkdir -p "$examples_source"
+  .venv/bin/python -m pip download --quiet --disable-pip-version-check --only-binary=:all: --no-deps \
+    --dest "$examples_source" --requirement skills/examples/package-source.txt
+  touch "$examples_source/.complete"
+fi

@@ -5,23 +5,42 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bash scripts/setup.sh
-export DJANGO_SETTINGS_MODULE=${DJANGO_SETTINGS_MODULE:-console.settings.dev}
 mkdir -p var
+# Setup noise (pip, npm, image builds, migrations) goes to var/setup.log; the terminal gets one
+# line per step, and the log's tail when a step fails.
+SETUP_LOG=var/setup.log
+: >"$SETUP_LOG"
+quietly() {  # quietly "what it does" command...
+  local what=$1
+  shift
+  echo "==> $what"
+  if ! "$@" >>"$SETUP_LOG" 2>&1; then
+    echo "!! $what failed; the end of $SETUP_LOG:" >&2
+    tail -n 30 "$SETUP_LOG" >&2
+    exit 1
+  fi
+}
+
+quietly "setting up Python packages and front-end assets (details in $SETUP_LOG)" bash scripts/setup.sh
+export DJANGO_SETTINGS_MODULE=${DJANGO_SETTINGS_MODULE:-console.settings.dev}
 source scripts/keys.sh
 
 if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
-  echo "==> Docker engine answers; making sure the base template image exists"
-  .venv/bin/python manage.py build_base_image
+  quietly "Docker engine answers; making sure the base template image exists (a first build takes minutes)" \
+    .venv/bin/python manage.py build_base_image
   # Online sandboxes need the host packet filter (docs/security.md); only root can load it.
   if [ "$(id -u)" = 0 ]; then
-    command -v nft >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables; }
+    command -v nft >/dev/null 2>&1 ||
+      quietly "installing nftables" bash -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables"
     # The egress components (docs/network.md): dnsmasq per space network, ulogd2 for refusals.
     if [ ! -x /usr/sbin/dnsmasq ] || [ ! -x /usr/sbin/ulogd ] || [ ! -e /usr/lib/x86_64-linux-gnu/ulogd/ulogd_output_JSON.so ]; then
-      apt-get update -qq && apt-get install -y -qq --no-install-recommends dnsmasq-base ulogd2 ulogd2-json
+      quietly "installing dnsmasq-base, ulogd2, ulogd2-json" bash -c \
+        "apt-get update -qq && apt-get install -y -qq --no-install-recommends dnsmasq-base ulogd2 ulogd2-json"
     fi
-    .venv/bin/python -m sandboxes.backends.docker.firewall || true
-    .venv/bin/python -m sandboxes.backends.docker.egress || true
+    .venv/bin/python -m sandboxes.backends.docker.firewall >>"$SETUP_LOG" 2>&1 ||
+      echo "==> the host packet filter could not be applied (see $SETUP_LOG); sessions with outbound on are refused"
+    .venv/bin/python -m sandboxes.backends.docker.egress >>"$SETUP_LOG" 2>&1 ||
+      echo "==> ulogd2 could not be started (see $SETUP_LOG); refused connections are not read back"
     [ -n "${EGRESS_DNS_UPSTREAM:-}" ] || echo "==> EGRESS_DNS_UPSTREAM is not set: names do not resolve in Docker sandboxes (docs/network.md)"
   else
     echo "==> not root: the host packet filter is not applied, so sessions with outbound on are refused (docs/security.md)"
@@ -30,11 +49,10 @@ else
   echo "==> no Docker engine answers: the Docker backend stays unavailable until one runs (see docs/operations.md)"
 fi
 
-echo "==> migrating the database"
-.venv/bin/python manage.py migrate --noinput
+quietly "migrating the database" .venv/bin/python manage.py migrate --noinput
 if [ -n "$LEGACY_SECRET_KEY" ]; then
   # A console from before the key was required: move its stored secrets to the new key.
-  .venv/bin/python manage.py rotate_field_encryption_key --legacy-secret-key "$LEGACY_SECRET_KEY" ||
+  .venv/bin/python manage.py rotate_field_encryption_key --legacy-secret-key "$LEGACY_SECRET_KEY" >>"$SETUP_LOG" 2>&1 ||
     echo "==> some stored secrets could not be moved to the new key; enter them again on their configs"
 fi
 .venv/bin/python manage.py bootstrap_console
@@ -44,14 +62,20 @@ pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
-  echo "==> REDIS_URL is set: starting a Celery worker and beat"
-  .venv/bin/celery -A console worker --loglevel=INFO --pool=threads --concurrency=4 &
+  echo "==> REDIS_URL is set: starting a Celery worker and beat (logs: var/celery-worker.log, var/celery-beat.log)"
+  # Daphne and the worker add their metrics up in one folder (docs/operations.md, "Metrics").
+  export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-$PWD/var/metrics}
+  .venv/bin/celery -A console worker --loglevel=INFO --pool=threads --concurrency=4 >>var/celery-worker.log 2>&1 &
   pids+=($!)
-  .venv/bin/celery -A console beat --loglevel=INFO --schedule var/celerybeat-schedule &
+  .venv/bin/celery -A console beat --loglevel=INFO --schedule var/celerybeat-schedule >>var/celery-beat.log 2>&1 &
   pids+=($!)
 fi
 
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8000}
-echo "==> Sandbox Console on http://$HOST:$PORT/"
-.venv/bin/daphne -b "$HOST" -p "$PORT" console.asgi:application
+echo "==> Sandbox Console on http://$HOST:$PORT/ (Ctrl-C stops it)"
+# Daphne at -v 0: the console logs one access line per request itself. Twisted's
+# "HTTP/2 support not enabled" says nothing an embedded console needs (TLS and
+# HTTP/2 are the reverse proxy's job in a deployment: docs/operations.md, "Production").
+.venv/bin/daphne -v 0 -b "$HOST" -p "$PORT" console.asgi:application \
+  2> >(grep --line-buffered -v "HTTP/2 support not enabled" >&2)

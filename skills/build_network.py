@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from sandboxes.backends.base import NetworkCapabilities, NetworkSpec
 
-from .install import PackageSources, SkillPayload, StepFailed, source_host_port
+from .install import SkillPayload, StepFailed
+from .install_packages import PackageSources, source_host_port
 
 OFFLINE = NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
 

@@ -13,6 +13,7 @@ import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from django.db import IntegrityError, transaction
@@ -101,6 +102,48 @@ def import_folder(path: str | os.PathLike[str], *, actor: Actor, origin: str = "
     except ArchiveError as exc:
         raise ServiceError(exc.message) from None
     return do_import_skill(source, actor=actor, origin=(origin or f"folder {path}")[:300])
+
+
+# The small original skills shipped with the console (skills/examples/README.md).
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+
+
+def example_folders() -> list[Path]:
+    """The bundled example skills: each a folder holding SKILL.md under skills/examples/."""
+    return sorted(path for path in EXAMPLES_DIR.iterdir() if (path / "SKILL.md").is_file())
+
+
+@dataclass(frozen=True)
+class ExamplesImport:
+    """What importing the bundled examples did, per folder: a result or the refusal."""
+
+    results: list[ImportResult]
+    refused: list[tuple[str, str]]  # (folder name, why)
+
+    @property
+    def summary(self) -> str:
+        created = [r.version.skill.name for r in self.results if r.created]
+        present = [r.version.skill.name for r in self.results if not r.created]
+        parts = []
+        if created:
+            parts.append(f"Imported {len(created)} example skill(s): {', '.join(created)}.")
+        if present:
+            parts.append(f"Already in the catalog: {', '.join(present)}.")
+        if self.refused:
+            parts.append("Refused: " + "; ".join(f"{name} ({why})" for name, why in self.refused) + ".")
+        return " ".join(parts) or "There are no bundled examples in this installation."
+
+
+def do_import_examples(*, actor: Actor) -> ExamplesImport:
+    """Import every bundled example; each in its own transaction, so one refusal keeps the rest."""
+    results: list[ImportResult] = []
+    refused: list[tuple[str, str]] = []
+    for folder in example_folders():
+        try:
+            results.append(import_folder(folder, actor=actor, origin=f"bundled example {folder.name}"))
+        except ServiceError as exc:
+            refused.append((folder.name, exc.message))
+    return ExamplesImport(results=results, refused=refused)
 
 
 def parse_source(source: ExtractedSkill) -> ParsedSkill:

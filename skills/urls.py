@@ -9,6 +9,7 @@ app_name = "skills"
 urlpatterns = [
     path("skills/", views.skill_list, name="skill_list"),
     path("skills/import/", views.skill_import, name="skill_import"),
+    path("skills/import/examples/", views.skill_import_examples, name="skill_import_examples"),
     path("skills/<uuid:skill_id>/", views.skill_detail, name="skill_detail"),
     path("skills/versions/<uuid:version_id>/", views.version_detail, name="version_detail"),
     path("skills/versions/<uuid:version_id>/delete/", views.version_delete, name="version_delete"),

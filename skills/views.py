@@ -26,7 +26,7 @@ from console.models import Role, Space
 from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, paginate, query_without_page
 from sandboxes.backends.base import RemoteError
-from sandboxes.catalog.services import config_fingerprint
+from sandboxes.catalog.bridge import config_fingerprint
 from sandboxes.models import SandboxConfig
 
 from . import images
@@ -34,7 +34,7 @@ from .archives import Limits, human_size
 from .forms import SkillImportForm, SkillInstallForm
 from .models import Skill, SkillFile, SkillImage, SkillVersion
 from .rendering import render_markdown
-from .services import do_delete_skill_version, import_archive, spaces_with_skill
+from .services import do_delete_skill_version, do_import_examples, import_archive, spaces_with_skill
 
 LIST_FIELDS = (
     "id",
@@ -215,6 +215,17 @@ def _skill_import(request: HttpRequest, limit_handler: ArchiveSizeLimitHandler) 
     return render(request, "skills/skill_import.html", {"form": form, "section": "skills"}, status=status)
 
 
+@login_required
+@require_http_methods(["POST"])
+def skill_import_examples(request: HttpRequest) -> HttpResponse:
+    """Import the bundled example skills (the same as `manage.py import_skill --examples`)."""
+    require_platform_admin(request, "import skills")
+    outcome = do_import_examples(actor=actor_from_request(request))
+    level = messages.warning if outcome.refused else messages.success
+    level(request, outcome.summary)
+    return redirect("skills:skill_list")
+
+
 # --- Delete ------------------------------------------------------------------------------
 
 
@@ -286,6 +297,19 @@ def _image_url(space: Space, config: SandboxConfig | None) -> str:
     return f"{url}?config={config.id}" if config is not None else url
 
 
+def build_refusals(job_ids: list[Any]) -> list[tuple[Any, list[str], list[Any]]]:
+    """(job id, proposed allow entries, refused rows) of the builds that had refusals."""
+    from sandboxes.egress.approvals import build_proposals
+    from sandboxes.models import EgressEvent
+
+    rows = list(EgressEvent.objects.filter(job_id__in=job_ids).order_by("-time")[:200])
+    found = []
+    for job_id in dict.fromkeys(row.job_id for row in rows):
+        mine = [row for row in rows if row.job_id == job_id]
+        found.append((job_id, build_proposals(mine), mine[:20]))
+    return found
+
+
 @login_required
 @require_GET
 def image_detail(request: HttpRequest, space_id: str) -> HttpResponse:
@@ -315,6 +339,7 @@ def image_detail(request: HttpRequest, space_id: str) -> HttpResponse:
                 ],
                 "form": form,
                 "preselected": preselected,
+                "build_refusals": build_refusals([image.job_id for image in generations if image.job_id]),
                 "has_old_snapshots": any(
                     image.status == "ready" and (state.current is None or image.pk != state.current.pk)
                     for image in generations

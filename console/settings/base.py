@@ -13,6 +13,8 @@ from pathlib import Path
 
 import dj_database_url
 
+from console.logs import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 VAR_DIR = Path(os.environ.get("CONSOLE_VAR_DIR", BASE_DIR / "var"))
 
@@ -61,6 +63,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # /healthz, /readyz and /metrics, answered before ALLOWED_HOSTS and TLS redirects apply.
+    "console.health.OpsEndpointsMiddleware",
+    "console.middleware.RequestIdMiddleware",
+    "console.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -101,7 +107,7 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Web requests, jobs, the scheduler and the session store (sandboxes.store_db) write from
+    # Web requests, jobs, the scheduler and the session store (sandboxes.sessions.store_db) write from
     # several threads at once: wait for the write lock rather than fail ("database is
     # locked"), take it at BEGIN so a transaction never has to upgrade (which fails at once
     # under contention), and let readers run beside the writer (WAL).
@@ -160,6 +166,20 @@ FORWARDED_FOR_PROXIES = int(os.environ.get("FORWARDED_FOR_PROXIES", 0))
 # Websocket handshakes come from the console's own origin (scheme, host and port) or one of
 # these full origins (console/security.py).
 WEBSOCKET_ALLOWED_ORIGINS = env_list("WEBSOCKET_ALLOWED_ORIGINS", CSRF_TRUSTED_ORIGINS)
+
+# --- Inbound traffic to sandbox ports (sandboxes/inbound/, docs/inbound.md) --------------
+# The origin the console's inbound URLs are issued under ("" = the console's own, as the
+# page or API request reached it). A host of their own (https://inbound.example.com; for a
+# local console on http://localhost:8000, http://127.0.0.1:8000 will do) serves sandbox
+# pages as ordinary pages and only /inbound/ there; on the console's own origin they are
+# served under `Content-Security-Policy: sandbox` (an opaque origin: docs/inbound.md).
+INBOUND_BASE_URL = os.environ.get("INBOUND_BASE_URL", "").rstrip("/")
+INBOUND_MAX_REQUEST_BYTES = int(os.environ.get("INBOUND_MAX_REQUEST_BYTES", 100 * 1024 * 1024))
+INBOUND_CONNECT_TIMEOUT_S = float(os.environ.get("INBOUND_CONNECT_TIMEOUT_S", 5))
+INBOUND_READ_TIMEOUT_S = float(os.environ.get("INBOUND_READ_TIMEOUT_S", 60))
+INBOUND_MAX_DURATION_S = float(os.environ.get("INBOUND_MAX_DURATION_S", 3600))
+INBOUND_LINK_DEFAULT_TTL_S = int(os.environ.get("INBOUND_LINK_DEFAULT_TTL_S", 3600))
+INBOUND_LINK_MAX_TTL_S = int(os.environ.get("INBOUND_LINK_MAX_TTL_S", 7 * 24 * 3600))
 
 # --- Login throttling (django-axes) -------------------------------------------------------
 # After LOGIN_FAILURE_LIMIT failed logins for one username from one address, that pair is
@@ -222,13 +242,24 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # touches sandboxes of another installation sharing the same backend account.
 CONSOLE_INSTALLATION_ID = os.environ.get("CONSOLE_INSTALLATION_ID", "local")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
-}
+# --- Logs, health and metrics (console/logs.py, console/health.py, console/metrics.py;
+# docs/operations.md, "Health, metrics and logs") -----------------------------------------
+# LOG_FORMAT: "json" (one JSON object a line, for a log collector) or "text" (for a person).
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "json")
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
+# Celery keeps this set-up instead of installing its own (console/celery.py).
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# /readyz: each check's time limit, how long one answer is reused, and whether an unreachable
+# platform backend makes the console unready ("required") or is only reported ("reported").
+READYZ_TIMEOUT_S = float(os.environ.get("READYZ_TIMEOUT_S", 2))
+READYZ_CACHE_S = float(os.environ.get("READYZ_CACHE_S", 5))
+READYZ_BACKENDS = os.environ.get("READYZ_BACKENDS", "required")
+# /metrics is refused unless a scraper is allowed: by a bearer token, or by its address.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_ALLOWED_NETWORKS = env_list("METRICS_ALLOWED_NETWORKS", [])
+# Scrapes from loopback without either (the development settings turn this on).
+METRICS_ALLOW_LOOPBACK = env_bool("METRICS_ALLOW_LOOPBACK", False)
 
 # The embedded console serves /static/ itself through Daphne (see console/asgi.py).
 SERVE_STATIC = env_bool("SERVE_STATIC", True)
@@ -267,7 +298,44 @@ HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S"
 # How often each periodic task runs (seconds); short ones let fault tests see a pass soon.
 REAPER_INTERVAL_S = float(os.environ.get("REAPER_INTERVAL_S", 60))
 IDLE_SWEEP_INTERVAL_S = float(os.environ.get("IDLE_SWEEP_INTERVAL_S", 60))
+# --- Quotas and rate limits per space (sandboxes/sessions/limits.py; docs/operations.md) ---
+# Platform defaults; platform admins override them per space on the space's Limits page.
+SPACE_LIMIT_DEFAULTS: dict[str, int] = {
+    "live_sessions": int(os.environ.get("SPACE_LIVE_SESSIONS", 200)),
+    "concurrent_execs": int(os.environ.get("SPACE_CONCURRENT_EXECS", 32)),
+    "background_commands": int(os.environ.get("SPACE_BACKGROUND_COMMANDS", 32)),
+    "api_requests_per_minute": int(os.environ.get("SPACE_API_REQUESTS_PER_MINUTE", 1200)),
+}
+
+# --- Retention (sandboxes/sessions/retention.py; docs/operations.md, "Retention") ---------
+# Days each kind of record is kept; 0 keeps it forever. Only finished things are deleted:
+# closed terminals, finished jobs and background commands; artifacts by collection time.
+RETENTION_DAYS: dict[str, int] = {
+    "audit_events": int(os.environ.get("RETENTION_AUDIT_EVENTS_DAYS", 365)),
+    "jobs": int(os.environ.get("RETENTION_JOBS_DAYS", 90)),
+    "terminals": int(os.environ.get("RETENTION_TERMINALS_DAYS", 90)),
+    "commands": int(os.environ.get("RETENTION_COMMANDS_DAYS", 30)),
+    "artifacts": int(os.environ.get("RETENTION_ARTIFACTS_DAYS", 30)),
+    # Refused outbound attempts (sandboxes.egress; docs/network-console.md).
+    "egress_events": int(os.environ.get("EGRESS_LOG_RETENTION_DAYS", 14)),
+}
+RETENTION_BATCH = int(os.environ.get("RETENTION_BATCH", 2000))
+RETENTION_INTERVAL_S = float(os.environ.get("RETENTION_INTERVAL_S", 3600))
+# A finished background command's output stays readable (Redis ring buffer) this long.
+COMMAND_OUTPUT_RETENTION_S = int(os.environ.get("COMMAND_OUTPUT_RETENTION_S", 3600))
+
+# Egress (sandboxes/egress; docs/network-console.md): how often refusals are read back from
+# the backends, how many are kept per session (their days: RETENTION_DAYS["egress_events"]),
+# and how long a policy change may spend reaching running sandboxes in the request.
+EGRESS_INGEST_INTERVAL_S = float(os.environ.get("EGRESS_INGEST_INTERVAL_S", 5))
+EGRESS_LOG_MAX_PER_SESSION = int(os.environ.get("EGRESS_LOG_MAX_PER_SESSION", 1000))
+EGRESS_APPLY_BUDGET_S = float(os.environ.get("EGRESS_APPLY_BUDGET_S", 4))
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
+    "egress-ingest": {
+        "function": "sandboxes.egress.log.ingest_refusals",
+        "celery_task": "sandboxes.egress_ingest",
+        "every_s": EGRESS_INGEST_INTERVAL_S,
+    },
     "reaper": {
         "function": "sandboxes.sessions.reaper.start_reaper_pass",
         "celery_task": "sandboxes.reaper_pass",
@@ -278,13 +346,23 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "celery_task": "sandboxes.idle_sweep",
         "every_s": IDLE_SWEEP_INTERVAL_S,
     },
+    "retention": {
+        "function": "sandboxes.sessions.retention.start_retention_pass",
+        "celery_task": "sandboxes.retention_pass",
+        "every_s": RETENTION_INTERVAL_S,
+    },
+    "terminal-sweep": {
+        "function": "sandboxes.terminal.sweep.close_abandoned",
+        "celery_task": "sandboxes.terminal_sweep",
+        "every_s": 60,
+    },
 }
 CELERY_BEAT_SCHEDULE = {
     name: {"task": spec["celery_task"], "schedule": float(spec["every_s"])}  # type: ignore[arg-type]
     for name, spec in PERIODIC_TASKS.items()
 }
 
-# --- Web terminal (sandboxes/consumers.py, sandboxes/terminals.py; docs/terminal-protocol.md) ---
+# --- Web terminal (sandboxes/terminal/; docs/terminal-protocol.md) ---
 # No input or output for this long closes a terminal (with a message). Cube uses 30 minutes.
 TERMINAL_IDLE_TIMEOUT_S = int(os.environ.get("TERMINAL_IDLE_TIMEOUT_S", 8 * 3600))  # a workday
 # After an abnormal disconnect the shell waits this long for the same terminal to reattach.
@@ -295,6 +373,13 @@ TERMINAL_TICKET_MAX_AGE_S = int(os.environ.get("TERMINAL_TICKET_MAX_AGE_S", 30))
 TERMINAL_REPLAY_BYTES = int(os.environ.get("TERMINAL_REPLAY_BYTES", 1024 * 1024))
 # How often an open terminal marks its session active and re-checks access.
 TERMINAL_KEEPALIVE_S = int(os.environ.get("TERMINAL_KEEPALIVE_S", 30))
+# A console process holding a terminal's websocket renews its attachment lease (a third of
+# this) so another process's grace window never closes a terminal in use elsewhere.
+TERMINAL_LEASE_S = int(os.environ.get("TERMINAL_LEASE_S", 30))
+# Keep each terminal's shell in a tmux session in the sandbox (where the template has tmux),
+# so a reload or a reconnect through any console process gets it back. Off: a plain shell per
+# connection, whose output reaches the browser byte for byte (tmux re-renders the screen).
+TERMINAL_KEEP_SHELLS = os.environ.get("TERMINAL_KEEP_SHELLS", "1") != "0"
 
 # Skill installs: folders of wheels (one per name) that configs may name as an offline pip
 # source; only folders under this root can be copied into build sandboxes.

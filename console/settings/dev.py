@@ -7,6 +7,8 @@
 
 import os
 
+from console.logs import logging_config
+
 from .base import *  # noqa: F403
 from .base import VAR_DIR
 
@@ -20,3 +22,9 @@ def _kept_key(name: str, default: str) -> str:
 
 SECRET_KEY = _kept_key("SECRET_KEY", SECRET_KEY)  # noqa: F405
 FIELD_ENCRYPTION_KEY = _kept_key("FIELD_ENCRYPTION_KEY", FIELD_ENCRYPTION_KEY)  # noqa: F405
+
+# Readable log lines at a terminal unless LOG_FORMAT says otherwise.
+LOG_FORMAT = os.environ.get("LOG_FORMAT", "text")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)  # noqa: F405
+# /metrics from this host without a token (docs/operations.md, "Metrics").
+METRICS_ALLOW_LOOPBACK = env_bool("METRICS_ALLOW_LOOPBACK", True)  # noqa: F405

@@ -3,7 +3,7 @@
 Every route names its space; a token of another space gets 404, exactly like an unknown
 space. Bad input is a 400 naming the field; an unknown session is a 404; backend failures
 map from `RemoteError` kinds to 409/429/502/503/504 with `retryable`. The routes and their
-shapes are described in `sandboxes/openapi.py` and served at /api/v1/openapi.json.
+shapes are described in `sandboxes/api/openapi.py` and served at /api/v1/openapi.json.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import logging
 import secrets
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
+from django.db.models import Model, QuerySet
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -31,13 +32,16 @@ from console.models import Space
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import ErrorKind, ExecRequest, RemoteError
+from ..catalog.network import PolicyConflict
 from ..models import ApiToken, Artifact, BackgroundCommand, Session
 from ..sessions.commands import kill_command, read_output, send_input, start_command
+from ..sessions.limits import LimitExceeded, check_api_rate
 from ..sessions.lookup import call_session, get_or_create_session
 from ..sessions.runtime import Resolved, Runtime, SessionDeleted
 from ..sessions.store import lifecycle_lock, lock_key
 from ..sessions.store_select import get_store
 from ..sessions.workspace import collect_artifacts, list_files, read_file, stage_input, write_file
+from .pagination import InvalidPage, cursor_page
 
 logger = logging.getLogger(__name__)
 TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
@@ -172,11 +176,23 @@ def decode_b64(data: dict[str, Any], name: str) -> bytes | None:
 
 
 def remote_error(exc: RemoteError) -> ApiError:
+    if isinstance(exc, PolicyConflict):  # the space's settings, not the backend: 409, never 502
+        return ApiError(409, "policy_conflict", exc.message, retryable=False)
     status = KIND_STATUS.get(exc.kind, 502)
     return ApiError(status, str(exc.kind), exc.message, retryable=exc.retryable, backend=True)
 
 
+def limit_response(exc: LimitExceeded) -> JsonResponse:
+    """429 naming the limit, with Retry-After (seconds)."""
+    response = ApiError(
+        429, "limit_exceeded", exc.message, limit=exc.limit, maximum=exc.maximum, retry_after_s=exc.retry_after_s
+    ).response()
+    response["Retry-After"] = str(exc.retry_after_s)
+    return response
+
+
 Handler = Callable[..., HttpResponse | FileResponse]
+M = TypeVar("M", bound=Model)
 
 
 def api_view(*methods: str) -> Callable[[Handler], Handler]:
@@ -207,11 +223,14 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 if request.method not in methods:
                     raise ApiError(405, "method_not_allowed", f"Use {', '.join(methods)}.")
                 space, token = authenticate(request, space_id)
+                check_api_rate(space, str(token.pk))
                 request.api_actor = Actor(user=None, source_ip=request.META.get("REMOTE_ADDR"))  # type: ignore[attr-defined]
                 request.api_token = token  # type: ignore[attr-defined]
                 return func(request, space, **kwargs)
             except ApiError as exc:
                 return exc.response()
+            except LimitExceeded as exc:
+                return limit_response(exc)
             except ServiceError as exc:
                 first_field = next(iter(exc.field_errors), None)
                 return ApiError(400, "invalid", exc.message, field=first_field).response()
@@ -462,8 +481,10 @@ def artifact_json(request: HttpRequest, space: Space, key: str, artifact: Artifa
 @api_view("GET")
 def artifact_list_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
     session = existing_session(space, key)
-    artifacts = session.artifacts.all()[:500]
-    return JsonResponse({"artifacts": [artifact_json(request, space, key, a) for a in artifacts]})
+    artifacts, next_cursor = page_of(request, session.artifacts.all(), time_field="created", default_limit=500)
+    return JsonResponse(
+        {"artifacts": [artifact_json(request, space, key, a) for a in artifacts], "next_cursor": next_cursor}
+    )
 
 
 @api_view("GET")
@@ -503,8 +524,8 @@ def existing_command(space: Space, key: str, command_id: Any) -> BackgroundComma
 def commands_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
     session = existing_session(space, key)
     if request.method == "GET":
-        recent = session.commands.all()[:50]
-        return JsonResponse({"commands": [command_json(c) for c in recent]})
+        recent, next_cursor = page_of(request, session.commands.all(), time_field="started", default_limit=50)
+        return JsonResponse({"commands": [command_json(c) for c in recent], "next_cursor": next_cursor})
     data = json_body(request)
     argv = field_of(data, "argv", list)
     shell = field_of(data, "shell", str)
@@ -533,6 +554,15 @@ def command_output_view(request: HttpRequest, space: Space, key: str, command_id
             "exit_code": page.exit_code,
         }
     )
+
+
+def page_of(
+    request: HttpRequest, rows: QuerySet[M], *, time_field: str, default_limit: int
+) -> tuple[list[M], str | None]:
+    try:
+        return cursor_page(request, rows, time_field=time_field, default_limit=default_limit)
+    except InvalidPage as exc:
+        raise ApiError(400, "invalid", exc.message, field=exc.field) from None
 
 
 def int_param(request: HttpRequest, name: str) -> int | None:

@@ -10,7 +10,7 @@ capability as uid 1000 in /workspace, under a small `sh` wrapper that records it
 session and process-group leader of the PTY), turns echo and output CR/LF translation off
 (`stty -echo -onlcr`, so output is the command's own bytes), and writes the exit code to a
 file when the command ends. A pump thread in the starting process reads the PTY, appends to
-a ring buffer (`sandboxes.streams`), feeds stdin queued by any process, refreshes a
+a ring buffer (`sandboxes.sessions.streams`), feeds stdin queued by any process, refreshes a
 heartbeat, and at the end records exit code and finish time on the row.
 
 Shared state lives in Redis when REDIS_URL is set (output ring, stdin queue, heartbeat,
@@ -46,7 +46,9 @@ from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..backends.base import ErrorKind, ExecRequest, PtyHandle, PtySize, RemoteError
 from ..models import BackgroundCommand, CommandStatus, Session
-from .runtime import HOLDER, Runtime, backend_for
+from .limits import check_background_commands
+from .provisioning import backend_for
+from .runtime import HOLDER, Runtime
 from .streams import MemoryRingBuffer, RedisRingBuffer, RingBuffer
 
 logger = logging.getLogger(__name__)
@@ -71,7 +73,6 @@ PTY_SIZE = PtySize(cols=200, rows=50)
 MAX_COMMAND_CHARS = 64 * 1024
 MAX_INPUT_BYTES = 64 * 1024
 MAX_PAGE_BYTES = 4 * 1024 * 1024
-OUTPUT_TTL_AFTER_END_S = 3600
 HEARTBEAT_S = 5
 HEARTBEAT_TTL_S = 20
 INPUT_POLL_S = 0.05
@@ -137,8 +138,8 @@ class RedisPlumbing(Plumbing):
 
     def finish(self) -> None:
         self.client.delete(self.beat_key, self.stdin_key)
-        self.client.expire(self.kill_key, OUTPUT_TTL_AFTER_END_S)
-        self.ring.finish(OUTPUT_TTL_AFTER_END_S)
+        self.client.expire(self.kill_key, settings.COMMAND_OUTPUT_RETENTION_S)
+        self.ring.finish(settings.COMMAND_OUTPUT_RETENTION_S)
 
 
 class MemoryPlumbing(Plumbing):
@@ -194,7 +195,9 @@ def plumbing_for(command_id: uuid.UUID | str) -> Plumbing:
                 client = _redis_clients[url] = redis.Redis.from_url(url)
             return RedisPlumbing(client, key)
         now = time.monotonic()
-        for stale in [k for k, p in _memory.items() if p.finished_at and now - p.finished_at > OUTPUT_TTL_AFTER_END_S]:
+        for stale in [
+            k for k, p in _memory.items() if p.finished_at and now - p.finished_at > settings.COMMAND_OUTPUT_RETENTION_S
+        ]:
             del _memory[stale]
         return _memory.setdefault(key, MemoryPlumbing())
 
@@ -245,6 +248,7 @@ def start_command(
 ) -> BackgroundCommand:
     """Start a command in the session's sandbox (resumed if paused) and return at once."""
     command_argv = _command_argv(shell, argv)
+    check_background_commands(session.space)
     resolved = runtime.resolve_session(session)
     ptys = backend_for(session.config).pty()
     if ptys is None:

@@ -25,6 +25,7 @@ next resolve brings them back with /workspace intact.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -35,6 +36,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
+from console import metrics
 from console.jobs import JobContext, JobFailed, job_handler, prune_housekeeping_jobs
 from console.services import SYSTEM
 
@@ -52,7 +54,8 @@ from ..backends.base import (
     SandboxState,
 )
 from ..models import BackgroundCommand, CommandStatus, SandboxConfig, Session, SessionState, Terminal
-from .runtime import GONE_KINDS, Runtime, backend_for
+from .provisioning import backend_for
+from .runtime import GONE_KINDS, Runtime
 from .store import (
     Binding,
     HeldLock,
@@ -66,6 +69,7 @@ from .store import (
 )
 from .store_select import get_store
 
+logger = logging.getLogger(__name__)
 # Longest a job may keep a sandbox of its own (skill builds, verification) before it counts
 # as a leftover.
 JOB_GRACE = timedelta(hours=1)
@@ -149,6 +153,17 @@ class _Pass:
             held.check()  # never act on a lease that ran out
         self.backend.delete(info.sandbox_id)
         self.report.deleted.append(info.sandbox_id)
+        metrics.REAPER_DELETIONS.labels(backend_kind=self.backend.kind).inc()
+        logger.info(
+            "reaper deleted sandbox %s",
+            info.sandbox_id,
+            extra={
+                "action": "delete",
+                "sandbox_id": info.sandbox_id,
+                "config_id": str(self.config.id),
+                "session_key": info.metadata.get(META_SESSION, ""),
+            },
+        )
 
     def alive(self, sandbox_id: str) -> bool:
         try:
@@ -209,6 +224,13 @@ class _Pass:
             sandbox_id=winner.sandbox_id, bound_at=started, binding_version=version, state=state
         )
         self.report.claimed.append(winner.sandbox_id)
+        metrics.REAPER_CLAIMS.labels(backend_kind=self.backend.kind).inc()
+        logger.info(
+            "reaper bound sandbox %s to session %s",
+            winner.sandbox_id,
+            key,
+            extra={"action": "claim", "sandbox_id": winner.sandbox_id, "space_id": space, "session_key": key},
+        )
         return winner.sandbox_id
 
     def _get_or_none(self, sandbox_id: str) -> SandboxInfo | None:
@@ -373,8 +395,20 @@ def idle_sweep(runtime: Runtime | None = None) -> int:
                         continue
                     runtime.pause(session, actor=SYSTEM)
             idled += 1
-        except Exception:  # noqa: S112 - one session's failure (or busy lock) must not stop the sweep
+        except Exception as exc:
+            # One session's failure (or busy lock) must not stop the sweep.
+            logger.info(
+                "idle sweep left session %s: %s",
+                session.key,
+                exc.__class__.__name__,
+                extra={"action": "idle_skipped", "session_key": session.key, "space_id": str(session.space_id)},
+            )
             continue
+        logger.info(
+            "idle sweep idled session %s",
+            session.key,
+            extra={"action": "idle", "session_key": session.key, "sandbox_id": session.sandbox_id},
+        )
     return idled
 
 

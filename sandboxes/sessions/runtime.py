@@ -22,11 +22,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
@@ -38,7 +36,6 @@ from console.crypto import decrypt, encrypt
 from console.models import Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
-from ..backends import build_backend
 from ..backends.base import (
     META_BINDING_VERSION,
     META_CONFIG,
@@ -56,9 +53,12 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from ..catalog.services import backend_config_for, config_fingerprint, network_spec_for
-from ..models import SandboxConfig, Session, SessionImage, SessionState
+from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
+from ..models import SandboxConfig, Session, SessionState
+from .limits import check_concurrent_execs
 from .lookup import get_or_create_session
+from .observe import observe_resolve, took_slow_path
+from .provisioning import backend_for, effective_template, prepare_workspace
 from .store import (
     LOCK_TTL_MS,
     TURN_TTL_S,
@@ -83,49 +83,6 @@ LOCK_LOST_RETRIES = 2
 EXEC_GRACE = timedelta(seconds=60)
 ACTIVITY_WRITE_INTERVAL = timedelta(seconds=30)
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"
-
-# --- Backends, cached per config --------------------------------------------------------
-
-_backends: dict[tuple[str, datetime, datetime], Backend] = {}
-_backends_lock = threading.Lock()
-
-
-def backend_for(config: SandboxConfig) -> Backend:
-    """A long-lived backend per config and platform backend version (pools are reused)."""
-    key = (str(config.pk), config.updated, config.backend.updated)
-    with _backends_lock:
-        backend = _backends.get(key)
-        if backend is None:
-            for stale in [k for k in _backends if k[0] == key[0]]:
-                _backends.pop(stale).close()
-            backend = build_backend(backend_config_for(config))
-            _backends[key] = backend
-    return backend
-
-
-# --- Effective template -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EffectiveTemplate:
-    template_id: str
-    source: str  # "skill image" | "default template"
-    note: str = ""
-
-
-def effective_template(space: Space, config: SandboxConfig) -> EffectiveTemplate:
-    """The space's current skill image on this config when valid, else the default template."""
-    image = SessionImage.objects.filter(space=space, config=config).first()
-    if image is None:
-        return EffectiveTemplate(config.default_template, "default template")
-    if image.fingerprint != config_fingerprint(config):
-        return EffectiveTemplate(
-            config.default_template,
-            "default template",
-            f"the skill image {image.snapshot_id} belongs to another backend account; "
-            "sessions start from the default template",
-        )
-    return EffectiveTemplate(image.snapshot_id, "skill image", image.label)
 
 
 class SessionDeleted(RemoteError):
@@ -193,6 +150,12 @@ class Runtime:
         return self.resolve_session(session)
 
     def resolve_session(self, session: Session) -> Resolved:
+        """Resolve, timed by path and outcome (console.metrics) and logged."""
+        with observe_resolve(session) as observed:
+            observed.resolved = self._resolve_session(session)
+            return observed.resolved
+
+    def _resolve_session(self, session: Session) -> Resolved:
         bkey, _, tkey = self.keys(session)
         self._touch(session)
         binding, lease = self.store.read_session(bkey, tkey)
@@ -224,6 +187,7 @@ class Runtime:
             session.last_activity = now
 
     def _resolve_locked(self, session: Session, *, rebuild: bool) -> Resolved:
+        took_slow_path()
         made: list[str] = []  # sandboxes an attempt created and could not bind (its lease ran out)
         for attempt in range(LOCK_LOST_RETRIES + 1):
             try:
@@ -372,9 +336,11 @@ class Runtime:
         config = session.config
         template = effective_template(session.space, config)
         persistent = config.persistent_workspace and backend.volumes() is not None
+        network = network_spec_for(session.space, session)
+        refuse_unless_honoured(network, backend, config.name)  # a settings conflict: 409, never 502
         spec = SandboxSpec(
             template_id=template.template_id,
-            network=network_spec_for(session.space),
+            network=network,
             metadata={**self.session_metadata(session), META_BINDING_VERSION: str(version)},
             resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
             timeout_s=config.idle_timeout_s,
@@ -395,8 +361,12 @@ class Runtime:
             raise
         session.template_id = template.template_id
         session.traffic_token_encrypted = encrypt(info.traffic_token or "")
+        session.policy_fingerprint, session.policy_applied_at = spec_fingerprint(network), timezone.now()
         kept = Session.objects.filter(pk=session.pk).update(
-            template_id=session.template_id, traffic_token_encrypted=session.traffic_token_encrypted
+            template_id=session.template_id,
+            traffic_token_encrypted=session.traffic_token_encrypted,
+            policy_fingerprint=session.policy_fingerprint,
+            policy_applied_at=session.policy_applied_at,
         )
         if not kept:  # deleted meanwhile (not through Runtime.delete, which waits for the lock)
             self._delete_quietly(backend, info.sandbox_id)
@@ -470,10 +440,12 @@ class Runtime:
         # Past the deadline every counted exec is dead (its process was killed before its
         # `finally`): start the count again rather than carry them for ever.
         expired = Q(exec_deadline__isnull=True) | Q(exec_deadline__lte=now)
-        rows.update(
-            execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
-            exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
-        )
+        with transaction.atomic():
+            check_concurrent_execs(session.space)  # under the space's limits lock: count in, or refuse
+            rows.update(
+                execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
+                exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
+            )
         try:
             yield
         finally:
@@ -607,26 +579,3 @@ class Runtime:
 
     def traffic_token(self, session: Session) -> str:
         return decrypt(session.traffic_token_encrypted)
-
-
-# Run inside sandboxes for every file operation on /workspace (docs/security.md).
-WORKSPACE_HELPER_SOURCE = Path(__file__).with_name("workspace_helper.py").read_text()
-# The workspace layout every new sandbox gets: input/ read-only to the session user. Set by
-# the helper on descriptors opened without following links: a persistent workspace may hold
-# links its user planted (output -> /etc), which a plain chown would follow as root.
-PREPARE_WORKSPACE = ExecRequest(
-    argv=("python3", "-I", "-c", WORKSPACE_HELPER_SOURCE, "prepare", ".", "1000"),
-    user="root",
-    cwd="/",
-    timeout_s=30,
-)
-
-
-def prepare_workspace(backend: Backend, sandbox_id: str) -> None:
-    """Lay out /workspace; a layout that failed is an error, not a sandbox handed out with
-    input/ still the session user's or a link. A template without python3 (127) has no file
-    access at all (the file operations say so), so it is not refused here."""
-    result = backend.exec(sandbox_id, PREPARE_WORKSPACE)
-    if result.exit_code not in (0, 127):
-        message = result.stderr.decode(errors="replace").strip()[:300] or f"exit code {result.exit_code}"
-        raise RemoteError(ErrorKind.INTERNAL, f"laying out /workspace failed: {message}")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import random
 import threading
 import time
@@ -29,6 +30,8 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from ..backends.base import ErrorKind, RemoteError
+
+logger = logging.getLogger(__name__)
 
 TURN_TTL_S = 30 * 60
 LOCK_TTL_MS = 60_000
@@ -98,6 +101,17 @@ class SessionStore(Protocol):
     def purge_expired(self) -> int: ...
 
 
+def log_binding_write(action: str, key: str, binding: Binding, done: bool, store: str) -> None:
+    """One line per binding write: what was asked, and whether the store did it."""
+    logger.info(
+        "binding %s %s: %s",
+        action,
+        key,
+        "done" if done else "refused",
+        extra={"action": action, "binding": key, "sandbox_id": binding.sandbox_id, "done": done, "store": store},
+    )
+
+
 def binding_key(space_id: object, session_key: str) -> str:
     return f"console:binding:{space_id}:{session_key}"
 
@@ -151,6 +165,7 @@ class RedisSessionStore:
         try:
             yield
         except self._redis_errors as exc:
+            logger.warning("session store unavailable %s: %s", what, exc.__class__.__name__, extra={"store": "redis"})
             raise SessionStoreUnavailable(f"{what}: {exc}") from exc
 
     def get_binding(self, key: str) -> Binding | None:
@@ -170,15 +185,19 @@ class RedisSessionStore:
 
     def set_binding_if_absent(self, key: str, binding: Binding) -> bool:
         with self._guard("writing the binding"):
-            return bool(self.client.set(key, binding.to_json(), nx=True))
+            written = bool(self.client.set(key, binding.to_json(), nx=True))
+        log_binding_write("bind", key, binding, written, self.name)
+        return written
 
     def delete_binding_if(self, key: str, expected: Binding) -> bool:
         # The stored text is compared whole, so only the exact binding read is removed.
         with self._guard("removing the binding"):
             raw = self.client.get(key)
-            if raw is None or Binding.from_json(raw) != expected:
-                return False
-            return bool(self._cas_delete(keys=[key], args=[raw]))
+            removed = False
+            if raw is not None and Binding.from_json(raw) == expected:
+                removed = bool(self._cas_delete(keys=[key], args=[raw]))
+        log_binding_write("unbind", key, expected, removed, self.name)
+        return removed
 
     def acquire_lock(self, key: str, token: str, ttl_ms: int) -> bool:
         with self._guard("taking the lifecycle lock"):
@@ -431,11 +450,13 @@ def lifecycle_lock(
         if store.acquire_lock(key, token, ttl_ms):
             break
         if time.monotonic() >= deadline:
+            logger.info("lifecycle lock %s busy", key, extra={"lock": key, "waited_s": wait_s})
             raise LockTimeout(f"the session is busy (lifecycle lock held by {store.lock_holder(key) or 'someone'})")
         time.sleep(delay + random.uniform(0, delay))  # noqa: S311 - jitter, not security
         delay = min(delay * 2, 0.5)
     held = HeldLock(store, key, token, ttl_ms)
     held.renewed_at = started
+    logger.debug("lifecycle lock %s taken", key, extra={"lock": key, "holder": holder})
     stop = threading.Event()
     renewer = threading.Thread(target=_renew_until, args=(held, stop), daemon=True)
     renewer.start()
@@ -453,6 +474,7 @@ def _renew_until(held: HeldLock, stop: threading.Event) -> None:
         while not stop.wait(held.ttl_ms / 3000):
             try:
                 if not held.renew():
+                    logger.warning("lifecycle lock %s lost to another holder", held.key, extra={"lock": held.key})
                     return
             except RemoteError:
                 held.is_lost()  # marks the lock lost once a whole lease passed without renewal

@@ -30,7 +30,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
-from .store import TICKET_UNUSED, TICKET_USED, Binding, SessionStoreUnavailable, TurnLease
+from .store import TICKET_UNUSED, TICKET_USED, Binding, SessionStoreUnavailable, TurnLease, log_binding_write
 
 # Keys per `IN (...)` of a batched read (SQLite's variable limit is 32766 on 3.32+; stay modest).
 BATCH = 500
@@ -119,11 +119,15 @@ class DatabaseSessionStore:
         return found
 
     def set_binding_if_absent(self, key: str, binding: Binding) -> bool:
-        return self._execute("writing the binding", "set_binding", [key, binding.to_json()]) == 1
+        written = self._execute("writing the binding", "set_binding", [key, binding.to_json()]) == 1
+        log_binding_write("bind", key, binding, written, self.name)
+        return written
 
     def delete_binding_if(self, key: str, expected: Binding) -> bool:
         # Bindings are written by `to_json` only (sorted keys), so equal bindings are equal text.
-        return self._execute("removing the binding", "delete_binding", [key, expected.to_json()]) == 1
+        removed = self._execute("removing the binding", "delete_binding", [key, expected.to_json()]) == 1
+        log_binding_write("unbind", key, expected, removed, self.name)
+        return removed
 
     # Lifecycle locks --------------------------------------------------------------------
 

@@ -43,3 +43,8 @@ def set_store(store: SessionStore | None) -> None:
     """Swap the process's store (tests pointing at their own Redis server)."""
     global _store
     _store = store
+
+
+def check_store() -> None:
+    """Readiness (console.health): the process's store answers a read."""
+    get_store().get_binding("console:readyz:probe")

@@ -157,10 +157,9 @@ class TestDockerBackend:
         "network",
         [
             NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=(L7Rule(domain="pypi.org"),)),
-            NetworkSpec(allow_internet_access=False, allow_public_traffic=True),
             NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_out=("not a destination!",)),
         ],
-        ids=["l7", "inbound", "garbage-entry"],
+        ids=["l7", "garbage-entry"],
     )
     def test_network_rules_docker_cannot_honour_are_refused(
         self, backend: DockerBackend, template_id: str, test_run_id: str, network: NetworkSpec
@@ -174,16 +173,16 @@ class TestDockerBackend:
     def test_network_capabilities_are_what_the_local_engine_enforces(self, backend: DockerBackend) -> None:
         caps = backend.network_capabilities()
         assert caps.outbound_toggle
-        assert not caps.inbound_toggle
+        assert caps.inbound_toggle  # through the console's own proxy (test_docker_inbound.py)
         assert not caps.l7_rules
         assert caps.allow_out_cidr
         assert caps.allow_out_domain
         assert caps.deny_out_cidr
         assert caps.deny_out_domain
         assert caps.live_update
-        assert backend.inbound() is None
+        assert backend.inbound() is not None
         remote = DockerBackend(BackendConfig(kind="docker", endpoint="tcp://127.0.0.1:9"))
-        assert remote.network_capabilities() == NetworkCapabilities(outbound_toggle=True)
+        assert remote.network_capabilities() == NetworkCapabilities(outbound_toggle=True, inbound_toggle=True)
         assert remote.egress() is None
 
     def test_resource_limits_reach_the_engine(self, make_sandbox: SandboxFactory, engine: docker.DockerClient) -> None:
@@ -259,6 +258,26 @@ class TestDockerBackend:
             assert caught.value.kind == ErrorKind.NOT_FOUND
         finally:
             snapshots.delete(snapshot.snapshot_id)
+
+    def test_a_sandbox_from_a_snapshot_carries_its_own_labels_not_the_sources(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory, engine: docker.DockerClient, test_run_id: str
+    ) -> None:
+        """A build sandbox's purpose does not follow its snapshot into sessions (docker ps filters)."""
+        build = make_sandbox(metadata={"console-purpose": "skill-build", "console-skill-image": "42"})
+        snapshot = backend.snapshots().create(build.sandbox_id, labels={"test-run": test_run_id})
+        try:
+            session = make_sandbox(template_id=snapshot.snapshot_id, metadata={"console-session": "s-1"})
+            assert backend.get(session.sandbox_id).metadata == {"test-run": test_run_id, "console-session": "s-1"}
+            labels = engine.containers.get(session.sandbox_id).labels
+            assert labels["console.meta.console-session"] == "s-1"
+            assert labels.get("console.meta.console-purpose", "") == ""
+            assert labels.get("console.meta.console-skill-image", "") == ""
+            leftovers = engine.containers.list(filters={"label": "console.meta.console-purpose=skill-build"})
+            assert session.sandbox_id not in {c.id for c in leftovers}
+            assert build.sandbox_id in {c.id for c in leftovers}
+        finally:
+            backend.delete(session.sandbox_id)
+            backend.snapshots().delete(snapshot.snapshot_id)
 
     def test_template_from_script_and_delete_refused_while_in_use(
         self, backend: DockerBackend, make_sandbox: SandboxFactory, template_id: str, test_run_id: str
@@ -406,8 +425,19 @@ def test_base_image_is_rebuilt_only_when_its_recipe_changes(
     assert build_base_image(client=engine) == image.id  # same recipe: nothing built
     probe = engine.containers.run(
         docker_base_image,
-        ["sh", "-c", "for c in vim top less python3; do command -v $c; done"],
+        ["sh", "-c", "for c in vim top less python3 tmux; do command -v $c; done"],
         network_mode="none",
         remove=True,
     )
-    assert probe.decode().split() == ["/usr/local/bin/vim", "/usr/bin/top", "/usr/bin/less", "/usr/bin/python3"]
+    assert probe.decode().split() == [
+        "/usr/local/bin/vim",
+        "/usr/bin/top",
+        "/usr/bin/less",
+        "/usr/bin/python3",
+        "/usr/bin/tmux",  # keeps web-terminal shells (sandboxes/terminal/keeper.py)
+    ]
+    # An image of the same recipe digest that lacks an added package is not current.
+    from sandboxes.backends.docker.image import LABEL_PACKAGES, image_is_current
+
+    assert image_is_current(image.labels)
+    assert not image_is_current({**image.labels, LABEL_PACKAGES: ""})

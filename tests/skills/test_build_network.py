@@ -15,7 +15,8 @@ from sandboxes.backends.cube.backend import CubeBackend
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.e2b.backend import E2BBackend
 from skills.build_network import OFFLINE, build_network, sources_to_reach
-from skills.install import PackageSources, SkillPayload, StepFailed, pip_source_args, source_host_port
+from skills.install import SkillPayload, StepFailed
+from skills.install_packages import PackageSources, pip_source_args, source_host_port
 
 INDEX = "http://172.18.0.1:8123/simple/"
 REGISTRY = "https://npm.internal.example/"

@@ -131,7 +131,10 @@ def test_a_pip_index_url_gets_the_build_outbound_and_installs_from_that_index(
         f"build sandbox: outbound network limited to {gateway}, all else denied, to reach the pip index {index.url}"
         in lines
     )
-    assert f"the pip index answers from the build sandbox ({gateway} port {port_of(index.url)})" in lines
+    assert (
+        f"the pip index answers from the build sandbox ({gateway} port {port_of(index.url)}): "
+        f"HTTP 200 for {index.url}tinydep/" in lines
+    )
     # pip fetched the project page and the wheel from this server, through the host's forward
     # path (the engine masquerades the bridge network behind the host's end of the veth).
     assert "/simple/tinydep/" in index.paths
@@ -167,6 +170,23 @@ def test_a_pip_index_that_does_not_answer_fails_the_dependencies_step(
         f"({gateway} port {port_of(url)}: Connection refused)"
     ), job_error(job)
     assert current_image(world.space_a, config) == before
+    assert build_sandboxes(config, installation) == []
+
+
+def test_an_index_without_the_project_fails_naming_the_http_status(
+    world: World, config: SandboxConfig, source_host: Namespace, gateway: str, installation: str
+) -> None:
+    """A server that answers 404 to everything passes a port check; the PEP 503 probe names it."""
+    with source_host.run(lambda: PackageIndex(source_host.address, [])) as empty:
+        set_sources(config, pip_index_url=empty.url)
+        job = run_install(world.space_a, config, import_skill(skill_with_dependency()))
+    assert job.status == JobStatus.FAILED
+    assert job.error.startswith(
+        f"step dependencies failed: the pip index {empty.url} answers HTTP 404 for {empty.url}tinydep/ "
+        f"(the index has no such project), from the build sandbox ({gateway} port {port_of(empty.url)})"
+    ), job_error(job)
+    assert "/simple/tinydep/" in empty.paths
+    assert current_image(world.space_a, config) is None
     assert build_sandboxes(config, installation) == []
 
 

@@ -13,12 +13,12 @@ from django.core.management.base import CommandError
 from console.models import AuditEvent
 from console.services import SYSTEM, Actor, ServiceError
 from skills.archives import SkillEntry
-from skills.management.commands.import_skill import example_folders
 from skills.models import Skill, SkillFile, SkillVersion
 from skills.services import (
     SkillFileContent,
     content_hash,
     do_delete_skill_version,
+    example_folders,
     import_folder,
     version_files,
 )

@@ -15,4 +15,5 @@ DESCRIPTION = KindDescription(
     endpoint_schemes=("tcp://", "unix://", "ssh://"),
     endpoint_rule="A Docker endpoint is empty (local socket), unix:///path, tcp://host:port or ssh://.",
     takes_dns_upstream=True,
+    limits_processes=True,
 )

@@ -9,6 +9,8 @@ Mapping of the contract (see docs/backends.md, "Docker"):
   snapshots are `docker commit` images labelled `console.kind=snapshot`, shown as
   `snap-<12 hex of the image id>`;
 - idle = `docker pause` or `docker stop` per the config's idle mode, resumed by connect();
+- inbound = the console's own proxy route (`inbound`), guarded by a traffic token kept in a
+  label; inbound on with outbound off = the space's internal network instead of none;
 - outbound off = network mode "none"; on = the space's own console-managed bridge network
   (inter-container traffic off), where the host packet filter (`firewall`, each sandbox's
   chain from `egress_rules`) enforces the policy's lists and the always-denied set, and the
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import logging
 import os
 import re
 import tempfile
@@ -97,16 +100,19 @@ from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
 )
+from .inbound import LABEL_TRAFFIC_TOKEN, DockerInboundNetworks, new_traffic_token
 from .networks import DockerNetworks
 from .pty import DockerPtys
 from .snapshots import DockerSnapshots
 from .templates import DockerTemplates
 
+logger = logging.getLogger(__name__)
+
 # ---------------------------------------------------------------------------------------
 # The backend
 
 
-class DockerBackend(DockerExec, DockerNetworks, Backend):
+class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
     """Sandboxes as long-lived containers on a Docker engine (local socket or base URL).
 
     Options (BackendConfig.options): `network` (prefix of the per-space bridge networks,
@@ -258,6 +264,8 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
             LABEL_MANAGED: "1",
             LABEL_KIND: KIND_SANDBOX,
             LABEL_TEMPLATE: spec.template_id,
+            # Guards the sandbox's inbound URLs (the console's proxy checks it; inbound.py).
+            LABEL_TRAFFIC_TOKEN: new_traffic_token(),
         }
         if self.enforces_lists():
             labels[LABEL_NETWORK] = self.space_network_name(spec.metadata.get(META_SPACE, ""))
@@ -272,6 +280,11 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
                 raise
             network_mode, gateway = self._network_mode(spec.network, spec.metadata)
             container_id = self._create_and_start(image, labels, spec, network_mode, gateway)
+        logger.info(
+            "created sandbox %s",
+            container_id,
+            extra={"sandbox_id": container_id, "template": spec.template_id, "network": network_mode},
+        )
         return self.get(container_id)
 
     def _create_and_start(
@@ -329,6 +342,7 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
             # A restarted container may have a new address; one switched on while paused has
             # its resolver pointed now.
             DockerEgress(self).reapply(info.sandbox_id)
+        logger.info("resumed sandbox %s (%s)", sandbox_id, info.state, extra={"sandbox_id": sandbox_id})
         return dataclasses.replace(info, state=SandboxState.RUNNING)
 
     def pause(self, sandbox_id: str) -> SandboxInfo:
@@ -446,6 +460,7 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
         if self.enforces_lists():
             DockerEgress(self).forget(info.sandbox_id)
         self._release_network(info.metadata.get(META_SPACE, ""))
+        logger.info("deleted sandbox %s", info.sandbox_id, extra={"sandbox_id": info.sandbox_id})
 
     def _remove_container(self, container_id: str) -> None:
         self._seen.pop(container_id, None)
@@ -472,6 +487,7 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
             template_id=labels.get(LABEL_TEMPLATE, ""),
             metadata=metadata_from_labels(labels),
             started_at=_parse_time(attrs.get("Created")),
+            traffic_token=labels.get(LABEL_TRAFFIC_TOKEN) or None,
         )
         self._seen[info.sandbox_id] = info
         return info

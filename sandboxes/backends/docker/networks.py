@@ -133,7 +133,7 @@ class DockerNetworks:
 
     def network_capabilities(self) -> NetworkCapabilities:
         if not self.enforces_lists():
-            return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False)
+            return NetworkCapabilities(outbound_toggle=True, inbound_toggle=True)
         # Private CIDR exceptions (NetworkSpec.allow_private) where the contract has them.
         extra = {"allow_private": True} if "allow_private" in NetworkCapabilities.__dataclass_fields__ else {}
         return NetworkCapabilities(
@@ -142,7 +142,7 @@ class DockerNetworks:
             allow_out_domain=True,
             deny_out_cidr=True,
             deny_out_domain=True,
-            inbound_toggle=False,
+            inbound_toggle=True,
             live_update=True,
             **extra,
         )
@@ -174,8 +174,6 @@ class DockerNetworks:
             ]
         if network.l7_rules:
             unsupported.append("L7 rules")
-        if network.allow_public_traffic:
-            unsupported.append("inbound public traffic")
         if self.enforces_lists():
             # Entries that are neither a CIDR nor a domain: refused before anything is made.
             parse_entries(network.allow_out, "allow_out")
@@ -308,13 +306,13 @@ class DockerNetworks:
             self.api.connect_container_to_network(container_id, name)
 
     def detach_space_network(self, container_id: str, name: str) -> None:
-        """Off every network but loopback: outbound switched off live."""
+        """Off the space's network: outbound switched off live (an inbound-only internal
+        network, if the sandbox is on one, stays)."""
         with _engine_call(f"sandbox {container_id}"):
             attached = self.api.inspect_container(container_id)["NetworkSettings"]["Networks"] or {}
-        with _engine_call(f"disconnecting sandbox {container_id}"):
-            for network in attached:
-                if network != "none":
-                    self.api.disconnect_container_from_network(container_id, network, force=True)
+        if name in attached:
+            with _engine_call(f"disconnecting sandbox {container_id}"):
+                self.api.disconnect_container_from_network(container_id, name, force=True)
 
     def addresses_on(self, container_id: str, name: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
         """(bridge, IPv4 addresses, IPv6 addresses) of a container on a network ((bridge, (), ())

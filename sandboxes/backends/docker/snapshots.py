@@ -18,6 +18,8 @@ from ..base import (
 )
 from .common import (
     KIND_SNAPSHOT,
+    LABEL_META_KEYS,
+    LABEL_META_PREFIX,
     LABEL_SNAPSHOT_NAME,
     LABEL_SNAPSHOT_SOURCE,
     SNAPSHOT_REPOSITORY,
@@ -29,6 +31,7 @@ from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
 )
+from .inbound import LABEL_TRAFFIC_TOKEN
 
 if TYPE_CHECKING:
     from .backend import DockerBackend
@@ -47,11 +50,17 @@ class DockerSnapshots(SnapshotsCapability):
     def create(self, sandbox_id: str, *, name: str = "", labels: Mapping[str, str] | None = None) -> SnapshotInfo:
         info = self.backend.connect(sandbox_id)  # the contract snapshots a running sandbox
         marks = {
+            # A commit keeps the source container's labels, and containers started from the
+            # image inherit them; the engine cannot drop a label, so the source's metadata
+            # (a build's purpose and job, say) is blanked and sessions carry only their own.
+            **self._blanked_metadata(info.sandbox_id),
             **(labels or {}),
             LABEL_MANAGED: "1",
             LABEL_KIND: KIND_SNAPSHOT,
             LABEL_SNAPSHOT_SOURCE: info.sandbox_id,
             LABEL_SNAPSHOT_NAME: name,
+            # The image would inherit the sandbox's inbound credential, shown with its labels.
+            LABEL_TRAFFIC_TOKEN: "",
         }
         changes = [f"LABEL {json.dumps(key)}={json.dumps(value)}" for key, value in marks.items()]
         api = self.backend.api
@@ -79,6 +88,11 @@ class DockerSnapshots(SnapshotsCapability):
             created_at=datetime.now(UTC),
             labels=marks,
         )
+
+    def _blanked_metadata(self, container_id: str) -> dict[str, str]:
+        with _engine_call(f"sandbox {container_id}"):
+            inherited = self.backend.api.inspect_container(container_id)["Config"].get("Labels") or {}
+        return {key: "" for key in inherited if key.startswith(LABEL_META_PREFIX) or key == LABEL_META_KEYS}
 
     def _ensure_unpaused(self, container_id: str) -> None:
         with suppress(RemoteError), _engine_call("unpausing after commit"):

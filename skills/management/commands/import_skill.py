@@ -16,14 +16,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.services import SYSTEM, Actor, ServiceError
-from skills.services import ImportResult, import_archive, import_folder
-
-EXAMPLES_DIR = Path(__file__).resolve().parent.parent.parent / "examples"
-
-
-def example_folders() -> list[Path]:
-    """The bundled example skills (each a folder with SKILL.md under skills/examples/)."""
-    return sorted(path for path in EXAMPLES_DIR.iterdir() if (path / "SKILL.md").is_file())
+from skills.services import ImportResult, example_folders, import_archive, import_folder
 
 
 class Command(BaseCommand):

@@ -1,0 +1,167 @@
+"""Quotas and rate limits per space (console.models.SpaceLimits; docs/operations.md, "Quotas
+and rate limits").
+
+- live sessions: checked when a session is created, under a lock on the space's limits row,
+  so concurrent creations never pass the quota together;
+- concurrent execs: the sessions' own in-flight exec counters (`Session.execs_in_flight`,
+  with their deadline) summed over the space, checked and incremented under the same lock;
+- background commands: running `BackgroundCommand` rows of the space, checked under the lock
+  before a command starts;
+- API requests per minute per token: a fixed one-minute window, counted in Redis when
+  REDIS_URL is set (every process shares it) and in this process otherwise (the embedded
+  mode is one process).
+
+A refusal raises `LimitExceeded` (a ServiceError, so pages show its message); the agent API
+answers it with 429, `Retry-After` and a JSON error naming the limit.
+
+Imports the console app and the sandboxes models; the runtime, lookup and commands call it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from console.models import Space, SpaceLimits
+from console.services import ServiceError
+
+from ..models import BackgroundCommand, CommandStatus, Session, SessionState
+
+# A quota that frees up only when something else ends has no natural wait; this is a hint.
+QUOTA_RETRY_AFTER_S = 30
+WINDOW_S = 60
+
+
+class LimitExceeded(ServiceError):
+    """A call refused by a space's quota or rate limit."""
+
+    def __init__(self, limit: str, maximum: int, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.limit, self.maximum, self.retry_after_s = limit, maximum, max(int(retry_after_s), 1)
+
+
+# The per-request rate check reads the limits from here: a changed limit is in force in
+# every process within LIMITS_CACHE_S (the quota checks read the locked row, never this).
+LIMITS_CACHE_S = 5.0
+_limits_cache: dict[Any, tuple[float, dict[str, int]]] = {}
+
+
+def limits_of(space: Space, *, max_age_s: float = 0.0) -> dict[str, int]:
+    """The space's limits as enforced (its own values, else the platform defaults)."""
+    now = time.monotonic()
+    cached = _limits_cache.get(space.pk)
+    if max_age_s and cached is not None and now - cached[0] < max_age_s:
+        return cached[1]
+    row = SpaceLimits.objects.filter(space=space).first()
+    limits = row.effective() if row is not None else SpaceLimits(space=space).effective()
+    if len(_limits_cache) > 10_000:
+        _limits_cache.clear()
+    _limits_cache[space.pk] = (now, limits)
+    return limits
+
+
+def lock_limits(space: Space) -> dict[str, int]:
+    """Lock the space's limits row for the current transaction and return the limits."""
+    SpaceLimits.objects.get_or_create(space=space)
+    return SpaceLimits.objects.select_for_update().get(space=space).effective()
+
+
+def check_live_sessions(space: Space) -> None:
+    """Inside the transaction that creates a session: refuse it past the quota."""
+    maximum = lock_limits(space)["live_sessions"]
+    live = Session.objects.filter(space=space).exclude(state=SessionState.GONE).count()
+    if live >= maximum:
+        raise LimitExceeded(
+            "live_sessions",
+            maximum,
+            f"This space has {live} sessions, its quota of live sessions ({maximum}); "
+            "delete a session or ask a platform admin to raise the quota.",
+            retry_after_s=QUOTA_RETRY_AFTER_S,
+        )
+
+
+def check_concurrent_execs(space: Space) -> None:
+    """Inside the transaction that counts an exec in: refuse it past the limit."""
+    maximum = lock_limits(space)["concurrent_execs"]
+    running = sum(
+        Session.objects.filter(space=space, execs_in_flight__gt=0, exec_deadline__gt=timezone.now()).values_list(
+            "execs_in_flight", flat=True
+        )
+    )
+    if running >= maximum:
+        raise LimitExceeded(
+            "concurrent_execs",
+            maximum,
+            f"{running} commands are running in this space, its limit of concurrent execs ({maximum}); "
+            "retry when one has finished.",
+            retry_after_s=5,
+        )
+
+
+def check_background_commands(space: Space) -> None:
+    with transaction.atomic():
+        maximum = lock_limits(space)["background_commands"]
+        running = BackgroundCommand.objects.filter(session__space=space, status=CommandStatus.RUNNING).count()
+    if running >= maximum:
+        raise LimitExceeded(
+            "background_commands",
+            maximum,
+            f"{running} background commands are running in this space, its limit ({maximum}); "
+            "kill one or wait for one to end.",
+            retry_after_s=QUOTA_RETRY_AFTER_S,
+        )
+
+
+# --- API requests per minute, per token ------------------------------------------------------
+
+_local_windows: dict[str, tuple[int, int]] = {}
+_local_lock = threading.Lock()
+_redis: dict[str, Any] = {}
+
+
+def _count_request(token_key: str, window: int) -> int:
+    if settings.REDIS_URL:
+        client = _redis.get(settings.REDIS_URL)
+        if client is None:
+            import redis
+
+            client = _redis[settings.REDIS_URL] = redis.Redis.from_url(
+                settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2
+            )
+        key = f"console:api-rate:{{{token_key}}}:{window}"
+        pipe = client.pipeline()
+        pipe.incr(key)
+        pipe.expire(key, WINDOW_S * 2)
+        return int(pipe.execute()[0])
+    with _local_lock:
+        seen_window, count = _local_windows.get(token_key, (window, 0))
+        count = count + 1 if seen_window == window else 1
+        _local_windows[token_key] = (window, count)
+        if len(_local_windows) > 10_000:  # forget other tokens' old windows
+            for stale in [k for k, (w, _) in _local_windows.items() if w != window]:
+                del _local_windows[stale]
+        return count
+
+
+def check_api_rate(space: Space, token_key: str) -> None:
+    """Count one API request of a token; refuse it past the space's per-minute limit."""
+    maximum = limits_of(space, max_age_s=LIMITS_CACHE_S)["api_requests_per_minute"]
+    now = time.time()
+    window = int(now // WINDOW_S)
+    try:
+        count = _count_request(token_key, window)
+    except (OSError, RedisError):
+        return  # a limiter that cannot count lets the call through rather than fail it
+    if count > maximum:
+        raise LimitExceeded(
+            "api_requests_per_minute",
+            maximum,
+            f"This API token sent more than {maximum} requests this minute, the space's limit.",
+            retry_after_s=int((window + 1) * WINDOW_S - now) + 1,
+        )

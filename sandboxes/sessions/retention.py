@@ -1,0 +1,95 @@
+"""The retention pass: a periodic housekeeping job that deletes records past their retention
+setting — the console app's (audit events, finished jobs: `console.retention`) and the
+sessions' (closed terminals, finished background commands, collected artifacts with their
+stored files). Live things are never touched: an open terminal, a running command, or an
+artifact of a turn younger than the setting stays whatever its age.
+
+Settings: RETENTION_DAYS (per kind, 0 = keep forever), RETENTION_BATCH,
+RETENTION_INTERVAL_S (docs/operations.md, "Retention").
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Q
+
+from console.jobs import JobContext, job_handler, prune_housekeeping_jobs, start_job
+from console.retention import cutoff_for, delete_in_batches, prune_console_records
+from console.services import SYSTEM, record_audit
+
+from ..models import Artifact, BackgroundCommand, CommandStatus, EgressEvent, Terminal, WatchedSandbox
+
+logger = logging.getLogger(__name__)
+KIND = "sandboxes.retention"
+
+
+def prune_artifacts(cutoff: datetime) -> int:
+    """Artifacts collected before `cutoff`: rows and their stored files (a file that is already
+    gone is fine; a row whose file cannot be removed is kept, to be tried again next pass)."""
+    deleted = 0
+    while True:
+        batch = list(Artifact.objects.filter(created__lt=cutoff).order_by("pk")[:200])
+        if not batch:
+            return deleted
+        removable = []
+        for artifact in batch:
+            try:
+                if artifact.file.name:
+                    artifact.file.storage.delete(artifact.file.name)
+            except OSError as exc:
+                logger.warning("retention: artifact %s file not removed: %s", artifact.pk, exc)
+                continue
+            removable.append(artifact.pk)
+        if not removable:
+            return deleted
+        deleted += Artifact.objects.filter(pk__in=removable).delete()[1].get(Artifact._meta.label, 0)
+
+
+def prune_session_records(now: datetime | None = None) -> dict[str, int]:
+    deleted: dict[str, int] = {}
+    terminals = cutoff_for("terminals", now)
+    if terminals is not None:
+        deleted["terminals"] = delete_in_batches(Terminal.objects.filter(closed__lt=terminals))
+    commands = cutoff_for("commands", now)
+    if commands is not None:
+        old = BackgroundCommand.objects.exclude(status=CommandStatus.RUNNING).filter(
+            Q(finished__lt=commands) | Q(finished__isnull=True, started__lt=commands)
+        )
+        deleted["commands"] = delete_in_batches(old)
+    artifacts = cutoff_for("artifacts", now)
+    if artifacts is not None:
+        deleted["artifacts"] = prune_artifacts(artifacts)
+    egress = cutoff_for("egress_events", now)
+    if egress is not None:
+        deleted["egress_events"] = delete_in_batches(EgressEvent.objects.filter(time__lt=egress))
+        # Skill-build sandboxes watched for refusals live as long as a build: days are plenty.
+        delete_in_batches(WatchedSandbox.objects.filter(created__lt=egress))
+    return deleted
+
+
+def apply_retention(now: datetime | None = None) -> dict[str, int]:
+    """One pass over every kind; audited when anything was deleted."""
+    deleted = {**prune_console_records(now), **prune_session_records(now)}
+    if any(deleted.values()):
+        record_audit(SYSTEM, "retention.prune", target_type="retention", details={"deleted": deleted})
+    return deleted
+
+
+@job_handler(KIND, label="Retention pass", housekeeping=True)
+def retention_pass(ctx: JobContext) -> dict[str, Any]:
+    deleted = apply_retention()
+    ctx.log(
+        "deleted " + ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in deleted.items())
+        if any(deleted.values())
+        else "nothing past its retention"
+    )
+    prune_housekeeping_jobs(KIND)
+    return {"deleted": deleted}
+
+
+def start_retention_pass() -> None:
+    """The periodic entry point: one housekeeping job per pass."""
+    start_job(KIND, actor=SYSTEM)
