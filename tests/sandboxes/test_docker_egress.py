@@ -122,7 +122,7 @@ def test_the_capabilities_are_truthful(backend: DockerBackend) -> None:
     assert caps.deny_out_domain
     assert caps.live_update
     assert not caps.l7_rules
-    assert not caps.inbound_toggle
+    assert caps.inbound_toggle  # the console's inbound proxy (docs/inbound.md)
     assert backend.egress() is not None
 
 
