@@ -595,6 +595,9 @@ class KindDescription:
     # Persistent workspaces under a host directory of the backend's nodes: what is wrong
     # with a given one (None when it will do). None: the kind takes no host root.
     workspace_host_root_problem: Callable[[str], str | None] | None = None
+    # The console runs the resolver of this kind's sandboxes (Docker): it takes the operator's
+    # upstream resolver (settings.EGRESS_DNS_UPSTREAM) as option `dns_upstream`.
+    takes_dns_upstream: bool = False
     # A per-sandbox process limit (a config's pids_limit) that the backend enforces.
     limits_processes: bool = False
 
