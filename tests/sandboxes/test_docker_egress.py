@@ -32,6 +32,7 @@ from sandboxes.backends.base import (
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.egress_rules import chain_name
 from sandboxes.backends.docker.firewall import TABLE_NAME
+from sandboxes.backends.docker.proxy import squid_available
 from tests.netns import BannerServer, dummy_link_local, ip, namespace
 from tests.sandboxes.backend_conformance import run
 from tests.sandboxes.conftest import docker_test_network_name
@@ -121,7 +122,7 @@ def test_the_capabilities_are_truthful(backend: DockerBackend) -> None:
     assert caps.deny_out_cidr
     assert caps.deny_out_domain
     assert caps.live_update
-    assert not caps.l7_rules
+    assert caps.l7_rules == squid_available()  # HTTP rules through squid (test_docker_http_rules.py)
     assert caps.inbound_toggle  # the console's inbound proxy (docs/inbound.md)
     assert backend.egress() is not None
 
