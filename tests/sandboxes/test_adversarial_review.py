@@ -53,7 +53,7 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Clear-Site-Data", '"cookies", "storage", "cache"')
         self.send_header("Content-Length", "2")
