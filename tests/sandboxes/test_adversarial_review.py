@@ -116,3 +116,16 @@ def test_a_sandbox_cannot_clear_the_consoles_cookies_on_its_origin(hostile_upstr
     assert b"clear-site-data" not in headers
     # On an inbound host of its own, the sandbox's answer is its own business.
     assert b"clear-site-data" in _proxied_headers(hostile_upstream, sandboxed=False)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "when",
+    ["2020-01-01T00:00:00", "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "2020-01-01"],
+    ids=["naive", "year-1-east", "year-9999-west", "date-only"],
+)
+def test_a_cursor_at_odd_times_answers_a_page_or_a_400(world: World, agent: Agent, when: str) -> None:  # noqa: F811
+    config = make_config(world.space_a, name="c")
+    Session.objects.create(space=world.space_a, key="s", config=config)
+    response = agent.get("s", "commands", cursor=_cursor([when, "00000000-0000-0000-0000-000000000000"]))
+    assert response.status_code in (200, 400), (response.status_code, response.content[:300])
