@@ -62,6 +62,7 @@ from tests.sandboxes.console_process import (  # noqa: E402
 )
 
 HOST = "console.example.com"
+INBOUND_HOST = "sandboxes.example.net"
 CA = ""  # the run's self-signed certificate (for 127.0.0.1 and HOST), set by Stack.start_nginx
 METRICS_TOKEN = "ops-acceptance-metrics-token"  # noqa: S105 - this run's own, loopback only
 NGINX_LOG_FORMAT = 'log_format replicas "$request_method $uri $status $upstream_addr $request_time $request_id";'
@@ -103,6 +104,13 @@ def nginx_config(workdir: Path, https_port: int, http_port: int, ports: list[int
     )
     block = block.replace("/etc/ssl/console/", f"{workdir}/tls/")
     block = block.replace("/srv/sandbox-console/var/staticfiles/", f"{static_root}/")
+    inbound = (REPO / "docs" / "inbound.md").read_text().split("```nginx", 1)[1].split("```", 1)[0]
+    inbound = inbound.replace("listen 443 ssl;", f"listen 127.0.0.1:{https_port} ssl;")
+    inbound = inbound.replace(
+        "# ssl_certificate …;",
+        f"ssl_certificate {workdir}/tls/fullchain.pem;\n    ssl_certificate_key {workdir}/tls/privkey.pem;",
+    )
+    block += inbound
     return (
         f"daemon off;\nworker_processes 1;\npid {workdir}/nginx.pid;\nerror_log {workdir}/nginx-error.log info;\n"
         f"events {{ worker_connections 512; }}\nhttp {{\n"
@@ -129,6 +137,7 @@ class Stack:
             "SERVE_STATIC": "false",
             "STATIC_ROOT": str(self.static_root),
             "METRICS_TOKEN": METRICS_TOKEN,
+            "INBOUND_BASE_URL": f"https://{INBOUND_HOST}",
             "PROMETHEUS_MULTIPROC_DIR": str(workdir / "metrics"),
             "LOG_FORMAT": "json",
             "REAPER_INTERVAL_S": "10",  # beat sends jobs the worker runs (counted there)
@@ -168,7 +177,7 @@ class Stack:
         tls.mkdir(exist_ok=True)
         subprocess.run(
             ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={HOST}",
-             "-addext", f"subjectAltName=DNS:{HOST},IP:127.0.0.1",
+             "-addext", f"subjectAltName=DNS:{HOST},DNS:{INBOUND_HOST},IP:127.0.0.1",
              "-keyout", str(tls / "privkey.pem"), "-out", str(tls / "fullchain.pem")],
             check=True, capture_output=True,
         )  # fmt: skip
@@ -373,6 +382,12 @@ def redis_fault(stack: Stack) -> dict[str, Any]:
             if name not in again and requests.get(f"http://127.0.0.1:{p}/readyz", timeout=10).status_code == 200:
                 again[name] = round(time.monotonic() - restarted, 2)
         time.sleep(0.25)
+    before = stack.console.finished_reaper_passes()
+    wait_for(
+        lambda: stack.console.finished_reaper_passes() - before, timeout=120, what="a reaper pass after the restart"
+    )
+    job_after_s = round(time.monotonic() - restarted, 2)
+    alive = {name: process.alive() for name, process in stack.console.processes.items()}
     status, _, took = api(stack, "POST", "after-redis", "resolve", {})
     api(stack, "DELETE", "after-redis")
     return emit(
@@ -383,6 +398,8 @@ def redis_fault(stack: Stack) -> dict[str, Any]:
         replicas_503={name: (a.status_code, a.json().get("failing")) for name, a in direct.items()},
         to_200_after_restart_s=round(up_s, 2),
         replicas_ready_after_s=again,
+        worker_job_finished_after_restart_s=job_after_s,
+        processes_alive=alive,
         resolve_after=(status, round(took * 1000)),
     )
 
@@ -574,11 +591,65 @@ async def terminal_fault(stack: Stack) -> dict[str, Any]:
     return result
 
 
+_INBOUND_ON = """
+from console.models import Space
+from console.services import SYSTEM, do_update_network_policy
+do_update_network_policy(Space.objects.get(pk={space_id!r}), allow_internet_access=False, allow_out=[], deny_out=[],
+                         l7_rules=[], allow_public_traffic=True, actor=SYSTEM)
+"""
+
+
+def inbound(stack: Stack, requests_count: int = 50) -> dict[str, Any]:
+    """A sandbox's web server through nginx's inbound host (docs/inbound.md's block)."""
+    stack.console.manage("shell", "-c", _INBOUND_ON.format(space_id=stack.console.space_id))
+    status, body, _ = api(stack, "POST", "inbound-01", "resolve", {})
+    assert status == 200, (status, body)
+    serve = (
+        "cd /workspace && echo inbound-hello > hello.txt"
+        " && (setsid nohup python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 </dev/null &) && sleep 1"
+    )
+    status, body, _ = api(stack, "POST", "inbound-01", "exec", {"shell": serve, "timeout_s": 60})
+    assert status == 200, body
+    assert body["exit_code"] == 0, body
+    status, grant, _ = api(stack, "GET", "inbound-01", "inbound?port=8000")
+    assert status == 200, grant
+    url = grant.get("url", "")
+    path = url.split(INBOUND_HOST, 1)[1] if INBOUND_HOST in url else url
+    headers = {"Host": INBOUND_HOST, "X-Traffic-Token": grant.get("traffic_token", "")}
+    timings, statuses = [], []
+    for _ in range(requests_count):
+        started = time.monotonic()
+        answer = requests.get(stack.base + path + "hello.txt", headers=headers, verify=CA, timeout=30)
+        timings.append(time.monotonic() - started)
+        statuses.append(answer.status_code)
+    body_ok = "inbound-hello" in answer.text
+    no_token = requests.get(stack.base + path + "hello.txt", headers={"Host": INBOUND_HOST}, verify=CA, timeout=30)
+    console_page = requests.get(stack.base + "/login/", headers={"Host": INBOUND_HOST}, verify=CA, timeout=30)
+    on_console_host = requests.get(
+        stack.base + path + "hello.txt", headers={**headers, "Host": HOST}, verify=CA, timeout=30
+    )
+    api(stack, "DELETE", "inbound-01")
+    return emit(
+        "inbound",
+        url=url.replace(grant.get("sandbox_id", "-"), "<id>") if url else grant,
+        statuses=sorted(set(statuses)),
+        body_ok=body_ok,
+        p50_ms=pct(timings, 0.5),
+        p95_ms=pct(timings, 0.95),
+        without_token=no_token.status_code,
+        console_page_on_inbound_host=console_page.status_code,
+        inbound_path_on_console_host=(
+            on_console_host.status_code,
+            on_console_host.headers.get("Content-Security-Policy"),
+        ),
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--execs", type=int, default=5)
-    parser.add_argument("--only", default="load,redis,terminal")
+    parser.add_argument("--only", default="load,redis,terminal,inbound")
     parser.add_argument("--keep", action="store_true", help="keep the working folder (logs)")
     args = parser.parse_args()
     database_url = os.environ.get("DATABASE_URL", "")
@@ -608,6 +679,8 @@ def main() -> int:
             load(stack, args.sessions, args.execs)
         if "redis" in steps:
             redis_fault(stack)
+        if "inbound" in steps:
+            inbound(stack)
         if "terminal" in steps:
             asyncio.run(terminal_fault(stack))
     finally:
