@@ -273,7 +273,7 @@ def load(stack: Stack, sessions: int, execs: int) -> dict[str, Any]:
         while not stop.is_set():
             took, _, status = scrape(stack.base + "/metrics")
             scrapes.append((took, status))
-            stop.wait(1.0)
+            stop.wait(0.25)
 
     log = stack.workdir / "nginx-access.log"
     log_offset = log.stat().st_size if log.exists() else 0
