@@ -19,6 +19,7 @@ class ConsoleConfig(AppConfig):
             raise SystemExit(f"error: {exc}") from None
         # Register job handlers.
         from . import (
+            activity,  # noqa: F401
             diagnostics,  # noqa: F401
             metrics,
         )

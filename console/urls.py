@@ -4,7 +4,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from . import views
+from . import activity_views, views
 
 console_patterns = [
     path("", views.dashboard, name="dashboard"),
@@ -32,6 +32,8 @@ console_patterns = [
     path("jobs/diagnostics/", views.diagnostics_start, name="diagnostics_start"),
     path("jobs/<uuid:job_id>/", views.job_detail, name="job_detail"),
     path("jobs/<uuid:job_id>/cancel/", views.job_cancel, name="job_cancel"),
+    path("platform/activity/", activity_views.activity_page, name="activity"),
+    path("platform/activity/series.json", activity_views.activity_series, name="activity_series"),
 ]
 
 urlpatterns = [

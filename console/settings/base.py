@@ -295,11 +295,17 @@ RETENTION_DAYS: dict[str, int] = {
     "terminals": int(os.environ.get("RETENTION_TERMINALS_DAYS", 90)),
     "commands": int(os.environ.get("RETENTION_COMMANDS_DAYS", 30)),
     "artifacts": int(os.environ.get("RETENTION_ARTIFACTS_DAYS", 30)),
+    "activity_samples": int(os.environ.get("RETENTION_ACTIVITY_SAMPLES_DAYS", 14)),
 }
 RETENTION_BATCH = int(os.environ.get("RETENTION_BATCH", 2000))
 RETENTION_INTERVAL_S = float(os.environ.get("RETENTION_INTERVAL_S", 3600))
 # A finished background command's output stays readable (Redis ring buffer) this long.
 COMMAND_OUTPUT_RETENTION_S = int(os.environ.get("COMMAND_OUTPUT_RETENTION_S", 3600))
+
+# The activity charts' samples of the /metrics series (console/activity.py): one a minute;
+# a previous sample further back than the gap gives no increases.
+ACTIVITY_SAMPLE_INTERVAL_S = float(os.environ.get("ACTIVITY_SAMPLE_INTERVAL_S", 60))
+ACTIVITY_MAX_GAP_S = float(os.environ.get("ACTIVITY_MAX_GAP_S", 5 * ACTIVITY_SAMPLE_INTERVAL_S))
 
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
     "reaper": {
@@ -316,6 +322,11 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "function": "sandboxes.sessions.retention.start_retention_pass",
         "celery_task": "sandboxes.retention_pass",
         "every_s": RETENTION_INTERVAL_S,
+    },
+    "activity-sample": {
+        "function": "console.activity.start_activity_sample",
+        "celery_task": "console.activity_sample",
+        "every_s": ACTIVITY_SAMPLE_INTERVAL_S,
     },
 }
 CELERY_BEAT_SCHEDULE = {
