@@ -95,9 +95,7 @@ def take_sample(now: datetime | None = None) -> MetricSample:
             if gap <= float(settings.ACTIVITY_MAX_GAP_S):
                 interval = gap
                 deltas = increases(previous.totals, totals)
-        return MetricSample.objects.create(
-            time=now, interval_s=interval, values={**gauges, **deltas}, totals=totals
-        )
+        return MetricSample.objects.create(time=now, interval_s=interval, values={**gauges, **deltas}, totals=totals)
 
 
 def prune_samples(now: datetime | None = None) -> int:

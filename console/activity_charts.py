@@ -111,7 +111,9 @@ def _increase(buckets: list[Bucket], key: str) -> list[float | None]:
     return out
 
 
-def _by_label(buckets: list[Bucket], prefix: str, read: Callable[[list[Bucket], str], list[float | None]]) -> list[Series]:
+def _by_label(
+    buckets: list[Bucket], prefix: str, read: Callable[[list[Bucket], str], list[float | None]]
+) -> list[Series]:
     return [Series(key.split(":", 1)[1], read(buckets, key)) for key in _keys(buckets, prefix)]
 
 
@@ -152,7 +154,10 @@ def build_charts(window_key: str = DEFAULT_WINDOW, now: datetime | None = None) 
             "reaper",
             "Reaper claims and deletions",
             "sandboxes",
-            [Series("claims", _increase(buckets, "reaper_claims")), Series("deletions", _increase(buckets, "reaper_deletions"))],
+            [
+                Series("claims", _increase(buckets, "reaper_claims")),
+                Series("deletions", _increase(buckets, "reaper_deletions")),
+            ],
         ),
     ]
     for chart in charts:

@@ -20,4 +20,9 @@ def activity_charts(context: template.Context, window: str = DEFAULT_WINDOW) -> 
     if request is None or not is_platform_admin(request.user):
         return {"show": False}
     charts = build_charts(window)
-    return {"show": True, "charts": charts, "chart_list": charts.by_id(*DASHBOARD_CHARTS), "only": ",".join(DASHBOARD_CHARTS)}
+    return {
+        "show": True,
+        "charts": charts,
+        "chart_list": charts.by_id(*DASHBOARD_CHARTS),
+        "only": ",".join(DASHBOARD_CHARTS),
+    }
