@@ -4,7 +4,7 @@ window, one chart per subject. The JSON endpoint and the HTML tables render the 
 
 Per bucket: a gauge is its last sample's value; a counter's increase is the sum over the
 bucket's samples; the mean resolve latency is the bucket's resolve seconds over its resolves.
-A bucket without samples holds None (a gap in the chart, "–" in the table).
+A bucket without samples holds None (a gap in the chart, "—" in the table).
 """
 
 from __future__ import annotations

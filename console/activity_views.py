@@ -10,8 +10,8 @@ from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
 from .access import is_platform_admin
-from .retention import retention_days
 from .activity_charts import DEFAULT_WINDOW, WINDOWS, build_charts
+from .retention import retention_days
 
 
 def _require_platform_admin(request: HttpRequest) -> None:

@@ -56,7 +56,8 @@ def test_the_sampler_stores_gauges_and_the_increase_of_each_counter(world: World
     assert values["resolve_seconds"] == pytest.approx(1.0)
     assert values["backend_errors:unavailable"] == 3
     assert values["skill_installs:succeeded"] == 2
-    assert "skill_installs:diagnostics" not in values and values.get("skill_installs:failed", 0) == 0
+    assert "skill_installs:diagnostics" not in values
+    assert values.get("skill_installs:failed", 0) == 0
     assert values["reaper_claims"] == 5
     assert values["reaper_deletions"] == 0
     assert values["sessions:running"] == 2
@@ -91,7 +92,8 @@ def test_a_sample_after_a_long_gap_has_no_increases(settings: Any, world: World)
     take_sample(now - timedelta(hours=2))
     metrics.REAPER_CLAIMS.labels(backend_kind="docker").inc()
     late = take_sample(now)
-    assert late.interval_s is None and "reaper_claims" not in late.values
+    assert late.interval_s is None
+    assert "reaper_claims" not in late.values
 
 
 def test_retention_drops_samples_older_than_the_setting(settings: Any) -> None:
@@ -132,7 +134,8 @@ def test_charts_bucket_increases_and_keep_the_last_gauge(world: World) -> None:
     filled = [v for v in resolves["bound"] if v is not None]
     assert sum(filled) == 5
     latency = [v for v in charts["latency"].series[0].values if v is not None]
-    assert latency and all(100 <= v <= 200 for v in latency)
+    assert latency
+    assert all(100 <= v <= 200 for v in latency)
     assert sum(v or 0 for v in {s.label: s.values for s in charts["errors"].series}["unavailable"]) == 1
 
 
@@ -159,20 +162,24 @@ def test_only_platform_admins_get_the_series_and_the_page(world: World, persona:
 
 def test_anonymous_is_sent_to_the_login_page(world: World) -> None:
     response = Client().get("/platform/activity/series.json")
-    assert response.status_code == 302 and response["Location"].startswith("/login/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/login/")
 
 
 def test_the_json_series_for_a_platform_admin(world: World) -> None:
     sample_with_counts()
     client = world.client_for("root")
     payload = client.get("/platform/activity/series.json?window=1h").json()
-    assert payload["window"] == "1h" and payload["bucket_s"] == 300 and len(payload["times"]) == 12
+    assert payload["window"] == "1h"
+    assert payload["bucket_s"] == 300
+    assert len(payload["times"]) == 12
     charts = {c["id"]: c for c in payload["charts"]}
     assert set(charts) == {"sessions", "resolves", "latency", "errors", "installs", "reaper"}
     errors = {s["label"]: s["values"] for s in charts["errors"]["series"]}
     assert sum(v or 0 for v in errors["unavailable"]) == 4
     only = client.get("/platform/activity/series.json?charts=sessions,errors&window=bogus").json()
-    assert only["window"] == "24h" and [c["id"] for c in only["charts"]] == ["sessions", "errors"]
+    assert only["window"] == "24h"
+    assert [c["id"] for c in only["charts"]] == ["sessions", "errors"]
 
 
 def test_the_tables_hold_the_charted_numbers_without_javascript(world: World) -> None:
@@ -186,10 +193,12 @@ def test_the_tables_hold_the_charted_numbers_without_javascript(world: World) ->
     assert figure, page
     cells = re.findall(r"<tr><td>[^<]+</td><td>([^<]+)</td></tr>", figure.group(0))
     assert len(cells) == 12
-    expected = ["–" if v is None else f"{v:g}" for v in errors["series"][0]["values"]]
-    assert cells == expected and "4" in cells
+    expected = ["—" if v is None else f"{v:g}" for v in errors["series"][0]["values"]]
+    assert cells == expected
+    assert "4" in cells
     assert '<details class="chart-numbers" open>' in figure.group(0)
     # The dashboard includes the same partial with its subset.
     dashboard = client.get("/").content.decode()
-    assert 'data-chart="sessions"' in dashboard and 'data-chart="reaper"' not in dashboard
+    assert 'data-chart="sessions"' in dashboard
+    assert 'data-chart="reaper"' not in dashboard
     assert "vendor/uplot/uPlot.iife.min.js" in dashboard
