@@ -51,6 +51,7 @@ from ..base import (
     ListQuery,
     Page,
     PtyCapability,
+    StatsCapability,
     RemoteError,
     SandboxInfo,
     SandboxSpec,
@@ -558,6 +559,11 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
 
     def pty(self) -> PtyCapability:
         return DockerPtys(self)
+
+    def stats(self) -> StatsCapability:
+        from .stats import DockerStats
+
+        return DockerStats(self)
 
 
 class DockerVolumes(VolumesCapability):

@@ -59,6 +59,7 @@ from ..base import (
     NetworkSpec,
     Page,
     PtyCapability,
+    StatsCapability,
     RemoteError,
     SandboxInfo,
     SandboxSpec,
@@ -626,6 +627,11 @@ class E2BBackend(E2BEnvd, Backend):
 
     def volumes(self) -> VolumesCapability | None:
         return E2BVolumes(self)
+
+    def stats(self) -> StatsCapability | None:
+        from .stats import E2BStats
+
+        return E2BStats(self)
 
     # Snapshot helpers shared by the capabilities ------------------------------------------
 
