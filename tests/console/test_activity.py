@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.test import Client
 from django.utils import timezone
+from prometheus_client import Counter
 
 from console import metrics
 from console.activity import increases, prune_samples, start_activity_sample, take_sample
@@ -74,8 +75,8 @@ def test_a_counter_reset_counts_what_was_counted_since_the_restart(world: World)
     before_reset = take_sample(now - timedelta(seconds=60))
     assert before_reset.values["reaper_deletions"] == 2
     # The processes counting it restart: the counter starts again from 0 and counts 3.
-    for child in metrics.REAPER_DELETIONS._metrics.values():
-        child.reset()
+    for child in list(metrics.REAPER_DELETIONS._metrics.values()):
+        cast(Counter, child).reset()
     metrics.REAPER_DELETIONS.labels(backend_kind="docker").inc(3)
     after = take_sample(now)
     assert after.totals["reaper_deletions"] == 3

@@ -40,8 +40,10 @@ def test_a_running_docker_sandbox_reports_cpu_memory_and_network(world: World, l
     assert reading.status == "running", reading.message
     stats = reading.stats
     assert stats is not None
-    assert stats.cpu_percent is not None and stats.cpu_percent >= 0
-    assert stats.memory_bytes is not None and stats.memory_bytes > 0
+    assert stats.cpu_percent is not None
+    assert stats.cpu_percent >= 0
+    assert stats.memory_bytes is not None
+    assert stats.memory_bytes > 0
     if stats.memory_limit_bytes is not None:
         assert stats.memory_bytes < stats.memory_limit_bytes
     # The panel, polled by HTMX, and the rate against the reading it carried.
@@ -50,14 +52,17 @@ def test_a_running_docker_sandbox_reports_cpu_memory_and_network(world: World, l
     panel = client.get(url, headers={"HX-Request": "true"})
     assert panel.status_code == 200
     html = panel.content.decode()
-    assert 'data-status="running"' in html and 'hx-trigger="every 5s"' in html
+    assert 'data-status="running"' in html
+    assert 'hx-trigger="every 5s"' in html
     assert re.search(r'data-stat="cpu">[0-9.]+ %', html), html
     assert re.search(r'data-stat="memory">[0-9.]+\s(?:bytes|KB|MB|GB)', html.replace("\xa0", " ")), html
     next_url = re.search(r'hx-get="([^"]+)"', html)
-    assert next_url and "at=" in next_url.group(1)
+    assert next_url
+    assert "at=" in next_url.group(1)
     # Without JavaScript: the same panel is in the page at load, with a refresh link.
     page = client.get(live_session.get_absolute_url()).content.decode()
-    assert 'id="live-stats"' in page and re.search(r'data-stat="cpu">[0-9.]+ %', page)
+    assert 'id="live-stats"' in page
+    assert re.search(r'data-stat="cpu">[0-9.]+ %', page)
     assert f'href="{live_session.get_absolute_url()}#live-stats"' in page
     assert world.client_for("charlie").get(url).status_code == 404  # another space's admin
 
@@ -72,7 +77,8 @@ def test_a_paused_session_says_paused_and_the_poll_creates_or_resumes_nothing(
     assert (live_session.sandbox_id, SandboxState.PAUSED) in before
     url = reverse("sandboxes:session_stats", args=[live_session.id])
     html = client.get(url, headers={"HX-Request": "true"}).content.decode()
-    assert 'data-status="paused"' in html and "The sandbox is paused" in html
+    assert 'data-status="paused"' in html
+    assert "The sandbox is paused" in html
     assert "data-stat=" not in html
     page = client.get(live_session.get_absolute_url()).content.decode()
     assert "The sandbox is paused" in page
@@ -91,7 +97,8 @@ def test_a_session_without_a_sandbox_reads_nothing(world: World) -> None:
     config = make_config(world.space_a, endpoint="unix:///tmp/no-such-docker.sock")
     session = Session.objects.create(space=world.space_a, config=config, key="stats-none")
     html = world.client_for("alice").get(reverse("sandboxes:session_stats", args=[session.id])).content.decode()
-    assert 'data-status="none"' in html and "No sandbox is bound" in html
+    assert 'data-status="none"' in html
+    assert "No sandbox is bound" in html
 
 
 def test_e2b_reports_cpu_and_memory_from_its_metrics_endpoint(fake_e2b: FakeHandle, test_run_id: str) -> None:
@@ -102,8 +109,10 @@ def test_e2b_reports_cpu_and_memory_from_its_metrics_endpoint(fake_e2b: FakeHand
         assert capability is not None
         stats = capability.read(info.sandbox_id)
         assert stats.memory_bytes == 64 * 1024 * 1024  # the fake's synthetic SandboxMetric
-        assert stats.memory_limit_bytes and stats.memory_limit_bytes > stats.memory_bytes
-        assert stats.cpu_count and stats.cpu_percent == pytest.approx(1.0 * stats.cpu_count)
+        assert stats.memory_limit_bytes
+        assert stats.memory_limit_bytes > stats.memory_bytes
+        assert stats.cpu_count
+        assert stats.cpu_percent == pytest.approx(1.0 * stats.cpu_count)
         assert stats.net_rx_bytes is None  # not in the protocol
     finally:
         backend.delete(info.sandbox_id)

@@ -28,7 +28,7 @@ def cpu_percent(stats: dict[str, Any]) -> float | None:
     total = (cpu.get("cpu_usage") or {}).get("total_usage")
     before = (pre.get("cpu_usage") or {}).get("total_usage")
     system, system_before = cpu.get("system_cpu_usage"), pre.get("system_cpu_usage")
-    if None in (total, before, system, system_before):
+    if total is None or before is None or system is None or system_before is None:
         return None
     cpus = cpu.get("online_cpus") or len((cpu.get("cpu_usage") or {}).get("percpu_usage") or []) or 1
     system_delta = system - system_before
