@@ -14,7 +14,10 @@ from django.utils import timezone
 
 from console import metrics
 from console.activity import take_sample
+from sandboxes.models import SandboxConfig, Session
+from sandboxes.sessions.runtime import Runtime
 from tests.personas import World
+from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 
@@ -66,3 +69,29 @@ def test_the_dashboard_charts_are_drawn_from_the_series(world: World, daphne_url
     assert page.locator("figure[data-chart][data-drawn]").count() == 6
     assert page.evaluate(INKED_PIXELS, 'figure[data-chart="latency"]') > 500
     page.screenshot(path=str(out / "activity-1280.png"), full_page=True)
+
+
+@pytest.fixture
+def stats_session(world: World, session_config: SandboxConfig) -> Session:  # noqa: F811
+    # Before the browser starts: ORM calls made under Playwright get a connection of their own.
+    return Runtime().resolve(world.space_a, "e2e-stats").session
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_the_session_page_polls_its_sandbox_resources(stats_session: Session, daphne_url: str, page: Any) -> None:
+    session = stats_session
+    page.set_viewport_size({"width": 1280, "height": 800})
+    log_in(page, daphne_url, "bob")
+    page.goto(f"{daphne_url}{session.get_absolute_url()}")
+    assert page.get_attribute("#live-stats", "data-status") == "running"
+    assert re.match(r"[0-9.]+ %", page.inner_text('#live-stats [data-stat="cpu"]'))
+    first_url = page.get_attribute("#live-stats", "hx-get")
+    # HTMX swaps in a fresh reading (its poll URL carries the new reading's time).
+    with page.expect_response(lambda r: "/stats/" in r.url and r.status == 200, timeout=15000):
+        pass
+    page.wait_for_function(f"document.querySelector('#live-stats').getAttribute('hx-get') !== {first_url!r}")
+    assert re.search(r"[0-9.]+\s(bytes|KB|MB|GB)", page.inner_text('#live-stats [data-stat="memory"]'))
+    out = Path(os.environ.get("E2E_ARTIFACTS", "var/e2e-artifacts"))
+    out.mkdir(parents=True, exist_ok=True)
+    page.locator("#live-stats").screenshot(path=str(out / "session-live-stats.png"))
