@@ -55,6 +55,11 @@ def page() -> Iterator[Any]:
             context.close()
         finally:
             browser.close()
+            # The connection ORM calls got under Playwright is this test's: close it, or the
+            # next browser test finds it ended by daphne_url's teardown.
+            from django.db import connections
+
+            connections.close_all()
 
 
 def _fresh_after_fork() -> None:
