@@ -91,24 +91,34 @@ class Charts:
         }
 
 
-Bucket = list[MetricSample]
+@dataclass
+class Bucket:
+    """One bucket's samples, added up once: the last sample's values (gauges) and the sum of
+    the increases of the samples that have them."""
+
+    last: dict[str, float] | None = None
+    sums: dict[str, float] = field(default_factory=dict)
+    has_deltas: bool = False
+
+    def add(self, interval_s: float | None, values: dict[str, float]) -> None:
+        self.last = values
+        if interval_s is not None:
+            self.has_deltas = True
+            for key, value in values.items():
+                self.sums[key] = self.sums.get(key, 0.0) + float(value)
 
 
 def _keys(buckets: list[Bucket], prefix: str) -> list[str]:
-    found = {k for bucket in buckets for s in bucket for k in s.values if k.startswith(prefix + ":")}
+    found = {k for b in buckets for k in (*(b.last or {}), *b.sums) if k.startswith(prefix + ":")}
     return sorted(found)
 
 
 def _gauge(buckets: list[Bucket], key: str) -> list[float | None]:
-    return [float(b[-1].values.get(key, 0.0)) if b else None for b in buckets]
+    return [float(b.last.get(key, 0.0)) if b.last is not None else None for b in buckets]
 
 
 def _increase(buckets: list[Bucket], key: str) -> list[float | None]:
-    out: list[float | None] = []
-    for bucket in buckets:
-        with_deltas = [s for s in bucket if s.interval_s is not None]
-        out.append(round(sum(float(s.values.get(key, 0.0)) for s in with_deltas), 6) if with_deltas else None)
-    return out
+    return [round(b.sums.get(key, 0.0), 6) if b.has_deltas else None for b in buckets]
 
 
 def _by_label(
@@ -121,9 +131,8 @@ def _mean_latency_ms(buckets: list[Bucket]) -> list[float | None]:
     out: list[float | None] = []
     resolve_keys = _keys(buckets, "resolves")
     for bucket in buckets:
-        with_deltas = [s for s in bucket if s.interval_s is not None]
-        count = sum(float(s.values.get(k, 0.0)) for s in with_deltas for k in resolve_keys)
-        seconds = sum(float(s.values.get("resolve_seconds", 0.0)) for s in with_deltas)
+        count = sum(bucket.sums.get(k, 0.0) for k in resolve_keys)
+        seconds = bucket.sums.get("resolve_seconds", 0.0)
         out.append(round(seconds / count * 1000, 1) if count else None)
     return out
 
@@ -137,12 +146,14 @@ def build_charts(window_key: str = DEFAULT_WINDOW, now: datetime | None = None) 
     count = int(window.hours * 3600 // step)
     start_ts = end_ts - count * step
     start = datetime.fromtimestamp(start_ts, tz=now.tzinfo or timezone.get_current_timezone())
-    buckets: list[Bucket] = [[] for _ in range(count)]
-    samples = list(MetricSample.objects.filter(time__gte=start, time__lte=now).order_by("time"))
-    for sample in samples:
-        index = int((sample.time.timestamp() - start_ts) // step)
+    buckets = [Bucket() for _ in range(count)]
+    rows = MetricSample.objects.filter(time__gte=start, time__lte=now).order_by("time")
+    samples = 0
+    for time, interval_s, values in rows.values_list("time", "interval_s", "values").iterator(chunk_size=2000):
+        index = int((time.timestamp() - start_ts) // step)
         if 0 <= index < count:
-            buckets[index].append(sample)
+            buckets[index].add(interval_s, values)
+            samples += 1
     times = [start + timedelta(seconds=i * step) for i in range(count)]
     charts = [
         Chart("sessions", "Sessions by state", "sessions", _by_label(buckets, "sessions", _gauge)),
@@ -162,7 +173,7 @@ def build_charts(window_key: str = DEFAULT_WINDOW, now: datetime | None = None) 
     ]
     for chart in charts:
         chart.times = times
-    return Charts(window=window, times=times, charts=charts, samples=len(samples))
+    return Charts(window=window, times=times, charts=charts, samples=samples)
 
 
 DASHBOARD_CHARTS = ("sessions", "resolves", "errors")
