@@ -492,10 +492,13 @@ class Campaign:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    from sandboxes.binding import LOCK_TTL_MS
+    from sandboxes.sessions.store import LOCK_TTL_MS
 
     parser.add_argument(
-        "--lock-ttl-s", type=float, default=LOCK_TTL_MS / 1000, help="the lifecycle lock's lease (sandboxes/binding.py)"
+        "--lock-ttl-s",
+        type=float,
+        default=LOCK_TTL_MS / 1000,
+        help="the lifecycle lock's lease (sandboxes/sessions/store.py)",
     )
     parser.add_argument("--only", default="", help="comma-separated fault names")
     parser.add_argument("--keep", action="store_true", help="keep the working folder (logs)")

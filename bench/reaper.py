@@ -3,7 +3,7 @@
 Builds N console sandboxes as Docker containers that are created, never started (listing
 needs no process), each with its session row in the database and its binding in the session
 store this process's settings choose, so a pass deletes nothing; then times one reaper pass
-(`sandboxes.reaper.reap_all`, the periodic job's own entry point) at N=100 and again at
+(`sandboxes.sessions.reaper.reap_all`, the periodic job's own entry point) at N=100 and again at
 N=1000. A pass that deletes anything is a failed run (the figures would be meaningless).
 
 Figures: `per_sandbox_ms` at each N (median pass / N), `growth_ratio` = pass(1000) / pass(100)
@@ -74,7 +74,7 @@ def run(small: int, large: int, run_id: str) -> dict[str, object]:
     from console.models import NetworkPolicy, Space
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
     from sandboxes.models import PlatformBackend, SandboxConfig
-    from sandboxes.sessions.runtime import backend_for
+    from sandboxes.sessions.provisioning import backend_for
     from sandboxes.sessions.store_select import get_store
 
     space = Space.objects.create(name=f"bench {run_id}", slug=f"bench-{run_id}")
@@ -107,7 +107,7 @@ def measure(configs: dict[int, SandboxConfig], store: SessionStore) -> dict[str,
     on the machine spoils one round, not the figure.
     """
     from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery
-    from sandboxes.sessions.runtime import backend_for
+    from sandboxes.sessions.provisioning import backend_for
 
     small, large = sorted(configs)
     passes: dict[int, list[float]] = {small: [], large: []}
@@ -188,7 +188,8 @@ def add_sessions(space: Space, config: SandboxConfig, store: SessionStore, numbe
     from sandboxes.backends.docker.common import KIND_SANDBOX, LABEL_TEMPLATE, metadata_labels
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE, LABEL_KIND, LABEL_MANAGED
     from sandboxes.models import Session, SessionState
-    from sandboxes.sessions.runtime import Runtime, backend_for
+    from sandboxes.sessions.provisioning import backend_for
+    from sandboxes.sessions.runtime import Runtime
     from sandboxes.sessions.store import Binding, now_iso
 
     api = backend_for(config).api  # type: ignore[attr-defined]  # the Docker adapter's engine client

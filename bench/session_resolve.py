@@ -73,7 +73,8 @@ def run(n: int, run_id: str) -> dict[str, object]:
     from sandboxes.backends.base import META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
-    from sandboxes.sessions.runtime import Runtime, backend_for
+    from sandboxes.sessions.provisioning import backend_for
+    from sandboxes.sessions.runtime import Runtime
     from sandboxes.sessions.store import RedisSessionStore
     from sandboxes.sessions.store_db import DatabaseSessionStore
 

@@ -113,9 +113,10 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
     from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
-    from sandboxes.sessions.runtime import Runtime, backend_for
+    from sandboxes.sessions.provisioning import backend_for
+    from sandboxes.sessions.runtime import Runtime
     from sandboxes.sessions.store import RedisSessionStore
-    from skills import install
+    from skills import install, install_packages
     from skills.image_builds import build_generation, package_sources, payload_for, plan_install
     from skills.services import import_folder
 
@@ -173,7 +174,7 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
             resolved = runtime.resolve(base_space, f"base-{i}")
             sandbox_id = resolved.sandbox.sandbox_id
             install.copy_skill(backend, sandbox_id, payload, lambda _: None)
-            install.install_dependencies(backend, sandbox_id, [payload], sources_for_base, lambda _: None)
+            install_packages.install_dependencies(backend, sandbox_id, [payload], sources_for_base, lambda _: None)
             install.verify_skill(backend, sandbox_id, payload, lambda _: None)
             ready(resolved.session)
             return time.perf_counter() - began

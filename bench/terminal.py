@@ -230,7 +230,8 @@ def main() -> int:
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE, build_base_image
     from sandboxes.models import PlatformBackend, SandboxConfig
     from sandboxes.sessions.lookup import get_or_create_session
-    from sandboxes.sessions.runtime import Runtime, backend_for
+    from sandboxes.sessions.provisioning import backend_for
+    from sandboxes.sessions.runtime import Runtime
     from sandboxes.terminal.tickets import create_terminal, issue_ticket
 
     call_command("migrate", verbosity=0)

@@ -17,6 +17,10 @@ class ConsoleConfig(AppConfig):
             check_secrets()
         except ImproperlyConfigured as exc:
             raise SystemExit(f"error: {exc}") from None
+        # An expected 403 logs one line, not a traceback (console/errors.py).
+        from .errors import install_log_filter
+
+        install_log_filter()
         # Register job handlers.
         from . import (
             activity,  # noqa: F401

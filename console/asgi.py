@@ -13,6 +13,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from sandboxes.inbound.proxy import InboundRouter  # noqa: E402
+
 from .routing import websocket_urlpatterns  # noqa: E402
 from .scheduler import start_in_process_scheduler  # noqa: E402
 from .security import OriginValidator  # noqa: E402
@@ -26,8 +28,10 @@ start_in_process_scheduler()
 
 application = ProtocolTypeRouter(
     {
-        "http": http_app,
+        # /inbound/<sandbox>/<port>/… goes to that sandbox port (sandboxes/inbound/proxy.py).
+        "http": InboundRouter(http_app),
         # Scheme, host and port of the Origin are checked (console/security.py).
-        "websocket": OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # /inbound/… websockets go to the sandbox port; the console's own are checked here.
+        "websocket": InboundRouter(OriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
     }
 )

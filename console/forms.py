@@ -61,17 +61,28 @@ class NetworkPolicyForm(forms.Form):
         label="Outbound internet access",
         help_text="Off: sandboxes get no network at all.",
     )
-    deny_out = forms.CharField(
-        required=False,
-        label="Deny outbound",
-        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
-        help_text=LIST_HELP + " Blocked destinations.",
-    )
     allow_out = forms.CharField(
         required=False,
         label="Allow outbound",
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
-        help_text=LIST_HELP + " Always reachable, even when a deny entry matches (allow beats deny).",
+        help_text=LIST_HELP + " Empty: every destination but the always-denied ones (this host, link-local and metadata"
+        " addresses, other sandboxes, private ranges). Not empty: ONLY these destinations are reachable.",
+    )
+    deny_out = forms.CharField(
+        required=False,
+        label="Deny outbound",
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
+        help_text=LIST_HELP + " Always refused: a deny entry wins over an allow entry that also matches.",
+    )
+    allow_private = forms.CharField(
+        required=False,
+        label="Private addresses also allowed",
+        widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
+        help_text=(
+            "One CIDR per line inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10 or fc00::/7:"
+            " exceptions to the always-denied private ranges. They never turn the allow list on;"
+            " deny entries still win."
+        ),
     )
     l7_rules = forms.CharField(
         required=False,
@@ -80,6 +91,9 @@ class NetworkPolicyForm(forms.Form):
         help_text=(
             "One rule per line, checked in order, first match wins: "
             "'allow|deny DOMAIN [METHODS|*] [PATH-PREFIX]', e.g. 'allow api.github.com GET,POST /repos/'."
+            " Where HTTPS is checked by host name only (SNI, no decryption), methods and paths cannot be"
+            " seen: an allow rule lets every HTTPS request to its host through, a deny rule with methods"
+            " or a path does not apply to HTTPS."
         ),
     )
     allow_public_traffic = forms.BooleanField(
@@ -96,6 +110,7 @@ class NetworkPolicyForm(forms.Form):
             "allow_internet_access": policy.allow_internet_access,
             "allow_out": "\n".join(policy.allow_out),
             "deny_out": "\n".join(policy.deny_out),
+            "allow_private": "\n".join(policy.allow_private),
             "l7_rules": "\n".join(parse_l7_rule(rule).as_line() for rule in policy.l7_rules),
             "allow_public_traffic": policy.allow_public_traffic,
         }
@@ -107,12 +122,14 @@ class NetworkPolicyForm(forms.Form):
             return cleaned
         cleaned["allow_out"] = lines(cleaned.get("allow_out", ""))
         cleaned["deny_out"] = lines(cleaned.get("deny_out", ""))
+        cleaned["allow_private"] = lines(cleaned.get("allow_private", ""))
         cleaned["l7_rules"] = lines(cleaned.get("l7_rules", ""))
         validation = validate_policy(
             allow_internet_access=cleaned.get("allow_internet_access", False),
             allow_out=cleaned["allow_out"],
             deny_out=cleaned["deny_out"],
             l7_rules=list(cleaned["l7_rules"]),
+            allow_private=cleaned["allow_private"],
         )
         for field_name, messages in validation.errors.items():
             for message in messages:

@@ -85,6 +85,11 @@ def job_handler(kind: str, *, label: str, housekeeping: bool = False) -> Callabl
     return register
 
 
+def job_kinds() -> list[tuple[str, str]]:
+    """Every registered (kind, label), by label: the Jobs list's kind filter."""
+    return sorted(((kind, label) for kind, (_, label) in _HANDLERS.items()), key=lambda item: item[1].lower())
+
+
 def housekeeping_kinds() -> frozenset[str]:
     return frozenset(_HOUSEKEEPING)
 

@@ -91,17 +91,33 @@ class Membership(models.Model):
         return f"{self.user} in {self.space} ({self.role})"
 
 
+# Past this many entries the policy's summary names the list instead of repeating it (the
+# space page shows long lists folded, with their count).
+FEW_ENTRIES = 5
+
+
+def _few(entries: list[str], which: str) -> str:
+    if len(entries) <= FEW_ENTRIES:
+        return ", ".join(entries)
+    return f"the {len(entries)} entries of the {which} list"
+
+
 class NetworkPolicy(models.Model):
     """The network switches of one space. Every switch is explicit; nothing is inherited.
 
-    allow_out / deny_out hold CIDRs and domain names (`*.example.com` = suffix wildcard).
-    l7_rules is an ordered list of {"domain", "methods", "path_prefix", "action"}.
+    Outbound on: an empty allow_out lets out everything but the always-denied set (the host's
+    own addresses, link-local/metadata, other sandboxes, private ranges) and deny_out; a
+    non-empty one lets out only its CIDRs and domain names (`*.example.com` = suffix
+    wildcard). deny_out entries win. allow_private holds private CIDRs also allowed (never
+    switches the space to allow-only). l7_rules is an ordered list of
+    {"domain", "methods", "path_prefix", "action"}. See console/network.py.
     """
 
     space = models.OneToOneField(Space, on_delete=models.CASCADE, related_name="network_policy", primary_key=True)
     allow_internet_access = models.BooleanField(default=False)
     allow_out = models.JSONField(default=list, blank=True)
     deny_out = models.JSONField(default=list, blank=True)
+    allow_private = models.JSONField(default=list, blank=True)
     l7_rules = models.JSONField(default=list, blank=True)
     allow_public_traffic = models.BooleanField(default=False)
     updated = models.DateTimeField(auto_now=True)
@@ -109,34 +125,51 @@ class NetworkPolicy(models.Model):
     def __str__(self) -> str:
         return f"network policy of {self.space}"
 
+    def get_absolute_url(self) -> str:
+        return reverse("console:network_policy_edit", kwargs={"space_id": self.space_id})
+
     def describe(self) -> list[str]:
         """The effective policy in plain words, for the space page."""
         lines: list[str] = []
         if not self.allow_internet_access:
             lines.append("Outbound: off. Sandboxes have no network access at all.")
         else:
-            deny_all = {"0.0.0.0/0", "::/0"} & set(self.deny_out)
-            if deny_all and self.allow_out:
-                lines.append(f"Outbound: on, but only to {', '.join(self.allow_out)} (everything else is denied).")
-            elif deny_all:
-                lines.append("Outbound: on, but every destination is denied.")
-            elif self.deny_out:
-                lines.append(f"Outbound: on, except to {', '.join(self.deny_out)}.")
-                if self.allow_out:
-                    lines.append(f"Reachable even where a deny entry matches: {', '.join(self.allow_out)}.")
+            if self.allow_out:
+                lines.append(f"Outbound: on, only to {_few(self.allow_out, 'allow')} (everything else is refused).")
             else:
-                lines.append("Outbound: on, to any destination.")
-                if self.allow_out:
-                    lines.append("The allow list has no effect while nothing is denied.")
+                lines.append(
+                    "Outbound: on, to any destination except the always-denied ones (this host, link-local and"
+                    " metadata addresses, other sandboxes, private ranges)."
+                )
+            if self.deny_out:
+                lines.append(f"Always refused, even where an allow entry matches: {_few(self.deny_out, 'deny')}.")
+            if self.allow_private:
+                lines.append(f"Private addresses also allowed: {_few(self.allow_private, 'private exception')}.")
             for index, rule in enumerate(self.l7_rules, start=1):
                 methods = ", ".join(rule.get("methods") or []) or "any method"
                 verb = "allowed" if rule.get("action") == "allow" else "denied"
                 target = f"{rule.get('domain')}{rule.get('path_prefix') or '/'}*"
                 lines.append(f"HTTP rule {index}: {methods} to {target} is {verb}.")
+                if rule.get("methods") or (rule.get("path_prefix") or "/") != "/":
+                    # A backend that reads HTTPS by its SNI only (Docker) sees the host, not this.
+                    lines.append(
+                        f"HTTP rule {index} over HTTPS, where only the host is checked (SNI, no decryption): "
+                        + (
+                            f"every request to {rule.get('domain')} is allowed."
+                            if rule.get("action") == "allow"
+                            else "it cannot be checked and does not apply."
+                        )
+                    )
         if self.allow_public_traffic:
-            lines.append("Inbound: public. Anyone with a sandbox's URL can reach its exposed ports.")
+            lines.append(
+                "Inbound: on. Sandbox ports are reachable at their URLs: on Docker with the session's traffic"
+                " token or a signed link; on E2B and Cube by anyone with the URL."
+            )
         else:
-            lines.append("Inbound: private. Callers need the sandbox's traffic token.")
+            lines.append(
+                "Inbound: off. Sandbox ports are not reachable from outside (on E2B and Cube, only with the"
+                " sandbox's traffic token)."
+            )
         return lines
 
 

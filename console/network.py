@@ -2,9 +2,15 @@
 
 Semantics, shared by every backend that can honour them (and documented on the form):
 - outbound off: no network at all; lists and rules must then be empty;
-- outbound on: `deny_out` blocks destinations; `allow_out` entries always pass, even when a
-  deny entry matches ("allow beats deny", as E2B and Cube define it);
+- outbound on, empty `allow_out`: every destination but the always-denied set and `deny_out`;
+- outbound on, non-empty `allow_out`: ONLY those CIDRs and domains (`*.example.com`);
+- `deny_out` entries win over `allow_out` entries (and over session grants);
+- always denied: the host's own addresses, link-local and metadata addresses, other
+  sandboxes, and the private ranges unless a CIDR allow entry covers them or `allow_private`
+  (private CIDRs also allowed, which never switches a space to allow-only) names them;
 - L7 rules are checked in order, first match wins.
+A backend that cannot honour part of this says so in its `NetworkCapabilities`
+(`sandboxes.catalog.network.unsupported_policy_switches` names it).
 """
 
 from __future__ import annotations
@@ -17,6 +23,15 @@ HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 L7_ACTIONS = ("allow", "deny")
 MAX_LIST_ENTRIES = 500
 MAX_L7_RULES = 200
+
+# Always denied (unless noted): private ranges may be opened by a CIDR allow entry or an
+# `allow_private` exception; link-local (cloud metadata lives there) never.
+PRIVATE_RANGES = tuple(
+    ipaddress.ip_network(text)
+    for text in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+)
+LINK_LOCAL_RANGES = tuple(ipaddress.ip_network(text) for text in ("169.254.0.0/16", "fe80::/10"))
+ALL_ADDRESSES = tuple(ipaddress.ip_network(text) for text in ("0.0.0.0/0", "::/0"))
 
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -40,6 +55,15 @@ class Destination:
                 return not other.wildcard and other.domain == self.domain
             return other.domain.endswith("." + self.domain)
         return False
+
+
+def overlaps(a: IPNetwork, b: IPNetwork) -> bool:
+    return a.version == b.version and a.overlaps(b)
+
+
+def private_range_of(network: IPNetwork) -> IPNetwork | None:
+    """The private range that holds all of `network`, if one does."""
+    return next((r for r in PRIVATE_RANGES if r.version == network.version and network.subnet_of(r)), None)  # type: ignore[arg-type]
 
 
 def parse_domain(text: str) -> tuple[str, bool]:
@@ -149,6 +173,7 @@ class PolicyValidation:
 
     allow_out: list[str] = field(default_factory=list)
     deny_out: list[str] = field(default_factory=list)
+    allow_private: list[str] = field(default_factory=list)
     l7_rules: list[dict[str, object]] = field(default_factory=list)
     errors: dict[str, list[str]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -186,8 +211,10 @@ def validate_policy(
     allow_out: list[str],
     deny_out: list[str],
     l7_rules: list[object],
+    allow_private: list[str] | None = None,
 ) -> PolicyValidation:
     result = PolicyValidation()
+    allow_private = allow_private or []
     if not allow_internet_access:
         off = (
             "Outbound access is off, so sandboxes have no network at all and this would have no effect:"
@@ -196,6 +223,7 @@ def validate_policy(
         for name, given in (
             ("allow_out", allow_out),
             ("deny_out", deny_out),
+            ("allow_private", allow_private),
             ("l7_rules", l7_rules),
         ):
             if given:
@@ -204,21 +232,11 @@ def validate_policy(
 
     allowed = _parse_list("allow_out", allow_out, result)
     denied = _parse_list("deny_out", deny_out, result)
+    exceptions = _parse_private(allow_private, result)
     result.allow_out = [d.text for d in allowed]
     result.deny_out = [d.text for d in denied]
-
-    for deny in denied:
-        for allow in allowed:
-            if allow.covers(deny):
-                result.warnings.append(
-                    f"Deny entry {deny.text} has no effect: allow entry {allow.text} covers it and allow beats deny."
-                )
-                break
-    if allowed and not denied:
-        result.warnings.append(
-            "The allow list has no effect while nothing is denied:"
-            " add 0.0.0.0/0 and ::/0 to the deny list to allow only the listed destinations."
-        )
+    result.allow_private = [d.text for d in exceptions]
+    result.warnings.extend(list_warnings(allowed, denied, exceptions))
 
     if len(l7_rules) > MAX_L7_RULES:
         result.error("l7_rules", f"at most {MAX_L7_RULES} rules")
@@ -237,3 +255,70 @@ def validate_policy(
         seen_rules[key] = position
         result.l7_rules.append(rule.as_json())
     return result
+
+
+def _parse_private(entries: list[str], result: PolicyValidation) -> list[Destination]:
+    """Private CIDRs also allowed: each must be a CIDR inside one private range."""
+    parsed = []
+    for position, destination in enumerate(_parse_list("allow_private", entries, result), start=1):
+        if destination.network is None:
+            result.error(
+                "allow_private", f"entry {position}: {destination.text} is not a CIDR (names go in the allow list)"
+            )
+        elif any(overlaps(destination.network, r) for r in LINK_LOCAL_RANGES):
+            result.error("allow_private", f"entry {position}: link-local and metadata addresses are always denied")
+        elif private_range_of(destination.network) is None:
+            ranges = ", ".join(str(r) for r in PRIVATE_RANGES)
+            result.error(
+                "allow_private", f"entry {position}: {destination.text} is not inside a private range ({ranges})"
+            )
+        else:
+            parsed.append(destination)
+    return parsed
+
+
+def list_warnings(allowed: list[Destination], denied: list[Destination], exceptions: list[Destination]) -> list[str]:
+    """Entries that do nothing or more than they seem to, under the semantics above."""
+    warnings: list[str] = []
+    for allow in allowed:
+        deny = next((d for d in denied if d.covers(allow)), None)
+        if deny is not None:
+            warnings.append(
+                f"Allow entry {allow.text} has no effect: deny entry {deny.text} covers it and deny entries win."
+            )
+    for deny in denied:
+        if deny.network is not None and deny.network in ALL_ADDRESSES and allowed:
+            warnings.append(
+                f"Deny entry {deny.text} refuses every IPv{deny.network.version} destination, the allowed ones too"
+                " (deny entries win). The allow list alone already lets out only the listed destinations."
+            )
+    if allowed:
+        same_kind_only = all(a.network is not None for a in allowed) or all(a.domain is not None for a in allowed)
+        for deny in denied:
+            inside = any(_overlap(allow, deny) for allow in allowed)
+            if not inside and same_kind_only and (deny.network is not None) == (allowed[0].network is not None):
+                warnings.append(
+                    f"Deny entry {deny.text} has no effect: with an allow list only the listed destinations are"
+                    " reachable, and it is inside none of them."
+                )
+    for allow in allowed:
+        if allow.network is None:
+            continue
+        if any(overlaps(allow.network, r) for r in LINK_LOCAL_RANGES):
+            warnings.append(f"Allow entry {allow.text}: link-local and metadata addresses inside it stay denied.")
+        opened = [str(r) for r in PRIVATE_RANGES if overlaps(allow.network, r)]
+        if opened and private_range_of(allow.network) is None:
+            warnings.append(
+                f"Allow entry {allow.text} also opens private addresses ({', '.join(opened)})."
+                " To allow everything but the always-denied set, leave the allow list empty."
+            )
+    for exception in exceptions:
+        if allowed and any(a.covers(exception) for a in allowed):
+            warnings.append(f"Private exception {exception.text} repeats an allow entry that covers it already.")
+    return warnings
+
+
+def _overlap(a: Destination, b: Destination) -> bool:
+    if a.network is not None and b.network is not None:
+        return overlaps(a.network, b.network)
+    return a.covers(b) or b.covers(a)

@@ -20,7 +20,7 @@ from django.utils.text import slugify
 
 from .models import AuditEvent, Membership, NetworkPolicy, Role, Space, SpaceLimits
 from .network import PolicyValidation, validate_policy
-from .signals import login_sessions_ended
+from .signals import login_sessions_ended, network_policy_changed
 
 
 class ServiceError(Exception):
@@ -287,6 +287,7 @@ def policy_snapshot(policy: NetworkPolicy) -> dict[str, Any]:
         "allow_internet_access": policy.allow_internet_access,
         "allow_out": list(policy.allow_out),
         "deny_out": list(policy.deny_out),
+        "allow_private": list(policy.allow_private),
         "l7_rules": list(policy.l7_rules),
         "allow_public_traffic": policy.allow_public_traffic,
     }
@@ -301,34 +302,45 @@ def do_update_network_policy(
     l7_rules: list[object],
     allow_public_traffic: bool,
     actor: Actor,
+    allow_private: list[str] | None = None,
+    audit_action: str = "network_policy.update",
+    audit_details: dict[str, Any] | None = None,
 ) -> PolicyValidation:
-    """Validate and save the policy. Raises ServiceError with field errors; returns warnings."""
-    validation = validate_policy(
-        allow_internet_access=allow_internet_access,
-        allow_out=allow_out,
-        deny_out=deny_out,
-        l7_rules=l7_rules,
-    )
-    if validation.errors:
-        raise ServiceError("The network policy has errors.", field_errors=validation.errors)
+    """Validate and save the policy. Raises ServiceError with field errors; returns warnings.
+
+    `allow_private` None keeps the stored exceptions. Once committed, `network_policy_changed`
+    is sent (the sandboxes app applies the policy to running sandboxes that take it live).
+    An approval passes its own `audit_action` and details: still one audit row."""
     with transaction.atomic():
         policy, _ = NetworkPolicy.objects.select_for_update().get_or_create(space=space)
+        validation = validate_policy(
+            allow_internet_access=allow_internet_access,
+            allow_out=allow_out,
+            deny_out=deny_out,
+            l7_rules=l7_rules,
+            allow_private=list(policy.allow_private) if allow_private is None else allow_private,
+        )
+        if validation.errors:
+            raise ServiceError("The network policy has errors.", field_errors=validation.errors)
         before = policy_snapshot(policy)
         policy.allow_internet_access = allow_internet_access
         policy.allow_out = validation.allow_out
         policy.deny_out = validation.deny_out
+        policy.allow_private = validation.allow_private
         policy.l7_rules = validation.l7_rules
         policy.allow_public_traffic = allow_public_traffic
         policy.save()
         after = policy_snapshot(policy)
         record_audit(
             actor,
-            "network_policy.update",
+            audit_action,
             space=space,
             target_type="network_policy",
             target_id=space.id,
-            details={"before": before, "after": after, "warnings": validation.warnings},
+            details={"before": before, "after": after, "warnings": validation.warnings, **(audit_details or {})},
         )
+        if before != after:
+            transaction.on_commit(lambda: network_policy_changed.send(sender=NetworkPolicy, space=space, actor=actor))
     return validation
 
 
@@ -338,6 +350,7 @@ def policy_warnings(policy: NetworkPolicy) -> list[str]:
         allow_out=list(policy.allow_out),
         deny_out=list(policy.deny_out),
         l7_rules=list(policy.l7_rules),
+        allow_private=list(policy.allow_private),
     ).warnings
 
 

@@ -4,6 +4,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from sandboxes.pages import network as network_pages
+
 from . import activity_views, views
 
 console_patterns = [
@@ -13,7 +15,7 @@ console_patterns = [
     path("spaces/<uuid:space_id>/", views.space_detail, name="space_detail"),
     path("spaces/<uuid:space_id>/edit/", views.space_edit, name="space_edit"),
     path("spaces/<uuid:space_id>/delete/", views.space_delete, name="space_delete"),
-    path("spaces/<uuid:space_id>/network/", views.network_policy_edit, name="network_policy_edit"),
+    path("spaces/<uuid:space_id>/network/", network_pages.network_policy_edit, name="network_policy_edit"),
     path("spaces/<uuid:space_id>/limits/", views.space_limits, name="space_limits"),
     path("spaces/<uuid:space_id>/members/add/", views.member_add, name="member_add"),
     path(
@@ -45,3 +47,9 @@ urlpatterns = [
     path("", include("skills.urls")),
     path("", include((console_patterns, "console"))),
 ]
+
+# Error pages in the layout (console/errors.py).
+handler400 = "console.errors.bad_request"
+handler403 = "console.errors.permission_denied"
+handler404 = "console.errors.page_not_found"
+handler500 = "console.errors.server_error"

@@ -21,12 +21,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
-from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
+from django_htmx.http import HttpResponseStopPolling
 
 from . import jobs as job_runner
 from .access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
-from .forms import AuditFilterForm, MemberAddForm, MemberRoleForm, NetworkPolicyForm, SpaceForm, SpaceLimitsForm
+from .forms import AuditFilterForm, MemberAddForm, MemberRoleForm, SpaceForm, SpaceLimitsForm
 from .models import AdminJob, AuditEvent, JobStatus, Membership, NetworkPolicy, Role, Space, SpaceLimits
+from .onboarding import getting_started
 from .services import (
     ServiceError,
     actor_from_request,
@@ -36,7 +37,6 @@ from .services import (
     do_delete_space,
     do_logout_everywhere,
     do_remove_member,
-    do_update_network_policy,
     do_update_space,
     do_update_space_limits,
     policy_warnings,
@@ -76,6 +76,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     spaces = spaces_for_user(request.user)
     since = timezone.now() - timedelta(hours=24)
     visible_jobs = jobs_for_user(request.user)
+    recent_jobs = visible_jobs.select_related("space")
+    show_system_jobs = request.GET.get("jobs") == "all"
+    if not show_system_jobs:
+        # Periodic passes would crowd out everything an admin started (one a minute each).
+        recent_jobs = recent_jobs.exclude(kind__in=job_runner.housekeeping_kinds())
+    steps = getting_started(request.user, spaces_for_user(request.user, Role.ADMIN))
     context = {
         "space_count": spaces.count(),
         "member_count": Membership.objects.filter(space__in=spaces).values("user").distinct().count(),
@@ -83,8 +89,10 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "failed_jobs": visible_jobs.filter(status=JobStatus.FAILED, created__gte=since).count(),
         "audit_24h": audit_for_user(request.user).filter(time__gte=since).count(),
         "recent_spaces": spaces.order_by("-created")[:5],
-        # Periodic passes would crowd out everything an admin started (one a minute each).
-        "recent_jobs": visible_jobs.exclude(kind__in=job_runner.housekeeping_kinds()).select_related("space")[:5],
+        "recent_jobs": recent_jobs[:5],
+        "show_system_jobs": show_system_jobs,
+        "steps": steps,
+        "steps_done": sum(step.done for step in steps),
         "section": "dashboard",
     }
     return render(request, "console/dashboard.html", context)
@@ -341,40 +349,8 @@ def logout_everywhere(request: HttpRequest) -> HttpResponse:
 
 
 # --- Network policy ----------------------------------------------------------------------
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def network_policy_edit(request: HttpRequest, space_id: str) -> HttpResponse:
-    space = get_space_for_user(request.user, space_id, Role.ADMIN)
-    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
-    if request.method == "POST":
-        form = NetworkPolicyForm(request.POST)
-        if form.is_valid():
-            try:
-                validation = do_update_network_policy(
-                    space,
-                    allow_internet_access=form.cleaned_data["allow_internet_access"],
-                    allow_out=form.cleaned_data["allow_out"],
-                    deny_out=form.cleaned_data["deny_out"],
-                    l7_rules=form.cleaned_data["l7_rules"],
-                    allow_public_traffic=form.cleaned_data["allow_public_traffic"],
-                    actor=actor_from_request(request),
-                )
-            except ServiceError as exc:
-                apply_form_errors(form, exc)
-            else:
-                messages.success(request, "Network policy saved.")
-                for warning in validation.warnings:
-                    messages.warning(request, warning)
-                target = reverse("console:space_detail", kwargs={"space_id": space.id}) + "#network"
-                # An HTMX form post must not follow the redirect into its own fragment.
-                return HttpResponseClientRedirect(target) if is_htmx(request) else redirect(target)
-    else:
-        form = NetworkPolicyForm(initial=NetworkPolicyForm.initial_from_policy(policy))
-    context = {"space": space, "form": form, "policy": policy, "section": "spaces"}
-    template = "console/partials/network_policy_form.html" if is_htmx(request) else "console/network_policy_form.html"
-    return render(request, template, context, status=400 if form.errors else 200)
+# The policy page is sandboxes.pages.network.network_policy_edit (it shows what the space's
+# configs can honour); console.urls routes it as console:network_policy_edit.
 
 
 # --- Audit -------------------------------------------------------------------------------
@@ -437,8 +413,17 @@ def job_list(request: HttpRequest) -> HttpResponse:
     status = request.GET.get("status", "")
     if status in JobStatus.values:
         jobs = jobs.filter(status=status)
-    # Housekeeping passes (reaper, idle sweep) only when asked for: "all" or "only".
+    kinds = job_runner.job_kinds()
+    kind = request.GET.get("kind", "")
+    if kind in dict(kinds):
+        jobs = jobs.filter(kind=kind)
+    else:
+        kind = ""
+    # Housekeeping passes (reaper, idle sweep) only when asked for: "all" or "only"; a
+    # housekeeping kind chosen in the kind filter shows it too.
     housekeeping = request.GET.get("housekeeping", "")
+    if kind in job_runner.housekeeping_kinds():
+        housekeeping = housekeeping or "all"
     if housekeeping == "only":
         jobs = jobs.filter(kind__in=job_runner.housekeeping_kinds())
     elif housekeeping != "all":
@@ -449,6 +434,8 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "status": status,
         "housekeeping": housekeeping,
+        "kind": kind,
+        "kinds": kinds,
         "statuses": JobStatus.choices,
         "querystring": query_without_page(request),
         "can_run_diagnostics": is_platform_admin(request.user),

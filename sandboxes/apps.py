@@ -7,15 +7,20 @@ class SandboxesConfig(AppConfig):
     verbose_name = "Sandboxes"
 
     def ready(self) -> None:
-        # Register job handlers, and the signals that close terminals on loss of access.
+        # Register job handlers, and the signals that close terminals on loss of access; a
+        # committed policy change reaches running sandboxes that take it live.
         from console import health, metrics
+        from console.signals import network_policy_changed
 
         from .catalog import jobs, verify  # noqa: F401
         from .catalog.health import backend_checks
+        from .egress.live import on_policy_changed
+        from .pages import onboarding  # noqa: F401  (the dashboard's getting-started steps)
         from .sessions import gauges, reaper, retention  # noqa: F401
         from .sessions.store_select import check_store
         from .terminal import tickets  # noqa: F401
 
+        network_policy_changed.connect(on_policy_changed, dispatch_uid="sandboxes.egress.live")
         # Readiness (console/health.py) and scrape-time series (console/metrics.py).
         health.register_checks("session_store", lambda: [("session_store", check_store, True)])
         health.register_checks("backends", backend_checks)

@@ -301,6 +301,11 @@ class Session(models.Model):
     # `exec_deadline` bounds the count's trust if a process died mid-exec.
     execs_in_flight = models.PositiveIntegerField(default=0)
     exec_deadline = models.DateTimeField(null=True, blank=True)
+    # The network spec (space policy + grants) its sandbox runs with: set at create and at a
+    # live update (sandboxes.catalog.network.spec_fingerprint); differs from the current one
+    # while the sandbox keeps older rules until rebuilt.
+    policy_fingerprint = models.CharField(max_length=16, blank=True)
+    policy_applied_at = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -326,7 +331,7 @@ class Session(models.Model):
 class SessionImage(models.Model):
     """The snapshot a space's new sessions start from on one config (a skill image).
 
-    Written by the skills app through `sandboxes.services.do_set_session_image`, so the
+    Written by the skills app through `sandboxes.catalog.services.do_set_session_image`, so the
     runtime never imports skills. A pointer whose fingerprint no longer matches its config's
     backend account is ignored and sessions fall back to the config's default template.
     """
@@ -350,7 +355,7 @@ class TemplateRecord(models.Model):
     """A template the console built, and for which space, on one backend account.
 
     E2B and Cube keep no labels on templates, so this record is how the catalog tells a
-    space's own build from the platform's (`sandboxes.catalog.services.template_owner`). The space
+    space's own build from the platform's (`sandboxes.catalog.bridge.template_owner`). The space
     is kept as a bare id, not a foreign key: a deleted space's builds stay hidden from the
     other spaces instead of turning into platform templates.
     """
@@ -358,7 +363,7 @@ class TemplateRecord(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner_space = models.UUIDField(null=True, blank=True, help_text="The space it was built for; null: the platform.")
     fingerprint = models.CharField(
-        max_length=64, help_text="The backend account (sandboxes.runtime.config_fingerprint)."
+        max_length=64, help_text="The backend account (sandboxes.catalog.bridge.config_fingerprint)."
     )
     template_id = models.CharField(max_length=255)
     created = models.DateTimeField(auto_now_add=True)
@@ -427,7 +432,7 @@ class CommandStatus(models.TextChoices):
 class BackgroundCommand(models.Model):
     """A command running in a session's sandbox after the request that started it returned.
 
-    Its output lives in a Redis ring buffer (sandboxes.commands) readable from any process;
+    Its output lives in a Redis ring buffer (sandboxes.sessions.commands) readable from any process;
     this row holds what the command was, who started it and how it ended.
     """
 
@@ -460,7 +465,7 @@ class BackgroundCommand(models.Model):
 
 
 class Terminal(models.Model):
-    """One interactive web terminal into a session's sandbox (sandboxes.consumers).
+    """One interactive web terminal into a session's sandbox (sandboxes.terminal.consumer).
 
     Keystrokes are never stored; only who, when, how much and why it closed.
     """
@@ -477,6 +482,10 @@ class Terminal(models.Model):
     read_only = models.BooleanField(default=False)
     # The one ticket that may still open (or reattach to) this terminal; cleared when redeemed.
     ticket_nonce = models.CharField(max_length=64, blank=True)
+    # The console process holding a live websocket attachment (sandboxes.terminal.attachments):
+    # a lease renewed by its holder, so any process's grace window knows whether to close.
+    holder = models.CharField(max_length=100, blank=True)
+    held_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created"]
@@ -489,7 +498,7 @@ class Terminal(models.Model):
 
 
 class SessionBinding(models.Model):
-    """A session -> sandbox binding of the database session store (sandboxes.store_db).
+    """A session -> sandbox binding of the database session store (sandboxes.sessions.store_db).
 
     `value` is the binding's JSON exactly as `Binding.to_json` wrote it, so compare-and-delete
     compares whole texts. Written insert-if-absent, never expires.
@@ -518,3 +527,89 @@ class SessionLease(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+# --- Egress: refused attempts, session grants, the read cursors (sandboxes.egress) --------
+
+
+class SessionGrant(models.Model):
+    """An extra destination for one session ("Allow for this session"), merged into its
+    network spec; it ends with the session (deleted with it, the reaper's deletions too).
+
+    ALLOW joins the allow list (made where the space allows only listed destinations),
+    PRIVATE the private exceptions (a private CIDR where the space allows everything else)."""
+
+    class Kind(models.TextChoices):
+        ALLOW = "allow", "Allow entry"
+        PRIVATE = "private", "Private address also allowed"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="egress_grants")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.ALLOW)
+    entry = models.CharField(max_length=255)
+    created_by = models.CharField(max_length=150, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created"]
+        constraints = [models.UniqueConstraint(fields=["session", "entry"], name="one_grant_per_session_entry")]
+
+    def __str__(self) -> str:
+        return f"{self.entry} for {self.session}"
+
+    def get_absolute_url(self) -> str:
+        return self.session.get_absolute_url()
+
+
+class EgressEvent(models.Model):
+    """One refused outbound attempt, read back from a backend (`EgressCapability.refusals`)
+    and mapped to its space and session (or skill build job) by sandbox id."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    time = models.DateTimeField(db_index=True)
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="egress_events")
+    session = models.ForeignKey(Session, null=True, blank=True, on_delete=models.SET_NULL, related_name="egress_events")
+    job = models.ForeignKey(
+        "console.AdminJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="egress_events"
+    )
+    sandbox_id = models.CharField(max_length=128)
+    layer = models.CharField(max_length=16)
+    destination = models.CharField(max_length=500)
+    rule = models.CharField(max_length=300)
+    detail = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-time", "-id"]
+        indexes = [
+            models.Index(fields=["space", "-time"], name="egress_space_time"),
+            models.Index(fields=["session", "-time"], name="egress_session_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.time:%Y-%m-%d %H:%M:%S} {self.layer} {self.destination} refused"
+
+    def get_absolute_url(self) -> str:
+        return reverse("sandboxes:egress_list", kwargs={"space_id": self.space_id})
+
+
+class EgressCursor(models.Model):
+    """Where the last read of a platform backend's refusals stopped."""
+
+    backend = models.OneToOneField(PlatformBackend, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    cursor = models.TextField(blank=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"egress cursor of {self.backend}"
+
+
+class WatchedSandbox(models.Model):
+    """A sandbox that is no session's (a skill build's), so its refusals map to its job."""
+
+    sandbox_id = models.CharField(max_length=128, primary_key=True)
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="+")
+    job = models.ForeignKey("console.AdminJob", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"watched sandbox {self.sandbox_id}"

@@ -32,6 +32,14 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then
     command -v nft >/dev/null 2>&1 ||
       quietly "installing nftables" bash -c "apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables"
+    # HTTP rules and TLS by SNI: the console runs its own squid (docs/network.md).
+    if ! command -v squid >/dev/null 2>&1 || ! squid -v 2>/dev/null | grep -q -- --with-openssl; then
+      echo "==> installing squid-openssl (HTTP rules)"
+      { apt-get update -qq && apt-get install -y -qq --no-install-recommends squid-openssl; } >>"$SETUP_LOG" 2>&1 ||
+        echo "==> squid-openssl could not be installed (see $SETUP_LOG): policies with HTTP rules are refused on Docker"
+    fi
+    # Debian's own squid service (port 3128 on every address) is not ours: kept off.
+    if [ -d /run/systemd/system ]; then systemctl disable --now squid >/dev/null 2>&1 || true; fi
     .venv/bin/python -m sandboxes.backends.docker.firewall >>"$SETUP_LOG" 2>&1 ||
       echo "==> the host packet filter could not be applied (see $SETUP_LOG); sessions with outbound on are refused"
   else

@@ -9,6 +9,7 @@ class SkillsConfig(AppConfig):
         # Register job handlers.
         from . import (
             jobs,  # noqa: F401
+            onboarding,  # noqa: F401  (the dashboard's getting-started step)
             snapshot_refs,
         )
 

@@ -6,9 +6,9 @@ space's sessions; docs/skills.md, "The build sandbox's network"):
 
 - no pip index URL or npm registry URL the skills need: outbound off, as always;
 - otherwise outbound to the sources' hosts, as tightly as the backend allows: with allow
-  lists (E2B, Cube) `allow_out=[host]` plus `deny_out=[0.0.0.0/0]`, so nothing else is
-  reachable; with only the on/off switch (Docker) outbound on, and the job log says it could
-  not be limited.
+  lists `allow_out=[host]` (a non-empty allow list lets out only its entries, so nothing
+  else is reachable; the adapters translate it, e.g. E2B adds its deny-all); with only
+  the on/off switch outbound on, and the job log says it could not be limited.
 
 Pure: the backend's capabilities and the package sources in, a `NetworkSpec` and the
 sentence for the job log out. Decided from capabilities, never from the backend's kind.
@@ -22,10 +22,9 @@ from dataclasses import dataclass
 
 from sandboxes.backends.base import NetworkCapabilities, NetworkSpec
 
-from .install import PackageSources, SkillPayload, StepFailed, source_host_port
+from .install import SkillPayload, StepFailed
+from .install_packages import PackageSources, source_host_port
 
-# "Everything else" in a deny list: the form E2B and Cube take for denying all IPv4 egress.
-ALL_IPV4 = "0.0.0.0/0"
 OFFLINE = NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
 
 
@@ -95,7 +94,6 @@ def build_network(caps: NetworkCapabilities, backend_label: str, needed: Sequenc
             allow_internet_access=True,
             allow_public_traffic=False,
             allow_out=tuple(dict.fromkeys(source.allow_entry for source in needed)),
-            deny_out=(ALL_IPV4,),
         )
         return BuildNetwork(spec, f"build sandbox: outbound network limited to {hosts}, all else denied, {reason}")
     # No allow list for this kind of host: outbound is all or nothing here. The sources are
@@ -107,7 +105,7 @@ def build_network(caps: NetworkCapabilities, backend_label: str, needed: Sequenc
 
 
 def can_limit(caps: NetworkCapabilities, needed: Sequence[SourceHost]) -> bool:
-    """Whether the backend can allow exactly these hosts and deny everything else."""
-    if not (caps.outbound_toggle and caps.deny_out_cidr):
+    """Whether the backend can allow exactly these hosts (an allow list denies everything else)."""
+    if not caps.outbound_toggle:
         return False
     return all(caps.allow_out_cidr if source.address is not None else caps.allow_out_domain for source in needed)

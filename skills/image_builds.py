@@ -29,18 +29,17 @@ from sandboxes.backends.base import (
     Resources,
     SandboxSpec,
 )
-from sandboxes.catalog.services import (
-    config_fingerprint,
-    console_metadata,
-    do_set_session_image,
-)
+from sandboxes.catalog.bridge import config_fingerprint, console_metadata
+from sandboxes.catalog.services import do_set_session_image
+from sandboxes.egress.log import watch_build_sandbox
 from sandboxes.models import SandboxConfig, SessionImage
-from sandboxes.sessions.runtime import backend_for
+from sandboxes.sessions.provisioning import backend_for
 
-from . import install
+from . import install, install_packages
 from .build_network import BuildNetwork, build_network, sources_to_reach
 from .images import BUILD_PURPOSE, BUILD_TIMEOUT_S, FOLDER_NAME, META_SKILL_IMAGE, STEPS, current_image
-from .install import PackageSources, SkillPayload, StepFailed
+from .install import SkillPayload, StepFailed
+from .install_packages import PackageSources
 from .models import SkillImage, SkillImageAction, SkillImageItem, SkillImageStatus, SkillVersion
 from .snapshot_refs import SKILL_IMAGE_LABEL
 
@@ -241,6 +240,7 @@ def build_generation(
             network = network_for_build(backend, sources, plan.add)
             build.log(network.description)
             sandbox_id = create_build_sandbox(backend, space, config, plan.base_template, image, network.spec)
+            watch_build_sandbox(sandbox_id, space=space, job=job)  # its refusals go to this job
             build.log(f"build sandbox {sandbox_id[:12]} created")
         with build.step("copy"):
             for name in plan.removed:
@@ -248,7 +248,7 @@ def build_generation(
             for payload in plan.add:
                 install.copy_skill(backend, sandbox_id, payload, build.log)
         with build.step("dependencies"):
-            installed = install.install_dependencies(backend, sandbox_id, plan.add, sources, build.log)
+            installed = install_packages.install_dependencies(backend, sandbox_id, plan.add, sources, build.log)
         with build.step("verify"):
             checks = {
                 payload.name: install.verify_skill(backend, sandbox_id, payload, build.log) for payload in plan.add

@@ -2,7 +2,7 @@
 
 Writes go through the `do_*` functions here (each audited); the long ones run as admin jobs
 (`skills.jobs`). The generation new sessions start from is the sandboxes-side `SessionImage`
-pointer, written only through `sandboxes.services.do_set_session_image` (which also marks
+pointer, written only through `sandboxes.catalog.services.do_set_session_image` (which also marks
 the sessions on that config stale); `current_image` derives "current" from it, so there is one
 source of truth.
 
@@ -12,7 +12,7 @@ A build (`build_generation`):
            reached (then to that host only where the backend can; `build_network`), console
            metadata with purpose skill-build
   copy     the skill's files to /opt/skills/<name> (root-owned, modes kept minus g/o write)
-  dependencies  declared pip (offline wheel folder or index), npm, Debian (see install.py)
+  dependencies  declared pip (offline wheel folder or index), npm, Debian (see install_packages.py)
   verify   the skill's check script, or the default checks, as uid 1000
   clean    scratch removed
   ledger   /opt/skills/.ledger.json
@@ -40,13 +40,10 @@ from console.services import Actor, ServiceError, record_audit
 from sandboxes.backends.base import (
     RemoteError,
 )
-from sandboxes.catalog.services import (
-    config_fingerprint,
-    do_set_session_image,
-    sessions_using_snapshot,
-)
+from sandboxes.catalog.bridge import config_fingerprint
+from sandboxes.catalog.services import do_set_session_image, sessions_using_snapshot
 from sandboxes.models import SandboxConfig, SessionImage
-from sandboxes.sessions.runtime import backend_for, effective_template
+from sandboxes.sessions.provisioning import backend_for, effective_template
 
 from .models import SkillImage, SkillImageStatus, SkillVersion
 

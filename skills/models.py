@@ -132,7 +132,7 @@ class SkillImage(models.Model):
 
     Generations count 1, 2, … per (space, config). The generation new sessions start from is
     not stored here: it is the sandboxes-side `SessionImage` pointer (written only through
-    `sandboxes.services.do_set_session_image`), and `is_current` is derived from it, so the
+    `sandboxes.catalog.services.do_set_session_image`), and `is_current` is derived from it, so the
     two can never disagree. A ready generation always has a snapshot id and the fingerprint
     of the backend account holding it ("no fingerprint, no record", a database constraint).
     """

@@ -17,7 +17,7 @@ from sandboxes.catalog.templates import SnapshotReference
 
 from .models import SkillImage, SkillImageStatus
 
-# Put on each skill-image snapshot by skills.images.take_snapshot: the generation that took it.
+# Put on each skill-image snapshot by skills.image_builds.take_snapshot: the generation that took it.
 SKILL_IMAGE_LABEL = "console.skill-image"
 FORCED_NOTE = "Its snapshot was deleted by a platform admin; sessions start from the config's default template."
 

@@ -26,7 +26,7 @@ from console.models import Role, Space
 from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, paginate, query_without_page
 from sandboxes.backends.base import RemoteError
-from sandboxes.catalog.services import config_fingerprint
+from sandboxes.catalog.bridge import config_fingerprint
 from sandboxes.models import SandboxConfig
 
 from . import images
@@ -297,6 +297,19 @@ def _image_url(space: Space, config: SandboxConfig | None) -> str:
     return f"{url}?config={config.id}" if config is not None else url
 
 
+def build_refusals(job_ids: list[Any]) -> list[tuple[Any, list[str], list[Any]]]:
+    """(job id, proposed allow entries, refused rows) of the builds that had refusals."""
+    from sandboxes.egress.approvals import build_proposals
+    from sandboxes.models import EgressEvent
+
+    rows = list(EgressEvent.objects.filter(job_id__in=job_ids).order_by("-time")[:200])
+    found = []
+    for job_id in dict.fromkeys(row.job_id for row in rows):
+        mine = [row for row in rows if row.job_id == job_id]
+        found.append((job_id, build_proposals(mine), mine[:20]))
+    return found
+
+
 @login_required
 @require_GET
 def image_detail(request: HttpRequest, space_id: str) -> HttpResponse:
@@ -326,6 +339,7 @@ def image_detail(request: HttpRequest, space_id: str) -> HttpResponse:
                 ],
                 "form": form,
                 "preselected": preselected,
+                "build_refusals": build_refusals([image.job_id for image in generations if image.job_id]),
                 "has_old_snapshots": any(
                     image.status == "ready" and (state.current is None or image.pk != state.current.pk)
                     for image in generations

@@ -207,10 +207,12 @@ _BASE = {"sandboxes.backends", "sandboxes.models"}
 SANDBOXES_LAYERS = {
     "sandboxes.catalog": _BASE,
     "sandboxes.sessions": _BASE | {"sandboxes.catalog"},
-    "sandboxes.api": _BASE | {"sandboxes.catalog", "sandboxes.sessions"},
+    "sandboxes.egress": _BASE | {"sandboxes.catalog", "sandboxes.sessions"},
+    "sandboxes.api": _BASE | {"sandboxes.catalog", "sandboxes.sessions", "sandboxes.egress"},
     "sandboxes.terminal": _BASE | {"sandboxes.catalog", "sandboxes.sessions"},
     # The pages sit on top: token writes live with the API, the terminal page with the terminal.
-    "sandboxes.pages": _BASE | {"sandboxes.catalog", "sandboxes.sessions", "sandboxes.api", "sandboxes.terminal"},
+    "sandboxes.pages": _BASE
+    | {"sandboxes.catalog", "sandboxes.sessions", "sandboxes.egress", "sandboxes.api", "sandboxes.terminal"},
 }
 
 

@@ -107,7 +107,7 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Web requests, jobs, the scheduler and the session store (sandboxes.store_db) write from
+    # Web requests, jobs, the scheduler and the session store (sandboxes.sessions.store_db) write from
     # several threads at once: wait for the write lock rather than fail ("database is
     # locked"), take it at BEGIN so a transaction never has to upgrade (which fails at once
     # under contention), and let readers run beside the writer (WAL).
@@ -166,6 +166,20 @@ FORWARDED_FOR_PROXIES = int(os.environ.get("FORWARDED_FOR_PROXIES", 0))
 # Websocket handshakes come from the console's own origin (scheme, host and port) or one of
 # these full origins (console/security.py).
 WEBSOCKET_ALLOWED_ORIGINS = env_list("WEBSOCKET_ALLOWED_ORIGINS", CSRF_TRUSTED_ORIGINS)
+
+# --- Inbound traffic to sandbox ports (sandboxes/inbound/, docs/inbound.md) --------------
+# The origin the console's inbound URLs are issued under ("" = the console's own, as the
+# page or API request reached it). A host of their own (https://inbound.example.com; for a
+# local console on http://localhost:8000, http://127.0.0.1:8000 will do) serves sandbox
+# pages as ordinary pages and only /inbound/ there; on the console's own origin they are
+# served under `Content-Security-Policy: sandbox` (an opaque origin: docs/inbound.md).
+INBOUND_BASE_URL = os.environ.get("INBOUND_BASE_URL", "").rstrip("/")
+INBOUND_MAX_REQUEST_BYTES = int(os.environ.get("INBOUND_MAX_REQUEST_BYTES", 100 * 1024 * 1024))
+INBOUND_CONNECT_TIMEOUT_S = float(os.environ.get("INBOUND_CONNECT_TIMEOUT_S", 5))
+INBOUND_READ_TIMEOUT_S = float(os.environ.get("INBOUND_READ_TIMEOUT_S", 60))
+INBOUND_MAX_DURATION_S = float(os.environ.get("INBOUND_MAX_DURATION_S", 3600))
+INBOUND_LINK_DEFAULT_TTL_S = int(os.environ.get("INBOUND_LINK_DEFAULT_TTL_S", 3600))
+INBOUND_LINK_MAX_TTL_S = int(os.environ.get("INBOUND_LINK_MAX_TTL_S", 7 * 24 * 3600))
 
 # --- Login throttling (django-axes) -------------------------------------------------------
 # After LOGIN_FAILURE_LIMIT failed logins for one username from one address, that pair is
@@ -295,6 +309,8 @@ RETENTION_DAYS: dict[str, int] = {
     "terminals": int(os.environ.get("RETENTION_TERMINALS_DAYS", 90)),
     "commands": int(os.environ.get("RETENTION_COMMANDS_DAYS", 30)),
     "artifacts": int(os.environ.get("RETENTION_ARTIFACTS_DAYS", 30)),
+    # Refused outbound attempts (sandboxes.egress; docs/network-console.md).
+    "egress_events": int(os.environ.get("EGRESS_LOG_RETENTION_DAYS", 14)),
     "activity_samples": int(os.environ.get("RETENTION_ACTIVITY_SAMPLES_DAYS", 14)),
 }
 RETENTION_BATCH = int(os.environ.get("RETENTION_BATCH", 2000))
@@ -302,12 +318,23 @@ RETENTION_INTERVAL_S = float(os.environ.get("RETENTION_INTERVAL_S", 3600))
 # A finished background command's output stays readable (Redis ring buffer) this long.
 COMMAND_OUTPUT_RETENTION_S = int(os.environ.get("COMMAND_OUTPUT_RETENTION_S", 3600))
 
+# Egress (sandboxes/egress; docs/network-console.md): how often refusals are read back from
+# the backends, how many are kept per session (their days: RETENTION_DAYS["egress_events"]),
+# and how long a policy change may spend reaching running sandboxes in the request.
+EGRESS_INGEST_INTERVAL_S = float(os.environ.get("EGRESS_INGEST_INTERVAL_S", 5))
+EGRESS_LOG_MAX_PER_SESSION = int(os.environ.get("EGRESS_LOG_MAX_PER_SESSION", 1000))
+EGRESS_APPLY_BUDGET_S = float(os.environ.get("EGRESS_APPLY_BUDGET_S", 4))
 # The activity charts' samples of the /metrics series (console/activity.py): one a minute;
 # a previous sample further back than the gap gives no increases.
 ACTIVITY_SAMPLE_INTERVAL_S = float(os.environ.get("ACTIVITY_SAMPLE_INTERVAL_S", 60))
 ACTIVITY_MAX_GAP_S = float(os.environ.get("ACTIVITY_MAX_GAP_S", 5 * ACTIVITY_SAMPLE_INTERVAL_S))
 
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
+    "egress-ingest": {
+        "function": "sandboxes.egress.log.ingest_refusals",
+        "celery_task": "sandboxes.egress_ingest",
+        "every_s": EGRESS_INGEST_INTERVAL_S,
+    },
     "reaper": {
         "function": "sandboxes.sessions.reaper.start_reaper_pass",
         "celery_task": "sandboxes.reaper_pass",
@@ -323,6 +350,11 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "celery_task": "sandboxes.retention_pass",
         "every_s": RETENTION_INTERVAL_S,
     },
+    "terminal-sweep": {
+        "function": "sandboxes.terminal.sweep.close_abandoned",
+        "celery_task": "sandboxes.terminal_sweep",
+        "every_s": 60,
+    },
     "activity-sample": {
         "function": "console.activity.start_activity_sample",
         "celery_task": "console.activity_sample",
@@ -334,7 +366,7 @@ CELERY_BEAT_SCHEDULE = {
     for name, spec in PERIODIC_TASKS.items()
 }
 
-# --- Web terminal (sandboxes/consumers.py, sandboxes/terminals.py; docs/terminal-protocol.md) ---
+# --- Web terminal (sandboxes/terminal/; docs/terminal-protocol.md) ---
 # No input or output for this long closes a terminal (with a message). Cube uses 30 minutes.
 TERMINAL_IDLE_TIMEOUT_S = int(os.environ.get("TERMINAL_IDLE_TIMEOUT_S", 8 * 3600))  # a workday
 # After an abnormal disconnect the shell waits this long for the same terminal to reattach.
@@ -345,6 +377,13 @@ TERMINAL_TICKET_MAX_AGE_S = int(os.environ.get("TERMINAL_TICKET_MAX_AGE_S", 30))
 TERMINAL_REPLAY_BYTES = int(os.environ.get("TERMINAL_REPLAY_BYTES", 1024 * 1024))
 # How often an open terminal marks its session active and re-checks access.
 TERMINAL_KEEPALIVE_S = int(os.environ.get("TERMINAL_KEEPALIVE_S", 30))
+# A console process holding a terminal's websocket renews its attachment lease (a third of
+# this) so another process's grace window never closes a terminal in use elsewhere.
+TERMINAL_LEASE_S = int(os.environ.get("TERMINAL_LEASE_S", 30))
+# Keep each terminal's shell in a tmux session in the sandbox (where the template has tmux),
+# so a reload or a reconnect through any console process gets it back. Off: a plain shell per
+# connection, whose output reaches the browser byte for byte (tmux re-renders the screen).
+TERMINAL_KEEP_SHELLS = os.environ.get("TERMINAL_KEEP_SHELLS", "1") != "0"
 
 # Skill installs: folders of wheels (one per name) that configs may name as an offline pip
 # source; only folders under this root can be copied into build sandboxes.

@@ -16,7 +16,7 @@ def render_value(value: Any) -> str:
     if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
         # PostgreSQL's jsonb does not keep key order: lead with the naming columns.
         columns = sorted(dict.fromkeys(key for item in value for key in item), key=_column_rank)
-        head = format_html_join("", "<th>{}</th>", ((column,) for column in columns))
+        head = format_html_join("", "<th>{}</th>", ((result_label(column),) for column in columns))
         rows = format_html_join(
             "",
             "<tr>{}</tr>",
@@ -27,7 +27,65 @@ def render_value(value: Any) -> str:
         )
     if isinstance(value, list):
         return format_html_join(", ", "{}", ((_cell(item),) for item in value)) or "—"
+    if isinstance(value, dict):
+        return counts_summary(value) if _all_counts(value) else _pairs(value)
     return _cell(value)
+
+
+@register.filter
+def result_summary(result: Any) -> str:
+    """One line for a job list: its counts when it has them, else whether it went well."""
+    if not isinstance(result, dict):
+        return ""
+    counts = result.get("summary")
+    if isinstance(counts, dict) and _all_counts(counts):
+        return counts_summary(counts)
+    if isinstance(result.get("ok"), bool):
+        return "ok" if result["ok"] else "not ok"
+    steps = result.get("steps")
+    if isinstance(steps, list) and steps and all(isinstance(step, dict) for step in steps):
+        passed = sum(1 for step in steps if step.get("ok"))
+        return f"{passed} of {len(steps)} steps ok"
+    return ""
+
+
+@register.filter
+def result_label(key: str) -> str:
+    """A result key for people: "cleanup_errors" reads "Cleanup errors", "ms" "Time (ms)"."""
+    if str(key) in RESULT_WORDS:
+        return RESULT_WORDS[str(key)]
+    text = str(key).replace("_", " ").strip()
+    return text[:1].upper() + text[1:]
+
+
+@register.filter
+def counts_summary(value: Any) -> str:
+    """Counts for people: {'pass': 8, 'fail': 0, 'unsupported': 0} reads
+    "8 passed · 0 failed · 0 unsupported"; anything else as plain text."""
+    if not isinstance(value, dict) or not _all_counts(value):
+        return _cell(value)
+    ordered = sorted(value.items(), key=lambda item: _count_rank(item[0]))
+    return " · ".join(f"{count} {COUNT_WORDS.get(key, result_label(key).lower())}" for key, count in ordered)
+
+
+RESULT_WORDS = {"ms": "Time (ms)", "ok": "OK", "s": "Time (s)", "id": "Id"}
+# Words for the status counts handlers report (the verify job's pass/fail/unsupported).
+COUNT_WORDS = {"pass": "passed", "fail": "failed", "ok": "ok", "error": "errors"}
+COUNT_ORDER = ("pass", "ok", "fail", "error")
+
+
+def _count_rank(key: str) -> tuple[int, str]:
+    return (COUNT_ORDER.index(key), "") if key in COUNT_ORDER else (len(COUNT_ORDER), key)
+
+
+def _all_counts(value: dict[Any, Any]) -> bool:
+    return bool(value) and all(isinstance(v, int) and not isinstance(v, bool) for v in value.values())
+
+
+def _pairs(value: dict[Any, Any]) -> str:
+    if not value:
+        return "—"
+    return format_html_join(" · ", "{}: {}", ((result_label(k), _cell(v)) for k, v in sorted(value.items())))
 
 
 @register.filter

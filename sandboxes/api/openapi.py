@@ -204,7 +204,27 @@ STDIN_RESULT = {
     "properties": {"written": {"type": "integer"}, "eof": {"type": "boolean"}},
 }
 
+EXPLANATION = {
+    "type": "object",
+    "required": ["destination", "allowed", "rule", "layers"],
+    "properties": {
+        "destination": {"type": "string"},
+        "allowed": {"type": "boolean"},
+        "rule": {"type": "string", "description": "The deciding rule, in words"},
+        "layers": {
+            "type": "array",
+            "description": "One line per layer: space policy, session grants, http rules, backend (one per config)",
+            "items": {
+                "type": "object",
+                "required": ["layer", "text"],
+                "properties": {"layer": {"type": "string"}, "text": {"type": "string"}},
+            },
+        },
+    },
+}
+
 SCHEMAS: dict[str, dict[str, Any]] = {
+    "Explanation": EXPLANATION,
     "Command": COMMAND,
     "CommandList": COMMAND_LIST,
     "CommandRequest": COMMAND_REQUEST,
@@ -236,7 +256,11 @@ ERRORS = {
     "400": json_response("Bad input; `field` names the offending field", "Error"),
     "401": json_response("Missing, unknown or revoked token", "Error"),
     "404": json_response("Unknown space (or a token of another space) or session", "Error"),
-    "409": json_response("Backend conflict or quota", "Error"),
+    "409": json_response(
+        "Backend conflict or quota, or the space's network policy cannot be enforced by the config's backend"
+        " (the message names what)",
+        "Error",
+    ),
     "429": json_response(
         "A space quota or rate limit (code limit_exceeded: `limit` names it, `maximum` its value, "
         "the Retry-After header and `retry_after_s` when to retry), or a backend rate limit (retryable)",
@@ -279,6 +303,17 @@ RAW_BODY = {
 }
 
 PATHS: dict[str, dict[str, Any]] = {
+    "/spaces/{space_id}/network/explain": {
+        "get": operation(
+            "Would a destination be allowed for the space (or one of its sessions), and by which rule?"
+            " Names are matched as names, never resolved; the address checks apply after resolution.",
+            {"200": json_response("The answer through every layer", "Explanation")},
+            query=[
+                query_param("destination", "A domain, an address, host:port or an http(s) URL", required=True),
+                query_param("session", "A session key of the space: its grants are included"),
+            ],
+        )
+    },
     SESSION_PATH: {
         "get": operation("The session's last known state", {"200": json_response("The session", "Session")}),
         "delete": operation(
@@ -385,6 +420,51 @@ PATHS[SESSION_PATH + "/commands/{command_id}/stdin"] = {
 }
 PATHS[SESSION_PATH + "/commands/{command_id}/kill"] = {
     "post": operation("Kill the command's process group in the sandbox", {"200": json_response("Killed", "Command")})
+}
+
+INBOUND = {
+    "type": "object",
+    "required": ["port", "url", "token_header", "traffic_token", "signed_links", "inbound_on"],
+    "properties": {
+        "port": {"type": "integer"},
+        "url": {"type": "string", "description": "The port's URL; send the token in `token_header`"},
+        "token_header": {"type": ["string", "null"]},
+        "traffic_token": {"type": ["string", "null"]},
+        "signed_links": {"type": "boolean", "description": "Whether signed links (for browsers) can be made"},
+        "inbound_on": {"type": "boolean", "description": "The space's inbound switch; off: the URL is refused"},
+    },
+}
+INBOUND_LINK_REQUEST = {
+    "type": "object",
+    "required": ["port"],
+    "properties": {
+        "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+        "ttl_s": {"type": "integer", "minimum": 60, "description": "Lifetime in seconds (default one hour)"},
+    },
+}
+INBOUND_LINK = {
+    "type": "object",
+    "required": ["port", "url", "expires_at"],
+    "properties": {
+        "port": {"type": "integer"},
+        "url": {"type": "string", "description": "Opened in a browser, it sets a cookie for the port's URL path"},
+        "expires_at": {"type": "integer", "description": "Unix time"},
+    },
+}
+SCHEMAS.update({"Inbound": INBOUND, "InboundLinkRequest": INBOUND_LINK_REQUEST, "InboundLink": INBOUND_LINK})
+PATHS[SESSION_PATH + "/inbound"] = {
+    "get": operation(
+        "The URL of a port of the session's sandbox, with the traffic token and its header",
+        {"200": json_response("The port's URL", "Inbound")},
+        query=[query_param("port", "A port of the sandbox (1-65535)", required=True)],
+    )
+}
+PATHS[SESSION_PATH + "/inbound/links"] = {
+    "post": operation(
+        "A signed link to a port for a browser (audited; refused while inbound is off)",
+        {"201": json_response("The link", "InboundLink")},
+        body={"required": True, "content": {"application/json": {"schema": ref("InboundLinkRequest")}}},
+    )
 }
 
 PATH_PARAMETERS = {

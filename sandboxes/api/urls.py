@@ -2,6 +2,8 @@
 
 from django.urls import path
 
+from . import inbound as api_inbound
+from . import network as api_network
 from . import views as api
 
 app_name = "api"
@@ -11,6 +13,7 @@ SESSION = SESSION_ROOT + "/"
 
 urlpatterns = [
     path("openapi.json", api.openapi_view, name="openapi"),
+    path("spaces/<uuid:space_id>/network/explain", api_network.explain_view, name="network_explain"),
     # As described (no trailing slash), and with one: APPEND_SLASH would answer a DELETE
     # without it with a redirect that clients do not follow.
     path(SESSION_ROOT, api.session_view, name="session"),
@@ -29,4 +32,6 @@ urlpatterns = [
     path(SESSION + "commands/<uuid:command_id>/output", api.command_output_view, name="command_output"),
     path(SESSION + "commands/<uuid:command_id>/stdin", api.command_stdin_view, name="command_stdin"),
     path(SESSION + "commands/<uuid:command_id>/kill", api.command_kill_view, name="command_kill"),
+    path(SESSION + "inbound", api_inbound.inbound_view, name="inbound"),
+    path(SESSION + "inbound/links", api_inbound.inbound_link_view, name="inbound_links"),
 ]

@@ -3,7 +3,7 @@
 Every route names its space; a token of another space gets 404, exactly like an unknown
 space. Bad input is a 400 naming the field; an unknown session is a 404; backend failures
 map from `RemoteError` kinds to 409/429/502/503/504 with `retryable`. The routes and their
-shapes are described in `sandboxes/openapi.py` and served at /api/v1/openapi.json.
+shapes are described in `sandboxes/api/openapi.py` and served at /api/v1/openapi.json.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from console.models import Space
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import ErrorKind, ExecRequest, RemoteError
+from ..catalog.network import PolicyConflict
 from ..models import ApiToken, Artifact, BackgroundCommand, Session
 from ..sessions.commands import kill_command, read_output, send_input, start_command
 from ..sessions.limits import LimitExceeded, check_api_rate
@@ -175,6 +176,8 @@ def decode_b64(data: dict[str, Any], name: str) -> bytes | None:
 
 
 def remote_error(exc: RemoteError) -> ApiError:
+    if isinstance(exc, PolicyConflict):  # the space's settings, not the backend: 409, never 502
+        return ApiError(409, "policy_conflict", exc.message, retryable=False)
     status = KIND_STATUS.get(exc.kind, 502)
     return ApiError(status, str(exc.kind), exc.message, retryable=exc.retryable, backend=True)
 

@@ -14,8 +14,8 @@ import abc
 import enum
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import ClassVar
+from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 # Metadata keys the console stamps on every sandbox it creates. Listing by them is how the
 # console claims, reconciles and reaps; a sandbox without META_INSTALLATION is never touched.
@@ -119,9 +119,16 @@ class NetworkSpec:
 
     allow_internet_access: bool
     allow_public_traffic: bool
-    allow_out: tuple[str, ...] = ()  # CIDRs and domain names (*.example.com allowed)
+    # Outbound on: an empty allow_out lets everything out but the always-denied set (the host's
+    # own addresses, link-local/metadata, other sandboxes, private ranges) and deny_out; a
+    # non-empty one lets out ONLY its CIDRs and domain names (*.example.com allowed). deny_out
+    # entries win over allow_out entries.
+    allow_out: tuple[str, ...] = ()
     deny_out: tuple[str, ...] = ()
     l7_rules: tuple[L7Rule, ...] = ()
+    # CIDRs inside the private ranges that are also allowed (exceptions to the always-denied
+    # set) whatever allow_out says; they never switch a space to allow-only. deny_out still wins.
+    allow_private: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,11 @@ class NetworkCapabilities:
     inbound_toggle: bool = False
     # A changed NetworkSpec reaches running sandboxes (Backend.egress().update) without a rebuild.
     live_update: bool = False
+    # deny_out entries win over allow_out entries (the console's meaning). False: an allow
+    # entry beats a deny entry inside it (E2B, Cube), so such a deny entry is not honoured.
+    deny_wins: bool = True
+    # NetworkSpec.allow_private (private CIDRs also allowed) is honoured.
+    allow_private: bool = False
 
 
 @dataclass(frozen=True)
@@ -229,6 +241,21 @@ class FileInfo:
     mode: int  # permission bits, e.g. 0o755
     is_symlink: bool = False
     modified: datetime | None = None
+
+    @classmethod
+    def from_stat_row(cls, row: Mapping[str, Any]) -> FileInfo:
+        """From the JSON row the scripts run inside a sandbox print for one `lstat`: `path`,
+        `name`, `dir`, `size`, `mode`, `link`, `mtime` (the Docker adapter's file probe and the
+        session workspace helper)."""
+        return cls(
+            path=row["path"],
+            name=row["name"],
+            is_dir=bool(row["dir"]),
+            size=int(row["size"]),
+            mode=int(row["mode"]),
+            is_symlink=bool(row["link"]),
+            modified=datetime.fromtimestamp(float(row["mtime"]), UTC),
+        )
 
 
 @dataclass(frozen=True)
@@ -337,11 +364,23 @@ class TemplatesCapability(abc.ABC):
 
 
 class InboundCapability(abc.ABC):
+    # The request header carrying the traffic token to `public_url` ("" = not known).
+    token_header: ClassVar[str] = ""
+    # True when `public_url` is the console's own inbound route (its proxy then connects to
+    # `console_upstream`); False when the backend's own edge serves it.
+    served_by_console: ClassVar[bool] = False
+
     @abc.abstractmethod
     def public_url(self, sandbox_id: str, port: int) -> str: ...
 
     @abc.abstractmethod
     def traffic_token(self, sandbox_id: str) -> str | None: ...
+
+    def console_upstream(self, sandbox_id: str, port: int) -> tuple[str, int]:
+        """Where the console's inbound proxy connects for `port` of a running sandbox: the
+        sandbox's own address (never one a caller names). Raises `conflict` when the sandbox
+        is not running, `unsupported` when the backend serves its URLs itself."""
+        raise RemoteError(ErrorKind.UNSUPPORTED, "this backend serves its public URLs itself")
 
 
 @dataclass(frozen=True)
@@ -582,6 +621,8 @@ class KindDescription:
     # Persistent workspaces under a host directory of the backend's nodes: what is wrong
     # with a given one (None when it will do). None: the kind takes no host root.
     workspace_host_root_problem: Callable[[str], str | None] | None = None
+    # A per-sandbox process limit (a config's pids_limit) that the backend enforces.
+    limits_processes: bool = False
 
     @property
     def takes_workspace_host_root(self) -> bool:

@@ -12,8 +12,8 @@ from console.health import Check
 
 from ..backends.base import BackendConfig, ErrorKind, RemoteError
 from ..models import PlatformBackend
+from .bridge import tls_options
 from .observed import build_observed
-from .services import tls_options
 
 
 def check_name(backend: PlatformBackend) -> str:

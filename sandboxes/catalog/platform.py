@@ -2,7 +2,7 @@
 
 Writes here are for platform admins only (checked again in every `do_*`, not only in the
 views). Space admins reach a backend only by choosing a granted one for a config
-(sandboxes.services.do_create_config / do_update_config).
+(sandboxes.catalog.services.do_create_config / do_update_config).
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def do_update_platform_backend(
     try:
         with transaction.atomic():
             # Locked before the checks: a config saved at the same moment (which locks this
-            # row too, sandboxes.services) is either seen here or sees the new limits and grants.
+            # row too, sandboxes.catalog.services) is either seen here or sees the new limits and grants.
             PlatformBackend.objects.select_for_update().get(pk=backend.pk)
             old_spaces = set(original.spaces.values_list("pk", flat=True))
             revoked = old_spaces - new_spaces

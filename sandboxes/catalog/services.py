@@ -1,16 +1,15 @@
-"""Writes with side effects for sandbox configs and templates, and the bridge to backends.
+"""Writes with side effects for sandbox configs, template builds and session images, and the
+connection test.
 
-Views, the API, tasks and consumers reach a backend only through `open_backend(config)`;
-none of them builds one from a row themselves.
+A backend is reached through `bridge.open_backend(config)` only. May import
+`sandboxes.backends`, `sandboxes.models`, `console` and `catalog.bridge`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -19,36 +18,28 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from console.crypto import REDACTED, decrypt, encrypt
-from console.models import NetworkPolicy, Space
-from console.network import parse_destination
+from console.models import Space
 from console.services import Actor, ServiceError, record_audit
 
-from ..backends import describe
 from ..backends.base import (
     META_CONFIG,
     META_INSTALLATION,
     META_PURPOSE,
-    META_SPACE,
-    Backend,
-    BackendConfig,
     ErrorKind,
     ExecRequest,
-    IdleMode,
-    L7Rule,
     ListQuery,
-    NetworkCapabilities,
     NetworkSpec,
     RemoteError,
     Resources,
     SandboxSpec,
     TemplateBuildSpec,
-    TemplateInfo,
     is_snapshot_id,
 )
 from ..models import IDENTITY_FIELDS, PlatformBackend, SandboxConfig, Session, TemplateRecord
-from .observed import build_observed
+from .bridge import config_fingerprint, console_metadata, open_backend, template_owner
+from .network import network_spec_for, refuse_unless_honoured
 
-# What a space admin sets; the infrastructure is the platform backend's (sandboxes.platform).
+# What a space admin sets; the infrastructure is the platform backend's (sandboxes.catalog.platform).
 CONFIG_FIELDS = (
     "name",
     "backend",
@@ -62,207 +53,6 @@ CONFIG_FIELDS = (
     "protocol_pin",
     "is_default",
 )
-
-
-def effective_api_key(config: SandboxConfig) -> str:
-    """The space's own key where its backend allows one, else the platform backend's."""
-    if config.api_key_encrypted and config.backend.allow_space_api_key:
-        return decrypt(config.api_key_encrypted)
-    return decrypt(config.backend.api_key_encrypted)
-
-
-def uses_own_api_key(config: SandboxConfig) -> bool:
-    return bool(config.api_key_encrypted) and config.backend.allow_space_api_key
-
-
-def account_identity(config: SandboxConfig) -> tuple[str, str, str, str]:
-    """Provider, endpoint, domain and credential: the account holding the config's sandboxes."""
-    backend = config.backend
-    return (backend.kind, backend.endpoint, backend.domain, effective_api_key(config))
-
-
-def backend_config_for(config: SandboxConfig) -> BackendConfig:
-    """The platform backend's infrastructure merged with the config's own settings."""
-    backend = config.backend
-    return BackendConfig(
-        kind=backend.kind,
-        endpoint=backend.endpoint,
-        domain=backend.domain,
-        api_key=effective_api_key(config),
-        # A space's own key goes to a public endpoint only: the guard refuses private ranges.
-        allow_private_endpoints=backend.allow_private_endpoints and not uses_own_api_key(config),
-        idle_mode=IdleMode(config.idle_mode),
-        options={
-            **({"sandbox_url": backend.sandbox_url} if backend.sandbox_url else {}),
-            **tls_options(backend),
-            **workspace_options(config),
-            **protocol_options(config),
-        },
-    )
-
-
-def tls_options(backend: PlatformBackend) -> dict[str, str]:
-    """Docker tcp:// with TLS: the client certificate, key and CA (PEM) for the adapter."""
-    values = {
-        "tls_ca": decrypt(backend.tls_ca_encrypted),
-        "tls_cert": decrypt(backend.tls_cert_encrypted),
-        "tls_key": decrypt(backend.tls_key_encrypted),
-    }
-    return {key: value for key, value in values.items() if value}
-
-
-def protocol_options(config: SandboxConfig) -> dict[str, str]:
-    """Kinds with a versioned wire protocol (E2B, Cube): the TTL create and connect send (the
-    config's idle timeout), and the protocol, pinned or as last detected (the adapter detects
-    it again when not pinned)."""
-    if not describe(config.kind).versioned_protocol:
-        return {}
-    options = {"sandbox_timeout": str(config.idle_timeout_s)}
-    if config.protocol_pin:
-        options.update(protocol=config.protocol_pin, protocol_pinned="1")
-    elif config.backend_protocol:
-        options["protocol"] = config.backend_protocol
-    return options
-
-
-def workspace_options(config: SandboxConfig) -> dict[str, str]:
-    """Kinds that keep persistent workspaces under a host directory (Cube) manage them with
-    housekeeping sandboxes: from the config's template, carrying its console metadata so the
-    reaper can find a leftover one.
-
-    Not on a space's own account: the host root holds every space's workspaces, and there the
-    template (and so what runs beside the mount) is the space's own."""
-    if (
-        not describe(config.kind).takes_workspace_host_root
-        or not config.workspace_host_root
-        or uses_own_api_key(config)
-    ):
-        return {}
-    return {
-        "workspace_host_root": config.workspace_host_root,
-        "workspace_template": config.default_template,
-        "housekeeping_metadata": json.dumps(console_metadata(config)),
-    }
-
-
-@contextmanager
-def open_backend(config: SandboxConfig) -> Iterator[Backend]:
-    """The config's backend, closed afterwards. Raises RemoteError only."""
-    backend = build_observed(backend_config_for(config))
-    try:
-        yield backend
-    finally:
-        backend.close()
-
-
-def console_metadata(config: SandboxConfig, **extra: str) -> dict[str, str]:
-    """The metadata every sandbox this console creates carries (see DESIGN: sessions)."""
-    return {
-        META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID,
-        META_SPACE: str(config.space_id),
-        META_CONFIG: str(config.id),
-        **extra,
-    }
-
-
-# Ownership as the console's labels say it (written by `console_metadata`); read by the
-# catalog (`templates`) and by the config checks here.
-OWN = "own"
-PLATFORM = "platform"
-
-
-def labelled_owner(labels: Any, space: Space) -> str | None:
-    """OWN, "other" or None (no owner labels) as the labels say."""
-    installation, owner = labels.get(META_INSTALLATION), labels.get(META_SPACE)
-    if installation is None and owner is None:
-        return None
-    if installation == settings.CONSOLE_INSTALLATION_ID and owner == str(space.pk):
-        return OWN
-    return "other"
-
-
-def template_owner(
-    template: TemplateInfo, config: SandboxConfig, recorded: dict[str, str | None] | None = None
-) -> str | None:
-    """OWN, PLATFORM or None (another tenant's: hidden), for the config's space.
-
-    Labels decide where the backend keeps them (Docker). Without labels, the console's
-    record of the build on this account does: the space's own, the platform's, or another
-    space's (hidden). A template without labels or record was built outside the console
-    (the base image, the account's own templates): the platform's. `recorded` is
-    `recorded_template_owners(config)`, passed in when judging many templates."""
-    owner = labelled_owner(template.labels, config.space)
-    if owner is not None:
-        return OWN if owner == OWN else None
-    if recorded is None:
-        recorded = recorded_template_owners(config, [template.template_id])
-    if template.template_id not in recorded:
-        return PLATFORM
-    space_id = recorded[template.template_id]
-    if space_id is None:
-        return PLATFORM
-    return OWN if space_id == str(config.space_id) else None
-
-
-def config_fingerprint(config: SandboxConfig) -> str:
-    """SHA-256 over provider, endpoint and credential: which backend account holds a snapshot."""
-    material = "\n".join(account_identity(config))  # the platform backend's, or the space's own key
-    return hashlib.sha256(material.encode()).hexdigest()
-
-
-def recorded_template_owners(config: SandboxConfig, template_ids: list[str] | None = None) -> dict[str, str | None]:
-    """Template id -> the space id it was built for (None: the platform), on this account."""
-    records = TemplateRecord.objects.filter(fingerprint=config_fingerprint(config))
-    if template_ids is not None:
-        records = records.filter(template_id__in=template_ids)
-    return {
-        template_id: (str(space) if space is not None else None)
-        for template_id, space in records.values_list("template_id", "owner_space")
-    }
-
-
-def network_spec_for(space: Space) -> NetworkSpec:
-    """The space's policy as sent to a backend: every switch explicit."""
-    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
-    return NetworkSpec(
-        allow_internet_access=policy.allow_internet_access,
-        allow_public_traffic=policy.allow_public_traffic,
-        allow_out=tuple(policy.allow_out),
-        deny_out=tuple(policy.deny_out),
-        l7_rules=tuple(
-            L7Rule(
-                domain=rule["domain"],
-                methods=tuple(rule.get("methods") or ()),
-                path_prefix=rule.get("path_prefix") or "/",
-                action=rule["action"],
-            )
-            for rule in policy.l7_rules
-        ),
-    )
-
-
-def unsupported_policy_switches(policy: NetworkPolicy, caps: NetworkCapabilities) -> list[str]:
-    """The parts of a space's policy this backend cannot honour, in plain words."""
-    problems = []
-    if policy.allow_internet_access:
-        lists = (
-            ("deny", policy.deny_out, caps.deny_out_cidr, caps.deny_out_domain),
-            ("allow", policy.allow_out, caps.allow_out_cidr, caps.allow_out_domain),
-        )
-        for verb, entries, cidr_ok, domain_ok in lists:
-            # Stored entries were validated on save; parse_destination tells networks from names.
-            parsed = [parse_destination(entry) for entry in entries]
-            cidrs = [d.text for d in parsed if d.network is not None]
-            domains = [d.text for d in parsed if d.network is None]
-            if cidrs and not cidr_ok:
-                problems.append(f"CIDR {verb} entries ({', '.join(cidrs)})")
-            if domains and not domain_ok:
-                problems.append(f"domain {verb} entries ({', '.join(domains)})")
-        if policy.l7_rules and not caps.l7_rules:
-            problems.append(f"{len(policy.l7_rules)} HTTP (L7) rule(s)")
-    if policy.allow_public_traffic and not caps.inbound_toggle:
-        problems.append("public inbound traffic")
-    return problems
 
 
 # --- Configs -----------------------------------------------------------------------------
@@ -351,7 +141,7 @@ def _check_backend_choice(space: Space, backend: PlatformBackend, data: dict[str
 def _lock_backend_choice(space: Space, config: SandboxConfig, data: dict[str, Any], api_key: str | None) -> None:
     """Inside the write's transaction: lock the backend row and check the grant and limits
     again, so a platform admin lowering limits or withdrawing the grant at the same moment
-    either waits for this write (and sees it) or is seen by it (sandboxes.platform locks too)."""
+    either waits for this write (and sees it) or is seen by it (sandboxes.catalog.platform locks too)."""
     config.backend = PlatformBackend.objects.select_for_update().get(pk=config.backend_id)
     _check_backend_choice(space, config.backend, data, api_key)
 
@@ -566,7 +356,12 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
         volumes = backend.volumes() if config.persistent_workspace else None
         if volumes is not None:
             plan.append(("persistent workspace", volumes.check))
-        plan += [("create", create), ("exec", execute), ("delete", delete)]
+
+        def policy() -> str:
+            refuse_unless_honoured(network_spec_for(config.space), backend, config.name)
+            return "the space's network policy can be enforced here"
+
+        plan += [("create", create), ("exec", execute), ("delete", delete), ("network policy", policy)]
         try:
             for name, func in plan:
                 step = _timed(name, func)

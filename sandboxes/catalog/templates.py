@@ -34,17 +34,17 @@ from ..backends.base import (
     is_snapshot_id,
 )
 from ..models import SandboxConfig, Session, SessionImage, TemplateRecord
-from .services import (
+from .bridge import (
     OWN,
     PLATFORM,
     config_fingerprint,
     console_metadata,
-    do_clear_session_image,
     labelled_owner,
     open_backend,
     recorded_template_owners,
     template_owner,
 )
+from .services import do_clear_session_image
 
 # Receivers return a list of `SnapshotReference` for (snapshot_id, fingerprint).
 snapshot_references = django.dispatch.Signal()

@@ -49,7 +49,8 @@ from ..backends.base import (
     is_snapshot_id,
 )
 from ..models import SandboxConfig
-from .services import console_metadata, open_backend
+from .bridge import console_metadata, open_backend
+from .network import network_spec_for, policy_refusal, unsupported_policy_switches
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
 OUTBOUND_OFF = NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
@@ -317,6 +318,17 @@ class Verifier:
                 self.cleanup_errors.append(f"snapshot {snapshot_id}: {exc.kind}: {exc.message}")
 
 
+def policy_check(config: SandboxConfig, backend: Backend) -> Check:
+    """Whether this backend can enforce the space's current network policy (else its sessions get 409)."""
+    item = Check(name="network_policy", title="The space's network policy can be enforced on this backend")
+    problems = unsupported_policy_switches(network_spec_for(config.space), backend.network_capabilities())
+    if problems:
+        item.status, item.detail = FAIL, policy_refusal(config.name, backend.label, problems)
+    else:
+        item.detail = "every switch of the policy is honoured"
+    return item
+
+
 def summary(checks: list[Check]) -> dict[str, int]:
     counts = {PASS: 0, FAIL: 0, UNSUPPORTED: 0}
     for check in checks:
@@ -350,6 +362,8 @@ def verify_backend_job(ctx: JobContext) -> dict[str, Any]:
         with open_backend(config) as backend:
             verifier = Verifier(backend, config.default_template, metadata, report)
             checks = verifier.run()
+            checks.append(policy_check(config, backend))
+            report(checks[-1])
     except RemoteError as exc:
         raise JobFailed(f"{exc.kind}: {exc.message}") from exc
     counts = summary(checks)

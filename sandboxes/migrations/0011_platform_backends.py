@@ -88,7 +88,7 @@ def restore_config_infrastructure(apps, schema_editor):
     for config in SandboxConfig.objects.select_related("backend"):
         for field in INFRA_FIELDS:
             setattr(config, field, getattr(config.backend, field))
-        # The key it uses (sandboxes.services.effective_api_key): its own only where allowed.
+        # The key it uses (sandboxes.catalog.bridge.effective_api_key): its own only where allowed.
         own = config.api_key_encrypted if config.backend.allow_space_api_key else ""
         config.api_key_encrypted = own or config.backend.api_key_encrypted
         config.save(update_fields=[*INFRA_FIELDS, "api_key_encrypted"])

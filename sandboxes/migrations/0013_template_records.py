@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
                 (
                     "fingerprint",
                     models.CharField(
-                        help_text="The backend account (sandboxes.runtime.config_fingerprint).", max_length=64
+                        help_text="The backend account (sandboxes.catalog.bridge.config_fingerprint).", max_length=64
                     ),
                 ),
                 ("template_id", models.CharField(max_length=255)),

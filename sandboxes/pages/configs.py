@@ -7,31 +7,28 @@ Backend failures never become a 500: a `RemoteError` is shown as a message with 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
+from django_htmx.http import HttpResponseClientRedirect
 
 from console.access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from console.jobs import start_job
-from console.models import NetworkPolicy, Role
+from console.models import NetworkPolicy, Role, Space
 from console.services import ServiceError, actor_from_request
-from console.views import apply_form_errors
+from console.views import apply_form_errors, is_htmx
 
 from ..backends import describe
 from ..backends.base import NetworkCapabilities, RemoteError
-from ..catalog.services import (
-    CONFIG_FIELDS,
-    do_create_config,
-    do_delete_config,
-    do_update_config,
-    open_backend,
-    unsupported_policy_switches,
-)
-from ..models import SandboxConfig
-from .forms import SandboxConfigForm
+from ..catalog.bridge import open_backend
+from ..catalog.network import unsupported_policy_switches
+from ..catalog.services import do_create_config, do_delete_config, do_update_config
+from ..models import PlatformBackend, SandboxConfig
+from .forms import SandboxConfigForm, backends_for, chosen_backend
 from .lookups import get_config_for_user, remote_error_message, template_ids
 
 # --- Configs -----------------------------------------------------------------------------
@@ -57,32 +54,79 @@ def config_list(request: HttpRequest) -> HttpResponse:
     return render(request, "sandboxes/config_list.html", context)
 
 
+BASE_TEMPLATE = "sandbox-console/base:latest"
+
+
+def _template_choices(space: Space, backend: PlatformBackend, config: SandboxConfig | None) -> list[str] | None:
+    """The picker's templates on `backend` (an unsaved config on it when creating)."""
+    if config is not None and config.backend_id == backend.pk:
+        return template_ids(config)
+    return template_ids(SandboxConfig(space=space, backend=backend, name="", default_template=""))
+
+
+def _config_form(request: HttpRequest, space: Space, config: SandboxConfig | None) -> tuple[SandboxConfigForm, bool]:
+    """The form for the backend the request names (or the config's), and whether to save.
+
+    Changing the backend re-renders the form with that kind's fields before anything is saved:
+    by HTMX on the select's change, and without JavaScript by the "Show its fields" button
+    (or a post whose backend differs from the one the fields were shown for).
+    """
+    data = request.POST if request.method == "POST" else request.GET
+    backends = backends_for(space)
+    backend = chosen_backend(space, data.get("backend"))
+    if backend is None and config is not None and not data.get("backend"):
+        backend = config.backend
+    if backend is None and not data.get("backend") and backends.count() == 1:
+        backend = backends.first()  # one choice: no first step
+    initial: dict[str, Any] = {} if config is not None else {"default_template": BASE_TEMPLATE}
+    options: dict[str, Any] = {"space": space, "backend": backend, "instance": config}
+    if backend is not None:
+        options["template_choices"] = _template_choices(space, backend, config)
+    shown_for = request.POST.get("fields_for", "")
+    switching = "choose_backend" in request.POST or (
+        backend is not None and bool(shown_for) and shown_for != str(backend.pk)
+    )
+    if request.method == "POST" and backend is not None and not switching:
+        return SandboxConfigForm(request.POST, **options), True
+    if request.method == "POST" or request.GET.get("backend"):
+        # Keep what was typed while the kind's fields change (never a typed secret).
+        kept = {k: v for k, v in data.items() if k not in {"csrfmiddlewaretoken", "api_key", "fields_for"}}
+        initial.update(kept)
+    if request.method == "POST" and data.get("backend") and backend is None:
+        form = SandboxConfigForm(request.POST, **options)
+        form.is_valid()  # the forged or withdrawn backend becomes the field's error
+        return form, False
+    return SandboxConfigForm(initial=initial, **options), False
+
+
+def _render_config_form(
+    request: HttpRequest, space: Space, config: SandboxConfig | None, form: SandboxConfigForm
+) -> HttpResponse:
+    context = {"form": form, "space": space, "config": config, "section": "sandboxes"}
+    status = 400 if form.errors else 200
+    if is_htmx(request) and request.headers.get("HX-Target") == "config-form":
+        return render(request, "sandboxes/partials/config_form.html", context, status=status)
+    return render(request, "sandboxes/config_form.html", context, status=status)
+
+
 @login_required
 @require_http_methods(["GET", "POST"])
 def config_create(request: HttpRequest, space_id: str) -> HttpResponse:
     space = get_space_for_user(request.user, space_id, Role.ADMIN)
-    form = SandboxConfigForm(
-        request.POST or None, space=space, initial={"default_template": "sandbox-console/base:latest"}
-    )
-    if not form.fields["backend"].queryset.exists():  # type: ignore[attr-defined]
+    form, save = _config_form(request, space, None)
+    if not backends_for(space).exists():
         messages.warning(request, "No backend is granted to this space yet: ask a platform admin for one.")
-    if request.method == "POST" and form.is_valid():
+    if save and form.is_valid():
         try:
             config = do_create_config(
-                space,
-                data={k: form.cleaned_data[k] for k in CONFIG_FIELDS},
-                api_key=form.cleaned_data["api_key"],
-                actor=actor_from_request(request),
+                space, data=form.config_data(), api_key=form.api_key_value() or "", actor=actor_from_request(request)
             )
         except ServiceError as exc:
             apply_form_errors(form, exc)
         else:
             messages.success(request, f"Config {config.name} created. Test its connection next.")
-            return redirect(config)
-    status = 400 if form.errors else 200
-    return render(
-        request, "sandboxes/config_form.html", {"form": form, "space": space, "section": "sandboxes"}, status=status
-    )
+            return HttpResponseClientRedirect(config.get_absolute_url()) if is_htmx(request) else redirect(config)
+    return _render_config_form(request, space, None, form)
 
 
 @login_required
@@ -113,15 +157,13 @@ def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def config_edit(request: HttpRequest, config_id: str) -> HttpResponse:
     config = get_config_for_user(request.user, config_id, Role.ADMIN)
-    form = SandboxConfigForm(
-        request.POST or None, instance=config, space=config.space, template_choices=template_ids(config)
-    )
-    if request.method == "POST" and form.is_valid():
+    form, save = _config_form(request, config.space, config)
+    if save and form.is_valid():
         try:
             do_update_config(
                 SandboxConfig.objects.get(pk=config.pk),
-                data={k: form.cleaned_data[k] for k in CONFIG_FIELDS},
-                api_key=form.cleaned_data["api_key"],
+                data=form.config_data(),
+                api_key=form.api_key_value(),
                 actor=actor_from_request(request),
             )
         except ServiceError as exc:
@@ -130,14 +172,8 @@ def config_edit(request: HttpRequest, config_id: str) -> HttpResponse:
             form.add_error(None, remote_error_message(exc))
         else:
             messages.success(request, "Config saved.")
-            return redirect(config)
-    status = 400 if form.errors else 200
-    return render(
-        request,
-        "sandboxes/config_form.html",
-        {"form": form, "space": config.space, "config": config, "section": "sandboxes"},
-        status=status,
-    )
+            return HttpResponseClientRedirect(config.get_absolute_url()) if is_htmx(request) else redirect(config)
+    return _render_config_form(request, config.space, config, form)
 
 
 @login_required
@@ -199,7 +235,7 @@ def config_verify(request: HttpRequest, config_id: str) -> HttpResponse:
 
 # --- Capability matrix -------------------------------------------------------------------
 
-CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty", "volumes", "stats")
+CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty", "volumes", "egress", "stats")
 NETWORK_FLAGS = (
     ("outbound_toggle", "Outbound on/off"),
     ("allow_out_cidr", "Allow CIDRs"),
@@ -208,6 +244,9 @@ NETWORK_FLAGS = (
     ("deny_out_domain", "Deny domains"),
     ("l7_rules", "HTTP (L7) rules"),
     ("inbound_toggle", "Inbound on/off"),
+    ("deny_wins", "Deny beats allow"),
+    ("allow_private", "Private exceptions"),
+    ("live_update", "Live policy changes"),
 )
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django import forms
+from django.core.exceptions import ValidationError
 
 from console.crypto import REDACTED
 from console.models import Space
@@ -45,10 +46,46 @@ class SecretTextarea(forms.Textarea):
         return super().get_context(name, None, attrs)
 
 
+class TemplateChoiceField(forms.ChoiceField):
+    """The template picker: a posted snapshot id is named as such, not as an unknown choice."""
+
+    def validate(self, value: Any) -> None:
+        if value and is_snapshot_id(str(value)):
+            raise forms.ValidationError("Snapshot ids (snap-…) are not templates; pick a template.")
+        super().validate(value)
+
+
+# Config fields that only some kinds take, and the KindDescription flag that says which.
+KIND_CONFIG_FIELDS = {
+    "api_key": "takes_api_key",
+    "protocol_pin": "versioned_protocol",
+    "pids_limit": "limits_processes",
+}
+# What a field the chosen kind does not take is saved as (None: left as it is).
+NEUTRAL_VALUES: dict[str, Any] = {"protocol_pin": "", "api_key": None}
+
+
+def backends_for(space: Space) -> Any:
+    return PlatformBackend.objects.filter(spaces=space).order_by("name")
+
+
+def chosen_backend(space: Space, value: Any) -> PlatformBackend | None:
+    """The backend a form names, if it is granted to the space (anything else: none)."""
+    if not value:
+        return None
+    try:
+        return backends_for(space).filter(pk=value).first()
+    except (ValueError, TypeError, ValidationError):
+        return None
+
+
 class SandboxConfigForm(forms.ModelForm):
     """A space admin's config: a backend granted to the space, template, resources within the
     backend's limits, idle behaviour. Infrastructure fields are not on it: a posted endpoint,
     unix path, TLS, private opt-in, host root or package source is ignored.
+
+    Only the chosen backend's kind's fields are on it (from its `KindDescription`); without a
+    backend (`backend=None`) the form is the first step: the backend alone.
 
     The API key is the space's own, accepted only where the backend allows one; it shows as
     *** when set, and sending *** back keeps it.
@@ -58,45 +95,105 @@ class SandboxConfigForm(forms.ModelForm):
         required=False,
         label="Own API key",
         widget=SecretInput(),
-        help_text="Only for backends where the platform lets spaces bring their own E2B/Cube key (public "
-        "endpoints). Stored encrypted; leave *** to keep the stored key, empty to use the platform's.",
+        help_text="The platform lets spaces bring their own key to this backend (public endpoints only). "
+        "Stored encrypted; leave *** to keep the stored key, empty to use the platform's.",
     )
 
     class Meta:
         model = SandboxConfig
         fields = [*CONFIG_FIELDS[:2], "api_key", *CONFIG_FIELDS[2:]]
+        labels = {
+            "backend": "Backend",
+            "default_template": "Default template",
+            "cpus": "CPUs",
+            "memory_mb": "Memory (MB)",
+            "pids_limit": "Process limit",
+            "idle_mode": "When idle",
+            "idle_timeout_s": "Idle timeout (seconds)",
+            "persistent_workspace": "Persistent /workspace",
+            "protocol_pin": "Protocol",
+            "is_default": "Default for sessions",
+        }
+        help_texts = {
+            "cpus": "CPU cores per sandbox, e.g. 0.5 or 2.",
+            "memory_mb": "Per sandbox, in MiB (1024 = 1 GiB).",
+            "pids_limit": "Most processes per sandbox.",
+            "idle_mode": "What happens to a session's sandbox after the idle timeout.",
+            "idle_timeout_s": "Without activity, from 60 (one minute) to 86400 (a day).",
+            "protocol_pin": "The wire protocol to speak. Empty: detect it from the server's answers.",
+        }
 
     def __init__(
         self,
         *args: Any,
         space: Space,
+        backend: PlatformBackend | None = None,
         template_choices: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        self.chosen = backend
         # Only backends granted to the space: a forged id of another is a field error.
         backend_field = self.fields["backend"]
-        backend_field.queryset = PlatformBackend.objects.filter(spaces=space).order_by("name")  # type: ignore[attr-defined]
-        backend_field.help_text = "Infrastructure the platform granted this space."
-        if self.instance.pk and self.instance.has_api_key:
+        backend_field.queryset = backends_for(space)  # type: ignore[attr-defined]
+        backend_field.help_text = "Infrastructure the platform granted this space; the fields below are its kind's."
+        if backend is None:
+            self.kind = None
+            for name in list(self.fields):
+                if name != "backend":
+                    del self.fields[name]
+            return
+        self.initial.setdefault("backend", backend.pk)
+        self.kind = describe(backend.kind)
+        for name, flag in KIND_CONFIG_FIELDS.items():
+            if not getattr(self.kind, flag):
+                del self.fields[name]
+        if "api_key" in self.fields and not backend.allow_space_api_key:
+            del self.fields["api_key"]
+        self.left_out = {name: NEUTRAL_VALUES[name] for name in NEUTRAL_VALUES if name not in self.fields}
+        if "protocol_pin" in self.fields:
+            # This kind's protocols only (the adapters' option values start with the kind).
+            pin = self.fields["protocol_pin"]
+            pin.choices = [(v, label) for v, label in pin.choices if not v or v.startswith(f"{backend.kind}-")]  # type: ignore[attr-defined]
+        if "api_key" in self.fields and self.instance.pk and self.instance.has_api_key:
             self.initial["api_key"] = REDACTED
             self.fields["api_key"].widget = SecretInput(stored=True)
-        if template_choices is not None:
-            # The picker lists templates only: a snapshot id never appears here.
-            current = self.instance.default_template if self.instance.pk else ""
-            choices = [t for t in template_choices if not is_snapshot_id(t)]
-            if current and current not in choices and not is_snapshot_id(current):
-                choices.append(current)
-            self.fields["default_template"] = forms.ChoiceField(
+        # The picker lists templates only: a snapshot id never appears here.
+        choices = [t for t in template_choices or [] if not is_snapshot_id(t)]
+        current = self.instance.default_template if self.instance.pk else ""
+        if current and current not in choices and not is_snapshot_id(current):
+            choices.append(current)
+        if choices:
+            self.fields["default_template"] = TemplateChoiceField(
                 choices=[(t, t) for t in choices],
                 label="Default template",
                 help_text="The platform's templates and this space's own. Snapshots live in their own list.",
             )
         else:
             self.fields["default_template"].help_text = (
-                "A template id of the backend (Docker: an image tag such as sandbox-console/base:latest). "
+                "A template id of the backend (it could not list its templates now). "
                 "Snapshot ids (snap-…) are not templates."
             )
+
+    @property
+    def is_first_step(self) -> bool:
+        return self.kind is None
+
+    def config_data(self) -> dict[str, Any]:
+        """What the services take: the fields on the form, and neutral values for the others."""
+        data = {k: self.cleaned_data[k] for k in CONFIG_FIELDS if k in self.cleaned_data}
+        data.update({k: v for k, v in self.left_out.items() if k in CONFIG_FIELDS and v is not None})
+        return data
+
+    def api_key_value(self) -> str | None:
+        """The typed key, "" to clear; None keeps the stored one (the field is not offered).
+
+        A key posted although the field is not offered goes to the service, which refuses it
+        (a secret is never dropped silently)."""
+        if "api_key" not in self.fields:
+            posted = str(self.data.get("api_key") or "") if self.is_bound else ""
+            return posted if posted and posted != REDACTED else None
+        return str(self.cleaned_data.get("api_key") or "")
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()

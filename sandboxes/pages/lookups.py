@@ -12,6 +12,7 @@ from console.access import get_space_for_user
 from console.models import Role
 
 from ..backends.base import RemoteError
+from ..catalog.network import PolicyConflict
 from ..catalog.templates import (
     visible_template_ids,
 )
@@ -26,6 +27,8 @@ def get_config_for_user(user: Any, config_id: Any, role: Role = Role.VIEWER) -> 
 
 
 def remote_error_message(exc: RemoteError) -> str:
+    if isinstance(exc, PolicyConflict):  # the space's settings, not the backend
+        return exc.message
     hint = " (retry later)" if exc.retryable else ""
     return f"The backend said {exc.kind}: {exc.message}{hint}"
 

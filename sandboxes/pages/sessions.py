@@ -4,6 +4,7 @@ and background commands.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,9 +27,11 @@ from console.views import is_htmx, paginate, query_without_page
 from ..backends.base import RemoteError
 from ..models import Artifact, BackgroundCommand, Session
 from ..sessions.commands import kill_command, read_output, start_command
-from ..sessions.runtime import Runtime, effective_template
+from ..sessions.provisioning import effective_template
+from ..sessions.runtime import Runtime
 from ..sessions.stats import read_session_stats
 from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
+from .inbound import inbound_context
 from .lookups import get_session_for_user, remote_error_message
 
 # --- Sessions ----------------------------------------------------------------------------
@@ -60,6 +63,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
     context = {
         "page": page,
         "spaces": spaces.order_by("name"),
+        "start_spaces": spaces_for_user(request.user, Role.MEMBER).filter(sandbox_configs__isnull=False).distinct(),
         "space_filter": space_filter,
         "state": state,
         "states": SESSION_STATE_FILTERS,
@@ -105,10 +109,34 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "browsed": request.GET.get("browse") == "1",
         "artifacts": session.artifacts.all()[:50],
         "commands": session.commands.all()[:20],
+        "inbound": inbound_context(request, session, can_use=can_use),
+        "egress_events": session.egress_events.all()[:20],
+        "egress_grants": session.egress_grants.all(),
         "section": "sessions",
         **stats_context(request, session),
     }
     return render(request, "sandboxes/session_detail.html", context)
+
+
+@login_required
+@require_POST
+def session_start(request: HttpRequest, space_id: str) -> HttpResponse:
+    """Start a session from the console (members): its sandbox on the space's default config.
+
+    The agent API does the same on a turn; this lets a person try the space without a token.
+    """
+    space = get_space_for_user(request.user, space_id, Role.MEMBER)
+    key = request.POST.get("key", "").strip() or f"console-{secrets.token_hex(4)}"
+    try:
+        resolved = Runtime().resolve(space, key, actor=actor_from_request(request))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    except RemoteError as exc:
+        messages.error(request, remote_error_message(exc))
+    else:
+        messages.success(request, f"Session {key} is running ({resolved.action}). Open its terminal next.")
+        return redirect(resolved.session)
+    return redirect(reverse("sandboxes:session_list") + f"?space={space.id}#start-session")
 
 
 SESSION_ACTIONS = {"pause", "resume", "rebuild", "delete"}

@@ -2,7 +2,8 @@
 
 from django.urls import path
 
-from . import catalog, configs, sessions, tokens
+from ..terminal import views as terminal_views
+from . import catalog, configs, inbound, network, platform, sessions, tokens
 
 app_name = "sandboxes"
 
@@ -20,6 +21,7 @@ urlpatterns = [
     path("sandboxes/<uuid:config_id>/templates/delete/", catalog.template_delete, name="template_delete"),
     path("sandboxes/<uuid:config_id>/snapshots/delete/", catalog.snapshot_delete, name="snapshot_delete"),
     path("sessions/", sessions.session_list, name="session_list"),
+    path("spaces/<uuid:space_id>/sessions/new/", sessions.session_start, name="session_start"),
     path("sessions/<uuid:session_id>/", sessions.session_detail, name="session_detail"),
     path("sessions/<uuid:session_id>/stats/", sessions.session_stats, name="session_stats"),
     path("sessions/<uuid:session_id>/upload/", sessions.session_upload, name="session_upload"),
@@ -30,25 +32,35 @@ urlpatterns = [
     ),
     path("sessions/<uuid:session_id>/actions/<str:action>/", sessions.session_action, name="session_action"),
     path("sessions/<uuid:session_id>/commands/", sessions.command_start, name="command_start"),
+    path("sessions/<uuid:session_id>/inbound/link/", inbound.session_inbound_link, name="session_inbound_link"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/", sessions.command_detail, name="command_detail"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/kill/", sessions.command_kill, name="command_kill"),
+    path("spaces/<uuid:space_id>/network/explain/", network.network_explain, name="network_explain"),
+    path("spaces/<uuid:space_id>/egress/", network.egress_list, name="egress_list"),
+    path(
+        "spaces/<uuid:space_id>/egress/<uuid:event_id>/allow-space/",
+        network.egress_allow_space,
+        name="egress_allow_space",
+    ),
+    path(
+        "spaces/<uuid:space_id>/egress/<uuid:event_id>/allow-session/",
+        network.egress_allow_session,
+        name="egress_allow_session",
+    ),
+    path("sessions/<uuid:session_id>/grants/<uuid:grant_id>/revoke/", network.grant_revoke, name="grant_revoke"),
     path("spaces/<uuid:space_id>/tokens/", tokens.token_list, name="token_list"),
     path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
 ]
 
-# The platform's Backends section (platform admins only; sandboxes/views_platform.py).
-from . import platform as views_platform  # noqa: E402
-
+# The platform's Backends section (platform admins only; sandboxes/pages/platform.py).
 urlpatterns += [
-    path("platform/backends/", views_platform.backend_list, name="backend_list"),
-    path("platform/backends/new/", views_platform.backend_create, name="backend_create"),
-    path("platform/backends/<uuid:backend_id>/", views_platform.backend_edit, name="backend_edit"),
+    path("platform/backends/", platform.backend_list, name="backend_list"),
+    path("platform/backends/new/", platform.backend_create, name="backend_create"),
+    path("platform/backends/<uuid:backend_id>/", platform.backend_edit, name="backend_edit"),
 ]
 
-# The web terminal (sandboxes/views_terminal.py; docs/terminal-protocol.md).
-from ..terminal import views as views_terminal  # noqa: E402
-
+# The web terminal (sandboxes/terminal/views.py; docs/terminal-protocol.md).
 urlpatterns += [
-    path("sessions/<uuid:session_id>/terminal/", views_terminal.terminal_page, name="terminal_page"),
-    path("sessions/<uuid:session_id>/terminals/", views_terminal.terminal_create, name="terminal_create"),
+    path("sessions/<uuid:session_id>/terminal/", terminal_views.terminal_page, name="terminal_page"),
+    path("sessions/<uuid:session_id>/terminals/", terminal_views.terminal_create, name="terminal_create"),
 ]

@@ -10,7 +10,7 @@ capability as uid 1000 in /workspace, under a small `sh` wrapper that records it
 session and process-group leader of the PTY), turns echo and output CR/LF translation off
 (`stty -echo -onlcr`, so output is the command's own bytes), and writes the exit code to a
 file when the command ends. A pump thread in the starting process reads the PTY, appends to
-a ring buffer (`sandboxes.streams`), feeds stdin queued by any process, refreshes a
+a ring buffer (`sandboxes.sessions.streams`), feeds stdin queued by any process, refreshes a
 heartbeat, and at the end records exit code and finish time on the row.
 
 Shared state lives in Redis when REDIS_URL is set (output ring, stdin queue, heartbeat,
@@ -47,7 +47,8 @@ from console.services import SYSTEM, Actor, ServiceError, record_audit
 from ..backends.base import ErrorKind, ExecRequest, PtyHandle, PtySize, RemoteError
 from ..models import BackgroundCommand, CommandStatus, Session
 from .limits import check_background_commands
-from .runtime import HOLDER, Runtime, backend_for
+from .provisioning import backend_for
+from .runtime import HOLDER, Runtime
 from .streams import MemoryRingBuffer, RedisRingBuffer, RingBuffer
 
 logger = logging.getLogger(__name__)

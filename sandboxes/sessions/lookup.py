@@ -1,17 +1,19 @@
 """Finding a session row by its key, or creating it on the space's default config.
 
-The warm path of every agent call starts here: one query, compiled once per thread.
+The warm path of every agent call starts here: one query, its SQL written once per database
+from the models' `_meta` (public Django APIs only).
 """
+
+# ruff: noqa: S608 - the only interpolations are quoted table/column names; values are parameters
 
 from __future__ import annotations
 
 import re
-import threading
 from contextvars import ContextVar
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
-from django.db.models.sql.compiler import SQLCompiler
+from django.db import IntegrityError, connections, router, transaction
+from django.db.models import Model
 
 from console.models import Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
@@ -42,69 +44,75 @@ def check_session_key(key: str) -> None:
         )
 
 
-class _CompiledSessionQuery:
-    """`Session.objects.select_related("config__backend").get(space=..., key=...)`, compiled once per thread.
+class _SessionQuery:
+    """`Session.objects.select_related("config__backend").get(space=..., key=...)` as SQL written once.
 
     Django compiles a queryset to SQL each time it runs; on the warm resolve path that compilation
-    cost more than the query's round trip (bench/session_resolve.py). The SQL never changes, so
-    each thread compiles it once and afterwards only binds the two parameters. Rows still pass
-    through the compiler's converters and become instances through `from_db`, as in the ORM.
-    """
+    cost more than the query's round trip (bench/session_resolve.py). So the SELECT is written once
+    per database from the models' documented `_meta` (table and column names, quoted by the
+    connection), run on `connection.cursor()`, and each row becomes instances through the
+    documented `Model.from_db`, as the ORM makes them. No ordering (space and key are unique), no
+    locking (the ORM query had none), the database the router gives for reading sessions.
 
-    _SENTINEL_KEY = "\x00session-key"
-    _SENTINEL_SPACE = "00000000-0000-0000-0000-000000000000"
+    Only on PostgreSQL, whose driver returns every column of these models as its Python value
+    already; elsewhere (SQLite, where decimals, UUIDs and times need Django's converters)
+    `session_by_key` runs the queryset itself.
+    """
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
-        self.session_fields = [f.attname for f in Session._meta.concrete_fields]
-        self.config_fields = [f.attname for f in SandboxConfig._meta.concrete_fields]
-        self.backend_fields = [f.attname for f in PlatformBackend._meta.concrete_fields]
-        columns = [
-            *self.session_fields,
-            *(f"config__{name}" for name in self.config_fields),
-            *(f"config__backend__{name}" for name in self.backend_fields),
-        ]
-        # No ORDER BY: (space, key) is unique, and the model's default ordering would sort.
-        query = Session.objects.filter(space_id=self._SENTINEL_SPACE, key=self._SENTINEL_KEY).order_by()
-        self.compiler: SQLCompiler = query.values_list(*columns).query.get_compiler(alias)
-        self.sql, params = self.compiler.as_sql()
-        selected = [column[0] for column in self.compiler.select[: self.compiler.col_count]]
-        self.converters = self.compiler.get_converters(selected)
-        self.space_param = self._space_param(self._SENTINEL_SPACE)
-        # The compiler orders parameters as it likes (key before space, today); map each slot.
-        self.slots = ["key" if p == self._SENTINEL_KEY else "space" if p == self.space_param else "?" for p in params]
-        if sorted(self.slots) != ["key", "space"]:
-            raise RuntimeError(f"unexpected parameters in the compiled session query: {params!r}")
+        quote = connections[alias].ops.quote_name
+        models: tuple[type[Model], ...] = (Session, SandboxConfig, PlatformBackend)
+        if any(hasattr(f, "from_db_value") for model in models for f in model._meta.concrete_fields):
+            raise RuntimeError("a field with from_db_value needs its conversion: read it through the ORM")
+        self.fields = [[f.attname for f in model._meta.concrete_fields] for model in models]
 
-    def _space_param(self, space_id: object) -> object:
-        return Session._meta.get_field("space").get_db_prep_value(space_id, connections[self.alias])
+        def column(model: type[Model], name: str | None = None) -> str:
+            field = model._meta.pk if name is None else model._meta.get_field(name)
+            return f"{quote(model._meta.db_table)}.{quote(str(field.column))}"  # type: ignore[union-attr]
+
+        selected = ", ".join(column(model, f.name) for model in models for f in model._meta.concrete_fields)
+        self.sql = (
+            f"SELECT {selected} FROM {quote(Session._meta.db_table)}"
+            f" INNER JOIN {quote(SandboxConfig._meta.db_table)}"
+            f" ON {column(Session, 'config')} = {column(SandboxConfig)}"
+            f" INNER JOIN {quote(PlatformBackend._meta.db_table)}"
+            f" ON {column(SandboxConfig, 'backend')} = {column(PlatformBackend)}"
+            f" WHERE {column(Session, 'space')} = %s AND {column(Session, 'key')} = %s"
+        )
+        self.space_field = Session._meta.get_field("space")
 
     def get(self, space_id: object, key: str) -> Session | None:
-        values: dict[str, Any] = {"key": key, "space": self._space_param(space_id)}
-        with connections[self.alias].cursor() as cursor:
-            cursor.execute(self.sql, [values[slot] for slot in self.slots])
-            rows = cursor.fetchall()
-        if not rows:
+        connection = connections[self.alias]
+        space_param = self.space_field.get_db_prep_value(space_id, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql, [space_param, key])
+            row = cursor.fetchone()
+        if row is None:
             return None
-        row, split = rows[0], len(self.session_fields)
-        if self.converters:
-            row = next(iter(self.compiler.apply_converters([row], self.converters)))
-        session = Session.from_db(self.alias, self.session_fields, row[:split])
-        backend_at = split + len(self.config_fields)
-        session.config = SandboxConfig.from_db(self.alias, self.config_fields, row[split:backend_at])
-        session.config.backend = PlatformBackend.from_db(self.alias, self.backend_fields, row[backend_at:])
+        session_fields, config_fields, backend_fields = self.fields
+        split, backend_at = len(session_fields), len(session_fields) + len(config_fields)
+        session = Session.from_db(self.alias, session_fields, row[:split])
+        session.config = SandboxConfig.from_db(self.alias, config_fields, row[split:backend_at])
+        session.config.backend = PlatformBackend.from_db(self.alias, backend_fields, row[backend_at:])
         return session
 
 
-_compiled_queries = threading.local()
+_session_queries: dict[str, _SessionQuery] = {}
 
 
 def session_by_key(space: Space, key: str) -> Session | None:
-    """The space's session with this key and its config, or None (one query, no compilation)."""
-    compiled: _CompiledSessionQuery | None = getattr(_compiled_queries, "session", None)
-    if compiled is None:
-        compiled = _compiled_queries.session = _CompiledSessionQuery(DEFAULT_DB_ALIAS)
-    return compiled.get(space.pk, key)
+    """The space's session with this key, its config and backend, or None (one query)."""
+    alias = router.db_for_read(Session)
+    query = _session_queries.get(alias)
+    if query is None:
+        if connections[alias].vendor != "postgresql":
+            try:
+                return Session.objects.using(alias).select_related("config__backend").get(space_id=space.pk, key=key)
+            except Session.DoesNotExist:
+                return None
+        query = _session_queries[alias] = _SessionQuery(alias)
+    return query.get(space.pk, key)
 
 
 # The id of the session the current call (an API request) works on, so an error can tell a

@@ -54,7 +54,8 @@ from ..backends.base import (
     SandboxState,
 )
 from ..models import BackgroundCommand, CommandStatus, SandboxConfig, Session, SessionState, Terminal
-from .runtime import GONE_KINDS, Runtime, backend_for
+from .provisioning import backend_for
+from .runtime import GONE_KINDS, Runtime
 from .store import (
     Binding,
     HeldLock,

@@ -20,7 +20,7 @@ from console.jobs import JobContext, job_handler, prune_housekeeping_jobs, start
 from console.retention import cutoff_for, delete_in_batches, prune_console_records
 from console.services import SYSTEM, record_audit
 
-from ..models import Artifact, BackgroundCommand, CommandStatus, Terminal
+from ..models import Artifact, BackgroundCommand, CommandStatus, EgressEvent, Terminal, WatchedSandbox
 
 logger = logging.getLogger(__name__)
 KIND = "sandboxes.retention"
@@ -62,6 +62,11 @@ def prune_session_records(now: datetime | None = None) -> dict[str, int]:
     artifacts = cutoff_for("artifacts", now)
     if artifacts is not None:
         deleted["artifacts"] = prune_artifacts(artifacts)
+    egress = cutoff_for("egress_events", now)
+    if egress is not None:
+        deleted["egress_events"] = delete_in_batches(EgressEvent.objects.filter(time__lt=egress))
+        # Skill-build sandboxes watched for refusals live as long as a build: days are plenty.
+        delete_in_batches(WatchedSandbox.objects.filter(created__lt=egress))
     return deleted
 
 

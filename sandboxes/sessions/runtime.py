@@ -22,11 +22,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
@@ -55,12 +53,12 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from ..catalog.observed import build_observed
-from ..catalog.services import backend_config_for, config_fingerprint, network_spec_for
-from ..models import SandboxConfig, Session, SessionImage, SessionState
+from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
+from ..models import SandboxConfig, Session, SessionState
 from .limits import check_concurrent_execs
 from .lookup import get_or_create_session
 from .observe import observe_resolve, took_slow_path
+from .provisioning import backend_for, effective_template, prepare_workspace
 from .store import (
     LOCK_TTL_MS,
     TURN_TTL_S,
@@ -85,49 +83,6 @@ LOCK_LOST_RETRIES = 2
 EXEC_GRACE = timedelta(seconds=60)
 ACTIVITY_WRITE_INTERVAL = timedelta(seconds=30)
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"
-
-# --- Backends, cached per config --------------------------------------------------------
-
-_backends: dict[tuple[str, datetime, datetime], Backend] = {}
-_backends_lock = threading.Lock()
-
-
-def backend_for(config: SandboxConfig) -> Backend:
-    """A long-lived backend per config and platform backend version (pools are reused)."""
-    key = (str(config.pk), config.updated, config.backend.updated)
-    with _backends_lock:
-        backend = _backends.get(key)
-        if backend is None:
-            for stale in [k for k in _backends if k[0] == key[0]]:
-                _backends.pop(stale).close()
-            backend = build_observed(backend_config_for(config))
-            _backends[key] = backend
-    return backend
-
-
-# --- Effective template -----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EffectiveTemplate:
-    template_id: str
-    source: str  # "skill image" | "default template"
-    note: str = ""
-
-
-def effective_template(space: Space, config: SandboxConfig) -> EffectiveTemplate:
-    """The space's current skill image on this config when valid, else the default template."""
-    image = SessionImage.objects.filter(space=space, config=config).first()
-    if image is None:
-        return EffectiveTemplate(config.default_template, "default template")
-    if image.fingerprint != config_fingerprint(config):
-        return EffectiveTemplate(
-            config.default_template,
-            "default template",
-            f"the skill image {image.snapshot_id} belongs to another backend account; "
-            "sessions start from the default template",
-        )
-    return EffectiveTemplate(image.snapshot_id, "skill image", image.label)
 
 
 class SessionDeleted(RemoteError):
@@ -381,9 +336,11 @@ class Runtime:
         config = session.config
         template = effective_template(session.space, config)
         persistent = config.persistent_workspace and backend.volumes() is not None
+        network = network_spec_for(session.space, session)
+        refuse_unless_honoured(network, backend, config.name)  # a settings conflict: 409, never 502
         spec = SandboxSpec(
             template_id=template.template_id,
-            network=network_spec_for(session.space),
+            network=network,
             metadata={**self.session_metadata(session), META_BINDING_VERSION: str(version)},
             resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
             timeout_s=config.idle_timeout_s,
@@ -404,8 +361,12 @@ class Runtime:
             raise
         session.template_id = template.template_id
         session.traffic_token_encrypted = encrypt(info.traffic_token or "")
+        session.policy_fingerprint, session.policy_applied_at = spec_fingerprint(network), timezone.now()
         kept = Session.objects.filter(pk=session.pk).update(
-            template_id=session.template_id, traffic_token_encrypted=session.traffic_token_encrypted
+            template_id=session.template_id,
+            traffic_token_encrypted=session.traffic_token_encrypted,
+            policy_fingerprint=session.policy_fingerprint,
+            policy_applied_at=session.policy_applied_at,
         )
         if not kept:  # deleted meanwhile (not through Runtime.delete, which waits for the lock)
             self._delete_quietly(backend, info.sandbox_id)
@@ -618,26 +579,3 @@ class Runtime:
 
     def traffic_token(self, session: Session) -> str:
         return decrypt(session.traffic_token_encrypted)
-
-
-# Run inside sandboxes for every file operation on /workspace (docs/security.md).
-WORKSPACE_HELPER_SOURCE = Path(__file__).with_name("workspace_helper.py").read_text()
-# The workspace layout every new sandbox gets: input/ read-only to the session user. Set by
-# the helper on descriptors opened without following links: a persistent workspace may hold
-# links its user planted (output -> /etc), which a plain chown would follow as root.
-PREPARE_WORKSPACE = ExecRequest(
-    argv=("python3", "-I", "-c", WORKSPACE_HELPER_SOURCE, "prepare", ".", "1000"),
-    user="root",
-    cwd="/",
-    timeout_s=30,
-)
-
-
-def prepare_workspace(backend: Backend, sandbox_id: str) -> None:
-    """Lay out /workspace; a layout that failed is an error, not a sandbox handed out with
-    input/ still the session user's or a link. A template without python3 (127) has no file
-    access at all (the file operations say so), so it is not refused here."""
-    result = backend.exec(sandbox_id, PREPARE_WORKSPACE)
-    if result.exit_code not in (0, 127):
-        message = result.stderr.decode(errors="replace").strip()[:300] or f"exit code {result.exit_code}"
-        raise RemoteError(ErrorKind.INTERNAL, f"laying out /workspace failed: {message}")

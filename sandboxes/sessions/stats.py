@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from ..backends.base import RemoteError, SandboxState, SandboxStats
 from ..models import Session
-from .runtime import GONE_KINDS, Runtime, backend_for
+from .provisioning import backend_for
+from .runtime import GONE_KINDS, Runtime
 
 
 @dataclass(frozen=True)

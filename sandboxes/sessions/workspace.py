@@ -20,7 +20,6 @@ import json
 import posixpath
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -31,7 +30,8 @@ from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import WORKSPACE, Backend, ErrorKind, ExecRequest, FileInfo, RemoteError
 from ..models import Artifact, Session
-from .runtime import WORKSPACE_HELPER_SOURCE, Runtime, backend_for
+from .provisioning import WORKSPACE_HELPER_SOURCE, backend_for
+from .runtime import Runtime
 
 INPUT = f"{WORKSPACE}/input"
 OUTPUT = f"{WORKSPACE}/output"
@@ -110,18 +110,6 @@ def _json(data: bytes) -> Any:
         raise RemoteError(ErrorKind.INTERNAL, f"the sandbox's file helper answered no JSON: {data[:200]!r}") from exc
 
 
-def _file_info(row: dict[str, Any]) -> FileInfo:
-    return FileInfo(
-        path=row["path"],
-        name=row["name"],
-        is_dir=bool(row["dir"]),
-        size=int(row["size"]),
-        mode=int(row["mode"]),
-        is_symlink=bool(row["link"]),
-        modified=datetime.fromtimestamp(float(row["mtime"]), UTC),
-    )
-
-
 class SandboxNotRunning(ServiceError):
     """A read that may not wake the session (a GET page) found its sandbox not running."""
 
@@ -147,7 +135,7 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
         raise ServiceError("Give the attachment a file name.", field_errors={"path": ["a file name is needed"]})
     backend, sandbox_id = _sandbox(runtime, session)
     row = _json(run_helper(backend, sandbox_id, "stage", path, "444", user="root", stdin=data))
-    info = _file_info(row)
+    info = FileInfo.from_stat_row(row)
     record_audit(
         actor,
         "session.input_upload",
@@ -162,14 +150,14 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
 def list_files(runtime: Runtime, session: Session, relative: str = "", *, wake: bool = True) -> list[FileInfo]:
     path = workspace_path(relative or WORKSPACE)
     backend, sandbox_id = _sandbox(runtime, session, wake=wake)
-    entries = [_file_info(row) for row in _json(run_helper(backend, sandbox_id, "list", path))]
+    entries = [FileInfo.from_stat_row(row) for row in _json(run_helper(backend, sandbox_id, "list", path))]
     return sorted(entries, key=lambda e: (not e.is_dir, e.name))
 
 
 def stat_file(runtime: Runtime, session: Session, relative: str) -> FileInfo:
     path = workspace_path(relative)
     backend, sandbox_id = _sandbox(runtime, session)
-    return _file_info(_json(run_helper(backend, sandbox_id, "stat", path)))
+    return FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "stat", path)))
 
 
 def read_file(
@@ -192,7 +180,7 @@ def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *
     if len(data) > settings.WORKSPACE_UPLOAD_MAX_BYTES:
         raise ServiceError(f"The file is larger than {settings.WORKSPACE_UPLOAD_MAX_BYTES} bytes.")
     backend, sandbox_id = _sandbox(runtime, session)
-    info = _file_info(_json(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
+    info = FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
     record_audit(
         actor,
         "session.file_write",

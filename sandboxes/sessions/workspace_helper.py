@@ -1,6 +1,6 @@
 """Confined file operations, run INSIDE a sandbox as `python3 -I -c <this file's source> OP REL ...`.
 
-Not imported by the console: `sandboxes.workspace` sends this source to the sandbox's own
+Not imported by the console: `sandboxes.sessions.workspace` sends this source to the sandbox's own
 python3 through the contract's exec, as the session user (uid 1000) for everything the user
 asks, and as root only to stage attachments into the root-owned `input/`. It must run on the
 oldest python3 a template carries (3.9 and up), with the standard library alone.

@@ -3,9 +3,11 @@
 `/ws/terminals/<uuid>/?ticket=...` (docs/terminal-protocol.md). Binary frames carry PTY
 bytes both ways; text frames carry one JSON control message each. The handshake is refused
 (closed before accept) without a valid, unused ticket of this user for this terminal, or
-without the member role in the session's space. The PTY itself is owned by a
-`sandboxes.terminal.process.TerminalProcess` in this process; the channel layer only carries
-control events (logout, access changes) to the per-user group.
+without the member role in the session's space. The PTY is owned by a
+`sandboxes.terminal.process.TerminalProcess` in this process; the shell behind it is kept by
+the sandbox where it can be (`keeper`), so a connection through another process reattaches
+to it. The channel layer only carries control events (logout, access changes) to the
+per-user group.
 
 A failing channel layer (Redis away, a read timing out) never takes the websocket down: the
 consumer retries the layer with a backoff, re-joins its group and re-checks access once the
@@ -34,7 +36,7 @@ from console.logs import REQUEST_ID_HEADER, sane_request_id, set_request_id
 from ..backends.base import PtySize, RemoteError
 from . import process as processes
 from . import tickets as terminals
-from .process import TerminalProcess, get_process, install_shutdown_hook
+from .process import TerminalGone, TerminalProcess, get_process, install_shutdown_hook
 from .tickets import (
     CLOSE_LOGGED_OUT,
     CLOSE_NORMAL,
@@ -166,6 +168,12 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             return
         await self.accept()
         existing = get_process(terminal_id)
+        if existing is not None and existing.kept:
+            # A fresh tmux attachment, as through any other process: tmux redraws for this
+            # client (replaying the old one's stream would replay tmux's terminal queries too,
+            # whose answers would reach the shell as typed keys).
+            await existing.close(processes.TAKEN_OVER, code=terminals.CLOSE_REPLACED, let_go=True)
+            existing = None
         if existing is not None:
             self.process = existing
             await existing.attach(self, reattached=True)
@@ -180,6 +188,10 @@ class TerminalConsumer(AsyncWebsocketConsumer):
     async def _start(self, process: TerminalProcess) -> None:
         try:
             await process.start()
+        except TerminalGone as exc:
+            await self.send_control({"type": "error", "message": f"Cannot open a terminal: {exc}"})
+            await process.close(str(exc), let_go=True)
+            return
         except RemoteError as exc:
             await self.send_control({"type": "error", "message": f"Cannot open a terminal: {exc.message}"})
             await process.close(f"could not start: {exc.kind}", code=CLOSE_UNAVAILABLE)
@@ -193,7 +205,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if self.gone:
             process.start_grace()  # the client left while the shell was starting
             return
-        await process.attach(self, reattached=False)
+        await process.attach(self, reattached=process.reattached)
 
     async def disconnect(self, code: int) -> None:
         self.gone = True

@@ -1,5 +1,11 @@
 """The PTY owner behind each websocket: `TerminalProcess` and this process's registry of them.
 
+The shell itself is kept by the sandbox where its template can (`keeper`: a tmux session per
+terminal), so the PTY here is one attachment to it and any console process can make another;
+the attachment lease in the database (`attachments`) says which process holds the live one.
+Only the process that wins `attachments.claim_close` ends the kept shell and audits the close:
+a grace window that ends while another process holds the terminal lets go of its own PTY only.
+
 It reads the PTY (through the fd with `loop.add_reader` when the backend gives one, else a
 reader thread), keeps a replay ring buffer, forwards output to the attached client through
 a bounded queue, keeps the session from idling, closes on idle, waits `TERMINAL_REATTACH_S`
@@ -12,6 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import secrets
+import socket
 import sys
 import threading
 import time
@@ -23,6 +32,7 @@ from django.conf import settings
 
 from ..backends.base import ErrorKind, PtyHandle, PtySize, RemoteError
 from ..sessions.streams import MemoryRingBuffer
+from . import attachments
 from .tickets import (
     CLOSE_IDLE,
     CLOSE_NORMAL,
@@ -32,7 +42,8 @@ from .tickets import (
     QUEUE_CHUNKS,
     READ_BYTES,
     Grant,
-    open_pty,
+    end_kept_shell,
+    open_shell,
     record_close,
     record_open,
     revoked,
@@ -40,6 +51,16 @@ from .tickets import (
 )
 
 logger = logging.getLogger(__name__)
+
+REPLACED_MESSAGE = (
+    "The shell was replaced: this sandbox cannot keep a shell between connections (its template "
+    "has no tmux), so this is a new shell; the earlier one's output and environment are gone."
+)
+TAKEN_OVER = "another connection took over this terminal"
+
+
+class TerminalGone(Exception):
+    """The terminal was closed (or is closing) before this process could attach to it."""
 
 
 class TerminalClient(Protocol):
@@ -75,8 +96,12 @@ _closing: set[asyncio.Task[None]] = set()
 
 async def close_all(reason: str = "server shutting down", *, code: int = CLOSE_SERVER_STOPPING) -> None:
     """Close every terminal this process owns (attached or in its grace window), at once,
-    and wait for every close in flight: each ends its shell and records the close."""
-    closes = [process.close(reason, code=code) for process in list(_processes.values())]
+    and wait for every close in flight: each ends its shell and records the close.
+
+    A shell the sandbox keeps is not ended: this process lets go of it (its client is told
+    why and reconnects, through another process), and a terminal nobody takes again within
+    the grace window is closed by the sweep (`sweep.close_abandoned`)."""
+    closes = [process.close(reason, code=code, let_go=process.kept) for process in list(_processes.values())]
     await asyncio.gather(*closes, return_exceptions=True)
     if _closing:
         await asyncio.gather(*list(_closing), return_exceptions=True)
@@ -150,19 +175,39 @@ class TerminalProcess:
         self.resizing: asyncio.Task[Any] | None = None
         self.writes: asyncio.Queue[bytes] = asyncio.Queue()
         self.writer_busy = False
+        # This attachment's name in the lease (unique per process and per PTY).
+        self.holder = f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(6)}"
+        self.sandbox_id: str | None = None
+        self.kept = False  # the sandbox keeps the shell (tmux)
+        self.reattached = False  # the shell is an earlier connection's
+        self.replaced = False  # an earlier connection had a shell this one cannot be
         _processes[grant.terminal_id] = self
 
     # Lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Open the shell (resuming the sandbox), then start reading, sending and keeping alive."""
-        handle, sandbox_id = await database_sync_to_async(open_pty)(self.grant.session_id, self.size)
+        """Take the lease, attach to the terminal's shell (resuming the sandbox; creating the
+        shell unless the sandbox keeps it already), then start reading, sending and keeping alive."""
+        terminal_id = self.grant.terminal_id
+        if not await database_sync_to_async(attachments.take)(terminal_id, self.holder):
+            raise TerminalGone("the terminal was closed")
+        opened = await database_sync_to_async(open_shell)(self.grant.session_id, terminal_id, self.size)
+        handle = opened.handle
         if self.closed:  # closed while the sandbox was resolving
             await self.loop.run_in_executor(None, handle.kill)
             return
         self.handle = handle
+        self.touch()  # the idle clock starts with the shell, not with the sandbox's resolve
+        self.sandbox_id = opened.sandbox_id
+        self.kept = opened.kept
         self.applied_size = self.size
-        await database_sync_to_async(record_open)(self.grant, self.user, self.source_ip, sandbox_id)
+        first = await database_sync_to_async(record_open)(self.grant, self.user, self.source_ip, opened.sandbox_id)
+        self.reattached = opened.existed
+        self.replaced = not first and not opened.existed
+        if opened.scrollback:
+            self.ring.append(opened.scrollback)  # replayed first, before live output
+        if self.replaced:
+            logger.info("terminal %s: the shell was replaced (the sandbox keeps none)", terminal_id)
         self.tasks.append(self.loop.create_task(self._sender()))
         self.tasks.append(self.loop.create_task(self._keepalive()))
         self.tasks.append(self.loop.create_task(self._writer()))
@@ -180,56 +225,87 @@ class TerminalProcess:
             self.pending_input.clear()
         self._apply_size()
 
-    async def close(self, reason: str, *, code: int = CLOSE_NORMAL) -> None:
+    async def close(self, reason: str, *, code: int = CLOSE_NORMAL, force: bool = True, let_go: bool = False) -> None:
         """End the shell, close the websocket with `reason`, record and audit the close.
 
-        The work runs in a task of its own: a consumer cancelled while closing (Daphne's
-        application close timeout) cannot leave the shell running or the close unrecorded.
+        Unless `force`, the terminal closes only when no other process holds a live attachment
+        (`attachments.claim_close`); otherwise, and always with `let_go`, only this process's
+        PTY ends (its client, if any, is told that another connection took over). The work runs in a task of its own: a
+        consumer cancelled while closing (Daphne's application close timeout) cannot leave the
+        shell running or the close unrecorded.
         """
         if self.closing is None:
             self.closed = True
-            self.closing = self.loop.create_task(self._close(reason, code))
+            self.closing = self.loop.create_task(self._close(reason, code, force, let_go))
             _closing.add(self.closing)
             self.closing.add_done_callback(_closing.discard)
         await asyncio.shield(self.closing)
 
-    async def _close(self, reason: str, code: int) -> None:
+    async def _close(self, reason: str, code: int, force: bool, let_go: bool) -> None:
         if self.grace is not None:
             self.grace.cancel()
+        terminal_id = self.grant.terminal_id
+        try:
+            claimed = not let_go and await database_sync_to_async(attachments.claim_close)(
+                terminal_id, self.holder, force=force
+            )
+        except Exception:
+            logger.exception("terminal %s: claiming the close failed", terminal_id)
+            claimed = force
+        if not claimed and not let_go and not force:
+            reason, code = TAKEN_OVER, CLOSE_REPLACED
+            logger.info("terminal %s: held through another process; letting go of this PTY", terminal_id)
+        if not claimed:  # a holder that lets go leaves the grace window in the lease (for the sweep)
+            with contextlib.suppress(Exception):
+                await database_sync_to_async(attachments.release)(terminal_id, self.holder)
         self._stop_reading()
         self.reader_stop = True
         self.reader_wakeup.set()
         consumer, self.consumer = self.consumer, None
         if consumer is not None:
             await consumer.end(reason, code)
+        if claimed and self.kept and self.sandbox_id is not None:
+            with contextlib.suppress(Exception):
+                await database_sync_to_async(end_kept_shell)(self.grant.session_id, self.sandbox_id, terminal_id)
         if self.handle is not None:
             with contextlib.suppress(Exception):
                 await self.loop.run_in_executor(None, self.handle.kill)
         for task in self.tasks:
             task.cancel()
-        _processes.pop(self.grant.terminal_id, None)
+        if _processes.get(terminal_id) is self:  # a fresh attachment may have taken the place
+            del _processes[terminal_id]
         stats = {
             "duration_s": round(time.monotonic() - self.started_at, 3),
             "bytes_in": self.bytes_in,
             "bytes_out": self.bytes_out,
         }
         try:
-            await database_sync_to_async(record_close)(self.grant, self.user, self.source_ip, reason, stats)
+            if claimed:
+                await database_sync_to_async(record_close)(self.grant, self.user, self.source_ip, reason, stats)
+            else:
+                await database_sync_to_async(attachments.add_traffic)(terminal_id, self.bytes_in, self.bytes_out)
         except Exception:
-            logger.exception("terminal %s: recording the close failed", self.grant.terminal_id)
+            logger.exception("terminal %s: recording the close failed", terminal_id)
 
     async def attach(self, consumer: TerminalClient, *, reattached: bool) -> None:
         """Make `consumer` the one client: replay the buffered output, then stream live."""
         if self.grace is not None:
             self.grace.cancel()
             self.grace = None
+        if not await database_sync_to_async(attachments.take)(self.grant.terminal_id, self.holder):
+            await consumer.end("the terminal was closed", CLOSE_NORMAL)
+            return
         previous = self.consumer
         if previous is not None and previous is not consumer:
             self.consumer = None
             await previous.end("another connection took over this terminal", CLOSE_REPLACED)
         async with self.send_lock:
             replay = self.ring.read_after(None, max(settings.TERMINAL_REPLAY_BYTES, 1))
-            await consumer.send_control({"type": "status", "state": "ready", "reattached": reattached})
+            ready: dict[str, Any] = {"type": "status", "state": "ready", "reattached": reattached, "kept": self.kept}
+            if self.replaced:
+                ready.update(replaced=True, message=REPLACED_MESSAGE)
+                self.replaced = False  # said once; later reattaches here get this shell back
+            await consumer.send_control(ready)
             for _, chunk in replay.chunks:
                 await consumer.send(bytes_data=chunk)
             self.consumer = consumer
@@ -248,10 +324,16 @@ class TerminalProcess:
         if self.closed or self.consumer is not None or self.grace is not None:
             return
         self.flowing.set()
+        self.tasks.append(self.loop.create_task(self._release()))
         self.grace = self.loop.call_later(
             settings.TERMINAL_REATTACH_S,
-            lambda: self.loop.create_task(self.close("not reattached within the grace window")),
+            lambda: self.loop.create_task(self.close("not reattached within the grace window", force=False)),
         )
+
+    async def _release(self) -> None:
+        """No live attachment here any more: another process may take the terminal."""
+        with contextlib.suppress(Exception):
+            await database_sync_to_async(attachments.release)(self.grant.terminal_id, self.holder)
 
     # Client -> shell -------------------------------------------------------------------------
 
@@ -390,15 +472,23 @@ class TerminalProcess:
                 if consumer is not None:
                     await consumer.send_pty(data)
             self._maybe_resume_reading()
-        await self.close("the shell exited")
+        # Also the end of this attachment when another process attached (tmux detached ours).
+        await self.close("the shell exited", force=False)
 
     async def _keepalive(self) -> None:
         """Keep the session from idling; close on idle; re-check access now and then."""
         idle_s = settings.TERMINAL_IDLE_TIMEOUT_S
-        every = max(min(settings.TERMINAL_KEEPALIVE_S, idle_s / 4), 0.2)
-        next_touch = next_check = 0.0
+        renew_every = attachments.lease_s() / 3
+        every = max(min(settings.TERMINAL_KEEPALIVE_S, idle_s / 4, renew_every), 0.2)
+        next_touch = next_check = next_renew = 0.0
         while not self.closed:
             now = time.monotonic()
+            if self.consumer is not None and now >= next_renew:
+                next_renew = now + renew_every
+                with contextlib.suppress(Exception):  # the database away: the lease runs on a while
+                    if not await database_sync_to_async(attachments.renew)(self.grant.terminal_id, self.holder):
+                        await self.close(TAKEN_OVER, code=CLOSE_REPLACED, let_go=True)
+                        return
             if now - self.last_activity > idle_s:
                 await self.close(f"idle for {idle_s} s", code=CLOSE_IDLE)
                 return

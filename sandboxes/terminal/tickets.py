@@ -6,7 +6,8 @@ The websocket consumer (`sandboxes.terminal.consumer.TerminalConsumer`) is thin;
   `admit(user, terminal_id, ticket)` checks signature, age, user, terminal, space role and
   redeems the nonce (single use) in the database;
 - what the PTY owner (`process.TerminalProcess`) needs of the database: the audit of
-  open and close, the session's activity, opening the PTY through the runtime;
+  open and close (once per terminal, however many processes served it), the session's
+  activity, opening the PTY through the runtime onto the shell the sandbox keeps (`keeper`);
 - the per-user channel-layer group and the signals that, once their transaction has
   committed, close terminals on logout or make them re-check access (a membership changed
   or was removed, the user was deactivated or changed password, their login sessions were
@@ -30,6 +31,7 @@ from django.contrib.auth.signals import user_logged_out
 from django.core import signing
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
+from django.db.models import F
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 from django.http import Http404
@@ -42,7 +44,9 @@ from console.signals import login_sessions_ended
 
 from ..backends.base import ErrorKind, PtyHandle, PtySize, RemoteError
 from ..models import Session, Terminal
-from ..sessions.runtime import Runtime, backend_for
+from ..sessions.provisioning import backend_for
+from ..sessions.runtime import Runtime
+from . import keeper
 
 logger = logging.getLogger(__name__)
 
@@ -206,9 +210,13 @@ def revoked(grant: Grant) -> Revocation | None:
 # --- Audit ---------------------------------------------------------------------------------
 
 
-def record_open(grant: Grant, user: Any, source_ip: str | None, sandbox_id: str) -> None:
+def record_open(grant: Grant, user: Any, source_ip: str | None, sandbox_id: str) -> bool:
+    """Audit the terminal's first shell; False (nothing written) when it was opened before:
+    a reattach through another process, or a shell that replaced a lost one."""
     session = Session.objects.select_related("space").get(pk=grant.session_id)
-    Terminal.objects.filter(pk=grant.terminal_id).update(opened=timezone.now())
+    first = Terminal.objects.filter(pk=grant.terminal_id, opened__isnull=True).update(opened=timezone.now())
+    if not first:
+        return False
     record_audit(
         Actor(user=user, source_ip=source_ip),
         "terminal.open",
@@ -217,24 +225,32 @@ def record_open(grant: Grant, user: Any, source_ip: str | None, sandbox_id: str)
         target_id=grant.terminal_id,
         details={"session": grant.session_id, "sandbox_id": sandbox_id, "read_only": grant.read_only},
     )
+    return True
 
 
 def record_close(grant: Grant, user: Any, source_ip: str | None, reason: str, stats: dict[str, Any]) -> None:
+    """Close the row and audit it: only the process that won `attachments.claim_close` calls
+    this, once per terminal. `stats` are this process's; the row adds them to the others'."""
     session = Session.objects.select_related("space").get(pk=grant.session_id)
-    Terminal.objects.filter(pk=grant.terminal_id, closed__isnull=True).update(
+    closed = Terminal.objects.filter(pk=grant.terminal_id, closed__isnull=True).update(
         closed=timezone.now(),
         close_reason=reason[:200],
-        bytes_in=stats["bytes_in"],
-        bytes_out=stats["bytes_out"],
+        bytes_in=F("bytes_in") + stats["bytes_in"],
+        bytes_out=F("bytes_out") + stats["bytes_out"],
         ticket_nonce="",
+        holder="",
+        held_until=None,
     )
+    if not closed:
+        return
+    totals = dict(Terminal.objects.filter(pk=grant.terminal_id).values("bytes_in", "bytes_out").first() or {})
     record_audit(
         Actor(user=user, source_ip=source_ip),
         "terminal.close",
         space=session.space,
         target_type="terminal",
         target_id=grant.terminal_id,
-        details={"session": grant.session_id, "reason": reason, **stats},
+        details={"session": grant.session_id, "reason": reason, **stats, **totals},
     )
 
 
@@ -242,15 +258,37 @@ def touch_session(session_id: str) -> None:
     Session.objects.filter(pk=session_id).update(last_activity=timezone.now())
 
 
-def open_pty(session_id: str, size: PtySize) -> tuple[PtyHandle, str]:
-    """Resolve the session (resuming a paused sandbox) and open a shell as the session user."""
+@dataclass(frozen=True)
+class OpenedShell:
+    """A PTY attached to the terminal's shell, and what it found."""
+
+    handle: PtyHandle
+    sandbox_id: str
+    kept: bool  # the sandbox keeps the shell (tmux): a reconnect anywhere gets it back
+    existed: bool  # it is an earlier connection's shell (reattached), not a new one
+    scrollback: bytes = b""  # that shell's pane, to show before live output
+
+
+def open_shell(session_id: str, terminal_id: str, size: PtySize) -> OpenedShell:
+    """Resolve the session (resuming a paused sandbox), then attach to the terminal's shell
+    kept by the sandbox (creating it), or open a plain shell where the template cannot keep one."""
     session = Session.objects.select_related("config", "space").get(pk=session_id)
     resolved = Runtime().resolve_session(session)
-    ptys = backend_for(session.config).pty()
+    backend = backend_for(session.config)
+    ptys = backend.pty()
     if ptys is None:
         raise RemoteError(ErrorKind.UNSUPPORTED, "this sandbox backend has no interactive terminals")
-    handle = ptys.open(resolved.sandbox.sandbox_id, size, command=SHELL, user="user", cwd="/workspace")
-    return handle, resolved.sandbox.sandbox_id
+    sandbox_id = resolved.sandbox.sandbox_id
+    found = keeper.probe(backend, sandbox_id, terminal_id) if settings.TERMINAL_KEEP_SHELLS else keeper.NOT_KEPT
+    command = keeper.attach_command(terminal_id, size, SHELL) if found.kept else SHELL
+    handle = ptys.open(sandbox_id, size, command=command, user="user", cwd="/workspace")
+    return OpenedShell(handle, sandbox_id, found.kept, found.exists, found.scrollback)
+
+
+def end_kept_shell(session_id: str, sandbox_id: str, terminal_id: str) -> None:
+    """End the terminal's shell kept by the sandbox (its tmux session)."""
+    session = Session.objects.select_related("config").get(pk=session_id)
+    keeper.end(backend_for(session.config), sandbox_id, terminal_id)
 
 
 # --- Control events over the channel layer ----------------------------------------------------
@@ -301,27 +339,27 @@ def recheck_user_terminals_on_commit(user_id: object) -> None:
     transaction.on_commit(lambda: send_to_user_terminals(user_id, {"type": "terminal.recheck"}), robust=True)
 
 
-@receiver(user_logged_out, dispatch_uid="sandboxes.terminals.logout")
+@receiver(user_logged_out, dispatch_uid="sandboxes.terminal.tickets.logout")
 def _close_terminals_on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     if user is not None:
         revoke_user_terminals_on_commit(user.pk, "logged out")
 
 
-@receiver(login_sessions_ended, dispatch_uid="sandboxes.terminals.sessions_ended")
+@receiver(login_sessions_ended, dispatch_uid="sandboxes.terminal.tickets.sessions_ended")
 def _close_terminals_on_logout_everywhere(sender: Any, user_id: object, **kwargs: Any) -> None:
     revoke_user_terminals_on_commit(user_id, "logged out everywhere")
 
 
-@receiver(post_save, sender=Membership, dispatch_uid="sandboxes.terminals.membership_saved")
-@receiver(post_delete, sender=Membership, dispatch_uid="sandboxes.terminals.membership_deleted")
+@receiver(post_save, sender=Membership, dispatch_uid="sandboxes.terminal.tickets.membership_saved")
+@receiver(post_delete, sender=Membership, dispatch_uid="sandboxes.terminal.tickets.membership_deleted")
 def _recheck_terminals_on_membership_change(sender: Any, instance: Membership, **kwargs: Any) -> None:
     if kwargs.get("created"):
         return  # a new membership cannot take access away
     recheck_user_terminals_on_commit(instance.user_id)
 
 
-@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminals.user_saved")
-@receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminals.user_deleted")
+@receiver(post_save, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminal.tickets.user_saved")
+@receiver(post_delete, sender=settings.AUTH_USER_MODEL, dispatch_uid="sandboxes.terminal.tickets.user_deleted")
 def _recheck_terminals_on_user_change(sender: Any, instance: Any, **kwargs: Any) -> None:
     """A deactivation or a password change (any save of the user but a login's stamp)."""
     if kwargs.get("created"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError
@@ -22,7 +23,7 @@ from console.models import Role
 
 from ..backends.base import RemoteError
 from ..models import Session, Terminal
-from ..sessions.runtime import backend_for
+from ..sessions.provisioning import backend_for
 from .tickets import create_terminal, issue_ticket
 
 
@@ -53,6 +54,7 @@ def terminal_page(request: HttpRequest, session_id: Any) -> HttpResponse:
             "can_open": can_open,
             "pty_supported": _has_pty(session),
             "create_url": reverse("sandboxes:terminal_create", kwargs={"session_id": session.id}),
+            "reattach_s": settings.TERMINAL_REATTACH_S,
             "section": "sessions",
         },
     )

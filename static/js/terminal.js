@@ -18,11 +18,51 @@
   const LOW = 2; // ... and below which we ask it to resume
   const BACKOFF_MS = [500, 1000, 2000, 4000, 8000];
   const PING_MS = 30000;
-  const RETRY_CODES = new Set([1001, 1005, 1006, 1011, 1012, 1013, 1014]);
+  // 4012: the console process is stopping; a kept shell is reattached through another one.
+  const RETRY_CODES = new Set([1001, 1005, 1006, 1011, 1012, 1013, 1014, 4012]);
+  const CLOSE_PAGE_LEFT = 4100; // not 1000: the server keeps the shell for its grace window
+  const MIN_HEIGHT = 160;
+  // The terminal id outlives a reload (not the tab): a reload within the server's grace
+  // window reattaches the same shell.
+  const STORE_KEY = "console.terminal:" + createUrl;
 
-  el.style.height = "70vh";
-  el.style.minHeight = "240px";
+  function rememberedId() {
+    try {
+      return window.sessionStorage.getItem(STORE_KEY);
+    } catch (err) {
+      return null;
+    }
+  }
+
+  function remember(id) {
+    try {
+      if (id) window.sessionStorage.setItem(STORE_KEY, id);
+      else window.sessionStorage.removeItem(STORE_KEY);
+    } catch (err) {
+      // storage refused: a reload opens a new shell
+    }
+  }
+
+  document.getElementById("terminal-card").classList.add("terminal-live");
+  for (const button of document.querySelectorAll("#terminal-card [data-needs-js]")) button.style.display = "";
   el.style.background = "#000";
+  const noticeEl = document.getElementById("terminal-notice");
+
+  // Fill the window below the terminal's top, so the prompt line stays visible down to
+  // 800x600; when little room is left under the page head, scroll the card to the top.
+  function sizeToWindow(first) {
+    const top = el.getBoundingClientRect().top + window.scrollY;
+    let height = window.innerHeight - top - 12;
+    let scroll = false;
+    if (height < MIN_HEIGHT * 1.5) {
+      const card = document.getElementById("terminal-card");
+      height = window.innerHeight - (el.getBoundingClientRect().top - card.getBoundingClientRect().top) - 12;
+      scroll = first;
+    }
+    el.style.height = Math.max(Math.floor(height), MIN_HEIGHT) + "px";
+    if (scroll) document.getElementById("terminal-card").scrollIntoView({ block: "start" });
+  }
+  sizeToWindow(true);
 
   const term = new window.Terminal({
     cursorBlink: true,
@@ -38,7 +78,7 @@
 
   const encoder = new TextEncoder();
   let socket = null;
-  let terminalId = null;
+  let terminalId = rememberedId();
   let attempt = 0;
   let connectedOnce = false;
   let lastReason = "";
@@ -48,6 +88,11 @@
   let sinceAck = 0;
   let paused = false;
   let stopped = false;
+
+  function showNotice(text) {
+    noticeEl.textContent = text;
+    noticeEl.style.display = text ? "" : "none";
+  }
 
   function setState(next, detail) {
     state = next;
@@ -92,14 +137,28 @@
   }
 
   async function fetchTicket() {
+    let response = await askTicket(terminalId);
+    if (terminalId && !connectedOnce && (response.status === 404 || response.status === 410)) {
+      // The remembered terminal (before a reload) is over: open a new one.
+      terminalId = null;
+      remember(null);
+      response = await askTicket(null);
+    }
+    return readTicket(response);
+  }
+
+  function askTicket(id) {
     const body = new URLSearchParams();
-    if (terminalId) body.set("terminal_id", terminalId);
-    const response = await fetch(createUrl, {
+    if (id) body.set("terminal_id", id);
+    return fetch(createUrl, {
       method: "POST",
       headers: { "X-CSRFToken": csrfToken },
       body: body,
       credentials: "same-origin",
     });
+  }
+
+  async function readTicket(response) {
     let data = {};
     try {
       data = await response.json();
@@ -129,6 +188,7 @@
       return;
     }
     terminalId = grant.terminal_id;
+    remember(terminalId);
     const ws = new WebSocket(grant.ws_url + "?ticket=" + encodeURIComponent(grant.ticket));
     ws.binaryType = "arraybuffer";
     socket = ws;
@@ -157,7 +217,9 @@
           attempt = 0;
           paused = false;
           pending = 0;
-          setState("connected", message.reattached ? "reattached" : "");
+          setState("connected", message.replaced ? "new shell" : message.reattached ? "reattached" : "");
+          showNotice(message.replaced ? message.message : "");
+          if (message.replaced) term.write("\x1b[33m[" + message.message + "]\x1b[0m\r\n");
           term.focus();
         } else if (message.state === "starting") {
           setState("connecting", "starting the shell");
@@ -180,6 +242,7 @@
       }
       setState("closed", lastReason || event.reason || "code " + event.code);
       terminalId = null; // the shell is over; "Reconnect" opens a new one
+      remember(null);
     };
   }
 
@@ -187,6 +250,7 @@
     if (attempt >= BACKOFF_MS.length) {
       setState("closed", "could not reconnect");
       terminalId = null;
+      remember(null);
       return;
     }
     const delay = BACKOFF_MS[attempt];
@@ -208,6 +272,7 @@
   });
 
   const refit = function () {
+    sizeToWindow(false);
     try {
       fit.fit();
     } catch (err) {
@@ -215,7 +280,7 @@
     }
   };
   window.addEventListener("resize", refit);
-  if (window.ResizeObserver) new ResizeObserver(refit).observe(el);
+  if (window.ResizeObserver) new ResizeObserver(refit).observe(document.getElementById("terminal-card"));
 
   document.getElementById("terminal-copy").addEventListener("click", function () {
     const text = term.getSelection();
@@ -237,11 +302,15 @@
     lastReason = "";
     term.reset();
     connectedOnce = false;
+    terminalId = null;
+    remember(null);
+    showNotice("");
     connect();
   });
   window.addEventListener("pagehide", function () {
     stopped = true;
-    if (socket) socket.close(1000); // ends the shell at once
+    // A reload cannot be told from leaving: keep the shell for the grace window either way.
+    if (socket) socket.close(CLOSE_PAGE_LEFT, "page left");
   });
 
   // For tests and the curious: the xterm object and the connection state.

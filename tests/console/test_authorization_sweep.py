@@ -38,12 +38,22 @@ from django.core.files.base import ContentFile
 from django.db import connection, transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 
 from console.models import AdminJob, AuditEvent, Membership, Role
 from console.services import SYSTEM
 from sandboxes.api.views import do_create_api_token
-from sandboxes.catalog.services import config_fingerprint
-from sandboxes.models import Artifact, BackgroundCommand, CommandStatus, Session, SessionImage, Terminal
+from sandboxes.catalog.bridge import config_fingerprint
+from sandboxes.models import (
+    Artifact,
+    BackgroundCommand,
+    CommandStatus,
+    EgressEvent,
+    Session,
+    SessionGrant,
+    SessionImage,
+    Terminal,
+)
 from skills.models import SkillFile, SkillImage
 from tests.factories import add_member, make_config, make_user
 from tests.personas import World
@@ -63,7 +73,11 @@ LOGS_OUT = {"logout", *OWN_ACCOUNT}
 SKIPPED_NAMESPACES = {"admin"}
 METHODS = ("GET", "POST", "PUT", "DELETE")
 # Query strings some pages need to have a subject at all (for every persona alike).
-QUERIES = {"skills:image_uninstall": "?skill=sweep-skill"}
+QUERIES = {
+    "skills:image_uninstall": "?skill=sweep-skill",
+    "sandboxes:network_explain": "?destination=sweep.example",
+    "api:network_explain": "?destination=sweep.example",
+}
 
 # URL keyword -> (attribute of the Target holding the value, whether it names an object of
 # the target space). Keywords of the global skill catalog are not space-scoped.
@@ -85,6 +99,8 @@ FILLERS: dict[str, tuple[str, bool]] = {
     "version_id": ("version_id", False),
     "file_id": ("file_id", False),
     "backend_id": ("backend_id", False),
+    "event_id": ("event_id", True),
+    "grant_id": ("grant_id", True),
 }
 
 
@@ -150,6 +166,8 @@ class Target:
     version_id: str
     file_id: str
     backend_id: str
+    event_id: str
+    grant_id: str
     token_a: str
     token_b: str
     terminal: Terminal
@@ -207,11 +225,21 @@ def build_target(world: World) -> Target:
     SessionImage.objects.create(space=space, config=config, snapshot_id="snap-zeta2", fingerprint=fingerprint)
     AuditEvent.objects.create(action="space.update", space=space, space_name=space.name, details={"name": MARKER})
     terminal = Terminal.objects.create(session=session, user=world.bob)
+    event = EgressEvent.objects.create(
+        time=timezone.now(),
+        space=space,
+        session=session,
+        sandbox_id=f"{MARKER}-sandbox",
+        layer="dns",
+        destination=f"{MARKER}.example",
+        rule="not in the allow list",
+    )
+    grant = SessionGrant.objects.create(session=session, entry=f"{MARKER}.example")
     version = make_version("sweep-skill")
     skill_file = SkillFile.objects.create(
         version=version, path="SKILL.md", mode=0o644, size=5, sha256="1" * 64, content=b"hello"
     )
-    ids = (space.id, config.id, session.id, artifact.id, command.id, token.id, job.id, image.id, terminal.id)
+    ids = (space.id, config.id, session.id, artifact.id, command.id, token.id, job.id, image.id, terminal.id, event.id)
     return Target(
         space_id=str(space.id),
         config_id=str(config.id),
@@ -228,6 +256,8 @@ def build_target(world: World) -> Target:
         skill_id=str(version.skill_id),
         version_id=str(version.id),
         file_id=str(skill_file.id),
+        event_id=str(event.id),
+        grant_id=str(grant.id),
         token_a=token_a,
         token_b=token_b,
         terminal=terminal,

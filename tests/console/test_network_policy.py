@@ -1,4 +1,5 @@
-"""Network policy validation: every field's bad input, duplicates, shadowing, outbound off."""
+"""Network policy validation: every field's bad input, duplicates, shadowing, outbound off,
+and the semantics of issue 13 (a non-empty allow list = only those; deny entries win)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ def test_outbound_off_refuses_lists_and_rules_with_an_explanation() -> None:
         l7_rules=["allow a.com"],
     )
     assert set(result.errors) == {"allow_out", "deny_out", "l7_rules"}
+    off = validate_policy(
+        allow_internet_access=False, allow_out=[], deny_out=[], l7_rules=[], allow_private=["10.0.0.0/8"]
+    )
+    assert "Outbound access is off" in off.errors["allow_private"][0]
     assert all("Outbound access is off" in errors[0] for errors in result.errors.values())
 
 
@@ -69,22 +74,77 @@ def test_duplicates_are_errors_even_when_spelled_differently() -> None:
     assert result.errors["deny_out"] == ["entry 3: example.com duplicates entry 2"]
 
 
-def test_shadowed_deny_entry_is_a_warning_not_an_error() -> None:
+def test_an_allow_entry_under_a_deny_entry_has_no_effect_and_says_so() -> None:
+    # Deny entries win: an allow entry a deny entry covers is dead; a deny entry inside an
+    # allow entry carves a hole in it (its purpose), no warning.
     result = validate_policy(
         allow_internet_access=True,
-        allow_out=["10.0.0.0/8", "*.example.com"],
-        deny_out=["10.1.0.0/16", "api.example.com", "0.0.0.0/0"],
+        allow_out=["10.1.0.0/16", "api.example.com", "10.0.0.0/8"],
+        deny_out=["10.0.0.0/8", "*.example.com"],
         l7_rules=[],
     )
     assert not result.errors
-    assert any("10.1.0.0/16" in w for w in result.warnings)
-    assert any("api.example.com" in w for w in result.warnings)
-    assert not any("0.0.0.0/0 has no effect" in w for w in result.warnings)
+    assert "Allow entry 10.1.0.0/16 has no effect: deny entry 10.0.0.0/8 covers it and deny entries win." in (
+        result.warnings
+    )
+    assert any(w.startswith("Allow entry api.example.com has no effect") for w in result.warnings)
+    carve = validate_policy(
+        allow_internet_access=True, allow_out=["*.example.com"], deny_out=["admin.example.com"], l7_rules=[]
+    )
+    assert carve.warnings == []
 
 
-def test_allow_list_without_deny_list_warns() -> None:
+def test_the_old_deny_all_idiom_warns_that_it_now_refuses_everything() -> None:
+    result = validate_policy(allow_internet_access=True, allow_out=["example.com"], deny_out=["0.0.0.0/0"], l7_rules=[])
+    assert any("Deny entry 0.0.0.0/0 refuses every IPv4 destination" in w for w in result.warnings)
+
+
+def test_an_allow_list_alone_needs_no_deny_list() -> None:
     result = validate_policy(allow_internet_access=True, allow_out=["example.com"], deny_out=[], l7_rules=[])
-    assert any("no effect while nothing is denied" in w for w in result.warnings)
+    assert result.warnings == []
+
+
+def test_a_deny_entry_outside_every_allow_entry_has_no_effect() -> None:
+    result = validate_policy(
+        allow_internet_access=True, allow_out=["203.0.113.0/24"], deny_out=["198.51.100.0/24"], l7_rules=[]
+    )
+    assert any("Deny entry 198.51.100.0/24 has no effect" in w for w in result.warnings)
+    # A domain deny entry beside CIDR allow entries: the name may resolve inside them.
+    mixed = validate_policy(
+        allow_internet_access=True, allow_out=["203.0.113.0/24"], deny_out=["evil.example"], l7_rules=[]
+    )
+    assert mixed.warnings == []
+
+
+def test_allow_entries_opening_private_or_link_local_addresses_warn() -> None:
+    result = validate_policy(allow_internet_access=True, allow_out=["0.0.0.0/0"], deny_out=[], l7_rules=[])
+    assert any("also opens private addresses" in w for w in result.warnings)
+    assert any("link-local and metadata addresses inside it stay denied" in w for w in result.warnings)
+    inside = validate_policy(allow_internet_access=True, allow_out=["10.1.0.0/16"], deny_out=[], l7_rules=[])
+    assert inside.warnings == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("8.8.8.0/24", "is not inside a private range"),
+        ("169.254.169.254", "link-local and metadata addresses are always denied"),
+        ("fe80::/64", "link-local and metadata addresses are always denied"),
+        ("internal.example", "is not a CIDR"),
+        ("10.0.0.1/8", "host bits are set"),
+    ],
+)
+def test_private_exceptions_are_private_cidrs_only(entry: str, message: str) -> None:
+    result = validate_policy(allow_internet_access=True, allow_out=[], deny_out=[], l7_rules=[], allow_private=[entry])
+    assert any(message in e for e in result.errors["allow_private"]), result.errors
+
+
+def test_private_exceptions_normalise() -> None:
+    result = validate_policy(
+        allow_internet_access=True, allow_out=[], deny_out=[], l7_rules=[], allow_private=["10.9.8.7", "fd00::/8"]
+    )
+    assert not result.errors
+    assert result.allow_private == ["10.9.8.7/32", "fd00::/8"]
 
 
 @pytest.mark.parametrize(
@@ -184,8 +244,9 @@ class TestPolicyForm:
             self.url(world),
             {
                 "allow_internet_access": "on",
-                "deny_out": "0.0.0.0/0\n# comment line\n\n",
+                "deny_out": "evil.npmjs.org\n# comment line\n\n",
                 "allow_out": "PyPI.org\n*.npmjs.org",
+                "allow_private": "10.20.0.0/16",
                 "l7_rules": "allow pypi.org GET /simple/",
                 "allow_public_traffic": "",
             },
@@ -194,25 +255,28 @@ class TestPolicyForm:
         assert response.status_code == 200
         policy = NetworkPolicy.objects.get(space=world.space_a)
         assert policy.allow_out == ["pypi.org", "*.npmjs.org"]
-        assert policy.deny_out == ["0.0.0.0/0"]
+        assert policy.deny_out == ["evil.npmjs.org"]
+        assert policy.allow_private == ["10.20.0.0/16"]
         assert policy.l7_rules == [
             {"domain": "pypi.org", "methods": ["GET"], "path_prefix": "/simple/", "action": "allow"}
         ]
         event = AuditEvent.objects.get(action="network_policy.update")
         assert event.details["before"]["allow_internet_access"] is False
-        assert event.details["after"]["deny_out"] == ["0.0.0.0/0"]
+        assert event.details["after"]["deny_out"] == ["evil.npmjs.org"]
         body = response.content.decode()
-        assert "Outbound: on, but only to pypi.org, *.npmjs.org (everything else is denied)." in body
+        assert "Outbound: on, only to pypi.org, *.npmjs.org (everything else is refused)." in body
+        assert "Always refused, even where an allow entry matches: evil.npmjs.org." in body
+        assert "Private addresses also allowed: 10.20.0.0/16." in body
         assert "HTTP rule 1: GET to pypi.org/simple/* is allowed." in body
-        assert "Inbound: private" in body
+        assert "Inbound: off" in body
 
     def test_warnings_are_shown_after_saving(self, world: World) -> None:
         response = world.client_for("alice").post(
             self.url(world),
-            {"allow_internet_access": "on", "allow_out": "10.0.0.0/8", "deny_out": "10.2.0.0/16"},
+            {"allow_internet_access": "on", "allow_out": "10.2.0.0/16", "deny_out": "10.0.0.0/8"},
             follow=True,
         )
-        assert "Deny entry 10.2.0.0/16 has no effect" in response.content.decode()
+        assert "Allow entry 10.2.0.0/16 has no effect" in response.content.decode()
 
     def test_htmx_post_with_errors_swaps_the_form_only(self, world: World) -> None:
         response = world.client_for("alice").post(
@@ -239,18 +303,26 @@ class TestPolicyForm:
         assert form.initial["l7_rules"] == "deny a.com * /admin"
 
 
+EVERYTHING = (
+    "Outbound: on, to any destination except the always-denied ones (this host, link-local and metadata"
+    " addresses, other sandboxes, private ranges)."
+)
+
+
 @pytest.mark.parametrize(
     ("allow_out", "deny_out", "expected"),
     [
-        ([], [], ["Outbound: on, to any destination."]),
-        (["a.com"], [], ["Outbound: on, to any destination.", "The allow list has no effect while nothing is denied."]),
-        ([], ["10.0.0.0/8"], ["Outbound: on, except to 10.0.0.0/8."]),
+        ([], [], [EVERYTHING]),
+        (["a.com"], [], ["Outbound: on, only to a.com (everything else is refused)."]),
+        ([], ["10.0.0.0/8"], [EVERYTHING, "Always refused, even where an allow entry matches: 10.0.0.0/8."]),
         (
-            ["10.1.0.0/16"],
             ["10.0.0.0/8"],
-            ["Outbound: on, except to 10.0.0.0/8.", "Reachable even where a deny entry matches: 10.1.0.0/16."],
+            ["10.1.0.0/16"],
+            [
+                "Outbound: on, only to 10.0.0.0/8 (everything else is refused).",
+                "Always refused, even where an allow entry matches: 10.1.0.0/16.",
+            ],
         ),
-        ([], ["0.0.0.0/0"], ["Outbound: on, but every destination is denied."]),
     ],
 )
 def test_describe_says_what_the_lists_do(allow_out: list[str], deny_out: list[str], expected: list[str]) -> None:
@@ -258,3 +330,39 @@ def test_describe_says_what_the_lists_do(allow_out: list[str], deny_out: list[st
 
     policy = NetworkPolicy(allow_internet_access=True, allow_out=allow_out, deny_out=deny_out, l7_rules=[])
     assert policy.describe()[:-1] == expected
+
+
+@pytest.mark.django_db
+def test_the_migration_keeps_old_deny_all_plus_allow_policies_meaning_only_these(world: World) -> None:
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("console.migrations.0003_network_policy_allow_private")
+    NetworkPolicy.objects.filter(space=world.space_a).update(
+        allow_internet_access=True, allow_out=["pypi.org"], deny_out=["0.0.0.0/0", "::/0", "198.51.100.0/24"]
+    )
+    NetworkPolicy.objects.filter(space=world.space_b).update(allow_internet_access=True, deny_out=["0.0.0.0/0"])
+    migration.keep_allow_only_policies(apps, None)
+    assert NetworkPolicy.objects.get(space=world.space_a).deny_out == ["198.51.100.0/24"]
+    # Without an allow list, "deny everything" meant and still means exactly that.
+    assert NetworkPolicy.objects.get(space=world.space_b).deny_out == ["0.0.0.0/0"]
+
+
+def test_describe_says_what_https_can_check_of_each_rule() -> None:
+    from console.models import NetworkPolicy
+
+    rules = [
+        {"domain": "pypi.org", "methods": ["GET"], "path_prefix": "/simple/", "action": "allow"},
+        {"domain": "a.com", "methods": [], "path_prefix": "/admin", "action": "deny"},
+        {"domain": "b.com", "methods": [], "path_prefix": "/", "action": "deny"},
+    ]
+    policy = NetworkPolicy(allow_internet_access=True, allow_out=[], deny_out=[], l7_rules=rules)
+    https = "over HTTPS, where only the host is checked (SNI, no decryption):"
+    assert policy.describe()[1:-1] == [
+        "HTTP rule 1: GET to pypi.org/simple/* is allowed.",
+        f"HTTP rule 1 {https} every request to pypi.org is allowed.",
+        "HTTP rule 2: any method to a.com/admin* is denied.",
+        f"HTTP rule 2 {https} it cannot be checked and does not apply.",
+        "HTTP rule 3: any method to b.com/* is denied.",
+    ]

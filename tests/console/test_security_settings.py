@@ -201,8 +201,12 @@ async def test_a_tls_handshake_and_trusted_origins_are_accepted(settings: Any) -
 
 def test_the_console_routes_websockets_through_the_full_origin_check() -> None:
     from console.asgi import application
+    from sandboxes.inbound.proxy import InboundRouter
 
-    assert isinstance(application.application_mapping["websocket"], OriginValidator)
+    routed = application.application_mapping["websocket"]
+    # Only /inbound/… (sandbox ports, their own credential and origin rule) passes beside it.
+    assert isinstance(routed, InboundRouter)
+    assert isinstance(routed.app, OriginValidator)
 
 
 # --- Bad ids answer 404/400, not 500 ----------------------------------------------------------
@@ -226,7 +230,7 @@ def test_a_malformed_version_on_the_skill_image_page_is_ignored_not_a_500(world:
 
 @pytest.mark.django_db
 def test_a_rollback_while_the_backend_is_unreachable_is_a_message_not_a_500(world: World) -> None:
-    from sandboxes.catalog.services import config_fingerprint
+    from sandboxes.catalog.bridge import config_fingerprint
     from skills.models import SkillImage
 
     config = make_config(world.space_a, endpoint="unix:///tmp/no-such-docker.sock")

@@ -47,7 +47,14 @@ def page() -> Iterator[Any]:
 
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing (apt-get install -y chromium)", pytrace=False)
+    from django.db import connections
+
     with sync_playwright() as playwright:
+        # While Playwright's loop runs, Django keeps this thread's connections apart (asgiref's
+        # Local turns context-local under a running loop), and they outlive the test: one an
+        # earlier test's teardown ended (`_end_other_sessions`) would fail this test's first
+        # query. Each test starts and ends with fresh ones.
+        connections.close_all()
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             context = browser.new_context()
@@ -55,10 +62,6 @@ def page() -> Iterator[Any]:
             context.close()
         finally:
             browser.close()
-            # The connection ORM calls got under Playwright is this test's: close it, or the
-            # next browser test finds it ended by daphne_url's teardown.
-            from django.db import connections
-
             connections.close_all()
 
 
@@ -73,11 +76,11 @@ def _fresh_after_fork() -> None:
 
     from asgiref.sync import SyncToAsync
 
-    from sandboxes.sessions import runtime
+    from sandboxes.sessions import provisioning
     from sandboxes.sessions import store_select as binding
 
     SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
-    runtime._backends.clear()
+    provisioning._backends.clear()
     binding.set_store(None)
 
 

@@ -108,7 +108,7 @@ def session_config(world: Any, docker_base_image: str, settings: Any, test_run_i
     """
     from sandboxes.backends.base import META_INSTALLATION, ListQuery
     from sandboxes.models import Session
-    from sandboxes.sessions.runtime import backend_for
+    from sandboxes.sessions.provisioning import backend_for
     from tests.factories import make_config
 
     settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-{uuid.uuid4().hex[:6]}"

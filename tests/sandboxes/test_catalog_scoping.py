@@ -28,10 +28,11 @@ from sandboxes.backends.base import (
     SandboxSpec,
     TemplateBuildSpec,
 )
-from sandboxes.catalog.services import build_template, config_fingerprint, do_set_session_image, open_backend
+from sandboxes.catalog.bridge import config_fingerprint, open_backend
+from sandboxes.catalog.services import build_template, do_set_session_image
 from sandboxes.catalog.templates import load_catalog, owner_labels
 from sandboxes.models import SandboxConfig, Session, SessionImage
-from sandboxes.sessions.runtime import effective_template
+from sandboxes.sessions.provisioning import effective_template
 from skills.image_builds import take_snapshot
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import make_config
@@ -390,7 +391,7 @@ def test_a_name_another_tenant_took_over_never_starts_a_sandbox_of_this_space(
     """Space A's config names a template that is gone (deleted by the platform, or not built
     yet); space B then builds a template of that name. A's sessions must not start from B's
     image (B's code in A's sandboxes), though the name is the same."""
-    from sandboxes.catalog.services import console_metadata
+    from sandboxes.catalog.bridge import console_metadata
 
     name = f"{test_run_id}-{uuid.uuid4().hex[:8]}-taken"
     taken = build_template(

@@ -21,7 +21,7 @@ from console.jobs import run_job, start_job
 from console.models import AdminJob, JobStatus
 from console.services import Actor
 from sandboxes.backends.base import RemoteError
-from sandboxes.catalog.services import open_backend
+from sandboxes.catalog.bridge import open_backend
 from sandboxes.catalog.templates import load_catalog
 from sandboxes.models import PlatformBackend, SandboxConfig, TemplateRecord
 from tests.factories import make_backend, make_config

@@ -11,7 +11,7 @@ from django.urls import reverse
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, NetworkPolicy
 from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
-from sandboxes.catalog.services import console_metadata, open_backend
+from sandboxes.catalog.bridge import console_metadata, open_backend
 from sandboxes.catalog.templates import owner_labels
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import make_backend, make_config
@@ -123,7 +123,7 @@ def test_config_list_is_scoped(world: World, unreachable_config: SandboxConfig) 
         ({"name": "  "}, "name", "required"),
         ({"backend": ""}, "backend", "required"),
         ({"backend": "not-a-uuid"}, "backend", "is not a valid UUID"),
-        ({"protocol_pin": "cube-0.4"}, "protocol_pin", "belongs to another kind"),
+        # A protocol pin is not on a Docker config's form (tests/sandboxes/test_config_form_kinds.py).
     ],
 )
 def test_bad_config_input_is_a_field_error_and_saves_nothing(
@@ -180,7 +180,14 @@ def test_test_connection_runs_each_step_and_records_the_version(world: World, do
     job = run_queued_job()
     assert job.status == JobStatus.SUCCEEDED, job.error
     steps = job.result["steps"]
-    assert [s["name"] for s in steps] == ["health", "persistent workspace", "create", "exec", "delete"]
+    assert [s["name"] for s in steps] == [
+        "health",
+        "persistent workspace",
+        "create",
+        "exec",
+        "delete",
+        "network policy",
+    ]
     assert all(s["ok"] and s["ms"] > 0 for s in steps)
     assert steps[1]["detail"].startswith("named volumes (")
     assert "uid 1000" in steps[3]["detail"]
@@ -188,7 +195,9 @@ def test_test_connection_runs_each_step_and_records_the_version(world: World, do
     assert docker_config.backend_version.startswith("Docker ")
     assert AuditEvent.objects.filter(action="job.start", details__kind="sandboxes.test_connection").count() == 1
     job_page = world.client_for("alice").get(job.get_absolute_url()).content.decode()
-    assert '<table class="list compact"><thead><tr><th>name</th><th>ok</th><th>detail</th><th>ms</th>' in job_page
+    assert (
+        '<table class="list compact"><thead><tr><th>Name</th><th>OK</th><th>Detail</th><th>Time (ms)</th>' in job_page
+    )
     page = world.client_for("alice").get(docker_config.get_absolute_url()).content.decode()
     assert "health" in page
     assert "Succeeded" in page
@@ -297,16 +306,16 @@ def test_capabilities_come_from_the_accessors_and_unsupported_policy_is_said(
     world: World, docker_config: SandboxConfig
 ) -> None:
     NetworkPolicy.objects.filter(space=world.space_a).update(
-        allow_internet_access=True, deny_out=["0.0.0.0/0"], allow_out=["pypi.org"]
+        allow_internet_access=True, deny_out=["198.51.100.0/24"], allow_out=["pypi.org"]
     )
     client = world.client_for("carol")
     matrix = client.get(reverse("sandboxes:capability_matrix")).content.decode()
     assert 'data-capability="files">✓' in matrix
-    assert 'data-capability="inbound">✗' in matrix
+    assert 'data-capability="inbound">✓' in matrix  # the console serves Docker ports (docs/inbound.md)
     detail = client.get(docker_config.get_absolute_url()).content.decode()
     assert "cannot honour part of Space A" in detail
     assert 'id="workspace-unsupported"' not in detail  # Docker keeps /workspace on a volume
-    assert "CIDR deny entries (0.0.0.0/0)" in detail
+    assert "CIDR deny entries (198.51.100.0/24)" in detail
     assert "domain allow entries (pypi.org)" in detail
 
 

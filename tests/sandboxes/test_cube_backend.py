@@ -217,14 +217,19 @@ class TestCubeQuirks:
         caps = backend.network_capabilities()
         assert (caps.l7_rules, caps.deny_out_domain, caps.inbound_toggle) == (True, False, True)
 
-    def test_a_domain_allow_list_needs_outbound_off(self, backend: CubeBackend) -> None:
+    def test_a_domain_allow_list_is_sent_with_the_deny_all_cube_requires(
+        self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory
+    ) -> None:
         # Quirk: CubeAPI rejects a domain in allowOut unless outbound is off or 0.0.0.0/0 is
-        # denied; the adapter says why before sending.
+        # denied (a 400). A non-empty allow list means "only these" (issue 13), which the
+        # adapter sends as allowOut=list + denyOut=0.0.0.0/0: accepted.
         network = NetworkSpec(allow_internet_access=True, allow_public_traffic=True, allow_out=("example.com",))
-        with pytest.raises(RemoteError) as caught:
-            backend.create(SandboxSpec(template_id="base", network=network))
-        assert caught.value.kind == ErrorKind.INVALID
-        assert "outbound traffic is off" in caught.value.message
+        info = make_sandbox(network=network)
+        with fake_cube.http() as http:
+            detail = http.get(f"/sandboxes/{info.sandbox_id}").json()
+        assert (detail["network"]["allowOut"], detail["network"]["denyOut"]) == (["example.com"], ["0.0.0.0/0"])
+        caps = backend.network_capabilities()
+        assert (caps.deny_wins, caps.allow_private, caps.live_update) == (False, True, False)
 
     def test_host_mount_metadata_is_reserved(self, backend: CubeBackend) -> None:
         # Quirk: Cube lifts `host-mount` out of the labels into a host bind mount.

@@ -20,7 +20,6 @@ from sandboxes.backends.base import (
     ErrorKind,
     ExecRequest,
     IdleMode,
-    L7Rule,
     ListQuery,
     NetworkSpec,
     PtySize,
@@ -31,6 +30,7 @@ from sandboxes.backends.base import (
     TemplateBuildSpec,
 )
 from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.proxy import squid_available
 from tests.sandboxes.backend_conformance import (
     OFFLINE,
     BackendConformance,
@@ -154,10 +154,8 @@ class TestDockerBackend:
         [
             NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_out=("10.0.0.0/8",)),
             NetworkSpec(allow_internet_access=True, allow_public_traffic=False, deny_out=("*.example.com",)),
-            NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=(L7Rule(domain="pypi.org"),)),
-            NetworkSpec(allow_internet_access=False, allow_public_traffic=True),
         ],
-        ids=["allow_out", "deny_out", "l7", "inbound"],
+        ids=["allow_out", "deny_out"],
     )
     def test_network_rules_docker_cannot_honour_are_refused(
         self, backend: DockerBackend, template_id: str, test_run_id: str, network: NetworkSpec
@@ -171,13 +169,13 @@ class TestDockerBackend:
     def test_network_capabilities_claim_only_the_outbound_toggle(self, backend: DockerBackend) -> None:
         caps = backend.network_capabilities()
         assert caps.outbound_toggle
-        assert not caps.inbound_toggle
-        assert not caps.l7_rules
+        assert caps.inbound_toggle  # through the console's own proxy (test_docker_inbound.py)
+        assert caps.l7_rules == squid_available()  # HTTP rules: tests/sandboxes/test_docker_http_rules.py
         assert not (caps.allow_out_cidr)
         assert not (caps.allow_out_domain)
         assert not (caps.deny_out_cidr)
         assert not (caps.deny_out_domain)
-        assert backend.inbound() is None
+        assert backend.inbound() is not None
 
     def test_resource_limits_reach_the_engine(self, make_sandbox: SandboxFactory, engine: docker.DockerClient) -> None:
         info = make_sandbox(resources=Resources(cpus=0.5, memory_mb=256, pids=64))
@@ -419,8 +417,19 @@ def test_base_image_is_rebuilt_only_when_its_recipe_changes(
     assert build_base_image(client=engine) == image.id  # same recipe: nothing built
     probe = engine.containers.run(
         docker_base_image,
-        ["sh", "-c", "for c in vim top less python3; do command -v $c; done"],
+        ["sh", "-c", "for c in vim top less python3 tmux; do command -v $c; done"],
         network_mode="none",
         remove=True,
     )
-    assert probe.decode().split() == ["/usr/local/bin/vim", "/usr/bin/top", "/usr/bin/less", "/usr/bin/python3"]
+    assert probe.decode().split() == [
+        "/usr/local/bin/vim",
+        "/usr/bin/top",
+        "/usr/bin/less",
+        "/usr/bin/python3",
+        "/usr/bin/tmux",  # keeps web-terminal shells (sandboxes/terminal/keeper.py)
+    ]
+    # An image of the same recipe digest that lacks an added package is not current.
+    from sandboxes.backends.docker.image import LABEL_PACKAGES, image_is_current
+
+    assert image_is_current(image.labels)
+    assert not image_is_current({**image.labels, LABEL_PACKAGES: ""})

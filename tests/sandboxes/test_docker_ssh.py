@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.urls import reverse
 
 from sandboxes.backends.base import ExecRequest, NetworkSpec, SandboxSpec
-from sandboxes.catalog.services import open_backend
+from sandboxes.catalog.bridge import open_backend
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.conftest import IN_CI
 from tests.personas import World

@@ -281,8 +281,38 @@ class TestE2BMapping:
         with fake_e2b.http() as http:
             detail = http.get(f"/sandboxes/{info.sandbox_id}").json()
         assert detail["allowInternetAccess"] is True
-        assert detail["network"] == {"allowPublicTraffic": True, "allowOut": [], "denyOut": ["10.0.0.0/8"]}
+        # No allow list: everything but the deny entries and the always-denied ranges, which
+        # E2B gets as denyOut entries (an allowOut entry would beat them).
+        assert detail["network"] == {
+            "allowPublicTraffic": True,
+            "allowOut": [],
+            "denyOut": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16"],
+        }
         assert detail["lifecycle"] == {"autoResume": True, "onTimeout": "pause"}
+
+    def test_an_allow_list_means_only_those_and_private_exceptions_open_single_ranges(
+        self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        # Issue 13: a non-empty allow list lets out only its entries. E2B lets an allowOut
+        # entry beat denyOut, so "only these" is allowOut=list + denyOut=everything.
+        only = make_sandbox(
+            network=NetworkSpec(
+                allow_internet_access=True, allow_public_traffic=False, allow_out=("pypi.org", "203.0.113.0/24")
+            )
+        )
+        # Allow everything but: a private exception is an allowOut entry beside the always-denied denyOut.
+        exception = make_sandbox(
+            network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_private=("10.9.0.0/16",))
+        )
+        with fake_e2b.http() as http:
+            first = http.get(f"/sandboxes/{only.sandbox_id}").json()["network"]
+            second = http.get(f"/sandboxes/{exception.sandbox_id}").json()["network"]
+        assert (first["allowOut"], first["denyOut"]) == (["pypi.org", "203.0.113.0/24"], ["0.0.0.0/0"])
+        assert second["allowOut"] == ["10.9.0.0/16"]
+        assert "10.0.0.0/8" in second["denyOut"]
+        assert "0.0.0.0/0" not in second["denyOut"]
+        caps = backend.network_capabilities()
+        assert (caps.deny_wins, caps.allow_private, caps.live_update) == (False, True, False)
 
     def test_what_e2b_cannot_do_is_refused_and_not_advertised(self, backend: E2BBackend) -> None:
         caps = backend.network_capabilities()
@@ -517,7 +547,7 @@ class TestE2BProtocol:
 @pytest.mark.django_db
 def test_create_and_connect_send_the_configs_idle_timeout(fake_e2b: FakeHandle, test_run_id: str) -> None:
     # Every connect sent 300 s: a config's 3600 s idle timeout collapsed after a warm resolve.
-    from sandboxes.catalog.services import backend_config_for
+    from sandboxes.catalog.bridge import backend_config_for
     from tests.factories import make_config, make_space
 
     config = make_config(
@@ -558,7 +588,8 @@ def test_the_connection_test_records_the_protocol_and_the_page_shows_it(
     world: World, fake_e2b_spec_server: FakeHandle
 ) -> None:
     # The config never recorded what it talks to; a pinned protocol is passed to the adapter.
-    from sandboxes.catalog.services import backend_config_for, run_connection_test
+    from sandboxes.catalog.bridge import backend_config_for
+    from sandboxes.catalog.services import run_connection_test
     from tests.factories import make_config
 
     config = make_config(

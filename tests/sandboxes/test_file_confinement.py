@@ -21,7 +21,8 @@ from console.services import SYSTEM, Actor, ServiceError
 from sandboxes.api.views import do_create_api_token
 from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.provisioning import backend_for
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import MemorySessionStore
 from sandboxes.sessions.workspace import list_files, read_file, stage_input, write_file
 from tests.factories import make_config

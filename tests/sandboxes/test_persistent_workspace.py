@@ -18,7 +18,8 @@ import pytest
 from console.services import SYSTEM
 from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.provisioning import backend_for
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import MemorySessionStore
 from sandboxes.sessions.workspace import stage_input
 from tests.factories import make_config

@@ -13,10 +13,11 @@ from console.jobs import run_job, start_job
 from console.models import AdminJob, AuditEvent, JobStatus
 from console.services import SYSTEM
 from sandboxes.backends.base import NetworkSpec, SandboxSpec, SandboxState
-from sandboxes.catalog.services import console_metadata
+from sandboxes.catalog.bridge import console_metadata
 from sandboxes.models import SandboxConfig, Session, SessionState
+from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import idle_sweep, reap_all
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from tests.conftest import REDIS_URL
 from tests.personas import World

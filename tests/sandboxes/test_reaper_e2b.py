@@ -19,10 +19,10 @@ from sandboxes.backends.base import (
     RemoteError,
     SandboxSpec,
 )
-from sandboxes.catalog.services import console_metadata
+from sandboxes.catalog.bridge import console_metadata
 from sandboxes.models import PlatformBackend, SandboxConfig
+from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import reap_config
-from sandboxes.sessions.runtime import backend_for
 from sandboxes.sessions.store import Binding, MemorySessionStore, binding_key, now_iso
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle

@@ -21,8 +21,9 @@ from sandboxes.api.views import do_create_api_token
 from sandboxes.backends.base import ExecRequest, SandboxState
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import idle_sweep
-from sandboxes.sessions.runtime import Resolved, Runtime, backend_for
+from sandboxes.sessions.runtime import Resolved, Runtime
 from sandboxes.sessions.store import SessionStore, lock_key
 from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.fakes.fixtures import FakeHandle
@@ -179,9 +180,9 @@ def test_calls_racing_a_delete_of_a_running_session_never_answer_5xx(
 
 def _exec_then_get_killed(space_id: str, key: str) -> None:
     """A console process running a long exec (it is killed -9 by the test mid-way)."""
-    from sandboxes.sessions import runtime as runtime_module
+    from sandboxes.sessions import provisioning
 
-    runtime_module._backends.clear()  # the parent's engine connections are not ours
+    provisioning._backends.clear()  # the parent's engine connections are not ours
     session = Session.objects.select_related("config", "space").get(space_id=space_id, key=key)
     Runtime(DatabaseSessionStore()).exec(session, ExecRequest(shell="sleep 60", timeout_s=5))
 
@@ -275,9 +276,9 @@ def test_an_exec_starting_while_the_sweep_idles_its_session_runs_to_the_end(
 
 def _resolve_in_a_process(space_id: str, key: str, start_at: float, out: Any) -> None:
     from console.models import Space
-    from sandboxes.sessions import runtime as runtime_module
+    from sandboxes.sessions import provisioning
 
-    runtime_module._backends.clear()  # the parent's engine connections are not ours
+    provisioning._backends.clear()  # the parent's engine connections are not ours
     try:
         space = Space.objects.get(pk=space_id)
         time.sleep(max(0.0, start_at - time.time()))
@@ -395,10 +396,10 @@ def test_concurrent_resolves_of_one_turn_rebuild_a_stale_sandbox_once(
 
 
 def _reap_in_a_process(start_at: float, out: Any) -> None:
-    from sandboxes.sessions import runtime as runtime_module
+    from sandboxes.sessions import provisioning
     from sandboxes.sessions.reaper import ReaperBusy, reap_all
 
-    runtime_module._backends.clear()  # the parent's engine connections are not ours
+    provisioning._backends.clear()  # the parent's engine connections are not ours
     try:
         time.sleep(max(0.0, start_at - time.time()))
         reports = reap_all(DatabaseSessionStore(), grace=timedelta(0))

@@ -14,7 +14,8 @@ from console.services import SYSTEM
 from sandboxes.backends.base import META_INSTALLATION, META_SESSION, ExecRequest, ListQuery, SandboxState
 from sandboxes.catalog.services import mark_space_stale
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.provisioning import backend_for
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import Binding, RedisSessionStore, SessionStoreUnavailable
 from tests.conftest import REDIS_URL
 from tests.personas import World

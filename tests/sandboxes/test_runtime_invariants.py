@@ -26,8 +26,9 @@ from sandboxes.catalog.services import mark_space_stale
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions import store_select as binding_module
 from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import reap_config
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import Binding, RedisSessionStore, SessionStore, lock_key
 from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.conftest import REDIS_URL
@@ -303,7 +304,8 @@ def test_calls_racing_a_session_delete_answer_404_or_409_never_500(
 
 @pytest.mark.django_db
 def test_a_new_skill_image_marks_only_the_sessions_of_its_config(world: World, config: SandboxConfig) -> None:
-    from sandboxes.catalog.services import config_fingerprint, do_clear_session_image, do_set_session_image
+    from sandboxes.catalog.bridge import config_fingerprint
+    from sandboxes.catalog.services import do_clear_session_image, do_set_session_image
 
     other = make_config(world.space_a, name="other", default_template=config.default_template)
     on_image = get_or_create_session(world.space_a, "s-on-image", config=config)
@@ -332,7 +334,8 @@ def test_concurrent_agent_calls_never_fail_on_a_locked_database(world: World, db
     """Session creates (a transaction with its audit row), turn leases, token bookkeeping and
     transactions that read before they write (a skill image recorded) from many threads at
     once: every call answers, none with "database is locked"."""
-    from sandboxes.catalog.services import config_fingerprint, do_set_session_image
+    from sandboxes.catalog.bridge import config_fingerprint
+    from sandboxes.catalog.services import do_set_session_image
 
     writers = make_config(world.space_a, name="writers", default_template="unused", is_default=True)
     _, token = do_create_api_token(world.space_a, name="writers", actor=Actor(user=world.alice))

@@ -1,14 +1,15 @@
-"""The warm path's compiled session query gives what the ORM gives, on whichever database runs."""
+"""The warm path's hand-written session query gives what the ORM gives, on whichever database runs."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.utils import timezone
 
-from sandboxes.models import SandboxConfig, Session
+from sandboxes.models import PlatformBackend, SandboxConfig, Session
 from sandboxes.sessions.lookup import session_by_key
 from tests.factories import make_config, make_space
 from tests.personas import World
@@ -16,11 +17,13 @@ from tests.personas import World
 pytestmark = pytest.mark.django_db
 
 
-def field_values(instance: Session | SandboxConfig) -> dict[str, object]:
+def field_values(instance: Session | SandboxConfig | PlatformBackend) -> dict[str, object]:
     return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
 
 
-def test_it_returns_the_session_and_its_config_exactly_as_the_orm_does(world: World) -> None:
+def test_it_returns_the_session_and_its_config_exactly_as_the_orm_does(
+    world: World, django_assert_num_queries: Any
+) -> None:
     config = make_config(world.space_a, api_key="secret-key", cpus=Decimal("1.5"), endpoint="http://127.0.0.1:9")
     Session.objects.create(
         space=world.space_a,
@@ -31,13 +34,17 @@ def test_it_returns_the_session_and_its_config_exactly_as_the_orm_does(world: Wo
         sandbox_id="sbx-1",
         binding_version=4,
     )
-    expected = Session.objects.select_related("config").get(space=world.space_a, key="agent-7")
+    expected = Session.objects.select_related("config__backend").get(space=world.space_a, key="agent-7")
 
-    found = session_by_key(world.space_a, "agent-7")
+    with django_assert_num_queries(1):
+        found = session_by_key(world.space_a, "agent-7")
 
     assert found is not None
     assert field_values(found) == field_values(expected)
     assert field_values(found.config) == field_values(expected.config)
+    assert field_values(found.config.backend) == field_values(expected.config.backend)
+    assert found._state.db == found.config._state.db == found.config.backend._state.db == expected._state.db
+    assert not found._state.adding
     assert isinstance(found.config.cpus, Decimal)
     assert found.config.cpus == Decimal("1.5")
     assert not found.get_deferred_fields()
@@ -54,7 +61,7 @@ def test_it_finds_nothing_for_an_unknown_key_or_another_space(world: World) -> N
 
 
 def test_it_reads_the_row_anew_each_time(world: World) -> None:
-    # Compiled once, but never cached rows: a stale time or config edit shows at once.
+    # Written once, but never cached rows: a stale time or config edit shows at once.
     config = make_config(world.space_a, memory_mb=256)
     Session.objects.create(space=world.space_a, key="k", config=config)
     first = session_by_key(world.space_a, "k")

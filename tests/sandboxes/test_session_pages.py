@@ -10,7 +10,8 @@ from django.urls import reverse
 from console.models import AuditEvent
 from sandboxes.backends.base import ExecRequest, SandboxState
 from sandboxes.models import SandboxConfig, Session, SessionState
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.provisioning import backend_for
+from sandboxes.sessions.runtime import Runtime
 from tests.factories import make_config
 from tests.personas import World
 
@@ -112,7 +113,7 @@ def test_pause_and_resume_from_the_ui_keep_the_files(world: World, live_session:
     page = client.get(urls["detail"]).content.decode()
     assert live_session.sandbox_id in page
     assert "Paused" in page
-    assert f"kept in <code>{live_session.workspace_volume}</code>" in page
+    assert f'kept in <span class="copyable"><code>{live_session.workspace_volume}</code>' in page
     client.post(urls["resume"])
     live_session.refresh_from_db()
     assert live_session.state == SessionState.RUNNING

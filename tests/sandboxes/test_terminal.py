@@ -184,7 +184,10 @@ async def test_handshake_refusals(world: World, monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fast_terminals", "cleanup")
-async def test_echo_resize_and_binary_safe_output(world: World, session: Session, _: None) -> None:
+async def test_echo_resize_and_binary_safe_output(world: World, session: Session, _: None, settings: Any) -> None:
+    # The plain shell's byte path (templates without tmux): tmux re-renders the screen, so a
+    # kept shell's stream is not the program's bytes (tests/sandboxes/test_terminal_replicas.py).
+    settings.TERMINAL_KEEP_SHELLS = False
     comm, screen, _tid = await open_terminal(world.bob, session)
     await screen.run("echo hi-$((6*7))\n")
     await screen.until_output(b"hi-42")
@@ -345,7 +348,9 @@ async def test_logout_and_lost_access_close_terminals(world: World, session: Ses
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fast_terminals", "cleanup")
-async def test_pause_stops_output_and_ctrl_c_returns_the_prompt(world: World, session: Session) -> None:
+async def test_pause_stops_output_and_ctrl_c_returns_the_prompt(world: World, session: Session, settings: Any) -> None:
+    # Flow control of a raw flood: a plain shell (tmux coalesces a flood into screen redraws).
+    settings.TERMINAL_KEEP_SHELLS = False
     comm, screen, _tid = await open_terminal(world.bob, session)
     await screen.run("yes\n")
     await screen.until(lambda: len(screen.data) > 1_000_000, what="a flood of y")

@@ -1,4 +1,4 @@
-"""Stopping a real `daphne` process ends the shells it held and records their close.
+"""Stopping a real `daphne` process ends the plain shells it held and records their close.
 
 The console runs as `daphne console.asgi:application` in a subprocess on a free loopback
 port, sharing this test's PostgreSQL database (and Redis, for the channels-redis variant).
@@ -33,7 +33,7 @@ from django.db import connection
 from console.models import AuditEvent
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import Session, Terminal
-from sandboxes.sessions.runtime import backend_for
+from sandboxes.sessions.provisioning import backend_for
 from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
@@ -66,6 +66,9 @@ def daphne(request: pytest.FixtureRequest, session: Session, settings: Any) -> I
         "TEST_CHANNEL_LAYER": layer,
         "TEST_CHANNEL_LAYER_PREFIX": f"test-daphne-{uuid.uuid4().hex[:8]}",
         "TERMINAL_REATTACH_S": "120",  # only the shutdown can end the dropped terminal's shell in time
+        # Plain shells, which a stopping process ends; shells kept by the sandbox are let go
+        # for another process instead (tests/sandboxes/test_terminal_replicas.py).
+        "TERMINAL_KEEP_SHELLS": "0",
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],

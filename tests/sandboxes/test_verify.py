@@ -21,7 +21,7 @@ from sandboxes.backends.cube.backend import CubeBackend
 from sandboxes.backends.e2b.backend import E2BBackend
 from sandboxes.catalog.verify import FAIL, PASS, UNSUPPORTED, Check, Verifier
 from sandboxes.models import SandboxConfig
-from sandboxes.sessions.runtime import backend_for
+from sandboxes.sessions.provisioning import backend_for
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
@@ -86,10 +86,13 @@ def test_verify_on_docker_end_to_end(world: World, docker_config: SandboxConfig,
     finished = run_job(str(job.id))
     assert finished is not None
     assert finished.status == JobStatus.SUCCEEDED, finished.error
-    checks = assert_clean_run(finished.result["checks"])
+    *contract, policy = finished.result["checks"]
+    checks = assert_clean_run(contract)
     assert all(row["status"] == PASS for row in checks.values()), checks
+    # The job ends with whether the backend can enforce the space's policy (closed here).
+    assert (policy["name"], policy["status"]) == ("network_policy", PASS)
     assert finished.result["ok"] is True
-    assert finished.result["summary"] == {PASS: 8, FAIL: 0, UNSUPPORTED: 0}
+    assert finished.result["summary"] == {PASS: 9, FAIL: 0, UNSUPPORTED: 0}
     assert "no default route" in checks["outbound_off"]["detail"]
     sandboxes, snapshots_left = leftovers(backend, {META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID}, before)
     assert sandboxes == []

@@ -14,7 +14,7 @@ from console.models import AdminJob, Space
 from console.services import SYSTEM, Actor
 from sandboxes.backends.base import META_INSTALLATION, META_PURPOSE, ListQuery
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.runtime import backend_for
+from sandboxes.sessions.provisioning import backend_for
 from skills.images import do_start_install, do_start_uninstall
 from skills.models import SkillVersion
 from tests.skills.helpers import EXECUTABLE, REGULAR, build_zip, import_bytes

@@ -15,7 +15,8 @@ from sandboxes.backends.cube.backend import CubeBackend
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.e2b.backend import E2BBackend
 from skills.build_network import OFFLINE, build_network, sources_to_reach
-from skills.install import PackageSources, SkillPayload, StepFailed, pip_source_args, source_host_port
+from skills.install import SkillPayload, StepFailed
+from skills.install_packages import PackageSources, pip_source_args, source_host_port
 
 INDEX = "http://172.18.0.1:8123/simple/"
 REGISTRY = "https://npm.internal.example/"
@@ -85,8 +86,10 @@ def test_an_index_url_opens_outbound_as_tightly_as_the_backend_allows(backend: B
             f"build sandbox: outbound network on (Docker cannot limit it to 172.18.0.1, npm.internal.example) {reason}"
         )
     else:
+        # A non-empty allow list alone lets out only its entries (issue 13); a deny-all entry
+        # would now win over them. The adapters add what their API needs (E2B: denyOut all).
         assert chosen.spec.allow_out == ("172.18.0.1/32", "npm.internal.example")
-        assert chosen.spec.deny_out == ("0.0.0.0/0",)
+        assert chosen.spec.deny_out == ()
         assert chosen.description == (
             f"build sandbox: outbound network limited to 172.18.0.1, npm.internal.example, all else denied, {reason}"
         )

@@ -15,7 +15,8 @@ from django.urls import reverse
 from console.crypto import encrypt
 from console.models import AdminJob
 from console.services import SYSTEM, ServiceError
-from sandboxes.catalog.services import config_fingerprint, do_set_session_image
+from sandboxes.catalog.bridge import config_fingerprint
+from sandboxes.catalog.services import do_set_session_image
 from sandboxes.models import PlatformBackend, SandboxConfig
 from skills.image_builds import package_sources
 from skills.images import current_image, do_start_install

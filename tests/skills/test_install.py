@@ -18,10 +18,11 @@ from console.crypto import encrypt
 from console.models import AuditEvent, JobStatus
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import PlatformBackend, SandboxConfig, Session, SessionImage
-from sandboxes.sessions.runtime import Runtime, effective_template
+from sandboxes.sessions.provisioning import effective_template
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image, do_delete_old_snapshots, do_rollback_image
-from skills.install import console_pip_wheel
+from skills.install_packages import console_pip_wheel
 from skills.models import SkillImage, SkillImageStatus
 from tests.conftest import REDIS_URL
 from tests.factories import make_config
@@ -272,11 +273,12 @@ def test_a_pip_wheel_in_the_package_source_is_run_from_the_wheel(
 
 
 def test_debian_packages_the_image_lacks_fail_clearly(world: World, config: SandboxConfig, installation: str) -> None:
-    skill = import_skill(plain_skill("needs-jq", extra_md='metadata:\n  debian-packages: "bash jq"\n'))
+    # jq and curl are in the base image (the bundled text-stats skill needs jq); cowsay is not.
+    skill = import_skill(plain_skill("needs-cowsay", extra_md='metadata:\n  debian-packages: "bash jq cowsay"\n'))
     job = run_install(world.space_a, config, skill)
     assert job.status == JobStatus.FAILED
     assert "step dependencies failed" in job.error
-    assert "Debian packages jq are not in the image" in job.error
+    assert "Debian packages cowsay are not in the image" in job.error
     assert "unsupported without a Debian package source" in job.error
     assert build_sandboxes(config, installation) == []
 

@@ -8,13 +8,8 @@ import zipfile
 
 import pytest
 
-from skills.install import (
-    SkillPayload,
-    StepFailed,
-    console_pip_wheel,
-    parse_pip_installed,
-    tar_of,
-)
+from skills.install import SkillPayload, StepFailed, tar_of
+from skills.install_packages import console_pip_wheel, parse_pip_installed
 
 
 def payload(files: dict[str, tuple[int, bytes]], metadata: dict[str, str] | None = None) -> SkillPayload:

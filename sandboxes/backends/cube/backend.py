@@ -79,7 +79,7 @@ from ..base import (
     VolumesCapability,
 )
 from ..e2b.backend import E2BBackend
-from ..e2b.common import ENVD_PORT, NoRoute, _is_domain, check_volume_name, translating
+from ..e2b.common import ENVD_PORT, NoRoute, _is_domain, check_volume_name, egress_lists, translating
 from ..guard import Resolver
 from .common import (
     _GENERATIONS,
@@ -260,6 +260,9 @@ class CubeBackend(E2BBackend):
             deny_out_domain=False,
             l7_rules=later,
             inbound_toggle=later,
+            # As on E2B: an allowOut entry beats denyOut; private exceptions are allowOut entries.
+            deny_wins=False,
+            allow_private=True,
         )
 
     # Lifecycle ---------------------------------------------------------------------------
@@ -279,8 +282,9 @@ class CubeBackend(E2BBackend):
             raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube cannot deny domains (denyOut takes CIDRs): {domains}")
         if network.l7_rules and self.known_generation() == GEN_MAY:
             raise RemoteError(ErrorKind.UNSUPPORTED, "this Cube release has no L7 rules")
-        allowed_domains = [entry for entry in network.allow_out if _is_domain(entry)]
-        if allowed_domains and network.allow_internet_access and ALL_TRAFFIC not in network.deny_out:
+        allow_out, deny_out = egress_lists(network)
+        allowed_domains = [entry for entry in allow_out if _is_domain(entry)]
+        if allowed_domains and network.allow_internet_access and ALL_TRAFFIC not in deny_out:
             # CubeAPI answers 400 for this; say why before sending.
             raise RemoteError(
                 ErrorKind.INVALID,
@@ -291,10 +295,8 @@ class CubeBackend(E2BBackend):
     def _network_body(self, network: NetworkSpec) -> dict[str, Any]:
         # Egress is the top-level `allow_internet_access` (sent by _create_body) on every
         # release; v0.5+ reads it there (build_cube_network_config).
-        body: dict[str, Any] = {
-            "allowOut": list(network.allow_out),
-            "denyOut": list(network.deny_out),
-        }
+        allow_out, deny_out = egress_lists(network)
+        body: dict[str, Any] = {"allowOut": allow_out, "denyOut": deny_out}
         if self.known_generation() == GEN_MAY:
             # Before v0.5 allowPublicTraffic, when sent, overrides allow_internet_access as the
             # egress master switch (build_cubevs_context): send it with the egress meaning.

@@ -12,4 +12,5 @@ DESCRIPTION = KindDescription(
     label="Docker",
     endpoint_schemes=("tcp://", "unix://", "ssh://"),
     endpoint_rule="A Docker endpoint is empty (local socket), unix:///path, tcp://host:port or ssh://.",
+    limits_processes=True,
 )

@@ -9,9 +9,11 @@ Mapping of the contract (see docs/backends.md, "Docker"):
   snapshots are `docker commit` images labelled `console.kind=snapshot`, shown as
   `snap-<12 hex of the image id>`;
 - idle = `docker pause` or `docker stop` per the config's idle mode, resumed by connect();
+- inbound = the console's own proxy route (`inbound`), guarded by a traffic token kept in a
+  label; inbound on with outbound off = the space's internal network instead of none;
 - outbound off = network mode "none"; on = the space's own console-managed bridge network
   (inter-container traffic off), kept off the host's addresses and link-local/metadata by
-  the host packet filter of `docker_firewall`. DNS is always 127.0.0.1, so nothing inside a
+  the host packet filter of `firewall`. DNS is always 127.0.0.1, so nothing inside a
   sandbox reaches an outside resolver;
 - hardening: every capability dropped but `ROOT_CAPABILITIES`, no-new-privileges, the
   engine's default seccomp and AppArmor profiles, no host paths or engine socket inside.
@@ -94,6 +96,7 @@ from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
 )
+from .inbound import LABEL_TRAFFIC_TOKEN, DockerInboundNetworks, new_traffic_token
 from .networks import DockerNetworks
 from .pty import DockerPtys
 from .snapshots import DockerSnapshots
@@ -105,7 +108,7 @@ logger = logging.getLogger(__name__)
 # The backend
 
 
-class DockerBackend(DockerExec, DockerNetworks, Backend):
+class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
     """Sandboxes as long-lived containers on a Docker engine (local socket or base URL).
 
     Options (BackendConfig.options): `network` (prefix of the per-space bridge networks,
@@ -251,6 +254,8 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
             LABEL_MANAGED: "1",
             LABEL_KIND: KIND_SANDBOX,
             LABEL_TEMPLATE: spec.template_id,
+            # Guards the sandbox's inbound URLs (the console's proxy checks it; inbound.py).
+            LABEL_TRAFFIC_TOKEN: new_traffic_token(),
         }
         if spec.workspace_volume:
             self._ensure_volume(spec.workspace_volume, spec.metadata)
@@ -268,6 +273,7 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
             container_id,
             extra={"sandbox_id": container_id, "template": spec.template_id, "network": network_mode},
         )
+        self._settle_http_rules(spec.network)
         return self.get(container_id)
 
     def _create_and_start(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
@@ -457,6 +463,7 @@ class DockerBackend(DockerExec, DockerNetworks, Backend):
             template_id=labels.get(LABEL_TEMPLATE, ""),
             metadata=metadata_from_labels(labels),
             started_at=_parse_time(attrs.get("Created")),
+            traffic_token=labels.get(LABEL_TRAFFIC_TOKEN) or None,
         )
         self._seen[info.sandbox_id] = info
         return info

@@ -108,11 +108,11 @@ class DockerFiles(FilesCapability):
     def list(self, sandbox_id: str, path: str) -> builtins.list[FileInfo]:
         path = _check_path(path)
         rows = json.loads(self._probe(sandbox_id, "list", path))
-        return [_file_info(row) for row in rows]
+        return [FileInfo.from_stat_row(row) for row in rows]
 
     def stat(self, sandbox_id: str, path: str) -> FileInfo:
         path = _check_path(path)
-        return _file_info(json.loads(self._probe(sandbox_id, "stat", path)))
+        return FileInfo.from_stat_row(json.loads(self._probe(sandbox_id, "stat", path)))
 
     def _probe(self, sandbox_id: str, op: str, path: str) -> bytes:
         container_id = self.backend._container_id(sandbox_id)
@@ -133,18 +133,6 @@ class DockerFiles(FilesCapability):
         container_id = self.backend._container_id(sandbox_id)
         script = 'test -e "$0" || test -L "$0" || exit 2; rm -rf -- "$0"'
         self.backend._run_checked(container_id, ("/bin/sh", "-c", script, path), f"remove {path}")
-
-
-def _file_info(row: dict[str, Any]) -> FileInfo:
-    return FileInfo(
-        path=row["path"],
-        name=row["name"],
-        is_dir=bool(row["dir"]),
-        size=int(row["size"]),
-        mode=int(row["mode"]),
-        is_symlink=bool(row["link"]),
-        modified=datetime.fromtimestamp(float(row["mtime"]), UTC),
-    )
 
 
 class _ChunkReader(io.RawIOBase):

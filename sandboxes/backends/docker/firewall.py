@@ -67,7 +67,7 @@ def render_ruleset(host_services: Iterable[HostService] = ()) -> str:
         if service.protocol in ("tcp", "udp")
     ]
     lines = [
-        "# Rendered by sandboxes/backends/docker_firewall.py and applied with `nft -f`; edits are lost.",
+        "# Rendered by sandboxes/backends/docker/firewall.py and applied with `nft -f`; edits are lost.",
         f"table {TABLE_FAMILY} {TABLE_NAME}",
         f"delete table {TABLE_FAMILY} {TABLE_NAME}",
         f"table {TABLE_FAMILY} {TABLE_NAME} {{",

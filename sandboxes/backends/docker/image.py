@@ -54,8 +54,16 @@ BASE_PACKAGES: tuple[str, ...] = (
     "vim-tiny",
     "less",
 )
+# Added to the base after its recipe digest was fixed: tmux keeps web-terminal shells alive
+# across websocket reconnects through any console process (sandboxes/terminal/keeper.py).
+# An image is current when its recipe digest matches and its packages label names each of
+# these, so adding one rebuilds older images without changing the digest that images built
+# by the earlier recipe carry. jq is what the bundled text-stats skill declares; curl is what
+# agents (and admins trying a network policy) reach for first.
+EXTRA_PACKAGES: tuple[str, ...] = ("tmux", "jq", "curl")
 # Marks which recipe built an image, so a changed recipe rebuilds the base image by itself.
 LABEL_RECIPE = "console.base.recipe"
+LABEL_PACKAGES = "console.base.packages"
 
 MERGED_USR_HOOKS = "/usr/share/mmdebstrap/hooks/merged-usr"
 BUILD_TIMEOUT_S = 1800
@@ -177,6 +185,12 @@ def base_recipe() -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
+def image_is_current(labels: Mapping[str, str]) -> bool:
+    """Built by this recipe, with every one of EXTRA_PACKAGES."""
+    packages = set(filter(None, labels.get(LABEL_PACKAGES, "").split(",")))
+    return labels.get(LABEL_RECIPE) == base_recipe() and set(EXTRA_PACKAGES) <= packages
+
+
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
     try:
         client.images.get(tag)
@@ -194,15 +208,15 @@ def build_base_image(
     try:
         if not force and image_exists(engine, tag):
             image = engine.images.get(tag)
-            if (image.labels or {}).get(LABEL_RECIPE) == base_recipe():
+            if image_is_current(image.labels or {}):
                 return str(image.id)
             log.info("%s was built by another recipe; rebuilding", tag)
         labels = template_labels(
             BASE_TEMPLATE_NAME,
-            "Debian bookworm with python3, bash and tini",
-            {LABEL_RECIPE: base_recipe()},
+            "Debian bookworm with python3, bash, tmux, curl, jq and tini",
+            {LABEL_RECIPE: base_recipe(), LABEL_PACKAGES: ",".join(sorted(EXTRA_PACKAGES))},
         )
-        return build_rootfs_image(engine, tag, labels=labels)
+        return build_rootfs_image(engine, tag, packages=EXTRA_PACKAGES, labels=labels)
     finally:
         if own_client:
             engine.close()

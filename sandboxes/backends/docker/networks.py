@@ -4,6 +4,7 @@ the host packet filter's state (the ruleset itself is in `firewall`).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import threading
 from collections.abc import Mapping
@@ -32,6 +33,8 @@ from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
 )
+from .proxy import DEFAULT_STATE_DIR, SpaceProxyPolicy, squid_available
+from .squid import SquidProxy
 
 
 class DockerNetworks:
@@ -90,7 +93,64 @@ class DockerNetworks:
                 )
 
     def network_capabilities(self) -> NetworkCapabilities:
-        return NetworkCapabilities(outbound_toggle=True, inbound_toggle=False)
+        return NetworkCapabilities(outbound_toggle=True, inbound_toggle=True, l7_rules=self._l7_possible())
+
+    # HTTP rules and TLS by SNI (squid, see proxy.py) -----------------------------------
+
+    def _l7_possible(self) -> bool:
+        return self.host_firewall != "external" and self.engine_is_local() and squid_available()
+
+    def egress_proxy(self) -> SquidProxy:
+        """The host's squid (options `proxy_state_dir`, `proxy_dns`: comma-separated resolver
+        addresses of this machine for squid's own lookups)."""
+        proxy = getattr(self, "_egress_proxy", None)
+        if proxy is None:
+            options = self.config.options
+            dns = tuple(a.strip() for a in options.get("proxy_dns", "127.0.0.1").split(",") if a.strip())
+            proxy = SquidProxy(state_dir=options.get("proxy_state_dir", DEFAULT_STATE_DIR), dns_nameservers=dns)
+            self._egress_proxy = proxy
+        return proxy
+
+    def _apply_http_rules(self, name: str, network: NetworkSpec) -> None:
+        """Make squid enforce the space network's HTTP rules (before its sandbox starts)."""
+        if not network.l7_rules and not self._l7_possible():
+            return  # nothing to enforce, and no squid that could hold an older policy
+        with _engine_call(f"network {name}"):
+            ipam = self.api.inspect_network(name).get("IPAM", {}).get("Config") or []
+        sources = tuple(c["Subnet"] for c in ipam if c.get("Subnet"))
+        # The engine leaves Gateway out when it chose it: the subnet's first address.
+        gateways = tuple(
+            c.get("Gateway") or str(next(ipaddress.ip_network(c["Subnet"], strict=False).hosts()))
+            for c in ipam
+            if c.get("Subnet")
+        )
+        policy = SpaceProxyPolicy(
+            name=name,
+            sources=sources,
+            gateways=gateways,
+            rules=network.l7_rules,
+            allow_out=network.allow_out,
+            deny_out=network.deny_out,
+        )
+        result = self.egress_proxy().set_space(policy)  # no rules: the space leaves the proxy
+        if not result.applied:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"HTTP rules need the host's squid: {result.detail}")
+
+    def _settle_http_rules(self, network: NetworkSpec) -> None:
+        """After a sandbox started: squid binds a new network's IPv6 gateway once it settled."""
+        if network.l7_rules and self._l7_possible():
+            self.egress_proxy().settle()
+
+    def update_http_rules(self, sandbox_id: str, network: NetworkSpec) -> None:
+        """Apply a changed policy's HTTP rules to the running sandbox's space network now
+        (squid reconfigures live; the lead wires this into the egress capability)."""
+        if network.l7_rules and not self._l7_possible():
+            self._check_network_spec(network)
+        with _engine_call(f"sandbox {sandbox_id}"):
+            networks = self.api.inspect_container(self._container_id(sandbox_id))["NetworkSettings"]["Networks"]
+        for name in networks:
+            if name.startswith(self.network_name + "-"):
+                self._apply_http_rules(name, network)
 
     def _release_network(self, space: str) -> None:
         """Remove the space's network once no container is on it, stopped ones included.
@@ -104,6 +164,8 @@ class DockerNetworks:
                 self.api.remove_network(name)
             except docker.errors.APIError:
                 return  # already gone, or in use again
+        if self._l7_possible() and any(p.name == name for p in self.egress_proxy().policies()):
+            self.egress_proxy().remove_space(name)  # squid stops listening on its gateway
 
     def _check_network_spec(self, network: NetworkSpec) -> None:
         unsupported = [
@@ -111,12 +173,10 @@ class DockerNetworks:
             for name, value in (
                 ("allow_out lists", network.allow_out),
                 ("deny_out lists", network.deny_out),
-                ("L7 rules", network.l7_rules),
+                ("L7 rules", network.l7_rules and not self._l7_possible()),
             )
             if value
         ]
-        if network.allow_public_traffic:
-            unsupported.append("inbound public traffic")
         if unsupported:
             raise RemoteError(
                 ErrorKind.UNSUPPORTED,
@@ -129,6 +189,8 @@ class DockerNetworks:
             return "none"
         name = self.space_network_name(metadata.get(META_SPACE, ""))
         self._ensure_network(name, metadata.get(META_SPACE, ""))
+        if network.l7_rules:
+            self._apply_http_rules(name, network)
         return name
 
     def space_network_name(self, space: str) -> str:

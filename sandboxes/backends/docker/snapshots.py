@@ -31,6 +31,7 @@ from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
 )
+from .inbound import LABEL_TRAFFIC_TOKEN
 
 if TYPE_CHECKING:
     from .backend import DockerBackend
@@ -58,6 +59,8 @@ class DockerSnapshots(SnapshotsCapability):
             LABEL_KIND: KIND_SNAPSHOT,
             LABEL_SNAPSHOT_SOURCE: info.sandbox_id,
             LABEL_SNAPSHOT_NAME: name,
+            # The image would inherit the sandbox's inbound credential, shown with its labels.
+            LABEL_TRAFFIC_TOKEN: "",
         }
         changes = [f"LABEL {json.dumps(key)}={json.dumps(value)}" for key, value in marks.items()]
         api = self.backend.api

@@ -25,6 +25,9 @@ Mapping of the contract:
   name if missing (`POST /volumes`) and mounted at /workspace (`volumeMounts`); a fresh
   volume is empty and root's, so the adapter lays /workspace out after create.
 
+Parts: `control` (the control plane's HTTP client), `envd` (the data plane), and one module a
+capability (files, pty, snapshots and templates, inbound, volumes).
+
 Imports nothing of the project but `base` and `guard`.
 """
 
@@ -32,7 +35,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import random
 import threading
 import time
 import uuid
@@ -70,16 +72,14 @@ from ..base import (
     VolumesCapability,
     is_snapshot_id,
 )
-from ..guard import GuardedTransport, Resolver, system_resolver
+from ..guard import Resolver, system_resolver
 from .common import (
     _STATES,
     _WORKSPACE_LAYOUT,
-    CONNECT_RETRIES,
     DEFAULT_DOMAIN,
     DEFAULT_REQUEST_TIMEOUT_S,
     DEFAULT_RETRIES,
     DEFAULT_SANDBOX_TTL_S,
-    MAX_BACKOFF_S,
     PROTOCOL_V1,
     PROTOCOL_V2,
     NoRoute,
@@ -87,12 +87,11 @@ from .common import (
     _is_domain,
     _q,
     check_volume_name,
+    egress_lists,
     encode_metadata_filter,
     parse_time,
     parse_version,
-    status_error,
     translating,
-    transport_error,
 )
 from .envd import E2BEnvd
 from .files import E2BFiles
@@ -102,10 +101,6 @@ from .snapshots import E2BSnapshots, E2BTemplates
 from .volumes import E2BVolumes
 
 logger = logging.getLogger(__name__)
-
-# ---------------------------------------------------------------------------------------
-# Per-sandbox data-plane facts learnt from create / connect / get
-
 
 # ---------------------------------------------------------------------------------------
 # The backend
@@ -170,109 +165,6 @@ class E2BBackend(E2BEnvd, Backend):
             raise RemoteError(ErrorKind.INVALID, f"option {name!r} must not be negative")
         return value
 
-    # HTTP ------------------------------------------------------------------------------
-
-    @property
-    def http(self) -> httpx.Client:
-        """One client per backend; every request goes through the guarded transport."""
-        if self._http is None:
-            with self._lock:
-                if self._http is None:
-                    transport = GuardedTransport(
-                        allow_private=self.config.allow_private_endpoints, resolver=self.resolver
-                    )
-                    self._http = httpx.Client(
-                        transport=transport,
-                        timeout=httpx.Timeout(self.request_timeout or None, connect=10.0),
-                        follow_redirects=False,
-                        headers={"User-Agent": "sandbox-console"},
-                    )
-        return self._http
-
-    def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
-            self._http = None
-
-    def _api_headers(self) -> dict[str, str]:
-        return {"X-API-Key": self.config.api_key}
-
-    def _send(
-        self,
-        method: str,
-        url: str,
-        what: str,
-        *,
-        idempotent: bool,
-        headers: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-        control: bool = False,
-        **kwargs: Any,
-    ) -> httpx.Response:
-        """One request with retries: rate_limited and unavailable answers (and connection
-        failures) are retried with exponential backoff, honouring Retry-After, but only for
-        idempotent calls. Any other failure is raised as a RemoteError at once."""
-        attempt = 0
-        while True:
-            try:
-                response = self.http.request(
-                    method,
-                    url,
-                    headers=headers,
-                    timeout=httpx.Timeout(timeout, connect=10.0) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
-                    **kwargs,
-                )
-                error = None if response.status_code < 300 else status_error(response, what, control=control)
-            except RemoteError:
-                raise
-            except Exception as exc:
-                error = transport_error(exc, what)
-                if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-                    # Nothing reached the server: safe to retry whatever the call.
-                    error = RemoteError(ErrorKind.UNAVAILABLE, error.message)
-                    # Fewer tries than for a busy server: a refused connection rarely heals
-                    # within seconds, and pages that ask a dead endpoint should not hang.
-                    if attempt < min(self.retries, CONNECT_RETRIES):
-                        attempt += 1
-                        self.sleep(self._backoff(attempt, None))
-                        continue
-                raise error from exc
-            if error is None:
-                return response
-            retry = idempotent and error.kind in (ErrorKind.RATE_LIMITED, ErrorKind.UNAVAILABLE)
-            if not retry or attempt >= self.retries:
-                raise error
-            attempt += 1
-            self.sleep(self._backoff(attempt, error.retry_after))
-
-    @staticmethod
-    def _backoff(attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(retry_after, MAX_BACKOFF_S)
-        return min(0.25 * 2 ** (attempt - 1), MAX_BACKOFF_S) * (0.5 + random.random() / 2)  # noqa: S311
-
-    def _api(
-        self,
-        method: str,
-        path: str,
-        what: str,
-        *,
-        idempotent: bool,
-        timeout: float | None = None,
-        headers: Mapping[str, str] | None = None,
-        **kwargs: Any,
-    ) -> httpx.Response:
-        return self._send(
-            method,
-            self.api_url + path,
-            what,
-            idempotent=idempotent,
-            timeout=timeout,
-            headers={**self._api_headers(), **(headers or {})},
-            control=True,
-            **kwargs,
-        )
-
     # Health ----------------------------------------------------------------------------
 
     def health(self) -> HealthInfo:
@@ -330,7 +222,9 @@ class E2BBackend(E2BEnvd, Backend):
 
     def network_capabilities(self) -> NetworkCapabilities:
         # E2B: allowOut takes CIDRs, IPs and domains; denyOut CIDRs and IPs only (no domain
-        # deny list); `network.rules` are header transforms, not allow/deny rules.
+        # deny list); `network.rules` are header transforms, not allow/deny rules. An allowOut
+        # entry beats denyOut (so a deny entry inside an allowed range is not honoured, and
+        # private exceptions are allowOut entries). Fixed at create as far as the console goes.
         return NetworkCapabilities(
             outbound_toggle=True,
             allow_out_cidr=True,
@@ -339,6 +233,8 @@ class E2BBackend(E2BEnvd, Backend):
             deny_out_domain=False,
             l7_rules=False,
             inbound_toggle=True,
+            deny_wins=False,
+            allow_private=True,
         )
 
     # Lifecycle -------------------------------------------------------------------------
@@ -367,10 +263,11 @@ class E2BBackend(E2BEnvd, Backend):
             raise RemoteError(ErrorKind.UNSUPPORTED, f"{self.label} has no L7 allow/deny rules")
 
     def _network_body(self, network: NetworkSpec) -> dict[str, Any]:
+        allow_out, deny_out = egress_lists(network)
         return {
             "allowPublicTraffic": network.allow_public_traffic,
-            "allowOut": list(network.allow_out),
-            "denyOut": list(network.deny_out),
+            "allowOut": allow_out,
+            "denyOut": deny_out,
         }
 
     def _create_body(self, spec: SandboxSpec) -> dict[str, Any]:
@@ -606,8 +503,6 @@ class E2BBackend(E2BEnvd, Backend):
                 raise
         return self.get(sandbox_id)
 
-    # Data plane ------------------------------------------------------------------------
-
     # Capabilities ----------------------------------------------------------------------
 
     def files(self) -> FilesCapability:
@@ -651,22 +546,6 @@ class E2BBackend(E2BEnvd, Backend):
             name=name or (str(names[0]) if names else ""),
             created_at=parse_time(row.get("createdAt")),
         )
-
-    def paged_rows(self, path: str, what: str, params: Mapping[str, Any] | None = None) -> builtins.list[Any]:
-        """Every row of a cursor-paged list; a repeated cursor stops with an error."""
-        rows: builtins.list[Any] = []
-        token: str | None = None
-        seen: set[str] = set()
-        while True:
-            query = {**(params or {}), "limit": 100, **({"nextToken": token} if token else {})}
-            response = self._api("GET", path, what, idempotent=True, params=query)
-            rows.extend(response.json())
-            token = response.headers.get("x-next-token") or None
-            if not token:
-                return rows
-            if token in seen:
-                raise RemoteError(ErrorKind.INTERNAL, f"{what}: the server repeated a page token", retryable=False)
-            seen.add(token)
 
 
 _BACKEND_METHODS = ("create", "connect", "get", "list", "delete", "pause", "exec")

@@ -24,6 +24,7 @@ import httpx
 
 from ..base import (
     ErrorKind,
+    NetworkSpec,
     RemoteError,
     SandboxState,
 )
@@ -357,6 +358,29 @@ def encode_metadata_filter(metadata: Mapping[str, str]) -> str:
 
 def _is_domain(entry: str) -> bool:
     return bool(re.search(r"[A-Za-z*]", entry)) and ":" not in entry
+
+
+# E2B's "everything" in denyOut (the SDK's ALL_TRAFFIC); and the ranges the console always
+# denies unless an allow entry (an allowOut entry beats a denyOut entry here) opens them.
+ALL_TRAFFIC = "0.0.0.0/0"
+ALWAYS_DENIED = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16")
+
+
+def egress_lists(network: NetworkSpec) -> tuple[list[str], list[str]]:
+    """The console's lists as E2B's allowOut/denyOut, where an allowOut entry beats denyOut.
+
+    Allow-only (a non-empty allow list): allowOut = the list and the private exceptions,
+    denyOut = everything. Otherwise: allowOut = the private exceptions, denyOut = the deny
+    entries and the always-denied ranges. A deny entry inside an allowed range cannot win
+    here (`NetworkCapabilities.deny_wins` is False; the console names it before a create).
+    Outbound off sends empty lists (`allow_internet_access` false says it)."""
+    if not network.allow_internet_access:
+        return [], []
+    if network.allow_out:
+        allow, deny = [*network.allow_out, *network.allow_private], [ALL_TRAFFIC, *network.deny_out]
+    else:
+        allow, deny = list(network.allow_private), [*network.deny_out, *ALWAYS_DENIED]
+    return list(dict.fromkeys(allow)), list(dict.fromkeys(deny))
 
 
 # Per-sandbox data-plane facts learnt from create / connect / get.

@@ -9,7 +9,7 @@ import posixpath
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
@@ -42,39 +42,18 @@ from .common import (
     translating,
     transport_error,
 )
+from .control import E2BControlPlane
 from .exec import _ExecReader
 
 
-class E2BEnvd:
-    """The data plane: envd requests, RPCs, streams and exec (a part of `E2BBackend`)."""
+class E2BEnvd(E2BControlPlane):
+    """The data plane: envd requests, RPCs, streams and exec (a part of `E2BBackend`), sent
+    through the control-plane part's guarded client and retrying `_send`."""
 
     if TYPE_CHECKING:  # provided by E2BBackend
         domain: str
         sandbox_url: str
-        request_timeout: float
-        retries: int
-        sleep: Callable[[float], None]
-        _lock: threading.Lock
         _envd: dict[str, _Envd]
-
-        @property
-        def http(self) -> httpx.Client: ...
-
-        def _send(
-            self,
-            method: str,
-            url: str,
-            what: str,
-            *,
-            idempotent: bool,
-            headers: Mapping[str, str] | None = None,
-            timeout: float | None = None,
-            control: bool = False,
-            **kwargs: Any,
-        ) -> httpx.Response: ...
-
-        @staticmethod
-        def _backoff(attempt: int, retry_after: float | None) -> float: ...
 
         def get(self, sandbox_id: str) -> SandboxInfo: ...
 

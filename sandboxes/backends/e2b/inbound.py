@@ -19,6 +19,8 @@ class E2BInbound(InboundCapability):
     """Port URLs `https://<port>-<id>.<domain>`; the traffic token (needed when public
     traffic is off) comes from the create/connect answer and is cached per backend."""
 
+    token_header = "e2b-traffic-access-token"  # noqa: S105 - a header name
+
     def __init__(self, backend: E2BBackend) -> None:
         self.backend = backend
 

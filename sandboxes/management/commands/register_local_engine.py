@@ -1,7 +1,9 @@
-"""Register the local Docker engine as a platform backend, for the one-command start.
+"""Register the local Docker engine as a platform backend, for the one-command start, and
+give the demo space a working Docker config when the engine answers.
 
-Idempotent: does nothing once any platform backend exists. Grants it to the demo space (and
-every space named with --space), so the demo space's admin can create a config right away.
+Idempotent: registers nothing once any platform backend exists, and creates the demo config
+only while the demo space has no config at all. Grants the backend to the demo space (and
+every space named with --space), so the demo space can start a session right away.
 """
 
 from __future__ import annotations
@@ -13,26 +15,41 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from console.models import Space
-from console.services import SYSTEM, record_audit
-from sandboxes.models import BackendKind, PlatformBackend
+from console.services import SYSTEM, ServiceError, record_audit
+from sandboxes.backends.base import RemoteError
+from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
+from sandboxes.catalog.services import do_create_config, open_backend
+from sandboxes.models import BackendKind, PlatformBackend, SandboxConfig
 
 NAME = "Local Docker engine"
+DEMO_SLUG = "demo"
+DEMO_CONFIG = "Local Docker"
 
 
 class Command(BaseCommand):
-    help = "Register the local Docker engine as a platform backend (once) and grant it to the demo space."
+    help = (
+        "Register the local Docker engine as a platform backend (once), grant it to the demo space, "
+        "and give the demo space a Docker config when the engine answers."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--space", action="append", default=["demo"], help="slug of a space to grant it to")
+        parser.add_argument("--space", action="append", default=[DEMO_SLUG], help="slug of a space to grant it to")
+        parser.add_argument("--no-demo-config", action="store_true", help="do not create the demo space's config")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        backend = self.register(options["space"])
+        if backend is not None and not options["no_demo_config"]:
+            self.ensure_demo_config(backend)
+
+    def register(self, slugs: list[str]) -> PlatformBackend | None:
+        existing = PlatformBackend.objects.filter(name=NAME, kind=BackendKind.DOCKER, endpoint="").first()
         if PlatformBackend.objects.exists():
             self.stdout.write("Platform backends exist; nothing registered.")
-            return
+            return existing
         # The bundled examples' wheel folder (scripts/setup.sh) is its pip source when present.
         examples = "examples" if (Path(settings.SKILL_PACKAGE_SOURCES_ROOT) / "examples").is_dir() else ""
         backend = PlatformBackend.objects.create(name=NAME, kind=BackendKind.DOCKER, pip_find_links=examples)
-        spaces = list(Space.objects.filter(slug__in=options["space"]))
+        spaces = list(Space.objects.filter(slug__in=slugs))
         backend.spaces.set(spaces)
         record_audit(
             SYSTEM,
@@ -50,3 +67,35 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"Registered {NAME}, granted to {', '.join(s.name for s in spaces) or 'no space'}.")
         )
+        return backend
+
+    def ensure_demo_config(self, backend: PlatformBackend) -> SandboxConfig | None:
+        """The demo space's first config, on the local engine, if the engine answers now."""
+        space = Space.objects.filter(slug=DEMO_SLUG).first()
+        if space is None or SandboxConfig.objects.filter(space=space).exists():
+            return None
+        if not backend.spaces.filter(pk=space.pk).exists():
+            return None
+        template = DEFAULT_BASE_IMAGE  # built by `make start` (manage.py build_base_image)
+        probe = SandboxConfig(space=space, backend=backend, name=DEMO_CONFIG, default_template=template)
+        try:
+            with open_backend(probe) as engine:
+                health = engine.health()
+            problem = "" if health.ok else health.detail
+        except RemoteError as exc:
+            problem = f"{exc.kind}: {exc.message}"
+        if problem:
+            self.stdout.write(f"The Docker engine does not answer ({problem}): no demo config yet; run this again.")
+            return None
+        try:
+            config = do_create_config(
+                space,
+                data={"name": DEMO_CONFIG, "backend": backend, "default_template": template, "is_default": True},
+                api_key="",
+                actor=SYSTEM,
+            )
+        except ServiceError as exc:
+            self.stdout.write(f"No demo config: {exc.message}")
+            return None
+        self.stdout.write(self.style.SUCCESS(f"Created the config {config.name} in {space.name} ({template})."))
+        return config

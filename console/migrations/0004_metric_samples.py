@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('console', '0002_space_limits'),
+        ('console', '0003_network_policy_allow_private'),
     ]
 
     operations = [

@@ -1,0 +1,457 @@
+"""HTTP rules and TLS by SNI for Docker sandboxes: a kept squid (Debian `squid-openssl`).
+
+A space whose policy has L7 rules gets its sandboxes' TCP 80 and 443 redirected (nftables
+table `inet sandbox_console_proxy`, prerouting nat) to squid on the space network's gateway:
+port 3129 (`http_port … intercept`: host, method and path of plain HTTP) and 3130
+(`https_port … intercept ssl-bump`: `peek` at the ClientHello, then `splice` or `terminate`
+by SNI; nothing is decrypted). It is transparent: a program that ignores proxy variables is
+redirected the same. UDP 443 (QUIC) from those sandboxes is dropped so clients fall back to
+TCP, where the SNI is seen.
+
+Semantics (per space, `SpaceProxyPolicy`), in the order squid checks them:
+1. the always-denied set: loopback, link-local/metadata, the host's own addresses, every
+   sandbox network, and private ranges unless one of the space's allow CIDRs covers them —
+   squid's upstream connections leave from the host (output hook), so the forward filter of
+   `inet sandbox_console` never sees them and squid refuses these itself (`dst` ACLs);
+2. HTTP: the rules in order, first match (host, method, path prefix) decides; a request to
+   a host named by some rule that matches none is refused. TLS: only the host (SNI) can be
+   checked: the first rule naming the host that is an `allow` (whatever its methods/path)
+   or an unrestricted `deny` decides; a `deny` with methods or a path cannot be checked
+   without decryption and is skipped; a host named by rules none of which allows it is refused;
+3. hosts named by no rule follow the space's allow/deny lists (deny entries win; with an
+   allow list only its entries pass; without one everything else passes).
+
+Every refusal line carries the rule in words (an `annotate_transaction` note) so
+`proxy_refusals` reads the log back without knowing the policy of the time.
+
+Running squid (state folder, start, live reconfigure) is in `squid`. Imports nothing of the
+project but the contract's DTOs (`..base`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote, urlsplit
+
+from ..base import EgressRefusal, L7Rule
+
+PROXY_HTTP_PORT = 3129
+PROXY_TLS_PORT = 3130
+# squid insists on one forward-proxy port; on loopback, and refusing everything (no source
+# ACL matches 127.0.0.1), it serves nothing.
+LOOPBACK_PORT = 3131
+TABLE_FAMILY = "inet"
+TABLE_NAME = "sandbox_console_proxy"
+BRIDGE_PREFIX = "sbx-"  # the same prefix as firewall.BRIDGE_PREFIX (not imported: no coupling)
+DEFAULT_STATE_DIR = "/var/lib/sandbox-console/proxy"
+
+NOTE_KEY = "egress_rule"
+RUN_TIMEOUT_S = 20
+
+# Never reachable through the proxy, whatever the space allows.
+ALWAYS_DENIED = ("127.0.0.0/8", "0.0.0.0/8", "169.254.0.0/16", "::1/128", "fe80::/10", "::/128")
+# Reachable only when an allow CIDR of the space covers them.
+PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+
+
+@dataclass(frozen=True)
+class SpaceProxyPolicy:
+    """What squid enforces for one space network's sources."""
+
+    name: str  # the space network's name (unique key)
+    sources: tuple[str, ...]  # CIDRs of the space's sandboxes (its subnet, or /32 per sandbox)
+    gateways: tuple[str, ...]  # the network's gateway addresses: where squid listens
+    rules: tuple[L7Rule, ...] = ()
+    allow_out: tuple[str, ...] = ()
+    deny_out: tuple[str, ...] = ()
+
+    def as_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["rules"] = [asdict(rule) for rule in self.rules]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SpaceProxyPolicy:
+        rules = tuple(
+            L7Rule(
+                domain=str(r["domain"]),
+                methods=tuple(r.get("methods") or ()),
+                path_prefix=str(r.get("path_prefix") or "/"),
+                action=str(r.get("action") or "allow"),
+            )
+            for r in data.get("rules") or ()
+        )
+        return cls(
+            name=str(data["name"]),
+            sources=tuple(data.get("sources") or ()),
+            gateways=tuple(data.get("gateways") or ()),
+            rules=rules,
+            allow_out=tuple(data.get("allow_out") or ()),
+            deny_out=tuple(data.get("deny_out") or ()),
+        )
+
+
+def squid_binary() -> str | None:
+    return shutil.which("squid") or next((p for p in ("/usr/sbin/squid",) if os.path.exists(p)), None)
+
+
+def squid_available() -> bool:
+    """squid with TLS peeking (Debian's squid-openssl) is installed here."""
+    binary = squid_binary()
+    if binary is None:
+        return False
+    try:
+        done = subprocess.run([binary, "-v"], capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--with-openssl" in done.stdout or "enable-ssl-crtd" in done.stdout
+
+
+# ---------------------------------------------------------------------------------------
+# Rule text
+
+
+def describe_rule(position: int, rule: L7Rule) -> str:
+    """ "HTTP rule 2 (deny GET example.test/admin)"."""
+    methods = ",".join(rule.methods) or "any method"
+    path = "" if rule.path_prefix == "/" else rule.path_prefix
+    return f"HTTP rule {position} ({rule.action} {methods} {rule.domain}{path})"
+
+
+def _tls_checkable(rule: L7Rule) -> bool:
+    """Whether the rule decides a TLS connection by its SNI alone (see module docstring)."""
+    return rule.action == "allow" or (not rule.methods and rule.path_prefix == "/")
+
+
+def _regex_escape(text: str) -> str:
+    """POSIX extended regex literal (squid's regex ACLs)."""
+    return "".join("\\" + ch if ch in ".[]()*+?{}|^$\\" else ch for ch in text)
+
+
+def _domain_regex(domain: str) -> str:
+    if domain.startswith("*."):
+        return "^.+\\." + _regex_escape(domain[2:].lower()) + "$"
+    return "^" + _regex_escape(domain.lower()) + "$"
+
+
+def _split_list(entries: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(CIDRs, domain patterns) of an allow or deny list."""
+    networks: list[str] = []
+    domains: list[str] = []
+    for entry in entries:
+        try:
+            networks.append(str(ipaddress.ip_network(entry, strict=False)))
+        except ValueError:
+            domains.append(entry.lower())
+    return networks, domains
+
+
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _collapse(entries: Iterable[str]) -> list[str]:
+    """Networks without overlaps (squid warns about an entry inside another one)."""
+    networks = [ipaddress.ip_network(entry, strict=False) for entry in entries]
+    collapsed: list[str] = []
+    for version in (4, 6):
+        same = [n for n in networks if n.version == version]
+        collapsed += [str(n) for n in ipaddress.collapse_addresses(same)]  # type: ignore[type-var]
+    return collapsed
+
+
+def _note(acl: str, words: str) -> str:
+    return f"acl {acl} annotate_transaction {NOTE_KEY}={quote(words, safe='')}"
+
+
+# ---------------------------------------------------------------------------------------
+# squid.conf
+
+
+def render_squid_conf(
+    policies: Sequence[SpaceProxyPolicy],
+    *,
+    state_dir: str,
+    dns_nameservers: Sequence[str],
+    host_addresses: Sequence[str] = (),
+    http_port: int = PROXY_HTTP_PORT,
+    tls_port: int = PROXY_TLS_PORT,
+) -> str:
+    """The whole squid configuration (deterministic)."""
+    state = Path(state_dir)
+    sandbox_nets = sorted({src for policy in policies for src in policy.sources})
+    lines = [
+        "# Rendered by sandboxes/backends/docker/proxy.py; edits are lost.",
+        f"http_port 127.0.0.1:{LOOPBACK_PORT}",
+        f"pid_filename {state / 'squid.pid'}",
+        f"cache_log {state / 'cache.log'}",
+        f"coredump_dir {state}",
+        "logfile_rotate 0",
+        f"logformat egress %ts.%03tu %>a %>lp %Ss/%03>Hs %rm %ru %ssl::>sni %{{{NOTE_KEY}}}note",
+        f"access_log stdio:{state / 'access.log'} egress",
+        "cache deny all",
+        "cache_mem 8 MB",
+        "memory_pools on",
+        "read_ahead_gap 1 MB",
+        "pinger_enable off",
+        "shutdown_lifetime 1 seconds",
+        "via off",
+        "forwarded_for transparent",
+        "httpd_suppress_version_string on",
+        # A Host header that does not resolve to the address the client connected to is
+        # refused (409): a client cannot name an allowed host and reach another address.
+        "host_verify_strict on",
+        "client_dst_passthru on",
+        f"dns_nameservers {' '.join(dns_nameservers) if dns_nameservers else '127.0.0.1'}",
+        # squid's lookups leave from a socket on loopback when its resolvers are there.
+        *(["udp_incoming_address 127.0.0.1"] if all(_is_loopback(a) for a in dns_nameservers or ["127.0.0.1"]) else []),
+        "icp_port 0",
+        "htcp_port 0",
+        "snmp_port 0",
+        "positive_dns_ttl 30 seconds",
+        "negative_dns_ttl 5 seconds",
+        "acl step1 at_step SslBump1",
+        "acl CONNECT method CONNECT",
+        f"acl always_denied dst {' '.join(ALWAYS_DENIED)}",
+        f"acl private_dst dst {' '.join(PRIVATE_RANGES)}",
+    ]
+    own = _collapse([*host_addresses, *sandbox_nets])
+    if own:
+        lines.append(f"acl host_and_sandboxes dst {' '.join(own)}")
+    lines += [
+        _note("n_always", "always-denied destination (loopback, link-local/metadata)"),
+        _note("n_own", "always-denied destination (the host itself or a sandbox network)"),
+        _note("n_private", "private range not allowed by a CIDR entry"),
+    ]
+    for policy in sorted(policies, key=lambda p: p.name):
+        for gateway in policy.gateways:
+            host = f"[{gateway}]" if ":" in gateway else gateway
+            lines.append(f"http_port {host}:{http_port} intercept")
+            lines.append(
+                f"https_port {host}:{tls_port} intercept ssl-bump generate-host-certificates=off "
+                f"tls-cert={state / 'bump.pem'} tls-key={state / 'bump.key'}"
+            )
+
+    access: list[str] = []
+    bump: list[str] = ["ssl_bump peek step1"]
+    for index, policy in enumerate(sorted(policies, key=lambda p: p.name), start=1):
+        lines += _space_acls(index, policy, access, bump)
+    lines += [
+        "",
+        "http_access deny always_denied n_always",
+        *(["http_access deny host_and_sandboxes n_own"] if own else []),
+        *access,
+        "http_access deny all",
+        "",
+        *bump,
+        "ssl_bump terminate all",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: list[str]) -> list[str]:
+    """The ACL definitions of one space; appends its http_access and ssl_bump lines in order."""
+    s = f"s{index}"
+    src = f"{s}_src"
+    acls = [f"# space network {policy.name}", f"acl {src} src {' '.join(policy.sources) or '0.0.0.0/32'}"]
+    allow_nets, allow_domains = _split_list(policy.allow_out)
+    deny_nets, deny_domains = _split_list(policy.deny_out)
+    if allow_nets:
+        acls.append(f"acl {s}_allow_net dst {' '.join(allow_nets)}")
+        access.append(f"http_access deny {src} private_dst !{s}_allow_net n_private")
+    else:
+        access.append(f"http_access deny {src} private_dst n_private")
+
+    named: list[str] = []
+    for position, rule in enumerate(policy.rules, start=1):
+        r = f"{s}_r{position}"
+        pattern = _domain_regex(rule.domain)
+        named.append(pattern)
+        acls.append(f"acl {r}_host dstdom_regex -i {pattern}")
+        acls.append(f"acl {r}_sni ssl::server_name_regex -i {pattern}")
+        conditions = [src, f"{r}_host"]
+        if rule.methods:
+            acls.append(f"acl {r}_method method {' '.join(rule.methods)}")
+            conditions.append(f"{r}_method")
+        if rule.path_prefix != "/":
+            acls.append(f"acl {r}_path urlpath_regex ^{_regex_escape(rule.path_prefix)}")
+            conditions.append(f"{r}_path")
+        # Only refusing lines carry a note: a noted log line is a refusal (see parse_access_line).
+        note = ""
+        if rule.action == "deny":
+            acls.append(_note(f"{r}_note", describe_rule(position, rule)))
+            note = f" {r}_note"
+        # The fake CONNECT of an intercepted TLS connection is decided by ssl_bump below.
+        access.append(f"http_access {rule.action} !CONNECT {' '.join(conditions)}{note}")
+        if _tls_checkable(rule):
+            verdict = "splice" if rule.action == "allow" else "terminate"
+            bump.append(f"ssl_bump {verdict} {src} {r}_sni{note}")
+    if named:
+        acls.append(f"acl {s}_named dstdom_regex -i {' '.join(named)}")
+        acls.append(f"acl {s}_named_sni ssl::server_name_regex -i {' '.join(named)}")
+        acls.append(_note(f"{s}_nomatch", "no HTTP rule matches this request (its host is named by rules)"))
+        acls.append(_note(f"{s}_nomatch_tls", "no HTTP rule allows this host (TLS is checked by SNI only)"))
+        access.append(f"http_access deny !CONNECT {src} {s}_named {s}_nomatch")
+        bump.append(f"ssl_bump terminate {src} {s}_named_sni {s}_nomatch_tls")
+
+    # Hosts named by no rule: the space's allow/deny lists.
+    if deny_nets or deny_domains:
+        acls.append(_note(f"{s}_denied", "in the space's deny list"))
+    if deny_nets:
+        acls.append(f"acl {s}_deny_net dst {' '.join(deny_nets)}")
+        access.append(f"http_access deny {src} {s}_deny_net {s}_denied")
+        bump.append(f"ssl_bump terminate {src} {s}_deny_net {s}_denied")
+    if deny_domains:
+        regexes = " ".join(_domain_regex(d) for d in deny_domains)
+        acls.append(f"acl {s}_deny_dom dstdom_regex -i {regexes}")
+        acls.append(f"acl {s}_deny_sni ssl::server_name_regex -i {regexes}")
+        access.append(f"http_access deny !CONNECT {src} {s}_deny_dom {s}_denied")
+        bump.append(f"ssl_bump terminate {src} {s}_deny_sni {s}_denied")
+    if allow_nets or allow_domains:
+        acls.append(_note(f"{s}_notallowed", "not in the space's allow list"))
+        if allow_nets:
+            access.append(f"http_access allow {src} {s}_allow_net")
+            bump.append(f"ssl_bump splice {src} {s}_allow_net")
+        if allow_domains:
+            regexes = " ".join(_domain_regex(d) for d in allow_domains)
+            acls.append(f"acl {s}_allow_dom dstdom_regex -i {regexes}")
+            acls.append(f"acl {s}_allow_sni ssl::server_name_regex -i {regexes}")
+            access.append(f"http_access allow !CONNECT {src} {s}_allow_dom")
+            bump.append(f"ssl_bump splice {src} {s}_allow_sni")
+        # The fake CONNECT passes here; its SNI is decided by ssl_bump.
+        access.append(f"http_access allow CONNECT {src}")
+        access.append(f"http_access deny {src} {s}_notallowed")
+        bump.append(f"ssl_bump terminate {src} {s}_notallowed")
+    else:
+        access.append(f"http_access allow {src}")
+        bump.append(f"ssl_bump splice {src}")
+    return acls
+
+
+# ---------------------------------------------------------------------------------------
+# nftables: the transparent redirect
+
+
+def render_redirect_table(policies: Sequence[SpaceProxyPolicy]) -> str:
+    """The `inet sandbox_console_proxy` table as an `nft -f` file (deterministic)."""
+    v4 = sorted({s for p in policies for s in p.sources if ipaddress.ip_network(s, strict=False).version == 4})
+    v6 = sorted({s for p in policies for s in p.sources if ipaddress.ip_network(s, strict=False).version == 6})
+    sandbox_in = f'iifname "{BRIDGE_PREFIX}*"'
+    lines = [
+        "# Rendered by sandboxes/backends/docker/proxy.py and applied with `nft -f`; edits are lost.",
+        f"table {TABLE_FAMILY} {TABLE_NAME}",
+        f"delete table {TABLE_FAMILY} {TABLE_NAME}",
+        f"table {TABLE_FAMILY} {TABLE_NAME} {{",
+    ]
+    for name, kind, elements in (("l7_sources4", "ipv4_addr", v4), ("l7_sources6", "ipv6_addr", v6)):
+        lines.append(f"\tset {name} {{")
+        lines.append(f"\t\ttype {kind}; flags interval;")
+        if elements:
+            lines.append(f"\t\telements = {{ {', '.join(elements)} }}")
+        lines.append("\t}")
+    lines += [
+        "\tchain prerouting {",
+        "\t\ttype nat hook prerouting priority dstnat; policy accept;",
+        f"\t\t{sandbox_in} ip saddr @l7_sources4 tcp dport 80 redirect to :{PROXY_HTTP_PORT}",
+        f"\t\t{sandbox_in} ip saddr @l7_sources4 tcp dport 443 redirect to :{PROXY_TLS_PORT}",
+        f"\t\t{sandbox_in} ip6 saddr @l7_sources6 tcp dport 80 redirect to :{PROXY_HTTP_PORT}",
+        f"\t\t{sandbox_in} ip6 saddr @l7_sources6 tcp dport 443 redirect to :{PROXY_TLS_PORT}",
+        "\t}",
+        "",
+        "\t# QUIC would carry HTTP/3 past the SNI check: refused, clients fall back to TCP.",
+        "\tchain forward {",
+        "\t\ttype filter hook forward priority filter; policy accept;",
+        f"\t\t{sandbox_in} ip saddr @l7_sources4 udp dport 443 counter drop",
+        f"\t\t{sandbox_in} ip6 saddr @l7_sources6 udp dport 443 counter drop",
+        "\t}",
+        "}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# The access log read back
+
+
+def parse_access_line(line: str, sandbox_of: Callable[[str], str] | None = None) -> EgressRefusal | None:
+    """One `egress` logformat line, as an EgressRefusal when squid refused it."""
+    parts = line.split()
+    if len(parts) < 8:
+        return None
+    stamp, client, local_port, status, method, url, sni, note = parts[:8]
+    # A refusal: squid's own TCP_DENIED (http_access), a connection ssl_bump terminated (only
+    # refusing lines carry a note), or a Host header that is not the address connected to.
+    verify_failed = status.endswith("/409")
+    if not (status.startswith("TCP_DENIED") or note != "-" or verify_failed):
+        return None
+    try:
+        at = datetime.fromtimestamp(float(stamp), tz=UTC)
+    except ValueError:
+        return None
+    tls = method == "CONNECT" or local_port in ("443", str(PROXY_TLS_PORT))
+    if tls:
+        destination = sni if sni != "-" else url
+        layer = "tls"
+    else:
+        split = urlsplit(url)
+        destination = f"{split.scheme}://{split.netloc}{split.path}" if split.netloc else url.split("?", 1)[0]
+        layer = "http"
+    if note != "-":
+        rule = unquote(note.split(",")[0])
+    elif verify_failed:
+        rule = f"the name sent ({'SNI' if tls else 'Host header'}) does not resolve to the address connected to"
+    else:
+        rule = "refused by the proxy"
+    return EgressRefusal(
+        at=at,
+        sandbox_id=sandbox_of(client) if sandbox_of else client,
+        layer=layer,
+        destination=destination,
+        rule=rule,
+        detail=f"{method} from {client}; squid {status}",
+    )
+
+
+def proxy_refusals(
+    cursor: str,
+    *,
+    log_path: str = str(Path(DEFAULT_STATE_DIR) / "access.log"),
+    sandbox_of: Callable[[str], str] | None = None,
+    limit: int = 5000,
+) -> tuple[list[EgressRefusal], str]:
+    """Refusals logged after `cursor` ("" = the whole log kept), and the next cursor
+    ("<inode>:<offset>"; a rotated or truncated log starts again from its beginning).
+    `sandbox_of` maps a client address to a sandbox id (default: the address itself)."""
+    try:
+        stat = os.stat(log_path)
+    except OSError:
+        return [], cursor
+    offset = 0
+    inode, _, seen = cursor.partition(":")
+    if inode == str(stat.st_ino) and seen.isdigit() and int(seen) <= stat.st_size:
+        offset = int(seen)
+    found: list[EgressRefusal] = []
+    with open(log_path, "rb") as handle:
+        handle.seek(offset)
+        while len(found) < limit:
+            raw = handle.readline()
+            if not raw or not raw.endswith(b"\n"):
+                break  # a line squid is still writing is read next time
+            offset += len(raw)
+            refusal = parse_access_line(raw.decode("utf-8", "replace"), sandbox_of)
+            if refusal is not None:
+                found.append(refusal)
+    return found, f"{stat.st_ino}:{offset}"

@@ -1,0 +1,198 @@
+"""The bridge from a config row to a backend adapter, and what the console tells a backend.
+
+`open_backend(config)` is **the** way views, the API, tasks and consumers reach a backend
+(none builds one from a row itself); `backend_config_for` merges the platform backend's
+infrastructure with the config's settings; the console's metadata labels and the ownership
+rules read from them (`console_metadata`, `template_owner`); the account fingerprint
+(`config_fingerprint`); the space's network policy as a `NetworkSpec` and what a backend
+cannot honour of it.
+
+Reads only (no writes, no audit rows). May import `sandboxes.backends`, `sandboxes.models`,
+`console` and `catalog.observed` (backends are built observed); nothing else of
+`sandboxes.catalog` (the catalog's other modules import it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.conf import settings
+
+from console.crypto import decrypt
+from console.models import Space
+
+from ..backends import describe
+from ..backends.base import (
+    META_CONFIG,
+    META_INSTALLATION,
+    META_SPACE,
+    Backend,
+    BackendConfig,
+    IdleMode,
+    TemplateInfo,
+)
+from ..models import PlatformBackend, SandboxConfig, TemplateRecord
+from .observed import build_observed
+
+
+def effective_api_key(config: SandboxConfig) -> str:
+    """The space's own key where its backend allows one, else the platform backend's."""
+    if config.api_key_encrypted and config.backend.allow_space_api_key:
+        return decrypt(config.api_key_encrypted)
+    return decrypt(config.backend.api_key_encrypted)
+
+
+def uses_own_api_key(config: SandboxConfig) -> bool:
+    return bool(config.api_key_encrypted) and config.backend.allow_space_api_key
+
+
+def account_identity(config: SandboxConfig) -> tuple[str, str, str, str]:
+    """Provider, endpoint, domain and credential: the account holding the config's sandboxes."""
+    backend = config.backend
+    return (backend.kind, backend.endpoint, backend.domain, effective_api_key(config))
+
+
+def backend_config_for(config: SandboxConfig) -> BackendConfig:
+    """The platform backend's infrastructure merged with the config's own settings."""
+    backend = config.backend
+    return BackendConfig(
+        kind=backend.kind,
+        endpoint=backend.endpoint,
+        domain=backend.domain,
+        api_key=effective_api_key(config),
+        # A space's own key goes to a public endpoint only: the guard refuses private ranges.
+        allow_private_endpoints=backend.allow_private_endpoints and not uses_own_api_key(config),
+        idle_mode=IdleMode(config.idle_mode),
+        options={
+            **({"sandbox_url": backend.sandbox_url} if backend.sandbox_url else {}),
+            **tls_options(backend),
+            **workspace_options(config),
+            **protocol_options(config),
+            # Where inbound URLs point for backends whose ports the console's proxy serves.
+            "inbound_url": f"{settings.INBOUND_BASE_URL}/inbound/",
+        },
+    )
+
+
+def tls_options(backend: PlatformBackend) -> dict[str, str]:
+    """Docker tcp:// with TLS: the client certificate, key and CA (PEM) for the adapter."""
+    values = {
+        "tls_ca": decrypt(backend.tls_ca_encrypted),
+        "tls_cert": decrypt(backend.tls_cert_encrypted),
+        "tls_key": decrypt(backend.tls_key_encrypted),
+    }
+    return {key: value for key, value in values.items() if value}
+
+
+def protocol_options(config: SandboxConfig) -> dict[str, str]:
+    """Kinds with a versioned wire protocol (E2B, Cube): the TTL create and connect send (the
+    config's idle timeout), and the protocol, pinned or as last detected (the adapter detects
+    it again when not pinned)."""
+    if not describe(config.kind).versioned_protocol:
+        return {}
+    options = {"sandbox_timeout": str(config.idle_timeout_s)}
+    if config.protocol_pin:
+        options.update(protocol=config.protocol_pin, protocol_pinned="1")
+    elif config.backend_protocol:
+        options["protocol"] = config.backend_protocol
+    return options
+
+
+def workspace_options(config: SandboxConfig) -> dict[str, str]:
+    """Kinds that keep persistent workspaces under a host directory (Cube) manage them with
+    housekeeping sandboxes: from the config's template, carrying its console metadata so the
+    reaper can find a leftover one.
+
+    Not on a space's own account: the host root holds every space's workspaces, and there the
+    template (and so what runs beside the mount) is the space's own."""
+    if (
+        not describe(config.kind).takes_workspace_host_root
+        or not config.workspace_host_root
+        or uses_own_api_key(config)
+    ):
+        return {}
+    return {
+        "workspace_host_root": config.workspace_host_root,
+        "workspace_template": config.default_template,
+        "housekeeping_metadata": json.dumps(console_metadata(config)),
+    }
+
+
+@contextmanager
+def open_backend(config: SandboxConfig) -> Iterator[Backend]:
+    """The config's backend, closed afterwards. Raises RemoteError only."""
+    backend = build_observed(backend_config_for(config))
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def console_metadata(config: SandboxConfig, **extra: str) -> dict[str, str]:
+    """The metadata every sandbox this console creates carries (see DESIGN: sessions)."""
+    return {
+        META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID,
+        META_SPACE: str(config.space_id),
+        META_CONFIG: str(config.id),
+        **extra,
+    }
+
+
+# Ownership as the console's labels say it (written by `console_metadata`); read by the
+# catalog (`templates`) and by the config checks (`services`).
+OWN = "own"
+PLATFORM = "platform"
+
+
+def labelled_owner(labels: Any, space: Space) -> str | None:
+    """OWN, "other" or None (no owner labels) as the labels say."""
+    installation, owner = labels.get(META_INSTALLATION), labels.get(META_SPACE)
+    if installation is None and owner is None:
+        return None
+    if installation == settings.CONSOLE_INSTALLATION_ID and owner == str(space.pk):
+        return OWN
+    return "other"
+
+
+def template_owner(
+    template: TemplateInfo, config: SandboxConfig, recorded: dict[str, str | None] | None = None
+) -> str | None:
+    """OWN, PLATFORM or None (another tenant's: hidden), for the config's space.
+
+    Labels decide where the backend keeps them (Docker). Without labels, the console's
+    record of the build on this account does: the space's own, the platform's, or another
+    space's (hidden). A template without labels or record was built outside the console
+    (the base image, the account's own templates): the platform's. `recorded` is
+    `recorded_template_owners(config)`, passed in when judging many templates."""
+    owner = labelled_owner(template.labels, config.space)
+    if owner is not None:
+        return OWN if owner == OWN else None
+    if recorded is None:
+        recorded = recorded_template_owners(config, [template.template_id])
+    if template.template_id not in recorded:
+        return PLATFORM
+    space_id = recorded[template.template_id]
+    if space_id is None:
+        return PLATFORM
+    return OWN if space_id == str(config.space_id) else None
+
+
+def config_fingerprint(config: SandboxConfig) -> str:
+    """SHA-256 over provider, endpoint and credential: which backend account holds a snapshot."""
+    material = "\n".join(account_identity(config))  # the platform backend's, or the space's own key
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def recorded_template_owners(config: SandboxConfig, template_ids: list[str] | None = None) -> dict[str, str | None]:
+    """Template id -> the space id it was built for (None: the platform), on this account."""
+    records = TemplateRecord.objects.filter(fingerprint=config_fingerprint(config))
+    if template_ids is not None:
+        records = records.filter(template_id__in=template_ids)
+    return {
+        template_id: (str(space) if space is not None else None)
+        for template_id, space in records.values_list("template_id", "owner_space")
+    }

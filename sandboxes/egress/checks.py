@@ -1,0 +1,48 @@
+"""Policy vs backend: for each config of a space, whether its backend can honour a network
+spec, and the warnings the policy form shows on save (which configs cannot, and how their
+sessions will behave)."""
+
+from __future__ import annotations
+
+from console.models import Space
+
+from ..backends.base import NetworkSpec, RemoteError
+from ..catalog.network import unsupported_policy_switches
+from ..models import SandboxConfig
+from ..sessions.runtime import backend_for
+from .explain import BackendView
+
+
+def backend_views(space: Space, spec: NetworkSpec) -> list[BackendView]:
+    views = []
+    for config in SandboxConfig.objects.filter(space=space).select_related("backend").order_by("name"):
+        try:
+            backend = backend_for(config)
+            caps = backend.network_capabilities()
+        except RemoteError:
+            views.append(BackendView(config.name, config.backend.name, None))
+            continue
+        problems = tuple(unsupported_policy_switches(spec, caps))
+        views.append(BackendView(config.name, backend.label, caps, problems))
+    return views
+
+
+def policy_backend_warnings(space: Space, spec: NetworkSpec, *, live_sessions: dict[str, int]) -> list[str]:
+    """`live_sessions`: config name -> sessions with a bound sandbox."""
+    warnings = []
+    for view in backend_views(space, spec):
+        if view.capabilities is None:
+            warnings.append(
+                f"Config {view.config}: its backend did not answer, so whether it honours this policy is unknown."
+            )
+        elif view.problems:
+            warnings.append(
+                f"Config {view.config} ({view.label}) cannot enforce {'; '.join(view.problems)}: new sessions on it are"
+                " refused (HTTP 409) until the policy or the config changes; running ones keep their old rules."
+            )
+        elif not view.capabilities.live_update and live_sessions.get(view.config):
+            warnings.append(
+                f"Config {view.config} ({view.label}) fixes the network at create: its"
+                f" {live_sessions[view.config]} running session(s) keep the old rules until rebuilt."
+            )
+    return warnings

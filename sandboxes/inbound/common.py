@@ -1,0 +1,142 @@
+"""What the inbound route's modules share: ASGI types, header and cookie helpers, the plain
+answers, and which host a request came to."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from http.cookies import SimpleCookie
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+from django.conf import settings
+
+from ..sessions.inbound import COOKIE_NAME, LINK_PARAM
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]
+
+PREFIX = "/inbound/"
+TOKEN_HEADER = b"x-traffic-token"
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+# Set by the proxy itself from what it knows, never passed on from the request.
+REPLACED = frozenset({b"x-forwarded-for", b"x-forwarded-host", b"x-forwarded-proto", b"x-forwarded-prefix"})
+CSP_SANDBOX = (
+    b"sandbox allow-scripts allow-forms allow-popups allow-popups-to-escape-sandbox allow-modals allow-downloads"
+)
+NOT_FOUND = "No such inbound URL, or no valid traffic token for it."
+UPLOAD_PIECE = 256 * 1024
+
+
+class Refused(Exception):
+    """The route's refusal: an HTTP status and the message its body says."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
+    return [(bytes(name).lower(), bytes(value)) for name, value in scope.get("headers", [])]
+
+
+def header(headers: list[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    for key, value in headers:
+        if key == name:
+            return value
+    return None
+
+
+def cookies(headers: list[tuple[bytes, bytes]]) -> SimpleCookie:
+    jar: SimpleCookie = SimpleCookie()
+    for key, value in headers:
+        if key == b"cookie":
+            with contextlib.suppress(Exception):
+                jar.load(value.decode("latin-1"))
+    return jar
+
+
+def console_cookie_names() -> set[str]:
+    return {
+        settings.SESSION_COOKIE_NAME,
+        settings.CSRF_COOKIE_NAME,
+        settings.LANGUAGE_COOKIE_NAME,
+        "messages",
+        COOKIE_NAME,
+    }
+
+
+def is_secure(scope: Scope, headers: list[tuple[bytes, bytes]]) -> bool:
+    if scope.get("scheme") == "https":
+        return True
+    proxy_header = settings.SECURE_PROXY_SSL_HEADER
+    if proxy_header:
+        name = proxy_header[0].removeprefix("HTTP_").replace("_", "-").lower().encode()
+        return header(headers, name) == proxy_header[1].encode()
+    return False
+
+
+def host_name(headers: list[tuple[bytes, bytes]]) -> str:
+    host = (header(headers, b"host") or b"").decode("latin-1")
+    return host.rsplit(":", 1)[0] if not host.endswith("]") else host
+
+
+def inbound_host() -> str:
+    """host[:port] of INBOUND_BASE_URL, lower-cased ("" when inbound URLs use the console's)."""
+    return urlsplit(settings.INBOUND_BASE_URL).netloc.lower() if settings.INBOUND_BASE_URL else ""
+
+
+def on_inbound_host(headers: list[tuple[bytes, bytes]]) -> bool:
+    host = inbound_host()
+    return bool(host) and (header(headers, b"host") or b"").decode("latin-1").lower() == host
+
+
+def query_without_link(scope: Scope) -> str:
+    """ "?…" with the link parameter left out ("" when nothing is left); a link is never
+    passed on to the sandbox."""
+    query: bytes = scope.get("query_string", b"")
+    if LINK_PARAM.encode() not in query:
+        return f"?{query.decode('latin-1')}" if query else ""
+    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+    kept = [(key, value) for key, value in pairs if key != LINK_PARAM]
+    return f"?{urlencode(kept)}" if kept else ""
+
+
+async def plain(send: Send, status: int, message: str) -> None:
+    body = (message + "\n").encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"text/plain; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+                (b"x-content-type-options", b"nosniff"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def redirect(send: Send, status: int, location: str, *, cookie: bytes | None = None) -> None:
+    headers = [(b"location", location.encode("latin-1")), (b"content-length", b"0"), (b"cache-control", b"no-store")]
+    if cookie is not None:
+        headers.append((b"set-cookie", cookie))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})

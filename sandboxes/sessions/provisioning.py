@@ -1,0 +1,91 @@
+"""What a session's sandbox is made from and run on.
+
+`backend_for(config)`: one long-lived adapter per config and platform-backend version (its
+connection pools reused), shared by the runtime, the reaper, the terminal and the skills
+app; `effective_template`: the space's skill image on a config when valid, else the config's
+default template; `prepare_workspace`: the /workspace layout every new sandbox gets, through
+the helper that runs inside it (`WORKSPACE_HELPER_SOURCE`).
+
+May import `sandboxes.backends`, `sandboxes.models`, `sandboxes.catalog` and `console`;
+nothing else of `sessions` (the runtime, the reaper and the workspace build on it).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from console.models import Space
+
+from ..backends.base import Backend, ErrorKind, ExecRequest, RemoteError
+from ..catalog.bridge import backend_config_for, config_fingerprint
+from ..catalog.observed import build_observed
+from ..models import SandboxConfig, SessionImage
+
+# --- Backends, cached per config --------------------------------------------------------
+
+_backends: dict[tuple[str, datetime, datetime], Backend] = {}
+_backends_lock = threading.Lock()
+
+
+def backend_for(config: SandboxConfig) -> Backend:
+    """A long-lived backend per config and platform backend version (pools are reused)."""
+    key = (str(config.pk), config.updated, config.backend.updated)
+    with _backends_lock:
+        backend = _backends.get(key)
+        if backend is None:
+            for stale in [k for k in _backends if k[0] == key[0]]:
+                _backends.pop(stale).close()
+            backend = build_observed(backend_config_for(config))
+            _backends[key] = backend
+    return backend
+
+
+# --- Effective template -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EffectiveTemplate:
+    template_id: str
+    source: str  # "skill image" | "default template"
+    note: str = ""
+
+
+def effective_template(space: Space, config: SandboxConfig) -> EffectiveTemplate:
+    """The space's current skill image on this config when valid, else the default template."""
+    image = SessionImage.objects.filter(space=space, config=config).first()
+    if image is None:
+        return EffectiveTemplate(config.default_template, "default template")
+    if image.fingerprint != config_fingerprint(config):
+        return EffectiveTemplate(
+            config.default_template,
+            "default template",
+            f"the skill image {image.snapshot_id} belongs to another backend account; "
+            "sessions start from the default template",
+        )
+    return EffectiveTemplate(image.snapshot_id, "skill image", image.label)
+
+
+# Run inside sandboxes for every file operation on /workspace (docs/security.md).
+WORKSPACE_HELPER_SOURCE = Path(__file__).with_name("workspace_helper.py").read_text()
+# The workspace layout every new sandbox gets: input/ read-only to the session user. Set by
+# the helper on descriptors opened without following links: a persistent workspace may hold
+# links its user planted (output -> /etc), which a plain chown would follow as root.
+PREPARE_WORKSPACE = ExecRequest(
+    argv=("python3", "-I", "-c", WORKSPACE_HELPER_SOURCE, "prepare", ".", "1000"),
+    user="root",
+    cwd="/",
+    timeout_s=30,
+)
+
+
+def prepare_workspace(backend: Backend, sandbox_id: str) -> None:
+    """Lay out /workspace; a layout that failed is an error, not a sandbox handed out with
+    input/ still the session user's or a link. A template without python3 (127) has no file
+    access at all (the file operations say so), so it is not refused here."""
+    result = backend.exec(sandbox_id, PREPARE_WORKSPACE)
+    if result.exit_code not in (0, 127):
+        message = result.stderr.decode(errors="replace").strip()[:300] or f"exit code {result.exit_code}"
+        raise RemoteError(ErrorKind.INTERNAL, f"laying out /workspace failed: {message}")

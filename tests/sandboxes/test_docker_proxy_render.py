@@ -1,0 +1,179 @@
+"""The squid configuration and redirect table rendered for HTTP rules, and the access log read
+back (no engine: squid itself parses what is rendered; sandboxes/backends/docker/proxy.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sandboxes.backends.base import L7Rule
+from sandboxes.backends.docker.proxy import (
+    SpaceProxyPolicy,
+    describe_rule,
+    parse_access_line,
+    proxy_refusals,
+    render_redirect_table,
+    render_squid_conf,
+    squid_available,
+)
+from sandboxes.backends.docker.squid import SquidProxy
+
+POLICY = SpaceProxyPolicy(
+    name="sandbox-console-a",
+    sources=("172.30.0.0/16",),
+    gateways=("172.30.0.1",),
+    rules=(
+        L7Rule("api.example.test", ("GET", "HEAD"), "/v1/", "allow"),
+        L7Rule("*.files.test", (), "/", "deny"),
+        L7Rule("api.example.test", ("POST",), "/", "deny"),
+    ),
+    allow_out=("10.1.0.0/16", "*.pkg.test"),
+    deny_out=("203.0.113.0/24", "bad.test"),
+)
+
+
+def _conf(*policies: SpaceProxyPolicy, state: str = "/var/lib/x") -> list[str]:
+    return render_squid_conf(policies, state_dir=state, dns_nameservers=["127.0.0.77"]).splitlines()
+
+
+def test_rules_keep_their_order_and_only_refusals_carry_a_note() -> None:
+    access = [line for line in _conf(POLICY) if line.startswith("http_access")]
+    rule_lines = [line for line in access if "_r" in line]
+    assert rule_lines == [
+        "http_access allow !CONNECT s1_src s1_r1_host s1_r1_method s1_r1_path",
+        "http_access deny !CONNECT s1_src s1_r2_host s1_r2_note",
+        "http_access deny !CONNECT s1_src s1_r3_host s1_r3_method s1_r3_note",
+    ]
+    # Always-denied first, private ranges next (the allow CIDR exempts them), rules, then the
+    # named-but-unmatched refusal, then the lists with deny entries before allow entries.
+    assert access[:3] == [
+        "http_access deny always_denied n_always",
+        "http_access deny host_and_sandboxes n_own",
+        "http_access deny s1_src private_dst !s1_allow_net n_private",
+    ]
+    order = [access.index(line) for line in access if "s1_named" in line or "deny_" in line or "allow_" in line]
+    assert order == sorted(order)
+    assert access[-1] == "http_access deny all"
+
+
+def test_tls_rules_use_the_sni_and_skip_what_needs_decryption() -> None:
+    bump = [line for line in _conf(POLICY) if line.startswith("ssl_bump")]
+    assert bump[0] == "ssl_bump peek step1"
+    assert bump[1:4] == [
+        "ssl_bump splice s1_src s1_r1_sni",  # allow with methods/path: allowed by name
+        "ssl_bump terminate s1_src s1_r2_sni s1_r2_note",  # unrestricted deny
+        # rule 3 (deny POST) cannot be checked by SNI: no line
+        "ssl_bump terminate s1_src s1_named_sni s1_nomatch_tls",
+    ]
+    assert bump[-1] == "ssl_bump terminate all"
+
+
+def test_domains_become_anchored_regexes() -> None:
+    conf = _conf(POLICY)
+    assert "acl s1_r1_host dstdom_regex -i ^api\\.example\\.test$" in conf
+    assert "acl s1_r2_host dstdom_regex -i ^.+\\.files\\.test$" in conf  # subdomains, not the apex
+    assert "acl s1_r1_path urlpath_regex ^/v1/" in conf
+    assert "acl s1_r1_method method GET HEAD" in conf
+
+
+def test_squid_listens_only_on_the_gateways_and_loopback() -> None:
+    ports = [line for line in _conf(POLICY) if line.startswith(("http_port", "https_port"))]
+    assert [line.split()[1] for line in ports] == ["127.0.0.1:3131", "172.30.0.1:3129", "172.30.0.1:3130"]
+
+
+def test_describe_rule_in_words() -> None:
+    assert (
+        describe_rule(2, L7Rule("example.test", ("GET",), "/admin", "deny"))
+        == "HTTP rule 2 (deny GET example.test/admin)"
+    )
+    assert describe_rule(1, L7Rule("*.example.test")) == "HTTP rule 1 (allow any method *.example.test)"
+
+
+def test_the_redirect_table_covers_only_sources_with_rules() -> None:
+    table = render_redirect_table([POLICY])
+    assert "elements = { 172.30.0.0/16 }" in table
+    assert 'iifname "sbx-*" ip saddr @l7_sources4 tcp dport 80 redirect to :3129' in table
+    assert 'iifname "sbx-*" ip saddr @l7_sources4 tcp dport 443 redirect to :3130' in table
+    assert "udp dport 443 counter drop" in table
+    done = subprocess.run(["nft", "-c", "-f", "-"], input=table, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_squid_accepts_the_rendered_configuration(tmp_path: Path) -> None:
+    if not squid_available():
+        if os.environ.get("CI"):
+            pytest.fail("squid-openssl is not installed (.ci/docker-up installs it)")
+        pytest.skip("needs squid-openssl")
+    for name in ("bump.pem", "bump.key"):
+        (tmp_path / name).touch()
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=t",
+         "-keyout", str(tmp_path / "bump.key"), "-out", str(tmp_path / "bump.pem")],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    other = SpaceProxyPolicy("sandbox-console-b", ("172.31.0.0/16",), ("172.31.0.1",), (L7Rule("x.test"),))
+    conf = tmp_path / "squid.conf"
+    conf.write_text("\n".join(_conf(POLICY, other, state=str(tmp_path))))
+    done = subprocess.run(["squid", "-k", "parse", "-f", str(conf)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # `via off` (transparency) is the one warning squid gives.
+    assert "WARNING" not in done.stderr.replace("WARNING: HTTP requires the use of Via", ""), done.stderr[-2000:]
+
+
+DENIED_HTTP = (
+    "1796127373.427 172.27.0.2 80 TCP_DENIED/403 GET http://web.test/admin/x? - "
+    "HTTP%20rule%202%20%28deny%20GET%20web.test%2Fadmin%29\n"
+)
+TERMINATED_TLS = (
+    "1796127373.516 172.27.0.2 443 NONE_NONE/000 CONNECT 198.51.100.2:443 tls-bad.test "
+    "HTTP%20rule%204%20%28deny%20any%20method%20tls-bad.test%29\n"
+)
+ALLOWED = "1796127373.426 172.27.0.2 80 TCP_MISS/200 GET http://web.test/public/a - -\n"
+SPLICED = "1796127373.487 172.27.0.2 443 TCP_TUNNEL/500 CONNECT tls-ok.test:443 tls-ok.test -\n"
+
+
+def test_access_lines_become_refusals_with_their_rule() -> None:
+    http = parse_access_line(DENIED_HTTP, sandbox_of=lambda address: {"172.27.0.2": "sbx-1"}.get(address, address))
+    assert http is not None
+    assert (http.sandbox_id, http.layer, http.destination, http.rule) == (
+        "sbx-1",
+        "http",
+        "http://web.test/admin/x",
+        "HTTP rule 2 (deny GET web.test/admin)",
+    )
+    assert http.at.year == 2026
+    tls = parse_access_line(TERMINATED_TLS)
+    assert tls is not None
+    assert (tls.sandbox_id, tls.layer, tls.destination) == ("172.27.0.2", "tls", "tls-bad.test")
+    assert parse_access_line(ALLOWED) is None
+    assert parse_access_line(SPLICED) is None
+    assert parse_access_line("garbage\n") is None
+
+
+def test_the_cursor_reads_each_refusal_once_and_survives_truncation(tmp_path: Path) -> None:
+    log = tmp_path / "access.log"
+    assert proxy_refusals("", log_path=str(log)) == ([], "")  # no log yet
+    log.write_text(ALLOWED + DENIED_HTTP + TERMINATED_TLS[:40])  # the last line half written
+    found, cursor = proxy_refusals("", log_path=str(log))
+    assert [r.layer for r in found] == ["http"]
+    with log.open("a") as handle:
+        handle.write(TERMINATED_TLS[40:])
+    found, cursor = proxy_refusals(cursor, log_path=str(log))
+    assert [r.layer for r in found] == ["tls"]
+    assert proxy_refusals(cursor, log_path=str(log))[0] == []
+    log.write_text(DENIED_HTTP)  # truncated (same inode, shorter): read again from the start
+    found, _ = proxy_refusals(cursor, log_path=str(log))
+    assert [r.destination for r in found] == ["http://web.test/admin/x"]
+
+
+def test_a_policy_that_cannot_be_applied_is_not_kept(tmp_path: Path) -> None:
+    proxy = SquidProxy(state_dir=str(tmp_path), apply_nftables=False)
+    bad = SpaceProxyPolicy("sandbox-console-x", ("172.300.0.0/16",), ("172.30.0.1",), (L7Rule("x.test"),))
+    result = proxy.set_space(bad)
+    assert not result.applied
+    assert "not an address of the space network" in result.detail
+    assert proxy.policies() == []
+    assert not proxy.running()

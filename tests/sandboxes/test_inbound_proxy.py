@@ -1,0 +1,702 @@
+"""Inbound traffic end to end: a real console (Daphne, as `make start` runs it in the embedded
+mode) proxying `/inbound/<sandbox>/<port>/` to a server inside a real Docker sandbox.
+
+Three spaces: A (inbound on, outbound off), B (inbound on: its session's token must not open
+A's URLs) and C (inbound off). Each sandbox runs servers of the test's own (`python3 -m
+http.server`, and a small echo server for bodies and headers); every request goes to
+127.0.0.1. Nothing leaves the machine: A's and C's sandboxes have no outbound at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import json
+import os
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.sandboxes.console_process import (
+    ADMIN_PASSWORD,
+    ADMIN_USER,
+    ApiClient,
+    Console,
+    UiClient,
+    docker_api,
+    free_port,
+    remove_docker_leftovers,
+)
+
+pytestmark = [pytest.mark.docker]
+
+MAX_BODY = 3 * 1024 * 1024
+ECHO_SERVER = r"""
+import hashlib, http.server, json
+
+class Echo(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def _body(self):
+        digest, length = hashlib.sha256(), 0
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                chunk = self.rfile.read(size)
+                self.rfile.readline()
+                digest.update(chunk)
+                length += len(chunk)
+        else:
+            left = int(self.headers.get("Content-Length") or 0)
+            while left:
+                chunk = self.rfile.read(min(left, 65536))
+                digest.update(chunk)
+                length += len(chunk)
+                left -= len(chunk)
+        return length, digest.hexdigest()
+
+    def _answer(self, payload, extra=()):
+        body = json.dumps(payload).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in extra:
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        length, digest = self._body()
+        self._answer({"length": length, "sha256": digest, "path": self.path})
+
+    def do_GET(self):
+        if self.path.startswith("/big"):
+            size = 8 * 1024 * 1024
+            self.send_response(200)
+            self.send_header("Content-Length", str(size))
+            self.send_header("Connection", "close, X-Upstream-Hop")
+            self.send_header("X-Upstream-Hop", "1")
+            self.end_headers()
+            block = bytes(range(256)) * 256
+            for _ in range(size // len(block)):
+                self.wfile.write(block)
+            return
+        headers = [[name.lower(), value] for name, value in self.headers.items()]
+        extra = [("Set-Cookie", "app=1; Path=/; Domain=example.com"), ("Set-Cookie", "sessionid=stolen; Path=/")]
+        self._answer({"path": self.path, "headers": headers}, extra)
+
+http.server.ThreadingHTTPServer(("0.0.0.0", 9000), Echo).serve_forever()
+"""
+
+# A websocket echo server of the test's own (stdlib only: the base image has no packages for it).
+WS_SERVER = r"""
+import base64, hashlib, socket, struct, threading
+
+GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+def serve(conn):
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(4096)
+    lines = data.split(b"\r\n\r\n")[0].decode().split("\r\n")
+    path = lines[0].split()[1]
+    fields = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+    accept = base64.b64encode(hashlib.sha1((fields["sec-websocket-key"] + GUID).encode()).digest()).decode()
+    answer = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    answer += "Sec-WebSocket-Accept: " + accept + "\r\n\r\n"
+    conn.sendall(answer.encode())
+    stream = conn.makefile("rb")
+    prefix = (path + "|" + fields.get("cookie", "") + "|").encode()
+    while True:
+        b1, b2 = stream.read(2)
+        opcode, size = b1 & 0x0F, b2 & 0x7F
+        if size == 126:
+            size = struct.unpack(">H", stream.read(2))[0]
+        elif size == 127:
+            size = struct.unpack(">Q", stream.read(8))[0]
+        mask = stream.read(4) if b2 & 0x80 else b"\0\0\0\0"
+        payload = bytes(c ^ mask[i % 4] for i, c in enumerate(stream.read(size)))
+        if opcode == 8:
+            conn.sendall(b"\x88\x02\x03\xe8")
+            return
+        if opcode in (9, 10):
+            continue
+        reply = prefix + payload
+        length = bytes([len(reply)]) if len(reply) < 126 else bytes([126]) + struct.pack(">H", len(reply))
+        conn.sendall(bytes([0x80 | opcode]) + length + reply)
+
+listener = socket.create_server(("0.0.0.0", 9100))
+while True:
+    connection, _ = listener.accept()
+    threading.Thread(target=serve, args=(connection,), daemon=True).start()
+"""
+
+_SEED = """
+import json
+from django.contrib.auth import get_user_model
+from console.services import SYSTEM, do_create_space, do_update_network_policy
+from sandboxes.api.views import do_create_api_token
+from sandboxes.catalog.services import do_create_config
+from sandboxes.models import PlatformBackend
+
+get_user_model().objects.create_superuser(username={user!r}, password={password!r}, email="")
+engine = PlatformBackend.objects.create(name="local engine", kind="docker")
+out = {{}}
+for name, inbound in (("a", True), ("b", True), ("c", False)):
+    space = do_create_space(name="Inbound " + name, slug="inbound-" + name, actor=SYSTEM)
+    engine.spaces.add(space)
+    do_update_network_policy(space, allow_internet_access=False, allow_out=[], deny_out=[], l7_rules=[],
+                             allow_public_traffic=inbound, actor=SYSTEM)
+    do_create_config(space, data={{"name": "inbound", "backend": engine, "default_template": {image!r}, "cpus": 1,
+                     "memory_mb": 256, "pids_limit": 128, "persistent_workspace": False, "is_default": True}},
+                     api_key="", actor=SYSTEM)
+    token, raw = do_create_api_token(space, name="inbound", actor=SYSTEM)
+    out[name] = {{"space_id": str(space.id), "token": raw}}
+print("SEED " + json.dumps(out))
+"""
+
+_SET_INBOUND = """
+from console.models import Space
+from console.services import SYSTEM, do_update_network_policy
+space = Space.objects.get(pk={space_id!r})
+do_update_network_policy(space, allow_internet_access=False, allow_out=[], deny_out=[], l7_rules=[],
+                         allow_public_traffic={on!r}, actor=SYSTEM)
+"""
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        return next((value for key, value in self.headers if key.lower() == name.lower()), None)
+
+    def all(self, name: str) -> list[str]:
+        return [value for key, value in self.headers if key.lower() == name.lower()]
+
+
+@dataclass
+class World:
+    console: Console
+    spaces: dict[str, dict[str, str]]
+    sandboxes: dict[str, str]  # space letter -> sandbox id of its session "web"
+
+    @property
+    def port(self) -> int:
+        return self.console.web_ports["web"]
+
+    def api(self, letter: str) -> ApiClient:
+        space = self.spaces[letter]
+        return ApiClient(f"http://127.0.0.1:{self.port}", space["space_id"], space["token"])
+
+    def inbound(self, letter: str, port: int = 8000) -> dict[str, Any]:
+        answer = self.api(letter).call("GET", "web", f"inbound?port={port}")
+        assert answer.status == 200, answer.body
+        return dict(answer.body)
+
+    def request(
+        self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None, body: Any = None
+    ) -> Reply:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        try:
+            chunked = body is not None and not isinstance(body, bytes)
+            connection.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+            answer = connection.getresponse()
+            return Reply(answer.status, answer.getheaders(), answer.read())
+        finally:
+            connection.close()
+
+
+def _path(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def _wait_for(check: Any, what: str, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def world(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    workdir = tmp_path_factory.mktemp("inbound-console")
+    port = free_port()
+    # Inbound URLs on a host of their own: localhost, while the console is used at 127.0.0.1
+    # (a request for 127.0.0.1 is the console's own origin, served under CSP sandbox).
+    console = Console(
+        workdir=workdir / "console",
+        installation_id=f"inbound-{uuid.uuid4().hex[:10]}",
+        database_url=f"sqlite:///{workdir / 'console' / 'console.sqlite3'}",
+        extra_env={
+            "INBOUND_MAX_REQUEST_BYTES": str(MAX_BODY),
+            "IDLE_SWEEP_INTERVAL_S": "3600",
+            "INBOUND_BASE_URL": f"http://localhost:{port}",
+        },
+        web_ports={"web": port},
+    )
+    spaces: dict[str, dict[str, str]] = {}
+    try:
+        console.workdir.mkdir(parents=True, exist_ok=True)
+        console.manage("migrate", "--noinput")
+        out = console.manage(
+            "shell", "-c", _SEED.format(user=ADMIN_USER, password=ADMIN_PASSWORD, image=docker_base_image)
+        )
+        spaces = json.loads(out.split("SEED ", 1)[1].splitlines()[0])
+        console.start_web()
+        made = World(console, spaces, {})
+        for letter in "abc":
+            api = made.api(letter)
+            resolved = api.resolve("web")
+            assert resolved.status == 200, resolved.body
+            made.sandboxes[letter] = resolved.body["sandbox_id"]
+            wrote = api.shell("web", f"echo hello-inbound-{letter} > /workspace/hello.txt")
+            assert wrote.status == 200, wrote.body
+            for name, source in (("echo.py", ECHO_SERVER), ("wsecho.py", WS_SERVER)):
+                put = api.call("PUT", "web", f"files/content?path={name}", raw=source.encode())
+                assert put.status == 201, put.body
+            started = api.shell(
+                "web",
+                "cd /workspace"
+                " && (setsid nohup python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 </dev/null &)"
+                " && (setsid nohup python3 echo.py >/dev/null 2>&1 </dev/null &)"
+                " && (setsid nohup python3 wsecho.py >/dev/null 2>&1 </dev/null &)",
+            )
+            assert started.status == 200, started.body
+        yield made
+    finally:
+        console.stop_all()
+        remove_docker_leftovers(console.installation_id)
+        api = docker_api()
+        for space in spaces.values():
+            for network in api.networks(filters={"label": f"console.network.space={space['space_id']}"}):
+                with contextlib.suppress(Exception):
+                    api.remove_network(network["Id"])
+
+
+def _get_with_token(world: World, letter: str, path: str = "hello.txt", port: int = 8000) -> Reply:
+    inbound = world.inbound(letter, port)
+    return world.request(_path(inbound["url"]) + path, headers={inbound["token_header"]: inbound["traffic_token"]})
+
+
+def test_the_api_issues_the_url_the_token_and_its_header(world: World) -> None:
+    inbound = world.inbound("a")
+    sandbox_id = world.sandboxes["a"]
+    assert inbound["url"] == f"http://localhost:{world.port}/inbound/{sandbox_id}/8000/"
+    assert inbound["token_header"] == "X-Traffic-Token"
+    assert inbound["traffic_token"]
+    assert inbound["signed_links"]
+    assert inbound["inbound_on"]
+    bad = world.api("a").call("GET", "web", "inbound?port=70000")
+    assert bad.status == 400
+    assert bad.body["error"]["field"] == "port"
+    # Another space's API token does not learn A's session.
+    outsider = ApiClient(f"http://127.0.0.1:{world.port}", world.spaces["a"]["space_id"], world.spaces["b"]["token"])
+    assert outsider.call("GET", "web", "inbound?port=8000").status == 404
+
+
+def test_the_token_header_reaches_the_sandbox_port(world: World) -> None:
+    reply = _wait_for(lambda: (r := _get_with_token(world, "a")).status == 200 and r, "http.server in A")
+    assert reply.body == b"hello-inbound-a\n"
+    assert (reply.header("Content-Security-Policy") or "").startswith("sandbox allow-scripts")
+    # Without the trailing slash: redirected to the app's root.
+    bare = world.request(f"/inbound/{world.sandboxes['a']}/8000")
+    assert bare.status == 308
+    assert bare.header("Location") == f"/inbound/{world.sandboxes['a']}/8000/"
+
+
+def test_without_the_right_token_the_url_does_not_exist(world: World) -> None:
+    a, b = world.inbound("a"), world.inbound("b")
+    path = _path(a["url"]) + "hello.txt"
+    refusals = {
+        "no token": world.request(path),
+        "wrong token": world.request(path, headers={"X-Traffic-Token": "x" * 43}),
+        "B's token": world.request(path, headers={"X-Traffic-Token": b["traffic_token"]}),
+        "A's token, truncated": world.request(path, headers={"X-Traffic-Token": a["traffic_token"][:-1]}),
+        "unknown sandbox": world.request(
+            f"/inbound/{'0' * 64}/8000/hello.txt", headers={"X-Traffic-Token": a["traffic_token"]}
+        ),
+        "A's token on B's URL": world.request(_path(b["url"]), headers={"X-Traffic-Token": a["traffic_token"]}),
+        "bad port": world.request(f"/inbound/{world.sandboxes['a']}/99999/", headers={"X-Traffic-Token": "x"}),
+    }
+    for what, reply in refusals.items():
+        assert reply.status == 404, (what, reply)
+        assert b"Inbound traffic is off" not in reply.body, what
+        assert b"hello-inbound" not in reply.body, what
+    # All the same answer: nothing tells an existing sandbox from a missing one.
+    assert len({reply.body for reply in refusals.values()}) == 1
+    # A console login is no inbound credential either (and its cookie would never be forwarded).
+    ui = UiClient(f"http://127.0.0.1:{world.port}")
+    ui.login(ADMIN_USER, ADMIN_PASSWORD)
+    cookie = "; ".join(f"{c.name}={c.value}" for c in ui.cookies)
+    assert world.request(path, headers={"Cookie": cookie}).status == 404
+
+
+def test_a_signed_link_sets_a_cookie_for_that_url_only(world: World) -> None:
+    made = world.api("a").call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 120})
+    assert made.status == 201, made.body
+    assert made.body["expires_at"] - time.time() == pytest.approx(120, abs=10)
+    followed = world.request(_path(made.body["url"]))
+    assert followed.status == 303
+    prefix = f"/inbound/{world.sandboxes['a']}/8000/"
+    assert followed.header("Location") == prefix
+    cookie = followed.header("Set-Cookie") or ""
+    assert f"Path={prefix}" in cookie
+    assert "HttpOnly" in cookie
+    assert "Max-Age=" in cookie
+    value = cookie.split(";", 1)[0]
+    page = world.request(prefix + "hello.txt", headers={"Cookie": value})
+    assert page.status == 200
+    assert page.body == b"hello-inbound-a\n"
+    # The cookie is bound to its sandbox and port.
+    assert world.request(f"/inbound/{world.sandboxes['b']}/8000/", headers={"Cookie": value}).status == 404
+    assert world.request(f"/inbound/{world.sandboxes['a']}/9000/", headers={"Cookie": value}).status == 404
+    # A tampered link is no link.
+    tampered = _path(made.body["url"])[:-3] + "abc"
+    assert world.request(tampered).status == 404
+    audit = world.console.query("SELECT count(*) FROM console_auditevent WHERE action = 'session.inbound_link'")
+    assert audit[0][0] >= 1
+
+
+def test_an_expired_link_or_cookie_is_refused(world: World) -> None:
+    a = world.inbound("a")
+    script = (
+        "from sandboxes.sessions.inbound import sign_link; import time; "
+        f"print('LINK', sign_link({world.sandboxes['a']!r}, 8000, {a['traffic_token']!r}, int(time.time()) - 5))"
+    )
+    expired = world.console.manage("shell", "-c", script).split("LINK ", 1)[1].strip()
+    prefix = _path(a["url"])
+    by_link = world.request(prefix + "?_console_link=" + urllib.parse.quote(expired, safe=""))
+    by_cookie = world.request(prefix + "hello.txt", headers={"Cookie": f"console_inbound={expired}"})
+    for reply in (by_link, by_cookie):
+        assert reply.status == 403, reply
+        assert b"expired" in reply.body
+    # Too long a link is refused when asked for.
+    refused = world.api("a").call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 10**9})
+    assert refused.status == 400
+    assert refused.body["error"]["field"] == "ttl"
+
+
+def test_inbound_off_is_refused_with_a_clear_error(world: World) -> None:
+    reply = _get_with_token(world, "c")
+    assert reply.status == 403
+    assert b"Inbound traffic is off for space Inbound c" in reply.body
+    no_link = world.api("c").call("POST", "web", "inbound/links", {"port": 8000})
+    assert no_link.status == 400
+    assert "off" in no_link.body["error"]["message"]
+    # Switched off for A while its session runs: refused within seconds, and back on again.
+    space_a = world.spaces["a"]["space_id"]
+    world.console.manage("shell", "-c", _SET_INBOUND.format(space_id=space_a, on=False))
+    try:
+        _wait_for(lambda: _get_with_token(world, "a").status == 403, "inbound off for A")
+    finally:
+        world.console.manage("shell", "-c", _SET_INBOUND.format(space_id=space_a, on=True))
+    _wait_for(lambda: _get_with_token(world, "a").status == 200, "inbound on again for A")
+
+
+def test_bodies_stream_both_ways_within_the_limit(world: World) -> None:
+    a = world.inbound("a", 9000)
+    token = {"X-Traffic-Token": a["traffic_token"]}
+    base = _path(a["url"])
+    _wait_for(lambda: world.request(base + "h", headers=token).status == 200, "echo server in A")
+    payload = os.urandom(2 * 1024 * 1024)
+    sent = world.request(base + "upload?x=1", method="POST", headers=token, body=payload)
+    assert sent.status == 200, sent
+    echoed = json.loads(sent.body)
+    assert echoed == {"length": len(payload), "sha256": hashlib.sha256(payload).hexdigest(), "path": "/upload?x=1"}
+    # Chunked from the client (no length known up front).
+    chunks = [os.urandom(100_000) for _ in range(5)]
+    streamed = world.request(base + "upload", method="POST", headers=token, body=iter(chunks))
+    assert json.loads(streamed.body)["sha256"] == hashlib.sha256(b"".join(chunks)).hexdigest()
+    # Over the limit: 413, from the length, before anything reaches the sandbox.
+    too_big = world.request(base + "upload", method="POST", headers=token, body=b"x" * (MAX_BODY + 1))
+    assert too_big.status == 413
+    # Chunked past the limit: 413 too.
+    big_chunks = iter([b"y" * 1024 * 1024] * 4)
+    assert world.request(base + "upload", method="POST", headers=token, body=big_chunks).status == 413
+    # A large answer arrives whole; the sandbox's hop-by-hop headers stay behind.
+    big = world.request(base + "big", headers=token)
+    assert big.status == 200
+    assert len(big.body) == 8 * 1024 * 1024
+    assert big.body[:256] == bytes(range(256))
+    assert big.header("X-Upstream-Hop") is None
+
+
+def test_hop_by_hop_headers_the_token_and_console_cookies_stay_behind(world: World) -> None:
+    a = world.inbound("a", 9000)
+    reply = world.request(
+        _path(a["url"]) + "headers",
+        headers={
+            "X-Traffic-Token": a["traffic_token"],
+            "Connection": "keep-alive, X-Secret-Hop",
+            "X-Secret-Hop": "1",
+            "Proxy-Authorization": "Basic c2VjcmV0",
+            "X-Forwarded-For": "203.0.113.9",
+            "Cookie": "sessionid=console-session; csrftoken=abc; app=1",
+            "X-App": "kept",
+        },
+    )
+    assert reply.status == 200, reply
+    seen = dict(json.loads(reply.body)["headers"])
+    assert seen["x-app"] == "kept"
+    assert seen["cookie"] == "app=1"
+    for gone in ("x-traffic-token", "x-secret-hop", "proxy-authorization"):
+        assert gone not in seen, gone
+    assert seen["x-forwarded-for"] == "127.0.0.1"
+    assert seen["x-forwarded-prefix"] == f"/inbound/{world.sandboxes['a']}/9000"
+    # The sandbox's cookies stay under its own URL path; the console's names never pass.
+    cookies = reply.all("Set-Cookie")
+    assert cookies == [f"app=1; Path=/inbound/{world.sandboxes['a']}/9000/"]
+    # A signed link in the query never reaches the sandbox; the rest of the query does.
+    linked = world.request(
+        _path(a["url"]) + "headers?_console_link=abc&keep=1", headers={"X-Traffic-Token": a["traffic_token"]}
+    )
+    assert json.loads(linked.body)["path"] == "/headers?keep=1"
+
+
+def test_a_port_nothing_listens_on_and_a_paused_sandbox_say_so(world: World) -> None:
+    closed = _get_with_token(world, "a", port=8999)
+    assert closed.status == 502
+    assert b"Nothing answers on port 8999" in closed.body
+    ui = UiClient(f"http://127.0.0.1:{world.port}")
+    ui.login(ADMIN_USER, ADMIN_PASSWORD)
+    session_b = world.api("b").session("web").body["id"]
+    assert ui.session_action(session_b, "pause") == 200
+    try:
+        # Looked-up addresses are kept for 2 s: the pause shows within that.
+        paused = _wait_for(lambda: (r := _get_with_token(world, "b")).status == 503 and r, "paused B refused")
+        assert b"not running" in paused.body
+        assert b"resume the session" in paused.body
+    finally:
+        assert ui.session_action(session_b, "resume") == 200
+    _wait_for(lambda: _get_with_token(world, "b").status == 200, "B again after resume")
+
+
+def test_the_session_page_shows_the_url_and_makes_signed_links(world: World) -> None:
+    ui = UiClient(f"http://127.0.0.1:{world.port}")
+    ui.login(ADMIN_USER, ADMIN_PASSWORD)
+    session_id = world.api("a").session("web").body["id"]
+    page_path = f"/sessions/{session_id}/"
+    with ui.opener.open(f"http://127.0.0.1:{world.port}{page_path}?port=8000", timeout=30) as answer:
+        page = answer.read().decode()
+    assert f"http://localhost:{world.port}/inbound/{world.sandboxes['a']}/8000/" in page
+    assert 'data-copy="inbound-url"' in page
+    assert "Make signed link" in page
+    token = ui._csrf(page_path)
+    data = urllib.parse.urlencode({"port": "8000", "minutes": "5", "csrfmiddlewaretoken": token}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{world.port}/sessions/{session_id}/inbound/link/", data=data, method="POST"
+    )
+    request.add_header("Referer", f"http://127.0.0.1:{world.port}{page_path}")
+    with ui.opener.open(request, timeout=30) as answer:
+        result = answer.read().decode()
+    link = result.split('id="inbound-signed-link" readonly size="90" value="', 1)[1].split('"', 1)[0]
+    link = link.replace("&amp;", "&")
+    followed = world.request(_path(link))
+    assert followed.status == 303
+    cookie = (followed.header("Set-Cookie") or "").split(";", 1)[0]
+    assert world.request(f"/inbound/{world.sandboxes['a']}/8000/hello.txt", headers={"Cookie": cookie}).status == 200
+
+
+def test_the_host_packet_filter_is_loaded_while_all_this_works(world: World) -> None:
+    done = subprocess.run(["nft", "list", "table", "inet", "sandbox_console"], capture_output=True, check=False)
+    if done.returncode != 0:
+        pytest.fail("the nftables table inet sandbox_console is not loaded: these tests prove nothing about it")
+    assert _get_with_token(world, "a").status == 200
+
+
+def test_the_inbound_host_serves_sandbox_ports_only_and_without_csp_sandbox(world: World) -> None:
+    own_host = {"Host": f"localhost:{world.port}"}
+    console_page = world.request("/login/", headers=own_host)
+    assert console_page.status == 404
+    assert b"serves sandbox ports only" in console_page.body
+    a = world.inbound("a")
+    direct = world.request(_path(a["url"]) + "hello.txt", headers={**own_host, "X-Traffic-Token": a["traffic_token"]})
+    assert direct.status == 200
+    assert direct.header("Content-Security-Policy") is None
+    made = world.api("a").call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 120})
+    cookie = world.request(_path(made.body["url"]), headers=own_host).header("Set-Cookie") or ""
+    assert "SameSite=Lax" in cookie
+    # The console's own origin: sandboxed, and the cookie must come along from an opaque origin.
+    cookie = world.request(_path(made.body["url"])).header("Set-Cookie") or ""
+    assert "SameSite=None" in cookie
+    assert "Secure" in cookie
+
+
+APP_PAGE = (
+    "<!doctype html><html><head><script src='app.js'></script></head>"
+    "<body><img id='pic' src='pic.svg' onload=\"document.body.dataset.img='loaded'\""
+    " onerror=\"document.body.dataset.img='failed'\"></body></html>"
+)
+APP_SCRIPT = (
+    "document.title = 'script-ran';"
+    "fetch('data.txt').then(r => r.text()).then(t => { document.body.dataset.fetch = t.trim(); })"
+    ".catch(() => { document.body.dataset.fetch = 'failed'; });"
+)
+PIC = "<svg xmlns='http://www.w3.org/2000/svg' width='4' height='4'><rect width='4' height='4'/></svg>"
+
+
+def test_a_browser_follows_a_signed_link_and_the_page_loads_its_parts(world: World) -> None:
+    from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
+
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing (apt-get install -y chromium)", pytrace=False)
+    from playwright.sync_api import sync_playwright
+
+    api = world.api("a")
+    assert api.shell("web", "mkdir -p /workspace/app").status == 200
+    for name, body in (("index.html", APP_PAGE), ("app.js", APP_SCRIPT), ("pic.svg", PIC), ("data.txt", "data-ok")):
+        put = api.call("PUT", "web", f"files/content?path=app/{name}", raw=body.encode())
+        assert put.status == 201, put.body
+    made = api.call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 300})
+    assert made.status == 201, made.body
+    link = urllib.parse.urlsplit(made.body["url"])
+    page_path = f"/inbound/{world.sandboxes['a']}/8000/app/index.html"
+    seen = {}
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            for origin in (f"http://localhost:{world.port}", f"http://127.0.0.1:{world.port}"):
+                context = browser.new_context()
+                page = context.new_page()
+                page.goto(f"{origin}{link.path}?{link.query}")  # 303 -> cookie -> the app's root
+                page.goto(origin + page_path)
+                if origin.startswith("http://localhost"):
+                    page.wait_for_function("document.body && document.body.dataset.img && document.body.dataset.fetch")
+                    seen[origin] = (
+                        page.title(),
+                        page.evaluate("document.body.dataset.img"),
+                        page.evaluate("document.body.dataset.fetch"),
+                    )
+                else:
+                    page.wait_for_load_state("load")
+                    seen[origin] = (
+                        page.evaluate("window.origin"),
+                        page.evaluate("(() => { try { return document.cookie; } catch (e) { return 'refused'; } })()"),
+                        page.evaluate(
+                            "(() => { try { localStorage.length; return 'open'; } catch (e) { return 'refused'; } })()"
+                        ),
+                    )
+                context.close()
+        finally:
+            browser.close()
+    own, console_origin = seen.values()
+    # A host of its own: an ordinary page (its script, image and own fetches work).
+    assert own == ("script-ran", "loaded", "data-ok")
+    # The console's own origin: the page runs sandboxed, in an opaque origin that reaches no
+    # cookie or storage of the console's (its own parts need third-party cookies: docs/inbound.md).
+    assert console_origin == ("null", "refused", "refused")
+
+
+_AGE_ACTIVITY = """
+from datetime import timedelta
+from django.utils import timezone
+from sandboxes.models import Session
+Session.objects.filter(space_id={space_id!r}, key="idle").update(last_activity=timezone.now() - timedelta(hours=1))
+"""
+_READ_ACTIVITY = """
+from django.utils import timezone
+from sandboxes.models import Session
+session = Session.objects.get(space_id={space_id!r}, key="idle")
+print("AGE", (timezone.now() - session.last_activity).total_seconds())
+"""
+
+
+def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
+    space_a = world.spaces["a"]["space_id"]
+    api = world.api("a")
+    assert api.resolve("idle").status == 200
+    try:
+        world.console.manage("shell", "-c", _AGE_ACTIVITY.format(space_id=space_a))
+        age = float(world.console.manage("shell", "-c", _READ_ACTIVITY.format(space_id=space_a)).split("AGE ")[1])
+        assert age > 3000
+        inbound = api.call("GET", "idle", "inbound?port=8000").body
+        reply = world.request(_path(inbound["url"]), headers={"X-Traffic-Token": inbound["traffic_token"]})
+        assert reply.status == 502  # nothing listens there: still traffic for the session
+        age = float(world.console.manage("shell", "-c", _READ_ACTIVITY.format(space_id=space_a)).split("AGE ")[1])
+        assert age < 60
+    finally:
+        assert api.delete("idle").status == 204
+    # A deleted session's URL is gone (within the 2 s the lookups are kept).
+    gone = _wait_for(
+        lambda: (
+            (r := world.request(_path(inbound["url"]), headers={"X-Traffic-Token": inbound["traffic_token"]})).status
+            == 404
+            and r
+        ),
+        "the deleted session's URL refused",
+    )
+    assert b"hello" not in gone.body
+
+
+def _ws_exchange(world: World, path: str, headers: dict[str, str], text: str) -> tuple[int, bytes]:
+    """A websocket handshake by hand, one masked text frame, one frame back: (status, payload)."""
+    import base64
+    import socket
+    import struct
+
+    with socket.create_connection(("127.0.0.1", world.port), timeout=20) as sock:
+        key = base64.b64encode(os.urandom(16)).decode()
+        lines = [
+            f"GET {path} HTTP/1.1",
+            f"Host: 127.0.0.1:{world.port}",
+            "Upgrade: websocket",
+            "Connection: Upgrade",
+            f"Sec-WebSocket-Key: {key}",
+            "Sec-WebSocket-Version: 13",
+            *(f"{name}: {value}" for name, value in headers.items()),
+        ]
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+        stream = sock.makefile("rb")
+        status = int(stream.readline().split()[1])
+        while stream.readline() not in (b"\r\n", b""):
+            pass
+        if status != 101:
+            return status, b""
+        payload = text.encode()
+        mask = os.urandom(4)
+        masked = bytes(c ^ mask[i % 4] for i, c in enumerate(payload))
+        sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
+        _first, second = stream.read(2)
+        size = second & 0x7F
+        if size == 126:
+            size = struct.unpack(">H", stream.read(2))[0]
+        return status, stream.read(size)
+
+
+def test_websockets_reach_the_sandbox_port_with_the_token(world: World) -> None:
+    a, b = world.inbound("a", 9100), world.inbound("b", 9100)
+    path = _path(a["url"]) + "chat?room=1"
+    _status, echoed = _wait_for(
+        lambda: (r := _ws_exchange(world, path, {"X-Traffic-Token": a["traffic_token"]}, "hi"))[0] == 101 and r,
+        "websocket echo in A",
+    )
+    assert echoed == b"/chat?room=1||hi"
+    for refused in ({}, {"X-Traffic-Token": b["traffic_token"]}, {"X-Traffic-Token": "x" * 43}):
+        assert _ws_exchange(world, path, refused, "hi")[0] == 403
+    # A link cookie counts from a page of the same origin only, and reaches no further.
+    made = world.api("a").call("POST", "web", "inbound/links", {"port": 9100, "ttl_s": 120})
+    cookie = (world.request(_path(made.body["url"])).header("Set-Cookie") or "").split(";", 1)[0]
+    jar = f"{cookie}; sessionid=console-session; app=1"
+    same = {"Cookie": jar, "Origin": f"http://127.0.0.1:{world.port}"}
+    assert _ws_exchange(world, path, same, "yo") == (101, b"/chat?room=1|app=1|yo")
+    cross = {"Cookie": jar, "Origin": "http://evil.test"}
+    assert _ws_exchange(world, path, cross, "yo")[0] == 403
