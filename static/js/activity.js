@@ -17,11 +17,16 @@
                points: { show: times.length <= 30 } };
     }));
     var width = Math.max(target.clientWidth || figure.clientWidth || 320, 240);
+    // The page's own colours (light or dark scheme) for the axes and grid.
+    var style = window.getComputedStyle(figure);
+    var ink = style.color || "#222";
+    var line = style.getPropertyValue("--line").trim() || "rgba(128,128,128,.3)";
+    var axis = { stroke: ink, grid: { stroke: line }, ticks: { stroke: line } };
     var plot = new window.uPlot({
       width: width,
       height: 180,
       series: series,
-      axes: [{}, { label: chart.unit, size: 50 }],
+      axes: [axis, Object.assign({ label: chart.unit, size: 50 }, axis)],
       scales: { y: { range: function (u, min, max) { return [0, Math.max(max || 0, 1)]; } } },
       legend: { live: true },
     }, data, target);
