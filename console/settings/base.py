@@ -318,6 +318,7 @@ RETENTION_DAYS: dict[str, int] = {
     "artifacts": int(os.environ.get("RETENTION_ARTIFACTS_DAYS", 30)),
     # Refused outbound attempts (sandboxes.egress; docs/network.md).
     "egress_events": int(os.environ.get("EGRESS_LOG_RETENTION_DAYS", 14)),
+    "activity_samples": int(os.environ.get("RETENTION_ACTIVITY_SAMPLES_DAYS", 14)),
 }
 RETENTION_BATCH = int(os.environ.get("RETENTION_BATCH", 2000))
 RETENTION_INTERVAL_S = float(os.environ.get("RETENTION_INTERVAL_S", 3600))
@@ -330,6 +331,11 @@ COMMAND_OUTPUT_RETENTION_S = int(os.environ.get("COMMAND_OUTPUT_RETENTION_S", 36
 EGRESS_INGEST_INTERVAL_S = float(os.environ.get("EGRESS_INGEST_INTERVAL_S", 5))
 EGRESS_LOG_MAX_PER_SESSION = int(os.environ.get("EGRESS_LOG_MAX_PER_SESSION", 1000))
 EGRESS_APPLY_BUDGET_S = float(os.environ.get("EGRESS_APPLY_BUDGET_S", 4))
+# The activity charts' samples of the /metrics series (console/activity.py): one a minute;
+# a previous sample further back than the gap gives no increases.
+ACTIVITY_SAMPLE_INTERVAL_S = float(os.environ.get("ACTIVITY_SAMPLE_INTERVAL_S", 60))
+ACTIVITY_MAX_GAP_S = float(os.environ.get("ACTIVITY_MAX_GAP_S", 5 * ACTIVITY_SAMPLE_INTERVAL_S))
+
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
     "egress-ingest": {
         "function": "sandboxes.egress.log.ingest_refusals",
@@ -355,6 +361,11 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "function": "sandboxes.terminal.sweep.close_abandoned",
         "celery_task": "sandboxes.terminal_sweep",
         "every_s": 60,
+    },
+    "activity-sample": {
+        "function": "console.activity.start_activity_sample",
+        "celery_task": "console.activity_sample",
+        "every_s": ACTIVITY_SAMPLE_INTERVAL_S,
     },
 }
 CELERY_BEAT_SCHEDULE = {

@@ -60,6 +60,7 @@ from ..base import (
     SandboxSpec,
     SandboxState,
     SnapshotsCapability,
+    StatsCapability,
     TemplatesCapability,
     VolumesCapability,
     is_snapshot_id,
@@ -594,6 +595,11 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
 
     def pty(self) -> PtyCapability:
         return DockerPtys(self)
+
+    def stats(self) -> StatsCapability:
+        from .stats import DockerStats
+
+        return DockerStats(self)
 
 
 class DockerVolumes(VolumesCapability):
