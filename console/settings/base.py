@@ -183,6 +183,18 @@ AXES_CLIENT_IP_CALLABLE = "console.security.client_ip"
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
 
+# --- Users: invitations and email (docs/security.md, "Users and invitations") -------------
+# An invitation link works once, for INVITE_LINK_HOURS. It is shown to the admin who made it;
+# with EMAIL_HOST set it is also emailed to the user through Django's email backend.
+INVITE_LINK_HOURS = float(os.environ.get("INVITE_LINK_HOURS", 72))
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", 25))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sandbox-console@localhost")
+INVITE_EMAIL = env_bool("INVITE_EMAIL", bool(EMAIL_HOST))
+
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
 
