@@ -91,7 +91,7 @@ class UserFilterForm(forms.Form):
         from .users import UserStatus
 
         super().__init__(*args, **kwargs)
-        self.fields["status"].choices = [("", "Any status"), *UserStatus.CHOICES]
+        self.fields["status"].choices = [("", "Any status"), *UserStatus.CHOICES]  # type: ignore[attr-defined]
 
 
 class MemberRoleForm(forms.Form):

@@ -103,7 +103,7 @@ def _email_invite(user: Any, link: str, expires: Any) -> bool:
             None,
             [user.email],
         )
-    except Exception:  # noqa: BLE001 - the invitation stands; the admin still has the link
+    except Exception:
         logger.warning("could not email the invitation of %s", user.get_username(), exc_info=True)
         return False
     return True
