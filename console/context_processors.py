@@ -20,7 +20,12 @@ PLATFORM_NAV_ITEMS = [("backends", "Backends", "sandboxes:backend_list"), ("user
 
 
 def navigation(request: HttpRequest) -> dict[str, object]:
+    from django.conf import settings
+
     from console.access import is_platform_admin
+
+    if not getattr(request, "user", None) or not request.user.is_authenticated:
+        return {"nav_items": NAV_ITEMS, "sso_name": settings.OIDC_PROVIDER_NAME if settings.OIDC_ENABLED else ""}
 
     if is_platform_admin(getattr(request, "user", None)):
         return {"nav_items": NAV_ITEMS + PLATFORM_NAV_ITEMS}

@@ -1,5 +1,6 @@
 """Root URLconf, and the console app's own routes (namespace "console")."""
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
@@ -50,3 +51,6 @@ urlpatterns = [
     path("", include("skills.urls")),
     path("", include((console_patterns, "console"))),
 ]
+
+if settings.OIDC_ENABLED:
+    urlpatterns.insert(0, path("oidc/", include("mozilla_django_oidc.urls")))

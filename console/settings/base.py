@@ -195,6 +195,27 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sandbox-console@localhost")
 INVITE_EMAIL = env_bool("INVITE_EMAIL", bool(EMAIL_HOST))
 
+# --- Single sign-on with OpenID Connect (docs/security.md, "Single sign-on") ---------------
+# Off unless OIDC_RP_CLIENT_ID is set. The provider's endpoints are given one by one (no
+# discovery request at start). Users are matched by their stored subject, else by email;
+# OIDC_CREATE_USERS=true creates users the console does not know yet.
+OIDC_RP_CLIENT_ID = os.environ.get("OIDC_RP_CLIENT_ID", "")
+OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+OIDC_RP_CLIENT_SECRET = os.environ.get("OIDC_RP_CLIENT_SECRET", "")
+OIDC_OP_ISSUER = os.environ.get("OIDC_OP_ISSUER", "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = os.environ.get("OIDC_OP_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = os.environ.get("OIDC_OP_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = os.environ.get("OIDC_OP_USER_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = os.environ.get("OIDC_OP_JWKS_ENDPOINT", "")
+OIDC_RP_SIGN_ALGO = os.environ.get("OIDC_RP_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = os.environ.get("OIDC_RP_SCOPES", "openid email profile")
+OIDC_PROVIDER_NAME = os.environ.get("OIDC_PROVIDER_NAME", "single sign-on")
+OIDC_CREATE_USER = env_bool("OIDC_CREATE_USERS", False)
+OIDC_TIMEOUT = int(os.environ.get("OIDC_TIMEOUT_S", 10))
+LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
+if OIDC_ENABLED:
+    AUTHENTICATION_BACKENDS.append("console.oidc.ConsoleOIDCBackend")
+
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
 
