@@ -44,6 +44,8 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         if by_email.filter(oidc_identities__issuer=issuer()).exists():
             # The email belongs to a user signed in by another subject: never merge.
             raise PermissionDenied("this email is linked to another OpenID Connect subject")
+        if by_email.count() > 1:
+            raise PermissionDenied("several users have this email")
         return by_email
 
     def update_user(self, user: Any, claims: dict[str, Any]) -> Any:

@@ -243,3 +243,14 @@ def test_unknown_ambiguous_and_deactivated_users_get_clear_errors(world: World) 
     ]
     assert add(world, "gina") == ["gina added as Viewer."]  # the username still works
     assert Membership.objects.count() == before + 1
+
+
+def test_the_last_active_platform_admin_stays(world: World) -> None:
+    from console.services import SYSTEM, ServiceError
+
+    with pytest.raises(ServiceError, match="at least one active platform admin"):
+        do_deactivate_user(world.root, actor=SYSTEM)
+    ops = make_user("ops", superuser=True)
+    do_deactivate_user(world.root, actor=Actor(user=ops))
+    world.root.refresh_from_db()
+    assert not world.root.is_active
