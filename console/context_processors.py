@@ -16,11 +16,20 @@ NAV_ITEMS = [
 
 
 # Shown to platform admins only (the pages answer 404 to anyone else).
-PLATFORM_NAV_ITEMS = [("backends", "Backends", "sandboxes:backend_list"), ("activity", "Activity", "console:activity")]
+PLATFORM_NAV_ITEMS = [
+    ("backends", "Backends", "sandboxes:backend_list"),
+    ("users", "Users", "console:user_list"),
+    ("activity", "Activity", "console:activity"),
+]
 
 
 def navigation(request: HttpRequest) -> dict[str, object]:
+    from django.conf import settings
+
     from console.access import is_platform_admin
+
+    if not getattr(request, "user", None) or not request.user.is_authenticated:
+        return {"nav_items": NAV_ITEMS, "sso_name": settings.OIDC_PROVIDER_NAME if settings.OIDC_ENABLED else ""}
 
     if is_platform_admin(getattr(request, "user", None)):
         return {"nav_items": NAV_ITEMS + PLATFORM_NAV_ITEMS}

@@ -36,16 +36,62 @@ class SpaceForm(forms.ModelForm):
         return name
 
 
+def find_user(identifier: str) -> Any:
+    """The one active user whose username (exactly, else ignoring case) or email is
+    `identifier`; a ValidationError saying why otherwise (unknown, ambiguous, deactivated)."""
+    model = get_user_model()
+    identifier = identifier.strip()
+    if not identifier:
+        raise forms.ValidationError("Give a username or an email address.")
+    user = model.objects.filter(username=identifier).first()
+    if user is None:
+        by_name = list(model.objects.filter(username__iexact=identifier)[:2])
+        by_email = list(model.objects.filter(email__iexact=identifier)[:2]) if "@" in identifier else []
+        found = by_name if len(by_name) == 1 else by_email
+        if len(by_email) > 1 or len(by_name) > 1:
+            raise forms.ValidationError(
+                f"Several users match {identifier!r}: add them by username instead.", code="ambiguous"
+            )
+        if not found:
+            raise forms.ValidationError(f"No user has the username or email {identifier!r}.", code="unknown")
+        user = found[0]
+    if not user.is_active:
+        raise forms.ValidationError(
+            f"{user.get_username()} is deactivated: a platform admin can reactivate them on the Users page.",
+            code="deactivated",
+        )
+    return user
+
+
 class MemberAddForm(forms.Form):
-    username = forms.CharField(max_length=150)
+    username = forms.CharField(
+        max_length=254, label="Username or email", widget=forms.TextInput(attrs={"placeholder": "username or email"})
+    )
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 
     def clean_username(self) -> Any:
-        username = self.cleaned_data["username"].strip()
-        user = get_user_model().objects.filter(username=username, is_active=True).first()
-        if user is None:
-            raise forms.ValidationError(f"There is no active user named {username!r}.")
-        return user
+        return find_user(self.cleaned_data["username"])
+
+
+class UserCreateForm(forms.Form):
+    username = forms.CharField(max_length=150, help_text="Letters, digits and @/./+/-/_ only.")
+    email = forms.EmailField(required=False, help_text="Optional. The invitation is emailed here when email is set up.")
+    first_name = forms.CharField(max_length=150, required=False)
+    last_name = forms.CharField(max_length=150, required=False)
+    platform_admin = forms.BooleanField(
+        required=False, label="Platform admin", help_text="Sees and administers every space, backend and user."
+    )
+
+
+class UserFilterForm(forms.Form):
+    q = forms.CharField(required=False, label="Search")
+    status = forms.ChoiceField(required=False, choices=[("", "Any status")])
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from .users import UserStatus
+
+        super().__init__(*args, **kwargs)
+        self.fields["status"].choices = [("", "Any status"), *UserStatus.CHOICES]  # type: ignore[attr-defined]
 
 
 class MemberRoleForm(forms.Form):

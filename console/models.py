@@ -284,3 +284,46 @@ class MetricSample(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("console:activity")
+
+
+class Invitation(models.Model):
+    """A one-time link that lets an invited user choose a password (console/users.py).
+
+    Only the SHA-256 of the link's token is stored; the link is shown once, to the admin
+    who made it. It works once (`used`) until `expires`; a newer invitation revokes it."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="invitations")
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    expires = models.DateTimeField()
+    used = models.DateTimeField(null=True, blank=True)
+    revoked = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.user} until {self.expires:%Y-%m-%d %H:%M}"
+
+
+class OidcIdentity(models.Model):
+    """The OpenID Connect subject a user signs in as: one subject per user and issuer, so
+    two different subjects with one email are never merged (console/oidc.py)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identities")
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="one_user_per_oidc_subject"),
+            models.UniqueConstraint(fields=["user", "issuer"], name="one_oidc_subject_per_user_issuer"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} as {self.subject} at {self.issuer}"

@@ -250,9 +250,9 @@ def do_remove_member(membership: Membership, *, actor: Actor) -> None:
 SERVER_SIDE_SESSION_ENGINES = ("django.contrib.sessions.backends.db", "django.contrib.sessions.backends.cached_db")
 
 
-def do_logout_everywhere(user: Any, *, actor: Actor) -> int:
-    """End every login session of `user`, the caller's own included, and (once committed)
-    close the user's terminals. Returns how many sessions were ended.
+def end_login_sessions(user: Any) -> int:
+    """Delete every live login session of `user` and (once the caller's transaction commits)
+    close their terminals. Returns how many sessions were ended. Call inside a transaction.
 
     Needs a session engine that keeps sessions in the database (the default): only there
     can a user's sessions be found."""
@@ -261,22 +261,29 @@ def do_logout_everywhere(user: Any, *, actor: Actor) -> int:
     from django.contrib.sessions.models import Session as LoginSession
 
     if settings.SESSION_ENGINE not in SERVER_SIDE_SESSION_ENGINES:
-        raise ServiceError("Logging out everywhere needs sessions stored in the database (SESSION_ENGINE).")
+        raise ServiceError("Ending a user's login sessions needs sessions stored in the database (SESSION_ENGINE).")
     engine = import_module(settings.SESSION_ENGINE)
+    live = LoginSession.objects.filter(expire_date__gt=timezone.now())
+    keys = [row.session_key for row in live.iterator() if row.get_decoded().get(SESSION_KEY) == str(user.pk)]
+    for key in keys:
+        engine.SessionStore(session_key=key).delete()  # cached_db: the cache copy too
+    login_sessions_ended.send(sender=end_login_sessions, user_id=user.pk)
+    return len(keys)
+
+
+def do_logout_everywhere(user: Any, *, actor: Actor) -> int:
+    """End every login session of `user`, the caller's own included, and (once committed)
+    close the user's terminals. Returns how many sessions were ended."""
     with transaction.atomic():
-        live = LoginSession.objects.filter(expire_date__gt=timezone.now())
-        keys = [row.session_key for row in live.iterator() if row.get_decoded().get(SESSION_KEY) == str(user.pk)]
-        for key in keys:
-            engine.SessionStore(session_key=key).delete()  # cached_db: the cache copy too
-        login_sessions_ended.send(sender=do_logout_everywhere, user_id=user.pk)
+        ended = end_login_sessions(user)
         record_audit(
             actor,
             "user.logout_everywhere",
             target_type="user",
             target_id=user.pk,
-            details={"username": user.get_username(), "sessions_ended": len(keys)},
+            details={"username": user.get_username(), "sessions_ended": ended},
         )
-    return len(keys)
+    return ended
 
 
 # --- Network policy ----------------------------------------------------------------------

@@ -1,12 +1,13 @@
 """Root URLconf, and the console app's own routes (namespace "console")."""
 
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from sandboxes.pages import network as network_pages
 
-from . import activity_views, views
+from . import activity_views, user_views, views
 
 console_patterns = [
     path("", views.dashboard, name="dashboard"),
@@ -28,6 +29,13 @@ console_patterns = [
         views.member_remove,
         name="member_remove",
     ),
+    path("platform/users/", user_views.user_list, name="user_list"),
+    path("platform/users/new/", user_views.user_create, name="user_create"),
+    path("platform/users/<int:user_id>/", user_views.user_detail, name="user_detail"),
+    path("platform/users/<int:user_id>/invite/", user_views.user_invite, name="user_invite"),
+    path("platform/users/<int:user_id>/deactivate/", user_views.user_deactivate, name="user_deactivate"),
+    path("platform/users/<int:user_id>/reactivate/", user_views.user_reactivate, name="user_reactivate"),
+    path("invite/<str:token>/", user_views.invite_accept, name="invite_accept"),
     path("account/logout-everywhere/", views.logout_everywhere, name="logout_everywhere"),
     path("audit/", views.audit_list, name="audit_list"),
     path("jobs/", views.job_list, name="job_list"),
@@ -53,3 +61,6 @@ handler400 = "console.errors.bad_request"
 handler403 = "console.errors.permission_denied"
 handler404 = "console.errors.page_not_found"
 handler500 = "console.errors.server_error"
+
+if settings.OIDC_ENABLED:
+    urlpatterns.insert(0, path("oidc/", include("mozilla_django_oidc.urls")))

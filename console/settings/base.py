@@ -197,6 +197,39 @@ AXES_CLIENT_IP_CALLABLE = "console.security.client_ip"
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
 
+# --- Users: invitations and email (docs/security.md, "Users and invitations") -------------
+# An invitation link works once, for INVITE_LINK_HOURS. It is shown to the admin who made it;
+# with EMAIL_HOST set it is also emailed to the user through Django's email backend.
+INVITE_LINK_HOURS = float(os.environ.get("INVITE_LINK_HOURS", 72))
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", 25))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sandbox-console@localhost")
+INVITE_EMAIL = env_bool("INVITE_EMAIL", bool(EMAIL_HOST))
+
+# --- Single sign-on with OpenID Connect (docs/security.md, "Single sign-on") ---------------
+# Off unless OIDC_RP_CLIENT_ID is set. The provider's endpoints are given one by one (no
+# discovery request at start). Users are matched by their stored subject, else by email;
+# OIDC_CREATE_USERS=true creates users the console does not know yet.
+OIDC_RP_CLIENT_ID = os.environ.get("OIDC_RP_CLIENT_ID", "")
+OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
+OIDC_RP_CLIENT_SECRET = os.environ.get("OIDC_RP_CLIENT_SECRET", "")
+OIDC_OP_ISSUER = os.environ.get("OIDC_OP_ISSUER", "")
+OIDC_OP_AUTHORIZATION_ENDPOINT = os.environ.get("OIDC_OP_AUTHORIZATION_ENDPOINT", "")
+OIDC_OP_TOKEN_ENDPOINT = os.environ.get("OIDC_OP_TOKEN_ENDPOINT", "")
+OIDC_OP_USER_ENDPOINT = os.environ.get("OIDC_OP_USER_ENDPOINT", "")
+OIDC_OP_JWKS_ENDPOINT = os.environ.get("OIDC_OP_JWKS_ENDPOINT", "")
+OIDC_RP_SIGN_ALGO = os.environ.get("OIDC_RP_SIGN_ALGO", "RS256")
+OIDC_RP_SCOPES = os.environ.get("OIDC_RP_SCOPES", "openid email profile")
+OIDC_PROVIDER_NAME = os.environ.get("OIDC_PROVIDER_NAME", "single sign-on")
+OIDC_CREATE_USER = env_bool("OIDC_CREATE_USERS", False)
+OIDC_TIMEOUT = int(os.environ.get("OIDC_TIMEOUT_S", 10))
+LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
+if OIDC_ENABLED:
+    AUTHENTICATION_BACKENDS.append("console.oidc.ConsoleOIDCBackend")
+
 REDIS_URL = os.environ.get("REDIS_URL", "")
 
 

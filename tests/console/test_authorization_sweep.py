@@ -64,7 +64,7 @@ UNREACHABLE_ENGINE = "unix:///tmp/no-such-docker-engine.sock"  # pages must not 
 PERSONAS = ("anonymous", "outsider", "viewer", "member_b", "admin_b")
 OTHER_SPACE = ("outsider", "member_b", "admin_b")
 # Routes open to everyone by design; they are still swept for 5xx and for changes.
-PUBLIC = {"login", "logout", "api:openapi"}
+PUBLIC = {"login", "logout", "api:openapi", "console:invite_accept"}
 # Actions on one's own account, open to every logged-in user; they end the login session
 # they are sent with (each request gets a client of its own) and write only an audit row.
 OWN_ACCOUNT = {"console:logout_everywhere"}
@@ -101,6 +101,8 @@ FILLERS: dict[str, tuple[str, bool]] = {
     "backend_id": ("backend_id", False),
     "event_id": ("event_id", True),
     "grant_id": ("grant_id", True),
+    "user_id": ("user_id", False),
+    "token": ("invite_token", False),
 }
 
 
@@ -174,6 +176,8 @@ class Target:
     ids: tuple[str, ...]  # of space A's objects, for the leak check
     action: str = "pause"
     path: str = "notes.txt"
+    user_id: str = ""
+    invite_token: str = "sweep-no-such-invitation"
 
     def url(self, route: Route) -> str:
         def fill(match: re.Match[str]) -> str:
@@ -262,6 +266,7 @@ def build_target(world: World) -> Target:
         token_b=token_b,
         terminal=terminal,
         ids=tuple(str(i) for i in ids),
+        user_id=str(world.bob.pk),
     )
 
 

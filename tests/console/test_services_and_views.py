@@ -110,7 +110,7 @@ def test_member_add_unknown_user_shows_an_error(world: World) -> None:
         {"username": "nobody", "role": "member"},
         follow=True,
     )
-    assert "There is no active user named &#x27;nobody&#x27;." in response.content.decode()
+    assert "No user has the username or email &#x27;nobody&#x27;." in response.content.decode()
 
 
 def test_space_create_edit_delete_flow(world: World) -> None:

@@ -8,7 +8,7 @@ import base64
 import http.server
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import pytest
@@ -97,10 +97,11 @@ def _proxied_headers(address: tuple[str, int], *, sandboxed: bool) -> dict[bytes
             await asyncio.sleep(3600)
             return {"type": "http.disconnect"}
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             sent.append(dict(message))
 
-        await forward(scope, receive, send, scope["headers"], address, prefix, "/x", sandboxed=sandboxed)
+        headers: list[tuple[bytes, bytes]] = [(b"host", b"127.0.0.1:8000")]
+        await forward(scope, receive, send, headers, address, prefix, "/x", sandboxed=sandboxed)
 
     asyncio.run(run())
     start = next(m for m in sent if m["type"] == "http.response.start")

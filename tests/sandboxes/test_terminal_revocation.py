@@ -64,10 +64,17 @@ def logout_everywhere(world: World) -> None:
     do_logout_everywhere(world.bob, actor=Actor(user=world.bob))
 
 
+def deactivate_from_users_page(world: World) -> None:
+    from console.users import do_deactivate_user
+
+    do_deactivate_user(type(world.bob).objects.get(pk=world.bob.pk), actor=Actor(user=world.root))
+
+
 TRIGGERS: dict[str, tuple[Callable[[World], None], int, str]] = {
     "role downgrade": (downgrade_role, terminals.CLOSE_ACCESS, "member role"),
     "membership removal": (remove_membership, terminals.CLOSE_ACCESS, "no longer a member"),
     "deactivation": (deactivate, terminals.CLOSE_ACCESS, "deactivated"),
+    "deactivation on the Users page": (deactivate_from_users_page, terminals.CLOSE_ACCESS, "deactivated"),
     "password change": (change_password, terminals.CLOSE_LOGGED_OUT, "password"),
     "logout everywhere": (logout_everywhere, terminals.CLOSE_LOGGED_OUT, "logged out everywhere"),
 }

@@ -1,0 +1,270 @@
+"""Writes with side effects for user accounts: create and invite, accept an invitation,
+deactivate and reactivate. Platform admins call these (the views check); each records one
+audit event.
+
+An invitation is a one-time link: its token is random, only its SHA-256 is stored, it works
+once and until INVITE_LINK_HOURS have passed. Deactivating a user ends their login sessions
+and (once committed) closes their terminals, as "log out everywhere" does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.urls import reverse
+from django.utils import timezone
+
+from .models import Invitation
+from .services import Actor, ServiceError, end_login_sessions, record_audit
+
+logger = logging.getLogger(__name__)
+
+
+class UserStatus:
+    ACTIVE = "active"
+    INVITED = "invited"
+    DEACTIVATED = "deactivated"
+    CHOICES = ((ACTIVE, "Active"), (INVITED, "Invited"), (DEACTIVATED, "Deactivated"))
+
+
+def _invited_q() -> Q:
+    """Active, has never logged in and has no password yet: waiting for their invitation."""
+    return Q(is_active=True, last_login__isnull=True, password__startswith=UNUSABLE_PASSWORD_PREFIX)
+
+
+def filter_by_status(users: QuerySet[Any], status: str) -> QuerySet[Any]:
+    if status == UserStatus.DEACTIVATED:
+        return users.filter(is_active=False)
+    if status == UserStatus.INVITED:
+        return users.filter(_invited_q())
+    if status == UserStatus.ACTIVE:
+        return users.filter(is_active=True).exclude(_invited_q())
+    return users
+
+
+def user_status(user: Any) -> str:
+    if not user.is_active:
+        return UserStatus.DEACTIVATED
+    if user.last_login is None and not user.has_usable_password():
+        return UserStatus.INVITED
+    return UserStatus.ACTIVE
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def invite_lifetime() -> timedelta:
+    return timedelta(hours=float(settings.INVITE_LINK_HOURS))
+
+
+@dataclass(frozen=True)
+class IssuedInvite:
+    invitation: Invitation
+    token: str
+    emailed: bool = False
+
+    def path(self) -> str:
+        return reverse("console:invite_accept", kwargs={"token": self.token})
+
+
+def _issue(user: Any, actor: Actor) -> tuple[Invitation, str]:
+    """A new invitation for `user`; any earlier unused one stops working. In a transaction."""
+    now = timezone.now()
+    Invitation.objects.filter(user=user, used__isnull=True, revoked__isnull=True).update(revoked=now)
+    token = secrets.token_urlsafe(32)
+    invitation = Invitation.objects.create(
+        user=user, token_hash=hash_token(token), created_by=actor.user, expires=now + invite_lifetime()
+    )
+    return invitation, token
+
+
+def _email_invite(user: Any, link: str, expires: Any) -> bool:
+    """Send the link through Django's email backend when email is configured (INVITE_EMAIL)."""
+    if not settings.INVITE_EMAIL or not user.email:
+        return False
+    try:
+        send_mail(
+            "Your Sandbox Console account",
+            f"You have been invited to Sandbox Console as {user.get_username()}.\n\n"
+            f"Choose your password here (the link works once, until {expires:%Y-%m-%d %H:%M} UTC):\n{link}\n",
+            None,
+            [user.email],
+        )
+    except Exception:
+        logger.warning("could not email the invitation of %s", user.get_username(), exc_info=True)
+        return False
+    return True
+
+
+def do_create_user(
+    *,
+    username: str,
+    email: str = "",
+    first_name: str = "",
+    last_name: str = "",
+    platform_admin: bool = False,
+    actor: Actor,
+    base_url: str = "",
+) -> IssuedInvite:
+    """Create a user without a password and invite them. `base_url` ("https://host") makes
+    the emailed link absolute."""
+    model = get_user_model()
+    username = username.strip()
+    email = email.strip()
+    if not username:
+        raise ServiceError("Give the user a username.", field_errors={"username": ["Give the user a username."]})
+    if model.objects.filter(username__iexact=username).exists():
+        message = f"There is already a user named {username!r}."
+        raise ServiceError(message, field_errors={"username": [message]})
+    user = model(
+        username=username,
+        email=email,
+        first_name=first_name.strip(),
+        last_name=last_name.strip(),
+        is_superuser=platform_admin,
+        is_staff=False,
+    )
+    try:
+        user.full_clean(exclude=["password"])
+    except ValidationError as exc:
+        raise ServiceError("The user is not valid.", field_errors=exc.message_dict) from None
+    user.set_unusable_password()
+    with transaction.atomic():
+        user.save()
+        invitation, token = _issue(user, actor)
+        record_audit(
+            actor,
+            "user.create",
+            target_type="user",
+            target_id=user.pk,
+            details={
+                "username": user.get_username(),
+                "email": email,
+                "platform_admin": platform_admin,
+                "invitation": str(invitation.id),
+                "invitation_expires": invitation.expires.isoformat(),
+            },
+        )
+    issued = IssuedInvite(invitation, token)
+    emailed = _email_invite(user, base_url + issued.path(), invitation.expires)
+    return IssuedInvite(invitation, token, emailed)
+
+
+def do_reissue_invite(user: Any, *, actor: Actor, base_url: str = "") -> IssuedInvite:
+    """A new link for a user still waiting for theirs (the earlier link stops working)."""
+    if user_status(user) != UserStatus.INVITED:
+        raise ServiceError(f"{user.get_username()} has already set a password or is deactivated.")
+    with transaction.atomic():
+        invitation, token = _issue(user, actor)
+        record_audit(
+            actor,
+            "user.invite",
+            target_type="user",
+            target_id=user.pk,
+            details={
+                "username": user.get_username(),
+                "invitation": str(invitation.id),
+                "invitation_expires": invitation.expires.isoformat(),
+            },
+        )
+    issued = IssuedInvite(invitation, token)
+    emailed = _email_invite(user, base_url + issued.path(), invitation.expires)
+    return IssuedInvite(invitation, token, emailed)
+
+
+def usable_invitation(token: str) -> Invitation | None:
+    """The invitation `token` opens, if it is unused, unrevoked, unexpired and its user active."""
+    invitation = (
+        Invitation.objects.select_related("user")
+        .filter(token_hash=hash_token(token), used__isnull=True, revoked__isnull=True, expires__gt=timezone.now())
+        .first()
+    )
+    if invitation is None or not invitation.user.is_active:
+        return None
+    return invitation
+
+
+def do_accept_invite(token: str, *, password: str, source_ip: str | None = None) -> Any:
+    """Set the invited user's password (validated by the caller's SetPasswordForm) and use up
+    the link. Returns the user. Raises ServiceError when the link no longer works."""
+    with transaction.atomic():
+        invitation = (
+            Invitation.objects.select_for_update().select_related("user").filter(token_hash=hash_token(token)).first()
+        )
+        if (
+            invitation is None
+            or invitation.used is not None
+            or invitation.revoked is not None
+            or invitation.expires <= timezone.now()
+            or not invitation.user.is_active
+        ):
+            raise ServiceError("This invitation link has expired or was already used. Ask an admin for a new one.")
+        user = invitation.user
+        user.set_password(password)
+        user.save(update_fields=["password"])
+        invitation.used = timezone.now()
+        invitation.save(update_fields=["used"])
+        record_audit(
+            Actor(user=user, source_ip=source_ip),
+            "user.invite_accept",
+            target_type="user",
+            target_id=user.pk,
+            details={"username": user.get_username(), "invitation": str(invitation.id)},
+        )
+    return user
+
+
+def do_deactivate_user(user: Any, *, actor: Actor) -> int:
+    """Deactivate `user`: they cannot log in, their login sessions end and their terminals
+    close (the terminals' signals, once committed). Returns how many sessions were ended."""
+    if actor.user is not None and actor.user.pk == user.pk:
+        raise ServiceError("You cannot deactivate yourself.")
+    if not user.is_active:
+        raise ServiceError(f"{user.get_username()} is already deactivated.")
+    model = get_user_model()
+    with transaction.atomic():
+        locked = model.objects.select_for_update().get(pk=user.pk)
+        if locked.is_superuser and not model.objects.filter(is_superuser=True, is_active=True).exclude(pk=user.pk):
+            raise ServiceError("The platform keeps at least one active platform admin.")
+        locked.is_active = False
+        locked.save(update_fields=["is_active"])
+        Invitation.objects.filter(user=locked, used__isnull=True, revoked__isnull=True).update(revoked=timezone.now())
+        ended = end_login_sessions(locked)
+        record_audit(
+            actor,
+            "user.deactivate",
+            target_type="user",
+            target_id=locked.pk,
+            details={"username": locked.get_username(), "sessions_ended": ended},
+        )
+    return ended
+
+
+def do_reactivate_user(user: Any, *, actor: Actor) -> None:
+    if user.is_active:
+        raise ServiceError(f"{user.get_username()} is already active.")
+    model = get_user_model()
+    with transaction.atomic():
+        locked = model.objects.select_for_update().get(pk=user.pk)
+        locked.is_active = True
+        locked.save(update_fields=["is_active"])
+        record_audit(
+            actor,
+            "user.reactivate",
+            target_type="user",
+            target_id=locked.pk,
+            details={"username": locked.get_username()},
+        )

@@ -1,0 +1,209 @@
+"""Single sign-on against a real OpenID Connect provider run on 127.0.0.1.
+
+The provider is django-oidc-provider in its own small project (tests/oidc_provider, its own
+SQLite database), started as a subprocess on a free loopback port with the console registered
+as a confidential client. A requests session drives the authorization-code flow against the
+console's live server: "Sign in with ...", the provider's login, its consent page, the
+callback (the console then calls the provider's token, JWKS and userinfo endpoints itself).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from html import unescape
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
+
+from console.models import AuditEvent, OidcIdentity
+from console.services import Actor
+from console.users import do_deactivate_user
+from tests.factories import make_user
+
+REPO = Path(__file__).resolve().parents[2]
+CLIENT_ID, CLIENT_SECRET = "console-test", "console-test-secret"
+PROVIDER_NAME = "Test IdP"
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Provider:
+    url: str
+    issuer: str
+
+
+@pytest.fixture
+def provider(tmp_path: Path, live_server: Any) -> Iterator[Provider]:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.oidc_provider.settings",
+        "OIDC_PROVIDER_DB": str(tmp_path / "provider.sqlite3"),
+        "OIDC_PROVIDER_URL": url,
+        "PYTHONPATH": str(REPO),
+    }
+    env.pop("DATABASE_URL", None)
+    run = {"cwd": REPO, "env": env, "check": True, "capture_output": True, "timeout": 120}
+    subprocess.run([sys.executable, "-m", "django", "migrate", "-v", "0"], **run)  # type: ignore[call-overload]
+    subprocess.run(  # type: ignore[call-overload]
+        [
+            sys.executable,
+            "-m",
+            "tests.oidc_provider.setup",
+            f"{live_server.url}/oidc/callback/",
+            CLIENT_ID,
+            CLIENT_SECRET,
+            "pat:pat@example.test:pat-idp-password",
+            "quinn:quinn@example.test:quinn-idp-password",
+            "newbie:newbie@example.test:newbie-idp-password",
+        ],
+        **run,
+    )
+    log = open(tmp_path / "provider.log", "wb")  # noqa: SIM115
+    server = subprocess.Popen(
+        [sys.executable, "-m", "django", "runserver", f"127.0.0.1:{port}", "--noreload", "--skip-checks"],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                info = requests.get(f"{url}/openid/.well-known/openid-configuration", timeout=2)
+                if info.status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise AssertionError("the OIDC provider did not start: " + (tmp_path / "provider.log").read_text())
+            time.sleep(0.2)
+        yield Provider(url=url, issuer=info.json()["issuer"])
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture
+def sso(provider: Provider, settings: Any) -> Provider:
+    """The console with single sign-on on, as OIDC_* environment variables would set it."""
+    discovery = requests.get(f"{provider.url}/openid/.well-known/openid-configuration", timeout=5).json()
+    settings.OIDC_ENABLED = True
+    settings.OIDC_RP_CLIENT_ID = CLIENT_ID
+    settings.OIDC_RP_CLIENT_SECRET = CLIENT_SECRET
+    settings.OIDC_OP_ISSUER = provider.issuer
+    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = discovery["authorization_endpoint"]
+    settings.OIDC_OP_TOKEN_ENDPOINT = discovery["token_endpoint"]
+    settings.OIDC_OP_USER_ENDPOINT = discovery["userinfo_endpoint"]
+    settings.OIDC_OP_JWKS_ENDPOINT = discovery["jwks_uri"]
+    settings.OIDC_PROVIDER_NAME = PROVIDER_NAME
+    settings.AUTHENTICATION_BACKENDS = [*django_settings.AUTHENTICATION_BACKENDS, "console.oidc.ConsoleOIDCBackend"]
+    settings.ROOT_URLCONF = "tests.console.oidc_urls"
+    return provider
+
+
+def hidden_inputs(page: str) -> dict[str, str]:
+    fields = {}
+    for tag in re.findall(r"<input[^>]*>", page):
+        name = re.search(r'name="([^"]+)"', tag)
+        value = re.search(r'value="([^"]*)"', tag)
+        if name and 'type="hidden"' in tag:
+            fields[name.group(1)] = unescape(value.group(1)) if value else ""
+    return fields
+
+
+def sign_in(console: str, username: str, password: str, *, consent: bool = True) -> requests.Session:
+    """The authorization-code flow as a browser makes it; the session at the end."""
+    browser = requests.Session()
+    login_page = browser.get(f"{console}/login/", timeout=10)
+    assert f"Sign in with {PROVIDER_NAME}" in login_page.text
+    start = re.search(r'id="sso-login" href="([^"]+)"', login_page.text)
+    assert start
+    at_provider = browser.get(console + unescape(start.group(1)), timeout=10)
+    assert at_provider.url.startswith("http://127.0.0.1:")
+    assert "/accounts/login/" in at_provider.url
+    form = hidden_inputs(at_provider.text)
+    consent_page = browser.post(at_provider.url, data={**form, "username": username, "password": password}, timeout=10)
+    assert "Request for Permission" in consent_page.text, consent_page.text[:500]
+    form = hidden_inputs(consent_page.text)
+    action = consent_page.url.split("?")[0]
+    data = {**form, "allow": "Authorize"} if consent else form
+    browser.post(action, data=data, timeout=30)  # -> the console's callback -> its landing page
+    return browser
+
+
+def logged_in_as(browser: requests.Session, console: str) -> str | None:
+    page = browser.get(f"{console}/", timeout=10, allow_redirects=False)
+    if page.status_code != 200:
+        return None
+    match = re.search(r'<span class="whoami">([^<\s]+)', page.text)
+    return match.group(1) if match else None
+
+
+def test_the_login_page_has_no_sso_button_when_it_is_off(client: Any) -> None:
+    assert not django_settings.OIDC_ENABLED
+    assert b"Sign in with" not in client.get("/login/").content
+
+
+def test_sso_matches_the_user_by_email_and_stores_the_subject(live_server: Any, sso: Provider) -> None:
+    pat = make_user("pat", email="PAT@example.test")
+    browser = sign_in(live_server.url, "pat", "pat-idp-password")
+    assert logged_in_as(browser, live_server.url) == "pat"
+    identity = OidcIdentity.objects.get(user=pat)
+    assert identity.issuer == sso.issuer
+    assert identity.subject  # the provider's subject, kept for the next sign-in
+    assert AuditEvent.objects.filter(action="user.oidc_link", target_id=str(pat.pk)).count() == 1
+    # Signing in again uses the stored subject, even after the console's email changed.
+    pat.email = "pat-renamed@example.test"
+    pat.save(update_fields=["email"])
+    again = sign_in(live_server.url, "pat", "pat-idp-password")
+    assert logged_in_as(again, live_server.url) == "pat"
+    assert OidcIdentity.objects.count() == 1
+
+
+def test_a_different_subject_with_the_same_email_is_not_merged(live_server: Any, sso: Provider) -> None:
+    quinn = make_user("quinn", email="quinn@example.test")
+    OidcIdentity.objects.create(user=quinn, issuer=sso.issuer, subject="someone-else")
+    browser = sign_in(live_server.url, "quinn", "quinn-idp-password")
+    assert logged_in_as(browser, live_server.url) is None
+    assert "sso-failed" in browser.get(f"{live_server.url}/login/?sso=failed", timeout=10).text
+    assert list(OidcIdentity.objects.values_list("subject", flat=True)) == ["someone-else"]
+
+
+def test_unknown_users_are_refused_unless_creation_is_on(live_server: Any, sso: Provider, settings: Any) -> None:
+    assert logged_in_as(sign_in(live_server.url, "newbie", "newbie-idp-password"), live_server.url) is None
+    assert not get_user_model().objects.filter(email="newbie@example.test").exists()
+    settings.OIDC_CREATE_USER = True
+    browser = sign_in(live_server.url, "newbie", "newbie-idp-password")
+    assert logged_in_as(browser, live_server.url) == "newbie"
+    created = get_user_model().objects.get(email="newbie@example.test")
+    assert not created.has_usable_password()
+    assert OidcIdentity.objects.filter(user=created).exists()
+    assert AuditEvent.objects.filter(action="user.create", target_id=str(created.pk)).exists()
+
+
+def test_a_deactivated_user_cannot_sign_in_with_sso(live_server: Any, sso: Provider) -> None:
+    pat = make_user("pat", email="pat@example.test")
+    root = make_user("root2", superuser=True)
+    do_deactivate_user(pat, actor=Actor(user=root))
+    assert logged_in_as(sign_in(live_server.url, "pat", "pat-idp-password"), live_server.url) is None
