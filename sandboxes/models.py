@@ -422,6 +422,23 @@ class Artifact(models.Model):
         return f"{self.path} ({self.size} bytes)"
 
 
+class ExecSlot(models.Model):
+    """One exec in flight, counted against its space's concurrent-exec limit until it ends or
+    its own deadline passes (a process killed mid-exec never deletes its slot; the deadline
+    frees it). sandboxes/sessions/limits.py."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="+")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    deadline = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["space", "deadline"], name="exec_slot_space_deadline")]
+
+    def __str__(self) -> str:
+        return f"exec in {self.session_id} until {self.deadline:%H:%M:%S}"
+
+
 class CommandStatus(models.TextChoices):
     RUNNING = "running", "Running"
     EXITED = "exited", "Exited"

@@ -3,8 +3,9 @@ and rate limits").
 
 - live sessions: checked when a session is created, under a lock on the space's limits row,
   so concurrent creations never pass the quota together;
-- concurrent execs: the sessions' own in-flight exec counters (`Session.execs_in_flight`,
-  with their deadline) summed over the space, checked and incremented under the same lock;
+- concurrent execs: one `ExecSlot` row per exec in flight, each with its own deadline (a
+  process killed mid-exec frees its slot when the deadline passes), counted and taken under
+  the same lock;
 - background commands: running `BackgroundCommand` rows of the space, checked under the lock
   before a command starts;
 - API requests per minute per token: a fixed one-minute window, counted in Redis when
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -31,7 +33,7 @@ from redis.exceptions import RedisError
 from console.models import Space, SpaceLimits
 from console.services import ServiceError
 
-from ..models import BackgroundCommand, CommandStatus, Session, SessionState
+from ..models import BackgroundCommand, CommandStatus, ExecSlot, Session, SessionState
 
 # A quota that frees up only when something else ends has no natural wait; this is a hint.
 QUOTA_RETRY_AFTER_S = 30
@@ -86,14 +88,14 @@ def check_live_sessions(space: Space) -> None:
         )
 
 
-def check_concurrent_execs(space: Space) -> None:
-    """Inside the transaction that counts an exec in: refuse it past the limit."""
+def take_exec_slot(space: Space, session: Session, deadline: datetime) -> ExecSlot:
+    """Inside a transaction: count an exec in against the space's limit, or refuse it. Each
+    exec has a slot of its own with its own deadline, so one killed mid-exec stops counting
+    when its deadline passes, however busy its session stays."""
     maximum = lock_limits(space)["concurrent_execs"]
-    running = sum(
-        Session.objects.filter(space=space, execs_in_flight__gt=0, exec_deadline__gt=timezone.now()).values_list(
-            "execs_in_flight", flat=True
-        )
-    )
+    now = timezone.now()
+    ExecSlot.objects.filter(space=space, deadline__lte=now).delete()  # the dead ones
+    running = ExecSlot.objects.filter(space=space).count()
     if running >= maximum:
         raise LimitExceeded(
             "concurrent_execs",
@@ -102,6 +104,11 @@ def check_concurrent_execs(space: Space) -> None:
             "retry when one has finished.",
             retry_after_s=5,
         )
+    return ExecSlot.objects.create(space=space, session=session, deadline=deadline)
+
+
+def release_exec_slot(slot: ExecSlot) -> None:
+    ExecSlot.objects.filter(pk=slot.pk).delete()
 
 
 def check_background_commands(space: Space) -> None:

@@ -55,7 +55,7 @@ from ..backends.base import (
 )
 from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
 from ..models import SandboxConfig, Session, SessionState
-from .limits import check_concurrent_execs
+from .limits import release_exec_slot, take_exec_slot
 from .lookup import get_or_create_session
 from .observe import observe_resolve, took_slow_path
 from .provisioning import backend_for, effective_template, prepare_workspace
@@ -441,7 +441,7 @@ class Runtime:
         # `finally`): start the count again rather than carry them for ever.
         expired = Q(exec_deadline__isnull=True) | Q(exec_deadline__lte=now)
         with transaction.atomic():
-            check_concurrent_execs(session.space)  # under the space's limits lock: count in, or refuse
+            slot = take_exec_slot(session.space, session, until)  # under the space's limits lock, or refused
             rows.update(
                 execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
                 exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
@@ -449,6 +449,7 @@ class Runtime:
         try:
             yield
         finally:
+            release_exec_slot(slot)
             # Its end is activity too: the idle clock starts again from here. The last one
             # out clears the deadline, so a long timeout does not outlive its exec.
             rows.update(

@@ -17,9 +17,9 @@ from django.utils import timezone
 from console.models import AuditEvent, SpaceLimits
 from console.services import SYSTEM, Actor, ServiceError, do_update_space_limits
 from sandboxes.api.views import do_create_api_token
-from sandboxes.models import BackgroundCommand, CommandStatus, Session, SessionState
+from sandboxes.models import BackgroundCommand, CommandStatus, ExecSlot, Session, SessionState
 from sandboxes.sessions import limits
-from sandboxes.sessions.limits import LimitExceeded, check_concurrent_execs
+from sandboxes.sessions.limits import LimitExceeded, take_exec_slot
 from sandboxes.sessions.lookup import get_or_create_session
 from tests.conftest import REDIS_URL
 from tests.factories import make_config
@@ -108,13 +108,15 @@ def test_concurrent_execs_count_live_ones_across_sessions(world: World, agent: A
     busy = Session.objects.create(space=world.space_a, key="busy", config=config)
     Session.objects.create(space=world.space_a, key="idle", config=config)
     set_limits(world, concurrent_execs=2)
-    Session.objects.filter(pk=busy.pk).update(execs_in_flight=2, exec_deadline=timezone.now() + timedelta(minutes=5))
+    later = timezone.now() + timedelta(minutes=5)
+    slots = [ExecSlot.objects.create(space=world.space_a, session=busy, deadline=later) for _ in range(2)]
     body = assert_refused(agent.post("idle", "exec", {"shell": "true"}), "concurrent_execs", 2)
     assert "limit of concurrent execs (2)" in body["message"]
-    # A dead exec (its deadline passed) no longer counts.
-    Session.objects.filter(pk=busy.pk).update(exec_deadline=timezone.now() - timedelta(seconds=1))
+    # A dead exec (its own deadline passed) no longer counts, and its slot is cleared.
+    ExecSlot.objects.filter(pk=slots[0].pk).update(deadline=timezone.now() - timedelta(seconds=1))
     with transaction.atomic():
-        check_concurrent_execs(world.space_a)
+        take_exec_slot(world.space_a, busy, later)
+    assert not ExecSlot.objects.filter(pk=slots[0].pk).exists()
 
 
 def test_background_commands_past_the_limit_are_refused(world: World, agent: Agent) -> None:

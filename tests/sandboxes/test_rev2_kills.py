@@ -92,11 +92,6 @@ def test_a_closer_killed_between_claim_and_record_is_closed_by_the_sweep(world: 
     assert sweep.close_abandoned() == 0  # and nobody closes it twice
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rev2: one counter + one deadline per session: a killed exec's count is carried for ever "
-    "while the session keeps exec'ing (each new exec extends the shared deadline)",
-)
 @pytest.mark.django_db(transaction=True)
 def test_a_killed_exec_stops_counting_after_its_deadline_under_steady_traffic(world: World, monkeypatch: Any) -> None:
     make_config(world.space_a, is_default=True)
