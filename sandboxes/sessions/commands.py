@@ -263,6 +263,7 @@ def start_command(
     )
     try:
         with transaction.atomic():
+            check_background_commands(session.space, locked=True)  # counted with this insert
             command = BackgroundCommand.objects.create(
                 id=command_id,
                 session=session,

@@ -6,8 +6,9 @@ and rate limits").
 - concurrent execs: one `ExecSlot` row per exec in flight, each with its own deadline (a
   process killed mid-exec frees its slot when the deadline passes), counted and taken under
   the same lock;
-- background commands: running `BackgroundCommand` rows of the space, checked under the lock
-  before a command starts;
+- background commands: running `BackgroundCommand` rows of the space, checked before the
+  sandbox is resumed and again, authoritatively, under the lock in the transaction that
+  records the new command (a start that loses the race kills its process and is refused);
 - API requests per minute per token: a fixed one-minute window, counted in Redis when
   REDIS_URL is set (every process shares it) and in this process otherwise (the embedded
   mode is one process).
@@ -111,10 +112,17 @@ def release_exec_slot(slot: ExecSlot) -> None:
     ExecSlot.objects.filter(pk=slot.pk).delete()
 
 
-def check_background_commands(space: Space) -> None:
-    with transaction.atomic():
-        maximum = lock_limits(space)["background_commands"]
-        running = BackgroundCommand.objects.filter(session__space=space, status=CommandStatus.RUNNING).count()
+def check_background_commands(space: Space, *, locked: bool = False) -> None:
+    """Refuse a background command past the space's limit. `locked=True` inside the
+    transaction that records the command: the count and the insert then hold the space's
+    limits lock together, so racing starts never pass the limit (the early check without
+    it only spares a sandbox resume when the space is already full)."""
+    if not locked:
+        with transaction.atomic():
+            check_background_commands(space, locked=True)
+        return
+    maximum = lock_limits(space)["background_commands"]
+    running = BackgroundCommand.objects.filter(session__space=space, status=CommandStatus.RUNNING).count()
     if running >= maximum:
         raise LimitExceeded(
             "background_commands",

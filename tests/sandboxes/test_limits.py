@@ -196,3 +196,35 @@ def test_command_lists_paginate_with_a_cursor(world: World, agent: Agent) -> Non
         assert json.loads(refused.content)["error"]["field"] in {"cursor", "limit"}
     assert json.loads(agent.get("s", "commands").content)["next_cursor"] is None
     assert uuid.UUID(seen[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_background_command_starts_never_pass_the_limit(world: World) -> None:
+    """The authoritative count is taken with the insert: starts that all passed the early
+    check while the space was below its limit are refused at the insert once it is full."""
+    config = make_config(world.space_a, name="c")
+    session = Session.objects.create(space=world.space_a, key="s", config=config)
+    set_limits(world, background_commands=2)
+    outcomes: list[str] = []
+
+    def start(n: int) -> None:
+        try:
+            limits.check_background_commands(world.space_a)  # the early check: all pass (0 running)
+            barrier.wait()
+            with transaction.atomic():
+                limits.check_background_commands(world.space_a, locked=True)
+                BackgroundCommand.objects.create(session=session, shell=f"echo {n}")
+            outcomes.append("started")
+        except LimitExceeded:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    barrier = threading.Barrier(6)
+    threads = [threading.Thread(target=start, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(outcomes) == ["refused"] * 4 + ["started"] * 2
+    assert BackgroundCommand.objects.filter(session=session, status=CommandStatus.RUNNING).count() == 2
