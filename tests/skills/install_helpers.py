@@ -111,8 +111,9 @@ def clean_up(config: SandboxConfig, installation: str) -> None:
             volumes.delete(session.workspace_volume)
     snapshots = backend.snapshots()
     assert snapshots is not None
-    label = f"console.meta.{META_INSTALLATION}"
-    ours = [s for s in snapshots.list() if s.labels.get(label) == installation]
+    # Skill-image snapshots carry the console's metadata as their own labels (the source
+    # sandbox's console.meta.* labels are blanked in a snapshot: docker/snapshots.py).
+    ours = [s for s in snapshots.list() if s.labels.get(META_INSTALLATION) == installation]
     for _ in range(len(ours) + 1):
         remaining = []
         for snapshot in sorted(ours, key=lambda s: s.created_at or 0, reverse=True):
