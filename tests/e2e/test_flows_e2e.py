@@ -145,6 +145,8 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     assert page.is_visible("#getting-started")
     for key in ("config", "test", "skill", "session", "terminal"):
         assert page.get_attribute(f"#step-{key}", "data-done") == "false", key
+    assert "0 of 5 done" in page.inner_text("#getting-started")
+    shoot_all(page, "dashboard-first-run")
     page.click("#step-config a")
     page.wait_for_url(re.compile(rf".*/spaces/{space.id}/sandboxes/new/"))
 
@@ -183,6 +185,7 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     page.wait_for_selector("#network-policy-form .has-error .error")
     assert "not a host!!" in page.inner_text("#network-policy-form .has-error")
     assert NetworkPolicy.objects.get(space=space).allow_out == []
+    shoot_all(page, "policy-error")
     # A CIDR allow entry Docker cannot honour: saved, with a warning that names the config.
     page.fill("#id_allow_out", "127.0.0.2/32")
     page.click("#network-policy-form button[type=submit]")
@@ -300,6 +303,8 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     page.reload()
     wait_connected(page)
     assert page.evaluate("window.consoleTerminal.terminalId()") == first_id
+    assert "reattached" in page.inner_text("#terminal-state")
+    wait_for_text(page, rf"(?m)^{rows} {cols}\s*$")  # the scrollback, before anything is typed
     page.click("#terminal")
     page.keyboard.type('echo "[$MARK]"\n')
     wait_for_text(page, r"(?m)^\[kept\]\s*$")
