@@ -21,7 +21,9 @@ import pytest
 from django.db import connection
 
 from console.models import NetworkPolicy
+from sandboxes.backends.base import META_INSTALLATION
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session, Terminal
+from sandboxes.sessions.provisioning import backend_for
 from tests.conftest import IN_CI
 from tests.factories import make_backend
 from tests.personas import World
@@ -131,6 +133,17 @@ def live(
         connection.close()
         for config in SandboxConfig.objects.filter(space=world.space_a):
             clean_up(config, installation)
+            delete_snapshots(config, installation)
+
+
+def delete_snapshots(config: SandboxConfig, installation: str) -> None:
+    """The skill image's snapshots carry the installation as a label of their own
+    (`console-installation`; their `console.meta.*` copy is blanked), which clean_up misses."""
+    snapshots = backend_for(config).snapshots()
+    assert snapshots is not None
+    ours = [s for s in snapshots.list() if s.labels.get(META_INSTALLATION) == installation]
+    for snapshot in sorted(ours, key=lambda s: s.created_at or 0, reverse=True):  # children first
+        snapshots.delete(snapshot.snapshot_id)
 
 
 def test_a_new_admin_goes_from_login_to_a_terminal(
