@@ -2,6 +2,7 @@
 real Docker engine: a new space admin logs in and follows the dashboard's getting-started path
 (config, connection test, skill, session, terminal), which checks itself off; on the way the
 network policy form refuses a bad entry and warns about what the Docker config cannot honour;
+an agent API call with a token made on the tokens page;
 the session page's files and artifacts; vim, resize, reload-reattach and logout in the
 terminal; an outsider gets 404. One Docker session serves every session flow (2 cores).
 
@@ -255,6 +256,24 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     assert step_done(page, base, "session")
     session_url = f"{base}{session.get_absolute_url()}"
 
+    # An agent's API call on the same session, with a token made on the tokens page.
+    page.goto(f"{base}/spaces/{space.id}/tokens/")
+    page.fill("#id_name", "flows-agent")
+    page.click("form.inline button[type=submit]:has-text('Create token')")
+    secret = page.inner_text("#new-token-secret").strip()
+    assert secret.startswith("sck_")
+    api = f"{base}/api/v1/spaces/{space.id}/sessions/flows-e2e/exec"
+    refused = page.request.post(api, data={"shell": "true"}, headers={"Authorization": "Bearer sck_wrong"})
+    assert refused.status == 401
+    answer = page.request.post(
+        api,
+        data={"shell": "mkdir -p /workspace/output && echo from-the-api | tee /workspace/output/api.txt"},
+        headers={"Authorization": f"Bearer {secret}"},
+    )
+    assert answer.status == 200, answer.text()
+    assert answer.json()["exit_code"] == 0
+    assert answer.json()["stdout"] == "from-the-api\n"
+
     # Files: upload into input/, browse it, download it back.
     page.goto(session_url)
     upload = ROOT / "var" / "test-artifacts" / "flows-upload.txt"
@@ -289,7 +308,8 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     page.click("#artifacts form button[type=submit]")
     page.goto(session_url)
     page.wait_for_selector("#artifacts table.list")
-    assert "output/stats.json" in page.inner_text("#artifacts") or "stats.json" in page.inner_text("#artifacts")
+    assert "stats.json" in page.inner_text("#artifacts")
+    assert "api.txt" in page.inner_text("#artifacts")
     with page.expect_download() as download:
         page.click("#artifacts a:has-text('stats.json')")
     assert '"words": 3' in Path(download.value.path()).read_text().replace(":3", ": 3")
