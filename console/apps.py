@@ -23,6 +23,7 @@ class ConsoleConfig(AppConfig):
         install_log_filter()
         # Register job handlers.
         from . import (
+            activity,  # noqa: F401
             diagnostics,  # noqa: F401
             metrics,
         )

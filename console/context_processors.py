@@ -16,7 +16,7 @@ NAV_ITEMS = [
 
 
 # Shown to platform admins only (the pages answer 404 to anyone else).
-PLATFORM_NAV_ITEMS = [("backends", "Backends", "sandboxes:backend_list")]
+PLATFORM_NAV_ITEMS = [("backends", "Backends", "sandboxes:backend_list"), ("activity", "Activity", "console:activity")]
 
 
 def navigation(request: HttpRequest) -> dict[str, object]:

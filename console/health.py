@@ -128,6 +128,8 @@ register_checks("console", _console_checks)
 _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="readyz")
 _cache_lock = threading.Lock()
 _cached: tuple[float, list[CheckResult]] | None = None
+_in_flight: dict[str, Future[CheckResult]] = {}  # each check's last run (runs are one at a time)
+_sources_in_flight: dict[str, Future[list[tuple[str, Check, bool]]]] = {}
 
 
 def _closing(func: Callable[[], Any]) -> Any:
@@ -153,11 +155,15 @@ def run_checks() -> list[CheckResult]:
     """Every registered check, in parallel, each bounded by READYZ_TIMEOUT_S."""
     timeout = settings.READYZ_TIMEOUT_S
     deadline = time.monotonic() + timeout
-    listed: dict[str, Future[list[tuple[str, Check, bool]]]] = {
-        name: _pool.submit(_closing, source) for name, source in _sources.items()
-    }
+    listed: dict[str, Future[list[tuple[str, Check, bool]]]] = {}
     checks: list[tuple[str, Check, bool]] = []
     results: list[CheckResult] = []
+    for name, source in _sources.items():
+        previous = _sources_in_flight.get(name)
+        if previous is not None and not previous.done():
+            results.append(CheckResult(name, False, timeout * 1000, True, "timeout"))
+            continue
+        listed[name] = _sources_in_flight[name] = _pool.submit(_closing, source)
     for name, future in listed.items():
         try:
             checks.extend(future.result(timeout=max(0.0, deadline - time.monotonic())))
@@ -167,7 +173,16 @@ def run_checks() -> list[CheckResult]:
             results.append(CheckResult(name, False, 0.0, True, error_name(exc)))
     # Each check gets the whole timeout from here: listing the backends is not their time.
     deadline = time.monotonic() + timeout
-    running = [(name, required, _pool.submit(_timed, name, check, required)) for name, check, required in checks]
+    running: list[tuple[str, bool, Future[CheckResult]]] = []
+    for name, check, required in checks:
+        last_run = _in_flight.get(name)
+        if last_run is not None and not last_run.done():
+            # Still hung from an earlier run: not run again, so hung checks never fill the pool
+            # and starve the others (which would then all report a timeout).
+            results.append(CheckResult(name, False, timeout * 1000, required, "timeout"))
+            continue
+        _in_flight[name] = run = _pool.submit(_timed, name, check, required)
+        running.append((name, required, run))
     for name, required, done in running:
         try:
             results.append(done.result(timeout=max(0.0, deadline - time.monotonic())))

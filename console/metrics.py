@@ -177,12 +177,36 @@ def scrape_registry() -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     if MULTIPROCESS:
         _drop_dead_processes(Path(_multiproc_dir))
-        multiprocess.MultiProcessCollector(registry)
+        _FilesCollector(registry)
     else:
         registry.register(_ThisProcess())
     for gauge in _scrape_collectors.values():
         registry.register(gauge)
     return registry
+
+
+class _FilesCollector(multiprocess.MultiProcessCollector):
+    """The processes' files summed, but a scrape never fails over a file being made or removed.
+
+    prometheus-client creates a process's file and sizes it afterwards, so a scrape can meet it
+    empty; read, it raises and takes every series down with it (a 500; for good when a process
+    was killed in that moment, its empty file never filled: prometheus/client_python#1199).
+    An empty file has nothing recorded yet: it is left out. A file removed between listing and
+    reading (a dead process's live gauges, dropped by a concurrent scrape) is listed again."""
+
+    def collect(self) -> Iterable[Metric]:
+        for attempt in range(3):
+            files = []
+            for name in Path(self._path).glob("*.db"):
+                with contextlib.suppress(FileNotFoundError):
+                    if name.stat().st_size > 0:
+                        files.append(str(name))
+            try:
+                return self.merge(files, accumulate=True)
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        return []
 
 
 def render() -> bytes:

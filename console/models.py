@@ -261,3 +261,26 @@ class AdminJob(models.Model):
             "status": self.status,
             "progress": self.progress,
         }
+
+
+class MetricSample(models.Model):
+    """One minute of the console's own time series (console/activity.py): the /metrics series
+    read at `time`. `totals` holds the counters as read (cumulative, to diff the next sample
+    against); `values` the gauges as read and each counter's increase since the previous
+    sample, resets handled. `interval_s` is the time since that sample (None: no previous
+    sample close enough, so no increases)."""
+
+    id = models.BigAutoField(primary_key=True)
+    time = models.DateTimeField(db_index=True)
+    interval_s = models.FloatField(null=True, blank=True)
+    values = models.JSONField(default=dict)
+    totals = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["-time"]
+
+    def __str__(self) -> str:
+        return f"metrics at {self.time:%Y-%m-%d %H:%M:%S}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("console:activity")

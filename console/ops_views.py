@@ -28,7 +28,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 def _token_ok(request: HttpRequest) -> bool:
     expected = settings.METRICS_TOKEN
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(given.strip(), expected)
+    return (
+        bool(expected) and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
+    )
 
 
 def _address(request: HttpRequest) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

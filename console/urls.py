@@ -6,7 +6,7 @@ from django.urls import include, path
 
 from sandboxes.pages import network as network_pages
 
-from . import views
+from . import activity_views, views
 
 console_patterns = [
     path("", views.dashboard, name="dashboard"),
@@ -34,6 +34,8 @@ console_patterns = [
     path("jobs/diagnostics/", views.diagnostics_start, name="diagnostics_start"),
     path("jobs/<uuid:job_id>/", views.job_detail, name="job_detail"),
     path("jobs/<uuid:job_id>/cancel/", views.job_cancel, name="job_cancel"),
+    path("platform/activity/", activity_views.activity_page, name="activity"),
+    path("platform/activity/series.json", activity_views.activity_series, name="activity_series"),
 ]
 
 urlpatterns = [

@@ -10,6 +10,8 @@ const files = [
   ["@xterm/xterm/lib/xterm.js", "xterm/xterm.js"],
   ["@xterm/xterm/css/xterm.css", "xterm/xterm.css"],
   ["@xterm/addon-fit/lib/addon-fit.js", "xterm/addon-fit.js"],
+  ["uplot/dist/uPlot.iife.min.js", "uplot/uPlot.iife.min.js"],
+  ["uplot/dist/uPlot.min.css", "uplot/uPlot.min.css"],
 ];
 
 rmSync(vendor, { recursive: true, force: true });

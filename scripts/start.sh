@@ -40,8 +40,16 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
     fi
     # Debian's own squid service (port 3128 on every address) is not ours: kept off.
     if [ -d /run/systemd/system ]; then systemctl disable --now squid >/dev/null 2>&1 || true; fi
+    # The egress components (docs/network.md): dnsmasq per space network, ulogd2 for refusals.
+    if [ ! -x /usr/sbin/dnsmasq ] || [ ! -x /usr/sbin/ulogd ] || [ ! -e /usr/lib/x86_64-linux-gnu/ulogd/ulogd_output_JSON.so ]; then
+      quietly "installing dnsmasq-base, ulogd2, ulogd2-json" bash -c \
+        "apt-get update -qq && apt-get install -y -qq --no-install-recommends dnsmasq-base ulogd2 ulogd2-json"
+    fi
     .venv/bin/python -m sandboxes.backends.docker.firewall >>"$SETUP_LOG" 2>&1 ||
       echo "==> the host packet filter could not be applied (see $SETUP_LOG); sessions with outbound on are refused"
+    .venv/bin/python -m sandboxes.backends.docker.egress >>"$SETUP_LOG" 2>&1 ||
+      echo "==> ulogd2 could not be started (see $SETUP_LOG); refused connections are not read back"
+    [ -n "${EGRESS_DNS_UPSTREAM:-}" ] || echo "==> EGRESS_DNS_UPSTREAM is not set: names do not resolve in Docker sandboxes (docs/network.md)"
   else
     echo "==> not root: the host packet filter is not applied, so sessions with outbound on are refused (docs/security.md)"
   fi

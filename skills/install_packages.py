@@ -153,11 +153,13 @@ def probe_source(
 
 
 def redact_userinfo(url: str) -> str:
-    """The URL as logged: a password in its userinfo replaced by ***."""
+    """The URL as logged: a password in its userinfo replaced by ***, and a userinfo without
+    one (a token alone, as pip reads it) replaced whole."""
     split = urlsplit(url)
-    if split.password is None:
+    if "@" not in split.netloc:
         return url
-    netloc = f"{split.username}:***@" + split.netloc.rpartition("@")[2]
+    shown = "***" if split.password is None else f"{split.username}:***"
+    netloc = f"{shown}@" + split.netloc.rpartition("@")[2]
     return split._replace(netloc=netloc).geturl()
 
 

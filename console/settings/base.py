@@ -271,6 +271,13 @@ ARTIFACT_MAX_FILES = int(os.environ.get("ARTIFACT_MAX_FILES", 200))
 ARTIFACT_MAX_FILE_BYTES = int(os.environ.get("ARTIFACT_MAX_FILE_BYTES", 50 * 1024 * 1024))
 ARTIFACT_MAX_TOTAL_BYTES = int(os.environ.get("ARTIFACT_MAX_TOTAL_BYTES", 200 * 1024 * 1024))
 
+# --- Docker egress (sandboxes/backends/docker/egress.py; docs/network.md) -----------------
+# The resolver each Docker space network's dnsmasq forwards to ("address" or "address#port");
+# empty: no name resolves in Docker sandboxes. The host folder of the resolvers' and the
+# refusal log's files (empty: /var/lib/sandbox-console/egress).
+EGRESS_DNS_UPSTREAM = os.environ.get("EGRESS_DNS_UPSTREAM", "")
+EGRESS_STATE_DIR = os.environ.get("EGRESS_STATE_DIR", "")
+
 # --- Skills (skills/archives.py; docs/skills.md) ------------------------------------------
 # Caps on one skill import. Official skills reach 83 files / 5.5 MB; defaults sit well above.
 SKILL_ARCHIVE_MAX_BYTES = int(os.environ.get("SKILL_ARCHIVE_MAX_BYTES", 20 * 1024 * 1024))
@@ -309,20 +316,26 @@ RETENTION_DAYS: dict[str, int] = {
     "terminals": int(os.environ.get("RETENTION_TERMINALS_DAYS", 90)),
     "commands": int(os.environ.get("RETENTION_COMMANDS_DAYS", 30)),
     "artifacts": int(os.environ.get("RETENTION_ARTIFACTS_DAYS", 30)),
-    # Refused outbound attempts (sandboxes.egress; docs/network-console.md).
+    # Refused outbound attempts (sandboxes.egress; docs/network.md).
     "egress_events": int(os.environ.get("EGRESS_LOG_RETENTION_DAYS", 14)),
+    "activity_samples": int(os.environ.get("RETENTION_ACTIVITY_SAMPLES_DAYS", 14)),
 }
 RETENTION_BATCH = int(os.environ.get("RETENTION_BATCH", 2000))
 RETENTION_INTERVAL_S = float(os.environ.get("RETENTION_INTERVAL_S", 3600))
 # A finished background command's output stays readable (Redis ring buffer) this long.
 COMMAND_OUTPUT_RETENTION_S = int(os.environ.get("COMMAND_OUTPUT_RETENTION_S", 3600))
 
-# Egress (sandboxes/egress; docs/network-console.md): how often refusals are read back from
+# Egress (sandboxes/egress; docs/network.md): how often refusals are read back from
 # the backends, how many are kept per session (their days: RETENTION_DAYS["egress_events"]),
 # and how long a policy change may spend reaching running sandboxes in the request.
 EGRESS_INGEST_INTERVAL_S = float(os.environ.get("EGRESS_INGEST_INTERVAL_S", 5))
 EGRESS_LOG_MAX_PER_SESSION = int(os.environ.get("EGRESS_LOG_MAX_PER_SESSION", 1000))
 EGRESS_APPLY_BUDGET_S = float(os.environ.get("EGRESS_APPLY_BUDGET_S", 4))
+# The activity charts' samples of the /metrics series (console/activity.py): one a minute;
+# a previous sample further back than the gap gives no increases.
+ACTIVITY_SAMPLE_INTERVAL_S = float(os.environ.get("ACTIVITY_SAMPLE_INTERVAL_S", 60))
+ACTIVITY_MAX_GAP_S = float(os.environ.get("ACTIVITY_MAX_GAP_S", 5 * ACTIVITY_SAMPLE_INTERVAL_S))
+
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
     "egress-ingest": {
         "function": "sandboxes.egress.log.ingest_refusals",
@@ -348,6 +361,11 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "function": "sandboxes.terminal.sweep.close_abandoned",
         "celery_task": "sandboxes.terminal_sweep",
         "every_s": 60,
+    },
+    "activity-sample": {
+        "function": "console.activity.start_activity_sample",
+        "celery_task": "console.activity_sample",
+        "every_s": ACTIVITY_SAMPLE_INTERVAL_S,
     },
 }
 CELERY_BEAT_SCHEDULE = {

@@ -40,6 +40,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         when, pk = json.loads(raw)
+        if not isinstance(when, str) or not isinstance(pk, str):
+            raise ValueError("a cursor is two strings")
         return datetime.fromisoformat(when), uuid.UUID(pk)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError):
         raise InvalidPage("cursor", "'cursor' is not a cursor this API gave out.") from None

@@ -408,6 +408,29 @@ class EgressCapability(abc.ABC):
         to pass next time. Never raises for an empty log."""
 
 
+@dataclass(frozen=True)
+class SandboxStats:
+    """One reading of a running sandbox's resource use. A field the backend does not report
+    is None. CPU as `docker stats` counts it: 100.0 = one CPU busy for the whole interval."""
+
+    cpu_percent: float | None = None
+    cpu_count: float | None = None  # CPUs the sandbox may use (None: not limited / unknown)
+    memory_bytes: int | None = None  # in use, page cache left out
+    memory_limit_bytes: int | None = None
+    net_rx_bytes: int | None = None  # received since the sandbox started
+    net_tx_bytes: int | None = None
+    read_at: float = 0.0  # unix time of the reading
+
+
+class StatsCapability(abc.ABC):
+    """Resource use of a running sandbox, read once (never starts or resumes it)."""
+
+    @abc.abstractmethod
+    def read(self, sandbox_id: str) -> SandboxStats:
+        """The sandbox's current use; raises RemoteError (NOT_FOUND, CONFLICT when it is not
+        running) like the other calls."""
+
+
 class VolumesCapability(abc.ABC):
     """Persistent storage for /workspace that outlives a sandbox (SandboxSpec.workspace_volume).
 
@@ -530,6 +553,9 @@ class Backend(abc.ABC):
     def volumes(self) -> VolumesCapability | None:
         return None
 
+    def stats(self) -> StatsCapability | None:
+        return None
+
     def idles_itself(self) -> bool:
         """True when the backend pauses an idle sandbox on its own (a TTL with auto-pause set
         at create from SandboxSpec.timeout_s); the console then only reads the state back."""
@@ -595,6 +621,9 @@ class KindDescription:
     # Persistent workspaces under a host directory of the backend's nodes: what is wrong
     # with a given one (None when it will do). None: the kind takes no host root.
     workspace_host_root_problem: Callable[[str], str | None] | None = None
+    # The console runs the resolver of this kind's sandboxes (Docker): it takes the operator's
+    # upstream resolver (settings.EGRESS_DNS_UPSTREAM) as option `dns_upstream`.
+    takes_dns_upstream: bool = False
     # A per-sandbox process limit (a config's pids_limit) that the backend enforces.
     limits_processes: bool = False
 

@@ -72,10 +72,20 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
             **tls_options(backend),
             **workspace_options(config),
             **protocol_options(config),
+            **resolver_options(config),
             # Where inbound URLs point for backends whose ports the console's proxy serves.
             "inbound_url": f"{settings.INBOUND_BASE_URL}/inbound/",
         },
     )
+
+
+def resolver_options(config: SandboxConfig) -> dict[str, str]:
+    """Kinds whose resolver the console runs (Docker): the operator's upstream resolver and
+    the host folder of the egress state (docs/network.md), when set."""
+    if not describe(config.kind).takes_dns_upstream:
+        return {}
+    options = {"dns_upstream": settings.EGRESS_DNS_UPSTREAM, "egress_state_dir": settings.EGRESS_STATE_DIR}
+    return {key: value for key, value in options.items() if value}
 
 
 def tls_options(backend: PlatformBackend) -> dict[str, str]:

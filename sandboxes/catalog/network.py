@@ -1,6 +1,6 @@
 """What the space's network policy becomes for one backend: the `NetworkSpec` sent (space
 policy plus a session's grants), its fingerprint (which policy version a sandbox runs with),
-and the parts a backend's capabilities cannot honour, in words (docs/network-console.md).
+and the parts a backend's capabilities cannot honour, in words (docs/network.md).
 
 Imports the models and the backends' contract only.
 """

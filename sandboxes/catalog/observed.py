@@ -25,7 +25,7 @@ from ..backends.base import Backend, BackendConfig, RemoteError
 logger = logging.getLogger(__name__)
 
 OPERATIONS = ("health", "create", "connect", "get", "list", "delete", "exec", "pause")
-CAPABILITIES = ("files", "snapshots", "templates", "inbound", "pty", "egress", "volumes")
+CAPABILITIES = ("files", "snapshots", "templates", "inbound", "pty", "egress", "volumes", "stats")
 _MARK = "_console_observed"
 _inside: ContextVar[bool] = ContextVar("inside_backend_call", default=False)
 

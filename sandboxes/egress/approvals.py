@@ -2,7 +2,7 @@
 `console.services.do_update_network_policy`) or for one session (a `SessionGrant` that ends
 with it). Both are applied live where the backend can.
 
-The rule (docs/network-console.md, "Approvals never cut traffic"): an approval never turns
+The rule (docs/network.md, "Approvals never cut traffic"): an approval never turns
 a space that allows every destination into one that allows only listed ones. So:
 - the space allows only listed destinations: the destination (a name, or the address as a
   /32 or /128) joins the allow list;

@@ -109,10 +109,10 @@ def on_inbound_host(headers: list[tuple[bytes, bytes]]) -> bool:
 def query_without_link(scope: Scope) -> str:
     """ "?…" with the link parameter left out ("" when nothing is left); a link is never
     passed on to the sandbox."""
-    query: bytes = scope.get("query_string", b"")
-    if LINK_PARAM.encode() not in query:
-        return f"?{query.decode('latin-1')}" if query else ""
-    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+    query: str = scope.get("query_string", b"").decode("latin-1")
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if all(key != LINK_PARAM for key, _ in pairs):  # as parsed: "%5Fconsole_link" is one too
+        return f"?{query}" if query else ""
     kept = [(key, value) for key, value in pairs if key != LINK_PARAM]
     return f"?{urlencode(kept)}" if kept else ""
 

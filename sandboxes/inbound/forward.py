@@ -29,6 +29,11 @@ from .common import (
     query_without_link,
 )
 
+# Headers that act on the whole origin, not the answer: on the console's own origin a sandbox
+# would clear the console's cookies (Clear-Site-Data ignores CSP sandbox), pin HSTS or move
+# the origin elsewhere (Alt-Svc).
+ORIGIN_WIDE = frozenset({b"clear-site-data", b"strict-transport-security", b"alt-svc"})
+
 _client: httpx.AsyncClient | None = None
 _client_loop: asyncio.AbstractEventLoop | None = None
 
@@ -227,6 +232,8 @@ def _responserequest_headers(response: httpx.Response, prefix: str, *, sandboxed
     for key, value in response.headers.raw:
         name = key.lower()
         if name in HOP_BY_HOP or name in connection_listed:
+            continue
+        if sandboxed and name in ORIGIN_WIDE:
             continue
         if name == b"set-cookie":
             scoped = _scoped_cookie(value, prefix, console)

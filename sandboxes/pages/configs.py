@@ -235,7 +235,7 @@ def config_verify(request: HttpRequest, config_id: str) -> HttpResponse:
 
 # --- Capability matrix -------------------------------------------------------------------
 
-CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty", "volumes", "egress")
+CAPABILITY_ACCESSORS = ("files", "snapshots", "templates", "inbound", "pty", "volumes", "egress", "stats")
 NETWORK_FLAGS = (
     ("outbound_toggle", "Outbound on/off"),
     ("allow_out_cidr", "Allow CIDRs"),

@@ -29,6 +29,7 @@ from ..models import Artifact, BackgroundCommand, Session
 from ..sessions.commands import kill_command, read_output, start_command
 from ..sessions.provisioning import effective_template
 from ..sessions.runtime import Runtime
+from ..sessions.stats import read_session_stats
 from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
 from .inbound import inbound_context
 from .lookups import get_session_for_user, remote_error_message
@@ -112,6 +113,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "egress_events": session.egress_events.all()[:20],
         "egress_grants": session.egress_grants.all(),
         "section": "sessions",
+        **stats_context(request, session),
     }
     return render(request, "sandboxes/session_detail.html", context)
 
@@ -328,3 +330,43 @@ def command_kill(request: HttpRequest, session_id: str, command_id: str) -> Http
     else:
         messages.success(request, "Command killed.")
     return redirect("sandboxes:command_detail", session_id=session.id, command_id=command.id)
+
+
+# --- Live resource use ---------------------------------------------------------------------
+
+
+def _previous_reading(request: HttpRequest) -> dict[str, float]:
+    """The reading the panel showed last (its poll URL carries it), for network rates."""
+    previous: dict[str, float] = {}
+    for name in ("rx", "tx", "at"):
+        try:
+            value = float(request.GET.get(name, ""))
+        except ValueError:
+            continue
+        if value >= 0 and value == value and value != float("inf"):
+            previous[name] = value
+    return previous
+
+
+def stats_context(request: HttpRequest, session: Session) -> dict[str, Any]:
+    reading = read_session_stats(session)
+    rates: dict[str, float] = {}
+    previous = _previous_reading(request)
+    stats = reading.stats
+    if stats is not None and "at" in previous and stats.read_at > previous["at"]:
+        elapsed = stats.read_at - previous["at"]
+        for name, now in (("rx", stats.net_rx_bytes), ("tx", stats.net_tx_bytes)):
+            if now is not None and name in previous and now >= previous[name]:
+                rates[name] = (now - previous[name]) / elapsed
+    return {"session": session, "reading": reading, "rates": rates}
+
+
+@login_required
+@require_safe
+def session_stats(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The live resource panel (HTMX polls it); reads only, never wakes the sandbox."""
+    session = get_session_for_user(request.user, session_id)
+    context = stats_context(request, session)
+    if is_htmx(request) and context["reading"].status == "unsupported":
+        return HttpResponseStopPolling(render(request, "sandboxes/partials/session_stats.html", context).content)
+    return render(request, "sandboxes/partials/session_stats.html", context)

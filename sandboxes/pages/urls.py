@@ -23,6 +23,7 @@ urlpatterns = [
     path("sessions/", sessions.session_list, name="session_list"),
     path("spaces/<uuid:space_id>/sessions/new/", sessions.session_start, name="session_start"),
     path("sessions/<uuid:session_id>/", sessions.session_detail, name="session_detail"),
+    path("sessions/<uuid:session_id>/stats/", sessions.session_stats, name="session_stats"),
     path("sessions/<uuid:session_id>/upload/", sessions.session_upload, name="session_upload"),
     path("sessions/<uuid:session_id>/download/", sessions.session_download, name="session_download"),
     path("sessions/<uuid:session_id>/collect/", sessions.session_collect, name="session_collect"),

@@ -15,12 +15,16 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..models import Terminal
 
 CLOSING = "closing:"  # the holder mark of a terminal whose close is under way
+# How long a close may take (ending the kept shell is an exec of up to 20 s, then the PTY's
+# kill): a closer that has not recorded the close by then was killed in between, and the
+# close is anyone's again (the sweep's), so the terminal is never left open for ever.
+CLOSE_BUDGET_S = 120.0
 
 
 def lease_s() -> float:
@@ -29,6 +33,11 @@ def lease_s() -> float:
 
 def _live_other(row: Terminal, holder: str) -> bool:
     return bool(row.holder) and row.holder != holder and row.held_until is not None and row.held_until > timezone.now()
+
+
+def _stale_close(row: Terminal) -> bool:
+    """A close under way past its budget: its closer died before recording it."""
+    return row.held_until is None or row.held_until <= timezone.now()
 
 
 def take(terminal_id: str, holder: str) -> bool:
@@ -64,24 +73,27 @@ def claim_close(terminal_id: str, holder: str, *, force: bool) -> bool:
     holds a live attachment: then only this process's own PTY ends."""
     with transaction.atomic():
         row = Terminal.objects.select_for_update().filter(pk=terminal_id).first()
-        if row is None or row.closed is not None or row.holder.startswith(CLOSING):
+        if row is None or row.closed is not None:
             return False
-        if not force and _live_other(row, holder):
+        if row.holder.startswith(CLOSING) and not _stale_close(row):
+            return False
+        if not force and not row.holder.startswith(CLOSING) and _live_other(row, holder):
             return False
         row.holder = (CLOSING + holder)[:100]
-        row.held_until = None
+        row.held_until = timezone.now() + timedelta(seconds=CLOSE_BUDGET_S)
         row.save(update_fields=["holder", "held_until"])
         return True
 
 
 def abandoned(margin_s: float = 0.0) -> list[Terminal]:
     """Open terminals whose lease ran out (plus `margin_s`): no process holds them or waits
-    for them (its process stopped, or was killed in its grace window)."""
+    for them (its process stopped, or was killed in its grace window, or killed while closing
+    it: a close's budget is in the same field)."""
     before = timezone.now() - timedelta(seconds=margin_s)
     return list(
         Terminal.objects.select_related("session__config", "session__space", "user")
-        .filter(closed__isnull=True, opened__isnull=False, held_until__lt=before)
-        .exclude(holder__startswith=CLOSING)
+        .filter(closed__isnull=True, opened__isnull=False)
+        .filter(Q(held_until__lt=before) | Q(holder__startswith=CLOSING, held_until__isnull=True))
     )
 
 

@@ -32,7 +32,9 @@ from sandboxes.backends.base import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
+    SandboxStats,
     SnapshotsCapability,
+    StatsCapability,
     TemplatesCapability,
     VolumesCapability,
 )
@@ -113,12 +115,26 @@ class BackendConformance:
             "inbound": InboundCapability,
             "pty": PtyCapability,
             "volumes": VolumesCapability,
+            "stats": StatsCapability,
         }
         for name, capability_type in expected.items():
             first, second = getattr(backend, name)(), getattr(backend, name)()
             assert (first is None) == (second is None), f"{name}() answers inconsistently"
             assert first is None or isinstance(first, capability_type), name
         assert isinstance(backend.network_capabilities(), NetworkCapabilities)
+
+    def test_stats_of_a_running_sandbox(self, backend: Backend, sandbox: SandboxInfo) -> None:
+        capability = backend.stats()
+        if capability is None:
+            pytest.skip(f"{backend.label} does not report resource use")
+        stats = capability.read(sandbox.sandbox_id)
+        assert isinstance(stats, SandboxStats)
+        assert stats.memory_bytes is not None, "memory in use is the least a stats capability reports"
+        assert stats.memory_bytes > 0
+        assert stats.cpu_percent is None or stats.cpu_percent >= 0
+        with pytest.raises(RemoteError) as missing:
+            capability.read(MISSING_SANDBOX_ID)
+        assert missing.value.kind == ErrorKind.NOT_FOUND
 
     def test_health_answers(self, backend: Backend) -> None:
         health = backend.health()

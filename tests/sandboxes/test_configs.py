@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, NetworkPolicy
-from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
+from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, RemoteError, SandboxSpec
 from sandboxes.catalog.bridge import console_metadata, open_backend
 from sandboxes.catalog.templates import owner_labels
 from sandboxes.models import PlatformBackend, SandboxConfig
@@ -305,8 +305,12 @@ def test_identity_fields_are_frozen_while_sandboxes_live(
 def test_capabilities_come_from_the_accessors_and_unsupported_policy_is_said(
     world: World, docker_config: SandboxConfig
 ) -> None:
+    # Docker honours allow/deny lists (docs/network.md) and inbound now; HTTP rules not yet.
     NetworkPolicy.objects.filter(space=world.space_a).update(
-        allow_internet_access=True, deny_out=["198.51.100.0/24"], allow_out=["pypi.org"]
+        allow_internet_access=True,
+        deny_out=["198.51.100.0/24"],
+        allow_out=["pypi.org"],
+        l7_rules=[{"domain": "pypi.org", "methods": ["GET"], "path_prefix": "/simple/", "action": "allow"}],
     )
     client = world.client_for("carol")
     matrix = client.get(reverse("sandboxes:capability_matrix")).content.decode()
@@ -315,8 +319,9 @@ def test_capabilities_come_from_the_accessors_and_unsupported_policy_is_said(
     detail = client.get(docker_config.get_absolute_url()).content.decode()
     assert "cannot honour part of Space A" in detail
     assert 'id="workspace-unsupported"' not in detail  # Docker keeps /workspace on a volume
-    assert "CIDR deny entries (198.51.100.0/24)" in detail
-    assert "domain allow entries (pypi.org)" in detail
+    assert "1 HTTP (L7) rule(s)" in detail
+    assert "CIDR deny entries (198.51.100.0/24)" not in detail  # honoured on Docker now
+    assert "domain allow entries (pypi.org)" not in detail
 
 
 def test_first_config_is_the_default_and_another_can_take_over(world: World, local_backend: PlatformBackend) -> None:
@@ -331,3 +336,18 @@ def test_first_config_is_the_default_and_another_can_take_over(world: World, loc
     first.refresh_from_db()
     second.refresh_from_db()
     assert (first.is_default, second.is_default) == (False, True)
+
+
+def test_the_operators_upstream_resolver_reaches_the_docker_adapter(
+    world: World, local_backend: PlatformBackend, settings: Any
+) -> None:
+    config = make_config(world.space_a, name="resolver")
+    settings.EGRESS_DNS_UPSTREAM = "127.0.0.1#5353"
+    settings.EGRESS_STATE_DIR = "/run/elsewhere"
+    with open_backend(config) as backend:
+        assert backend.config.options["dns_upstream"] == "127.0.0.1#5353"
+        assert getattr(backend, "dns_upstream", None) == "127.0.0.1#5353"
+        assert getattr(backend, "egress_state_dir", None) == "/run/elsewhere"
+    settings.EGRESS_DNS_UPSTREAM = "not an address"
+    with pytest.raises(RemoteError, match="dns_upstream"), open_backend(config):
+        pass

@@ -21,6 +21,7 @@ from sandboxes.backends.base import (
     ExecRequest,
     IdleMode,
     ListQuery,
+    NetworkCapabilities,
     NetworkSpec,
     PtySize,
     RemoteError,
@@ -144,18 +145,20 @@ class TestDockerBackend:
         assert "eth0" in run(backend, online.sandbox_id, "ls /sys/class/net").split()
         networks = engine.api.inspect_container(online.sandbox_id)["NetworkSettings"]["Networks"]
         assert list(networks) == [backend.space_network_name("")]  # no space in its metadata
-        for info in (offline, online):
-            host_config = engine.api.inspect_container(info.sandbox_id)["HostConfig"]
-            assert host_config["Dns"] == ["127.0.0.1"]
-            assert "nameserver 127.0.0.1" in run(backend, info.sandbox_id, "cat /etc/resolv.conf")
+        # The resolver is the space network's own dnsmasq on its gateway; never an outside one.
+        (endpoint,) = networks.values()
+        assert engine.api.inspect_container(online.sandbox_id)["HostConfig"]["Dns"] == [endpoint["Gateway"]]
+        assert engine.api.inspect_container(offline.sandbox_id)["HostConfig"]["Dns"] == ["127.0.0.1"]
+        assert "nameserver 127.0.0.1" in run(backend, offline.sandbox_id, "cat /etc/resolv.conf")
+        # On a user-defined network the engine's embedded DNS forwards to it.
+        assert "nameserver 127.0.0.11" in run(backend, online.sandbox_id, "cat /etc/resolv.conf")
 
     @pytest.mark.parametrize(
         "network",
         [
-            NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_out=("10.0.0.0/8",)),
-            NetworkSpec(allow_internet_access=True, allow_public_traffic=False, deny_out=("*.example.com",)),
+            NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_out=("not a destination!",)),
         ],
-        ids=["allow_out", "deny_out"],
+        ids=["garbage-entry"],
     )
     def test_network_rules_docker_cannot_honour_are_refused(
         self, backend: DockerBackend, template_id: str, test_run_id: str, network: NetworkSpec
@@ -163,19 +166,23 @@ class TestDockerBackend:
         marker = {"test-run": test_run_id, "console-session": f"refused-{uuid.uuid4().hex[:8]}"}
         with pytest.raises(RemoteError) as caught:
             backend.create(SandboxSpec(template_id=template_id, network=network, metadata=marker))
-        assert caught.value.kind == ErrorKind.UNSUPPORTED
+        assert caught.value.kind in (ErrorKind.UNSUPPORTED, ErrorKind.INVALID)
         assert backend.list(ListQuery(metadata=marker)).items == ()
 
-    def test_network_capabilities_claim_only_the_outbound_toggle(self, backend: DockerBackend) -> None:
+    def test_network_capabilities_are_what_the_local_engine_enforces(self, backend: DockerBackend) -> None:
         caps = backend.network_capabilities()
         assert caps.outbound_toggle
         assert caps.inbound_toggle  # through the console's own proxy (test_docker_inbound.py)
         assert caps.l7_rules == squid_available()  # HTTP rules: tests/sandboxes/test_docker_http_rules.py
-        assert not (caps.allow_out_cidr)
-        assert not (caps.allow_out_domain)
-        assert not (caps.deny_out_cidr)
-        assert not (caps.deny_out_domain)
+        assert caps.allow_out_cidr
+        assert caps.allow_out_domain
+        assert caps.deny_out_cidr
+        assert caps.deny_out_domain
+        assert caps.live_update
         assert backend.inbound() is not None
+        remote = DockerBackend(BackendConfig(kind="docker", endpoint="tcp://127.0.0.1:9"))
+        assert remote.network_capabilities() == NetworkCapabilities(outbound_toggle=True, inbound_toggle=True)
+        assert remote.egress() is None
 
     def test_resource_limits_reach_the_engine(self, make_sandbox: SandboxFactory, engine: docker.DockerClient) -> None:
         info = make_sandbox(resources=Resources(cpus=0.5, memory_mb=256, pids=64))

@@ -155,12 +155,18 @@ def test_squid_listens_only_on_the_gateway_and_loopback(lab: Lab) -> None:
         ).stdout.split()
     )
     assert pids
-    gateway = lab.backend.egress_proxy().policies()[0].gateways[0]
-    listening = set()
-    for line in subprocess.run(["ss", "-Htulnp"], capture_output=True, text=True, check=True).stdout.splitlines():
-        if any(f"pid={pid}," in line for pid in pids):
-            listening.add(line.split()[4])
-    assert listening == {f"{gateway}:3129", f"{gateway}:3130", "127.0.0.1:3131"} | {
+    # Every gateway of the space network (IPv4, and IPv6 where the network has it).
+    gateways = lab.backend.egress_proxy().policies()[0].gateways
+    expected = {f"[{g}]:{port}" if ":" in g else f"{g}:{port}" for g in gateways for port in (3129, 3130)}
+    listening: set[str] = set()
+    deadline = time.monotonic() + 15  # a squid just (re)configured binds its ports a moment later
+    while time.monotonic() < deadline and not expected <= listening:
+        listening = set()
+        for line in subprocess.run(["ss", "-Htulnp"], capture_output=True, text=True, check=True).stdout.splitlines():
+            if any(f"pid={pid}," in line for pid in pids):
+                listening.add(line.split()[4])
+        time.sleep(0.2)
+    assert listening == expected | {"127.0.0.1:3131"} | {
         entry
         for entry in listening
         if entry.startswith("127.0.0.1:")  # its DNS client socket

@@ -80,19 +80,24 @@ def test_an_index_url_opens_outbound_as_tightly_as_the_backend_allows(backend: B
     assert chosen.spec.allow_internet_access
     assert not chosen.spec.allow_public_traffic
     reason = f"to reach the pip index {INDEX} and the npm registry {REGISTRY}"
-    if isinstance(backend, DockerBackend):  # outbound on or off, no lists
-        assert (chosen.spec.allow_out, chosen.spec.deny_out) == ((), ())
-        assert chosen.description == (
-            f"build sandbox: outbound network on (Docker cannot limit it to 172.18.0.1, npm.internal.example) {reason}"
-        )
-    else:
-        # A non-empty allow list alone lets out only its entries (issue 13); a deny-all entry
-        # would now win over them. The adapters add what their API needs (E2B: denyOut all).
-        assert chosen.spec.allow_out == ("172.18.0.1/32", "npm.internal.example")
-        assert chosen.spec.deny_out == ()
-        assert chosen.description == (
-            f"build sandbox: outbound network limited to 172.18.0.1, npm.internal.example, all else denied, {reason}"
-        )
+    # Every adapter here can honour allow lists (Docker on a local engine too). A non-empty
+    # allow list alone lets out only its entries (issue 13); a deny-all entry would now win
+    # over them. The adapters add what their API needs (E2B: denyOut all).
+    assert chosen.spec.allow_out == ("172.18.0.1/32", "npm.internal.example")
+    assert chosen.spec.deny_out == ()
+    assert chosen.description == (
+        f"build sandbox: outbound network limited to 172.18.0.1, npm.internal.example, all else denied, {reason}"
+    )
+
+
+def test_docker_on_a_remote_engine_cannot_limit_and_says_so() -> None:
+    backend = DockerBackend(BackendConfig(kind="docker", endpoint="tcp://127.0.0.1:9"))
+    needed = sources_to_reach(PackageSources(pip_index_url=INDEX), [skill(pip=True)])
+    chosen = build_network(backend.network_capabilities(), backend.label, needed)
+    assert (chosen.spec.allow_out, chosen.spec.deny_out) == ((), ())
+    assert chosen.description == (
+        f"build sandbox: outbound network on (Docker cannot limit it to 172.18.0.1) to reach the pip index {INDEX}"
+    )
 
 
 def test_a_source_url_without_a_usable_host_fails_the_create_step() -> None:

@@ -4,7 +4,7 @@ The index is a PEP 503 simple index the test serves itself inside a network name
 own (tests/netns.py), which sandboxes reach through the host's forward path as they would a
 real index (the host's own addresses, the bridge gateway included, are unreachable from
 sandboxes). No sandbox is ever pointed at anything but that server (or a free port on the
-same address), and by IP: sandbox DNS is 127.0.0.1.
+same address), and by IP; the build sandbox's allow list holds that address alone.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def test_a_pip_index_url_gets_the_build_outbound_and_installs_from_that_index(
     assert job.status == JobStatus.SUCCEEDED, job_error(job)
     lines = log_lines(job)
     assert (
-        f"build sandbox: outbound network on (Docker cannot limit it to {gateway}) to reach the pip index {index.url}"
+        f"build sandbox: outbound network limited to {gateway}, all else denied, to reach the pip index {index.url}"
         in lines
     )
     assert (
@@ -202,7 +202,7 @@ def test_npm_dependencies_get_the_registry_network_and_fail_clearly_without_npm(
     job = run_install(world.space_a, config, import_skill(archive))
     assert job.status == JobStatus.FAILED
     assert (
-        f"build sandbox: outbound network on (Docker cannot limit it to {gateway}) to reach the npm registry {registry}"
+        f"build sandbox: outbound network limited to {gateway}, all else denied, to reach the npm registry {registry}"
         in log_lines(job)
     )
     assert "step dependencies failed: npm-skill declares npm dependencies but npm is not in the template" in job.error

@@ -12,9 +12,10 @@ Mapping of the contract (see docs/backends.md, "Docker"):
 - inbound = the console's own proxy route (`inbound`), guarded by a traffic token kept in a
   label; inbound on with outbound off = the space's internal network instead of none;
 - outbound off = network mode "none"; on = the space's own console-managed bridge network
-  (inter-container traffic off), kept off the host's addresses and link-local/metadata by
-  the host packet filter of `firewall`. DNS is always 127.0.0.1, so nothing inside a
-  sandbox reaches an outside resolver;
+  (inter-container traffic off), where the host packet filter (`firewall`, each sandbox's
+  chain from `egress_rules`) enforces the policy's lists and the always-denied set, and the
+  space network's own dnsmasq (`dns`) is the only resolver; switched live by `egress`
+  (docs/network.md). A remote engine, or host_firewall=external, keeps on/off only;
 - hardening: every capability dropped but `ROOT_CAPABILITIES`, no-new-privileges, the
   engine's default seccomp and AppArmor profiles, no host paths or engine socket inside.
 
@@ -46,6 +47,7 @@ from ..base import (
     WORKSPACE,
     Backend,
     BackendConfig,
+    EgressCapability,
     ErrorKind,
     FilesCapability,
     HealthInfo,
@@ -58,6 +60,7 @@ from ..base import (
     SandboxSpec,
     SandboxState,
     SnapshotsCapability,
+    StatsCapability,
     TemplatesCapability,
     VolumesCapability,
     is_snapshot_id,
@@ -74,6 +77,7 @@ from .common import (
     KIND_SNAPSHOT,
     KIND_WORKSPACE,
     LABEL_META_PREFIX,
+    LABEL_NETWORK,
     LABEL_TEMPLATE,
     STOP_GRACE_S,
     _check_image_owner,
@@ -87,6 +91,8 @@ from .common import (
     metadata_from_labels,
     metadata_labels,
 )
+from .dns import check_upstream
+from .egress import DEFAULT_STATE_DIR, DockerEgress
 from .exec import DockerExec
 from .files import DockerFiles
 from .image import (
@@ -112,6 +118,9 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
 
     Options (BackendConfig.options): `network` (prefix of the per-space bridge networks,
     default "sandbox-console-net"), `timeout` (seconds per engine call, default 120),
+    `dns_upstream` (the resolver the space networks' dnsmasq forwards to: an address,
+    optionally `#port`; without it no name resolves), `egress_state_dir` (the host folder of
+    the resolvers' and the refusal log's files, default /var/lib/sandbox-console/egress),
     `base_image` (the template used when a build names none), `host_firewall` ("auto":
     the console applies the host packet filter when the engine is local and refuses online
     sandboxes while it is not in force; "external": an operator applies it on the engine's
@@ -138,6 +147,9 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
                 ErrorKind.INVALID, f"option 'host_firewall' must be one of {', '.join(HOST_FIREWALL_MODES)}"
             )
         self._firewall_lock = threading.Lock()
+        self._firewall_loaded = False
+        self.dns_upstream = check_upstream(config.options.get("dns_upstream", ""))
+        self.egress_state_dir = config.options.get("egress_state_dir", DEFAULT_STATE_DIR)
         # Console sandboxes by full container id, as last inspected. Ids, labels, template and
         # creation time never change, so an id here needs no check that it is a console
         # sandbox, and a pause needs no inspect before it; the state is never reused.
@@ -247,7 +259,7 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
         image = self._resolve_image(spec.template_id, owner=spec.metadata)
         if spec.workspace_volume and not _VOLUME_NAME.match(spec.workspace_volume):
             raise RemoteError(ErrorKind.INVALID, f"not a volume name: {spec.workspace_volume!r}")
-        network_mode = self._network_mode(spec.network, spec.metadata)
+        network_mode, gateway = self._network_mode(spec.network, spec.metadata)
         labels = {
             **metadata_labels(spec.metadata),
             LABEL_MANAGED: "1",
@@ -256,17 +268,19 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
             # Guards the sandbox's inbound URLs (the console's proxy checks it; inbound.py).
             LABEL_TRAFFIC_TOKEN: new_traffic_token(),
         }
+        if self.enforces_lists():
+            labels[LABEL_NETWORK] = self.space_network_name(spec.metadata.get(META_SPACE, ""))
         if spec.workspace_volume:
             self._ensure_volume(spec.workspace_volume, spec.metadata)
         try:
-            container_id = self._create_and_start(image, labels, spec, network_mode)
+            container_id = self._create_and_start(image, labels, spec, network_mode, gateway)
         except RemoteError as exc:
             # The space's network went away under us: its last sandbox was deleted meanwhile
             # and took it along (see _release_network). Make it again, once.
             if exc.kind != ErrorKind.NOT_FOUND or network_mode == "none":
                 raise
-            network_mode = self._network_mode(spec.network, spec.metadata)
-            container_id = self._create_and_start(image, labels, spec, network_mode)
+            network_mode, gateway = self._network_mode(spec.network, spec.metadata)
+            container_id = self._create_and_start(image, labels, spec, network_mode, gateway)
         logger.info(
             "created sandbox %s",
             container_id,
@@ -275,11 +289,16 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
         self._settle_http_rules(spec.network)
         return self.get(container_id)
 
-    def _create_and_start(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
-        container_id = self._create_container(image, labels, spec, network_mode)
+    def _create_and_start(
+        self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str
+    ) -> str:
+        container_id = self._create_container(image, labels, spec, network_mode, resolver)
         try:
             with _engine_call("starting the sandbox"):
                 self.api.start(container_id)
+            if self.enforces_lists():
+                # Until its chain is in, the bridge drops everything from the new address.
+                DockerEgress(self).apply_policy(container_id, labels[LABEL_NETWORK], spec.network)
             if spec.workspace_volume:
                 self._own_workspace(container_id)
         except RemoteError:
@@ -287,13 +306,15 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
             raise
         return container_id
 
-    def _create_container(self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str) -> str:
+    def _create_container(
+        self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str
+    ) -> str:
         limits = spec.resources
         memory = f"{limits.memory_mb}m" if limits.memory_mb else None
         with _engine_call("creating the sandbox"):
             host_config = self.api.create_host_config(
                 network_mode=network_mode,
-                dns=["127.0.0.1"],
+                dns=[resolver],
                 mem_limit=memory,
                 memswap_limit=memory,  # no swap beyond the memory limit
                 nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
@@ -319,6 +340,10 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
                 self.api.unpause(info.sandbox_id)
             elif info.state in (SandboxState.STOPPED, SandboxState.STARTING):
                 self.api.start(info.sandbox_id)
+        if self.enforces_lists():
+            # A restarted container may have a new address; one switched on while paused has
+            # its resolver pointed now.
+            DockerEgress(self).reapply(info.sandbox_id)
         logger.info("resumed sandbox %s (%s)", sandbox_id, info.state, extra={"sandbox_id": sandbox_id})
         return dataclasses.replace(info, state=SandboxState.RUNNING)
 
@@ -434,6 +459,8 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
                 return
             raise
         self._remove_container(info.sandbox_id)
+        if self.enforces_lists():
+            DockerEgress(self).forget(info.sandbox_id)
         self._release_network(info.metadata.get(META_SPACE, ""))
         logger.info("deleted sandbox %s", info.sandbox_id, extra={"sandbox_id": info.sandbox_id})
 
@@ -563,8 +590,16 @@ class DockerBackend(DockerExec, DockerInboundNetworks, DockerNetworks, Backend):
     def volumes(self) -> VolumesCapability:
         return DockerVolumes(self)
 
+    def egress(self) -> EgressCapability | None:
+        return DockerEgress(self) if self.enforces_lists() else None
+
     def pty(self) -> PtyCapability:
         return DockerPtys(self)
+
+    def stats(self) -> StatsCapability:
+        from .stats import DockerStats
+
+        return DockerStats(self)
 
 
 class DockerVolumes(VolumesCapability):

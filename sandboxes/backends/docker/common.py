@@ -51,6 +51,8 @@ LABEL_SNAPSHOT_NAME = "console.snapshot.name"
 DEFAULT_NETWORK = "sandbox-console-net"
 KIND_NETWORK = "network"
 LABEL_NETWORK_SPACE = "console.network.space"
+# On a sandbox: its space's network (also while outbound is off and it is on none).
+LABEL_NETWORK = "console.network"
 # What the root install path (apt/dpkg, pip, npm, chown of /workspace, killing the session
 # user's timed-out commands) needs; every other capability is dropped. Why each is kept:
 # docs/security.md, "Sandbox hardening".

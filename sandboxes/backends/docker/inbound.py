@@ -72,17 +72,18 @@ class DockerInboundNetworks:
 
         def space_network_name(self, space: str) -> str: ...
 
-    def _network_mode(self, network: NetworkSpec, metadata: Mapping[str, str]) -> str:
-        mode: str = super()._network_mode(network, metadata)  # type: ignore[misc]
+    def _network_mode(self, network: NetworkSpec, metadata: Mapping[str, str]) -> tuple[str, str]:
+        """(network mode, resolver address), as `DockerNetworks._network_mode`."""
+        mode, resolver = super()._network_mode(network, metadata)  # type: ignore[misc]
         if mode != "none" or not network.allow_public_traffic:
-            return mode
+            return mode, resolver
         space = metadata.get(META_SPACE, "")
         # The internal bridge is an `sbx-` bridge too: the host packet filter keeps it off the
         # host's own addresses (it must be in force first, as for outbound).
         self.ensure_firewall()
         name = self.inbound_network_name(space)
         self._ensure_internal_network(name, space)
-        return name
+        return name, resolver
 
     def _release_network(self, space: str) -> None:
         super()._release_network(space)  # type: ignore[misc]

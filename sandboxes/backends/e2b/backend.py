@@ -67,6 +67,7 @@ from ..base import (
     SandboxState,
     SnapshotInfo,
     SnapshotsCapability,
+    StatsCapability,
     TemplatesCapability,
     VolumesCapability,
     is_snapshot_id,
@@ -521,6 +522,11 @@ class E2BBackend(E2BEnvd, Backend):
 
     def volumes(self) -> VolumesCapability | None:
         return E2BVolumes(self)
+
+    def stats(self) -> StatsCapability | None:
+        from .stats import E2BStats
+
+        return E2BStats(self)
 
     # Snapshot helpers shared by the capabilities ------------------------------------------
 

@@ -1,0 +1,237 @@
+"""The console-managed resolver of a Docker space network: one dnsmasq per network, listening
+on the bridge's gateway address only, forwarding to the operator's upstream resolver.
+
+- a network whose online sandboxes all have allow lists answers only the names those lists
+  name (`server=/example.com/<upstream>`, everything else `address=/#/`: NXDOMAIN), and every
+  address it gives for such a name goes into that pattern's nftables sets (`nftset=`), which
+  the sandboxes' chains accept: a domain entry opens exactly the addresses it resolved to;
+- otherwise every name is forwarded but the deny list's (NXDOMAIN);
+- without an upstream nothing resolves (and `status` says so).
+
+Changed `server`/`nftset` lines need a restart (a SIGHUP re-reads hosts files only); dnsmasq
+starts in a few milliseconds, and the nftables sets keep their elements across it. Queries
+are logged (`log-queries=extra`) to a file per network; `refusals_since` reads the NXDOMAIN
+answers it gave from configuration back as (time, client address, name).
+
+Imports nothing of the project but the contract and `egress_rules`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from ..base import ErrorKind, RemoteError
+from .egress_rules import domain_sets
+from .firewall import DNS_PORT, TABLE_FAMILY, TABLE_NAME
+
+DNSMASQ_CANDIDATES = ("/usr/sbin/dnsmasq", "/sbin/dnsmasq")
+START_TIMEOUT_S = 10
+# `upstream`: an address, optionally "#port" (dnsmasq's own syntax), e.g. 127.0.0.1#5353.
+_UPSTREAM = re.compile(r"^[0-9a-fA-F:.]+(#[0-9]{1,5})?$")
+_REFUSED = re.compile(
+    r"^(?P<stamp>\w{3} +\d+ [\d:]{8}) dnsmasq\[\d+\]: \d+ (?P<client>[0-9a-fA-F:.]+)/\d+ "
+    r"config (?P<name>\S+) is (NXDOMAIN|NODATA)"
+)
+
+
+@dataclass(frozen=True)
+class DnsPolicy:
+    """What one network's resolver answers: every name but `denied`, or only `allowed`."""
+
+    answer_all: bool
+    allowed: tuple[str, ...] = ()  # domain patterns ("example.com", "*.example.com")
+    denied: tuple[str, ...] = ()
+
+
+def check_upstream(upstream: str) -> str:
+    if upstream and not _UPSTREAM.match(upstream):
+        raise RemoteError(
+            ErrorKind.INVALID, f"option 'dns_upstream' must be an address, optionally #port: {upstream!r}"
+        )
+    return upstream
+
+
+def _domain(pattern: str) -> str:
+    """dnsmasq's form: /example.com/ matches the name and its subdomains, /*.example.com/
+    only the subdomains."""
+    return pattern
+
+
+def _nftset(pattern: str) -> str:
+    # nftset= takes no "*." pattern: the wildcard's set is filled for its parent domain's
+    # names, of which the server= lines forward only the subdomains.
+    set4, set6 = domain_sets(pattern)
+    table = f"{TABLE_FAMILY}#{TABLE_NAME}"
+    return f"nftset=/{pattern.removeprefix('*.')}/4#{table}#{set4},6#{table}#{set6}"
+
+
+def render_config(gateway: str, upstream: str, policy: DnsPolicy, log_file: str, pid_file: str) -> str:
+    """dnsmasq's configuration file for one network (deterministic)."""
+    lines = [
+        "# Rendered by sandboxes/backends/docker/dns.py; edits are lost.",
+        f"listen-address={gateway}",
+        "bind-interfaces",
+        "except-interface=lo",
+        f"port={DNS_PORT}",
+        "no-resolv",
+        "no-hosts",
+        "no-poll",
+        "cache-size=1000",
+        "log-queries=extra",
+        f"log-facility={log_file}",
+        f"pid-file={pid_file}",
+        "user=root",  # the nftset additions need CAP_NET_ADMIN, which dnsmasq keeps as root only
+    ]
+    if not upstream:
+        lines.append("address=/#/")
+    elif policy.answer_all:
+        lines.append(f"server={upstream}")
+        lines += [f"address=/{_domain(p)}/" for p in policy.denied]
+    else:
+        lines.append("address=/#/")
+        lines += [f"server=/{_domain(p)}/{upstream}" for p in policy.allowed if p not in policy.denied]
+        lines += [f"address=/{_domain(p)}/" for p in policy.denied]
+        lines += [_nftset(p) for p in policy.allowed if p not in policy.denied]
+    return "\n".join(lines) + "\n"
+
+
+def dnsmasq_binary() -> str | None:
+    return shutil.which("dnsmasq") or next((p for p in DNSMASQ_CANDIDATES if os.path.exists(p)), None)
+
+
+@dataclass(frozen=True)
+class Resolver:
+    """The files of one network's dnsmasq under the egress state folder."""
+
+    folder: str
+    bridge: str
+
+    @property
+    def conf(self) -> str:
+        return os.path.join(self.folder, f"{self.bridge}.conf")
+
+    @property
+    def pid_file(self) -> str:
+        return os.path.join(self.folder, f"{self.bridge}.pid")
+
+    @property
+    def log_file(self) -> str:
+        return os.path.join(self.folder, f"{self.bridge}.log")
+
+    def running_pid(self) -> int | None:
+        """The pid of this network's dnsmasq when it runs (checked against /proc, not trusted)."""
+        try:
+            with open(self.pid_file) as handle:
+                pid = int(handle.read().strip())
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                cmdline = handle.read().split(b"\0")
+        except (OSError, ValueError):
+            return None
+        return pid if b"dnsmasq" in cmdline[0] and self.conf.encode() in b" ".join(cmdline) else None
+
+    def ensure(self, gateway: str, upstream: str, policy: DnsPolicy) -> None:
+        """Running with this configuration: started, or restarted when it changed."""
+        text = render_config(gateway, upstream, policy, self.log_file, self.pid_file)
+        pid = self.running_pid()
+        with contextlib.suppress(OSError), open(self.conf) as handle:
+            if handle.read() == text and pid is not None:
+                return
+        os.makedirs(self.folder, mode=0o700, exist_ok=True)
+        with open(self.conf + ".new", "w") as handle:
+            handle.write(text)
+        os.replace(self.conf + ".new", self.conf)
+        self.stop()
+        binary = dnsmasq_binary()
+        if binary is None:
+            raise RemoteError(
+                ErrorKind.UNSUPPORTED, "the resolver needs dnsmasq (Debian package dnsmasq-base) on the console's host"
+            )
+        # dnsmasq forks once it has bound its address: the exit code says whether it could.
+        done = subprocess.run(
+            [binary, f"--conf-file={self.conf}"], capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False
+        )
+        if done.returncode != 0:
+            raise RemoteError(
+                ErrorKind.UNAVAILABLE,
+                f"the resolver for {self.bridge} did not start: {(done.stderr or '').strip()[-300:]}",
+            )
+
+    def stop(self) -> None:
+        pid = self.running_pid()
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+            time.sleep(0.01)
+        with contextlib.suppress(OSError):
+            os.unlink(self.pid_file)
+
+
+@dataclass(frozen=True)
+class DnsRefusal:
+    at: datetime
+    client: str
+    name: str
+
+
+def read_refusals(path: str, offset: int) -> tuple[list[DnsRefusal], int]:
+    """NXDOMAIN answers from configuration after `offset` bytes of a query log, and the offset
+    after the last whole line (a shorter file than `offset` was rotated: read from 0)."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return [], 0
+    if size < offset:
+        offset = 0
+    found = []
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        data = handle.read()
+    end = data.rfind(b"\n") + 1
+    year = datetime.now(UTC).year
+    for line in data[:end].decode(errors="replace").splitlines():
+        match = _REFUSED.match(line)
+        if match is None:
+            continue
+        try:
+            at = datetime.strptime(f"{year} {match['stamp']}", "%Y %b %d %H:%M:%S").replace(tzinfo=UTC)
+        except ValueError:
+            continue
+        found.append(DnsRefusal(at, match["client"], match["name"].lower()))
+    return found, offset + end
+
+
+def policy_for(specs: Iterable[tuple[bool, tuple[str, ...], tuple[str, ...]]]) -> DnsPolicy:
+    """One network's resolver policy from its online sandboxes' (has allow list, allowed
+    domains, denied domains): all names when one of them may reach everything, else the
+    union of their allowed names; denied are the names every sandbox denies (a sandbox's
+    own extra denials still hold at its packet filter)."""
+    answer_all = False
+    allowed: list[str] = []
+    denied: set[str] | None = None
+    for has_allow_list, allow, deny in specs:
+        answer_all = answer_all or not has_allow_list
+        allowed += allow
+        denied = set(deny) if denied is None else denied & set(deny)
+    return DnsPolicy(answer_all, tuple(sorted(set(allowed))), tuple(sorted(denied or ())))
+
+
+def patterns_matching(name: str, patterns: Iterable[str]) -> Iterator[str]:
+    """The patterns of a list that cover a name, as dnsmasq matches them."""
+    for pattern in patterns:
+        if pattern.startswith("*."):
+            if name.endswith(pattern[1:]):
+                yield pattern
+        elif name == pattern or name.endswith("." + pattern):
+            yield pattern

@@ -1,0 +1,59 @@
+"""Live resource use of a session's sandbox (CPU, memory, network) for the session page.
+
+Reads only: the binding from the store, the sandbox's state with the backend's `get` (never
+`connect`, which resumes a paused sandbox) and, when it runs, one reading of the backend's
+optional stats capability. A paused, stopped or missing sandbox is reported as such, and a
+backend without the capability says so; nothing is created, resumed or rebuilt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..backends.base import RemoteError, SandboxState, SandboxStats
+from ..models import Session
+from .provisioning import backend_for
+from .runtime import GONE_KINDS, Runtime
+
+
+@dataclass(frozen=True)
+class StatsReading:
+    # running (stats set), paused, stopped, none (no sandbox), unsupported, error
+    status: str
+    message: str = ""
+    stats: SandboxStats | None = None
+    sandbox_id: str = ""
+
+    @property
+    def memory_percent(self) -> float | None:
+        s = self.stats
+        if s is None or s.memory_bytes is None or not s.memory_limit_bytes:
+            return None
+        return round(s.memory_bytes / s.memory_limit_bytes * 100, 1)
+
+
+def read_session_stats(session: Session, runtime: Runtime | None = None) -> StatsReading:
+    runtime = runtime or Runtime()
+    try:
+        binding = runtime.store.get_binding(runtime.keys(session)[0])
+    except RemoteError as exc:
+        return StatsReading("error", f"The session store did not answer: {exc.message}")
+    if binding is None:
+        return StatsReading("none", "No sandbox is bound: one starts with the session's next turn.")
+    backend = backend_for(session.config)
+    capability = backend.stats()
+    if capability is None:
+        return StatsReading("unsupported", "This backend does not report resource use.", sandbox_id=binding.sandbox_id)
+    try:
+        info = backend.get(binding.sandbox_id)
+        if info.state != SandboxState.RUNNING:
+            return StatsReading(
+                str(info.state),
+                f"The sandbox is {info.state}: no live figures (resume the session to see them).",
+                sandbox_id=binding.sandbox_id,
+            )
+        return StatsReading("running", stats=capability.read(binding.sandbox_id), sandbox_id=binding.sandbox_id)
+    except RemoteError as exc:
+        if exc.kind in GONE_KINDS:
+            return StatsReading("none", "The sandbox is gone: a new one starts with the next turn.")
+        return StatsReading("error", f"The backend said {exc.kind}: {exc.message}", sandbox_id=binding.sandbox_id)

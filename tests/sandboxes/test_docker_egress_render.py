@@ -1,0 +1,146 @@
+"""The Docker egress configuration renderers and log readers, pure (no engine, no root): the
+chain a policy becomes, the resolver's configuration, its refusal lines, and nft accepting
+what is rendered (`nft -c`, a check that changes nothing, when nft runs here)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sandboxes.backends.base import ErrorKind, NetworkSpec, RemoteError
+from sandboxes.backends.docker.dns import DnsPolicy, policy_for, read_refusals, render_config
+from sandboxes.backends.docker.egress_rules import (
+    Binding,
+    chain_rules,
+    domain_sets,
+    parse_entries,
+    render_removal,
+    render_update,
+)
+from sandboxes.backends.docker.firewall import render_ruleset
+
+SANDBOX = "ab" * 32
+
+
+def spec(allow: tuple[str, ...] = (), deny: tuple[str, ...] = ()) -> NetworkSpec:
+    return NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_out=allow, deny_out=deny)
+
+
+def index(rules: list[str], fragment: str) -> int:
+    return next(i for i, rule in enumerate(rules) if fragment in rule)
+
+
+def test_deny_entries_come_first_and_the_list_ends_the_chain() -> None:
+    rules = chain_rules(spec(allow=("198.51.100.0/24", "*.example.com"), deny=("198.51.100.7", "bad.example.com")))
+    deny_cidr = index(rules, "deny entry 198.51.100.7/32")
+    deny_domain = index(rules, "deny entry bad.example.com")
+    allow_cidr = index(rules, "ip daddr 198.51.100.0/24 accept")  # one set rule per family
+    allow_domain = index(rules, f"@{domain_sets('*.example.com')[0]} accept")
+    private = index(rules, "always denied: private range")
+    assert deny_cidr < deny_domain < private < allow_cidr < allow_domain
+    assert rules[-1].endswith('log prefix "egress: not in the allow list" group 51 reject with icmpx admin-prohibited')
+    assert chain_rules(spec())[-1] == "accept"  # no allow list: everything else
+
+
+def test_only_a_cidr_inside_a_private_range_opens_it() -> None:
+    rules = chain_rules(spec(allow=("10.1.0.0/16", "0.0.0.0/0", "internal.example", "10.1.2.0/24")))
+    private = index(rules, "always denied: private range")
+    assert index(rules, "ip daddr 10.1.0.0/16 accept") < private  # opened (10.1.2.0/24 merged into it)
+    assert index(rules, "ip daddr 0.0.0.0/0 accept") > private  # the public part only
+    many = chain_rules(spec(allow=tuple(f"203.0.113.{i}/32" for i in range(1, 11))))
+    assert sum("accept" in rule for rule in many) == 1  # one set lookup, not ten rules
+    assert index(rules, "always denied: link-local/metadata") < index(rules, "ip daddr 10.1.0.0/16 accept")
+
+
+def test_entries_that_are_neither_cidr_nor_domain_are_refused() -> None:
+    for bad in ("a b", "x; drop", '"quoted"', "-x.example", "*.*.example.com", "10.0.0.0/33"):
+        with pytest.raises(RemoteError) as caught:
+            parse_entries((bad,), "allow_out")
+        assert caught.value.kind == ErrorKind.INVALID
+    parsed = parse_entries(("2001:DB8::1", "Example.COM.", "10.0.0.1"), "allow_out")
+    assert [str(n) for n in parsed.v6] == ["2001:db8::1/128"]
+    assert parsed.domains == ("example.com",)
+
+
+def test_an_update_moves_the_binding_and_removal_cleans_up() -> None:
+    old = Binding("sbx-aaaaaaaaaaa", ("172.20.0.2",), ())
+    new = Binding("sbx-aaaaaaaaaaa", ("172.20.0.3",), ("fd00:1::3",))
+    present = {("4", '"sbx-aaaaaaaaaaa" . 172.20.0.2')}
+    text = render_update(SANDBOX, spec(allow=("198.51.100.0/24",)), old, new, present)
+    assert 'delete element inet sandbox_console sandboxes_v4 { "sbx-aaaaaaaaaaa" . 172.20.0.2 }' in text
+    assert (
+        'add element inet sandbox_console sandboxes_v4 { "sbx-aaaaaaaaaaa" . 172.20.0.3 : jump s_abababababab }' in text
+    )
+    assert (
+        'add element inet sandbox_console sandboxes_v6 { "sbx-aaaaaaaaaaa" . fd00:1::3 : jump s_abababababab }' in text
+    )
+    off = render_update(SANDBOX, NetworkSpec(False, False), new, None, set())
+    assert "jump s_" not in off
+    assert 'log prefix "egress: outbound off"' in off
+    removal = render_removal(SANDBOX, new, set())
+    assert removal.rstrip().endswith("delete chain inet sandbox_console s_abababababab")
+
+
+@pytest.mark.skipif(shutil.which("nft") is None, reason="nft is not installed")
+def test_nft_accepts_what_is_rendered() -> None:
+    rendered = render_ruleset() + render_update(
+        SANDBOX,
+        spec(allow=("198.51.100.0/24", "2001:db8::/32", "*.example.com", "10.9.0.0/16"), deny=("bad.example.com",)),
+        None,
+        Binding("sbx-aaaaaaaaaaa", ("172.20.0.3",), ("fd00:1::3",)),
+        set(),
+    )
+    done = subprocess.run(["nft", "-c", "-f", "-"], input=rendered, capture_output=True, text=True, check=False)
+    if done.returncode != 0 and "Operation not permitted" in done.stderr:
+        pytest.skip("nft -c needs CAP_NET_ADMIN here")
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_resolver_answers_only_allowed_names_under_an_allow_list() -> None:
+    listed = render_config(
+        "172.20.0.1",
+        "127.0.0.1#5353",
+        DnsPolicy(answer_all=False, allowed=("*.example.com", "pypi.test"), denied=("bad.example.com",)),
+        "/tmp/log",
+        "/tmp/pid",
+    )
+    lines = listed.splitlines()
+    assert "address=/#/" in lines
+    assert "server=/*.example.com/127.0.0.1#5353" in lines
+    assert "server=/pypi.test/127.0.0.1#5353" in lines
+    assert "address=/bad.example.com/" in lines
+    set4, set6 = domain_sets("*.example.com")
+    assert f"nftset=/example.com/4#inet#sandbox_console#{set4},6#inet#sandbox_console#{set6}" in lines
+    assert "listen-address=172.20.0.1" in lines
+    everything = render_config("172.20.0.1", "127.0.0.1", DnsPolicy(answer_all=True, denied=("x.test",)), "l", "p")
+    assert "server=127.0.0.1" in everything.splitlines()
+    assert "address=/x.test/" in everything.splitlines()
+    assert "address=/#/" in render_config("172.20.0.1", "", DnsPolicy(answer_all=True), "l", "p").splitlines()
+
+
+def test_the_resolver_policy_of_a_network_is_the_union_of_its_sandboxes() -> None:
+    assert policy_for([(True, ("a.test",), ("x.test",)), (True, ("b.test",), ("x.test", "y.test"))]) == DnsPolicy(
+        answer_all=False, allowed=("a.test", "b.test"), denied=("x.test",)
+    )
+    assert policy_for([(True, ("a.test",), ()), (False, (), ())]).answer_all
+
+
+def test_refused_queries_are_read_from_the_query_log(tmp_path: Path) -> None:
+    log = tmp_path / "q.log"
+    log.write_text(
+        "Dec  1 12:20:59 dnsmasq[2292]: 1 192.168.192.2/40627 query[A] api.name.test from 192.168.192.2\n"
+        "Dec  1 12:20:59 dnsmasq[2292]: 1 192.168.192.2/40627 reply api.name.test is 198.51.100.82\n"
+        "Dec  1 12:21:00 dnsmasq[2292]: 2 192.168.192.2/40628 config x.other.test is NXDOMAIN\n"
+        "Dec  1 12:21:00 dnsmasq[2292]: 3 fd00:1::2/40629 config Y.test is NODATA\n"
+        "Dec  1 12:21:01 dnsmasq[2292]: 4 192.168.192.2/40630 config partial"
+    )
+    found, offset = read_refusals(str(log), 0)
+    assert [(r.client, r.name) for r in found] == [("192.168.192.2", "x.other.test"), ("fd00:1::2", "y.test")]
+    assert found[0].at.hour == 12
+    assert offset == log.read_bytes().rfind(b"\n") + 1  # the unfinished line is read next time
+    assert read_refusals(str(log), offset) == ([], offset)
+    log.write_text("")  # rotated
+    assert read_refusals(str(log), offset) == ([], 0)
