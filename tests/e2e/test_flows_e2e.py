@@ -3,8 +3,9 @@ real Docker engine: a new space admin logs in and follows the dashboard's gettin
 (config, connection test, skill, session, terminal), which checks itself off; on the way the
 network policy form refuses a bad entry and warns about what the Docker config cannot honour;
 an agent API call with a token made on the tokens page;
-the session page's files and artifacts; vim, resize, reload-reattach and logout in the
-terminal; an outsider gets 404. One Docker session serves every session flow (2 cores).
+the session page's files, artifacts and live resources; vim, resize, reload-reattach and logout in the
+terminal; an outsider gets 404; the dashboard charts drawn. One Docker session serves every
+session flow (2 cores).
 
 Screenshots (1280x800 and 390x844, light and dark) go to var/test-artifacts/screenshots/,
 kept out of git.
@@ -15,18 +16,22 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
+from console import metrics
+from console.activity import take_sample
 from console.models import NetworkPolicy
 from sandboxes.backends.base import META_INSTALLATION
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session, Terminal
 from sandboxes.sessions.provisioning import backend_for
 from tests.conftest import IN_CI
-from tests.factories import make_backend
+from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, test_run_id  # noqa: F401 - fixtures
 from tests.skills.install_helpers import clean_up
@@ -43,6 +48,14 @@ BUFFER_TEXT = """() => {
   const lines = [];
   for (let i = 0; i < buffer.length; i += 1) lines.push(buffer.getLine(i).translateToString(true));
   return lines.join("\\n");
+}"""
+INKED_PIXELS = """(selector) => {
+  const canvas = document.querySelector(selector + " canvas");
+  if (!canvas || !canvas.width || !canvas.height) return 0;
+  const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let inked = 0;
+  for (let i = 3; i < data.length; i += 4) if (data[i] > 0) inked += 1;
+  return inked;
 }"""
 SIDEWAYS = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
 
@@ -132,7 +145,7 @@ def live(
         yield {"backend": backend, "image": docker_base_image}
     finally:
         connection.close()
-        for config in SandboxConfig.objects.filter(space=world.space_a):
+        for config in SandboxConfig.objects.filter(space=world.space_a, backend__kind="docker"):
             clean_up(config, installation)
             delete_snapshots(config, installation)
 
@@ -200,18 +213,23 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     assert "not a host!!" in page.inner_text("#network-policy-form .has-error")
     assert NetworkPolicy.objects.get(space=space).allow_out == []
     shoot_all(page, "policy-error")
-    # A CIDR allow entry Docker cannot honour: saved, with a warning that names the config.
-    page.fill("#id_allow_out", "127.0.0.2/32")
+    # A second config, on an E2B backend (never contacted here): E2B cannot enforce domain deny
+    # entries. Such an entry is saved, with a warning naming that config and not Docker's.
+    make_config(space, name="cloud", kind="e2b", endpoint="http://127.0.0.1:9", api_key="e2b_test")
+    page.fill("#id_allow_out", "")
+    page.fill("#id_deny_out", "blocked.example")
     page.click("#network-policy-form button[type=submit]")
     page.wait_for_url(re.compile(rf".*/spaces/{space.id}/(#.*)?$"))
     warning = page.inner_text(".message-warning")
-    assert "first" in warning
-    assert "CIDR allow" in warning
+    assert "cloud" in warning
+    assert "domain deny" in warning
+    assert "first" not in warning
+    assert NetworkPolicy.objects.get(space=space).deny_out == ["blocked.example"]
     shoot_all(page, "policy-warning")
     # Back to no outbound access for the session below (the form unchecked).
     page.goto(f"{base}/spaces/{space.id}/network/")
     page.uncheck("#id_allow_internet_access")
-    page.fill("#id_allow_out", "")
+    page.fill("#id_deny_out", "")
     page.click("#network-policy-form button[type=submit]")
     page.wait_for_url(re.compile(rf".*/spaces/{space.id}/(#.*)?$"))
     assert NetworkPolicy.objects.get(space=space).allow_internet_access is False
@@ -314,6 +332,10 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
         page.click("#artifacts a:has-text('stats.json')")
     assert '"words": 3' in Path(download.value.path()).read_text().replace(":3", ": 3")
     assert page.is_visible("#egress")
+    # Live resources of the sandbox (Docker stats), polled by HTMX.
+    assert page.get_attribute("#live-stats", "data-status") == "running", page.inner_text("#live-stats")
+    assert re.match(r"[0-9.]+ %", page.inner_text('#live-stats [data-stat="cpu"]'))
+    assert re.search(r"[0-9.]+\s(bytes|KB|MB|GB)", page.inner_text('#live-stats [data-stat="memory"]'))
     shoot_all(page, "session")
 
     # The terminal: vim, resize, reload-reattach, then logout.
@@ -366,25 +388,19 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
         assert response.status == 404, path
 
 
-CHART_TEMPLATES = [p for p in (ROOT / "templates").rglob("*.html") if "chart" in p.name]
-
-
-@pytest.mark.xfail(
-    not CHART_TEMPLATES,
-    reason="no charts partial on main yet (templates/**/*chart*.html): the dashboard draws no chart",
-    strict=False,
-)
 def test_the_dashboard_draws_its_charts(world: World, daphne_url: str, page: Any) -> None:
+    """A platform admin's dashboard: activity.js draws every chart from the JSON series (or
+    marks it empty); screenshots at both sizes, light and dark."""
+    now = timezone.now()
+    for minutes in range(30, 0, -5):
+        metrics.RESOLVE_SECONDS.labels(path="fast", outcome="bound").observe(0.02)
+        take_sample(now - timedelta(minutes=minutes))
     page.set_viewport_size({"width": 1280, "height": 800})
-    log_in(page, daphne_url, "alice")
-    page.wait_for_selector("[id*=chart] canvas, [id*=chart] svg, .chart canvas, .chart svg", timeout=10_000)
-    drawn = page.evaluate(
-        """() => [...document.querySelectorAll('canvas')].some(c => {
-             const ctx = c.getContext('2d'); if (!ctx || !c.width || !c.height) return false;
-             const data = ctx.getImageData(0, 0, c.width, c.height).data;
-             for (let i = 3; i < data.length; i += 4) if (data[i]) return true; return false; })
-           || document.querySelectorAll('[id*=chart] svg path').length > 0"""
-    )
-    assert drawn
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / "flow-dashboard-charts.png"), full_page=True)
+    log_in(page, daphne_url, "root")
+    page.wait_for_selector('figure[data-chart="resolves"][data-drawn="true"]', timeout=15_000)
+    figures = page.locator("figure[data-chart]")
+    assert figures.count() >= 3
+    for index in range(figures.count()):
+        assert figures.nth(index).get_attribute("data-drawn") in ("true", "empty")
+    assert page.evaluate(INKED_PIXELS, 'figure[data-chart="resolves"]') > 500
+    shoot_all(page, "dashboard-charts")
