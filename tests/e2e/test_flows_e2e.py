@@ -60,15 +60,19 @@ INKED_PIXELS = """(selector) => {
 SIDEWAYS = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
 
 
-def shoot_all(page: Any, name: str) -> None:
-    """The page as it is (no reload: a flash message stays) at both sizes, light and dark;
-    none of them scrolls sideways."""
+def shoot_all(page: Any, name: str, *, reload: bool = True) -> None:
+    """The page at both sizes, light and dark; none of them scrolls sideways. Reloaded per
+    scheme (charts take their colours when drawn), except where a flash message must stay."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     for scheme in ("light", "dark"):
         page.emulate_media(color_scheme=scheme)
         for size, (width, height) in SIZES.items():
             page.set_viewport_size({"width": width, "height": height})
-            page.wait_for_timeout(100)
+            if reload:
+                page.reload()
+                page.wait_for_load_state("networkidle")
+            else:
+                page.wait_for_timeout(100)
             page.screenshot(path=str(SCREENSHOTS / f"flow-{name}-{size}-{scheme}.png"), full_page=True)
             assert page.evaluate(SIDEWAYS) <= 0, f"{name} scrolls sideways at {width}px ({scheme})"
     page.emulate_media(color_scheme="light")
@@ -212,7 +216,7 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     page.wait_for_selector("#network-policy-form .has-error .error")
     assert "not a host!!" in page.inner_text("#network-policy-form .has-error")
     assert NetworkPolicy.objects.get(space=space).allow_out == []
-    shoot_all(page, "policy-error")
+    shoot_all(page, "policy-error", reload=False)
     # A second config, on an E2B backend (never contacted here): E2B cannot enforce domain deny
     # entries. Such an entry is saved, with a warning naming that config and not Docker's.
     make_config(space, name="cloud", kind="e2b", endpoint="http://127.0.0.1:9", api_key="e2b_test")
@@ -225,7 +229,7 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     assert "domain deny" in warning
     assert "first" not in warning
     assert NetworkPolicy.objects.get(space=space).deny_out == ["blocked.example"]
-    shoot_all(page, "policy-warning")
+    shoot_all(page, "policy-warning", reload=False)
     # Back to no outbound access for the session below (the form unchecked).
     page.goto(f"{base}/spaces/{space.id}/network/")
     page.uncheck("#id_allow_internet_access")
