@@ -1,4 +1,5 @@
-"""Stopping a network's resolver does not wait for its zombie to be reaped (no root, no engine).
+"""The resolver's process and refusal words (no root, no engine). Stopping a network's resolver
+does not wait for its zombie to be reaped.
 
 A daemonized dnsmasq's parent is the host's init; where init reaps late (seconds on some hosts,
 never when the console is a container's pid 1) the old wait on /proc/<pid> held every policy
@@ -14,6 +15,7 @@ import time
 from pathlib import Path
 
 from sandboxes.backends.docker.dns import Resolver, process_exited
+from sandboxes.backends.docker.egress import NO_UPSTREAM_RULE, SandboxState, dns_refusal_rule
 
 
 def _wait_zombie(pid: int) -> None:
@@ -63,3 +65,20 @@ def test_stop_returns_once_the_resolver_is_a_zombie(tmp_path: Path) -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def _state(allow: tuple[str, ...] = (), deny: tuple[str, ...] = (), online: bool = True) -> SandboxState:
+    return SandboxState("ab" * 32, "sbx-test", ("172.30.0.2",), (), online, allow, deny)
+
+
+def test_a_refused_name_the_lists_allow_blames_the_missing_upstream_not_the_allow_list() -> None:
+    # No EGRESS_DNS_UPSTREAM: the resolver answers nothing, so allowed names are refused too.
+    assert dns_refusal_rule(_state(allow=("allowed.test",)), "allowed.test", "") == NO_UPSTREAM_RULE
+    assert dns_refusal_rule(_state(allow=("*.allowed.test",)), "a.allowed.test", "") == NO_UPSTREAM_RULE
+    assert dns_refusal_rule(_state(), "any.test", "") == NO_UPSTREAM_RULE  # no allow list at all
+    # A name outside the list, or denied, keeps its own reason; with an upstream nothing changes.
+    assert dns_refusal_rule(_state(allow=("allowed.test",)), "other.test", "") == "not in the allow list"
+    assert dns_refusal_rule(_state(allow=("198.51.100.0/24",)), "other.test", "") == "not in the allow list"
+    assert dns_refusal_rule(_state(deny=("bad.test",)), "bad.test", "") == "deny entry bad.test"
+    assert dns_refusal_rule(_state(online=False), "allowed.test", "") == "outbound off"
+    assert dns_refusal_rule(_state(allow=("allowed.test",)), "other.test", "127.0.0.1#53") == "not in the allow list"
