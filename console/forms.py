@@ -105,7 +105,7 @@ class NetworkPolicyForm(forms.Form):
     allow_internet_access = forms.BooleanField(
         required=False,
         label="Outbound internet access",
-        help_text="Off: sandboxes get no network at all.",
+        help_text="Unchecked: sandboxes get no network at all, whatever the lists below say.",
     )
     allow_out = forms.CharField(
         required=False,
@@ -145,7 +145,7 @@ class NetworkPolicyForm(forms.Form):
     allow_public_traffic = forms.BooleanField(
         required=False,
         label="Public inbound traffic",
-        help_text="Off: callers of a sandbox's exposed ports need its traffic token.",
+        help_text="Unchecked: callers of a sandbox's exposed ports need its traffic token.",
     )
 
     warnings: list[str]

@@ -108,6 +108,19 @@ def dnsmasq_binary() -> str | None:
     return shutil.which("dnsmasq") or next((p for p in DNSMASQ_CANDIDATES if os.path.exists(p)), None)
 
 
+def process_exited(pid: int) -> bool:
+    """Whether `pid` has exited: gone, or a zombie waiting for its parent to reap it. A
+    daemonized dnsmasq's parent is the host's init, which may reap late (seconds on some
+    hosts, never when the console itself is a container's pid 1): its port is free already."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return True
+    # The state follows the command name's closing parenthesis (the name may hold spaces).
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
+
+
 @dataclass(frozen=True)
 class Resolver:
     """The files of one network's dnsmasq under the egress state folder."""
@@ -172,7 +185,7 @@ class Resolver:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and os.path.exists(f"/proc/{pid}"):
+        while time.monotonic() < deadline and not process_exited(pid):
             time.sleep(0.01)
         with contextlib.suppress(OSError):
             os.unlink(self.pid_file)

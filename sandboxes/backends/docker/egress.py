@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from .backend import DockerBackend
 
 DEFAULT_STATE_DIR = "/var/lib/sandbox-console/egress"
+# A name the lists allow, refused because the resolver has no upstream (the option dns_upstream).
+NO_UPSTREAM_RULE = "no upstream resolver set (EGRESS_DNS_UPSTREAM)"
 GONE_KEPT_S = 7 * 86400  # a deleted sandbox's addresses, for refusals read late
 _HELD = threading.local()
 PRUNE_EVERY_S = 60.0
@@ -424,7 +426,13 @@ class DockerEgress(EgressCapability):
                         continue  # unknown client, or the AAAA twin of the A query just seen
                     last = (source.sandbox_id, item.name, item.at)
                     found.append(
-                        EgressRefusal(item.at, source.sandbox_id, "dns", item.name, _dns_rule(source, item.name))
+                        EgressRefusal(
+                            item.at,
+                            source.sandbox_id,
+                            "dns",
+                            item.name,
+                            dns_refusal_rule(source, item.name, self.backend.dns_upstream),
+                        )
                     )
         if self.backend._l7_possible():
             # Requests squid refused (HTTP rules, TLS by SNI): its log names the client address.
@@ -437,12 +445,19 @@ class DockerEgress(EgressCapability):
         return found, json.dumps(positions, separators=(",", ":"), sort_keys=True)
 
 
-def _dns_rule(state: SandboxState, name: str) -> str:
+def dns_refusal_rule(state: SandboxState, name: str, upstream: str) -> str:
+    """The words for a name the network's resolver refused, re-derived from the sandbox's lists.
+    A name the lists let through was refused because no upstream resolver is set (the resolver
+    then answers nothing): saying "not in the allow list" would send the admin to approve it."""
     deny = parse_entries(state.deny_out, "deny_out").domains
     for pattern in dns.patterns_matching(name, deny):
         return f"deny entry {pattern}"
     if not state.online:
         return "outbound off"
+    if not upstream:
+        allow = parse_entries(state.allow_out, "allow_out").domains
+        if not state.allow_out or any(dns.patterns_matching(name, allow)):
+            return NO_UPSTREAM_RULE
     return "not in the allow list"
 
 
