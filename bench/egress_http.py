@@ -151,9 +151,13 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
                 direct.append(download(8080))
                 small_proxied.append(download(80, 256_000, 40))  # 40 bodies of 256 kB, keep-alive
                 small_direct.append(download(8080, 256_000, 40))
-            served = [
-                line for line in Path(backend.egress_proxy().access_log).read_text().splitlines() if "/bytes/" in line
-            ]
+            # squid writes its access log a moment after the answer: wait for every line.
+            served: list[str] = []
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and len(served) < 41 * rounds + 1:
+                log = Path(backend.egress_proxy().access_log).read_text()
+                served = [line for line in log.splitlines() if "/bytes/" in line]
+                time.sleep(0.25)
             if len(served) < 41 * rounds + 1:
                 raise RuntimeError("the port-80 downloads did not go through squid")
             changes = _rule_change_ms(backend, sandbox_id, target.address)
