@@ -47,23 +47,25 @@ from ..base import (
     WORKSPACE,
     Backend,
     BackendConfig,
-    EgressCapability,
     ErrorKind,
-    FilesCapability,
     HealthInfo,
     IdleMode,
     ListQuery,
     Page,
-    PtyCapability,
     RemoteError,
     SandboxInfo,
     SandboxSpec,
     SandboxState,
+    is_snapshot_id,
+)
+from ..capabilities import (
+    EgressCapability,
+    FilesCapability,
+    PtyCapability,
     SnapshotsCapability,
     StatsCapability,
     TemplatesCapability,
     VolumesCapability,
-    is_snapshot_id,
 )
 from ..guard import GuardedHTTPAdapter, Resolver, check_endpoint, system_resolver
 from .common import (
