@@ -17,7 +17,8 @@ from django.db.models import Q, QuerySet
 
 from console.models import AdminJob, Space
 
-from ..backends.base import EgressRefusal, RemoteError
+from ..backends.base import RemoteError
+from ..backends.capabilities import EgressRefusal
 from ..models import EgressCursor, EgressEvent, PlatformBackend, SandboxConfig, Session, WatchedSandbox
 from ..sessions.runtime import backend_for
 

@@ -44,7 +44,8 @@ from django.utils import timezone
 
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
-from ..backends.base import ErrorKind, ExecRequest, PtyHandle, PtySize, RemoteError
+from ..backends.base import ErrorKind, ExecRequest, PtySize, RemoteError
+from ..backends.capabilities import PtyHandle
 from ..models import BackgroundCommand, CommandStatus, Session
 from .limits import check_background_commands
 from .provisioning import backend_for

@@ -27,7 +27,8 @@ from console.crypto import decrypt
 from console.models import NetworkPolicy
 from console.services import Actor, ServiceError, record_audit
 
-from ..backends.base import InboundCapability, RemoteError
+from ..backends.base import RemoteError
+from ..backends.capabilities import InboundCapability
 from ..models import Session
 from .runtime import ACTIVITY_WRITE_INTERVAL, backend_for
 

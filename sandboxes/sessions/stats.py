@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..backends.base import RemoteError, SandboxState, SandboxStats
+from ..backends.base import RemoteError, SandboxState
+from ..backends.capabilities import SandboxStats
 from ..models import Session
 from .provisioning import backend_for
 from .runtime import GONE_KINDS, Runtime

@@ -30,7 +30,8 @@ from typing import Any, Protocol
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from ..backends.base import ErrorKind, PtyHandle, PtySize, RemoteError
+from ..backends.base import ErrorKind, PtySize, RemoteError
+from ..backends.capabilities import PtyHandle
 from ..sessions.streams import MemoryRingBuffer
 from . import attachments
 from .tickets import (

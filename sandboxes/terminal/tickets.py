@@ -42,7 +42,8 @@ from console.models import Membership, Role
 from console.services import Actor, record_audit
 from console.signals import login_sessions_ended
 
-from ..backends.base import ErrorKind, PtyHandle, PtySize, RemoteError
+from ..backends.base import ErrorKind, PtySize, RemoteError
+from ..backends.capabilities import PtyHandle
 from ..models import Session, Terminal
 from ..sessions.provisioning import backend_for
 from ..sessions.runtime import Runtime

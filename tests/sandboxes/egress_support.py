@@ -19,7 +19,8 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from sandboxes.backends.base import EgressRefusal, ExecRequest
+from sandboxes.backends.base import ExecRequest
+from sandboxes.backends.capabilities import EgressRefusal
 from sandboxes.backends.docker.backend import DockerBackend
 from tests.netns import ip, require_root_networking, route_device
 

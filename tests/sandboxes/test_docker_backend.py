@@ -403,7 +403,7 @@ class TestDockerBackend:
 
 
 def _read_until(terminal: object, needle: bytes, timeout: float = 10) -> bytes:
-    from sandboxes.backends.base import PtyHandle
+    from sandboxes.backends.capabilities import PtyHandle
 
     assert isinstance(terminal, PtyHandle)
     output = b""

@@ -33,12 +33,12 @@ from sandboxes.backends.base import (
     BackendConfig,
     ErrorKind,
     ListQuery,
-    PtyHandle,
     PtySize,
     RemoteError,
     SandboxSpec,
     SandboxState,
 )
+from sandboxes.backends.capabilities import PtyHandle
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.common import EXEC_BACKSTOP_GRACE_S, _translate
 from sandboxes.models import SandboxConfig, Session

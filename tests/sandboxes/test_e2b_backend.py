@@ -23,7 +23,6 @@ from sandboxes.backends.base import (
     L7Rule,
     ListQuery,
     NetworkSpec,
-    PtyHandle,
     PtySize,
     RemoteError,
     SandboxInfo,
@@ -31,6 +30,7 @@ from sandboxes.backends.base import (
     SandboxState,
     TemplateBuildSpec,
 )
+from sandboxes.backends.capabilities import PtyHandle
 from sandboxes.backends.e2b.backend import E2BBackend
 from sandboxes.backends.e2b.common import parse_time
 from tests.fakes.fixtures import FakeHandle

@@ -22,7 +22,7 @@ from console.models import AdminJob, AuditEvent, NetworkPolicy
 from console.services import SYSTEM, Actor, ServiceError, do_update_network_policy
 from sandboxes.api.openapi import openapi_document
 from sandboxes.api.views import do_create_api_token
-from sandboxes.backends.base import EgressRefusal
+from sandboxes.backends.capabilities import EgressRefusal
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint
 from sandboxes.catalog.services import run_connection_test
 from sandboxes.catalog.verify import policy_check

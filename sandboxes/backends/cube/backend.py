@@ -74,10 +74,8 @@ from ..base import (
     SandboxInfo,
     SandboxSpec,
     SnapshotInfo,
-    SnapshotsCapability,
-    TemplatesCapability,
-    VolumesCapability,
 )
+from ..capabilities import SnapshotsCapability, TemplatesCapability, VolumesCapability
 from ..e2b.backend import E2BBackend
 from ..e2b.common import ENVD_PORT, NoRoute, _is_domain, check_volume_name, egress_lists, translating
 from ..guard import Resolver

@@ -10,14 +10,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..base import (
-    ErrorKind,
-    RemoteError,
-    TemplateBuildSpec,
-    TemplateInfo,
-    TemplatesCapability,
-    is_snapshot_id,
-)
+from ..base import ErrorKind, RemoteError, TemplateBuildSpec, TemplateInfo, is_snapshot_id
+from ..capabilities import TemplatesCapability
 from ..e2b.common import _q, parse_time, translating
 from ..e2b.snapshots import E2BSnapshots, _slug
 from .common import GEN_MAY, TEMPLATE_BUILD_DEADLINE_S

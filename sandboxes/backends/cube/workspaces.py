@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base import (
-    VolumesCapability,
-)
+from ..capabilities import VolumesCapability
 from ..e2b.common import check_volume_name, translating
 from .common import HOUSEKEEPING_MOUNT
 

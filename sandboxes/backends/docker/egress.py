@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..base import META_SPACE, EgressCapability, EgressRefusal, ErrorKind, NetworkSpec, RemoteError
+from ..base import META_SPACE, ErrorKind, NetworkSpec, RemoteError
+from ..capabilities import EgressCapability, EgressRefusal
 from . import dns
 from .egress_rules import Binding, parse_entries, private_exceptions, render_network, render_removal, render_update
 from .firewall import LOG_PREFIX, MAP_V4, MAP_V6, NFLOG_GROUP, TABLE_FAMILY, TABLE_NAME, _nft

@@ -14,12 +14,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..base import (
-    ErrorKind,
-    FileInfo,
-    FilesCapability,
-    RemoteError,
-)
+from ..base import ErrorKind, FileInfo, RemoteError
+from ..capabilities import FilesCapability
 from .common import _FS_PROBE, _check_path, _engine_call
 from .exec import DockerExec
 

@@ -26,15 +26,8 @@ from typing import TYPE_CHECKING, Any
 import docker
 import docker.errors
 
-from ..base import (
-    META_SPACE,
-    BackendConfig,
-    ErrorKind,
-    InboundCapability,
-    NetworkSpec,
-    RemoteError,
-    SandboxState,
-)
+from ..base import META_SPACE, BackendConfig, ErrorKind, NetworkSpec, RemoteError, SandboxState
+from ..capabilities import InboundCapability
 from .common import (
     _SANDBOX_ID,
     _STATES,

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from ..base import EgressRefusal, L7Rule
+from ..base import L7Rule
+from ..capabilities import EgressRefusal
 
 PROXY_HTTP_PORT = 3129
 PROXY_TLS_PORT = 3130

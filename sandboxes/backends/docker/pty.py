@@ -9,13 +9,8 @@ from collections.abc import Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING
 
-from ..base import (
-    ErrorKind,
-    PtyCapability,
-    PtyHandle,
-    PtySize,
-    RemoteError,
-)
+from ..base import ErrorKind, PtySize, RemoteError
+from ..capabilities import PtyCapability, PtyHandle
 from .common import PTY_PID_DIR, _engine_call
 from .exec import DockerExec, _ExecStream
 

@@ -10,12 +10,8 @@ from contextlib import suppress
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..base import (
-    ErrorKind,
-    RemoteError,
-    SnapshotInfo,
-    SnapshotsCapability,
-)
+from ..base import ErrorKind, RemoteError, SnapshotInfo
+from ..capabilities import SnapshotsCapability
 from .common import (
     KIND_SNAPSHOT,
     LABEL_META_KEYS,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..base import ErrorKind, RemoteError, SandboxStats, StatsCapability
+from ..base import ErrorKind, RemoteError
+from ..capabilities import SandboxStats, StatsCapability
 from .common import _engine_call
 
 if TYPE_CHECKING:

@@ -14,14 +14,8 @@ import docker
 import docker.errors
 import docker.tls
 
-from ..base import (
-    ErrorKind,
-    RemoteError,
-    TemplateBuildSpec,
-    TemplateInfo,
-    TemplatesCapability,
-    is_snapshot_id,
-)
+from ..base import ErrorKind, RemoteError, TemplateBuildSpec, TemplateInfo, is_snapshot_id
+from ..capabilities import TemplatesCapability
 from .common import (
     _TEMPLATE_NAME,
     KIND_BUILD,

@@ -53,24 +53,26 @@ from ..base import (
     BackendConfig,
     ErrorKind,
     ExecRequest,
-    FilesCapability,
     HealthInfo,
-    InboundCapability,
     ListQuery,
     NetworkCapabilities,
     NetworkSpec,
     Page,
-    PtyCapability,
     RemoteError,
     SandboxInfo,
     SandboxSpec,
     SandboxState,
     SnapshotInfo,
+    is_snapshot_id,
+)
+from ..capabilities import (
+    FilesCapability,
+    InboundCapability,
+    PtyCapability,
     SnapshotsCapability,
     StatsCapability,
     TemplatesCapability,
     VolumesCapability,
-    is_snapshot_id,
 )
 from ..guard import Resolver, system_resolver
 from .common import (

@@ -9,13 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from ..base import (
-    ErrorKind,
-    ExecRequest,
-    FileInfo,
-    FilesCapability,
-    RemoteError,
-)
+from ..base import ErrorKind, ExecRequest, FileInfo, RemoteError
+from ..capabilities import FilesCapability
 from .common import parse_time, status_error, translating, transport_error
 
 if TYPE_CHECKING:

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base import (
-    ErrorKind,
-    InboundCapability,
-    RemoteError,
-)
+from ..base import ErrorKind, RemoteError
+from ..capabilities import InboundCapability
 from .common import translating
 
 if TYPE_CHECKING:

@@ -10,13 +10,8 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from ..base import (
-    ErrorKind,
-    PtyCapability,
-    PtyHandle,
-    PtySize,
-    RemoteError,
-)
+from ..base import ErrorKind, PtySize, RemoteError
+from ..capabilities import PtyCapability, PtyHandle
 from .common import _FLAG_END_STREAM, connect_error, iter_envelopes, translating
 
 if TYPE_CHECKING:

@@ -8,16 +8,8 @@ import secrets
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..base import (
-    ErrorKind,
-    RemoteError,
-    SnapshotInfo,
-    SnapshotsCapability,
-    TemplateBuildSpec,
-    TemplateInfo,
-    TemplatesCapability,
-    is_snapshot_id,
-)
+from ..base import ErrorKind, RemoteError, SnapshotInfo, TemplateBuildSpec, TemplateInfo, is_snapshot_id
+from ..capabilities import SnapshotsCapability, TemplatesCapability
 from .common import SLOW_REQUEST_TIMEOUT_S, _q, parse_time, translating
 
 if TYPE_CHECKING:

@@ -9,7 +9,8 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from ..base import ErrorKind, RemoteError, SandboxStats, StatsCapability
+from ..base import ErrorKind, RemoteError
+from ..capabilities import SandboxStats, StatsCapability
 
 if TYPE_CHECKING:
     from .backend import E2BBackend

@@ -6,11 +6,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from ..base import (
-    ErrorKind,
-    RemoteError,
-    VolumesCapability,
-)
+from ..base import ErrorKind, RemoteError
+from ..capabilities import VolumesCapability
 from .common import _q, check_volume_name, translating
 
 if TYPE_CHECKING:

@@ -1,0 +1,206 @@
+"""The capability half of the sandbox contract: what a backend may offer beyond the core
+lifecycle, each an ABC returned by one of `Backend`'s accessors (`files()`, `snapshots()`,
+`templates()`, `inbound()`, `egress()`, `stats()`, `volumes()`, `pty()`; None when the
+backend has not got it), with the values only these capabilities carry (`EgressRefusal`,
+`SandboxStats`, `PtyHandle`).
+
+May import: the standard library and `.base` (errors, DTOs); like `.base` a leaf, nothing of
+the project.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import ClassVar
+
+from .base import (
+    ErrorKind,
+    FileInfo,
+    NetworkSpec,
+    PtySize,
+    RemoteError,
+    SnapshotInfo,
+    TemplateBuildSpec,
+    TemplateInfo,
+)
+
+
+class FilesCapability(abc.ABC):
+    @abc.abstractmethod
+    def write(
+        self, sandbox_id: str, path: str, data: bytes, *, mode: int | None = None, user: str = "user"
+    ) -> FileInfo: ...
+
+    @abc.abstractmethod
+    def read(self, sandbox_id: str, path: str, *, max_bytes: int | None = None) -> bytes: ...
+
+    @abc.abstractmethod
+    def list(self, sandbox_id: str, path: str) -> list[FileInfo]: ...
+
+    @abc.abstractmethod
+    def make_dir(self, sandbox_id: str, path: str, *, user: str = "user") -> None: ...
+
+    @abc.abstractmethod
+    def remove(self, sandbox_id: str, path: str) -> None: ...
+
+    @abc.abstractmethod
+    def stat(self, sandbox_id: str, path: str) -> FileInfo: ...
+
+
+class SnapshotsCapability(abc.ABC):
+    @abc.abstractmethod
+    def create(self, sandbox_id: str, *, name: str = "", labels: Mapping[str, str] | None = None) -> SnapshotInfo:
+        """Snapshot a running sandbox; the sandbox keeps running afterwards."""
+
+    @abc.abstractmethod
+    def list(self) -> list[SnapshotInfo]: ...
+
+    @abc.abstractmethod
+    def delete(self, snapshot_id: str) -> None:
+        """Idempotent: deleting a missing snapshot succeeds."""
+
+
+class TemplatesCapability(abc.ABC):
+    @abc.abstractmethod
+    def list(self) -> list[TemplateInfo]:
+        """Templates only: snapshots are never in this list."""
+
+    @abc.abstractmethod
+    def get(self, template_id: str) -> TemplateInfo: ...
+
+    @abc.abstractmethod
+    def create(self, spec: TemplateBuildSpec) -> TemplateInfo: ...
+
+    @abc.abstractmethod
+    def delete(self, template_id: str) -> None:
+        """Refuses (conflict) a template that live sandboxes use."""
+
+
+class InboundCapability(abc.ABC):
+    # The request header carrying the traffic token to `public_url` ("" = not known).
+    token_header: ClassVar[str] = ""
+    # True when `public_url` is the console's own inbound route (its proxy then connects to
+    # `console_upstream`); False when the backend's own edge serves it.
+    served_by_console: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def public_url(self, sandbox_id: str, port: int) -> str: ...
+
+    @abc.abstractmethod
+    def traffic_token(self, sandbox_id: str) -> str | None: ...
+
+    def console_upstream(self, sandbox_id: str, port: int) -> tuple[str, int]:
+        """Where the console's inbound proxy connects for `port` of a running sandbox: the
+        sandbox's own address (never one a caller names). Raises `conflict` when the sandbox
+        is not running, `unsupported` when the backend serves its URLs itself."""
+        raise RemoteError(ErrorKind.UNSUPPORTED, "this backend serves its public URLs itself")
+
+
+@dataclass(frozen=True)
+class EgressRefusal:
+    """One refused outbound attempt, read back from the enforcing components' logs."""
+
+    at: datetime
+    sandbox_id: str
+    layer: str  # "dns" | "packet" | "http" | "tls"
+    destination: str  # a name, or address[:port]; for HTTP the URL without its query
+    rule: str  # which rule refused it, in words ("not in the allow list", "deny entry 10.0.0.0/8", ...)
+    detail: str = ""
+
+
+class EgressCapability(abc.ABC):
+    """Network policy applied to running sandboxes, and refused attempts read back."""
+
+    @abc.abstractmethod
+    def update(self, sandbox_id: str, network: NetworkSpec) -> None:
+        """Apply a changed NetworkSpec to a running sandbox now (no recreate)."""
+
+    @abc.abstractmethod
+    def refusals(self, cursor: str) -> tuple[list[EgressRefusal], str]:
+        """Refusals recorded after `cursor` ("" = from the start of what is kept), and the cursor
+        to pass next time. Never raises for an empty log."""
+
+
+@dataclass(frozen=True)
+class SandboxStats:
+    """One reading of a running sandbox's resource use. A field the backend does not report
+    is None. CPU as `docker stats` counts it: 100.0 = one CPU busy for the whole interval."""
+
+    cpu_percent: float | None = None
+    cpu_count: float | None = None  # CPUs the sandbox may use (None: not limited / unknown)
+    memory_bytes: int | None = None  # in use, page cache left out
+    memory_limit_bytes: int | None = None
+    net_rx_bytes: int | None = None  # received since the sandbox started
+    net_tx_bytes: int | None = None
+    read_at: float = 0.0  # unix time of the reading
+
+
+class StatsCapability(abc.ABC):
+    """Resource use of a running sandbox, read once (never starts or resumes it)."""
+
+    @abc.abstractmethod
+    def read(self, sandbox_id: str) -> SandboxStats:
+        """The sandbox's current use; raises RemoteError (NOT_FOUND, CONFLICT when it is not
+        running) like the other calls."""
+
+
+class VolumesCapability(abc.ABC):
+    """Persistent storage for /workspace that outlives a sandbox (SandboxSpec.workspace_volume).
+
+    A backend without it returns None from `volumes()` and ignores no spec silently: create
+    refuses a `workspace_volume` it cannot honour.
+    """
+
+    def check(self) -> str:
+        """That workspaces can be made on this account now, in one cheap call; raises
+        RemoteError (`unsupported` when the account has no volumes) and says what it saw."""
+        return "available"
+
+    @abc.abstractmethod
+    def delete(self, name: str) -> None:
+        """Delete a workspace volume (idempotent). Delete the sandboxes that mount it first:
+        Docker refuses while one does (conflict), E2B and Cube delete it under them."""
+
+
+class PtyHandle(abc.ABC):
+    """One interactive shell. Blocking methods; async callers run them in an executor."""
+
+    pty_id: str
+
+    @abc.abstractmethod
+    def read(self, max_bytes: int = 65536, timeout: float | None = None) -> bytes:
+        """Next bytes of output; b"" at end of stream. Raises RemoteError(timeout) on timeout."""
+
+    @abc.abstractmethod
+    def write(self, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def resize(self, size: PtySize) -> None: ...
+
+    @abc.abstractmethod
+    def kill(self) -> None:
+        """End the shell process inside the sandbox (idempotent)."""
+
+    @abc.abstractmethod
+    def is_running(self) -> bool: ...
+
+    def fileno(self) -> int | None:
+        """A readable file descriptor for event-loop integration, when the backend has one."""
+        return None
+
+
+class PtyCapability(abc.ABC):
+    @abc.abstractmethod
+    def open(
+        self,
+        sandbox_id: str,
+        size: PtySize,
+        *,
+        command: tuple[str, ...] = ("bash", "-l"),
+        user: str = "user",
+        cwd: str = "/workspace",
+        env: Mapping[str, str] | None = None,
+    ) -> PtyHandle: ...

@@ -1,0 +1,63 @@
+"""The sandboxes app's models, one submodule per responsibility; every model is re-exported
+here, so `from sandboxes.models import X` is the way to name one.
+
+- `catalog`: `PlatformBackend`, `SandboxConfig`, `TemplateRecord` (+ `BackendKind`, `IdleMode`,
+  `IDENTITY_FIELDS`, `BACKEND_IDENTITY_FIELDS`, `PROTOCOL_CHOICES`)
+- `sessions`: `Session` (+ `SessionState`), `SessionImage`, `ApiToken`, `Artifact`, `ExecSlot`,
+  `BackgroundCommand` (+ `CommandStatus`), `Terminal`, `SessionBinding`, `SessionLease`
+- `egress`: `SessionGrant`, `EgressEvent`, `EgressCursor`, `WatchedSandbox`
+
+The submodules import Django, `console.models` and each other (catalog <- sessions <- egress),
+nothing else of the project.
+"""
+
+from .catalog import (
+    BACKEND_IDENTITY_FIELDS,
+    IDENTITY_FIELDS,
+    PROTOCOL_CHOICES,
+    BackendKind,
+    IdleMode,
+    PlatformBackend,
+    SandboxConfig,
+    TemplateRecord,
+)
+from .egress import EgressCursor, EgressEvent, SessionGrant, WatchedSandbox
+from .sessions import (
+    ApiToken,
+    Artifact,
+    BackgroundCommand,
+    CommandStatus,
+    ExecSlot,
+    Session,
+    SessionBinding,
+    SessionImage,
+    SessionLease,
+    SessionState,
+    Terminal,
+)
+
+__all__ = [
+    "BACKEND_IDENTITY_FIELDS",
+    "IDENTITY_FIELDS",
+    "PROTOCOL_CHOICES",
+    "ApiToken",
+    "Artifact",
+    "BackendKind",
+    "BackgroundCommand",
+    "CommandStatus",
+    "EgressCursor",
+    "EgressEvent",
+    "ExecSlot",
+    "IdleMode",
+    "PlatformBackend",
+    "SandboxConfig",
+    "Session",
+    "SessionBinding",
+    "SessionGrant",
+    "SessionImage",
+    "SessionLease",
+    "SessionState",
+    "TemplateRecord",
+    "Terminal",
+    "WatchedSandbox",
+]
