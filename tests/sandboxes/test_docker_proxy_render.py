@@ -52,7 +52,7 @@ def test_rules_keep_their_order_and_only_refusals_carry_a_note() -> None:
     assert access[:3] == [
         "http_access deny always_denied n_always",
         "http_access deny host_and_sandboxes n_own",
-        "http_access deny s1_src private_dst !s1_allow_net n_private",
+        "http_access deny s1_src private_dst !s1_allow_private n_private",
     ]
     order = [access.index(line) for line in access if "s1_named" in line or "deny_" in line or "allow_" in line]
     assert order == sorted(order)
