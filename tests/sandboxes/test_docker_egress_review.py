@@ -11,6 +11,7 @@ import random
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
+from typing import Any
 
 import docker
 import pytest
@@ -111,7 +112,7 @@ def make_sandbox(backend: DockerBackend, docker_base_image: str, test_run_id: st
 
 def _net(engine: docker.APIClient, sandbox_id: str) -> dict[str, str]:
     (settings,) = engine.inspect_container(sandbox_id)["NetworkSettings"]["Networks"].values()
-    return settings  # type: ignore[no-any-return]
+    return settings
 
 
 def _dns(backend: DockerBackend, sandbox_id: str, host: str, name: str) -> dict[str, str]:
@@ -187,3 +188,57 @@ def test_a_sandbox_has_no_capability_to_spoof_or_readdress() -> None:
     from sandboxes.backends.docker.common import ROOT_CAPABILITIES
 
     assert not {"NET_RAW", "NET_ADMIN", "SYS_ADMIN"} & set(ROOT_CAPABILITIES)
+
+
+FLOOD = r"""
+import socket, sys
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(count):
+    try:
+        s.sendto(b"x", (host, port))
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
+    world: Any, session_config: Any, private_server: BannerServer, settings: Any
+) -> None:
+    import time
+
+    from console.services import SYSTEM, do_update_network_policy
+    from sandboxes.egress.log import MAX_PER_READ, ingest_backend
+    from sandboxes.models import EgressEvent
+    from sandboxes.sessions.runtime import Runtime, backend_for
+
+    # Was: ingest_backend recorded the first MAX_PER_READ refusals of a read and moved the
+    # cursor past all of them, so one sandbox's flood hid every other session's refusals.
+    settings.EGRESS_LOG_MAX_PER_SESSION = 50
+    do_update_network_policy(
+        world.space_a,
+        actor=SYSTEM,
+        allow_internet_access=True,
+        allow_out=[],
+        deny_out=[],
+        l7_rules=[],
+        allow_public_traffic=False,
+    )
+    runtime = Runtime()
+    flooder = runtime.resolve(world.space_a, "flooder").session
+    victim = runtime.resolve(world.space_a, "victim").session
+    backend = backend_for(session_config)
+    ingest_backend(session_config.backend)  # the cursor at the end of what was logged so far
+    count = str(MAX_PER_READ * 2)
+    flood = backend.exec(
+        flooder.sandbox_id,
+        ExecRequest(argv=("python3", "-c", FLOOD, PRIVATE, str(private_server.port), count), timeout_s=120),
+    )
+    assert flood.exit_code == 0, flood
+    probe(backend, victim.sandbox_id, [(PRIVATE, private_server.port + 1)])
+    assert not private_server.clients
+    time.sleep(2)  # ulogd writes its JSON lines
+    ingest_backend(session_config.backend)
+    assert EgressEvent.objects.filter(session=flooder).count() <= 50  # bounded per session
+    assert EgressEvent.objects.filter(session=victim).exists()
