@@ -229,6 +229,7 @@ def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
     flooder = runtime.resolve(world.space_a, "flooder").session
     victim = runtime.resolve(world.space_a, "victim").session
     backend = backend_for(session_config)
+    assert isinstance(backend, DockerBackend)
     ingest_backend(session_config.backend)  # the cursor at the end of what was logged so far
     count = str(MAX_PER_READ * 2)
     flood = backend.exec(

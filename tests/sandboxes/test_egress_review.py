@@ -201,3 +201,48 @@ def test_another_spaces_event_under_my_space_is_404_and_changes_nothing(world: W
     url = reverse("sandboxes:grant_revoke", args=[session_a.id, grant.id])
     assert client.post(url).status_code == 404
     assert SessionGrant.objects.filter(pk=grant.pk).exists()
+
+
+# --- HTTP rule paths: nothing a path prefix holds changes squid's configuration -------------
+
+
+def test_a_path_prefix_with_a_control_character_is_refused() -> None:
+    # Was accepted: NUL is no whitespace; squid.conf (and PostgreSQL's jsonb) would cut it.
+    from console.network import parse_l7_rule
+
+    for bad in ("/a\x00b", "/a\x07", "/a\x7f"):
+        with pytest.raises(ValueError, match="control characters"):
+            parse_l7_rule({"action": "allow", "domain": "web.test", "path_prefix": bad})
+
+
+@pytest.mark.parametrize("path", ["/a#b", '/a"b', "/a;b", "/a\\b", "/${process_number}/", "/a'b", "/%0a"])
+def test_odd_path_prefixes_stay_one_literal_regex_for_squid(path: str, tmp_path: Any) -> None:
+    import shutil
+    import subprocess
+
+    from console.network import parse_l7_rule
+    from sandboxes.backends.docker.proxy import squid_available
+
+    rule = parse_l7_rule({"action": "deny", "domain": "web.test", "path_prefix": path})
+    policy = SpaceProxyPolicy(
+        name="n",
+        sources=("172.30.0.0/16",),
+        gateways=("172.30.0.1",),
+        rules=(L7Rule(rule.domain, (), rule.path_prefix, "deny"),),
+    )
+    text = render_squid_conf([policy], state_dir=str(tmp_path), dns_nameservers=["127.0.0.77"])
+    (acl,) = [line for line in text.splitlines() if "urlpath_regex" in line]
+    assert len(acl.split()) == 4  # acl NAME urlpath_regex REGEX: one value
+    if not squid_available() or shutil.which("openssl") is None:
+        pytest.skip("needs squid-openssl")
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=t",
+         "-keyout", str(tmp_path / "bump.key"), "-out", str(tmp_path / "bump.pem")],
+        capture_output=True, check=True,
+    )  # fmt: skip
+    conf = tmp_path / "squid.conf"
+    conf.write_text(text)
+    done = subprocess.run(["squid", "-k", "parse", "-f", str(conf)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-1500:]
+    # squid read the regex as written (its parse trace echoes each line it processed).
+    assert acl in done.stderr, done.stderr[-1500:]
