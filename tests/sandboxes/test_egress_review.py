@@ -8,6 +8,7 @@ filter). Tests still failing are `xfail(strict=True)` with the reason."""
 from __future__ import annotations
 
 import ipaddress
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -246,3 +247,55 @@ def test_odd_path_prefixes_stay_one_literal_regex_for_squid(path: str, tmp_path:
     assert done.returncode == 0, done.stderr[-1500:]
     # squid read the regex as written (its parse trace echoes each line it processed).
     assert acl in done.stderr, done.stderr[-1500:]
+
+
+# --- the resolver itself: deny wins for names, as dnsmasq matches them ------------------------
+
+
+def _query(port: int, name: str) -> int:
+    """The RCODE and answer count of an A query to 127.0.0.1:port (0 answers: refused)."""
+    import socket
+    import struct
+
+    question = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00\x00\x01\x00\x01"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(3)
+        sock.sendto(b"\x43\x21\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + question, ("127.0.0.1", port))
+        reply = sock.recv(512)
+    return int(struct.unpack("!H", reply[6:8])[0])
+
+
+@pytest.mark.parametrize(
+    ("allowed", "denied", "name"),
+    [
+        (("example.test",), ("*.example.test",), "a.example.test"),
+        (("*.example.test",), ("a.example.test",), "a.example.test"),
+        (("example.test",), ("a.example.test",), "b.a.example.test"),
+    ],
+)
+def test_the_resolver_refuses_a_denied_name_inside_an_allowed_one(
+    allowed: tuple[str, ...], denied: tuple[str, ...], name: str, tmp_path: Any
+) -> None:
+    import shutil
+    import subprocess
+
+    from tests.sandboxes.egress_support import free_port, upstream_dns
+
+    if shutil.which("dnsmasq") is None and not Path("/usr/sbin/dnsmasq").exists():
+        pytest.fail("needs dnsmasq")
+    with upstream_dns({"example.test": "203.0.113.5"}) as upstream:
+        port = free_port()
+        policy = DnsPolicy(False, allowed, denied)
+        text = render_config("127.0.0.1", upstream, policy, str(tmp_path / "log"), str(tmp_path / "pid"))
+        # Our own instance on loopback: no nftset (the shared table is not touched), no port 53.
+        lines = [line for line in text.splitlines() if not line.startswith(("nftset=", "port=", "except-interface"))]
+        (tmp_path / "conf").write_text("\n".join([*lines, f"port={port}"]) + "\n")
+        binary = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
+        done = subprocess.run([binary, f"--conf-file={tmp_path / 'conf'}"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        try:
+            assert _query(port, "example.test" if "example.test" in allowed else "z.example.test") == 1  # control
+            assert _query(port, name) == 0
+        finally:
+            pid = int((tmp_path / "pid").read_text().strip())
+            subprocess.run(["kill", str(pid)], check=False)
