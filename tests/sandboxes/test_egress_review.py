@@ -82,11 +82,6 @@ def test_an_allow_entry_wider_than_a_private_range_does_not_open_it_through_squi
     assert next(i for i, r in enumerate(rules) if "0.0.0.0/0 accept" in r) > private_rule
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="squid decides HTTP rules before the space's deny list: an allow rule for a host "
-    "whose address a deny CIDR covers passes on port 80/443 (deny entries win everywhere else)",
-)
 def test_a_deny_cidr_wins_over_an_http_allow_rule() -> None:
     policy = SpaceProxyPolicy(
         name="n",

@@ -303,6 +303,20 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
     else:
         access.append(f"http_access deny {src} private_dst n_private")
 
+    # Deny entries win over every HTTP rule (as over allow entries and grants elsewhere).
+    if deny_nets or deny_domains:
+        acls.append(_note(f"{s}_denied", "in the space's deny list"))
+    if deny_nets:
+        acls.append(f"acl {s}_deny_net dst {' '.join(deny_nets)}")
+        access.append(f"http_access deny {src} {s}_deny_net {s}_denied")
+        bump.append(f"ssl_bump terminate {src} {s}_deny_net {s}_denied")
+    if deny_domains:
+        regexes = " ".join(_domain_regex(d) for d in deny_domains)
+        acls.append(f"acl {s}_deny_dom dstdom_regex -i {regexes}")
+        acls.append(f"acl {s}_deny_sni ssl::server_name_regex -i {regexes}")
+        access.append(f"http_access deny !CONNECT {src} {s}_deny_dom {s}_denied")
+        bump.append(f"ssl_bump terminate {src} {s}_deny_sni {s}_denied")
+
     named: list[str] = []
     for position, rule in enumerate(policy.rules, start=1):
         r = f"{s}_r{position}"
@@ -335,19 +349,7 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
         access.append(f"http_access deny !CONNECT {src} {s}_named {s}_nomatch")
         bump.append(f"ssl_bump terminate {src} {s}_named_sni {s}_nomatch_tls")
 
-    # Hosts named by no rule: the space's allow/deny lists.
-    if deny_nets or deny_domains:
-        acls.append(_note(f"{s}_denied", "in the space's deny list"))
-    if deny_nets:
-        acls.append(f"acl {s}_deny_net dst {' '.join(deny_nets)}")
-        access.append(f"http_access deny {src} {s}_deny_net {s}_denied")
-        bump.append(f"ssl_bump terminate {src} {s}_deny_net {s}_denied")
-    if deny_domains:
-        regexes = " ".join(_domain_regex(d) for d in deny_domains)
-        acls.append(f"acl {s}_deny_dom dstdom_regex -i {regexes}")
-        acls.append(f"acl {s}_deny_sni ssl::server_name_regex -i {regexes}")
-        access.append(f"http_access deny !CONNECT {src} {s}_deny_dom {s}_denied")
-        bump.append(f"ssl_bump terminate {src} {s}_deny_sni {s}_denied")
+    # Hosts named by no rule: the space's allow list.
     if allow_nets or allow_domains:
         acls.append(_note(f"{s}_notallowed", "not in the space's allow list"))
         if allow_nets:
