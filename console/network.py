@@ -162,8 +162,8 @@ def parse_l7_rule(raw: object) -> L7RuleData:
         if upper in normalised:
             raise ValueError(f"method {upper} is listed twice")
         normalised.append(upper)
-    if not path.startswith("/") or any(ch.isspace() for ch in path):
-        raise ValueError(f"path prefix {path!r} must start with '/' and contain no spaces")
+    if not path.startswith("/") or any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        raise ValueError(f"path prefix {path!r} must start with '/' and contain no spaces or control characters")
     return L7RuleData(("*." if wildcard else "") + name, tuple(normalised), path, action)
 
 

@@ -10,11 +10,27 @@ import ipaddress
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from console.network import LINK_LOCAL_RANGES, PRIVATE_RANGES, Destination, parse_destination, parse_domain
+from console.network import (
+    LINK_LOCAL_RANGES,
+    PRIVATE_RANGES,
+    Destination,
+    parse_destination,
+    parse_domain,
+    private_range_of,
+)
 
 from ..backends.base import NetworkCapabilities, NetworkSpec
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# The host's own loopback and the unspecified addresses: always denied (no entry opens them).
+HOST_RANGES = tuple(ipaddress.ip_network(text) for text in ("127.0.0.0/8", "0.0.0.0/8", "::1/128", "::/128"))
+
+
+def _as_checked(address: IPAddress) -> IPAddress:
+    """An IPv4-mapped IPv6 address is judged as the IPv4 address it carries (never a
+    private or link-local address in disguise)."""
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return mapped or address
 
 
 @dataclass(frozen=True)
@@ -82,9 +98,11 @@ def decide(spec: NetworkSpec, target: Target) -> Decision:
     """The console's semantics for one target under one spec (space policy, grants merged)."""
     if not spec.allow_internet_access:
         return Decision(False, "outbound access is off")
-    address = target.address
+    address = _as_checked(target.address) if target.address is not None else None
     if address is not None and any(address in r for r in LINK_LOCAL_RANGES):
         return Decision(False, "link-local and metadata addresses are always denied")
+    if address is not None and any(address in r for r in HOST_RANGES):
+        return Decision(False, "loopback and unspecified addresses (the host itself) are always denied")
     for text in spec.deny_out:
         if matches(parse_destination(text), target):
             return Decision(False, f"deny entry {text} (deny entries win)")
@@ -95,8 +113,13 @@ def decide(spec: NetworkSpec, target: Target) -> Decision:
     if spec.allow_out:
         for text in spec.allow_out:
             entry = parse_destination(text)
-            if matches(entry, target):
-                return Decision(True, f"allow entry {text}")
+            if not matches(entry, target):
+                continue
+            # A private address is opened only by an entry inside a private range, never
+            # by a wider one (0.0.0.0/0): docs/network.md, "What a policy means".
+            if private is not None and (entry.network is None or private_range_of(entry.network) is None):
+                continue
+            return Decision(True, f"allow entry {text}")
         return Decision(False, "not in the allow list (only listed destinations are reachable)")
     if private is not None:
         return Decision(False, f"private range {private} is always denied (no private exception covers it)")

@@ -62,11 +62,26 @@ def record_refusals(backend: PlatformBackend, refusals: list[EgressRefusal]) -> 
         )
         for r in refusals
         if r.sandbox_id in owners
-    ]
+    ][-MAX_PER_READ:]
     EgressEvent.objects.bulk_create(rows)
     for session_id in {row.session_id for row in rows if row.session_id is not None}:
         trim_session(session_id)
     return len(rows)
+
+
+def newest_per_sandbox(refusals: list[EgressRefusal], keep: int) -> list[EgressRefusal]:
+    """At most `keep` refusals of each sandbox, its newest (the log keeps no more of a
+    session anyway), in their order: one sandbox flooding refusals never crowds the others
+    out of a read, nor a skill build's rows (no session to trim) past the bound."""
+    counts: dict[str, int] = {}
+    kept: list[EgressRefusal] = []
+    for refusal in reversed(refusals):
+        seen = counts.get(refusal.sandbox_id, 0)
+        if seen < keep:
+            counts[refusal.sandbox_id] = seen + 1
+            kept.append(refusal)
+    kept.reverse()
+    return kept
 
 
 def trim_session(session_id: Any) -> None:
@@ -93,7 +108,7 @@ def ingest_backend(backend: PlatformBackend) -> int:
     cursor = stored.cursor if stored is not None else ""
     refusals, next_cursor = egress.refusals(cursor)
     with transaction.atomic():
-        recorded = record_refusals(backend, refusals[:MAX_PER_READ])
+        recorded = record_refusals(backend, newest_per_sandbox(refusals, settings.EGRESS_LOG_MAX_PER_SESSION))
         EgressCursor.objects.update_or_create(backend=backend, defaults={"cursor": next_cursor})
     return recorded
 

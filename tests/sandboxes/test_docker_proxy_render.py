@@ -52,7 +52,7 @@ def test_rules_keep_their_order_and_only_refusals_carry_a_note() -> None:
     assert access[:3] == [
         "http_access deny always_denied n_always",
         "http_access deny host_and_sandboxes n_own",
-        "http_access deny s1_src private_dst !s1_allow_net n_private",
+        "http_access deny s1_src private_dst !s1_allow_private n_private",
     ]
     order = [access.index(line) for line in access if "s1_named" in line or "deny_" in line or "allow_" in line]
     assert order == sorted(order)
@@ -62,7 +62,11 @@ def test_rules_keep_their_order_and_only_refusals_carry_a_note() -> None:
 def test_tls_rules_use_the_sni_and_skip_what_needs_decryption() -> None:
     bump = [line for line in _conf(POLICY) if line.startswith("ssl_bump")]
     assert bump[0] == "ssl_bump peek step1"
-    assert bump[1:4] == [
+    assert bump[1:3] == [  # deny entries first: they win over every rule
+        "ssl_bump terminate s1_src s1_deny_net s1_denied",
+        "ssl_bump terminate s1_src s1_deny_sni s1_denied",
+    ]
+    assert bump[3:6] == [
         "ssl_bump splice s1_src s1_r1_sni",  # allow with methods/path: allowed by name
         "ssl_bump terminate s1_src s1_r2_sni s1_r2_note",  # unrestricted deny
         # rule 3 (deny POST) cannot be checked by SNI: no line

@@ -59,8 +59,25 @@ RUN_TIMEOUT_S = 20
 
 # Never reachable through the proxy, whatever the space allows.
 ALWAYS_DENIED = ("127.0.0.0/8", "0.0.0.0/8", "169.254.0.0/16", "::1/128", "fe80::/10", "::/128")
-# Reachable only when an allow CIDR of the space covers them.
-PRIVATE_RANGES = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7")
+# Reachable only when an allow CIDR of the space inside one of them covers them: the same
+# ranges as the packet filter's (egress_rules.PRIVATE_V4/V6, tested to match), but for
+# ::ffff:0:0/96, which squid never connects to (it holds IPv4 addresses in that form itself,
+# so the ACL would match every IPv4 destination).
+PRIVATE_RANGES = (
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+    "192.0.0.0/24",
+    "198.18.0.0/15",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+    "fc00::/7",
+    "64:ff9b::/96",
+    "64:ff9b:1::/48",
+    "fec0::/10",
+    "ff00::/8",
+)
 
 
 @dataclass(frozen=True)
@@ -153,6 +170,14 @@ def _split_list(entries: Iterable[str]) -> tuple[list[str], list[str]]:
         except ValueError:
             domains.append(entry.lower())
     return networks, domains
+
+
+def _inside_private(network: str) -> bool:
+    net = ipaddress.ip_network(network, strict=False)
+    return any(
+        net.version == r.version and net.subnet_of(r)  # type: ignore[arg-type]
+        for r in (ipaddress.ip_network(p) for p in PRIVATE_RANGES)
+    )
 
 
 def _is_loopback(address: str) -> bool:
@@ -269,11 +294,29 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
     acls = [f"# space network {policy.name}", f"acl {src} src {' '.join(policy.sources) or '0.0.0.0/32'}"]
     allow_nets, allow_domains = _split_list(policy.allow_out)
     deny_nets, deny_domains = _split_list(policy.deny_out)
+    # Only an allow CIDR inside a private range opens it (never a wider one, 0.0.0.0/0).
+    opened = [n for n in allow_nets if _inside_private(n)]
     if allow_nets:
         acls.append(f"acl {s}_allow_net dst {' '.join(allow_nets)}")
-        access.append(f"http_access deny {src} private_dst !{s}_allow_net n_private")
+    if opened:
+        acls.append(f"acl {s}_allow_private dst {' '.join(opened)}")
+        access.append(f"http_access deny {src} private_dst !{s}_allow_private n_private")
     else:
         access.append(f"http_access deny {src} private_dst n_private")
+
+    # Deny entries win over every HTTP rule (as over allow entries and grants elsewhere).
+    if deny_nets or deny_domains:
+        acls.append(_note(f"{s}_denied", "in the space's deny list"))
+    if deny_nets:
+        acls.append(f"acl {s}_deny_net dst {' '.join(deny_nets)}")
+        access.append(f"http_access deny {src} {s}_deny_net {s}_denied")
+        bump.append(f"ssl_bump terminate {src} {s}_deny_net {s}_denied")
+    if deny_domains:
+        regexes = " ".join(_domain_regex(d) for d in deny_domains)
+        acls.append(f"acl {s}_deny_dom dstdom_regex -i {regexes}")
+        acls.append(f"acl {s}_deny_sni ssl::server_name_regex -i {regexes}")
+        access.append(f"http_access deny !CONNECT {src} {s}_deny_dom {s}_denied")
+        bump.append(f"ssl_bump terminate {src} {s}_deny_sni {s}_denied")
 
     named: list[str] = []
     for position, rule in enumerate(policy.rules, start=1):
@@ -307,19 +350,7 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
         access.append(f"http_access deny !CONNECT {src} {s}_named {s}_nomatch")
         bump.append(f"ssl_bump terminate {src} {s}_named_sni {s}_nomatch_tls")
 
-    # Hosts named by no rule: the space's allow/deny lists.
-    if deny_nets or deny_domains:
-        acls.append(_note(f"{s}_denied", "in the space's deny list"))
-    if deny_nets:
-        acls.append(f"acl {s}_deny_net dst {' '.join(deny_nets)}")
-        access.append(f"http_access deny {src} {s}_deny_net {s}_denied")
-        bump.append(f"ssl_bump terminate {src} {s}_deny_net {s}_denied")
-    if deny_domains:
-        regexes = " ".join(_domain_regex(d) for d in deny_domains)
-        acls.append(f"acl {s}_deny_dom dstdom_regex -i {regexes}")
-        acls.append(f"acl {s}_deny_sni ssl::server_name_regex -i {regexes}")
-        access.append(f"http_access deny !CONNECT {src} {s}_deny_dom {s}_denied")
-        bump.append(f"ssl_bump terminate {src} {s}_deny_sni {s}_denied")
+    # Hosts named by no rule: the space's allow list.
     if allow_nets or allow_domains:
         acls.append(_note(f"{s}_notallowed", "not in the space's allow list"))
         if allow_nets:

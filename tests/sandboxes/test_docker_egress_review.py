@@ -1,0 +1,245 @@
+"""Adversarial review of issue 13 (rev3), from inside real Docker sandboxes: ways out of a
+space's policy that the main egress tests do not try. Every destination is a server this test
+starts on this machine (a network namespace with a private 10.x address checked by `ip route
+get`, the host's docker0 address, another space's sandbox and resolver); the upstream
+resolver is a dnsmasq of the test's own on loopback. Nothing is sent off the machine."""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import docker
+import pytest
+
+from sandboxes.backends.base import META_SPACE, BackendConfig, ExecRequest, NetworkSpec, SandboxInfo, SandboxSpec
+from sandboxes.backends.docker.backend import DockerBackend
+from tests.netns import BannerServer, ip, namespace
+from tests.sandboxes.conftest import docker_test_network_name
+from tests.sandboxes.egress_support import probe, resolve, upstream_dns
+
+pytestmark = [pytest.mark.docker]
+
+OPEN = NetworkSpec(allow_internet_access=True, allow_public_traffic=False)
+PRIVATE = f"10.204.{random.randint(0, 255)}.{random.randint(2, 250)}"
+
+# A DNS query for `name` to (host, 53) over UDP and over TCP: prints which got an answer.
+DNS_QUERY = r"""
+import json, socket, struct, sys
+host, name = sys.argv[1], sys.argv[2]
+q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + b"".join(
+    bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00\x00\x01\x00\x01"
+out = {}
+family = socket.AF_INET6 if ":" in host else socket.AF_INET
+try:
+    s = socket.socket(family, socket.SOCK_DGRAM); s.settimeout(2); s.sendto(q, (host, 53))
+    out["udp"] = "answered" if s.recv(512)[:2] == b"\x12\x34" else "garbled"
+except OSError as exc:
+    out["udp"] = "no answer %s" % type(exc).__name__
+try:
+    t = socket.create_connection((host, 53), timeout=2); t.settimeout(2)
+    t.sendall(struct.pack("!H", len(q)) + q)
+    out["tcp"] = "answered" if t.recv(514)[2:4] == b"\x12\x34" else "garbled"
+except OSError as exc:
+    out["tcp"] = "no answer %s" % type(exc).__name__
+print(json.dumps(out))
+"""
+
+LISTEN = (
+    "import socket\ns = socket.socket(socket.AF_INET6); s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"
+    "s.bind(('::', 8000)); s.listen(8)\n"
+    "while True:\n c = s.accept()[0]; c.sendall(b'reached\\n'); c.close()\n"
+)
+
+
+def _docker0() -> str:
+    info = json.loads(ip("-j", "addr", "show", "docker0").stdout)[0]["addr_info"]
+    return next(a["local"] for a in info if a["family"] == "inet")
+
+
+@pytest.fixture(scope="module")
+def private_server() -> Iterator[BannerServer]:
+    with ExitStack() as stack:
+        inside = stack.enter_context(namespace(address=PRIVATE))
+        yield stack.enter_context(inside.run(lambda: BannerServer(inside.address)))
+
+
+@pytest.fixture(scope="module")
+def host_server() -> Iterator[BannerServer]:
+    with BannerServer(_docker0()) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def backend(docker_base_image: str, test_run_id: str, private_server: BannerServer) -> Iterator[DockerBackend]:
+    # Rebinding: allowed names whose answers are a private address and the host's own.
+    answers = {"rebind-private.test": PRIVATE, "rebind-host.test": _docker0(), "fine.test": "203.0.113.9"}
+    with upstream_dns(answers) as upstream:
+        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
+        adapter = DockerBackend(BackendConfig(kind="docker", options=options))
+        yield adapter
+        adapter.close()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[docker.APIClient]:
+    client = docker.APIClient(timeout=60)
+    yield client
+    client.close()
+
+
+SandboxMaker = Callable[..., SandboxInfo]
+
+
+@pytest.fixture(scope="module")
+def make_sandbox(backend: DockerBackend, docker_base_image: str, test_run_id: str) -> Iterator[SandboxMaker]:
+    made: list[str] = []
+
+    def make(network: NetworkSpec, space: str | None = None) -> SandboxInfo:
+        metadata = {"test-run": test_run_id, META_SPACE: space or f"rev3-{uuid.uuid4().hex[:8]}"}
+        info = backend.create(SandboxSpec(template_id=docker_base_image, network=network, metadata=metadata))
+        made.append(info.sandbox_id)
+        return info
+
+    yield make
+    for sandbox_id in made:
+        backend.delete(sandbox_id)
+
+
+def _net(engine: docker.APIClient, sandbox_id: str) -> dict[str, str]:
+    (settings,) = engine.inspect_container(sandbox_id)["NetworkSettings"]["Networks"].values()
+    return settings
+
+
+def _dns(backend: DockerBackend, sandbox_id: str, host: str, name: str) -> dict[str, str]:
+    result = backend.exec(sandbox_id, ExecRequest(argv=("python3", "-c", DNS_QUERY, host, name), timeout_s=30))
+    assert result.exit_code == 0, result
+    answer: dict[str, str] = json.loads(result.stdout)
+    return answer
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_an_allowed_name_resolving_to_a_private_or_host_address_is_still_refused(
+    backend: DockerBackend,
+    make_sandbox: SandboxMaker,
+    private_server: BannerServer,
+    host_server: BannerServer,
+    listed: bool,
+) -> None:
+    names = ("rebind-private.test", "rebind-host.test")
+    network = NetworkSpec(True, False, allow_out=names) if listed else OPEN
+    sandbox = make_sandbox(network)
+    resolved = resolve(backend, sandbox.sandbox_id, list(names))
+    assert resolved == {"rebind-private.test": [PRIVATE], "rebind-host.test": [host_server.host]}
+    answers = probe(
+        backend,
+        sandbox.sandbox_id,
+        [("rebind-private.test", private_server.port), ("rebind-host.test", host_server.port)],
+    )
+    assert all(answer not in ("reached", "connected") for answer in answers.values()), answers
+    assert not private_server.clients
+    assert not host_server.clients
+
+
+def test_dns_to_another_spaces_resolver_is_refused_over_udp_and_tcp(
+    backend: DockerBackend, make_sandbox: SandboxMaker, engine: docker.APIClient
+) -> None:
+    mine = make_sandbox(NetworkSpec(True, False, allow_out=("fine.test",)))
+    theirs = make_sandbox(OPEN)  # another space: its resolver answers every name
+    own_gateway = _net(engine, mine.sandbox_id)["Gateway"]
+    other = _net(engine, theirs.sandbox_id)
+    # Control: the own resolver answers (UDP and TCP).
+    assert _dns(backend, mine.sandbox_id, own_gateway, "fine.test") == {"udp": "answered", "tcp": "answered"}
+    for gateway in (other["Gateway"], other.get("IPv6Gateway") or ""):
+        if not gateway:
+            continue
+        answer = _dns(backend, mine.sandbox_id, gateway, "rebind-private.test")
+        assert not any(v == "answered" for v in answer.values()), (gateway, answer)
+
+
+def test_ipv6_and_ipv4_to_another_sandbox_of_any_space_is_refused(
+    backend: DockerBackend, make_sandbox: SandboxMaker, engine: docker.APIClient
+) -> None:
+    space = f"rev3-{uuid.uuid4().hex[:8]}"
+    client = make_sandbox(OPEN, space)
+    same_space = make_sandbox(OPEN, space)
+    other_space = make_sandbox(OPEN)
+    targets = []
+    for neighbour in (same_space, other_space):
+        backend.exec(
+            neighbour.sandbox_id,
+            ExecRequest(argv=("sh", "-c", 'nohup python3 -c "$0" > /dev/null 2>&1 &', LISTEN), user="user"),
+        )
+        settings = _net(engine, neighbour.sandbox_id)
+        targets += [(a, 8000) for a in (settings["IPAddress"], settings.get("GlobalIPv6Address")) if a]
+    assert any(":" in host for host, _ in targets), "the space networks have no IPv6: nothing tried"
+    # The listeners answer from inside their own sandbox (they run).
+    for neighbour in (same_space, other_space):
+        assert probe(backend, neighbour.sandbox_id, [("127.0.0.1", 8000)]) == {"127.0.0.1:8000": "reached"}
+    answers = probe(backend, client.sandbox_id, targets)
+    assert all(answer not in ("reached", "connected") for answer in answers.values()), answers
+
+
+def test_a_sandbox_has_no_capability_to_spoof_or_readdress() -> None:
+    from sandboxes.backends.docker.common import ROOT_CAPABILITIES
+
+    assert not {"NET_RAW", "NET_ADMIN", "SYS_ADMIN"} & set(ROOT_CAPABILITIES)
+
+
+FLOOD = r"""
+import socket, sys
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for _ in range(count):
+    try:
+        s.sendto(b"x", (host, port))
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
+    world: Any, session_config: Any, private_server: BannerServer, settings: Any
+) -> None:
+    import time
+
+    from console.services import SYSTEM, do_update_network_policy
+    from sandboxes.egress.log import MAX_PER_READ, ingest_backend
+    from sandboxes.models import EgressEvent
+    from sandboxes.sessions.runtime import Runtime, backend_for
+
+    # Was: ingest_backend recorded the first MAX_PER_READ refusals of a read and moved the
+    # cursor past all of them, so one sandbox's flood hid every other session's refusals.
+    settings.EGRESS_LOG_MAX_PER_SESSION = 50
+    do_update_network_policy(
+        world.space_a,
+        actor=SYSTEM,
+        allow_internet_access=True,
+        allow_out=[],
+        deny_out=[],
+        l7_rules=[],
+        allow_public_traffic=False,
+    )
+    runtime = Runtime()
+    flooder = runtime.resolve(world.space_a, "flooder").session
+    victim = runtime.resolve(world.space_a, "victim").session
+    backend = backend_for(session_config)
+    assert isinstance(backend, DockerBackend)
+    ingest_backend(session_config.backend)  # the cursor at the end of what was logged so far
+    count = str(MAX_PER_READ * 2)
+    flood = backend.exec(
+        flooder.sandbox_id,
+        ExecRequest(argv=("python3", "-c", FLOOD, PRIVATE, str(private_server.port), count), timeout_s=120),
+    )
+    assert flood.exit_code == 0, flood
+    probe(backend, victim.sandbox_id, [(PRIVATE, private_server.port + 1)])
+    assert not private_server.clients
+    time.sleep(2)  # ulogd writes its JSON lines
+    ingest_backend(session_config.backend)
+    assert EgressEvent.objects.filter(session=flooder).count() <= 50  # bounded per session
+    assert EgressEvent.objects.filter(session=victim).exists()
