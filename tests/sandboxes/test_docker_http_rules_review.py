@@ -34,10 +34,6 @@ def test_a_deny_cidr_wins_over_an_http_allow_rule_live(lab: Lab) -> None:  # noq
         _restore(lab)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an HTTP allow rule for a host outside the space's allow list lets it through on 80/443",
-)
 def test_an_http_allow_rule_does_not_widen_the_allow_list_live(lab: Lab) -> None:  # noqa: F811
     try:
         _apply(lab, allow_out=("other.test",))

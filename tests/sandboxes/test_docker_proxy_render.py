@@ -66,7 +66,9 @@ def test_tls_rules_use_the_sni_and_skip_what_needs_decryption() -> None:
         "ssl_bump terminate s1_src s1_deny_net s1_denied",
         "ssl_bump terminate s1_src s1_deny_sni s1_denied",
     ]
-    assert bump[3:6] == [
+    assert bump[3:7] == [
+        # the allow list bounds the rules: a host outside it is refused before any rule
+        "ssl_bump terminate s1_src !s1_allow_net !s1_allow_sni s1_notallowed",
         "ssl_bump splice s1_src s1_r1_sni",  # allow with methods/path: allowed by name
         "ssl_bump terminate s1_src s1_r2_sni s1_r2_note",  # unrestricted deny
         # rule 3 (deny POST) cannot be checked by SNI: no line

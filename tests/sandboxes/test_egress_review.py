@@ -96,11 +96,6 @@ def test_a_deny_cidr_wins_over_an_http_allow_rule() -> None:
     assert deny < allow_rule
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an HTTP allow rule for a host outside the allow list lets squid fetch it on 80/443 "
-    "(squid resolves it itself), while explain and every other port refuse it",
-)
 def test_an_http_allow_rule_does_not_widen_the_allow_list() -> None:
     policy = SpaceProxyPolicy(
         name="n",

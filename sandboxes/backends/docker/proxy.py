@@ -318,6 +318,24 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
         access.append(f"http_access deny !CONNECT {src} {s}_deny_dom {s}_denied")
         bump.append(f"ssl_bump terminate {src} {s}_deny_sni {s}_denied")
 
+    # An allow list bounds the HTTP rules too: they narrow what it lets through, never widen it
+    # (the packet filter and explain say the same for every other port).
+    if allow_nets or allow_domains:
+        acls.append(_note(f"{s}_notallowed", "not in the space's allow list"))
+        if allow_domains:
+            regexes = " ".join(_domain_regex(d) for d in allow_domains)
+            acls.append(f"acl {s}_allow_dom dstdom_regex -i {regexes}")
+            acls.append(f"acl {s}_allow_sni ssl::server_name_regex -i {regexes}")
+        outside = [f"!{s}_allow_net"] if allow_nets else []
+        access.append(
+            " ".join(["http_access deny !CONNECT", src, *outside, *([f"!{s}_allow_dom"] if allow_domains else [])])
+            + f" {s}_notallowed"
+        )
+        bump.append(
+            " ".join(["ssl_bump terminate", src, *outside, *([f"!{s}_allow_sni"] if allow_domains else [])])
+            + f" {s}_notallowed"
+        )
+
     named: list[str] = []
     for position, rule in enumerate(policy.rules, start=1):
         r = f"{s}_r{position}"
@@ -352,14 +370,10 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
 
     # Hosts named by no rule: the space's allow list.
     if allow_nets or allow_domains:
-        acls.append(_note(f"{s}_notallowed", "not in the space's allow list"))
         if allow_nets:
             access.append(f"http_access allow {src} {s}_allow_net")
             bump.append(f"ssl_bump splice {src} {s}_allow_net")
         if allow_domains:
-            regexes = " ".join(_domain_regex(d) for d in allow_domains)
-            acls.append(f"acl {s}_allow_dom dstdom_regex -i {regexes}")
-            acls.append(f"acl {s}_allow_sni ssl::server_name_regex -i {regexes}")
             access.append(f"http_access allow !CONNECT {src} {s}_allow_dom")
             bump.append(f"ssl_bump splice {src} {s}_allow_sni")
         # The fake CONNECT passes here; its SNI is decided by ssl_bump.
