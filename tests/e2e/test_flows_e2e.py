@@ -95,8 +95,11 @@ def step_done(page: Any, base: str, key: str) -> bool:
 def wait_for_job(page: Any, timeout_s: float = 300) -> str:
     """On a job page: wait (HTMX polls it) until it finishes; its status word."""
     page.wait_for_selector("#job-status .status", timeout=10_000)
+    # HTMX swaps the card's outerHTML: for a moment there is none.
     page.wait_for_function(
-        "!document.querySelector('#job-status').hasAttribute('hx-get')", timeout=int(timeout_s * 1000)
+        "(() => { const card = document.querySelector('#job-status');"
+        " return card !== null && !card.hasAttribute('hx-get'); })()",
+        timeout=int(timeout_s * 1000),
     )
     return str(page.inner_text("#job-status .status")).strip()
 
