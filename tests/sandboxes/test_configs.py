@@ -11,6 +11,7 @@ from django.urls import reverse
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, NetworkPolicy
 from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, RemoteError, SandboxSpec
+from sandboxes.backends.docker.proxy import squid_available
 from sandboxes.catalog.bridge import console_metadata, open_backend
 from sandboxes.catalog.templates import owner_labels
 from sandboxes.models import PlatformBackend, SandboxConfig
@@ -305,7 +306,7 @@ def test_identity_fields_are_frozen_while_sandboxes_live(
 def test_capabilities_come_from_the_accessors_and_unsupported_policy_is_said(
     world: World, docker_config: SandboxConfig
 ) -> None:
-    # Docker honours allow/deny lists (docs/network.md) and inbound now; HTTP rules not yet.
+    # Docker honours allow/deny lists and inbound; HTTP rules where squid runs (docs/network.md).
     NetworkPolicy.objects.filter(space=world.space_a).update(
         allow_internet_access=True,
         deny_out=["198.51.100.0/24"],
@@ -317,9 +318,13 @@ def test_capabilities_come_from_the_accessors_and_unsupported_policy_is_said(
     assert 'data-capability="files">✓' in matrix
     assert 'data-capability="inbound">✓' in matrix  # the console serves Docker ports (docs/inbound.md)
     detail = client.get(docker_config.get_absolute_url()).content.decode()
-    assert "cannot honour part of Space A" in detail
     assert 'id="workspace-unsupported"' not in detail  # Docker keeps /workspace on a volume
-    assert "1 HTTP (L7) rule(s)" in detail
+    if squid_available():  # the HTTP rules go through the console's squid
+        assert "cannot honour part of Space A" not in detail
+        assert "HTTP (L7) rule(s)" not in detail
+    else:
+        assert "cannot honour part of Space A" in detail
+        assert "1 HTTP (L7) rule(s)" in detail
     assert "CIDR deny entries (198.51.100.0/24)" not in detail  # honoured on Docker now
     assert "domain allow entries (pypi.org)" not in detail
 
