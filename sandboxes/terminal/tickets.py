@@ -211,9 +211,11 @@ def revoked(grant: Grant) -> Revocation | None:
 # --- Audit ---------------------------------------------------------------------------------
 
 
+@transaction.atomic
 def record_open(grant: Grant, user: Any, source_ip: str | None, sandbox_id: str) -> bool:
     """Audit the terminal's first shell; False (nothing written) when it was opened before:
-    a reattach through another process, or a shell that replaced a lost one."""
+    a reattach through another process, or a shell that replaced a lost one. The row's mark
+    and its audit row commit together: a reader never sees one without the other."""
     session = Session.objects.select_related("space").get(pk=grant.session_id)
     first = Terminal.objects.filter(pk=grant.terminal_id, opened__isnull=True).update(opened=timezone.now())
     if not first:
@@ -229,9 +231,11 @@ def record_open(grant: Grant, user: Any, source_ip: str | None, sandbox_id: str)
     return True
 
 
+@transaction.atomic
 def record_close(grant: Grant, user: Any, source_ip: str | None, reason: str, stats: dict[str, Any]) -> None:
     """Close the row and audit it: only the process that won `attachments.claim_close` calls
-    this, once per terminal. `stats` are this process's; the row adds them to the others'."""
+    this, once per terminal. `stats` are this process's; the row adds them to the others'.
+    One transaction: a closed row is never seen (nor left by a crash) without its audit."""
     session = Session.objects.select_related("space").get(pk=grant.session_id)
     closed = Terminal.objects.filter(pk=grant.terminal_id, closed__isnull=True).update(
         closed=timezone.now(),

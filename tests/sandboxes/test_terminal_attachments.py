@@ -93,3 +93,18 @@ def test_the_sweep_closes_only_terminals_whose_lease_ran_out(world: World, termi
     assert Terminal.objects.get(pk=never_opened.pk).closed is None
     assert AuditEvent.objects.filter(action="terminal.close", target_id=str(terminal.pk)).count() == 1
     assert sweep.close_abandoned() == 0
+
+
+@pytest.mark.django_db
+def test_a_close_whose_audit_fails_leaves_the_row_open_for_the_next_try(terminal: Terminal) -> None:
+    """The close and its audit row commit together: a reader that sees the row closed finds
+    its audit (a replica test once read between the two), and a failed audit write closes nothing."""
+    grant = grant_for(terminal)
+    unwritable = {"bytes_in": 1, "bytes_out": 2, "when": object()}  # not JSON: the audit insert fails
+    with pytest.raises(TypeError):
+        terminals.record_close(grant, terminal.user, None, "closed by the client", unwritable)
+    assert Terminal.objects.get(pk=terminal.pk).closed is None
+    assert not AuditEvent.objects.filter(action="terminal.close", target_id=grant.terminal_id).exists()
+    terminals.record_close(grant, terminal.user, None, "closed by the client", {"bytes_in": 1, "bytes_out": 2})
+    assert Terminal.objects.get(pk=terminal.pk).closed is not None
+    assert AuditEvent.objects.filter(action="terminal.close", target_id=grant.terminal_id).count() == 1
