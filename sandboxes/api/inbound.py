@@ -10,7 +10,8 @@ from console.crypto import decrypt
 from console.models import Space
 
 from ..sessions.inbound import do_issue_inbound_link, inbound_on, inbound_url
-from .views import ApiError, actor, api_view, existing_session, field_of, int_param, json_body
+from .views import actor, api_view, existing_session
+from .wire import ApiError, field_of, int_param, json_body
 
 
 def _port(value: int | None) -> int:

@@ -13,7 +13,8 @@ from ..catalog.network import network_spec_for
 from ..egress.checks import backend_views
 from ..egress.explain import explain, parse_target
 from ..models import Session
-from .views import ApiError, api_view
+from .views import api_view
+from .wire import ApiError
 
 
 @api_view("GET")

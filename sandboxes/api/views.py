@@ -9,21 +9,17 @@ shapes are described in `sandboxes/api/openapi.py` and served at /api/v1/openapi
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import functools
 import hashlib
-import json
 import logging
 import secrets
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
-from django.db.models import Model, QuerySet
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
@@ -31,8 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 from console.models import Space
 from console.services import Actor, ServiceError, record_audit
 
-from ..backends.base import ErrorKind, ExecRequest, RemoteError
-from ..catalog.network import PolicyConflict
+from ..backends.base import ExecRequest, RemoteError
 from ..models import ApiToken, Artifact, BackgroundCommand, Session
 from ..sessions.commands import kill_command, read_output, send_input, start_command
 from ..sessions.limits import LimitExceeded, check_api_rate
@@ -41,33 +36,21 @@ from ..sessions.runtime import Resolved, Runtime, SessionDeleted
 from ..sessions.store import lifecycle_lock, lock_key
 from ..sessions.store_select import get_store
 from ..sessions.workspace import collect_artifacts, list_files, read_file, stage_input, write_file
-from .pagination import InvalidPage, cursor_page
+from .wire import (
+    ApiError,
+    decode_b64,
+    field_of,
+    int_param,
+    json_body,
+    limit_response,
+    page_of,
+    remote_error,
+    upload_body,
+)
 
 logger = logging.getLogger(__name__)
 TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
 LAST_USED_WRITE_INTERVAL = timedelta(minutes=1)
-MAX_JSON_BODY = 2 * 1024 * 1024
-
-KIND_STATUS = {
-    ErrorKind.CONFLICT: 409,
-    ErrorKind.QUOTA: 409,
-    ErrorKind.RATE_LIMITED: 429,
-    ErrorKind.UNAVAILABLE: 503,
-    ErrorKind.TIMEOUT: 504,
-}
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, *, field: str | None = None, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.field, self.extra = status, code, message, field, extra
-
-    def response(self) -> JsonResponse:
-        body: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.field:
-            body["field"] = self.field
-        body.update(self.extra)
-        return JsonResponse({"error": body}, status=self.status)
 
 
 # --- Tokens ------------------------------------------------------------------------------
@@ -138,61 +121,7 @@ def authenticate(request: HttpRequest, space_id: Any) -> tuple[Space, ApiToken]:
 # --- Plumbing ----------------------------------------------------------------------------
 
 
-def json_body(request: HttpRequest) -> dict[str, Any]:
-    if not request.body:
-        return {}
-    if len(request.body) > MAX_JSON_BODY:
-        raise ApiError(413, "too_large", f"JSON bodies are at most {MAX_JSON_BODY} bytes.")
-    try:
-        data = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid", f"The body is not JSON: {exc}", field="body") from None
-    if not isinstance(data, dict):
-        raise ApiError(400, "invalid", "The body must be a JSON object.", field="body")
-    return data
-
-
-def field_of(data: dict[str, Any], name: str, kind: type | tuple[type, ...], *, required: bool = False) -> Any:
-    if name not in data or data[name] is None:
-        if required:
-            raise ApiError(400, "invalid", f"'{name}' is required.", field=name)
-        return None
-    value = data[name]
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise ApiError(400, "invalid", f"'{name}' has the wrong type.", field=name)
-    if not isinstance(value, kind):
-        raise ApiError(400, "invalid", f"'{name}' has the wrong type.", field=name)
-    return value
-
-
-def decode_b64(data: dict[str, Any], name: str) -> bytes | None:
-    text = field_of(data, name, str)
-    if text is None:
-        return None
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise ApiError(400, "invalid", f"'{name}' is not valid base64.", field=name) from None
-
-
-def remote_error(exc: RemoteError) -> ApiError:
-    if isinstance(exc, PolicyConflict):  # the space's settings, not the backend: 409, never 502
-        return ApiError(409, "policy_conflict", exc.message, retryable=False)
-    status = KIND_STATUS.get(exc.kind, 502)
-    return ApiError(status, str(exc.kind), exc.message, retryable=exc.retryable, backend=True)
-
-
-def limit_response(exc: LimitExceeded) -> JsonResponse:
-    """429 naming the limit, with Retry-After (seconds)."""
-    response = ApiError(
-        429, "limit_exceeded", exc.message, limit=exc.limit, maximum=exc.maximum, retry_after_s=exc.retry_after_s
-    ).response()
-    response["Retry-After"] = str(exc.retry_after_s)
-    return response
-
-
 Handler = Callable[..., HttpResponse | FileResponse]
-M = TypeVar("M", bound=Model)
 
 
 def api_view(*methods: str) -> Callable[[Handler], Handler]:
@@ -398,19 +327,6 @@ def exec_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
     )
 
 
-def upload_body(request: HttpRequest) -> bytes:
-    """A PUT's raw body up to WORKSPACE_UPLOAD_MAX_BYTES, read from the stream.
-
-    `request.body` refuses anything past DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB, meant for
-    form fields) with an HTML 400, which made the workspace's own cap unreachable.
-    """
-    cap = settings.WORKSPACE_UPLOAD_MAX_BYTES
-    data = request.read(cap + 1)
-    if len(data) > cap:
-        raise ApiError(400, "invalid", f"The file is larger than {cap} bytes.", field="body")
-    return data
-
-
 @api_view("PUT")
 def input_upload_view(request: HttpRequest, space: Space, key: str, path: str) -> HttpResponse:
     session = existing_session(space, key)
@@ -554,25 +470,6 @@ def command_output_view(request: HttpRequest, space: Space, key: str, command_id
             "exit_code": page.exit_code,
         }
     )
-
-
-def page_of(
-    request: HttpRequest, rows: QuerySet[M], *, time_field: str, default_limit: int
-) -> tuple[list[M], str | None]:
-    try:
-        return cursor_page(request, rows, time_field=time_field, default_limit=default_limit)
-    except InvalidPage as exc:
-        raise ApiError(400, "invalid", exc.message, field=exc.field) from None
-
-
-def int_param(request: HttpRequest, name: str) -> int | None:
-    raw = request.GET.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ApiError(400, "invalid", f"'{name}' is an integer.", field=name) from None
 
 
 @api_view("POST")
