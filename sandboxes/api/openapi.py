@@ -272,14 +272,26 @@ ERRORS = {
 }
 
 
+# A GET never creates, resumes or rebuilds a sandbox: the reads that need a running one say so.
+NOT_RUNNING = {
+    "409": json_response(
+        "code session_not_running: the session's sandbox is paused, stopped or gone, and a GET never wakes it;"
+        " the message names the POST that does (…/resolve, or any POST that runs in it such as …/exec)."
+        " Otherwise a backend conflict or quota",
+        "Error",
+    )
+}
+
+
 def operation(
     summary: str,
     responses: dict[str, Any],
     *,
     body: dict[str, Any] | None = None,
     query: list[dict[str, Any]] | None = None,
+    errors: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    op: dict[str, Any] = {"summary": summary, "responses": {**responses, **ERRORS}}
+    op: dict[str, Any] = {"summary": summary, "responses": {**responses, **ERRORS, **(errors or {})}}
     if body is not None:
         op["requestBody"] = body
     if query:
@@ -322,7 +334,8 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     SESSION_PATH + "/resolve": {
         "post": operation(
-            "Resolve the session to a live sandbox (created, claimed, resumed or rebuilt as needed)",
+            "Resolve the session to a live sandbox (created, claimed, resumed or rebuilt as needed):"
+            " what wakes a paused, stopped or gone session for the GETs",
             {"200": json_response("The session and what resolving did", "Session")},
             body=JSON_BODY,
         )
@@ -351,16 +364,18 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     SESSION_PATH + "/files": {
         "get": operation(
-            "List a folder of /workspace",
+            "List a folder of /workspace of the running sandbox (reads only: never wakes it)",
             {"200": json_response("Entries", "FileList")},
             query=[query_param("path", "Folder, relative to /workspace (default: /workspace)")],
+            errors=NOT_RUNNING,
         )
     },
     SESSION_PATH + "/files/content": {
         "get": operation(
-            "Read a file of /workspace",
+            "Read a file of /workspace of the running sandbox (reads only: never wakes it)",
             {"200": {"description": "The bytes", "content": {"application/octet-stream": {}}}},
             query=[query_param("path", "File, relative to /workspace", required=True)],
+            errors=NOT_RUNNING,
         ),
         "put": operation(
             "Write a file of /workspace as the session user",
@@ -503,7 +518,9 @@ def openapi_document(server_url: str) -> dict[str, Any]:
             "title": "Sandbox Console agent API",
             "version": "1",
             "description": "Resolve session sandboxes, run commands, move files and collect artifacts. "
-            "Authenticate with a space API token: `Authorization: Bearer sck_…`.",
+            "Authenticate with a space API token: `Authorization: Bearer sck_…`. "
+            "A GET never creates, resumes or rebuilds a sandbox (a read that needs a running one answers "
+            "409 session_not_running); POST …/resolve wakes a session.",
         },
         "servers": [{"url": server_url}],
         "security": [{"spaceToken": []}],

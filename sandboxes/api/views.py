@@ -35,7 +35,14 @@ from ..sessions.lookup import call_session, get_or_create_session
 from ..sessions.runtime import Resolved, Runtime, SessionDeleted
 from ..sessions.store import lifecycle_lock, lock_key
 from ..sessions.store_select import get_store
-from ..sessions.workspace import collect_artifacts, list_files, read_file, stage_input, write_file
+from ..sessions.workspace import (
+    SandboxNotRunning,
+    collect_artifacts,
+    list_files,
+    read_file,
+    stage_input,
+    write_file,
+)
 from .wire import (
     ApiError,
     decode_b64,
@@ -43,6 +50,7 @@ from .wire import (
     int_param,
     json_body,
     limit_response,
+    not_running,
     page_of,
     remote_error,
     upload_body,
@@ -160,6 +168,10 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 return exc.response()
             except LimitExceeded as exc:
                 return limit_response(exc)
+            except SandboxNotRunning:  # a GET read a session it may not wake (a ServiceError)
+                if was_deleted(space_id, kwargs.get("key")):  # not paused: a DELETE won the race
+                    return session_deleted(kwargs["key"]).response()
+                return not_running(space_id, kwargs.get("key", "")).response()
             except ServiceError as exc:
                 first_field = next(iter(exc.field_errors), None)
                 return ApiError(400, "invalid", exc.message, field=first_field).response()
@@ -337,7 +349,7 @@ def input_upload_view(request: HttpRequest, space: Space, key: str, path: str) -
 @api_view("GET")
 def files_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
     session = existing_session(space, key)
-    entries = list_files(Runtime(), session, request.GET.get("path", ""))
+    entries = list_files(Runtime(), session, request.GET.get("path", ""), wake=False)  # a GET never wakes
     return JsonResponse(
         {
             "entries": [
@@ -364,7 +376,7 @@ def file_content_view(request: HttpRequest, space: Space, key: str) -> HttpRespo
     if request.method == "PUT":
         info = write_file(Runtime(), session, path, upload_body(request), actor=actor(request))
         return JsonResponse({"path": info.path, "size": info.size}, status=201)
-    data = read_file(Runtime(), session, path)
+    data = read_file(Runtime(), session, path, wake=False)  # a GET never wakes
     return HttpResponse(data, content_type="application/octet-stream")
 
 

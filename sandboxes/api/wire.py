@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, JsonResponse
+from django.urls import reverse
 
 from ..backends.base import ErrorKind, RemoteError
 from ..catalog.network import PolicyConflict
@@ -85,6 +86,19 @@ def remote_error(exc: RemoteError) -> ApiError:
         return ApiError(409, "policy_conflict", exc.message, retryable=False)
     status = KIND_STATUS.get(exc.kind, 502)
     return ApiError(status, str(exc.kind), exc.message, retryable=exc.retryable, backend=True)
+
+
+def not_running(space_id: Any, key: str) -> ApiError:
+    """409 for a GET that found the session's sandbox paused, stopped or gone: a GET never
+    wakes one, and the answer names the POST that does."""
+    resolve = reverse("api:resolve", kwargs={"space_id": space_id, "key": key})
+    return ApiError(
+        409,
+        "session_not_running",
+        f"Session {key!r} has no running sandbox (paused, stopped or gone), and a GET never wakes one:"
+        f" POST {resolve} resumes or rebuilds it (so does POST …/exec), then read again.",
+        retryable=False,
+    )
 
 
 def limit_response(exc: LimitExceeded) -> JsonResponse:
