@@ -301,11 +301,12 @@ def _django_imports(source: str) -> list[int]:
     """Lines importing Django (anywhere: module level, a function, under TYPE_CHECKING)."""
     lines = []
     for node in ast.walk(ast.parse(source)):
-        names = []
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             names = [node.module or ""]
+        else:
+            continue
         if any(name.split(".")[0].startswith(DJANGO) for name in names):
             lines.append(node.lineno)
     return lines
