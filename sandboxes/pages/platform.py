@@ -10,11 +10,11 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods
 
-from console.access import is_platform_admin
+from console.access import require_platform_admin
 from console.services import ServiceError, actor_from_request
 from console.views import apply_form_errors
 
@@ -23,18 +23,13 @@ from ..models import PlatformBackend
 from .forms import PlatformBackendForm
 
 
-def _require_platform_admin(request: HttpRequest) -> None:
-    if not is_platform_admin(request.user):
-        raise Http404("No such page")
-
-
 def _secrets(form: PlatformBackendForm) -> dict[str, Any]:
     return {name: form.cleaned_data.get(name) for name in ("api_key", "tls_ca", "tls_cert", "tls_key", "clear_tls")}
 
 
 @login_required
 def backend_list(request: HttpRequest) -> HttpResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     backends = PlatformBackend.objects.annotate(config_count=Count("configs", distinct=True)).prefetch_related("spaces")
     return render(request, "sandboxes/backend_list.html", {"backends": backends, "section": "backends"})
 
@@ -42,7 +37,7 @@ def backend_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def backend_create(request: HttpRequest) -> HttpResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     form = PlatformBackendForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -68,7 +63,7 @@ def backend_create(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def backend_edit(request: HttpRequest, backend_id: str) -> HttpResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     backend = get_object_or_404(PlatformBackend, pk=backend_id)
     form = PlatformBackendForm(request.POST or None, instance=backend)
     if request.method == "POST" and form.is_valid():
