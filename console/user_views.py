@@ -30,7 +30,7 @@ from .users import (
     usable_invitation,
     user_status,
 )
-from .views import apply_form_errors, is_htmx, paginate, query_without_page
+from .views import apply_form_errors, paginate, query_without_page, swaps
 
 
 def _user(user_id: int) -> Any:
@@ -71,7 +71,7 @@ def user_list(request: HttpRequest) -> HttpResponse:
         "querystring": query_without_page(request),
         "section": "users",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "user-results":
+    if swaps(request, "user-results"):
         return render(request, "console/partials/user_results.html", context)
     return render(request, "console/user_list.html", context)
 

@@ -20,7 +20,7 @@ from console.access import get_space_for_user, has_role, is_platform_admin, spac
 from console.jobs import start_job
 from console.models import NetworkPolicy, Role, Space
 from console.services import ServiceError, actor_from_request
-from console.views import apply_form_errors, is_htmx
+from console.views import apply_form_errors, is_htmx, swaps
 
 from ..backends import describe
 from ..backends.base import NetworkCapabilities, RemoteError
@@ -105,7 +105,7 @@ def _render_config_form(
 ) -> HttpResponse:
     context = {"form": form, "space": space, "config": config, "section": "sandboxes"}
     status = 400 if form.errors else 200
-    if is_htmx(request) and request.headers.get("HX-Target") == "config-form":
+    if swaps(request, "config-form"):
         return render(request, "sandboxes/partials/config_form.html", context, status=status)
     return render(request, "sandboxes/config_form.html", context, status=status)
 

@@ -22,7 +22,7 @@ from django_htmx.http import HttpResponseStopPolling
 from console.access import get_space_for_user, has_role, spaces_for_user
 from console.models import Role
 from console.services import ServiceError, actor_from_request
-from console.views import is_htmx, paginate, query_without_page
+from console.views import is_htmx, paginate, query_without_page, swaps
 
 from ..backends.base import RemoteError
 from ..models import Artifact, BackgroundCommand, Session
@@ -72,7 +72,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
         "now": timezone.now(),
         "section": "sessions",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "session-results":
+    if swaps(request, "session-results"):
         return render(request, "sandboxes/partials/session_results.html", context)
     return render(request, "sandboxes/session_list.html", context)
 
@@ -310,7 +310,7 @@ def command_detail(request: HttpRequest, session_id: str, command_id: str) -> Ht
         "text": output.data.decode(errors="replace"),
         "section": "sessions",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "command-output":
+    if swaps(request, "command-output"):
         response = render(request, "sandboxes/partials/command_output.html", context)
         if output.finished or command.is_finished:
             return HttpResponseStopPolling(response.content)
