@@ -21,6 +21,13 @@ def is_platform_admin(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_active and user.is_superuser)
 
 
+def require_platform_admin(user: Any) -> None:
+    """For the platform's pages: anyone but a platform admin gets 404, so a section's
+    existence is not revealed (as for a space the user is not a member of)."""
+    if not is_platform_admin(user):
+        raise Http404("No such page")
+
+
 def spaces_for_user(user: Any, role: Role = Role.VIEWER) -> QuerySet[Space]:
     """The spaces `user` holds at least `role` in (every space for platform admins)."""
     if is_platform_admin(user):

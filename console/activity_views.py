@@ -5,18 +5,13 @@ for platform admins; anyone else gets 404, as for every platform page."""
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from .access import is_platform_admin
+from .access import require_platform_admin
 from .activity_charts import DEFAULT_WINDOW, WINDOWS, build_charts
 from .retention import retention_days
-
-
-def _require_platform_admin(request: HttpRequest) -> None:
-    if not is_platform_admin(request.user):
-        raise Http404("No such page")
 
 
 def _window(request: HttpRequest) -> str:
@@ -27,7 +22,7 @@ def _window(request: HttpRequest) -> str:
 @login_required
 @require_safe
 def activity_page(request: HttpRequest) -> HttpResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     window = _window(request)
     context = {
         "charts": build_charts(window),
@@ -42,6 +37,6 @@ def activity_page(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_safe
 def activity_series(request: HttpRequest) -> JsonResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     ids = [i for i in request.GET.get("charts", "").split(",") if i]
     return JsonResponse(build_charts(_window(request)).to_json(*ids))

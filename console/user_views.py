@@ -10,12 +10,12 @@ from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import SetPasswordForm
 from django.db.models import Q
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from .access import is_platform_admin
+from .access import require_platform_admin
 from .forms import UserCreateForm, UserFilterForm
 from .models import Invitation
 from .services import ServiceError, actor_from_request
@@ -30,12 +30,7 @@ from .users import (
     usable_invitation,
     user_status,
 )
-from .views import apply_form_errors, is_htmx, paginate, query_without_page
-
-
-def _require_platform_admin(request: HttpRequest) -> None:
-    if not is_platform_admin(request.user):
-        raise Http404("No such page")
+from .views import apply_form_errors, paginate, query_without_page, swaps
 
 
 def _user(user_id: int) -> Any:
@@ -49,7 +44,7 @@ def _base_url(request: HttpRequest) -> str:
 @login_required
 @require_safe
 def user_list(request: HttpRequest) -> HttpResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     form = UserFilterForm(request.GET or None)
     users = get_user_model().objects.all()
     query = status = ""
@@ -76,7 +71,7 @@ def user_list(request: HttpRequest) -> HttpResponse:
         "querystring": query_without_page(request),
         "section": "users",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "user-results":
+    if swaps(request, "user-results"):
         return render(request, "console/partials/user_results.html", context)
     return render(request, "console/user_list.html", context)
 
@@ -96,7 +91,7 @@ def _show_invite(request: HttpRequest, user: Any, issued: IssuedInvite, *, creat
 @login_required
 @require_http_methods(["GET", "POST"])
 def user_create(request: HttpRequest) -> HttpResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     form = UserCreateForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
@@ -113,7 +108,7 @@ def user_create(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_safe
 def user_detail(request: HttpRequest, user_id: int) -> HttpResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     subject = _user(user_id)
     context = {
         "subject": subject,
@@ -130,7 +125,7 @@ def user_detail(request: HttpRequest, user_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def user_invite(request: HttpRequest, user_id: int) -> HttpResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     subject = _user(user_id)
     try:
         issued = do_reissue_invite(subject, actor=actor_from_request(request), base_url=_base_url(request))
@@ -143,7 +138,7 @@ def user_invite(request: HttpRequest, user_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def user_deactivate(request: HttpRequest, user_id: int) -> HttpResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     subject = _user(user_id)
     try:
         ended = do_deactivate_user(subject, actor=actor_from_request(request))
@@ -157,7 +152,7 @@ def user_deactivate(request: HttpRequest, user_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def user_reactivate(request: HttpRequest, user_id: int) -> HttpResponse:
-    _require_platform_admin(request)
+    require_platform_admin(request.user)
     subject = _user(user_id)
     try:
         do_reactivate_user(subject, actor=actor_from_request(request))

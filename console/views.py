@@ -59,6 +59,12 @@ def is_htmx(request: HttpRequest) -> bool:
     return bool(getattr(request, "htmx", False))
 
 
+def swaps(request: HttpRequest, target: str) -> bool:
+    """Whether the request is HTMX's, swapping the element with this id (a list's results, a
+    status card): the view answers with that part only."""
+    return is_htmx(request) and request.headers.get("HX-Target") == target
+
+
 def apply_form_errors(form: Any, error: ServiceError) -> None:
     for field_name, field_errors in error.field_errors.items():
         for message in field_errors:
@@ -116,7 +122,7 @@ def space_list(request: HttpRequest) -> HttpResponse:
         "can_create": is_platform_admin(request.user),
         "section": "spaces",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "space-results":
+    if swaps(request, "space-results"):
         return render(request, "console/partials/space_results.html", context)
     return render(request, "console/space_list.html", context)
 
@@ -391,7 +397,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         "actions": audit_for_user(request.user).order_by("action").values_list("action", flat=True).distinct()[:200],
         "section": "audit",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "audit-results":
+    if swaps(request, "audit-results"):
         return render(request, "console/partials/audit_results.html", context)
     return render(request, "console/audit_list.html", context)
 
@@ -441,7 +447,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "can_run_diagnostics": is_platform_admin(request.user),
         "section": "jobs",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "job-results":
+    if swaps(request, "job-results"):
         return render(request, "console/partials/job_results.html", context)
     return render(request, "console/job_list.html", context)
 
@@ -469,7 +475,7 @@ def job_detail(request: HttpRequest, job_id: str) -> HttpResponse:
         "can_cancel": can_cancel,
         "section": "jobs",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "job-status":
+    if swaps(request, "job-status"):
         response = render(request, "console/partials/job_status.html", context)
         if job.is_finished:
             # 286 tells HTMX to stop polling; the final state is in this response.

@@ -191,14 +191,23 @@ def _read_fields(
         result.add(Severity.INFO, f"The body has {body_lines} lines; the spec suggests under {BODY_LINES_HINT}.")
 
 
+def _required_string(
+    mapping: dict[str, Any], key: str, line_of: Any, first_line: int, result: ParsedSkill
+) -> tuple[str | None, int | None]:
+    """A required key's value and line: (None, _) with an error when it is missing or not a string."""
+    if key not in mapping:
+        result.add(Severity.ERROR, f"The frontmatter has no {key!r}.", first_line)
+        return None, None
+    value, line = mapping[key], line_of(key)
+    if not isinstance(value, str):
+        result.add(Severity.ERROR, f"{key!r} must be a string, not {type(value).__name__}.", line)
+        return None, line
+    return value, line
+
+
 def _read_name(mapping: dict[str, Any], line_of: Any, first_line: int, result: ParsedSkill, folder: str | None) -> str:
-    if "name" not in mapping:
-        result.add(Severity.ERROR, "The frontmatter has no 'name'.", first_line)
-        return ""
-    name = mapping["name"]
-    line = line_of("name")
-    if not isinstance(name, str):
-        result.add(Severity.ERROR, f"'name' must be a string, not {type(name).__name__}.", line)
+    name, line = _required_string(mapping, "name", line_of, first_line, result)
+    if name is None:
         return ""
     name = name.strip()
     problem = unusable_name_problem(name)
@@ -235,13 +244,8 @@ def unusable_name_problem(name: str) -> str:
 
 
 def _read_description(mapping: dict[str, Any], line_of: Any, first_line: int, result: ParsedSkill) -> str:
-    if "description" not in mapping:
-        result.add(Severity.ERROR, "The frontmatter has no 'description'.", first_line)
-        return ""
-    description = mapping["description"]
-    line = line_of("description")
-    if not isinstance(description, str):
-        result.add(Severity.ERROR, f"'description' must be a string, not {type(description).__name__}.", line)
+    description, line = _required_string(mapping, "description", line_of, first_line, result)
+    if description is None:
         return ""
     if not description.strip():
         result.add(Severity.ERROR, "'description' is empty.", line)

@@ -24,7 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from console.access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from console.models import Role, Space
 from console.services import ServiceError, actor_from_request
-from console.views import is_htmx, paginate, query_without_page
+from console.views import paginate, query_without_page, swaps
 from sandboxes.backends.base import RemoteError
 from sandboxes.catalog.bridge import config_fingerprint
 from sandboxes.models import SandboxConfig
@@ -85,7 +85,7 @@ def skill_list(request: HttpRequest) -> HttpResponse:
         "can_import": is_platform_admin(request.user),
         "section": "skills",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "skill-results":
+    if swaps(request, "skill-results"):
         return render(request, "skills/partials/skill_results.html", context)
     return render(request, "skills/skill_list.html", context)
 

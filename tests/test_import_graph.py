@@ -2,6 +2,10 @@
 
     skills  ──►  sandboxes  ──►  console          sandboxes.backends ──► (nothing of ours)
 
+and, inside those, rooms (`ROOMS`): every module sits in one, and a room imports only the
+rooms of `sandboxes/` its entry names; a backend package imports only the contract (and no
+Django at all).
+
 The graph is built with the standard library's `ast` from the source of `console/`,
 `sandboxes/` and `skills/` (migrations and the bundled example skills are not modules of the
 running project; `sandboxes/sessions/workspace_helper.py` runs inside a sandbox and imports
@@ -177,17 +181,6 @@ def test_arrows_point_from_skills_to_sandboxes_to_console():
     assert not wrong, "imports against skills -> sandboxes -> console:\n" + "\n".join(wrong)
 
 
-def test_backends_import_nothing_of_the_project_but_themselves():
-    wrong = [
-        f"{module} -> {target}"
-        for module, targets in build_graph().items()
-        if module.startswith("sandboxes.backends")
-        for target in sorted(targets)
-        if not target.startswith("sandboxes.backends")
-    ]
-    assert not wrong, "backends importing the project:\n" + "\n".join(wrong)
-
-
 def test_the_graph_sees_function_level_and_relative_imports():
     # The checks above are only as good as the graph: it must see the lazy imports that
     # hide cycles, and resolve relative imports in packages and modules alike.
@@ -201,34 +194,179 @@ def test_the_graph_sees_function_level_and_relative_imports():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# Inside sandboxes/: what each capability package may import of its siblings (the docstring
-# of each package says the same). The backends are a leaf (tested above); models import none.
+# --- Rooms -------------------------------------------------------------------------------
+# Every module of ours sits in a room, and a room's entry says which rooms of `sandboxes/` it
+# may import (the docstring of each package says the same). `console` and `skills` are flat
+# apps, one room each (their arrows into `sandboxes/` are checked here, the rest by the app
+# rule above); `sandboxes/` is split by capability: a package is a room with its subtree, a
+# top-level module a room of its own. A module in no room fails `test_every_module_is_in_a_room`,
+# so a new package or top-level module says where it stands before its arrows go unchecked.
 _BASE = {"sandboxes.backends", "sandboxes.models"}
-SANDBOXES_LAYERS = {
+_CATALOG = _BASE | {"sandboxes.catalog"}
+_SESSIONS = _CATALOG | {"sandboxes.sessions"}
+_EGRESS = _SESSIONS | {"sandboxes.egress"}
+ROOMS: dict[str, set[str]] = {
+    "console": set(),
+    # The skill builder installs into sessions and builds images on a config's backend.
+    "skills": _EGRESS,
+    "sandboxes": set(),  # the app's package itself: empty
+    "sandboxes.backends": set(),  # the leaf: nothing of ours but itself (see the backend rules)
+    "sandboxes.models": set(),  # Django and console.models only
     "sandboxes.catalog": _BASE,
-    "sandboxes.sessions": _BASE | {"sandboxes.catalog"},
-    "sandboxes.egress": _BASE | {"sandboxes.catalog", "sandboxes.sessions"},
-    "sandboxes.api": _BASE | {"sandboxes.catalog", "sandboxes.sessions", "sandboxes.egress"},
-    "sandboxes.terminal": _BASE | {"sandboxes.catalog", "sandboxes.sessions"},
+    "sandboxes.sessions": _CATALOG,
+    "sandboxes.egress": _SESSIONS,
+    "sandboxes.api": _EGRESS,
+    "sandboxes.terminal": _SESSIONS,
+    # The ASGI route to sandbox ports: the session side (sessions.inbound) and the contract.
+    "sandboxes.inbound": _SESSIONS,
     # The pages sit on top: token writes live with the API, the terminal page with the terminal.
-    "sandboxes.pages": _BASE
-    | {"sandboxes.catalog", "sandboxes.sessions", "sandboxes.egress", "sandboxes.api", "sandboxes.terminal"},
+    "sandboxes.pages": _EGRESS | {"sandboxes.api", "sandboxes.terminal"},
+    # Entry points: Celery tasks and management commands call the rooms that do the work.
+    "sandboxes.tasks": _EGRESS | {"sandboxes.terminal"},
+    "sandboxes.management": _SESSIONS,
+    # AppConfig.ready(): registers jobs, checks, signals and getting-started steps of every room.
+    "sandboxes.apps": _EGRESS | {"sandboxes.terminal", "sandboxes.pages"},
+    **{name: {"*"} for name in WIRING},  # the root: names every app's routes
 }
 
 
 def _room(module: str) -> str:
+    if module in WIRING:
+        return module
     parts = module.split(".")
-    return ".".join(parts[:2]) if parts[0] == "sandboxes" and len(parts) > 2 else module
+    return ".".join(parts[:2]) if parts[0] == "sandboxes" else parts[0]
 
 
-def test_sandboxes_packages_import_only_the_layers_below():
-    wrong = [
-        f"{module} -> {target}"
-        for module, targets in build_graph().items()
-        if _room(module) in SANDBOXES_LAYERS
-        for target in sorted(targets)
-        if _app(target) == "sandboxes"
-        and _room(target) != _room(module)
-        and _room(target) not in SANDBOXES_LAYERS[_room(module)]
+def _unassigned(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(module for module in graph if _room(module) not in ROOMS)
+
+
+def _against_the_rooms(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for module, targets in graph.items():
+        allowed = ROOMS.get(_room(module), set())
+        for target in sorted(targets):
+            room = _room(target)
+            if _app(target) == "sandboxes" and room != _room(module) and room not in allowed and "*" not in allowed:
+                wrong.append(f"{module} -> {target}")
+    return wrong
+
+
+def test_every_module_is_in_a_room():
+    unassigned = _unassigned(build_graph())
+    assert not unassigned, "modules in no room (add them to ROOMS):\n" + "\n".join(unassigned)
+
+
+def test_rooms_import_only_the_rooms_they_may():
+    wrong = _against_the_rooms(build_graph())
+    assert not wrong, "imports against the rooms of sandboxes/:\n" + "\n".join(wrong)
+
+
+# --- Backends ------------------------------------------------------------------------------
+# The contract every adapter implements, and the endpoint guard every remote adapter dials
+# through: the shared part of `sandboxes/backends/`, itself importing only the contract.
+CONTRACT = {"sandboxes.backends.base", "sandboxes.backends.capabilities"}
+SHARED = CONTRACT | {"sandboxes.backends.guard"}
+# A kind built on another's protocol: Cube serves the E2B API, so its adapter extends E2B's.
+BUILT_ON = {"cube": {"e2b"}}
+# Packages that need Django (its settings, ORM or apps) to import.
+DJANGO = ("django", "channels")
+
+
+def _kind(module: str) -> str | None:
+    """`docker` for `sandboxes.backends.docker.*`; None for the registry and shared modules."""
+    parts = module.split(".")
+    if parts[:2] == ["sandboxes", "backends"] and len(parts) > 2 and module not in SHARED:
+        return parts[2]
+    return None
+
+
+def _backend_arrows_against_the_contract(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for module, targets in graph.items():
+        if not module.startswith("sandboxes.backends"):
+            continue
+        kind = _kind(module)
+        for target in sorted(targets):
+            if kind is not None:
+                ok = target in SHARED or _kind(target) in {kind, *BUILT_ON.get(kind, ())}
+            else:  # the registry and the shared modules: only the contract
+                ok = target in CONTRACT
+            if not ok:
+                wrong.append(f"{module} -> {target}")
+    return wrong
+
+
+def _django_imports(source: str) -> list[int]:
+    """Lines importing Django (anywhere: module level, a function, under TYPE_CHECKING)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names = [node.module or ""]
+        else:
+            continue
+        if any(name.split(".")[0].startswith(DJANGO) for name in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_backends_import_nothing_of_ours_but_the_contract():
+    wrong = _backend_arrows_against_the_contract(build_graph())
+    assert not wrong, "backends importing more of the project than the contract:\n" + "\n".join(wrong)
+
+
+def test_backends_import_no_django():
+    # No ORM, no settings, no tenancy: an adapter runs anywhere, a test builds it bare.
+    found = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in _project_modules().items()
+        if name.startswith("sandboxes.backends")
+        for line in _django_imports(path.read_text())
     ]
-    assert not wrong, "imports against the sandboxes/ layers:\n" + "\n".join(wrong)
+    assert not found, "backends importing Django (pass what they need in BackendConfig):\n" + "\n".join(found)
+
+
+def test_the_new_rules_can_fail():
+    # Each rule above, shown a graph or a source that breaks it, says so.
+    graph = build_graph()
+    # (The real graph breaks none, so each mutation below is the one finding.)
+    assert "sandboxes.inbound.websocket" in graph
+
+    def with_arrow(module: str, target: str) -> dict[str, set[str]]:
+        mutated = {name: set(targets) for name, targets in graph.items()}
+        mutated.setdefault(module, set()).add(target)
+        mutated.setdefault(target, set())
+        return mutated
+
+    # A module nobody placed: a new package of sandboxes/ or a new top-level module.
+    assert _unassigned(with_arrow("sandboxes.newroom.thing", "sandboxes.models")) == ["sandboxes.newroom.thing"]
+    assert _unassigned(with_arrow("sandboxes.signals", "sandboxes.models")) == ["sandboxes.signals"]
+    # Arrows from the rooms the old check left out, and from skills into the pages.
+    for module, target in [
+        ("sandboxes.inbound.websocket", "sandboxes.pages.sessions"),
+        ("sandboxes.models.sessions", "sandboxes.catalog.services"),
+        ("sandboxes.tasks", "sandboxes.pages.sessions"),
+        ("sandboxes.management.commands.build_base_image", "sandboxes.api.views"),
+        ("skills.views", "sandboxes.pages.sessions"),
+        ("sandboxes.catalog.services", "sandboxes.sessions.runtime"),
+    ]:
+        assert _against_the_rooms(with_arrow(module, target)) == [f"{module} -> {target}"], (module, target)
+    # Backends: a kind reaching past the contract, into another kind, or the shared part
+    # reaching into a kind.
+    for module, target in [
+        ("sandboxes.backends.docker.exec", "sandboxes.models"),
+        ("sandboxes.backends.docker.exec", "console.models"),
+        ("sandboxes.backends.docker.exec", "sandboxes.backends.e2b.common"),
+        ("sandboxes.backends.e2b.backend", "sandboxes.backends.cube.common"),
+        ("sandboxes.backends.base", "sandboxes.backends.docker.common"),
+        ("sandboxes.backends.capabilities", "sandboxes.backends.guard"),
+    ]:
+        assert _backend_arrows_against_the_contract(with_arrow(module, target)) == [f"{module} -> {target}"]
+    # Django, however it is imported.
+    assert _django_imports("from django.conf import settings\n") == [1]
+    assert _django_imports("def f():\n    import django.db.models as m\n") == [2]
+    assert _django_imports("if TYPE_CHECKING:\n    from channels.db import x\n") == [2]
+    assert _django_imports("import json, django_htmx\nfrom .django import x\n") == [1]
+    assert _django_imports("import json\nfrom ..base import RemoteError\n") == []

@@ -3,7 +3,11 @@
 What a kind takes (fields, features) comes from its adapter package's `DESCRIPTION`
 (`sandboxes.backends.describe(kind)`) and what a backend offers from the contract's
 capability accessors; services, forms, pages and templates only read those. This test reads
-the source (`ast` for Python, the template text) and fails on a comparison with a kind.
+the source (`ast` for Python, the template text) and fails on a branch on a kind however it is
+spelt: a comparison or `in` with a kind's value or label (`get_kind_display() == "Docker"`),
+with a `BackendKind` constant under any alias (`BK.DOCKER`), with a name bound to a kind or a
+collection of kinds in this module or another (`kind in REMOTE_KINDS`), and `match`/`case` on any
+of those.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import re
 from pathlib import Path
 
 from sandboxes.backends import BACKEND_CLASSES, describe
+from sandboxes.models import BackendKind
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = set(BACKEND_CLASSES)
@@ -32,41 +37,155 @@ def _above_the_adapters() -> list[Path]:
     return paths
 
 
-def _kind_branches(source: str) -> list[int]:
+# The names a kind goes by: its value, its label (`get_kind_display()`, `describe(kind).label`)
+# and its constant on `BackendKind` (`BackendKind.DOCKER`, or an alias's `BK.DOCKER`).
+LABELS = {describe(kind).label for kind in KINDS} | {str(label) for label in BackendKind.labels}
+WORDS = {word.casefold() for word in KINDS | LABELS}
+CONSTANTS = set(BackendKind.names) | {kind.upper() for kind in KINDS}
+_COLLECTIONS = (ast.Tuple, ast.List, ast.Set)
+
+
+def _values(node: ast.expr) -> list[ast.expr]:
+    """A side of a comparison, a collection's elements (also `frozenset({...})`) one by one."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"set", "frozenset", "tuple"}:
+        return [value for arg in node.args for value in _values(arg)]
+    return list(node.elts) if isinstance(node, _COLLECTIONS) else [node]
+
+
+def _is_word(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.casefold() in WORDS
+
+
+def _name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    return node.attr if isinstance(node, ast.Attribute) else None
+
+
+def _bound_to_kinds(nodes: list[ast.AST]) -> set[str]:
+    names: set[str] = set()
+    for node in nodes:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        if targets and any(_is_word(v) or _name(v) in CONSTANTS for v in _values(value)):
+            names.update(name for target in targets if (name := _name(target)))
+    return names
+
+
+def kind_names(source: str) -> set[str]:
+    """Names a module binds at its top level to a kind or a collection of kinds
+    (`REMOTE = {"e2b", "cube"}`): other modules may import them."""
+    return _bound_to_kinds(list(ast.parse(source).body))
+
+
+def _kind_branches(source: str, known: set[str] | frozenset[str] = frozenset()) -> list[int]:
+    """Lines that branch on a kind: compare with it, test `in` a collection of kinds, `case` it.
+
+    `known`: names other modules bind to kinds (`kind_names`), as they may be imported here.
+    """
+    tree = ast.parse(source)
+    named = _bound_to_kinds(list(ast.walk(tree))) | set(known)
+    enum_names = {"BackendKind"}  # ...and the names BackendKind goes by here
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.asname and alias.name in named:
+                    named.add(alias.asname)
+                if alias.asname and alias.name == "BackendKind":
+                    enum_names.add(alias.asname)
+        elif isinstance(node, ast.Assign) and _name(node.value) == "BackendKind":
+            enum_names.update(name for target in node.targets if (name := _name(target)))
+
+    def is_kind(value: ast.expr) -> bool:
+        return _is_word(value) or _name(value) in named | CONSTANTS
+
     lines = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "BackendKind":
-            lines.append(node.lineno)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _name(node.value) in enum_names:
+            lines.append(node.lineno)  # any use of a BackendKind member
         elif isinstance(node, ast.Compare):
-            for side in [node.left, *node.comparators]:
-                values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
-                if any(isinstance(v, ast.Constant) and v.value in KINDS for v in values):
-                    lines.append(node.lineno)
-    return lines
+            if any(is_kind(value) for side in [node.left, *node.comparators] for value in _values(side)):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.MatchValue) and is_kind(node.value):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def _known_kind_names() -> set[str]:
+    # Bound anywhere, the models and adapters included: a constant defined below the
+    # adapters and imported above them is a branch all the same.
+    return {
+        name
+        for app in ("console", "sandboxes", "skills")
+        for path in (ROOT / app).rglob("*.py")
+        if "migrations" not in path.parts and path.relative_to(ROOT).as_posix() not in ALLOWED
+        for name in kind_names(path.read_text())
+    }
 
 
 def test_no_python_above_the_adapters_compares_with_a_kind():
+    known = _known_kind_names()
     found = [
         f"{path.relative_to(ROOT)}:{line}"
         for path in _above_the_adapters()
-        for line in _kind_branches(path.read_text())
+        for line in _kind_branches(path.read_text(), known)
     ]
     assert not found, "branches on the backend kind (use describe(kind) or a capability):\n" + "\n".join(found)
 
 
+_TEMPLATE_BRANCH = re.compile(
+    r"\.(kind|get_kind_display)\s*(==|!=|in\b)|[\"'](" + "|".join(sorted(map(re.escape, KINDS | LABELS))) + r")[\"']",
+    re.IGNORECASE,
+)
+
+
+def _template_branches(text: str) -> list[int]:
+    return [number for number, line in enumerate(text.splitlines(), 1) if _TEMPLATE_BRANCH.search(line)]
+
+
 def test_no_template_compares_with_a_kind():
-    pattern = re.compile(r"\.kind\s*(==|!=|in\b)|[\"'](" + "|".join(sorted(KINDS)) + r")[\"']")
     found = [
         f"{path.relative_to(ROOT)}:{number}"
         for path in (ROOT / "templates").rglob("*.html")
-        for number, line in enumerate(path.read_text().splitlines(), 1)
-        if pattern.search(line)
+        for number in _template_branches(path.read_text())
     ]
     assert not found, "templates branching on the backend kind:\n" + "\n".join(found)
 
 
 def test_the_checks_see_a_branch_and_every_kind_is_described():
     assert _kind_branches('if config.kind == "cube":\n    pass\n') == [1]
-    assert _kind_branches("if kind in (BackendKind.E2B, BackendKind.CUBE):\n    pass\n") == [1, 1]  # each BackendKind.X
+    assert _kind_branches("if kind in (BackendKind.E2B, BackendKind.CUBE):\n    pass\n") == [1]
     for kind in KINDS:
         assert describe(kind).label
+
+
+def test_the_checks_see_aliased_branches():
+    # match/case on a value, a label or a constant.
+    assert _kind_branches('match kind:\n    case "docker":\n        pass\n') == [2]
+    assert _kind_branches('match kind:\n    case "e2b" | "cube":\n        pass\n') == [2]
+    assert _kind_branches("match config.kind:\n    case BK.DOCKER:\n        pass\n") == [2]
+    # BackendKind by another name, its constants compared or tested with `in`.
+    imported = "from sandboxes.models import BackendKind as BK\n"
+    assert _kind_branches(imported + "if kind == BK.DOCKER:\n    pass\n") == [2]
+    assert _kind_branches("BK = models.BackendKind\nx = BK.E2B\n") == [2]
+    assert _kind_branches("if config.kind in {models.BackendKind.DOCKER}:\n    pass\n") == [1]
+    assert _kind_branches("if kind != self.kinds.CUBE:\n    pass\n") == [1]
+    # A collection (or one kind) bound to a name, then tested: here, or in another module.
+    remote = 'REMOTE = frozenset({"e2b", "cube"})\n'
+    assert kind_names(remote) == {"REMOTE"}
+    assert _kind_branches(remote + "def f(kind):\n    return kind in REMOTE\n") == [3]
+    assert _kind_branches("LOCAL: str = 'docker'\nok = config.kind == LOCAL\n") == [2]
+    assert _kind_branches("from .kinds import REMOTE as R\nok = kind not in R\n", {"REMOTE"}) == [2]
+    assert _kind_branches("ok = kind in kinds.REMOTE\n", {"REMOTE"}) == [1]
+    # The label a kind is shown by.
+    assert _kind_branches('if config.get_kind_display() == "Docker":\n    pass\n') == [1]
+    assert _kind_branches('ok = backend.get_kind_display() in ("E2B", "Cube Sandbox")\n') == [1]
+    # ...and not the other kinds of the project (errors, grants, file types) or a kind's use.
+    assert _kind_branches("ok = exc.kind in GONE_KINDS or grant.kind == SessionGrant.Kind.ALLOW\n") == []
+    assert _kind_branches('ok = kind == "l"\nbackend = build_backend(config)\nlabel = describe(kind).label\n') == []
+    assert _template_branches('{% if config.get_kind_display == "Docker" %}') == [1]
+    assert _template_branches("{% if backend.kind in remote %}\n{{ config.get_kind_display }}") == [1]
+    assert _template_branches("{% if 'Cube Sandbox' == label %}") == [1]

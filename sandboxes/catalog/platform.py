@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from console.access import is_platform_admin
 from console.crypto import REDACTED, decrypt, encrypt
@@ -185,6 +186,6 @@ def do_update_platform_backend(
     return backend
 
 
-def granted_backends(space: Space) -> Any:
-    """The backends a space's configs may choose."""
+def granted_backends(space: Space) -> QuerySet[PlatformBackend]:
+    """The backends a space's configs may choose, by name."""
     return PlatformBackend.objects.filter(spaces=space).order_by("name")

@@ -27,7 +27,7 @@ from ..catalog.templates import (
 )
 from ..models import SandboxConfig
 from .forms import TemplateBuildForm
-from .lookups import get_config_for_user, remote_error_message, template_ids
+from .lookups import failure_message, get_config_for_user, remote_error_message, template_ids
 
 # --- Templates and snapshots -------------------------------------------------------------
 
@@ -113,10 +113,8 @@ def _catalog_delete(request: HttpRequest, config_id: str, what: str) -> HttpResp
             raise Http404(exc.message) from None
         except CatalogItemForbidden as exc:
             raise PermissionDenied(exc.message) from None
-        except ServiceError as exc:
-            messages.error(request, exc.message)
-        except RemoteError as exc:
-            messages.error(request, remote_error_message(exc))
+        except (RemoteError, ServiceError) as exc:
+            messages.error(request, failure_message(exc))
         else:
             messages.success(request, f"{what.capitalize()} {item_id} deleted.")
         return redirect(back)

@@ -20,15 +20,16 @@ from console.access import get_space_for_user, has_role, is_platform_admin, spac
 from console.jobs import start_job
 from console.models import NetworkPolicy, Role, Space
 from console.services import ServiceError, actor_from_request
-from console.views import apply_form_errors, is_htmx
+from console.views import apply_form_errors, is_htmx, swaps
 
 from ..backends import describe
 from ..backends.base import NetworkCapabilities, RemoteError
 from ..catalog.bridge import open_backend
 from ..catalog.network import unsupported_policy_switches
+from ..catalog.platform import granted_backends
 from ..catalog.services import do_create_config, do_delete_config, do_update_config
 from ..models import PlatformBackend, SandboxConfig
-from .forms import SandboxConfigForm, backends_for, chosen_backend
+from .forms import SandboxConfigForm, chosen_backend
 from .lookups import get_config_for_user, remote_error_message, template_ids
 
 # --- Configs -----------------------------------------------------------------------------
@@ -72,7 +73,7 @@ def _config_form(request: HttpRequest, space: Space, config: SandboxConfig | Non
     (or a post whose backend differs from the one the fields were shown for).
     """
     data = request.POST if request.method == "POST" else request.GET
-    backends = backends_for(space)
+    backends = granted_backends(space)
     backend = chosen_backend(space, data.get("backend"))
     if backend is None and config is not None and not data.get("backend"):
         backend = config.backend
@@ -104,7 +105,7 @@ def _render_config_form(
 ) -> HttpResponse:
     context = {"form": form, "space": space, "config": config, "section": "sandboxes"}
     status = 400 if form.errors else 200
-    if is_htmx(request) and request.headers.get("HX-Target") == "config-form":
+    if swaps(request, "config-form"):
         return render(request, "sandboxes/partials/config_form.html", context, status=status)
     return render(request, "sandboxes/config_form.html", context, status=status)
 
@@ -114,7 +115,7 @@ def _render_config_form(
 def config_create(request: HttpRequest, space_id: str) -> HttpResponse:
     space = get_space_for_user(request.user, space_id, Role.ADMIN)
     form, save = _config_form(request, space, None)
-    if not backends_for(space).exists():
+    if not granted_backends(space).exists():
         messages.warning(request, "No backend is granted to this space yet: ask a platform admin for one.")
     if save and form.is_valid():
         try:

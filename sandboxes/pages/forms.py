@@ -15,7 +15,7 @@ from console.models import Space
 from ..backends import BACKEND_CLASSES, describe
 from ..backends.base import KindDescription, RemoteError, is_snapshot_id
 from ..backends.guard import check_endpoint
-from ..catalog.platform import BACKEND_FIELDS
+from ..catalog.platform import BACKEND_FIELDS, granted_backends
 from ..catalog.services import CONFIG_FIELDS
 from ..models import PlatformBackend, SandboxConfig
 
@@ -65,16 +65,12 @@ KIND_CONFIG_FIELDS = {
 NEUTRAL_VALUES: dict[str, Any] = {"protocol_pin": "", "api_key": None}
 
 
-def backends_for(space: Space) -> Any:
-    return PlatformBackend.objects.filter(spaces=space).order_by("name")
-
-
 def chosen_backend(space: Space, value: Any) -> PlatformBackend | None:
     """The backend a form names, if it is granted to the space (anything else: none)."""
     if not value:
         return None
     try:
-        return backends_for(space).filter(pk=value).first()
+        return granted_backends(space).filter(pk=value).first()
     except (ValueError, TypeError, ValidationError):
         return None
 
@@ -135,7 +131,7 @@ class SandboxConfigForm(forms.ModelForm):
         self.chosen = backend
         # Only backends granted to the space: a forged id of another is a field error.
         backend_field = self.fields["backend"]
-        backend_field.queryset = backends_for(space)  # type: ignore[attr-defined]
+        backend_field.queryset = granted_backends(space)  # type: ignore[attr-defined]
         backend_field.help_text = "Infrastructure the platform granted this space; the fields below are its kind's."
         if backend is None:
             self.kind = None

@@ -1,5 +1,5 @@
 """What every page of the sandboxes app looks up the same way: a config or a session through
-the access helper (outsider 404, too-low role 403), and a `RemoteError` in words.
+the access helper (outsider 404, too-low role 403), and a `RemoteError` (or a service's refusal) in words.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from django.shortcuts import get_object_or_404
 
 from console.access import get_space_for_user
 from console.models import Role
+from console.services import ServiceError
 
 from ..backends.base import RemoteError
 from ..catalog.network import PolicyConflict
@@ -31,6 +32,11 @@ def remote_error_message(exc: RemoteError) -> str:
         return exc.message
     hint = " (retry later)" if exc.retryable else ""
     return f"The backend said {exc.kind}: {exc.message}{hint}"
+
+
+def failure_message(exc: RemoteError | ServiceError) -> str:
+    """What a page says of a write that failed: the service's words, or the backend's."""
+    return exc.message if isinstance(exc, ServiceError) else remote_error_message(exc)
 
 
 def template_ids(config: SandboxConfig) -> list[str] | None:

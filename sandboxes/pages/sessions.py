@@ -22,7 +22,7 @@ from django_htmx.http import HttpResponseStopPolling
 from console.access import get_space_for_user, has_role, spaces_for_user
 from console.models import Role
 from console.services import ServiceError, actor_from_request
-from console.views import is_htmx, paginate, query_without_page
+from console.views import is_htmx, paginate, query_without_page, swaps
 
 from ..backends.base import RemoteError
 from ..models import Artifact, BackgroundCommand, Session
@@ -32,7 +32,7 @@ from ..sessions.runtime import Runtime
 from ..sessions.stats import read_session_stats
 from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
 from .inbound import inbound_context
-from .lookups import get_session_for_user, remote_error_message
+from .lookups import failure_message, get_session_for_user, remote_error_message
 
 # --- Sessions ----------------------------------------------------------------------------
 
@@ -72,7 +72,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
         "now": timezone.now(),
         "section": "sessions",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "session-results":
+    if swaps(request, "session-results"):
         return render(request, "sandboxes/partials/session_results.html", context)
     return render(request, "sandboxes/session_list.html", context)
 
@@ -129,10 +129,8 @@ def session_start(request: HttpRequest, space_id: str) -> HttpResponse:
     key = request.POST.get("key", "").strip() or f"console-{secrets.token_hex(4)}"
     try:
         resolved = Runtime().resolve(space, key, actor=actor_from_request(request))
-    except ServiceError as exc:
-        messages.error(request, exc.message)
-    except RemoteError as exc:
-        messages.error(request, remote_error_message(exc))
+    except (RemoteError, ServiceError) as exc:
+        messages.error(request, failure_message(exc))
     else:
         messages.success(request, f"Session {key} is running ({resolved.action}). Open its terminal next.")
         return redirect(resolved.session)
@@ -188,10 +186,8 @@ def session_action(request: HttpRequest, session_id: str, action: str) -> HttpRe
             runtime.delete(session, actor=actor)
             messages.success(request, f"Session {session.key} deleted.")
             return redirect(reverse("sandboxes:session_list") + f"?space={session.space_id}")
-    except RemoteError as exc:
-        messages.error(request, remote_error_message(exc))
-    except ServiceError as exc:
-        messages.error(request, exc.message)
+    except (RemoteError, ServiceError) as exc:
+        messages.error(request, failure_message(exc))
     if action == "resume" and request.POST.get("browse") == "1":
         return redirect(_browse_url(session, request.POST.get("path", "")))
     return redirect(session)
@@ -215,10 +211,8 @@ def session_upload(request: HttpRequest, session_id: str) -> HttpResponse:
             info = stage_input(
                 Runtime(), session, upload.name or "upload", upload.read(), actor=actor_from_request(request)
             )
-        except RemoteError as exc:
-            messages.error(request, remote_error_message(exc))
-        except ServiceError as exc:
-            messages.error(request, exc.message)
+        except (RemoteError, ServiceError) as exc:
+            messages.error(request, failure_message(exc))
         else:
             messages.success(request, f"Uploaded {info.path} (read-only to the session).")
     return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "?browse=1&path=input")
@@ -259,10 +253,8 @@ def session_collect(request: HttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_user(request.user, session_id, Role.MEMBER)
     try:
         result = collect_artifacts(Runtime(), session, actor=actor_from_request(request))
-    except RemoteError as exc:
-        messages.error(request, remote_error_message(exc))
-    except ServiceError as exc:
-        messages.error(request, exc.message)
+    except (RemoteError, ServiceError) as exc:
+        messages.error(request, failure_message(exc))
     else:
         messages.success(request, f"Collected {len(result.artifacts)} file(s) from /workspace/output.")
         for refusal in result.refused[:10]:
@@ -283,10 +275,8 @@ def command_start(request: HttpRequest, session_id: str) -> HttpResponse:
         return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "#commands")
     try:
         command = start_command(Runtime(), session, shell=shell, actor=actor_from_request(request))
-    except RemoteError as exc:
-        messages.error(request, remote_error_message(exc))
-    except ServiceError as exc:
-        messages.error(request, exc.message)
+    except (RemoteError, ServiceError) as exc:
+        messages.error(request, failure_message(exc))
     else:
         return redirect("sandboxes:command_detail", session_id=session.id, command_id=command.id)
     return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "#commands")
@@ -310,7 +300,7 @@ def command_detail(request: HttpRequest, session_id: str, command_id: str) -> Ht
         "text": output.data.decode(errors="replace"),
         "section": "sessions",
     }
-    if is_htmx(request) and request.headers.get("HX-Target") == "command-output":
+    if swaps(request, "command-output"):
         response = render(request, "sandboxes/partials/command_output.html", context)
         if output.finished or command.is_finished:
             return HttpResponseStopPolling(response.content)

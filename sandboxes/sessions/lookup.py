@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from django.db import IntegrityError, connections, router, transaction
-from django.db.models import Model
+from django.db.models import Field, Model
 
 from console.models import Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
@@ -44,6 +44,13 @@ def check_session_key(key: str) -> None:
         )
 
 
+def _columns(model: type[Model]) -> list[Field[Any, Any]]:
+    """The model's fields that are a column of its table, in the order `Model.from_db` takes
+    them: the forward fields `_meta.get_fields()` lists with `concrete` set, less the many-to-many
+    fields (concrete too, but their column is in the through table)."""
+    return [f for f in model._meta.get_fields() if f.concrete and not f.many_to_many]
+
+
 class _SessionQuery:
     """`Session.objects.select_related("config__backend").get(space=..., key=...)` as SQL written once.
 
@@ -63,15 +70,15 @@ class _SessionQuery:
         self.alias = alias
         quote = connections[alias].ops.quote_name
         models: tuple[type[Model], ...] = (Session, SandboxConfig, PlatformBackend)
-        if any(hasattr(f, "from_db_value") for model in models for f in model._meta.concrete_fields):
+        if any(hasattr(f, "from_db_value") for model in models for f in _columns(model)):
             raise RuntimeError("a field with from_db_value needs its conversion: read it through the ORM")
-        self.fields = [[f.attname for f in model._meta.concrete_fields] for model in models]
+        self.fields = [[f.attname for f in _columns(model)] for model in models]
 
         def column(model: type[Model], name: str | None = None) -> str:
             field = model._meta.pk if name is None else model._meta.get_field(name)
             return f"{quote(model._meta.db_table)}.{quote(str(field.column))}"  # type: ignore[union-attr]
 
-        selected = ", ".join(column(model, f.name) for model in models for f in model._meta.concrete_fields)
+        selected = ", ".join(column(model, f.name) for model in models for f in _columns(model))
         self.sql = (
             f"SELECT {selected} FROM {quote(Session._meta.db_table)}"
             f" INNER JOIN {quote(SandboxConfig._meta.db_table)}"

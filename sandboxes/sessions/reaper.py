@@ -55,7 +55,7 @@ from ..backends.base import (
 )
 from ..models import BackgroundCommand, CommandStatus, SandboxConfig, Session, SessionState, Terminal
 from .provisioning import backend_for
-from .runtime import GONE_KINDS, Runtime
+from .runtime import Runtime, sandbox_or_none
 from .store import (
     Binding,
     HeldLock,
@@ -166,12 +166,8 @@ class _Pass:
         )
 
     def alive(self, sandbox_id: str) -> bool:
-        try:
-            return self.backend.get(sandbox_id).state != SandboxState.GONE
-        except RemoteError as exc:
-            if exc.kind in GONE_KINDS:
-                return False
-            raise
+        info = sandbox_or_none(self.backend, sandbox_id)
+        return info is not None and info.state != SandboxState.GONE
 
     def settle(self, space: str, key: str, infos: list[SandboxInfo]) -> None:
         """Decide one session's listed sandboxes, holding its lifecycle lock."""
@@ -203,7 +199,7 @@ class _Pass:
         """Bind the session's oldest sandbox to it (its own start time kept)."""
         # Listings may round creation times (Docker: to the second); ask each for its own
         # (claims are rare: a store that came back empty, a create cut before its bind).
-        precise = [self._get_or_none(i.sandbox_id) for i in infos]
+        precise = [sandbox_or_none(self.backend, i.sandbox_id) for i in infos]
         candidates = [i for i in precise if i is not None and i.state != SandboxState.GONE]
         if not candidates:
             return None
@@ -232,14 +228,6 @@ class _Pass:
             extra={"action": "claim", "sandbox_id": winner.sandbox_id, "space_id": space, "session_key": key},
         )
         return winner.sandbox_id
-
-    def _get_or_none(self, sandbox_id: str) -> SandboxInfo | None:
-        try:
-            return self.backend.get(sandbox_id)
-        except RemoteError as exc:
-            if exc.kind in GONE_KINDS:
-                return None
-            raise
 
 
 def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta) -> ReapReport:

@@ -77,6 +77,18 @@ from .store import (
 from .store_select import get_store
 
 GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
+
+
+def sandbox_or_none(backend: Backend, sandbox_id: str) -> SandboxInfo | None:
+    """`backend.get(sandbox_id)`, or None when the backend says it is not there (any more)."""
+    try:
+        return backend.get(sandbox_id)
+    except RemoteError as exc:
+        if exc.kind in GONE_KINDS:
+            return None
+        raise
+
+
 # A slow path whose lock lease ran out starts over (waiting for the new holder) this often.
 LOCK_LOST_RETRIES = 2
 # How long past its own timeout an exec still counts as in flight (a process that died mid-exec).
@@ -301,7 +313,7 @@ class Runtime:
         found = [s for s in backend.iter_sandboxes(query) if s.state != SandboxState.GONE]
         if len(found) > 1:
             # Listings may round creation times (Docker: to the second); ask each for its own.
-            found = [info for info in (self._get_or_none(backend, s.sandbox_id) for s in found) if info]
+            found = [info for info in (sandbox_or_none(backend, s.sandbox_id) for s in found) if info]
         found.sort(key=lambda s: (s.started_at is None, s.started_at or timezone.now()))
         if rebuild and session.stale_at is not None:
             # Rebuilding for staleness: what was created before the stale time goes too.
@@ -389,15 +401,6 @@ class Runtime:
             META_CONFIG: str(session.config_id),
             META_SESSION: session.key,
         }
-
-    @staticmethod
-    def _get_or_none(backend: Backend, sandbox_id: str) -> SandboxInfo | None:
-        try:
-            return backend.get(sandbox_id)
-        except RemoteError as exc:
-            if exc.kind in GONE_KINDS:
-                return None
-            raise
 
     @staticmethod
     def _delete_quietly(backend: Backend, sandbox_id: str) -> None:
@@ -556,13 +559,8 @@ class Runtime:
         binding = self.store.get_binding(self.keys(session)[0])
         if binding is None:
             return None
-        try:
-            info = backend_for(session.config).get(binding.sandbox_id)
-        except RemoteError as exc:
-            if exc.kind in GONE_KINDS:
-                return None
-            raise
-        return info if info.state == SandboxState.RUNNING else None
+        info = sandbox_or_none(backend_for(session.config), binding.sandbox_id)
+        return info if info is not None and info.state == SandboxState.RUNNING else None
 
     def inspect(self, session: Session) -> dict[str, object]:
         """What the binding inspector shows; each part tolerates an unavailable store."""
