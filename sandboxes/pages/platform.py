@@ -20,7 +20,7 @@ from console.access import is_platform_admin
 from console.services import ServiceError, actor_from_request
 from console.views import apply_form_errors, is_htmx
 
-from ..backends import BACKEND_CLASSES
+from ..backends import BACKEND_CLASSES, describe
 from ..catalog.platform import do_create_platform_backend, do_update_platform_backend
 from ..models import PlatformBackend
 from .by_kind import kind_step
@@ -39,7 +39,11 @@ def _secrets(form: PlatformBackendForm) -> dict[str, Any]:
 @login_required
 def backend_list(request: HttpRequest) -> HttpResponse:
     _require_platform_admin(request)
-    backends = PlatformBackend.objects.annotate(config_count=Count("configs", distinct=True)).prefetch_related("spaces")
+    backends = list(
+        PlatformBackend.objects.annotate(config_count=Count("configs", distinct=True)).prefetch_related("spaces")
+    )
+    for backend in backends:  # which limits apply, from the adapter
+        backend.kind_description = describe(backend.kind)  # type: ignore[attr-defined]
     return render(request, "sandboxes/backend_list.html", {"backends": backends, "section": "backends"})
 
 

@@ -115,6 +115,25 @@ def test_a_config_of_each_kind_passes_its_connection_test_and_a_wrong_key_fails_
     assert page.locator("#id_workspace_host_root").count() == 0  # Cube's only
     shoot_all(page, "backend-form-e2b", reload=False)
     assert not PlatformBackend.objects.exists()  # nothing saved by the swaps
+    # Without JavaScript: the same form in two steps, by its buttons.
+    nojs_context = page.context.browser.new_context(java_script_enabled=False)
+    try:
+        nojs = nojs_context.new_page()
+        log_in(nojs, base, "root")
+        nojs.goto(f"{base}{reverse('sandboxes:backend_create')}")
+        nojs.select_option("#id_kind", "cube")
+        nojs.click("button[name=choose_kind]:has-text('Next')")
+        nojs.wait_for_selector("#id_workspace_host_root")
+        assert nojs.locator("#id_tls_cert").count() == 0
+        nojs.fill("#id_name", "typed without js")
+        nojs.select_option("#id_kind", "docker")
+        nojs.click("button[name=choose_kind]:has-text('Show the chosen kind')")
+        nojs.wait_for_selector("#id_tls_cert")
+        assert nojs.locator("#id_workspace_host_root").count() == 0
+        assert nojs.input_value("#id_name") == "typed without js"
+    finally:
+        nojs_context.close()
+    assert not PlatformBackend.objects.exists()
 
     register_backend(page, base, fake_e2b, name="Fake E2B", kind="e2b", space_id=str(space.id))
     register_backend(page, base, fake_cube, name="Fake Cube", kind="cube", space_id=str(space.id))

@@ -209,3 +209,13 @@ def test_edit_shows_the_backends_kind_then_switches_without_saving(world: World)
     assert saved.status_code == 302, saved.context["form"].errors if saved.context else ""
     backend.refresh_from_db()
     assert (backend.kind, backend.domain, backend.max_pids) == ("docker", "", 512)
+
+
+def test_the_list_shows_a_process_limit_only_where_the_kind_enforces_one(world: World) -> None:
+    make_backend(name="engine", max_pids=300)
+    make_backend(
+        name="cloud", kind="e2b", endpoint="https://api.e2b.example.com", domain="e2b.example.com", max_pids=300
+    )
+    html = world.client_for("root").get(reverse("sandboxes:backend_list")).content.decode()
+    limits = re.findall(r'<td class="backend-limits">([^<]*)</td>', html)
+    assert sorted(limits) == ["4.00 CPU, 8192&nbsp;MiB", "4.00 CPU, 8192&nbsp;MiB, 300 processes"]
