@@ -460,6 +460,8 @@ class KindDescription:
     takes_dns_upstream: bool = False
     # A per-sandbox process limit (a config's pids_limit) that the backend enforces.
     limits_processes: bool = False
+    # TLS client certificates (and a CA) for a tcp:// endpoint.
+    takes_tls_client_cert: bool = False
 
     @property
     def takes_workspace_host_root(self) -> bool:

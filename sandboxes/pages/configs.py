@@ -29,6 +29,7 @@ from ..catalog.network import unsupported_policy_switches
 from ..catalog.platform import granted_backends
 from ..catalog.services import do_create_config, do_delete_config, do_update_config
 from ..models import PlatformBackend, SandboxConfig
+from .by_kind import kind_step
 from .forms import SandboxConfigForm, chosen_backend
 from .lookups import get_config_for_user, remote_error_message, template_ids
 
@@ -68,10 +69,8 @@ def _template_choices(space: Space, backend: PlatformBackend, config: SandboxCon
 def _config_form(request: HttpRequest, space: Space, config: SandboxConfig | None) -> tuple[SandboxConfigForm, bool]:
     """The form for the backend the request names (or the config's), and whether to save.
 
-    Changing the backend re-renders the form with that kind's fields before anything is saved:
-    by HTMX on the select's change, and without JavaScript by the "Show its fields" button
-    (or a post whose backend differs from the one the fields were shown for).
-    """
+    The backend's kind decides the fields (`by_kind`): changing it re-renders the form with
+    that kind's fields before anything is saved."""
     data = request.POST if request.method == "POST" else request.GET
     backends = granted_backends(space)
     backend = chosen_backend(space, data.get("backend"))
@@ -83,21 +82,14 @@ def _config_form(request: HttpRequest, space: Space, config: SandboxConfig | Non
     options: dict[str, Any] = {"space": space, "backend": backend, "instance": config}
     if backend is not None:
         options["template_choices"] = _template_choices(space, backend, config)
-    shown_for = request.POST.get("fields_for", "")
-    switching = "choose_backend" in request.POST or (
-        backend is not None and bool(shown_for) and shown_for != str(backend.pk)
-    )
-    if request.method == "POST" and backend is not None and not switching:
+    step = kind_step(request, SandboxConfigForm, str(backend.pk) if backend else "", secrets=("api_key",))
+    if step.save:
         return SandboxConfigForm(request.POST, **options), True
-    if request.method == "POST" or request.GET.get("backend"):
-        # Keep what was typed while the kind's fields change (never a typed secret).
-        kept = {k: v for k, v in data.items() if k not in {"csrfmiddlewaretoken", "api_key", "fields_for"}}
-        initial.update(kept)
     if request.method == "POST" and data.get("backend") and backend is None:
         form = SandboxConfigForm(request.POST, **options)
         form.is_valid()  # the forged or withdrawn backend becomes the field's error
         return form, False
-    return SandboxConfigForm(initial=initial, **options), False
+    return SandboxConfigForm(initial={**initial, **step.initial}, **options), False
 
 
 def _render_config_form(

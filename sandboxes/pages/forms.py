@@ -18,6 +18,7 @@ from ..backends.guard import check_endpoint
 from ..catalog.platform import BACKEND_FIELDS, granted_backends
 from ..catalog.services import CONFIG_FIELDS
 from ..models import PlatformBackend, SandboxConfig
+from .by_kind import ByKindForm
 
 DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
@@ -75,7 +76,7 @@ def chosen_backend(space: Space, value: Any) -> PlatformBackend | None:
         return None
 
 
-class SandboxConfigForm(forms.ModelForm):
+class SandboxConfigForm(ByKindForm, forms.ModelForm):
     """A space admin's config: a backend granted to the space, template, resources within the
     backend's limits, idle behaviour. Infrastructure fields are not on it: a posted endpoint,
     unix path, TLS, private opt-in, host root or package source is ignored.
@@ -94,6 +95,9 @@ class SandboxConfigForm(forms.ModelForm):
         help_text="The platform lets spaces bring their own key to this backend (public endpoints only). "
         "Stored encrypted; leave *** to keep the stored key, empty to use the platform's.",
     )
+    chooser = "backend"
+    kind_fields = KIND_CONFIG_FIELDS
+    neutral_values = NEUTRAL_VALUES
 
     class Meta:
         model = SandboxConfig
@@ -133,20 +137,12 @@ class SandboxConfigForm(forms.ModelForm):
         backend_field = self.fields["backend"]
         backend_field.queryset = granted_backends(space)  # type: ignore[attr-defined]
         backend_field.help_text = "Infrastructure the platform granted this space; the fields below are its kind's."
+        self.show_kind_fields(describe(backend.kind) if backend else None, str(backend.pk) if backend else "")
         if backend is None:
-            self.kind = None
-            for name in list(self.fields):
-                if name != "backend":
-                    del self.fields[name]
             return
         self.initial.setdefault("backend", backend.pk)
-        self.kind = describe(backend.kind)
-        for name, flag in KIND_CONFIG_FIELDS.items():
-            if not getattr(self.kind, flag):
-                del self.fields[name]
         if "api_key" in self.fields and not backend.allow_space_api_key:
             del self.fields["api_key"]
-        self.left_out = {name: NEUTRAL_VALUES[name] for name in NEUTRAL_VALUES if name not in self.fields}
         if "protocol_pin" in self.fields:
             # This kind's protocols only (the adapters' option values start with the kind).
             pin = self.fields["protocol_pin"]
@@ -171,15 +167,9 @@ class SandboxConfigForm(forms.ModelForm):
                 "Snapshot ids (snap-…) are not templates."
             )
 
-    @property
-    def is_first_step(self) -> bool:
-        return self.kind is None
-
     def config_data(self) -> dict[str, Any]:
         """What the services take: the fields on the form, and neutral values for the others."""
-        data = {k: self.cleaned_data[k] for k in CONFIG_FIELDS if k in self.cleaned_data}
-        data.update({k: v for k, v in self.left_out.items() if k in CONFIG_FIELDS and v is not None})
-        return data
+        return self.kind_data(CONFIG_FIELDS)
 
     def api_key_value(self) -> str | None:
         """The typed key, "" to clear; None keeps the stored one (the field is not offered).
@@ -215,8 +205,36 @@ class SandboxConfigForm(forms.ModelForm):
         return cleaned
 
 
-class PlatformBackendForm(forms.ModelForm):
+# Backend fields that only some kinds take, and the KindDescription attribute that says which.
+KIND_BACKEND_FIELDS = {
+    "domain": "needs_domain",
+    "sandbox_url": "takes_sandbox_url",
+    "api_key": "takes_api_key",
+    "allow_space_api_key": "takes_api_key",
+    "workspace_host_root": "takes_workspace_host_root",
+    "tls_ca": "takes_tls_client_cert",
+    "tls_cert": "takes_tls_client_cert",
+    "tls_key": "takes_tls_client_cert",
+    "clear_tls": "takes_tls_client_cert",
+    "max_pids": "limits_processes",
+}
+# What a field the kind does not take is saved as (None: left as it is, or the default).
+BACKEND_NEUTRAL_VALUES: dict[str, Any] = {
+    "domain": "",
+    "sandbox_url": "",
+    "allow_space_api_key": False,
+    "workspace_host_root": "",
+    "max_pids": None,
+}
+BACKEND_SECRETS = ("api_key", "tls_ca", "tls_cert", "tls_key")
+SECRET_LABELS = {"api_key": "API key", "tls_ca": "TLS CA", "tls_cert": "TLS client certificate", "tls_key": "TLS key"}
+
+
+class PlatformBackendForm(ByKindForm, forms.ModelForm):
     """Infrastructure a platform admin registers, and the spaces it is granted to.
+
+    Only the chosen kind's fields are on it (from its `KindDescription`); without a kind
+    (`kind=None`) the form is the first step: the kind alone.
 
     Secrets (API key, TLS client certificate, key and CA) are stored encrypted and never
     rendered back: empty (or ***) keeps what is stored.
@@ -226,19 +244,19 @@ class PlatformBackendForm(forms.ModelForm):
         required=False,
         label="API key",
         widget=SecretInput(),
-        help_text="E2B/Cube. Stored encrypted; leave *** to keep the stored key.",
+        help_text="Stored encrypted; leave *** to keep the stored key.",
     )
     tls_ca = forms.CharField(
         required=False,
         label="TLS CA certificate (PEM)",
         widget=SecretTextarea(),
-        help_text="Docker tcp:// with TLS: the CA the engine's certificate is checked against. Empty keeps it.",
+        help_text="A tcp:// endpoint with TLS: the CA the engine's certificate is checked against. Empty keeps it.",
     )
     tls_cert = forms.CharField(
         required=False,
         label="TLS client certificate (PEM)",
         widget=SecretTextarea(),
-        help_text="Docker tcp:// with TLS: the console's client certificate. Stored encrypted; empty keeps it.",
+        help_text="A tcp:// endpoint with TLS: the console's client certificate. Stored encrypted; empty keeps it.",
     )
     tls_key = forms.CharField(
         required=False,
@@ -254,21 +272,36 @@ class PlatformBackendForm(forms.ModelForm):
         label="Granted to",
         help_text="The spaces whose admins may create configs on this backend.",
     )
+    chooser = "kind"
+    kind_fields = KIND_BACKEND_FIELDS
+    neutral_values = BACKEND_NEUTRAL_VALUES
 
     class Meta:
         model = PlatformBackend
         fields = [*BACKEND_FIELDS[:5], "api_key", "tls_ca", "tls_cert", "tls_key", "clear_tls", *BACKEND_FIELDS[5:]]
         labels = {
+            "kind": "Kind",
+            "domain": "Sandbox domain",
             "sandbox_url": "Data-plane URL",
+            "allow_private_endpoints": "Allow private endpoints",
+            "workspace_host_root": "Workspace host root",
             "pip_index_url": "pip index URL",
             "pip_find_links": "pip wheel folder",
             "npm_registry_url": "npm registry URL",
             "max_cpus": "Most CPU cores per sandbox",
-            "max_memory_mb": "Most MiB per sandbox",
+            "max_memory_mb": "Most memory per sandbox (MiB)",
             "max_pids": "Most processes per sandbox",
         }
         # How each source reaches the build sandbox (docs/skills.md, "The build sandbox's network").
         help_texts = {
+            "kind": "What runs the sandboxes; it decides which settings follow.",
+            "domain": "The sandboxes' (data-plane) domain, e.g. e2b.app.",
+            "sandbox_url": "Optional: one data-plane (envd) URL for every sandbox, routed by header "
+            "(a Cube proxy, or a test server). Empty: https://49983-<sandbox>.<domain>.",
+            "allow_space_api_key": "On a public endpoint: a space's config may use its own API key instead of this "
+            "backend's (always through the SSRF guard, never with private endpoints).",
+            "max_memory_mb": "The most a config on this backend may give a sandbox, in MiB (1024 = 1 GiB).",
+            "max_pids": "The most processes a config on this backend may allow a sandbox.",
             "pip_index_url": "Package source for skill installs: a pip index URL (PEP 503 simple API), used when no "
             "find-links folder is set; pip never falls back to PyPI. The build sandbox then gets outbound network to "
             "its host: only to it where the backend has allow lists (E2B, Cube); all outbound on Docker.",
@@ -276,15 +309,28 @@ class PlatformBackendForm(forms.ModelForm):
             "The build sandbox gets outbound network to its host, as for the pip index URL.",
         }
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, kind: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        described = describe(kind) if kind in BACKEND_CLASSES else None
+        self.show_kind_fields(described, kind if kind is not None and described is not None else "")
+        if described is None:
+            kinds = self.fields["kind"]
+            kinds.choices = [("", "Choose a kind…"), *[c for c in kinds.choices if c[0]]]  # type: ignore[attr-defined]
+            self.initial["kind"] = ""
+            return
+        self.initial["kind"] = kind
+        self.fields["endpoint"].help_text = described.endpoint_rule
         if self.instance.pk:
-            self.initial["spaces"] = list(self.instance.spaces.all())
-            if self.instance.has_api_key:
+            self.initial.setdefault("spaces", list(self.instance.spaces.all()))
+            if "api_key" in self.fields and self.instance.has_api_key:
                 self.initial["api_key"] = REDACTED
                 self.fields["api_key"].widget = SecretInput(stored=True)
-            if self.instance.has_tls:
+            if "tls_cert" in self.fields and self.instance.has_tls:
                 self.fields["tls_cert"].help_text += " A certificate is stored."
+
+    def backend_data(self) -> dict[str, Any]:
+        """What the services take: the kind's fields, and neutral values for the others."""
+        return self.kind_data(BACKEND_FIELDS)
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()
@@ -345,6 +391,9 @@ class PlatformBackendForm(forms.ModelForm):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         kind = cleaned.get("kind")
+        if self.kind is not None:
+            for name in self.refused_secrets(BACKEND_SECRETS):  # posted, though this kind takes none
+                self.add_error(None, f"{self.kind.label} backends take no {SECRET_LABELS[name]}; nothing was saved.")
         endpoint = (cleaned.get("endpoint") or "").strip()
         cleaned["endpoint"] = endpoint
         api_key = cleaned.get("api_key") or ""

@@ -12,15 +12,19 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods
+from django_htmx.http import HttpResponseClientRedirect
 
 from console.access import require_platform_admin
 from console.services import ServiceError, actor_from_request
-from console.views import apply_form_errors
+from console.views import apply_form_errors, is_htmx, swaps
 
-from ..catalog.platform import BACKEND_FIELDS, do_create_platform_backend, do_update_platform_backend
+from ..backends import BACKEND_CLASSES, describe
+from ..catalog.platform import do_create_platform_backend, do_update_platform_backend
 from ..models import PlatformBackend
-from .forms import PlatformBackendForm
+from .by_kind import kind_step
+from .forms import BACKEND_SECRETS, PlatformBackendForm
 
 
 def _secrets(form: PlatformBackendForm) -> dict[str, Any]:
@@ -30,30 +34,65 @@ def _secrets(form: PlatformBackendForm) -> dict[str, Any]:
 @login_required
 def backend_list(request: HttpRequest) -> HttpResponse:
     require_platform_admin(request.user)
-    backends = PlatformBackend.objects.annotate(config_count=Count("configs", distinct=True)).prefetch_related("spaces")
+    backends = list(
+        PlatformBackend.objects.annotate(config_count=Count("configs", distinct=True)).prefetch_related("spaces")
+    )
+    for backend in backends:  # which limits apply, from the adapter
+        backend.kind_description = describe(backend.kind)  # type: ignore[attr-defined]
     return render(request, "sandboxes/backend_list.html", {"backends": backends, "section": "backends"})
+
+
+def _backend_form(request: HttpRequest, backend: PlatformBackend | None) -> tuple[PlatformBackendForm, bool]:
+    """The form for the kind the request names (or the backend's), and whether to save: the
+    kind decides the fields, as for a config (`by_kind`)."""
+    data = request.POST if request.method == "POST" else request.GET
+    posted = str(data.get("kind") or "")
+    kind = posted if posted in BACKEND_CLASSES else ""
+    if not posted and backend is not None:
+        kind = backend.kind
+    step = kind_step(request, PlatformBackendForm, kind, secrets=BACKEND_SECRETS)
+    if step.save:
+        return PlatformBackendForm(request.POST, kind=kind, instance=backend), True
+    if request.method == "POST" and posted and not kind:
+        form = PlatformBackendForm(request.POST, instance=backend)
+        form.is_valid()  # a kind that does not exist becomes the field's error
+        return form, False
+    return PlatformBackendForm(initial=step.initial, kind=kind or None, instance=backend), False
+
+
+def _render_backend_form(request: HttpRequest, context: dict[str, Any], form: PlatformBackendForm) -> HttpResponse:
+    context = {**context, "form": form, "section": "backends"}
+    status = 400 if form.errors else 200
+    if swaps(request, "backend-form"):
+        return render(request, "sandboxes/partials/backend_form.html", context, status=status)
+    return render(request, "sandboxes/backend_form.html", context, status=status)
+
+
+def _saved(request: HttpRequest) -> HttpResponse:
+    url = reverse("sandboxes:backend_list")
+    return HttpResponseClientRedirect(url) if is_htmx(request) else redirect(url)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def backend_create(request: HttpRequest) -> HttpResponse:
     require_platform_admin(request.user)
-    return _backend_form(request, None)
+    return _backend_page(request, None)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def backend_edit(request: HttpRequest, backend_id: str) -> HttpResponse:
     require_platform_admin(request.user)
-    return _backend_form(request, get_object_or_404(PlatformBackend, pk=backend_id))
+    return _backend_page(request, get_object_or_404(PlatformBackend, pk=backend_id))
 
 
-def _backend_form(request: HttpRequest, backend: PlatformBackend | None) -> HttpResponse:
+def _backend_page(request: HttpRequest, backend: PlatformBackend | None) -> HttpResponse:
     """The register (no `backend`) and edit page: the form, and on a valid POST the write."""
-    form = PlatformBackendForm(request.POST or None, instance=backend)
-    if request.method == "POST" and form.is_valid():
+    form, save = _backend_form(request, backend)
+    if save and form.is_valid():
         fields: dict[str, Any] = {
-            "data": {k: form.cleaned_data[k] for k in BACKEND_FIELDS},
+            "data": form.backend_data(),
             "secrets": _secrets(form),
             "spaces": list(form.cleaned_data["spaces"]),
             "actor": actor_from_request(request),
@@ -67,8 +106,8 @@ def _backend_form(request: HttpRequest, backend: PlatformBackend | None) -> Http
             apply_form_errors(form, exc)
         else:
             messages.success(request, f"Backend {saved.name} {'registered' if backend is None else 'saved'}.")
-            return redirect("sandboxes:backend_list")
-    context: dict[str, Any] = {"form": form, "section": "backends"}
+            return _saved(request)
+    context: dict[str, Any] = {}
     if backend is not None:
-        context |= {"backend": backend, "configs": backend.configs.select_related("space")}
-    return render(request, "sandboxes/backend_form.html", context, status=400 if form.errors else 200)
+        context = {"backend": backend, "configs": backend.configs.select_related("space")}
+    return _render_backend_form(request, context, form)

@@ -5,11 +5,15 @@
   "use strict";
   var COLORS = ["#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2", "#db2777", "#4b5563"];
 
+  // What is drawn: [figure, chart, times, plot]. Redrawn when the OS switches light/dark
+  // (the axes and grid take the page's colours when drawn), resized with the window.
+  var drawn = [];
+
   function draw(figure, chart, times) {
     var target = figure.querySelector(".chart-canvas");
     if (!target || !chart.series.length) {
       figure.setAttribute("data-drawn", "empty");
-      return;
+      return null;
     }
     var data = [times].concat(chart.series.map(function (s) { return s.values; }));
     var series = [{}].concat(chart.series.map(function (s, i) {
@@ -31,11 +35,29 @@
       legend: { live: true },
     }, data, target);
     figure.setAttribute("data-drawn", "true");
+    figure.setAttribute("data-ink", ink);  // the axes' colour, as drawn
     var details = figure.querySelector("details.chart-numbers");
     if (details) details.open = false;
-    window.addEventListener("resize", function () {
-      plot.setSize({ width: Math.max(target.clientWidth || 320, 240), height: 180 });
+    return plot;
+  }
+
+  function redrawAll() {
+    drawn.forEach(function (entry) {
+      entry[3].destroy();
+      entry[3] = draw(entry[0], entry[1], entry[2]);
     });
+  }
+
+  window.addEventListener("resize", function () {
+    drawn.forEach(function (entry) {
+      var target = entry[0].querySelector(".chart-canvas");
+      entry[3].setSize({ width: Math.max(target.clientWidth || 320, 240), height: 180 });
+    });
+  });
+  if (window.matchMedia) {
+    var scheme = window.matchMedia("(prefers-color-scheme: dark)");
+    if (scheme.addEventListener) scheme.addEventListener("change", redrawAll);
+    else if (scheme.addListener) scheme.addListener(redrawAll);
   }
 
   function load(block) {
@@ -47,7 +69,8 @@
         payload.charts.forEach(function (c) { byId[c.id] = c; });
         block.querySelectorAll("figure[data-chart]").forEach(function (figure) {
           var chart = byId[figure.getAttribute("data-chart")];
-          if (chart) draw(figure, chart, payload.times);
+          var plot = chart ? draw(figure, chart, payload.times) : null;
+          if (plot) drawn.push([figure, chart, payload.times, plot]);
         });
       })
       .catch(function () { /* the tables stay open: the same numbers */ });

@@ -166,6 +166,11 @@ def test_dashboard_counts(world: World) -> None:
     assert response.status_code == 200
     assert response.context["space_count"] == 1
     assert response.context["member_count"] == 3
+    # Counts read as English: one space, not "1 spaces".
+    html = response.content.decode()
+    assert "<strong>1</strong> space</a>" in html
+    assert "<strong>3</strong> members</div>" in html
+    assert "<strong>0</strong> jobs queued or running" in html
 
 
 def test_login_page_and_login(world: World) -> None:

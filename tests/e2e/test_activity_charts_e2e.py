@@ -60,6 +60,21 @@ def test_the_dashboard_charts_are_drawn_from_the_series(world: World, daphne_url
         assert page.evaluate(f"document.querySelector('{selector} details').open") is False
     legend = page.inner_text('figure[data-chart="resolves"] .u-legend')
     assert "bound" in legend
+    # The OS switches to dark mid-page: the charts redraw in the page's new colours.
+    figure = 'figure[data-chart="resolves"]'
+    ink = f"document.querySelector('{figure}').getAttribute('data-ink')"
+    page_ink = f"getComputedStyle(document.querySelector('{figure}')).color"
+    page.emulate_media(color_scheme="light")
+    page.wait_for_function(f"{ink} === {page_ink}")
+    light = page.evaluate(ink)
+    page.emulate_media(color_scheme="dark")
+    page.wait_for_function(f"{ink} !== {light!r} && {ink} === {page_ink}", timeout=5000)
+    dark = page.evaluate(ink)
+    assert dark != light
+    assert page.evaluate(INKED_PIXELS, figure) > 500  # drawn again, not left blank
+    assert page.locator(f"{figure} canvas").count() == 1  # replaced, not stacked
+    page.emulate_media(color_scheme="light")
+    page.wait_for_function(f"{ink} === {light!r}", timeout=5000)
     out = Path(os.environ.get("E2E_ARTIFACTS", "var/e2e-artifacts"))
     out.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(out / "dashboard-charts-1280.png"), full_page=True)
@@ -68,6 +83,13 @@ def test_the_dashboard_charts_are_drawn_from_the_series(world: World, daphne_url
     page.wait_for_selector('figure[data-chart="reaper"][data-drawn]', timeout=15000)
     assert page.locator("figure[data-chart][data-drawn]").count() == 6
     assert page.evaluate(INKED_PIXELS, 'figure[data-chart="latency"]') > 500
+    page.emulate_media(color_scheme="dark")
+    page.wait_for_function(
+        "(() => { const f = document.querySelector('figure[data-chart=\"latency\"]');"
+        " return f.getAttribute('data-ink') === getComputedStyle(f).color; })()",
+        timeout=5000,
+    )
+    page.emulate_media(color_scheme="light")
     page.screenshot(path=str(out / "activity-1280.png"), full_page=True)
 
 

@@ -31,6 +31,7 @@ from sandboxes.backends.base import META_INSTALLATION
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session, Terminal
 from sandboxes.sessions.provisioning import backend_for
 from tests.conftest import IN_CI
+from tests.e2e.helpers import ROOT, SCREENSHOTS, log_in, shoot_all, wait_for_job
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, test_run_id  # noqa: F401 - fixtures
@@ -38,10 +39,7 @@ from tests.skills.install_helpers import clean_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.docker, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOTS = ROOT / "var" / "test-artifacts" / "screenshots"
 WHEELS = ROOT / "var" / "package-sources" / "examples"
-SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 
 BUFFER_TEXT = """() => {
   const buffer = window.consoleTerminal.term.buffer.active;
@@ -57,51 +55,11 @@ INKED_PIXELS = """(selector) => {
   for (let i = 3; i < data.length; i += 4) if (data[i] > 0) inked += 1;
   return inked;
 }"""
-SIDEWAYS = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
-
-
-def shoot_all(page: Any, name: str, *, reload: bool = True) -> None:
-    """The page at both sizes, light and dark; none of them scrolls sideways. Reloaded per
-    scheme (charts take their colours when drawn), except where a flash message must stay."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    for scheme in ("light", "dark"):
-        page.emulate_media(color_scheme=scheme)
-        for size, (width, height) in SIZES.items():
-            page.set_viewport_size({"width": width, "height": height})
-            if reload:
-                page.reload()
-                page.wait_for_load_state("networkidle")
-            else:
-                page.wait_for_timeout(100)
-            page.screenshot(path=str(SCREENSHOTS / f"flow-{name}-{size}-{scheme}.png"), full_page=True)
-            assert page.evaluate(SIDEWAYS) <= 0, f"{name} scrolls sideways at {width}px ({scheme})"
-    page.emulate_media(color_scheme="light")
-    page.set_viewport_size({"width": 1280, "height": 800})
-
-
-def log_in(page: Any, base: str, who: str) -> None:
-    page.goto(f"{base}/login/")
-    page.fill("#id_username", who)
-    page.fill("#id_password", f"pw-{who}")
-    page.click("button[type=submit], input[type=submit]")
-    page.wait_for_url(re.compile(r".*/$"))
 
 
 def step_done(page: Any, base: str, key: str) -> bool:
     page.goto(f"{base}/")
     return str(page.get_attribute(f"#step-{key}", "data-done")) == "true"
-
-
-def wait_for_job(page: Any, timeout_s: float = 300) -> str:
-    """On a job page: wait (HTMX polls it) until it finishes; its status word."""
-    page.wait_for_selector("#job-status .status", timeout=10_000)
-    # HTMX swaps the card's outerHTML: for a moment there is none.
-    page.wait_for_function(
-        "(() => { const card = document.querySelector('#job-status');"
-        " return card !== null && !card.hasAttribute('hx-get'); })()",
-        timeout=int(timeout_s * 1000),
-    )
-    return str(page.inner_text("#job-status .status")).strip()
 
 
 def wait_for_text(page: Any, pattern: str, timeout_s: float = 20) -> str:

@@ -221,3 +221,13 @@ def test_create_offers_the_engine_templates_in_a_picker(world: World, docker_bas
     options = re.findall(r'<option value="([^"]*)"', picker)
     assert docker_base_image in options
     assert not any(option.startswith("snap-") for option in options)
+
+
+def test_the_config_page_shows_a_process_limit_only_where_the_kind_enforces_one(world: World) -> None:
+    docker = make_config(world.space_a, backend=_backend(world, "docker"), name="local", pids_limit=300)
+    remote = make_config(world.space_a, backend=_backend(world, "e2b"), name="remote", pids_limit=300)
+    client = world.client_for("alice")
+    assert "300 processes" in client.get(docker.get_absolute_url()).content.decode()
+    assert (
+        "processes" not in client.get(remote.get_absolute_url()).content.decode().split('id="config-resources"')[1][:80]
+    )

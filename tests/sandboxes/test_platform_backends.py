@@ -292,7 +292,6 @@ def test_the_backends_section_is_for_platform_admins_only(world: World, granted:
             "need their sandbox domain",
         ),
         ({"endpoint": "http://docker.example.com"}, "endpoint", "A Docker endpoint is empty"),
-        ({"domain": "e2b.app"}, "domain", "Docker backends have no sandbox domain"),
         (
             {
                 "kind": "e2b",
@@ -322,7 +321,6 @@ def test_the_backends_section_is_for_platform_admins_only(world: World, granted:
             "for Docker tcp://",
         ),
         ({"pip_index_url": "http://127.0.0.1:1/simple/"}, "pip_index_url", "allow private endpoints"),
-        ({"workspace_host_root": "/srv/ws"}, "workspace_host_root", "Only Cube backends"),
         (
             {
                 "kind": "cube",

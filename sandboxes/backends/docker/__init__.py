@@ -16,4 +16,5 @@ DESCRIPTION = KindDescription(
     endpoint_rule="A Docker endpoint is empty (local socket), unix:///path, tcp://host:port or ssh://.",
     takes_dns_upstream=True,
     limits_processes=True,
+    takes_tls_client_cert=True,
 )

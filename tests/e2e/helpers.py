@@ -1,0 +1,53 @@
+"""What the browser tests share: logging in, following a job page, and the screenshots at
+both sizes, light and dark (var/test-artifacts/screenshots/, kept out of git)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "var" / "test-artifacts" / "screenshots"
+SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
+SIDEWAYS = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+
+
+def shoot_all(page: Any, name: str, *, reload: bool = True) -> None:
+    """The page at both sizes, light and dark; none of them scrolls sideways. Reloaded per
+    scheme and size, except where what is on the page must stay (a flash message, a form
+    filled in)."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    for scheme in ("light", "dark"):
+        page.emulate_media(color_scheme=scheme)
+        for size, (width, height) in SIZES.items():
+            page.set_viewport_size({"width": width, "height": height})
+            if reload:
+                page.reload()
+                page.wait_for_load_state("networkidle")
+            else:
+                page.wait_for_timeout(100)
+            page.screenshot(path=str(SCREENSHOTS / f"flow-{name}-{size}-{scheme}.png"), full_page=True)
+            assert page.evaluate(SIDEWAYS) <= 0, f"{name} scrolls sideways at {width}px ({scheme})"
+    page.emulate_media(color_scheme="light")
+    page.set_viewport_size({"width": 1280, "height": 800})
+
+
+def log_in(page: Any, base: str, who: str) -> None:
+    page.goto(f"{base}/login/")
+    page.fill("#id_username", who)
+    page.fill("#id_password", f"pw-{who}")
+    page.click("button[type=submit], input[type=submit]")
+    page.wait_for_url(re.compile(r".*/$"))
+
+
+def wait_for_job(page: Any, timeout_s: float = 300) -> str:
+    """On a job page: wait (HTMX polls it) until it finishes; its status word."""
+    page.wait_for_selector("#job-status .status", timeout=10_000)
+    # HTMX swaps the card's outerHTML: for a moment there is none.
+    page.wait_for_function(
+        "(() => { const card = document.querySelector('#job-status');"
+        " return card !== null && !card.hasAttribute('hx-get'); })()",
+        timeout=int(timeout_s * 1000),
+    )
+    return str(page.inner_text("#job-status .status")).strip()
