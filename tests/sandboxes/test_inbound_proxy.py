@@ -1,10 +1,14 @@
 """Inbound traffic end to end: a real console (Daphne, as `make start` runs it in the embedded
-mode) proxying `/inbound/<sandbox>/<port>/` to a server inside a real Docker sandbox.
+mode) proxying a sandbox port's URL to a server inside a real Docker sandbox: the host of its
+own each port is issued (`<label>-<port>.localhost:<console port>`, the wildcard
+INBOUND_BASE_URL `http://*.localhost:<port>`), and `/inbound/<sandbox>/<port>/` on the
+console's own origin (127.0.0.1).
 
 Three spaces: A (inbound on, outbound off), B (inbound on: its session's token must not open
 A's URLs) and C (inbound off). Each sandbox runs servers of the test's own (`python3 -m
 http.server`, and a small echo server for bodies and headers); every request goes to
-127.0.0.1. Nothing leaves the machine: A's and C's sandboxes have no outbound at all.
+127.0.0.1, a sandbox host's name only in the Host header (no name is ever looked up).
+Nothing leaves the machine: A's and C's sandboxes have no outbound at all.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.parse
@@ -210,10 +215,17 @@ class World:
     def request(
         self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None, body: Any = None
     ) -> Reply:
+        """`path` on the console's origin, or an absolute URL: then sent to 127.0.0.1 all the
+        same, with the URL's host in the Host header (unless `headers` names one)."""
+        headers = dict(headers or {})
+        if path.startswith("http"):
+            parts = urllib.parse.urlsplit(path)
+            headers.setdefault("Host", parts.netloc)
+            path = _path(path)
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
         try:
             chunked = body is not None and not isinstance(body, bytes)
-            connection.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
+            connection.request(method, path, body=body, headers=headers, encode_chunked=chunked)
             answer = connection.getresponse()
             return Reply(answer.status, answer.getheaders(), answer.read())
         finally:
@@ -223,6 +235,19 @@ class World:
 def _path(url: str) -> str:
     parts = urllib.parse.urlsplit(url)
     return parts.path + (f"?{parts.query}" if parts.query else "")
+
+
+def host_of(url: str) -> str:
+    return urllib.parse.urlsplit(url).netloc
+
+
+LABEL = r"[a-z2-7]{34}"
+
+
+def browser_args(base: list[str]) -> list[str]:
+    """Chromium's arguments, with every sandbox host (`*.localhost`) mapped to 127.0.0.1 in the
+    browser itself: no name is ever handed to a resolver."""
+    return [*base, "--host-resolver-rules=MAP *.localhost 127.0.0.1"]
 
 
 def _wait_for(check: Any, what: str, timeout: float = 20) -> Any:
@@ -240,8 +265,8 @@ def _wait_for(check: Any, what: str, timeout: float = 20) -> Any:
 def world(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     workdir = tmp_path_factory.mktemp("inbound-console")
     port = free_port()
-    # Inbound URLs on a host of their own: localhost, while the console is used at 127.0.0.1
-    # (a request for 127.0.0.1 is the console's own origin, served under CSP sandbox).
+    # Inbound URLs on a host per sandbox port under *.localhost, while the console is used at
+    # 127.0.0.1 (a request for 127.0.0.1 is the console's own origin, served under CSP sandbox).
     console = Console(
         workdir=workdir / "console",
         installation_id=f"inbound-{uuid.uuid4().hex[:10]}",
@@ -249,7 +274,7 @@ def world(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> I
         extra_env={
             "INBOUND_MAX_REQUEST_BYTES": str(MAX_BODY),
             "IDLE_SWEEP_INTERVAL_S": "3600",
-            "INBOUND_BASE_URL": f"http://localhost:{port}",
+            "INBOUND_BASE_URL": f"http://*.localhost:{port}",
         },
         web_ports={"web": port},
     )
@@ -294,13 +319,18 @@ def world(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> I
 
 def _get_with_token(world: World, letter: str, path: str = "hello.txt", port: int = 8000) -> Reply:
     inbound = world.inbound(letter, port)
-    return world.request(_path(inbound["url"]) + path, headers={inbound["token_header"]: inbound["traffic_token"]})
+    return world.request(inbound["url"] + path, headers={inbound["token_header"]: inbound["traffic_token"]})
 
 
 def test_the_api_issues_the_url_the_token_and_its_header(world: World) -> None:
     inbound = world.inbound("a")
     sandbox_id = world.sandboxes["a"]
-    assert inbound["url"] == f"http://localhost:{world.port}/inbound/{sandbox_id}/8000/"
+    # A host of its own per sandbox port, with an opaque label: no sandbox id in it.
+    assert re.fullmatch(rf"http://({LABEL})-8000\.localhost:{world.port}/", inbound["url"]), inbound["url"]
+    assert sandbox_id not in inbound["url"]
+    label = inbound["url"].split("//", 1)[1].split("-", 1)[0]
+    assert world.inbound("a", 9000)["url"] == f"http://{label}-9000.localhost:{world.port}/"
+    assert label not in world.inbound("b")["url"]
     assert inbound["token_header"] == "X-Traffic-Token"
     assert inbound["traffic_token"]
     assert inbound["signed_links"]
@@ -316,7 +346,12 @@ def test_the_api_issues_the_url_the_token_and_its_header(world: World) -> None:
 def test_the_token_header_reaches_the_sandbox_port(world: World) -> None:
     reply = _wait_for(lambda: (r := _get_with_token(world, "a")).status == 200 and r, "http.server in A")
     assert reply.body == b"hello-inbound-a\n"
-    assert (reply.header("Content-Security-Policy") or "").startswith("sandbox allow-scripts")
+    assert reply.header("Content-Security-Policy") is None  # an origin of its own
+    # The same port at the console's own origin: under CSP sandbox.
+    token = {"X-Traffic-Token": world.inbound("a")["traffic_token"]}
+    console = world.request(f"/inbound/{world.sandboxes['a']}/8000/hello.txt", headers=token)
+    assert console.body == b"hello-inbound-a\n"
+    assert (console.header("Content-Security-Policy") or "").startswith("sandbox allow-scripts")
     # Without the trailing slash: redirected to the app's root.
     bare = world.request(f"/inbound/{world.sandboxes['a']}/8000")
     assert bare.status == 308
@@ -325,7 +360,8 @@ def test_the_token_header_reaches_the_sandbox_port(world: World) -> None:
 
 def test_without_the_right_token_the_url_does_not_exist(world: World) -> None:
     a, b = world.inbound("a"), world.inbound("b")
-    path = _path(a["url"]) + "hello.txt"
+    path = a["url"] + "hello.txt"
+    console_path = f"/inbound/{world.sandboxes['a']}/8000/hello.txt"
     refusals = {
         "no token": world.request(path),
         "wrong token": world.request(path, headers={"X-Traffic-Token": "x" * 43}),
@@ -334,8 +370,10 @@ def test_without_the_right_token_the_url_does_not_exist(world: World) -> None:
         "unknown sandbox": world.request(
             f"/inbound/{'0' * 64}/8000/hello.txt", headers={"X-Traffic-Token": a["traffic_token"]}
         ),
-        "A's token on B's URL": world.request(_path(b["url"]), headers={"X-Traffic-Token": a["traffic_token"]}),
+        "A's token on B's URL": world.request(b["url"], headers={"X-Traffic-Token": a["traffic_token"]}),
         "bad port": world.request(f"/inbound/{world.sandboxes['a']}/99999/", headers={"X-Traffic-Token": "x"}),
+        "no token, console origin": world.request(console_path),
+        "B's token, console origin": world.request(console_path, headers={"X-Traffic-Token": b["traffic_token"]}),
     }
     for what, reply in refusals.items():
         assert reply.status == 404, (what, reply)
@@ -354,23 +392,27 @@ def test_a_signed_link_sets_a_cookie_for_that_url_only(world: World) -> None:
     made = world.api("a").call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 120})
     assert made.status == 201, made.body
     assert made.body["expires_at"] - time.time() == pytest.approx(120, abs=10)
-    followed = world.request(_path(made.body["url"]))
+    url = made.body["url"]
+    host = host_of(url)
+    assert url.startswith(world.inbound("a")["url"] + "?_console_link=")
+    followed = world.request(url)
     assert followed.status == 303
-    prefix = f"/inbound/{world.sandboxes['a']}/8000/"
-    assert followed.header("Location") == prefix
+    assert followed.header("Location") == "/"
     cookie = followed.header("Set-Cookie") or ""
-    assert f"Path={prefix}" in cookie
+    assert "Path=/;" in cookie + ";"
+    assert "Domain" not in cookie  # its own host only
     assert "HttpOnly" in cookie
     assert "Max-Age=" in cookie
     value = cookie.split(";", 1)[0]
-    page = world.request(prefix + "hello.txt", headers={"Cookie": value})
+    page = world.request(f"http://{host}/hello.txt", headers={"Cookie": value})
     assert page.status == 200
     assert page.body == b"hello-inbound-a\n"
-    # The cookie is bound to its sandbox and port.
+    # The cookie is bound to its sandbox and port (whichever host it is sent to).
+    assert world.request(world.inbound("b")["url"], headers={"Cookie": value}).status == 404
+    assert world.request(world.inbound("a", 9000)["url"], headers={"Cookie": value}).status == 404
     assert world.request(f"/inbound/{world.sandboxes['b']}/8000/", headers={"Cookie": value}).status == 404
-    assert world.request(f"/inbound/{world.sandboxes['a']}/9000/", headers={"Cookie": value}).status == 404
     # A tampered link is no link.
-    tampered = _path(made.body["url"])[:-3] + "abc"
+    tampered = url[:-3] + "abc"
     assert world.request(tampered).status == 404
     audit = world.console.query("SELECT count(*) FROM console_auditevent WHERE action = 'session.inbound_link'")
     assert audit[0][0] >= 1
@@ -383,7 +425,7 @@ def test_an_expired_link_or_cookie_is_refused(world: World) -> None:
         f"print('LINK', sign_link({world.sandboxes['a']!r}, 8000, {a['traffic_token']!r}, int(time.time()) - 5))"
     )
     expired = world.console.manage("shell", "-c", script).split("LINK ", 1)[1].strip()
-    prefix = _path(a["url"])
+    prefix = a["url"]
     by_link = world.request(prefix + "?_console_link=" + urllib.parse.quote(expired, safe=""))
     by_cookie = world.request(prefix + "hello.txt", headers={"Cookie": f"console_inbound={expired}"})
     for reply in (by_link, by_cookie):
@@ -415,7 +457,7 @@ def test_inbound_off_is_refused_with_a_clear_error(world: World) -> None:
 def test_bodies_stream_both_ways_within_the_limit(world: World) -> None:
     a = world.inbound("a", 9000)
     token = {"X-Traffic-Token": a["traffic_token"]}
-    base = _path(a["url"])
+    base = a["url"]
     _wait_for(lambda: world.request(base + "h", headers=token).status == 200, "echo server in A")
     payload = os.urandom(2 * 1024 * 1024)
     sent = world.request(base + "upload?x=1", method="POST", headers=token, body=payload)
@@ -443,7 +485,7 @@ def test_bodies_stream_both_ways_within_the_limit(world: World) -> None:
 def test_hop_by_hop_headers_the_token_and_console_cookies_stay_behind(world: World) -> None:
     a = world.inbound("a", 9000)
     reply = world.request(
-        _path(a["url"]) + "headers",
+        a["url"] + "headers",
         headers={
             "X-Traffic-Token": a["traffic_token"],
             "Connection": "keep-alive, X-Secret-Hop",
@@ -461,13 +503,19 @@ def test_hop_by_hop_headers_the_token_and_console_cookies_stay_behind(world: Wor
     for gone in ("x-traffic-token", "x-secret-hop", "proxy-authorization"):
         assert gone not in seen, gone
     assert seen["x-forwarded-for"] == "127.0.0.1"
-    assert seen["x-forwarded-prefix"] == f"/inbound/{world.sandboxes['a']}/9000"
-    # The sandbox's cookies stay under its own URL path; the console's names never pass.
-    cookies = reply.all("Set-Cookie")
-    assert cookies == [f"app=1; Path=/inbound/{world.sandboxes['a']}/9000/"]
+    assert seen["x-forwarded-host"] == host_of(a["url"])
+    assert "x-forwarded-prefix" not in seen  # the app is at the root of its host
+    # The sandbox's cookies stay on its own host (no Domain); the console's names never pass.
+    assert reply.all("Set-Cookie") == ["app=1; Path=/"]
+    # At the console's own origin: under the URL's path.
+    console = world.request(
+        f"/inbound/{world.sandboxes['a']}/9000/headers", headers={"X-Traffic-Token": a["traffic_token"]}
+    )
+    assert dict(json.loads(console.body)["headers"])["x-forwarded-prefix"] == f"/inbound/{world.sandboxes['a']}/9000"
+    assert console.all("Set-Cookie") == [f"app=1; Path=/inbound/{world.sandboxes['a']}/9000/"]
     # A signed link in the query never reaches the sandbox; the rest of the query does.
     linked = world.request(
-        _path(a["url"]) + "headers?_console_link=abc&keep=1", headers={"X-Traffic-Token": a["traffic_token"]}
+        a["url"] + "headers?_console_link=abc&keep=1", headers={"X-Traffic-Token": a["traffic_token"]}
     )
     assert json.loads(linked.body)["path"] == "/headers?keep=1"
 
@@ -497,7 +545,7 @@ def test_the_session_page_shows_the_url_and_makes_signed_links(world: World) -> 
     page_path = f"/sessions/{session_id}/"
     with ui.opener.open(f"http://127.0.0.1:{world.port}{page_path}?port=8000", timeout=30) as answer:
         page = answer.read().decode()
-    assert f"http://localhost:{world.port}/inbound/{world.sandboxes['a']}/8000/" in page
+    assert world.inbound("a")["url"] in page
     assert 'data-copy="inbound-url"' in page
     assert "Make signed link" in page
     token = ui._csrf(page_path)
@@ -510,10 +558,10 @@ def test_the_session_page_shows_the_url_and_makes_signed_links(world: World) -> 
         result = answer.read().decode()
     link = result.split('id="inbound-signed-link" readonly size="90" value="', 1)[1].split('"', 1)[0]
     link = link.replace("&amp;", "&")
-    followed = world.request(_path(link))
+    followed = world.request(link)
     assert followed.status == 303
     cookie = (followed.header("Set-Cookie") or "").split(";", 1)[0]
-    assert world.request(f"/inbound/{world.sandboxes['a']}/8000/hello.txt", headers={"Cookie": cookie}).status == 200
+    assert world.request(f"http://{host_of(link)}/hello.txt", headers={"Cookie": cookie}).status == 200
 
 
 def test_the_host_packet_filter_is_loaded_while_all_this_works(world: World) -> None:
@@ -523,20 +571,23 @@ def test_the_host_packet_filter_is_loaded_while_all_this_works(world: World) -> 
     assert _get_with_token(world, "a").status == 200
 
 
-def test_the_inbound_host_serves_sandbox_ports_only_and_without_csp_sandbox(world: World) -> None:
-    own_host = {"Host": f"localhost:{world.port}"}
-    console_page = world.request("/login/", headers=own_host)
-    assert console_page.status == 404
-    assert b"serves sandbox ports only" in console_page.body
+def test_a_sandbox_host_is_that_port_s_whole_origin_without_csp_sandbox(world: World) -> None:
     a = world.inbound("a")
-    direct = world.request(_path(a["url"]) + "hello.txt", headers={**own_host, "X-Traffic-Token": a["traffic_token"]})
+    token = {"X-Traffic-Token": a["traffic_token"]}
+    # Every path of the host is the sandbox port's: a console page's path is the app's own.
+    login = world.request(a["url"] + "login/", headers=token)
+    assert login.status == 404
+    assert b"File not found" in login.body  # http.server's answer, not the console's
+    assert b"csrfmiddlewaretoken" not in world.request(a["url"] + "login/").body
+    direct = world.request(a["url"] + "hello.txt", headers=token)
     assert direct.status == 200
     assert direct.header("Content-Security-Policy") is None
     made = world.api("a").call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 120})
-    cookie = world.request(_path(made.body["url"]), headers=own_host).header("Set-Cookie") or ""
+    cookie = world.request(made.body["url"]).header("Set-Cookie") or ""
     assert "SameSite=Lax" in cookie
     # The console's own origin: sandboxed, and the cookie must come along from an opaque origin.
-    cookie = world.request(_path(made.body["url"])).header("Set-Cookie") or ""
+    query = urllib.parse.urlsplit(made.body["url"]).query
+    cookie = world.request(f"/inbound/{world.sandboxes['a']}/8000/?{query}").header("Set-Cookie") or ""
     assert "SameSite=None" in cookie
     assert "Secure" in cookie
 
@@ -569,17 +620,17 @@ def test_a_browser_follows_a_signed_link_and_the_page_loads_its_parts(world: Wor
     made = api.call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 300})
     assert made.status == 201, made.body
     link = urllib.parse.urlsplit(made.body["url"])
-    page_path = f"/inbound/{world.sandboxes['a']}/8000/app/index.html"
+    console_prefix = f"/inbound/{world.sandboxes['a']}/8000/"
     seen = {}
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=browser_args(CHROMIUM_ARGS))
         try:
-            for origin in (f"http://localhost:{world.port}", f"http://127.0.0.1:{world.port}"):
+            for origin, prefix in ((f"http://{link.netloc}", "/"), (f"http://127.0.0.1:{world.port}", console_prefix)):
                 context = browser.new_context()
                 page = context.new_page()
-                page.goto(f"{origin}{link.path}?{link.query}")  # 303 -> cookie -> the app's root
-                page.goto(origin + page_path)
-                if origin.startswith("http://localhost"):
+                page.goto(f"{origin}{prefix}?{link.query}")  # 303 -> cookie -> the app's root
+                page.goto(f"{origin}{prefix}app/index.html")
+                if prefix == "/":
                     page.wait_for_function("document.body && document.body.dataset.img && document.body.dataset.fetch")
                     seen[origin] = (
                         page.title(),
@@ -629,7 +680,7 @@ def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
         age = float(world.console.manage("shell", "-c", _READ_ACTIVITY.format(space_id=space_a)).split("AGE ")[1])
         assert age > 3000
         inbound = api.call("GET", "idle", "inbound?port=8000").body
-        reply = world.request(_path(inbound["url"]), headers={"X-Traffic-Token": inbound["traffic_token"]})
+        reply = world.request(inbound["url"], headers={"X-Traffic-Token": inbound["traffic_token"]})
         assert reply.status == 502  # nothing listens there: still traffic for the session
         age = float(world.console.manage("shell", "-c", _READ_ACTIVITY.format(space_id=space_a)).split("AGE ")[1])
         assert age < 60
@@ -638,8 +689,7 @@ def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
     # A deleted session's URL is gone (within the 2 s the lookups are kept).
     gone = _wait_for(
         lambda: (
-            (r := world.request(_path(inbound["url"]), headers={"X-Traffic-Token": inbound["traffic_token"]})).status
-            == 404
+            (r := world.request(inbound["url"], headers={"X-Traffic-Token": inbound["traffic_token"]})).status == 404
             and r
         ),
         "the deleted session's URL refused",
@@ -647,17 +697,21 @@ def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
     assert b"hello" not in gone.body
 
 
-def _ws_exchange(world: World, path: str, headers: dict[str, str], text: str) -> tuple[int, bytes]:
-    """A websocket handshake by hand, one masked text frame, one frame back: (status, payload)."""
+def ws_exchange(world: World, path: str, headers: dict[str, str], text: str) -> tuple[int, bytes]:
+    """A websocket handshake by hand, one masked text frame, one frame back: (status, payload).
+    `path` on the console's origin, or an absolute URL (its host in the Host header)."""
     import base64
     import socket
     import struct
 
+    host = f"127.0.0.1:{world.port}"
+    if path.startswith("http"):
+        host, path = host_of(path), _path(path)
     with socket.create_connection(("127.0.0.1", world.port), timeout=20) as sock:
         key = base64.b64encode(os.urandom(16)).decode()
         lines = [
             f"GET {path} HTTP/1.1",
-            f"Host: 127.0.0.1:{world.port}",
+            f"Host: {host}",
             "Upgrade: websocket",
             "Connection: Upgrade",
             f"Sec-WebSocket-Key: {key}",
@@ -684,19 +738,22 @@ def _ws_exchange(world: World, path: str, headers: dict[str, str], text: str) ->
 
 def test_websockets_reach_the_sandbox_port_with_the_token(world: World) -> None:
     a, b = world.inbound("a", 9100), world.inbound("b", 9100)
-    path = _path(a["url"]) + "chat?room=1"
+    path = a["url"] + "chat?room=1"
     _status, echoed = _wait_for(
-        lambda: (r := _ws_exchange(world, path, {"X-Traffic-Token": a["traffic_token"]}, "hi"))[0] == 101 and r,
+        lambda: (r := ws_exchange(world, path, {"X-Traffic-Token": a["traffic_token"]}, "hi"))[0] == 101 and r,
         "websocket echo in A",
     )
     assert echoed == b"/chat?room=1||hi"
     for refused in ({}, {"X-Traffic-Token": b["traffic_token"]}, {"X-Traffic-Token": "x" * 43}):
-        assert _ws_exchange(world, path, refused, "hi")[0] == 403
+        assert ws_exchange(world, path, refused, "hi")[0] == 403
     # A link cookie counts from a page of the same origin only, and reaches no further.
     made = world.api("a").call("POST", "web", "inbound/links", {"port": 9100, "ttl_s": 120})
-    cookie = (world.request(_path(made.body["url"])).header("Set-Cookie") or "").split(";", 1)[0]
+    cookie = (world.request(made.body["url"]).header("Set-Cookie") or "").split(";", 1)[0]
     jar = f"{cookie}; sessionid=console-session; app=1"
-    same = {"Cookie": jar, "Origin": f"http://127.0.0.1:{world.port}"}
-    assert _ws_exchange(world, path, same, "yo") == (101, b"/chat?room=1|app=1|yo")
+    same = {"Cookie": jar, "Origin": f"http://{host_of(a['url'])}"}
+    assert ws_exchange(world, path, same, "yo") == (101, b"/chat?room=1|app=1|yo")
     cross = {"Cookie": jar, "Origin": "http://evil.test"}
-    assert _ws_exchange(world, path, cross, "yo")[0] == 403
+    assert ws_exchange(world, path, cross, "yo")[0] == 403
+    # The console's own origin's path takes the token too.
+    console = f"/inbound/{world.sandboxes['a']}/9100/chat?room=1"
+    assert ws_exchange(world, console, {"X-Traffic-Token": a["traffic_token"]}, "hi") == (101, b"/chat?room=1||hi")
