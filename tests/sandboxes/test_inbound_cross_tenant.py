@@ -11,18 +11,26 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+from collections.abc import Iterator
 
 import pytest
 
-from tests.sandboxes.test_inbound_proxy import (  # noqa: F401  (world: the fixture)
+from tests.sandboxes.inbound_world import (
     World,
     browser_args,
     host_of,
-    world,
+    made_world,
     ws_exchange,
 )
 
 pytestmark = [pytest.mark.docker]
+
+
+@pytest.fixture(scope="module")
+def world(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    with made_world(docker_base_image, tmp_path_factory) as made:
+        yield made
+
 
 NOT_FOUND = b"No such inbound URL, or no valid traffic token for it.\n"
 VICTIM_PAGE = "<!doctype html><script>localStorage.setItem('a-secret', 'a-storage-secret')</script><p>a</p>"
@@ -48,7 +56,7 @@ def _cookie(at: World, link: str) -> str:
     return (followed.header("Set-Cookie") or "").split(";", 1)[0]
 
 
-def test_a_page_in_another_spaces_sandbox_cannot_read_this_one(world: World) -> None:  # noqa: F811
+def test_a_page_in_another_spaces_sandbox_cannot_read_this_one(world: World) -> None:
     from playwright.sync_api import sync_playwright
 
     from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
@@ -90,7 +98,7 @@ def test_a_page_in_another_spaces_sandbox_cannot_read_this_one(world: World) -> 
     assert own == "hello-inbound-a"
 
 
-def test_a_host_answers_for_its_own_sandbox_port_only(world: World) -> None:  # noqa: F811
+def test_a_host_answers_for_its_own_sandbox_port_only(world: World) -> None:
     a, b = world.inbound("a"), world.inbound("b")
     a_host, b_host = host_of(a["url"]), host_of(b["url"])
     a_label, b_label = a_host.split("-", 1)[0], b_host.split("-", 1)[0]
@@ -115,7 +123,7 @@ def test_a_host_answers_for_its_own_sandbox_port_only(world: World) -> None:  # 
     assert world.request(a["url"] + "hello.txt", headers={"Cookie": a_cookie}).body == b"hello-inbound-a\n"
 
 
-def test_unknown_and_malformed_hosts_on_the_domain_are_the_uniform_404(world: World) -> None:  # noqa: F811
+def test_unknown_and_malformed_hosts_on_the_domain_are_the_uniform_404(world: World) -> None:
     a = world.inbound("a")
     token = {"X-Traffic-Token": a["traffic_token"]}
     label = host_of(a["url"]).split("-", 1)[0]
@@ -145,7 +153,7 @@ def test_unknown_and_malformed_hosts_on_the_domain_are_the_uniform_404(world: Wo
     assert world.request("/login/", headers={"Host": f"127.0.0.1:{port}"}).status == 200
 
 
-def test_websockets_route_by_host_too(world: World) -> None:  # noqa: F811
+def test_websockets_route_by_host_too(world: World) -> None:
     a, b = world.inbound("a", 9100), world.inbound("b", 9100)
     a_ws, b_ws = a["url"] + "chat", b["url"] + "chat"
     token = {"X-Traffic-Token": a["traffic_token"]}
@@ -166,7 +174,7 @@ def test_websockets_route_by_host_too(world: World) -> None:  # noqa: F811
     assert ws_exchange(world, a_ws, {"Cookie": a_cookie, "Origin": own_origin}, "yo") == (101, b"/chat||yo")
 
 
-def test_a_link_of_one_space_does_nothing_on_another_spaces_host(world: World) -> None:  # noqa: F811
+def test_a_link_of_one_space_does_nothing_on_another_spaces_host(world: World) -> None:
     a_link, b_link = _link(world, "a"), _link(world, "b")
     b_host = host_of(b_link)
     # A's link parameter on B's host: no cookie, the uniform 404.
@@ -183,7 +191,7 @@ def test_a_link_of_one_space_does_nothing_on_another_spaces_host(world: World) -
     assert tossed.body == b"hello-inbound-b\n"
 
 
-def test_a_link_with_its_parameter_name_percent_encoded_is_not_a_redirect_loop(world: World) -> None:  # noqa: F811
+def test_a_link_with_its_parameter_name_percent_encoded_is_not_a_redirect_loop(world: World) -> None:
     """`?%5Fconsole_link=…` is the same parameter to the route's check (parse_qsl decodes it),
     but the step that leaves the link out compares raw bytes: the 303 keeps the link in the
     Location, the next request sets the cookie again and answers 303 again, for ever (and a

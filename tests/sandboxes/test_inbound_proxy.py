@@ -13,9 +13,7 @@ Nothing leaves the machine: A's and C's sandboxes have no outbound at all.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import http.client
 import json
 import os
 import re
@@ -23,298 +21,31 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
-from tests.sandboxes.console_process import (
-    ADMIN_PASSWORD,
-    ADMIN_USER,
-    ApiClient,
-    Console,
-    UiClient,
-    docker_api,
-    free_port,
-    remove_docker_leftovers,
+from tests.sandboxes.console_process import ADMIN_PASSWORD, ADMIN_USER, ApiClient, UiClient
+from tests.sandboxes.inbound_world import (
+    _SET_INBOUND,
+    LABEL,
+    MAX_BODY,
+    Reply,
+    World,
+    browser_args,
+    host_of,
+    made_world,
+    wait_for,
+    ws_exchange,
 )
 
 pytestmark = [pytest.mark.docker]
 
-MAX_BODY = 3 * 1024 * 1024
-ECHO_SERVER = r"""
-import hashlib, http.server, json
-
-class Echo(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def _body(self):
-        digest, length = hashlib.sha256(), 0
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            while True:
-                size = int(self.rfile.readline().split(b";")[0], 16)
-                if size == 0:
-                    self.rfile.readline()
-                    break
-                chunk = self.rfile.read(size)
-                self.rfile.readline()
-                digest.update(chunk)
-                length += len(chunk)
-        else:
-            left = int(self.headers.get("Content-Length") or 0)
-            while left:
-                chunk = self.rfile.read(min(left, 65536))
-                digest.update(chunk)
-                length += len(chunk)
-                left -= len(chunk)
-        return length, digest.hexdigest()
-
-    def _answer(self, payload, extra=()):
-        body = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in extra:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self):
-        length, digest = self._body()
-        self._answer({"length": length, "sha256": digest, "path": self.path})
-
-    def do_GET(self):
-        if self.path.startswith("/big"):
-            size = 8 * 1024 * 1024
-            self.send_response(200)
-            self.send_header("Content-Length", str(size))
-            self.send_header("Connection", "close, X-Upstream-Hop")
-            self.send_header("X-Upstream-Hop", "1")
-            self.end_headers()
-            block = bytes(range(256)) * 256
-            for _ in range(size // len(block)):
-                self.wfile.write(block)
-            return
-        headers = [[name.lower(), value] for name, value in self.headers.items()]
-        extra = [("Set-Cookie", "app=1; Path=/; Domain=example.com"), ("Set-Cookie", "sessionid=stolen; Path=/")]
-        self._answer({"path": self.path, "headers": headers}, extra)
-
-http.server.ThreadingHTTPServer(("0.0.0.0", 9000), Echo).serve_forever()
-"""
-
-# A websocket echo server of the test's own (stdlib only: the base image has no packages for it).
-WS_SERVER = r"""
-import base64, hashlib, socket, struct, threading
-
-GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
-def serve(conn):
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += conn.recv(4096)
-    lines = data.split(b"\r\n\r\n")[0].decode().split("\r\n")
-    path = lines[0].split()[1]
-    fields = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-    accept = base64.b64encode(hashlib.sha1((fields["sec-websocket-key"] + GUID).encode()).digest()).decode()
-    answer = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-    answer += "Sec-WebSocket-Accept: " + accept + "\r\n\r\n"
-    conn.sendall(answer.encode())
-    stream = conn.makefile("rb")
-    prefix = (path + "|" + fields.get("cookie", "") + "|").encode()
-    while True:
-        b1, b2 = stream.read(2)
-        opcode, size = b1 & 0x0F, b2 & 0x7F
-        if size == 126:
-            size = struct.unpack(">H", stream.read(2))[0]
-        elif size == 127:
-            size = struct.unpack(">Q", stream.read(8))[0]
-        mask = stream.read(4) if b2 & 0x80 else b"\0\0\0\0"
-        payload = bytes(c ^ mask[i % 4] for i, c in enumerate(stream.read(size)))
-        if opcode == 8:
-            conn.sendall(b"\x88\x02\x03\xe8")
-            return
-        if opcode in (9, 10):
-            continue
-        reply = prefix + payload
-        length = bytes([len(reply)]) if len(reply) < 126 else bytes([126]) + struct.pack(">H", len(reply))
-        conn.sendall(bytes([0x80 | opcode]) + length + reply)
-
-listener = socket.create_server(("0.0.0.0", 9100))
-while True:
-    connection, _ = listener.accept()
-    threading.Thread(target=serve, args=(connection,), daemon=True).start()
-"""
-
-_SEED = """
-import json
-from django.contrib.auth import get_user_model
-from console.services import SYSTEM, do_create_space, do_update_network_policy
-from sandboxes.api.views import do_create_api_token
-from sandboxes.catalog.services import do_create_config
-from sandboxes.models import PlatformBackend
-
-get_user_model().objects.create_superuser(username={user!r}, password={password!r}, email="")
-engine = PlatformBackend.objects.create(name="local engine", kind="docker")
-out = {{}}
-for name, inbound in (("a", True), ("b", True), ("c", False)):
-    space = do_create_space(name="Inbound " + name, slug="inbound-" + name, actor=SYSTEM)
-    engine.spaces.add(space)
-    do_update_network_policy(space, allow_internet_access=False, allow_out=[], deny_out=[], l7_rules=[],
-                             allow_public_traffic=inbound, actor=SYSTEM)
-    do_create_config(space, data={{"name": "inbound", "backend": engine, "default_template": {image!r}, "cpus": 1,
-                     "memory_mb": 256, "pids_limit": 128, "persistent_workspace": False, "is_default": True}},
-                     api_key="", actor=SYSTEM)
-    token, raw = do_create_api_token(space, name="inbound", actor=SYSTEM)
-    out[name] = {{"space_id": str(space.id), "token": raw}}
-print("SEED " + json.dumps(out))
-"""
-
-_SET_INBOUND = """
-from console.models import Space
-from console.services import SYSTEM, do_update_network_policy
-space = Space.objects.get(pk={space_id!r})
-do_update_network_policy(space, allow_internet_access=False, allow_out=[], deny_out=[], l7_rules=[],
-                         allow_public_traffic={on!r}, actor=SYSTEM)
-"""
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes
-
-    def header(self, name: str) -> str | None:
-        return next((value for key, value in self.headers if key.lower() == name.lower()), None)
-
-    def all(self, name: str) -> list[str]:
-        return [value for key, value in self.headers if key.lower() == name.lower()]
-
-
-@dataclass
-class World:
-    console: Console
-    spaces: dict[str, dict[str, str]]
-    sandboxes: dict[str, str]  # space letter -> sandbox id of its session "web"
-
-    @property
-    def port(self) -> int:
-        return self.console.web_ports["web"]
-
-    def api(self, letter: str) -> ApiClient:
-        space = self.spaces[letter]
-        return ApiClient(f"http://127.0.0.1:{self.port}", space["space_id"], space["token"])
-
-    def inbound(self, letter: str, port: int = 8000) -> dict[str, Any]:
-        answer = self.api(letter).call("GET", "web", f"inbound?port={port}")
-        assert answer.status == 200, answer.body
-        return dict(answer.body)
-
-    def request(
-        self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None, body: Any = None
-    ) -> Reply:
-        """`path` on the console's origin, or an absolute URL: then sent to 127.0.0.1 all the
-        same, with the URL's host in the Host header (unless `headers` names one)."""
-        headers = dict(headers or {})
-        if path.startswith("http"):
-            parts = urllib.parse.urlsplit(path)
-            headers.setdefault("Host", parts.netloc)
-            path = _path(path)
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            chunked = body is not None and not isinstance(body, bytes)
-            connection.request(method, path, body=body, headers=headers, encode_chunked=chunked)
-            answer = connection.getresponse()
-            return Reply(answer.status, answer.getheaders(), answer.read())
-        finally:
-            connection.close()
-
-
-def _path(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    return parts.path + (f"?{parts.query}" if parts.query else "")
-
-
-def host_of(url: str) -> str:
-    return urllib.parse.urlsplit(url).netloc
-
-
-LABEL = r"[a-z2-7]{34}"
-
-
-def browser_args(base: list[str]) -> list[str]:
-    """Chromium's arguments, with every sandbox host (`*.localhost`) mapped to 127.0.0.1 in the
-    browser itself: no name is ever handed to a resolver."""
-    return [*base, "--host-resolver-rules=MAP *.localhost 127.0.0.1"]
-
-
-def _wait_for(check: Any, what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.3)
-
 
 @pytest.fixture(scope="module")
 def world(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    workdir = tmp_path_factory.mktemp("inbound-console")
-    port = free_port()
-    # Inbound URLs on a host per sandbox port under *.localhost, while the console is used at
-    # 127.0.0.1 (a request for 127.0.0.1 is the console's own origin, served under CSP sandbox).
-    console = Console(
-        workdir=workdir / "console",
-        installation_id=f"inbound-{uuid.uuid4().hex[:10]}",
-        database_url=f"sqlite:///{workdir / 'console' / 'console.sqlite3'}",
-        extra_env={
-            "INBOUND_MAX_REQUEST_BYTES": str(MAX_BODY),
-            "IDLE_SWEEP_INTERVAL_S": "3600",
-            "INBOUND_BASE_URL": f"http://*.localhost:{port}",
-        },
-        web_ports={"web": port},
-    )
-    spaces: dict[str, dict[str, str]] = {}
-    try:
-        console.workdir.mkdir(parents=True, exist_ok=True)
-        console.manage("migrate", "--noinput")
-        out = console.manage(
-            "shell", "-c", _SEED.format(user=ADMIN_USER, password=ADMIN_PASSWORD, image=docker_base_image)
-        )
-        spaces = json.loads(out.split("SEED ", 1)[1].splitlines()[0])
-        console.start_web()
-        made = World(console, spaces, {})
-        for letter in "abc":
-            api = made.api(letter)
-            resolved = api.resolve("web")
-            assert resolved.status == 200, resolved.body
-            made.sandboxes[letter] = resolved.body["sandbox_id"]
-            wrote = api.shell("web", f"echo hello-inbound-{letter} > /workspace/hello.txt")
-            assert wrote.status == 200, wrote.body
-            for name, source in (("echo.py", ECHO_SERVER), ("wsecho.py", WS_SERVER)):
-                put = api.call("PUT", "web", f"files/content?path={name}", raw=source.encode())
-                assert put.status == 201, put.body
-            started = api.shell(
-                "web",
-                "cd /workspace"
-                " && (setsid nohup python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 </dev/null &)"
-                " && (setsid nohup python3 echo.py >/dev/null 2>&1 </dev/null &)"
-                " && (setsid nohup python3 wsecho.py >/dev/null 2>&1 </dev/null &)",
-            )
-            assert started.status == 200, started.body
+    with made_world(docker_base_image, tmp_path_factory) as made:
         yield made
-    finally:
-        console.stop_all()
-        remove_docker_leftovers(console.installation_id)
-        api = docker_api()
-        for space in spaces.values():
-            for network in api.networks(filters={"label": f"console.network.space={space['space_id']}"}):
-                with contextlib.suppress(Exception):
-                    api.remove_network(network["Id"])
 
 
 def _get_with_token(world: World, letter: str, path: str = "hello.txt", port: int = 8000) -> Reply:
@@ -344,7 +75,7 @@ def test_the_api_issues_the_url_the_token_and_its_header(world: World) -> None:
 
 
 def test_the_token_header_reaches_the_sandbox_port(world: World) -> None:
-    reply = _wait_for(lambda: (r := _get_with_token(world, "a")).status == 200 and r, "http.server in A")
+    reply = wait_for(lambda: (r := _get_with_token(world, "a")).status == 200 and r, "http.server in A")
     assert reply.body == b"hello-inbound-a\n"
     assert reply.header("Content-Security-Policy") is None  # an origin of its own
     # The same port at the console's own origin: under CSP sandbox.
@@ -448,17 +179,17 @@ def test_inbound_off_is_refused_with_a_clear_error(world: World) -> None:
     space_a = world.spaces["a"]["space_id"]
     world.console.manage("shell", "-c", _SET_INBOUND.format(space_id=space_a, on=False))
     try:
-        _wait_for(lambda: _get_with_token(world, "a").status == 403, "inbound off for A")
+        wait_for(lambda: _get_with_token(world, "a").status == 403, "inbound off for A")
     finally:
         world.console.manage("shell", "-c", _SET_INBOUND.format(space_id=space_a, on=True))
-    _wait_for(lambda: _get_with_token(world, "a").status == 200, "inbound on again for A")
+    wait_for(lambda: _get_with_token(world, "a").status == 200, "inbound on again for A")
 
 
 def test_bodies_stream_both_ways_within_the_limit(world: World) -> None:
     a = world.inbound("a", 9000)
     token = {"X-Traffic-Token": a["traffic_token"]}
     base = a["url"]
-    _wait_for(lambda: world.request(base + "h", headers=token).status == 200, "echo server in A")
+    wait_for(lambda: world.request(base + "h", headers=token).status == 200, "echo server in A")
     payload = os.urandom(2 * 1024 * 1024)
     sent = world.request(base + "upload?x=1", method="POST", headers=token, body=payload)
     assert sent.status == 200, sent
@@ -530,12 +261,12 @@ def test_a_port_nothing_listens_on_and_a_paused_sandbox_say_so(world: World) -> 
     assert ui.session_action(session_b, "pause") == 200
     try:
         # Looked-up addresses are kept for 2 s: the pause shows within that.
-        paused = _wait_for(lambda: (r := _get_with_token(world, "b")).status == 503 and r, "paused B refused")
+        paused = wait_for(lambda: (r := _get_with_token(world, "b")).status == 503 and r, "paused B refused")
         assert b"not running" in paused.body
         assert b"resume the session" in paused.body
     finally:
         assert ui.session_action(session_b, "resume") == 200
-    _wait_for(lambda: _get_with_token(world, "b").status == 200, "B again after resume")
+    wait_for(lambda: _get_with_token(world, "b").status == 200, "B again after resume")
 
 
 def test_the_session_page_shows_the_url_and_makes_signed_links(world: World) -> None:
@@ -687,7 +418,7 @@ def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
     finally:
         assert api.delete("idle").status == 204
     # A deleted session's URL is gone (within the 2 s the lookups are kept).
-    gone = _wait_for(
+    gone = wait_for(
         lambda: (
             (r := world.request(inbound["url"], headers={"X-Traffic-Token": inbound["traffic_token"]})).status == 404
             and r
@@ -697,49 +428,10 @@ def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
     assert b"hello" not in gone.body
 
 
-def ws_exchange(world: World, path: str, headers: dict[str, str], text: str) -> tuple[int, bytes]:
-    """A websocket handshake by hand, one masked text frame, one frame back: (status, payload).
-    `path` on the console's origin, or an absolute URL (its host in the Host header)."""
-    import base64
-    import socket
-    import struct
-
-    host = f"127.0.0.1:{world.port}"
-    if path.startswith("http"):
-        host, path = host_of(path), _path(path)
-    with socket.create_connection(("127.0.0.1", world.port), timeout=20) as sock:
-        key = base64.b64encode(os.urandom(16)).decode()
-        lines = [
-            f"GET {path} HTTP/1.1",
-            f"Host: {host}",
-            "Upgrade: websocket",
-            "Connection: Upgrade",
-            f"Sec-WebSocket-Key: {key}",
-            "Sec-WebSocket-Version: 13",
-            *(f"{name}: {value}" for name, value in headers.items()),
-        ]
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        stream = sock.makefile("rb")
-        status = int(stream.readline().split()[1])
-        while stream.readline() not in (b"\r\n", b""):
-            pass
-        if status != 101:
-            return status, b""
-        payload = text.encode()
-        mask = os.urandom(4)
-        masked = bytes(c ^ mask[i % 4] for i, c in enumerate(payload))
-        sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
-        _first, second = stream.read(2)
-        size = second & 0x7F
-        if size == 126:
-            size = struct.unpack(">H", stream.read(2))[0]
-        return status, stream.read(size)
-
-
 def test_websockets_reach_the_sandbox_port_with_the_token(world: World) -> None:
     a, b = world.inbound("a", 9100), world.inbound("b", 9100)
     path = a["url"] + "chat?room=1"
-    _status, echoed = _wait_for(
+    _status, echoed = wait_for(
         lambda: (r := ws_exchange(world, path, {"X-Traffic-Token": a["traffic_token"]}, "hi"))[0] == 101 and r,
         "websocket echo in A",
     )
