@@ -207,7 +207,8 @@ async def _authorize(
     if target is None:
         raise Refused(404, NOT_FOUND)
     query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True))
-    offered = [(value, False) for value in cookie_values(headers, COOKIE_NAME)]
+    cookie_counts = not own_host or _from_own_pages(scope, headers)
+    offered = [(value, False) for value in cookie_values(headers, COOKIE_NAME)] if cookie_counts else []
     if query.get(LINK_PARAM):
         offered.insert(0, (query[LINK_PARAM], True))
     presented = header(headers, TOKEN_HEADER)
@@ -239,6 +240,20 @@ async def _authorize(
             "space's network policy (and rebuilds sessions made while it was off).",
         )
     return target, new_cookie
+
+
+def _from_own_pages(scope: Scope, headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the link cookie counts on a host of its own: for the host's own pages and for
+    top-level navigations (GET, HEAD), as SameSite=Lax has it between sites. Every sandbox
+    host is one site with the others (one registrable domain), so Lax alone would let a page
+    of another sandbox's host send the visitor's cookie here (a form POST, a `<script src>`);
+    the browser's Fetch Metadata tells those apart (a browser that sends none: counted)."""
+    site = (header(headers, b"sec-fetch-site") or b"").lower()
+    if site in (b"", b"same-origin", b"none"):
+        return True
+    mode = (header(headers, b"sec-fetch-mode") or b"").lower()
+    dest = (header(headers, b"sec-fetch-dest") or b"").lower()
+    return mode == b"navigate" and dest == b"document" and scope.get("method") in ("GET", "HEAD")
 
 
 def _token_matches(presented: bytes, token: str) -> bool:

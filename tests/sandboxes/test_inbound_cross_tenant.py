@@ -191,6 +191,55 @@ def test_a_link_of_one_space_does_nothing_on_another_spaces_host(world: World) -
     assert tossed.body == b"hello-inbound-b\n"
 
 
+def test_a_page_of_another_host_cannot_make_the_browser_use_this_hosts_cookie(world: World) -> None:
+    """In a deployment all sandbox hosts are one site (one registrable domain), so SameSite=Lax
+    sends the visitor's cookie for A's host along with what a page of B's host makes the
+    browser send there: a form POST (a write in A's app), a `<script src>` (A's data run in
+    B's page). The cookie counts only for A's own pages (Fetch Metadata: same-origin, or a
+    browser that sends none) and for top-level navigations, as Lax does between sites."""
+    cookie = _cookie(world, _link(world, "a"))
+    url = world.inbound("a")["url"] + "hello.txt"
+    names = {"site": "Sec-Fetch-Site", "mode": "Sec-Fetch-Mode", "dest": "Sec-Fetch-Dest"}
+
+    def sent(method: str = "GET", credential: dict[str, str] | None = None, **fetch: str) -> tuple[int, bytes]:
+        headers = {**(credential or {"Cookie": cookie}), **{names[key]: value for key, value in fetch.items()}}
+        reply = world.request(url, method=method, headers=headers)
+        return reply.status, reply.body
+
+    counted = {
+        "no Fetch Metadata": sent(),
+        "its own page's fetch": sent(site="same-origin", mode="cors", dest="empty"),
+        "a typed URL": sent(site="none", mode="navigate", dest="document"),
+        "a link from a sibling host": sent(site="same-site", mode="navigate", dest="document"),
+        "a link from another site": sent(site="cross-site", mode="navigate", dest="document"),
+        "HEAD, a link": sent("HEAD", site="same-site", mode="navigate", dest="document"),
+    }
+    for what, (status, _body) in counted.items():
+        assert status == 200, what
+    refused = {
+        "a sibling's script tag": sent(site="same-site", mode="no-cors", dest="script"),
+        "a sibling's fetch": sent(site="same-site", mode="cors", dest="empty"),
+        "a sibling's form POST": sent("POST", site="same-site", mode="navigate", dest="document"),
+        "a sibling's frame": sent(site="same-site", mode="navigate", dest="iframe"),
+        "another site's image": sent(site="cross-site", mode="no-cors", dest="image"),
+    }
+    for what, answer in refused.items():
+        assert answer == (404, NOT_FOUND), what
+    # The token header is no cookie: no browser sends it on its own.
+    token = {"X-Traffic-Token": world.inbound("a")["traffic_token"]}
+    assert sent(credential=token, site="same-site", mode="no-cors", dest="script")[0] == 200
+    # On the console's own origin a page runs in an opaque origin: its own parts are
+    # cross-site requests, and the cookie counts for them (CSP sandbox keeps them apart there).
+    query = urllib.parse.urlsplit(_link(world, "a")).query
+    path = f"/inbound/{world.sandboxes['a']}/8000/"
+    console_cookie = _cookie(world, f"{path}?{query}")
+    reply = world.request(
+        path + "hello.txt",
+        headers={"Cookie": console_cookie, "Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"},
+    )
+    assert reply.status == 200
+
+
 def test_a_link_with_its_parameter_name_percent_encoded_is_not_a_redirect_loop(world: World) -> None:
     """`?%5Fconsole_link=…` is the same parameter to the route's check (parse_qsl decodes it),
     but the step that leaves the link out compares raw bytes: the 303 keeps the link in the
