@@ -178,3 +178,25 @@ def test_the_router_answers_malformed_names_on_the_domain_404_and_leaves_the_res
             assert _call(router, host, path) == (404, b"No such inbound URL, or no valid traffic token for it.\n")
     assert _call(router, "console.example.net", "/login/") == (299, b"console")
     assert _call(router, "sbx.example.net", "/login/") == (299, b"console")
+
+
+def test_daphne_refuses_to_start_on_a_single_inbound_host() -> None:
+    """The console as deployed (Daphne on console.asgi) stops at once with the reason, before
+    it listens (port 0: nothing of ours is reachable even if it did)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "INBOUND_BASE_URL": "https://sandboxes.example.net"}
+    daphne = str(Path(sys.executable).parent / "daphne")
+    done = subprocess.run(
+        [daphne, "-b", "127.0.0.1", "-p", "0", "console.asgi:application"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: INBOUND_BASE_URL='https://sandboxes.example.net' names one host" in done.stderr
