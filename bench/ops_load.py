@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,7 @@ from tests.sandboxes.console_process import (  # noqa: E402
 )
 
 HOST = "console.example.com"
-INBOUND_HOST = "sandboxes.example.net"
+INBOUND_DOMAIN = "sandboxes.example.net"  # every sandbox port's host is <label>-<port>.<this>
 CA = ""  # the run's self-signed certificate (for 127.0.0.1 and HOST), set by Stack.start_nginx
 METRICS_TOKEN = "ops-acceptance-metrics-token"  # noqa: S105 - this run's own, loopback only
 NGINX_LOG_FORMAT = 'log_format replicas "$request_method $uri $status $upstream_addr $request_time $request_id";'
@@ -137,7 +138,7 @@ class Stack:
             "SERVE_STATIC": "false",
             "STATIC_ROOT": str(self.static_root),
             "METRICS_TOKEN": METRICS_TOKEN,
-            "INBOUND_BASE_URL": f"https://{INBOUND_HOST}",
+            "INBOUND_BASE_URL": f"https://*.{INBOUND_DOMAIN}",
             "PROMETHEUS_MULTIPROC_DIR": str(workdir / "metrics"),
             "LOG_FORMAT": "json",
             "REAPER_INTERVAL_S": "10",  # beat sends jobs the worker runs (counted there)
@@ -177,7 +178,7 @@ class Stack:
         tls.mkdir(exist_ok=True)
         subprocess.run(
             ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN={HOST}",
-             "-addext", f"subjectAltName=DNS:{HOST},DNS:{INBOUND_HOST},IP:127.0.0.1",
+             "-addext", f"subjectAltName=DNS:{HOST},DNS:*.{INBOUND_DOMAIN},IP:127.0.0.1",
              "-keyout", str(tls / "privkey.pem"), "-out", str(tls / "fullchain.pem")],
             check=True, capture_output=True,
         )  # fmt: skip
@@ -600,10 +601,12 @@ do_update_network_policy(Space.objects.get(pk={space_id!r}), allow_internet_acce
 
 
 def inbound(stack: Stack, requests_count: int = 50) -> dict[str, Any]:
-    """A sandbox's web server through nginx's inbound host (docs/inbound.md's block)."""
+    """A sandbox's web server through its own host on nginx's inbound wildcard domain
+    (docs/inbound.md's block); the name only in the Host header, never looked up."""
     stack.console.manage("shell", "-c", _INBOUND_ON.format(space_id=stack.console.space_id))
     status, body, _ = api(stack, "POST", "inbound-01", "resolve", {})
     assert status == 200, (status, body)
+    sandbox_id = body["sandbox_id"]
     serve = (
         "cd /workspace && echo inbound-hello > hello.txt"
         " && (setsid nohup python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 </dev/null &) && sleep 1"
@@ -614,8 +617,8 @@ def inbound(stack: Stack, requests_count: int = 50) -> dict[str, Any]:
     status, grant, _ = api(stack, "GET", "inbound-01", "inbound?port=8000")
     assert status == 200, grant
     url = grant.get("url", "")
-    path = url.split(INBOUND_HOST, 1)[1] if INBOUND_HOST in url else url
-    headers = {"Host": INBOUND_HOST, "X-Traffic-Token": grant.get("traffic_token", "")}
+    own_host, path = urllib.parse.urlsplit(url).netloc, urllib.parse.urlsplit(url).path
+    headers = {"Host": own_host, "X-Traffic-Token": grant.get("traffic_token", "")}
     timings, statuses = [], []
     for _ in range(requests_count):
         started = time.monotonic()
@@ -623,21 +626,25 @@ def inbound(stack: Stack, requests_count: int = 50) -> dict[str, Any]:
         timings.append(time.monotonic() - started)
         statuses.append(answer.status_code)
     body_ok = "inbound-hello" in answer.text
-    no_token = requests.get(stack.base + path + "hello.txt", headers={"Host": INBOUND_HOST}, verify=CA, timeout=30)
-    console_page = requests.get(stack.base + "/login/", headers={"Host": INBOUND_HOST}, verify=CA, timeout=30)
+    no_token = requests.get(stack.base + path + "hello.txt", headers={"Host": own_host}, verify=CA, timeout=30)
+    console_page = requests.get(stack.base + "/login/", headers={"Host": own_host}, verify=CA, timeout=30)
+    unknown_host = requests.get(
+        stack.base + "/", headers={**headers, "Host": f"{'a' * 34}-8000.{INBOUND_DOMAIN}"}, verify=CA, timeout=30
+    )
     on_console_host = requests.get(
-        stack.base + path + "hello.txt", headers={**headers, "Host": HOST}, verify=CA, timeout=30
+        f"{stack.base}/inbound/{sandbox_id}/8000/hello.txt", headers={**headers, "Host": HOST}, verify=CA, timeout=30
     )
     api(stack, "DELETE", "inbound-01")
     return emit(
         "inbound",
-        url=url.replace(grant.get("sandbox_id", "-"), "<id>") if url else grant,
+        url=url.replace(own_host.split("-", 1)[0], "<label>") if url else grant,
         statuses=sorted(set(statuses)),
         body_ok=body_ok,
         p50_ms=pct(timings, 0.5),
         p95_ms=pct(timings, 0.95),
         without_token=no_token.status_code,
         console_page_on_inbound_host=console_page.status_code,
+        unknown_inbound_host=unknown_host.status_code,
         inbound_path_on_console_host=(
             on_console_host.status_code,
             on_console_host.headers.get("Content-Security-Policy"),

@@ -9,6 +9,8 @@ class SandboxesConfig(AppConfig):
     def ready(self) -> None:
         # Register job handlers, and the signals that close terminals on loss of access; a
         # committed policy change reaches running sandboxes that take it live.
+        from django.core import checks
+
         from console import health, metrics
         from console.signals import network_policy_changed
 
@@ -17,9 +19,11 @@ class SandboxesConfig(AppConfig):
         from .egress.live import on_policy_changed
         from .pages import onboarding  # noqa: F401  (the dashboard's getting-started steps)
         from .sessions import gauges, reaper, retention  # noqa: F401
+        from .sessions.inbound_hosts import check_setting
         from .sessions.store_select import check_store
         from .terminal import tickets  # noqa: F401
 
+        checks.register(check_setting)  # INBOUND_BASE_URL: empty, or a usable wildcard origin
         network_policy_changed.connect(on_policy_changed, dispatch_uid="sandboxes.egress.live")
         # Readiness (console/health.py) and scrape-time series (console/metrics.py).
         health.register_checks("session_store", lambda: [("session_store", check_store, True)])

@@ -168,11 +168,11 @@ FORWARDED_FOR_PROXIES = int(os.environ.get("FORWARDED_FOR_PROXIES", 0))
 WEBSOCKET_ALLOWED_ORIGINS = env_list("WEBSOCKET_ALLOWED_ORIGINS", CSRF_TRUSTED_ORIGINS)
 
 # --- Inbound traffic to sandbox ports (sandboxes/inbound/, docs/inbound.md) --------------
-# The origin the console's inbound URLs are issued under ("" = the console's own, as the
-# page or API request reached it). A host of their own (https://inbound.example.com; for a
-# local console on http://localhost:8000, http://127.0.0.1:8000 will do) serves sandbox
-# pages as ordinary pages and only /inbound/ there; on the console's own origin they are
-# served under `Content-Security-Policy: sandbox` (an opaque origin: docs/inbound.md).
+# Where the console's inbound URLs are issued: "" = the console's own origin (as the page or
+# API request reached it), pages served under `Content-Security-Policy: sandbox` (an opaque
+# origin); or a wildcard origin, https://*.sandboxes.example.net (locally
+# http://*.localhost:8000), a host of its own per sandbox port, <label>-<port>.<domain>,
+# with wildcard DNS and TLS in front (docs/inbound.md). Checked at startup (sandboxes.E001).
 INBOUND_BASE_URL = os.environ.get("INBOUND_BASE_URL", "").rstrip("/")
 INBOUND_MAX_REQUEST_BYTES = int(os.environ.get("INBOUND_MAX_REQUEST_BYTES", 100 * 1024 * 1024))
 INBOUND_CONNECT_TIMEOUT_S = float(os.environ.get("INBOUND_CONNECT_TIMEOUT_S", 5))

@@ -73,8 +73,10 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
             **workspace_options(config),
             **protocol_options(config),
             **resolver_options(config),
-            # Where inbound URLs point for backends whose ports the console's proxy serves.
-            "inbound_url": f"{settings.INBOUND_BASE_URL}/inbound/",
+            # The console's own route for backends whose ports its proxy serves; with a wildcard
+            # INBOUND_BASE_URL the issued URL is a host per sandbox port instead
+            # (sandboxes/sessions/inbound_hosts.py), and this path stays for the token header.
+            "inbound_url": "/inbound/",
         },
     )
 

@@ -1,5 +1,5 @@
-"""What the inbound route's modules share: ASGI types, header and cookie helpers, the plain
-answers, and which host a request came to."""
+"""What the inbound route's modules share: ASGI types, header and cookie helpers and the
+plain answers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlencode
 
 from django.conf import settings
 
@@ -71,6 +71,25 @@ def cookies(headers: list[tuple[bytes, bytes]]) -> SimpleCookie:
     return jar
 
 
+def cookie_values(headers: list[tuple[bytes, bytes]], name: str) -> list[str]:
+    """Every value the request's cookies give `name`, in order: a browser sends one per
+    (domain, path) it keeps, and one set by a page for a parent domain must not hide the
+    visitor's own."""
+    values = []
+    for key, value in headers:
+        if key != b"cookie":
+            continue
+        for part in value.decode("latin-1").split(";"):
+            found, sep, text = part.strip().partition("=")
+            if sep and found == name:
+                jar: SimpleCookie = SimpleCookie()
+                with contextlib.suppress(Exception):
+                    jar.load(f"{name}={text.strip()}")
+                if name in jar:
+                    values.append(jar[name].value)
+    return values
+
+
 def console_cookie_names() -> set[str]:
     return {
         settings.SESSION_COOKIE_NAME,
@@ -96,14 +115,8 @@ def host_name(headers: list[tuple[bytes, bytes]]) -> str:
     return host.rsplit(":", 1)[0] if not host.endswith("]") else host
 
 
-def inbound_host() -> str:
-    """host[:port] of INBOUND_BASE_URL, lower-cased ("" when inbound URLs use the console's)."""
-    return urlsplit(settings.INBOUND_BASE_URL).netloc.lower() if settings.INBOUND_BASE_URL else ""
-
-
-def on_inbound_host(headers: list[tuple[bytes, bytes]]) -> bool:
-    host = inbound_host()
-    return bool(host) and (header(headers, b"host") or b"").decode("latin-1").lower() == host
+def host_header(headers: list[tuple[bytes, bytes]]) -> str:
+    return (header(headers, b"host") or b"").decode("latin-1")
 
 
 def query_without_link(scope: Scope) -> str:

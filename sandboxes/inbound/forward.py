@@ -1,6 +1,7 @@
 """Forwarding one HTTP exchange to a sandbox port: the request body streamed in (capped),
 the answer streamed out, hop-by-hop headers and the console's cookies left behind, the
-sandbox's cookies kept under its own URL path, CSP sandbox on the console's own origin."""
+sandbox's cookies kept on its own host and under its own URL path (the prefix: "/" on a host
+of its own), CSP sandbox on the console's own origin."""
 
 from __future__ import annotations
 
@@ -76,8 +77,9 @@ def _requestrequest_headers(scope: Scope, headers: list[tuple[bytes, bytes]], pr
     forwarded += [
         (b"x-forwarded-for", chain.encode("latin-1")),
         (b"x-forwarded-proto", b"https" if is_secure(scope, headers) else b"http"),
-        (b"x-forwarded-prefix", prefix.rstrip("/").encode()),
     ]
+    if prefix != "/":  # on a host of its own the app is at the root
+        forwarded.append((b"x-forwarded-prefix", prefix.rstrip("/").encode()))
     host = header(headers, b"host")
     if host:
         forwarded.append((b"x-forwarded-host", host))

@@ -30,6 +30,7 @@ from console.services import Actor, ServiceError, record_audit
 from ..backends.base import RemoteError
 from ..backends.capabilities import InboundCapability
 from ..models import Session
+from .inbound_hosts import host_url, label_matches, read_label, shared_domain
 from .runtime import ACTIVITY_WRITE_INTERVAL, backend_for
 
 LINK_SALT = "sandboxes.inbound.link"
@@ -53,7 +54,7 @@ class InboundTarget:
 @dataclass(frozen=True)
 class InboundUrl:
     port: int
-    url: str  # as the backend issues it: absolute, or a path on the console's own origin
+    url: str  # absolute (a host of its own, or the backend's), or a path on the console's own origin
     token_header: str
     signed_links: bool  # the console's route serves it (and takes signed links)
 
@@ -71,9 +72,13 @@ def inbound_url(session: Session, port: int) -> InboundUrl:
     inbound = session_inbound(session)
     if inbound is None:
         raise ServiceError("This session's backend serves no inbound URLs.")
+    url = inbound.public_url(session.sandbox_id, port)
+    domain = shared_domain() if inbound.served_by_console else None
+    if domain is not None:  # a host of its own for this sandbox port (inbound_hosts.py)
+        url = host_url(domain, session.id, session.sandbox_id, port)
     return InboundUrl(
         port=port,
-        url=inbound.public_url(session.sandbox_id, port),
+        url=url,
         token_header=inbound.token_header,
         signed_links=inbound.served_by_console,
     )
@@ -166,8 +171,24 @@ def inbound_target(sandbox_id: str, port: int) -> InboundTarget | None:
     """The session whose current sandbox is `sandbox_id`, with its token and switch; None when
     no session has it, its backend's URLs are not the console's, or it has no token."""
     session = Session.objects.select_related("space", "config__backend").filter(sandbox_id=sandbox_id).first()
-    if session is None:
+    return _target_of(session, port) if session is not None else None
+
+
+def inbound_target_at(label: str, port: int) -> InboundTarget | None:
+    """The target a host label names (`<label>-<port>.<inbound domain>`): its session's
+    current sandbox, when the label is one of ours and was made for that sandbox; else None."""
+    read = read_label(label)
+    if read is None:
         return None
+    session_id, tag = read
+    session = Session.objects.select_related("space", "config__backend").filter(pk=session_id).first()
+    if session is None or not label_matches(tag, session.id, session.sandbox_id):
+        return None
+    return _target_of(session, port)
+
+
+def _target_of(session: Session, port: int) -> InboundTarget | None:
+    sandbox_id = session.sandbox_id
     token = decrypt(session.traffic_token_encrypted)
     if not token:
         return None

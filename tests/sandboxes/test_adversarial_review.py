@@ -115,7 +115,7 @@ def test_a_sandbox_cannot_clear_the_consoles_cookies_on_its_origin(hostile_upstr
     headers = _proxied_headers(hostile_upstream, sandboxed=True)
     assert b"content-security-policy" in headers
     assert b"clear-site-data" not in headers
-    # On an inbound host of its own, the sandbox's answer is its own business.
+    # On a sandbox port's host of its own, the answer is its own business.
     assert b"clear-site-data" in _proxied_headers(hostile_upstream, sandboxed=False)
 
 

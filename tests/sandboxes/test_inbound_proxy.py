@@ -1,306 +1,67 @@
 """Inbound traffic end to end: a real console (Daphne, as `make start` runs it in the embedded
-mode) proxying `/inbound/<sandbox>/<port>/` to a server inside a real Docker sandbox.
+mode) proxying a sandbox port's URL to a server inside a real Docker sandbox: the host of its
+own each port is issued (`<label>-<port>.localhost:<console port>`, the wildcard
+INBOUND_BASE_URL `http://*.localhost:<port>`), and `/inbound/<sandbox>/<port>/` on the
+console's own origin (127.0.0.1).
 
 Three spaces: A (inbound on, outbound off), B (inbound on: its session's token must not open
 A's URLs) and C (inbound off). Each sandbox runs servers of the test's own (`python3 -m
 http.server`, and a small echo server for bodies and headers); every request goes to
-127.0.0.1. Nothing leaves the machine: A's and C's sandboxes have no outbound at all.
+127.0.0.1, a sandbox host's name only in the Host header (no name is ever looked up).
+Nothing leaves the machine: A's and C's sandboxes have no outbound at all.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import http.client
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.parse
 import urllib.request
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 
-from tests.sandboxes.console_process import (
-    ADMIN_PASSWORD,
-    ADMIN_USER,
-    ApiClient,
-    Console,
-    UiClient,
-    docker_api,
-    free_port,
-    remove_docker_leftovers,
+from tests.sandboxes.console_process import ADMIN_PASSWORD, ADMIN_USER, ApiClient, UiClient
+from tests.sandboxes.inbound_world import (
+    _SET_INBOUND,
+    LABEL,
+    MAX_BODY,
+    Reply,
+    World,
+    browser_args,
+    host_of,
+    made_world,
+    wait_for,
+    ws_exchange,
 )
 
 pytestmark = [pytest.mark.docker]
 
-MAX_BODY = 3 * 1024 * 1024
-ECHO_SERVER = r"""
-import hashlib, http.server, json
-
-class Echo(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def _body(self):
-        digest, length = hashlib.sha256(), 0
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            while True:
-                size = int(self.rfile.readline().split(b";")[0], 16)
-                if size == 0:
-                    self.rfile.readline()
-                    break
-                chunk = self.rfile.read(size)
-                self.rfile.readline()
-                digest.update(chunk)
-                length += len(chunk)
-        else:
-            left = int(self.headers.get("Content-Length") or 0)
-            while left:
-                chunk = self.rfile.read(min(left, 65536))
-                digest.update(chunk)
-                length += len(chunk)
-                left -= len(chunk)
-        return length, digest.hexdigest()
-
-    def _answer(self, payload, extra=()):
-        body = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for name, value in extra:
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_POST(self):
-        length, digest = self._body()
-        self._answer({"length": length, "sha256": digest, "path": self.path})
-
-    def do_GET(self):
-        if self.path.startswith("/big"):
-            size = 8 * 1024 * 1024
-            self.send_response(200)
-            self.send_header("Content-Length", str(size))
-            self.send_header("Connection", "close, X-Upstream-Hop")
-            self.send_header("X-Upstream-Hop", "1")
-            self.end_headers()
-            block = bytes(range(256)) * 256
-            for _ in range(size // len(block)):
-                self.wfile.write(block)
-            return
-        headers = [[name.lower(), value] for name, value in self.headers.items()]
-        extra = [("Set-Cookie", "app=1; Path=/; Domain=example.com"), ("Set-Cookie", "sessionid=stolen; Path=/")]
-        self._answer({"path": self.path, "headers": headers}, extra)
-
-http.server.ThreadingHTTPServer(("0.0.0.0", 9000), Echo).serve_forever()
-"""
-
-# A websocket echo server of the test's own (stdlib only: the base image has no packages for it).
-WS_SERVER = r"""
-import base64, hashlib, socket, struct, threading
-
-GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
-
-def serve(conn):
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += conn.recv(4096)
-    lines = data.split(b"\r\n\r\n")[0].decode().split("\r\n")
-    path = lines[0].split()[1]
-    fields = {k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
-    accept = base64.b64encode(hashlib.sha1((fields["sec-websocket-key"] + GUID).encode()).digest()).decode()
-    answer = "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-    answer += "Sec-WebSocket-Accept: " + accept + "\r\n\r\n"
-    conn.sendall(answer.encode())
-    stream = conn.makefile("rb")
-    prefix = (path + "|" + fields.get("cookie", "") + "|").encode()
-    while True:
-        b1, b2 = stream.read(2)
-        opcode, size = b1 & 0x0F, b2 & 0x7F
-        if size == 126:
-            size = struct.unpack(">H", stream.read(2))[0]
-        elif size == 127:
-            size = struct.unpack(">Q", stream.read(8))[0]
-        mask = stream.read(4) if b2 & 0x80 else b"\0\0\0\0"
-        payload = bytes(c ^ mask[i % 4] for i, c in enumerate(stream.read(size)))
-        if opcode == 8:
-            conn.sendall(b"\x88\x02\x03\xe8")
-            return
-        if opcode in (9, 10):
-            continue
-        reply = prefix + payload
-        length = bytes([len(reply)]) if len(reply) < 126 else bytes([126]) + struct.pack(">H", len(reply))
-        conn.sendall(bytes([0x80 | opcode]) + length + reply)
-
-listener = socket.create_server(("0.0.0.0", 9100))
-while True:
-    connection, _ = listener.accept()
-    threading.Thread(target=serve, args=(connection,), daemon=True).start()
-"""
-
-_SEED = """
-import json
-from django.contrib.auth import get_user_model
-from console.services import SYSTEM, do_create_space, do_update_network_policy
-from sandboxes.api.views import do_create_api_token
-from sandboxes.catalog.services import do_create_config
-from sandboxes.models import PlatformBackend
-
-get_user_model().objects.create_superuser(username={user!r}, password={password!r}, email="")
-engine = PlatformBackend.objects.create(name="local engine", kind="docker")
-out = {{}}
-for name, inbound in (("a", True), ("b", True), ("c", False)):
-    space = do_create_space(name="Inbound " + name, slug="inbound-" + name, actor=SYSTEM)
-    engine.spaces.add(space)
-    do_update_network_policy(space, allow_internet_access=False, allow_out=[], deny_out=[], l7_rules=[],
-                             allow_public_traffic=inbound, actor=SYSTEM)
-    do_create_config(space, data={{"name": "inbound", "backend": engine, "default_template": {image!r}, "cpus": 1,
-                     "memory_mb": 256, "pids_limit": 128, "persistent_workspace": False, "is_default": True}},
-                     api_key="", actor=SYSTEM)
-    token, raw = do_create_api_token(space, name="inbound", actor=SYSTEM)
-    out[name] = {{"space_id": str(space.id), "token": raw}}
-print("SEED " + json.dumps(out))
-"""
-
-_SET_INBOUND = """
-from console.models import Space
-from console.services import SYSTEM, do_update_network_policy
-space = Space.objects.get(pk={space_id!r})
-do_update_network_policy(space, allow_internet_access=False, allow_out=[], deny_out=[], l7_rules=[],
-                         allow_public_traffic={on!r}, actor=SYSTEM)
-"""
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes
-
-    def header(self, name: str) -> str | None:
-        return next((value for key, value in self.headers if key.lower() == name.lower()), None)
-
-    def all(self, name: str) -> list[str]:
-        return [value for key, value in self.headers if key.lower() == name.lower()]
-
-
-@dataclass
-class World:
-    console: Console
-    spaces: dict[str, dict[str, str]]
-    sandboxes: dict[str, str]  # space letter -> sandbox id of its session "web"
-
-    @property
-    def port(self) -> int:
-        return self.console.web_ports["web"]
-
-    def api(self, letter: str) -> ApiClient:
-        space = self.spaces[letter]
-        return ApiClient(f"http://127.0.0.1:{self.port}", space["space_id"], space["token"])
-
-    def inbound(self, letter: str, port: int = 8000) -> dict[str, Any]:
-        answer = self.api(letter).call("GET", "web", f"inbound?port={port}")
-        assert answer.status == 200, answer.body
-        return dict(answer.body)
-
-    def request(
-        self, path: str, *, method: str = "GET", headers: dict[str, str] | None = None, body: Any = None
-    ) -> Reply:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        try:
-            chunked = body is not None and not isinstance(body, bytes)
-            connection.request(method, path, body=body, headers=headers or {}, encode_chunked=chunked)
-            answer = connection.getresponse()
-            return Reply(answer.status, answer.getheaders(), answer.read())
-        finally:
-            connection.close()
-
-
-def _path(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    return parts.path + (f"?{parts.query}" if parts.query else "")
-
-
-def _wait_for(check: Any, what: str, timeout: float = 20) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout} s")
-        time.sleep(0.3)
-
 
 @pytest.fixture(scope="module")
 def world(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    workdir = tmp_path_factory.mktemp("inbound-console")
-    port = free_port()
-    # Inbound URLs on a host of their own: localhost, while the console is used at 127.0.0.1
-    # (a request for 127.0.0.1 is the console's own origin, served under CSP sandbox).
-    console = Console(
-        workdir=workdir / "console",
-        installation_id=f"inbound-{uuid.uuid4().hex[:10]}",
-        database_url=f"sqlite:///{workdir / 'console' / 'console.sqlite3'}",
-        extra_env={
-            "INBOUND_MAX_REQUEST_BYTES": str(MAX_BODY),
-            "IDLE_SWEEP_INTERVAL_S": "3600",
-            "INBOUND_BASE_URL": f"http://localhost:{port}",
-        },
-        web_ports={"web": port},
-    )
-    spaces: dict[str, dict[str, str]] = {}
-    try:
-        console.workdir.mkdir(parents=True, exist_ok=True)
-        console.manage("migrate", "--noinput")
-        out = console.manage(
-            "shell", "-c", _SEED.format(user=ADMIN_USER, password=ADMIN_PASSWORD, image=docker_base_image)
-        )
-        spaces = json.loads(out.split("SEED ", 1)[1].splitlines()[0])
-        console.start_web()
-        made = World(console, spaces, {})
-        for letter in "abc":
-            api = made.api(letter)
-            resolved = api.resolve("web")
-            assert resolved.status == 200, resolved.body
-            made.sandboxes[letter] = resolved.body["sandbox_id"]
-            wrote = api.shell("web", f"echo hello-inbound-{letter} > /workspace/hello.txt")
-            assert wrote.status == 200, wrote.body
-            for name, source in (("echo.py", ECHO_SERVER), ("wsecho.py", WS_SERVER)):
-                put = api.call("PUT", "web", f"files/content?path={name}", raw=source.encode())
-                assert put.status == 201, put.body
-            started = api.shell(
-                "web",
-                "cd /workspace"
-                " && (setsid nohup python3 -m http.server 8000 --bind 0.0.0.0 >/dev/null 2>&1 </dev/null &)"
-                " && (setsid nohup python3 echo.py >/dev/null 2>&1 </dev/null &)"
-                " && (setsid nohup python3 wsecho.py >/dev/null 2>&1 </dev/null &)",
-            )
-            assert started.status == 200, started.body
+    with made_world(docker_base_image, tmp_path_factory) as made:
         yield made
-    finally:
-        console.stop_all()
-        remove_docker_leftovers(console.installation_id)
-        api = docker_api()
-        for space in spaces.values():
-            for network in api.networks(filters={"label": f"console.network.space={space['space_id']}"}):
-                with contextlib.suppress(Exception):
-                    api.remove_network(network["Id"])
 
 
 def _get_with_token(world: World, letter: str, path: str = "hello.txt", port: int = 8000) -> Reply:
     inbound = world.inbound(letter, port)
-    return world.request(_path(inbound["url"]) + path, headers={inbound["token_header"]: inbound["traffic_token"]})
+    return world.request(inbound["url"] + path, headers={inbound["token_header"]: inbound["traffic_token"]})
 
 
 def test_the_api_issues_the_url_the_token_and_its_header(world: World) -> None:
     inbound = world.inbound("a")
     sandbox_id = world.sandboxes["a"]
-    assert inbound["url"] == f"http://localhost:{world.port}/inbound/{sandbox_id}/8000/"
+    # A host of its own per sandbox port, with an opaque label: no sandbox id in it.
+    assert re.fullmatch(rf"http://({LABEL})-8000\.localhost:{world.port}/", inbound["url"]), inbound["url"]
+    assert sandbox_id not in inbound["url"]
+    label = inbound["url"].split("//", 1)[1].split("-", 1)[0]
+    assert world.inbound("a", 9000)["url"] == f"http://{label}-9000.localhost:{world.port}/"
+    assert label not in world.inbound("b")["url"]
     assert inbound["token_header"] == "X-Traffic-Token"
     assert inbound["traffic_token"]
     assert inbound["signed_links"]
@@ -314,9 +75,14 @@ def test_the_api_issues_the_url_the_token_and_its_header(world: World) -> None:
 
 
 def test_the_token_header_reaches_the_sandbox_port(world: World) -> None:
-    reply = _wait_for(lambda: (r := _get_with_token(world, "a")).status == 200 and r, "http.server in A")
+    reply = wait_for(lambda: (r := _get_with_token(world, "a")).status == 200 and r, "http.server in A")
     assert reply.body == b"hello-inbound-a\n"
-    assert (reply.header("Content-Security-Policy") or "").startswith("sandbox allow-scripts")
+    assert reply.header("Content-Security-Policy") is None  # an origin of its own
+    # The same port at the console's own origin: under CSP sandbox.
+    token = {"X-Traffic-Token": world.inbound("a")["traffic_token"]}
+    console = world.request(f"/inbound/{world.sandboxes['a']}/8000/hello.txt", headers=token)
+    assert console.body == b"hello-inbound-a\n"
+    assert (console.header("Content-Security-Policy") or "").startswith("sandbox allow-scripts")
     # Without the trailing slash: redirected to the app's root.
     bare = world.request(f"/inbound/{world.sandboxes['a']}/8000")
     assert bare.status == 308
@@ -325,7 +91,8 @@ def test_the_token_header_reaches_the_sandbox_port(world: World) -> None:
 
 def test_without_the_right_token_the_url_does_not_exist(world: World) -> None:
     a, b = world.inbound("a"), world.inbound("b")
-    path = _path(a["url"]) + "hello.txt"
+    path = a["url"] + "hello.txt"
+    console_path = f"/inbound/{world.sandboxes['a']}/8000/hello.txt"
     refusals = {
         "no token": world.request(path),
         "wrong token": world.request(path, headers={"X-Traffic-Token": "x" * 43}),
@@ -334,8 +101,10 @@ def test_without_the_right_token_the_url_does_not_exist(world: World) -> None:
         "unknown sandbox": world.request(
             f"/inbound/{'0' * 64}/8000/hello.txt", headers={"X-Traffic-Token": a["traffic_token"]}
         ),
-        "A's token on B's URL": world.request(_path(b["url"]), headers={"X-Traffic-Token": a["traffic_token"]}),
+        "A's token on B's URL": world.request(b["url"], headers={"X-Traffic-Token": a["traffic_token"]}),
         "bad port": world.request(f"/inbound/{world.sandboxes['a']}/99999/", headers={"X-Traffic-Token": "x"}),
+        "no token, console origin": world.request(console_path),
+        "B's token, console origin": world.request(console_path, headers={"X-Traffic-Token": b["traffic_token"]}),
     }
     for what, reply in refusals.items():
         assert reply.status == 404, (what, reply)
@@ -354,23 +123,27 @@ def test_a_signed_link_sets_a_cookie_for_that_url_only(world: World) -> None:
     made = world.api("a").call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 120})
     assert made.status == 201, made.body
     assert made.body["expires_at"] - time.time() == pytest.approx(120, abs=10)
-    followed = world.request(_path(made.body["url"]))
+    url = made.body["url"]
+    host = host_of(url)
+    assert url.startswith(world.inbound("a")["url"] + "?_console_link=")
+    followed = world.request(url)
     assert followed.status == 303
-    prefix = f"/inbound/{world.sandboxes['a']}/8000/"
-    assert followed.header("Location") == prefix
+    assert followed.header("Location") == "/"
     cookie = followed.header("Set-Cookie") or ""
-    assert f"Path={prefix}" in cookie
+    assert "Path=/;" in cookie + ";"
+    assert "Domain" not in cookie  # its own host only
     assert "HttpOnly" in cookie
     assert "Max-Age=" in cookie
     value = cookie.split(";", 1)[0]
-    page = world.request(prefix + "hello.txt", headers={"Cookie": value})
+    page = world.request(f"http://{host}/hello.txt", headers={"Cookie": value})
     assert page.status == 200
     assert page.body == b"hello-inbound-a\n"
-    # The cookie is bound to its sandbox and port.
+    # The cookie is bound to its sandbox and port (whichever host it is sent to).
+    assert world.request(world.inbound("b")["url"], headers={"Cookie": value}).status == 404
+    assert world.request(world.inbound("a", 9000)["url"], headers={"Cookie": value}).status == 404
     assert world.request(f"/inbound/{world.sandboxes['b']}/8000/", headers={"Cookie": value}).status == 404
-    assert world.request(f"/inbound/{world.sandboxes['a']}/9000/", headers={"Cookie": value}).status == 404
     # A tampered link is no link.
-    tampered = _path(made.body["url"])[:-3] + "abc"
+    tampered = url[:-3] + "abc"
     assert world.request(tampered).status == 404
     audit = world.console.query("SELECT count(*) FROM console_auditevent WHERE action = 'session.inbound_link'")
     assert audit[0][0] >= 1
@@ -383,7 +156,7 @@ def test_an_expired_link_or_cookie_is_refused(world: World) -> None:
         f"print('LINK', sign_link({world.sandboxes['a']!r}, 8000, {a['traffic_token']!r}, int(time.time()) - 5))"
     )
     expired = world.console.manage("shell", "-c", script).split("LINK ", 1)[1].strip()
-    prefix = _path(a["url"])
+    prefix = a["url"]
     by_link = world.request(prefix + "?_console_link=" + urllib.parse.quote(expired, safe=""))
     by_cookie = world.request(prefix + "hello.txt", headers={"Cookie": f"console_inbound={expired}"})
     for reply in (by_link, by_cookie):
@@ -406,17 +179,17 @@ def test_inbound_off_is_refused_with_a_clear_error(world: World) -> None:
     space_a = world.spaces["a"]["space_id"]
     world.console.manage("shell", "-c", _SET_INBOUND.format(space_id=space_a, on=False))
     try:
-        _wait_for(lambda: _get_with_token(world, "a").status == 403, "inbound off for A")
+        wait_for(lambda: _get_with_token(world, "a").status == 403, "inbound off for A")
     finally:
         world.console.manage("shell", "-c", _SET_INBOUND.format(space_id=space_a, on=True))
-    _wait_for(lambda: _get_with_token(world, "a").status == 200, "inbound on again for A")
+    wait_for(lambda: _get_with_token(world, "a").status == 200, "inbound on again for A")
 
 
 def test_bodies_stream_both_ways_within_the_limit(world: World) -> None:
     a = world.inbound("a", 9000)
     token = {"X-Traffic-Token": a["traffic_token"]}
-    base = _path(a["url"])
-    _wait_for(lambda: world.request(base + "h", headers=token).status == 200, "echo server in A")
+    base = a["url"]
+    wait_for(lambda: world.request(base + "h", headers=token).status == 200, "echo server in A")
     payload = os.urandom(2 * 1024 * 1024)
     sent = world.request(base + "upload?x=1", method="POST", headers=token, body=payload)
     assert sent.status == 200, sent
@@ -443,7 +216,7 @@ def test_bodies_stream_both_ways_within_the_limit(world: World) -> None:
 def test_hop_by_hop_headers_the_token_and_console_cookies_stay_behind(world: World) -> None:
     a = world.inbound("a", 9000)
     reply = world.request(
-        _path(a["url"]) + "headers",
+        a["url"] + "headers",
         headers={
             "X-Traffic-Token": a["traffic_token"],
             "Connection": "keep-alive, X-Secret-Hop",
@@ -461,13 +234,19 @@ def test_hop_by_hop_headers_the_token_and_console_cookies_stay_behind(world: Wor
     for gone in ("x-traffic-token", "x-secret-hop", "proxy-authorization"):
         assert gone not in seen, gone
     assert seen["x-forwarded-for"] == "127.0.0.1"
-    assert seen["x-forwarded-prefix"] == f"/inbound/{world.sandboxes['a']}/9000"
-    # The sandbox's cookies stay under its own URL path; the console's names never pass.
-    cookies = reply.all("Set-Cookie")
-    assert cookies == [f"app=1; Path=/inbound/{world.sandboxes['a']}/9000/"]
+    assert seen["x-forwarded-host"] == host_of(a["url"])
+    assert "x-forwarded-prefix" not in seen  # the app is at the root of its host
+    # The sandbox's cookies stay on its own host (no Domain); the console's names never pass.
+    assert reply.all("Set-Cookie") == ["app=1; Path=/"]
+    # At the console's own origin: under the URL's path.
+    console = world.request(
+        f"/inbound/{world.sandboxes['a']}/9000/headers", headers={"X-Traffic-Token": a["traffic_token"]}
+    )
+    assert dict(json.loads(console.body)["headers"])["x-forwarded-prefix"] == f"/inbound/{world.sandboxes['a']}/9000"
+    assert console.all("Set-Cookie") == [f"app=1; Path=/inbound/{world.sandboxes['a']}/9000/"]
     # A signed link in the query never reaches the sandbox; the rest of the query does.
     linked = world.request(
-        _path(a["url"]) + "headers?_console_link=abc&keep=1", headers={"X-Traffic-Token": a["traffic_token"]}
+        a["url"] + "headers?_console_link=abc&keep=1", headers={"X-Traffic-Token": a["traffic_token"]}
     )
     assert json.loads(linked.body)["path"] == "/headers?keep=1"
 
@@ -482,12 +261,12 @@ def test_a_port_nothing_listens_on_and_a_paused_sandbox_say_so(world: World) -> 
     assert ui.session_action(session_b, "pause") == 200
     try:
         # Looked-up addresses are kept for 2 s: the pause shows within that.
-        paused = _wait_for(lambda: (r := _get_with_token(world, "b")).status == 503 and r, "paused B refused")
+        paused = wait_for(lambda: (r := _get_with_token(world, "b")).status == 503 and r, "paused B refused")
         assert b"not running" in paused.body
         assert b"resume the session" in paused.body
     finally:
         assert ui.session_action(session_b, "resume") == 200
-    _wait_for(lambda: _get_with_token(world, "b").status == 200, "B again after resume")
+    wait_for(lambda: _get_with_token(world, "b").status == 200, "B again after resume")
 
 
 def test_the_session_page_shows_the_url_and_makes_signed_links(world: World) -> None:
@@ -497,7 +276,7 @@ def test_the_session_page_shows_the_url_and_makes_signed_links(world: World) -> 
     page_path = f"/sessions/{session_id}/"
     with ui.opener.open(f"http://127.0.0.1:{world.port}{page_path}?port=8000", timeout=30) as answer:
         page = answer.read().decode()
-    assert f"http://localhost:{world.port}/inbound/{world.sandboxes['a']}/8000/" in page
+    assert world.inbound("a")["url"] in page
     assert 'data-copy="inbound-url"' in page
     assert "Make signed link" in page
     token = ui._csrf(page_path)
@@ -510,10 +289,10 @@ def test_the_session_page_shows_the_url_and_makes_signed_links(world: World) -> 
         result = answer.read().decode()
     link = result.split('id="inbound-signed-link" readonly size="90" value="', 1)[1].split('"', 1)[0]
     link = link.replace("&amp;", "&")
-    followed = world.request(_path(link))
+    followed = world.request(link)
     assert followed.status == 303
     cookie = (followed.header("Set-Cookie") or "").split(";", 1)[0]
-    assert world.request(f"/inbound/{world.sandboxes['a']}/8000/hello.txt", headers={"Cookie": cookie}).status == 200
+    assert world.request(f"http://{host_of(link)}/hello.txt", headers={"Cookie": cookie}).status == 200
 
 
 def test_the_host_packet_filter_is_loaded_while_all_this_works(world: World) -> None:
@@ -523,20 +302,23 @@ def test_the_host_packet_filter_is_loaded_while_all_this_works(world: World) -> 
     assert _get_with_token(world, "a").status == 200
 
 
-def test_the_inbound_host_serves_sandbox_ports_only_and_without_csp_sandbox(world: World) -> None:
-    own_host = {"Host": f"localhost:{world.port}"}
-    console_page = world.request("/login/", headers=own_host)
-    assert console_page.status == 404
-    assert b"serves sandbox ports only" in console_page.body
+def test_a_sandbox_host_is_that_port_s_whole_origin_without_csp_sandbox(world: World) -> None:
     a = world.inbound("a")
-    direct = world.request(_path(a["url"]) + "hello.txt", headers={**own_host, "X-Traffic-Token": a["traffic_token"]})
+    token = {"X-Traffic-Token": a["traffic_token"]}
+    # Every path of the host is the sandbox port's: a console page's path is the app's own.
+    login = world.request(a["url"] + "login/", headers=token)
+    assert login.status == 404
+    assert b"File not found" in login.body  # http.server's answer, not the console's
+    assert b"csrfmiddlewaretoken" not in world.request(a["url"] + "login/").body
+    direct = world.request(a["url"] + "hello.txt", headers=token)
     assert direct.status == 200
     assert direct.header("Content-Security-Policy") is None
     made = world.api("a").call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 120})
-    cookie = world.request(_path(made.body["url"]), headers=own_host).header("Set-Cookie") or ""
+    cookie = world.request(made.body["url"]).header("Set-Cookie") or ""
     assert "SameSite=Lax" in cookie
     # The console's own origin: sandboxed, and the cookie must come along from an opaque origin.
-    cookie = world.request(_path(made.body["url"])).header("Set-Cookie") or ""
+    query = urllib.parse.urlsplit(made.body["url"]).query
+    cookie = world.request(f"/inbound/{world.sandboxes['a']}/8000/?{query}").header("Set-Cookie") or ""
     assert "SameSite=None" in cookie
     assert "Secure" in cookie
 
@@ -569,17 +351,17 @@ def test_a_browser_follows_a_signed_link_and_the_page_loads_its_parts(world: Wor
     made = api.call("POST", "web", "inbound/links", {"port": 8000, "ttl_s": 300})
     assert made.status == 201, made.body
     link = urllib.parse.urlsplit(made.body["url"])
-    page_path = f"/inbound/{world.sandboxes['a']}/8000/app/index.html"
+    console_prefix = f"/inbound/{world.sandboxes['a']}/8000/"
     seen = {}
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=browser_args(CHROMIUM_ARGS))
         try:
-            for origin in (f"http://localhost:{world.port}", f"http://127.0.0.1:{world.port}"):
+            for origin, prefix in ((f"http://{link.netloc}", "/"), (f"http://127.0.0.1:{world.port}", console_prefix)):
                 context = browser.new_context()
                 page = context.new_page()
-                page.goto(f"{origin}{link.path}?{link.query}")  # 303 -> cookie -> the app's root
-                page.goto(origin + page_path)
-                if origin.startswith("http://localhost"):
+                page.goto(f"{origin}{prefix}?{link.query}")  # 303 -> cookie -> the app's root
+                page.goto(f"{origin}{prefix}app/index.html")
+                if prefix == "/":
                     page.wait_for_function("document.body && document.body.dataset.img && document.body.dataset.fetch")
                     seen[origin] = (
                         page.title(),
@@ -629,17 +411,16 @@ def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
         age = float(world.console.manage("shell", "-c", _READ_ACTIVITY.format(space_id=space_a)).split("AGE ")[1])
         assert age > 3000
         inbound = api.call("GET", "idle", "inbound?port=8000").body
-        reply = world.request(_path(inbound["url"]), headers={"X-Traffic-Token": inbound["traffic_token"]})
+        reply = world.request(inbound["url"], headers={"X-Traffic-Token": inbound["traffic_token"]})
         assert reply.status == 502  # nothing listens there: still traffic for the session
         age = float(world.console.manage("shell", "-c", _READ_ACTIVITY.format(space_id=space_a)).split("AGE ")[1])
         assert age < 60
     finally:
         assert api.delete("idle").status == 204
     # A deleted session's URL is gone (within the 2 s the lookups are kept).
-    gone = _wait_for(
+    gone = wait_for(
         lambda: (
-            (r := world.request(_path(inbound["url"]), headers={"X-Traffic-Token": inbound["traffic_token"]})).status
-            == 404
+            (r := world.request(inbound["url"], headers={"X-Traffic-Token": inbound["traffic_token"]})).status == 404
             and r
         ),
         "the deleted session's URL refused",
@@ -647,56 +428,24 @@ def test_inbound_traffic_counts_as_session_activity(world: World) -> None:
     assert b"hello" not in gone.body
 
 
-def _ws_exchange(world: World, path: str, headers: dict[str, str], text: str) -> tuple[int, bytes]:
-    """A websocket handshake by hand, one masked text frame, one frame back: (status, payload)."""
-    import base64
-    import socket
-    import struct
-
-    with socket.create_connection(("127.0.0.1", world.port), timeout=20) as sock:
-        key = base64.b64encode(os.urandom(16)).decode()
-        lines = [
-            f"GET {path} HTTP/1.1",
-            f"Host: 127.0.0.1:{world.port}",
-            "Upgrade: websocket",
-            "Connection: Upgrade",
-            f"Sec-WebSocket-Key: {key}",
-            "Sec-WebSocket-Version: 13",
-            *(f"{name}: {value}" for name, value in headers.items()),
-        ]
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
-        stream = sock.makefile("rb")
-        status = int(stream.readline().split()[1])
-        while stream.readline() not in (b"\r\n", b""):
-            pass
-        if status != 101:
-            return status, b""
-        payload = text.encode()
-        mask = os.urandom(4)
-        masked = bytes(c ^ mask[i % 4] for i, c in enumerate(payload))
-        sock.sendall(bytes([0x81, 0x80 | len(payload)]) + mask + masked)
-        _first, second = stream.read(2)
-        size = second & 0x7F
-        if size == 126:
-            size = struct.unpack(">H", stream.read(2))[0]
-        return status, stream.read(size)
-
-
 def test_websockets_reach_the_sandbox_port_with_the_token(world: World) -> None:
     a, b = world.inbound("a", 9100), world.inbound("b", 9100)
-    path = _path(a["url"]) + "chat?room=1"
-    _status, echoed = _wait_for(
-        lambda: (r := _ws_exchange(world, path, {"X-Traffic-Token": a["traffic_token"]}, "hi"))[0] == 101 and r,
+    path = a["url"] + "chat?room=1"
+    _status, echoed = wait_for(
+        lambda: (r := ws_exchange(world, path, {"X-Traffic-Token": a["traffic_token"]}, "hi"))[0] == 101 and r,
         "websocket echo in A",
     )
     assert echoed == b"/chat?room=1||hi"
     for refused in ({}, {"X-Traffic-Token": b["traffic_token"]}, {"X-Traffic-Token": "x" * 43}):
-        assert _ws_exchange(world, path, refused, "hi")[0] == 403
+        assert ws_exchange(world, path, refused, "hi")[0] == 403
     # A link cookie counts from a page of the same origin only, and reaches no further.
     made = world.api("a").call("POST", "web", "inbound/links", {"port": 9100, "ttl_s": 120})
-    cookie = (world.request(_path(made.body["url"])).header("Set-Cookie") or "").split(";", 1)[0]
+    cookie = (world.request(made.body["url"]).header("Set-Cookie") or "").split(";", 1)[0]
     jar = f"{cookie}; sessionid=console-session; app=1"
-    same = {"Cookie": jar, "Origin": f"http://127.0.0.1:{world.port}"}
-    assert _ws_exchange(world, path, same, "yo") == (101, b"/chat?room=1|app=1|yo")
+    same = {"Cookie": jar, "Origin": f"http://{host_of(a['url'])}"}
+    assert ws_exchange(world, path, same, "yo") == (101, b"/chat?room=1|app=1|yo")
     cross = {"Cookie": jar, "Origin": "http://evil.test"}
-    assert _ws_exchange(world, path, cross, "yo")[0] == 403
+    assert ws_exchange(world, path, cross, "yo")[0] == 403
+    # The console's own origin's path takes the token too.
+    console = f"/inbound/{world.sandboxes['a']}/9100/chat?room=1"
+    assert ws_exchange(world, console, {"X-Traffic-Token": a["traffic_token"]}, "hi") == (101, b"/chat?room=1||hi")

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
@@ -100,7 +99,7 @@ def test_a_space_admin_cannot_set_any_infrastructure_field(world: World, granted
     merged = backend_config_for(config)
     assert (merged.kind, merged.endpoint, merged.allow_private_endpoints) == ("docker", "", False)
     # Only what the console itself sets (where inbound URLs point), nothing the form carried.
-    assert merged.options == {"inbound_url": f"{settings.INBOUND_BASE_URL}/inbound/"}
+    assert merged.options == {"inbound_url": "/inbound/"}
     assert (config.workspace_host_root, config.pip_index_url, config.npm_registry_url) == ("", "", "")
 
 
