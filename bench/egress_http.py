@@ -3,11 +3,20 @@
 One Docker sandbox on a space network with HTTP rules downloads the same body from the same
 server (in a network namespace of this script's own, documentation addresses: nothing leaves
 the machine) on port 80, which the redirect table sends through squid, and on port 8080, which
-goes straight through the forward path. Rounds alternate the two; the ratio is the median
-proxied throughput over the median direct one (goal >= 0.8). `small_bodies_ratio` is the same
-for 40 bodies of 256 kB on one keep-alive connection (package-index-like traffic);
-`rule_change_p50_ms`/`max_ms`: from a rule change (squid -k reconfigure) until a program
-polling inside the running sandbox every 20 ms gets the new answer.
+goes straight through the forward path. Both are one request on one new connection, timed
+inside the sandbox the same way. Rounds alternate the two; the ratio is the median proxied
+throughput over the median direct one (goal >= 0.8); `ratio_min`/`ratio_max` are the spread of
+the per-round ratios. `small_bodies_ratio` is the same for 40 bodies of 256 kB on one
+keep-alive connection (package-index-like traffic); `rule_change_p50_ms`/`max_ms`: from a rule
+change (squid -k reconfigure) until a program polling inside the running sandbox every 20 ms
+gets the new answer.
+
+Every proxied download must appear in squid's access log, or its round is discarded and run
+again (`rounds_discarded`): on a shared host another console or test run can replace the
+host's one redirect table, and a port-80 download that went direct would inflate the ratio.
+`squid_cpu_ms_per_mb` is squid's own CPU time per MB it carried (from /proc/PID/schedstat;
+independent of the machine's load, unlike the ratio) and `squid_wait_ms_per_mb` the time it
+was runnable but waiting for a CPU.
 
 Usage: python bench/egress_http.py [SIZE_MB] [ROUNDS]   (root; Docker engine, squid-openssl,
 dnsmasq). The last line is JSON: {"http_throughput_ratio": ..., ...}. bench/egress.py calls
@@ -17,6 +26,7 @@ dnsmasq). The last line is JSON: {"http_throughput_ratio": ..., ...}. bench/egre
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -76,6 +86,38 @@ while time.time() < deadline:
 last_detail: dict[str, object] = {}
 
 
+def _squid_schedstat(state: str) -> dict[int, tuple[int, int]]:
+    """{pid: (ns on a CPU, ns runnable but waiting)} of squid's master and kids now."""
+    try:
+        master = int((Path(state) / "squid.pid").read_text().strip())
+    except (OSError, ValueError):
+        return {}
+    pids = {master}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == master:
+                pids.add(int(entry))
+    found = {}
+    for pid in pids:
+        try:
+            run, wait, _ = Path(f"/proc/{pid}/schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue
+        found[pid] = (int(run), int(wait))
+    return found
+
+
+def _squid_spent(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> tuple[float, float]:
+    """(on-CPU s, waiting s) between two snapshots, over the processes in both."""
+    run = sum(after[pid][0] - before[pid][0] for pid in before.keys() & after.keys())
+    wait = sum(after[pid][1] - before[pid][1] for pid in before.keys() & after.keys())
+    return run / 1e9, wait / 1e9
+
+
 def _rule_change_ms(backend: DockerBackend, sandbox_id: str, address: str, changes: int = 6) -> list[float]:
     """Time from the policy change call until the running sandbox sees the new answer."""
     import threading
@@ -106,6 +148,14 @@ def _rule_change_ms(backend: DockerBackend, sandbox_id: str, address: str, chang
             raise RuntimeError("the rule change never reached the sandbox")
         took.append((flipped - started) * 1000)
     return took
+
+
+def _served(access_log: Path) -> int:
+    """squid's access-log lines for /bytes/ downloads so far."""
+    try:
+        return sum(1 for line in access_log.read_text().splitlines() if "/bytes/" in line)
+    except OSError:
+        return 0
 
 
 def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
@@ -141,25 +191,44 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
                     raise RuntimeError(f"download on port {port} failed: {result.stderr.decode()[-500:]}")
                 return float(result.stdout.decode().strip())
 
+            access_log = Path(backend.egress_proxy().access_log)
+
+            def through_squid(bodies: int, before: int) -> bool:
+                """squid logged `bodies` more /bytes/ lines than `before` (it writes a moment
+                after the answer)."""
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    if _served(access_log) >= before + bodies:
+                        return True
+                    time.sleep(0.1)
+                return False
+
             download(80), download(8080)  # warm up both paths
             proxied: list[float] = []
             direct: list[float] = []
             small_proxied: list[float] = []
             small_direct: list[float] = []
-            for _ in range(rounds):
-                proxied.append(download(80))
-                direct.append(download(8080))
-                small_proxied.append(download(80, 256_000, 40))  # 40 bodies of 256 kB, keep-alive
-                small_direct.append(download(8080, 256_000, 40))
-            # squid writes its access log a moment after the answer: wait for every line.
-            served: list[str] = []
-            deadline = time.monotonic() + 15
-            while time.monotonic() < deadline and len(served) < 41 * rounds + 1:
-                log = Path(backend.egress_proxy().access_log).read_text()
-                served = [line for line in log.splitlines() if "/bytes/" in line]
-                time.sleep(0.25)
-            if len(served) < 41 * rounds + 1:
-                raise RuntimeError("the port-80 downloads did not go through squid")
+            squid_cpu = squid_wait = squid_mb = 0.0
+            discarded = 0
+            while len(proxied) < rounds:
+                seen = _served(access_log)
+                cpu_before = _squid_schedstat(state)
+                round_proxied = download(80)
+                cpu_after = _squid_schedstat(state)
+                round_direct = download(8080)
+                round_small_proxied = download(80, 256_000, 40)  # 40 bodies of 256 kB, keep-alive
+                round_small_direct = download(8080, 256_000, 40)
+                if not through_squid(41, seen):
+                    discarded += 1
+                    if discarded > rounds:
+                        raise RuntimeError("the port-80 downloads did not go through squid")
+                    continue
+                spent, waited = _squid_spent(cpu_before, cpu_after)
+                squid_cpu, squid_wait, squid_mb = squid_cpu + spent, squid_wait + waited, squid_mb + size / 1e6
+                proxied.append(round_proxied)
+                direct.append(round_direct)
+                small_proxied.append(round_small_proxied)
+                small_direct.append(round_small_direct)
             changes = _rule_change_ms(backend, sandbox_id, target.address)
     finally:
         if sandbox_id:
@@ -173,11 +242,19 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
         target.stop()
         shutil.rmtree(state, ignore_errors=True)
     ratio = statistics.median(proxied) / statistics.median(direct)
+    pairs = [p / d for p, d in zip(proxied, direct, strict=True)]
     last_detail.clear()
     last_detail.update(
         {
+            "ratio_min": round(min(pairs), 3),
+            "ratio_max": round(max(pairs), 3),
             "proxied_mb_s": round(statistics.median(proxied), 1),
+            "proxied_mb_s_range": [round(min(proxied), 1), round(max(proxied), 1)],
             "direct_mb_s": round(statistics.median(direct), 1),
+            "direct_mb_s_range": [round(min(direct), 1), round(max(direct), 1)],
+            "squid_cpu_ms_per_mb": round(squid_cpu * 1000 / squid_mb, 2) if squid_mb else None,
+            "squid_wait_ms_per_mb": round(squid_wait * 1000 / squid_mb, 2) if squid_mb else None,
+            "rounds_discarded": discarded,
             "rule_change_p50_ms": round(statistics.median(changes)),
             "rule_change_max_ms": round(max(changes)),
             "small_bodies_ratio": round(statistics.median(small_proxied) / statistics.median(small_direct), 3),

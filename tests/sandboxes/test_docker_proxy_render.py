@@ -11,10 +11,12 @@ import pytest
 
 from sandboxes.backends.base import L7Rule
 from sandboxes.backends.docker.proxy import (
+    DEFAULT_STATE_DIR,
     SpaceProxyPolicy,
     describe_rule,
     parse_access_line,
     proxy_refusals,
+    redirect_table_name,
     render_redirect_table,
     render_squid_conf,
     squid_available,
@@ -183,3 +185,37 @@ def test_a_policy_that_cannot_be_applied_is_not_kept(tmp_path: Path) -> None:
     assert "not an address of the space network" in result.detail
     assert proxy.policies() == []
     assert not proxy.running()
+
+
+def test_each_state_folder_has_its_own_redirect_table() -> None:
+    assert redirect_table_name(DEFAULT_STATE_DIR) == "sandbox_console_proxy"
+    first, second = redirect_table_name("/tmp/egress-a"), redirect_table_name("/tmp/egress-b")
+    assert len({first, second, "sandbox_console_proxy"}) == 3
+    assert redirect_table_name("/tmp/egress-a/") == first  # the same folder, however spelled
+    assert f"table inet {first} {{" in render_redirect_table([POLICY], table=first)
+
+
+def test_a_squid_without_rules_leaves_another_folders_redirects_alone(tmp_path: Path) -> None:
+    """Two consoles (or test runs) on one host: the one whose last rule goes deletes its own
+    redirect table, never the other's (which would send the other's port 80 past squid)."""
+    if not squid_available():
+        if os.environ.get("CI"):
+            pytest.fail("squid-openssl is not installed (.ci/docker-up installs it)")
+        pytest.skip("needs squid-openssl")
+    # TEST-NET-1 sources: no sandbox bridge on this host carries them, so nothing is redirected.
+    other = SpaceProxyPolicy("sandbox-console-t", ("192.0.2.0/30",), ("192.0.2.1",), (L7Rule("x.test"),))
+    theirs, mine = redirect_table_name(str(tmp_path / "theirs")), redirect_table_name(str(tmp_path / "mine"))
+    for table in (theirs, mine):  # mine: left over from before its last rule went
+        rendered = render_redirect_table([other], table=table)
+        loaded = subprocess.run(["nft", "-f", "-"], input=rendered, capture_output=True, text=True)
+        assert loaded.returncode == 0, loaded.stderr
+    try:
+        assert SquidProxy(state_dir=str(tmp_path / "mine")).apply().applied
+        listed = subprocess.run(["nft", "list", "table", "inet", theirs], capture_output=True, text=True)
+        assert listed.returncode == 0, f"the other folder's redirect table was deleted: {listed.stderr}"
+        assert "192.0.2.0/30" in listed.stdout
+        gone = subprocess.run(["nft", "list", "table", "inet", mine], capture_output=True, text=True)
+        assert gone.returncode != 0, "a squid without rules kept its own redirect table"
+    finally:
+        for table in (theirs, mine):
+            subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True, check=False)

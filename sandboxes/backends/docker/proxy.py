@@ -1,7 +1,8 @@
 """HTTP rules and TLS by SNI for Docker sandboxes: a kept squid (Debian `squid-openssl`).
 
 A space whose policy has L7 rules gets its sandboxes' TCP 80 and 443 redirected (nftables
-table `inet sandbox_console_proxy`, prerouting nat) to squid on the space network's gateway:
+table `inet sandbox_console_proxy`, prerouting nat; a squid with another state folder has a
+table of its own, `redirect_table_name`) to squid on the space network's gateway:
 port 3129 (`http_port … intercept`: host, method and path of plain HTTP) and 3130
 (`https_port … intercept ssl-bump`: `peek` at the ClientHello, then `splice` or `terminate`
 by SNI; nothing is decrypted). It is transparent: a program that ignores proxy variables is
@@ -30,6 +31,7 @@ project but the contract's DTOs (`..base`).
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
 import shutil
@@ -390,16 +392,28 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
 # nftables: the transparent redirect
 
 
-def render_redirect_table(policies: Sequence[SpaceProxyPolicy]) -> str:
-    """The `inet sandbox_console_proxy` table as an `nft -f` file (deterministic)."""
+def redirect_table_name(state_dir: str) -> str:
+    """The redirect table of the squid whose state folder is `state_dir`: the default folder's
+    is `sandbox_console_proxy`; any other folder's (a second console or a test run on the same
+    host) is its own, so one squid applying or dropping its redirects never replaces or deletes
+    another's (which would send that one's port 80/443 past its squid)."""
+    folder = os.path.normpath(os.path.abspath(state_dir))
+    if folder == os.path.normpath(DEFAULT_STATE_DIR):
+        return TABLE_NAME
+    return f"{TABLE_NAME}_{hashlib.sha256(folder.encode()).hexdigest()[:12]}"
+
+
+def render_redirect_table(policies: Sequence[SpaceProxyPolicy], table: str = TABLE_NAME) -> str:
+    """The redirect table (`inet sandbox_console_proxy` by default) as an `nft -f` file
+    (deterministic)."""
     v4 = sorted({s for p in policies for s in p.sources if ipaddress.ip_network(s, strict=False).version == 4})
     v6 = sorted({s for p in policies for s in p.sources if ipaddress.ip_network(s, strict=False).version == 6})
     sandbox_in = f'iifname "{BRIDGE_PREFIX}*"'
     lines = [
         "# Rendered by sandboxes/backends/docker/proxy.py and applied with `nft -f`; edits are lost.",
-        f"table {TABLE_FAMILY} {TABLE_NAME}",
-        f"delete table {TABLE_FAMILY} {TABLE_NAME}",
-        f"table {TABLE_FAMILY} {TABLE_NAME} {{",
+        f"table {TABLE_FAMILY} {table}",
+        f"delete table {TABLE_FAMILY} {table}",
+        f"table {TABLE_FAMILY} {table} {{",
     ]
     for name, kind, elements in (("l7_sources4", "ipv4_addr", v4), ("l7_sources6", "ipv6_addr", v6)):
         lines.append(f"\tset {name} {{")

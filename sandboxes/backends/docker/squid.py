@@ -26,9 +26,9 @@ from .proxy import (
     PROXY_HTTP_PORT,
     RUN_TIMEOUT_S,
     TABLE_FAMILY,
-    TABLE_NAME,
     SpaceProxyPolicy,
     proxy_refusals,
+    redirect_table_name,
     render_redirect_table,
     render_squid_conf,
     squid_available,
@@ -101,6 +101,11 @@ class SquidProxy:
     @property
     def state(self) -> Path:
         return Path(self.state_dir)
+
+    @property
+    def table(self) -> str:
+        """This squid's nftables redirect table (family `inet`)."""
+        return redirect_table_name(self.state_dir)
 
     @property
     def conf_path(self) -> Path:
@@ -225,11 +230,11 @@ class SquidProxy:
         nft = shutil.which("nft") or "/usr/sbin/nft"
         if not policies:
             if self.apply_nftables:
-                _run([nft, "delete", "table", TABLE_FAMILY, TABLE_NAME])  # absent already: fine
+                _run([nft, "delete", "table", TABLE_FAMILY, self.table])  # absent already: fine
             self.stop()
             return ProxyResult(True, "no space has HTTP rules: squid stopped")
         if self.apply_nftables:
-            done = _run([nft, "-f", "-"], render_redirect_table(policies))
+            done = _run([nft, "-f", "-"], render_redirect_table(policies, table=self.table))
             if not done.applied:
                 return ProxyResult(False, f"nft refused the redirect table: {done.detail}")
         if self.running():
