@@ -18,6 +18,7 @@ import pytest
 
 from sandboxes.backends.base import ExecRequest, NetworkSpec
 from sandboxes.backends.docker.backend import DockerBackend
+from tests.factories import set_policy
 from tests.netns import BannerServer, namespace
 from tests.sandboxes.egress_support import (
     LISTENER_PORT,
@@ -178,7 +179,6 @@ def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
 ) -> None:
     import time
 
-    from console.services import SYSTEM, do_update_network_policy
     from sandboxes.egress.log import MAX_PER_READ, ingest_backend
     from sandboxes.models import EgressEvent
     from sandboxes.sessions.runtime import Runtime, backend_for
@@ -186,15 +186,7 @@ def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
     # Was: ingest_backend recorded the first MAX_PER_READ refusals of a read and moved the
     # cursor past all of them, so one sandbox's flood hid every other session's refusals.
     settings.EGRESS_LOG_MAX_PER_SESSION = 50
-    do_update_network_policy(
-        world.space_a,
-        actor=SYSTEM,
-        allow_internet_access=True,
-        allow_out=[],
-        deny_out=[],
-        l7_rules=[],
-        allow_public_traffic=False,
-    )
+    set_policy(world.space_a)
     runtime = Runtime()
     flooder = runtime.resolve(world.space_a, "flooder").session
     victim = runtime.resolve(world.space_a, "victim").session
