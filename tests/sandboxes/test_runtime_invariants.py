@@ -193,12 +193,8 @@ def e2b_config(world: World, fake_e2b: FakeHandle, settings: Any, test_run_id: s
     settings.CONSOLE_INSTALLATION_ID = f"test-rebind-{test_run_id}-{uuid.uuid4().hex[:6]}"
     cfg: SandboxConfig = make_config(
         world.space_a,
-        kind="e2b",
-        endpoint=fake_e2b.api_url,
-        domain=fake_e2b.domain,
-        sandbox_url=fake_e2b.sandbox_url,  # envd on loopback: never a DNS lookup of the domain
-        api_key=fake_e2b.api_key,
-        allow_private_endpoints=True,
+        # envd on loopback: never a DNS lookup of the domain
+        **fake_e2b.platform_fields(sandbox_url=fake_e2b.sandbox_url),
         default_template="base",
         persistent_workspace=False,
         is_default=True,
