@@ -74,8 +74,9 @@ def make_config(space: Space, **extra: Any) -> Any:
     return SandboxConfig.objects.create(space=space, backend=backend, **values)
 
 
-def config_form(backend: Any, **overrides: Any) -> dict[str, Any]:
-    """A valid config form's fields on `backend` (a platform backend), `overrides` on top."""
+def config_form(backend: Any, /, **overrides: Any) -> dict[str, Any]:
+    """A valid config form's fields on `backend` (a platform backend), `overrides` on top (a
+    test may override or blank `backend` itself)."""
     data = {
         "name": "main",
         "backend": str(backend.pk),
