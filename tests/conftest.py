@@ -91,4 +91,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 # Personas (alice, bob, carol, charlie, root) for every app's tests.
+# `captured`: the log records of a test (tests/log_capture.py).
+from tests.log_capture import captured  # noqa: E402, F401
 from tests.personas import world  # noqa: E402, F401

@@ -72,3 +72,38 @@ def make_config(space: Space, **extra: Any) -> Any:
     }
     values.update(extra)
     return SandboxConfig.objects.create(space=space, backend=backend, **values)
+
+
+def config_form(backend: Any, /, **overrides: Any) -> dict[str, Any]:
+    """A valid config form's fields on `backend` (a platform backend), `overrides` on top (a
+    test may override or blank `backend` itself)."""
+    data = {
+        "name": "main",
+        "backend": str(backend.pk),
+        "api_key": "",
+        "default_template": "sandbox-console/base:latest",
+        "cpus": "1",
+        "memory_mb": "512",
+        "pids_limit": "256",
+        "idle_mode": "pause",
+        "idle_timeout_s": "900",
+        "persistent_workspace": "on",
+    }
+    data.update(overrides)
+    return data
+
+
+def set_policy(space: Space, **changes: Any) -> None:
+    """Save `space`'s network policy through the service: outbound on with empty lists and no
+    public traffic, `changes` on top."""
+    from console.services import SYSTEM, do_update_network_policy
+
+    values: dict[str, Any] = {
+        "allow_internet_access": True,
+        "allow_out": [],
+        "deny_out": [],
+        "l7_rules": [],
+        "allow_public_traffic": False,
+    }
+    values.update(changes)
+    do_update_network_policy(space, actor=SYSTEM, **values)

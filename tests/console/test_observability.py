@@ -21,10 +21,11 @@ import pytest
 from django.test import Client
 
 from console import health, metrics
-from console.logs import ReadableFormatter, RequestIdFilter, logging_config
+from console.logs import ReadableFormatter, RequestIdFilter
 from console.models import AdminJob, JobStatus
 from sandboxes.models import Session, SessionState, Terminal
 from tests.factories import make_backend, make_config, make_space, make_user
+from tests.log_capture import Captured
 
 
 @pytest.fixture(autouse=True)
@@ -243,40 +244,6 @@ def test_metrics_show_what_the_database_holds_and_what_this_process_counted(sett
 
 
 # --- Request ids and the log set-up -------------------------------------------------------------
-
-
-class Captured(logging.Handler):
-    """Every record from the root logger at DEBUG, formatted as production does (JSON)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        config = logging_config(log_format="json", level="DEBUG")
-        formatter_spec = dict(config["formatters"]["main"])
-        factory = formatter_spec.pop("()")
-        from django.utils.module_loading import import_string
-
-        self.setFormatter(import_string(factory)(**formatter_spec))
-        self.addFilter(RequestIdFilter())
-        self.records: list[logging.LogRecord] = []
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-        self.lines.append(self.format(record))
-
-
-@pytest.fixture
-def captured() -> Iterator[Captured]:
-    handler = Captured()
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
 
 
 @pytest.mark.django_db

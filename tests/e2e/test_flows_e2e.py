@@ -30,16 +30,14 @@ from console.models import NetworkPolicy
 from sandboxes.backends.base import META_INSTALLATION
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session, Terminal
 from sandboxes.sessions.provisioning import backend_for
-from tests.conftest import IN_CI
 from tests.e2e.helpers import ROOT, SCREENSHOTS, log_in, shoot_all, wait_for_job
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, test_run_id  # noqa: F401 - fixtures
-from tests.skills.install_helpers import clean_up
+from tests.skills.install_helpers import clean_up, examples_source  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.docker, pytest.mark.slow]
 
-WHEELS = ROOT / "var" / "package-sources" / "examples"
 
 BUFFER_TEXT = """() => {
   const buffer = window.consoleTerminal.term.buffer.active;
@@ -82,21 +80,10 @@ def wait_connected(page: Any) -> None:
 
 
 @pytest.fixture
-def examples_source(settings: Any) -> Path:
-    if not any(WHEELS.glob("tabulate-*.whl")):
-        message = f"the examples' wheel folder {WHEELS} is missing: run scripts/setup.sh"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    settings.SKILL_PACKAGE_SOURCES_ROOT = WHEELS.parent
-    return WHEELS
-
-
-@pytest.fixture
 def live(
     world: World,
     docker_base_image: str,  # noqa: F811
-    examples_source: Path,
+    examples_source: Path,  # noqa: F811
     settings: Any,
     test_run_id: str,  # noqa: F811
 ) -> Iterator[dict[str, Any]]:

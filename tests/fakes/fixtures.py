@@ -66,6 +66,18 @@ class FakeHandle:
             options={"sandbox_url": self.proxy_url, **options},
         )
 
+    def platform_fields(self, **overrides: Any) -> dict[str, Any]:
+        """make_config/make_backend keywords for a platform backend on this fake: its kind,
+        control plane, domain and key, loopback allowed; `overrides` (sandbox_url, ...) on top."""
+        return {
+            "kind": self.personality,
+            "endpoint": self.api_url,
+            "domain": self.domain,
+            "api_key": self.api_key,
+            "allow_private_endpoints": True,
+            **overrides,
+        }
+
     def _admin(self, method: str, path: str, json: Any = None) -> Any:
         r = self._http.request(method, f"/_fake/{path}", json=json)
         r.raise_for_status()

@@ -11,6 +11,7 @@ A capability the backend lacks (accessor returns None) skips its tests with the 
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -47,6 +48,28 @@ MISSING_SANDBOX_ID = "doesnotexist0123456789abcdef"
 SandboxFactory = Callable[..., SandboxInfo]
 
 
+@contextlib.contextmanager
+def sandbox_factory(backend: Backend, template_id: str, test_run_id: str) -> Iterator[SandboxFactory]:
+    """`make(adapter=backend, **spec fields)`: an offline sandbox of `template_id` labelled with
+    the test run (`metadata=` adds labels); each one made is deleted at the end by the adapter
+    that made it."""
+    created: list[tuple[Backend, str]] = []
+
+    def make(adapter: Backend = backend, **overrides: object) -> SandboxInfo:
+        metadata = {"test-run": test_run_id, **overrides.pop("metadata", {})}  # type: ignore[dict-item]
+        spec_args: dict[str, object] = {"template_id": template_id, "network": OFFLINE}
+        spec_args.update(overrides)
+        info = adapter.create(SandboxSpec(metadata=metadata, **spec_args))  # type: ignore[arg-type]
+        created.append((adapter, info.sandbox_id))
+        return info
+
+    try:
+        yield make
+    finally:
+        for adapter, sandbox_id in created:
+            adapter.delete(sandbox_id)
+
+
 def shell_request(line: str, **options: Any) -> ExecRequest:
     """An ExecRequest for a shell line (the sandbox's shell, never the host's)."""
     return ExecRequest(shell=line, **options)
@@ -67,19 +90,8 @@ class BackendConformance:
     @pytest.fixture(scope="class")
     def make_sandbox(self, backend: Backend, template_id: str, test_run_id: str) -> Iterator[SandboxFactory]:
         """Creates sandboxes labelled with the test run and deletes them at the end."""
-        created: list[str] = []
-
-        def make(**overrides: object) -> SandboxInfo:
-            metadata = {"test-run": test_run_id, **overrides.pop("metadata", {})}  # type: ignore[dict-item]
-            spec_args: dict[str, object] = {"template_id": template_id, "network": OFFLINE}
-            spec_args.update(overrides)
-            info = backend.create(SandboxSpec(metadata=metadata, **spec_args))  # type: ignore[arg-type]
-            created.append(info.sandbox_id)
-            return info
-
-        yield make
-        for sandbox_id in created:
-            backend.delete(sandbox_id)
+        with sandbox_factory(backend, template_id, test_run_id) as make:
+            yield make
 
     @pytest.fixture(scope="class")
     def sandbox(self, make_sandbox: SandboxFactory) -> SandboxInfo:

@@ -49,6 +49,17 @@ def docker_base_image(test_run_id: str) -> Iterator[str]:
         client.close()
 
 
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    """The real engine's low-level API (a docker.APIClient), for looking behind a backend's
+    back. A module that needs another client defines its own `engine`."""
+    import docker
+
+    client = docker.APIClient(timeout=60)
+    yield client
+    client.close()
+
+
 def sweep_docker_leftovers(client: object, run_id: str) -> None:
     """Remove this run's containers, then images (snapshots before their parents), volumes
     and networks."""

@@ -1,8 +1,10 @@
 """Destinations for the egress tests, all on this machine: an IPv4+IPv6 network namespace of
 the test's own (TEST-NET-2 and 2001:db8::/32, documentation ranges, checked with `ip route
 get` to go to the test's veth before anything is sent), an upstream DNS server on loopback
-(a dnsmasq of the test's own answering `--address=/name/ip` lines), and helpers to run
-probes inside a sandbox and to wait for a refusal to be read back.
+(a dnsmasq of the test's own answering `--address=/name/ip` lines), and the Docker egress
+tests' shared set-up: their backend on the run's test network, a sandbox maker that deletes
+what it made, the probes run inside a sandbox, a listener started in one, and waiting for a
+refusal to be read back.
 """
 
 from __future__ import annotations
@@ -16,24 +18,31 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+import uuid
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sandboxes.backends.base import ExecRequest
+import docker
+
+from sandboxes.backends.base import META_SPACE, BackendConfig, ExecRequest, NetworkSpec, SandboxInfo, SandboxSpec
 from sandboxes.backends.capabilities import EgressRefusal
 from sandboxes.backends.docker.backend import DockerBackend
 from tests.netns import ip, require_root_networking, route_device
+from tests.sandboxes.conftest import docker_test_network_name
 
-# Connects to every (host, port) at once; prints {"host:port": "reached" | "refused" | ...}.
+# Connects to every (host, port) at once, each connect and read waiting at most argv[2]
+# seconds; prints {"host:port": "reached" | "refused" | "timeout" | ...}.
 # Plain sockets: the program ignores any proxy variable, as an agent's own code may.
 PROBE = r"""
 import json, socket, sys, threading
 out = {}
+wait = float(sys.argv[2])
 def probe(host, port):
     key = "%s:%s" % (host, port)
     try:
-        with socket.create_connection((host, port), timeout=3) as conn:
-            conn.settimeout(3)
+        with socket.create_connection((host, port), timeout=wait) as conn:
+            conn.settimeout(wait)
             out[key] = "reached" if conn.recv(64).startswith(b"reached") else "connected"
     except ConnectionRefusedError:
         out[key] = "refused"
@@ -61,10 +70,78 @@ print(json.dumps(out))
 """
 
 
-def probe(backend: DockerBackend, sandbox_id: str, targets: list[tuple[str, int]]) -> dict[str, str]:
-    result = backend.exec(
-        sandbox_id, ExecRequest(argv=("python3", "-c", PROBE, json.dumps(targets)), user="user", timeout_s=60)
+# A banner server as the session user inside a sandbox, on every IPv4 and IPv6 address of it.
+LISTENER_PORT = 8000
+LISTENER = (
+    "import socket\ns = socket.socket(socket.AF_INET6); s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"
+    "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    f"s.bind(('::', {LISTENER_PORT})); s.listen(8)\n"
+    "while True:\n c = s.accept()[0]; c.sendall(b'reached\\n'); c.close()\n"
+)
+
+SandboxMaker = Callable[..., SandboxInfo]
+
+
+@contextlib.contextmanager
+def docker_backend(test_run_id: str, dns_upstream: str = "", **config: Any) -> Iterator[DockerBackend]:
+    """A Docker backend on the run's test network (its resolver forwarding to `dns_upstream`
+    when given); `config` goes to BackendConfig (idle_mode, ...). Closed on the way out."""
+    options = {"network": docker_test_network_name(test_run_id)}
+    if dns_upstream:
+        options["dns_upstream"] = dns_upstream
+    adapter = DockerBackend(BackendConfig(kind="docker", options=options, **config))
+    try:
+        yield adapter
+    finally:
+        adapter.close()
+
+
+@contextlib.contextmanager
+def sandbox_maker(backend: DockerBackend, image: str, test_run_id: str, prefix: str) -> Iterator[SandboxMaker]:
+    """`make(network, space=None)`: a sandbox of `image` labelled with the run, in `space`
+    (else a space `<prefix>-<random>` of its own); every one made is deleted at the end."""
+    made: list[str] = []
+
+    def make(network: NetworkSpec, space: str | None = None) -> SandboxInfo:
+        metadata = {"test-run": test_run_id, META_SPACE: space or f"{prefix}-{uuid.uuid4().hex[:8]}"}
+        info = backend.create(SandboxSpec(template_id=image, network=network, metadata=metadata))
+        made.append(info.sandbox_id)
+        return info
+
+    try:
+        yield make
+    finally:
+        for sandbox_id in made:
+            backend.delete(sandbox_id)
+
+
+def network_settings(engine: docker.APIClient, sandbox_id: str) -> dict[str, Any]:
+    """The engine's settings (IPAddress, Gateway, GlobalIPv6Address, ...) of the one network
+    a sandbox's container is on."""
+    (settings,) = engine.inspect_container(sandbox_id)["NetworkSettings"]["Networks"].values()
+    return dict(settings)
+
+
+def docker0_address() -> str:
+    """The host's IPv4 address on docker0."""
+    info = json.loads(ip("-j", "addr", "show", "docker0").stdout)[0]["addr_info"]
+    return str(next(a["local"] for a in info if a["family"] == "inet"))
+
+
+def start_listener(backend: DockerBackend, sandbox_id: str) -> None:
+    """LISTENER in the background in the sandbox, on LISTENER_PORT."""
+    started = backend.exec(
+        sandbox_id, ExecRequest(argv=("sh", "-c", 'nohup python3 -c "$0" > /dev/null 2>&1 &', LISTENER), user="user")
     )
+    assert started.exit_code == 0, started
+
+
+def probe(
+    backend: DockerBackend, sandbox_id: str, targets: list[tuple[str, int]], timeout_s: float = 3
+) -> dict[str, str]:
+    """PROBE as the session user: each target's answer, a connect or read given `timeout_s`."""
+    argv = ("python3", "-c", PROBE, json.dumps(targets), str(timeout_s))
+    result = backend.exec(sandbox_id, ExecRequest(argv=argv, user="user", timeout_s=60))
     assert result.exit_code == 0, result
     answers: dict[str, str] = json.loads(result.stdout)
     return answers

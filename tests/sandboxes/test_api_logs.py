@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
-from collections.abc import Iterator
 
 import pytest
 from django.conf import settings
@@ -17,25 +15,11 @@ from console.crypto import encrypt
 from console.services import Actor
 from sandboxes.api.views import do_create_api_token
 from sandboxes.models import SandboxConfig
-from tests.console.test_observability import Captured
+from tests.log_capture import Captured
 from tests.personas import World
 from tests.sandboxes.test_api import Agent
 
 PLATFORM_KEY = "platform-key-c0ffee-do-not-log"
-
-
-@pytest.fixture
-def captured() -> Iterator[Captured]:
-    handler = Captured()
-    root = logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    try:
-        yield handler
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
 
 
 def lines_of(captured: Captured, rid: str) -> list[dict[str, object]]:

@@ -66,12 +66,8 @@ def account(world: World, fake_cube: FakeHandle, docker_base_image: str) -> Iter
     backend = make_backend(
         world.space_a,
         world.space_b,
-        kind="cube",
-        endpoint=fake_cube.api_url,
-        domain=fake_cube.domain,
-        sandbox_url=fake_cube.proxy_url,  # envd on loopback: never a DNS lookup of the domain
-        api_key=fake_cube.api_key,
-        allow_private_endpoints=True,
+        # envd on loopback: never a DNS lookup of the domain
+        **fake_cube.platform_fields(sandbox_url=fake_cube.proxy_url),
     )
     config_a = make_config(world.space_a, backend=backend, name="cube a", default_template="base")
     config_b = make_config(world.space_b, backend=backend, name="cube b", default_template="base")

@@ -15,7 +15,7 @@ from sandboxes.backends.docker.proxy import squid_available
 from sandboxes.catalog.bridge import console_metadata, open_backend
 from sandboxes.catalog.templates import owner_labels
 from sandboxes.models import PlatformBackend, SandboxConfig
-from tests.factories import make_backend, make_config
+from tests.factories import config_form, make_backend, make_config
 from tests.personas import World
 
 pytestmark = pytest.mark.django_db
@@ -29,21 +29,7 @@ def local_backend(world: World) -> PlatformBackend:
 
 
 def config_form_data(on: PlatformBackend | None = None, **overrides: Any) -> dict[str, Any]:
-    backend = on or PlatformBackend.objects.get(name="local engine")
-    data = {
-        "name": "main",
-        "backend": str(backend.pk),
-        "api_key": "",
-        "default_template": "sandbox-console/base:latest",
-        "cpus": "1",
-        "memory_mb": "512",
-        "pids_limit": "256",
-        "idle_mode": "pause",
-        "idle_timeout_s": "900",
-        "persistent_workspace": "on",
-    }
-    data.update(overrides)
-    return data
+    return config_form(on or PlatformBackend.objects.get(name="local engine"), **overrides)
 
 
 # --- Access ------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ from sandboxes.backends.base import (
     ListQuery,
     NetworkSpec,
     RemoteError,
-    SandboxInfo,
     SandboxSpec,
     SandboxState,
     TemplateBuildSpec,
@@ -32,6 +31,7 @@ from tests.sandboxes.backend_conformance import (
     BackendConformance,
     SandboxFactory,
     run,
+    sandbox_factory,
     shell_request,
 )
 
@@ -68,19 +68,8 @@ class TestCubeConformance(BackendConformance):
 
 @pytest.fixture
 def make_sandbox(backend: CubeBackend, test_run_id: str) -> Iterator[SandboxFactory]:
-    created: list[str] = []
-
-    def make(adapter: CubeBackend = backend, **overrides: object) -> SandboxInfo:
-        metadata = {"test-run": test_run_id, **overrides.pop("metadata", {})}  # type: ignore[dict-item]
-        spec_args: dict[str, object] = {"template_id": "base", "network": OFFLINE}
-        spec_args.update(overrides)
-        info = adapter.create(SandboxSpec(metadata=metadata, **spec_args))  # type: ignore[arg-type]
-        created.append(info.sandbox_id)
-        return info
-
-    yield make
-    for sandbox_id in created:
-        backend.delete(sandbox_id)
+    with sandbox_factory(backend, "base", test_run_id) as make:
+        yield make
 
 
 def recording_backend(fake: FakeHandle, *, really_sleep: bool = False) -> tuple[CubeBackend, list[float]]:

@@ -33,10 +33,10 @@ from sandboxes.backends.base import (
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.proxy import squid_available
 from tests.sandboxes.backend_conformance import (
-    OFFLINE,
     BackendConformance,
     SandboxFactory,
     run,
+    sandbox_factory,
     shell_request,
 )
 from tests.sandboxes.conftest import docker_test_network_name
@@ -76,19 +76,8 @@ class TestDockerBackend:
 
     @pytest.fixture(scope="class")
     def make_sandbox(self, backend: DockerBackend, template_id: str, test_run_id: str) -> Iterator[SandboxFactory]:
-        created: list[tuple[DockerBackend, str]] = []
-
-        def make(adapter: DockerBackend = backend, **overrides: object) -> object:
-            metadata = {"test-run": test_run_id, **overrides.pop("metadata", {})}  # type: ignore[dict-item]
-            spec_args: dict[str, object] = {"template_id": template_id, "network": OFFLINE}
-            spec_args.update(overrides)
-            info = adapter.create(SandboxSpec(metadata=metadata, **spec_args))  # type: ignore[arg-type]
-            created.append((adapter, info.sandbox_id))
-            return info
-
-        yield make  # type: ignore[misc]
-        for adapter, sandbox_id in created:
-            adapter.delete(sandbox_id)
+        with sandbox_factory(backend, template_id, test_run_id) as make:
+            yield make
 
     def test_timeout_kills_the_process_group_inside_the_container(
         self, backend: DockerBackend, make_sandbox: SandboxFactory

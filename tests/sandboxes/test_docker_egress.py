@@ -9,39 +9,36 @@ upstream is a dnsmasq of the test's own on loopback. Nothing is sent off the mac
 
 from __future__ import annotations
 
-import json
 import random
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 
 import docker
 import pytest
 
-from sandboxes.backends.base import (
-    META_SPACE,
-    BackendConfig,
-    ExecRequest,
-    IdleMode,
-    NetworkSpec,
-    SandboxInfo,
-    SandboxSpec,
-)
+from sandboxes.backends.base import ExecRequest, IdleMode, NetworkSpec
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.egress_rules import chain_name
 from sandboxes.backends.docker.firewall import TABLE_NAME
 from sandboxes.backends.docker.proxy import squid_available
-from tests.netns import BannerServer, dummy_link_local, ip, namespace
+from tests.netns import BannerServer, dummy_link_local, namespace
 from tests.sandboxes.backend_conformance import run
-from tests.sandboxes.conftest import docker_test_network_name
 from tests.sandboxes.egress_support import (
+    LISTENER_PORT,
     DualNamespace,
     NamespaceServers,
+    SandboxMaker,
+    docker0_address,
+    docker_backend,
     dual_namespace,
+    network_settings,
     probe,
     resolve,
+    sandbox_maker,
+    start_listener,
     target,
     upstream_dns,
     wait_refusal,
@@ -84,35 +81,14 @@ def upstream(allowed_ns: DualNamespace, other_ns: DualNamespace) -> Iterator[str
 
 @pytest.fixture(scope="module")
 def backend(docker_base_image: str, test_run_id: str, upstream: str) -> Iterator[DockerBackend]:
-    options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
-    adapter = DockerBackend(BackendConfig(kind="docker", options=options))
-    yield adapter
-    adapter.close()
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[docker.APIClient]:
-    client = docker.APIClient(timeout=60)
-    yield client
-    client.close()
-
-
-SandboxMaker = Callable[..., SandboxInfo]
+    with docker_backend(test_run_id, upstream) as adapter:
+        yield adapter
 
 
 @pytest.fixture(scope="module")
 def make_sandbox(backend: DockerBackend, docker_base_image: str, test_run_id: str) -> Iterator[SandboxMaker]:
-    made: list[str] = []
-
-    def make(network: NetworkSpec, space: str | None = None) -> SandboxInfo:
-        metadata = {"test-run": test_run_id, META_SPACE: space or f"egress-{uuid.uuid4().hex[:8]}"}
-        info = backend.create(SandboxSpec(template_id=docker_base_image, network=network, metadata=metadata))
-        made.append(info.sandbox_id)
-        return info
-
-    yield make
-    for sandbox_id in made:
-        backend.delete(sandbox_id)
+    with sandbox_maker(backend, docker_base_image, test_run_id, prefix="egress") as make:
+        yield make
 
 
 def test_the_capabilities_are_truthful(backend: DockerBackend) -> None:
@@ -265,31 +241,25 @@ def test_other_sandboxes_and_the_hosts_own_addresses_are_refused(
     space = f"egress-{uuid.uuid4().hex[:8]}"
     client = make_sandbox(OPEN, space)
     neighbour = make_sandbox(OPEN)  # another space
-    server = (
-        "import socket\ns = socket.socket(); s.bind(('0.0.0.0', 8000)); s.listen(8)\n"
-        "while True: s.accept()[0].close()\n"
-    )
-    backend.exec(
-        neighbour.sandbox_id,
-        ExecRequest(argv=("sh", "-c", 'nohup python3 -c "$0" > /dev/null 2>&1 &', server), user="user"),
-    )
-    (settings,) = engine.inspect_container(neighbour.sandbox_id)["NetworkSettings"]["Networks"].values()
-    (mine,) = engine.inspect_container(client.sandbox_id)["NetworkSettings"]["Networks"].values()
-    docker0 = next(
-        a["local"]
-        for a in json.loads(ip("-j", "addr", "show", "docker0").stdout)[0]["addr_info"]
-        if a["family"] == "inet"
-    )
-    with BannerServer(mine["Gateway"]) as on_gateway, BannerServer(docker0) as on_docker0:
+    start_listener(backend, neighbour.sandbox_id)
+    settings = network_settings(engine, neighbour.sandbox_id)
+    mine = network_settings(engine, client.sandbox_id)
+    with BannerServer(mine["Gateway"]) as on_gateway, BannerServer(docker0_address()) as on_docker0:
         answers = probe(
             backend,
             client.sandbox_id,
-            [(settings["IPAddress"], 8000), (on_gateway.host, on_gateway.port), (on_docker0.host, on_docker0.port)],
+            [
+                (settings["IPAddress"], LISTENER_PORT),
+                (on_gateway.host, on_gateway.port),
+                (on_docker0.host, on_docker0.port),
+            ],
         )
         assert all(answer != "reached" and answer != "connected" for answer in answers.values()), answers
         assert not on_gateway.clients
         assert not on_docker0.clients
-    assert wait_refusal(backend, client.sandbox_id, f"{settings['IPAddress']}:8000").rule == "other sandbox"
+    assert wait_refusal(backend, client.sandbox_id, f"{settings['IPAddress']}:{LISTENER_PORT}").rule == (
+        "other sandbox"
+    )
     host = wait_refusal(backend, client.sandbox_id, target(on_gateway.host, on_gateway.port))
     assert host.rule == "always denied: the Docker host"
 
@@ -404,21 +374,16 @@ def test_a_stopped_sandbox_keeps_its_policy_when_it_starts_again(
     docker_base_image: str, test_run_id: str, upstream: str, servers: tuple[NamespaceServers, NamespaceServers]
 ) -> None:
     allowed, other = servers
-    options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
-    stopping = DockerBackend(BackendConfig(kind="docker", idle_mode=IdleMode.STOP, options=options))
-    metadata = {"test-run": test_run_id, META_SPACE: f"egress-{uuid.uuid4().hex[:8]}"}
-    info = stopping.create(
-        SandboxSpec(template_id=docker_base_image, network=only(allowed.v4.host + "/32"), metadata=metadata)
-    )
-    try:
+    with (
+        docker_backend(test_run_id, upstream, idle_mode=IdleMode.STOP) as stopping,
+        sandbox_maker(stopping, docker_base_image, test_run_id, prefix="egress") as make_stopping,
+    ):
+        info = make_stopping(only(allowed.v4.host + "/32"))
         stopping.pause(info.sandbox_id)
         stopping.connect(info.sandbox_id)
         answers = probe(stopping, info.sandbox_id, [(allowed.v4.host, allowed.v4.port), (other.v4.host, other.v4.port)])
         assert answers[target(allowed.v4.host, allowed.v4.port)] == "reached"
         assert answers[target(other.v4.host, other.v4.port)] != "reached"
-    finally:
-        stopping.delete(info.sandbox_id)
-        stopping.close()
 
 
 def test_a_paused_offline_sandbox_switched_on_resolves_once_it_resumes(

@@ -9,18 +9,29 @@ from __future__ import annotations
 import json
 import random
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
 from typing import Any
 
 import docker
 import pytest
 
-from sandboxes.backends.base import META_SPACE, BackendConfig, ExecRequest, NetworkSpec, SandboxInfo, SandboxSpec
+from sandboxes.backends.base import ExecRequest, NetworkSpec
 from sandboxes.backends.docker.backend import DockerBackend
-from tests.netns import BannerServer, ip, namespace
-from tests.sandboxes.conftest import docker_test_network_name
-from tests.sandboxes.egress_support import probe, resolve, upstream_dns
+from tests.factories import set_policy
+from tests.netns import BannerServer, namespace
+from tests.sandboxes.egress_support import (
+    LISTENER_PORT,
+    SandboxMaker,
+    docker0_address,
+    docker_backend,
+    network_settings,
+    probe,
+    resolve,
+    sandbox_maker,
+    start_listener,
+    upstream_dns,
+)
 
 pytestmark = [pytest.mark.docker]
 
@@ -49,17 +60,6 @@ except OSError as exc:
 print(json.dumps(out))
 """
 
-LISTEN = (
-    "import socket\ns = socket.socket(socket.AF_INET6); s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)\n"
-    "s.bind(('::', 8000)); s.listen(8)\n"
-    "while True:\n c = s.accept()[0]; c.sendall(b'reached\\n'); c.close()\n"
-)
-
-
-def _docker0() -> str:
-    info = json.loads(ip("-j", "addr", "show", "docker0").stdout)[0]["addr_info"]
-    return next(a["local"] for a in info if a["family"] == "inet")
-
 
 @pytest.fixture(scope="module")
 def private_server() -> Iterator[BannerServer]:
@@ -70,49 +70,22 @@ def private_server() -> Iterator[BannerServer]:
 
 @pytest.fixture(scope="module")
 def host_server() -> Iterator[BannerServer]:
-    with BannerServer(_docker0()) as server:
+    with BannerServer(docker0_address()) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def backend(docker_base_image: str, test_run_id: str, private_server: BannerServer) -> Iterator[DockerBackend]:
     # Rebinding: allowed names whose answers are a private address and the host's own.
-    answers = {"rebind-private.test": PRIVATE, "rebind-host.test": _docker0(), "fine.test": "203.0.113.9"}
-    with upstream_dns(answers) as upstream:
-        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
-        adapter = DockerBackend(BackendConfig(kind="docker", options=options))
+    answers = {"rebind-private.test": PRIVATE, "rebind-host.test": docker0_address(), "fine.test": "203.0.113.9"}
+    with upstream_dns(answers) as upstream, docker_backend(test_run_id, upstream) as adapter:
         yield adapter
-        adapter.close()
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[docker.APIClient]:
-    client = docker.APIClient(timeout=60)
-    yield client
-    client.close()
-
-
-SandboxMaker = Callable[..., SandboxInfo]
 
 
 @pytest.fixture(scope="module")
 def make_sandbox(backend: DockerBackend, docker_base_image: str, test_run_id: str) -> Iterator[SandboxMaker]:
-    made: list[str] = []
-
-    def make(network: NetworkSpec, space: str | None = None) -> SandboxInfo:
-        metadata = {"test-run": test_run_id, META_SPACE: space or f"rev3-{uuid.uuid4().hex[:8]}"}
-        info = backend.create(SandboxSpec(template_id=docker_base_image, network=network, metadata=metadata))
-        made.append(info.sandbox_id)
-        return info
-
-    yield make
-    for sandbox_id in made:
-        backend.delete(sandbox_id)
-
-
-def _net(engine: docker.APIClient, sandbox_id: str) -> dict[str, str]:
-    (settings,) = engine.inspect_container(sandbox_id)["NetworkSettings"]["Networks"].values()
-    return settings
+    with sandbox_maker(backend, docker_base_image, test_run_id, prefix="rev3") as make:
+        yield make
 
 
 def _dns(backend: DockerBackend, sandbox_id: str, host: str, name: str) -> dict[str, str]:
@@ -150,8 +123,8 @@ def test_dns_to_another_spaces_resolver_is_refused_over_udp_and_tcp(
 ) -> None:
     mine = make_sandbox(NetworkSpec(True, False, allow_out=("fine.test",)))
     theirs = make_sandbox(OPEN)  # another space: its resolver answers every name
-    own_gateway = _net(engine, mine.sandbox_id)["Gateway"]
-    other = _net(engine, theirs.sandbox_id)
+    own_gateway = network_settings(engine, mine.sandbox_id)["Gateway"]
+    other = network_settings(engine, theirs.sandbox_id)
     # Control: the own resolver answers (UDP and TCP).
     assert _dns(backend, mine.sandbox_id, own_gateway, "fine.test") == {"udp": "answered", "tcp": "answered"}
     for gateway in (other["Gateway"], other.get("IPv6Gateway") or ""):
@@ -170,16 +143,14 @@ def test_ipv6_and_ipv4_to_another_sandbox_of_any_space_is_refused(
     other_space = make_sandbox(OPEN)
     targets = []
     for neighbour in (same_space, other_space):
-        backend.exec(
-            neighbour.sandbox_id,
-            ExecRequest(argv=("sh", "-c", 'nohup python3 -c "$0" > /dev/null 2>&1 &', LISTEN), user="user"),
-        )
-        settings = _net(engine, neighbour.sandbox_id)
-        targets += [(a, 8000) for a in (settings["IPAddress"], settings.get("GlobalIPv6Address")) if a]
+        start_listener(backend, neighbour.sandbox_id)
+        settings = network_settings(engine, neighbour.sandbox_id)
+        targets += [(a, LISTENER_PORT) for a in (settings["IPAddress"], settings.get("GlobalIPv6Address")) if a]
     assert any(":" in host for host, _ in targets), "the space networks have no IPv6: nothing tried"
     # The listeners answer from inside their own sandbox (they run).
     for neighbour in (same_space, other_space):
-        assert probe(backend, neighbour.sandbox_id, [("127.0.0.1", 8000)]) == {"127.0.0.1:8000": "reached"}
+        loopback = ("127.0.0.1", LISTENER_PORT)
+        assert probe(backend, neighbour.sandbox_id, [loopback]) == {f"127.0.0.1:{LISTENER_PORT}": "reached"}
     answers = probe(backend, client.sandbox_id, targets)
     assert all(answer not in ("reached", "connected") for answer in answers.values()), answers
 
@@ -208,7 +179,6 @@ def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
 ) -> None:
     import time
 
-    from console.services import SYSTEM, do_update_network_policy
     from sandboxes.egress.log import MAX_PER_READ, ingest_backend
     from sandboxes.models import EgressEvent
     from sandboxes.sessions.runtime import Runtime, backend_for
@@ -216,15 +186,7 @@ def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
     # Was: ingest_backend recorded the first MAX_PER_READ refusals of a read and moved the
     # cursor past all of them, so one sandbox's flood hid every other session's refusals.
     settings.EGRESS_LOG_MAX_PER_SESSION = 50
-    do_update_network_policy(
-        world.space_a,
-        actor=SYSTEM,
-        allow_internet_access=True,
-        allow_out=[],
-        deny_out=[],
-        l7_rules=[],
-        allow_public_traffic=False,
-    )
+    set_policy(world.space_a)
     runtime = Runtime()
     flooder = runtime.resolve(world.space_a, "flooder").session
     victim = runtime.resolve(world.space_a, "victim").session

@@ -29,8 +29,9 @@ from sandboxes.backends.base import ExecRequest, NetworkSpec, SandboxSpec
 from sandboxes.catalog.bridge import open_backend
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.conftest import IN_CI
+from tests.factories import config_form
 from tests.personas import World
-from tests.sandboxes.test_platform_backends import backend_form, form
+from tests.sandboxes.test_platform_backends import backend_form
 
 pytestmark = [pytest.mark.django_db, pytest.mark.docker]
 
@@ -163,7 +164,7 @@ def test_a_platform_admin_registers_an_ssh_docker_host_and_a_space_runs_a_sandbo
 
     alice = world.client_for("alice")
     create = reverse("sandboxes:config_create", args=[world.space_a.id])
-    assert alice.post(create, form(backend, name="over ssh")).status_code == 302
+    assert alice.post(create, config_form(backend, name="over ssh")).status_code == 302
     config = SandboxConfig.objects.get(name="over ssh")
 
     local = docker.from_env(timeout=60)

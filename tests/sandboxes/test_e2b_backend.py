@@ -25,7 +25,6 @@ from sandboxes.backends.base import (
     NetworkSpec,
     PtySize,
     RemoteError,
-    SandboxInfo,
     SandboxSpec,
     SandboxState,
     TemplateBuildSpec,
@@ -40,6 +39,7 @@ from tests.sandboxes.backend_conformance import (
     BackendConformance,
     SandboxFactory,
     run,
+    sandbox_factory,
     shell_request,
 )
 
@@ -75,19 +75,8 @@ def fresh_backend(fake: FakeHandle, **options: str) -> tuple[E2BBackend, list[fl
 
 @pytest.fixture
 def make_sandbox(backend: E2BBackend, test_run_id: str) -> Iterator[SandboxFactory]:
-    created: list[str] = []
-
-    def make(**overrides: object) -> SandboxInfo:
-        metadata = {"test-run": test_run_id, **overrides.pop("metadata", {})}  # type: ignore[dict-item]
-        spec_args: dict[str, object] = {"template_id": "base", "network": OFFLINE}
-        spec_args.update(overrides)
-        info = backend.create(SandboxSpec(metadata=metadata, **spec_args))  # type: ignore[arg-type]
-        created.append(info.sandbox_id)
-        return info
-
-    yield make
-    for sandbox_id in created:
-        backend.delete(sandbox_id)
+    with sandbox_factory(backend, "base", test_run_id) as make:
+        yield make
 
 
 def read_until_error(handle: PtyHandle) -> None:
@@ -552,12 +541,7 @@ def test_create_and_connect_send_the_configs_idle_timeout(fake_e2b: FakeHandle, 
 
     config = make_config(
         make_space(),
-        kind="e2b",
-        endpoint=fake_e2b.api_url,
-        domain=fake_e2b.domain,
-        sandbox_url=fake_e2b.proxy_url,
-        allow_private_endpoints=True,
-        api_key=fake_e2b.api_key,
+        **fake_e2b.platform_fields(sandbox_url=fake_e2b.proxy_url),
         default_template="base",
         idle_timeout_s=3600,
     )
@@ -594,12 +578,7 @@ def test_the_connection_test_records_the_protocol_and_the_page_shows_it(
 
     config = make_config(
         world.space_a,
-        kind="e2b",
-        endpoint=fake_e2b_spec_server.api_url,
-        domain=fake_e2b_spec_server.domain,
-        sandbox_url=fake_e2b_spec_server.proxy_url,
-        allow_private_endpoints=True,
-        api_key=fake_e2b_spec_server.api_key,
+        **fake_e2b_spec_server.platform_fields(sandbox_url=fake_e2b_spec_server.proxy_url),
         default_template="base",
     )
     steps = run_connection_test(config, lambda step: None)

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.models import AdminJob, AuditEvent, NetworkPolicy
-from console.services import SYSTEM, Actor, ServiceError, do_update_network_policy
+from console.services import SYSTEM, Actor, ServiceError
 from sandboxes.api.openapi import openapi_document
 from sandboxes.api.views import do_create_api_token
 from sandboxes.backends.capabilities import EgressRefusal
@@ -32,21 +32,9 @@ from sandboxes.egress.log import record_refusals, watch_build_sandbox
 from sandboxes.models import EgressEvent, SandboxConfig, Session, SessionGrant
 from sandboxes.sessions.retention import prune_session_records
 from sandboxes.sessions.runtime import Runtime, backend_for
-from tests.factories import make_config
+from tests.factories import make_config, set_policy
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
-
-
-def set_policy(space: Any, **changes: Any) -> None:
-    values: dict[str, Any] = {
-        "allow_internet_access": True,
-        "allow_out": [],
-        "deny_out": [],
-        "l7_rules": [],
-        "allow_public_traffic": False,
-    }
-    values.update(changes)
-    do_update_network_policy(space, actor=SYSTEM, **values)
 
 
 @pytest.fixture
@@ -55,12 +43,7 @@ def e2b_config(world: World, fake_e2b: FakeHandle, settings: Any, test_run_id: s
     config: SandboxConfig = make_config(
         world.space_a,
         name="cloud",
-        kind="e2b",
-        endpoint=fake_e2b.api_url,
-        domain=fake_e2b.domain,
-        api_key=fake_e2b.api_key,
-        sandbox_url=fake_e2b.proxy_url,
-        allow_private_endpoints=True,
+        **fake_e2b.platform_fields(sandbox_url=fake_e2b.proxy_url),
         default_template="base",
         is_default=True,
         persistent_workspace=False,

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from console.models import AuditEvent
-from console.services import SYSTEM, do_update_network_policy
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint
 from sandboxes.egress.live import sessions_keeping_old_rules
 from sandboxes.egress.log import ingest_backend
 from sandboxes.models import EgressCursor, Session
 from sandboxes.sessions.runtime import Runtime, backend_for
 from tests.conftest import IN_CI
+from tests.factories import set_policy
 from tests.personas import World
 
 pytestmark = pytest.mark.docker
@@ -41,25 +41,14 @@ def require_live_egress(config: Any) -> None:
     pytest.skip(message)
 
 
-def policy(space: Any, **changes: Any) -> None:
-    values: dict[str, Any] = {
-        "allow_internet_access": True,
-        "allow_out": [],
-        "deny_out": [],
-        "l7_rules": [],
-        "allow_public_traffic": False,
-    }
-    do_update_network_policy(space, actor=SYSTEM, **{**values, **changes})
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_policy_change_reaches_running_sandboxes_within_5_s(world: World, session_config: Any) -> None:
     require_live_egress(session_config)
-    policy(world.space_a, allow_out=["pypi.org"])
+    set_policy(world.space_a, allow_out=["pypi.org"])
     runtime = Runtime()
     sessions = [runtime.resolve(world.space_a, f"live-{n}").session for n in range(2)]
     started = time.monotonic()
-    policy(world.space_a, allow_out=["pypi.org", "files.example"])  # applied once committed
+    set_policy(world.space_a, allow_out=["pypi.org", "files.example"])  # applied once committed
     deadline = started + 5
     while time.monotonic() < deadline and sessions_keeping_old_rules(world.space_a):
         time.sleep(0.1)

@@ -268,15 +268,7 @@ def remote_session(
     fake = request.getfixturevalue(f"fake_{request.param}")
     settings.CONSOLE_INSTALLATION_ID = f"test-conf-{test_run_id}-{uuid.uuid4().hex[:6]}"
     config = make_config(
-        world.space_a,
-        kind=fake.personality,
-        endpoint=fake.api_url,
-        domain=fake.domain,
-        sandbox_url=fake.sandbox_url,
-        api_key=fake.api_key,
-        allow_private_endpoints=True,
-        default_template="base",
-        is_default=True,
+        world.space_a, **fake.platform_fields(sandbox_url=fake.sandbox_url), default_template="base", is_default=True
     )
     runtime = Runtime(MemorySessionStore())
     try:

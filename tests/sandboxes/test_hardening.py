@@ -10,7 +10,6 @@ address is local or routed to the test's own namespace before it is handed out.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import shutil
@@ -18,8 +17,9 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 
 import docker
@@ -42,8 +42,16 @@ from sandboxes.backends.docker.common import ROOT_CAPABILITIES
 from sandboxes.backends.docker.egress_rules import chain_name
 from sandboxes.backends.docker.firewall import BRIDGE_PREFIX, TABLE_NAME, bridge_name, render_ruleset
 from tests.netns import BannerServer, dummy_link_local, host_addresses, namespace
+from tests.sandboxes import egress_support
 from tests.sandboxes.backend_conformance import OFFLINE, run
-from tests.sandboxes.conftest import docker_test_network_name
+from tests.sandboxes.egress_support import (
+    LISTENER_PORT,
+    SandboxMaker,
+    docker_backend,
+    network_settings,
+    sandbox_maker,
+    start_listener,
+)
 
 pytestmark = [pytest.mark.docker]
 
@@ -53,68 +61,20 @@ CAP_NUMBERS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 
 ENGINE_PORTS = (2375, 2376)
 # Dropped (an older console's networks) or rejected with admin-prohibited (EHOSTUNREACH).
 BLOCKED = ("timeout", "error 113")
-
-# Connects to every (host, port) at once; prints {"host:port": "reached" | "refused" | ...}.
-PROBE = r"""
-import json, socket, sys, threading
-out = {}
-def probe(host, port):
-    key = "%s:%s" % (host, port)
-    try:
-        with socket.create_connection((host, port), timeout=2) as conn:
-            conn.settimeout(2)
-            out[key] = "reached" if conn.recv(64).startswith(b"reached") else "connected"
-    except ConnectionRefusedError:
-        out[key] = "refused"
-    except socket.timeout:
-        out[key] = "timeout"
-    except OSError as exc:
-        out[key] = "error %s" % exc.errno
-threads = [threading.Thread(target=probe, args=tuple(t)) for t in json.loads(sys.argv[1])]
-[t.start() for t in threads]
-[t.join() for t in threads]
-print(json.dumps(out))
-"""
-# A banner server as the session user inside a sandbox, on every address of it.
-SANDBOX_SERVER = (
-    "import socket\n"
-    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
-    "s.bind(('0.0.0.0', 8000)); s.listen(8)\n"
-    "while True:\n"
-    "    c, _ = s.accept(); c.sendall(b'reached\\n'); c.close()\n"
-)
+# A dropped connection waits 2 s before it counts as "timeout".
+probe = partial(egress_support.probe, timeout_s=2)
 
 
 @pytest.fixture(scope="module")
 def backend(docker_base_image: str, test_run_id: str) -> Iterator[DockerBackend]:
-    adapter = DockerBackend(BackendConfig(kind="docker", options={"network": docker_test_network_name(test_run_id)}))
-    yield adapter
-    adapter.close()
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[docker.APIClient]:
-    client = docker.APIClient(timeout=60)
-    yield client
-    client.close()
-
-
-SandboxMaker = Callable[..., SandboxInfo]
+    with docker_backend(test_run_id) as adapter:
+        yield adapter
 
 
 @pytest.fixture(scope="module")
 def make_sandbox(backend: DockerBackend, docker_base_image: str, test_run_id: str) -> Iterator[SandboxMaker]:
-    made: list[str] = []
-
-    def make(space: str, network: NetworkSpec = ONLINE) -> SandboxInfo:
-        metadata = {"test-run": test_run_id, META_SPACE: space}
-        info = backend.create(SandboxSpec(template_id=docker_base_image, network=network, metadata=metadata))
-        made.append(info.sandbox_id)
-        return info
-
-    yield make
-    for sandbox_id in made:
-        backend.delete(sandbox_id)
+    with sandbox_maker(backend, docker_base_image, test_run_id, prefix="space") as make:
+        yield make
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +84,7 @@ def space_a() -> str:
 
 @pytest.fixture(scope="module")
 def sandbox_a(make_sandbox: SandboxMaker, space_a: str) -> SandboxInfo:
-    return make_sandbox(space_a)
+    return make_sandbox(ONLINE, space_a)
 
 
 def as_user(backend: DockerBackend, sandbox_id: str, line: str) -> tuple[int, str]:
@@ -132,23 +92,8 @@ def as_user(backend: DockerBackend, sandbox_id: str, line: str) -> tuple[int, st
     return result.exit_code, (result.stdout + result.stderr).decode(errors="replace")
 
 
-def probe(backend: DockerBackend, sandbox_id: str, targets: list[tuple[str, int]]) -> dict[str, str]:
-    result = backend.exec(
-        sandbox_id, ExecRequest(argv=("python3", "-c", PROBE, json.dumps(targets)), user="user", timeout_s=60)
-    )
-    assert result.exit_code == 0, result
-    answers: dict[str, str] = json.loads(result.stdout)
-    return answers
-
-
 def gateway_of(engine: docker.APIClient, sandbox_id: str) -> str:
-    (settings,) = engine.inspect_container(sandbox_id)["NetworkSettings"]["Networks"].values()
-    return str(settings["Gateway"])
-
-
-def address_of(engine: docker.APIClient, sandbox_id: str) -> str:
-    (settings,) = engine.inspect_container(sandbox_id)["NetworkSettings"]["Networks"].values()
-    return str(settings["IPAddress"])
+    return str(network_settings(engine, sandbox_id)["Gateway"])
 
 
 # Privileges -------------------------------------------------------------------------------
@@ -254,18 +199,16 @@ def test_each_space_has_its_own_network_without_inter_container_traffic(
 def test_other_sandboxes_of_any_space_are_unreachable(
     backend: DockerBackend, make_sandbox: SandboxMaker, sandbox_a: SandboxInfo, space_a: str, engine: docker.APIClient
 ) -> None:
-    other_space = make_sandbox(f"space-b-{uuid.uuid4().hex[:8]}")
-    same_space = make_sandbox(space_a)
+    other_space = make_sandbox(ONLINE, f"space-b-{uuid.uuid4().hex[:8]}")
+    same_space = make_sandbox(ONLINE, space_a)
     for server in (other_space, same_space):
-        started = backend.exec(
-            server.sandbox_id,
-            ExecRequest(argv=("sh", "-c", 'nohup python3 -c "$0" > /dev/null 2>&1 &', SANDBOX_SERVER), user="user"),
-        )
-        assert started.exit_code == 0
+        start_listener(backend, server.sandbox_id)
         # Control: the server answers inside its own sandbox.
-        assert probe(backend, server.sandbox_id, [("127.0.0.1", 8000)]) == {"127.0.0.1:8000": "reached"}
+        loopback = ("127.0.0.1", LISTENER_PORT)
+        assert probe(backend, server.sandbox_id, [loopback]) == {f"127.0.0.1:{LISTENER_PORT}": "reached"}
     assert gateway_of(engine, other_space.sandbox_id) != gateway_of(engine, sandbox_a.sandbox_id)
-    targets = [(address_of(engine, server.sandbox_id), 8000) for server in (other_space, same_space)]
+    addresses = [network_settings(engine, server.sandbox_id)["IPAddress"] for server in (other_space, same_space)]
+    targets = [(address, LISTENER_PORT) for address in addresses]
     answers = probe(backend, sandbox_a.sandbox_id, targets)
     assert all(answer != "reached" for answer in answers.values()), answers
 
@@ -396,7 +339,7 @@ def test_a_remote_engine_gets_no_online_sandbox_until_its_host_filters(docker_ba
 
 
 def test_offline_sandboxes_stay_without_a_network(make_sandbox: SandboxMaker, backend: DockerBackend) -> None:
-    offline = make_sandbox(f"space-c-{uuid.uuid4().hex[:8]}", network=OFFLINE)
+    offline = make_sandbox(OFFLINE, f"space-c-{uuid.uuid4().hex[:8]}")
     assert run(backend, offline.sandbox_id, "ls /sys/class/net").split() == ["lo"]
 
 
@@ -417,23 +360,21 @@ def test_a_space_network_lives_as_long_as_a_sandbox_is_on_it(
     docker_base_image: str, test_run_id: str, engine: docker.APIClient
 ) -> None:
     """Docker's address pools hold a few dozen networks: an unused space network goes."""
-    options = {"network": docker_test_network_name(test_run_id)}
-    stopping = DockerBackend(BackendConfig(kind="docker", idle_mode=IdleMode.STOP, options=options))
     space = f"space-d-{uuid.uuid4().hex[:8]}"
     metadata = {"test-run": test_run_id, META_SPACE: space}
-    name = stopping.space_network_name(space)
-    first, second = (
-        stopping.create(SandboxSpec(template_id=docker_base_image, network=ONLINE, metadata=metadata)) for _ in "12"
-    )
-    try:
-        assert stopping.pause(second.sandbox_id).state == SandboxState.STOPPED
-        stopping.delete(first.sandbox_id)
-        assert engine.networks(names=[name])  # the stopped one still needs it to resume
-        assert stopping.connect(second.sandbox_id).state == SandboxState.RUNNING
-        assert run(stopping, second.sandbox_id, "cat /sys/class/net/eth0/operstate") == "up\n"
-    finally:
-        stopping.delete(second.sandbox_id)
-    assert [n for n in engine.networks(names=[name]) if n["Name"] == name] == []
-    again = stopping.create(SandboxSpec(template_id=docker_base_image, network=ONLINE, metadata=metadata))
-    stopping.delete(again.sandbox_id)
-    stopping.close()
+    with docker_backend(test_run_id, idle_mode=IdleMode.STOP) as stopping:
+        name = stopping.space_network_name(space)
+        first, second = (
+            stopping.create(SandboxSpec(template_id=docker_base_image, network=ONLINE, metadata=metadata)) for _ in "12"
+        )
+        try:
+            assert stopping.pause(second.sandbox_id).state == SandboxState.STOPPED
+            stopping.delete(first.sandbox_id)
+            assert engine.networks(names=[name])  # the stopped one still needs it to resume
+            assert stopping.connect(second.sandbox_id).state == SandboxState.RUNNING
+            assert run(stopping, second.sandbox_id, "cat /sys/class/net/eth0/operstate") == "up\n"
+        finally:
+            stopping.delete(second.sandbox_id)
+        assert [n for n in engine.networks(names=[name]) if n["Name"] == name] == []
+        again = stopping.create(SandboxSpec(template_id=docker_base_image, network=ONLINE, metadata=metadata))
+        stopping.delete(again.sandbox_id)

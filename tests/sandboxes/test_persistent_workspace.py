@@ -44,12 +44,7 @@ def config(
     settings.CONSOLE_INSTALLATION_ID = f"test-ws-{test_run_id}-{uuid.uuid4().hex[:6]}"
     cfg: SandboxConfig = make_config(
         world.space_a,
-        kind=fake.personality,
-        endpoint=fake.api_url,
-        domain=fake.domain,
-        sandbox_url=fake.sandbox_url,
-        api_key=fake.api_key,
-        allow_private_endpoints=True,
+        **fake.platform_fields(sandbox_url=fake.sandbox_url),
         default_template="base",
         is_default=True,
         workspace_host_root=str(cube_host_root) if fake.personality == "cube" else "",

@@ -21,7 +21,7 @@ from console.models import AuditEvent
 from sandboxes.catalog.bridge import backend_config_for, config_fingerprint, open_backend
 from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
 from sandboxes.sessions.provisioning import effective_template
-from tests.factories import make_backend, make_config
+from tests.factories import config_form, make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.tls_engine import TlsEngine
 
@@ -42,23 +42,6 @@ FORGED_INFRASTRUCTURE = {
     "allow_space_api_key": "on",
     "max_cpus": "64",
 }
-
-
-def form(backend: PlatformBackend, **overrides: Any) -> dict[str, Any]:
-    data = {
-        "name": "main",
-        "backend": str(backend.pk),
-        "api_key": "",
-        "default_template": "sandbox-console/base:latest",
-        "cpus": "1",
-        "memory_mb": "512",
-        "pids_limit": "256",
-        "idle_mode": "pause",
-        "idle_timeout_s": "900",
-        "persistent_workspace": "on",
-    }
-    data.update(overrides)
-    return data
 
 
 def infrastructure(backend: PlatformBackend) -> dict[str, Any]:
@@ -82,13 +65,13 @@ def test_a_space_admin_cannot_set_any_infrastructure_field(world: World, granted
     client = world.client_for("alice")
     before = infrastructure(granted)
     response = client.post(
-        reverse("sandboxes:config_create", args=[world.space_a.id]), form(granted, **FORGED_INFRASTRUCTURE)
+        reverse("sandboxes:config_create", args=[world.space_a.id]), config_form(granted, **FORGED_INFRASTRUCTURE)
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     config = SandboxConfig.objects.get(space=world.space_a)
     edit = client.post(
         reverse("sandboxes:config_edit", args=[config.id]),
-        form(granted, name="renamed", is_default="on", **FORGED_INFRASTRUCTURE),
+        config_form(granted, name="renamed", is_default="on", **FORGED_INFRASTRUCTURE),
     )
     assert edit.status_code == 302
     config.refresh_from_db()
@@ -110,12 +93,12 @@ def test_a_backend_not_granted_to_the_space_cannot_be_chosen(world: World, grant
     create = reverse("sandboxes:config_create", args=[world.space_a.id])
     assert "space B" not in client.get(create).content.decode()
     for backend in (foreign, ungranted):
-        response = client.post(create, form(backend))
+        response = client.post(create, config_form(backend))
         assert response.status_code == 400
         assert "backend" in response.context["form"].errors
     assert not SandboxConfig.objects.exists()
     config = make_config(world.space_a, backend=granted)
-    response = client.post(reverse("sandboxes:config_edit", args=[config.id]), form(foreign, is_default="on"))
+    response = client.post(reverse("sandboxes:config_edit", args=[config.id]), config_form(foreign, is_default="on"))
     assert response.status_code == 400
     config.refresh_from_db()
     assert config.backend == granted
@@ -135,13 +118,13 @@ def test_resources_stay_within_the_backends_limits(
 ) -> None:
     client = world.client_for("alice")
     create = reverse("sandboxes:config_create", args=[world.space_a.id])
-    response = client.post(create, form(granted, **{field: value}))
+    response = client.post(create, config_form(granted, **{field: value}))
     assert response.status_code == 400
     assert any(message in error for error in response.context["form"].errors[field])
-    assert client.post(create, form(granted, cpus="2", memory_mb="1024", pids_limit="256")).status_code == 302
+    assert client.post(create, config_form(granted, cpus="2", memory_mb="1024", pids_limit="256")).status_code == 302
     config = SandboxConfig.objects.get()
     response = client.post(
-        reverse("sandboxes:config_edit", args=[config.id]), form(granted, is_default="on", **{field: value})
+        reverse("sandboxes:config_edit", args=[config.id]), config_form(granted, is_default="on", **{field: value})
     )
     assert response.status_code == 400
     config.refresh_from_db()
@@ -189,7 +172,7 @@ def test_an_own_api_key_only_where_the_platform_allows_it_and_never_to_a_private
     )
     client = world.client_for("alice")
     create = reverse("sandboxes:config_create", args=[world.space_a.id])
-    response = client.post(create, form(closed, api_key="space-key"))
+    response = client.post(create, config_form(closed, api_key="space-key"))
     assert response.status_code == 400
     # The field is not offered for this backend; a key posted anyway is refused all the same.
     assert "does not let spaces bring their own key" in str(response.context["form"].errors)
@@ -204,7 +187,7 @@ def test_an_own_api_key_only_where_the_platform_allows_it_and_never_to_a_private
         domain="e2b.example",
         allow_space_api_key=True,
     )
-    assert client.post(create, form(open_, api_key="space-key")).status_code == 302
+    assert client.post(create, config_form(open_, api_key="space-key")).status_code == 302
     config = SandboxConfig.objects.get()
     assert "space-key" not in config.api_key_encrypted
     merged = backend_config_for(config)
@@ -405,7 +388,7 @@ def test_a_platform_admin_registers_a_tls_docker_host_and_grants_it_to_a_space(
     )
     assert (
         alice.post(
-            reverse("sandboxes:config_create", args=[world.space_a.id]), form(backend, name="remote")
+            reverse("sandboxes:config_create", args=[world.space_a.id]), config_form(backend, name="remote")
         ).status_code
         == 302
     )
@@ -562,7 +545,7 @@ def test_secrets_typed_into_a_failing_form_are_never_rendered_back(world: World)
     config.save()
     response = world.client_for("alice").post(
         reverse("sandboxes:config_edit", args=[config.id]),
-        form(backend, name="own", api_key="typed-own-key", default_template="base", cpus="999"),
+        config_form(backend, name="own", api_key="typed-own-key", default_template="base", cpus="999"),
     )
     assert response.status_code == 400
     body = response.content.decode()

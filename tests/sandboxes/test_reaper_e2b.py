@@ -34,15 +34,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.docker, pytest.mark.e2b]
 @pytest.fixture
 def config(world: World, fake_e2b: FakeHandle, settings: Any, test_run_id: str) -> Iterator[SandboxConfig]:
     settings.CONSOLE_INSTALLATION_ID = f"test-reaper-e2b-{test_run_id}"
-    cfg: SandboxConfig = make_config(
-        world.space_a,
-        kind="e2b",
-        endpoint=fake_e2b.api_url,
-        domain=fake_e2b.domain,
-        api_key=fake_e2b.api_key,
-        allow_private_endpoints=True,
-        default_template="base",
-    )
+    cfg: SandboxConfig = make_config(world.space_a, **fake_e2b.platform_fields(), default_template="base")
     try:
         yield cfg
     finally:

@@ -29,6 +29,7 @@ from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
 from tests.sandboxes.engine_proxy import EngineProxy
+from tests.sqlite_rerun import rerun_on_sqlite
 
 from .test_docker_engine_loss import proxied_config, proxy  # noqa: F401 - fixtures
 from .test_runtime import sandboxes_of
@@ -316,35 +317,7 @@ def test_processes_resolving_one_new_session_at_once_share_one_sandbox(world: Wo
 @pytest.mark.slow
 def test_the_review_races_hold_on_sqlite_too(tmp_path: Any) -> None:
     """The process race, the killed exec and the sweep races in a child run on SQLite."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    if connection.vendor == "sqlite":
-        pytest.skip("this run is the SQLite run")
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'console.sqlite3'}"}
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            __file__,
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-k",
-            "processes or unidleable or sweep",
-        ],
-        cwd=Path(__file__).resolve().parents[2],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    tail = (child.stdout + child.stderr)[-3000:]
-    assert child.returncode == 0, tail
+    tail = rerun_on_sqlite(__file__, "processes or unidleable or sweep", tmp_path)
     assert "4 passed" in tail, tail
 
 

@@ -35,6 +35,7 @@ from tests.conftest import REDIS_URL
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
+from tests.sqlite_rerun import rerun_on_sqlite
 
 from .test_runtime import sandboxes_of
 
@@ -193,12 +194,8 @@ def e2b_config(world: World, fake_e2b: FakeHandle, settings: Any, test_run_id: s
     settings.CONSOLE_INSTALLATION_ID = f"test-rebind-{test_run_id}-{uuid.uuid4().hex[:6]}"
     cfg: SandboxConfig = make_config(
         world.space_a,
-        kind="e2b",
-        endpoint=fake_e2b.api_url,
-        domain=fake_e2b.domain,
-        sandbox_url=fake_e2b.sandbox_url,  # envd on loopback: never a DNS lookup of the domain
-        api_key=fake_e2b.api_key,
-        allow_private_endpoints=True,
+        # envd on loopback: never a DNS lookup of the domain
+        **fake_e2b.platform_fields(sandbox_url=fake_e2b.sandbox_url),
         default_template="base",
         persistent_workspace=False,
         is_default=True,
@@ -391,25 +388,5 @@ def test_concurrent_agent_calls_never_fail_on_a_locked_database(world: World, db
 @pytest.mark.slow
 def test_the_runtime_races_hold_on_sqlite_too(tmp_path: Any) -> None:
     """The races above in a child run on SQLite, the embedded default's database."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from django.db import connection
-
-    if connection.vendor == "sqlite":
-        pytest.skip("this run is the SQLite run")
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'console.sqlite3'}"}
-    child = subprocess.run(
-        [sys.executable, "-m", "pytest", __file__, "-q", "-p", "no:cacheprovider", "-k", "racing or locked"],
-        cwd=Path(__file__).resolve().parents[2],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    tail = (child.stdout + child.stderr)[-3000:]
-    assert child.returncode == 0, tail
+    tail = rerun_on_sqlite(__file__, "racing or locked", tmp_path)
     assert "2 passed" in tail, tail

@@ -8,9 +8,6 @@ threads racing on one key.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -18,7 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from django.db import connection, connections
+from django.db import connections
 
 from sandboxes.sessions.store import (
     Binding,
@@ -32,8 +29,7 @@ from sandboxes.sessions.store import (
 from sandboxes.sessions.store_db import DatabaseSessionStore
 from sandboxes.sessions.store_select import store_from_settings
 from tests.conftest import REDIS_URL, require_service
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.sqlite_rerun import rerun_on_sqlite
 
 # Committed rows and a connection per thread, as in production (the database store's rows).
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -233,23 +229,8 @@ def test_settings_choose_redis_or_the_database_never_memory(settings: pytest.Fix
 @pytest.mark.slow
 def test_the_database_store_conforms_on_sqlite_too(tmp_path: Path) -> None:
     """The same suite in a child run on SQLite (the embedded default), threads included."""
-    if connection.vendor == "sqlite":
-        pytest.skip("this run is the SQLite run")
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'console.sqlite3'}",
-        "DJANGO_SETTINGS_MODULE": "console.settings.test",
-    }
-    child = subprocess.run(
-        [sys.executable, "-m", "pytest", __file__, "-q", "-k", "database and not sqlite", "-p", "no:cacheprovider"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    tail = rerun_on_sqlite(
+        __file__, "database and not sqlite", tmp_path, timeout_s=300, DJANGO_SETTINGS_MODULE="console.settings.test"
     )
-    tail = (child.stdout + child.stderr)[-3000:]
-    assert child.returncode == 0, tail
     assert " passed" in tail, tail
     assert "skipped" not in tail, tail

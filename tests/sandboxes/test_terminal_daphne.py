@@ -51,25 +51,20 @@ class Daphne:
     port: int
 
 
-@pytest.fixture
-def daphne(request: pytest.FixtureRequest, session: Session, settings: Any) -> Iterator[Daphne]:
-    layer = request.param
-    if layer == "redis":
-        terminal_support.require_service("redis")
+def launch_daphne(settings: Any, layer: str, prefix: str, **terminal_env: str) -> Daphne:
+    """Daphne in a child process on a free loopback port, on this test's database and
+    installation id, with channel layer `layer` under `prefix`; `terminal_env` on top."""
     db = connection.settings_dict
-    port = free_port()
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "tests.sandboxes.daphne_settings",
         "DATABASE_URL": f"postgres://{db['USER'] or ''}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
         "TEST_CONSOLE_INSTALLATION_ID": settings.CONSOLE_INSTALLATION_ID,
         "TEST_CHANNEL_LAYER": layer,
-        "TEST_CHANNEL_LAYER_PREFIX": f"test-daphne-{uuid.uuid4().hex[:8]}",
-        "TERMINAL_REATTACH_S": "120",  # only the shutdown can end the dropped terminal's shell in time
-        # Plain shells, which a stopping process ends; shells kept by the sandbox are let go
-        # for another process instead (tests/sandboxes/test_terminal_replicas.py).
-        "TERMINAL_KEEP_SHELLS": "0",
+        "TEST_CHANNEL_LAYER_PREFIX": prefix,
+        **terminal_env,
     }
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
         cwd=REPO,
@@ -78,17 +73,39 @@ def daphne(request: pytest.FixtureRequest, session: Session, settings: Any) -> I
         stderr=subprocess.STDOUT,
         text=True,
     )
-    server = Daphne(process, port)
+    return Daphne(process, port)
+
+
+def wait_listening(server: Daphne) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        assert server.process.poll() is None, f"daphne exited: {server.process.communicate()[0][-3000:]}"
+        try:
+            socket.create_connection(("127.0.0.1", server.port), timeout=0.2).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline, "daphne did not listen"
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def daphne(request: pytest.FixtureRequest, session: Session, settings: Any) -> Iterator[Daphne]:
+    layer = request.param
+    if layer == "redis":
+        terminal_support.require_service("redis")
+    prefix = f"test-daphne-{uuid.uuid4().hex[:8]}"
+    server = launch_daphne(
+        settings,
+        layer,
+        prefix,
+        TERMINAL_REATTACH_S="120",  # only the shutdown can end the dropped terminal's shell in time
+        # Plain shells, which a stopping process ends; shells kept by the sandbox are let go
+        # for another process instead (tests/sandboxes/test_terminal_replicas.py).
+        TERMINAL_KEEP_SHELLS="0",
+    )
+    process = server.process
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, f"daphne exited: {process.communicate()[0][-3000:]}"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "daphne did not listen"
-                time.sleep(0.1)
+        wait_listening(server)
         yield server
     finally:
         if process.poll() is None:
@@ -99,7 +116,7 @@ def daphne(request: pytest.FixtureRequest, session: Session, settings: Any) -> I
             import redis
 
             client = redis.Redis.from_url(terminal_support.REDIS_URL)
-            for key in client.scan_iter(match=f"{env['TEST_CHANNEL_LAYER_PREFIX']}*"):
+            for key in client.scan_iter(match=f"{prefix}*"):
                 client.delete(key)
             client.close()
 

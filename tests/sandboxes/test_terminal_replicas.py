@@ -12,11 +12,8 @@ the new shell.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +21,6 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection
 
 from console.models import AuditEvent
 from sandboxes.models import Session, Terminal
@@ -32,8 +28,8 @@ from sandboxes.terminal import sweep
 from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
-from tests.sandboxes.terminal_support import cookie_for, free_port, new_ticket, wait_closed
-from tests.sandboxes.test_terminal_daphne import REPO, Daphne, Websocket, shells_in_sandbox
+from tests.sandboxes.terminal_support import cookie_for, new_ticket, wait_closed
+from tests.sandboxes.test_terminal_daphne import Daphne, Websocket, launch_daphne, shells_in_sandbox, wait_listening
 
 store = terminal_support.store
 session = terminal_support.session
@@ -42,36 +38,16 @@ GRACE_S = 5
 
 
 def start_daphne(settings: Any, prefix: str, keep_shells: bool) -> Daphne:
-    db = connection.settings_dict
-    port = free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.sandboxes.daphne_settings",
-        "DATABASE_URL": f"postgres://{db['USER'] or ''}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-        "TEST_CONSOLE_INSTALLATION_ID": settings.CONSOLE_INSTALLATION_ID,
-        "TEST_CHANNEL_LAYER": "redis",
-        "TEST_CHANNEL_LAYER_PREFIX": prefix,
-        "TERMINAL_REATTACH_S": str(GRACE_S),
-        "TERMINAL_LEASE_S": "3",
-        "TERMINAL_KEEP_SHELLS": "1" if keep_shells else "0",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    server = launch_daphne(
+        settings,
+        "redis",
+        prefix,
+        TERMINAL_REATTACH_S=str(GRACE_S),
+        TERMINAL_LEASE_S="3",
+        TERMINAL_KEEP_SHELLS="1" if keep_shells else "0",
     )
-    deadline = time.monotonic() + 30
-    while True:
-        assert process.poll() is None, f"daphne exited: {process.communicate()[0][-3000:]}"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return Daphne(process, port)
-        except OSError:
-            assert time.monotonic() < deadline, "daphne did not listen"
-            time.sleep(0.1)
+    wait_listening(server)
+    return server
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
-"""The skills tests use the shared personas, and the sandbox tests' Docker fixtures."""
+"""The skills tests use the shared personas, the sandbox tests' Docker fixtures and the
+examples' wheel folder."""
 
 from tests.personas import World, world
 from tests.sandboxes.conftest import docker_base_image, test_run_id
+from tests.skills.install_helpers import examples_source
 
-__all__ = ["World", "docker_base_image", "test_run_id", "world"]
+__all__ = ["World", "docker_base_image", "examples_source", "test_run_id", "world"]

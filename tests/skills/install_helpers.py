@@ -1,4 +1,6 @@
-"""Builders for the install tests: a hand-made wheel, skills with dependencies, clean-up."""
+"""Builders for the install tests: a hand-made wheel, skills with dependencies, clean-up, and
+the `examples_source` fixture (the examples' wheel folder; registered in tests/skills/conftest.py,
+imported by the browser tests)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+from django.conf import settings as django_settings
+
 from console.jobs import run_job
 from console.models import AdminJob, Space
 from console.services import SYSTEM, Actor
@@ -17,6 +22,7 @@ from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.provisioning import backend_for
 from skills.images import do_start_install, do_start_uninstall
 from skills.models import SkillVersion
+from tests.conftest import IN_CI
 from tests.skills.helpers import EXECUTABLE, REGULAR, build_zip, import_bytes
 
 WHEEL_PACKAGE = "tinydep"
@@ -132,3 +138,17 @@ def job_error(job: AdminJob) -> str:
 
 def settings_sources(settings: Any, root: Path) -> None:
     settings.SKILL_PACKAGE_SOURCES_ROOT = root
+
+
+@pytest.fixture
+def examples_source(settings: Any) -> Path:
+    """The examples' wheel folder that scripts/setup.sh downloads, as the package sources'
+    root's `examples` folder. Missing: skipped locally, failed in CI."""
+    wheels = Path(django_settings.BASE_DIR) / "var" / "package-sources" / "examples"
+    if not any(wheels.glob("tabulate-*.whl")):
+        message = f"the examples' wheel folder {wheels} is missing: run scripts/setup.sh"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    settings_sources(settings, wheels.parent)
+    return wheels

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from console.models import JobStatus
 from console.services import SYSTEM
@@ -18,25 +17,12 @@ from sandboxes.models import SandboxConfig
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from skills.services import do_import_examples
-from tests.conftest import IN_CI, REDIS_URL
+from tests.conftest import REDIS_URL
 from tests.factories import make_config
 from tests.personas import World
 from tests.skills.install_helpers import clean_up, job_error, run_install
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
-
-WHEELS = Path(settings.BASE_DIR) / "var" / "package-sources" / "examples"
-
-
-@pytest.fixture
-def examples_source(settings: Any) -> Path:
-    if not any(WHEELS.glob("tabulate-*.whl")):
-        message = f"the examples' wheel folder {WHEELS} is missing: run scripts/setup.sh"
-        if IN_CI:
-            pytest.fail(message)
-        pytest.skip(message)
-    settings.SKILL_PACKAGE_SOURCES_ROOT = WHEELS.parent
-    return WHEELS
 
 
 @pytest.fixture
