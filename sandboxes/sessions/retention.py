@@ -2,7 +2,8 @@
 setting — the console app's (audit events, finished jobs: `console.retention`) and the
 sessions' (closed terminals, finished background commands, collected artifacts with their
 stored files). Live things are never touched: an open terminal, a running command, or an
-artifact of a turn younger than the setting stays whatever its age.
+artifact of a turn younger than the setting stays whatever its age; so does the open audit
+of a terminal still open (or closed within the setting: its open and close go together).
 
 Settings: RETENTION_DAYS (per kind, 0 = keep forever), RETENTION_BATCH,
 RETENTION_INTERVAL_S (docs/operations.md, "Retention").
@@ -11,12 +12,14 @@ RETENTION_INTERVAL_S (docs/operations.md, "Retention").
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
 
 from console.jobs import JobContext, job_handler, prune_housekeeping_jobs, start_job
+from console.models import AuditEvent
 from console.retention import cutoff_for, delete_in_batches, prune_console_records
 from console.services import SYSTEM, record_audit
 
@@ -70,9 +73,39 @@ def prune_session_records(now: datetime | None = None) -> dict[str, int]:
     return deleted
 
 
+def live_terminal_audits(cutoff: datetime) -> list[int]:
+    """The `terminal.open` audit rows past `cutoff` to keep: their terminal is still open, or
+    closed after the cutoff (its `terminal.close` row is kept, so the pair goes together).
+    An open is only ever pruned with its close: the audit log never shows a close whose
+    terminal was not opened, nor loses the open of a shell still running."""
+    kept: list[int] = []
+    old = AuditEvent.objects.filter(action="terminal.open", target_type="terminal", time__lt=cutoff)
+    rows = old.order_by("pk").values_list("pk", "target_id")
+    batch: dict[uuid.UUID, list[int]] = {}
+
+    def check() -> None:
+        live = Terminal.objects.filter(pk__in=list(batch)).filter(Q(closed__isnull=True) | Q(closed__gte=cutoff))
+        for terminal_id in live.values_list("pk", flat=True):
+            kept.extend(batch[terminal_id])
+        batch.clear()
+
+    for pk, target_id in rows.iterator(chunk_size=500):
+        try:
+            batch.setdefault(uuid.UUID(target_id), []).append(pk)
+        except ValueError:
+            continue  # not a terminal's id: nothing live to keep it for
+        if len(batch) >= 500:
+            check()
+    if batch:
+        check()
+    return kept
+
+
 def apply_retention(now: datetime | None = None) -> dict[str, int]:
     """One pass over every kind; audited when anything was deleted."""
-    deleted = {**prune_console_records(now), **prune_session_records(now)}
+    audit_cutoff = cutoff_for("audit_events", now)
+    keep = live_terminal_audits(audit_cutoff) if audit_cutoff is not None else []
+    deleted = {**prune_console_records(now, keep_audit=keep), **prune_session_records(now)}
     if any(deleted.values()):
         record_audit(SYSTEM, "retention.prune", target_type="retention", details={"deleted": deleted})
     return deleted
