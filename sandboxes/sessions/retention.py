@@ -75,25 +75,34 @@ def prune_session_records(now: datetime | None = None) -> dict[str, int]:
 
 def live_terminal_audits(cutoff: datetime) -> list[int]:
     """The `terminal.open` audit rows past `cutoff` to keep: their terminal is still open, or
-    closed after the cutoff (its `terminal.close` row is kept, so the pair goes together).
-    An open is only ever pruned with its close: the audit log never shows a close whose
-    terminal was not opened, nor loses the open of a shell still running."""
+    its `terminal.close` row is younger than the cutoff (so the pair goes together, even
+    after the closed terminal's own row was pruned). An open is only ever pruned with its
+    close: the audit log never shows a close without its open, nor loses the open of a
+    shell still running."""
     kept: list[int] = []
     old = AuditEvent.objects.filter(action="terminal.open", target_type="terminal", time__lt=cutoff)
-    rows = old.order_by("pk").values_list("pk", "target_id")
-    batch: dict[uuid.UUID, list[int]] = {}
+    batch: dict[str, list[int]] = {}
 
     def check() -> None:
-        live = Terminal.objects.filter(pk__in=list(batch)).filter(Q(closed__isnull=True) | Q(closed__gte=cutoff))
-        for terminal_id in live.values_list("pk", flat=True):
-            kept.extend(batch[terminal_id])
+        ids = {target_id: uuid.UUID(target_id) for target_id in batch}
+        still_open = {
+            str(pk)
+            for pk in Terminal.objects.filter(pk__in=ids.values(), closed__isnull=True).values_list("pk", flat=True)
+        }
+        recent_close = AuditEvent.objects.filter(
+            action="terminal.close", target_type="terminal", target_id__in=list(batch), time__gte=cutoff
+        )
+        live = still_open | set(recent_close.values_list("target_id", flat=True))
+        for target_id in live:
+            kept.extend(batch.get(target_id, ()))
         batch.clear()
 
-    for pk, target_id in rows.iterator(chunk_size=500):
+    for pk, target_id in old.order_by("pk").values_list("pk", "target_id").iterator(chunk_size=500):
         try:
-            batch.setdefault(uuid.UUID(target_id), []).append(pk)
+            uuid.UUID(target_id)
         except ValueError:
             continue  # not a terminal's id: nothing live to keep it for
+        batch.setdefault(target_id, []).append(pk)
         if len(batch) >= 500:
             check()
     if batch:

@@ -74,7 +74,11 @@ def test_an_open_is_pruned_with_its_close_never_before_it(world: World, settings
     apply_retention()  # the close is recent: the open stays with it
     assert AuditEvent.objects.filter(action="terminal.open", target_id=tid).count() == 1
     assert AuditEvent.objects.filter(action="terminal.close", target_id=tid).count() == 1
+    settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "terminals": 1}
     Terminal.objects.filter(pk=terminal.pk).update(closed=timezone.now() - timedelta(days=2))
+    apply_retention()  # the closed row is pruned, but its close audit is recent: the open stays
+    assert not Terminal.objects.filter(pk=terminal.pk).exists()
+    assert AuditEvent.objects.filter(action="terminal.open", target_id=tid).count() == 1
     _age(terminal, 2, "terminal.close")
     apply_retention()  # both past the setting: both go
     assert not AuditEvent.objects.filter(target_type="terminal", target_id=tid).exists()

@@ -362,7 +362,8 @@ class DockerEgress(EgressCapability):
                 binding = state.binding if state.online else None
                 with contextlib.suppress(RemoteError):
                     apply(render_update(state.sandbox_id, state.spec, None, binding, present))
-            self.refresh_deny_sets()  # the sets came back empty with the table
+            with contextlib.suppress(RemoteError, OSError):
+                self.refresh_deny_sets()  # the sets came back empty with the table
 
     def forget(self, container_id: str) -> None:
         """A deleted sandbox: its chain and elements gone, its resolver's names recomputed."""
