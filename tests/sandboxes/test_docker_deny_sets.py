@@ -39,6 +39,7 @@ pytestmark = [pytest.mark.docker]
 TAG = secrets.token_hex(3)
 EVIL = f"evil-{TAG}.test"  # its own names: the sets are shared by every sandbox of the host
 EVIL6 = f"evil6-{TAG}.test"
+SHARED = f"shared-{TAG}.test"  # its subdomains resolve to the denied name's address
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ def servers(denied_ns: DualNamespace) -> Iterator[NamespaceServers]:
 
 @pytest.fixture(scope="module")
 def backend(docker_base_image: str, test_run_id: str, denied_ns: DualNamespace) -> Iterator[DockerBackend]:
-    with upstream_dns({EVIL: denied_ns.v4, EVIL6: denied_ns.v6}) as upstream:
+    with upstream_dns({EVIL: denied_ns.v4, EVIL6: denied_ns.v6, SHARED: denied_ns.v4}) as upstream:
         options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
         adapter = DockerBackend(BackendConfig(kind="docker", options=options))
         yield adapter
@@ -141,3 +142,22 @@ def test_the_deny_sets_are_filled_again_on_refresh_and_a_live_change_fills_them_
     # The deny entry removed: the address is reachable again for this sandbox.
     egress.update(sandbox.sandbox_id, NetworkSpec(True, False))
     assert probe(backend, sandbox.sandbox_id, [v4])[_key(*v4)] == "reached"
+
+
+def test_a_denied_name_wins_over_a_cidr_allow_entry_but_not_over_an_allowed_name_on_its_address(
+    backend: DockerBackend, make_sandbox: SandboxMaker, servers: NamespaceServers
+) -> None:
+    v4 = (servers.v4.host, servers.v4.port)
+    by_cidr = make_sandbox(NetworkSpec(True, False, allow_out=(f"{servers.v4.host}/32",), deny_out=(EVIL,)))
+    assert probe(backend, by_cidr.sandbox_id, [v4])[_key(*v4)] != "reached"
+    assert wait_refusal(backend, by_cidr.sandbox_id, target(*v4)).rule == f"deny entry {EVIL}"
+    # An allowed name that resolved to the same address (wildcard DNS, a CDN): one destination
+    # at the packet filter; the resolver refuses the denied name, the allowed one reaches it.
+    shared = make_sandbox(NetworkSpec(True, False, allow_out=(f"*.{SHARED}",), deny_out=(EVIL,)))
+    assert resolve(backend, shared.sandbox_id, [f"api.{SHARED}", EVIL]) == {
+        f"api.{SHARED}": [servers.v4.host],
+        EVIL: [],
+    }
+    assert probe(backend, shared.sandbox_id, [(f"api.{SHARED}", servers.v4.port)])[
+        f"api.{SHARED}:{servers.v4.port}"
+    ] == ("reached")

@@ -141,6 +141,36 @@ def test_a_denied_domains_set_is_filled_by_some_resolver() -> None:
     assert not any("wild.test" in line for line in fill)  # a wildcard names no name to resolve
 
 
+def test_a_denied_names_set_spares_only_the_addresses_of_allowed_names_it_does_not_cover() -> None:
+    rules = chain_rules(
+        NetworkSpec(**ON, allow_out=("*.web.test", "a.evil.test", "198.51.100.0/24"), deny_out=("evil.test",))
+    )
+    deny4, _ = domain_sets("evil.test")
+    (refusal,) = [rule for rule in rules if rule.startswith(f"ip daddr @{deny4} ")]
+    assert f"!= @{domain_sets('*.web.test')[0]} " in refusal  # an allowed name on its address
+    assert domain_sets("a.evil.test")[0] not in refusal  # covered by the deny entry: no exception
+    assert rules.index(refusal) < next(i for i, rule in enumerate(rules) if "198.51.100.0/24" in rule)
+
+
+@pytest.mark.parametrize(
+    ("deny", "allow", "covered"),
+    [
+        ("evil.test", "evil.test", True),
+        ("evil.test", "a.evil.test", True),
+        ("evil.test", "*.evil.test", True),
+        ("*.evil.test", "a.evil.test", True),
+        ("*.evil.test", "*.evil.test", True),
+        ("*.evil.test", "evil.test", False),
+        ("a.evil.test", "*.evil.test", False),
+        ("evil.test", "notevil.test", False),
+    ],
+)
+def test_which_allow_entries_a_deny_entry_covers(deny: str, allow: str, covered: bool) -> None:
+    from sandboxes.backends.docker.egress_rules import covers
+
+    assert covers(deny, allow) is covered
+
+
 @pytest.mark.parametrize("bad", ["a.test\nserver=/#/8.8.8.8", "a.test#x", 'a"b.test', "a;b.test", "a/b.test"])
 def test_no_entry_can_inject_into_the_resolver_or_the_chain(bad: str) -> None:
     from sandboxes.backends.base import RemoteError
