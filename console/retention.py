@@ -2,12 +2,15 @@
 setting are deleted by a periodic pass (the pass itself is `sandboxes.sessions.retention`,
 which also prunes session records; docs/operations.md, "Retention").
 
-A setting of 0 days keeps those rows forever. Deletes run in batches by primary key so a
-first pass over years of rows never holds one long transaction.
+A setting of 0 days keeps those rows forever. Audit rows of things still live are kept past
+the setting (the caller names them: a terminal's `terminal.open` while it is open). Deletes
+run in batches by primary key so a first pass over years of rows never holds one long
+transaction.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -46,13 +49,16 @@ def delete_in_batches(queryset: models.QuerySet[Any], *, batch: int | None = Non
             return total
 
 
-def prune_console_records(now: datetime | None = None) -> dict[str, int]:
+def prune_console_records(now: datetime | None = None, *, keep_audit: Collection[int] = ()) -> dict[str, int]:
     """Audit events and finished jobs past their retention. Housekeeping jobs (reaper passes)
-    have their own, shorter retention and are pruned by their own pass."""
+    have their own, shorter retention and are pruned by their own pass. `keep_audit`: audit
+    rows past their retention that still describe something live (the caller, which knows
+    what they describe, says which: the open of a terminal still open)."""
     deleted: dict[str, int] = {}
     audit_cutoff = cutoff_for("audit_events", now)
     if audit_cutoff is not None:
-        deleted["audit_events"] = delete_in_batches(AuditEvent.objects.filter(time__lt=audit_cutoff))
+        aged = AuditEvent.objects.filter(time__lt=audit_cutoff)
+        deleted["audit_events"] = delete_in_batches(aged.exclude(pk__in=list(keep_audit)) if keep_audit else aged)
     jobs_cutoff = cutoff_for("jobs", now)
     if jobs_cutoff is not None:
         finished = AdminJob.objects.filter(status__in=FINISHED_JOB_STATUSES)

@@ -220,6 +220,9 @@ class Terminal(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     created = models.DateTimeField(auto_now_add=True)
     opened = models.DateTimeField(null=True, blank=True, help_text="When its shell started.")
+    # The sandbox its last shell started in: where the idle sweep ends a kept shell the
+    # terminal left behind (the row lives as long as the terminal; its audit rows may not).
+    sandbox_id = models.CharField(max_length=128, blank=True)
     closed = models.DateTimeField(null=True, blank=True)
     close_reason = models.CharField(max_length=200, blank=True)
     bytes_in = models.PositiveBigIntegerField(default=0, help_text="From the browser to the shell.")

@@ -2,7 +2,8 @@
 setting — the console app's (audit events, finished jobs: `console.retention`) and the
 sessions' (closed terminals, finished background commands, collected artifacts with their
 stored files). Live things are never touched: an open terminal, a running command, or an
-artifact of a turn younger than the setting stays whatever its age.
+artifact of a turn younger than the setting stays whatever its age; so does the open audit
+of a terminal still open (or closed within the setting: its open and close go together).
 
 Settings: RETENTION_DAYS (per kind, 0 = keep forever), RETENTION_BATCH,
 RETENTION_INTERVAL_S (docs/operations.md, "Retention").
@@ -11,12 +12,14 @@ RETENTION_INTERVAL_S (docs/operations.md, "Retention").
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
 
 from console.jobs import JobContext, job_handler, prune_housekeeping_jobs, start_job
+from console.models import AuditEvent
 from console.retention import cutoff_for, delete_in_batches, prune_console_records
 from console.services import SYSTEM, record_audit
 
@@ -70,9 +73,48 @@ def prune_session_records(now: datetime | None = None) -> dict[str, int]:
     return deleted
 
 
+def live_terminal_audits(cutoff: datetime) -> list[int]:
+    """The `terminal.open` audit rows past `cutoff` to keep: their terminal is still open, or
+    its `terminal.close` row is younger than the cutoff (so the pair goes together, even
+    after the closed terminal's own row was pruned). An open is only ever pruned with its
+    close: the audit log never shows a close without its open, nor loses the open of a
+    shell still running."""
+    kept: list[int] = []
+    old = AuditEvent.objects.filter(action="terminal.open", target_type="terminal", time__lt=cutoff)
+    batch: dict[str, list[int]] = {}
+
+    def check() -> None:
+        ids = {target_id: uuid.UUID(target_id) for target_id in batch}
+        still_open = {
+            str(pk)
+            for pk in Terminal.objects.filter(pk__in=ids.values(), closed__isnull=True).values_list("pk", flat=True)
+        }
+        recent_close = AuditEvent.objects.filter(
+            action="terminal.close", target_type="terminal", target_id__in=list(batch), time__gte=cutoff
+        )
+        live = still_open | set(recent_close.values_list("target_id", flat=True))
+        for target_id in live:
+            kept.extend(batch.get(target_id, ()))
+        batch.clear()
+
+    for pk, target_id in old.order_by("pk").values_list("pk", "target_id").iterator(chunk_size=500):
+        try:
+            uuid.UUID(target_id)
+        except ValueError:
+            continue  # not a terminal's id: nothing live to keep it for
+        batch.setdefault(target_id, []).append(pk)
+        if len(batch) >= 500:
+            check()
+    if batch:
+        check()
+    return kept
+
+
 def apply_retention(now: datetime | None = None) -> dict[str, int]:
     """One pass over every kind; audited when anything was deleted."""
-    deleted = {**prune_console_records(now), **prune_session_records(now)}
+    audit_cutoff = cutoff_for("audit_events", now)
+    keep = live_terminal_audits(audit_cutoff) if audit_cutoff is not None else []
+    deleted = {**prune_console_records(now, keep_audit=keep), **prune_session_records(now)}
     if any(deleted.values()):
         record_audit(SYSTEM, "retention.prune", target_type="retention", details={"deleted": deleted})
     return deleted

@@ -4,15 +4,14 @@ A process that held a terminal and stopped (a replica's restart lets kept shells
 clients reconnect elsewhere) or was killed leaves the row open and the tmux session running
 in the sandbox. Once the lease has run out (the grace window included) and nobody took the
 terminal again, this closes it: it wins `attachments.claim_close` like any process, kills the
-kept shell in the sandbox the terminal opened in (never resuming a sandbox for it), and
-records the one close of the terminal.
+kept shell in the sandbox its last shell started in (`Terminal.sandbox_id`, on the row: the
+audit rows may be past their retention; never resuming a sandbox for it), and records the
+one close of the terminal.
 """
 
 from __future__ import annotations
 
 import logging
-
-from console.models import AuditEvent
 
 from ..sessions.runtime import backend_for
 from . import attachments, keeper
@@ -32,8 +31,7 @@ def close_abandoned() -> int:
         terminal_id = str(terminal.pk)
         if not attachments.claim_close(terminal_id, SWEEPER, force=False):
             continue
-        opened = AuditEvent.objects.filter(action="terminal.open", target_id=terminal_id).first()
-        sandbox_id = str((opened.details or {}).get("sandbox_id") or "") if opened is not None else ""
+        sandbox_id = terminal.sandbox_id  # on the row: its audit rows may be past their retention
         if sandbox_id:
             try:
                 keeper.end(backend_for(terminal.session.config), sandbox_id, terminal_id)

@@ -213,12 +213,16 @@ def revoked(grant: Grant) -> Revocation | None:
 
 @transaction.atomic
 def record_open(grant: Grant, user: Any, source_ip: str | None, sandbox_id: str) -> bool:
-    """Audit the terminal's first shell; False (nothing written) when it was opened before:
-    a reattach through another process, or a shell that replaced a lost one. The row's mark
-    and its audit row commit together: a reader never sees one without the other."""
+    """Audit the terminal's first shell; False (no audit) when it was opened before: a
+    reattach through another process, or a shell that replaced a lost one. Every shell's
+    sandbox is recorded on the row (the idle sweep ends a kept shell there; a replaced shell
+    may run in a new sandbox). The row's mark and its audit row commit together: a reader
+    never sees one without the other."""
     session = Session.objects.select_related("space").get(pk=grant.session_id)
-    first = Terminal.objects.filter(pk=grant.terminal_id, opened__isnull=True).update(opened=timezone.now())
+    row = Terminal.objects.filter(pk=grant.terminal_id)
+    first = row.filter(opened__isnull=True).update(opened=timezone.now(), sandbox_id=sandbox_id[:128])
     if not first:
+        row.filter(closed__isnull=True).exclude(sandbox_id=sandbox_id[:128]).update(sandbox_id=sandbox_id[:128])
         return False
     record_audit(
         Actor(user=user, source_ip=source_ip),

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from console.models import NetworkPolicy
 from sandboxes.backends.base import L7Rule, NetworkSpec
-from sandboxes.backends.docker.dns import DnsPolicy, render_config
+from sandboxes.backends.docker.dns import DnsPolicy, render_config, render_fill_config
 from sandboxes.backends.docker.egress_rules import (
     LINK_LOCAL_V4,
     LINK_LOCAL_V6,
@@ -115,22 +115,60 @@ def test_an_http_allow_rule_does_not_widen_the_allow_list() -> None:
 # --- the resolver and the deny sets ----------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a deny entry's nftables set is never filled: dnsmasq gets nftset= lines for "
-    "allowed patterns only, so a denied name resolved elsewhere (another space's resolver, "
-    "a hard-coded address) is not refused by the packet filter as docs/network.md claims",
-)
 def test_a_denied_domains_set_is_filled_by_some_resolver() -> None:
+    # Was: a deny entry's set was never filled (nftset= lines for allowed patterns only), so a
+    # denied name resolved elsewhere (a hard-coded address) passed the packet filter. Now the
+    # deny filler, the console's own dnsmasq on loopback, resolves denied names into their
+    # sets (the network's resolver still answers the sandbox NXDOMAIN for them).
     rules = chain_rules(NetworkSpec(**ON, deny_out=("evil.test",)))
-    set4, _ = domain_sets("evil.test")
+    set4, set6 = domain_sets("evil.test")
     assert any(f"@{set4}" in rule for rule in rules)  # the chain refuses by the set
-    # This network (NXDOMAIN for it) and another space's network answering every name:
+    first_accept = next(i for i, rule in enumerate(rules) if rule.endswith("accept"))
+    assert max(i for i, rule in enumerate(rules) if f"@{set4}" in rule or f"@{set6}" in rule) < first_accept
+    # This network (NXDOMAIN for it), another space's network answering every name, the filler:
+    network = render_config("172.30.0.1", "127.0.0.1#5353", DnsPolicy(True, (), ("evil.test",)), "/l", "/p")
     configs = [
-        render_config("172.30.0.1", "127.0.0.1#5353", DnsPolicy(True, (), ("evil.test",)), "/l", "/p"),
+        network,
         render_config("172.31.0.1", "127.0.0.1#5353", DnsPolicy(True), "/l", "/p"),
+        render_fill_config(35353, "127.0.0.1#5353", ("evil.test", "*.wild.test"), "/l", "/p"),
     ]
     assert any(set4 in text for text in configs)
+    assert set4 not in network
+    assert "address=/evil.test/" in network.splitlines()
+    fill = configs[2].splitlines()
+    assert "listen-address=127.0.0.1" in fill
+    assert "server=/evil.test/127.0.0.1#5353" in fill
+    assert not any("wild.test" in line for line in fill)  # a wildcard names no name to resolve
+
+
+def test_a_denied_names_set_spares_only_the_addresses_of_allowed_names_it_does_not_cover() -> None:
+    rules = chain_rules(
+        NetworkSpec(**ON, allow_out=("*.web.test", "a.evil.test", "198.51.100.0/24"), deny_out=("evil.test",))
+    )
+    deny4, _ = domain_sets("evil.test")
+    (refusal,) = [rule for rule in rules if rule.startswith(f"ip daddr @{deny4} ")]
+    assert f"!= @{domain_sets('*.web.test')[0]} " in refusal  # an allowed name on its address
+    assert domain_sets("a.evil.test")[0] not in refusal  # covered by the deny entry: no exception
+    assert rules.index(refusal) < next(i for i, rule in enumerate(rules) if "198.51.100.0/24" in rule)
+
+
+@pytest.mark.parametrize(
+    ("deny", "allow", "covered"),
+    [
+        ("evil.test", "evil.test", True),
+        ("evil.test", "a.evil.test", True),
+        ("evil.test", "*.evil.test", True),
+        ("*.evil.test", "a.evil.test", True),
+        ("*.evil.test", "*.evil.test", True),
+        ("*.evil.test", "evil.test", False),
+        ("a.evil.test", "*.evil.test", False),
+        ("evil.test", "notevil.test", False),
+    ],
+)
+def test_which_allow_entries_a_deny_entry_covers(deny: str, allow: str, covered: bool) -> None:
+    from sandboxes.backends.docker.egress_rules import covers
+
+    assert covers(deny, allow) is covered
 
 
 @pytest.mark.parametrize("bad", ["a.test\nserver=/#/8.8.8.8", "a.test#x", 'a"b.test', "a;b.test", "a/b.test"])

@@ -8,6 +8,12 @@ on the bridge's gateway address only, forwarding to the operator's upstream reso
 - otherwise every name is forwarded but the deny list's (NXDOMAIN);
 - without an upstream nothing resolves (and `status` says so).
 
+The deny entries' names are resolved too, but never for a sandbox: the deny filler
+(`DenyFiller`, one dnsmasq on the host's loopback per state folder, asked by the console
+alone) forwards them to the same upstream and puts their addresses into their nftables sets,
+which the denying sandboxes' chains refuse first. So an address of a denied name that a
+sandbox learnt elsewhere (hard-coded, another resolver) is refused by the packet filter too.
+
 Changed `server`/`nftset` lines need a restart (a SIGHUP re-reads hosts files only); dnsmasq
 starts in a few milliseconds, and the nftables sets keep their elements across it. Queries
 are logged (`log-queries=extra`) to a file per network; `refusals_since` reads the NXDOMAIN
@@ -21,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator
@@ -35,6 +43,11 @@ from .firewall import DNS_PORT, TABLE_FAMILY, TABLE_NAME
 
 DNSMASQ_CANDIDATES = ("/usr/sbin/dnsmasq", "/sbin/dnsmasq")
 START_TIMEOUT_S = 10
+# The deny filler (`DenyFiller`): its files' name, and how its lookups are sent.
+FILLER = "deny-fill"
+FILL_TIMEOUT_S = 1.5
+FILL_BATCH = 64  # names in flight at once (A and AAAA each): under dnsmasq's dns-forward-max of 150
+_QTYPES = (1, 28)  # A, AAAA
 # `upstream`: an address, optionally "#port" (dnsmasq's own syntax), e.g. 127.0.0.1#5353.
 _UPSTREAM = re.compile(r"^[0-9a-fA-F:.]+(#[0-9]{1,5})?$")
 _REFUSED = re.compile(
@@ -153,7 +166,10 @@ class Resolver:
 
     def ensure(self, gateway: str, upstream: str, policy: DnsPolicy) -> None:
         """Running with this configuration: started, or restarted when it changed."""
-        text = render_config(gateway, upstream, policy, self.log_file, self.pid_file)
+        self.run(render_config(gateway, upstream, policy, self.log_file, self.pid_file))
+
+    def run(self, text: str) -> None:
+        """Running with the configuration `text`: started, or restarted when it changed."""
         pid = self.running_pid()
         with contextlib.suppress(OSError), open(self.conf) as handle:
             if handle.read() == text and pid is not None:
@@ -189,6 +205,131 @@ class Resolver:
             time.sleep(0.01)
         with contextlib.suppress(OSError):
             os.unlink(self.pid_file)
+
+
+# ---------------------------------------------------------------------------------------
+# The deny filler: the addresses of denied names, for the packet filter
+
+
+def fillable(denied: Iterable[str]) -> tuple[str, ...]:
+    """The denied patterns the filler can resolve: names, not `*.` wildcards (no name is
+    known to ask for; their subdomains are refused at the resolver and by squid only)."""
+    return tuple(sorted({p for p in denied if not p.startswith("*.")}))
+
+
+def render_fill_config(port: int, upstream: str, denied: Iterable[str], log_file: str, pid_file: str) -> str:
+    """The deny filler's dnsmasq (deterministic). It listens on the host's loopback, where no
+    sandbox reaches (the input hook refuses the host but for the gateway's ports), and only
+    the console asks it: it forwards each denied name to the upstream and puts every address
+    it gets into that name's nftables sets, which each denying sandbox's chain refuses before
+    anything it accepts. The sandboxes' own resolvers still answer those names NXDOMAIN. No
+    cache: every lookup goes upstream, so each refresh adds the addresses the name has now."""
+    patterns = fillable(denied)
+    lines = [
+        "# Rendered by sandboxes/backends/docker/dns.py; edits are lost.",
+        "listen-address=127.0.0.1",
+        "bind-interfaces",
+        f"port={int(port)}",
+        "no-resolv",
+        "no-hosts",
+        "no-poll",
+        "cache-size=0",
+        f"log-facility={log_file}",
+        f"pid-file={pid_file}",
+        "user=root",  # the nftset additions need CAP_NET_ADMIN, which dnsmasq keeps as root only
+        "address=/#/",
+        *(f"server=/{p}/{upstream}" for p in patterns),
+        *(_nftset(p) for p in patterns),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class DenyFiller:
+    """The deny filler's dnsmasq for one egress state folder (files `deny-fill.*` beside the
+    networks' resolvers; its port is kept in `deny-fill.port`)."""
+
+    folder: str
+
+    @property
+    def resolver(self) -> Resolver:
+        return Resolver(self.folder, FILLER)
+
+    def ensure(self, upstream: str, denied: Iterable[str]) -> int | None:
+        """Running for these denied names (restarted when they changed): its port. None, and
+        stopped, without an upstream or a name to resolve."""
+        patterns = fillable(denied)
+        resolver = self.resolver
+        if not upstream or not patterns:
+            resolver.stop()
+            return None
+        port = self._port(fresh=False)
+        events = os.path.join(self.folder, f"{FILLER}.events")
+        try:
+            resolver.run(render_fill_config(port, upstream, patterns, events, resolver.pid_file))
+        except RemoteError as exc:
+            if exc.kind != ErrorKind.UNAVAILABLE:
+                raise
+            port = self._port(fresh=True)  # its port was taken meanwhile: another one
+            resolver.run(render_fill_config(port, upstream, patterns, events, resolver.pid_file))
+        return port
+
+    def _port(self, *, fresh: bool) -> int:
+        path = os.path.join(self.folder, f"{FILLER}.port")
+        if not fresh:
+            with contextlib.suppress(OSError, ValueError), open(path) as handle:
+                return int(handle.read().strip())
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        os.makedirs(self.folder, mode=0o700, exist_ok=True)
+        with open(path, "w") as handle:
+            handle.write(f"{port}\n")
+        return port
+
+
+def _question(ident: int, name: str, qtype: int) -> bytes:
+    labels = b"".join(bytes([len(label)]) + label.encode("ascii") for label in name.split("."))
+    return (
+        ident.to_bytes(2, "big")
+        + b"\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+        + labels
+        + b"\x00"
+        + qtype.to_bytes(2, "big")
+        + b"\x00\x01"
+    )
+
+
+def lookup(port: int, names: Iterable[str], timeout_s: float = FILL_TIMEOUT_S) -> set[str]:
+    """Ask the filler on 127.0.0.1:`port` for every name's A and AAAA records, `FILL_BATCH`
+    names at a time, within `timeout_s` in all. Returns the names both answers came back for
+    (whatever they said): dnsmasq has put the addresses into the sets before it answers."""
+    wanted = list(dict.fromkeys(names))
+    answered: dict[str, int] = {}
+    deadline = time.monotonic() + timeout_s
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("127.0.0.1", port))  # only the filler's answers come in
+        for start in range(0, len(wanted), FILL_BATCH):
+            if time.monotonic() >= deadline:
+                break
+            pending: dict[int, str] = {}
+            try:
+                for name in wanted[start : start + FILL_BATCH]:
+                    for qtype in _QTYPES:
+                        ident = secrets.randbelow(0x10000)
+                        while ident in pending:
+                            ident = secrets.randbelow(0x10000)
+                        pending[ident] = name
+                        sock.send(_question(ident, name, qtype))
+                while pending and (left := deadline - time.monotonic()) > 0:
+                    sock.settimeout(left)
+                    reply = sock.recv(4096)
+                    name = pending.pop(int.from_bytes(reply[:2], "big"), "") if len(reply) >= 12 else ""
+                    if name:
+                        answered[name] = answered.get(name, 0) + 1
+            except OSError:  # timed out, or nothing listens there (the filler was restarted)
+                break
+    return {name for name, count in answered.items() if count == len(_QTYPES)}
 
 
 @dataclass(frozen=True)

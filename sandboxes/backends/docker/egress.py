@@ -6,7 +6,8 @@
   session's grants into it) now, without a restart: outbound on connects the container to its
   space's network (outbound off disconnects it: no interface but loopback is left), its own
   nftables chain is swapped in one transaction (`egress_rules`), and its network's resolver
-  (`dns`) is restarted when the names it must answer changed;
+  (`dns`) is restarted when the names it must answer changed; the deny entries' names are
+  resolved by the deny filler (`dns.DenyFiller`) into the sets the chain refuses first;
 - `refusals(cursor)` reads what ulogd2 wrote for the table's NFLOG group (one JSON object a
   line) and the resolvers' query logs, maps each source address back to the sandbox that held
   it (the state files written here), and names the rule from the log prefix.
@@ -22,11 +23,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -40,6 +42,8 @@ from .firewall import LOG_PREFIX, MAP_V4, MAP_V6, NFLOG_GROUP, TABLE_FAMILY, TAB
 if TYPE_CHECKING:
     from .backend import DockerBackend
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_STATE_DIR = "/var/lib/sandbox-console/egress"
 # A name the lists allow, refused because the resolver has no upstream (the option dns_upstream).
 NO_UPSTREAM_RULE = "no upstream resolver set (EGRESS_DNS_UPSTREAM)"
@@ -47,6 +51,9 @@ GONE_KEPT_S = 7 * 86400  # a deleted sandbox's addresses, for refusals read late
 _HELD = threading.local()
 PRUNE_EVERY_S = 60.0
 _last_prune = 0.0  # the state folders this thread holds the lock of
+# Denied names are resolved again this often (their addresses change; the sets only grow).
+DENY_REFRESH_S = 300.0
+_last_deny_refresh = 0.0
 ULOGD_CANDIDATES = ("/usr/sbin/ulogd", "/sbin/ulogd")
 ULOGD_PLUGINS = "/usr/lib/x86_64-linux-gnu/ulogd"
 
@@ -309,6 +316,10 @@ class DockerEgress(EgressCapability):
             )
             gateway = self.backend.gateway_on(container_id, network_name)
             self._sync_resolver(bridge or (old.bridge if old else ""), gateway)
+            port = self._sync_deny_filler()
+            if new is not None and port is not None:
+                # Before the policy is said to be in force: its denied names' addresses are refused.
+                self._fill(port, parse_entries(network.deny_out, "deny_out").domains)
         if new is not None:
             self.backend.point_resolver(container_id, gateway)
 
@@ -351,6 +362,8 @@ class DockerEgress(EgressCapability):
                 binding = state.binding if state.online else None
                 with contextlib.suppress(RemoteError):
                     apply(render_update(state.sandbox_id, state.spec, None, binding, present))
+            with contextlib.suppress(RemoteError, OSError):
+                self.refresh_deny_sets()  # the sets came back empty with the table
 
     def forget(self, container_id: str) -> None:
         """A deleted sandbox: its chain and elements gone, its resolver's names recomputed."""
@@ -361,6 +374,34 @@ class DockerEgress(EgressCapability):
             self.backend.egress_apply(render_removal(container_id, old.binding, present_keys()))
             self.state.remove(container_id)
             self._sync_resolver(old.bridge)
+            self._sync_deny_filler()
+
+    def _denied_domains(self) -> set[str]:
+        return {
+            domain
+            for state in self.state.all()
+            if state.online
+            for domain in parse_entries(state.deny_out, "deny_out").domains
+        }
+
+    def _sync_deny_filler(self) -> int | None:
+        """The deny filler running for every online sandbox's denied names (`dns.DenyFiller`):
+        its port, None when there is nothing to resolve. Called with the state lock held."""
+        return dns.DenyFiller(self.state.path("dns")).ensure(self.backend.dns_upstream, self._denied_domains())
+
+    def _fill(self, port: int, domains: Iterable[str]) -> None:
+        names = dns.fillable(domains)
+        missing = set(names) - dns.lookup(port, names)
+        if missing:  # the upstream did not answer in time: the next refresh asks again
+            logger.warning("egress: denied names not resolved for the packet filter: %s", ", ".join(sorted(missing)))
+
+    def refresh_deny_sets(self) -> None:
+        """Every denied name resolved again into its sets (its addresses may have changed):
+        after a restore, and every `DENY_REFRESH_S` while refusals are read."""
+        with self.state.locked():
+            port = self._sync_deny_filler()
+            if port is not None:
+                self._fill(port, self._denied_domains())
 
     def _sync_resolver(self, bridge: str, gateway: str = "") -> None:
         if not bridge:
@@ -383,11 +424,15 @@ class DockerEgress(EgressCapability):
 
     def refusals(self, cursor: str) -> tuple[list[EgressRefusal], str]:
         positions = _decode_cursor(cursor)
-        global _last_prune
+        global _last_prune, _last_deny_refresh
         if time.monotonic() - _last_prune > PRUNE_EVERY_S:  # read every few seconds: prune now and then
             _last_prune = time.monotonic()
             with contextlib.suppress(RemoteError):
                 self.prune()
+        if time.monotonic() - _last_deny_refresh > DENY_REFRESH_S:
+            _last_deny_refresh = time.monotonic()
+            with contextlib.suppress(RemoteError, OSError):
+                self.refresh_deny_sets()
         by_address: dict[tuple[str, str], SandboxState] = {}
         for state in self.state.all(include_gone=True):
             for address in (*state.v4, *state.v6):

@@ -4,7 +4,8 @@ text out). The fixed part of the table is `firewall`; this renders each sandbox'
 
 Order of the chain, first match wins (docs/network.md, "How a packet is judged"):
 
-1. deny entries (CIDRs; domains through the addresses the resolver gave for them): deny wins;
+1. deny entries (CIDRs; domains through the addresses the deny filler resolved them to, but
+   an address an allowed domain of the same list resolved to as well): deny wins;
 2. always denied: link-local and metadata addresses, any sandbox bridge (other spaces'
    sandboxes, and the own network's too: no inter-container traffic);
 3. CIDR allow entries that lie inside a private range open exactly that part of it;
@@ -102,6 +103,15 @@ def parse_entries(entries: Iterable[str], what: str) -> Entries:
     return Entries(tuple(dict.fromkeys(v4)), tuple(dict.fromkeys(v6)), tuple(dict.fromkeys(domains)))
 
 
+def covers(deny: str, allow: str) -> bool:
+    """Whether a deny pattern covers every name an allow pattern admits (as dnsmasq matches:
+    `x.test` is the name and its subdomains, `*.x.test` the subdomains only)."""
+    base = allow.removeprefix("*.")
+    if deny.startswith("*."):
+        return base.endswith(deny[1:]) or (allow.startswith("*.") and base == deny[2:])
+    return base == deny or base.endswith("." + deny)
+
+
 def domain_sets(pattern: str) -> tuple[str, str]:
     """The two named sets (IPv4, IPv6) holding the addresses the resolver gave for a domain
     pattern; shared by every sandbox whose lists name it."""
@@ -154,10 +164,17 @@ def chain_rules(network: NetworkSpec) -> list[str]:
         rules.append(f"ip daddr {v4} " + log_and_reject(f"deny entry {v4}"))
     for v6 in deny.v6:
         rules.append(f"ip6 daddr {v6} " + log_and_reject(f"deny entry {v6}"))
+    # A denied name's addresses (the deny filler's), but those an allowed name of this list
+    # resolved to as well: at the packet filter the two are one destination (wildcard DNS, a
+    # CDN), the resolver has told them apart by name, and refusing it would refuse the allowed
+    # name. An allow entry a deny entry covers makes no exception.
+    exempt = [domain_sets(p) for p in allow.domains if not any(covers(d, p) for d in deny.domains)]
     for pattern in deny.domains:
         set4, set6 = domain_sets(pattern)
-        rules.append(f"ip daddr @{set4} " + log_and_reject(f"deny entry {pattern}"))
-        rules.append(f"ip6 daddr @{set6} " + log_and_reject(f"deny entry {pattern}"))
+        unless4 = "".join(f"ip daddr != @{allowed4} " for allowed4, _ in exempt)
+        unless6 = "".join(f"ip6 daddr != @{allowed6} " for _, allowed6 in exempt)
+        rules.append(f"ip daddr @{set4} {unless4}" + log_and_reject(f"deny entry {pattern}"))
+        rules.append(f"ip6 daddr @{set6} {unless6}" + log_and_reject(f"deny entry {pattern}"))
     link_local = "always denied: link-local/metadata"
     rules.append(
         f"ip daddr {_addresses([ipaddress.IPv4Network(n) for n in LINK_LOCAL_V4])} " + log_and_reject(link_local)
