@@ -249,3 +249,24 @@ def test_config_form_by_kind_with_a_backend_not_granted(world: World) -> None:
         assert "hidden e2b" not in response.content.decode()
         assert 'id="id_protocol_pin"' not in response.content.decode()  # E2B's fields were never shown
     assert not SandboxConfig.objects.exists()
+
+
+def test_kind_switch_while_the_old_account_is_down_and_sessions_are_recorded_live(world: World) -> None:
+    """The live-sandbox check skips a config whose old account does not answer
+    (platform.do_update_platform_backend: `except RemoteError: continue`), so with the E2B
+    endpoint down for a moment the backend becomes Cube while sessions of two spaces are
+    recorded running/paused on E2B sandboxes: those sandboxes are orphaned on the E2B account
+    (never deleted, never idled) and the sessions point to a kind that cannot serve them."""
+    from sandboxes.models import Session, SessionState
+
+    backend = make_backend(world.space_a, world.space_b, name="cloud", kind="e2b", endpoint="http://127.0.0.1:9",
+                           domain="e2b.example.com", api_key="e2b_key", allow_private_endpoints=True)  # fmt: skip
+    for space, state in ((world.space_a, SessionState.RUNNING), (world.space_b, SessionState.PAUSED)):
+        config = make_config(space, backend=backend, default_template="base")
+        Session.objects.create(space=space, config=config, key=f"k-{space.slug}", sandbox_id="e2b-sbx", state=state)
+    url = reverse("sandboxes:backend_edit", args=[backend.id])
+    spaces = [str(world.space_a.id), str(world.space_b.id)]
+    response = world.client_for("root").post(url, _cube(name="cloud", spaces=spaces))
+    backend.refresh_from_db()
+    assert backend.kind == "e2b", "switched while sessions were recorded live on the unreachable old account"
+    assert response.status_code == 400
