@@ -19,7 +19,7 @@ from console.services import Actor, ServiceError, record_audit
 
 from ..backends import describe
 from ..backends.base import RemoteError
-from ..models import PlatformBackend, SandboxConfig
+from ..models import PlatformBackend, SandboxConfig, Session, SessionState
 from .services import count_live_sandboxes
 
 BACKEND_FIELDS = (
@@ -41,6 +41,7 @@ BACKEND_FIELDS = (
 SECRET_FIELDS = ("api_key", "tls_ca", "tls_cert", "tls_key")
 # Changing these while sandboxes live would orphan them on the old account or engine.
 IDENTITY = ("kind", "endpoint", "domain")
+LIVE_STATES = (SessionState.RUNNING, SessionState.PAUSED)
 
 
 class NotPlatformAdmin(ServiceError):
@@ -164,7 +165,9 @@ def do_update_platform_backend(
             try:
                 live += count_live_sandboxes(config)
             except RemoteError:
-                continue  # the old account does not answer: nothing reachable can be orphaned
+                # The old account does not answer now: the sessions last seen on it still count
+                # (a moment's outage must not orphan their sandboxes there).
+                live += Session.objects.filter(config=config, state__in=LIVE_STATES).count()
         if live:
             raise ServiceError(
                 f"{live} live sandbox(es) run on this backend: delete them before changing "
