@@ -270,3 +270,17 @@ def test_kind_switch_while_the_old_account_is_down_and_sessions_are_recorded_liv
     backend.refresh_from_db()
     assert backend.kind == "e2b", "switched while sessions were recorded live on the unreachable old account"
     assert response.status_code == 400
+
+
+def test_a_spaces_own_key_does_not_outlive_a_switch_to_a_kind_without_keys(world: World) -> None:
+    """E2B with spaces' own keys -> Docker: the space's key must not stay stored on its config,
+    to be used again (on whatever endpoint) once the row takes keys again."""
+    backend = make_backend(world.space_a, name="cloud", kind="e2b", endpoint="http://127.0.0.1:9",
+                           domain="e2b.example.com", api_key="e2b_key", allow_space_api_key=True)  # fmt: skip
+    config = make_config(world.space_a, backend=backend, default_template="base")
+    SandboxConfig.objects.filter(pk=config.pk).update(api_key_encrypted=encrypt("space_own_key"))
+    url = reverse("sandboxes:backend_edit", args=[backend.id])
+    saved = world.client_for("root").post(url, _docker(name="cloud", spaces=[str(world.space_a.id)]))
+    assert saved.status_code == 302, saved.context["form"].errors if saved.context else saved
+    config.refresh_from_db()
+    assert decrypt(config.api_key_encrypted) == ""
