@@ -193,7 +193,10 @@ def do_update_platform_backend(
             backend.save()
             backend.spaces.set(spaces)
             if "kind" in changed:  # what the old kind's server reported is no longer this kind's
-                SandboxConfig.objects.filter(backend=backend).update(backend_protocol="", backend_version="")
+                configs = SandboxConfig.objects.filter(backend=backend)
+                configs.update(backend_protocol="", backend_version="")
+                if not describe(backend.kind).takes_api_key:  # nor a space's own key, to come back later
+                    configs.update(api_key_encrypted="")
             record_audit(
                 actor,
                 "platform_backend.update",
