@@ -17,8 +17,9 @@ from console.crypto import REDACTED, decrypt, encrypt
 from console.models import Space
 from console.services import Actor, ServiceError, record_audit
 
+from ..backends import describe
 from ..backends.base import RemoteError
-from ..models import PlatformBackend, SandboxConfig
+from ..models import PlatformBackend, SandboxConfig, Session, SessionState
 from .services import count_live_sandboxes
 
 BACKEND_FIELDS = (
@@ -40,6 +41,7 @@ BACKEND_FIELDS = (
 SECRET_FIELDS = ("api_key", "tls_ca", "tls_cert", "tls_key")
 # Changing these while sandboxes live would orphan them on the old account or engine.
 IDENTITY = ("kind", "endpoint", "domain")
+LIVE_STATES = (SessionState.RUNNING, SessionState.PAUSED)
 
 
 class NotPlatformAdmin(ServiceError):
@@ -63,12 +65,30 @@ def _apply_secrets(backend: PlatformBackend, secrets: dict[str, str | None]) -> 
         if value != decrypt(getattr(backend, attr)):
             setattr(backend, attr, encrypt(value))
             changed.append(name)
-    if secrets.get("clear_tls"):
-        for name in ("tls_ca", "tls_cert", "tls_key"):
-            if getattr(backend, f"{name}_encrypted"):
-                setattr(backend, f"{name}_encrypted", "")
-                changed.append(name)
+    # A kind that takes no key or TLS material keeps none (a switch of kind leaves none behind).
+    kind = describe(backend.kind)
+    cleared = [
+        *(("tls_ca", "tls_cert", "tls_key") if secrets.get("clear_tls") or not kind.takes_tls_client_cert else ()),
+        *(() if kind.takes_api_key else ("api_key",)),
+    ]
+    for name in cleared:
+        if getattr(backend, f"{name}_encrypted"):
+            setattr(backend, f"{name}_encrypted", "")
+            changed.append(name)
     return changed
+
+
+def _check_pins_fit_kind(backend: PlatformBackend) -> None:
+    """A config pinned to another kind's protocol could not open on this kind (the adapter
+    refuses the option): the switch is refused, naming them."""
+    pinned = SandboxConfig.objects.filter(backend=backend).exclude(protocol_pin="")
+    wrong = [c for c in pinned.select_related("space") if not c.protocol_pin.startswith(f"{backend.kind}-")]
+    if wrong:
+        names = ", ".join(f"{c.space.name}/{c.name}" for c in wrong)
+        raise ServiceError(
+            f"Configs {names} pin a protocol of another kind: unpin it (Protocol: detect) before changing the kind.",
+            field_errors={"kind": [f"configs pin another kind's protocol: {names}"]},
+        )
 
 
 def _check_limits_cover_configs(backend: PlatformBackend) -> None:
@@ -128,6 +148,8 @@ def do_update_platform_backend(
     for key in changed:
         setattr(backend, key, data[key])
     secrets_changed = _apply_secrets(backend, secrets)
+    if "kind" in changed:
+        _check_pins_fit_kind(backend)
     identity_changed = [k for k in changed if k in IDENTITY] + [s for s in secrets_changed if s != "api_key"]
     if "api_key" in secrets_changed:
         identity_changed.append("api_key")
@@ -143,7 +165,9 @@ def do_update_platform_backend(
             try:
                 live += count_live_sandboxes(config)
             except RemoteError:
-                continue  # the old account does not answer: nothing reachable can be orphaned
+                # The old account does not answer now: the sessions last seen on it still count
+                # (a moment's outage must not orphan their sandboxes there).
+                live += Session.objects.filter(config=config, state__in=LIVE_STATES).count()
         if live:
             raise ServiceError(
                 f"{live} live sandbox(es) run on this backend: delete them before changing "
@@ -168,6 +192,11 @@ def do_update_platform_backend(
             _check_limits_cover_configs(backend)
             backend.save()
             backend.spaces.set(spaces)
+            if "kind" in changed:  # what the old kind's server reported is no longer this kind's
+                configs = SandboxConfig.objects.filter(backend=backend)
+                configs.update(backend_protocol="", backend_version="")
+                if not describe(backend.kind).takes_api_key:  # nor a space's own key, to come back later
+                    configs.update(api_key_encrypted="")
             record_audit(
                 actor,
                 "platform_backend.update",
