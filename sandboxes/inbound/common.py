@@ -101,7 +101,7 @@ def console_cookie_names() -> set[str]:
 
 
 def is_secure(scope: Scope, headers: list[tuple[bytes, bytes]]) -> bool:
-    if scope.get("scheme") == "https":
+    if scope.get("scheme") in ("https", "wss"):
         return True
     proxy_header = settings.SECURE_PROXY_SSL_HEADER
     if proxy_header:

@@ -34,6 +34,9 @@ from .common import (
 # would clear the console's cookies (Clear-Site-Data ignores CSP sandbox), pin HSTS or move
 # the origin elsewhere (Alt-Svc).
 ORIGIN_WIDE = frozenset({b"clear-site-data", b"strict-transport-security", b"alt-svc"})
+# And on a host of its own too: Clear-Site-Data "cookies" clears the cookies of the whole
+# registrable domain, every other sandbox host's (and a same-site console's) included.
+SITE_WIDE = frozenset({b"clear-site-data"})
 
 _client: httpx.AsyncClient | None = None
 _client_loop: asyncio.AbstractEventLoop | None = None
@@ -235,7 +238,7 @@ def _responserequest_headers(response: httpx.Response, prefix: str, *, sandboxed
         name = key.lower()
         if name in HOP_BY_HOP or name in connection_listed:
             continue
-        if sandboxed and name in ORIGIN_WIDE:
+        if name in SITE_WIDE or (sandboxed and name in ORIGIN_WIDE):
             continue
         if name == b"set-cookie":
             scoped = _scoped_cookie(value, prefix, console)

@@ -107,10 +107,20 @@ def setting_problem(value: str) -> str:
             )
     for allowed in settings.ALLOWED_HOSTS:
         name = allowed.lower().split(":", 1)[0]
-        if not name.startswith(".") and name != "*" and name.endswith("." + domain):
+        if name.startswith(".") or name == "*":
+            continue
+        if name.endswith("." + domain):
             return (
                 f"ALLOWED_HOSTS names {allowed!r}, a host under INBOUND_BASE_URL={value!r}: that host would "
                 "be taken for a sandbox's; serve the console on a name outside the inbound domain."
+            )
+        if "." in name and (name == domain or domain.endswith("." + name)):
+            # A console on the domain itself or a parent of it: every sandbox page could set
+            # cookies for it (Domain=<name>), such as a session of the tenant's choosing. A
+            # single label (localhost) is a top-level domain to browsers: nobody can.
+            return (
+                f"ALLOWED_HOSTS names {allowed!r}, the domain of INBOUND_BASE_URL={value!r} or a parent of it: "
+                "every sandbox page could set the console's cookies; serve the console on a name outside it."
             )
     return ""
 
@@ -209,6 +219,7 @@ def host_route(host: str, domain: SharedDomain | None = None) -> HostRoute | Non
         return None
     host = host.lower()
     name, _, port = host.rpartition(":") if not host.endswith("]") and ":" in host else (host, "", "")
+    name = name.removesuffix(".")  # the same DNS name, in its absolute form
     if not name.endswith("." + domain.domain):
         return None
     first = name[: -len(domain.domain) - 1]
