@@ -30,7 +30,7 @@ from console.services import Actor, ServiceError, record_audit
 from ..backends.base import RemoteError
 from ..backends.capabilities import InboundCapability
 from ..models import Session
-from .inbound_hosts import host_url, label_matches, read_label, shared_domain
+from .inbound_hosts import host_url, read_label, shared_domain
 from .runtime import ACTIVITY_WRITE_INTERVAL, backend_for
 
 LINK_SALT = "sandboxes.inbound.link"
@@ -177,14 +177,14 @@ def inbound_target(sandbox_id: str, port: int) -> InboundTarget | None:
 def inbound_target_at(label: str, port: int) -> InboundTarget | None:
     """The target a host label names (`<label>-<port>.<inbound domain>`): its session's
     current sandbox, when the label is one of ours and was made for that sandbox; else None."""
-    read = read_label(label)
-    if read is None:
-        return None
-    session_id, tag = read
-    session = Session.objects.select_related("space", "config__backend").filter(pk=session_id).first()
-    if session is None or not label_matches(tag, session.id, session.sandbox_id):
-        return None
-    return _target_of(session, port)
+    reads = read_label(label)  # under the current key and each fallback: one query for all
+    sessions = Session.objects.select_related("space", "config__backend").filter(pk__in=[r.session_id for r in reads])
+    by_id = {session.id: session for session in sessions}
+    for read in reads:
+        session = by_id.get(read.session_id)
+        if session is not None and read.matches(session.id, session.sandbox_id):
+            return _target_of(session, port)
+    return None
 
 
 def _target_of(session: Session, port: int) -> InboundTarget | None:

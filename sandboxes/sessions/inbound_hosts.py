@@ -159,52 +159,73 @@ def shared_domain() -> SharedDomain | None:
 # --- Labels ------------------------------------------------------------------------------
 
 
-def _keys() -> tuple[bytes, bytes]:
-    block = salted_hmac(KEY_SALT, "session-block", algorithm="sha256").digest()
-    tag = salted_hmac(KEY_SALT, "sandbox-tag", algorithm="sha256").digest()
+def _secrets() -> list[str]:
+    """The key labels are made with, then the ones they are still read with: Django's
+    rotation (`SECRET_KEY_FALLBACKS`), as for the signed links, so issued hosts outlive it."""
+    return [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
+
+
+def _keys(secret: str) -> tuple[bytes, bytes]:
+    block = salted_hmac(KEY_SALT, "session-block", secret=secret, algorithm="sha256").digest()
+    tag = salted_hmac(KEY_SALT, "sandbox-tag", secret=secret, algorithm="sha256").digest()
     return block, tag
 
 
-def _cipher() -> Cipher[modes.ECB]:
+def _cipher(secret: str) -> Cipher[modes.ECB]:
     # ECB on exactly one block is a keyed permutation of that block (the session's id, unique
     # per session): nothing repeats that a mode would have to hide.
-    return Cipher(algorithms.AES(_keys()[0]), modes.ECB())  # noqa: S305
+    return Cipher(algorithms.AES(_keys(secret)[0]), modes.ECB())  # noqa: S305
 
 
 def _b32(data: bytes) -> str:
     return base64.b32encode(data).decode().rstrip("=").lower()
 
 
-def _sandbox_tag(session_id: uuid.UUID, sandbox_id: str) -> str:
-    digest = hmac.new(_keys()[1], session_id.bytes + b"|" + sandbox_id.encode(), "sha256").digest()
+def _sandbox_tag(session_id: uuid.UUID, sandbox_id: str, secret: str) -> str:
+    digest = hmac.new(_keys(secret)[1], session_id.bytes + b"|" + sandbox_id.encode(), "sha256").digest()
     return _b32(digest[:5])
 
 
 def host_label(session_id: uuid.UUID, sandbox_id: str) -> str:
-    """The opaque label of one sandbox of one session (its ports add "-<port>")."""
-    encryptor = _cipher().encryptor()
+    """The opaque label of one sandbox of one session (its ports add "-<port>"), made with
+    the current key."""
+    secret = settings.SECRET_KEY
+    encryptor = _cipher(secret).encryptor()
     block = encryptor.update(session_id.bytes) + encryptor.finalize()
-    return _b32(block) + _sandbox_tag(session_id, sandbox_id)
+    return _b32(block) + _sandbox_tag(session_id, sandbox_id, secret)
 
 
-def read_label(label: str) -> tuple[uuid.UUID, str] | None:
-    """The session id a label names and its sandbox tag (to compare with the session's
-    current sandbox); None when it is no label of ours."""
+@dataclass(frozen=True)
+class LabelRead:
+    """What a label says under one key: the session id it names and its sandbox tag. Any
+    block decrypts to some id, so only `matches` (the tag, under the same key) tells."""
+
+    session_id: uuid.UUID
+    tag: str
+    secret: str
+
+    def matches(self, session_id: uuid.UUID, sandbox_id: str) -> bool:
+        expected = _sandbox_tag(session_id, sandbox_id, self.secret)
+        return bool(sandbox_id) and hmac.compare_digest(self.tag.encode(), expected.encode())
+
+
+def read_label(label: str) -> list[LabelRead]:
+    """The label read under the current key and each fallback (in that order); empty when
+    it is no label of ours."""
     if len(label) != LABEL_CHARS:
-        return None
+        return []
     head, tag = label[:SESSION_CHARS], label[SESSION_CHARS:]
     try:
         block = base64.b32decode(head.upper() + "======")
     except (binascii.Error, ValueError):
-        return None
+        return []
     if len(block) != 16 or _b32(block) != head:  # one spelling per label
-        return None
-    decryptor = _cipher().decryptor()
-    return uuid.UUID(bytes=decryptor.update(block) + decryptor.finalize()), tag
-
-
-def label_matches(tag: str, session_id: uuid.UUID, sandbox_id: str) -> bool:
-    return bool(sandbox_id) and hmac.compare_digest(tag.encode(), _sandbox_tag(session_id, sandbox_id).encode())
+        return []
+    reads = []
+    for secret in _secrets():
+        decryptor = _cipher(secret).decryptor()
+        reads.append(LabelRead(uuid.UUID(bytes=decryptor.update(block) + decryptor.finalize()), tag, secret))
+    return reads
 
 
 def host_url(domain: SharedDomain, session_id: uuid.UUID, sandbox_id: str, port: int) -> str:

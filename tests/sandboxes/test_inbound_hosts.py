@@ -20,7 +20,6 @@ from sandboxes.sessions.inbound_hosts import (
     check_setting,
     host_label,
     host_route,
-    label_matches,
     read_label,
     setting_problem,
     shared_domain,
@@ -95,21 +94,19 @@ def test_labels_are_opaque_and_name_their_session_and_sandbox() -> None:
     assert host_label(session, sandbox) == label  # stable: the same URL every time it is asked
     assert host_label(session, "e" * 64) != label  # a rebuilt session: another host
     assert host_label(other, sandbox)[:26] != label[:26]
-    read = read_label(label)
-    assert read is not None
-    assert read[0] == session
-    assert label_matches(read[1], session, sandbox)
-    assert not label_matches(read[1], session, "e" * 64)
-    assert not label_matches(read[1], other, sandbox)
-    assert not label_matches(read[1], session, "")
-    # Another SECRET_KEY: another label, and the old one names no session of ours.
+    [read] = read_label(label)  # no fallback keys: one reading
+    assert read.session_id == session
+    assert read.matches(session, sandbox)
+    assert not read.matches(session, "e" * 64)
+    assert not read.matches(other, sandbox)
+    assert not read.matches(session, "")
+    # Another SECRET_KEY (the old one not kept as a fallback): another label, and the old one
+    # names no session of ours.
     with override_settings(SECRET_KEY="another-secret-key-for-this-test-only-0123456789"):
         assert host_label(session, sandbox) != label
-        again = read_label(label)
-        assert again is None or again[0] != session
+        assert not any(r.session_id == session and r.matches(session, sandbox) for r in read_label(label))
     for bad in ("", label[:-1], label + "a", label.upper(), label[:-9] + "1" + label[-8:], "-" * LABEL_CHARS):
-        found = read_label(bad)
-        assert found is None or found[0] != session or not label_matches(found[1], session, sandbox), bad
+        assert not any(r.session_id == session and r.matches(session, sandbox) for r in read_label(bad)), bad
 
 
 def test_a_host_header_maps_to_a_label_only_on_the_domain_and_its_port() -> None:
