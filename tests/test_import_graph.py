@@ -71,26 +71,54 @@ def _is_type_checking(node: ast.AST) -> bool:
     )
 
 
-def _runtime_nodes(tree: ast.AST) -> list[ast.AST]:
-    """Every node of the tree but those under `if TYPE_CHECKING:` (its `else:` does run)."""
+def _rebinds_type_checking(tree: ast.AST) -> bool:
+    """`TYPE_CHECKING = True` (or any binding of the name): its `if` runs, and counts."""
+    return any(
+        isinstance(node, ast.Name) and node.id == "TYPE_CHECKING" and isinstance(node.ctx, ast.Store)
+        for node in ast.walk(tree)
+    )
+
+
+def _runtime_nodes(tree: ast.AST, *, type_checking: bool = False) -> list[ast.AST]:
+    """Every node of the tree but those under `if TYPE_CHECKING:` (its `else:` does run);
+    `type_checking=True`: those too."""
     found: list[ast.AST] = []
     todo = [tree]
+    skip_type_checking = not type_checking and not _rebinds_type_checking(tree)
     while todo:
         node = todo.pop()
         found.append(node)
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if skip_type_checking and isinstance(node, ast.If) and _is_type_checking(node):
             todo.extend(node.orelse)
             continue
         todo.extend(ast.iter_child_nodes(node))
     return found
 
 
-def build_graph() -> dict[str, set[str]]:
+# Calls that import the module their first argument names: `importlib.import_module("a.b")`,
+# `__import__("a.b")`, Django's `import_string("a.b.C")`. Only a literal name is an arrow; a
+# computed one (the backend registry's, `settings.SESSION_ENGINE`) names no module of ours here.
+_IMPORT_CALLS = {"import_module", "__import__", "import_string"}
+
+
+def dynamic_imports(node: ast.AST) -> list[str]:
+    if not (isinstance(node, ast.Call) and node.args):
+        return []
+    func = node.func
+    called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    first = node.args[0]
+    if called in _IMPORT_CALLS and isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return [first.value]
+    return []
+
+
+def build_graph(*, type_checking: bool = False) -> dict[str, set[str]]:
+    """The arrows that run; `type_checking=True` adds those under `if TYPE_CHECKING:`."""
     modules = _project_modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
-        for node in _runtime_nodes(ast.parse(path.read_text(), filename=str(path))):
+        for node in _runtime_nodes(ast.parse(path.read_text(), filename=str(path)), type_checking=type_checking):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -99,6 +127,8 @@ def build_graph() -> dict[str, set[str]]:
                 for alias in node.names:
                     sub = f"{base}.{alias.name}"
                     targets.append(sub if sub in modules else base)
+            else:
+                targets = dynamic_imports(node)
             for target in targets:
                 # `import a.b.c` of a module of ours; drop third-party and stdlib imports.
                 while target and target not in modules:
@@ -192,6 +222,29 @@ def test_the_graph_sees_function_level_and_relative_imports():
     # ...and not the type-only name a part gives its whole.
     assert "sandboxes.backends.docker.backend" not in graph["sandboxes.backends.docker.files"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_graph_sees_imports_by_call_and_a_rebound_type_checking():
+    # An import by a call with a literal name is an arrow like any other...
+    for source in (
+        "import importlib\nm = importlib.import_module('sandboxes.pages')\n",
+        "m = __import__('sandboxes.pages')\n",
+        "from django.utils.module_loading import import_string\nf = import_string('sandboxes.pages.x')\n",
+    ):
+        calls = [name for node in ast.walk(ast.parse(source)) for name in dynamic_imports(node)]
+        assert calls, source
+        assert calls[0].startswith("sandboxes.pages"), source
+    assert _django_imports("import importlib\ns = importlib.import_module('django.conf')\n") == [2]
+    assert _django_imports("d = __import__('channels.db')\n") == [1]
+    assert _django_imports("m = importlib.import_module(name)\n") == []  # computed: not ours to tell
+    # ...and `if TYPE_CHECKING:` is skipped only when the name is typing's, not a module's own flag.
+    kept = "TYPE_CHECKING = True\nif TYPE_CHECKING:\n    import sandboxes.pages\n"
+    assert any(isinstance(n, ast.Import) for n in _runtime_nodes(ast.parse(kept)))
+    skipped = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import sandboxes.pages\n"
+    assert not any(isinstance(n, ast.Import) for n in _runtime_nodes(ast.parse(skipped)))
+    assert any(isinstance(n, ast.Import) for n in _runtime_nodes(ast.parse(skipped), type_checking=True))
+    # The backends' rule reads type-only imports too: the real tree passes it so.
+    assert "sandboxes.backends.docker.backend" in build_graph(type_checking=True)["sandboxes.backends.docker.files"]
 
 
 # --- Rooms -------------------------------------------------------------------------------
@@ -305,6 +358,8 @@ def _django_imports(source: str) -> list[int]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             names = [node.module or ""]
+        elif isinstance(node, ast.Call):
+            names = dynamic_imports(node)
         else:
             continue
         if any(name.split(".")[0].startswith(DJANGO) for name in names):
@@ -313,7 +368,9 @@ def _django_imports(source: str) -> list[int]:
 
 
 def test_backends_import_nothing_of_ours_but_the_contract():
-    wrong = _backend_arrows_against_the_contract(build_graph())
+    # Type-only imports count here: an adapter's annotations name the contract or its own
+    # kind, never a model or a room of sandboxes/ (like its Django imports, below).
+    wrong = _backend_arrows_against_the_contract(build_graph(type_checking=True))
     assert not wrong, "backends importing more of the project than the contract:\n" + "\n".join(wrong)
 
 

@@ -22,7 +22,11 @@ from sandboxes.models import BackendKind
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = set(BACKEND_CLASSES)
 # Registers the local Docker engine by name: a choice of kind, not a branch on one.
-ALLOWED = {"sandboxes/management/commands/register_local_engine.py"}
+ALLOWED = {
+    "sandboxes/management/commands/register_local_engine.py",
+    # Builds the Docker base image: a command of one kind's by its purpose.
+    "sandboxes/management/commands/build_base_image.py",
+}
 
 
 def _above_the_adapters() -> list[Path]:
@@ -81,12 +85,52 @@ def kind_names(source: str) -> set[str]:
     return _bound_to_kinds(list(ast.parse(source).body))
 
 
+def _docstring_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                lines.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    return lines
+
+
+def _mentions_kind(node: ast.expr) -> bool:
+    return any(_name(part) == "kind" for part in ast.walk(node) if isinstance(part, ast.expr))
+
+
+def _dispatches_on_kind(call: ast.Call) -> bool:
+    """`getattr(x, <something computed from a kind>)`: a lookup by kind is a branch on it."""
+    return (
+        _name(call.func) == "getattr"
+        and len(call.args) > 1
+        and not isinstance(call.args[1], ast.Constant)
+        and _mentions_kind(call.args[1])
+    )
+
+
+def _imports_an_adapter(node: ast.Import | ast.ImportFrom) -> bool:
+    """An import of one kind's package (`sandboxes.backends.docker...`, `from ..backends import
+    docker`): code above the adapters reaches a kind through `build_backend` and `describe`."""
+    if isinstance(node, ast.Import):
+        modules = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        modules = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    return any(
+        f".backends.{kind}" in f".{module}." or module.endswith(f"backends.{kind}")
+        for module in modules
+        for kind in KINDS
+    )
+
+
 def _kind_branches(source: str, known: set[str] | frozenset[str] = frozenset()) -> list[int]:
     """Lines that branch on a kind: compare with it, test `in` a collection of kinds, `case` it.
 
     `known`: names other modules bind to kinds (`kind_names`), as they may be imported here.
     """
     tree = ast.parse(source)
+    docstrings = _docstring_lines(tree)
     named = _bound_to_kinds(list(ast.walk(tree))) | set(known)
     enum_names = {"BackendKind"}  # ...and the names BackendKind goes by here
     for node in ast.walk(tree):
@@ -106,6 +150,14 @@ def _kind_branches(source: str, known: set[str] | frozenset[str] = frozenset()) 
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and _name(node.value) in enum_names:
             lines.append(node.lineno)  # any use of a BackendKind member
+        elif isinstance(node, ast.Constant) and _is_word(node) and node.lineno not in docstrings:
+            # A kind's name anywhere but a docstring: a dict keyed by kind, a default, a
+            # `startswith`, `BackendKind("docker")`, `BACKEND_CLASSES["docker"]`.
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and _dispatches_on_kind(node):
+            lines.append(node.lineno)  # getattr(module, config.kind), getattr(self, f"_{kind}")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and _imports_an_adapter(node):
+            lines.append(node.lineno)  # isinstance(backend, DockerBackend) starts here
         elif isinstance(node, ast.Compare):
             if any(is_kind(value) for side in [node.left, *node.comparators] for value in _values(side)):
                 lines.append(node.lineno)
@@ -140,10 +192,19 @@ _TEMPLATE_BRANCH = re.compile(
     r"\.(kind|get_kind_display)\s*(==|!=|in\b)|[\"'](" + "|".join(sorted(map(re.escape, KINDS | LABELS))) + r")[\"']",
     re.IGNORECASE,
 )
+# In a tag (`{% if %}`, `{% with %}`, `{% include %}`...), a kind is a branch however it is then
+# spelt: `{% with k=config.kind %}`, `{% include "x_"|add:config.kind %}`, `{% if kind in remote %}`.
+# Output (`{{ config.get_kind_display }}`) is not.
+_TAG = re.compile(r"{%.*?%}")
+_KIND_IN_TAG = re.compile(r"\.(kind|get_kind_display)\b|(?<![\w.])kind\s*(==|!=|in\b)")
 
 
 def _template_branches(text: str) -> list[int]:
-    return [number for number, line in enumerate(text.splitlines(), 1) if _TEMPLATE_BRANCH.search(line)]
+    return [
+        number
+        for number, line in enumerate(text.splitlines(), 1)
+        if _TEMPLATE_BRANCH.search(line) or any(_KIND_IN_TAG.search(tag) for tag in _TAG.findall(line))
+    ]
 
 
 def test_no_template_compares_with_a_kind():
@@ -176,8 +237,9 @@ def test_the_checks_see_aliased_branches():
     # A collection (or one kind) bound to a name, then tested: here, or in another module.
     remote = 'REMOTE = frozenset({"e2b", "cube"})\n'
     assert kind_names(remote) == {"REMOTE"}
-    assert _kind_branches(remote + "def f(kind):\n    return kind in REMOTE\n") == [3]
-    assert _kind_branches("LOCAL: str = 'docker'\nok = config.kind == LOCAL\n") == [2]
+    # (The binding is a finding of its own too: a kind's name above the adapters.)
+    assert _kind_branches(remote + "def f(kind):\n    return kind in REMOTE\n") == [1, 3]
+    assert _kind_branches("LOCAL: str = 'docker'\nok = config.kind == LOCAL\n") == [1, 2]
     assert _kind_branches("from .kinds import REMOTE as R\nok = kind not in R\n", {"REMOTE"}) == [2]
     assert _kind_branches("ok = kind in kinds.REMOTE\n", {"REMOTE"}) == [1]
     # The label a kind is shown by.
@@ -189,3 +251,35 @@ def test_the_checks_see_aliased_branches():
     assert _template_branches('{% if config.get_kind_display == "Docker" %}') == [1]
     assert _template_branches("{% if backend.kind in remote %}\n{{ config.get_kind_display }}") == [1]
     assert _template_branches("{% if 'Cube Sandbox' == label %}") == [1]
+
+
+def test_the_checks_see_lookups_by_kind():
+    # Review (issue 12 b): a kind's name outside a comparison, a lookup by kind, an adapter's
+    # class, and a kind in a template tag other than a comparison.
+    for source in (
+        'ok = config.kind.startswith("docker")\n',
+        'run = {"docker": f, "e2b": g}[config.kind]\n',
+        'HANDLERS = {"docker": f}\nrun = HANDLERS.get(config.kind)\n',
+        'cls = BACKEND_CLASSES["docker"]\n',
+        'ok = config.kind == models.BackendKind("docker")\n',
+        'def f(kind, local="docker"):\n    return kind == local\n',
+        'for k in ("docker",):\n    ok = config.kind == k\n',
+        'ok = operator.eq(config.kind, "Docker")\n',
+        "run = getattr(module, config.kind)\n",
+        'run = getattr(self, f"_setup_{kind}")\n',
+        "from sandboxes.backends.docker import DockerBackend\n",
+        "from ..backends import e2b\n",
+        "import sandboxes.backends.cube.backend\n",
+    ):
+        assert _kind_branches(source), source
+    assert _kind_branches('"""Runs on Docker, E2B or Cube.\n\ndocker\n"""\nx = 1\n') == []  # a docstring
+    assert _kind_branches("kind = getattr(exc, 'kind', '')\nfrom sandboxes.backends import describe\n") == []
+    for text in (
+        "{% with k=config.kind %}{% if k == d %}x{% endif %}{% endwith %}",
+        '{% include "sandboxes/kind_"|add:config.kind|add:".html" %}',
+        '{% if config.kind|slice:":4" == x %}y{% endif %}',
+        "{% if kind in remote_kinds %}x{% endif %}",
+    ):
+        assert _template_branches(text) == [1], text
+    assert _template_branches("{{ config.get_kind_display }} {% if backend.kind_description.limits_processes %}") == []
+    assert _template_branches("{% if status or kind %}{% if value == kind %}") == []  # the job list's kinds

@@ -114,16 +114,33 @@ class SandboxNotRunning(ServiceError):
     """A read that may not wake the session (a GET page) found its sandbox not running."""
 
 
+def _not_running(session: Session) -> SandboxNotRunning:
+    return SandboxNotRunning(f"Session {session.key} has no running sandbox; resume it to see its files.")
+
+
 def _sandbox(runtime: Runtime, session: Session, *, wake: bool = True) -> tuple[Backend, str]:
     """The session's backend and sandbox id. `wake=False` reads only: a paused, missing or
     deleted sandbox is a `SandboxNotRunning`, never created, resumed or rebuilt."""
     if not wake:
         info = runtime.running_sandbox(session)
         if info is None:
-            raise SandboxNotRunning(f"Session {session.key} has no running sandbox; resume it to see its files.")
+            raise _not_running(session)
         return backend_for(session.config), info.sandbox_id
     resolved = runtime.resolve_session(session)
     return backend_for(session.config), resolved.sandbox.sandbox_id
+
+
+def _read_helper(runtime: Runtime, session: Session, wake: bool, *args: str, **kwargs: Any) -> bytes:
+    """Run a read of the file helper. Without `wake`, a sandbox paused or removed between the
+    look and the exec (the idle sweep, a Pause, a DELETE) is the same `SandboxNotRunning`."""
+    backend, sandbox_id = _sandbox(runtime, session, wake=wake)
+    try:
+        return run_helper(backend, sandbox_id, *args, **kwargs)
+    except RemoteError as exc:
+        gone_kinds = (ErrorKind.CONFLICT, ErrorKind.NOT_FOUND, ErrorKind.GONE)
+        if not wake and exc.kind in gone_kinds and runtime.running_sandbox(session) is None:
+            raise _not_running(session) from exc
+        raise
 
 
 def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, actor: Actor) -> FileInfo:
@@ -149,8 +166,7 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
 
 def list_files(runtime: Runtime, session: Session, relative: str = "", *, wake: bool = True) -> list[FileInfo]:
     path = workspace_path(relative or WORKSPACE)
-    backend, sandbox_id = _sandbox(runtime, session, wake=wake)
-    entries = [FileInfo.from_stat_row(row) for row in _json(run_helper(backend, sandbox_id, "list", path))]
+    entries = [FileInfo.from_stat_row(row) for row in _json(_read_helper(runtime, session, wake, "list", path))]
     return sorted(entries, key=lambda e: (not e.is_dir, e.name))
 
 
@@ -164,9 +180,8 @@ def read_file(
     runtime: Runtime, session: Session, relative: str, *, max_bytes: int | None = None, wake: bool = True
 ) -> bytes:
     path = workspace_path(relative)
-    backend, sandbox_id = _sandbox(runtime, session, wake=wake)
     limit = max_bytes or settings.WORKSPACE_READ_MAX_BYTES
-    data = run_helper(backend, sandbox_id, "read", path, str(limit + 1), max_output_bytes=limit + 1)
+    data = _read_helper(runtime, session, wake, "read", path, str(limit + 1), max_output_bytes=limit + 1)
     if len(data) > limit:
         raise ServiceError(f"{relative} is larger than {limit} bytes; collect it as an artifact instead.")
     return data
