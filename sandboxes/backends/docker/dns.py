@@ -49,6 +49,10 @@ FILLER = "deny-fill"
 FILL_TIMEOUT_S = 1.5
 FILL_BATCH = 64  # names in flight at once (A and AAAA each): under dnsmasq's dns-forward-max of 150
 _QTYPES = (1, 28)  # A, AAAA
+# A name the filler answers itself (NXDOMAIN, `address=/#/`), whatever the upstream does:
+# asked to tell a filler that hangs from a slow upstream. One label: no deny entry names it.
+ALIVE = "deny-filler-alive"
+ALIVE_TIMEOUT_S = 0.5
 # `upstream`: an address, optionally "#port" (dnsmasq's own syntax), e.g. 127.0.0.1#5353.
 _UPSTREAM = re.compile(r"^[0-9a-fA-F:.]+(#[0-9]{1,5})?$")
 _REFUSED = re.compile(
@@ -195,12 +199,13 @@ class Resolver:
                 f"the resolver for {self.bridge} did not start: {(done.stderr or '').strip()[-300:]}",
             )
 
-    def stop(self) -> None:
+    def stop(self, *, force: bool = False) -> None:
+        """Stopped (`force`: killed, for one that hangs and would not act on a SIGTERM)."""
         pid = self.running_pid()
         if pid is None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and not process_exited(pid):
             time.sleep(0.01)
@@ -272,6 +277,11 @@ class DenyFiller:
             if exc.kind != ErrorKind.UNAVAILABLE:
                 raise
             port = self._port(fresh=True)  # its port was taken meanwhile: another one
+            resolver.run(render_fill_config(port, upstream, patterns, events, resolver.pid_file))
+        if lookup(port, [ALIVE], timeout_s=ALIVE_TIMEOUT_S) != {ALIVE}:
+            # Running but answering nothing (hung): its pid and configuration look fine, so
+            # nothing else would ever replace it, and every lookup would time out.
+            resolver.stop(force=True)
             resolver.run(render_fill_config(port, upstream, patterns, events, resolver.pid_file))
         return port
 
