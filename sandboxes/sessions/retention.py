@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db.models import Q
+from django.utils import timezone
 
 from console.jobs import JobContext, job_handler, prune_housekeeping_jobs, start_job
 from console.models import AuditEvent
@@ -111,7 +112,9 @@ def live_terminal_audits(cutoff: datetime) -> list[int]:
 
 
 def apply_retention(now: datetime | None = None) -> dict[str, int]:
-    """One pass over every kind; audited when anything was deleted."""
+    """One pass over every kind; audited when anything was deleted. One `now` for every step:
+    the open audits kept and the audit rows deleted are judged by the same cutoff."""
+    now = now or timezone.now()
     audit_cutoff = cutoff_for("audit_events", now)
     keep = live_terminal_audits(audit_cutoff) if audit_cutoff is not None else []
     deleted = {**prune_console_records(now, keep_audit=keep), **prune_session_records(now)}

@@ -33,6 +33,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -48,6 +49,10 @@ FILLER = "deny-fill"
 FILL_TIMEOUT_S = 1.5
 FILL_BATCH = 64  # names in flight at once (A and AAAA each): under dnsmasq's dns-forward-max of 150
 _QTYPES = (1, 28)  # A, AAAA
+# A name the filler answers itself (NXDOMAIN, `address=/#/`), whatever the upstream does:
+# asked to tell a filler that hangs from a slow upstream. One label: no deny entry names it.
+ALIVE = "deny-filler-alive"
+ALIVE_TIMEOUT_S = 0.5
 # `upstream`: an address, optionally "#port" (dnsmasq's own syntax), e.g. 127.0.0.1#5353.
 _UPSTREAM = re.compile(r"^[0-9a-fA-F:.]+(#[0-9]{1,5})?$")
 _REFUSED = re.compile(
@@ -194,12 +199,13 @@ class Resolver:
                 f"the resolver for {self.bridge} did not start: {(done.stderr or '').strip()[-300:]}",
             )
 
-    def stop(self) -> None:
+    def stop(self, *, force: bool = False) -> None:
+        """Stopped (`force`: killed, for one that hangs and would not act on a SIGTERM)."""
         pid = self.running_pid()
         if pid is None:
             return
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGKILL if force else signal.SIGTERM)
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline and not process_exited(pid):
             time.sleep(0.01)
@@ -272,6 +278,11 @@ class DenyFiller:
                 raise
             port = self._port(fresh=True)  # its port was taken meanwhile: another one
             resolver.run(render_fill_config(port, upstream, patterns, events, resolver.pid_file))
+        if lookup(port, [ALIVE], timeout_s=ALIVE_TIMEOUT_S) != {ALIVE}:
+            # Running but answering nothing (hung): its pid and configuration look fine, so
+            # nothing else would ever replace it, and every lookup would time out.
+            resolver.stop(force=True)
+            resolver.run(render_fill_config(port, upstream, patterns, events, resolver.pid_file))
         return port
 
     def _port(self, *, fresh: bool) -> int:
@@ -302,33 +313,34 @@ def _question(ident: int, name: str, qtype: int) -> bytes:
 
 def lookup(port: int, names: Iterable[str], timeout_s: float = FILL_TIMEOUT_S) -> set[str]:
     """Ask the filler on 127.0.0.1:`port` for every name's A and AAAA records, `FILL_BATCH`
-    names at a time, within `timeout_s` in all. Returns the names both answers came back for
-    (whatever they said): dnsmasq has put the addresses into the sets before it answers."""
-    wanted = list(dict.fromkeys(names))
+    names' questions in flight at once (each answer lets the next question go: a name that is
+    never answered holds its own slot only, not the names behind it), within `timeout_s` in
+    all. Returns the names both answers came back for (whatever they said): dnsmasq has put
+    the addresses into the sets before it answers."""
+    questions = deque((name, qtype) for name in dict.fromkeys(names) for qtype in _QTYPES)
     answered: dict[str, int] = {}
+    pending: dict[int, str] = {}
     deadline = time.monotonic() + timeout_s
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.connect(("127.0.0.1", port))  # only the filler's answers come in
-        for start in range(0, len(wanted), FILL_BATCH):
-            if time.monotonic() >= deadline:
-                break
-            pending: dict[int, str] = {}
-            try:
-                for name in wanted[start : start + FILL_BATCH]:
-                    for qtype in _QTYPES:
+        try:
+            while questions or pending:
+                while questions and len(pending) < FILL_BATCH * len(_QTYPES):
+                    name, qtype = questions.popleft()
+                    ident = secrets.randbelow(0x10000)
+                    while ident in pending:
                         ident = secrets.randbelow(0x10000)
-                        while ident in pending:
-                            ident = secrets.randbelow(0x10000)
-                        pending[ident] = name
-                        sock.send(_question(ident, name, qtype))
-                while pending and (left := deadline - time.monotonic()) > 0:
-                    sock.settimeout(left)
-                    reply = sock.recv(4096)
-                    name = pending.pop(int.from_bytes(reply[:2], "big"), "") if len(reply) >= 12 else ""
-                    if name:
-                        answered[name] = answered.get(name, 0) + 1
-            except OSError:  # timed out, or nothing listens there (the filler was restarted)
-                break
+                    pending[ident] = name
+                    sock.send(_question(ident, name, qtype))
+                if (left := deadline - time.monotonic()) <= 0:
+                    break
+                sock.settimeout(left)
+                reply = sock.recv(4096)
+                name = pending.pop(int.from_bytes(reply[:2], "big"), "") if len(reply) >= 12 else ""
+                if name:
+                    answered[name] = answered.get(name, 0) + 1
+        except OSError:  # timed out, or nothing listens there (the filler was restarted)
+            pass
     return {name for name, count in answered.items() if count == len(_QTYPES)}
 
 

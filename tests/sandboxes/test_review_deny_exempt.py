@@ -1,0 +1,92 @@
+"""Review (revdeny): the deny rule's exemption for addresses an allowed domain resolved to
+reads the allowed pattern's nftables set, which every sandbox of the host whose lists name
+that pattern fills, in any space. So another space's sandbox that allows the same wildcard
+(and does not deny the name) resolving the denied name puts its address into the exemption
+set, and the denying sandbox reaches the denied name's address hard-coded: the deny entry no
+longer holds at the packet filter.
+
+Every destination is a server this test starts on this machine: a network namespace of its
+own (documentation addresses, checked by `ip route get` in `dual_namespace`). The resolvers'
+upstream is a dnsmasq of the test's own on loopback.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from sandboxes.backends.base import META_SPACE, BackendConfig, NetworkSpec, SandboxInfo, SandboxSpec
+from sandboxes.backends.docker.backend import DockerBackend
+from tests.sandboxes.conftest import docker_test_network_name
+from tests.sandboxes.egress_support import (
+    DualNamespace,
+    NamespaceServers,
+    dual_namespace,
+    probe,
+    resolve,
+    upstream_dns,
+)
+
+pytestmark = [pytest.mark.docker]
+
+TAG = secrets.token_hex(3)
+ZONE = f"zone-{TAG}.test"  # its own names: the sets are shared by every sandbox of the host
+EVIL = f"evil.{ZONE}"
+
+
+@pytest.fixture(scope="module")
+def ns() -> Iterator[DualNamespace]:
+    with dual_namespace() as space:
+        yield space
+
+
+@pytest.fixture(scope="module")
+def servers(ns: DualNamespace) -> Iterator[NamespaceServers]:
+    with NamespaceServers(ns) as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def backend(docker_base_image: str, test_run_id: str, ns: DualNamespace) -> Iterator[DockerBackend]:
+    with upstream_dns({EVIL: ns.v4, f"api.{ZONE}": "203.0.113.77"}) as upstream:
+        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
+        adapter = DockerBackend(BackendConfig(kind="docker", options=options))
+        yield adapter
+        adapter.close()
+
+
+@pytest.fixture
+def make_sandbox(
+    backend: DockerBackend, docker_base_image: str, test_run_id: str
+) -> Iterator[Callable[..., SandboxInfo]]:
+    made: list[str] = []
+
+    def make(network: NetworkSpec) -> SandboxInfo:
+        metadata = {"test-run": test_run_id, META_SPACE: f"revdeny-{uuid.uuid4().hex[:8]}"}  # a space each
+        info = backend.create(SandboxSpec(template_id=docker_base_image, network=network, metadata=metadata))
+        made.append(info.sandbox_id)
+        return info
+
+    yield make
+    for sandbox_id in made:
+        backend.delete(sandbox_id)
+
+
+def test_another_spaces_lookup_under_a_shared_wildcard_does_not_exempt_a_denied_address(
+    backend: DockerBackend, make_sandbox: Callable[..., SandboxInfo], servers: NamespaceServers
+) -> None:
+    v4 = (servers.v4.host, servers.v4.port)
+    key = f"{servers.v4.host}:{servers.v4.port}"
+    # Space A: the wildcard allowed, one name under it denied.
+    denying = make_sandbox(NetworkSpec(True, False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,)))
+    assert resolve(backend, denying.sandbox_id, [EVIL]) == {EVIL: []}  # its resolver: NXDOMAIN
+    assert probe(backend, denying.sandbox_id, [v4])[key] != "reached"  # hard-coded: refused
+    # Space B (another tenant, or the same user's other space): the same wildcard allowed,
+    # nothing denied. Its sandbox looks the name up, as it may.
+    other = make_sandbox(NetworkSpec(True, False, allow_out=(f"*.{ZONE}",)))
+    assert resolve(backend, other.sandbox_id, [EVIL]) == {EVIL: [servers.v4.host]}
+    # Space A's deny entry must still hold for the address.
+    assert probe(backend, denying.sandbox_id, [v4])[key] != "reached"
