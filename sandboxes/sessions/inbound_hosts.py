@@ -159,19 +159,19 @@ def shared_domain() -> SharedDomain | None:
 # --- Labels ------------------------------------------------------------------------------
 
 
-def _secrets() -> list[str]:
+def _secrets() -> list[str | bytes]:
     """The key labels are made with, then the ones they are still read with: Django's
     rotation (`SECRET_KEY_FALLBACKS`), as for the signed links, so issued hosts outlive it."""
     return [settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS]
 
 
-def _keys(secret: str) -> tuple[bytes, bytes]:
+def _keys(secret: str | bytes) -> tuple[bytes, bytes]:
     block = salted_hmac(KEY_SALT, "session-block", secret=secret, algorithm="sha256").digest()
     tag = salted_hmac(KEY_SALT, "sandbox-tag", secret=secret, algorithm="sha256").digest()
     return block, tag
 
 
-def _cipher(secret: str) -> Cipher[modes.ECB]:
+def _cipher(secret: str | bytes) -> Cipher[modes.ECB]:
     # ECB on exactly one block is a keyed permutation of that block (the session's id, unique
     # per session): nothing repeats that a mode would have to hide.
     return Cipher(algorithms.AES(_keys(secret)[0]), modes.ECB())  # noqa: S305
@@ -181,7 +181,7 @@ def _b32(data: bytes) -> str:
     return base64.b32encode(data).decode().rstrip("=").lower()
 
 
-def _sandbox_tag(session_id: uuid.UUID, sandbox_id: str, secret: str) -> str:
+def _sandbox_tag(session_id: uuid.UUID, sandbox_id: str, secret: str | bytes) -> str:
     digest = hmac.new(_keys(secret)[1], session_id.bytes + b"|" + sandbox_id.encode(), "sha256").digest()
     return _b32(digest[:5])
 
@@ -202,7 +202,7 @@ class LabelRead:
 
     session_id: uuid.UUID
     tag: str
-    secret: str
+    secret: str | bytes
 
     def matches(self, session_id: uuid.UUID, sandbox_id: str) -> bool:
         expected = _sandbox_tag(session_id, sandbox_id, self.secret)

@@ -75,6 +75,11 @@ def make_sandbox(
         backend.delete(sandbox_id)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="revdeny: the exemption reads the allowed pattern's host-wide set, which another space's "
+    "resolver fills; needs a per-network copy of the set (docs/network.md, Known limits)",
+)
 def test_another_spaces_lookup_under_a_shared_wildcard_does_not_exempt_a_denied_address(
     backend: DockerBackend, make_sandbox: Callable[..., SandboxInfo], servers: NamespaceServers
 ) -> None:
