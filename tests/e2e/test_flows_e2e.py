@@ -112,6 +112,7 @@ def delete_snapshots(config: SandboxConfig, installation: str) -> None:
         snapshots.delete(snapshot.snapshot_id)
 
 
+@pytest.mark.timeout(900)  # the whole first-run path, an image build among it, on 2 cores
 def test_a_new_admin_goes_from_login_to_a_terminal(
     world: World, live: dict[str, Any], daphne_url: str, page: Any
 ) -> None:
