@@ -23,8 +23,12 @@ from sandboxes.backends.docker.egress_rules import (
     LINK_LOCAL_V6,
     PRIVATE_V4,
     PRIVATE_V6,
+    Binding,
     chain_rules,
     domain_sets,
+    network_sets,
+    network_sets_of,
+    render_update,
 )
 from sandboxes.backends.docker.proxy import ALWAYS_DENIED, PRIVATE_RANGES, SpaceProxyPolicy, render_squid_conf
 from sandboxes.egress.explain import decide, parse_target
@@ -142,14 +146,47 @@ def test_a_denied_domains_set_is_filled_by_some_resolver() -> None:
 
 
 def test_a_denied_names_set_spares_only_the_addresses_of_allowed_names_it_does_not_cover() -> None:
-    rules = chain_rules(
-        NetworkSpec(**ON, allow_out=("*.web.test", "a.evil.test", "198.51.100.0/24"), deny_out=("evil.test",))
-    )
+    spec = NetworkSpec(**ON, allow_out=("*.web.test", "a.evil.test", "198.51.100.0/24"), deny_out=("evil.test",))
+    rules = chain_rules(spec, "sbx-aaaaaaaaaaa")
     deny4, _ = domain_sets("evil.test")
     (refusal,) = [rule for rule in rules if rule.startswith(f"ip daddr @{deny4} ")]
-    assert f"!= @{domain_sets('*.web.test')[0]} " in refusal  # an allowed name on its address
-    assert domain_sets("a.evil.test")[0] not in refusal  # covered by the deny entry: no exception
+    # An allowed name on its address, as the sandbox's own network's resolver answered it:
+    assert f"!= @{network_sets('*.web.test', 'sbx-aaaaaaaaaaa')[0]} " in refusal
+    # never the pattern's shared set, which every space's resolver fills (revdeny's finding):
+    assert f"@{domain_sets('*.web.test')[0]} " not in refusal
+    assert network_sets("a.evil.test", "sbx-aaaaaaaaaaa")[0] not in refusal  # covered: no exception
     assert rules.index(refusal) < next(i for i, rule in enumerate(rules) if "198.51.100.0/24" in rule)
+    # No network known (no binding: the chain is jumped to by nothing): no exception at all.
+    (unbound,) = [rule for rule in chain_rules(spec) if rule.startswith(f"ip daddr @{deny4} ")]
+    assert "!=" not in unbound
+
+
+def test_the_per_network_sets_are_one_networks_and_fit_nfts_name_limit() -> None:
+    a4, a6 = network_sets("*.web.test", "sbx-aaaaaaaaaaa")
+    b4, _ = network_sets("*.web.test", "sbx-bbbbbbbbbbb")
+    assert len({a4, a6, b4, *domain_sets("*.web.test")}) == 5
+    assert max(len(n) for n in (a4, a6, b4)) <= 31
+    names = [a4, a6, b4, *domain_sets("*.web.test"), "managed"]
+    assert network_sets_of("sbx-aaaaaaaaaaa", names) == [a4, a6]
+    # A network's resolver fills the shared sets (the allow rules) and its own copy:
+    text = render_config(
+        "172.30.0.1", "127.0.0.1#5353", DnsPolicy(False, ("*.web.test",)), "/l", "/p", "sbx-aaaaaaaaaaa"
+    )
+    (line,) = [line for line in text.splitlines() if line.startswith("nftset=")]
+    assert line.startswith("nftset=/web.test/")
+    assert line.split("/")[2].split(",") == [
+        f"{family}#inet#sandbox_console#{name}"
+        for family, name in zip("4646", (*domain_sets("*.web.test"), a4, a6), strict=True)
+    ]
+    # and the chain's transaction declares the copy for the binding's bridge.
+    update = render_update(
+        "ab" * 32,
+        NetworkSpec(**ON, allow_out=("*.web.test",), deny_out=("evil.test",)),
+        None,
+        Binding("sbx-aaaaaaaaaaa", ("172.20.0.3",), ()),
+    )
+    assert f"add set inet sandbox_console {a4} {{ type ipv4_addr; }}" in update.splitlines()
+    assert b4 not in update
 
 
 @pytest.mark.parametrize(

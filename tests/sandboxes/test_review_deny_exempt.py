@@ -1,9 +1,10 @@
 """Review (revdeny): the deny rule's exemption for addresses an allowed domain resolved to
-reads the allowed pattern's nftables set, which every sandbox of the host whose lists name
+read the allowed pattern's nftables set, which every sandbox of the host whose lists name
 that pattern fills, in any space. So another space's sandbox that allows the same wildcard
-(and does not deny the name) resolving the denied name puts its address into the exemption
-set, and the denying sandbox reaches the denied name's address hard-coded: the deny entry no
-longer holds at the packet filter.
+(and does not deny the name) resolving the denied name put its address into the exemption
+set, and the denying sandbox reached the denied name's address hard-coded. Now the exemption
+reads the pattern's per-network copy (`network_sets`), which only the sandbox's own network's
+resolver fills, and a released network's copies are pruned.
 
 Every destination is a server this test starts on this machine: a network namespace of its
 own (documentation addresses, checked by `ip route get` in `dual_namespace`). The resolvers'
@@ -13,6 +14,7 @@ upstream is a dnsmasq of the test's own on loopback.
 from __future__ import annotations
 
 import secrets
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -20,6 +22,9 @@ import pytest
 
 from sandboxes.backends.base import META_SPACE, BackendConfig, NetworkSpec, SandboxInfo, SandboxSpec
 from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.egress import table_set_names
+from sandboxes.backends.docker.egress_rules import network_sets
+from sandboxes.backends.docker.firewall import TABLE_FAMILY, TABLE_NAME, bridge_name
 from tests.sandboxes.conftest import docker_test_network_name
 from tests.sandboxes.egress_support import (
     DualNamespace,
@@ -75,11 +80,6 @@ def make_sandbox(
         backend.delete(sandbox_id)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="revdeny: the exemption reads the allowed pattern's host-wide set, which another space's "
-    "resolver fills; needs a per-network copy of the set (docs/network.md, Known limits)",
-)
 def test_another_spaces_lookup_under_a_shared_wildcard_does_not_exempt_a_denied_address(
     backend: DockerBackend, make_sandbox: Callable[..., SandboxInfo], servers: NamespaceServers
 ) -> None:
@@ -95,3 +95,26 @@ def test_another_spaces_lookup_under_a_shared_wildcard_does_not_exempt_a_denied_
     assert resolve(backend, other.sandbox_id, [EVIL]) == {EVIL: [servers.v4.host]}
     # Space A's deny entry must still hold for the address.
     assert probe(backend, denying.sandbox_id, [v4])[key] != "reached"
+
+
+def test_the_per_network_copy_is_filled_by_its_own_resolver_and_pruned_with_the_network(
+    backend: DockerBackend, docker_base_image: str, test_run_id: str, servers: NamespaceServers
+) -> None:
+    space = f"revdeny-{uuid.uuid4().hex[:8]}"
+    spec = SandboxSpec(
+        template_id=docker_base_image,
+        network=NetworkSpec(True, False, allow_out=(f"*.{ZONE}",)),
+        metadata={"test-run": test_run_id, META_SPACE: space},
+    )
+    info = backend.create(spec)
+    set4, set6 = network_sets(f"*.{ZONE}", bridge_name(backend.space_network_name(space)))
+    try:
+        assert {set4, set6} <= set(table_set_names())
+        assert resolve(backend, info.sandbox_id, [EVIL]) == {EVIL: [servers.v4.host]}
+        listed = subprocess.run(
+            ["nft", "list", "set", TABLE_FAMILY, TABLE_NAME, set4], capture_output=True, text=True, check=True
+        )
+        assert servers.v4.host in listed.stdout  # its own network's resolver filled its copy
+    finally:
+        backend.delete(info.sandbox_id)  # the space's last sandbox: its network is released
+    assert not {set4, set6} & set(table_set_names())

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from ..base import ErrorKind, RemoteError
-from .egress_rules import domain_sets
+from .egress_rules import domain_sets, network_sets
 from .firewall import DNS_PORT, TABLE_FAMILY, TABLE_NAME
 
 DNSMASQ_CANDIDATES = ("/usr/sbin/dnsmasq", "/sbin/dnsmasq")
@@ -84,16 +84,22 @@ def _domain(pattern: str) -> str:
     return pattern
 
 
-def _nftset(pattern: str) -> str:
+def _nftset(pattern: str, bridge: str = "") -> str:
     # nftset= takes no "*." pattern: the wildcard's set is filled for its parent domain's
-    # names, of which the server= lines forward only the subdomains.
-    set4, set6 = domain_sets(pattern)
+    # names, of which the server= lines forward only the subdomains. A network's resolver
+    # (`bridge`) fills the pattern's per-network sets too: those alone exempt an address
+    # from its sandboxes' deny entries.
+    sets = [domain_sets(pattern), *([network_sets(pattern, bridge)] if bridge else [])]
     table = f"{TABLE_FAMILY}#{TABLE_NAME}"
-    return f"nftset=/{pattern.removeprefix('*.')}/4#{table}#{set4},6#{table}#{set6}"
+    targets = ",".join(f"4#{table}#{set4},6#{table}#{set6}" for set4, set6 in sets)
+    return f"nftset=/{pattern.removeprefix('*.')}/{targets}"
 
 
-def render_config(gateway: str, upstream: str, policy: DnsPolicy, log_file: str, pid_file: str) -> str:
-    """dnsmasq's configuration file for one network (deterministic)."""
+def render_config(
+    gateway: str, upstream: str, policy: DnsPolicy, log_file: str, pid_file: str, bridge: str = ""
+) -> str:
+    """dnsmasq's configuration file for one network (deterministic); `bridge`: the network's,
+    whose per-network sets its answers fill besides the shared ones."""
     lines = [
         "# Rendered by sandboxes/backends/docker/dns.py; edits are lost.",
         f"listen-address={gateway}",
@@ -118,7 +124,7 @@ def render_config(gateway: str, upstream: str, policy: DnsPolicy, log_file: str,
         lines.append("address=/#/")
         lines += [f"server=/{_domain(p)}/{upstream}" for p in policy.allowed if p not in policy.denied]
         lines += [f"address=/{_domain(p)}/" for p in policy.denied]
-        lines += [_nftset(p) for p in policy.allowed if p not in policy.denied]
+        lines += [_nftset(p, bridge) for p in policy.allowed if p not in policy.denied]
     return "\n".join(lines) + "\n"
 
 
@@ -171,7 +177,7 @@ class Resolver:
 
     def ensure(self, gateway: str, upstream: str, policy: DnsPolicy) -> None:
         """Running with this configuration: started, or restarted when it changed."""
-        self.run(render_config(gateway, upstream, policy, self.log_file, self.pid_file))
+        self.run(render_config(gateway, upstream, policy, self.log_file, self.pid_file, self.bridge))
 
     def run(self, text: str) -> None:
         """Running with the configuration `text`: started, or restarted when it changed."""

@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING, Any
 from ..base import META_SPACE, ErrorKind, NetworkSpec, RemoteError
 from ..capabilities import EgressCapability, EgressRefusal
 from . import dns
-from .egress_rules import Binding, parse_entries, private_exceptions, render_network, render_removal, render_update
+from .egress_rules import (
+    Binding,
+    network_sets_of,
+    parse_entries,
+    private_exceptions,
+    render_network,
+    render_removal,
+    render_update,
+)
 from .firewall import LOG_PREFIX, MAP_V4, MAP_V6, NFLOG_GROUP, TABLE_FAMILY, TABLE_NAME, _nft
 
 if TYPE_CHECKING:
@@ -260,6 +268,25 @@ def present_keys() -> set[tuple[str, str]]:
                 if key and len(key) == 2:
                     keys.add((family, f'"{key[0]}" . {key[1]}'))
     return keys
+
+
+def table_set_names() -> list[str]:
+    """The names of the table's sets now (terse: without their elements)."""
+    done = subprocess.run(
+        ["nft", "-j", "-t", "list", "sets", TABLE_FAMILY], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return []
+    items = (item.get("set") or {} for item in json.loads(done.stdout).get("nftables", []))
+    return [item["name"] for item in items if item.get("table") == TABLE_NAME and "name" in item]
+
+
+def prune_network_sets(bridge: str) -> None:
+    """A released network's per-network sets gone (`egress_rules.network_sets`); one still
+    named by a chain stays (its delete fails alone)."""
+    for name in network_sets_of(bridge, table_set_names()):
+        with contextlib.suppress(RemoteError):
+            apply(f"delete set {TABLE_FAMILY} {TABLE_NAME} {name}\n")
 
 
 def apply(script: str) -> None:

@@ -5,7 +5,8 @@ text out). The fixed part of the table is `firewall`; this renders each sandbox'
 Order of the chain, first match wins (docs/network.md, "How a packet is judged"):
 
 1. deny entries (CIDRs; domains through the addresses the deny filler resolved them to, but
-   an address an allowed domain of the same list resolved to as well): deny wins;
+   an address an allowed domain of the same list resolved to as well on the sandbox's own
+   network, `network_sets`): deny wins;
 2. always denied: link-local and metadata addresses, any sandbox bridge (other spaces'
    sandboxes, and the own network's too: no inter-container traffic);
 3. CIDR allow entries that lie inside a private range open exactly that part of it;
@@ -119,6 +120,25 @@ def domain_sets(pattern: str) -> tuple[str, str]:
     return f"d4_{digest}", f"d6_{digest}"
 
 
+def network_sets(pattern: str, bridge: str) -> tuple[str, str]:
+    """The per-network copy (IPv4, IPv6) of an allowed pattern's sets: filled by the resolver
+    of the network on `bridge` alone, read by the deny rule's exemption of that network's
+    sandboxes, so another space's lookups never exempt an address from a deny entry. Named
+    within nft's set name limit (31 characters here); `network_sets_of` finds a bridge's."""
+    digest = hashlib.sha256(pattern.encode()).hexdigest()[:16]
+    return f"n4_{digest}_{_bridge_tag(bridge)}", f"n6_{digest}_{_bridge_tag(bridge)}"
+
+
+def _bridge_tag(bridge: str) -> str:
+    return hashlib.sha256(bridge.encode()).hexdigest()[:11]
+
+
+def network_sets_of(bridge: str, names: Iterable[str]) -> list[str]:
+    """Which of the table's set names are per-network sets of `bridge` (to prune them)."""
+    tag = _bridge_tag(bridge)
+    return [n for n in names if re.fullmatch(rf"n[46]_[0-9a-f]{{16}}_{tag}", n)]
+
+
 def chain_name(sandbox_id: str) -> str:
     if not _SANDBOX_ID.match(sandbox_id):
         raise RemoteError(ErrorKind.INVALID, f"malformed sandbox id {sandbox_id!r}")
@@ -155,8 +175,9 @@ def private_exceptions(network: NetworkSpec) -> tuple[str, ...]:
     return tuple(getattr(network, "allow_private", ()) or ())
 
 
-def chain_rules(network: NetworkSpec) -> list[str]:
-    """The rules (bodies only) of a sandbox chain for this policy, in order."""
+def chain_rules(network: NetworkSpec, bridge: str | None = None) -> list[str]:
+    """The rules (bodies only) of a sandbox chain for this policy, in order. `bridge`: the
+    sandbox's network, whose resolver's addresses exempt from a deny entry (none without)."""
     allow = parse_entries(network.allow_out, "allow_out")
     deny = parse_entries(network.deny_out, "deny_out")
     rules: list[str] = []
@@ -167,8 +188,9 @@ def chain_rules(network: NetworkSpec) -> list[str]:
     # A denied name's addresses (the deny filler's), but those an allowed name of this list
     # resolved to as well: at the packet filter the two are one destination (wildcard DNS, a
     # CDN), the resolver has told them apart by name, and refusing it would refuse the allowed
-    # name. An allow entry a deny entry covers makes no exception.
-    exempt = [domain_sets(p) for p in allow.domains if not any(covers(d, p) for d in deny.domains)]
+    # name. An allow entry a deny entry covers makes no exception. Only the own network's
+    # resolver's answers count (`network_sets`): the shared sets hold every space's lookups.
+    exempt = [network_sets(p, bridge) for p in allow.domains if bridge and not any(covers(d, p) for d in deny.domains)]
     for pattern in deny.domains:
         set4, set6 = domain_sets(pattern)
         unless4 = "".join(f"ip daddr != @{allowed4} " for allowed4, _ in exempt)
@@ -241,17 +263,18 @@ def render_update(
 ) -> str:
     """One transaction: the sandbox's chain for this policy (with the domain sets it names),
     the old binding's elements removed and the new one's added. `new=None`: outbound off.
-    `present`: the map keys loaded now (`map_keys` form)."""
+    `present`: the map keys loaded now (`map_keys` form). The allowed patterns' per-network
+    sets (`network_sets`) are declared for the new binding's bridge."""
     chain = chain_name(sandbox_id)
     lines = []
     if network.allow_internet_access:
-        patterns = [*parse_entries(network.deny_out, "deny_out").domains]
-        patterns += parse_entries(network.allow_out, "allow_out").domains
-        for pattern in dict.fromkeys(patterns):
-            set4, set6 = domain_sets(pattern)
+        allowed = parse_entries(network.allow_out, "allow_out").domains
+        sets = [domain_sets(p) for p in dict.fromkeys([*parse_entries(network.deny_out, "deny_out").domains, *allowed])]
+        sets += [network_sets(p, new.bridge) for p in allowed] if new is not None else []
+        for set4, set6 in sets:
             lines.append(f"add set {TABLE} {set4} {{ type ipv4_addr; }}")
             lines.append(f"add set {TABLE} {set6} {{ type ipv6_addr; }}")
-        rules = chain_rules(network)
+        rules = chain_rules(network, new.bridge if new is not None else None)
     else:
         rules = [log_and_reject("outbound off")]
     lines += [f"add chain {TABLE} {chain}", f"flush chain {TABLE} {chain}"]

@@ -33,7 +33,7 @@ from .common import (
     LABEL_NETWORK_SPACE,
     _engine_call,
 )
-from .egress import DockerEgress, apply, ensure_log_reader, log_reader_running
+from .egress import DockerEgress, apply, ensure_log_reader, log_reader_running, prune_network_sets
 from .egress_rules import parse_entries, private_exceptions, render_network
 from .firewall import apply_ruleset, bridge_name, render_ruleset, table_current, table_present
 from .image import (
@@ -229,6 +229,7 @@ class DockerNetworks:
         if self.enforces_lists():
             with suppress(RemoteError):
                 self.egress_apply(render_network(bridge_name(name), v4, v6, remove=True))
+            prune_network_sets(bridge_name(name))
 
     def _check_network_spec(self, network: NetworkSpec) -> None:
         unsupported = []
