@@ -123,7 +123,7 @@ def test_the_resolver_answers_only_allowed_names_under_an_allow_list() -> None:
 
 def test_the_resolver_policy_of_a_network_is_the_union_of_its_sandboxes() -> None:
     assert policy_for([(True, ("a.test",), ("x.test",)), (True, ("b.test",), ("x.test", "y.test"))]) == DnsPolicy(
-        answer_all=False, allowed=("a.test", "b.test"), denied=("x.test",)
+        answer_all=False, allowed=("a.test", "b.test"), denied=("x.test",), denied_by_some=("y.test",)
     )
     assert policy_for([(True, ("a.test",), ()), (False, (), ())]).answer_all
 

@@ -68,6 +68,9 @@ class DnsPolicy:
     answer_all: bool
     allowed: tuple[str, ...] = ()  # domain patterns ("example.com", "*.example.com")
     denied: tuple[str, ...] = ()
+    # Denied by some online sandbox but not all: forwarded, their answers never fill the
+    # per-network copies (`egress_rules.network_sets`) that the denying one's exemption reads.
+    denied_by_some: tuple[str, ...] = ()
 
 
 def check_upstream(upstream: str) -> str:
@@ -90,9 +93,12 @@ def _nftset(pattern: str, bridge: str = "") -> str:
     # (`bridge`) fills the pattern's per-network sets too: those alone exempt an address
     # from its sandboxes' deny entries.
     sets = [domain_sets(pattern), *([network_sets(pattern, bridge)] if bridge else [])]
+    return f"nftset=/{pattern.removeprefix('*.')}/" + ",".join(_targets(s) for s in sets)
+
+
+def _targets(sets: tuple[str, str]) -> str:
     table = f"{TABLE_FAMILY}#{TABLE_NAME}"
-    targets = ",".join(f"4#{table}#{set4},6#{table}#{set6}" for set4, set6 in sets)
-    return f"nftset=/{pattern.removeprefix('*.')}/{targets}"
+    return f"4#{table}#{sets[0]},6#{table}#{sets[1]}"
 
 
 def render_config(
@@ -125,6 +131,13 @@ def render_config(
         lines += [f"server=/{_domain(p)}/{upstream}" for p in policy.allowed if p not in policy.denied]
         lines += [f"address=/{_domain(p)}/" for p in policy.denied]
         lines += [_nftset(p, bridge) for p in policy.allowed if p not in policy.denied]
+        # dnsmasq fills the longest-matching nftset= line's sets only: a name some sandbox
+        # denies fills the shared sets of the allowed patterns covering it, no copy.
+        for name in policy.denied_by_some:
+            domain = name.removeprefix("*.")
+            covering = [p for p in patterns_matching(domain, policy.allowed) if p not in policy.denied]
+            if covering:
+                lines.append(f"nftset=/{domain}/" + ",".join(_targets(domain_sets(p)) for p in covering))
     return "\n".join(lines) + "\n"
 
 
@@ -392,11 +405,14 @@ def policy_for(specs: Iterable[tuple[bool, tuple[str, ...], tuple[str, ...]]]) -
     answer_all = False
     allowed: list[str] = []
     denied: set[str] | None = None
+    some: set[str] = set()
     for has_allow_list, allow, deny in specs:
         answer_all = answer_all or not has_allow_list
         allowed += allow
         denied = set(deny) if denied is None else denied & set(deny)
-    return DnsPolicy(answer_all, tuple(sorted(set(allowed))), tuple(sorted(denied or ())))
+        some |= set(deny)
+    every = denied or set()
+    return DnsPolicy(answer_all, tuple(sorted(set(allowed))), tuple(sorted(every)), tuple(sorted(some - every)))
 
 
 def patterns_matching(name: str, patterns: Iterable[str]) -> Iterator[str]:
