@@ -126,3 +126,41 @@ def test_a_denied_name_stays_refused_when_a_sandbox_of_the_same_space_does_not_d
             for sandbox_id in made:
                 backend.delete(sandbox_id)
             backend.close()
+
+
+def test_a_network_answering_every_name_still_fills_its_allow_lists_sets() -> None:
+    # One sandbox of the network without an allow list makes its resolver answer every name;
+    # the other's allowed names must still reach their sets, or its packet filter refuses
+    # every address of its allowed domains ("not in the allow list").
+    listing = NetworkSpec(True, False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,))
+    policy = policy_for([(True, listing.allow_out, listing.deny_out), (False, (), ())])
+    config = render_config("172.30.0.1", "127.0.0.1", policy, "/l", "/p", BRIDGE)
+    filled = _sets_filled_for(config, f"api.{ZONE}")
+    assert filled is not None
+    assert set(network_sets(f"*.{ZONE}", BRIDGE)) <= filled
+    assert not set(network_sets(f"*.{ZONE}", BRIDGE)) & (_sets_filled_for(config, EVIL) or set())
+
+
+@pytest.mark.docker
+def test_an_allowed_name_is_reached_when_a_sandbox_of_the_same_space_has_no_lists(
+    docker_base_image: str, test_run_id: str, ns: DualNamespace, servers: NamespaceServers
+) -> None:
+    with upstream_dns({EVIL: ns.v4}) as upstream:
+        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
+        backend = DockerBackend(BackendConfig(kind="docker", options=options))
+        metadata = {"test-run": test_run_id, META_SPACE: f"revnetset-{uuid.uuid4().hex[:8]}"}  # one space
+        made = []
+        try:
+            key = f"{servers.v4.host}:{servers.v4.port}"
+            for spec in (NetworkSpec(True, False, allow_out=(f"*.{ZONE}",)), NetworkSpec(True, False)):
+                made.append(
+                    backend.create(
+                        SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)
+                    ).sandbox_id
+                )
+            assert resolve(backend, made[0], [EVIL]) == {EVIL: [servers.v4.host]}
+            assert probe(backend, made[0], [(servers.v4.host, servers.v4.port)])[key] == "reached"
+        finally:
+            for sandbox_id in made:
+                backend.delete(sandbox_id)
+            backend.close()

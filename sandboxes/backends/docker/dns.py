@@ -123,21 +123,24 @@ def render_config(
     ]
     if not upstream:
         lines.append("address=/#/")
-    elif policy.answer_all:
+        return "\n".join(lines) + "\n"
+    if policy.answer_all:
         lines.append(f"server={upstream}")
         lines += [f"address=/{_domain(p)}/" for p in policy.denied]
     else:
         lines.append("address=/#/")
         lines += [f"server=/{_domain(p)}/{upstream}" for p in policy.allowed if p not in policy.denied]
         lines += [f"address=/{_domain(p)}/" for p in policy.denied]
-        lines += [_nftset(p, bridge) for p in policy.allowed if p not in policy.denied]
-        # dnsmasq fills the longest-matching nftset= line's sets only: a name some sandbox
-        # denies fills the shared sets of the allowed patterns covering it, no copy.
-        for name in policy.denied_by_some:
-            domain = name.removeprefix("*.")
-            covering = [p for p in patterns_matching(domain, policy.allowed) if p not in policy.denied]
-            if covering:
-                lines.append(f"nftset=/{domain}/" + ",".join(_targets(domain_sets(p)) for p in covering))
+    # The allow lists' sets, also when one sandbox without a list makes it answer every name
+    # (the others' packet filters accept their allowed names by these sets alone).
+    lines += [_nftset(p, bridge) for p in policy.allowed if p not in policy.denied]
+    # dnsmasq fills the longest-matching nftset= line's sets only: a name some sandbox
+    # denies fills the shared sets of the allowed patterns covering it, no copy.
+    for name in policy.denied_by_some:
+        domain = name.removeprefix("*.")
+        covering = [p for p in patterns_matching(domain, policy.allowed) if p not in policy.denied]
+        if covering:
+            lines.append(f"nftset=/{domain}/" + ",".join(_targets(domain_sets(p)) for p in covering))
     return "\n".join(lines) + "\n"
 
 
