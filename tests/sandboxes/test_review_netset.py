@@ -24,6 +24,7 @@ import pytest
 from sandboxes.backends.base import META_SPACE, BackendConfig, NetworkSpec, SandboxSpec
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.dns import policy_for, render_config
+from sandboxes.backends.docker.egress import DockerEgress
 from sandboxes.backends.docker.egress_rules import chain_rules, network_sets
 from tests.sandboxes.conftest import docker_test_network_name
 from tests.sandboxes.egress_support import (
@@ -163,4 +164,60 @@ def test_an_allowed_name_is_reached_when_a_sandbox_of_the_same_space_has_no_list
         finally:
             for sandbox_id in made:
                 backend.delete(sandbox_id)
+            backend.close()
+
+
+@pytest.mark.docker
+def test_a_lookup_made_before_the_denying_sandbox_joined_does_not_exempt_its_denied_name(
+    docker_base_image: str, test_run_id: str, ns: DualNamespace, servers: NamespaceServers
+) -> None:
+    # The copies keep their elements for ever: what a co-member's lookups put there while no
+    # member denied the name must not exempt it for a sandbox that joins with the deny entry.
+    with upstream_dns({EVIL: ns.v4}) as upstream:
+        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
+        backend = DockerBackend(BackendConfig(kind="docker", options=options))
+        metadata = {"test-run": test_run_id, META_SPACE: f"revnetset-{uuid.uuid4().hex[:8]}"}  # one space
+        made = []
+        try:
+            v4 = (servers.v4.host, servers.v4.port)
+            key = f"{servers.v4.host}:{servers.v4.port}"
+            spec = NetworkSpec(True, False, allow_out=(f"*.{ZONE}",))
+            made.append(
+                backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)).sandbox_id
+            )
+            assert resolve(backend, made[0], [EVIL]) == {EVIL: [servers.v4.host]}
+            spec = NetworkSpec(True, False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,))
+            made.append(
+                backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)).sandbox_id
+            )
+            assert probe(backend, made[1], [v4])[key] != "reached"
+        finally:
+            for sandbox_id in made:
+                backend.delete(sandbox_id)
+            backend.close()
+
+
+@pytest.mark.docker
+def test_a_deny_entry_added_live_holds_for_an_address_the_sandbox_looked_up_while_allowed(
+    docker_base_image: str, test_run_id: str, ns: DualNamespace, servers: NamespaceServers
+) -> None:
+    with upstream_dns({EVIL: ns.v4}) as upstream:
+        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
+        backend = DockerBackend(BackendConfig(kind="docker", options=options))
+        metadata = {"test-run": test_run_id, META_SPACE: f"revnetset-{uuid.uuid4().hex[:8]}"}
+        spec = NetworkSpec(True, False, allow_out=(f"*.{ZONE}",))
+        sandbox_id = backend.create(
+            SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)
+        ).sandbox_id
+        try:
+            v4 = (servers.v4.host, servers.v4.port)
+            key = f"{servers.v4.host}:{servers.v4.port}"
+            assert resolve(backend, sandbox_id, [EVIL]) == {EVIL: [servers.v4.host]}
+            assert probe(backend, sandbox_id, [v4])[key] == "reached"
+            DockerEgress(backend).update(
+                sandbox_id, NetworkSpec(True, False, allow_out=spec.allow_out, deny_out=(EVIL,))
+            )
+            assert probe(backend, sandbox_id, [v4])[key] != "reached"
+        finally:
+            backend.delete(sandbox_id)
             backend.close()

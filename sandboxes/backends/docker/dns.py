@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 
 from ..base import ErrorKind, RemoteError
 from .egress_rules import domain_sets, network_sets
-from .firewall import DNS_PORT, TABLE_FAMILY, TABLE_NAME
+from .firewall import DNS_PORT, TABLE_FAMILY, TABLE_NAME, _nft
 
 DNSMASQ_CANDIDATES = ("/usr/sbin/dnsmasq", "/sbin/dnsmasq")
 START_TIMEOUT_S = 10
@@ -206,6 +206,11 @@ class Resolver:
             handle.write(text)
         os.replace(self.conf + ".new", self.conf)
         self.stop()
+        # The per-network copies start again with the new process's empty cache: the copies
+        # keep their elements, and answers the old configuration filled in (a name a member
+        # denies now, or one joining with it) would go on exempting that name's address.
+        for copy in sorted(set(re.findall(r"#(n[46]_[0-9a-f]{16}_[0-9a-f]{11})\b", text))):
+            _nft(["-f", "-"], f"flush set {TABLE_FAMILY} {TABLE_NAME} {copy}\n")
         binary = dnsmasq_binary()
         if binary is None:
             raise RemoteError(
