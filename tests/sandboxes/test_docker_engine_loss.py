@@ -272,10 +272,19 @@ def proxied_config(
     )
     yield config
     real = DockerBackend(BackendConfig(kind="docker"))
-    for info in real.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
-        real.delete(info.sandbox_id)
-    for session in Session.objects.filter(config=config):
-        real.delete_volume(session.workspace_volume)
+    # Twice at most: a thread a race test let go (joined with a timeout) may still bind a
+    # sandbox after the first listing, and its volume is then in use.
+    for attempt in range(2):
+        for info in real.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
+            real.delete(info.sandbox_id)
+        try:
+            for session in Session.objects.filter(config=config):
+                real.delete_volume(session.workspace_volume)
+            break
+        except RemoteError:
+            if attempt:
+                raise
+            time.sleep(2)
     real.close()
 
 
