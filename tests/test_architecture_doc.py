@@ -64,8 +64,8 @@ def read_line(line: str, app: str | None, reading: Reading) -> None:
     neighbour: PurePosixPath | None = None  # the folder of the line's last path
     packages: list[PurePosixPath] = []
     for token in tokens:
-        if not PATH_TOKEN.match(token) or "<" in token:
-            continue
+        if not PATH_TOKEN.match(token) or "<" in token or token.startswith("../"):
+            continue  # "../shared/DESIGN.md" lies beside the repository, not in a clean clone
         bare_file = "/" not in token.rstrip("/")
         found = resolve(token, [neighbour, *bases] if bare_file and neighbour is not None else bases)
         if found is None:
