@@ -83,10 +83,13 @@ SandboxMaker = Callable[..., SandboxInfo]
 
 
 @contextlib.contextmanager
-def docker_backend(test_run_id: str, dns_upstream: str = "", **config: Any) -> Iterator[DockerBackend]:
+def docker_backend(
+    test_run_id: str, dns_upstream: str = "", options: Mapping[str, str] | None = None, **config: Any
+) -> Iterator[DockerBackend]:
     """A Docker backend on the run's test network (its resolver forwarding to `dns_upstream`
-    when given); `config` goes to BackendConfig (idle_mode, ...). Closed on the way out."""
-    options = {"network": docker_test_network_name(test_run_id)}
+    when given, with more adapter `options`); `config` goes to BackendConfig (idle_mode, ...).
+    Closed on the way out."""
+    options = {"network": docker_test_network_name(test_run_id), **(options or {})}
     if dns_upstream:
         options["dns_upstream"] = dns_upstream
     adapter = DockerBackend(BackendConfig(kind="docker", options=options, **config))

@@ -12,23 +12,24 @@ from __future__ import annotations
 import secrets
 import subprocess
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from sandboxes.backends.base import META_SPACE, BackendConfig, NetworkSpec, SandboxInfo, SandboxSpec
+from sandboxes.backends.base import NetworkSpec
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.egress import DockerEgress
 from sandboxes.backends.docker.egress_rules import domain_sets
 from sandboxes.backends.docker.firewall import TABLE_FAMILY, TABLE_NAME
-from tests.sandboxes.conftest import docker_test_network_name
 from tests.sandboxes.egress_support import (
     DualNamespace,
     NamespaceServers,
+    SandboxMaker,
+    docker_backend,
     dual_namespace,
     probe,
     resolve,
+    sandbox_maker,
     target,
     upstream_dns,
     wait_refusal,
@@ -58,29 +59,15 @@ def servers(denied_ns: DualNamespace) -> Iterator[NamespaceServers]:
 
 @pytest.fixture(scope="module")
 def backend(docker_base_image: str, test_run_id: str, denied_ns: DualNamespace) -> Iterator[DockerBackend]:
-    with upstream_dns({EVIL: denied_ns.v4, EVIL6: denied_ns.v6, SHARED: denied_ns.v4}) as upstream:
-        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
-        adapter = DockerBackend(BackendConfig(kind="docker", options=options))
+    answers = {EVIL: denied_ns.v4, EVIL6: denied_ns.v6, SHARED: denied_ns.v4}
+    with upstream_dns(answers) as upstream, docker_backend(test_run_id, upstream) as adapter:
         yield adapter
-        adapter.close()
-
-
-SandboxMaker = Callable[[NetworkSpec], SandboxInfo]
 
 
 @pytest.fixture
 def make_sandbox(backend: DockerBackend, docker_base_image: str, test_run_id: str) -> Iterator[SandboxMaker]:
-    made: list[str] = []
-
-    def make(network: NetworkSpec) -> SandboxInfo:
-        metadata = {"test-run": test_run_id, META_SPACE: f"deny-{uuid.uuid4().hex[:8]}"}
-        info = backend.create(SandboxSpec(template_id=docker_base_image, network=network, metadata=metadata))
-        made.append(info.sandbox_id)
-        return info
-
-    yield make
-    for sandbox_id in made:
-        backend.delete(sandbox_id)
+    with sandbox_maker(backend, docker_base_image, test_run_id, "deny") as make:  # a space each
+        yield make
 
 
 def _egress(backend: DockerBackend) -> DockerEgress:

@@ -20,18 +20,20 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sandboxes.backends.base import META_SPACE, BackendConfig, NetworkSpec, SandboxInfo, SandboxSpec
+from sandboxes.backends.base import META_SPACE, NetworkSpec, SandboxInfo, SandboxSpec
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.egress import table_set_names
 from sandboxes.backends.docker.egress_rules import network_sets
 from sandboxes.backends.docker.firewall import TABLE_FAMILY, TABLE_NAME, bridge_name
-from tests.sandboxes.conftest import docker_test_network_name
 from tests.sandboxes.egress_support import (
     DualNamespace,
     NamespaceServers,
+    SandboxMaker,
+    docker_backend,
     dual_namespace,
     probe,
     resolve,
+    sandbox_maker,
     upstream_dns,
 )
 
@@ -56,28 +58,15 @@ def servers(ns: DualNamespace) -> Iterator[NamespaceServers]:
 
 @pytest.fixture(scope="module")
 def backend(docker_base_image: str, test_run_id: str, ns: DualNamespace) -> Iterator[DockerBackend]:
-    with upstream_dns({EVIL: ns.v4, f"api.{ZONE}": "203.0.113.77"}) as upstream:
-        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
-        adapter = DockerBackend(BackendConfig(kind="docker", options=options))
+    answers = {EVIL: ns.v4, f"api.{ZONE}": "203.0.113.77"}
+    with upstream_dns(answers) as upstream, docker_backend(test_run_id, upstream) as adapter:
         yield adapter
-        adapter.close()
 
 
 @pytest.fixture
-def make_sandbox(
-    backend: DockerBackend, docker_base_image: str, test_run_id: str
-) -> Iterator[Callable[..., SandboxInfo]]:
-    made: list[str] = []
-
-    def make(network: NetworkSpec) -> SandboxInfo:
-        metadata = {"test-run": test_run_id, META_SPACE: f"revdeny-{uuid.uuid4().hex[:8]}"}  # a space each
-        info = backend.create(SandboxSpec(template_id=docker_base_image, network=network, metadata=metadata))
-        made.append(info.sandbox_id)
-        return info
-
-    yield make
-    for sandbox_id in made:
-        backend.delete(sandbox_id)
+def make_sandbox(backend: DockerBackend, docker_base_image: str, test_run_id: str) -> Iterator[SandboxMaker]:
+    with sandbox_maker(backend, docker_base_image, test_run_id, "revdeny") as make:  # a space each
+        yield make
 
 
 def test_another_spaces_lookup_under_a_shared_wildcard_does_not_exempt_a_denied_address(

@@ -18,19 +18,26 @@ import signal
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 
-from sandboxes.backends.base import META_SPACE, BackendConfig, NetworkSpec, SandboxInfo, SandboxSpec
+from sandboxes.backends.base import NetworkSpec, SandboxInfo
 from sandboxes.backends.docker import dns
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.egress import DockerEgress
 from sandboxes.backends.docker.egress_rules import domain_sets
 from sandboxes.backends.docker.firewall import TABLE_FAMILY, TABLE_NAME
-from tests.sandboxes.conftest import docker_test_network_name
-from tests.sandboxes.egress_support import DualNamespace, NamespaceServers, dual_namespace, probe, upstream_dns
+from tests.sandboxes.egress_support import (
+    DualNamespace,
+    NamespaceServers,
+    SandboxMaker,
+    docker_backend,
+    dual_namespace,
+    probe,
+    sandbox_maker,
+    upstream_dns,
+)
 
 pytestmark = [pytest.mark.docker]
 
@@ -53,32 +60,15 @@ def servers(ns: DualNamespace) -> Iterator[NamespaceServers]:
 def backend(docker_base_image: str, test_run_id: str, ns: DualNamespace) -> Iterator[DockerBackend]:
     state_dir = tempfile.mkdtemp(prefix="revdeny-egress-")
     with upstream_dns({EVIL: ns.v4}) as upstream:
-        options = {
-            "network": docker_test_network_name(test_run_id),
-            "dns_upstream": upstream,
-            "egress_state_dir": state_dir,
-        }
-        adapter = DockerBackend(BackendConfig(kind="docker", options=options))
-        yield adapter
-        adapter.close()
+        with docker_backend(test_run_id, upstream, {"egress_state_dir": state_dir}) as adapter:
+            yield adapter
         dns.DenyFiller(os.path.join(state_dir, "dns")).resolver.stop()
 
 
 @pytest.fixture
-def make_sandbox(
-    backend: DockerBackend, docker_base_image: str, test_run_id: str
-) -> Iterator[Callable[..., SandboxInfo]]:
-    made: list[str] = []
-
-    def make(network: NetworkSpec) -> SandboxInfo:
-        metadata = {"test-run": test_run_id, META_SPACE: f"revhang-{uuid.uuid4().hex[:8]}"}
-        info = backend.create(SandboxSpec(template_id=docker_base_image, network=network, metadata=metadata))
-        made.append(info.sandbox_id)
-        return info
-
-    yield make
-    for sandbox_id in made:
-        backend.delete(sandbox_id)
+def make_sandbox(backend: DockerBackend, docker_base_image: str, test_run_id: str) -> Iterator[SandboxMaker]:
+    with sandbox_maker(backend, docker_base_image, test_run_id, "revhang") as make:  # a space each
+        yield make
 
 
 def _set_elements(name: str) -> str:
