@@ -1,13 +1,16 @@
 """The import graph of the project's own modules: no cycles, and arrows only one way.
 
-    skills  ──►  sandboxes  ──►  console          sandboxes.backends ──► (nothing of ours)
+    skills  ──►  sandboxes  ──►  console  ──►  netpolicy      sandboxes.backends ──► netpolicy
 
 and, inside those, rooms (`ROOMS`): every module sits in one, and a room imports only the
 rooms of `sandboxes/` its entry names; a backend package imports only the contract (and no
 Django at all).
 
-The graph is built with the standard library's `ast` from the source of `console/`,
-`sandboxes/` and `skills/` (migrations and the bundled example skills are not modules of the
+`netpolicy` (the network policy's one meaning) is a leaf below every app: it imports nothing
+of ours and no Django, and the backends may import it besides the contract.
+
+The graph is built with the standard library's `ast` from the source of `netpolicy/`,
+`console/`, `sandboxes/` and `skills/` (migrations and the bundled example skills are not modules of the
 running project; `sandboxes/sessions/workspace_helper.py` runs inside a sandbox and imports
 nothing of ours anyway). What counts as an arrow:
 
@@ -32,7 +35,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("console", "sandboxes", "skills")
+APPS = ("netpolicy", "console", "sandboxes", "skills")
 # Assemble every app's URLs and websocket routes; nothing imports them back.
 WIRING = {"console.urls", "console.routing", "console.asgi"}
 
@@ -200,7 +203,7 @@ def _app(module: str) -> str:
 
 def test_arrows_point_from_skills_to_sandboxes_to_console():
     # An app may import the apps to its right: skills -> sandboxes -> console.
-    rank = {"skills": 0, "sandboxes": 1, "console": 2}
+    rank = {"skills": 0, "sandboxes": 1, "console": 2, "netpolicy": 3}
     wrong = [
         f"{module} -> {target}"
         for module, targets in build_graph().items()
@@ -208,7 +211,7 @@ def test_arrows_point_from_skills_to_sandboxes_to_console():
         for target in sorted(targets)
         if rank[_app(target)] < rank[_app(module)]
     ]
-    assert not wrong, "imports against skills -> sandboxes -> console:\n" + "\n".join(wrong)
+    assert not wrong, "imports against skills -> sandboxes -> console -> netpolicy:\n" + "\n".join(wrong)
 
 
 def test_the_graph_sees_function_level_and_relative_imports():
@@ -259,6 +262,7 @@ _CATALOG = _BASE | {"sandboxes.catalog"}
 _SESSIONS = _CATALOG | {"sandboxes.sessions"}
 _EGRESS = _SESSIONS | {"sandboxes.egress"}
 ROOMS: dict[str, set[str]] = {
+    "netpolicy": set(),
     "console": set(),
     # The skill builder installs into sessions and builds images on a config's backend.
     "skills": _EGRESS,
@@ -319,6 +323,8 @@ def test_rooms_import_only_the_rooms_they_may():
 # The contract every adapter implements, and the endpoint guard every remote adapter dials
 # through: the shared part of `sandboxes/backends/`, itself importing only the contract.
 CONTRACT = {"sandboxes.backends.base", "sandboxes.backends.capabilities"}
+# The policy's meaning, below every app: the contract and every adapter read it.
+POLICY = "netpolicy"
 SHARED = CONTRACT | {"sandboxes.backends.guard"}
 # A kind built on another's protocol: Cube serves the E2B API, so its adapter extends E2B's.
 BUILT_ON = {"cube": {"e2b"}}
@@ -341,7 +347,9 @@ def _backend_arrows_against_the_contract(graph: dict[str, set[str]]) -> list[str
             continue
         kind = _kind(module)
         for target in sorted(targets):
-            if kind is not None:
+            if target.split(".")[0] == POLICY:
+                ok = True
+            elif kind is not None:
                 ok = target in SHARED or _kind(target) in {kind, *BUILT_ON.get(kind, ())}
             else:  # the registry and the shared modules: only the contract
                 ok = target in CONTRACT
@@ -379,7 +387,7 @@ def test_backends_import_no_django():
     found = [
         f"{path.relative_to(ROOT)}:{line}"
         for name, path in _project_modules().items()
-        if name.startswith("sandboxes.backends")
+        if name.startswith(("sandboxes.backends", "netpolicy"))
         for line in _django_imports(path.read_text())
     ]
     assert not found, "backends importing Django (pass what they need in BackendConfig):\n" + "\n".join(found)
