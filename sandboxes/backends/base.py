@@ -8,8 +8,8 @@ crosses the boundary is a frozen dataclass; every failure is a `RemoteError` wit
 `snapshots()`, `templates()`, `inbound()`, `pty()`, `network_capabilities()`), never from
 the backend's name.
 
-May import: the standard library only (`.capabilities` for annotations, under TYPE_CHECKING:
-it imports this module).
+May import: the standard library and `netpolicy` (the policy's meaning; `.capabilities` for
+annotations, under TYPE_CHECKING: it imports this module).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from netpolicy import Policy
 
 if TYPE_CHECKING:
     from .capabilities import (
@@ -121,30 +123,13 @@ class BackendConfig:
 # DTOs
 
 
-@dataclass(frozen=True)
-class L7Rule:
-    domain: str
-    methods: tuple[str, ...] = ()  # empty = every method
-    path_prefix: str = "/"
-    action: str = "allow"  # "allow" | "deny"
+@dataclass(frozen=True, kw_only=True)
+class NetworkSpec(Policy):
+    """Network switches, always sent explicitly at create (never a backend default): the
+    outbound policy (`netpolicy.Policy`: every entry parsed, its meaning in `netpolicy`) and
+    the inbound switch. Built from text with `NetworkSpec.parse(...)`."""
 
-
-@dataclass(frozen=True)
-class NetworkSpec:
-    """Network switches, always sent explicitly at create (never a backend default)."""
-
-    allow_internet_access: bool
     allow_public_traffic: bool
-    # Outbound on: an empty allow_out lets everything out but the always-denied set (the host's
-    # own addresses, link-local/metadata, other sandboxes, private ranges) and deny_out; a
-    # non-empty one lets out ONLY its CIDRs and domain names (*.example.com allowed). deny_out
-    # entries win over allow_out entries.
-    allow_out: tuple[str, ...] = ()
-    deny_out: tuple[str, ...] = ()
-    l7_rules: tuple[L7Rule, ...] = ()
-    # CIDRs inside the private ranges that are also allowed (exceptions to the always-denied
-    # set) whatever allow_out says; they never switch a space to allow-only. deny_out still wins.
-    allow_private: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

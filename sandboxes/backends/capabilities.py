@@ -4,8 +4,8 @@ lifecycle, each an ABC returned by one of `Backend`'s accessors (`files()`, `sna
 backend has not got it), with the values only these capabilities carry (`EgressRefusal`,
 `SandboxStats`, `PtyHandle`).
 
-May import: the standard library and `.base` (errors, DTOs); like `.base` a leaf, nothing of
-the project.
+May import: the standard library, `netpolicy` and `.base` (errors, DTOs); like `.base` a
+leaf, nothing else of the project.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import ClassVar
+
+from netpolicy import AddressClass
 
 from .base import (
     ErrorKind,
@@ -121,7 +123,18 @@ class EgressCapability(abc.ABC):
     @abc.abstractmethod
     def refusals(self, cursor: str) -> tuple[list[EgressRefusal], str]:
         """Refusals recorded after `cursor` ("" = from the start of what is kept), and the cursor
-        to pass next time. Never raises for an empty log."""
+        to pass next time. Never raises for an empty log, and changes nothing (a read)."""
+
+    def reserved(self) -> tuple[AddressClass, ...]:
+        """The backend's own never-reachable ranges (its host's addresses, other sandboxes'
+        networks), which `netpolicy.decide` judges besides the fixed classes. Read-only."""
+        return ()
+
+    def housekeeping(self) -> str:
+        """Periodic upkeep of the enforcing components (pruning what sandboxes and networks
+        left, refreshing, rotating logs), never done as a side effect of a read. Returns one
+        line for the log."""
+        return "nothing to do"
 
 
 @dataclass(frozen=True)
