@@ -340,6 +340,7 @@ class Store:
                         "autoPause": s.auto_pause,
                         "autoResume": s.auto_resume,
                         "network": s.network,
+                        "allow_internet_access": s.allow_internet_access,
                         "egress": s.egress,
                         "processes": [p.info() for p in s.processes.values()],
                         "annotations": s.annotations,

@@ -1,0 +1,2 @@
+"""Harnesses shared by several test modules (interpreters of rendered configuration, places on
+this machine to connect to)."""
