@@ -70,10 +70,7 @@ def remote_verdict(
     allow = [str(e) for e in network.get("allowOut") or []]
     deny = [str(e) for e in network.get("denyOut") or []]
     host_allowed = web and name is not None and any(_host_matches(e, name) for e in allow if not _is_network(e))
-    if host_allowed or _holds(allow, address):
-        verdict = True
-    else:
-        verdict = not _holds(deny, address)
+    verdict = True if host_allowed or _holds(allow, address) else not _holds(deny, address)
     rules = network.get("rules")
     if verdict and http and name is not None and isinstance(rules, list):
         named = False
