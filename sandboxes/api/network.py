@@ -1,6 +1,7 @@
 """Agent API routes about the space's network: "would this destination be allowed, and by
-which rule?" (`GET spaces/{space_id}/network/explain`), answered through every layer as on
-the policy page (sandboxes.egress.explain). Reads only; names are matched, never resolved.
+which rule, and what would a refusal of it offer?" (`GET spaces/{space_id}/network/explain`),
+answered as on the policy page (sandboxes.egress.advice.explain_for). Reads only; names are
+matched, never resolved.
 """
 
 from __future__ import annotations
@@ -8,10 +9,9 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from console.models import Space
+from netpolicy import PolicyError, parse_destination
 
-from ..catalog.network import network_spec_for
-from ..egress.checks import backend_views
-from ..egress.explain import explain, parse_target
+from ..egress.advice import explain_for
 from ..models import Session
 from .views import api_view
 from .wire import ApiError
@@ -21,8 +21,8 @@ from .wire import ApiError
 def explain_view(request: HttpRequest, space: Space) -> HttpResponse:
     text = request.GET.get("destination", "")
     try:
-        target = parse_target(text)
-    except ValueError as exc:
+        target = parse_destination(text)
+    except PolicyError as exc:
         raise ApiError(400, "invalid", str(exc), field="destination") from None
     session = None
     key = request.GET.get("session", "")
@@ -30,14 +30,4 @@ def explain_view(request: HttpRequest, space: Space) -> HttpResponse:
         session = Session.objects.filter(space=space, key=key).first()
         if session is None:
             raise ApiError(404, "not_found", f"No session {key!r} in this space.")
-    space_spec = network_spec_for(space)
-    session_spec = network_spec_for(space, session) if session is not None else None
-    grants = tuple(session.egress_grants.values_list("entry", flat=True)) if session is not None else ()
-    answer = explain(
-        target,
-        space_spec,
-        session_spec=session_spec,
-        grants=grants,
-        backends=tuple(backend_views(space, session_spec or space_spec)),
-    )
-    return JsonResponse(answer.as_json())
+    return JsonResponse(explain_for(space, target, session).as_json())

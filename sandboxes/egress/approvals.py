@@ -2,84 +2,36 @@
 `console.services.do_update_network_policy`) or for one session (a `SessionGrant` that ends
 with it). Both are applied live where the backend can.
 
-The rule (docs/network.md, "Approvals never cut traffic"): an approval never turns
-a space that allows every destination into one that allows only listed ones. So:
-- the space allows only listed destinations: the destination (a name, or the address as a
-  /32 or /128) joins the allow list;
-- the space allows everything: a refusal by the always-denied private ranges adds a
-  private exception (a CIDR also allowed); anything else cannot be approved by adding an
-  allow entry (link-local and metadata stay denied);
-- a refusal by a deny entry is never approved by an allow entry (deny entries win): the row
-  offers to edit the deny list instead.
+What may be approved is `advice.refusal_advice`'s answer, the same the pages show (docs/
+network.md, "Approvals never cut traffic"): an approval never turns a space that allows
+every destination into one that allows only listed ones; a deny entry is never overridden by
+an allow entry; the Docker host, other sandboxes, link-local and metadata and loopback
+addresses are never reachable; and an approval that would not change what is enforced is
+refused with the reason, never saved.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
 from console.models import NetworkPolicy
 from console.services import Actor, ServiceError, do_update_network_policy, record_audit
+from netpolicy import Advice, Offer, PolicyError, parse_destination
 
-from ..backends.base import NetworkSpec
-from ..catalog.network import network_spec_for, policy_spec
 from ..models import EgressEvent, Session, SessionGrant
-from .explain import Target, decide, parse_target
+from .advice import destination_of, event_advice, refusal_advice
 from .live import apply_soon
 
 
-def target_of(event: EgressEvent) -> Target | None:
-    """The destination of a refusal as something an entry can name (port and path dropped)."""
-    try:
-        return parse_target(event.destination)
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """What approving a row would do, or why it cannot be approved by an allow entry."""
-
-    action: str  # "allow" | "private" | "edit_deny" | "none"
-    entry: str
-    text: str
-
-    @property
-    def can_approve(self) -> bool:
-        return self.action in ("allow", "private")
-
-
-def propose(spec: NetworkSpec, target: Target | None) -> Proposal:
-    """What approving a refusal of `target` under the space's `spec` would add (see above)."""
-    if target is None:
-        return Proposal("none", "", "The destination cannot be named by an allow entry.")
-    decision = decide(spec, target)
-    if decision.allowed:
-        return Proposal("none", target.entry, f"Allowed by the current policy already ({decision.rule}).")
-    if not spec.allow_internet_access:
-        return Proposal("none", target.entry, "Outbound access is off: turn it on on the policy page first.")
-    if decision.rule.startswith("deny entry"):
-        return Proposal("edit_deny", target.entry, f"Refused by {decision.rule}: edit the deny list to let it through.")
-    if spec.allow_out:
-        return Proposal("allow", target.entry, f"Add {target.entry} to the allow list.")
-    if decision.rule.startswith("private range") and target.address is not None:
-        return Proposal(
-            "private",
-            target.entry,
-            f"Add {target.entry} to the private addresses also allowed (the space keeps allowing everything else).",
-        )
-    return Proposal("none", target.entry, f"Cannot be approved: {decision.rule}.")
-
-
-def do_allow_for_space(event: EgressEvent, *, actor: Actor) -> Proposal:
+def do_allow_for_space(event: EgressEvent, *, actor: Actor) -> Advice:
     """Add the refused destination to the space's policy (one audit row, applied live)."""
     policy = NetworkPolicy.objects.get_or_create(space=event.space)[0]
-    proposal = propose(policy_spec(policy), target_of(event))
-    if not proposal.can_approve:
-        raise ServiceError(proposal.text)
+    advice = event_advice(event)
+    if not advice.can_approve or advice.entry is None:
+        raise ServiceError(advice.text)
+    entry = str(advice.entry)
     allow_out, allow_private = list(policy.allow_out), list(policy.allow_private)
-    (allow_out if proposal.action == "allow" else allow_private).append(proposal.entry)
+    (allow_out if advice.offer == Offer.ALLOW else allow_private).append(entry)
     do_update_network_policy(
         event.space,
         allow_internet_access=policy.allow_internet_access,
@@ -90,9 +42,9 @@ def do_allow_for_space(event: EgressEvent, *, actor: Actor) -> Proposal:
         allow_private=allow_private,
         actor=actor,
         audit_action="egress.allow_space",
-        audit_details={"entry": proposal.entry, "kind": proposal.action, "refusal": str(event.pk)},
+        audit_details={"entry": entry, "kind": advice.offer.value, "refusal": str(event.pk)},
     )
-    return proposal
+    return advice
 
 
 def do_allow_for_session(event: EgressEvent, *, actor: Actor) -> SessionGrant:
@@ -100,34 +52,35 @@ def do_allow_for_session(event: EgressEvent, *, actor: Actor) -> SessionGrant:
     if event.session_id is None:
         raise ServiceError("This refusal is no session's (a skill build's): allow it for the space instead.")
     session = Session.objects.select_related("space", "config__backend").get(pk=event.session_id)
-    return do_grant_session(session, event.destination, actor=actor, refusal=str(event.pk))
+    return do_grant_session(session, event.destination, actor=actor, refusal=str(event.pk), rule=event.rule)
 
 
-def do_grant_session(session: Session, destination: str, *, actor: Actor, refusal: str | None = None) -> SessionGrant:
+def do_grant_session(
+    session: Session, destination: str, *, actor: Actor, refusal: str | None = None, rule: str = ""
+) -> SessionGrant:
     try:
-        target = parse_target(destination)
-    except ValueError as exc:
+        target = parse_destination(destination)
+    except PolicyError as exc:
         raise ServiceError(str(exc), field_errors={"destination": [str(exc)]}) from None
-    proposal = propose(network_spec_for(session.space), target)
-    if not proposal.can_approve:
-        raise ServiceError(proposal.text)
-    kind = SessionGrant.Kind.ALLOW if proposal.action == "allow" else SessionGrant.Kind.PRIVATE
+    advice = refusal_advice(session.space, target, rule=rule, session=session)
+    if not advice.can_approve or advice.entry is None:
+        raise ServiceError(advice.text)
+    entry = str(advice.entry)
+    kind = SessionGrant.Kind.ALLOW if advice.offer == Offer.ALLOW else SessionGrant.Kind.PRIVATE
     try:
         with transaction.atomic():
-            grant = SessionGrant.objects.create(
-                session=session, kind=kind, entry=proposal.entry, created_by=actor.name[:150]
-            )
+            grant = SessionGrant.objects.create(session=session, kind=kind, entry=entry, created_by=actor.name[:150])
             record_audit(
                 actor,
                 "egress.allow_session",
                 space=session.space,
                 target_type="session",
                 target_id=session.id,
-                details={"entry": proposal.entry, "kind": kind, "refusal": refusal},
+                details={"entry": entry, "kind": kind, "refusal": refusal},
             )
             transaction.on_commit(lambda: apply_soon(session.space, actor, session))
     except IntegrityError:
-        raise ServiceError(f"This session already has a grant for {proposal.entry}.") from None
+        raise ServiceError(f"This session already has a grant for {entry}.") from None
     return grant
 
 
@@ -150,7 +103,7 @@ def build_proposals(events: list[EgressEvent]) -> list[str]:
     """The allow entries that would have let these (a skill build's) refusals through."""
     entries: list[str] = []
     for event in events:
-        target = target_of(event)
-        if target is not None and target.entry and target.entry not in entries:
-            entries.append(target.entry)
+        target = destination_of(event.destination)
+        if target is not None and str(target.entry) not in entries:
+            entries.append(str(target.entry))
     return entries
