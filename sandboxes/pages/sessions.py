@@ -25,8 +25,8 @@ from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, paginate, query_without_page, swaps
 
 from ..backends.base import RemoteError
-from ..egress.advice import advice_rows
 from ..models import Artifact, BackgroundCommand, Session
+from ..network.advice import advice_rows
 from ..sessions.commands import kill_command, read_output, start_command
 from ..sessions.provisioning import effective_template
 from ..sessions.runtime import Runtime

@@ -1,6 +1,6 @@
 """Agent API routes about the space's network: "would this destination be allowed, and by
 which rule, and what would a refusal of it offer?" (`GET spaces/{space_id}/network/explain`),
-answered as on the policy page (sandboxes.egress.advice.explain_for). Reads only; names are
+answered as on the policy page (`advice.explain_for`). Reads only; names are
 matched, never resolved.
 """
 
@@ -11,10 +11,10 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from console.models import Space
 from netpolicy import PolicyError, parse_destination
 
-from ..egress.advice import explain_for
+from ..api.views import api_view
+from ..api.wire import ApiError
 from ..models import Session
-from .views import api_view
-from .wire import ApiError
+from .advice import explain_for
 
 
 @api_view("GET")

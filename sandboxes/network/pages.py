@@ -28,13 +28,13 @@ from console.services import ServiceError, actor_from_request, do_update_network
 from netpolicy import PolicyError, parse_destination
 
 from ..catalog.network import network_spec_for
-from ..egress.advice import advice_rows, event_advice, explain_for
-from ..egress.approvals import do_allow_for_session, do_allow_for_space, do_revoke_grant
-from ..egress.checks import backend_views, policy_backend_warnings
-from ..egress.live import bound_sessions, sessions_keeping_old_rules
-from ..egress.log import events_for_space
 from ..models import EgressEvent, Session, SessionGrant
-from .lookups import get_session_for_user
+from ..pages.lookups import get_session_for_user
+from .advice import advice_rows, event_advice, explain_for
+from .approvals import do_allow_for_session, do_allow_for_space, do_revoke_grant
+from .checks import backend_views, policy_backend_warnings
+from .live import bound_sessions, sessions_keeping_old_rules
+from .log import events_for_space
 
 LAYERS = ("dns", "packet", "http", "tls")
 PAGE_SIZE = 50
