@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Sequence
 
 from console.models import NetworkPolicy, Space
 from netpolicy import Cidr, Entry, PolicyError, opened_range, parse_entry
@@ -74,7 +75,7 @@ def _inside(deny: Entry, allow: Entry) -> bool:
     return allow.covers(deny)
 
 
-def _texts(entries: tuple[Entry, ...] | list[Entry]) -> str:
+def _texts(entries: Sequence[Entry]) -> str:
     return ", ".join(str(e) for e in entries)
 
 
