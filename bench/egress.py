@@ -150,10 +150,10 @@ def main() -> int:
     result: dict[str, object] = {}
     with target_namespace() as (namespace, address):
         port = serve_in(namespace, address)
-        plain = NetworkSpec(allow_internet_access=True, allow_public_traffic=False)
+        plain = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False)
         others = tuple(f"203.0.113.{i}/32" for i in range(1, 101))
         names = tuple(f"host{i}.bench.test" for i in range(20))
-        listed = NetworkSpec(
+        listed = NetworkSpec.parse(
             allow_internet_access=True, allow_public_traffic=False, allow_out=(*others, *names, f"{address}/32")
         )
         metadata = {"bench-run": run_id, META_SPACE: f"bench-{run_id}"}
@@ -177,10 +177,10 @@ def main() -> int:
 
             # Policy changes: the server allowed, then not (a domain entry more or less, so the
             # resolver's names change each time too).
-            closed = NetworkSpec(
+            closed = NetworkSpec.parse(
                 allow_internet_access=True, allow_public_traffic=False, allow_out=("198.51.100.0/30", "one.bench.test")
             )
-            opened = NetworkSpec(
+            opened = NetworkSpec.parse(
                 allow_internet_access=True, allow_public_traffic=False, allow_out=(f"{address}/32", "two.bench.test")
             )
             applies, wrong = [], 0

@@ -37,10 +37,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sandboxes.backends.base import META_SPACE, BackendConfig, ExecRequest, L7Rule, NetworkSpec, SandboxSpec
+from netpolicy import parse_l7_rule
+from sandboxes.backends.base import META_SPACE, BackendConfig, ExecRequest, NetworkSpec, SandboxSpec
 from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.egress.proxy import PROXY_HTTP_PORT, PROXY_TLS_PORT
 from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
-from sandboxes.backends.docker.proxy import PROXY_HTTP_PORT, PROXY_TLS_PORT
 from tests.sandboxes.egress_lab import LocalResolver, TargetNamespace, input_exception
 
 # Inside the sandbox: GET /bytes/N over one connection, timed; prints MB/s.
@@ -122,8 +123,8 @@ def _rule_change_ms(backend: DockerBackend, sandbox_id: str, address: str, chang
     """Time from the policy change call until the running sandbox sees the new answer."""
     import threading
 
-    allow = (L7Rule("bench.test", ("GET",), "/bytes/", "allow"),)
-    deny = (L7Rule("bench.test", ("GET",), "/bytes/", "deny"),)
+    allow = (parse_l7_rule({"domain": "bench.test", "methods": ("GET",), "path_prefix": "/bytes/", "action": "allow"}),)
+    deny = (parse_l7_rule({"domain": "bench.test", "methods": ("GET",), "path_prefix": "/bytes/", "action": "deny"}),)
     took: list[float] = []
     for index in range(changes):
         rules, wanted = (deny, 403) if index % 2 == 0 else (allow, 200)
@@ -140,7 +141,7 @@ def _rule_change_ms(backend: DockerBackend, sandbox_id: str, address: str, chang
         time.sleep(1.0)  # the watcher is polling the old answer by now
         started = time.time()
         backend.update_http_rules(
-            sandbox_id, NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=rules)
+            sandbox_id, NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=rules)
         )
         watcher.join(timeout=60)
         flipped = float(answer.get("out", b"0").decode().strip() or 0)
@@ -173,11 +174,15 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
     sandbox_id = ""
     try:
         with input_exception([PROXY_HTTP_PORT, PROXY_TLS_PORT]):
-            rules = (L7Rule("bench.test", ("GET",), "/bytes/", "allow"),)
+            rules = (
+                parse_l7_rule(
+                    {"domain": "bench.test", "methods": ("GET",), "path_prefix": "/bytes/", "action": "allow"}
+                ),
+            )
             info = backend.create(
                 SandboxSpec(
                     template_id=DEFAULT_BASE_IMAGE,
-                    network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=rules),
+                    network=NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=rules),
                     metadata={"bench-run": run_id, META_SPACE: run_id},
                 )
             )

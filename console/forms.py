@@ -8,8 +8,9 @@ from django import forms
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 
+import netpolicy
+
 from .models import Role, Space
-from .network import parse_l7_rule, validate_policy
 
 
 def lines(text: str) -> list[str]:
@@ -98,7 +99,11 @@ class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Role.choices)
 
 
-LIST_HELP = "One entry per line: a CIDR (10.0.0.0/8), an IP address, or a domain (example.com, *.example.com)."
+LIST_HELP = (
+    "One entry per line: a CIDR (10.0.0.0/8), an IP address, or a domain. A plain domain (example.com) is the"
+    " name AND all its subdomains (api.example.com, a.b.example.com); *.example.com is its subdomains only,"
+    " never example.com itself."
+)
 
 
 class NetworkPolicyForm(forms.Form):
@@ -111,8 +116,9 @@ class NetworkPolicyForm(forms.Form):
         required=False,
         label="Allow outbound",
         widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false"}),
-        help_text=LIST_HELP + " Empty: every destination but the always-denied ones (this host, link-local and metadata"
-        " addresses, other sandboxes, private ranges). Not empty: ONLY these destinations are reachable.",
+        help_text=LIST_HELP + " Empty: every destination but the always-denied ones (this host, other sandboxes,"
+        " link-local and metadata addresses, loopback, private ranges). Not empty: ONLY these destinations are"
+        " reachable.",
     )
     deny_out = forms.CharField(
         required=False,
@@ -125,7 +131,8 @@ class NetworkPolicyForm(forms.Form):
         label="Private addresses also allowed",
         widget=forms.Textarea(attrs={"rows": 2, "spellcheck": "false"}),
         help_text=(
-            "One CIDR per line inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10 or fc00::/7:"
+            "One CIDR per line inside a private range (10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, 100.64.0.0/10,"
+            " fc00::/7, ...):"
             " exceptions to the always-denied private ranges. They never turn the allow list on;"
             " deny entries still win."
         ),
@@ -157,7 +164,7 @@ class NetworkPolicyForm(forms.Form):
             "allow_out": "\n".join(policy.allow_out),
             "deny_out": "\n".join(policy.deny_out),
             "allow_private": "\n".join(policy.allow_private),
-            "l7_rules": "\n".join(parse_l7_rule(rule).as_line() for rule in policy.l7_rules),
+            "l7_rules": "\n".join(netpolicy.parse_l7_rule(rule).as_line() for rule in policy.l7_rules),
             "allow_public_traffic": policy.allow_public_traffic,
         }
 
@@ -170,7 +177,7 @@ class NetworkPolicyForm(forms.Form):
         cleaned["deny_out"] = lines(cleaned.get("deny_out", ""))
         cleaned["allow_private"] = lines(cleaned.get("allow_private", ""))
         cleaned["l7_rules"] = lines(cleaned.get("l7_rules", ""))
-        validation = validate_policy(
+        validation = netpolicy.validate(
             allow_internet_access=cleaned.get("allow_internet_access", False),
             allow_out=cleaned["allow_out"],
             deny_out=cleaned["deny_out"],

@@ -105,12 +105,14 @@ def _few(entries: list[str], which: str) -> str:
 class NetworkPolicy(models.Model):
     """The network switches of one space. Every switch is explicit; nothing is inherited.
 
-    Outbound on: an empty allow_out lets out everything but the always-denied set (the host's
-    own addresses, link-local/metadata, other sandboxes, private ranges) and deny_out; a
-    non-empty one lets out only its CIDRs and domain names (`*.example.com` = suffix
-    wildcard). deny_out entries win. allow_private holds private CIDRs also allowed (never
-    switches the space to allow-only). l7_rules is an ordered list of
-    {"domain", "methods", "path_prefix", "action"}. See console/network.py.
+    Stored as the admin's text, validated on save (`netpolicy.validate`); its meaning is
+    `netpolicy`'s, read back typed with `sandboxes.catalog.network.policy_spec`. Outbound on:
+    an empty allow_out lets out everything but the always-denied set (the host's own
+    addresses, link-local/metadata, loopback, other sandboxes, private ranges) and deny_out;
+    a non-empty one lets out only its CIDRs and domains (`example.com` = the name and all
+    its subdomains, `*.example.com` = its subdomains only). deny_out entries win.
+    allow_private holds private CIDRs also allowed (never switches the space to allow-only).
+    l7_rules is an ordered list of {"domain", "methods", "path_prefix", "action"}.
     """
 
     space = models.OneToOneField(Space, on_delete=models.CASCADE, related_name="network_policy", primary_key=True)

@@ -18,8 +18,9 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import slugify
 
+import netpolicy
+
 from .models import AuditEvent, Membership, NetworkPolicy, Role, Space, SpaceLimits
-from .network import PolicyValidation, validate_policy
 from .signals import login_sessions_ended, network_policy_changed
 
 
@@ -312,7 +313,7 @@ def do_update_network_policy(
     allow_private: list[str] | None = None,
     audit_action: str = "network_policy.update",
     audit_details: dict[str, Any] | None = None,
-) -> PolicyValidation:
+) -> netpolicy.Validation:
     """Validate and save the policy. Raises ServiceError with field errors; returns warnings.
 
     `allow_private` None keeps the stored exceptions. Once committed, `network_policy_changed`
@@ -320,7 +321,7 @@ def do_update_network_policy(
     An approval passes its own `audit_action` and details: still one audit row."""
     with transaction.atomic():
         policy, _ = NetworkPolicy.objects.select_for_update().get_or_create(space=space)
-        validation = validate_policy(
+        validation = netpolicy.validate(
             allow_internet_access=allow_internet_access,
             allow_out=allow_out,
             deny_out=deny_out,
@@ -331,10 +332,11 @@ def do_update_network_policy(
             raise ServiceError("The network policy has errors.", field_errors=validation.errors)
         before = policy_snapshot(policy)
         policy.allow_internet_access = allow_internet_access
-        policy.allow_out = validation.allow_out
-        policy.deny_out = validation.deny_out
-        policy.allow_private = validation.allow_private
-        policy.l7_rules = validation.l7_rules
+        texts = validation.texts
+        policy.allow_out = texts["allow_out"]
+        policy.deny_out = texts["deny_out"]
+        policy.allow_private = texts["allow_private"]
+        policy.l7_rules = texts["l7_rules"]
         policy.allow_public_traffic = allow_public_traffic
         policy.save()
         after = policy_snapshot(policy)
@@ -352,7 +354,7 @@ def do_update_network_policy(
 
 
 def policy_warnings(policy: NetworkPolicy) -> list[str]:
-    return validate_policy(
+    return netpolicy.validate(
         allow_internet_access=policy.allow_internet_access,
         allow_out=list(policy.allow_out),
         deny_out=list(policy.deny_out),

@@ -5,7 +5,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from sandboxes.pages import network as network_pages
+from sandboxes.network import pages as network_pages
 
 from . import activity_views, user_views, views
 

@@ -36,7 +36,17 @@ from .entries import (
     parse_entry,
     parse_l7_rule,
 )
-from .policy import MAX_L7_RULES, MAX_LIST_ENTRIES, Policy, Validation, opened_range, validate, warnings
+from .policy import (
+    MAX_L7_RULES,
+    MAX_LIST_ENTRIES,
+    Policy,
+    Validation,
+    opened_parts,
+    opened_range,
+    private_problem,
+    validate,
+    warnings,
+)
 
 __all__ = [
     "ADDRESS_CLASSES",
@@ -67,12 +77,14 @@ __all__ = [
     "http_decision",
     "never_reachable",
     "normalise_name",
+    "opened_parts",
     "opened_range",
     "parse_destination",
     "parse_domain",
     "parse_entry",
     "parse_l7_rule",
     "parse_words",
+    "private_problem",
     "reserved_class",
     "sandbox_class",
     "unmapped",

@@ -15,12 +15,13 @@ The meaning (the policy form and docs/network.md say the same):
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 from .addresses import Treatment, classes
-from .entries import Cidr, Domain, Entry, L7Rule, PolicyError, parse_entry, parse_l7_rule
+from .entries import Cidr, Domain, Entry, IPNetwork, L7Rule, PolicyError, parse_entry, parse_l7_rule
 
 MAX_LIST_ENTRIES = 500
 MAX_L7_RULES = 200
@@ -124,6 +125,29 @@ def opened_range(entry: Cidr) -> Cidr | None:
         if found.network.version == entry.version and entry.network.subnet_of(found.network):  # type: ignore[arg-type]
             return Cidr(found.network)
     return None
+
+
+def opened_parts(entry: Cidr, *, private: bool = True) -> tuple[Cidr, ...]:
+    """The parts of an allow CIDR that `decide` lets through: the entry without the
+    never-reachable classes, and without the private ranges unless the entry lies inside one
+    (`private` False: a backend that cannot open private addresses, never those either). What
+    a backend whose allow entries beat everything else is sent instead of the entry itself."""
+    opens_private = private and opened_range(entry) is not None
+    holes = [
+        c.network
+        for c in (*NEVER_CLASSES, *(() if opens_private else OPENABLE_CLASSES))
+        if c.network.version == entry.version
+    ]
+    parts: list[IPNetwork] = [entry.network]
+    for hole in holes:
+        kept: list[IPNetwork] = []
+        for part in parts:
+            if not part.overlaps(hole):
+                kept.append(part)
+            elif not part.subnet_of(hole):  # type: ignore[arg-type]
+                kept.extend(part.address_exclude(hole))  # type: ignore[arg-type]
+        parts = kept
+    return tuple(Cidr(n) for n in ipaddress.collapse_addresses(parts))  # type: ignore[type-var]
 
 
 # --- Validation for the admin -----------------------------------------------------------------

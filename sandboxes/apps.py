@@ -16,7 +16,7 @@ class SandboxesConfig(AppConfig):
 
         from .catalog import jobs, verify  # noqa: F401
         from .catalog.health import backend_checks
-        from .egress.live import on_policy_changed
+        from .network.live import on_policy_changed
         from .pages import onboarding  # noqa: F401  (the dashboard's getting-started steps)
         from .sessions import gauges, reaper, retention  # noqa: F401
         from .sessions.inbound_hosts import check_setting
@@ -24,7 +24,7 @@ class SandboxesConfig(AppConfig):
         from .terminal import tickets  # noqa: F401
 
         checks.register(check_setting)  # INBOUND_BASE_URL: empty, or a usable wildcard origin
-        network_policy_changed.connect(on_policy_changed, dispatch_uid="sandboxes.egress.live")
+        network_policy_changed.connect(on_policy_changed, dispatch_uid="sandboxes.network.live")
         # Readiness (console/health.py) and scrape-time series (console/metrics.py).
         health.register_checks("session_store", lambda: [("session_store", check_store, True)])
         health.register_checks("backends", backend_checks)

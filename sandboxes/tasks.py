@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from .egress.live import apply_space_policy
-from .egress.log import ingest_refusals
+from .network.live import apply_space_policy
+from .network.log import ingest_refusals
 from .sessions.reaper import start_idle_sweep, start_reaper_pass
 from .sessions.retention import start_retention_pass
 from .terminal.sweep import close_abandoned

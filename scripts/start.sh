@@ -45,7 +45,7 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
       quietly "installing dnsmasq-base, ulogd2, ulogd2-json" bash -c \
         "apt-get update -qq && apt-get install -y -qq --no-install-recommends dnsmasq-base ulogd2 ulogd2-json"
     fi
-    .venv/bin/python -m sandboxes.backends.docker.firewall >>"$SETUP_LOG" 2>&1 ||
+    .venv/bin/python -m sandboxes.backends.docker.egress.firewall >>"$SETUP_LOG" 2>&1 ||
       echo "==> the host packet filter could not be applied (see $SETUP_LOG); sessions with outbound on are refused"
     .venv/bin/python -m sandboxes.backends.docker.egress >>"$SETUP_LOG" 2>&1 ||
       echo "==> ulogd2 could not be started (see $SETUP_LOG); refused connections are not read back"

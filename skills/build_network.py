@@ -20,6 +20,7 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from netpolicy import Cidr, Entry, PolicyError, entry_for, opened_range, parse_domain
 from sandboxes.backends.base import NetworkCapabilities, NetworkSpec
 
 from .install import SkillPayload, StepFailed
@@ -44,20 +45,17 @@ class SourceHost:
             return None
 
     @property
-    def allow_entry(self) -> str:
-        """The allow-list entry: a one-address CIDR (as network policies store it), else the name."""
+    def allow_entry(self) -> Entry:
+        """The allow-list entry: a one-address CIDR, else the name (netpolicy's parser: the name
+        and its subdomains)."""
         address = self.address
-        return host_cidr(address) if address is not None else self.host
+        return entry_for(address) if address is not None else parse_domain(self.host)
 
 
 @dataclass(frozen=True)
 class BuildNetwork:
     spec: NetworkSpec
     description: str  # one line for the job log: which network, and why
-
-
-def host_cidr(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    return str(ipaddress.ip_network(address))
 
 
 def sources_to_reach(sources: PackageSources, skills: Sequence[SkillPayload]) -> list[SourceHost]:
@@ -108,4 +106,15 @@ def can_limit(caps: NetworkCapabilities, needed: Sequence[SourceHost]) -> bool:
     """Whether the backend can allow exactly these hosts (an allow list denies everything else)."""
     if not caps.outbound_toggle:
         return False
-    return all(caps.allow_out_cidr if source.address is not None else caps.allow_out_domain for source in needed)
+    for source in needed:
+        try:
+            entry = source.allow_entry
+        except PolicyError:
+            return False  # a host no allow entry can name (a single-label name): not limitable
+        if isinstance(entry, Cidr):
+            # An address in a private range is reached only where the backend opens one.
+            if not caps.allow_out_cidr or (opened_range(entry) is not None and not caps.allow_private):
+                return False
+        elif not caps.allow_out_domain:
+            return False
+    return True

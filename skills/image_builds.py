@@ -31,8 +31,8 @@ from sandboxes.backends.base import (
 )
 from sandboxes.catalog.bridge import config_fingerprint, console_metadata
 from sandboxes.catalog.services import do_set_session_image
-from sandboxes.egress.log import watch_build_sandbox
 from sandboxes.models import SandboxConfig, SessionImage
+from sandboxes.network.log import watch_build_sandbox
 from sandboxes.sessions.provisioning import backend_for
 
 from . import install, install_packages

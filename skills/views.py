@@ -299,8 +299,8 @@ def _image_url(space: Space, config: SandboxConfig | None) -> str:
 
 def build_refusals(job_ids: list[Any]) -> list[tuple[Any, list[str], list[Any]]]:
     """(job id, proposed allow entries, refused rows) of the builds that had refusals."""
-    from sandboxes.egress.approvals import build_proposals
     from sandboxes.models import EgressEvent
+    from sandboxes.network.approvals import build_proposals
 
     rows = list(EgressEvent.objects.filter(job_id__in=job_ids).order_by("-time")[:200])
     found = []

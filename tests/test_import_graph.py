@@ -260,29 +260,31 @@ def test_the_graph_sees_imports_by_call_and_a_rebound_type_checking():
 _BASE = {"sandboxes.backends", "sandboxes.models"}
 _CATALOG = _BASE | {"sandboxes.catalog"}
 _SESSIONS = _CATALOG | {"sandboxes.sessions"}
-_EGRESS = _SESSIONS | {"sandboxes.egress"}
+_NETWORK = _SESSIONS | {"sandboxes.network"}
 ROOMS: dict[str, set[str]] = {
     "netpolicy": set(),
     "console": set(),
     # The skill builder installs into sessions and builds images on a config's backend.
-    "skills": _EGRESS,
+    "skills": _NETWORK,
     "sandboxes": set(),  # the app's package itself: empty
     "sandboxes.backends": set(),  # the leaf: nothing of ours but itself (see the backend rules)
     "sandboxes.models": set(),  # Django and console.models only
     "sandboxes.catalog": _BASE,
     "sandboxes.sessions": _CATALOG,
-    "sandboxes.egress": _SESSIONS,
-    "sandboxes.api": _EGRESS,
+    # A space's policy in use: explain, advice, checks, live, approvals, the refusal log, and
+    # their pages (a session by the pages' lookups) and API routes (the API's views and wire).
+    "sandboxes.network": _SESSIONS | {"sandboxes.pages", "sandboxes.api"},
+    "sandboxes.api": _NETWORK,
     "sandboxes.terminal": _SESSIONS,
     # The ASGI route to sandbox ports: the session side (sessions.inbound) and the contract.
     "sandboxes.inbound": _SESSIONS,
     # The pages sit on top: token writes live with the API, the terminal page with the terminal.
-    "sandboxes.pages": _EGRESS | {"sandboxes.api", "sandboxes.terminal"},
+    "sandboxes.pages": _NETWORK | {"sandboxes.api", "sandboxes.terminal"},
     # Entry points: Celery tasks and management commands call the rooms that do the work.
-    "sandboxes.tasks": _EGRESS | {"sandboxes.terminal"},
+    "sandboxes.tasks": _NETWORK | {"sandboxes.terminal"},
     "sandboxes.management": _SESSIONS,
     # AppConfig.ready(): registers jobs, checks, signals and getting-started steps of every room.
-    "sandboxes.apps": _EGRESS | {"sandboxes.terminal", "sandboxes.pages"},
+    "sandboxes.apps": _NETWORK | {"sandboxes.terminal", "sandboxes.pages"},
     **{name: {"*"} for name in WIRING},  # the root: names every app's routes
 }
 

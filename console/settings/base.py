@@ -349,7 +349,7 @@ RETENTION_DAYS: dict[str, int] = {
     "terminals": int(os.environ.get("RETENTION_TERMINALS_DAYS", 90)),
     "commands": int(os.environ.get("RETENTION_COMMANDS_DAYS", 30)),
     "artifacts": int(os.environ.get("RETENTION_ARTIFACTS_DAYS", 30)),
-    # Refused outbound attempts (sandboxes.egress; docs/network.md).
+    # Refused outbound attempts (sandboxes.network; docs/network.md).
     "egress_events": int(os.environ.get("EGRESS_LOG_RETENTION_DAYS", 14)),
     "activity_samples": int(os.environ.get("RETENTION_ACTIVITY_SAMPLES_DAYS", 14)),
 }
@@ -358,7 +358,7 @@ RETENTION_INTERVAL_S = float(os.environ.get("RETENTION_INTERVAL_S", 3600))
 # A finished background command's output stays readable (Redis ring buffer) this long.
 COMMAND_OUTPUT_RETENTION_S = int(os.environ.get("COMMAND_OUTPUT_RETENTION_S", 3600))
 
-# Egress (sandboxes/egress; docs/network.md): how often refusals are read back from
+# Egress (sandboxes/network; docs/network.md): how often refusals are read back from
 # the backends, how many are kept per session (their days: RETENTION_DAYS["egress_events"]),
 # and how long a policy change may spend reaching running sandboxes in the request.
 EGRESS_INGEST_INTERVAL_S = float(os.environ.get("EGRESS_INGEST_INTERVAL_S", 5))
@@ -371,7 +371,7 @@ ACTIVITY_MAX_GAP_S = float(os.environ.get("ACTIVITY_MAX_GAP_S", 5 * ACTIVITY_SAM
 
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
     "egress-ingest": {
-        "function": "sandboxes.egress.log.ingest_refusals",
+        "function": "sandboxes.network.log.ingest_refusals",
         "celery_task": "sandboxes.egress_ingest",
         "every_s": EGRESS_INGEST_INTERVAL_S,
     },

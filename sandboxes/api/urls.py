@@ -2,8 +2,8 @@
 
 from django.urls import path
 
+from ..network import api as api_network
 from . import inbound as api_inbound
-from . import network as api_network
 from . import views as api
 
 app_name = "api"

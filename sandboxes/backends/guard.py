@@ -25,97 +25,23 @@ import httpx
 import requests
 import requests.adapters
 
+from netpolicy import ADDRESS_CLASSES, Treatment
+from netpolicy.addresses import NAT64_LOCAL, embedded_ipv4
+
 from .base import ErrorKind, RemoteError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
-
-def _nets(*entries: tuple[str, str]) -> list[tuple[Network, str]]:
-    return [(ipaddress.ip_network(cidr), reason) for cidr, reason in entries]
-
-
-ALWAYS_REFUSED = _nets(
-    ("169.254.0.0/16", "link-local (cloud metadata lives here)"),
-    ("fe80::/10", "link-local"),
-    ("100.100.100.200/32", "a cloud metadata address"),
-    ("168.63.129.16/32", "a cloud metadata address"),
-    ("fd00:ec2::254/128", "a cloud metadata address"),
-    ("224.0.0.0/4", "multicast"),
-    ("ff00::/8", "multicast"),
-    ("0.0.0.0/8", "unspecified"),
-    ("::/128", "unspecified"),
-    ("255.255.255.255/32", "broadcast"),
-)
-PRIVATE_OPT_IN = _nets(
-    ("127.0.0.0/8", "loopback"),
-    ("::1/128", "loopback"),
-    ("10.0.0.0/8", "a private range"),
-    ("172.16.0.0/12", "a private range"),
-    ("192.168.0.0/16", "a private range"),
-    ("fc00::/7", "a private range"),
-    ("fec0::/10", "a private range (site-local)"),
-    ("100.64.0.0/10", "shared address space (100.64.0.0/10)"),
-    ("64:ff9b:1::/48", "a local-use NAT64 prefix (64:ff9b:1::/48)"),
-    # Special-purpose ranges (IANA registries): not public, so not without the opt-in.
-    ("192.0.0.0/24", "an IETF protocol assignment (192.0.0.0/24)"),
-    ("192.0.2.0/24", "a documentation range"),
-    ("198.51.100.0/24", "a documentation range"),
-    ("203.0.113.0/24", "a documentation range"),
-    ("198.18.0.0/15", "the benchmarking range (198.18.0.0/15)"),
-    ("192.88.99.0/24", "the deprecated 6to4 relay range"),
-    ("240.0.0.0/4", "reserved (240.0.0.0/4)"),
-    ("100::/64", "a discard-only range"),
-    ("2001:2::/48", "the benchmarking range (2001:2::/48)"),
-    ("2001:db8::/32", "a documentation range"),
-    ("3fff::/20", "a documentation range"),
-    ("2001::/23", "an IETF protocol assignment (2001::/23)"),
-    ("5f00::/16", "a segment-routing range"),
-)
-
-# IPv6 forms that carry an IPv4 address: a packet to one reaches (or is translated to) the
-# IPv4 address inside, so that address is what gets judged.
-_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
-_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT (RFC 2765)
-_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated IPv4-compatible ::a.b.c.d
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
-_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215, any RFC 6052 layout
-_SIXTOFOUR = ipaddress.ip_network("2002::/16")
-_TEREDO = ipaddress.ip_network("2001::/32")
-_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
-
-
-def _rfc6052_ipv4(value: int, prefix_len: int) -> ipaddress.IPv4Address:
-    """The IPv4 address at the RFC 6052 position for a NAT64 prefix of this length."""
-    if prefix_len == 96:
-        return ipaddress.IPv4Address(value & 0xFFFFFFFF)
-    # Bits 64-71 (the "u" octet) hold no address bits: drop them, then read the 32 bits
-    # that follow the prefix (prefixes of 32 to 64 bits end before the u octet).
-    without_u = ((value >> 64) << 56) | (value & ((1 << 56) - 1))
-    return ipaddress.IPv4Address((without_u >> (120 - prefix_len - 32)) & 0xFFFFFFFF)
-
-
-def embedded_ipv4(ip: IPAddress) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses an IPv6 address embeds (mapped, compatible, NAT64, 6to4, Teredo)."""
-    if not isinstance(ip, ipaddress.IPv6Address):
-        return []
-    value = int(ip)
-    if ip in _MAPPED or ip in _TRANSLATED or ip in _NAT64:
-        return [ipaddress.IPv4Address(value & 0xFFFFFFFF)]
-    if ip in _COMPATIBLE:
-        # :: and ::1 are the IPv6 unspecified and loopback addresses, judged as themselves.
-        return [ipaddress.IPv4Address(value)] if value > 1 else []
-    if ip in _NAT64_LOCAL:
-        # The prefix length in use is not known: judge the address at each RFC 6052 position
-        # (zero bits read as 0.0.0.0 at unused positions mean nothing), and the prefix too.
-        candidates = {_rfc6052_ipv4(value, length) for length in (48, 56, 64, 96)}
-        return sorted(c for c in candidates if c not in _THIS_NETWORK)
-    if ip in _SIXTOFOUR:
-        return [ipaddress.IPv4Address((value >> 80) & 0xFFFFFFFF)]
-    if ip in _TEREDO and ip.teredo is not None:
-        server, client = ip.teredo
-        return [server, client]
-    return []
+# The address classes are netpolicy's (one table for the sandboxes' policy and this guard),
+# read with their endpoint treatment: NEVER refused, OPENABLE only with the opt-in.
+ALWAYS_REFUSED: list[tuple[Network, str]] = [
+    (c.network, c.reason) for c in ADDRESS_CLASSES if c.endpoint == Treatment.NEVER
+]
+PRIVATE_OPT_IN: list[tuple[Network, str]] = [
+    (c.network, c.reason) for c in ADDRESS_CLASSES if c.endpoint == Treatment.OPENABLE
+]
+_NAT64_LOCAL = NAT64_LOCAL
 
 
 _OPT_IN_HINT = "allow private endpoints on this config to use it"

@@ -7,33 +7,27 @@ Imports the models and the backends' contract only.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-from dataclasses import asdict
+from collections.abc import Sequence
 
 from console.models import NetworkPolicy, Space
-from console.network import Destination, overlaps, parse_destination, private_range_of
+from netpolicy import Cidr, Entry, PolicyError, opened_range, parse_entry
 
-from ..backends.base import Backend, ErrorKind, L7Rule, NetworkCapabilities, NetworkSpec, RemoteError
+from ..backends.base import Backend, ErrorKind, NetworkCapabilities, NetworkSpec, RemoteError
 from ..models import Session, SessionGrant
 
 
 def policy_spec(policy: NetworkPolicy) -> NetworkSpec:
-    return NetworkSpec(
+    """The stored policy (text, validated on save) as the typed spec sent to a backend."""
+    return NetworkSpec.parse(
         allow_internet_access=policy.allow_internet_access,
         allow_public_traffic=policy.allow_public_traffic,
-        allow_out=tuple(policy.allow_out),
-        deny_out=tuple(policy.deny_out),
-        allow_private=tuple(policy.allow_private),
-        l7_rules=tuple(
-            L7Rule(
-                domain=rule["domain"],
-                methods=tuple(rule.get("methods") or ()),
-                path_prefix=rule.get("path_prefix") or "/",
-                action=rule["action"],
-            )
-            for rule in policy.l7_rules
-        ),
+        allow_out=policy.allow_out,
+        deny_out=policy.deny_out,
+        allow_private=policy.allow_private,
+        l7_rules=policy.l7_rules,
     )
 
 
@@ -44,33 +38,19 @@ def merge_grants(spec: NetworkSpec, grants: list[SessionGrant]) -> NetworkSpec:
     entry joins the private exceptions. Deny entries still win. Outbound off stays off."""
     if not spec.allow_internet_access or not grants:
         return spec
-    allow = list(spec.allow_out)
-    private = list(spec.allow_private)
+    allow: list[Entry] = list(spec.allow_out)
+    private: list[Cidr] = list(spec.allow_private)
     for grant in grants:
+        try:
+            entry = parse_entry(grant.entry)
+        except PolicyError:
+            continue  # written by an approval, so parsed once already; never a half-applied grant
         if grant.kind == SessionGrant.Kind.ALLOW and spec.allow_out:
-            target = allow
-        elif grant.kind == SessionGrant.Kind.PRIVATE or _is_private_cidr(grant.entry):
-            target = private
-        else:
-            continue  # the space allows every destination now: nothing to add
-        if grant.entry not in target:
-            target.append(grant.entry)
-    return NetworkSpec(
-        allow_internet_access=spec.allow_internet_access,
-        allow_public_traffic=spec.allow_public_traffic,
-        allow_out=tuple(allow),
-        deny_out=spec.deny_out,
-        allow_private=tuple(private),
-        l7_rules=spec.l7_rules,
-    )
-
-
-def _is_private_cidr(entry: str) -> bool:
-    try:
-        destination = parse_destination(entry)
-    except ValueError:
-        return False
-    return destination.network is not None and private_range_of(destination.network) is not None
+            allow.append(entry)
+        elif isinstance(entry, Cidr) and (grant.kind == SessionGrant.Kind.PRIVATE or opened_range(entry) is not None):
+            private.append(entry)
+        # else: the space allows every destination now, nothing to add
+    return dataclasses.replace(spec, allow_out=tuple(dict.fromkeys(allow)), allow_private=tuple(dict.fromkeys(private)))
 
 
 def network_spec_for(space: Space, session: Session | None = None) -> NetworkSpec:
@@ -82,19 +62,21 @@ def network_spec_for(space: Space, session: Session | None = None) -> NetworkSpe
 
 
 def spec_fingerprint(spec: NetworkSpec) -> str:
-    """A short, stable name for a NetworkSpec: equal specs, equal fingerprints."""
-    material = json.dumps(asdict(spec), sort_keys=True, default=list)
+    """A short, stable name for a NetworkSpec: equal specs, equal fingerprints. The material
+    is the spec as text, in the shape the string-typed spec of earlier consoles had, so a
+    sandbox's stored fingerprint stays current across the change to typed entries."""
+    material = json.dumps({**spec.texts(), "allow_public_traffic": spec.allow_public_traffic}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
-def _names(destinations: list[Destination]) -> tuple[list[str], list[str]]:
-    return [d.text for d in destinations if d.network is not None], [d.text for d in destinations if d.network is None]
-
-
-def _inside(deny: Destination, allow: Destination) -> bool:
-    if deny.network is not None and allow.network is not None:
-        return overlaps(deny.network, allow.network)
+def _inside(deny: Entry, allow: Entry) -> bool:
+    if isinstance(deny, Cidr) and isinstance(allow, Cidr):
+        return deny.overlaps(allow)
     return allow.covers(deny)
+
+
+def _texts(entries: Sequence[Entry]) -> str:
+    return ", ".join(str(e) for e in entries)
 
 
 def unsupported_policy_switches(network: NetworkSpec | NetworkPolicy, caps: NetworkCapabilities) -> list[str]:
@@ -102,28 +84,37 @@ def unsupported_policy_switches(network: NetworkSpec | NetworkPolicy, caps: Netw
     spec = policy_spec(network) if isinstance(network, NetworkPolicy) else network
     problems = []
     if spec.allow_internet_access:
-        # Stored entries were validated on save; parse_destination tells networks from names.
-        allowed = [parse_destination(entry) for entry in spec.allow_out]
-        denied = [parse_destination(entry) for entry in spec.deny_out]
-        private = [parse_destination(entry) for entry in spec.allow_private]
-        for verb, entries, cidr_ok, domain_ok in (
-            ("deny", denied, caps.deny_out_cidr, caps.deny_out_domain),
-            ("allow", allowed, caps.allow_out_cidr, caps.allow_out_domain),
+        for verb, which, cidr_ok, domain_ok in (
+            ("deny", "deny_out", caps.deny_out_cidr, caps.deny_out_domain),
+            ("allow", "allow_out", caps.allow_out_cidr, caps.allow_out_domain),
         ):
-            cidrs, domains = _names(entries)
+            cidrs, domains = spec.cidrs(which), spec.domains(which)
             if cidrs and not cidr_ok:
-                problems.append(f"CIDR {verb} entries ({', '.join(cidrs)})")
+                problems.append(f"CIDR {verb} entries ({_texts(cidrs)})")
             if domains and not domain_ok:
-                problems.append(f"domain {verb} entries ({', '.join(domains)})")
-        if private and not caps.allow_private:
-            problems.append(f"private addresses also allowed ({', '.join(d.text for d in private)})")
+                problems.append(f"domain {verb} entries ({_texts(domains)})")
+        if not caps.allow_private:
+            # This backend never opens a private address: neither a private exception nor
+            # an allow entry inside a private range would reach it.
+            if spec.allow_private:
+                problems.append(f"private addresses also allowed ({_texts(spec.allow_private)})")
+            inside = [e for e in spec.cidrs("allow_out") if opened_range(e) is not None]
+            if inside:
+                problems.append(f"allow entries inside a private range ({_texts(inside)})")
         if not caps.deny_wins:
-            # Where an allow entry beats a deny entry, a deny entry inside an allowed range is lost.
-            for deny in denied:
-                holder = next((a for a in allowed + private if _inside(deny, a)), None)
+            # Where an allow entry beats a deny entry, a deny entry inside an allowed range is
+            # lost, and so is a deny CIDR beside allowed names (a name's addresses get through).
+            allowed: list[Entry] = [*spec.allow_out, *spec.allow_private]
+            for deny in spec.deny_out:
+                holder = next((a for a in allowed if _inside(deny, a)), None)
                 if holder is not None:
                     problems.append(
-                        f"deny entry {deny.text} inside allow entry {holder.text} (on this backend allow entries win)"
+                        f"deny entry {deny} inside allow entry {holder} (on this backend allow entries win)"
+                    )
+                elif isinstance(deny, Cidr) and spec.domains("allow_out"):
+                    problems.append(
+                        f"deny entry {deny} beside allowed domains ({_texts(spec.domains('allow_out'))}):"
+                        " on this backend an allowed name's addresses are let through whatever the deny list says"
                     )
         if spec.l7_rules and not caps.l7_rules:
             problems.append(f"{len(spec.l7_rules)} HTTP (L7) rule(s)")

@@ -1,5 +1,5 @@
 """Egress models: refused outbound attempts, session grants, the refusal read cursors and the
-watched build sandboxes (sandboxes.egress).
+watched build sandboxes (sandboxes.network).
 
 May import: Django, `console.models`, `.catalog` and `.sessions`; nothing else of sandboxes.
 """

@@ -26,6 +26,7 @@ from console.views import is_htmx, paginate, query_without_page, swaps
 
 from ..backends.base import RemoteError
 from ..models import Artifact, BackgroundCommand, Session
+from ..network.advice import advice_rows
 from ..sessions.commands import kill_command, read_output, start_command
 from ..sessions.provisioning import effective_template
 from ..sessions.runtime import Runtime
@@ -110,7 +111,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "artifacts": session.artifacts.all()[:50],
         "commands": session.commands.all()[:20],
         "inbound": inbound_context(request, session, can_use=can_use),
-        "egress_events": session.egress_events.all()[:20],
+        "egress_events": advice_rows(session.space, list(session.egress_events.select_related("session")[:20])),
         "egress_grants": session.egress_grants.all(),
         "section": "sessions",
         **stats_context(request, session),

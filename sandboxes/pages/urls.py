@@ -2,8 +2,9 @@
 
 from django.urls import path
 
+from ..network import pages as network
 from ..terminal import views as terminal_views
-from . import catalog, configs, inbound, network, platform, sessions, tokens
+from . import catalog, configs, inbound, platform, sessions, tokens
 
 app_name = "sandboxes"
 

@@ -11,7 +11,7 @@ from django.urls import reverse
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, NetworkPolicy
 from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, RemoteError, SandboxSpec
-from sandboxes.backends.docker.proxy import squid_available
+from sandboxes.backends.docker.egress.proxy import squid_available
 from sandboxes.catalog.bridge import console_metadata, open_backend
 from sandboxes.catalog.templates import owner_labels
 from sandboxes.models import PlatformBackend, SandboxConfig

@@ -31,7 +31,7 @@ from sandboxes.backends.base import (
     TemplateBuildSpec,
 )
 from sandboxes.backends.docker.backend import DockerBackend
-from sandboxes.backends.docker.proxy import squid_available
+from sandboxes.backends.docker.egress.proxy import squid_available
 from tests.sandboxes.backend_conformance import (
     BackendConformance,
     SandboxFactory,
@@ -129,7 +129,7 @@ class TestDockerBackend:
         self, backend: DockerBackend, make_sandbox: SandboxFactory, engine: docker.DockerClient
     ) -> None:
         offline = make_sandbox()
-        online = make_sandbox(network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False))
+        online = make_sandbox(network=NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False))
         assert run(backend, offline.sandbox_id, "ls /sys/class/net").split() == ["lo"]
         assert "eth0" in run(backend, online.sandbox_id, "ls /sys/class/net").split()
         networks = engine.api.inspect_container(online.sandbox_id)["NetworkSettings"]["Networks"]
@@ -145,7 +145,9 @@ class TestDockerBackend:
     @pytest.mark.parametrize(
         "network",
         [
-            NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_out=("not a destination!",)),
+            NetworkSpec.parse(
+                allow_internet_access=True, allow_public_traffic=False, allow_out=("not a destination!",)
+            ),
         ],
         ids=["garbage-entry"],
     )

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from sandboxes.backends.docker.dns import Resolver, process_exited
-from sandboxes.backends.docker.egress import NO_UPSTREAM_RULE, SandboxState, dns_refusal_rule
+from sandboxes.backends.docker.egress.component import NO_UPSTREAM_RULE, SandboxState, dns_refusal_rule
+from sandboxes.backends.docker.egress.dns import Resolver, process_exited
 
 
 def _wait_zombie(pid: int) -> None:

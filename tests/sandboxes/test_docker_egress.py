@@ -21,9 +21,9 @@ import pytest
 
 from sandboxes.backends.base import ExecRequest, IdleMode, NetworkSpec
 from sandboxes.backends.docker.backend import DockerBackend
-from sandboxes.backends.docker.egress_rules import chain_name
-from sandboxes.backends.docker.firewall import TABLE_NAME
-from sandboxes.backends.docker.proxy import squid_available
+from sandboxes.backends.docker.egress.firewall import TABLE_NAME
+from sandboxes.backends.docker.egress.proxy import squid_available
+from sandboxes.backends.docker.egress.rules import chain_name
 from tests.netns import BannerServer, dummy_link_local, namespace
 from tests.sandboxes.backend_conformance import run
 from tests.sandboxes.egress_support import (
@@ -46,12 +46,12 @@ from tests.sandboxes.egress_support import (
 
 pytestmark = [pytest.mark.docker]
 
-OPEN = NetworkSpec(allow_internet_access=True, allow_public_traffic=False)
-OFF = NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
+OPEN = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False)
+OFF = NetworkSpec.parse(allow_internet_access=False, allow_public_traffic=False)
 
 
 def only(*allow: str, deny: tuple[str, ...] = ()) -> NetworkSpec:
-    return NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_out=allow, deny_out=deny)
+    return NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=allow, deny_out=deny)
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +180,7 @@ def test_dns_answers_allowed_names_only_and_nothing_when_off(
     backend: DockerBackend, make_sandbox: SandboxMaker, servers: tuple[NamespaceServers, NamespaceServers]
 ) -> None:
     allowed, _other = servers
-    open_sandbox = make_sandbox(NetworkSpec(True, False, deny_out=("other.test",)))
+    open_sandbox = make_sandbox(NetworkSpec.parse(True, False, deny_out=("other.test",)))
     names = resolve(backend, open_sandbox.sandbox_id, ["www.name.test", "other.test", "unknown.test"])
     assert names["www.name.test"] == [allowed.v4.host]  # outbound on, no allow list: forwarded
     assert names["other.test"] == []  # a deny entry

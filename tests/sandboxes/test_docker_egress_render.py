@@ -10,23 +10,27 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.backends.base import ErrorKind, NetworkSpec, RemoteError
-from sandboxes.backends.docker.dns import DnsPolicy, policy_for, read_refusals, render_config
-from sandboxes.backends.docker.egress_rules import (
+from netpolicy import Domain, PolicyError, parse_domain
+from sandboxes.backends.base import NetworkSpec
+from sandboxes.backends.docker.egress.dns import DnsPolicy, policy_for, read_refusals, render_config
+from sandboxes.backends.docker.egress.firewall import render_ruleset
+from sandboxes.backends.docker.egress.rules import (
     Binding,
     chain_rules,
     domain_sets,
-    parse_entries,
     render_removal,
     render_update,
 )
-from sandboxes.backends.docker.firewall import render_ruleset
 
 SANDBOX = "ab" * 32
 
 
+def d(*names: str) -> tuple[Domain, ...]:
+    return tuple(parse_domain(n) for n in names)
+
+
 def spec(allow: tuple[str, ...] = (), deny: tuple[str, ...] = ()) -> NetworkSpec:
-    return NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_out=allow, deny_out=deny)
+    return NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=allow, deny_out=deny)
 
 
 def index(rules: list[str], fragment: str) -> int:
@@ -55,14 +59,13 @@ def test_only_a_cidr_inside_a_private_range_opens_it() -> None:
     assert index(rules, "always denied: link-local/metadata") < index(rules, "ip daddr 10.1.0.0/16 accept")
 
 
-def test_entries_that_are_neither_cidr_nor_domain_are_refused() -> None:
+def test_entries_that_are_neither_cidr_nor_domain_never_reach_a_renderer() -> None:
     for bad in ("a b", "x; drop", '"quoted"', "-x.example", "*.*.example.com", "10.0.0.0/33"):
-        with pytest.raises(RemoteError) as caught:
-            parse_entries((bad,), "allow_out")
-        assert caught.value.kind == ErrorKind.INVALID
-    parsed = parse_entries(("2001:DB8::1", "Example.COM.", "10.0.0.1"), "allow_out")
-    assert [str(n) for n in parsed.v6] == ["2001:db8::1/128"]
-    assert parsed.domains == ("example.com",)
+        with pytest.raises(PolicyError):
+            spec(allow=(bad,))
+    rules = chain_rules(spec(allow=("2001:DB8::1", "Example.COM.", "10.0.0.1")))
+    assert index(rules, "ip6 daddr 2001:db8::1/128 accept") >= 0
+    assert index(rules, f"@{domain_sets('example.com')[0]} accept") >= 0
 
 
 def test_an_update_moves_the_binding_and_removal_cleans_up() -> None:
@@ -77,7 +80,7 @@ def test_an_update_moves_the_binding_and_removal_cleans_up() -> None:
     assert (
         'add element inet sandbox_console sandboxes_v6 { "sbx-aaaaaaaaaaa" . fd00:1::3 : jump s_abababababab }' in text
     )
-    off = render_update(SANDBOX, NetworkSpec(False, False), new, None, set())
+    off = render_update(SANDBOX, NetworkSpec(allow_internet_access=False, allow_public_traffic=False), new, None, set())
     assert "jump s_" not in off
     assert 'log prefix "egress: outbound off"' in off
     removal = render_removal(SANDBOX, new, set())
@@ -103,7 +106,7 @@ def test_the_resolver_answers_only_allowed_names_under_an_allow_list() -> None:
     listed = render_config(
         "172.20.0.1",
         "127.0.0.1#5353",
-        DnsPolicy(answer_all=False, allowed=("*.example.com", "pypi.test"), denied=("bad.example.com",)),
+        DnsPolicy(answer_all=False, allowed=d("*.example.com", "pypi.test"), denied=d("bad.example.com")),
         "/tmp/log",
         "/tmp/pid",
     )
@@ -115,17 +118,17 @@ def test_the_resolver_answers_only_allowed_names_under_an_allow_list() -> None:
     set4, set6 = domain_sets("*.example.com")
     assert f"nftset=/example.com/4#inet#sandbox_console#{set4},6#inet#sandbox_console#{set6}" in lines
     assert "listen-address=172.20.0.1" in lines
-    everything = render_config("172.20.0.1", "127.0.0.1", DnsPolicy(answer_all=True, denied=("x.test",)), "l", "p")
+    everything = render_config("172.20.0.1", "127.0.0.1", DnsPolicy(answer_all=True, denied=d("x.test")), "l", "p")
     assert "server=127.0.0.1" in everything.splitlines()
     assert "address=/x.test/" in everything.splitlines()
     assert "address=/#/" in render_config("172.20.0.1", "", DnsPolicy(answer_all=True), "l", "p").splitlines()
 
 
 def test_the_resolver_policy_of_a_network_is_the_union_of_its_sandboxes() -> None:
-    assert policy_for([(True, ("a.test",), ("x.test",)), (True, ("b.test",), ("x.test", "y.test"))]) == DnsPolicy(
-        answer_all=False, allowed=("a.test", "b.test"), denied=("x.test",), denied_by_some=("y.test",)
+    assert policy_for([(True, d("a.test"), d("x.test")), (True, d("b.test"), d("x.test", "y.test"))]) == DnsPolicy(
+        answer_all=False, allowed=d("a.test", "b.test"), denied=d("x.test"), denied_by_some=d("y.test")
     )
-    assert policy_for([(True, ("a.test",), ()), (False, (), ())]).answer_all
+    assert policy_for([(True, d("a.test"), ()), (False, (), ())]).answer_all
 
 
 def test_refused_queries_are_read_from_the_query_log(tmp_path: Path) -> None:
@@ -144,3 +147,20 @@ def test_refused_queries_are_read_from_the_query_log(tmp_path: Path) -> None:
     assert read_refusals(str(log), offset) == ([], offset)
     log.write_text("")  # rotated
     assert read_refusals(str(log), offset) == ([], 0)
+
+
+def test_a_deny_entry_covering_an_allowed_name_leaves_it_unforwarded() -> None:
+    """Deny wins at the resolver too: dnsmasq picks the longest match, so a `server=` line
+    for an allowed name inside a denied domain would forward it past the deny entry."""
+    config = render_config(
+        "172.20.0.1",
+        "127.0.0.1#5353",
+        policy_for([(True, d("api.example.test", "*.wild.test", "ok.test"), d("example.test", "wild.test"))]),
+        "/tmp/log",
+        "/tmp/pid",
+    ).splitlines()
+    assert not any(line.startswith("server=/api.example.test/") for line in config)
+    assert not any(line.startswith("server=/*.wild.test/") for line in config)
+    assert not any(line.startswith("nftset=/api.example.test/") for line in config)
+    assert "server=/ok.test/127.0.0.1#5353" in config
+    assert "address=/example.test/" in config

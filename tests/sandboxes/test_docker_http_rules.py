@@ -21,19 +21,19 @@ from pathlib import Path
 import docker.types
 import pytest
 
+from netpolicy import parse_l7_rule
 from sandboxes.backends.base import (
     META_SPACE,
     BackendConfig,
     ExecRequest,
-    L7Rule,
     NetworkSpec,
     SandboxSpec,
 )
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.common import KIND_NETWORK, LABEL_NETWORK_SPACE
-from sandboxes.backends.docker.firewall import bridge_name
+from sandboxes.backends.docker.egress.firewall import bridge_name
+from sandboxes.backends.docker.egress.proxy import PROXY_HTTP_PORT, PROXY_TLS_PORT, squid_available
 from sandboxes.backends.docker.image import LABEL_KIND, LABEL_MANAGED
-from sandboxes.backends.docker.proxy import PROXY_HTTP_PORT, PROXY_TLS_PORT, squid_available
 from tests.sandboxes.conftest import docker_test_network_name
 from tests.sandboxes.egress_lab import LocalResolver, TargetNamespace, input_exception
 
@@ -41,11 +41,11 @@ pytestmark = [pytest.mark.docker]
 
 NAMES = ("web.test", "tls-ok.test", "tls-bad.test", "secret.test", "other.test")
 RULES = (
-    L7Rule("web.test", ("GET",), "/public", "allow"),
-    L7Rule("web.test", ("GET",), "/admin", "deny"),
-    L7Rule("tls-ok.test"),
-    L7Rule("tls-bad.test", action="deny"),
-    L7Rule("secret.test", ("POST",), "/", "deny"),
+    parse_l7_rule({"domain": "web.test", "methods": ("GET",), "path_prefix": "/public", "action": "allow"}),
+    parse_l7_rule({"domain": "web.test", "methods": ("GET",), "path_prefix": "/admin", "action": "deny"}),
+    parse_l7_rule({"domain": "tls-ok.test", "action": "allow"}),
+    parse_l7_rule({"domain": "tls-bad.test", "action": "deny"}),
+    parse_l7_rule({"domain": "secret.test", "methods": ("POST",), "path_prefix": "/", "action": "deny"}),
 )
 
 # Runs inside the sandbox: plain sockets and http.client, no proxy settings consulted.
@@ -116,7 +116,7 @@ def lab(docker_base_image: str, test_run_id: str) -> Iterator[Lab]:
             info = backend.create(
                 SandboxSpec(
                     template_id=docker_base_image,
-                    network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=RULES),
+                    network=NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=RULES),
                     metadata={"test-run": test_run_id, META_SPACE: f"l7-{uuid.uuid4().hex[:6]}"},
                 )
             )
@@ -233,8 +233,12 @@ def test_the_hosts_own_addresses_are_refused_by_the_proxy(lab: Lab) -> None:
 
 def test_a_rule_change_reaches_the_running_sandbox_within_5_s(lab: Lab) -> None:
     assert lab.http("GET", "web.test", "/admin/").startswith("403 ")
-    changed = (RULES[0], L7Rule("web.test", ("GET",), "/admin", "allow"), *RULES[2:])
-    network = NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=changed)
+    changed = (
+        RULES[0],
+        parse_l7_rule({"domain": "web.test", "methods": ("GET",), "path_prefix": "/admin", "action": "allow"}),
+        *RULES[2:],
+    )
+    network = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=changed)
     started = time.monotonic()
     lab.backend.update_http_rules(lab.sandbox_id, network)
     while not lab.http("GET", "web.test", "/admin/").startswith("200 "):
@@ -243,7 +247,7 @@ def test_a_rule_change_reaches_the_running_sandbox_within_5_s(lab: Lab) -> None:
     took = time.monotonic() - started
     print(f"rule change in force after {took:.2f} s")
     assert lab.tls("tls-ok.test") == "tls HTTP/1.1 200 OK"
-    original = NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=RULES)
+    original = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=RULES)
     lab.backend.update_http_rules(lab.sandbox_id, original)
     deadline = time.monotonic() + 5
     while not lab.http("GET", "web.test", "/admin/").startswith("403 "):
@@ -254,11 +258,11 @@ def test_a_rule_change_reaches_the_running_sandbox_within_5_s(lab: Lab) -> None:
 def test_each_space_has_its_own_rules(lab: Lab, docker_base_image: str, test_run_id: str) -> None:
     # A second space joins the running squid (reconfigured: a new gateway to listen on);
     # its rules hold for its sandboxes only.
-    other_rules = (L7Rule("web.test", action="deny"),)
+    other_rules = (parse_l7_rule({"domain": "web.test", "action": "deny"}),)
     info = lab.backend.create(
         SandboxSpec(
             template_id=docker_base_image,
-            network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=other_rules),
+            network=NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=other_rules),
             metadata={"test-run": test_run_id, META_SPACE: f"l7b-{uuid.uuid4().hex[:6]}"},
         )
     )
@@ -287,11 +291,11 @@ def test_ipv6_is_redirected_and_decided_the_same(lab: Lab, docker_base_image: st
         options={"com.docker.network.bridge.enable_icc": "false", "com.docker.network.bridge.name": bridge_name(name)},
         labels={LABEL_MANAGED: "1", LABEL_KIND: KIND_NETWORK, LABEL_NETWORK_SPACE: space},
     )
-    rules = (L7Rule("v6.test", ("GET",), "/public", "allow"),)
+    rules = (parse_l7_rule({"domain": "v6.test", "methods": ("GET",), "path_prefix": "/public", "action": "allow"}),)
     info = lab.backend.create(
         SandboxSpec(
             template_id=docker_base_image,
-            network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False, l7_rules=rules),
+            network=NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=rules),
             metadata={"test-run": test_run_id, META_SPACE: space},
         )
     )

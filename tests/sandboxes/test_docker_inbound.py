@@ -21,7 +21,7 @@ import pytest
 
 from sandboxes.backends.base import BackendConfig, ErrorKind, NetworkSpec, RemoteError, SandboxSpec
 from sandboxes.backends.docker.backend import DockerBackend
-from sandboxes.backends.docker.firewall import TABLE_FAMILY, TABLE_NAME
+from sandboxes.backends.docker.egress.firewall import TABLE_FAMILY, TABLE_NAME
 from sandboxes.backends.docker.inbound import LABEL_TRAFFIC_TOKEN
 from tests.conftest import IN_CI
 from tests.sandboxes.backend_conformance import OFFLINE, run
@@ -29,7 +29,7 @@ from tests.sandboxes.conftest import docker_test_network_name
 
 pytestmark = [pytest.mark.docker]
 
-INBOUND_ONLY = NetworkSpec(allow_internet_access=False, allow_public_traffic=True)
+INBOUND_ONLY = NetworkSpec.parse(allow_internet_access=False, allow_public_traffic=True)
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 

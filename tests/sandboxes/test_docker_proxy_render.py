@@ -9,11 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.backends.base import L7Rule
-from sandboxes.backends.docker.proxy import (
+from netpolicy import parse_entry, parse_l7_rule
+from sandboxes.backends.docker.egress.proxy import (
     DEFAULT_STATE_DIR,
     SpaceProxyPolicy,
-    describe_rule,
     parse_access_line,
     proxy_refusals,
     redirect_table_name,
@@ -21,19 +20,21 @@ from sandboxes.backends.docker.proxy import (
     render_squid_conf,
     squid_available,
 )
-from sandboxes.backends.docker.squid import SquidProxy
+from sandboxes.backends.docker.egress.squid import SquidProxy
 
 POLICY = SpaceProxyPolicy(
     name="sandbox-console-a",
     sources=("172.30.0.0/16",),
     gateways=("172.30.0.1",),
     rules=(
-        L7Rule("api.example.test", ("GET", "HEAD"), "/v1/", "allow"),
-        L7Rule("*.files.test", (), "/", "deny"),
-        L7Rule("api.example.test", ("POST",), "/", "deny"),
+        parse_l7_rule(
+            {"domain": "api.example.test", "methods": ("GET", "HEAD"), "path_prefix": "/v1/", "action": "allow"}
+        ),
+        parse_l7_rule({"domain": "*.files.test", "methods": (), "path_prefix": "/", "action": "deny"}),
+        parse_l7_rule({"domain": "api.example.test", "methods": ("POST",), "path_prefix": "/", "action": "deny"}),
     ),
-    allow_out=("10.1.0.0/16", "*.pkg.test"),
-    deny_out=("203.0.113.0/24", "bad.test"),
+    allow_out=(parse_entry("10.1.0.0/16"), parse_entry("*.pkg.test")),
+    deny_out=(parse_entry("203.0.113.0/24"), parse_entry("bad.test")),
 )
 
 
@@ -49,11 +50,13 @@ def test_rules_keep_their_order_and_only_refusals_carry_a_note() -> None:
         "http_access deny !CONNECT s1_src s1_r2_host s1_r2_note",
         "http_access deny !CONNECT s1_src s1_r3_host s1_r3_method s1_r3_note",
     ]
-    # Always-denied first, private ranges next (the allow CIDR exempts them), rules, then the
-    # named-but-unmatched refusal, then the lists with deny entries before allow entries.
-    assert access[:3] == [
-        "http_access deny always_denied n_always",
-        "http_access deny host_and_sandboxes n_own",
+    # Always-denied first (one line per netpolicy class kind), private ranges next (the allow
+    # CIDR exempts them), rules, then the named-but-unmatched refusal, then the lists with deny
+    # entries before allow entries.
+    assert access[:4] == [
+        "http_access deny never1 n_never1",
+        "http_access deny never2 n_never2",
+        "http_access deny sandbox_dst n_sandbox_dst",
         "http_access deny s1_src private_dst !s1_allow_private n_private",
     ]
     order = [access.index(line) for line in access if "s1_named" in line or "deny_" in line or "allow_" in line]
@@ -64,9 +67,9 @@ def test_rules_keep_their_order_and_only_refusals_carry_a_note() -> None:
 def test_tls_rules_use_the_sni_and_skip_what_needs_decryption() -> None:
     bump = [line for line in _conf(POLICY) if line.startswith("ssl_bump")]
     assert bump[0] == "ssl_bump peek step1"
-    assert bump[1:3] == [  # deny entries first: they win over every rule
-        "ssl_bump terminate s1_src s1_deny_net s1_denied",
-        "ssl_bump terminate s1_src s1_deny_sni s1_denied",
+    assert bump[1:3] == [  # deny entries first, each with its own words: they win over every rule
+        "ssl_bump terminate s1_src s1_d1_net s1_d1_note",
+        "ssl_bump terminate s1_src s1_d2_sni s1_d2_note",
     ]
     assert bump[3:7] == [
         # the allow list bounds the rules: a host outside it is refused before any rule
@@ -80,8 +83,10 @@ def test_tls_rules_use_the_sni_and_skip_what_needs_decryption() -> None:
 
 
 def test_domains_become_anchored_regexes() -> None:
+    """netpolicy's meaning: a plain domain covers its subdomains, `*.x` the subdomains only."""
     conf = _conf(POLICY)
-    assert "acl s1_r1_host dstdom_regex -i ^api\\.example\\.test$" in conf
+    assert "acl s1_r1_host dstdom_regex -i ^(.+\\.)?api\\.example\\.test$" in conf
+    assert "acl s1_d2_dom dstdom_regex -i ^(.+\\.)?bad\\.test$" in conf
     assert "acl s1_r2_host dstdom_regex -i ^.+\\.files\\.test$" in conf  # subdomains, not the apex
     assert "acl s1_r1_path urlpath_regex ^/v1/" in conf
     assert "acl s1_r1_method method GET HEAD" in conf
@@ -92,12 +97,25 @@ def test_squid_listens_only_on_the_gateways_and_loopback() -> None:
     assert [line.split()[1] for line in ports] == ["127.0.0.1:3131", "172.30.0.1:3129", "172.30.0.1:3130"]
 
 
-def test_describe_rule_in_words() -> None:
-    assert (
-        describe_rule(2, L7Rule("example.test", ("GET",), "/admin", "deny"))
-        == "HTTP rule 2 (deny GET example.test/admin)"
+def test_each_deny_entry_refuses_in_its_own_words() -> None:
+    conf = _conf(POLICY)
+    assert "acl s1_d1_note annotate_transaction egress_rule=deny%20entry%20203.0.113.0%2F24" in conf
+    assert "acl s1_d2_note annotate_transaction egress_rule=deny%20entry%20bad.test" in conf
+    assert "acl s1_notallowed annotate_transaction egress_rule=not%20in%20the%20allow%20list" in conf
+
+
+def test_private_exceptions_open_their_part_of_a_private_range() -> None:
+    policy = SpaceProxyPolicy(
+        name="sandbox-console-p",
+        sources=("172.30.0.0/16",),
+        gateways=("172.30.0.1",),
+        rules=POLICY.rules,
+        allow_private=(parse_entry("192.168.7.0/24"),),  # type: ignore[arg-type]
     )
-    assert describe_rule(1, L7Rule("*.example.test")) == "HTTP rule 1 (allow any method *.example.test)"
+    conf = _conf(policy)
+    assert "acl s1_allow_private dst 192.168.7.0/24" in conf
+    assert "http_access deny s1_src private_dst !s1_allow_private n_private" in conf
+    assert SpaceProxyPolicy.from_json(policy.as_json()) == policy
 
 
 def test_the_redirect_table_covers_only_sources_with_rules() -> None:
@@ -122,7 +140,12 @@ def test_squid_accepts_the_rendered_configuration(tmp_path: Path) -> None:
          "-keyout", str(tmp_path / "bump.key"), "-out", str(tmp_path / "bump.pem")],
         capture_output=True, check=True,
     )  # fmt: skip
-    other = SpaceProxyPolicy("sandbox-console-b", ("172.31.0.0/16",), ("172.31.0.1",), (L7Rule("x.test"),))
+    other = SpaceProxyPolicy(
+        "sandbox-console-b",
+        ("172.31.0.0/16",),
+        ("172.31.0.1",),
+        (parse_l7_rule({"domain": "x.test", "action": "allow"}),),
+    )
     conf = tmp_path / "squid.conf"
     conf.write_text("\n".join(_conf(POLICY, other, state=str(tmp_path))))
     done = subprocess.run(["squid", "-k", "parse", "-f", str(conf)], capture_output=True, text=True, check=False)
@@ -179,7 +202,12 @@ def test_the_cursor_reads_each_refusal_once_and_survives_truncation(tmp_path: Pa
 
 def test_a_policy_that_cannot_be_applied_is_not_kept(tmp_path: Path) -> None:
     proxy = SquidProxy(state_dir=str(tmp_path), apply_nftables=False)
-    bad = SpaceProxyPolicy("sandbox-console-x", ("172.300.0.0/16",), ("172.30.0.1",), (L7Rule("x.test"),))
+    bad = SpaceProxyPolicy(
+        "sandbox-console-x",
+        ("172.300.0.0/16",),
+        ("172.30.0.1",),
+        (parse_l7_rule({"domain": "x.test", "action": "allow"}),),
+    )
     result = proxy.set_space(bad)
     assert not result.applied
     assert "not an address of the space network" in result.detail
@@ -203,7 +231,12 @@ def test_a_squid_without_rules_leaves_another_folders_redirects_alone(tmp_path: 
             pytest.fail("squid-openssl is not installed (.ci/docker-up installs it)")
         pytest.skip("needs squid-openssl")
     # TEST-NET-1 sources: no sandbox bridge on this host carries them, so nothing is redirected.
-    other = SpaceProxyPolicy("sandbox-console-t", ("192.0.2.0/30",), ("192.0.2.1",), (L7Rule("x.test"),))
+    other = SpaceProxyPolicy(
+        "sandbox-console-t",
+        ("192.0.2.0/30",),
+        ("192.0.2.1",),
+        (parse_l7_rule({"domain": "x.test", "action": "allow"}),),
+    )
     theirs, mine = redirect_table_name(str(tmp_path / "theirs")), redirect_table_name(str(tmp_path / "mine"))
     for table in (theirs, mine):  # mine: left over from before its last rule went
         rendered = render_redirect_table([other], table=table)

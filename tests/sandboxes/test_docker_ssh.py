@@ -176,7 +176,7 @@ def test_a_platform_admin_registers_an_ssh_docker_host_and_a_space_runs_a_sandbo
             info = engine.create(
                 SandboxSpec(
                     template_id=docker_base_image,
-                    network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                    network=NetworkSpec.parse(allow_internet_access=False, allow_public_traffic=False),
                     metadata={"test-run": test_run_id},
                 )
             )

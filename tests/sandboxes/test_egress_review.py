@@ -15,14 +15,13 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+import netpolicy
 from console.models import NetworkPolicy
-from sandboxes.backends.base import L7Rule, NetworkSpec
-from sandboxes.backends.docker.dns import DnsPolicy, render_config, render_fill_config
-from sandboxes.backends.docker.egress_rules import (
-    LINK_LOCAL_V4,
-    LINK_LOCAL_V6,
-    PRIVATE_V4,
-    PRIVATE_V6,
+from netpolicy import ADDRESS_CLASSES, Domain, Treatment, parse_domain, parse_l7_rule
+from sandboxes.backends.base import NetworkSpec
+from sandboxes.backends.docker.egress.dns import DnsPolicy, render_config, render_fill_config
+from sandboxes.backends.docker.egress.proxy import SpaceProxyPolicy, render_squid_conf
+from sandboxes.backends.docker.egress.rules import (
     Binding,
     chain_rules,
     domain_sets,
@@ -30,7 +29,6 @@ from sandboxes.backends.docker.egress_rules import (
     network_sets_of,
     render_update,
 )
-from sandboxes.backends.docker.proxy import ALWAYS_DENIED, PRIVATE_RANGES, SpaceProxyPolicy, render_squid_conf
 from sandboxes.egress.explain import decide, parse_target
 from sandboxes.models import EgressEvent, SandboxConfig, Session, SessionGrant
 from tests.factories import make_config
@@ -40,8 +38,26 @@ from ..console.conftest import World
 ON: dict[str, Any] = {"allow_internet_access": True, "allow_public_traffic": False}
 
 
+def entries(*texts: str) -> tuple:  # type: ignore[type-arg]
+    from netpolicy import parse_entry
+
+    return tuple(parse_entry(t) for t in texts)
+
+
 def _squid(policy: SpaceProxyPolicy) -> list[str]:
     return render_squid_conf([policy], state_dir="/var/lib/x", dns_nameservers=["127.0.0.77"]).splitlines()
+
+
+def dom(*names: str) -> tuple[Domain, ...]:
+    return tuple(parse_domain(n) for n in names)
+
+
+def _is_network(word: str) -> bool:
+    try:
+        ipaddress.ip_network(word)
+    except ValueError:
+        return False
+    return "/" in word
 
 
 def _access(lines: list[str]) -> list[str]:
@@ -51,7 +67,7 @@ def _access(lines: list[str]) -> list[str]:
 # --- squid vs the packet filter: the always-denied set ---------------------------------------
 
 
-@pytest.mark.parametrize("always", [*PRIVATE_V4, *PRIVATE_V6, *LINK_LOCAL_V4, *LINK_LOCAL_V6])
+@pytest.mark.parametrize("always", [str(c.network) for c in ADDRESS_CLASSES if c.sandbox != Treatment.PUBLIC])
 def test_squid_refuses_every_range_the_packet_filter_always_refuses(always: str) -> None:
     # Was: squid knew 5 private ranges; 198.18/15, 224/4, 240/4, 192.0.0/24, NAT64
     # 64:ff9b::/96 (a private IPv4 address behind a NAT64 gateway), fec0::/10, ff00::/8 passed
@@ -59,7 +75,10 @@ def test_squid_refuses_every_range_the_packet_filter_always_refuses(always: str)
     if always == "::ffff:0:0/96":
         pytest.skip("squid holds IPv4 destinations in mapped form: its IPv4 ACLs judge them")
     network = ipaddress.ip_network(always)
-    covering = [ipaddress.ip_network(r) for r in (*ALWAYS_DENIED, *PRIVATE_RANGES)]
+    conf = " ".join(
+        line for line in _squid(SpaceProxyPolicy("n", ("172.30.0.0/16",), ("172.30.0.1",))) if " dst " in line
+    )
+    covering = [ipaddress.ip_network(word) for word in conf.split() if _is_network(word)]
     assert any(network.version == c.version and network.subnet_of(c) for c in covering), always  # type: ignore[arg-type]
 
 
@@ -71,8 +90,8 @@ def test_an_allow_entry_wider_than_a_private_range_does_not_open_it_through_squi
         name="n",
         sources=("172.30.0.0/16",),
         gateways=("172.30.0.1",),
-        rules=(L7Rule("web.test", ("GET",), "/", "allow"),),
-        allow_out=("0.0.0.0/0", "10.1.0.0/16"),
+        rules=(parse_l7_rule({"domain": "web.test", "methods": ("GET",), "path_prefix": "/", "action": "allow"}),),
+        allow_out=entries("0.0.0.0/0", "10.1.0.0/16"),
     )
     lines = _squid(policy)
     private = next(line for line in _access(lines) if "private_dst" in line)
@@ -81,7 +100,7 @@ def test_an_allow_entry_wider_than_a_private_range_does_not_open_it_through_squi
     acl = next(line for line in lines if line.startswith(f"acl {exempt} dst "))
     assert acl.split(" dst ")[1].split() == ["10.1.0.0/16"]
     # And the nft chain agrees: 0.0.0.0/0 is accepted after the private ranges only.
-    rules = chain_rules(NetworkSpec(**ON, allow_out=("0.0.0.0/0", "10.1.0.0/16")))
+    rules = chain_rules(NetworkSpec.parse(**ON, allow_out=("0.0.0.0/0", "10.1.0.0/16")))
     private_rule = next(i for i, r in enumerate(rules) if "always denied: private range" in r)
     assert next(i for i, r in enumerate(rules) if "0.0.0.0/0 accept" in r) > private_rule
 
@@ -91,11 +110,11 @@ def test_a_deny_cidr_wins_over_an_http_allow_rule() -> None:
         name="n",
         sources=("172.30.0.0/16",),
         gateways=("172.30.0.1",),
-        rules=(L7Rule("web.test", (), "/", "allow"),),
-        deny_out=("198.51.100.0/24",),
+        rules=(parse_l7_rule({"domain": "web.test", "methods": (), "path_prefix": "/", "action": "allow"}),),
+        deny_out=entries("198.51.100.0/24"),
     )
     access = _access(_squid(policy))
-    deny = next(i for i, line in enumerate(access) if "s1_deny_net" in line)
+    deny = next(i for i, line in enumerate(access) if "s1_d1_net" in line)
     allow_rule = next(i for i, line in enumerate(access) if "s1_r1_host" in line)
     assert deny < allow_rule
 
@@ -105,11 +124,11 @@ def test_an_http_allow_rule_does_not_widen_the_allow_list() -> None:
         name="n",
         sources=("172.30.0.0/16",),
         gateways=("172.30.0.1",),
-        rules=(L7Rule("other.test", (), "/", "allow"),),
-        allow_out=("pkg.test",),
+        rules=(parse_l7_rule({"domain": "other.test", "methods": (), "path_prefix": "/", "action": "allow"}),),
+        allow_out=entries("pkg.test"),
     )
-    spec = NetworkSpec(**ON, allow_out=("pkg.test",), l7_rules=policy.rules)
-    assert decide(spec, parse_target("http://other.test/")).allowed is False  # explain: refused
+    spec = NetworkSpec.parse(**ON, allow_out=("pkg.test",), l7_rules=policy.rules)
+    assert netpolicy.decide(spec, netpolicy.parse_destination("http://other.test/")).allowed is False
     access = _access(_squid(policy))
     rule = next(i for i, line in enumerate(access) if "s1_r1_host" in line)
     not_allowed = next(i for i, line in enumerate(access) if "s1_notallowed" in line)
@@ -124,17 +143,17 @@ def test_a_denied_domains_set_is_filled_by_some_resolver() -> None:
     # denied name resolved elsewhere (a hard-coded address) passed the packet filter. Now the
     # deny filler, the console's own dnsmasq on loopback, resolves denied names into their
     # sets (the network's resolver still answers the sandbox NXDOMAIN for them).
-    rules = chain_rules(NetworkSpec(**ON, deny_out=("evil.test",)))
+    rules = chain_rules(NetworkSpec.parse(**ON, deny_out=("evil.test",)))
     set4, set6 = domain_sets("evil.test")
     assert any(f"@{set4}" in rule for rule in rules)  # the chain refuses by the set
     first_accept = next(i for i, rule in enumerate(rules) if rule.endswith("accept"))
     assert max(i for i, rule in enumerate(rules) if f"@{set4}" in rule or f"@{set6}" in rule) < first_accept
     # This network (NXDOMAIN for it), another space's network answering every name, the filler:
-    network = render_config("172.30.0.1", "127.0.0.1#5353", DnsPolicy(True, (), ("evil.test",)), "/l", "/p")
+    network = render_config("172.30.0.1", "127.0.0.1#5353", DnsPolicy(True, (), dom("evil.test")), "/l", "/p")
     configs = [
         network,
         render_config("172.31.0.1", "127.0.0.1#5353", DnsPolicy(True), "/l", "/p"),
-        render_fill_config(35353, "127.0.0.1#5353", ("evil.test", "*.wild.test"), "/l", "/p"),
+        render_fill_config(35353, "127.0.0.1#5353", dom("evil.test", "*.wild.test"), "/l", "/p"),
     ]
     assert any(set4 in text for text in configs)
     assert set4 not in network
@@ -146,7 +165,7 @@ def test_a_denied_domains_set_is_filled_by_some_resolver() -> None:
 
 
 def test_a_denied_names_set_spares_only_the_addresses_of_allowed_names_it_does_not_cover() -> None:
-    spec = NetworkSpec(**ON, allow_out=("*.web.test", "a.evil.test", "198.51.100.0/24"), deny_out=("evil.test",))
+    spec = NetworkSpec.parse(**ON, allow_out=("*.web.test", "a.evil.test", "198.51.100.0/24"), deny_out=("evil.test",))
     rules = chain_rules(spec, "sbx-aaaaaaaaaaa")
     deny4, _ = domain_sets("evil.test")
     (refusal,) = [rule for rule in rules if rule.startswith(f"ip daddr @{deny4} ")]
@@ -170,7 +189,7 @@ def test_the_per_network_sets_are_one_networks_and_fit_nfts_name_limit() -> None
     assert network_sets_of("sbx-aaaaaaaaaaa", names) == [a4, a6]
     # A network's resolver fills the shared sets (the allow rules) and its own copy:
     text = render_config(
-        "172.30.0.1", "127.0.0.1#5353", DnsPolicy(False, ("*.web.test",)), "/l", "/p", "sbx-aaaaaaaaaaa"
+        "172.30.0.1", "127.0.0.1#5353", DnsPolicy(False, dom("*.web.test")), "/l", "/p", "sbx-aaaaaaaaaaa"
     )
     (line,) = [line for line in text.splitlines() if line.startswith("nftset=")]
     assert line.startswith("nftset=/web.test/")
@@ -181,7 +200,7 @@ def test_the_per_network_sets_are_one_networks_and_fit_nfts_name_limit() -> None
     # and the chain's transaction declares the copy for the binding's bridge.
     update = render_update(
         "ab" * 32,
-        NetworkSpec(**ON, allow_out=("*.web.test",), deny_out=("evil.test",)),
+        NetworkSpec.parse(**ON, allow_out=("*.web.test",), deny_out=("evil.test",)),
         None,
         Binding("sbx-aaaaaaaaaaa", ("172.20.0.3",), ()),
     )
@@ -203,18 +222,15 @@ def test_the_per_network_sets_are_one_networks_and_fit_nfts_name_limit() -> None
     ],
 )
 def test_which_allow_entries_a_deny_entry_covers(deny: str, allow: str, covered: bool) -> None:
-    from sandboxes.backends.docker.egress_rules import covers
-
-    assert covers(deny, allow) is covered
+    assert parse_domain(deny).covers(parse_domain(allow)) is covered
 
 
 @pytest.mark.parametrize("bad", ["a.test\nserver=/#/8.8.8.8", "a.test#x", 'a"b.test', "a;b.test", "a/b.test"])
 def test_no_entry_can_inject_into_the_resolver_or_the_chain(bad: str) -> None:
-    from sandboxes.backends.base import RemoteError
-    from sandboxes.backends.docker.egress_rules import parse_entries
+    from netpolicy import PolicyError
 
-    with pytest.raises(RemoteError):
-        parse_entries([bad], "allow_out")
+    with pytest.raises(PolicyError):
+        NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=[bad])
 
 
 # --- explain: what it answers vs what is enforced --------------------------------------------
@@ -233,8 +249,8 @@ def test_no_entry_can_inject_into_the_resolver_or_the_chain(bad: str) -> None:
 )
 def test_explain_refuses_what_the_filter_refuses(allow: tuple[str, ...], destination: str) -> None:
     # Was: explain answered "allowed" for each of these; Docker's chain refuses them.
-    assert decide(NetworkSpec(**ON, allow_out=allow), parse_target(destination)).allowed is False
-    assert decide(NetworkSpec(**ON, allow_out=("10.1.0.0/16",)), parse_target("10.1.2.3")).allowed is True
+    assert decide(NetworkSpec.parse(**ON, allow_out=allow), parse_target(destination)).allowed is False
+    assert decide(NetworkSpec.parse(**ON, allow_out=("10.1.0.0/16",)), parse_target("10.1.2.3")).allowed is True
 
 
 # --- tenants: forged ids across spaces ------------------------------------------------------
@@ -286,16 +302,10 @@ def test_odd_path_prefixes_stay_one_literal_regex_for_squid(path: str, tmp_path:
     import shutil
     import subprocess
 
-    from console.network import parse_l7_rule
-    from sandboxes.backends.docker.proxy import squid_available
+    from sandboxes.backends.docker.egress.proxy import squid_available
 
     rule = parse_l7_rule({"action": "deny", "domain": "web.test", "path_prefix": path})
-    policy = SpaceProxyPolicy(
-        name="n",
-        sources=("172.30.0.0/16",),
-        gateways=("172.30.0.1",),
-        rules=(L7Rule(rule.domain, (), rule.path_prefix, "deny"),),
-    )
+    policy = SpaceProxyPolicy(name="n", sources=("172.30.0.0/16",), gateways=("172.30.0.1",), rules=(rule,))
     text = render_squid_conf([policy], state_dir=str(tmp_path), dns_nameservers=["127.0.0.77"])
     (acl,) = [line for line in text.splitlines() if "urlpath_regex" in line]
     assert len(acl.split()) == 4  # acl NAME urlpath_regex REGEX: one value
@@ -350,7 +360,7 @@ def test_the_resolver_refuses_a_denied_name_inside_an_allowed_one(
         pytest.fail("needs dnsmasq")
     with upstream_dns({"example.test": "203.0.113.5"}) as upstream:
         port = free_port()
-        policy = DnsPolicy(False, allowed, denied)
+        policy = DnsPolicy(False, dom(*allowed), dom(*denied))
         text = render_config("127.0.0.1", upstream, policy, str(tmp_path / "log"), str(tmp_path / "pid"))
         # Our own instance on loopback: no nftset (the shared table is not touched), no port 53.
         lines = [line for line in text.splitlines() if not line.startswith(("nftset=", "port=", "except-interface"))]

@@ -39,8 +39,8 @@ from sandboxes.backends.base import (
 )
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.common import ROOT_CAPABILITIES
-from sandboxes.backends.docker.egress_rules import chain_name
-from sandboxes.backends.docker.firewall import BRIDGE_PREFIX, TABLE_NAME, bridge_name, render_ruleset
+from sandboxes.backends.docker.egress.firewall import BRIDGE_PREFIX, TABLE_NAME, bridge_name, render_ruleset
+from sandboxes.backends.docker.egress.rules import chain_name
 from tests.netns import BannerServer, dummy_link_local, host_addresses, namespace
 from tests.sandboxes import egress_support
 from tests.sandboxes.backend_conformance import OFFLINE, run
@@ -55,7 +55,7 @@ from tests.sandboxes.egress_support import (
 
 pytestmark = [pytest.mark.docker]
 
-ONLINE = NetworkSpec(allow_internet_access=True, allow_public_traffic=False)
+ONLINE = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False)
 # Linux capability numbers (capability.h) of the ones kept.
 CAP_NUMBERS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7}
 ENGINE_PORTS = (2375, 2376)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.backends.docker.dns import DenyFiller, fillable, lookup
+from sandboxes.backends.docker.egress.dns import DenyFiller, fillable, lookup
 from tests.sandboxes.egress_support import free_port
 
 pytestmark = [

@@ -77,7 +77,7 @@ from ..base import (
 )
 from ..capabilities import SnapshotsCapability, TemplatesCapability, VolumesCapability
 from ..e2b.backend import E2BBackend
-from ..e2b.common import ENVD_PORT, NoRoute, _is_domain, check_volume_name, egress_lists, translating
+from ..e2b.common import ENVD_PORT, NoRoute, check_volume_name, egress_lists, network_problems, translating
 from ..guard import Resolver
 from .common import (
     _GENERATIONS,
@@ -158,6 +158,8 @@ class CubeBackend(E2BBackend):
 
     kind = "cube"
     label = "Cube Sandbox"
+    # Cube's allowOut reaches private addresses (self-hosted: the cluster's own network).
+    opens_private = True
     default_domain = CUBE_DEFAULT_DOMAIN
 
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
@@ -260,7 +262,7 @@ class CubeBackend(E2BBackend):
             inbound_toggle=later,
             # As on E2B: an allowOut entry beats denyOut; private exceptions are allowOut entries.
             deny_wins=False,
-            allow_private=True,
+            allow_private=self.opens_private,
         )
 
     # Lifecycle ---------------------------------------------------------------------------
@@ -275,13 +277,13 @@ class CubeBackend(E2BBackend):
         return super().create(spec)
 
     def _check_network(self, network: NetworkSpec) -> None:
-        domains = [entry for entry in network.deny_out if _is_domain(entry)]
-        if domains:
-            raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube cannot deny domains (denyOut takes CIDRs): {domains}")
+        problems = network_problems(network, open_private=self.opens_private)
+        if problems:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube {'; '.join(problems)}")
         if network.l7_rules and self.known_generation() == GEN_MAY:
             raise RemoteError(ErrorKind.UNSUPPORTED, "this Cube release has no L7 rules")
-        allow_out, deny_out = egress_lists(network)
-        allowed_domains = [entry for entry in allow_out if _is_domain(entry)]
+        _, deny_out = egress_lists(network, open_private=self.opens_private)
+        allowed_domains = [str(d) for d in network.domains("allow_out")]
         if allowed_domains and network.allow_internet_access and ALL_TRAFFIC not in deny_out:
             # CubeAPI answers 400 for this; say why before sending.
             raise RemoteError(
@@ -293,7 +295,7 @@ class CubeBackend(E2BBackend):
     def _network_body(self, network: NetworkSpec) -> dict[str, Any]:
         # Egress is the top-level `allow_internet_access` (sent by _create_body) on every
         # release; v0.5+ reads it there (build_cube_network_config).
-        allow_out, deny_out = egress_lists(network)
+        allow_out, deny_out = egress_lists(network, open_private=self.opens_private)
         body: dict[str, Any] = {"allowOut": allow_out, "denyOut": deny_out}
         if self.known_generation() == GEN_MAY:
             # Before v0.5 allowPublicTraffic, when sent, overrides allow_internet_access as the
@@ -306,7 +308,7 @@ class CubeBackend(E2BBackend):
             # by domain does not deserialize on Cube.
             rules = []
             for index, rule in enumerate(network.l7_rules):
-                match: dict[str, Any] = {"host": rule.domain}
+                match: dict[str, Any] = {"host": str(rule.domain)}
                 if rule.methods:
                     match["method"] = [m.upper() for m in rule.methods]
                 if rule.path_prefix and rule.path_prefix != "/":

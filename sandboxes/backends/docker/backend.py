@@ -85,8 +85,8 @@ from .common import (
     metadata_from_labels,
     metadata_labels,
 )
-from .dns import check_upstream
-from .egress import DEFAULT_STATE_DIR, DockerEgress
+from .egress.component import DEFAULT_STATE_DIR, DockerEgress
+from .egress.dns import check_upstream
 from .exec import DockerExec
 from .files import DockerFiles
 from .image import (

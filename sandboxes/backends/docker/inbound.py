@@ -37,7 +37,7 @@ from .common import (
     LABEL_NETWORK_SPACE,
     _engine_call,
 )
-from .firewall import bridge_name
+from .egress.firewall import bridge_name
 from .image import LABEL_KIND, LABEL_MANAGED
 
 LABEL_TRAFFIC_TOKEN = "console.traffic-token"  # noqa: S105 - a label name, not a secret

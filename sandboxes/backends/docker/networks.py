@@ -33,15 +33,15 @@ from .common import (
     LABEL_NETWORK_SPACE,
     _engine_call,
 )
-from .egress import DockerEgress, apply, ensure_log_reader, log_reader_running, prune_network_sets
-from .egress_rules import parse_entries, private_exceptions, render_network
-from .firewall import apply_ruleset, bridge_name, render_ruleset, table_current, table_present
+from .egress.component import DockerEgress, apply, ensure_log_reader, log_reader_running, prune_network_sets
+from .egress.firewall import apply_ruleset, bridge_name, render_ruleset, table_current, table_present
+from .egress.proxy import DEFAULT_STATE_DIR, SpaceProxyPolicy, squid_available
+from .egress.rules import render_network
+from .egress.squid import SquidProxy
 from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
 )
-from .proxy import DEFAULT_STATE_DIR, SpaceProxyPolicy, squid_available
-from .squid import SquidProxy
 
 
 class DockerNetworks:
@@ -136,8 +136,6 @@ class DockerNetworks:
     def network_capabilities(self) -> NetworkCapabilities:
         if not self.enforces_lists():
             return NetworkCapabilities(outbound_toggle=True, inbound_toggle=True)
-        # Private CIDR exceptions (NetworkSpec.allow_private) where the contract has them.
-        extra = {"allow_private": True} if "allow_private" in NetworkCapabilities.__dataclass_fields__ else {}
         return NetworkCapabilities(
             outbound_toggle=True,
             allow_out_cidr=True,
@@ -147,7 +145,7 @@ class DockerNetworks:
             inbound_toggle=True,
             live_update=True,
             l7_rules=self._l7_possible(),
-            **extra,
+            allow_private=True,
         )
 
     # HTTP rules and TLS by SNI (squid, see proxy.py) -----------------------------------
@@ -189,6 +187,7 @@ class DockerNetworks:
             rules=network.l7_rules,
             allow_out=network.allow_out,
             deny_out=network.deny_out,
+            allow_private=network.allow_private,
         )
         result = self.egress_proxy().set_space(policy)  # no rules: the space leaves the proxy
         if not result.applied:
@@ -241,11 +240,6 @@ class DockerNetworks:
             ]
         if network.l7_rules and not self._l7_possible():
             unsupported.append("L7 rules")
-        if self.enforces_lists():
-            # Entries that are neither a CIDR nor a domain: refused before anything is made.
-            parse_entries(network.allow_out, "allow_out")
-            parse_entries(network.deny_out, "deny_out")
-            parse_entries(private_exceptions(network), "allow_private")
         if unsupported:
             what = "" if self.enforces_lists() else " (lists need a local engine with host_firewall=auto)"
             raise RemoteError(

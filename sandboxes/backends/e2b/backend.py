@@ -86,11 +86,11 @@ from .common import (
     PROTOCOL_V2,
     NoRoute,
     _Envd,
-    _is_domain,
     _q,
     check_volume_name,
     egress_lists,
     encode_metadata_filter,
+    network_problems,
     parse_time,
     parse_version,
     translating,
@@ -222,11 +222,15 @@ class E2BBackend(E2BEnvd, Backend):
             )
         return self.protocol
 
+    # Whether an allowOut entry reaches a private address (E2B's own firewall refuses them).
+    opens_private = False
+
     def network_capabilities(self) -> NetworkCapabilities:
         # E2B: allowOut takes CIDRs, IPs and domains; denyOut CIDRs and IPs only (no domain
         # deny list); `network.rules` are header transforms, not allow/deny rules. An allowOut
-        # entry beats denyOut (so a deny entry inside an allowed range is not honoured, and
-        # private exceptions are allowOut entries). Fixed at create as far as the console goes.
+        # entry beats denyOut (so a deny entry inside an allowed range is not honoured). No
+        # private address is ever reached, so neither private exceptions nor allow entries
+        # inside a private range can be honoured. Fixed at create as far as the console goes.
         return NetworkCapabilities(
             outbound_toggle=True,
             allow_out_cidr=True,
@@ -236,7 +240,7 @@ class E2BBackend(E2BEnvd, Backend):
             l7_rules=False,
             inbound_toggle=True,
             deny_wins=False,
-            allow_private=True,
+            allow_private=self.opens_private,
         )
 
     # Lifecycle -------------------------------------------------------------------------
@@ -256,16 +260,14 @@ class E2BBackend(E2BEnvd, Backend):
         return SNAPSHOT_PREFIX + raw
 
     def _check_network(self, network: NetworkSpec) -> None:
-        domains = [entry for entry in network.deny_out if _is_domain(entry)]
-        if domains:
-            raise RemoteError(
-                ErrorKind.UNSUPPORTED, f"{self.label} cannot deny domains (denyOut takes CIDRs): {domains}"
-            )
+        problems = network_problems(network, open_private=self.opens_private)
+        if problems:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"{self.label} {'; '.join(problems)}")
         if network.l7_rules:
             raise RemoteError(ErrorKind.UNSUPPORTED, f"{self.label} has no L7 allow/deny rules")
 
     def _network_body(self, network: NetworkSpec) -> dict[str, Any]:
-        allow_out, deny_out = egress_lists(network)
+        allow_out, deny_out = egress_lists(network, open_private=self.opens_private)
         return {
             "allowPublicTraffic": network.allow_public_traffic,
             "allowOut": allow_out,

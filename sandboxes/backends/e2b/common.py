@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import ipaddress
 import json
 import re
 import struct
@@ -21,6 +22,9 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx
+
+from netpolicy import Domain, Treatment, opened_parts, opened_range
+from netpolicy.addresses import classes, networks
 
 from ..base import (
     ErrorKind,
@@ -356,30 +360,79 @@ def encode_metadata_filter(metadata: Mapping[str, str]) -> str:
     return urlencode({quote(k, safe=""): quote(v, safe="") for k, v in metadata.items()})
 
 
-def _is_domain(entry: str) -> bool:
-    return bool(re.search(r"[A-Za-z*]", entry)) and ":" not in entry
-
-
-# E2B's "everything" in denyOut (the SDK's ALL_TRAFFIC); and the ranges the console always
-# denies unless an allow entry (an allowOut entry beats a denyOut entry here) opens them.
+# E2B's "everything" in denyOut (the SDK's ALL_TRAFFIC): the one range starting at 0.0.0.0
+# ever sent (a server may read any 0.0.0.0/n as "all traffic").
 ALL_TRAFFIC = "0.0.0.0/0"
-ALWAYS_DENIED = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16")
+_UNSPECIFIED = ipaddress.ip_network("0.0.0.0/8")
 
 
-def egress_lists(network: NetworkSpec) -> tuple[list[str], list[str]]:
-    """The console's lists as E2B's allowOut/denyOut, where an allowOut entry beats denyOut.
+def _always_denied_v4() -> list[str]:
+    """netpolicy's never-reachable and private IPv4 classes, for denyOut where the console
+    allows every destination (an allowOut entry beats them: the private exceptions)."""
+    found = [*classes(sandbox=Treatment.NEVER), *classes(sandbox=Treatment.OPENABLE)]
+    ranges = ipaddress.collapse_addresses(n for n in networks(tuple(found), 4) if not n.overlaps(_UNSPECIFIED))
+    return [str(n) for n in ranges]
 
-    Allow-only (a non-empty allow list): allowOut = the list and the private exceptions,
-    denyOut = everything. Otherwise: allowOut = the private exceptions, denyOut = the deny
-    entries and the always-denied ranges. A deny entry inside an allowed range cannot win
-    here (`NetworkCapabilities.deny_wins` is False; the console names it before a create).
-    Outbound off sends empty lists (`allow_internet_access` false says it)."""
+
+def _domain_names(domain: Domain) -> list[str]:
+    """A plain domain is the name and all its subdomains: E2B matches a plain name exactly,
+    so it gets `x` and `*.x`; a wildcard is sent as it is."""
+    return [str(domain)] if domain.wildcard else [domain.name, f"*.{domain.name}"]
+
+
+def network_problems(network: NetworkSpec, *, open_private: bool) -> list[str]:
+    """What E2B's allowOut/denyOut (IPv4 CIDRs and names, an allowOut entry beating denyOut)
+    cannot express of `network`, in words; the console names the same before a create
+    (`NetworkCapabilities`: no domain deny list, allow entries win, private addresses only
+    where `open_private`)."""
+    if not network.allow_internet_access:
+        return []
+    problems = []
+    if network.domains("deny_out"):
+        problems.append(f"cannot deny domains (denyOut takes CIDRs): {[str(d) for d in network.domains('deny_out')]}")
+    allowed_names = network.domains("allow_out")
+    for deny in network.cidrs("deny_out"):
+        holder = next((a for a in (*network.cidrs("allow_out"), *network.allow_private) if a.overlaps(deny)), None)
+        if holder is not None:
+            problems.append(f"deny entry {deny} inside allow entry {holder} (allowOut beats denyOut)")
+        elif allowed_names:
+            problems.append(f"deny entry {deny} beside allowed domains (an allowed name's addresses get through)")
+    if not open_private:
+        private = [*network.allow_private, *(e for e in network.cidrs("allow_out") if opened_range(e) is not None)]
+        if private:
+            problems.append(f"cannot open private addresses: {[str(e) for e in private]}")
+    return problems
+
+
+def egress_lists(network: NetworkSpec, *, open_private: bool) -> tuple[list[str], list[str]]:
+    """The console's lists as E2B's allowOut/denyOut, where an allowOut entry beats denyOut,
+    from the typed entries (netpolicy's meaning):
+
+    - allow-only (a non-empty allow list): allowOut = each CIDR as the parts netpolicy opens
+      (never the always-denied classes inside it; private ranges only for an entry inside
+      one, and only where `open_private`), each plain domain as `x` and `*.x`, and the
+      private exceptions; denyOut = everything, then the deny CIDRs;
+    - otherwise: allowOut = the private exceptions, denyOut = the deny CIDRs and netpolicy's
+      always-denied IPv4 classes.
+    IPv4 entries only (the sandboxes have no IPv6 route). A deny entry inside an allowed range
+    or beside allowed domains cannot win here (`network_problems`). Outbound off sends empty
+    lists (`allow_internet_access` false says it)."""
     if not network.allow_internet_access:
         return [], []
+    private = [str(e) for e in network.allow_private if e.version == 4] if open_private else []
+    denied = [str(e) for e in network.cidrs("deny_out") if e.version == 4]
+    allow: list[str] = []
     if network.allow_out:
-        allow, deny = [*network.allow_out, *network.allow_private], [ALL_TRAFFIC, *network.deny_out]
+        for entry in network.allow_out:
+            if isinstance(entry, Domain):
+                allow.extend(_domain_names(entry))
+            elif entry.version == 4:
+                allow.extend(str(part) for part in opened_parts(entry, private=open_private))
+        allow.extend(private)
+        deny = [ALL_TRAFFIC, *denied]
     else:
-        allow, deny = list(network.allow_private), [*network.deny_out, *ALWAYS_DENIED]
+        allow = private
+        deny = [*denied, *_always_denied_v4()]
     return list(dict.fromkeys(allow)), list(dict.fromkeys(deny))
 
 

@@ -2,21 +2,24 @@
 text out). The fixed part of the table is `firewall`; this renders each sandbox's own chain
 `s_<12 hex of its id>` and the transaction that swaps it in.
 
-Order of the chain, first match wins (docs/network.md, "How a packet is judged"):
+The meaning is `netpolicy`'s: the entries come typed in the spec, the special address classes
+from `netpolicy.ADDRESS_CLASSES`; this module holds no range list and parses no entry. Order
+of the chain, first match wins (the packet layer of `netpolicy.decide`; docs/network.md):
 
 1. deny entries (CIDRs; domains through the addresses the deny filler resolved them to, but
    an address an allowed domain of the same list resolved to as well on the sandbox's own
    network, `network_sets`): deny wins;
-2. always denied: link-local and metadata addresses, any sandbox bridge (other spaces'
-   sandboxes, and the own network's too: no inter-container traffic);
-3. CIDR allow entries that lie inside a private range open exactly that part of it;
-4. always denied: the private ranges (`PRIVATE_V4`, `PRIVATE_V6`); domain entries never open
-   them, nor does an allow entry wider than a private range (0.0.0.0/0);
+2. always denied: the NEVER classes (link-local and metadata, loopback, ...) and any sandbox
+   bridge (other spaces' sandboxes, and the own network's too: no inter-container traffic);
+3. CIDR allow entries that lie inside a private range, and private exceptions, open exactly
+   that part of it;
+4. always denied: the OPENABLE classes (the private ranges); domain entries never open them,
+   nor does an allow entry wider than a private range (0.0.0.0/0);
 5. allow entries (CIDRs; domains through their resolved addresses), then: with an allow list
    "not in the allow list", without one everything else is accepted.
 
-Every refusal is logged with the rule in words (the `log prefix`, read back by `egress`).
-Imports nothing of the project but the contract.
+Every refusal is logged with the rule in words (`netpolicy.Decision.words`, the `log prefix`,
+read back by `refusals`). Imports nothing of the project but the contract and `netpolicy`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..base import ErrorKind, NetworkSpec, RemoteError
+from netpolicy import ADDRESS_CLASSES, Domain, IPNetwork, Kind, Treatment, opened_range
+
+from ...base import ErrorKind, NetworkSpec, RemoteError
 from .firewall import (
     BRIDGE_PREFIX,
     MAP_V4,
@@ -38,94 +43,22 @@ from .firewall import (
     log_and_reject,
 )
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-# Always denied unless a CIDR allow entry inside one of them opens that part (RFC 6890 and
-# friends). The documentation ranges (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
-# 2001:db8::/32) are not in the list: they are never routed on the internet anyway.
-PRIVATE_V4 = (
-    "0.0.0.0/8",  # "this network"
-    "10.0.0.0/8",
-    "100.64.0.0/10",  # carrier-grade NAT
-    "127.0.0.0/8",
-    "172.16.0.0/12",
-    "192.0.0.0/24",  # IETF protocol assignments
-    "192.168.0.0/16",
-    "198.18.0.0/15",  # benchmarking
-    "224.0.0.0/4",  # multicast
-    "240.0.0.0/4",  # reserved, and the broadcast address
-)
-PRIVATE_V6 = (
-    "::/128",
-    "::1/128",
-    "::ffff:0:0/96",  # IPv4-mapped: never an IPv4 private address in disguise
-    "64:ff9b::/96",  # NAT64: the same
-    "64:ff9b:1::/48",
-    "fc00::/7",  # unique local
-    "fec0::/10",  # site-local (deprecated)
-    "ff00::/8",  # multicast
-)
-# Always denied, whatever the lists say.
-LINK_LOCAL_V4 = ("169.254.0.0/16",)
-LINK_LOCAL_V6 = ("fe80::/10", "fd00:ec2::254/128")  # link-local, and a cloud's IPv6 metadata
-
-_DOMAIN = re.compile(r"^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z0-9-]{1,63}$")
 _SANDBOX_ID = re.compile(r"^[0-9a-f]{12,64}$")
 
 
-@dataclass(frozen=True)
-class Entries:
-    """One list of a policy, split: networks by family, and domain patterns."""
-
-    v4: tuple[ipaddress.IPv4Network, ...] = ()
-    v6: tuple[ipaddress.IPv6Network, ...] = ()
-    domains: tuple[str, ...] = ()  # "example.com" or "*.example.com", lower case
-
-    @property
-    def empty(self) -> bool:
-        return not (self.v4 or self.v6 or self.domains)
-
-
-def parse_entries(entries: Iterable[str], what: str) -> Entries:
-    """CIDRs (or bare addresses) and domain names; anything else is invalid (never rendered)."""
-    v4: list[ipaddress.IPv4Network] = []
-    v6: list[ipaddress.IPv6Network] = []
-    domains: list[str] = []
-    for raw in entries:
-        text = raw.strip().lower().rstrip(".")
-        try:
-            network = ipaddress.ip_network(text, strict=False)
-        except ValueError:
-            if len(text) > 253 or not _DOMAIN.match(text):
-                raise RemoteError(ErrorKind.INVALID, f"{what}: {raw!r} is neither a CIDR nor a domain name") from None
-            domains.append(text)
-            continue
-        (v4 if isinstance(network, ipaddress.IPv4Network) else v6).append(network)  # type: ignore[arg-type]
-    return Entries(tuple(dict.fromkeys(v4)), tuple(dict.fromkeys(v6)), tuple(dict.fromkeys(domains)))
-
-
-def covers(deny: str, allow: str) -> bool:
-    """Whether a deny pattern covers every name an allow pattern admits (as dnsmasq matches:
-    `x.test` is the name and its subdomains, `*.x.test` the subdomains only)."""
-    base = allow.removeprefix("*.")
-    if deny.startswith("*."):
-        return base.endswith(deny[1:]) or (allow.startswith("*.") and base == deny[2:])
-    return base == deny or base.endswith("." + deny)
-
-
-def domain_sets(pattern: str) -> tuple[str, str]:
+def domain_sets(pattern: Domain | str) -> tuple[str, str]:
     """The two named sets (IPv4, IPv6) holding the addresses the resolver gave for a domain
-    pattern; shared by every sandbox whose lists name it."""
-    digest = hashlib.sha256(pattern.encode()).hexdigest()[:16]
+    entry; shared by every sandbox whose lists name it."""
+    digest = hashlib.sha256(str(pattern).encode()).hexdigest()[:16]
     return f"d4_{digest}", f"d6_{digest}"
 
 
-def network_sets(pattern: str, bridge: str) -> tuple[str, str]:
+def network_sets(pattern: Domain | str, bridge: str) -> tuple[str, str]:
     """The per-network copy (IPv4, IPv6) of an allowed pattern's sets: filled by the resolver
     of the network on `bridge` alone, read by the deny rule's exemption of that network's
     sandboxes, so another space's lookups never exempt an address from a deny entry. Named
     within nft's set name limit (31 characters here); `network_sets_of` finds a bridge's."""
-    digest = hashlib.sha256(pattern.encode()).hexdigest()[:16]
+    digest = hashlib.sha256(str(pattern).encode()).hexdigest()[:16]
     return f"n4_{digest}_{_bridge_tag(bridge)}", f"n6_{digest}_{_bridge_tag(bridge)}"
 
 
@@ -145,23 +78,22 @@ def chain_name(sandbox_id: str) -> str:
     return f"s_{sandbox_id[:12]}"
 
 
-def _inside_private(network: IPNetwork) -> bool:
-    private = PRIVATE_V4 if network.version == 4 else PRIVATE_V6
-    return any(network.subnet_of(ipaddress.ip_network(p)) for p in private)  # type: ignore[arg-type]
-
-
 def _addresses(networks: Sequence[IPNetwork]) -> str:
     text = ", ".join(str(n) for n in networks)
     return f"{{ {text} }}" if len(networks) > 1 else text
 
 
+def _family(version: int) -> str:
+    return "ip" if version == 4 else "ip6"
+
+
 def _accept_all(networks: Sequence[IPNetwork]) -> list[str]:
     """One rule per family: an anonymous interval set is one lookup however long the list."""
     rules = []
-    for family, ip in ((4, "ip"), (6, "ip6")):
-        chosen = [n for n in networks if n.version == family]
+    for version in (4, 6):
+        chosen = [n for n in networks if n.version == version]
         if chosen:
-            rules.append(f"{ip} daddr {_addresses(_merged(chosen))} accept")
+            rules.append(f"{_family(version)} daddr {_addresses(_merged(chosen))} accept")
     return rules
 
 
@@ -170,56 +102,58 @@ def _merged(networks: Sequence[IPNetwork]) -> list[IPNetwork]:
     return list(ipaddress.collapse_addresses(networks))  # type: ignore[type-var]
 
 
-def private_exceptions(network: NetworkSpec) -> tuple[str, ...]:
-    """NetworkSpec.allow_private when the contract carries it (issue 13's console side)."""
-    return tuple(getattr(network, "allow_private", ()) or ())
+def _reject_classes(treatment: Treatment) -> list[str]:
+    """One rule per (kind, family) of netpolicy's classes with this sandbox treatment, logged
+    with the words `netpolicy.always_denied` gives them."""
+    rules = []
+    kinds = dict.fromkeys(c.kind for c in ADDRESS_CLASSES if c.sandbox == treatment)
+    for kind in kinds:
+        for version in (4, 6):
+            found = [c.network for c in ADDRESS_CLASSES if c.sandbox == treatment and c.kind == kind]
+            chosen = _merged([n for n in found if n.version == version])
+            if chosen:
+                words = f"always denied: {kind.value}"
+                rules.append(f"{_family(version)} daddr {_addresses(chosen)} " + log_and_reject(words))
+    return rules
 
 
 def chain_rules(network: NetworkSpec, bridge: str | None = None) -> list[str]:
     """The rules (bodies only) of a sandbox chain for this policy, in order. `bridge`: the
     sandbox's network, whose resolver's addresses exempt from a deny entry (none without)."""
-    allow = parse_entries(network.allow_out, "allow_out")
-    deny = parse_entries(network.deny_out, "deny_out")
+    allowed_domains = network.domains("allow_out")
+    denied_domains = network.domains("deny_out")
     rules: list[str] = []
-    for v4 in deny.v4:
-        rules.append(f"ip daddr {v4} " + log_and_reject(f"deny entry {v4}"))
-    for v6 in deny.v6:
-        rules.append(f"ip6 daddr {v6} " + log_and_reject(f"deny entry {v6}"))
+    for cidr in network.cidrs("deny_out"):
+        rules.append(f"{_family(cidr.version)} daddr {cidr} " + log_and_reject(f"deny entry {cidr}"))
     # A denied name's addresses (the deny filler's), but those an allowed name of this list
     # resolved to as well: at the packet filter the two are one destination (wildcard DNS, a
     # CDN), the resolver has told them apart by name, and refusing it would refuse the allowed
     # name. An allow entry a deny entry covers makes no exception. Only the own network's
     # resolver's answers count (`network_sets`): the shared sets hold every space's lookups.
-    exempt = [network_sets(p, bridge) for p in allow.domains if bridge and not any(covers(d, p) for d in deny.domains)]
-    for pattern in deny.domains:
+    exempt = [
+        network_sets(p, bridge) for p in allowed_domains if bridge and not any(d.covers(p) for d in denied_domains)
+    ]
+    for pattern in denied_domains:
         set4, set6 = domain_sets(pattern)
         unless4 = "".join(f"ip daddr != @{allowed4} " for allowed4, _ in exempt)
         unless6 = "".join(f"ip6 daddr != @{allowed6} " for _, allowed6 in exempt)
         rules.append(f"ip daddr @{set4} {unless4}" + log_and_reject(f"deny entry {pattern}"))
         rules.append(f"ip6 daddr @{set6} {unless6}" + log_and_reject(f"deny entry {pattern}"))
-    link_local = "always denied: link-local/metadata"
-    rules.append(
-        f"ip daddr {_addresses([ipaddress.IPv4Network(n) for n in LINK_LOCAL_V4])} " + log_and_reject(link_local)
-    )
-    rules.append(
-        f"ip6 daddr {_addresses([ipaddress.IPv6Network(n) for n in LINK_LOCAL_V6])} " + log_and_reject(link_local)
-    )
-    rules.append(f'oifname "{BRIDGE_PREFIX}*" ' + log_and_reject("other sandbox"))
-    allowed: list[IPNetwork] = [*allow.v4, *allow.v6]
-    # Private CIDRs allowed besides the list (NetworkSpec.allow_private, where the contract
-    # has it): they open that part of a private range without making the list allow-only.
-    extra = parse_entries(private_exceptions(network), "allow_private")
-    opened = [n for n in (*allowed, *extra.v4, *extra.v6) if _inside_private(n)]
+    rules += _reject_classes(Treatment.NEVER)
+    rules.append(f'oifname "{BRIDGE_PREFIX}*" ' + log_and_reject(f"always denied: {Kind.SANDBOX.value}"))
+    allowed = [c.network for c in network.cidrs("allow_out")]
+    # Allow entries inside a private range and private exceptions open that part of it (the
+    # exceptions never make the list allow-only).
+    opened = [c.network for c in network.cidrs("allow_out") if opened_range(c) is not None]
+    opened += [c.network for c in network.allow_private if c.network not in opened]
     rules += _accept_all(opened)
-    private = "always denied: private range"
-    rules.append(f"ip daddr {_addresses([ipaddress.IPv4Network(n) for n in PRIVATE_V4])} " + log_and_reject(private))
-    rules.append(f"ip6 daddr {_addresses([ipaddress.IPv6Network(n) for n in PRIVATE_V6])} " + log_and_reject(private))
+    rules += _reject_classes(Treatment.OPENABLE)
     rules += _accept_all([n for n in allowed if n not in opened])
-    for pattern in allow.domains:
+    for pattern in allowed_domains:
         set4, set6 = domain_sets(pattern)
         rules.append(f"ip daddr @{set4} accept")
         rules.append(f"ip6 daddr @{set6} accept")
-    rules.append(log_and_reject("not in the allow list") if not allow.empty else "accept")
+    rules.append(log_and_reject("not in the allow list") if network.allow_only else "accept")
     return rules
 
 
@@ -268,8 +202,8 @@ def render_update(
     chain = chain_name(sandbox_id)
     lines = []
     if network.allow_internet_access:
-        allowed = parse_entries(network.allow_out, "allow_out").domains
-        sets = [domain_sets(p) for p in dict.fromkeys([*parse_entries(network.deny_out, "deny_out").domains, *allowed])]
+        allowed = network.domains("allow_out")
+        sets = [domain_sets(p) for p in dict.fromkeys([*network.domains("deny_out"), *allowed])]
         sets += [network_sets(p, new.bridge) for p in allowed] if new is not None else []
         for set4, set6 in sets:
             lines.append(f"add set {TABLE} {set4} {{ type ipv4_addr; }}")

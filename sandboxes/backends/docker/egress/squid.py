@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..capabilities import EgressRefusal
+from ...capabilities import EgressRefusal
 from .proxy import (
     BRIDGE_PREFIX,
     DEFAULT_STATE_DIR,

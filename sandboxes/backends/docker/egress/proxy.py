@@ -25,8 +25,13 @@ Semantics (per space, `SpaceProxyPolicy`), in the order squid checks them:
 Every refusal line carries the rule in words (an `annotate_transaction` note) so
 `proxy_refusals` reads the log back without knowing the policy of the time.
 
+The meaning is `netpolicy`'s (`decide`, `http_decision`): a plain domain entry covers its
+subdomains, `*.x` the subdomains only; private exceptions open their part of a private range;
+each deny entry refuses with its own words ("deny entry x"), as the packet filter logs it.
+The address classes come from `netpolicy.ADDRESS_CLASSES`; no range list is held here.
+
 Running squid (state folder, start, live reconfigure) is in `squid`. Imports nothing of the
-project but the contract's DTOs (`..base`).
+project but the contract and `netpolicy`.
 """
 
 from __future__ import annotations
@@ -37,14 +42,16 @@ import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
-from ..base import L7Rule
-from ..capabilities import EgressRefusal
+from netpolicy import ADDRESS_CLASSES, Cidr, Domain, Entry, Kind, L7Rule, Rule, Treatment, opened_range, parse_entry
+from netpolicy.entries import parse_l7_rule
+
+from ...capabilities import EgressRefusal
 
 PROXY_HTTP_PORT = 3129
 PROXY_TLS_PORT = 3130
@@ -59,63 +66,60 @@ DEFAULT_STATE_DIR = "/var/lib/sandbox-console/proxy"
 NOTE_KEY = "egress_rule"
 RUN_TIMEOUT_S = 20
 
-# Never reachable through the proxy, whatever the space allows.
-ALWAYS_DENIED = ("127.0.0.0/8", "0.0.0.0/8", "169.254.0.0/16", "::1/128", "fe80::/10", "::/128")
-# Reachable only when an allow CIDR of the space inside one of them covers them: the same
-# ranges as the packet filter's (egress_rules.PRIVATE_V4/V6, tested to match), but for
-# ::ffff:0:0/96, which squid never connects to (it holds IPv4 addresses in that form itself,
-# so the ACL would match every IPv4 destination).
-PRIVATE_RANGES = (
-    "10.0.0.0/8",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-    "100.64.0.0/10",
-    "192.0.0.0/24",
-    "198.18.0.0/15",
-    "224.0.0.0/4",
-    "240.0.0.0/4",
-    "fc00::/7",
-    "64:ff9b::/96",
-    "64:ff9b:1::/48",
-    "fec0::/10",
-    "ff00::/8",
-)
+# The classes squid refuses itself (its upstream connections leave from the host's output
+# hook, past the forward filter): netpolicy's NEVER and OPENABLE classes, but for the
+# IPv4-mapped range, which squid never connects to (it holds IPv4 addresses in that form
+# itself, so the ACL would match every IPv4 destination).
+_MAPPED = ipaddress.ip_network("::ffff:0:0/96")
+
+
+def _class_networks(treatment: Treatment, kind: Kind | None = None) -> list[str]:
+    return _collapse(
+        str(c.network)
+        for c in ADDRESS_CLASSES
+        if c.sandbox == treatment and c.network != _MAPPED and (kind is None or c.kind == kind)
+    )
+
+
+def _never_kinds() -> list[Kind]:
+    return list(dict.fromkeys(c.kind for c in ADDRESS_CLASSES if c.sandbox == Treatment.NEVER and c.network != _MAPPED))
 
 
 @dataclass(frozen=True)
 class SpaceProxyPolicy:
-    """What squid enforces for one space network's sources."""
+    """What squid enforces for one space network's sources (typed entries, `netpolicy`)."""
 
     name: str  # the space network's name (unique key)
     sources: tuple[str, ...]  # CIDRs of the space's sandboxes (its subnet, or /32 per sandbox)
     gateways: tuple[str, ...]  # the network's gateway addresses: where squid listens
     rules: tuple[L7Rule, ...] = ()
-    allow_out: tuple[str, ...] = ()
-    deny_out: tuple[str, ...] = ()
+    allow_out: tuple[Entry, ...] = ()
+    deny_out: tuple[Entry, ...] = ()
+    allow_private: tuple[Cidr, ...] = ()
 
     def as_json(self) -> dict[str, object]:
-        data = asdict(self)
-        data["rules"] = [asdict(rule) for rule in self.rules]
-        return data
+        return {
+            "name": self.name,
+            "sources": list(self.sources),
+            "gateways": list(self.gateways),
+            "rules": [rule.as_json() for rule in self.rules],
+            "allow_out": [str(e) for e in self.allow_out],
+            "deny_out": [str(e) for e in self.deny_out],
+            "allow_private": [str(e) for e in self.allow_private],
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SpaceProxyPolicy:
-        rules = tuple(
-            L7Rule(
-                domain=str(r["domain"]),
-                methods=tuple(r.get("methods") or ()),
-                path_prefix=str(r.get("path_prefix") or "/"),
-                action=str(r.get("action") or "allow"),
-            )
-            for r in data.get("rules") or ()
-        )
+        """Read back through netpolicy's one parser (the file was written by `as_json`)."""
+        private = tuple(parse_entry(e) for e in data.get("allow_private") or ())
         return cls(
             name=str(data["name"]),
             sources=tuple(data.get("sources") or ()),
             gateways=tuple(data.get("gateways") or ()),
-            rules=rules,
-            allow_out=tuple(data.get("allow_out") or ()),
-            deny_out=tuple(data.get("deny_out") or ()),
+            rules=tuple(parse_l7_rule(r) for r in data.get("rules") or ()),
+            allow_out=tuple(parse_entry(e) for e in data.get("allow_out") or ()),
+            deny_out=tuple(parse_entry(e) for e in data.get("deny_out") or ()),
+            allow_private=tuple(e for e in private if isinstance(e, Cidr)),
         )
 
 
@@ -139,47 +143,15 @@ def squid_available() -> bool:
 # Rule text
 
 
-def describe_rule(position: int, rule: L7Rule) -> str:
-    """ "HTTP rule 2 (deny GET example.test/admin)"."""
-    methods = ",".join(rule.methods) or "any method"
-    path = "" if rule.path_prefix == "/" else rule.path_prefix
-    return f"HTTP rule {position} ({rule.action} {methods} {rule.domain}{path})"
-
-
-def _tls_checkable(rule: L7Rule) -> bool:
-    """Whether the rule decides a TLS connection by its SNI alone (see module docstring)."""
-    return rule.action == "allow" or (not rule.methods and rule.path_prefix == "/")
-
-
 def _regex_escape(text: str) -> str:
     """POSIX extended regex literal (squid's regex ACLs)."""
     return "".join("\\" + ch if ch in ".[]()*+?{}|^$\\" else ch for ch in text)
 
 
-def _domain_regex(domain: str) -> str:
-    if domain.startswith("*."):
-        return "^.+\\." + _regex_escape(domain[2:].lower()) + "$"
-    return "^" + _regex_escape(domain.lower()) + "$"
-
-
-def _split_list(entries: Iterable[str]) -> tuple[list[str], list[str]]:
-    """(CIDRs, domain patterns) of an allow or deny list."""
-    networks: list[str] = []
-    domains: list[str] = []
-    for entry in entries:
-        try:
-            networks.append(str(ipaddress.ip_network(entry, strict=False)))
-        except ValueError:
-            domains.append(entry.lower())
-    return networks, domains
-
-
-def _inside_private(network: str) -> bool:
-    net = ipaddress.ip_network(network, strict=False)
-    return any(
-        net.version == r.version and net.subnet_of(r)  # type: ignore[arg-type]
-        for r in (ipaddress.ip_network(p) for p in PRIVATE_RANGES)
-    )
+def _domain_regex(domain: Domain) -> str:
+    """`Domain.matches_name` as a regex: `x` the name and its subdomains, `*.x` the subdomains."""
+    name = _regex_escape(domain.name)
+    return f"^.+\\.{name}$" if domain.wildcard else f"^(.+\\.)?{name}$"
 
 
 def _is_loopback(address: str) -> bool:
@@ -220,7 +192,7 @@ def render_squid_conf(
     state = Path(state_dir)
     sandbox_nets = sorted({src for policy in policies for src in policy.sources})
     lines = [
-        "# Rendered by sandboxes/backends/docker/proxy.py; edits are lost.",
+        "# Rendered by sandboxes/backends/docker/egress/proxy.py; edits are lost.",
         f"http_port 127.0.0.1:{LOOPBACK_PORT}",
         f"pid_filename {state / 'squid.pid'}",
         f"cache_log {state / 'cache.log'}",
@@ -251,17 +223,22 @@ def render_squid_conf(
         "negative_dns_ttl 5 seconds",
         "acl step1 at_step SslBump1",
         "acl CONNECT method CONNECT",
-        f"acl always_denied dst {' '.join(ALWAYS_DENIED)}",
-        f"acl private_dst dst {' '.join(PRIVATE_RANGES)}",
+        f"acl private_dst dst {' '.join(_class_networks(Treatment.OPENABLE))}",
+        _note("n_private", f"{Rule.ALWAYS_DENIED.value}: {Kind.PRIVATE.value}"),
     ]
-    own = _collapse([*host_addresses, *sandbox_nets])
-    if own:
-        lines.append(f"acl host_and_sandboxes dst {' '.join(own)}")
-    lines += [
-        _note("n_always", "always-denied destination (loopback, link-local/metadata)"),
-        _note("n_own", "always-denied destination (the host itself or a sandbox network)"),
-        _note("n_private", "private range not allowed by a CIDR entry"),
-    ]
+    never: list[str] = []
+    for position, kind in enumerate(_never_kinds(), start=1):
+        lines.append(f"acl never{position} dst {' '.join(_class_networks(Treatment.NEVER, kind))}")
+        lines.append(_note(f"n_never{position}", f"{Rule.ALWAYS_DENIED.value}: {kind.value}"))
+        never.append(f"http_access deny never{position} n_never{position}")
+    # The host's own addresses, then the sandbox networks (their gateways are the host's).
+    own_host = _collapse([a for a in host_addresses if "/" not in a])
+    sandboxes = _collapse([*(a for a in host_addresses if "/" in a), *sandbox_nets])
+    for acl, found, kind in (("host_dst", own_host, Kind.HOST), ("sandbox_dst", sandboxes, Kind.SANDBOX)):
+        if found:
+            lines.append(f"acl {acl} dst {' '.join(found)}")
+            lines.append(_note(f"n_{acl}", f"{Rule.ALWAYS_DENIED.value}: {kind.value}"))
+            never.append(f"http_access deny {acl} n_{acl}")
     for policy in sorted(policies, key=lambda p: p.name):
         for gateway in policy.gateways:
             host = f"[{gateway}]" if ":" in gateway else gateway
@@ -277,8 +254,7 @@ def render_squid_conf(
         lines += _space_acls(index, policy, access, bump)
     lines += [
         "",
-        "http_access deny always_denied n_always",
-        *(["http_access deny host_and_sandboxes n_own"] if own else []),
+        *never,
         *access,
         "http_access deny all",
         "",
@@ -294,10 +270,12 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
     s = f"s{index}"
     src = f"{s}_src"
     acls = [f"# space network {policy.name}", f"acl {src} src {' '.join(policy.sources) or '0.0.0.0/32'}"]
-    allow_nets, allow_domains = _split_list(policy.allow_out)
-    deny_nets, deny_domains = _split_list(policy.deny_out)
-    # Only an allow CIDR inside a private range opens it (never a wider one, 0.0.0.0/0).
-    opened = [n for n in allow_nets if _inside_private(n)]
+    allow_nets = [str(e) for e in policy.allow_out if isinstance(e, Cidr)]
+    allow_domains = [e for e in policy.allow_out if isinstance(e, Domain)]
+    # Only an allow CIDR inside a private range, or a private exception, opens it (never a
+    # wider one, 0.0.0.0/0).
+    opened = [str(e) for e in policy.allow_out if isinstance(e, Cidr) and opened_range(e) is not None]
+    opened += [str(e) for e in policy.allow_private if str(e) not in opened]
     if allow_nets:
         acls.append(f"acl {s}_allow_net dst {' '.join(allow_nets)}")
     if opened:
@@ -306,24 +284,25 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
     else:
         access.append(f"http_access deny {src} private_dst n_private")
 
-    # Deny entries win over every HTTP rule (as over allow entries and grants elsewhere).
-    if deny_nets or deny_domains:
-        acls.append(_note(f"{s}_denied", "in the space's deny list"))
-    if deny_nets:
-        acls.append(f"acl {s}_deny_net dst {' '.join(deny_nets)}")
-        access.append(f"http_access deny {src} {s}_deny_net {s}_denied")
-        bump.append(f"ssl_bump terminate {src} {s}_deny_net {s}_denied")
-    if deny_domains:
-        regexes = " ".join(_domain_regex(d) for d in deny_domains)
-        acls.append(f"acl {s}_deny_dom dstdom_regex -i {regexes}")
-        acls.append(f"acl {s}_deny_sni ssl::server_name_regex -i {regexes}")
-        access.append(f"http_access deny !CONNECT {src} {s}_deny_dom {s}_denied")
-        bump.append(f"ssl_bump terminate {src} {s}_deny_sni {s}_denied")
+    # Deny entries win over every HTTP rule (as over allow entries and grants elsewhere),
+    # each refusing with its own words.
+    for position, entry in enumerate(policy.deny_out, start=1):
+        d = f"{s}_d{position}"
+        acls.append(_note(f"{d}_note", f"{Rule.DENY_ENTRY.value} {entry}"))
+        if isinstance(entry, Cidr):
+            acls.append(f"acl {d}_net dst {entry}")
+            access.append(f"http_access deny {src} {d}_net {d}_note")
+            bump.append(f"ssl_bump terminate {src} {d}_net {d}_note")
+        else:
+            acls.append(f"acl {d}_dom dstdom_regex -i {_domain_regex(entry)}")
+            acls.append(f"acl {d}_sni ssl::server_name_regex -i {_domain_regex(entry)}")
+            access.append(f"http_access deny !CONNECT {src} {d}_dom {d}_note")
+            bump.append(f"ssl_bump terminate {src} {d}_sni {d}_note")
 
     # An allow list bounds the HTTP rules too: they narrow what it lets through, never widen it
     # (the packet filter and explain say the same for every other port).
     if allow_nets or allow_domains:
-        acls.append(_note(f"{s}_notallowed", "not in the space's allow list"))
+        acls.append(_note(f"{s}_notallowed", Rule.NOT_ALLOWED.value))
         if allow_domains:
             regexes = " ".join(_domain_regex(d) for d in allow_domains)
             acls.append(f"acl {s}_allow_dom dstdom_regex -i {regexes}")
@@ -355,18 +334,18 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
         # Only refusing lines carry a note: a noted log line is a refusal (see parse_access_line).
         note = ""
         if rule.action == "deny":
-            acls.append(_note(f"{r}_note", describe_rule(position, rule)))
+            acls.append(_note(f"{r}_note", rule.describe(position)))
             note = f" {r}_note"
         # The fake CONNECT of an intercepted TLS connection is decided by ssl_bump below.
         access.append(f"http_access {rule.action} !CONNECT {' '.join(conditions)}{note}")
-        if _tls_checkable(rule):
+        if rule.decides_tls:
             verdict = "splice" if rule.action == "allow" else "terminate"
             bump.append(f"ssl_bump {verdict} {src} {r}_sni{note}")
     if named:
         acls.append(f"acl {s}_named dstdom_regex -i {' '.join(named)}")
         acls.append(f"acl {s}_named_sni ssl::server_name_regex -i {' '.join(named)}")
-        acls.append(_note(f"{s}_nomatch", "no HTTP rule matches this request (its host is named by rules)"))
-        acls.append(_note(f"{s}_nomatch_tls", "no HTTP rule allows this host (TLS is checked by SNI only)"))
+        acls.append(_note(f"{s}_nomatch", Rule.HTTP_UNMATCHED.value))
+        acls.append(_note(f"{s}_nomatch_tls", Rule.TLS_UNMATCHED.value))
         access.append(f"http_access deny !CONNECT {src} {s}_named {s}_nomatch")
         bump.append(f"ssl_bump terminate {src} {s}_named_sni {s}_nomatch_tls")
 
@@ -410,7 +389,7 @@ def render_redirect_table(policies: Sequence[SpaceProxyPolicy], table: str = TAB
     v6 = sorted({s for p in policies for s in p.sources if ipaddress.ip_network(s, strict=False).version == 6})
     sandbox_in = f'iifname "{BRIDGE_PREFIX}*"'
     lines = [
-        "# Rendered by sandboxes/backends/docker/proxy.py and applied with `nft -f`; edits are lost.",
+        "# Rendered by sandboxes/backends/docker/egress/proxy.py and applied with `nft -f`; edits are lost.",
         f"table {TABLE_FAMILY} {table}",
         f"delete table {TABLE_FAMILY} {table}",
         f"table {TABLE_FAMILY} {table} {{",

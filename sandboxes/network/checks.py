@@ -19,11 +19,13 @@ def backend_views(space: Space, spec: NetworkSpec) -> list[BackendView]:
         try:
             backend = backend_for(config)
             caps = backend.network_capabilities()
+            egress = backend.egress()
+            reserved = egress.reserved() if egress is not None else ()
         except RemoteError:
             views.append(BackendView(config.name, config.backend.name, None))
             continue
         problems = tuple(unsupported_policy_switches(spec, caps))
-        views.append(BackendView(config.name, backend.label, caps, problems))
+        views.append(BackendView(config.name, backend.label, caps, problems, tuple(reserved)))
     return views
 
 

@@ -19,7 +19,10 @@ starts in a few milliseconds, and the nftables sets keep their elements across i
 are logged (`log-queries=extra`) to a file per network; `refusals_since` reads the NXDOMAIN
 answers it gave from configuration back as (time, client address, name).
 
-Imports nothing of the project but the contract and `egress_rules`.
+A domain entry is `netpolicy.Domain`, matched as dnsmasq matches (`/example.com/` the name and
+its subdomains, `/*.example.com/` the subdomains only): the same meaning. A deny entry wins
+over every allowed name it covers: such a name gets no `server=` line, so it is never
+forwarded. Imports nothing of the project but the contract, `netpolicy` and `rules`.
 """
 
 from __future__ import annotations
@@ -34,13 +37,15 @@ import socket
 import subprocess
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from ..base import ErrorKind, RemoteError
-from .egress_rules import domain_sets, network_sets
+from netpolicy import Domain
+
+from ...base import ErrorKind, RemoteError
 from .firewall import DNS_PORT, TABLE_FAMILY, TABLE_NAME, _nft
+from .rules import domain_sets, network_sets
 
 DNSMASQ_CANDIDATES = ("/usr/sbin/dnsmasq", "/sbin/dnsmasq")
 START_TIMEOUT_S = 10
@@ -66,11 +71,16 @@ class DnsPolicy:
     """What one network's resolver answers: every name but `denied`, or only `allowed`."""
 
     answer_all: bool
-    allowed: tuple[str, ...] = ()  # domain patterns ("example.com", "*.example.com")
-    denied: tuple[str, ...] = ()
+    allowed: tuple[Domain, ...] = ()
+    denied: tuple[Domain, ...] = ()
     # Denied by some online sandbox but not all: forwarded, their answers never fill the
-    # per-network copies (`egress_rules.network_sets`) that the denying one's exemption reads.
-    denied_by_some: tuple[str, ...] = ()
+    # per-network copies (`rules.network_sets`) that the denying one's exemption reads.
+    denied_by_some: tuple[Domain, ...] = ()
+
+    @property
+    def forwarded(self) -> tuple[Domain, ...]:
+        """The allowed entries no deny entry (of every member) covers: deny wins."""
+        return tuple(a for a in self.allowed if not any(d.covers(a) for d in self.denied))
 
 
 def check_upstream(upstream: str) -> str:
@@ -81,19 +91,19 @@ def check_upstream(upstream: str) -> str:
     return upstream
 
 
-def _domain(pattern: str) -> str:
+def _domain(pattern: Domain) -> str:
     """dnsmasq's form: /example.com/ matches the name and its subdomains, /*.example.com/
-    only the subdomains."""
-    return pattern
+    only the subdomains (`Domain.matches_name`'s meaning)."""
+    return str(pattern)
 
 
-def _nftset(pattern: str, bridge: str = "") -> str:
+def _nftset(pattern: Domain, bridge: str = "") -> str:
     # nftset= takes no "*." pattern: the wildcard's set is filled for its parent domain's
     # names, of which the server= lines forward only the subdomains. A network's resolver
     # (`bridge`) fills the pattern's per-network sets too: those alone exempt an address
     # from its sandboxes' deny entries.
     sets = [domain_sets(pattern), *([network_sets(pattern, bridge)] if bridge else [])]
-    return f"nftset=/{pattern.removeprefix('*.')}/" + ",".join(_targets(s) for s in sets)
+    return f"nftset=/{pattern.name}/" + ",".join(_targets(s) for s in sets)
 
 
 def _targets(sets: tuple[str, str]) -> str:
@@ -107,7 +117,7 @@ def render_config(
     """dnsmasq's configuration file for one network (deterministic); `bridge`: the network's,
     whose per-network sets its answers fill besides the shared ones."""
     lines = [
-        "# Rendered by sandboxes/backends/docker/dns.py; edits are lost.",
+        "# Rendered by sandboxes/backends/docker/egress/dns.py; edits are lost.",
         f"listen-address={gateway}",
         "bind-interfaces",
         "except-interface=lo",
@@ -129,18 +139,20 @@ def render_config(
         lines += [f"address=/{_domain(p)}/" for p in policy.denied]
     else:
         lines.append("address=/#/")
-        lines += [f"server=/{_domain(p)}/{upstream}" for p in policy.allowed if p not in policy.denied]
+        # An allowed name a deny entry covers gets no server= line (deny wins: the longest
+        # match would forward allow api.x.test under deny x.test otherwise).
+        lines += [f"server=/{_domain(p)}/{upstream}" for p in policy.forwarded]
         lines += [f"address=/{_domain(p)}/" for p in policy.denied]
     # The allow lists' sets, also when one sandbox without a list makes it answer every name
     # (the others' packet filters accept their allowed names by these sets alone).
-    lines += [_nftset(p, bridge) for p in policy.allowed if p not in policy.denied]
+    lines += [_nftset(p, bridge) for p in policy.forwarded]
     # dnsmasq fills the longest-matching nftset= line's sets only: a name some sandbox
     # denies fills the shared sets of the allowed patterns covering it, no copy.
-    for name in policy.denied_by_some:
-        domain = name.removeprefix("*.")
-        covering = [p for p in patterns_matching(domain, policy.allowed) if p not in policy.denied]
+    forwarded = policy.forwarded
+    for denied in policy.denied_by_some:
+        covering = [p for p in forwarded if p.matches_name(denied.name)]
         if covering:
-            lines.append(f"nftset=/{domain}/" + ",".join(_targets(domain_sets(p)) for p in covering))
+            lines.append(f"nftset=/{denied.name}/" + ",".join(_targets(domain_sets(p)) for p in covering))
     return "\n".join(lines) + "\n"
 
 
@@ -244,13 +256,13 @@ class Resolver:
 # The deny filler: the addresses of denied names, for the packet filter
 
 
-def fillable(denied: Iterable[str]) -> tuple[str, ...]:
-    """The denied patterns the filler can resolve: names, not `*.` wildcards (no name is
+def fillable(denied: Iterable[Domain]) -> tuple[Domain, ...]:
+    """The denied entries the filler can resolve: names, not `*.` wildcards (no name is
     known to ask for; their subdomains are refused at the resolver and by squid only)."""
-    return tuple(sorted({p for p in denied if not p.startswith("*.")}))
+    return tuple(sorted({p for p in denied if not p.wildcard}, key=str))
 
 
-def render_fill_config(port: int, upstream: str, denied: Iterable[str], log_file: str, pid_file: str) -> str:
+def render_fill_config(port: int, upstream: str, denied: Iterable[Domain], log_file: str, pid_file: str) -> str:
     """The deny filler's dnsmasq (deterministic). It listens on the host's loopback, where no
     sandbox reaches (the input hook refuses the host but for the gateway's ports), and only
     the console asks it: it forwards each denied name to the upstream and puts every address
@@ -259,7 +271,7 @@ def render_fill_config(port: int, upstream: str, denied: Iterable[str], log_file
     cache: every lookup goes upstream, so each refresh adds the addresses the name has now."""
     patterns = fillable(denied)
     lines = [
-        "# Rendered by sandboxes/backends/docker/dns.py; edits are lost.",
+        "# Rendered by sandboxes/backends/docker/egress/dns.py; edits are lost.",
         "listen-address=127.0.0.1",
         "bind-interfaces",
         f"port={int(port)}",
@@ -288,7 +300,7 @@ class DenyFiller:
     def resolver(self) -> Resolver:
         return Resolver(self.folder, FILLER)
 
-    def ensure(self, upstream: str, denied: Iterable[str]) -> int | None:
+    def ensure(self, upstream: str, denied: Iterable[Domain]) -> int | None:
         """Running for these denied names (restarted when they changed): its port. None, and
         stopped, without an upstream or a name to resolve."""
         patterns = fillable(denied)
@@ -405,29 +417,24 @@ def read_refusals(path: str, offset: int) -> tuple[list[DnsRefusal], int]:
     return found, offset + end
 
 
-def policy_for(specs: Iterable[tuple[bool, tuple[str, ...], tuple[str, ...]]]) -> DnsPolicy:
+def policy_for(specs: Iterable[tuple[bool, tuple[Domain, ...], tuple[Domain, ...]]]) -> DnsPolicy:
     """One network's resolver policy from its online sandboxes' (has allow list, allowed
     domains, denied domains): all names when one of them may reach everything, else the
     union of their allowed names; denied are the names every sandbox denies (a sandbox's
     own extra denials still hold at its packet filter)."""
     answer_all = False
-    allowed: list[str] = []
-    denied: set[str] | None = None
-    some: set[str] = set()
+    allowed: list[Domain] = []
+    denied: set[Domain] | None = None
+    some: set[Domain] = set()
     for has_allow_list, allow, deny in specs:
         answer_all = answer_all or not has_allow_list
         allowed += allow
         denied = set(deny) if denied is None else denied & set(deny)
         some |= set(deny)
     every = denied or set()
-    return DnsPolicy(answer_all, tuple(sorted(set(allowed))), tuple(sorted(every)), tuple(sorted(some - every)))
-
-
-def patterns_matching(name: str, patterns: Iterable[str]) -> Iterator[str]:
-    """The patterns of a list that cover a name, as dnsmasq matches them."""
-    for pattern in patterns:
-        if pattern.startswith("*."):
-            if name.endswith(pattern[1:]):
-                yield pattern
-        elif name == pattern or name.endswith("." + pattern):
-            yield pattern
+    return DnsPolicy(
+        answer_all,
+        tuple(sorted(set(allowed), key=str)),
+        tuple(sorted(every, key=str)),
+        tuple(sorted(some - every, key=str)),
+    )

@@ -33,22 +33,22 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ..base import META_SPACE, ErrorKind, NetworkSpec, RemoteError
-from ..capabilities import EgressCapability, EgressRefusal
+from netpolicy import Domain, PolicyError
+
+from ...base import META_SPACE, ErrorKind, NetworkSpec, RemoteError
+from ...capabilities import EgressCapability, EgressRefusal
 from . import dns
-from .egress_rules import (
+from .firewall import LOG_PREFIX, MAP_V4, MAP_V6, NFLOG_GROUP, TABLE_FAMILY, TABLE_NAME, _nft
+from .rules import (
     Binding,
     network_sets_of,
-    parse_entries,
-    private_exceptions,
     render_network,
     render_removal,
     render_update,
 )
-from .firewall import LOG_PREFIX, MAP_V4, MAP_V6, NFLOG_GROUP, TABLE_FAMILY, TABLE_NAME, _nft
 
 if TYPE_CHECKING:
-    from .backend import DockerBackend
+    from ..backend import DockerBackend
 
 logger = logging.getLogger(__name__)
 
@@ -178,13 +178,18 @@ def _state_from(data: dict[str, Any]) -> SandboxState:
 def spec_of(
     online: bool, allow_out: tuple[str, ...], deny_out: tuple[str, ...], allow_private: tuple[str, ...]
 ) -> NetworkSpec:
-    """The NetworkSpec a state file records (allow_private where the contract carries it)."""
-    extra: dict[str, Any] = (
-        {"allow_private": allow_private} if "allow_private" in NetworkSpec.__dataclass_fields__ else {}
-    )
-    return NetworkSpec(
-        allow_internet_access=online, allow_public_traffic=False, allow_out=allow_out, deny_out=deny_out, **extra
-    )
+    """The NetworkSpec a state file records (its texts read back through netpolicy's parser;
+    a file no longer parseable is taken as outbound off, never as a wider policy)."""
+    try:
+        return NetworkSpec.parse(
+            allow_internet_access=online,
+            allow_public_traffic=False,
+            allow_out=allow_out,
+            deny_out=deny_out,
+            allow_private=allow_private,
+        )
+    except PolicyError:
+        return NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -195,7 +200,7 @@ def render_ulogd_config(state: EgressState) -> str:
     plugins = ("inppkt_NFLOG", "raw2packet_BASE", "filter_IFINDEX", "filter_IP2STR", "output_JSON")
     return "\n".join(
         [
-            "# Rendered by sandboxes/backends/docker/egress.py; edits are lost.",
+            "# Rendered by sandboxes/backends/docker/egress/component.py; edits are lost.",
             "[global]",
             f'logfile="{state.path("ulogd.log")}"',
             "loglevel=5",
@@ -304,8 +309,6 @@ class DockerEgress(EgressCapability):
 
     def update(self, sandbox_id: str, network: NetworkSpec) -> None:
         self.backend._check_network_spec(network)
-        parse_entries(network.allow_out, "allow_out")  # invalid entries: refused before anything changes
-        parse_entries(network.deny_out, "deny_out")
         container_id = self.backend._container_id(sandbox_id)
         if network.allow_internet_access:
             self.backend.ensure_firewall()
@@ -336,9 +339,9 @@ class DockerEgress(EgressCapability):
                     v4 if new else (old.v4 if old else ()),
                     v6 if new else (old.v6 if old else ()),
                     new is not None,
-                    tuple(network.allow_out),
-                    tuple(network.deny_out),
-                    private_exceptions(network),
+                    tuple(str(e) for e in network.allow_out),
+                    tuple(str(e) for e in network.deny_out),
+                    tuple(str(e) for e in network.allow_private),
                 )
             )
             gateway = self.backend.gateway_on(container_id, network_name)
@@ -346,7 +349,7 @@ class DockerEgress(EgressCapability):
             port = self._sync_deny_filler()
             if new is not None and port is not None:
                 # Before the policy is said to be in force: its denied names' addresses are refused.
-                self._fill(port, parse_entries(network.deny_out, "deny_out").domains)
+                self._fill(port, network.domains("deny_out"))
         if new is not None:
             self.backend.point_resolver(container_id, gateway)
 
@@ -403,21 +406,16 @@ class DockerEgress(EgressCapability):
             self._sync_resolver(old.bridge)
             self._sync_deny_filler()
 
-    def _denied_domains(self) -> set[str]:
-        return {
-            domain
-            for state in self.state.all()
-            if state.online
-            for domain in parse_entries(state.deny_out, "deny_out").domains
-        }
+    def _denied_domains(self) -> set[Domain]:
+        return {domain for state in self.state.all() if state.online for domain in state.spec.domains("deny_out")}
 
     def _sync_deny_filler(self) -> int | None:
         """The deny filler running for every online sandbox's denied names (`dns.DenyFiller`):
         its port, None when there is nothing to resolve. Called with the state lock held."""
         return dns.DenyFiller(self.state.path("dns")).ensure(self.backend.dns_upstream, self._denied_domains())
 
-    def _fill(self, port: int, domains: Iterable[str]) -> None:
-        names = dns.fillable(domains)
+    def _fill(self, port: int, domains: Iterable[Domain]) -> None:
+        names = [d.name for d in dns.fillable(domains)]
         missing = set(names) - dns.lookup(port, names)
         if missing:  # the upstream did not answer in time: the next refresh asks again
             logger.warning("egress: denied names not resolved for the packet filter: %s", ", ".join(sorted(missing)))
@@ -440,9 +438,8 @@ class DockerEgress(EgressCapability):
             return
         specs = []
         for member in members:
-            allow = parse_entries(member.allow_out, "allow_out")
-            deny = parse_entries(member.deny_out, "deny_out")
-            specs.append((not allow.empty, allow.domains, deny.domains))
+            spec = member.spec
+            specs.append((spec.allow_only, spec.domains("allow_out"), spec.domains("deny_out")))
         gateway = gateway or self.backend.gateway_of(bridge)
         if gateway:
             resolver.ensure(gateway, self.backend.dns_upstream, dns.policy_for(specs))
@@ -522,15 +519,14 @@ def dns_refusal_rule(state: SandboxState, name: str, upstream: str) -> str:
     """The words for a name the network's resolver refused, re-derived from the sandbox's lists.
     A name the lists let through was refused because no upstream resolver is set (the resolver
     then answers nothing): saying "not in the allow list" would send the admin to approve it."""
-    deny = parse_entries(state.deny_out, "deny_out").domains
-    for pattern in dns.patterns_matching(name, deny):
-        return f"deny entry {pattern}"
+    spec = state.spec
+    for pattern in spec.domains("deny_out"):
+        if pattern.matches_name(name):
+            return f"deny entry {pattern}"
     if not state.online:
         return "outbound off"
-    if not upstream:
-        allow = parse_entries(state.allow_out, "allow_out").domains
-        if not state.allow_out or any(dns.patterns_matching(name, allow)):
-            return NO_UPSTREAM_RULE
+    if not upstream and (not spec.allow_only or any(p.matches_name(name) for p in spec.domains("allow_out"))):
+        return NO_UPSTREAM_RULE
     return "not in the allow list"
 
 

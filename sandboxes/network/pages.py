@@ -25,15 +25,16 @@ from console.access import get_space_for_user, has_role
 from console.forms import NetworkPolicyForm
 from console.models import NetworkPolicy, Role, Space
 from console.services import ServiceError, actor_from_request, do_update_network_policy
+from netpolicy import PolicyError, parse_destination
 
 from ..catalog.network import network_spec_for
-from ..egress.approvals import do_allow_for_session, do_allow_for_space, do_revoke_grant, propose, target_of
-from ..egress.checks import backend_views, policy_backend_warnings
-from ..egress.explain import explain, parse_target
-from ..egress.live import bound_sessions, sessions_keeping_old_rules
-from ..egress.log import events_for_space
 from ..models import EgressEvent, Session, SessionGrant
-from .lookups import get_session_for_user
+from ..pages.lookups import get_session_for_user
+from .advice import advice_rows, event_advice, explain_for
+from .approvals import do_allow_for_session, do_allow_for_space, do_revoke_grant
+from .checks import backend_views, policy_backend_warnings
+from .live import bound_sessions, sessions_keeping_old_rules
+from .log import events_for_space
 
 LAYERS = ("dns", "packet", "http", "tls")
 PAGE_SIZE = 50
@@ -73,23 +74,9 @@ class ExplainForm(forms.Form):
 
     def clean_destination(self) -> Any:
         try:
-            return parse_target(self.cleaned_data["destination"])
-        except ValueError as exc:
+            return parse_destination(self.cleaned_data["destination"])
+        except PolicyError as exc:
             raise forms.ValidationError(str(exc)) from None
-
-
-def explain_for(space: Space, form: ExplainForm) -> Any:
-    target, session = form.cleaned_data["destination"], form.cleaned_data.get("session")
-    space_spec = network_spec_for(space)
-    session_spec = network_spec_for(space, session) if session is not None else None
-    grants = tuple(session.egress_grants.values_list("entry", flat=True)) if session is not None else ()
-    return explain(
-        target,
-        space_spec,
-        session_spec=session_spec,
-        grants=grants,
-        backends=tuple(backend_views(space, session_spec or space_spec)),
-    )
 
 
 def _policy_context(space: Space, policy: NetworkPolicy, form: NetworkPolicyForm) -> dict[str, Any]:
@@ -158,7 +145,11 @@ def network_explain(request: HttpRequest, space_id: str) -> HttpResponse:
     """Would a destination be allowed, and by which rule? (reads only)"""
     space = get_space_for_user(request.user, space_id, Role.VIEWER)
     form = ExplainForm(request.GET or None, space=space)
-    answer = explain_for(space, form) if form.is_valid() else None
+    answer = (
+        explain_for(space, form.cleaned_data["destination"], form.cleaned_data.get("session"))
+        if form.is_valid()
+        else None
+    )
     context = {"space": space, "explain_form": form, "answer": answer, "section": "spaces"}
     template = "sandboxes/partials/explain_result.html" if _is_htmx(request) else "sandboxes/network_explain.html"
     return render(request, template, context, status=400 if form.errors else 200)
@@ -192,11 +183,6 @@ class EgressFilterForm(forms.Form):
         }
 
 
-def _rows_with_proposals(space: Space, events: list[EgressEvent]) -> list[tuple[EgressEvent, Any]]:
-    spec = network_spec_for(space)
-    return [(event, propose(spec, target_of(event))) for event in events]
-
-
 @login_required
 @require_safe
 def egress_list(request: HttpRequest, space_id: str) -> HttpResponse:
@@ -211,7 +197,7 @@ def egress_list(request: HttpRequest, space_id: str) -> HttpResponse:
         "space": space,
         "form": form,
         "page": page,
-        "rows": _rows_with_proposals(space, list(page.object_list)),
+        "rows": advice_rows(space, list(page.object_list)),
         "is_admin": has_role(request.user, space, Role.ADMIN),
         "query": params.urlencode(),
         "section": "spaces",
@@ -227,20 +213,23 @@ def _event(request: HttpRequest, space_id: str, event_id: str) -> EgressEvent:
 
 def _approve(request: HttpRequest, space_id: str, event_id: str, scope: str) -> HttpResponse:
     event = _event(request, space_id, event_id)
-    proposal = propose(network_spec_for(event.space), target_of(event))
+    advice = event_advice(event)
     back = reverse("sandboxes:egress_list", kwargs={"space_id": event.space_id})
     if request.method == "POST":
         try:
             if scope == "space":
                 done = do_allow_for_space(event, actor=actor_from_request(request))
-                messages.success(request, f"{done.text} Saved and applied to running sessions that take it live.")
+                messages.success(
+                    request,
+                    f"{done.entry} allowed for the space. Saved and applied to running sessions that take it live.",
+                )
             else:
                 grant = do_allow_for_session(event, actor=actor_from_request(request))
                 messages.success(request, f"{grant.entry} allowed for session {grant.session.key} until it ends.")
         except ServiceError as exc:
             messages.error(request, exc.message)
         return redirect(back)
-    context = {"space": event.space, "event": event, "proposal": proposal, "scope": scope, "back": back}
+    context = {"space": event.space, "event": event, "advice": advice, "scope": scope, "back": back}
     return render(request, "sandboxes/egress_approve.html", context)
 
 

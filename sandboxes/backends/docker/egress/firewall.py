@@ -113,7 +113,7 @@ def render_ruleset(host_services: Iterable[HostService] = ()) -> str:
             f"add rule {TABLE} sandbox_to_host {match} tcp dport {proxy_ports} accept",
         ]
     lines = [
-        "# Rendered by sandboxes/backends/docker/firewall.py and applied with `nft -f`; edits are lost.",
+        "# Rendered by sandboxes/backends/docker/egress/firewall.py and applied with `nft -f`; edits are lost.",
         f"add table {TABLE}",
         *(f"add {'map' if ': verdict' in kind else 'set'} {TABLE} {name} {{ {kind} }}" for name, kind in _SETS),
         f"add chain {TABLE} input {{ type filter hook input priority filter; policy accept; }}",
