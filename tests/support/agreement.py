@@ -7,6 +7,7 @@ and the Docker host's never-reachable classes for `decide`.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -15,12 +16,24 @@ from netpolicy import Kind, reserved_class
 from sandboxes.backends.base import NetworkSpec
 from tests.sandboxes.network.agreement_table import NAMES, Case, Spec
 
+ZONE = "$ZONE"  # in `places`: the names under `.test` move to `.<zone>.test` (a run's own)
+_TEST_SUFFIX = re.compile(r"(?i)\.test(?=\.?(?:$|[/:\s]))")
+
 
 def substitute(text: str, places: Mapping[str, str]) -> str:
-    """`$NAME`s replaced, longest first ($GW_NET before $GW)."""
-    for token in sorted(places, key=len, reverse=True):
+    """`$NAME`s replaced, longest first ($GW_NET before $GW), and names moved to the run's own
+    zone when `places` has one (so that sets named after a pattern are the run's alone)."""
+    for token in sorted((t for t in places if t != ZONE), key=len, reverse=True):
         text = text.replace(token, places[token])
+    if ZONE in places:
+        text = _TEST_SUFFIX.sub(lambda m: f".{places[ZONE]}{m.group(0)}", text)
     return text
+
+
+def unzoned(name: str, places: Mapping[str, str]) -> str:
+    if ZONE in places:
+        return re.sub(rf"(?i)\.{re.escape(places[ZONE])}(?=\.test\.?$)", "", name)
+    return name
 
 
 def network_spec(spec: Spec, places: Mapping[str, str]) -> NetworkSpec:
@@ -38,7 +51,7 @@ def network_spec(spec: Spec, places: Mapping[str, str]) -> NetworkSpec:
 
 def resolved_address(name: str, places: Mapping[str, str]) -> str | None:
     """What the test's upstream answers for `name`: the longest NAMES entry it is or is below."""
-    name = netpolicy.normalise_name(name)
+    name = netpolicy.normalise_name(unzoned(name, places))
     best = max((n for n in NAMES if name == n or name.endswith("." + n)), key=len, default=None)
     return substitute(NAMES[best], places) if best is not None else None
 
@@ -78,6 +91,11 @@ def asked(case: Case, places: Mapping[str, str]) -> Asked:
         assert address is not None, f"{case.label}: the table's resolver has no answer for it"
         destination = destination.resolved(address)
     return Asked(text, destination)
+
+
+def upstream_answers(places: Mapping[str, str]) -> dict[str, str]:
+    """NAMES as the test's upstream resolver answers them (in the run's zone)."""
+    return {substitute(name, places): substitute(address, places) for name, address in NAMES.items()}
 
 
 def reserved(places: Mapping[str, str]) -> tuple[netpolicy.AddressClass, ...]:

@@ -11,16 +11,29 @@ disagreeing case.
 
 from __future__ import annotations
 
+import random
+import shutil
+import tempfile
+import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import Client
 
 import netpolicy
-from sandboxes.backends.base import RemoteError, SandboxSpec
+from sandboxes.backends.base import META_SPACE, NetworkSpec, RemoteError, SandboxSpec
+from sandboxes.backends.docker.egress.firewall import bridge_name
+from tests.factories import set_policy
 from tests.fakes.fixtures import FakeHandle
-from tests.sandboxes.network.agreement_table import CASES, PLACEHOLDERS, POLICIES, Case, Tally
-from tests.support.agreement import asked, network_spec, reserved
+from tests.personas import World
+from tests.sandboxes.egress_support import LISTENER_PORT
+from tests.sandboxes.network.agreement_table import CASES, NAMES, PLACEHOLDERS, POLICIES, Case, Tally
+from tests.support.agreement import ZONE, asked, network_spec, reserved, substitute, upstream_answers
+from tests.support.agreement_lab import Targets, probe
+from tests.support.docker_readback import Enforced
 from tests.support.remote_egress import remote_verdict
 
 
@@ -54,6 +67,70 @@ def test_decide_agrees(report: list[str]) -> None:
         policy = network_spec(POLICIES[case.policy], PLACEHOLDERS)
         decision = netpolicy.decide(policy, asked(case, PLACEHOLDERS).destination, reserved=reserved(PLACEHOLDERS))
         tally.judge(case, decision.allowed, decision.sentence)
+    settle(tally, report)
+
+
+# --- explain: the console's function and the API's answer ------------------------------------
+
+
+def _explain_applies(case: Case, policy: netpolicy.Policy) -> str:
+    """Why explain cannot be held to this case ("" when it can): it takes no HTTP method, and
+    it judges a name before resolution (saying that its addresses are checked after)."""
+    if case.method not in (None, "GET"):
+        return "explain takes no HTTP method"
+    destination = asked(case, PLACEHOLDERS).destination
+    if destination.name is not None:
+        unresolved = replace(destination, addresses=())
+        places = reserved(PLACEHOLDERS)
+        if netpolicy.decide(policy, unresolved, reserved=places).allowed != case.allowed:
+            return "the verdict depends on the address the name resolves to (explain does not resolve)"
+    return ""
+
+
+def test_explain_function_agrees(report: list[str]) -> None:
+    from sandboxes.network.explain import explain, parse_target
+
+    tally = Tally("explain (console function)")
+    for case in CASES:
+        policy = network_spec(POLICIES[case.policy], PLACEHOLDERS)
+        why = _explain_applies(case, policy)
+        if why:
+            tally.judge(case, None, why)
+            continue
+        answer = explain(parse_target(asked(case, PLACEHOLDERS).text), policy, reserved=reserved(PLACEHOLDERS))
+        tally.judge(case, answer.allowed, answer.rule)
+    settle(tally, report)
+
+
+@pytest.mark.django_db
+def test_explain_api_agrees(report: list[str], world: World) -> None:
+    from console.services import Actor
+    from sandboxes.api.views import do_create_api_token
+
+    _, token = do_create_api_token(world.space_a, name="agreement", actor=Actor(user=world.alice))
+    client, headers = Client(), {"Authorization": f"Bearer {token}"}
+    url = f"/api/v1/spaces/{world.space_a.id}/network/explain"
+    tally = Tally("explain (API answer)")
+    for name, spec in POLICIES.items():
+        set_policy(
+            world.space_a,
+            allow_internet_access=spec.outbound,
+            allow_out=[substitute(t, PLACEHOLDERS) for t in spec.allow_out],
+            deny_out=[substitute(t, PLACEHOLDERS) for t in spec.deny_out],
+            allow_private=[substitute(t, PLACEHOLDERS) for t in spec.allow_private],
+            l7_rules=list(spec.l7_rules),
+        )
+        policy = network_spec(spec, PLACEHOLDERS)
+        for case in (c for c in CASES if c.policy == name):
+            why = _explain_applies(case, policy)
+            if not why and case.docker_only:
+                why = "the space has no Docker config, whose backend names the host's addresses"
+            if why:
+                tally.judge(case, None, why)
+                continue
+            answer = client.get(url, {"destination": asked(case, PLACEHOLDERS).text}, headers=headers)
+            assert answer.status_code == 200, (case.label, answer.content)
+            tally.judge(case, answer.json()["allowed"], answer.json()["rule"])
     settle(tally, report)
 
 
@@ -139,3 +216,175 @@ def test_cube_translation_agrees(report: list[str], fake_cube_server: FakeHandle
 
 def _case(label: str) -> Case:
     return next(c for c in CASES if c.label == label)
+
+
+# --- Docker: the renderers' output read back from this host, and real connections -------------
+
+
+@dataclass
+class DockerWorld:
+    backend: Any
+    engine: Any
+    places: dict[str, str]
+    squid_conf: Path
+    host_port: int
+    image: str
+    run_id: str
+
+
+@pytest.fixture(scope="module")
+def docker_world(docker_base_image: str, test_run_id: str) -> Iterator[DockerWorld]:
+    """The target namespace, the upstream resolver answering the table's names (in a zone of
+    this run's own), a banner server on every address of the host, a Docker backend with its
+    own squid, and a sandbox of another space with a listener (the `$OTHER` address)."""
+    import docker as docker_sdk
+
+    from tests.netns import BannerServer, require_root_networking
+    from tests.sandboxes.egress_lab import LocalResolver
+    from tests.sandboxes.egress_support import docker0_address, docker_backend, start_listener, upstream_dns
+
+    require_root_networking()
+    zone = f"ag{uuid.uuid4().hex[:6]}"
+    names = [substitute(n, {ZONE: zone}) for n in NAMES]
+    targets = Targets([*names, *(f"*.{n}" for n in names)]).start()
+    engine = docker_sdk.APIClient(timeout=60)
+    state = tempfile.mkdtemp(prefix="agreement-proxy-")
+    try:
+        places = {**PLACEHOLDERS, **targets.places(), ZONE: zone, "$DOCKER0": docker0_address()}
+        answers = upstream_answers(places)
+        squid_dns = LocalResolver(answers, address=f"127.0.{random.randrange(100, 250)}.{random.randrange(2, 250)}")
+        squid_dns.start()
+        try:
+            with (
+                upstream_dns(answers) as upstream,
+                BannerServer("0.0.0.0") as host_server,
+                docker_backend(
+                    test_run_id,
+                    dns_upstream=upstream,
+                    options={"proxy_state_dir": state, "proxy_dns": squid_dns.address},
+                ) as backend,
+            ):
+                other = backend.create(
+                    SandboxSpec(
+                        template_id=docker_base_image,
+                        network=NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False),
+                        metadata={"test-run": test_run_id, META_SPACE: f"agr-other-{zone}"},
+                    )
+                )
+                try:
+                    start_listener(backend, other.sandbox_id)
+                    settings = _network_of(engine, other.sandbox_id)
+                    places |= {"$OTHER": settings["IPAddress"], "$OTHER_NET": settings["subnet"]}
+                    yield DockerWorld(
+                        backend,
+                        engine,
+                        places,
+                        Path(state) / "squid.conf",
+                        host_server.port,
+                        docker_base_image,
+                        test_run_id,
+                    )
+                finally:
+                    backend.delete(other.sandbox_id)
+                    proxy = backend.egress_proxy()
+                    for policy in proxy.policies():
+                        proxy.remove_space(policy.name)
+                    proxy.stop()
+        finally:
+            squid_dns.stop()
+    finally:
+        engine.close()
+        targets.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _network_of(engine: Any, sandbox_id: str) -> dict[str, str]:
+    """The one network a sandbox is on: its name, the sandbox's addresses, gateway and subnet
+    (empty when outbound is off and it has none)."""
+    networks = engine.inspect_container(sandbox_id)["NetworkSettings"]["Networks"]
+    found = {name: s for name, s in networks.items() if name not in ("none", "")}
+    if not found:
+        return {}
+    ((name, settings),) = found.items()
+    ipam = engine.inspect_network(name)["IPAM"]["Config"] or []
+    subnet = next((c["Subnet"] for c in ipam if ":" not in c.get("Subnet", ":")), "")
+    return {
+        "name": name,
+        "IPAddress": settings["IPAddress"],
+        "GlobalIPv6Address": settings.get("GlobalIPv6Address") or "",
+        "Gateway": settings["Gateway"],
+        "subnet": subnet,
+    }
+
+
+def _connectable(case: Case) -> bool:
+    """Cases whose destination is a server of this test (the sample of real connections): a
+    name (the test's resolver answers it with a target's address) or a `$` place. Never a
+    literal address: those may be anywhere."""
+    if "$" in case.destination:
+        return True
+    return netpolicy.parse_destination(case.destination).name is not None
+
+
+def _attempt(case: Case, world: DockerWorld, places: dict[str, str]) -> tuple[str, str, int, bool, str, str]:
+    found = asked(case, places)
+    destination = found.destination
+    host = found.original_name if destination.name is not None else str(destination.addresses[0])
+    if "$GW" in case.destination or "$DOCKER0" in case.destination:
+        port = world.host_port
+    elif "$OTHER" in case.destination:
+        port = LISTENER_PORT
+    else:
+        port = destination.port or destination.web_port or 8080
+    return (case.label, host, port, port == 443, destination.method or "GET", destination.path or "/")
+
+
+@pytest.mark.docker
+def test_docker_enforcement_agrees(report: list[str], docker_world: DockerWorld) -> None:
+    """Column (c): each policy attached to a real sandbox, the host's nftables table, the
+    network's dnsmasq configuration and squid's read back and interpreted per case; column
+    (e): the connectable cases tried for real from that sandbox."""
+    world = docker_world
+    rendered, connected = Tally("Docker rendered (nft + dnsmasq + squid read back)"), Tally("Docker real connections")
+    for index, (name, spec) in enumerate(POLICIES.items()):
+        space = f"agr-{world.places[ZONE]}-{index}"
+        places = dict(world.places)
+        info = world.backend.create(
+            SandboxSpec(
+                template_id=world.image,
+                network=network_spec(spec, places),
+                metadata={"test-run": world.run_id, META_SPACE: space},
+            )
+        )
+        try:
+            settings = _network_of(world.engine, info.sandbox_id)
+            if settings:
+                places |= {"$GW": settings["Gateway"], "$GW_NET": settings["subnet"]}
+                if network_spec(spec, places) != network_spec(spec, world.places):
+                    egress = world.backend.egress()
+                    assert egress is not None
+                    egress.update(info.sandbox_id, network_spec(spec, places))
+            enforced = Enforced.read(
+                bridge_name(settings["name"]) if settings else "",
+                settings.get("IPAddress", ""),
+                settings.get("GlobalIPv6Address", ""),
+                settings.get("Gateway", ""),
+                world.squid_conf,
+            )
+            cases = [c for c in CASES if c.policy == name]
+            for case in cases:
+                found = asked(case, places)
+                allowed, words = enforced.judge(found.destination, found.original_name)
+                rendered.judge(case, allowed, words)
+            sample = [c for c in cases if _connectable(c)]
+            if sample:
+                answers = probe(world.backend, info.sandbox_id, [_attempt(c, world, places) for c in sample])
+                for case in sample:
+                    connected.judge(case, answers[case.label] == "reached", answers[case.label])
+        finally:
+            world.backend.delete(info.sandbox_id)
+    report.append(rendered.line())
+    report.append(connected.line())
+    assert connected.asked >= 30
+    problems = [*rendered.wrong, *connected.wrong]
+    assert not problems, f"{rendered.line()}\n{connected.line()}\ndisagreeing:\n" + "\n".join(problems)
