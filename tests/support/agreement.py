@@ -45,7 +45,7 @@ def network_spec(spec: Spec, places: Mapping[str, str]) -> NetworkSpec:
         allow_out=[substitute(t, places) for t in spec.allow_out],
         deny_out=[substitute(t, places) for t in spec.deny_out],
         allow_private=[substitute(t, places) for t in spec.allow_private],
-        l7_rules=list(spec.l7_rules),
+        l7_rules=[substitute(t, places) for t in spec.l7_rules],
     )
 
 

@@ -35,7 +35,10 @@ NAMES: dict[str, str] = {
     "notexample.test": "$A3",
     "notwild.test": "$A3",
     "x.wild.test": "$A4",
-    "wild.test": "$A5",
+    "wild.test": "$A3",
+    # Alone on its address: a layer that refuses a denied name's addresses (sets shared by
+    # every network naming the pattern) refuses whatever else resolves there too.
+    "bad.wild.test": "$A5",
     "v6.test": "$B1",
 }
 # The value of each `$NAME` when no real place stands behind it (decide, explain, E2B).

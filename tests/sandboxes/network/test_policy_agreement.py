@@ -118,7 +118,7 @@ def test_explain_api_agrees(report: list[str], world: World) -> None:
             allow_out=[substitute(t, PLACEHOLDERS) for t in spec.allow_out],
             deny_out=[substitute(t, PLACEHOLDERS) for t in spec.deny_out],
             allow_private=[substitute(t, PLACEHOLDERS) for t in spec.allow_private],
-            l7_rules=list(spec.l7_rules),
+            l7_rules=[substitute(t, PLACEHOLDERS) for t in spec.l7_rules],
         )
         policy = network_spec(spec, PLACEHOLDERS)
         for case in (c for c in CASES if c.policy == name):
