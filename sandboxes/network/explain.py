@@ -41,7 +41,7 @@ def reserved_of(backends: Sequence[BackendView]) -> tuple[AddressClass, ...]:
 def _http_line(spec: NetworkSpec, target: Destination) -> Decision | None:
     """For a name asked without a port or scheme: what the HTTP rules would say of plain
     HTTP to it (`decide` applies them itself when the port or the URL says HTTP or TLS)."""
-    if not spec.l7_rules or target.name is None or target.web_port is not None:
+    if not spec.l7_rules or target.name is None or target.port is not None or target.scheme is not None:
         return None
     return http_decision(spec.l7_rules, target.name, tls=False, method=target.method, path=target.path)
 
