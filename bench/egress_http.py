@@ -140,7 +140,7 @@ def _rule_change_ms(backend: DockerBackend, sandbox_id: str, address: str, chang
         watcher.start()
         time.sleep(1.0)  # the watcher is polling the old answer by now
         started = time.time()
-        backend.update_http_rules(
+        backend.outbound.update_http_rules(
             sandbox_id, NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=rules)
         )
         watcher.join(timeout=60)
@@ -196,7 +196,7 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
                     raise RuntimeError(f"download on port {port} failed: {result.stderr.decode()[-500:]}")
                 return float(result.stdout.decode().strip())
 
-            access_log = Path(backend.egress_proxy().access_log)
+            access_log = Path(backend.outbound.proxy.access_log)
 
             def through_squid(bodies: int, before: int) -> bool:
                 """squid logged `bodies` more /bytes/ lines than `before` (it writes a moment
@@ -238,7 +238,7 @@ def measure_http_throughput_ratio(size_mb: int = 64, rounds: int = 5) -> float:
     finally:
         if sandbox_id:
             backend.delete(sandbox_id)
-        proxy = backend.egress_proxy()
+        proxy = backend.outbound.proxy
         for policy in proxy.policies():
             proxy.remove_space(policy.name)
         proxy.stop()

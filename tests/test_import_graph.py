@@ -19,7 +19,7 @@ nothing of ours anyway). What counts as an arrow:
   the two modules still need each other at run time, so it counts.
 - not the imports under `if TYPE_CHECKING:`: they never run and carry no behaviour, only
   names for annotations. A part of a package split by responsibility names its whole that
-  way (`docker/files.py`'s `DockerFiles(backend: DockerBackend)`, built by `backend.py`).
+  way (`docker/files.py`'s `DockerFiles(engine: DockerEngine)`, built by `backend.py`).
 - `from package import name` is an arrow to `package.name` when that is a module of ours,
   else to `package`. Parent packages a dotted import executes on the way (`a/__init__.py`
   for `a.b`) are not arrows: they hold docstrings and the backend registry, not logic.
@@ -247,7 +247,7 @@ def test_the_graph_sees_imports_by_call_and_a_rebound_type_checking():
     assert not any(isinstance(n, ast.Import) for n in _runtime_nodes(ast.parse(skipped)))
     assert any(isinstance(n, ast.Import) for n in _runtime_nodes(ast.parse(skipped), type_checking=True))
     # The backends' rule reads type-only imports too: the real tree passes it so.
-    assert "sandboxes.backends.docker.backend" in build_graph(type_checking=True)["sandboxes.backends.docker.files"]
+    assert "sandboxes.backends.docker.engine" in build_graph(type_checking=True)["sandboxes.backends.docker.files"]
 
 
 # --- Rooms -------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ def test_the_adapters_bodies_parse_as_the_sdk_models(fake_e2b: FakeHandle, kind:
     adapter = backend_class(fake_e2b.backend_config(kind, protocol="cube-0.5" if kind == "cube" else "e2b-v2"))
     spec = SandboxSpec(
         template_id="base",
-        network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False, allow_out=("10.0.0.1",)),
+        network=NetworkSpec.parse(allow_internet_access=False, allow_public_traffic=False, allow_out=("10.0.0.1",)),
         metadata={"a": "b"},
         env={"A": "1"},
     )

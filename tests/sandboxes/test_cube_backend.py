@@ -14,7 +14,6 @@ import pytest
 from sandboxes.backends.base import (
     ErrorKind,
     ExecRequest,
-    L7Rule,
     ListQuery,
     NetworkSpec,
     RemoteError,
@@ -183,11 +182,11 @@ class TestCubeQuirks:
         self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory
     ) -> None:
         # Quirk: Cube's L7 rules are a list (E2B's object keyed by domain is a 400).
-        network = NetworkSpec(
+        network = NetworkSpec.parse(
             allow_internet_access=False,
             allow_public_traffic=True,
             allow_out=("api.example.com",),
-            l7_rules=(L7Rule(domain="api.example.com", methods=("get",), path_prefix="/v1", action="allow"),),
+            l7_rules=({"domain": "api.example.com", "methods": ["get"], "path_prefix": "/v1", "action": "allow"},),
         )
         info = make_sandbox(network=network)
         with fake_cube.http() as http:
@@ -212,11 +211,26 @@ class TestCubeQuirks:
         # Quirk: CubeAPI rejects a domain in allowOut unless outbound is off or 0.0.0.0/0 is
         # denied (a 400). A non-empty allow list means "only these" (issue 13), which the
         # adapter sends as allowOut=list + denyOut=0.0.0.0/0: accepted.
-        network = NetworkSpec(allow_internet_access=True, allow_public_traffic=True, allow_out=("example.com",))
+        # A plain domain is the name and its subdomains: Cube gets `x` and `*.x`.
+        network = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=True, allow_out=("example.com",))
         info = make_sandbox(network=network)
+        # Cube reaches private addresses: a private exception is an allowOut entry beside the
+        # always-denied denyOut (where the space allows everything else).
+        exception = make_sandbox(
+            network=NetworkSpec.parse(
+                allow_internet_access=True, allow_public_traffic=True, allow_private=("10.9.0.0/16",)
+            )
+        )
         with fake_cube.http() as http:
             detail = http.get(f"/sandboxes/{info.sandbox_id}").json()
-        assert (detail["network"]["allowOut"], detail["network"]["denyOut"]) == (["example.com"], ["0.0.0.0/0"])
+            second = http.get(f"/sandboxes/{exception.sandbox_id}").json()["network"]
+        assert (detail["network"]["allowOut"], detail["network"]["denyOut"]) == (
+            ["example.com", "*.example.com"],
+            ["0.0.0.0/0"],
+        )
+        assert second["allowOut"] == ["10.9.0.0/16"]
+        assert "10.0.0.0/8" in second["denyOut"]
+        assert not [entry for entry in second["denyOut"] if entry.startswith("0.0.0.0")]
         caps = backend.network_capabilities()
         assert (caps.deny_wins, caps.allow_private, caps.live_update) == (False, True, False)
 
@@ -500,11 +514,11 @@ class TestCubeReleases:
         later = protocol != "cube-0.4"
         assert (caps.l7_rules, caps.inbound_toggle) == (later, later)
         assert (adapter.snapshots() is not None) == later
-        l7 = NetworkSpec(
+        l7 = NetworkSpec.parse(
             allow_internet_access=False,
             allow_public_traffic=True,
             allow_out=("api.example.com",),
-            l7_rules=(L7Rule(domain="api.example.com"),),
+            l7_rules=("allow api.example.com",),
         )
         if not later:
             with pytest.raises(RemoteError) as caught:

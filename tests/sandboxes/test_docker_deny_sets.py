@@ -96,7 +96,9 @@ def test_a_hard_coded_address_of_a_denied_name_is_refused_by_the_packet_filter(
     assert answers == {_key(*v4): "reached", _key(*v6): "reached"}, answers
 
     started = time.monotonic()
-    denying = make_sandbox(NetworkSpec.parse(True, False, deny_out=(EVIL, EVIL6)))
+    denying = make_sandbox(
+        NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, deny_out=(EVIL, EVIL6))
+    )
     assert resolve(backend, denying.sandbox_id, [EVIL, EVIL6]) == {EVIL: [], EVIL6: []}  # the resolver: NXDOMAIN
     answers = probe(backend, denying.sandbox_id, [v4, v6])  # the addresses, hard-coded
     assert answers[_key(*v4)] != "reached", answers
@@ -115,7 +117,9 @@ def test_the_deny_sets_are_filled_again_on_refresh_and_a_live_change_fills_them_
     assert probe(backend, sandbox.sandbox_id, [v4])[_key(*v4)] == "reached"
     egress = _egress(backend)
     started = time.monotonic()
-    egress.update(sandbox.sandbox_id, NetworkSpec.parse(True, False, deny_out=(EVIL,)))
+    egress.update(
+        sandbox.sandbox_id, NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, deny_out=(EVIL,))
+    )
     took = time.monotonic() - started
     assert took < 5, f"a live change with a denied name took {took:.2f} s"
     set4, _ = domain_sets(EVIL)
@@ -139,12 +143,23 @@ def test_a_denied_name_wins_over_a_cidr_allow_entry_but_not_over_an_allowed_name
     backend: DockerBackend, make_sandbox: SandboxMaker, servers: NamespaceServers
 ) -> None:
     v4 = (servers.v4.host, servers.v4.port)
-    by_cidr = make_sandbox(NetworkSpec.parse(True, False, allow_out=(f"{servers.v4.host}/32",), deny_out=(EVIL,)))
+    by_cidr = make_sandbox(
+        NetworkSpec.parse(
+            allow_internet_access=True,
+            allow_public_traffic=False,
+            allow_out=(f"{servers.v4.host}/32",),
+            deny_out=(EVIL,),
+        )
+    )
     assert probe(backend, by_cidr.sandbox_id, [v4])[_key(*v4)] != "reached"
     assert wait_refusal(backend, by_cidr.sandbox_id, target(*v4), timeout_s=READ_S).rule == f"deny entry {EVIL}"
     # An allowed name that resolved to the same address (wildcard DNS, a CDN): one destination
     # at the packet filter; the resolver refuses the denied name, the allowed one reaches it.
-    shared = make_sandbox(NetworkSpec.parse(True, False, allow_out=(f"*.{SHARED}",), deny_out=(EVIL,)))
+    shared = make_sandbox(
+        NetworkSpec.parse(
+            allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{SHARED}",), deny_out=(EVIL,)
+        )
+    )
     assert resolve(backend, shared.sandbox_id, [f"api.{SHARED}", EVIL]) == {
         f"api.{SHARED}": [servers.v4.host],
         EVIL: [],

@@ -14,8 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from sandboxes.backends.docker.egress.component import NO_UPSTREAM_RULE, SandboxState, dns_refusal_rule
 from sandboxes.backends.docker.egress.dns import Resolver, process_exited
+from sandboxes.backends.docker.egress.refusals import NO_UPSTREAM_RULE
+from sandboxes.backends.docker.egress.refusals import dns_rule as dns_refusal_rule
+from sandboxes.backends.docker.egress.state import SandboxState
 
 
 def _wait_zombie(pid: int) -> None:

@@ -180,7 +180,9 @@ def test_dns_answers_allowed_names_only_and_nothing_when_off(
     backend: DockerBackend, make_sandbox: SandboxMaker, servers: tuple[NamespaceServers, NamespaceServers]
 ) -> None:
     allowed, _other = servers
-    open_sandbox = make_sandbox(NetworkSpec.parse(True, False, deny_out=("other.test",)))
+    open_sandbox = make_sandbox(
+        NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, deny_out=("other.test",))
+    )
     names = resolve(backend, open_sandbox.sandbox_id, ["www.name.test", "other.test", "unknown.test"])
     assert names["www.name.test"] == [allowed.v4.host]  # outbound on, no allow list: forwarded
     assert names["other.test"] == []  # a deny entry
@@ -257,8 +259,9 @@ def test_other_sandboxes_and_the_hosts_own_addresses_are_refused(
         assert all(answer != "reached" and answer != "connected" for answer in answers.values()), answers
         assert not on_gateway.clients
         assert not on_docker0.clients
+    # The words netpolicy.decide gives (Decision.words), the same at every layer.
     assert wait_refusal(backend, client.sandbox_id, f"{settings['IPAddress']}:{LISTENER_PORT}").rule == (
-        "other sandbox"
+        "always denied: other sandbox"
     )
     host = wait_refusal(backend, client.sandbox_id, target(on_gateway.host, on_gateway.port))
     assert host.rule == "always denied: the Docker host"
@@ -360,7 +363,7 @@ def test_a_flushed_table_is_restored_with_every_sandboxs_policy(
     subprocess.run(["nft", "delete", "table", "inet", TABLE_NAME], check=True)
     fresh = DockerBackend(backend.config)
     try:
-        fresh.ensure_firewall()  # what the next online sandbox or policy change does
+        fresh.outbound.ensure_firewall()  # what the next online sandbox or policy change does
     finally:
         fresh.close()
     answers = probe(backend, sandbox.sandbox_id, [(allowed.v4.host, allowed.v4.port), (other.v4.host, other.v4.port)])
@@ -415,7 +418,7 @@ def test_a_container_removed_behind_the_consoles_back_leaves_no_chain(
     engine.remove_container(sandbox.sandbox_id, force=True)
     fresh = DockerBackend(backend.config)
     try:
-        fresh.ensure_firewall()  # once per process: restored, and what is gone pruned
+        fresh.outbound.ensure_firewall()  # once per process: restored, and what is gone pruned
     finally:
         fresh.close()
     assert f"chain {chain}" not in listed()

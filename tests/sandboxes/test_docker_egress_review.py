@@ -104,7 +104,9 @@ def test_an_allowed_name_resolving_to_a_private_or_host_address_is_still_refused
     listed: bool,
 ) -> None:
     names = ("rebind-private.test", "rebind-host.test")
-    network = NetworkSpec.parse(True, False, allow_out=names) if listed else OPEN
+    network = (
+        NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=names) if listed else OPEN
+    )
     sandbox = make_sandbox(network)
     resolved = resolve(backend, sandbox.sandbox_id, list(names))
     assert resolved == {"rebind-private.test": [PRIVATE], "rebind-host.test": [host_server.host]}
@@ -121,7 +123,9 @@ def test_an_allowed_name_resolving_to_a_private_or_host_address_is_still_refused
 def test_dns_to_another_spaces_resolver_is_refused_over_udp_and_tcp(
     backend: DockerBackend, make_sandbox: SandboxMaker, engine: docker.APIClient
 ) -> None:
-    mine = make_sandbox(NetworkSpec.parse(True, False, allow_out=("fine.test",)))
+    mine = make_sandbox(
+        NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=("fine.test",))
+    )
     theirs = make_sandbox(OPEN)  # another space: its resolver answers every name
     own_gateway = network_settings(engine, mine.sandbox_id)["Gateway"]
     other = network_settings(engine, theirs.sandbox_id)

@@ -127,7 +127,7 @@ def lab(docker_base_image: str, test_run_id: str) -> Iterator[Lab]:
     finally:
         if sandbox_id:
             backend.delete(sandbox_id)
-        proxy = backend.egress_proxy()
+        proxy = backend.outbound.proxy
         for policy in proxy.policies():
             proxy.remove_space(policy.name)  # also empties the redirect table
         proxy.stop()
@@ -138,7 +138,7 @@ def lab(docker_base_image: str, test_run_id: str) -> Iterator[Lab]:
 
 
 def refusals_since(lab: Lab, cursor: str) -> tuple[list[tuple[str, str, str, str]], str]:
-    found, cursor = lab.backend.egress_proxy().refusals(
+    found, cursor = lab.backend.outbound.proxy.refusals(
         cursor, sandbox_of=lambda address: lab.sandbox_id if address == lab.address else address
     )
     return [(r.sandbox_id, r.layer, r.destination, r.rule) for r in found], cursor
@@ -151,12 +151,12 @@ def test_capabilities_claim_http_rules(lab: Lab) -> None:
 def test_squid_listens_only_on_the_gateway_and_loopback(lab: Lab) -> None:
     pids = set(
         subprocess.run(
-            ["pgrep", "-f", lab.backend.egress_proxy().state_dir], capture_output=True, text=True
+            ["pgrep", "-f", lab.backend.outbound.proxy.state_dir], capture_output=True, text=True
         ).stdout.split()
     )
     assert pids
     # Every gateway of the space network (IPv4, and IPv6 where the network has it).
-    gateways = lab.backend.egress_proxy().policies()[0].gateways
+    gateways = lab.backend.outbound.proxy.policies()[0].gateways
     expected = {f"[{g}]:{port}" if ":" in g else f"{g}:{port}" for g in gateways for port in (3129, 3130)}
     listening: set[str] = set()
     deadline = time.monotonic() + 15  # a squid just (re)configured binds its ports a moment later
@@ -228,7 +228,7 @@ def test_the_hosts_own_addresses_are_refused_by_the_proxy(lab: Lab) -> None:
     answer = lab.http("GET", "self.test", "/", address=lab.target.host_address)
     assert answer.startswith("403 "), answer
     found, _ = refusals_since(lab, cursor)
-    assert [row[3] for row in found] == ["always-denied destination (the host itself or a sandbox network)"]
+    assert [row[3] for row in found] == ["always denied: the Docker host"]  # netpolicy's words
 
 
 def test_a_rule_change_reaches_the_running_sandbox_within_5_s(lab: Lab) -> None:
@@ -240,7 +240,7 @@ def test_a_rule_change_reaches_the_running_sandbox_within_5_s(lab: Lab) -> None:
     )
     network = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=changed)
     started = time.monotonic()
-    lab.backend.update_http_rules(lab.sandbox_id, network)
+    lab.backend.outbound.update_http_rules(lab.sandbox_id, network)
     while not lab.http("GET", "web.test", "/admin/").startswith("200 "):
         assert time.monotonic() - started < 5, "the changed rule did not reach the sandbox within 5 s"
         time.sleep(0.1)
@@ -248,7 +248,7 @@ def test_a_rule_change_reaches_the_running_sandbox_within_5_s(lab: Lab) -> None:
     print(f"rule change in force after {took:.2f} s")
     assert lab.tls("tls-ok.test") == "tls HTTP/1.1 200 OK"
     original = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=RULES)
-    lab.backend.update_http_rules(lab.sandbox_id, original)
+    lab.backend.outbound.update_http_rules(lab.sandbox_id, original)
     deadline = time.monotonic() + 5
     while not lab.http("GET", "web.test", "/admin/").startswith("403 "):
         assert time.monotonic() < deadline
@@ -271,11 +271,11 @@ def test_each_space_has_its_own_rules(lab: Lab, docker_base_image: str, test_run
         assert other.http("GET", "web.test", "/public/x").startswith("403 ")
         assert other.http("GET", "other.test", "/") == "200 served GET / port 80"
         assert lab.http("GET", "web.test", "/public/x") == "200 served GET /public/x port 80"
-        assert len(lab.backend.egress_proxy().policies()) == 2
+        assert len(lab.backend.outbound.proxy.policies()) == 2
     finally:
         lab.backend.delete(info.sandbox_id)
     # Its network is released with its last sandbox, and squid stops listening there.
-    assert len(lab.backend.egress_proxy().policies()) == 1
+    assert len(lab.backend.outbound.proxy.policies()) == 1
     assert lab.http("GET", "web.test", "/public/x") == "200 served GET /public/x port 80"
 
 
@@ -303,7 +303,7 @@ def test_ipv6_is_redirected_and_decided_the_same(lab: Lab, docker_base_image: st
         v6 = Lab(lab.backend, info.sandbox_id, "", lab.target)
         assert v6.http("GET", "v6.test", "/public/x", address=lab.target.address6) == "200 served GET /public/x port 80"
         assert v6.http("GET", "v6.test", "/private", address=lab.target.address6).startswith("403 ")
-        log = Path(lab.backend.egress_proxy().access_log).read_text()
+        log = Path(lab.backend.outbound.proxy.access_log).read_text()
         assert "TCP_DENIED/403 GET http://v6.test/private" in log  # it went through squid
     finally:
         lab.backend.delete(info.sandbox_id)

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.docker]
 
 def _apply(lab: Lab, **lists: tuple[str, ...]) -> None:  # noqa: F811
     network = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=RULES, **lists)
-    lab.backend.update_http_rules(lab.sandbox_id, network)
+    lab.backend.outbound.update_http_rules(lab.sandbox_id, network)
     time.sleep(1)  # squid's reconfigure (the rule-change test shows < 1 s)
 
 

@@ -7,6 +7,7 @@ guarded transport included. The fake's containers run with network "none".
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import threading
 import time
@@ -20,7 +21,6 @@ from sandboxes.backends.base import (
     ErrorKind,
     ExecRequest,
     ExecResult,
-    L7Rule,
     ListQuery,
     NetworkSpec,
     PtySize,
@@ -265,51 +265,78 @@ class TestE2BMapping:
         self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
     ) -> None:
         info = make_sandbox(
-            network=NetworkSpec(allow_internet_access=True, allow_public_traffic=True, deny_out=("10.0.0.0/8",))
+            network=NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=True, deny_out=("10.0.0.0/8",))
         )
         with fake_e2b.http() as http:
             detail = http.get(f"/sandboxes/{info.sandbox_id}").json()
         assert detail["allowInternetAccess"] is True
-        # No allow list: everything but the deny entries and the always-denied ranges, which
-        # E2B gets as denyOut entries (an allowOut entry would beat them).
-        assert detail["network"] == {
-            "allowPublicTraffic": True,
-            "allowOut": [],
-            "denyOut": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16"],
-        }
+        # No allow list: everything but the deny entries and netpolicy's always-denied IPv4
+        # classes, which E2B gets as denyOut entries (an allowOut entry would beat them);
+        # never a range starting at 0.0.0.0 but the deny-all itself.
+        network = detail["network"]
+        assert (network["allowPublicTraffic"], network["allowOut"]) == (True, [])
+        assert network["denyOut"][0] == "10.0.0.0/8"
+        for always in ("169.254.0.0/16", "127.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"):
+            assert always in network["denyOut"], always
+        assert not [entry for entry in network["denyOut"] if entry.startswith("0.0.0.0")]
         assert detail["lifecycle"] == {"autoResume": True, "onTimeout": "pause"}
 
-    def test_an_allow_list_means_only_those_and_private_exceptions_open_single_ranges(
+    def test_an_allow_list_means_only_those_and_private_addresses_are_never_opened(
         self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
     ) -> None:
-        # Issue 13: a non-empty allow list lets out only its entries. E2B lets an allowOut
-        # entry beat denyOut, so "only these" is allowOut=list + denyOut=everything.
+        # A non-empty allow list lets out only its entries. E2B lets an allowOut entry beat
+        # denyOut, so "only these" is allowOut=list + denyOut=everything; a plain domain is
+        # the name and its subdomains (E2B matches a plain name exactly: x and *.x); an allow
+        # CIDR is sent as the parts netpolicy opens (0.0.0.0/0 never opens 10.0.0.0/8, link-
+        # local or loopback), IPv4 only.
         only = make_sandbox(
-            network=NetworkSpec(
-                allow_internet_access=True, allow_public_traffic=False, allow_out=("pypi.org", "203.0.113.0/24")
+            network=NetworkSpec.parse(
+                allow_internet_access=True,
+                allow_public_traffic=False,
+                allow_out=("pypi.org", "203.0.113.0/24", "2001:db8::/32"),
             )
         )
-        # Allow everything but: a private exception is an allowOut entry beside the always-denied denyOut.
-        exception = make_sandbox(
-            network=NetworkSpec(allow_internet_access=True, allow_public_traffic=False, allow_private=("10.9.0.0/16",))
+        wide = make_sandbox(
+            network=NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=("0.0.0.0/0",))
         )
         with fake_e2b.http() as http:
             first = http.get(f"/sandboxes/{only.sandbox_id}").json()["network"]
-            second = http.get(f"/sandboxes/{exception.sandbox_id}").json()["network"]
-        assert (first["allowOut"], first["denyOut"]) == (["pypi.org", "203.0.113.0/24"], ["0.0.0.0/0"])
-        assert second["allowOut"] == ["10.9.0.0/16"]
-        assert "10.0.0.0/8" in second["denyOut"]
-        assert "0.0.0.0/0" not in second["denyOut"]
+            second = http.get(f"/sandboxes/{wide.sandbox_id}").json()["network"]
+        assert (first["allowOut"], first["denyOut"]) == (["pypi.org", "*.pypi.org", "203.0.113.0/24"], ["0.0.0.0/0"])
+        opened = [ipaddress.ip_network(entry) for entry in second["allowOut"]]
+        assert ipaddress.ip_network("8.8.8.0/24").subnet_of(
+            next(n for n in opened if n.overlaps(ipaddress.ip_network("8.8.8.0/24")))
+        )
+        for never in ("10.1.2.3", "169.254.169.254", "127.0.0.1", "0.0.0.1", "172.17.0.1"):
+            assert not any(ipaddress.ip_address(never) in n for n in opened), never
+        assert not [str(n) for n in opened if n.network_address == ipaddress.ip_address("0.0.0.0")]
+        # E2B never reaches a private address: a private exception or an allow entry inside a
+        # private range is refused before anything is created, and not advertised.
         caps = backend.network_capabilities()
-        assert (caps.deny_wins, caps.allow_private, caps.live_update) == (False, True, False)
+        assert (caps.deny_wins, caps.allow_private, caps.live_update) == (False, False, False)
+        for network in (
+            NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_private=("10.9.0.0/16",)),
+            NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=("10.9.0.0/16",)),
+        ):
+            with pytest.raises(RemoteError) as caught:
+                backend.create(SandboxSpec(template_id="base", network=network))
+            assert caught.value.kind == ErrorKind.UNSUPPORTED
+            assert "cannot open private addresses" in caught.value.message
 
     def test_what_e2b_cannot_do_is_refused_and_not_advertised(self, backend: E2BBackend) -> None:
         caps = backend.network_capabilities()
         assert (caps.deny_out_domain, caps.l7_rules) == (False, False)
         assert (caps.outbound_toggle, caps.inbound_toggle, caps.allow_out_domain) == (True, True, True)
         for network in (
-            NetworkSpec(allow_internet_access=True, allow_public_traffic=True, deny_out=("example.com",)),
-            NetworkSpec(allow_internet_access=True, allow_public_traffic=True, l7_rules=(L7Rule(domain="a.com"),)),
+            NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=True, deny_out=("example.com",)),
+            NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=True, l7_rules=("allow a.com",)),
+            # A deny CIDR beside allowed names: an allowed name's addresses would get through.
+            NetworkSpec.parse(
+                allow_internet_access=True,
+                allow_public_traffic=True,
+                allow_out=("api.example.com",),
+                deny_out=("203.0.113.0/24",),
+            ),
         ):
             with pytest.raises(RemoteError) as caught:
                 backend.create(SandboxSpec(template_id="base", network=network))

@@ -298,7 +298,9 @@ def test_a_gateways_json_404_for_a_missing_route_falls_back_to_the_spec_create(o
     health = backend.health()
     assert (health.ok, health.protocol) == (True, "e2b-v1")
     fresh = E2BBackend(server.config("e2b"))  # knows nothing: learns it from the create
-    info = fresh.create(SandboxSpec(template_id="base", network=NetworkSpec(False, False)))
+    info = fresh.create(
+        SandboxSpec(template_id="base", network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False))
+    )
     assert info.sandbox_id == "sbx-k"
     assert [(m, p) for m, p, _ in server.seen if p == "/sandboxes"] == [("POST", "/sandboxes")]
     backend.close()

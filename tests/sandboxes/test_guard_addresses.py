@@ -18,9 +18,17 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from netpolicy import ADDRESS_CLASSES, Treatment
 from sandboxes.backends.base import BackendConfig, ErrorKind, RemoteError
 from sandboxes.backends.docker.backend import DockerBackend
-from sandboxes.backends.guard import GuardedHTTPAdapter, address_problem, check_endpoint, embedded_ipv4
+from sandboxes.backends.guard import (
+    ALWAYS_REFUSED,
+    PRIVATE_OPT_IN,
+    GuardedHTTPAdapter,
+    address_problem,
+    check_endpoint,
+    embedded_ipv4,
+)
 from sandboxes.models import PlatformBackend
 from tests.personas import World
 from tests.sandboxes.test_platform_backends import backend_form
@@ -337,3 +345,34 @@ def test_the_requests_adapter_pins_the_address_and_verifies_tls_for_the_name(
         session.get(url, verify=str(cert), timeout=10)
     assert caught.value.kind == ErrorKind.FORBIDDEN
     assert len(hosts) == 1  # refused before anything was sent
+
+
+def test_the_guard_reads_the_same_table_with_the_endpoint_treatment() -> None:
+    never = {c.network for c in ADDRESS_CLASSES if c.endpoint == Treatment.NEVER}
+    opt_in = {c.network for c in ADDRESS_CLASSES if c.endpoint == Treatment.OPENABLE}
+    assert {n for n, _ in ALWAYS_REFUSED} == never
+    assert {n for n, _ in PRIVATE_OPT_IN} == opt_in
+    assert never
+    assert opt_in
+    assert not never & opt_in
+
+
+@pytest.mark.parametrize(
+    ("address", "refused", "with_opt_in"),
+    [
+        ("169.254.169.254", True, True),
+        ("::ffff:169.254.169.254", True, True),
+        ("64:ff9b::a9fe:a9fe", True, True),
+        ("224.0.0.1", True, True),
+        ("0.0.0.0", True, True),
+        ("127.0.0.1", True, False),
+        ("10.0.0.1", True, False),
+        ("::ffff:10.0.0.1", True, False),
+        ("64:ff9b:1::a00:1", True, False),
+        ("203.0.113.7", True, False),  # documentation: not public enough for an endpoint
+        ("8.8.8.8", False, False),
+    ],
+)
+def test_the_guard_judges_endpoints_by_the_table(address: str, refused: bool, with_opt_in: bool) -> None:
+    assert (address_problem(address, allow_private=False) is not None) is refused
+    assert (address_problem(address, allow_private=True) is not None) is with_opt_in

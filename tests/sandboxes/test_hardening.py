@@ -279,16 +279,16 @@ def test_the_ruleset_is_in_force_and_applying_it_again_changes_nothing(
     assert "fe80::/10" in before
     assert render_ruleset() == render_ruleset()
     fresh = DockerBackend(BackendConfig(kind="docker"))
-    fresh.ensure_firewall()
+    fresh.outbound.ensure_firewall()
     assert listed() == before
-    assert fresh.firewall_status().startswith("nftables table inet sandbox_console in force; resolver upstream: ")
+    assert fresh.outbound.status().startswith("nftables table inet sandbox_console in force; resolver upstream: ")
     # Flushed behind the console's back (a firewall reload): reported, then loaded again
     # before the next online sandbox.
     subprocess.run(["nft", "delete", "table", "inet", TABLE_NAME], check=True)
     try:
-        assert fresh.firewall_status().startswith("NOT in force: the table inet sandbox_console is not loaded")
+        assert fresh.outbound.status().startswith("NOT in force: the table inet sandbox_console is not loaded")
     finally:
-        fresh.ensure_firewall()
+        fresh.outbound.ensure_firewall()
     assert listed() == before
     subprocess.run(["nft", "-f", "-"], input=render_ruleset(), text=True, check=True)  # idempotent
     assert listed() == before
@@ -324,7 +324,7 @@ def test_without_root_the_ruleset_is_reported_not_applied() -> None:
 
 def test_a_remote_engine_gets_no_online_sandbox_until_its_host_filters(docker_base_image: str) -> None:
     remote = DockerBackend(BackendConfig(kind="docker", endpoint="tcp://127.0.0.1:9"))
-    assert remote.firewall_status().startswith("NOT in force")
+    assert remote.outbound.status().startswith("NOT in force")
     with pytest.raises(RemoteError) as caught:
         remote.create(SandboxSpec(template_id=docker_base_image, network=ONLINE, metadata={}))
     assert caught.value.kind == ErrorKind.UNSUPPORTED
@@ -332,7 +332,7 @@ def test_a_remote_engine_gets_no_online_sandbox_until_its_host_filters(docker_ba
     external = DockerBackend(
         BackendConfig(kind="docker", endpoint="tcp://127.0.0.1:9", options={"host_firewall": "external"})
     )
-    assert "outside the console" in external.firewall_status()
+    assert "outside the console" in external.outbound.status()
     with pytest.raises(RemoteError) as caught:
         DockerBackend(BackendConfig(kind="docker", options={"host_firewall": "off"}))
     assert caught.value.kind == ErrorKind.INVALID

@@ -22,8 +22,7 @@ import pytest
 
 from sandboxes.backends.base import META_SPACE, NetworkSpec, SandboxInfo, SandboxSpec
 from sandboxes.backends.docker.backend import DockerBackend
-from sandboxes.backends.docker.egress.component import table_set_names
-from sandboxes.backends.docker.egress.firewall import TABLE_FAMILY, TABLE_NAME, bridge_name
+from sandboxes.backends.docker.egress.firewall import TABLE_FAMILY, TABLE_NAME, bridge_name, table_set_names
 from sandboxes.backends.docker.egress.rules import network_sets
 from tests.sandboxes.egress_support import (
     DualNamespace,
@@ -75,12 +74,18 @@ def test_another_spaces_lookup_under_a_shared_wildcard_does_not_exempt_a_denied_
     v4 = (servers.v4.host, servers.v4.port)
     key = f"{servers.v4.host}:{servers.v4.port}"
     # Space A: the wildcard allowed, one name under it denied.
-    denying = make_sandbox(NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,)))
+    denying = make_sandbox(
+        NetworkSpec.parse(
+            allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,)
+        )
+    )
     assert resolve(backend, denying.sandbox_id, [EVIL]) == {EVIL: []}  # its resolver: NXDOMAIN
     assert probe(backend, denying.sandbox_id, [v4])[key] != "reached"  # hard-coded: refused
     # Space B (another tenant, or the same user's other space): the same wildcard allowed,
     # nothing denied. Its sandbox looks the name up, as it may.
-    other = make_sandbox(NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",)))
+    other = make_sandbox(
+        NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",))
+    )
     assert resolve(backend, other.sandbox_id, [EVIL]) == {EVIL: [servers.v4.host]}
     # Space A's deny entry must still hold for the address.
     assert probe(backend, denying.sandbox_id, [v4])[key] != "reached"
@@ -92,7 +97,7 @@ def test_the_per_network_copy_is_filled_by_its_own_resolver_and_pruned_with_the_
     space = f"revdeny-{uuid.uuid4().hex[:8]}"
     spec = SandboxSpec(
         template_id=docker_base_image,
-        network=NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",)),
+        network=NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",)),
         metadata={"test-run": test_run_id, META_SPACE: space},
     )
     info = backend.create(spec)

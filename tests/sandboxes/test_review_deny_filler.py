@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from netpolicy import parse_domain
 from sandboxes.backends.docker.egress.dns import DenyFiller, fillable, lookup
 from tests.sandboxes.egress_support import free_port
 
@@ -68,11 +69,12 @@ def upstream_with_a_black_hole() -> Iterator[str]:
 
 def test_one_black_holed_denied_name_does_not_keep_the_others_out_of_their_sets(tmp_path: Path) -> None:
     others = [f"n{i:03d}.test" for i in range(100)]  # several spaces' deny entries, > one batch
-    names = fillable([SLOW, *others])
+    entries = fillable(parse_domain(n) for n in [SLOW, *others])
+    names = [d.name for d in entries]
     filler = DenyFiller(str(tmp_path))
     with upstream_with_a_black_hole() as upstream:
         try:
-            port = filler.ensure(upstream, names)
+            port = filler.ensure(upstream, entries)
             assert port is not None
             answered = lookup(port, names)  # as `DockerEgress._fill` asks after a table restore
             missing = sorted(set(others) - answered)

@@ -81,7 +81,7 @@ def test_a_hung_filler_is_replaced_before_a_policy_with_a_denied_name_is_in_forc
 ) -> None:
     v4 = (servers.v4.host, servers.v4.port)
     key = f"{servers.v4.host}:{servers.v4.port}"
-    first = make_sandbox(NetworkSpec.parse(True, False, deny_out=(EVIL,)))
+    first = make_sandbox(NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, deny_out=(EVIL,)))
     assert probe(backend, first.sandbox_id, [v4])[key] != "reached"
     egress = backend.egress()
     assert isinstance(egress, DockerEgress)
@@ -97,7 +97,9 @@ def test_a_hung_filler_is_replaced_before_a_policy_with_a_denied_name_is_in_forc
         egress.refresh_deny_sets()
         # Another sandbox denying the same name: applied, within seconds.
         started = time.monotonic()
-        second = make_sandbox(NetworkSpec.parse(True, False, deny_out=(EVIL,)))
+        second = make_sandbox(
+            NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, deny_out=(EVIL,))
+        )
         assert time.monotonic() - started < 30
         assert servers.v4.host in _set_elements(set4), "the denied name's address is not in its set"
         assert probe(backend, second.sandbox_id, [v4])[key] != "reached"

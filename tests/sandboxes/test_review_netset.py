@@ -21,9 +21,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from netpolicy import parse_domain
 from sandboxes.backends.base import META_SPACE, BackendConfig, NetworkSpec, SandboxSpec
 from sandboxes.backends.docker.backend import DockerBackend
-from sandboxes.backends.docker.egress.component import DockerEgress
 from sandboxes.backends.docker.egress.dns import policy_for, render_config
 from sandboxes.backends.docker.egress.rules import chain_rules, network_sets
 from tests.sandboxes.conftest import docker_test_network_name
@@ -66,16 +66,24 @@ def _sets_filled_for(config: str, name: str) -> set[str] | None:
 def test_a_co_members_presence_puts_the_denied_names_answer_into_the_exemption_copy(
     other: tuple[bool, tuple[str, ...], tuple[str, ...]],
 ) -> None:
-    denying = NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,))
+    denying = NetworkSpec.parse(
+        allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,)
+    )
     copy4, copy6 = network_sets(f"*.{ZONE}", BRIDGE)
     # The denying sandbox's deny rule is exempted by that copy ...
     assert any(f"!= @{copy4}" in rule for rule in chain_rules(denying, BRIDGE))
     # ... and alone on its network, its denied name never reaches the copy (NXDOMAIN).
-    alone = policy_for([(True, denying.allow_out, denying.deny_out)])
+    alone = policy_for([(True, denying.domains("allow_out"), denying.domains("deny_out"))])
     assert _sets_filled_for(render_config("172.30.0.1", "127.0.0.1", alone, "/l", "/p", BRIDGE), EVIL) is None
     # With another sandbox online on the same network, the name is forwarded and its answer
     # must still not fill the copy the denying sandbox's exemption reads.
-    shared = policy_for([(True, denying.allow_out, denying.deny_out), other])
+    has_list, allowed, denied = other
+    shared = policy_for(
+        [
+            (True, denying.domains("allow_out"), denying.domains("deny_out")),
+            (has_list, tuple(parse_domain(a) for a in allowed), tuple(parse_domain(d) for d in denied)),
+        ]
+    )
     filled = _sets_filled_for(render_config("172.30.0.1", "127.0.0.1", shared, "/l", "/p", BRIDGE), EVIL)
     assert filled is not None
     assert not {copy4, copy6} & filled
@@ -105,19 +113,21 @@ def test_a_denied_name_stays_refused_when_a_sandbox_of_the_same_space_does_not_d
         try:
             v4 = (servers.v4.host, servers.v4.port)
             key = f"{servers.v4.host}:{servers.v4.port}"
-            spec = NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,))
+            spec = NetworkSpec.parse(
+                allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,)
+            )
             denying = backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata))
             made.append(denying.sandbox_id)
             assert probe(backend, denying.sandbox_id, [v4])[key] != "reached"
             # The same space's other sandbox: an allow list that does not name EVIL at all.
-            spec = NetworkSpec.parse(True, False, allow_out=("other.test",))
+            spec = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=("other.test",))
             other = backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata))
             made.append(other.sandbox_id)
             resolve(backend, denying.sandbox_id, [EVIL])  # its own lookup, now forwarded
             assert probe(backend, denying.sandbox_id, [v4])[key] != "reached"
             # A third one allowing the wildcard without the deny entry: it looks the name up
             # and reaches it (the shared set), and the denying sandbox stays refused.
-            spec = NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",))
+            spec = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",))
             allowing = backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata))
             made.append(allowing.sandbox_id)
             assert resolve(backend, allowing.sandbox_id, [EVIL]) == {EVIL: [servers.v4.host]}
@@ -133,8 +143,10 @@ def test_a_network_answering_every_name_still_fills_its_allow_lists_sets() -> No
     # One sandbox of the network without an allow list makes its resolver answer every name;
     # the other's allowed names must still reach their sets, or its packet filter refuses
     # every address of its allowed domains ("not in the allow list").
-    listing = NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,))
-    policy = policy_for([(True, listing.allow_out, listing.deny_out), (False, (), ())])
+    listing = NetworkSpec.parse(
+        allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,)
+    )
+    policy = policy_for([(True, listing.domains("allow_out"), listing.domains("deny_out")), (False, (), ())])
     config = render_config("172.30.0.1", "127.0.0.1", policy, "/l", "/p", BRIDGE)
     filled = _sets_filled_for(config, f"api.{ZONE}")
     assert filled is not None
@@ -154,7 +166,7 @@ def test_an_allowed_name_is_reached_when_a_sandbox_of_the_same_space_has_no_list
         try:
             key = f"{servers.v4.host}:{servers.v4.port}"
             for spec in (
-                NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",)),
+                NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",)),
                 NetworkSpec(allow_internet_access=True, allow_public_traffic=False),
             ):
                 made.append(
@@ -184,12 +196,14 @@ def test_a_lookup_made_before_the_denying_sandbox_joined_does_not_exempt_its_den
         try:
             v4 = (servers.v4.host, servers.v4.port)
             key = f"{servers.v4.host}:{servers.v4.port}"
-            spec = NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",))
+            spec = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",))
             made.append(
                 backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)).sandbox_id
             )
             assert resolve(backend, made[0], [EVIL]) == {EVIL: [servers.v4.host]}
-            spec = NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,))
+            spec = NetworkSpec.parse(
+                allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(EVIL,)
+            )
             made.append(
                 backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)).sandbox_id
             )
@@ -208,7 +222,7 @@ def test_a_deny_entry_added_live_holds_for_an_address_the_sandbox_looked_up_whil
         options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
         backend = DockerBackend(BackendConfig(kind="docker", options=options))
         metadata = {"test-run": test_run_id, META_SPACE: f"revnetset-{uuid.uuid4().hex[:8]}"}
-        spec = NetworkSpec.parse(True, False, allow_out=(f"*.{ZONE}",))
+        spec = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",))
         sandbox_id = backend.create(
             SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)
         ).sandbox_id
@@ -217,8 +231,11 @@ def test_a_deny_entry_added_live_holds_for_an_address_the_sandbox_looked_up_whil
             key = f"{servers.v4.host}:{servers.v4.port}"
             assert resolve(backend, sandbox_id, [EVIL]) == {EVIL: [servers.v4.host]}
             assert probe(backend, sandbox_id, [v4])[key] == "reached"
-            DockerEgress(backend).update(
-                sandbox_id, NetworkSpec.parse(True, False, allow_out=spec.allow_out, deny_out=(EVIL,))
+            backend.outbound.update(
+                sandbox_id,
+                NetworkSpec.parse(
+                    allow_internet_access=True, allow_public_traffic=False, allow_out=spec.allow_out, deny_out=(EVIL,)
+                ),
             )
             assert probe(backend, sandbox_id, [v4])[key] != "reached"
         finally:

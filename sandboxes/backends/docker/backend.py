@@ -27,17 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
-import tempfile
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 import docker
 import docker.errors
-import docker.tls
-from docker.constants import MINIMUM_DOCKER_API_VERSION
 
 from ..base import (
     META_SPACE,
@@ -47,8 +42,14 @@ from ..base import (
     Backend,
     BackendConfig,
     ErrorKind,
+    ExecRequest,
+    ExecResult,
     HealthInfo,
     IdleMode,
+    ListQuery,
+    NetworkCapabilities,
+    NetworkSpec,
+    Page,
     RemoteError,
     SandboxInfo,
     SandboxSpec,
@@ -58,20 +59,18 @@ from ..base import (
 from ..capabilities import (
     EgressCapability,
     FilesCapability,
+    InboundCapability,
     PtyCapability,
     SnapshotsCapability,
     StatsCapability,
     TemplatesCapability,
     VolumesCapability,
 )
-from ..guard import GuardedHTTPAdapter, Resolver, check_endpoint, system_resolver
+from ..guard import Resolver
 from .common import (
-    _SANDBOX_ID,
-    _STATES,
     _VOLUME_NAME,
     DEFAULT_API_TIMEOUT_S,
     DEFAULT_NETWORK,
-    HOST_FIREWALL_MODES,
     KIND_SANDBOX,
     KIND_SNAPSHOT,
     KIND_WORKSPACE,
@@ -81,13 +80,10 @@ from .common import (
     _check_image_owner,
     _engine_call,
     _hardening,
-    _parse_time,
-    metadata_from_labels,
     metadata_labels,
 )
-from .egress.component import DEFAULT_STATE_DIR, DockerEgress
-from .egress.dns import check_upstream
-from .exec import DockerExec
+from .egress.component import DockerEgress, EgressSettings
+from .engine import DockerEngine
 from .files import DockerFiles
 from .image import (
     DEFAULT_BASE_IMAGE,
@@ -95,7 +91,7 @@ from .image import (
     LABEL_KIND,
     LABEL_MANAGED,
 )
-from .inbound import LABEL_TRAFFIC_TOKEN, DockerInboundNetworks, new_traffic_token
+from .inbound import LABEL_TRAFFIC_TOKEN, DockerInbound, new_traffic_token
 from .listing import DockerListing
 from .networks import DockerNetworks
 from .pty import DockerPtys
@@ -108,14 +104,22 @@ logger = logging.getLogger(__name__)
 # The backend
 
 
-class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetworks, Backend):
+class DockerBackend(Backend):
     """Sandboxes as long-lived containers on a Docker engine (local socket or base URL).
+
+    Composition, no mixins: the backend holds its parts and each receives what it uses —
+    `engine` (`DockerEngine`: client, sandbox lookup, commands), `networks` (`DockerNetworks`:
+    the space networks on the engine; receives the engine), `listing` (`DockerListing`:
+    `list`; receives the engine), `outbound` (`egress.DockerEgress`, the egress component's
+    façade: host packet filter, resolvers, squid, refusals; receives the engine and the
+    networks). The capabilities are built on the same parts.
 
     Options (BackendConfig.options): `network` (prefix of the per-space bridge networks,
     default "sandbox-console-net"), `timeout` (seconds per engine call, default 120),
     `dns_upstream` (the resolver the space networks' dnsmasq forwards to: an address,
     optionally `#port`; without it no name resolves), `egress_state_dir` (the host folder of
     the resolvers' and the refusal log's files, default /var/lib/sandbox-console/egress),
+    `egress_log_max_bytes` (the size at which the egress logs rotate, default 64 MiB),
     `base_image` (the template used when a build names none), `host_firewall` ("auto":
     the console applies the host packet filter when the engine is local and refuses online
     sandboxes while it is not in force; "external": an operator applies it on the engine's
@@ -127,102 +131,28 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
 
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
         super().__init__(config)
-        self._client: docker.DockerClient | None = None
-        self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
-        self.resolver = resolver or system_resolver  # remote engines' names (tcp://, ssh://)
-        self.network_name = config.options.get("network", DEFAULT_NETWORK)
         try:
-            self.api_timeout = int(config.options.get("timeout", DEFAULT_API_TIMEOUT_S))
+            api_timeout = int(config.options.get("timeout", DEFAULT_API_TIMEOUT_S))
         except ValueError:
             raise RemoteError(ErrorKind.INVALID, "option 'timeout' must be a whole number of seconds") from None
         self.base_image = config.options.get("base_image", DEFAULT_BASE_IMAGE)
-        self.host_firewall = config.options.get("host_firewall", "auto")
-        if self.host_firewall not in HOST_FIREWALL_MODES:
-            raise RemoteError(
-                ErrorKind.INVALID, f"option 'host_firewall' must be one of {', '.join(HOST_FIREWALL_MODES)}"
-            )
-        self._firewall_lock = threading.Lock()
-        self._firewall_loaded = False
-        self.dns_upstream = check_upstream(config.options.get("dns_upstream", ""))
-        self.egress_state_dir = config.options.get("egress_state_dir", DEFAULT_STATE_DIR)
-        # Console sandboxes by full container id, as last inspected. Ids, labels, template and
-        # creation time never change, so an id here needs no check that it is a console
-        # sandbox, and a pause needs no inspect before it; the state is never reused.
-        self._seen: dict[str, SandboxInfo] = {}
+        self.engine = DockerEngine(config, api_timeout=api_timeout, resolver=resolver)
+        self.networks = DockerNetworks(self.engine, config.options.get("network", DEFAULT_NETWORK))
+        self.listing = DockerListing(self.engine)
+        self.outbound = DockerEgress(self.engine, self.networks, EgressSettings.from_options(config.options))
 
     # Engine connection ---------------------------------------------------------------
 
     @property
     def client(self) -> docker.DockerClient:
-        if self._client is None:
-            with _engine_call("connecting to the Docker engine"):
-                if self.config.endpoint.startswith(("tcp://", "ssh://")):
-                    self._client = self._remote_client(self.config.endpoint)
-                elif self.config.endpoint:
-                    self._client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
-                else:
-                    self._client = docker.from_env(timeout=self.api_timeout)
-                # The engine is never reached through an HTTP proxy; without this, requests
-                # scans the whole environment for proxy settings on every call.
-                self._client.api.trust_env = False
-        return self._client
-
-    def _remote_client(self, endpoint: str) -> docker.DockerClient:
-        """A client of a remote engine, checked by the guard when dialled like HTTP endpoints.
-
-        ssh:// connects while the client is built, so its name is judged just before; tcp://
-        requests go through the guard's adapter, re-resolved, checked and pinned on each
-        request (DNS rebinding), the API version request included.
-        """
-        allow_private = self.config.allow_private_endpoints
-        check_endpoint(endpoint, allow_private=allow_private, resolver=self.resolver)
-        if endpoint.startswith("ssh://"):
-            # Through the ssh client, not paramiko (docker-py imports it all the same): the
-            # account's ~/.ssh/config and known_hosts decide key and trust.
-            return docker.DockerClient(base_url=endpoint, timeout=self.api_timeout, use_ssh_client=True)
-        # A fixed version makes the constructor send nothing: no request goes out before
-        # trust_env is off (requests would verify against REQUESTS_CA_BUNDLE instead of the
-        # backend's CA) and before the guard is mounted; then the engine is asked.
-        client = docker.DockerClient(
-            base_url=endpoint, timeout=self.api_timeout, tls=self._tls_config(), version=MINIMUM_DOCKER_API_VERSION
-        )
-        client.api.trust_env = False
-        guarded = GuardedHTTPAdapter(allow_private=allow_private, resolver=self.resolver)
-        client.api.mount("http://", guarded)
-        client.api.mount("https://", guarded)
-        client.api._version = client.api.version(api_version=False)["ApiVersion"]
-        return client
+        return self.engine.client
 
     @property
     def api(self) -> docker.APIClient:
-        return self.client.api
-
-    def _tls_config(self) -> docker.tls.TLSConfig | bool:
-        """tcp:// with TLS: options tls_cert/tls_key (client certificate) and tls_ca (PEM), written
-        to a private directory for the client's lifetime (the library reads files only)."""
-        options = self.config.options
-        if not (options.get("tls_cert") or options.get("tls_ca")):
-            return False
-        self._tls_dir = tempfile.TemporaryDirectory(prefix="console-docker-tls-")
-        paths = {}
-        for name in ("tls_ca", "tls_cert", "tls_key"):
-            if options.get(name):
-                path = os.path.join(self._tls_dir.name, name + ".pem")
-                with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
-                    handle.write(options[name])
-                paths[name] = path
-        client_cert = (paths["tls_cert"], paths["tls_key"]) if "tls_cert" in paths and "tls_key" in paths else None
-        return docker.tls.TLSConfig(
-            client_cert=client_cert, ca_cert=paths.get("tls_ca"), verify=bool(paths.get("tls_ca"))
-        )
+        return self.engine.api
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self._tls_dir is not None:
-            self._tls_dir.cleanup()
-            self._tls_dir = None
+        self.engine.close()
 
     def health(self) -> HealthInfo:
         try:
@@ -234,27 +164,29 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
         return HealthInfo(
             ok=True,
             version=f"Docker {version.get('Version', '?')} (API {version.get('ApiVersion', '?')})",
-            detail=f"{version.get('Os', '')}/{version.get('Arch', '')}; host firewall: {self.firewall_status()}",
+            detail=f"{version.get('Os', '')}/{version.get('Arch', '')}; host firewall: {self.outbound.status()}",
         )
 
-    # Host packet filter ----------------------------------------------------------------
-
     def engine_is_local(self) -> bool:
-        """True when the engine is reached over a unix socket, i.e. runs on this host
-        (decided from the endpoint alone: no engine call)."""
-        endpoint = self.config.endpoint or os.environ.get("DOCKER_HOST", "")
-        return endpoint == "" or endpoint.startswith("unix://")
+        return self.engine.is_local()
+
+    def space_network_name(self, space: str) -> str:
+        return self.networks.space_network_name(space)
+
+    def inbound_network_name(self, space: str) -> str:
+        return self.networks.inbound_network_name(space)
 
     # Lifecycle -------------------------------------------------------------------------
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
-        self._check_network_spec(spec.network)
+        self.outbound.check(spec.network)
         if spec.network.allow_internet_access:
-            self.ensure_firewall()  # before anything is made: refused means nothing left behind
-        image = self._resolve_image(spec.template_id, owner=spec.metadata)
+            self.outbound.ensure_firewall()  # before anything is made: refused means nothing left behind
+        image = self.resolve_image(spec.template_id, owner=spec.metadata)
         if spec.workspace_volume and not _VOLUME_NAME.match(spec.workspace_volume):
             raise RemoteError(ErrorKind.INVALID, f"not a volume name: {spec.workspace_volume!r}")
-        network_mode, gateway = self._network_mode(spec.network, spec.metadata)
+        space = spec.metadata.get(META_SPACE, "")
+        network_mode, gateway = self._network_mode(spec.network, space)
         labels = {
             **metadata_labels(spec.metadata),
             LABEL_MANAGED: "1",
@@ -263,26 +195,39 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
             # Guards the sandbox's inbound URLs (the console's proxy checks it; inbound.py).
             LABEL_TRAFFIC_TOKEN: new_traffic_token(),
         }
-        if self.enforces_lists():
-            labels[LABEL_NETWORK] = self.space_network_name(spec.metadata.get(META_SPACE, ""))
+        if self.outbound.enforces_lists():
+            labels[LABEL_NETWORK] = self.networks.space_network_name(space)
         if spec.workspace_volume:
             self._ensure_volume(spec.workspace_volume, spec.metadata)
         try:
             container_id = self._create_and_start(image, labels, spec, network_mode, gateway)
         except RemoteError as exc:
             # The space's network went away under us: its last sandbox was deleted meanwhile
-            # and took it along (see _release_network). Make it again, once.
+            # and took it along (see release_network). Make it again, once.
             if exc.kind != ErrorKind.NOT_FOUND or network_mode == "none":
                 raise
-            network_mode, gateway = self._network_mode(spec.network, spec.metadata)
+            network_mode, gateway = self._network_mode(spec.network, space)
             container_id = self._create_and_start(image, labels, spec, network_mode, gateway)
         logger.info(
             "created sandbox %s",
             container_id,
             extra={"sandbox_id": container_id, "template": spec.template_id, "network": network_mode},
         )
-        self._settle_http_rules(spec.network)
+        self.outbound.settle(spec.network)
         return self.get(container_id)
+
+    def _network_mode(self, network: NetworkSpec, space: str) -> tuple[str, str]:
+        """(network mode, resolver address). Offline: no network at all (none is made for it:
+        the engine's address pools are small), or with inbound on the space's internal
+        network; switched on later, the egress component points its resolver."""
+        if network.allow_internet_access:
+            return self.outbound.prepare(space, network)
+        if not network.allow_public_traffic:
+            return "none", "127.0.0.1"
+        # The internal bridge is an `sbx-` bridge too: the host packet filter keeps it off the
+        # host's own addresses (it must be in force first, as for outbound).
+        self.outbound.ensure_firewall()
+        return self.networks.ensure_internal_network(space), "127.0.0.1"
 
     def _create_and_start(
         self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str
@@ -291,13 +236,13 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
         try:
             with _engine_call("starting the sandbox"):
                 self.api.start(container_id)
-            if self.enforces_lists():
+            if self.outbound.enforces_lists():
                 # Until its chain is in, the bridge drops everything from the new address.
-                DockerEgress(self).apply_policy(container_id, labels[LABEL_NETWORK], spec.network)
+                self.outbound.attach(container_id, labels[LABEL_NETWORK], spec.network)
             if spec.workspace_volume:
                 self._own_workspace(container_id)
         except RemoteError:
-            self._remove_container(container_id)
+            self.engine.remove_container(container_id)
             raise
         return container_id
 
@@ -335,15 +280,15 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
                 self.api.unpause(info.sandbox_id)
             elif info.state in (SandboxState.STOPPED, SandboxState.STARTING):
                 self.api.start(info.sandbox_id)
-        if self.enforces_lists():
+        if self.outbound.enforces_lists():
             # A restarted container may have a new address; one switched on while paused has
             # its resolver pointed now.
-            DockerEgress(self).reapply(info.sandbox_id)
+            self.outbound.resume(info.sandbox_id)
         logger.info("resumed sandbox %s (%s)", sandbox_id, info.state, extra={"sandbox_id": sandbox_id})
         return dataclasses.replace(info, state=SandboxState.RUNNING)
 
     def pause(self, sandbox_id: str) -> SandboxInfo:
-        seen = self._seen.get(sandbox_id)
+        seen = self.engine.seen(sandbox_id)
         if seen is not None and self.config.idle_mode != IdleMode.STOP:
             try:
                 with _engine_call(f"idling sandbox {sandbox_id}"):
@@ -351,7 +296,7 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
                 return dataclasses.replace(seen, state=SandboxState.PAUSED)
             except RemoteError as exc:
                 if exc.kind == ErrorKind.NOT_FOUND:
-                    self._seen.pop(sandbox_id, None)
+                    self.engine.forget(sandbox_id)
                 if exc.kind != ErrorKind.CONFLICT:
                     raise
                 # Already paused, or not running: look, then do what its state needs.
@@ -371,60 +316,52 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
         return info
 
     def get(self, sandbox_id: str) -> SandboxInfo:
-        return self._inspect_sandbox(sandbox_id)
+        return self.engine.inspect_sandbox(sandbox_id)
+
+    def list(self, query: ListQuery) -> Page:
+        return self.listing.list(query)
+
+    def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        return self.engine.exec(sandbox_id, request)
 
     def delete(self, sandbox_id: str) -> None:
         try:
-            info = self._inspect_sandbox(sandbox_id)
+            info = self.engine.inspect_sandbox(sandbox_id)
         except RemoteError as exc:
             if exc.kind == ErrorKind.NOT_FOUND:
                 return
             raise
-        self._remove_container(info.sandbox_id)
-        if self.enforces_lists():
-            DockerEgress(self).forget(info.sandbox_id)
-        self._release_network(info.metadata.get(META_SPACE, ""))
+        self.engine.remove_container(info.sandbox_id)
+        if self.outbound.enforces_lists():
+            self.outbound.detach(info.sandbox_id)
+        self.release_network(info.metadata.get(META_SPACE, ""))
         logger.info("deleted sandbox %s", info.sandbox_id, extra={"sandbox_id": info.sandbox_id})
 
-    def _remove_container(self, container_id: str) -> None:
-        self._seen.pop(container_id, None)
-        try:
-            with _engine_call(f"deleting sandbox {container_id}"):
-                self.api.remove_container(container_id, force=True)
-        except RemoteError as exc:
-            # Missing, or another caller's removal already in progress: both mean "gone".
-            if exc.kind not in (ErrorKind.NOT_FOUND, ErrorKind.CONFLICT):
-                raise
+    def release_network(self, space: str) -> None:
+        """The space's networks removed once no container is on them, stopped ones included,
+        and with the space network everything the host kept for it (the egress component's
+        `release`: chains' elements, set copies, resolver, squid entry, deny filler lines).
+        Best effort: a network in use (again) stays. Called at every delete; the space
+        teardown calls it (as `release_space`) once the space's sandboxes are gone."""
+        name = self.networks.space_network_name(space)
+        gateways = self.networks.remove_if_unused(name)
+        if gateways is not None and (self.outbound.enforces_lists() or self.outbound.l7_possible()):
+            self.outbound.release(name, *gateways)
+        self.networks.remove_if_unused(self.networks.inbound_network_name(space))
 
-    def _inspect_sandbox(self, sandbox_id: str) -> SandboxInfo:
-        """Inspect a console sandbox (not_found for any other container) and remember it."""
-        if not _SANDBOX_ID.match(sandbox_id or ""):
-            raise RemoteError(ErrorKind.INVALID, f"malformed sandbox id {sandbox_id!r}")
-        with _engine_call(f"sandbox {sandbox_id}"):
-            attrs: dict[str, Any] = self.api.inspect_container(sandbox_id)
-        labels = attrs["Config"].get("Labels") or {}
-        if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_KIND) != KIND_SANDBOX:
-            raise RemoteError(ErrorKind.NOT_FOUND, f"sandbox {sandbox_id}: no such sandbox")
-        info = SandboxInfo(
-            sandbox_id=attrs["Id"],
-            state=_STATES.get(attrs["State"]["Status"], SandboxState.GONE),
-            template_id=labels.get(LABEL_TEMPLATE, ""),
-            metadata=metadata_from_labels(labels),
-            started_at=_parse_time(attrs.get("Created")),
-            traffic_token=labels.get(LABEL_TRAFFIC_TOKEN) or None,
-        )
-        self._seen[info.sandbox_id] = info
-        return info
+    # The name the space teardown (and older callers) use.
+    _release_network = release_network
 
-    def _container_id(self, sandbox_id: str) -> str:
-        """The full id of a console sandbox, inspecting only the first time it is seen."""
-        if sandbox_id in self._seen:
-            return sandbox_id
-        return self._inspect_sandbox(sandbox_id).sandbox_id
+    def network_capabilities(self) -> NetworkCapabilities:
+        return self.outbound.capabilities()
+
+    def _check_network_spec(self, network: NetworkSpec) -> None:
+        """Refuse a spec this backend cannot honour (the egress component's `check`)."""
+        self.outbound.check(network)
 
     # Images, networks, volumes -------------------------------------------------------
 
-    def _resolve_image(self, template_id: str, owner: Mapping[str, str] | None = None) -> str:
+    def resolve_image(self, template_id: str, owner: Mapping[str, str] | None = None) -> str:
         """The image id behind a template or snapshot id; not_found names the template.
 
         With `owner` (the new sandbox's metadata): an image labelled with another
@@ -433,10 +370,10 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
         if not template_id:
             raise RemoteError(ErrorKind.INVALID, "no template id given")
         if is_snapshot_id(template_id):
-            attrs = self._snapshot_image(template_id)
+            attrs = self.snapshot_image(template_id)
             _check_image_owner(attrs, owner, template_id)
             return str(attrs["Id"])
-        attrs = self._console_image(template_id, f"template {template_id!r}")
+        attrs = self.console_image(template_id, f"template {template_id!r}")
         _check_image_owner(attrs, owner, template_id)
         if attrs["Config"]["Labels"].get(LABEL_KIND) != KIND_TEMPLATE:
             # A snapshot is started by its snap- id only: a bare image id would bypass the
@@ -444,7 +381,7 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
             raise RemoteError(ErrorKind.NOT_FOUND, f"template {template_id!r} not found (the image is a snapshot)")
         return str(attrs["Id"])
 
-    def _console_image(self, reference: str, what: str) -> dict[str, Any]:
+    def console_image(self, reference: str, what: str) -> dict[str, Any]:
         try:
             with _engine_call(what):
                 attrs: dict[str, Any] = self.api.inspect_image(reference)
@@ -457,11 +394,11 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
             raise RemoteError(ErrorKind.NOT_FOUND, f"{what} not found (the image is no console template)")
         return attrs
 
-    def _snapshot_image(self, snapshot_id: str) -> dict[str, Any]:
+    def snapshot_image(self, snapshot_id: str) -> dict[str, Any]:
         short = snapshot_id.removeprefix(SNAPSHOT_PREFIX)
         if not re.fullmatch(r"[0-9a-f]{12,64}", short):
             raise RemoteError(ErrorKind.NOT_FOUND, f"snapshot {snapshot_id!r} not found")
-        attrs = self._console_image(short, f"snapshot {snapshot_id!r}")
+        attrs = self.console_image(short, f"snapshot {snapshot_id!r}")
         if attrs["Config"]["Labels"].get(LABEL_KIND) != KIND_SNAPSHOT:
             raise RemoteError(ErrorKind.NOT_FOUND, f"snapshot {snapshot_id!r} not found")
         return attrs
@@ -480,7 +417,7 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
 
     def _own_workspace(self, container_id: str) -> None:
         """A fresh volume copies /workspace from the image; one made elsewhere may be root's."""
-        result = self._run(container_id, ("chown", f"{SANDBOX_UID}:{SANDBOX_UID}", WORKSPACE), user="root")
+        result = self.engine.run(container_id, ("chown", f"{SANDBOX_UID}:{SANDBOX_UID}", WORKSPACE), user="root")
         if result.exit_code != 0:
             raise RemoteError(ErrorKind.INTERNAL, f"could not hand {WORKSPACE} to uid {SANDBOX_UID}")
 
@@ -496,12 +433,10 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
             if exc.kind != ErrorKind.NOT_FOUND:
                 raise
 
-    # Exec ------------------------------------------------------------------------------
-
     # Capabilities ----------------------------------------------------------------------
 
     def files(self) -> FilesCapability:
-        return DockerFiles(self)
+        return DockerFiles(self.engine)
 
     def snapshots(self) -> SnapshotsCapability:
         return DockerSnapshots(self)
@@ -512,16 +447,19 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
     def volumes(self) -> VolumesCapability:
         return DockerVolumes(self)
 
+    def inbound(self) -> InboundCapability:
+        return DockerInbound(self.engine, self.networks)
+
     def egress(self) -> EgressCapability | None:
-        return DockerEgress(self) if self.enforces_lists() else None
+        return self.outbound if self.outbound.enforces_lists() else None
 
     def pty(self) -> PtyCapability:
-        return DockerPtys(self)
+        return DockerPtys(self.engine)
 
     def stats(self) -> StatsCapability:
         from .stats import DockerStats
 
-        return DockerStats(self)
+        return DockerStats(self.engine)
 
 
 class DockerVolumes(VolumesCapability):

@@ -15,10 +15,6 @@ from collections.abc import Mapping
 from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
-import docker.tls
-
 from ..base import (
     ErrorKind,
     ExecRequest,
@@ -34,6 +30,9 @@ from .common import (
     _engine_call,
     _raise_for_command,
 )
+
+if TYPE_CHECKING:
+    from .engine import DockerEngine
 
 # ---------------------------------------------------------------------------------------
 # The hijacked exec socket
@@ -128,19 +127,15 @@ class _Demuxer:
 
 
 class DockerExec:
-    """`exec` of the contract and the command runs the other parts use (a part of `DockerBackend`)."""
+    """Commands in containers: `exec` of the contract and the runs the other parts use (held
+    by the engine, which it receives: it uses the engine's client only)."""
 
-    if TYPE_CHECKING:  # provided by DockerBackend
+    def __init__(self, engine: DockerEngine) -> None:
+        self.engine = engine
 
-        @property
-        def api(self) -> docker.APIClient: ...
-
-        def _container_id(self, sandbox_id: str) -> str: ...
-
-    def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
-        container_id = self._container_id(sandbox_id)
+    def exec(self, container_id: str, request: ExecRequest) -> ExecResult:
         command = list(request.argv) if request.argv is not None else ["/bin/bash", "-c", request.shell or ""]
-        return self._run(
+        return self.run(
             container_id,
             tuple(command),
             user=request.user,
@@ -151,7 +146,7 @@ class DockerExec:
             max_output_bytes=request.max_output_bytes,
         )
 
-    def _run(
+    def run(
         self,
         container_id: str,
         command: tuple[str, ...],
@@ -171,7 +166,7 @@ class DockerExec:
         what = f"exec in sandbox {container_id[:12]}"
         started = time.monotonic()
         with _engine_call(what):
-            exec_id = self.api.exec_create(
+            exec_id = self.engine.api.exec_create(
                 container_id,
                 wrapped,
                 stdin=stdin is not None,
@@ -179,7 +174,7 @@ class DockerExec:
                 workdir=cwd,
                 environment={"HOME": home, **(env or {})},
             )["Id"]
-            stream = _ExecStream(self.api.exec_start(exec_id, socket=True))
+            stream = _ExecStream(self.engine.api.exec_start(exec_id, socket=True))
         try:
             if stdin is not None:
                 # Fed from a thread: a command that writes while it reads would otherwise
@@ -252,14 +247,14 @@ class DockerExec:
         file (theirs to rewrite) then names nothing root's to kill.
         """
         with suppress(RemoteError):
-            self._run(container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user=user, timeout_s=10)
+            self.run(container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user=user, timeout_s=10)
 
     def _exit_code(self, exec_id: str, what: str, wait_s: float) -> int | None:
         """The exec's exit code, or None while it still runs after wait_s."""
         deadline = time.monotonic() + wait_s
         while True:
             with _engine_call(what):
-                state = self.api.exec_inspect(exec_id)
+                state = self.engine.api.exec_inspect(exec_id)
             if not state.get("Running"):
                 code = state.get("ExitCode")
                 return int(code) if code is not None else None
@@ -267,8 +262,8 @@ class DockerExec:
                 return None
             time.sleep(0.02)
 
-    def _run_checked(self, container_id: str, command: tuple[str, ...], what: str, user: str = "root") -> bytes:
-        result = self._run(container_id, command, user=user, cwd="/", timeout_s=60)
+    def run_checked(self, container_id: str, command: tuple[str, ...], what: str, user: str = "root") -> bytes:
+        result = self.run(container_id, command, user=user, cwd="/", timeout_s=60)
         if result.exit_code == 0:
             return result.stdout
         _raise_for_command(result, what)

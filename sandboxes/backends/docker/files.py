@@ -20,7 +20,7 @@ from .common import _FS_PROBE, _check_path, _engine_call
 from .exec import DockerExec
 
 if TYPE_CHECKING:
-    from .backend import DockerBackend
+    from .engine import DockerEngine
 
 
 # ---------------------------------------------------------------------------------------
@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 class DockerFiles(FilesCapability):
     """Files through the engine's archive API (writes) and small probes run in the sandbox."""
 
-    def __init__(self, backend: DockerBackend) -> None:
-        self.backend = backend
+    def __init__(self, engine: DockerEngine) -> None:
+        self.engine = engine
 
     def write(
         self,
@@ -45,7 +45,7 @@ class DockerFiles(FilesCapability):
         path = _check_path(path)
         if path == "/":
             raise RemoteError(ErrorKind.INVALID, "cannot write to /")
-        container_id = self.backend._container_id(sandbox_id)
+        container_id = self.engine.container_id(sandbox_id)
         uid, _ = DockerExec._exec_user(user)
         parent, name = posixpath.split(path)
         archive = self._tar_one_file(name, data, mode if mode is not None else 0o644, uid)
@@ -79,14 +79,14 @@ class DockerFiles(FilesCapability):
 
     def _put(self, container_id: str, directory: str, archive: bytes) -> None:
         with _engine_call(f"writing into {directory}"):
-            self.backend.api.put_archive(container_id, directory, archive)
+            self.engine.api.put_archive(container_id, directory, archive)
 
     def read(self, sandbox_id: str, path: str, *, max_bytes: int | None = None) -> bytes:
         """The file's bytes; with max_bytes, at most that many from the start."""
         path = _check_path(path)
-        container_id = self.backend._container_id(sandbox_id)
+        container_id = self.engine.container_id(sandbox_id)
         with _engine_call(f"reading {path}"):
-            chunks, stat = self.backend.api.get_archive(container_id, path)
+            chunks, stat = self.engine.api.get_archive(container_id, path)
         if stat.get("mode", 0) & (1 << 31):  # Go's os.ModeDir
             raise RemoteError(ErrorKind.INVALID, f"{path} is a directory")
         with (
@@ -111,24 +111,24 @@ class DockerFiles(FilesCapability):
         return FileInfo.from_stat_row(json.loads(self._probe(sandbox_id, "stat", path)))
 
     def _probe(self, sandbox_id: str, op: str, path: str) -> bytes:
-        container_id = self.backend._container_id(sandbox_id)
+        container_id = self.engine.container_id(sandbox_id)
         # -I and cwd "/": as root, python must not import modules the session user planted
         # in the working directory (/workspace by default) or name in PYTHON* variables.
-        return self.backend._run_checked(container_id, ("python3", "-I", "-c", _FS_PROBE, op, path), f"{op} {path}")
+        return self.engine.run_checked(container_id, ("python3", "-I", "-c", _FS_PROBE, op, path), f"{op} {path}")
 
     def make_dir(self, sandbox_id: str, path: str, *, user: str = "user") -> None:
         path = _check_path(path)
-        container_id = self.backend._container_id(sandbox_id)
-        self.backend._run_checked(container_id, ("mkdir", "-p", "--", path), f"make_dir {path}", user=user)
+        container_id = self.engine.container_id(sandbox_id)
+        self.engine.run_checked(container_id, ("mkdir", "-p", "--", path), f"make_dir {path}", user=user)
 
     def remove(self, sandbox_id: str, path: str) -> None:
         """Remove a file or a directory tree; a missing path is not_found."""
         path = _check_path(path)
         if path == "/":
             raise RemoteError(ErrorKind.INVALID, "refusing to remove /")
-        container_id = self.backend._container_id(sandbox_id)
+        container_id = self.engine.container_id(sandbox_id)
         script = 'test -e "$0" || test -L "$0" || exit 2; rm -rf -- "$0"'
-        self.backend._run_checked(container_id, ("/bin/sh", "-c", script, path), f"remove {path}")
+        self.engine.run_checked(container_id, ("/bin/sh", "-c", script, path), f"remove {path}")
 
 
 class _ChunkReader(io.RawIOBase):

@@ -18,105 +18,30 @@ Imports nothing of the project.
 from __future__ import annotations
 
 import secrets
-import threading
-from collections.abc import Mapping
-from contextlib import suppress
 from typing import TYPE_CHECKING, Any
 
-import docker
-import docker.errors
-
-from ..base import META_SPACE, BackendConfig, ErrorKind, NetworkSpec, RemoteError, SandboxState
+from ..base import META_SPACE, ErrorKind, RemoteError, SandboxState
 from ..capabilities import InboundCapability
 from .common import (
     _SANDBOX_ID,
     _STATES,
-    KIND_NETWORK,
     KIND_SANDBOX,
     LABEL_META_PREFIX,
-    LABEL_NETWORK_SPACE,
     _engine_call,
 )
-from .egress.firewall import bridge_name
 from .image import LABEL_KIND, LABEL_MANAGED
+
+if TYPE_CHECKING:
+    from .engine import DockerEngine
+    from .networks import DockerNetworks
 
 LABEL_TRAFFIC_TOKEN = "console.traffic-token"  # noqa: S105 - a label name, not a secret
 DEFAULT_INBOUND_URL = "/inbound/"
-INBOUND_NETWORK_SUFFIX = "-in"
 TOKEN_HEADER = "X-Traffic-Token"  # noqa: S105 - a header name, not a secret
 
 
 def new_traffic_token() -> str:
     return secrets.token_urlsafe(32)
-
-
-class DockerInboundNetworks:
-    """The inbound side of `DockerBackend`'s networks (a mixin placed before `DockerNetworks`):
-    an inbound-only sandbox gets the space's internal network instead of none."""
-
-    if TYPE_CHECKING:  # provided by DockerBackend / DockerNetworks
-        config: BackendConfig
-        _firewall_lock: threading.Lock
-
-        @property
-        def api(self) -> docker.APIClient: ...
-
-        def ensure_firewall(self) -> None: ...
-
-        def space_network_name(self, space: str) -> str: ...
-
-    def _network_mode(self, network: NetworkSpec, metadata: Mapping[str, str]) -> tuple[str, str]:
-        """(network mode, resolver address), as `DockerNetworks._network_mode`."""
-        mode, resolver = super()._network_mode(network, metadata)  # type: ignore[misc]
-        if mode != "none" or not network.allow_public_traffic:
-            return mode, resolver
-        space = metadata.get(META_SPACE, "")
-        # The internal bridge is an `sbx-` bridge too: the host packet filter keeps it off the
-        # host's own addresses (it must be in force first, as for outbound).
-        self.ensure_firewall()
-        name = self.inbound_network_name(space)
-        self._ensure_internal_network(name, space)
-        return name, resolver
-
-    def _release_network(self, space: str) -> None:
-        super()._release_network(space)  # type: ignore[misc]
-        name = self.inbound_network_name(space)
-        with suppress(RemoteError), _engine_call(f"releasing network {name}"):
-            try:
-                if self.api.containers(all=True, filters={"network": name}):
-                    return
-                self.api.remove_network(name)
-            except docker.errors.APIError:
-                return  # already gone, or in use again
-
-    def inbound_network_name(self, space: str) -> str:
-        """The internal bridge network of one space's inbound-only sandboxes."""
-        return self.space_network_name(space) + INBOUND_NETWORK_SUFFIX
-
-    def _ensure_internal_network(self, name: str, space: str) -> None:
-        with _engine_call(f"network {name}"):
-            try:
-                self.api.inspect_network(name)
-                return
-            except docker.errors.NotFound:
-                pass
-            try:
-                self.api.create_network(
-                    name,
-                    driver="bridge",
-                    internal=True,
-                    options={
-                        "com.docker.network.bridge.enable_icc": "false",
-                        "com.docker.network.bridge.name": bridge_name(name),
-                    },
-                    labels={LABEL_MANAGED: "1", LABEL_KIND: KIND_NETWORK, LABEL_NETWORK_SPACE: space},
-                )
-            except docker.errors.APIError as exc:
-                if exc.status_code != 409:  # created meanwhile by another worker
-                    raise
-
-    def inbound(self) -> InboundCapability:
-        return DockerInbound(self)
 
 
 class DockerInbound(InboundCapability):
@@ -125,9 +50,10 @@ class DockerInbound(InboundCapability):
     token_header = TOKEN_HEADER
     served_by_console = True
 
-    def __init__(self, backend: DockerInboundNetworks) -> None:
-        self.backend = backend
-        self.prefix = backend.config.options.get("inbound_url", "") or DEFAULT_INBOUND_URL
+    def __init__(self, engine: DockerEngine, networks: DockerNetworks) -> None:
+        self.engine = engine
+        self.networks = networks
+        self.prefix = engine.config.options.get("inbound_url", "") or DEFAULT_INBOUND_URL
         if not self.prefix.endswith("/"):
             self.prefix += "/"
 
@@ -153,7 +79,7 @@ class DockerInbound(InboundCapability):
             raise RemoteError(ErrorKind.CONFLICT, f"the sandbox is {state}, not running")
         labels = attrs["Config"].get("Labels") or {}
         space = labels.get(LABEL_META_PREFIX + META_SPACE, "")
-        own = (self.backend.space_network_name(space), self.backend.inbound_network_name(space))
+        own = (self.networks.space_network_name(space), self.networks.inbound_network_name(space))
         networks: dict[str, Any] = (attrs.get("NetworkSettings") or {}).get("Networks") or {}
         for name in own:
             address = str((networks.get(name) or {}).get("IPAddress") or "")
@@ -166,14 +92,14 @@ class DockerInbound(InboundCapability):
         )
 
     def _engine_is_local(self) -> bool:
-        return bool(self.backend.engine_is_local())  # type: ignore[attr-defined]
+        return self.engine.is_local()
 
     def _inspect(self, sandbox_id: str) -> dict[str, Any]:
         """One inspect of a console sandbox (not_found for any other container)."""
         if not _SANDBOX_ID.match(sandbox_id or ""):
             raise RemoteError(ErrorKind.INVALID, f"malformed sandbox id {sandbox_id!r}")
         with _engine_call(f"sandbox {sandbox_id}"):
-            attrs: dict[str, Any] = self.backend.api.inspect_container(sandbox_id)
+            attrs: dict[str, Any] = self.engine.api.inspect_container(sandbox_id)
         labels = (attrs.get("Config") or {}).get("Labels") or {}
         if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_KIND) != KIND_SANDBOX:
             raise RemoteError(ErrorKind.NOT_FOUND, f"sandbox {sandbox_id}: no such sandbox")

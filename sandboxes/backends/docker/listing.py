@@ -30,15 +30,16 @@ from .common import (
 )
 from .image import LABEL_KIND, LABEL_MANAGED
 
+if TYPE_CHECKING:
+    from .engine import DockerEngine
+
 
 class DockerListing:
     """`list` of the contract and the engine's container rows as `SandboxInfo` (a part of
-    `DockerBackend`)."""
+    `DockerBackend`; receives the engine)."""
 
-    if TYPE_CHECKING:  # provided by DockerBackend
-
-        @property
-        def api(self) -> docker.APIClient: ...
+    def __init__(self, engine: DockerEngine) -> None:
+        self.engine = engine
 
     def list(self, query: ListQuery) -> Page:
         """One page, newest first, filtered by the engine; the token names where the next starts.
@@ -67,7 +68,7 @@ class DockerListing:
 
     def _rows(self, filters: Mapping[str, Any], limit: int | None) -> builtins.list[dict[str, Any]]:
         with _engine_call("listing sandboxes"):
-            rows: builtins.list[dict[str, Any]] = self.api.containers(
+            rows: builtins.list[dict[str, Any]] = self.engine.api.containers(
                 all=True, filters=dict(filters), limit=limit if limit is not None else -1
             )
         return rows
@@ -79,7 +80,7 @@ class DockerListing:
         for anchor in cursor.anchors:
             with _engine_call("listing sandboxes"):
                 try:
-                    rows: builtins.list[dict[str, Any]] = self.api.containers(
+                    rows: builtins.list[dict[str, Any]] = self.engine.api.containers(
                         all=True, filters={**filters, "before": [anchor]}, limit=limit
                     )
                     return rows

@@ -15,7 +15,7 @@ from .common import PTY_PID_DIR, _engine_call
 from .exec import DockerExec, _ExecStream
 
 if TYPE_CHECKING:
-    from .backend import DockerBackend
+    from .engine import DockerEngine
 
 
 # ---------------------------------------------------------------------------------------
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 class DockerPtys(PtyCapability):
     """Interactive shells as TTY execs on the hijacked socket."""
 
-    def __init__(self, backend: DockerBackend) -> None:
-        self.backend = backend
+    def __init__(self, engine: DockerEngine) -> None:
+        self.engine = engine
 
     def open(
         self,
@@ -38,13 +38,13 @@ class DockerPtys(PtyCapability):
         cwd: str = "/workspace",
         env: Mapping[str, str] | None = None,
     ) -> PtyHandle:
-        container_id = self.backend._container_id(sandbox_id)
+        container_id = self.engine.container_id(sandbox_id)
         uid, home = DockerExec._exec_user(user)
         pty_id = secrets.token_hex(8)
         pid_file = f"{PTY_PID_DIR}/{pty_id}.pid"
         # Record the in-container pid (exec_inspect's Pid is the host's) before becoming the shell.
         launcher = f'mkdir -p -m 1777 {PTY_PID_DIR} 2>/dev/null; echo $$ > {pid_file}; exec "$@"'
-        api = self.backend.api
+        api = self.engine.api
         with _engine_call(f"opening a terminal in sandbox {sandbox_id}"):
             exec_id = api.exec_create(
                 container_id,
@@ -56,7 +56,7 @@ class DockerPtys(PtyCapability):
                 environment={"TERM": "xterm-256color", "HOME": home, **(env or {})},
             )["Id"]
             stream = _ExecStream(api.exec_start(exec_id, tty=True, socket=True))
-        handle = DockerPty(self.backend, container_id, exec_id, pty_id, stream, user=user)
+        handle = DockerPty(self.engine, container_id, exec_id, pty_id, stream, user=user)
         try:
             handle.resize(size)
         except RemoteError:
@@ -73,14 +73,14 @@ class DockerPty(PtyHandle):
 
     def __init__(
         self,
-        backend: DockerBackend,
+        engine: DockerEngine,
         container_id: str,
         exec_id: str,
         pty_id: str,
         stream: _ExecStream,
         user: str = "user",
     ):
-        self.backend = backend
+        self.engine = engine
         self.user = user  # the kill runs as the shell's own user (its pid file is theirs)
         self.container_id = container_id
         self.exec_id = exec_id
@@ -109,7 +109,7 @@ class DockerPty(PtyHandle):
         while True:
             try:
                 with _engine_call("resizing the terminal"):
-                    self.backend.api.exec_resize(self.exec_id, height=size.rows, width=size.cols)
+                    self.engine.api.exec_resize(self.exec_id, height=size.rows, width=size.cols)
                 self._started = True
                 return
             except RemoteError:
@@ -130,13 +130,13 @@ class DockerPty(PtyHandle):
                 'kill -KILL "$pid" 2>/dev/null; rm -f "$0"; true'
             )
             with suppress(RemoteError):
-                self.backend._run(self.container_id, ("/bin/sh", "-c", script, self.pid_file), user=self.user)
+                self.engine.run(self.container_id, ("/bin/sh", "-c", script, self.pid_file), user=self.user)
         self.stream.close()
 
     def is_running(self) -> bool:
         try:
             with _engine_call("terminal status"):
-                return bool(self.backend.api.exec_inspect(self.exec_id).get("Running"))
+                return bool(self.engine.api.exec_inspect(self.exec_id).get("Running"))
         except RemoteError:
             return False
 

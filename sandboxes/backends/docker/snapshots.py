@@ -124,12 +124,12 @@ class DockerSnapshots(SnapshotsCapability):
         ]
 
     def get(self, snapshot_id: str) -> SnapshotInfo:
-        return self._info(self.backend._snapshot_image(snapshot_id))
+        return self._info(self.backend.snapshot_image(snapshot_id))
 
     def delete(self, snapshot_id: str) -> None:
         """Idempotent; conflict while a sandbox still runs from the snapshot."""
         try:
-            attrs = self.backend._snapshot_image(snapshot_id)
+            attrs = self.backend.snapshot_image(snapshot_id)
         except RemoteError as exc:
             if exc.kind == ErrorKind.NOT_FOUND:
                 return

@@ -14,7 +14,7 @@ from ..capabilities import SandboxStats, StatsCapability
 from .common import _engine_call
 
 if TYPE_CHECKING:
-    from .backend import DockerBackend
+    from .engine import DockerEngine
 
 _NO_READING = "0001-01-01T00:00:00Z"
 
@@ -49,19 +49,19 @@ def memory_in_use(memory: dict[str, Any]) -> int | None:
 
 
 class DockerStats(StatsCapability):
-    def __init__(self, backend: DockerBackend) -> None:
-        self.backend = backend
+    def __init__(self, engine: DockerEngine) -> None:
+        self.engine = engine
 
     def read(self, sandbox_id: str) -> SandboxStats:
-        container_id = self.backend._container_id(sandbox_id)
+        container_id = self.engine.container_id(sandbox_id)
         with _engine_call("reading the sandbox's stats"):
-            stats: dict[str, Any] = self.backend.api.stats(container_id, stream=False)
+            stats: dict[str, Any] = self.engine.api.stats(container_id, stream=False)
         if not stats or stats.get("read") in (None, "", _NO_READING):
             raise RemoteError(ErrorKind.CONFLICT, "the sandbox is not running: no stats")
         memory = stats.get("memory_stats") or {}
         networks = stats.get("networks") or {}
         limit = _int(memory.get("limit"))
-        nano_cpus = self.backend.api.inspect_container(container_id).get("HostConfig", {}).get("NanoCpus") or 0
+        nano_cpus = self.engine.api.inspect_container(container_id).get("HostConfig", {}).get("NanoCpus") or 0
         return SandboxStats(
             cpu_percent=cpu_percent(stats),
             cpu_count=nano_cpus / 1e9 if nano_cpus else None,

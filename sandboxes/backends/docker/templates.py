@@ -81,7 +81,7 @@ class DockerTemplates(TemplatesCapability):
     def get(self, template_id: str) -> TemplateInfo:
         if is_snapshot_id(template_id):
             raise RemoteError(ErrorKind.NOT_FOUND, f"{template_id!r} is a snapshot, not a template")
-        attrs = self.backend._console_image(template_id, f"template {template_id!r}")
+        attrs = self.backend.console_image(template_id, f"template {template_id!r}")
         if attrs["Config"]["Labels"].get(LABEL_KIND) != KIND_TEMPLATE:
             raise RemoteError(ErrorKind.NOT_FOUND, f"template {template_id!r} not found")
         row = {**attrs, "Labels": attrs["Config"]["Labels"], "Created": attrs.get("Created")}
@@ -106,7 +106,7 @@ class DockerTemplates(TemplatesCapability):
             self._build_from_packages(spec, tag, labels)
         else:
             base = spec.base_template_id or self.backend.base_image
-            self._build_from_script(self.backend._resolve_image(base), spec.script, tag, labels)
+            self._build_from_script(self.backend.resolve_image(base), spec.script, tag, labels)
         return self.get(tag)
 
     def _exists(self, tag: str) -> bool:
@@ -164,7 +164,7 @@ class DockerTemplates(TemplatesCapability):
             with _engine_call("starting the build container"):
                 api.start(container_id)
             if script:
-                result = self.backend._run(
+                result = self.backend.engine.run(
                     container_id,
                     ("/bin/bash", "-euc", script),
                     user="root",
@@ -190,7 +190,7 @@ class DockerTemplates(TemplatesCapability):
             if exc.kind == ErrorKind.NOT_FOUND:
                 return
             raise
-        image_id = self.backend._resolve_image(attrs.template_id)
+        image_id = self.backend.resolve_image(attrs.template_id)
         with _engine_call("sandboxes using the template"):
             users = self.backend.api.containers(
                 all=True, filters={"ancestor": image_id, "label": f"{LABEL_KIND}={KIND_SANDBOX}"}

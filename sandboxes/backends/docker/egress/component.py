@@ -1,565 +1,579 @@
-"""A Docker space's network policy enforced live, and its refusals read back.
+"""`DockerEgress`, the façade of the Docker egress component: a space's network policy enforced
+on the engine's host, live, and its refusals read back.
 
-`DockerEgress` is the adapter's `EgressCapability`:
+What it enforces with (each a part of this package, rendering `netpolicy`'s typed entries):
+the host's packet filter (`firewall`, each sandbox's chain from `rules`), one resolver per
+space network and the deny filler (`dns`), squid for HTTP rules (`proxy`, `squid`), ulogd2
+for the refusals (`logs`), and the state folder saying who holds which address (`state`).
 
-- `update(sandbox_id, network)` applies a sandbox's `NetworkSpec` (the console has merged the
-  session's grants into it) now, without a restart: outbound on connects the container to its
-  space's network (outbound off disconnects it: no interface but loopback is left), its own
-  nftables chain is swapped in one transaction (`egress_rules`), and its network's resolver
-  (`dns`) is restarted when the names it must answer changed; the deny entries' names are
-  resolved by the deny filler (`dns.DenyFiller`) into the sets the chain refuses first;
-- `refusals(cursor)` reads what ulogd2 wrote for the table's NFLOG group (one JSON object a
-  line) and the resolvers' query logs, maps each source address back to the sandbox that held
-  it (the state files written here), and names the rule from the log prefix.
+The façade (the adapter calls nothing else of the package):
 
-State lives in a folder of the host (`state_dir`, default `/var/lib/sandbox-console/egress`),
-shared by every console process on it; a file lock serialises its writers.
+- before a sandbox exists: `check(spec)`, `ensure_firewall()`, `prepare(space, spec)` (its
+  space network made and known to the filter, its HTTP rules in squid), `settle(spec)`;
+- a sandbox: `attach(container, network, spec)` after its start, `update(sandbox, spec)`
+  (the contract's live switch), `resume(container)` after a restart, `detach(container)`
+  at its delete;
+- a network: `release(network, v4, v6)` once it is gone (chains' elements, set copies, its
+  resolver process and files, squid's entry, the deny filler's lines);
+- reads: `refusals(cursor)` (changes nothing), `reserved()`, `status()`, `capabilities()`;
+- upkeep: `housekeeping()`, a periodic job (the console's beat, `egress_housekeeping`): gone
+  containers' chains pruned, released networks' leftovers removed, denied names resolved
+  again, resolvers that died restarted, logs rotated by size. Never a side effect of a read.
 
-Imports nothing of the project but the contract and the adapter's modules.
+What runs as root and why: `nft` (the table of the host's packet filter needs
+CAP_NET_ADMIN), each dnsmasq (its `nftset=` additions need CAP_NET_ADMIN, which dnsmasq
+keeps as root only; it binds a gateway's port 53), ulogd2 (the NFLOG netlink group), squid
+(started as root, it drops to `proxy`). The console process that calls this façade runs them,
+so it runs as root on the engine's host (docs/network.md, docs/security.md).
+
+Imports nothing of the project but the contract, `netpolicy` and the adapter's `engine` and
+`networks` (for types: the façade receives them).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import json
+import ipaddress
 import logging
 import os
-import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from netpolicy import Domain, PolicyError
+from netpolicy import AddressClass, Domain, Kind, reserved_class
 
-from ...base import META_SPACE, ErrorKind, NetworkSpec, RemoteError
+from ...base import META_SPACE, ErrorKind, NetworkCapabilities, NetworkSpec, RemoteError
 from ...capabilities import EgressCapability, EgressRefusal
-from . import dns
-from .firewall import LOG_PREFIX, MAP_V4, MAP_V6, NFLOG_GROUP, TABLE_FAMILY, TABLE_NAME, _nft
+from . import dns, logs, refusals
+from .firewall import (
+    TABLE_FAMILY,
+    TABLE_NAME,
+    apply_ruleset,
+    bridge_name,
+    present_keys,
+    render_ruleset,
+    run_nft,
+    table_current,
+    table_present,
+    table_set_names,
+)
+from .proxy import DEFAULT_STATE_DIR as DEFAULT_PROXY_STATE_DIR
+from .proxy import SpaceProxyPolicy, squid_available
 from .rules import (
     Binding,
+    domain_sets,
+    is_domain_set,
     network_sets_of,
     render_network,
     render_removal,
     render_update,
 )
+from .squid import SquidProxy, host_addresses
+from .state import EgressState, SandboxState
 
 if TYPE_CHECKING:
-    from ..backend import DockerBackend
+    from ..engine import DockerEngine
+    from ..networks import DockerNetworks
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = "/var/lib/sandbox-console/egress"
-# A name the lists allow, refused because the resolver has no upstream (the option dns_upstream).
-NO_UPSTREAM_RULE = "no upstream resolver set (EGRESS_DNS_UPSTREAM)"
-GONE_KEPT_S = 7 * 86400  # a deleted sandbox's addresses, for refusals read late
-_HELD = threading.local()
-PRUNE_EVERY_S = 60.0
-_last_prune = 0.0  # the state folders this thread holds the lock of
+HOST_FIREWALL_MODES = ("auto", "external")
 # Denied names are resolved again this often (their addresses change; the sets only grow).
 DENY_REFRESH_S = 300.0
-_last_deny_refresh = 0.0
-ULOGD_CANDIDATES = ("/usr/sbin/ulogd", "/sbin/ulogd")
-ULOGD_PLUGINS = "/usr/lib/x86_64-linux-gnu/ulogd"
-
-
-# ---------------------------------------------------------------------------------------
-# State: what each sandbox was given, where it sits
+_DENY_STAMP = "deny-refresh.stamp"
 
 
 @dataclass(frozen=True)
-class SandboxState:
-    sandbox_id: str
-    bridge: str
-    v4: tuple[str, ...]
-    v6: tuple[str, ...]
-    online: bool
-    allow_out: tuple[str, ...]
-    deny_out: tuple[str, ...]
-    allow_private: tuple[str, ...] = ()
+class EgressSettings:
+    """The adapter options the component reads (docs/network.md, README's table)."""
 
-    @property
-    def spec(self) -> NetworkSpec:
-        return spec_of(self.online, self.allow_out, self.deny_out, self.allow_private)
+    host_firewall: str = "auto"
+    dns_upstream: str = ""
+    state_dir: str = DEFAULT_STATE_DIR
+    proxy_state_dir: str = DEFAULT_PROXY_STATE_DIR
+    proxy_dns: tuple[str, ...] = ("127.0.0.1",)
+    log_max_bytes: int = logs.DEFAULT_LOG_MAX_BYTES
 
-    @property
-    def binding(self) -> Binding | None:
-        return Binding(self.bridge, self.v4, self.v6) if self.bridge and (self.v4 or self.v6) else None
-
-
-class EgressState:
-    """The state folder: one JSON file per sandbox, the resolvers' files, ulogd's files."""
-
-    def __init__(self, folder: str) -> None:
-        self.folder = folder
-
-    def path(self, *parts: str) -> str:
-        return os.path.join(self.folder, *parts)
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Exclusive across the host's console processes; re-entrant within a thread (a
-        restore of the whole table may run inside an update)."""
-        held: set[str] = _HELD.__dict__.setdefault("folders", set())
-        if self.folder in held:
-            yield
-            return
-        os.makedirs(self.path("sandboxes"), mode=0o700, exist_ok=True)
-        with open(self.path("lock"), "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            held.add(self.folder)
-            try:
-                yield
-            finally:
-                held.discard(self.folder)
-                fcntl.flock(handle, fcntl.LOCK_UN)
-
-    def read(self, sandbox_id: str) -> SandboxState | None:
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> EgressSettings:
+        host_firewall = options.get("host_firewall", "auto")
+        if host_firewall not in HOST_FIREWALL_MODES:
+            raise RemoteError(
+                ErrorKind.INVALID, f"option 'host_firewall' must be one of {', '.join(HOST_FIREWALL_MODES)}"
+            )
+        upstream = dns.check_upstream(options.get("dns_upstream", ""))
+        # squid asks port 53 only: the operator's upstream when it is a plain address.
+        default_dns = upstream if upstream and "#" not in upstream else "127.0.0.1"
+        proxy_dns = tuple(a.strip() for a in options.get("proxy_dns", default_dns).split(",") if a.strip())
         try:
-            with open(self.path("sandboxes", f"{sandbox_id}.json")) as handle:
-                data = json.load(handle)
-        except (OSError, ValueError):
-            return None
-        return _state_from(data)
-
-    def write(self, state: SandboxState) -> None:
-        target = self.path("sandboxes", f"{state.sandbox_id}.json")
-        with open(target + ".new", "w") as handle:
-            json.dump(state.__dict__, handle)
-        os.replace(target + ".new", target)
-
-    def remove(self, sandbox_id: str) -> None:
-        # Kept as "gone" so refusals logged just before the delete still find their sandbox;
-        # gone ones older than GONE_KEPT_S are dropped here.
-        self._prune_gone()
-        state = self.read(sandbox_id)
-        if state is not None:
-            gone = self.path("sandboxes", f"{sandbox_id}.gone")
-            with open(gone, "w") as handle:
-                json.dump({**state.__dict__, "online": False}, handle)
-            with contextlib.suppress(OSError):
-                os.unlink(self.path("sandboxes", f"{sandbox_id}.json"))
-
-    def _prune_gone(self) -> None:
-        cutoff = time.time() - GONE_KEPT_S
-        with contextlib.suppress(OSError):
-            for name in os.listdir(self.path("sandboxes")):
-                path = self.path("sandboxes", name)
-                if name.endswith(".gone") and os.path.getmtime(path) < cutoff:
-                    os.unlink(path)
-
-    def all(self, include_gone: bool = False) -> list[SandboxState]:
-        found = []
-        with contextlib.suppress(OSError):
-            for name in sorted(os.listdir(self.path("sandboxes"))):
-                if not (name.endswith(".json") or (include_gone and name.endswith(".gone"))):
-                    continue
-                with contextlib.suppress(OSError, ValueError), open(self.path("sandboxes", name)) as handle:
-                    found.append(_state_from(json.load(handle)))
-        return found
-
-
-def _state_from(data: dict[str, Any]) -> SandboxState:
-    return SandboxState(
-        sandbox_id=str(data["sandbox_id"]),
-        bridge=str(data.get("bridge", "")),
-        v4=tuple(data.get("v4", ())),
-        v6=tuple(data.get("v6", ())),
-        online=bool(data.get("online")),
-        allow_out=tuple(data.get("allow_out", ())),
-        deny_out=tuple(data.get("deny_out", ())),
-        allow_private=tuple(data.get("allow_private", ())),
-    )
-
-
-def spec_of(
-    online: bool, allow_out: tuple[str, ...], deny_out: tuple[str, ...], allow_private: tuple[str, ...]
-) -> NetworkSpec:
-    """The NetworkSpec a state file records (its texts read back through netpolicy's parser;
-    a file no longer parseable is taken as outbound off, never as a wider policy)."""
-    try:
-        return NetworkSpec.parse(
-            allow_internet_access=online,
-            allow_public_traffic=False,
-            allow_out=allow_out,
-            deny_out=deny_out,
-            allow_private=allow_private,
+            log_max = int(options.get("egress_log_max_bytes", logs.DEFAULT_LOG_MAX_BYTES))
+        except ValueError:
+            raise RemoteError(ErrorKind.INVALID, "option 'egress_log_max_bytes' must be a whole number") from None
+        return cls(
+            host_firewall=host_firewall,
+            dns_upstream=upstream,
+            state_dir=options.get("egress_state_dir", DEFAULT_STATE_DIR),
+            proxy_state_dir=options.get("proxy_state_dir", DEFAULT_PROXY_STATE_DIR),
+            proxy_dns=proxy_dns,
+            log_max_bytes=max(log_max, 1024),
         )
-    except PolicyError:
-        return NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
-
-
-# ---------------------------------------------------------------------------------------
-# ulogd2: the NFLOG group as JSON lines
-
-
-def render_ulogd_config(state: EgressState) -> str:
-    plugins = ("inppkt_NFLOG", "raw2packet_BASE", "filter_IFINDEX", "filter_IP2STR", "output_JSON")
-    return "\n".join(
-        [
-            "# Rendered by sandboxes/backends/docker/egress/component.py; edits are lost.",
-            "[global]",
-            f'logfile="{state.path("ulogd.log")}"',
-            "loglevel=5",
-            *(f'plugin="{ULOGD_PLUGINS}/ulogd_{name}.so"' for name in plugins),
-            "stack=log1:NFLOG,base1:BASE,ifi1:IFINDEX,ip2str1:IP2STR,json1:JSON",
-            "[log1]",
-            f"group={NFLOG_GROUP}",
-            "[json1]",
-            "sync=1",
-            f'file="{state.path("refusals.json")}"',
-            "",
-        ]
-    )
-
-
-def _ulogd_pid(state: EgressState) -> int | None:
-    try:
-        with open(state.path("ulogd.pid")) as handle:
-            pid = int(handle.read().strip())
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return pid if b"ulogd" in handle.read() else None
-    except (OSError, ValueError):
-        return None
-
-
-def log_reader_running(state_dir: str = DEFAULT_STATE_DIR) -> bool:
-    """Whether ulogd2 runs for this state folder (read-only)."""
-    return _ulogd_pid(EgressState(state_dir)) is not None
-
-
-def ensure_log_reader(state_dir: str = DEFAULT_STATE_DIR) -> str:
-    """ulogd2 running on the table's NFLOG group (started when not). Returns words for status."""
-    state = EgressState(state_dir)
-    os.makedirs(state.folder, mode=0o700, exist_ok=True)
-    if _ulogd_pid(state) is not None:
-        return "ulogd2 reads refusals"
-    binary = next((p for p in ULOGD_CANDIDATES if os.path.exists(p)), None)
-    if binary is None:
-        return "refusals are not read back: ulogd2 (Debian package ulogd2, ulogd2-json) is not installed"
-    with open(state.path("ulogd.conf"), "w") as handle:
-        handle.write(render_ulogd_config(state))
-    done = subprocess.run(
-        [binary, "-d", "-c", state.path("ulogd.conf"), "-p", state.path("ulogd.pid")],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        check=False,
-    )
-    if done.returncode != 0:
-        return f"refusals are not read back: ulogd2 did not start: {(done.stderr or done.stdout).strip()[-200:]}"
-    return "ulogd2 reads refusals"
-
-
-# ---------------------------------------------------------------------------------------
-# The capability
-
-
-def present_keys() -> set[tuple[str, str]]:
-    """The keys loaded in both sandbox maps now (`egress_rules.map_keys` form)."""
-    keys: set[tuple[str, str]] = set()
-    for family, name in (("4", MAP_V4), ("6", MAP_V6)):
-        done = subprocess.run(
-            ["nft", "-j", "list", "map", TABLE_FAMILY, TABLE_NAME, name], capture_output=True, text=True, check=False
-        )
-        if done.returncode != 0:
-            continue
-        for item in json.loads(done.stdout).get("nftables", []):
-            for element in (item.get("map") or {}).get("elem", []):
-                key = element[0]["concat"] if isinstance(element, list) else None
-                if key and len(key) == 2:
-                    keys.add((family, f'"{key[0]}" . {key[1]}'))
-    return keys
-
-
-def table_set_names() -> list[str]:
-    """The names of the table's sets now (terse: without their elements)."""
-    done = subprocess.run(
-        ["nft", "-j", "-t", "list", "sets", TABLE_FAMILY], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        return []
-    items = (item.get("set") or {} for item in json.loads(done.stdout).get("nftables", []))
-    return [item["name"] for item in items if item.get("table") == TABLE_NAME and "name" in item]
-
-
-def prune_network_sets(bridge: str) -> None:
-    """A released network's per-network sets gone (`egress_rules.network_sets`); one still
-    named by a chain stays (its delete fails alone)."""
-    for name in network_sets_of(bridge, table_set_names()):
-        with contextlib.suppress(RemoteError):
-            apply(f"delete set {TABLE_FAMILY} {TABLE_NAME} {name}\n")
 
 
 def apply(script: str) -> None:
-    result = _nft(["-f", "-"], script)
+    """One `nft -f` transaction; RemoteError when the packet filter refuses it."""
+    result = run_nft(["-f", "-"], script)
     if not result.applied:
         raise RemoteError(ErrorKind.INTERNAL, f"the packet filter refused the policy: {result.detail}")
 
 
 class DockerEgress(EgressCapability):
-    """Live policy and refusals on a local engine (a part of `DockerBackend`)."""
+    """The Docker egress component (see the module docstring). Receives the engine (container
+    inspection, commands) and the networks part (the space networks, addresses, gateways)."""
 
-    def __init__(self, backend: DockerBackend) -> None:
-        self.backend = backend
-        self.state = EgressState(backend.egress_state_dir)
+    def __init__(self, engine: DockerEngine, networks: DockerNetworks, settings: EgressSettings) -> None:
+        self.engine = engine
+        self.networks = networks
+        self.settings = settings
+        self.state = EgressState(settings.state_dir)
+        self.proxy = SquidProxy(state_dir=settings.proxy_state_dir, dns_nameservers=settings.proxy_dns)
+        self._firewall_lock = threading.Lock()
+        self._firewall_loaded = False
 
-    def update(self, sandbox_id: str, network: NetworkSpec) -> None:
-        self.backend._check_network_spec(network)
-        container_id = self.backend._container_id(sandbox_id)
-        if network.allow_internet_access:
-            self.backend.ensure_firewall()
-        space = self.backend.get(container_id).metadata.get(META_SPACE, "")
-        name = self.backend.space_network_name(space)
-        if network.allow_internet_access:
-            self.backend.attach_space_network(container_id, name, space)
-        else:
-            self.backend.detach_space_network(container_id, name)
-        self.apply_policy(container_id, name, network)
-        if network.allow_internet_access:
-            # HTTP rules and TLS by SNI: squid's part of the space network's policy (proxy.py).
-            self.backend.update_http_rules(container_id, network)
+    # What it can do ----------------------------------------------------------------------
 
-    def apply_policy(self, container_id: str, network_name: str, network: NetworkSpec) -> None:
+    def enforces_lists(self) -> bool:
+        """Whether the console itself applies each sandbox's chain (a local engine it filters)."""
+        return self.settings.host_firewall == "auto" and self.engine.is_local()
+
+    def l7_possible(self) -> bool:
+        return self.settings.host_firewall != "external" and self.engine.is_local() and squid_available()
+
+    def capabilities(self) -> NetworkCapabilities:
+        if not self.enforces_lists():
+            return NetworkCapabilities(outbound_toggle=True, inbound_toggle=True)
+        return NetworkCapabilities(
+            outbound_toggle=True,
+            allow_out_cidr=True,
+            allow_out_domain=True,
+            deny_out_cidr=True,
+            deny_out_domain=True,
+            inbound_toggle=True,
+            live_update=True,
+            l7_rules=self.l7_possible(),
+            allow_private=True,
+        )
+
+    def check(self, spec: NetworkSpec) -> None:
+        """Refuse (`unsupported`) a spec this host cannot honour, before anything is made."""
+        unsupported = []
+        if not self.enforces_lists():
+            unsupported += [
+                name
+                for name, value in (
+                    ("allow_out lists", spec.allow_out),
+                    ("deny_out lists", spec.deny_out),
+                    ("private exceptions", spec.allow_private),
+                )
+                if value
+            ]
+        if spec.l7_rules and not self.l7_possible():
+            unsupported.append("L7 rules")
+        if unsupported:
+            what = "" if self.enforces_lists() else " (lists need a local engine with host_firewall=auto)"
+            raise RemoteError(
+                ErrorKind.UNSUPPORTED, "the Docker backend cannot honour " + ", ".join(unsupported) + what
+            )
+
+    def status(self) -> str:
+        """What keeps online sandboxes off the host's addresses, in words (never pretends).
+        Read-only: it looks at the host's ruleset and changes nothing."""
+        if self.settings.host_firewall == "external":
+            return "applied outside the console (host_firewall=external); not checked"
+        if not self.engine.is_local():
+            return "NOT in force: the engine is remote and the console can only filter its own host"
+        present = table_present()
+        if present.applied:
+            upstream = self.settings.dns_upstream or "none set: no name resolves (option dns_upstream)"
+            reader = "ulogd2 running" if logs.log_reader_running(self.state.folder) else "ulogd2 NOT running"
+            return f"{present.detail}; resolver upstream: {upstream}; refusal log: {reader}"
+        return f"NOT in force: {present.detail} (applied at the next sandbox with outbound on, as root)"
+
+    # Before a sandbox exists ----------------------------------------------------------------
+
+    def ensure_firewall(self) -> None:
+        """Make sure the host ruleset is loaded before an online sandbox exists (it names no
+        network: new ones are covered by their bridge-name prefix). Loaded only when missing,
+        so live set elements of the same table survive. In "auto" mode a ruleset that cannot
+        be loaded refuses the online sandbox: its network would otherwise reach the host's
+        own addresses and the metadata range."""
+        if self.settings.host_firewall == "external":
+            return
+        if not self.engine.is_local():
+            raise RemoteError(
+                ErrorKind.UNSUPPORTED,
+                "outbound needs the host packet filter, which the console applies only to a "
+                "local engine; apply it on the engine's host and set host_firewall=external "
+                "(docs/security.md)",
+            )
+        with self._firewall_lock:
+            present = table_current()
+            if self._firewall_loaded and present:
+                return
+            # Idempotent and keeping live elements: loaded once per process, so a table of an
+            # older console gains the sets and maps this one needs.
+            result = apply_ruleset(render_ruleset())
+            if not result.applied:
+                raise RemoteError(
+                    ErrorKind.UNSUPPORTED,
+                    f"outbound needs the host packet filter, and it could not be applied: {result.detail} "
+                    "(run the console as root with nftables installed, or apply it yourself and set "
+                    "host_firewall=external; docs/security.md)",
+                )
+            logs.ensure_log_reader(self.state.folder)
+            if self.enforces_lists():
+                # Flushed behind the console's back (a firewall reload, an older console's
+                # table, the ruleset loaded again by hand): once per process, and whenever the
+                # table is found missing, every sandbox's chain and address comes back from
+                # the state files (idempotent).
+                self._restore()
+            self._firewall_loaded = True
+
+    def _apply(self, script: str) -> None:
+        """One nftables transaction of the egress state; when the table is gone or is an
+        older console's, it is loaded (and restored) first and the transaction tried again."""
+        try:
+            apply(script)
+        except RemoteError as exc:
+            if "No such file or directory" not in exc.message:
+                raise
+            self._firewall_loaded = False
+            self.ensure_firewall()
+            apply(script)
+
+    def prepare(self, space: str, spec: NetworkSpec) -> tuple[str, str]:
+        """The space network of an online sandbox about to be made: created when missing,
+        known to the packet filter, its HTTP rules in squid. (name, the sandboxes' resolver)."""
+        name, v4, v6 = self.networks.ensure_space_network(space)
+        if not self.enforces_lists():
+            return name, "127.0.0.1"  # host_firewall=external: no console-managed resolver
+        self._apply(render_network(bridge_name(name), v4, v6))
+        if spec.l7_rules:
+            self._apply_http_rules(name, spec)
+        return name, (v4[0] if v4 else "127.0.0.1")
+
+    def settle(self, spec: NetworkSpec) -> None:
+        """After a sandbox started: squid binds a new network's IPv6 gateway once it settled."""
+        if spec.l7_rules and self.l7_possible():
+            self.proxy.settle()
+
+    # Sandboxes ------------------------------------------------------------------------------
+
+    def attach(self, container_id: str, network_name: str, spec: NetworkSpec) -> None:
         """The nftables chain, the binding and the resolver for a container as it is now."""
-        bridge, v4, v6 = self.backend.addresses_on(container_id, network_name)
+        bridge, v4, v6 = self.networks.addresses_on(container_id, network_name)
         with self.state.locked():
             old = self.state.read(container_id)
-            new = Binding(bridge, v4, v6) if network.allow_internet_access and (v4 or v6) else None
-            self.backend.egress_apply(
-                render_update(container_id, network, old.binding if old else None, new, present_keys())
-            )
+            new = Binding(bridge, v4, v6) if spec.allow_internet_access and (v4 or v6) else None
+            self._apply(render_update(container_id, spec, old.binding if old else None, new, present_keys()))
+            kept = old if new is None and old is not None else None
             self.state.write(
-                SandboxState(
+                SandboxState.of(
                     container_id,
-                    bridge if new else (old.bridge if old else bridge),
-                    v4 if new else (old.v4 if old else ()),
-                    v6 if new else (old.v6 if old else ()),
+                    kept.bridge if kept else bridge,
+                    kept.v4 if kept else v4,
+                    kept.v6 if kept else v6,
                     new is not None,
-                    tuple(str(e) for e in network.allow_out),
-                    tuple(str(e) for e in network.deny_out),
-                    tuple(str(e) for e in network.allow_private),
+                    spec,
                 )
             )
-            gateway = self.backend.gateway_on(container_id, network_name)
+            gateway = self.networks.gateway_on(container_id, network_name)
             self._sync_resolver(bridge or (old.bridge if old else ""), gateway)
             port = self._sync_deny_filler()
             if new is not None and port is not None:
                 # Before the policy is said to be in force: its denied names' addresses are refused.
-                self._fill(port, network.domains("deny_out"))
+                self._fill(port, spec.domains("deny_out"))
         if new is not None:
-            self.backend.point_resolver(container_id, gateway)
+            self._point_resolver(container_id, gateway)
 
-    def reapply(self, container_id: str) -> None:
+    def update(self, sandbox_id: str, network: NetworkSpec) -> None:
+        self.check(network)
+        container_id = self.engine.container_id(sandbox_id)
+        if network.allow_internet_access:
+            self.ensure_firewall()
+        space = self.engine.inspect_sandbox(container_id).metadata.get(META_SPACE, "")
+        name = self.networks.space_network_name(space)
+        if network.allow_internet_access:
+            self.prepare(space, NetworkSpec(allow_internet_access=True, allow_public_traffic=False))
+            self.networks.attach(container_id, name)
+        else:
+            self.networks.detach(container_id, name)
+        self.attach(container_id, name, network)
+        if network.allow_internet_access:
+            # HTTP rules and TLS by SNI: squid's part of the space network's policy (proxy.py).
+            self.update_http_rules(container_id, network)
+
+    def resume(self, container_id: str) -> None:
         """The last policy again, on the container's current address (after a restart)."""
         state = self.state.read(container_id)
-        space = self.backend.get(container_id).metadata.get(META_SPACE, "")
-        name = self.backend.space_network_name(space)
+        space = self.engine.inspect_sandbox(container_id).metadata.get(META_SPACE, "")
+        name = self.networks.space_network_name(space)
         if state is None:
             # No policy recorded (a sandbox of an older console): on its space network it had
             # outbound on without lists, which is what it keeps until the console sends one.
-            _, v4, v6 = self.backend.addresses_on(container_id, name)
+            _, v4, v6 = self.networks.addresses_on(container_id, name)
             if not (v4 or v6):
                 return
             spec = NetworkSpec(allow_internet_access=True, allow_public_traffic=False)
         else:
             spec = state.spec
-        self.apply_policy(container_id, name, spec)
+        self.attach(container_id, name, spec)
 
-    def prune(self) -> None:
-        """Forget the sandboxes whose containers are gone without the console (removed by
-        hand or by a sweep): their chains, elements and resolver names."""
-        with self.state.locked():  # a state written meanwhile is not judged on an older listing
-            existing = self.backend.container_ids()
-            for state in self.state.all():
-                if state.sandbox_id not in existing:
-                    with contextlib.suppress(RemoteError):
-                        self.forget(state.sandbox_id)
-
-    def restore(self) -> None:
-        """Every known sandbox's chain and binding loaded again (after the table was lost)."""
-        with contextlib.suppress(RemoteError):
-            self.prune()
-        networks = self.backend.console_networks()
-        with self.state.locked():
-            for bridge, (v4, v6) in networks.items():
-                apply(render_network(bridge, v4, v6))
-            present = present_keys()
-            for state in self.state.all():
-                binding = state.binding if state.online else None
-                with contextlib.suppress(RemoteError):
-                    apply(render_update(state.sandbox_id, state.spec, None, binding, present))
-            with contextlib.suppress(RemoteError, OSError):
-                self.refresh_deny_sets()  # the sets came back empty with the table
-
-    def forget(self, container_id: str) -> None:
+    def detach(self, container_id: str) -> None:
         """A deleted sandbox: its chain and elements gone, its resolver's names recomputed."""
         with self.state.locked():
             old = self.state.read(container_id)
             if old is None:
                 return
-            self.backend.egress_apply(render_removal(container_id, old.binding, present_keys()))
+            self._apply(render_removal(container_id, old.binding, present_keys()))
             self.state.remove(container_id)
             self._sync_resolver(old.bridge)
             self._sync_deny_filler()
 
+    def _point_resolver(self, container_id: str, gateway: str) -> None:
+        """A container created offline (resolver 127.0.0.1) and switched on live: its
+        resolv.conf names the network's resolver directly (the engine wrote it anew when it
+        connected or restarted the container)."""
+        with contextlib.suppress(RemoteError):
+            info = self.engine.api.inspect_container(container_id)
+            configured = info["HostConfig"].get("Dns") or []
+            if not gateway or configured == [gateway] or info["State"].get("Paused"):
+                return  # a paused one is pointed when it resumes (connect re-applies its policy)
+        text = f"nameserver {gateway}\noptions ndots:0\n"
+        result = self.engine.run(container_id, ("sh", "-c", 'printf "%s" "$0" > /etc/resolv.conf', text), user="root")
+        if result.exit_code != 0:
+            raise RemoteError(ErrorKind.INTERNAL, f"could not point sandbox {container_id} at its resolver")
+
+    # HTTP rules and TLS by SNI (squid) ---------------------------------------------------
+
+    def _apply_http_rules(self, name: str, spec: NetworkSpec) -> None:
+        """Make squid enforce the space network's HTTP rules (before its sandbox starts)."""
+        if not spec.l7_rules and not self.l7_possible():
+            return  # nothing to enforce, and no squid that could hold an older policy
+        sources, gateways = self.networks.subnets(name)
+        policy = SpaceProxyPolicy(
+            name=name,
+            sources=sources,
+            gateways=gateways,
+            rules=spec.l7_rules,
+            allow_out=spec.allow_out,
+            deny_out=spec.deny_out,
+            allow_private=spec.allow_private,
+        )
+        result = self.proxy.set_space(policy)  # no rules: the space leaves the proxy
+        if not result.applied:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"HTTP rules need the host's squid: {result.detail}")
+
+    def update_http_rules(self, sandbox_id: str, spec: NetworkSpec) -> None:
+        """Apply a changed policy's HTTP rules to the running sandbox's space network now
+        (squid reconfigures live)."""
+        if spec.l7_rules and not self.l7_possible():
+            self.check(spec)
+        for name in self.engine.networks_of(self.engine.container_id(sandbox_id)):
+            if self.networks.is_space_network(name):
+                self._apply_http_rules(name, spec)
+
+    # Networks -------------------------------------------------------------------------------
+
+    def release(self, network_name: str, v4: Iterable[str] = (), v6: Iterable[str] = ()) -> None:
+        """A space network that is gone: everything the host kept for it removed — its bridge's
+        elements (managed, gateways, any sandbox binding left), the chains of sandboxes still
+        recorded on it, its per-network set copies and the shared sets no chain names any
+        more, its resolver (process and files), its squid entry, and the deny filler's names
+        only its sandboxes denied. Idempotent."""
+        bridge = bridge_name(network_name)
+        with self.state.locked():
+            for sandbox in self.state.all(include_gone=True):
+                if sandbox.bridge != bridge:
+                    continue
+                with contextlib.suppress(RemoteError):
+                    self._apply(render_removal(sandbox.sandbox_id, sandbox.binding, present_keys()))
+                self.state.drop(sandbox.sandbox_id)
+            if self.enforces_lists() or table_present().applied:
+                with contextlib.suppress(RemoteError):
+                    apply(render_network(bridge, list(v4), list(v6), remove=True))
+                self._prune_sets(bridge)
+            dns.Resolver(self.state.path("dns"), bridge).remove()
+            self._sync_deny_filler()
+        if any(p.name == network_name for p in self.proxy.policies()):
+            self.proxy.remove_space(network_name)  # squid stops listening on its gateway
+
+    def _prune_sets(self, bridge: str = "") -> int:
+        """`bridge`'s per-network sets, and the shared domain sets no recorded sandbox names,
+        deleted (one a chain still names stays: its delete fails alone). How many went."""
+        names = table_set_names()
+        wanted = {
+            name
+            for sandbox in self.state.all()
+            for domain in (*sandbox.spec.domains("allow_out"), *sandbox.spec.domains("deny_out"))
+            for name in domain_sets(domain)
+        }
+        doomed = network_sets_of(bridge, names) if bridge else []
+        doomed += [n for n in names if is_domain_set(n) and n not in wanted]
+        gone = 0
+        for name in doomed:
+            with contextlib.suppress(RemoteError):
+                apply(f"delete set {TABLE_FAMILY} {TABLE_NAME} {name}\n")
+                gone += 1
+        return gone
+
+    # Resolvers ------------------------------------------------------------------------------
+
     def _denied_domains(self) -> set[Domain]:
-        return {domain for state in self.state.all() if state.online for domain in state.spec.domains("deny_out")}
+        return {domain for sandbox in self.state.all() if sandbox.online for domain in sandbox.spec.domains("deny_out")}
 
     def _sync_deny_filler(self) -> int | None:
         """The deny filler running for every online sandbox's denied names (`dns.DenyFiller`):
-        its port, None when there is nothing to resolve. Called with the state lock held."""
-        return dns.DenyFiller(self.state.path("dns")).ensure(self.backend.dns_upstream, self._denied_domains())
+        its port, None (and its files gone) when there is nothing to resolve. Called with the
+        state lock held."""
+        return dns.DenyFiller(self.state.path("dns")).ensure(self.settings.dns_upstream, self._denied_domains())
 
-    def _fill(self, port: int, domains: Iterable[Domain]) -> None:
+    def _fill(self, port: int, domains: Iterable[Domain]) -> set[str]:
         names = [d.name for d in dns.fillable(domains)]
-        missing = set(names) - dns.lookup(port, names)
+        answered = dns.lookup(port, names)
+        missing = set(names) - answered
         if missing:  # the upstream did not answer in time: the next refresh asks again
             logger.warning("egress: denied names not resolved for the packet filter: %s", ", ".join(sorted(missing)))
+        return answered
 
-    def refresh_deny_sets(self) -> None:
+    def refresh_deny_sets(self) -> int:
         """Every denied name resolved again into its sets (its addresses may have changed):
-        after a restore, and every `DENY_REFRESH_S` while refusals are read."""
+        after a restore, and from housekeeping every `DENY_REFRESH_S`. How many answered."""
         with self.state.locked():
             port = self._sync_deny_filler()
-            if port is not None:
-                self._fill(port, self._denied_domains())
+            if port is None:
+                return 0
+            return len(self._fill(port, self._denied_domains()))
 
-    def _sync_resolver(self, bridge: str, gateway: str = "") -> None:
+    def _sync_resolver(self, bridge: str, gateway: str = "") -> bool:
+        """The resolver of `bridge` running for its online members (stopped, its files gone,
+        without one); whether it was (re)started."""
         if not bridge:
-            return
+            return False
         members = [s for s in self.state.all() if s.bridge == bridge and s.online]
         resolver = dns.Resolver(self.state.path("dns"), bridge)
         if not members:
-            resolver.stop()
-            return
-        specs = []
-        for member in members:
-            spec = member.spec
-            specs.append((spec.allow_only, spec.domains("allow_out"), spec.domains("deny_out")))
-        gateway = gateway or self.backend.gateway_of(bridge)
-        if gateway:
-            resolver.ensure(gateway, self.backend.dns_upstream, dns.policy_for(specs))
+            resolver.remove()
+            return False
+        specs = [(m.spec.allow_only, m.spec.domains("allow_out"), m.spec.domains("deny_out")) for m in members]
+        gateway = gateway or self.networks.gateway_of(bridge)
+        if not gateway:
+            return False
+        return resolver.ensure(gateway, self.settings.dns_upstream, dns.policy_for(specs))
 
-    # Refusals --------------------------------------------------------------------------
+    # Reads ----------------------------------------------------------------------------------
 
     def refusals(self, cursor: str) -> tuple[list[EgressRefusal], str]:
-        positions = _decode_cursor(cursor)
-        global _last_prune, _last_deny_refresh
-        if time.monotonic() - _last_prune > PRUNE_EVERY_S:  # read every few seconds: prune now and then
-            _last_prune = time.monotonic()
+        proxy = self.proxy.refusals if self.l7_possible() else None
+        return refusals.read(self.state, cursor, upstream=self.settings.dns_upstream, proxy=proxy)
+
+    def reserved(self) -> tuple[AddressClass, ...]:
+        """The host's own addresses (`the Docker host`) and every sandbox bridge's network
+        (`other sandbox`), as this host has them now. Read-only."""
+        found: list[AddressClass] = []
+        for text in host_addresses():
+            network = ipaddress.ip_network(text, strict=False)
+            if "/" in text:
+                found.append(reserved_class(network, Kind.SANDBOX, "a sandbox network of this host"))
+            else:
+                found.append(reserved_class(network, Kind.HOST, "an address of the Docker host"))
+        return tuple(found)
+
+    # Upkeep ---------------------------------------------------------------------------------
+
+    def housekeeping(self) -> str:
+        """The periodic upkeep (see the module docstring); one line for the log."""
+        if not self.enforces_lists():
+            return "egress housekeeping: nothing to do (the console enforces no lists here)"
+        pruned = released = restarted = refreshed = rotated = 0
+        with self.state.locked():
+            existing = self.networks.container_ids()
+            for sandbox in self.state.all():
+                if sandbox.sandbox_id not in existing:
+                    with contextlib.suppress(RemoteError):
+                        self.detach(sandbox.sandbox_id)
+                        pruned += 1
+            self.state.prune_gone()
+            live = self.networks.console_networks()
+            for bridge in self._known_bridges() - set(live):
+                self.release_bridge(bridge)
+                released += 1
+            for bridge in {s.bridge for s in self.state.all() if s.online and s.bridge in live}:
+                with contextlib.suppress(RemoteError):
+                    restarted += self._sync_resolver(bridge, live[bridge][0][0] if live[bridge][0] else "")
+            stamp = self.state.path(_DENY_STAMP)
+            if not os.path.exists(stamp) or time.time() - os.path.getmtime(stamp) > DENY_REFRESH_S:
+                with contextlib.suppress(RemoteError, OSError):
+                    refreshed = self.refresh_deny_sets()
+                    with open(stamp, "w"):
+                        pass
+            for path in self._logs():
+                rotated += logs.rotate(path, self.settings.log_max_bytes)
+        return (
+            f"egress housekeeping: pruned {pruned} sandbox(es), released {released} network(s), "
+            f"restarted {restarted} resolver(s), refreshed {refreshed} denied name(s), rotated {rotated} log(s)"
+        )
+
+    def release_bridge(self, bridge: str) -> None:
+        """`release` for a bridge whose network is gone already (its name is not known)."""
+        with self.state.locked():
+            for sandbox in self.state.all(include_gone=True):
+                if sandbox.bridge == bridge:
+                    with contextlib.suppress(RemoteError):
+                        apply(render_removal(sandbox.sandbox_id, sandbox.binding, present_keys()))
+                    self.state.drop(sandbox.sandbox_id)
             with contextlib.suppress(RemoteError):
-                self.prune()
-        if time.monotonic() - _last_deny_refresh > DENY_REFRESH_S:
-            _last_deny_refresh = time.monotonic()
-            with contextlib.suppress(RemoteError, OSError):
-                self.refresh_deny_sets()
-        by_address: dict[tuple[str, str], SandboxState] = {}
-        for state in self.state.all(include_gone=True):
-            for address in (*state.v4, *state.v6):
-                previous = by_address.get((state.bridge, address))
-                if previous is None or state.online:
-                    by_address[(state.bridge, address)] = state
-        found: list[EgressRefusal] = []
-        packets, positions["p"] = _read_packets(self.state.path("refusals.json"), positions.get("p", 0))
-        for record in packets:
-            prefix = str(record.get("oob.prefix", ""))
-            source = by_address.get((str(record.get("oob.in", "")), str(record.get("src_ip", ""))))
-            if not prefix.startswith(LOG_PREFIX) or source is None:
-                continue
-            destination = str(record.get("dest_ip", ""))
-            if record.get("dest_port") is not None:
-                port = record["dest_port"]
-                destination = f"[{destination}]:{port}" if ":" in destination else f"{destination}:{port}"
-            at = datetime.fromtimestamp(int(record.get("oob.time.sec", 0)), UTC)
-            protocol = {6: "tcp", 17: "udp", 1: "icmp", 58: "icmpv6"}.get(int(record.get("ip.protocol", 0) or 0), "")
-            found.append(
-                EgressRefusal(at, source.sandbox_id, "packet", destination, prefix[len(LOG_PREFIX) :], protocol)
-            )
-        dns_positions = positions.setdefault("d", {})
-        folder = self.state.path("dns")
+                apply(render_network(bridge, [], [], remove=True))
+            self._prune_sets(bridge)
+            dns.Resolver(self.state.path("dns"), bridge).remove()
+            self._sync_deny_filler()
+
+    def _known_bridges(self) -> set[str]:
+        """Bridges the host keeps state for: recorded sandboxes, resolvers' files."""
+        bridges = {s.bridge for s in self.state.all(include_gone=True) if s.bridge}
         with contextlib.suppress(OSError):
-            for name in sorted(os.listdir(folder)):
-                if not name.endswith(".log"):
-                    continue
-                bridge = name[: -len(".log")]
-                refused, dns_positions[bridge] = dns.read_refusals(
-                    os.path.join(folder, name), dns_positions.get(bridge, 0)
-                )
-                last: tuple[str, str, datetime] | None = None
-                for item in refused:
-                    source = by_address.get((bridge, item.client))
-                    if source is None or last == (source.sandbox_id, item.name, item.at):
-                        continue  # unknown client, or the AAAA twin of the A query just seen
-                    last = (source.sandbox_id, item.name, item.at)
-                    found.append(
-                        EgressRefusal(
-                            item.at,
-                            source.sandbox_id,
-                            "dns",
-                            item.name,
-                            dns_refusal_rule(source, item.name, self.backend.dns_upstream),
-                        )
-                    )
-        if self.backend._l7_possible():
-            # Requests squid refused (HTTP rules, TLS by SNI): its log names the client address.
-            by_client = {address: state.sandbox_id for (_, address), state in by_address.items()}
-            refused_http, positions["h"] = self.backend.egress_proxy().refusals(
-                str(positions.get("h", "")), sandbox_of=lambda address: by_client.get(address, "")
-            )
-            found += [refusal for refusal in refused_http if refusal.sandbox_id]
-        found.sort(key=lambda r: r.at)
-        return found, json.dumps(positions, separators=(",", ":"), sort_keys=True)
+            bridges |= {
+                name.split(".", 1)[0]
+                for name in os.listdir(self.state.path("dns"))
+                if name.startswith("sbx-") and "." in name
+            }
+        return bridges
 
+    def _logs(self) -> list[str]:
+        found = [self.state.path(logs.REFUSALS), str(self.proxy.access_log)]
+        with contextlib.suppress(OSError):
+            folder = self.state.path("dns")
+            found += [os.path.join(folder, n) for n in os.listdir(folder) if n.endswith((".log", ".events"))]
+        return found
 
-def dns_refusal_rule(state: SandboxState, name: str, upstream: str) -> str:
-    """The words for a name the network's resolver refused, re-derived from the sandbox's lists.
-    A name the lists let through was refused because no upstream resolver is set (the resolver
-    then answers nothing): saying "not in the allow list" would send the admin to approve it."""
-    spec = state.spec
-    for pattern in spec.domains("deny_out"):
-        if pattern.matches_name(name):
-            return f"deny entry {pattern}"
-    if not state.online:
-        return "outbound off"
-    if not upstream and (not spec.allow_only or any(p.matches_name(name) for p in spec.domains("allow_out"))):
-        return NO_UPSTREAM_RULE
-    return "not in the allow list"
-
-
-def _decode_cursor(cursor: str) -> dict[str, Any]:
-    if not cursor:
-        return {"p": 0, "d": {}}
-    try:
-        data = json.loads(cursor)
-    except ValueError:
-        raise RemoteError(ErrorKind.INVALID, "malformed egress cursor") from None
-    if not isinstance(data, dict):
-        raise RemoteError(ErrorKind.INVALID, "malformed egress cursor")
-    return data
-
-
-def _read_packets(path: str, offset: int) -> tuple[list[dict[str, Any]], int]:
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return [], 0
-    if size < offset:
-        offset = 0  # rotated
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        data = handle.read()
-    end = data.rfind(b"\n") + 1
-    records = []
-    for line in data[:end].splitlines():
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if isinstance(record, dict):
-                records.append(record)
-    return records, offset + end
+    def _restore(self) -> None:
+        """Every known sandbox's chain and binding loaded again (after the table was lost)."""
+        networks = self.networks.console_networks()
+        with self.state.locked():
+            existing = self.networks.container_ids()
+            for bridge, (v4, v6) in networks.items():
+                apply(render_network(bridge, v4, v6))
+            present = present_keys()
+            for sandbox in self.state.all():
+                if sandbox.sandbox_id not in existing:
+                    continue  # housekeeping prunes it
+                binding = sandbox.binding if sandbox.online else None
+                with contextlib.suppress(RemoteError):
+                    apply(render_update(sandbox.sandbox_id, sandbox.spec, None, binding, present))
+            with contextlib.suppress(RemoteError, OSError):
+                self.refresh_deny_sets()  # the sets came back empty with the table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -570,10 +584,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Start the refusal log reader (ulogd2) of the Docker egress.")
     parser.add_argument("--state-dir", default=os.environ.get("EGRESS_STATE_DIR") or DEFAULT_STATE_DIR)
     args = parser.parse_args(argv)
-    detail = ensure_log_reader(args.state_dir)
+    detail = logs.ensure_log_reader(args.state_dir)
     print(detail)
     return 0 if detail == "ulogd2 reads refusals" else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -44,7 +44,7 @@ from datetime import UTC, datetime
 from netpolicy import Domain
 
 from ...base import ErrorKind, RemoteError
-from .firewall import DNS_PORT, TABLE_FAMILY, TABLE_NAME, _nft
+from .firewall import DNS_PORT, TABLE_FAMILY, TABLE_NAME, run_nft
 from .rules import domain_sets, network_sets
 
 DNSMASQ_CANDIDATES = ("/usr/sbin/dnsmasq", "/sbin/dnsmasq")
@@ -203,16 +203,18 @@ class Resolver:
             return None
         return pid if b"dnsmasq" in cmdline[0] and self.conf.encode() in b" ".join(cmdline) else None
 
-    def ensure(self, gateway: str, upstream: str, policy: DnsPolicy) -> None:
-        """Running with this configuration: started, or restarted when it changed."""
-        self.run(render_config(gateway, upstream, policy, self.log_file, self.pid_file, self.bridge))
+    def ensure(self, gateway: str, upstream: str, policy: DnsPolicy) -> bool:
+        """Running with this configuration: started, or restarted when it changed (or died);
+        whether it was."""
+        return self.run(render_config(gateway, upstream, policy, self.log_file, self.pid_file, self.bridge))
 
-    def run(self, text: str) -> None:
-        """Running with the configuration `text`: started, or restarted when it changed."""
+    def run(self, text: str) -> bool:
+        """Running with the configuration `text`: started, or restarted when it changed;
+        whether it was."""
         pid = self.running_pid()
         with contextlib.suppress(OSError), open(self.conf) as handle:
             if handle.read() == text and pid is not None:
-                return
+                return False
         os.makedirs(self.folder, mode=0o700, exist_ok=True)
         with open(self.conf + ".new", "w") as handle:
             handle.write(text)
@@ -222,7 +224,7 @@ class Resolver:
         # keep their elements, and answers the old configuration filled in (a name a member
         # denies now, or one joining with it) would go on exempting that name's address.
         for copy in sorted(set(re.findall(r"#(n[46]_[0-9a-f]{16}_[0-9a-f]{11})\b", text))):
-            _nft(["-f", "-"], f"flush set {TABLE_FAMILY} {TABLE_NAME} {copy}\n")
+            run_nft(["-f", "-"], f"flush set {TABLE_FAMILY} {TABLE_NAME} {copy}\n")
         binary = dnsmasq_binary()
         if binary is None:
             raise RemoteError(
@@ -237,6 +239,22 @@ class Resolver:
                 ErrorKind.UNAVAILABLE,
                 f"the resolver for {self.bridge} did not start: {(done.stderr or '').strip()[-300:]}",
             )
+        return True
+
+    def files(self) -> list[str]:
+        """Every file of this resolver in the folder (configuration, pid, logs, extras)."""
+        try:
+            names = os.listdir(self.folder)
+        except OSError:
+            return []
+        return [os.path.join(self.folder, n) for n in sorted(names) if n.split(".", 1)[0] == self.bridge]
+
+    def remove(self) -> None:
+        """Stopped, and its files gone (its network was released, or it has nothing to do)."""
+        self.stop()
+        for path in self.files():
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
     def stop(self, *, force: bool = False) -> None:
         """Stopped (`force`: killed, for one that hangs and would not act on a SIGTERM)."""
@@ -306,7 +324,7 @@ class DenyFiller:
         patterns = fillable(denied)
         resolver = self.resolver
         if not upstream or not patterns:
-            resolver.stop()
+            resolver.remove()  # its configuration, port and events files too
             return None
         port = self._port(fresh=False)
         events = os.path.join(self.folder, f"{FILLER}.events")

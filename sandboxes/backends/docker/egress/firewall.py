@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -154,7 +155,7 @@ class FirewallResult:
     detail: str
 
 
-def _nft(args: list[str], stdin: str | None = None) -> FirewallResult:
+def run_nft(args: list[str], stdin: str | None = None) -> FirewallResult:
     nft = shutil.which("nft") or next((p for p in ("/usr/sbin/nft", "/sbin/nft") if os.path.exists(p)), None)
     if nft is None:
         return FirewallResult(False, "nft (Debian package nftables) is not installed on the console's host")
@@ -169,12 +170,44 @@ def _nft(args: list[str], stdin: str | None = None) -> FirewallResult:
         if os.geteuid() != 0:
             reason = f"the console does not run as root (uid {os.geteuid()}): {reason}"
         return FirewallResult(False, reason)
+    if args[:1] in (["-j"], ["list"]):
+        return FirewallResult(True, done.stdout)  # what was listed
     return FirewallResult(True, f"nftables table {TABLE_FAMILY} {TABLE_NAME} in force")
+
+
+def present_keys() -> set[tuple[str, str]]:
+    """The keys loaded in both sandbox maps now (`rules.map_keys` form)."""
+    keys: set[tuple[str, str]] = set()
+    for family, name in (("4", MAP_V4), ("6", MAP_V6)):
+        done = run_nft(["-j", "list", "map", TABLE_FAMILY, TABLE_NAME, name])
+        if not done.applied:
+            continue
+        for item in json.loads(done.detail).get("nftables", []):
+            for element in (item.get("map") or {}).get("elem", []):
+                key = element[0]["concat"] if isinstance(element, list) else None
+                if key and len(key) == 2:
+                    keys.add((family, f'"{key[0]}" . {key[1]}'))
+    return keys
+
+
+def table_set_names() -> list[str]:
+    """The names of the table's sets now (terse: without their elements)."""
+    done = run_nft(["-j", "-t", "list", "sets", TABLE_FAMILY])
+    if not done.applied:
+        return []
+    items = (item.get("set") or {} for item in json.loads(done.detail).get("nftables", []))
+    return [item["name"] for item in items if item.get("table") == TABLE_NAME and "name" in item]
+
+
+def table_lines() -> list[str]:
+    """The table as `nft list` prints it, one line each (empty when it is not loaded)."""
+    done = run_nft(["list", "table", TABLE_FAMILY, TABLE_NAME])
+    return done.detail.splitlines() if done.applied else []
 
 
 def apply_ruleset(ruleset: str) -> FirewallResult:
     """Load the ruleset with `nft -f -`. Never raises: the caller decides what a failure means."""
-    result = _nft(["-f", "-"], ruleset)
+    result = run_nft(["-f", "-"], ruleset)
     return result if result.applied else FirewallResult(False, f"nft refused the ruleset: {result.detail}")
 
 
@@ -184,9 +217,9 @@ def table_present() -> FirewallResult:
     Only its presence is checked: the same table will hold live elements (addresses the
     resolver adds to sets) that re-applying the rendered file would drop.
     """
-    result = _nft(["list", "table", TABLE_FAMILY, TABLE_NAME])
+    result = run_nft(["list", "table", TABLE_FAMILY, TABLE_NAME])
     if result.applied:
-        return result
+        return FirewallResult(True, f"nftables table {TABLE_FAMILY} {TABLE_NAME} in force")
     if "No such file" in result.detail:
         return FirewallResult(False, f"the table {TABLE_FAMILY} {TABLE_NAME} is not loaded")
     return FirewallResult(False, result.detail)
@@ -194,7 +227,7 @@ def table_present() -> FirewallResult:
 
 def table_current() -> bool:
     """Whether the loaded table is this version's (it has the sandbox maps), read-only."""
-    return _nft(["list", "map", TABLE_FAMILY, TABLE_NAME, MAP_V4]).applied
+    return run_nft(["list", "map", TABLE_FAMILY, TABLE_NAME, MAP_V4]).applied
 
 
 def main(argv: list[str] | None = None) -> int:

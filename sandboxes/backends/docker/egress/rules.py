@@ -53,6 +53,11 @@ def domain_sets(pattern: Domain | str) -> tuple[str, str]:
     return f"d4_{digest}", f"d6_{digest}"
 
 
+def is_domain_set(name: str) -> bool:
+    """Whether a set name of the table is a shared domain set (`domain_sets`)."""
+    return re.fullmatch(r"d[46]_[0-9a-f]{16}", name) is not None
+
+
 def network_sets(pattern: Domain | str, bridge: str) -> tuple[str, str]:
     """The per-network copy (IPv4, IPv6) of an allowed pattern's sets: filled by the resolver
     of the network on `bridge` alone, read by the deny rule's exemption of that network's

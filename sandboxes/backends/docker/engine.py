@@ -1,0 +1,214 @@
+"""The Docker engine as the adapter's parts see it: the client (local socket, or a remote
+engine through the guard), the console sandbox lookup (inspect, the ids already seen), commands
+run in a container (`DockerExec`), and container removal.
+
+Every part of the adapter (`networks`, `listing`, the egress component, the capabilities)
+receives this one object and uses its public methods; none reaches into another's members.
+
+Imports nothing of the project but `sandboxes.backends` (the contract and the guard).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import docker
+import docker.errors
+import docker.tls
+from docker.constants import MINIMUM_DOCKER_API_VERSION
+
+from ..base import BackendConfig, ErrorKind, ExecRequest, ExecResult, RemoteError, SandboxInfo, SandboxState
+from ..guard import GuardedHTTPAdapter, Resolver, check_endpoint, system_resolver
+from .common import (
+    _SANDBOX_ID,
+    _STATES,
+    KIND_SANDBOX,
+    LABEL_TEMPLATE,
+    _engine_call,
+    _parse_time,
+    metadata_from_labels,
+)
+from .exec import DockerExec
+from .image import LABEL_KIND, LABEL_MANAGED
+from .inbound import LABEL_TRAFFIC_TOKEN
+
+
+class DockerEngine:
+    """One engine connection and what every part asks of it."""
+
+    def __init__(self, config: BackendConfig, *, api_timeout: int, resolver: Resolver | None = None) -> None:
+        self.config = config
+        self.api_timeout = api_timeout
+        self.resolver = resolver or system_resolver  # remote engines' names (tcp://, ssh://)
+        self._client: docker.DockerClient | None = None
+        self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
+        # Console sandboxes by full container id, as last inspected. Ids, labels, template and
+        # creation time never change, so an id here needs no check that it is a console
+        # sandbox, and a pause needs no inspect before it; the state is never reused.
+        self._seen: dict[str, SandboxInfo] = {}
+        self.commands = DockerExec(self)
+
+    # Connection ------------------------------------------------------------------------
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            with _engine_call("connecting to the Docker engine"):
+                if self.config.endpoint.startswith(("tcp://", "ssh://")):
+                    self._client = self._remote_client(self.config.endpoint)
+                elif self.config.endpoint:
+                    self._client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
+                else:
+                    self._client = docker.from_env(timeout=self.api_timeout)
+                # The engine is never reached through an HTTP proxy; without this, requests
+                # scans the whole environment for proxy settings on every call.
+                self._client.api.trust_env = False
+        return self._client
+
+    @property
+    def api(self) -> docker.APIClient:
+        return self.client.api
+
+    def is_local(self) -> bool:
+        """True when the engine is reached over a unix socket, i.e. runs on this host
+        (decided from the endpoint alone: no engine call)."""
+        endpoint = self.config.endpoint or os.environ.get("DOCKER_HOST", "")
+        return endpoint == "" or endpoint.startswith("unix://")
+
+    def _remote_client(self, endpoint: str) -> docker.DockerClient:
+        """A client of a remote engine, checked by the guard when dialled like HTTP endpoints.
+
+        ssh:// connects while the client is built, so its name is judged just before; tcp://
+        requests go through the guard's adapter, re-resolved, checked and pinned on each
+        request (DNS rebinding), the API version request included.
+        """
+        allow_private = self.config.allow_private_endpoints
+        check_endpoint(endpoint, allow_private=allow_private, resolver=self.resolver)
+        if endpoint.startswith("ssh://"):
+            # Through the ssh client, not paramiko (docker-py imports it all the same): the
+            # account's ~/.ssh/config and known_hosts decide key and trust.
+            return docker.DockerClient(base_url=endpoint, timeout=self.api_timeout, use_ssh_client=True)
+        # A fixed version makes the constructor send nothing: no request goes out before
+        # trust_env is off (requests would verify against REQUESTS_CA_BUNDLE instead of the
+        # backend's CA) and before the guard is mounted; then the engine is asked.
+        client = docker.DockerClient(
+            base_url=endpoint, timeout=self.api_timeout, tls=self._tls_config(), version=MINIMUM_DOCKER_API_VERSION
+        )
+        client.api.trust_env = False
+        guarded = GuardedHTTPAdapter(allow_private=allow_private, resolver=self.resolver)
+        client.api.mount("http://", guarded)
+        client.api.mount("https://", guarded)
+        client.api._version = client.api.version(api_version=False)["ApiVersion"]
+        return client
+
+    def _tls_config(self) -> docker.tls.TLSConfig | bool:
+        """tcp:// with TLS: options tls_cert/tls_key (client certificate) and tls_ca (PEM), written
+        to a private directory for the client's lifetime (the library reads files only)."""
+        options = self.config.options
+        if not (options.get("tls_cert") or options.get("tls_ca")):
+            return False
+        self._tls_dir = tempfile.TemporaryDirectory(prefix="console-docker-tls-")
+        paths = {}
+        for name in ("tls_ca", "tls_cert", "tls_key"):
+            if options.get(name):
+                path = os.path.join(self._tls_dir.name, name + ".pem")
+                with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+                    handle.write(options[name])
+                paths[name] = path
+        client_cert = (paths["tls_cert"], paths["tls_key"]) if "tls_cert" in paths and "tls_key" in paths else None
+        return docker.tls.TLSConfig(
+            client_cert=client_cert, ca_cert=paths.get("tls_ca"), verify=bool(paths.get("tls_ca"))
+        )
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self._tls_dir is not None:
+            self._tls_dir.cleanup()
+            self._tls_dir = None
+
+    # Console sandboxes -------------------------------------------------------------------
+
+    def inspect_sandbox(self, sandbox_id: str) -> SandboxInfo:
+        """Inspect a console sandbox (not_found for any other container) and remember it."""
+        if not _SANDBOX_ID.match(sandbox_id or ""):
+            raise RemoteError(ErrorKind.INVALID, f"malformed sandbox id {sandbox_id!r}")
+        with _engine_call(f"sandbox {sandbox_id}"):
+            attrs: dict[str, Any] = self.api.inspect_container(sandbox_id)
+        labels = attrs["Config"].get("Labels") or {}
+        if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_KIND) != KIND_SANDBOX:
+            raise RemoteError(ErrorKind.NOT_FOUND, f"sandbox {sandbox_id}: no such sandbox")
+        info = SandboxInfo(
+            sandbox_id=attrs["Id"],
+            state=_STATES.get(attrs["State"]["Status"], SandboxState.GONE),
+            template_id=labels.get(LABEL_TEMPLATE, ""),
+            metadata=metadata_from_labels(labels),
+            started_at=_parse_time(attrs.get("Created")),
+            traffic_token=labels.get(LABEL_TRAFFIC_TOKEN) or None,
+        )
+        self._seen[info.sandbox_id] = info
+        return info
+
+    def container_id(self, sandbox_id: str) -> str:
+        """The full id of a console sandbox, inspecting only the first time it is seen."""
+        if sandbox_id in self._seen:
+            return sandbox_id
+        return self.inspect_sandbox(sandbox_id).sandbox_id
+
+    def seen(self, sandbox_id: str) -> SandboxInfo | None:
+        """The sandbox as last inspected by this engine object (None: not seen yet)."""
+        return self._seen.get(sandbox_id)
+
+    def forget(self, sandbox_id: str) -> None:
+        self._seen.pop(sandbox_id, None)
+
+    def networks_of(self, container_id: str) -> dict[str, Any]:
+        """The container's endpoints by network name (inspected now)."""
+        with _engine_call(f"sandbox {container_id}"):
+            attrs = self.api.inspect_container(container_id)
+        return dict(attrs["NetworkSettings"]["Networks"] or {})
+
+    def remove_container(self, container_id: str) -> None:
+        """Removed (idempotent: missing, or another caller's removal in progress, is gone)."""
+        self.forget(container_id)
+        try:
+            with _engine_call(f"deleting sandbox {container_id}"):
+                self.api.remove_container(container_id, force=True)
+        except RemoteError as exc:
+            if exc.kind not in (ErrorKind.NOT_FOUND, ErrorKind.CONFLICT):
+                raise
+
+    # Commands --------------------------------------------------------------------------
+
+    def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
+        return self.commands.exec(self.container_id(sandbox_id), request)
+
+    def run(
+        self,
+        container_id: str,
+        command: tuple[str, ...],
+        *,
+        user: str = "user",
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        timeout_s: float = 60.0,
+        max_output_bytes: int = 1024 * 1024,
+    ) -> ExecResult:
+        return self.commands.run(
+            container_id,
+            command,
+            user=user,
+            cwd=cwd,
+            env=env,
+            stdin=stdin,
+            timeout_s=timeout_s,
+            max_output_bytes=max_output_bytes,
+        )
+
+    def run_checked(self, container_id: str, command: tuple[str, ...], what: str, user: str = "root") -> bytes:
+        return self.commands.run_checked(container_id, command, what, user=user)
