@@ -165,7 +165,9 @@ class Table:
                     return None, words, False
                 entries = self._named(body["data"], self.maps)
                 for element in entries:
-                    element_key, target = element if isinstance(element, list) else (element, None)
+                    if not isinstance(element, list):
+                        raise Unmodelled(f"map element {element}")
+                    element_key, target = element
                     if self._element(element_key, key):
                         verdict_kind, verdict_body = next(iter(target.items()))
                         return self._rule([{verdict_kind: verdict_body}], packet, words, depth, chain)
@@ -248,8 +250,8 @@ class Table:
                     address is not None
                     and first is not None
                     and last is not None
-                    and address.version == first.version
-                    and first <= address <= last
+                    and address.version == first.version == last.version
+                    and int(first) <= int(address) <= int(last)
                 )
             if kind == "concat":
                 return (

@@ -126,7 +126,7 @@ def _cases(policy: str, *rows: tuple[str, bool] | tuple[str, bool, str]) -> list
     out = []
     for row in rows:
         destination, allowed = row[0], row[1]
-        method = row[2] if len(row) > 2 else None  # type: ignore[misc]
+        method = row[2] if len(row) > 2 else None
         out.append(Case(policy, destination, allowed, method))
     return out
 

@@ -316,7 +316,7 @@ def docker_world(docker_base_image: str, test_run_id: str) -> Iterator[DockerWor
                     )
                 finally:
                     backend.delete(other.sandbox_id)
-                    proxy = backend.egress_proxy()
+                    proxy = backend.outbound.proxy
                     for policy in proxy.policies():
                         proxy.remove_space(policy.name)
                     proxy.stop()
