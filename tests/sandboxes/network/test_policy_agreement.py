@@ -108,10 +108,18 @@ def test_explain_function_agrees(report: list[str]) -> None:
 
 
 @pytest.mark.django_db
-def test_explain_api_agrees(report: list[str], world: World) -> None:
+@pytest.mark.docker
+def test_explain_api_agrees(report: list[str], world: World, docker_world: DockerWorld) -> None:
+    """The API's answer for a space with a Docker config, whose backend names the host's
+    addresses and the sandbox networks (`$GW` is the other sandbox's gateway here: an address
+    of the host like any network's)."""
     from console.services import Actor
     from sandboxes.api.views import do_create_api_token
+    from tests.factories import make_config
 
+    make_config(world.space_a, name="docker", default_template=docker_world.image)
+    places = {k: v for k, v in docker_world.places.items() if k != ZONE}
+    places |= {"$GW": docker_world.other_gateway, "$GW_NET": places["$OTHER_NET"]}
     _, token = do_create_api_token(world.space_a, name="agreement", actor=Actor(user=world.alice))
     client, headers = Client(), {"Authorization": f"Bearer {token}"}
     url = f"/api/v1/spaces/{world.space_a.id}/network/explain"
@@ -120,20 +128,18 @@ def test_explain_api_agrees(report: list[str], world: World) -> None:
         set_policy(
             world.space_a,
             allow_internet_access=spec.outbound,
-            allow_out=[substitute(t, PLACEHOLDERS) for t in spec.allow_out],
-            deny_out=[substitute(t, PLACEHOLDERS) for t in spec.deny_out],
-            allow_private=[substitute(t, PLACEHOLDERS) for t in spec.allow_private],
-            l7_rules=[substitute(t, PLACEHOLDERS) for t in spec.l7_rules],
+            allow_out=[substitute(t, places) for t in spec.allow_out],
+            deny_out=[substitute(t, places) for t in spec.deny_out],
+            allow_private=[substitute(t, places) for t in spec.allow_private],
+            l7_rules=[substitute(t, places) for t in spec.l7_rules],
         )
-        policy = network_spec(spec, PLACEHOLDERS)
+        policy = network_spec(spec, places)
         for case in (c for c in CASES if c.policy == name):
             why = _explain_applies(case, policy)
-            if not why and case.docker_only:
-                why = "the space has no Docker config, whose backend names the host's addresses"
             if why:
                 tally.judge(case, None, why)
                 continue
-            answer = client.get(url, {"destination": asked(case, PLACEHOLDERS).text}, headers=headers)
+            answer = client.get(url, {"destination": asked(case, places).text}, headers=headers)
             assert answer.status_code == 200, (case.label, answer.content)
             tally.judge(case, answer.json()["allowed"], answer.json()["rule"])
     settle(tally, report)
@@ -260,6 +266,7 @@ class DockerWorld:
     host_port: int
     image: str
     run_id: str
+    other_gateway: str
 
 
 @pytest.fixture(scope="module")
@@ -313,6 +320,7 @@ def docker_world(docker_base_image: str, test_run_id: str) -> Iterator[DockerWor
                         host_server.port,
                         docker_base_image,
                         test_run_id,
+                        settings["Gateway"],
                     )
                 finally:
                     backend.delete(other.sandbox_id)
