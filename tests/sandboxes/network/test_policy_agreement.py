@@ -16,6 +16,7 @@ import random
 import shutil
 import tempfile
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -383,6 +384,7 @@ def test_docker_enforcement_agrees(report: list[str], docker_world: DockerWorld)
     network's dnsmasq configuration and squid's read back and interpreted per case; column
     (e): the connectable cases tried for real from that sandbox."""
     world = docker_world
+    deciding: Counter[str] = Counter()
     rendered, connected = Tally("Docker rendered (nft + dnsmasq + squid read back)"), Tally("Docker real connections")
     for index, (name, spec) in enumerate(POLICIES.items()):
         space = f"agr-{world.places[ZONE]}-{index}"
@@ -414,6 +416,7 @@ def test_docker_enforcement_agrees(report: list[str], docker_world: DockerWorld)
                 found = asked(case, places)
                 allowed, words = enforced.judge(found.destination, found.original_name)
                 rendered.judge(case, allowed, words)
+                deciding[words.split(":")[0].split(" ")[0]] += 1
             sample = [c for c in cases if _connectable(c)]
             if sample:
                 answers = probe(world.backend, info.sandbox_id, [_attempt(c, world, places) for c in sample])
@@ -421,7 +424,8 @@ def test_docker_enforcement_agrees(report: list[str], docker_world: DockerWorld)
                     connected.judge(case, answers[case.label] == "reached", answers[case.label])
         finally:
             world.backend.delete(info.sandbox_id)
-    report.append(rendered.line())
+    layers = ", ".join(f"{layer} {count}" for layer, count in sorted(deciding.items()))
+    report.append(f"{rendered.line()}; decided by: {layers}")
     report.append(connected.line())
     assert connected.asked >= 30
     problems = [*rendered.wrong, *connected.wrong]
