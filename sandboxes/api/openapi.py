@@ -206,11 +206,27 @@ STDIN_RESULT = {
 
 EXPLANATION = {
     "type": "object",
-    "required": ["destination", "allowed", "rule", "layers"],
+    "required": ["destination", "allowed", "rule", "layer", "layers", "advice"],
     "properties": {
         "destination": {"type": "string"},
         "allowed": {"type": "boolean"},
         "rule": {"type": "string", "description": "The deciding rule, in words"},
+        "layer": {
+            "type": "string",
+            "enum": ["policy", "dns", "packet", "http", "tls"],
+            "description": "The enforcing layer that decides",
+        },
+        "advice": {
+            "type": "object",
+            "description": "What a refusal of this destination offers (the same as the Egress page)",
+            "required": ["offer", "can_approve", "entry", "text"],
+            "properties": {
+                "offer": {"type": "string", "enum": ["allow", "private", "edit_deny", "edit_rules", "none"]},
+                "can_approve": {"type": "boolean"},
+                "entry": {"type": ["string", "null"], "description": "The entry an approval adds"},
+                "text": {"type": "string"},
+            },
+        },
         "layers": {
             "type": "array",
             "description": "One line per layer: space policy, session grants, http rules, backend (one per config)",

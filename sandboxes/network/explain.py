@@ -8,6 +8,7 @@ which is said.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -113,7 +114,9 @@ def explain(
         if not grants:
             answer.lines.append(("session grants", "none"))
         elif final.allowed != space.allowed:
-            answer.lines.append(("session grants", f"allowed by this session's grant: {final.sentence}"))
+            # The grant's own part: the lists, without the HTTP rules (their layer follows).
+            listed = decide(dataclasses.replace(final_spec, l7_rules=()), target, reserved=reserved)
+            answer.lines.append(("session grants", f"allowed by this session's grant: {listed.sentence}"))
         else:
             answer.lines.append(("session grants", f"{', '.join(grants)}: no change for this destination"))
     if final.layer.value in ("http", "tls"):

@@ -116,6 +116,11 @@ class TestPolicyForm:
         assert response.status_code == 200
         assert response["HX-Redirect"].endswith(f"/spaces/{world.space_a.id}/#network")
 
+    def test_the_form_says_what_a_plain_and_a_wildcard_domain_mean(self, world: World) -> None:
+        body = world.client_for("alice").get(self.url(world)).content.decode()
+        assert "A plain domain (example.com) is the name AND all its subdomains" in body
+        assert "*.example.com is its subdomains only, never example.com itself" in body
+
     def test_form_round_trips_the_saved_policy(self, world: World) -> None:
         client = world.client_for("alice")
         client.post(self.url(world), {"allow_internet_access": "on", "l7_rules": "deny a.com * /admin"})

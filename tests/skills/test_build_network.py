@@ -83,11 +83,28 @@ def test_an_index_url_opens_outbound_as_tightly_as_the_backend_allows(backend: B
     # Every adapter here can honour allow lists (Docker on a local engine too). A non-empty
     # allow list alone lets out only its entries (issue 13); a deny-all entry would now win
     # over them. The adapters add what their API needs (E2B: denyOut all).
-    assert chosen.spec.allow_out == ("172.18.0.1/32", "npm.internal.example")
     assert chosen.spec.deny_out == ()
+    if not backend.network_capabilities().allow_private:
+        # E2B never reaches a private address, and the index is on one: no list can name it.
+        assert chosen.spec.allow_out == ()
+        assert chosen.description == (
+            f"build sandbox: outbound network on ({backend.label} cannot limit it to 172.18.0.1,"
+            f" npm.internal.example) {reason}"
+        )
+        return
+    assert chosen.spec.texts()["allow_out"] == ["172.18.0.1/32", "npm.internal.example"]
     assert chosen.description == (
         f"build sandbox: outbound network limited to 172.18.0.1, npm.internal.example, all else denied, {reason}"
     )
+
+
+def test_a_source_host_no_entry_can_name_leaves_outbound_on_and_says_so() -> None:
+    backend = E2BBackend(remote("e2b"))
+    needed = sources_to_reach(PackageSources(pip_index_url="http://devpi:3141/simple/"), [skill(pip=True)])
+    chosen = build_network(backend.network_capabilities(), backend.label, needed)
+    assert chosen.spec.allow_internet_access
+    assert chosen.spec.allow_out == ()
+    assert "E2B cannot limit it to devpi" in chosen.description
 
 
 def test_docker_on_a_remote_engine_cannot_limit_and_says_so() -> None:

@@ -1,4 +1,4 @@
-"""Egress on the console side, against the fake E2B server (a backend fixed at create) and
+"""A space's network policy in use on the console side, against the fake E2B server (a backend fixed at create) and
 the database: policy vs backend (409, form warnings, connection test), policy versions of
 sessions, the egress log (mapping, bounds, retention), approvals, session grants and the
 explain API. No traffic leaves the machine: the fake E2B server runs on loopback and no
@@ -20,16 +20,18 @@ from django.utils import timezone
 
 from console.models import AdminJob, AuditEvent, NetworkPolicy
 from console.services import SYSTEM, Actor, ServiceError
+from netpolicy import Offer
 from sandboxes.api.openapi import openapi_document
 from sandboxes.api.views import do_create_api_token
 from sandboxes.backends.capabilities import EgressRefusal
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint
 from sandboxes.catalog.services import run_connection_test
 from sandboxes.catalog.verify import policy_check
-from sandboxes.egress.approvals import do_allow_for_session, do_allow_for_space, propose, target_of
-from sandboxes.egress.live import apply_space_policy, sessions_keeping_old_rules
-from sandboxes.egress.log import record_refusals, watch_build_sandbox
 from sandboxes.models import EgressEvent, SandboxConfig, Session, SessionGrant
+from sandboxes.network.advice import event_advice
+from sandboxes.network.approvals import do_allow_for_session, do_allow_for_space
+from sandboxes.network.live import apply_space_policy, sessions_keeping_old_rules
+from sandboxes.network.log import record_refusals, watch_build_sandbox
 from sandboxes.sessions.retention import prune_session_records
 from sandboxes.sessions.runtime import Runtime, backend_for
 from tests.factories import make_config, set_policy
@@ -264,20 +266,21 @@ def test_an_approval_never_switches_an_allow_everything_space_to_allow_only(worl
     # by that set becomes a private exception; the allow list stays empty.
     set_policy(world.space_a)
     event = event_for(world, "10.20.30.40:5432", layer="packet")
-    proposal = do_allow_for_space(event, actor=SYSTEM)
-    assert proposal.action == "private"
+    advice = do_allow_for_space(event, actor=SYSTEM)
+    assert advice.offer == Offer.PRIVATE
     policy = NetworkPolicy.objects.get(space=world.space_a)
     assert (policy.allow_out, policy.allow_private) == ([], ["10.20.30.40/32"])
     # A public address refused by a deny entry: the row offers to edit the deny list instead.
     set_policy(world.space_a, deny_out=["198.51.100.0/24"])
     denied = event_for(world, "198.51.100.7:443", layer="packet")
-    assert propose(network_spec_for(world.space_a), target_of(denied)).action == "edit_deny"
+    assert event_advice(denied).offer == Offer.EDIT_DENY
     with pytest.raises(ServiceError, match="edit the deny list"):
         do_allow_for_space(denied, actor=SYSTEM)
     assert NetworkPolicy.objects.get(space=world.space_a).allow_out == []
     # Link-local (metadata) is never approved.
     metadata = event_for(world, "169.254.169.254:80", layer="packet")
-    assert propose(network_spec_for(world.space_a), target_of(metadata)).action == "none"
+    assert event_advice(metadata).offer == Offer.NONE
+    assert "never reachable" in event_advice(metadata).text
 
 
 @pytest.mark.django_db
@@ -293,13 +296,13 @@ def test_a_session_grant_joins_its_spec_only_and_ends_with_the_session(world: Wo
     assert world.client_for("alice").post(url).status_code == 302
     grant = SessionGrant.objects.get(session=session)
     assert (grant.entry, grant.kind) == ("files.example", SessionGrant.Kind.ALLOW)
-    assert network_spec_for(world.space_a, session).allow_out == ("pypi.org", "files.example")
-    assert network_spec_for(world.space_a, Session.objects.get(key="other")).allow_out == ("pypi.org",)
+    assert network_spec_for(world.space_a, session).texts()["allow_out"] == ["pypi.org", "files.example"]
+    assert network_spec_for(world.space_a, Session.objects.get(key="other")).texts()["allow_out"] == ["pypi.org"]
     assert NetworkPolicy.objects.get(space=world.space_a).allow_out == ["pypi.org"]
     assert AuditEvent.objects.filter(action="egress.allow_session", target_id=str(session.id)).count() == 1
     # E2B fixes the network at create: the grant waits for a rebuild, and the page says so.
     assert "granted" in [row.session.key for row in sessions_keeping_old_rules(world.space_a)]
-    with pytest.raises(ServiceError, match="already has a grant"):
+    with pytest.raises(ServiceError, match="Allowed by the current policy already"):
         do_allow_for_session(event, actor=SYSTEM)
     runtime.delete(Session.objects.get(pk=session.pk), actor=SYSTEM)
     assert not SessionGrant.objects.filter(entry="files.example").exists()

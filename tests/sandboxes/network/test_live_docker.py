@@ -20,9 +20,9 @@ import pytest
 
 from console.models import AuditEvent
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint
-from sandboxes.egress.live import sessions_keeping_old_rules
-from sandboxes.egress.log import ingest_backend
 from sandboxes.models import EgressCursor, Session
+from sandboxes.network.live import sessions_keeping_old_rules
+from sandboxes.network.log import ingest_backend
 from sandboxes.sessions.runtime import Runtime, backend_for
 from tests.conftest import IN_CI
 from tests.factories import set_policy
