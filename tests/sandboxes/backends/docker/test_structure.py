@@ -41,7 +41,8 @@ def test_the_backend_holds_its_parts_instead_of_inheriting_them() -> None:
                 assert len(cls.__bases__) == 1, f"{name}.{cls.__name__} has several bases: {cls.__bases__}"
                 assert not cls.__name__.endswith("Mixin"), cls
     backend = DockerBackend.__new__(DockerBackend)
-    assert not hasattr(backend, "_container_id") and not hasattr(backend, "ensure_firewall")
+    assert not hasattr(backend, "_container_id")
+    assert not hasattr(backend, "ensure_firewall")
 
 
 def test_no_module_keeps_state() -> None:
