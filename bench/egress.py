@@ -12,6 +12,11 @@ is checked to go to the script's veth before anything is sent):
   alternating two policies, until it returns (the nftables transaction is in and, when the
   names changed, the resolver restarted); after each the new policy is checked from inside
   the sandbox (goal p95 < 5000);
+- `policy_apply_p95_ms_500`: the same with 500 entries in the allow list (480 CIDRs and 20
+  domains, one domain changing each time; the most a list may hold);
+- `policy_decide_us`: one `netpolicy.decide` call (a name resolved to one address, under
+  the 121-entry allow list above, deny entries and a private exception), p50 of many, in
+  this process: the meaning explain, approvals and the agreement test consult;
 - `http_throughput_ratio`: from `bench/egress_http.py` (`measure_http_throughput_ratio()`,
   its details under `http`: spread, MB/s, squid's CPU time per MB), when that module exists
   (the HTTP-rule path through squid; goal >= 0.8).
@@ -42,6 +47,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import netpolicy  # noqa: E402
 from sandboxes.backends.base import META_SPACE, BackendConfig, ExecRequest, NetworkSpec, SandboxSpec  # noqa: E402
 from sandboxes.backends.docker.backend import DockerBackend  # noqa: E402
 from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE  # noqa: E402
@@ -139,11 +145,30 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
+def decide_p50_us(listed: NetworkSpec, address: str, count: int) -> float:
+    """p50 of one `netpolicy.decide` call, in microseconds (batches of 100 timed)."""
+    policy = netpolicy.Policy.parse(
+        allow_internet_access=True,
+        allow_out=[str(e) for e in listed.allow_out],
+        deny_out=["bad.bench.test", "198.51.100.128/25"],
+        allow_private=["10.9.0.0/16"],
+    )
+    destination = netpolicy.parse_destination("host7.bench.test:443").resolved(address)
+    times = []
+    for _ in range(max(1, count // 100)):
+        started = time.perf_counter()
+        for _ in range(100):
+            netpolicy.decide(policy, destination)
+        times.append((time.perf_counter() - started) / 100)
+    return round(statistics.median(times) * 1e6, 2)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connects", type=int, default=300, help="connects per measurement")
     parser.add_argument("--rounds", type=int, default=9, help="alternating measurements of each policy")
     parser.add_argument("--applies", type=int, default=30, help="policy changes timed")
+    parser.add_argument("--decides", type=int, default=20000, help="netpolicy.decide calls timed")
     args = parser.parse_args()
     run_id = uuid.uuid4().hex[:10]
     backend = DockerBackend(BackendConfig(kind="docker", options={"network": f"sandbox-console-bench-{run_id}"}))
@@ -194,6 +219,23 @@ def main() -> int:
             result["policy_apply_p50_ms"] = round(percentile(applies, 0.5), 1)
             result["policy_apply_p95_ms"] = round(percentile(applies, 0.95), 1)
             result["policy_apply_not_in_effect_after_return"] = wrong
+
+            # The same with 500 list entries (480 CIDRs, 20 domains; one domain changes).
+            cidrs = tuple(f"203.0.{i // 256}.{i % 256}/32" for i in range(113 * 256, 113 * 256 + 479))
+            big = [
+                NetworkSpec.parse(
+                    allow_internet_access=True,
+                    allow_public_traffic=False,
+                    allow_out=(*cidrs, f"{address}/32", *(f"h{i}.big{flip}.bench.test" for i in range(20))),
+                )
+                for flip in (0, 1)
+            ]
+            applies_500 = []
+            for i in range(args.applies):
+                started = time.perf_counter()
+                egress.update(sid, big[i % 2])
+                applies_500.append((time.perf_counter() - started) * 1000)
+            result["policy_apply_p95_ms_500"] = round(percentile(applies_500, 0.95), 1)
         finally:
             backend.delete(sandbox.sandbox_id)
             backend.close()
@@ -206,6 +248,7 @@ def main() -> int:
         module_spec.loader.exec_module(module)
         result["http_throughput_ratio"] = round(float(module.measure_http_throughput_ratio()), 3)
         result["http"] = dict(module.last_detail)
+    result["policy_decide_us"] = decide_p50_us(listed, address, args.decides)
     result["goals"] = {
         "connect_overhead_ratio": "<= 1.2",
         "http_throughput_ratio": ">= 0.8",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from .network.live import apply_space_policy
-from .network.log import ingest_refusals
+from .network.log import egress_housekeeping, ingest_refusals
 from .sessions.reaper import start_idle_sweep, start_reaper_pass
 from .sessions.retention import start_retention_pass
 from .terminal.sweep import close_abandoned
@@ -37,6 +37,11 @@ def apply_network_policy_task(space_id: str, session_id: str = "") -> None:
 @shared_task(name="sandboxes.egress_ingest", ignore_result=True)
 def egress_ingest_task() -> None:
     ingest_refusals()
+
+
+@shared_task(name="sandboxes.egress_housekeeping", ignore_result=True)
+def egress_housekeeping_task() -> None:
+    egress_housekeeping()
 
 
 @shared_task(name="sandboxes.retention_pass", ignore_result=True)

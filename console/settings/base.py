@@ -304,12 +304,14 @@ ARTIFACT_MAX_FILES = int(os.environ.get("ARTIFACT_MAX_FILES", 200))
 ARTIFACT_MAX_FILE_BYTES = int(os.environ.get("ARTIFACT_MAX_FILE_BYTES", 50 * 1024 * 1024))
 ARTIFACT_MAX_TOTAL_BYTES = int(os.environ.get("ARTIFACT_MAX_TOTAL_BYTES", 200 * 1024 * 1024))
 
-# --- Docker egress (sandboxes/backends/docker/egress.py; docs/network.md) -----------------
+# --- Docker egress (sandboxes/backends/docker/egress/; docs/network.md) -------------------
 # The resolver each Docker space network's dnsmasq forwards to ("address" or "address#port");
 # empty: no name resolves in Docker sandboxes. The host folder of the resolvers' and the
 # refusal log's files (empty: /var/lib/sandbox-console/egress).
 EGRESS_DNS_UPSTREAM = os.environ.get("EGRESS_DNS_UPSTREAM", "")
 EGRESS_STATE_DIR = os.environ.get("EGRESS_STATE_DIR", "")
+# The egress logs (refusals, resolvers' query logs, squid's access log) rotate at this size.
+EGRESS_LOG_MAX_BYTES = int(os.environ.get("EGRESS_LOG_MAX_BYTES", 64 * 1024 * 1024))
 
 # --- Skills (skills/archives.py; docs/skills.md) ------------------------------------------
 # Caps on one skill import. Official skills reach 83 files / 5.5 MB; defaults sit well above.
@@ -389,6 +391,13 @@ PERIODIC_TASKS: dict[str, dict[str, object]] = {
         "function": "sandboxes.sessions.retention.start_retention_pass",
         "celery_task": "sandboxes.retention_pass",
         "every_s": RETENTION_INTERVAL_S,
+    },
+    # The egress component's upkeep (Docker: pruning, deny-name refresh, resolver restarts,
+    # log rotation, released networks' leftovers); never a side effect of reading refusals.
+    "egress-housekeeping": {
+        "function": "sandboxes.network.log.egress_housekeeping",
+        "celery_task": "sandboxes.egress_housekeeping",
+        "every_s": 60,
     },
     "terminal-sweep": {
         "function": "sandboxes.terminal.sweep.close_abandoned",

@@ -86,7 +86,11 @@ def resolver_options(config: SandboxConfig) -> dict[str, str]:
     the host folder of the egress state (docs/network.md), when set."""
     if not describe(config.kind).takes_dns_upstream:
         return {}
-    options = {"dns_upstream": settings.EGRESS_DNS_UPSTREAM, "egress_state_dir": settings.EGRESS_STATE_DIR}
+    options = {
+        "dns_upstream": settings.EGRESS_DNS_UPSTREAM,
+        "egress_state_dir": settings.EGRESS_STATE_DIR,
+        "egress_log_max_bytes": str(settings.EGRESS_LOG_MAX_BYTES),
+    }
     return {key: value for key, value in options.items() if value}
 
 

@@ -113,6 +113,28 @@ def ingest_backend(backend: PlatformBackend) -> int:
     return recorded
 
 
+def egress_housekeeping() -> list[str]:
+    """The periodic upkeep of every platform backend's egress (`EgressCapability.housekeeping`:
+    the Docker host's leftovers pruned, denied names refreshed, resolvers restarted, logs
+    rotated), one log line each; never part of reading refusals. Audit-free: it changes no
+    record of ours."""
+    lines = []
+    for backend in PlatformBackend.objects.all():
+        config = SandboxConfig.objects.filter(backend=backend).select_related("backend", "space").first()
+        if config is None:
+            continue
+        try:
+            egress = backend_for(config).egress()
+            if egress is None:
+                continue
+            line = f"{backend}: {egress.housekeeping()}"
+        except RemoteError as exc:
+            line = f"{backend}: egress housekeeping failed: {exc}"
+        logger.info("%s", line)
+        lines.append(line)
+    return lines
+
+
 def ingest_refusals() -> int:
     """Every platform backend's new refusals; a backend that fails is retried next time."""
     total = 0

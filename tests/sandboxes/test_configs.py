@@ -337,8 +337,8 @@ def test_the_operators_upstream_resolver_reaches_the_docker_adapter(
     settings.EGRESS_STATE_DIR = "/run/elsewhere"
     with open_backend(config) as backend:
         assert backend.config.options["dns_upstream"] == "127.0.0.1#5353"
-        assert getattr(backend, "dns_upstream", None) == "127.0.0.1#5353"
-        assert getattr(backend, "egress_state_dir", None) == "/run/elsewhere"
+        assert backend.config.options["egress_state_dir"] == "/run/elsewhere"
+        assert int(backend.config.options["egress_log_max_bytes"]) == settings.EGRESS_LOG_MAX_BYTES
     settings.EGRESS_DNS_UPSTREAM = "not an address"
     with pytest.raises(RemoteError, match="dns_upstream"), open_backend(config):
         pass

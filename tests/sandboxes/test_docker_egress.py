@@ -418,7 +418,12 @@ def test_a_container_removed_behind_the_consoles_back_leaves_no_chain(
     engine.remove_container(sandbox.sandbox_id, force=True)
     fresh = DockerBackend(backend.config)
     try:
-        fresh.outbound.ensure_firewall()  # once per process: restored, and what is gone pruned
+        fresh.outbound.ensure_firewall()  # once per process: restored, but not what is gone
+        egress = fresh.egress()
+        assert egress is not None
+        egress.refusals("")  # a read prunes nothing
+        assert f"chain {chain}" in listed()
+        assert "pruned" in egress.housekeeping()  # the periodic job does
     finally:
         fresh.close()
     assert f"chain {chain}" not in listed()

@@ -301,7 +301,7 @@ def test_without_root_the_ruleset_is_reported_not_applied() -> None:
     folder = Path(tempfile.mkdtemp(prefix="console-firewall-"))
     try:
         folder.chmod(0o755)
-        firewall = Path(__file__).resolve().parents[2] / "sandboxes" / "backends" / "docker" / "firewall.py"
+        firewall = Path(__file__).resolve().parents[2] / "sandboxes" / "backends" / "docker" / "egress" / "firewall.py"
         shutil.copy(firewall, folder / "console_firewall.py")
         (folder / "console_firewall.py").chmod(0o644)
         script = (

@@ -52,6 +52,7 @@ from .firewall import (
     TABLE_NAME,
     apply_ruleset,
     bridge_name,
+    gateways_of,
     present_keys,
     render_ruleset,
     run_nft,
@@ -402,8 +403,13 @@ class DockerEgress(EgressCapability):
                     self._apply(render_removal(sandbox.sandbox_id, sandbox.binding, present_keys()))
                 self.state.drop(sandbox.sandbox_id)
             if self.enforces_lists() or table_present().applied:
+                known4, known6 = gateways_of(bridge)
                 with contextlib.suppress(RemoteError):
-                    apply(render_network(bridge, list(v4), list(v6), remove=True))
+                    apply(
+                        render_network(
+                            bridge, [*dict.fromkeys([*v4, *known4])], [*dict.fromkeys([*v6, *known6])], remove=True
+                        )
+                    )
                 self._prune_sets(bridge)
             dns.Resolver(self.state.path("dns"), bridge).remove()
             self._sync_deny_filler()
@@ -535,7 +541,7 @@ class DockerEgress(EgressCapability):
                         apply(render_removal(sandbox.sandbox_id, sandbox.binding, present_keys()))
                     self.state.drop(sandbox.sandbox_id)
             with contextlib.suppress(RemoteError):
-                apply(render_network(bridge, [], [], remove=True))
+                apply(render_network(bridge, *gateways_of(bridge), remove=True))
             self._prune_sets(bridge)
             dns.Resolver(self.state.path("dns"), bridge).remove()
             self._sync_deny_filler()

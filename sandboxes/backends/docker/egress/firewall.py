@@ -190,6 +190,21 @@ def present_keys() -> set[tuple[str, str]]:
     return keys
 
 
+def gateways_of(bridge: str) -> tuple[list[str], list[str]]:
+    """The gateway addresses (IPv4, IPv6) the table holds for a bridge (`gateways_v4/v6`)."""
+    found: tuple[list[str], list[str]] = ([], [])
+    for index, name in enumerate((GATEWAYS_V4, GATEWAYS_V6)):
+        done = run_nft(["-j", "list", "set", TABLE_FAMILY, TABLE_NAME, name])
+        if not done.applied:
+            continue
+        for item in json.loads(done.detail).get("nftables", []):
+            for element in (item.get("set") or {}).get("elem", []):
+                key = (element.get("concat") if isinstance(element, dict) else None) or []
+                if len(key) == 2 and key[0] == bridge:
+                    found[index].append(str(key[1]))
+    return found
+
+
 def table_set_names() -> list[str]:
     """The names of the table's sets now (terse: without their elements)."""
     done = run_nft(["-j", "-t", "list", "sets", TABLE_FAMILY])

@@ -41,7 +41,8 @@ def test_the_backend_holds_its_parts_instead_of_inheriting_them() -> None:
                 assert len(cls.__bases__) == 1, f"{name}.{cls.__name__} has several bases: {cls.__bases__}"
                 assert not cls.__name__.endswith("Mixin"), cls
     backend = DockerBackend.__new__(DockerBackend)
-    assert not hasattr(backend, "_container_id") and not hasattr(backend, "ensure_firewall")
+    assert not hasattr(backend, "_container_id")
+    assert not hasattr(backend, "ensure_firewall")
 
 
 def test_no_module_keeps_state() -> None:
@@ -61,11 +62,11 @@ def test_no_module_keeps_state() -> None:
                     assert CONSTANT.match(name) or name in ("logger", "log", "ProxyReader"), (
                         f"{path.name}: module variable {name}"
                     )
-        for node in ast.walk(tree):
-            assert not isinstance(node, ast.Global | ast.Nonlocal), f"{path.name}:{node.lineno}: global state"
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "local":
+        for found in ast.walk(tree):
+            assert not isinstance(found, ast.Global | ast.Nonlocal), f"{path.name}: global state"
+            if isinstance(found, ast.Call) and isinstance(found.func, ast.Attribute) and found.func.attr == "local":
                 # threading.local() only as an instance attribute (EgressState), never a module's.
-                assert path.name == "state.py", f"{path.name}:{node.lineno}: threading.local"
+                assert path.name == "state.py", f"{path.name}: threading.local"
 
 
 def test_no_part_reaches_into_anothers_private_members() -> None:
