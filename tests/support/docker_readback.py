@@ -90,7 +90,7 @@ class Enforced:
         """(allowed, the layer and words that decided) for a destination whose name (as the
         sandbox spells it: `asked_name`) resolves to `destination.addresses[0]`."""
         if not self.bridge:
-            return False, "no network"
+            return False, "off: the sandbox has no network"
         table = self.table
         address = netpolicy.unmapped(destination.addresses[0])
         if destination.name is not None:
