@@ -355,7 +355,7 @@ def logout_everywhere(request: HttpRequest) -> HttpResponse:
 
 
 # --- Network policy ----------------------------------------------------------------------
-# The policy page is sandboxes.pages.network.network_policy_edit (it shows what the space's
+# The policy page is sandboxes.network.pages.network_policy_edit (it shows what the space's
 # configs can honour); console.urls routes it as console:network_policy_edit.
 
 

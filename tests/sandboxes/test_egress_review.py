@@ -38,10 +38,8 @@ from ..console.conftest import World
 ON: dict[str, Any] = {"allow_internet_access": True, "allow_public_traffic": False}
 
 
-def entries(*texts: str) -> tuple:  # type: ignore[type-arg]
-    from netpolicy import parse_entry
-
-    return tuple(parse_entry(t) for t in texts)
+def entries(*texts: str) -> tuple[netpolicy.Entry, ...]:
+    return tuple(netpolicy.parse_entry(t) for t in texts)
 
 
 def _squid(policy: SpaceProxyPolicy) -> list[str]:

@@ -370,8 +370,8 @@ def _always_denied_v4() -> list[str]:
     """netpolicy's never-reachable and private IPv4 classes, for denyOut where the console
     allows every destination (an allowOut entry beats them: the private exceptions)."""
     found = [*classes(sandbox=Treatment.NEVER), *classes(sandbox=Treatment.OPENABLE)]
-    ranges = ipaddress.collapse_addresses(n for n in networks(tuple(found), 4) if not n.overlaps(_UNSPECIFIED))
-    return [str(n) for n in ranges]
+    v4 = [n for n in networks(tuple(found), 4) if isinstance(n, ipaddress.IPv4Network) and not n.overlaps(_UNSPECIFIED)]
+    return [str(n) for n in ipaddress.collapse_addresses(v4)]
 
 
 def _domain_names(domain: Domain) -> list[str]:

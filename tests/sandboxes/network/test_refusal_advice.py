@@ -53,6 +53,11 @@ def refused(world: World, destination: str, rule: str, *, layer: str = "packet")
     return EgressEvent.objects.filter(destination=destination).latest("time")
 
 
+def session_url(event: EgressEvent) -> str:
+    assert event.session is not None
+    return event.session.get_absolute_url()
+
+
 # --- Explain follows a plain domain's meaning, on the page and in the API ---------------------
 
 
@@ -137,7 +142,7 @@ def test_a_refusal_of_the_host_or_another_sandbox_offers_no_approval_and_says_wh
     egress = admin.get(reverse("sandboxes:egress_list", args=[world.space_a.id])).content.decode()
     assert NEVER in egress
     assert reverse("sandboxes:egress_allow_space", args=[world.space_a.id, event.id]) not in egress
-    session_page = admin.get(event.session.get_absolute_url()).content.decode()
+    session_page = admin.get(session_url(event)).content.decode()
     assert NEVER in session_page
     assert reverse("sandboxes:egress_allow_space", args=[world.space_a.id, event.id]) not in session_page
     confirm = admin.get(reverse("sandboxes:egress_allow_space", args=[world.space_a.id, event.id]))
@@ -196,7 +201,7 @@ def test_a_deny_list_hit_offers_to_edit_the_deny_list_on_both_pages(world: World
     allow_session = reverse("sandboxes:egress_allow_session", args=[world.space_a.id, event.id])
     edit = reverse("console:network_policy_edit", args=[world.space_a.id])
     for page in (
-        admin.get(event.session.get_absolute_url()).content.decode(),
+        admin.get(session_url(event)).content.decode(),
         admin.get(reverse("sandboxes:egress_list", args=[world.space_a.id])).content.decode(),
     ):
         assert "Edit the deny list" in page
@@ -205,7 +210,7 @@ def test_a_deny_list_hit_offers_to_edit_the_deny_list_on_both_pages(world: World
         assert allow_session not in page
     # Both pages render the one advice: the same words on each.
     text = event_advice(event).text
-    assert text in admin.get(event.session.get_absolute_url()).content.decode().replace("&#x27;", "'")
+    assert text in admin.get(session_url(event)).content.decode().replace("&#x27;", "'")
 
 
 @pytest.mark.django_db
@@ -216,7 +221,7 @@ def test_an_approvable_refusal_offers_both_scopes_on_both_pages(world: World) ->
     allow_space = reverse("sandboxes:egress_allow_space", args=[world.space_a.id, event.id])
     allow_session = reverse("sandboxes:egress_allow_session", args=[world.space_a.id, event.id])
     for page in (
-        admin.get(event.session.get_absolute_url()).content.decode(),
+        admin.get(session_url(event)).content.decode(),
         admin.get(reverse("sandboxes:egress_list", args=[world.space_a.id])).content.decode(),
     ):
         assert allow_space in page

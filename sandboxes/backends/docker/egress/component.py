@@ -279,13 +279,13 @@ class DockerEgress(EgressCapability):
             old = self.state.read(container_id)
             new = Binding(bridge, v4, v6) if spec.allow_internet_access and (v4 or v6) else None
             self._apply(render_update(container_id, spec, old.binding if old else None, new, present_keys()))
-            kept = old if new is None and old is not None else None
+            # Offline: the last binding is kept (refusals logged before still find it).
             self.state.write(
                 SandboxState.of(
                     container_id,
-                    kept.bridge if kept else bridge,
-                    kept.v4 if kept else v4,
-                    kept.v6 if kept else v6,
+                    bridge if new else (old.bridge if old else bridge),
+                    v4 if new else (old.v4 if old else ()),
+                    v6 if new else (old.v6 if old else ()),
                     new is not None,
                     spec,
                 )
