@@ -7,6 +7,7 @@ sandbox that tries each destination once and says whether anything answered.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Sequence
 
 from sandboxes.backends.base import ExecRequest
@@ -14,9 +15,32 @@ from tests.sandboxes.egress_lab import TargetNamespace, _sh
 
 
 class Targets(TargetNamespace):
-    """$A1..$A5 (IPv4) and $B1, $B2 (IPv6) of one namespace, every one serving."""
+    """$A1..$A5 (IPv4) and $B1, $B2 (IPv6) of one namespace, every one serving, on a /29 no
+    interface of this host holds an address in (another run's namespace may hold one)."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        super().__init__(names)
+        taken = {
+            str(address["local"])
+            for link in json.loads(_sh("ip", "-j", "addr").stdout)
+            for address in link.get("addr_info", [])
+            if address.get("family") == "inet"
+        }
+        free = [b for b in range(8, 248, 8) if not any(f"203.0.113.{b + k}" in taken for k in range(8))]
+        if not free:
+            raise AssertionError("no free /29 in 203.0.113.0/24")
+        base = random.choice(free)
+        self.host_address, self.address, self.other_address = (f"203.0.113.{base + k}" for k in (1, 2, 3))
 
     def start(self) -> Targets:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
         super().start()
         base = int(self.address.rsplit(".", 1)[1]) - 2
         prefix = self.address.rsplit(".", 1)[0]
@@ -30,7 +54,6 @@ class Targets(TargetNamespace):
             route = json.loads(_sh("ip", "-j", "route", "get", address).stdout)
             if route[0].get("dev") != self.host_if:
                 raise AssertionError(f"the route to {address} leaves by {route[0].get('dev')}, not {self.host_if}")
-        return self
 
     def places(self) -> dict[str, str]:
         addresses = [self.address, self.other_address, *self.extra]
