@@ -9,8 +9,9 @@ documentation states it (shared reference "e2b-cube-protocol", 3.4 and the Cube 
   is that host exactly, `*.x.test` the hosts below it (never `x.test` itself);
 - anything else is judged by its address: allowed by an allowOut CIDR, else refused by a
   denyOut CIDR, else allowed;
-- Cube's L7 `rules` (a list, first match wins, default deny for hosts some rule matches):
-  `match.host` as a domain entry, `match.method`, `match.path` a prefix.
+- Cube's L7 `rules` (a list, first match wins, default deny: an HTTP request or TLS
+  connection no rule matches is refused): `match.host` as a domain entry, `match.method`,
+  `match.path` a prefix.
 
 Pure: the body in, a verdict out. IPv4-mapped addresses are judged as the IPv4 address inside.
 """
@@ -72,13 +73,11 @@ def remote_verdict(
     host_allowed = web and name is not None and any(_host_matches(e, name) for e in allow if not _is_network(e))
     verdict = True if host_allowed or _holds(allow, address) else not _holds(deny, address)
     rules = network.get("rules")
-    if verdict and http and name is not None and isinstance(rules, list):
-        named = False
+    if verdict and http and name is not None and isinstance(rules, list) and rules:
         for rule in rules:
             match = rule.get("match") or {}
             if not _host_matches(str(match.get("host") or match.get("sni") or ""), name):
                 continue
-            named = True
             methods = [m.upper() for m in match.get("method") or []]
             if method is not None and methods and method.upper() not in methods:
                 continue
@@ -87,6 +86,5 @@ def remote_verdict(
             if method is None and path is None and methods:
                 continue  # TLS: a method-bound rule cannot be checked by SNI
             return bool((rule.get("action") or {}).get("allow"))
-        if named:
-            return False
+        return False  # default deny
     return verdict
