@@ -20,15 +20,21 @@ from ..models import Session, SessionGrant
 
 
 def policy_spec(policy: NetworkPolicy) -> NetworkSpec:
-    """The stored policy (text, validated on save) as the typed spec sent to a backend."""
-    return NetworkSpec.parse(
+    """The stored policy (text, validated on save) as the typed spec sent to a backend.
+
+    A private exception saved by an earlier console may hold an address that is never
+    reachable (100.64.0.0/10 holds a metadata address, fd00::/8 another): it is kept as it is
+    (`decide` and every backend refuse the never-reachable classes before any exception), so
+    the space keeps working; the policy form asks for a narrower one on the next save."""
+    spec = NetworkSpec.parse(
         allow_internet_access=policy.allow_internet_access,
         allow_public_traffic=policy.allow_public_traffic,
         allow_out=policy.allow_out,
         deny_out=policy.deny_out,
-        allow_private=policy.allow_private,
         l7_rules=policy.l7_rules,
     )
+    private = tuple(dict.fromkeys(e for e in map(parse_entry, policy.allow_private) if isinstance(e, Cidr)))
+    return dataclasses.replace(spec, allow_private=private) if private else spec
 
 
 def merge_grants(spec: NetworkSpec, grants: list[SessionGrant]) -> NetworkSpec:

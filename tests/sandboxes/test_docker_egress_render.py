@@ -164,3 +164,25 @@ def test_a_deny_entry_covering_an_allowed_name_leaves_it_unforwarded() -> None:
     assert not any(line.startswith("nftset=/api.example.test/") for line in config)
     assert "server=/ok.test/127.0.0.1#5353" in config
     assert "address=/example.test/" in config
+
+
+def test_the_chain_refuses_every_class_netpolicy_says_is_never_or_only_opened() -> None:
+    """The always-denied ranges come from netpolicy's one table, with its words."""
+    import ipaddress
+
+    from netpolicy import ADDRESS_CLASSES, Treatment
+
+    rules = chain_rules(spec())
+    for found in ADDRESS_CLASSES:
+        if found.sandbox == Treatment.PUBLIC:
+            continue
+        words = f"always denied: {found.kind.value}"
+        family = "ip" if found.network.version == 4 else "ip6"
+        covering = [
+            ipaddress.ip_network(word.strip("{},"))
+            for rule in rules
+            if rule.startswith(f"{family} daddr ") and words in rule
+            for word in rule.split(" log prefix ")[0].split()[2:]
+            if word.strip("{},")
+        ]
+        assert any(found.network.subnet_of(c) for c in covering), (found.network, words)  # type: ignore[arg-type]

@@ -115,7 +115,14 @@ def test_housekeeping_removes_what_a_network_removed_elsewhere_left(
 def test_reading_refusals_changes_nothing(backend: DockerBackend, tmp_path: Path) -> None:
     """refusals() is a read: a recorded sandbox whose container is gone is not pruned, an old
     gone record not dropped, no denied name resolved (housekeeping's work, not a read's)."""
-    settings = EgressSettings.from_options({"egress_state_dir": str(tmp_path), "host_firewall": "auto"})
+    settings = EgressSettings.from_options(
+        {
+            "egress_state_dir": str(tmp_path),
+            "proxy_state_dir": str(tmp_path / "proxy"),
+            "host_firewall": "auto",
+            "egress_log_max_bytes": "1024",
+        }
+    )
     egress = DockerEgress(backend.engine, backend.networks, settings)
     state = EgressState(str(tmp_path))
     with state.locked():
@@ -126,6 +133,7 @@ def test_reading_refusals_changes_nothing(backend: DockerBackend, tmp_path: Path
     old = tmp_path / "sandboxes" / f"{'1' * 64}.gone"
     old.write_text(json.dumps({"sandbox_id": "1" * 64, "bridge": "sbx-00000000000", "online": False}))
     os.utime(old, (0, 0))
+    (tmp_path / "refusals.json").write_bytes(b"{}\n" * 1024)  # over the size set above
     before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
     assert egress.refusals("")[0] == []
     assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
@@ -133,6 +141,9 @@ def test_reading_refusals_changes_nothing(backend: DockerBackend, tmp_path: Path
     line = egress.housekeeping()
     assert "pruned 1 sandbox(es)" in line, line
     assert not old.exists()
+    assert "rotated 1 log(s)" in line, line
+    assert (tmp_path / "refusals.json").stat().st_size == 0
+    assert (tmp_path / "refusals.json.1").stat().st_size == 3 * 1024
 
 
 def test_logs_are_rotated_by_size(tmp_path: Path) -> None:

@@ -240,3 +240,21 @@ EARLIER_FINGERPRINTS = [
 @pytest.mark.parametrize(("fields", "earlier"), EARLIER_FINGERPRINTS)
 def test_the_fingerprint_of_an_existing_policy_is_unchanged(fields: dict[str, Any], earlier: str) -> None:
     assert spec_fingerprint(NetworkSpec.parse(**fields)) == earlier
+
+
+@pytest.mark.django_db
+def test_a_stored_private_exception_holding_a_never_reachable_address_still_reads(world: Any) -> None:
+    # Saved by an earlier console (which checked link-local ranges only): 100.64.0.0/10 holds
+    # the 100.100.100.200 metadata address, fd00::/8 fd00:ec2::254. The space keeps working,
+    # and the metadata addresses stay refused.
+    from console.models import NetworkPolicy
+    from sandboxes.catalog.network import network_spec_for
+
+    NetworkPolicy.objects.filter(space=world.space_a).update(
+        allow_internet_access=True, allow_private=["100.64.0.0/10", "fd00::/8"]
+    )
+    policy = network_spec_for(world.space_a)
+    assert [str(e) for e in policy.allow_private] == ["100.64.0.0/10", "fd00::/8"]
+    assert explain(parse_target("100.64.1.2"), policy).allowed
+    assert not explain(parse_target("100.100.100.200"), policy).allowed
+    assert not explain(parse_target("[fd00:ec2::254]:80"), policy).allowed
