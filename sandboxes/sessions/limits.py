@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, Count, F, When
+from django.db.models import Case, F, When
 from django.utils import timezone
 from redis.exceptions import RedisError
 
@@ -121,11 +122,12 @@ def release_slots_of(process_id: Any, **_: Any) -> str:
     """The exec slots of a dead process: freed, and each session's count of execs in flight
     lowered by its share, so neither the space's limit nor the idle sweep waits for execs
     nobody runs any more. Inside the transaction of `console.processes.release_process`."""
-    slots = ExecSlot.objects.select_for_update().filter(owner_process=process_id)
-    per_session = {row["session"]: row["n"] for row in slots.values("session").annotate(n=Count("pk")).order_by()}
-    if not per_session:
+    # Locked, so an exec ending meanwhile cannot count itself out a second time.
+    slots = list(ExecSlot.objects.select_for_update().filter(owner_process=process_id).values_list("pk", "session_id"))
+    if not slots:
         return ""
-    slots.delete()
+    ExecSlot.objects.filter(pk__in=[pk for pk, _ in slots]).delete()
+    per_session = Counter(session_id for _, session_id in slots)
     for session_id, count in per_session.items():
         Session.objects.filter(pk=session_id).update(
             execs_in_flight=Case(When(execs_in_flight__gt=count, then=F("execs_in_flight") - count), default=0),
