@@ -34,7 +34,7 @@ from twisted.internet import reactor as _reactor
 logger = logging.getLogger("console.serve")
 POLL_S = 0.1
 # How long cancelled applications get to unwind before the reactor stops regardless.
-UNWIND_S = 2.0
+UNWIND_S = 1.0
 reactor: Any = _reactor  # Twisted's installed reactor (its stubs type the module as an interface)
 
 
