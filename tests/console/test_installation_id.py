@@ -55,7 +55,9 @@ def test_two_fresh_var_dirs_get_different_installation_ids(tmp_path: Path) -> No
     first = installation_id_of_a_start(tmp_path / "first")
     second = installation_id_of_a_start(tmp_path / "second")
 
-    assert first and second and first != second
+    assert first
+    assert second
+    assert first != second
     assert "local" not in (first, second)
     assert (tmp_path / "first" / "console-installation-id").read_text().strip() == first
     assert (tmp_path / "first" / "console-installation-id").stat().st_mode & 0o077 == 0

@@ -62,7 +62,8 @@ def hold(checkout: Path, var_dir: Path, script: str) -> subprocess.Popen[str]:
     )
     deadline = time.monotonic() + 10
     while not (var_dir / "console.lock").is_file() or not (var_dir / "console.lock").read_text():
-        assert time.monotonic() < deadline and holder.poll() in (None, 0), holder.stderr.read() if holder.stderr else ""
+        assert holder.poll() in (None, 0), holder.stderr.read() if holder.stderr else ""
+        assert time.monotonic() < deadline, "the stand-in never took the lock"
         time.sleep(0.05)
     return holder
 

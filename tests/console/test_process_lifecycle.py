@@ -155,8 +155,16 @@ def test_a_kill_9_during_three_long_execs_leaves_the_space_free_to_exec(console:
 
 
 def _job(console: Console, job_id: str) -> tuple[str, str]:
-    status, error = console.query(f"SELECT status, error FROM console_adminjob WHERE id = '{job_id}'")[0]
+    status, error = console.query(
+        f"SELECT status, error FROM console_adminjob WHERE id = '{uuid.UUID(job_id)}'"  # noqa: S608 - a UUID
+    )[0]
     return str(status), str(error)
+
+
+def _generation_of(console: Console, job_id: str) -> list[tuple[Any, ...]]:
+    return console.query(
+        f"SELECT generation, status FROM skills_skillimage WHERE job_id = '{uuid.UUID(job_id)}'"  # noqa: S608 - a UUID
+    )
 
 
 def _install_jobs(console: Console) -> list[str]:
@@ -176,7 +184,7 @@ def test_a_skill_install_killed_mid_run_fails_and_a_new_one_starts_at_once(conso
     ui.post(install, {"config": config_id, "version": version_id}, csrf_from=page)
     (first,) = _install_jobs(console)
     wait_for(
-        lambda: console.query(f"SELECT status FROM skills_skillimage WHERE job_id = '{first}'") == [("building",)],
+        lambda: [status for _, status in _generation_of(console, first)] == ["building"],
         timeout=60,
         what="the install building its generation",
     )
@@ -186,7 +194,7 @@ def test_a_skill_install_killed_mid_run_fails_and_a_new_one_starts_at_once(conso
     status, error = _job(console, first)
     assert status == "failed", f"{status} {error}\n{logs(console)}"
     assert error.startswith("Interrupted by a restart")
-    assert console.query(f"SELECT status FROM skills_skillimage WHERE job_id = '{first}'") == [("failed",)]
+    assert [status for _, status in _generation_of(console, first)] == ["failed"]
 
     started = time.monotonic()
     console.ui().post(install, {"config": config_id, "version": version_id}, csrf_from=page)
@@ -195,15 +203,13 @@ def test_a_skill_install_killed_mid_run_fails_and_a_new_one_starts_at_once(conso
     wait_for(lambda: _job(console, jobs[1])[0] in {"succeeded", "failed"}, timeout=300, what="the new install")
     assert _job(console, jobs[1]) == ("succeeded", ""), logs(console)
     took = time.monotonic() - started
-    generation = console.query(f"SELECT generation, status FROM skills_skillimage WHERE job_id = '{jobs[1]}'")
-    assert generation == [(2, "ready")]
+    assert _generation_of(console, jobs[1]) == [(2, "ready")]
     print(f"install retried after the crash and done in {took:.1f} s")
 
 
 def _reaper_passes_since(console: Console, when: float) -> int:
     rows = console.query(
-        "SELECT count(*) FROM console_adminjob WHERE kind = 'sandboxes.reap' "
-        f"AND created > to_timestamp({when})"
+        f"SELECT count(*) FROM console_adminjob WHERE kind = 'sandboxes.reap' AND created > to_timestamp({float(when)})"  # noqa: S608 - a number
     )
     return int(rows[0][0])
 

@@ -25,7 +25,9 @@ from tests.factories import make_config, make_space
 pytestmark = pytest.mark.django_db
 
 
-def process_row(*, host: str = "elsewhere.test", pid: int = 4242, age_s: float = 0, identity: str = "") -> WorkerProcess:
+def process_row(
+    *, host: str = "elsewhere.test", pid: int = 4242, age_s: float = 0, identity: str = ""
+) -> WorkerProcess:
     now = timezone.now()
     return WorkerProcess.objects.create(
         kind="web",
@@ -86,7 +88,9 @@ def test_releasing_a_dead_process_frees_its_slots_commands_jobs_and_skill_build(
         kind="skills.uninstall", space=space, status=JobStatus.RUNNING, owner_process=dead.pk, started=timezone.now()
     )
     queued = AdminJob.objects.create(kind="skills.install", space=space, owner_process=dead.pk)
-    other_job = AdminJob.objects.create(kind="skills.install", space=space, status=JobStatus.RUNNING, owner_process=live.pk)
+    other_job = AdminJob.objects.create(
+        kind="skills.install", space=space, status=JobStatus.RUNNING, owner_process=live.pk
+    )
     building = SkillImage.objects.create(space=space, config=config, generation=3, job=job)
     with pytest.raises(Exception, match="Generation 3 is still building"):
         _check_not_building(space, config)
@@ -99,7 +103,8 @@ def test_releasing_a_dead_process_frees_its_slots_commands_jobs_and_skill_build(
     assert session.exec_deadline is not None
     command.refresh_from_db()
     other_command.refresh_from_db()
-    assert command.status == CommandStatus.LOST and command.finished is not None
+    assert command.status == CommandStatus.LOST
+    assert command.finished is not None
     assert other_command.status == CommandStatus.RUNNING
     for interrupted in (job, queued):
         interrupted.refresh_from_db()
@@ -124,7 +129,9 @@ def test_the_last_slot_of_a_session_clears_its_exec_deadline() -> None:
     session = Session.objects.create(space=space, config=make_config(space), key="only", execs_in_flight=1)
     Session.objects.filter(pk=session.pk).update(exec_deadline=timezone.now() + timedelta(hours=1))
     dead = process_row(age_s=3600)
-    ExecSlot.objects.create(space=space, session=session, deadline=timezone.now() + timedelta(hours=1), owner_process=dead.pk)
+    ExecSlot.objects.create(
+        space=space, session=session, deadline=timezone.now() + timedelta(hours=1), owner_process=dead.pk
+    )
 
     processes.release_dead_processes()
 
