@@ -19,6 +19,7 @@ the server process wants. `scripts/start.sh` runs this module.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import sys
@@ -34,7 +35,7 @@ from twisted.internet import reactor as _reactor
 logger = logging.getLogger("console.serve")
 POLL_S = 0.1
 # How long cancelled applications get to unwind before the reactor stops regardless.
-UNWIND_S = 1.0
+UNWIND_S = 0.5
 reactor: Any = _reactor  # Twisted's installed reactor (its stubs type the module as an interface)
 
 
@@ -124,7 +125,9 @@ def main(argv: list[str]) -> None:
     from console import shutdown
 
     shutdown.finish()
-    logging.shutdown()
+    # What an interpreter's exit would run but for joining threads: the atexit handlers
+    # (the metrics folder's clean-up, logging's flush).
+    atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
