@@ -5,8 +5,8 @@ and dispatches it after commit: to a Celery worker when JOB_RUNNER is "celery" (
 set), otherwise to a thread of this process. Either way `run_job` executes it, claiming the
 row with a compare-and-set so a redelivered message never runs a job twice, and naming the
 process that runs it (`owner_process`): if that process dies, the job fails "Interrupted by
-a restart" (console/processes.py). Handlers report
-progress and log lines through a `JobContext`; the job page polls the row.
+a restart" (console/processes.py). Handlers report progress and log lines through a
+`JobContext`; the job page polls the row.
 """
 
 from __future__ import annotations

@@ -273,7 +273,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # A stable id for this console installation, stamped on every sandbox it creates so it never
 # touches sandboxes of another installation sharing the same backend account. `make start`
-# generates one per var/ and keeps it in var/installation-id (scripts/keys.sh; the
+# generates one per var/ and keeps it in var/console-installation-id (scripts/keys.sh; the
 # development settings read it from there); a deployment sets it.
 CONSOLE_INSTALLATION_ID = os.environ.get("CONSOLE_INSTALLATION_ID", "local")
 
