@@ -198,7 +198,8 @@ def release_process(process_id: uuid.UUID, *, where: str = "") -> list[str] | No
         WorkerProcess.objects.filter(pk=process_id).delete()
     released = [f"{len(jobs)} job(s) failed"] if jobs else []
     released += [str(answer) for _, answer in answers if answer]
-    logger.warning(
+    # A clean stop that held nothing is routine; anything released is worth a look.
+    (logger.warning if released else logger.info)(
         "released the work of console process %s (%s): %s",
         where,
         row.kind or "process",
