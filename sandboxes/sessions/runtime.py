@@ -25,6 +25,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -452,14 +453,14 @@ class Runtime:
         try:
             yield
         finally:
-            release_exec_slot(slot)
             # Its end is activity too: the idle clock starts again from here. The last one
-            # out clears the deadline, so a long timeout does not outlive its exec.
-            rows.update(
-                execs_in_flight=Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0),
-                exec_deadline=Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline")),
-                last_activity=timezone.now(),
-            )
+            # out clears the deadline, so a long timeout does not outlive its exec. A slot
+            # released already (this process was taken for dead) was counted out then.
+            ended: dict[str, Any] = {"last_activity": timezone.now()}
+            if release_exec_slot(slot):
+                ended["execs_in_flight"] = Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0)
+                ended["exec_deadline"] = Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline"))
+            rows.update(**ended)
 
     def pause(self, session: Session, *, actor: Actor) -> SandboxInfo:
         binding = self.store.get_binding(self.keys(session)[0])
