@@ -61,6 +61,7 @@ KIND_CONFIG_FIELDS = {
     "api_key": "takes_api_key",
     "protocol_pin": "versioned_protocol",
     "pids_limit": "limits_processes",
+    "disk_mb": "limits_disk",
 }
 # What a field the chosen kind does not take is saved as (None: left as it is).
 NEUTRAL_VALUES: dict[str, Any] = {"protocol_pin": "", "api_key": None}
@@ -108,6 +109,7 @@ class SandboxConfigForm(ByKindForm, forms.ModelForm):
             "cpus": "CPUs",
             "memory_mb": "Memory (MB)",
             "pids_limit": "Process limit",
+            "disk_mb": "Disk (MiB)",
             "idle_mode": "When idle",
             "idle_timeout_s": "Idle timeout (seconds)",
             "persistent_workspace": "Persistent /workspace",
@@ -118,6 +120,7 @@ class SandboxConfigForm(ByKindForm, forms.ModelForm):
             "cpus": "CPU cores per sandbox, e.g. 0.5 or 2.",
             "memory_mb": "Per sandbox, in MiB (1024 = 1 GiB).",
             "pids_limit": "Most processes per sandbox.",
+            "disk_mb": "What a sandbox may write, in MiB (1024 = 1 GiB); where it holds on this backend is said below.",
             "idle_mode": "What happens to a session's sandbox after the idle timeout.",
             "idle_timeout_s": "Without activity, from 60 (one minute) to 86400 (a day).",
             "protocol_pin": "The wire protocol to speak. Empty: detect it from the server's answers.",
@@ -217,6 +220,7 @@ KIND_BACKEND_FIELDS = {
     "tls_key": "takes_tls_client_cert",
     "clear_tls": "takes_tls_client_cert",
     "max_pids": "limits_processes",
+    "max_disk_mb": "limits_disk",
 }
 # What a field the kind does not take is saved as (None: left as it is, or the default).
 BACKEND_NEUTRAL_VALUES: dict[str, Any] = {
@@ -225,6 +229,7 @@ BACKEND_NEUTRAL_VALUES: dict[str, Any] = {
     "allow_space_api_key": False,
     "workspace_host_root": "",
     "max_pids": None,
+    "max_disk_mb": None,
 }
 BACKEND_SECRETS = ("api_key", "tls_ca", "tls_cert", "tls_key")
 SECRET_LABELS = {"api_key": "API key", "tls_ca": "TLS CA", "tls_cert": "TLS client certificate", "tls_key": "TLS key"}
@@ -291,6 +296,7 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "max_cpus": "Most CPU cores per sandbox",
             "max_memory_mb": "Most memory per sandbox (MiB)",
             "max_pids": "Most processes per sandbox",
+            "max_disk_mb": "Most disk per sandbox (MiB)",
         }
         # How each source reaches the build sandbox (docs/skills.md, "The build sandbox's network").
         help_texts = {
@@ -302,6 +308,7 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "backend's (always through the SSRF guard, never with private endpoints).",
             "max_memory_mb": "The most a config on this backend may give a sandbox, in MiB (1024 = 1 GiB).",
             "max_pids": "The most processes a config on this backend may allow a sandbox.",
+            "max_disk_mb": "The most disk a config on this backend may give a sandbox, in MiB (10240 = 10 GiB).",
             "pip_index_url": "Package source for skill installs: a pip index URL (PEP 503 simple API), used when no "
             "find-links folder is set; pip never falls back to PyPI. The build sandbox then gets outbound network to "
             "its host: only to it where the backend has allow lists (E2B, Cube); all outbound on Docker.",
