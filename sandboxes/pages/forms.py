@@ -77,6 +77,16 @@ def chosen_backend(space: Space, value: Any) -> PlatformBackend | None:
         return None
 
 
+def _kept_when_empty(form: forms.ModelForm[Any], name: str) -> int:
+    """A limit added after forms were written (disk): empty keeps the stored value, or the
+    model's default for a new row, so a form posted without it still saves."""
+    value = form.cleaned_data.get(name)
+    if value is None:
+        stored = getattr(form.instance, name, None)
+        return int(stored if stored is not None else form.instance._meta.get_field(name).get_default())
+    return int(value)
+
+
 class SandboxConfigForm(ByKindForm, forms.ModelForm):
     """A space admin's config: a backend granted to the space, template, resources within the
     backend's limits, idle behaviour. Infrastructure fields are not on it: a posted endpoint,
@@ -141,6 +151,8 @@ class SandboxConfigForm(ByKindForm, forms.ModelForm):
         backend_field.queryset = granted_backends(space)  # type: ignore[attr-defined]
         backend_field.help_text = "Infrastructure the platform granted this space; the fields below are its kind's."
         self.show_kind_fields(describe(backend.kind) if backend else None, str(backend.pk) if backend else "")
+        if "disk_mb" in self.fields:
+            self.fields["disk_mb"].required = False  # empty keeps the stored limit
         if backend is None:
             return
         self.initial.setdefault("backend", backend.pk)
@@ -195,6 +207,9 @@ class SandboxConfigForm(ByKindForm, forms.ModelForm):
         if is_snapshot_id(template):
             raise forms.ValidationError("Snapshot ids (snap-…) are not templates; pick a template.")
         return template
+
+    def clean_disk_mb(self) -> int:
+        return _kept_when_empty(self, "disk_mb")
 
     def clean_api_key(self) -> str:
         # A typed secret is never rendered back, so nothing here echoes it.
@@ -320,6 +335,8 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
         super().__init__(*args, **kwargs)
         described = describe(kind) if kind in BACKEND_CLASSES else None
         self.show_kind_fields(described, kind if kind is not None and described is not None else "")
+        if "max_disk_mb" in self.fields:
+            self.fields["max_disk_mb"].required = False  # empty keeps the stored limit
         if described is None:
             kinds = self.fields["kind"]
             kinds.choices = [("", "Choose a kind…"), *[c for c in kinds.choices if c[0]]]  # type: ignore[attr-defined]
@@ -338,6 +355,9 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
     def backend_data(self) -> dict[str, Any]:
         """What the services take: the kind's fields, and neutral values for the others."""
         return self.kind_data(BACKEND_FIELDS)
+
+    def clean_max_disk_mb(self) -> int:
+        return _kept_when_empty(self, "max_disk_mb")
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()
