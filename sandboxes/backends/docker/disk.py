@@ -89,6 +89,7 @@ class DockerDisk:
         self._host_problem: str | None = None
         self._host_checked = False
         self._layer: bool | None = None
+        self._info: dict[str, Any] | None = None
 
     # What this engine can bound -------------------------------------------------------
 
@@ -102,16 +103,19 @@ class DockerDisk:
             self._host_checked = True
         return self._host_problem
 
+    def _storage(self) -> tuple[str, str]:
+        """The engine's storage driver and its backing file system ("" when not reported)."""
+        if self._info is None:
+            with _engine_call("reading the engine's storage driver"):
+                self._info = dict(self.backend.api.info())
+        status = {str(k): str(v) for k, v in self._info.get("DriverStatus") or []}
+        return str(self._info.get("Driver") or "?"), status.get("Backing Filesystem", "")
+
     def layer_supported(self) -> bool:
         """The engine bounds a container's writable layer (--storage-opt size)."""
         if self._layer is None:
-            with _engine_call("reading the engine's storage driver"):
-                info = self.backend.api.info()
-            driver = str(info.get("Driver") or "")
-            status = {str(k): str(v) for k, v in info.get("DriverStatus") or []}
-            self._layer = driver in LAYER_DRIVERS or (
-                driver == "overlay2" and status.get("Backing Filesystem") == "xfs"
-            )
+            driver, backing = self._storage()
+            self._layer = driver in LAYER_DRIVERS or (driver == "overlay2" and backing == "xfs")
         return self._layer
 
     def layer_refused(self) -> None:
@@ -119,11 +123,9 @@ class DockerDisk:
         self._layer = False
 
     def storage_driver(self) -> str:
-        with _engine_call("reading the engine's storage driver"):
-            info = self.backend.api.info()
-        status = {str(k): str(v) for k, v in info.get("DriverStatus") or []}
-        backing = status.get("Backing Filesystem")
-        return f"{info.get('Driver', '?')}" + (f" on {backing}" if backing else "")
+        """In words, e.g. "overlay2 on extfs"."""
+        driver, backing = self._storage()
+        return f"{driver} on {backing}" if backing else driver
 
     def capabilities(self) -> DiskCapabilities:
         problem = self.host_problem()
