@@ -130,7 +130,7 @@ class SandboxConfigForm(ByKindForm, forms.ModelForm):
             "cpus": "CPU cores per sandbox, e.g. 0.5 or 2.",
             "memory_mb": "Per sandbox, in MiB (1024 = 1 GiB).",
             "pids_limit": "Most processes per sandbox.",
-            "disk_mb": "What a sandbox may write, in MiB (1024 = 1 GiB); where it holds on this backend is said below.",
+            "disk_mb": "What a sandbox may write, in MiB (1024 = 1 GiB); the config page says where it holds.",
             "idle_mode": "What happens to a session's sandbox after the idle timeout.",
             "idle_timeout_s": "Without activity, from 60 (one minute) to 86400 (a day).",
             "protocol_pin": "The wire protocol to speak. Empty: detect it from the server's answers.",
