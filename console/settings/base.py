@@ -313,6 +313,12 @@ ARTIFACT_MAX_TOTAL_BYTES = int(os.environ.get("ARTIFACT_MAX_TOTAL_BYTES", 200 * 
 EGRESS_DNS_UPSTREAM = os.environ.get("EGRESS_DNS_UPSTREAM", "")
 EGRESS_STATE_DIR = os.environ.get("EGRESS_STATE_DIR", "")
 
+# --- Disk limits (sandboxes/backends/docker/disk.py; docs/operations.md) ------------------
+# The host folder of the size-bounded file systems (loop-mounted ext4 images) that hold Docker
+# sandboxes' /workspace and /tmp, and the bound of one template build from Debian packages.
+WORKSPACE_DISK_DIR = os.environ.get("WORKSPACE_DISK_DIR", "/var/lib/sandbox-console/disks")
+TEMPLATE_BUILD_DISK_MB = int(os.environ.get("TEMPLATE_BUILD_DISK_MB", 4096))
+
 # --- Skills (skills/archives.py; docs/skills.md) ------------------------------------------
 # Caps on one skill import. Official skills reach 83 files / 5.5 MB; defaults sit well above.
 SKILL_ARCHIVE_MAX_BYTES = int(os.environ.get("SKILL_ARCHIVE_MAX_BYTES", 20 * 1024 * 1024))

@@ -49,11 +49,11 @@ from ..backends.base import (
     ExecResult,
     ListQuery,
     RemoteError,
-    Resources,
     SandboxInfo,
     SandboxSpec,
     SandboxState,
 )
+from ..catalog.bridge import sandbox_resources
 from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
 from ..models import SandboxConfig, Session, SessionState
 from .limits import release_exec_slot, take_exec_slot
@@ -355,7 +355,7 @@ class Runtime:
             template_id=template.template_id,
             network=network,
             metadata={**self.session_metadata(session), META_BINDING_VERSION: str(version)},
-            resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
+            resources=sandbox_resources(config),
             timeout_s=config.idle_timeout_s,
             auto_pause=True,
             auto_resume=True,
