@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sandboxes', '0017_terminal_sandbox_id'),
+        ('sandboxes', '0018_exec_and_command_owner_process'),
     ]
 
     operations = [
