@@ -15,6 +15,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 
 from sandboxes.inbound.proxy import InboundRouter  # noqa: E402
 
+from .processes import start_up  # noqa: E402
 from .routing import websocket_urlpatterns  # noqa: E402
 from .scheduler import start_in_process_scheduler  # noqa: E402
 from .security import OriginValidator  # noqa: E402
@@ -23,6 +24,9 @@ from .security import OriginValidator  # noqa: E402
 # sets SERVE_STATIC=false and lets the server do it.
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app
 
+# This process owns exec slots, commands and jobs: registered with a heartbeat, and what
+# dead processes held (a crash before this start) is released now (console/processes.py).
+start_up("web")
 # The embedded console runs its periodic tasks (reaper, idle sweep) in this process.
 start_in_process_scheduler()
 

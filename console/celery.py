@@ -55,3 +55,21 @@ def _metrics_process_dead(**_: Any) -> None:
 
     if MULTIPROCESS:
         mark_this_process_dead()
+
+
+@signals.worker_ready.connect
+def _register_worker(**_: Any) -> None:
+    """The worker owns the jobs it runs: registered with a heartbeat, and what dead processes
+    held is released at its start (console/processes.py)."""
+    from .processes import start_up
+
+    start_up("worker")
+
+
+@signals.worker_shutdown.connect
+def _release_worker(**_: Any) -> None:
+    """After a warm shutdown nothing runs any more; anything left is released now."""
+    from .processes import registered_process, release_this_process
+
+    if registered_process() is not None:
+        release_this_process()

@@ -3,8 +3,10 @@
 A job is an `AdminJob` row plus a registered handler. `start_job` writes the row (audited)
 and dispatches it after commit: to a Celery worker when JOB_RUNNER is "celery" (REDIS_URL
 set), otherwise to a thread of this process. Either way `run_job` executes it, claiming the
-row with a compare-and-set so a redelivered message never runs a job twice. Handlers report
-progress and log lines through a `JobContext`; the job page polls the row.
+row with a compare-and-set so a redelivered message never runs a job twice, and naming the
+process that runs it (`owner_process`): if that process dies, the job fails "Interrupted by
+a restart" (console/processes.py). Handlers report progress and log lines through a
+`JobContext`; the job page polls the row.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from django.utils import timezone
 from . import metrics
 from .logs import get_request_id, new_request_id, request_id
 from .models import AdminJob, JobStatus, Space
+from .processes import this_process
 from .services import Actor, ServiceError, record_audit
 
 logger = logging.getLogger(__name__)
@@ -143,7 +146,8 @@ def dispatch(job: AdminJob) -> None:
     else:
         rid = get_request_id() or new_request_id()
         thread = threading.Thread(target=_run_in_thread, args=(str(job.id), rid), name=f"job-{job.id}", daemon=True)
-        AdminJob.objects.filter(pk=job.pk).update(task_id=f"thread:{thread.name}")
+        # Queued in this process's memory: if the process dies first, the job fails with it.
+        AdminJob.objects.filter(pk=job.pk).update(task_id=f"thread:{thread.name}", owner_process=this_process())
         thread.start()
     logger.info("job %s (%s) queued", job.id, job.kind, extra={"job_id": str(job.id), "job_kind": job.kind})
 
@@ -162,7 +166,7 @@ def _run_in_thread(job_id: str, rid: str) -> None:
 def run_job(job_id: str) -> AdminJob | None:
     """Execute a queued job once. Returns None when another runner already claimed it."""
     claimed = AdminJob.objects.filter(pk=job_id, status=JobStatus.QUEUED).update(
-        status=JobStatus.RUNNING, started=timezone.now()
+        status=JobStatus.RUNNING, started=timezone.now(), owner_process=this_process()
     )
     if not claimed:
         return None

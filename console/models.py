@@ -228,6 +228,9 @@ class AdminJob(models.Model):
     result = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     task_id = models.CharField(max_length=255, blank=True)
+    # The `WorkerProcess` running it (or, in the embedded mode, about to): when that process
+    # dies, the job fails "Interrupted by a restart" (console/processes.py).
+    owner_process = models.UUIDField(null=True, blank=True, db_index=True)
     created = models.DateTimeField(auto_now_add=True, db_index=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
@@ -263,6 +266,30 @@ class AdminJob(models.Model):
             "status": self.status,
             "progress": self.progress,
         }
+
+
+class WorkerProcess(models.Model):
+    """A console process (Daphne, Celery worker, a management command) that owns work: exec
+    slots, background commands, jobs. It registers itself (a random id, host, pid and what
+    tells that pid apart from a later one with the same number) and heartbeats; when its
+    heartbeat is older than PROCESS_HEARTBEAT_WINDOW_S, or it was on this host and its pid is
+    gone, what it owned is released and the row deleted (console/processes.py)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(max_length=32, blank=True, help_text="web, worker, or the command that ran it.")
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    # Linux: the boot id and the pid's start time in clock ticks, so a pid number reused
+    # after the process died never passes for it ("" where /proc does not say).
+    pid_identity = models.CharField(max_length=100, blank=True)
+    started = models.DateTimeField()
+    heartbeat = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["started"]
+
+    def __str__(self) -> str:
+        return f"{self.kind or 'process'} {self.host}:{self.pid}"
 
 
 class MetricSample(models.Model):

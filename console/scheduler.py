@@ -17,6 +17,7 @@ from django.utils.module_loading import import_string
 
 logger = logging.getLogger(__name__)
 _started = threading.Event()
+_stop = threading.Event()
 
 
 def _run_forever(stop: threading.Event) -> None:
@@ -27,6 +28,8 @@ def _run_forever(stop: threading.Event) -> None:
     next_run = {name: time.monotonic() + every for name, (_, every) in tasks.items()}
     while not stop.wait(1.0):
         for name, (function, every) in tasks.items():
+            if stop.is_set():
+                return
             if time.monotonic() < next_run[name]:
                 continue
             next_run[name] = time.monotonic() + every
@@ -43,6 +46,10 @@ def start_in_process_scheduler() -> threading.Event | None:
     if _started.is_set() or settings.JOB_RUNNER != "inprocess" or not settings.RUN_SCHEDULER:
         return None
     _started.set()
-    stop = threading.Event()
-    threading.Thread(target=_run_forever, args=(stop,), name="console-scheduler", daemon=True).start()
-    return stop
+    threading.Thread(target=_run_forever, args=(_stop,), name="console-scheduler", daemon=True).start()
+    return _stop
+
+
+def stop_in_process_scheduler() -> None:
+    """No periodic task starts after this (a shutdown); one under way runs on in its thread."""
+    _stop.set()

@@ -6,6 +6,7 @@ from celery import shared_task
 
 from .activity import start_activity_sample
 from .jobs import RUN_ADMIN_JOB_TASK, run_job
+from .processes import release_dead_processes
 
 
 @shared_task(name=RUN_ADMIN_JOB_TASK, ignore_result=True)
@@ -17,3 +18,8 @@ def run_admin_job(job_id: str) -> None:
 @shared_task(name="console.activity_sample", ignore_result=True)
 def activity_sample_task() -> None:
     start_activity_sample()
+
+
+@shared_task(name="console.release_dead_processes", ignore_result=True)
+def release_dead_processes_task() -> None:
+    release_dead_processes()

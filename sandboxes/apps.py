@@ -12,19 +12,24 @@ class SandboxesConfig(AppConfig):
         from django.core import checks
 
         from console import health, metrics
-        from console.signals import network_policy_changed
+        from console.signals import network_policy_changed, process_released
 
         from .catalog import jobs, verify  # noqa: F401
         from .catalog.health import backend_checks
         from .network.live import on_policy_changed
         from .pages import onboarding  # noqa: F401  (the dashboard's getting-started steps)
         from .sessions import gauges, reaper, retention  # noqa: F401
+        from .sessions.commands import lose_commands_of
         from .sessions.inbound_hosts import check_setting
+        from .sessions.limits import release_slots_of
         from .sessions.store_select import check_store
         from .terminal import tickets  # noqa: F401
 
         checks.register(check_setting)  # INBOUND_BASE_URL: empty, or a usable wildcard origin
         network_policy_changed.connect(on_policy_changed, dispatch_uid="sandboxes.network.live")
+        # What a dead console process held: its exec slots and background commands.
+        process_released.connect(release_slots_of, dispatch_uid="sandboxes.exec_slots")
+        process_released.connect(lose_commands_of, dispatch_uid="sandboxes.commands")
         # Readiness (console/health.py) and scrape-time series (console/metrics.py).
         health.register_checks("session_store", lambda: [("session_store", check_store, True)])
         health.register_checks("backends", backend_checks)

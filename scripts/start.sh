@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# One console per var/: a second start on the same folder stops here (scripts/lock.sh).
+source scripts/lock.sh
 mkdir -p var
 # Setup noise (pip, npm, image builds, migrations) goes to var/setup.log; the terminal gets one
 # line per step, and the log's tail when a step fails.
@@ -67,8 +69,21 @@ fi
 .venv/bin/python manage.py register_local_engine
 
 pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; }
-trap cleanup EXIT INT TERM
+# Ctrl-C or SIGTERM: every process gets SIGTERM (Daphne stops its scheduler and gives the
+# requests in flight SHUTDOWN_GRACE_S to finish), and whatever still runs a few seconds past
+# the grace is killed, so a stop always ends; what a killed process held is released by the
+# next start (docs/operations.md, "Stopping and crashes").
+stop_all() {
+  trap - EXIT INT TERM
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  local deadline=$((SECONDS + ${SHUTDOWN_GRACE_S%.*} + 5))
+  for pid in "${pids[@]}"; do
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+}
+export SHUTDOWN_GRACE_S=${SHUTDOWN_GRACE_S:-20}
+trap stop_all EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
   echo "==> REDIS_URL is set: starting a Celery worker and beat (logs: var/celery-worker.log, var/celery-beat.log)"
   # Daphne and the worker add their metrics up in one folder (docs/operations.md, "Metrics").
@@ -85,5 +100,10 @@ echo "==> Sandbox Console on http://$HOST:$PORT/ (Ctrl-C stops it)"
 # Daphne at -v 0: the console logs one access line per request itself. Twisted's
 # "HTTP/2 support not enabled" says nothing an embedded console needs (TLS and
 # HTTP/2 are the reverse proxy's job in a deployment: docs/operations.md, "Production").
-.venv/bin/daphne -v 0 -b "$HOST" -p "$PORT" console.asgi:application \
-  2> >(grep --line-buffered -v "HTTP/2 support not enabled" >&2)
+# console.serve is Daphne with a bounded shutdown (console/serve.py); in the background, so
+# a signal to this script reaches stop_all at once.
+.venv/bin/python -m console.serve -v 0 -b "$HOST" -p "$PORT" console.asgi:application \
+  2> >(grep --line-buffered -v "HTTP/2 support not enabled" >&2) &
+web=$!
+pids+=("$web")
+wait "$web"

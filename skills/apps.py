@@ -14,3 +14,9 @@ class SkillsConfig(AppConfig):
         )
 
         snapshot_refs.connect()
+        # A generation an interrupted job was building fails, so the previous one stays in force.
+        from console.signals import process_released
+
+        from .images import fail_interrupted_builds
+
+        process_released.connect(fail_interrupted_builds, dispatch_uid="skills.interrupted_builds")

@@ -26,10 +26,9 @@ from sandboxes.backends.base import (
     Backend,
     NetworkSpec,
     RemoteError,
-    Resources,
     SandboxSpec,
 )
-from sandboxes.catalog.bridge import config_fingerprint, console_metadata
+from sandboxes.catalog.bridge import config_fingerprint, console_metadata, sandbox_resources
 from sandboxes.catalog.services import do_set_session_image
 from sandboxes.models import SandboxConfig, SessionImage
 from sandboxes.network.log import watch_build_sandbox
@@ -303,7 +302,7 @@ def create_build_sandbox(
         template_id=template,
         network=network,
         metadata=console_metadata(config, **{META_PURPOSE: BUILD_PURPOSE, META_SKILL_IMAGE: str(image.pk)}),
-        resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
+        resources=sandbox_resources(config),
         timeout_s=BUILD_TIMEOUT_S,
         auto_pause=False,
         auto_resume=False,

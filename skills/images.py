@@ -51,7 +51,8 @@ STEPS = ("create", "copy", "dependencies", "verify", "clean", "ledger", "snapsho
 BUILD_PURPOSE = "skill-build"
 META_SKILL_IMAGE = "console-skill-image"
 BUILD_TIMEOUT_S = 1800
-# A "building" row older than this is from a worker that died; it no longer blocks builds.
+# A "building" row older than this no longer blocks builds (a last resort: a build whose
+# process died fails as soon as that is known, `fail_interrupted_builds`).
 BUILD_STALE_AFTER = timedelta(hours=2)
 FOLDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -190,6 +191,27 @@ def do_start_uninstall(space: Space, config: SandboxConfig, skill_name: str, *, 
         space=space,
         params={"space_id": str(space.pk), "config_id": str(config.pk), "skill_name": skill_name},
     )
+
+
+def fail_interrupted_builds(job_ids: Sequence[Any] = (), **_: Any) -> str:
+    """A generation whose job was interrupted (its console process died or shut down) is
+    failed, so the previous generation stays in force and the next install or uninstall
+    starts at once. The pointer only ever moves in the build's last step, with the
+    generation ready: a building one never had it. Inside the transaction of
+    `console.processes.release_process`; its build sandbox is left to the reaper."""
+    if not job_ids:
+        return ""
+    interrupted = SkillImage.objects.filter(job_id__in=list(job_ids), status=SkillImageStatus.BUILDING)
+    generations = list(interrupted.values_list("generation", flat=True))
+    interrupted.update(
+        status=SkillImageStatus.FAILED,
+        error="Interrupted by a restart: the console process building it stopped; the previous generation "
+        "stays in force. Run the install or uninstall again.",
+        finished=timezone.now(),
+    )
+    if not generations:
+        return ""
+    return "skill image generation(s) " + ", ".join(str(g) for g in sorted(generations)) + " failed"
 
 
 # --- Rollback and clean-up ---------------------------------------------------------------

@@ -272,7 +272,9 @@ CELERY_TASK_ACKS_LATE = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # A stable id for this console installation, stamped on every sandbox it creates so it never
-# touches sandboxes of another installation sharing the same backend account.
+# touches sandboxes of another installation sharing the same backend account. `make start`
+# generates one per var/ and keeps it in var/console-installation-id (scripts/keys.sh; the
+# development settings read it from there); a deployment sets it.
 CONSOLE_INSTALLATION_ID = os.environ.get("CONSOLE_INSTALLATION_ID", "local")
 
 # --- Logs, health and metrics (console/logs.py, console/health.py, console/metrics.py;
@@ -313,6 +315,12 @@ EGRESS_STATE_DIR = os.environ.get("EGRESS_STATE_DIR", "")
 # The egress logs (refusals, resolvers' query logs, squid's access log) rotate at this size.
 EGRESS_LOG_MAX_BYTES = int(os.environ.get("EGRESS_LOG_MAX_BYTES", 64 * 1024 * 1024))
 
+# --- Disk limits (sandboxes/backends/docker/disk.py; docs/operations.md) ------------------
+# The host folder of the size-bounded file systems (loop-mounted ext4 images) that hold Docker
+# sandboxes' /workspace and /tmp, and the bound of one template build from Debian packages.
+WORKSPACE_DISK_DIR = os.environ.get("WORKSPACE_DISK_DIR", "/var/lib/sandbox-console/disks")
+TEMPLATE_BUILD_DISK_MB = int(os.environ.get("TEMPLATE_BUILD_DISK_MB", 4096))
+
 # --- Skills (skills/archives.py; docs/skills.md) ------------------------------------------
 # Caps on one skill import. Official skills reach 83 files / 5.5 MB; defaults sit well above.
 SKILL_ARCHIVE_MAX_BYTES = int(os.environ.get("SKILL_ARCHIVE_MAX_BYTES", 20 * 1024 * 1024))
@@ -327,6 +335,12 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 
 # Periodic tasks, run by Celery beat (REDIS_URL set) or by a thread of the server.
 RUN_SCHEDULER = env_bool("RUN_SCHEDULER", True)
+# Console processes heartbeat (console/processes.py): one silent for this long, or gone from
+# this host, is dead, and what it held (exec slots, background commands, jobs) is released.
+PROCESS_HEARTBEAT_WINDOW_S = float(os.environ.get("PROCESS_HEARTBEAT_WINDOW_S", 90))
+# SIGTERM to the server (console/serve.py): the scheduler stops, the port closes, requests in
+# flight get this long to finish, then they are cut and the process exits.
+SHUTDOWN_GRACE_S = float(os.environ.get("SHUTDOWN_GRACE_S", 20))
 REAPER_GRACE_S = int(os.environ.get("REAPER_GRACE_S", 300))
 # Finished reaper and idle-sweep jobs (failed ones too) are deleted after this long.
 HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S", 86400))
@@ -372,6 +386,11 @@ ACTIVITY_SAMPLE_INTERVAL_S = float(os.environ.get("ACTIVITY_SAMPLE_INTERVAL_S", 
 ACTIVITY_MAX_GAP_S = float(os.environ.get("ACTIVITY_MAX_GAP_S", 5 * ACTIVITY_SAMPLE_INTERVAL_S))
 
 PERIODIC_TASKS: dict[str, dict[str, object]] = {
+    "process-release": {
+        "function": "console.processes.release_dead_processes",
+        "celery_task": "console.release_dead_processes",
+        "every_s": max(5.0, PROCESS_HEARTBEAT_WINDOW_S / 3),
+    },
     "egress-ingest": {
         "function": "sandboxes.network.log.ingest_refusals",
         "celery_task": "sandboxes.egress_ingest",

@@ -1,8 +1,8 @@
 """Settings for the one-command start (`make start`).
 
-`make start` generates SECRET_KEY and FIELD_ENCRYPTION_KEY once and keeps them in var/
-(scripts/start.sh); they are read from there when the environment does not set them, so
-`manage.py` run by hand uses the same keys as the running console.
+`make start` generates SECRET_KEY, FIELD_ENCRYPTION_KEY and the installation id once and
+keeps them in var/ (scripts/keys.sh); they are read from there when the environment does not
+set them, so `manage.py` run by hand uses the same ones as the running console.
 """
 
 import os
@@ -22,6 +22,7 @@ def _kept_key(name: str, default: str) -> str:
 
 SECRET_KEY = _kept_key("SECRET_KEY", SECRET_KEY)  # noqa: F405
 FIELD_ENCRYPTION_KEY = _kept_key("FIELD_ENCRYPTION_KEY", FIELD_ENCRYPTION_KEY)  # noqa: F405
+CONSOLE_INSTALLATION_ID = _kept_key("CONSOLE_INSTALLATION_ID", CONSOLE_INSTALLATION_ID)  # noqa: F405
 
 # Readable log lines at a terminal unless LOG_FORMAT says otherwise.
 LOG_FORMAT = os.environ.get("LOG_FORMAT", "text")

@@ -153,10 +153,29 @@ class NetworkCapabilities:
 
 
 @dataclass(frozen=True)
+class DiskCapabilities:
+    """Where a sandbox's disk limit (Resources.disk_mb) holds on this backend, and in words
+    what is and is not bounded. The config page shows `summary`; the rest is for tests and
+    decisions (e.g. refusing nothing, but saying exactly what is enforced)."""
+
+    workspace: bool = False  # /workspace (persistent or not) is bounded
+    tmp: bool = False  # /tmp is bounded
+    writable_layer: bool = False  # everything else the sandbox writes (its root filesystem)
+    template_builds: bool = False  # template builds run in bounded space
+    summary: str = "This backend takes no disk limit: a sandbox's disk is whatever the backend gives it."
+
+    @property
+    def any(self) -> bool:
+        return self.workspace or self.tmp or self.writable_layer
+
+
+@dataclass(frozen=True)
 class Resources:
     cpus: float | None = None
     memory_mb: int | None = None
     pids: int | None = None
+    # Disk per sandbox, in MiB: what it may write (see DiskCapabilities for where it holds).
+    disk_mb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +307,9 @@ class TemplateBuildSpec:
     debian_packages: tuple[str, ...] = ()
     script: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    # Disk of sandboxes made from the template (MiB), where the backend sets it per template
+    # (Cube's writableLayerSize); None = the backend's default.
+    disk_mb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -375,6 +397,10 @@ class Backend(abc.ABC):
     def stats(self) -> StatsCapability | None:
         return None
 
+    def disk_capabilities(self) -> DiskCapabilities:
+        """Where Resources.disk_mb holds; may ask the engine once (cached by the adapter)."""
+        return DiskCapabilities()
+
     def idles_itself(self) -> bool:
         """True when the backend pauses an idle sandbox on its own (a TTL with auto-pause set
         at create from SandboxSpec.timeout_s); the console then only reads the state back."""
@@ -447,6 +473,13 @@ class KindDescription:
     limits_processes: bool = False
     # TLS client certificates (and a CA) for a tcp:// endpoint.
     takes_tls_client_cert: bool = False
+    # A per-sandbox disk limit (a config's disk_mb, within the backend's max_disk_mb) that the
+    # adapter sends or enforces somewhere (Backend.disk_capabilities says where).
+    limits_disk: bool = False
+    # The console bounds disks with file systems of its own on the engine's host (Docker): it
+    # takes the operator's folder for them (settings.WORKSPACE_DISK_DIR) and the template
+    # build bound (settings.TEMPLATE_BUILD_DISK_MB) as options `disk_dir`, `template_build_disk_mb`.
+    takes_disk_dir: bool = False
 
     @property
     def takes_workspace_host_root(self) -> bool:

@@ -33,6 +33,7 @@ from ..backends.base import (
     Backend,
     BackendConfig,
     IdleMode,
+    Resources,
     TemplateInfo,
 )
 from ..models import PlatformBackend, SandboxConfig, TemplateRecord
@@ -73,6 +74,7 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
             **workspace_options(config),
             **protocol_options(config),
             **resolver_options(config),
+            **disk_options(config),
             # The console's own route for backends whose ports its proxy serves; with a wildcard
             # INBOUND_BASE_URL the issued URL is a host per sandbox port instead
             # (sandboxes/sessions/inbound_hosts.py), and this path stays for the token header.
@@ -92,6 +94,29 @@ def resolver_options(config: SandboxConfig) -> dict[str, str]:
         "egress_log_max_bytes": str(settings.EGRESS_LOG_MAX_BYTES),
     }
     return {key: value for key, value in options.items() if value}
+
+
+def disk_options(config: SandboxConfig) -> dict[str, str]:
+    """Kinds whose disks the console bounds on the engine's host (Docker): the operator's
+    folder for the bounded file systems and the template builds' bound (docs/operations.md)."""
+    if not describe(config.kind).takes_disk_dir:
+        return {}
+    options = {
+        "disk_dir": settings.WORKSPACE_DISK_DIR,
+        "template_build_disk_mb": str(settings.TEMPLATE_BUILD_DISK_MB),
+    }
+    return {key: value for key, value in options.items() if value}
+
+
+def sandbox_resources(config: SandboxConfig) -> Resources:
+    """What each of the config's sandboxes gets: CPUs, memory, processes, and disk where
+    its kind takes a disk limit."""
+    return Resources(
+        cpus=float(config.cpus),
+        memory_mb=config.memory_mb,
+        pids=config.pids_limit,
+        disk_mb=config.disk_mb if describe(config.kind).limits_disk else None,
+    )
 
 
 def tls_options(backend: PlatformBackend) -> dict[str, str]:

@@ -8,6 +8,7 @@ from console.jobs import JobContext, JobFailed, job_handler
 
 from ..backends.base import RemoteError, TemplateBuildSpec
 from ..models import SandboxConfig
+from .bridge import sandbox_resources
 from .services import StepResult, build_template, run_connection_test
 
 
@@ -45,6 +46,8 @@ def build_template_job(ctx: JobContext) -> dict[str, Any]:
         debian_packages=tuple(ctx.params.get("debian_packages") or ()),
         script=ctx.params.get("script", ""),
         labels={"console.template.description": ctx.params.get("description", "")},
+        # Where a backend sets the disk per template (Cube): the config's limit.
+        disk_mb=sandbox_resources(config).disk_mb,
     )
     what = "Debian packages " + ", ".join(spec.debian_packages) if spec.debian_packages else "a script"
     ctx.progress(5, f"Building template {spec.name} from {what}; this can take a few minutes.")

@@ -37,6 +37,7 @@ BACKEND_FIELDS = (
     "max_cpus",
     "max_memory_mb",
     "max_pids",
+    "max_disk_mb",
 )
 SECRET_FIELDS = ("api_key", "tls_ca", "tls_cert", "tls_key")
 # Changing these while sandboxes live would orphan them on the old account or engine.
@@ -98,6 +99,7 @@ def _check_limits_cover_configs(backend: PlatformBackend) -> None:
         configs.filter(cpus__gt=backend.max_cpus).count()
         + configs.filter(memory_mb__gt=backend.max_memory_mb).count()
         + configs.filter(pids_limit__gt=backend.max_pids).count()
+        + configs.filter(disk_mb__gt=backend.max_disk_mb).count()
     )
     if over:
         raise ServiceError(f"{over} config setting(s) on this backend are above the new limits: lower them first.")

@@ -30,13 +30,12 @@ from ..backends.base import (
     ListQuery,
     NetworkSpec,
     RemoteError,
-    Resources,
     SandboxSpec,
     TemplateBuildSpec,
     is_snapshot_id,
 )
 from ..models import IDENTITY_FIELDS, PlatformBackend, SandboxConfig, Session, TemplateRecord
-from .bridge import config_fingerprint, console_metadata, open_backend, template_owner
+from .bridge import config_fingerprint, console_metadata, open_backend, sandbox_resources, template_owner
 from .network import network_spec_for, refuse_unless_honoured
 
 # What a space admin sets; the infrastructure is the platform backend's (sandboxes.catalog.platform).
@@ -47,6 +46,7 @@ CONFIG_FIELDS = (
     "cpus",
     "memory_mb",
     "pids_limit",
+    "disk_mb",
     "idle_mode",
     "idle_timeout_s",
     "persistent_workspace",
@@ -116,6 +116,7 @@ def _check_backend_choice(space: Space, backend: PlatformBackend, data: dict[str
         ("cpus", backend.max_cpus, "CPU cores"),
         ("memory_mb", backend.max_memory_mb, "MiB"),
         ("pids_limit", backend.max_pids, "processes"),
+        ("disk_mb", backend.max_disk_mb, "MiB of disk"),
     )
     errors = {
         field: [f"at most {limit} {unit} on {backend.name}"]
@@ -186,7 +187,7 @@ def do_update_config(
 ) -> SandboxConfig:
     """Save changes. Identity fields (backend, own key) are frozen while sandboxes live."""
     _check_template_choice(data.get("default_template", config.default_template))
-    merged = {k: data.get(k, getattr(config, k)) for k in ("cpus", "memory_mb", "pids_limit")}
+    merged = {k: data.get(k, getattr(config, k)) for k in ("cpus", "memory_mb", "pids_limit", "disk_mb")}
     _check_backend_choice(config.space, data.get("backend", config.backend), merged, api_key)
     original = SandboxConfig.objects.select_related("backend").get(pk=config.pk)
     changed = [k for k in CONFIG_FIELDS if k in data and getattr(original, k) != data[k]]
@@ -334,7 +335,7 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
                 template_id=config.default_template,
                 network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
                 metadata=console_metadata(config, **{META_PURPOSE: "connection-test"}),
-                resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
+                resources=sandbox_resources(config),
                 timeout_s=120,
             )
             info = backend.create(spec)

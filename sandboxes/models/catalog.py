@@ -122,6 +122,11 @@ class PlatformBackend(models.Model):
         validators=[MinValueValidator(16), MaxValueValidator(100000)],
         help_text="The most processes a config on this backend may allow a sandbox (Docker).",
     )
+    max_disk_mb = models.PositiveIntegerField(
+        default=10240,
+        validators=[MinValueValidator(64), MaxValueValidator(4194304)],
+        help_text="The most disk (MiB) a config on this backend may give a sandbox.",
+    )
     spaces = models.ManyToManyField(
         Space, blank=True, related_name="granted_backends", help_text="The spaces that may run configs on it."
     )
@@ -176,6 +181,11 @@ class SandboxConfig(models.Model):
         default=512,
         validators=[MinValueValidator(16), MaxValueValidator(100000)],
         help_text="Processes per sandbox (Docker).",
+    )
+    disk_mb = models.PositiveIntegerField(
+        default=4096,
+        validators=[MinValueValidator(64), MaxValueValidator(4194304)],
+        help_text="Disk per sandbox in MiB: what it may write (where the backend bounds it).",
     )
     idle_mode = models.CharField(max_length=8, choices=IdleMode.choices, default=IdleMode.PAUSE)
     idle_timeout_s = models.PositiveIntegerField(

@@ -151,14 +151,16 @@ class Artifact(models.Model):
 
 
 class ExecSlot(models.Model):
-    """One exec in flight, counted against its space's concurrent-exec limit until it ends or
-    its own deadline passes (a process killed mid-exec never deletes its slot; the deadline
-    frees it). sandboxes/sessions/limits.py."""
+    """One exec in flight, counted against its space's concurrent-exec limit until it ends,
+    the process running it is found dead (`owner_process`, console/processes.py), or its own
+    deadline passes. sandboxes/sessions/limits.py."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="+")
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
     deadline = models.DateTimeField()
+    # The console.WorkerProcess running the exec (None: a slot from before processes were tracked).
+    owner_process = models.UUIDField(null=True, blank=True, db_index=True)
 
     class Meta:
         indexes = [models.Index(fields=["space", "deadline"], name="exec_slot_space_deadline")]
@@ -191,6 +193,8 @@ class BackgroundCommand(models.Model):
     status = models.CharField(max_length=16, choices=CommandStatus.choices, default=CommandStatus.RUNNING)
     exit_code = models.IntegerField(null=True, blank=True)
     owner = models.CharField(max_length=200, blank=True, help_text="host:pid of the process pumping its output.")
+    # The console.WorkerProcess pumping it: when that process dies, the command is marked lost.
+    owner_process = models.UUIDField(null=True, blank=True, db_index=True)
     started = models.DateTimeField(auto_now_add=True)
     finished = models.DateTimeField(null=True, blank=True)
 

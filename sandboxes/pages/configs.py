@@ -23,7 +23,7 @@ from console.services import ServiceError, actor_from_request
 from console.views import apply_form_errors, is_htmx, swaps
 
 from ..backends import describe
-from ..backends.base import NetworkCapabilities, RemoteError
+from ..backends.base import DiskCapabilities, NetworkCapabilities, RemoteError
 from ..catalog.bridge import open_backend
 from ..catalog.network import unsupported_policy_switches
 from ..catalog.platform import granted_backends
@@ -241,6 +241,11 @@ NETWORK_FLAGS = (
     ("allow_private", "Private exceptions"),
     ("live_update", "Live policy changes"),
 )
+DISK_FLAGS = (
+    ("workspace", "Disk: /workspace"),
+    ("tmp", "Disk: /tmp"),
+    ("writable_layer", "Disk: writable layer"),
+)
 
 
 @dataclass
@@ -250,6 +255,9 @@ class CapabilityRow:
     accessors: dict[str, bool] = field(default_factory=dict)
     network: NetworkCapabilities | None = None
     network_flags: list[tuple[str, bool]] = field(default_factory=list)
+    # Where the config's disk limit holds (DiskCapabilities.summary says it in words).
+    disk: DiskCapabilities | None = None
+    disk_flags: list[tuple[str, bool]] = field(default_factory=list)
     error: str = ""
 
 
@@ -263,6 +271,8 @@ def capability_row(config: SandboxConfig) -> CapabilityRow:
             row.accessors = {name: getattr(backend, name)() is not None for name in CAPABILITY_ACCESSORS}
             row.network = backend.network_capabilities()
             row.network_flags = [(label, getattr(row.network, attr)) for attr, label in NETWORK_FLAGS]
+            row.disk = backend.disk_capabilities()
+            row.disk_flags = [(label, getattr(row.disk, attr)) for attr, label in DISK_FLAGS]
     except RemoteError as exc:
         row.error = remote_error_message(exc)
     return row
@@ -276,7 +286,7 @@ def capability_matrix(request: HttpRequest) -> HttpResponse:
     context = {
         "rows": rows,
         "accessor_names": CAPABILITY_ACCESSORS,
-        "network_labels": [label for _, label in NETWORK_FLAGS],
+        "network_labels": [label for _, label in NETWORK_FLAGS] + [label for _, label in DISK_FLAGS],
         "section": "sandboxes",
     }
     return render(request, "sandboxes/capability_matrix.html", context)

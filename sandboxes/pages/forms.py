@@ -61,6 +61,7 @@ KIND_CONFIG_FIELDS = {
     "api_key": "takes_api_key",
     "protocol_pin": "versioned_protocol",
     "pids_limit": "limits_processes",
+    "disk_mb": "limits_disk",
 }
 # What a field the chosen kind does not take is saved as (None: left as it is).
 NEUTRAL_VALUES: dict[str, Any] = {"protocol_pin": "", "api_key": None}
@@ -74,6 +75,16 @@ def chosen_backend(space: Space, value: Any) -> PlatformBackend | None:
         return granted_backends(space).filter(pk=value).first()
     except (ValueError, TypeError, ValidationError):
         return None
+
+
+def _kept_when_empty(form: forms.ModelForm[Any], name: str) -> int:
+    """A limit added after forms were written (disk): empty keeps the stored value, or the
+    model's default for a new row, so a form posted without it still saves."""
+    value = form.cleaned_data.get(name)
+    if value is None:
+        stored = getattr(form.instance, name, None)
+        return int(stored if stored is not None else form.instance._meta.get_field(name).get_default())
+    return int(value)
 
 
 class SandboxConfigForm(ByKindForm, forms.ModelForm):
@@ -108,6 +119,7 @@ class SandboxConfigForm(ByKindForm, forms.ModelForm):
             "cpus": "CPUs",
             "memory_mb": "Memory (MB)",
             "pids_limit": "Process limit",
+            "disk_mb": "Disk (MiB)",
             "idle_mode": "When idle",
             "idle_timeout_s": "Idle timeout (seconds)",
             "persistent_workspace": "Persistent /workspace",
@@ -118,6 +130,7 @@ class SandboxConfigForm(ByKindForm, forms.ModelForm):
             "cpus": "CPU cores per sandbox, e.g. 0.5 or 2.",
             "memory_mb": "Per sandbox, in MiB (1024 = 1 GiB).",
             "pids_limit": "Most processes per sandbox.",
+            "disk_mb": "What a sandbox may write, in MiB (1024 = 1 GiB); the config page says where it holds.",
             "idle_mode": "What happens to a session's sandbox after the idle timeout.",
             "idle_timeout_s": "Without activity, from 60 (one minute) to 86400 (a day).",
             "protocol_pin": "The wire protocol to speak. Empty: detect it from the server's answers.",
@@ -138,6 +151,8 @@ class SandboxConfigForm(ByKindForm, forms.ModelForm):
         backend_field.queryset = granted_backends(space)  # type: ignore[attr-defined]
         backend_field.help_text = "Infrastructure the platform granted this space; the fields below are its kind's."
         self.show_kind_fields(describe(backend.kind) if backend else None, str(backend.pk) if backend else "")
+        if "disk_mb" in self.fields:
+            self.fields["disk_mb"].required = False  # empty keeps the stored limit
         if backend is None:
             return
         self.initial.setdefault("backend", backend.pk)
@@ -193,6 +208,9 @@ class SandboxConfigForm(ByKindForm, forms.ModelForm):
             raise forms.ValidationError("Snapshot ids (snap-…) are not templates; pick a template.")
         return template
 
+    def clean_disk_mb(self) -> int:
+        return _kept_when_empty(self, "disk_mb")
+
     def clean_api_key(self) -> str:
         # A typed secret is never rendered back, so nothing here echoes it.
         return str(self.cleaned_data.get("api_key") or "")
@@ -217,6 +235,7 @@ KIND_BACKEND_FIELDS = {
     "tls_key": "takes_tls_client_cert",
     "clear_tls": "takes_tls_client_cert",
     "max_pids": "limits_processes",
+    "max_disk_mb": "limits_disk",
 }
 # What a field the kind does not take is saved as (None: left as it is, or the default).
 BACKEND_NEUTRAL_VALUES: dict[str, Any] = {
@@ -225,6 +244,7 @@ BACKEND_NEUTRAL_VALUES: dict[str, Any] = {
     "allow_space_api_key": False,
     "workspace_host_root": "",
     "max_pids": None,
+    "max_disk_mb": None,
 }
 BACKEND_SECRETS = ("api_key", "tls_ca", "tls_cert", "tls_key")
 SECRET_LABELS = {"api_key": "API key", "tls_ca": "TLS CA", "tls_cert": "TLS client certificate", "tls_key": "TLS key"}
@@ -291,6 +311,7 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "max_cpus": "Most CPU cores per sandbox",
             "max_memory_mb": "Most memory per sandbox (MiB)",
             "max_pids": "Most processes per sandbox",
+            "max_disk_mb": "Most disk per sandbox (MiB)",
         }
         # How each source reaches the build sandbox (docs/skills.md, "The build sandbox's network").
         help_texts = {
@@ -302,6 +323,7 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "backend's (always through the SSRF guard, never with private endpoints).",
             "max_memory_mb": "The most a config on this backend may give a sandbox, in MiB (1024 = 1 GiB).",
             "max_pids": "The most processes a config on this backend may allow a sandbox.",
+            "max_disk_mb": "The most disk a config on this backend may give a sandbox, in MiB (10240 = 10 GiB).",
             "pip_index_url": "Package source for skill installs: a pip index URL (PEP 503 simple API), used when no "
             "find-links folder is set; pip never falls back to PyPI. The build sandbox then gets outbound network to "
             "its host: only to it where the backend has allow lists (E2B, Cube); all outbound on Docker.",
@@ -313,6 +335,8 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
         super().__init__(*args, **kwargs)
         described = describe(kind) if kind in BACKEND_CLASSES else None
         self.show_kind_fields(described, kind if kind is not None and described is not None else "")
+        if "max_disk_mb" in self.fields:
+            self.fields["max_disk_mb"].required = False  # empty keeps the stored limit
         if described is None:
             kinds = self.fields["kind"]
             kinds.choices = [("", "Choose a kind…"), *[c for c in kinds.choices if c[0]]]  # type: ignore[attr-defined]
@@ -331,6 +355,9 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
     def backend_data(self) -> dict[str, Any]:
         """What the services take: the kind's fields, and neutral values for the others."""
         return self.kind_data(BACKEND_FIELDS)
+
+    def clean_max_disk_mb(self) -> int:
+        return _kept_when_empty(self, "max_disk_mb")
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()

@@ -18,8 +18,9 @@ kill flag), so every process can read, write stdin and kill. Without Redis an in
 store serves the single-process embedded console only.
 
 Killing runs another exec in the sandbox (from any process) that sends TERM, then KILL, to
-the command's whole process group. A command whose pump process died (no heartbeat) is
-marked `lost` by the next reader.
+the command's whole process group. A command whose pump process died is marked `lost` by
+the next reader (no heartbeat), or when that process is found dead (`lose_commands_of`,
+answering `console.signals.process_released`), whichever comes first.
 
 Errors: `console.services.ServiceError` for bad input, `RemoteError` from the backend.
 Every call with side effects writes one audit row; input bytes are never recorded.
@@ -42,6 +43,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
+from console.processes import this_process
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..backends.base import ErrorKind, ExecRequest, PtySize, RemoteError
@@ -272,6 +274,7 @@ def start_command(
                 shell=shell or "",
                 argv=list(argv or []),
                 owner=HOLDER,
+                owner_process=this_process(),
             )
             record_audit(
                 actor,
@@ -459,6 +462,30 @@ def _finish(runtime: Runtime, session_id: Any, command_id: uuid.UUID, plumbing: 
         BackgroundCommand.objects.filter(pk=command_id, exit_code__isnull=True).update(exit_code=exit_code)
     BackgroundCommand.objects.filter(pk=command_id, finished__isnull=True).update(finished=now)
     plumbing.finish()
+
+
+def lose_commands_of(process_id: Any, **_: Any) -> str:
+    """The running commands of a dead process: marked lost (nothing pumps their output or
+    records their end any more), so they stop counting against the space's limit. Inside
+    the transaction of `console.processes.release_process`."""
+    lost = list(
+        BackgroundCommand.objects.filter(owner_process=process_id, status=CommandStatus.RUNNING).values_list(
+            "pk", flat=True
+        )
+    )
+    if not lost:
+        return ""
+    BackgroundCommand.objects.filter(pk__in=lost, status=CommandStatus.RUNNING).update(
+        status=CommandStatus.LOST, finished=timezone.now()
+    )
+
+    def finish_plumbing() -> None:
+        for command_id in lost:
+            with contextlib.suppress(Exception):  # output expiry only; the rows say lost
+                plumbing_for(command_id).finish()
+
+    transaction.on_commit(finish_plumbing)
+    return f"{len(lost)} background command(s) marked lost"
 
 
 def running_commands(session: Session, *, since: timedelta | None = None) -> list[BackgroundCommand]:

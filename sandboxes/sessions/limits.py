@@ -3,9 +3,10 @@ and rate limits").
 
 - live sessions: checked when a session is created, under a lock on the space's limits row,
   so concurrent creations never pass the quota together;
-- concurrent execs: one `ExecSlot` row per exec in flight, each with its own deadline (a
-  process killed mid-exec frees its slot when the deadline passes), counted and taken under
-  the same lock;
+- concurrent execs: one `ExecSlot` row per exec in flight, naming the process running it
+  and with its own deadline, counted and taken under the same lock; a process killed
+  mid-exec frees its slots when it is found dead (`release_slots_of`, answering
+  `console.signals.process_released`), at the latest when their deadlines pass;
 - background commands: running `BackgroundCommand` rows of the space, checked before the
   sandbox is resumed and again, authoritatively, under the lock in the transaction that
   records the new command (a start that loses the race kills its process and is refused);
@@ -23,15 +24,18 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Case, F, When
 from django.utils import timezone
 from redis.exceptions import RedisError
 
 from console.models import Space, SpaceLimits
+from console.processes import this_process
 from console.services import ServiceError
 
 from ..models import BackgroundCommand, CommandStatus, ExecSlot, Session, SessionState
@@ -105,11 +109,31 @@ def take_exec_slot(space: Space, session: Session, deadline: datetime) -> ExecSl
             "retry when one has finished.",
             retry_after_s=5,
         )
-    return ExecSlot.objects.create(space=space, session=session, deadline=deadline)
+    return ExecSlot.objects.create(space=space, session=session, deadline=deadline, owner_process=this_process())
 
 
-def release_exec_slot(slot: ExecSlot) -> None:
-    ExecSlot.objects.filter(pk=slot.pk).delete()
+def release_exec_slot(slot: ExecSlot) -> bool:
+    """Free the slot; False when it was freed already (its process was taken for dead)."""
+    deleted, _ = ExecSlot.objects.filter(pk=slot.pk).delete()
+    return bool(deleted)
+
+
+def release_slots_of(process_id: Any, **_: Any) -> str:
+    """The exec slots of a dead process: freed, and each session's count of execs in flight
+    lowered by its share, so neither the space's limit nor the idle sweep waits for execs
+    nobody runs any more. Inside the transaction of `console.processes.release_process`."""
+    # Locked, so an exec ending meanwhile cannot count itself out a second time.
+    slots = list(ExecSlot.objects.select_for_update().filter(owner_process=process_id).values_list("pk", "session_id"))
+    if not slots:
+        return ""
+    ExecSlot.objects.filter(pk__in=[pk for pk, _ in slots]).delete()
+    per_session = Counter(session_id for _, session_id in slots)
+    for session_id, count in per_session.items():
+        Session.objects.filter(pk=session_id).update(
+            execs_in_flight=Case(When(execs_in_flight__gt=count, then=F("execs_in_flight") - count), default=0),
+            exec_deadline=Case(When(execs_in_flight__gt=count, then=F("exec_deadline")), default=None),
+        )
+    return f"{sum(per_session.values())} exec slot(s) freed"
 
 
 def check_background_commands(space: Space, *, locked: bool = False) -> None:

@@ -25,6 +25,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -48,11 +49,11 @@ from ..backends.base import (
     ExecResult,
     ListQuery,
     RemoteError,
-    Resources,
     SandboxInfo,
     SandboxSpec,
     SandboxState,
 )
+from ..catalog.bridge import sandbox_resources
 from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
 from ..models import SandboxConfig, Session, SessionState
 from .limits import release_exec_slot, take_exec_slot
@@ -354,7 +355,7 @@ class Runtime:
             template_id=template.template_id,
             network=network,
             metadata={**self.session_metadata(session), META_BINDING_VERSION: str(version)},
-            resources=Resources(cpus=float(config.cpus), memory_mb=config.memory_mb, pids=config.pids_limit),
+            resources=sandbox_resources(config),
             timeout_s=config.idle_timeout_s,
             auto_pause=True,
             auto_resume=True,
@@ -452,14 +453,14 @@ class Runtime:
         try:
             yield
         finally:
-            release_exec_slot(slot)
             # Its end is activity too: the idle clock starts again from here. The last one
-            # out clears the deadline, so a long timeout does not outlive its exec.
-            rows.update(
-                execs_in_flight=Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0),
-                exec_deadline=Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline")),
-                last_activity=timezone.now(),
-            )
+            # out clears the deadline, so a long timeout does not outlive its exec. A slot
+            # released already (this process was taken for dead) was counted out then.
+            ended: dict[str, Any] = {"last_activity": timezone.now()}
+            if release_exec_slot(slot):
+                ended["execs_in_flight"] = Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0)
+                ended["exec_deadline"] = Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline"))
+            rows.update(**ended)
 
     def pause(self, session: Session, *, actor: Actor) -> SandboxInfo:
         binding = self.store.get_binding(self.keys(session)[0])

@@ -62,15 +62,23 @@ def engine() -> Iterator[Any]:
 
 def sweep_docker_leftovers(client: object, run_id: str) -> None:
     """Remove this run's containers, then images (snapshots before their parents), volumes
-    and networks."""
+    and networks, and the bounded disks (loop-mounted images) of those containers and volumes."""
     import docker
+    from django.conf import settings
+
+    from sandboxes.backends.docker.disk import LABEL_SCRATCH, VOLUME_PREFIX
+    from sandboxes.backends.docker.loopfs import LoopFs
 
     assert isinstance(client, docker.DockerClient)
     api = client.api
+    disks = Path(settings.WORKSPACE_DISK_DIR)
     for key in DOCKER_RUN_LABELS:
         selector = {"label": f"{key}={run_id}"}
         for row in api.containers(all=True, filters=selector):
             api.remove_container(row["Id"], force=True)
+            if scratch := (row.get("Labels") or {}).get(LABEL_SCRATCH):
+                with contextlib.suppress(Exception):
+                    LoopFs(disks, scratch).destroy()
     for _ in range(3):  # children first: a parent image with a child refuses removal
         rows = [row for key in DOCKER_RUN_LABELS for row in api.images(filters={"label": f"{key}={run_id}"})]
         for row in sorted(rows, key=lambda row: row["Created"], reverse=True):
@@ -81,6 +89,8 @@ def sweep_docker_leftovers(client: object, run_id: str) -> None:
     for key in DOCKER_RUN_LABELS:
         for volume in api.volumes(filters={"label": f"{key}={run_id}"}).get("Volumes") or []:
             api.remove_volume(volume["Name"], force=True)
+            with contextlib.suppress(Exception):
+                LoopFs(disks, f"{VOLUME_PREFIX}{volume['Name']}").destroy()
     # The per-space networks are named "<the run's network>-<space>".
     prefix = docker_test_network_name(run_id)
     for network in api.networks(names=[prefix]):

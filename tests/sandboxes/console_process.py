@@ -319,7 +319,9 @@ class Console:
     def start_web(self, name: str = "web") -> Process:
         port = self.web_ports.get(name) or free_port()
         self.web_ports[name] = port
-        argv = [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"]
+        # As `make start` runs it: Daphne with the bounded shutdown (console/serve.py).
+        argv = [str(VENV_BIN / "python"), "-m", "console.serve", "-b", "127.0.0.1", "-p", str(port),
+                "console.asgi:application"]  # fmt: skip
         process = Process(name, argv, self.env, self.workdir)
         process.start()
         self.processes[name] = process

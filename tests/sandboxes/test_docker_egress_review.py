@@ -183,8 +183,8 @@ def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
 ) -> None:
     import time
 
-    from sandboxes.egress.log import MAX_PER_READ, ingest_backend
     from sandboxes.models import EgressEvent
+    from sandboxes.network.log import MAX_PER_READ, ingest_backend
     from sandboxes.sessions.runtime import Runtime, backend_for
 
     # Was: ingest_backend recorded the first MAX_PER_READ refusals of a read and moved the

@@ -17,7 +17,8 @@ from django.utils import timezone
 
 import netpolicy
 from console.models import NetworkPolicy
-from netpolicy import ADDRESS_CLASSES, Domain, Treatment, parse_domain, parse_l7_rule
+from netpolicy import ADDRESS_CLASSES, Domain, Treatment, decide, parse_domain, parse_l7_rule
+from netpolicy import parse_destination as parse_target
 from sandboxes.backends.base import NetworkSpec
 from sandboxes.backends.docker.egress.dns import DnsPolicy, render_config, render_fill_config
 from sandboxes.backends.docker.egress.proxy import SpaceProxyPolicy, render_squid_conf
@@ -29,7 +30,6 @@ from sandboxes.backends.docker.egress.rules import (
     network_sets_of,
     render_update,
 )
-from sandboxes.egress.explain import decide, parse_target
 from sandboxes.models import EgressEvent, SandboxConfig, Session, SessionGrant
 from tests.factories import make_config
 
@@ -288,7 +288,6 @@ def test_another_spaces_event_under_my_space_is_404_and_changes_nothing(world: W
 
 def test_a_path_prefix_with_a_control_character_is_refused() -> None:
     # Was accepted: NUL is no whitespace; squid.conf (and PostgreSQL's jsonb) would cut it.
-    from console.network import parse_l7_rule
 
     for bad in ("/a\x00b", "/a\x07", "/a\x7f"):
         with pytest.raises(ValueError, match="control characters"):

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
@@ -81,8 +82,13 @@ def test_a_space_admin_cannot_set_any_infrastructure_field(world: World, granted
     assert PlatformBackend.objects.count() == 1
     merged = backend_config_for(config)
     assert (merged.kind, merged.endpoint, merged.allow_private_endpoints) == ("docker", "", False)
-    # Only what the console itself sets (where inbound URLs point), nothing the form carried.
-    assert merged.options == {"inbound_url": "/inbound/"}
+    # Only what the console itself sets (where inbound URLs point, the operator's folder of
+    # bounded disks), nothing the form carried.
+    assert merged.options == {
+        "inbound_url": "/inbound/",
+        "disk_dir": settings.WORKSPACE_DISK_DIR,
+        "template_build_disk_mb": str(settings.TEMPLATE_BUILD_DISK_MB),
+    }
     assert (config.workspace_host_root, config.pip_index_url, config.npm_registry_url) == ("", "", "")
 
 

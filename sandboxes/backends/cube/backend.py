@@ -63,6 +63,7 @@ from ..base import (
     SNAPSHOT_PREFIX,
     WORKSPACE,
     BackendConfig,
+    DiskCapabilities,
     ErrorKind,
     ExecRequest,
     HealthInfo,
@@ -243,6 +244,14 @@ class CubeBackend(E2BBackend):
             version = "Cube v0.5+ (snapshots, network update, L7 rules, idle pause)"
         detail = f"status {body.get('status', '?')}, {body.get('sandboxes', '?')} sandboxes; domain {self.domain}"
         return HealthInfo(ok=True, version=version, detail=detail, protocol=PROTOCOLS[generation])
+
+    def disk_capabilities(self) -> DiskCapabilities:
+        return DiskCapabilities(
+            writable_layer=True,
+            summary="Cube bounds a sandbox's disk by its template's writable layer (writableLayerSize): "
+            "templates this console builds get the config's disk limit; a sandbox from another template "
+            "has the size that template was built with.",
+        )
 
     def network_capabilities(self) -> NetworkCapabilities:
         # C-May takes allowOut/denyOut at create but reads allowPublicTraffic as the egress

@@ -64,7 +64,7 @@ class CubeTemplates(TemplatesCapability):
             # Every Cube template must run envd on 49983 (bring-your-own-image guide).
             "exposedPorts": [49983],
             "probePort": 49983,
-            "writableLayerSize": spec.labels.get("writableLayerSize", "1G"),
+            "writableLayerSize": writable_layer_size(spec),
         }
         if self.backend.known_generation() == GEN_MAY:
             # Before v0.5 the caller names the template (models CreateTemplateRequest:
@@ -131,3 +131,11 @@ def _cube_template(row: Mapping[str, Any]) -> TemplateInfo:
 
 
 translating(CubeTemplates, "list", "get", "create", "delete")
+
+
+def writable_layer_size(spec: TemplateBuildSpec) -> str:
+    """The template's disk as Cube's quantity ("1G", "1536M"): the build's disk_mb (the
+    config's disk limit), else an explicit label, else Cube's usual 1G."""
+    if spec.disk_mb:
+        return f"{spec.disk_mb // 1024}G" if spec.disk_mb % 1024 == 0 else f"{spec.disk_mb}M"
+    return spec.labels.get("writableLayerSize", "1G")

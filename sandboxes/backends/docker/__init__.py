@@ -16,5 +16,7 @@ DESCRIPTION = KindDescription(
     endpoint_rule="A Docker endpoint is empty (local socket), unix:///path, tcp://host:port or ssh://.",
     takes_dns_upstream=True,
     limits_processes=True,
+    limits_disk=True,
+    takes_disk_dir=True,
     takes_tls_client_cert=True,
 )

@@ -41,6 +41,7 @@ from ..base import (
     WORKSPACE,
     Backend,
     BackendConfig,
+    DiskCapabilities,
     ErrorKind,
     ExecRequest,
     ExecResult,
@@ -82,6 +83,7 @@ from .common import (
     _hardening,
     metadata_labels,
 )
+from .disk import DiskPlan, DockerDisk
 from .egress.component import DockerEgress, EgressSettings
 from .engine import DockerEngine
 from .files import DockerFiles
@@ -140,6 +142,7 @@ class DockerBackend(Backend):
         self.networks = DockerNetworks(self.engine, config.options.get("network", DEFAULT_NETWORK))
         self.listing = DockerListing(self.engine)
         self.outbound = DockerEgress(self.engine, self.networks, EgressSettings.from_options(config.options))
+        self.disk = DockerDisk(self)  # disk limits: bounded file systems, the layer's size
 
     # Engine connection ---------------------------------------------------------------
 
@@ -198,16 +201,21 @@ class DockerBackend(Backend):
         if self.outbound.enforces_lists():
             labels[LABEL_NETWORK] = self.networks.space_network_name(space)
         if spec.workspace_volume:
-            self._ensure_volume(spec.workspace_volume, spec.metadata)
+            self.disk.ensure_volume(spec.workspace_volume, spec.metadata, spec.resources.disk_mb)
+        disk = self.disk.plan(spec)
         try:
-            container_id = self._create_and_start(image, labels, spec, network_mode, gateway)
-        except RemoteError as exc:
-            # The space's network went away under us: its last sandbox was deleted meanwhile
-            # and took it along (see release_network). Make it again, once.
-            if exc.kind != ErrorKind.NOT_FOUND or network_mode == "none":
-                raise
-            network_mode, gateway = self._network_mode(spec.network, space)
-            container_id = self._create_and_start(image, labels, spec, network_mode, gateway)
+            try:
+                container_id = self._create_and_start(image, labels, spec, network_mode, gateway, disk)
+            except RemoteError as exc:
+                # The space's network went away under us: its last sandbox was deleted meanwhile
+                # and took it along (see release_network). Make it again, once.
+                if exc.kind != ErrorKind.NOT_FOUND or network_mode == "none":
+                    raise
+                network_mode, gateway = self._network_mode(spec.network, space)
+                container_id = self._create_and_start(image, labels, spec, network_mode, gateway, disk)
+        except BaseException:
+            disk.discard()  # no sandbox, so nothing owns its scratch
+            raise
         logger.info(
             "created sandbox %s",
             container_id,
@@ -230,9 +238,9 @@ class DockerBackend(Backend):
         return self.networks.ensure_internal_network(space), "127.0.0.1"
 
     def _create_and_start(
-        self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str
+        self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str, disk: DiskPlan
     ) -> str:
-        container_id = self._create_container(image, labels, spec, network_mode, resolver)
+        container_id = self._create_container(image, {**labels, **disk.labels}, spec, network_mode, resolver, disk)
         try:
             with _engine_call("starting the sandbox"):
                 self.api.start(container_id)
@@ -247,10 +255,25 @@ class DockerBackend(Backend):
         return container_id
 
     def _create_container(
-        self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str
+        self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str, disk: DiskPlan
+    ) -> str:
+        try:
+            return self._create_container_once(image, labels, spec, network_mode, resolver, disk)
+        except RemoteError as exc:
+            if disk.storage_opt is None or "storage-opt" not in exc.message.lower():
+                raise
+            # overlay2 on xfs without pquota: the engine refuses the layer's size; say so from now on.
+            self.disk.layer_refused()
+            disk.storage_opt = None
+            return self._create_container_once(image, labels, spec, network_mode, resolver, disk)
+
+    def _create_container_once(
+        self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str, disk: DiskPlan
     ) -> str:
         limits = spec.resources
         memory = f"{limits.memory_mb}m" if limits.memory_mb else None
+        binds = {**({spec.workspace_volume: {"bind": WORKSPACE, "mode": "rw"}} if spec.workspace_volume else {})}
+        binds.update(disk.binds)
         with _engine_call("creating the sandbox"):
             host_config = self.api.create_host_config(
                 network_mode=network_mode,
@@ -260,7 +283,8 @@ class DockerBackend(Backend):
                 nano_cpus=int(limits.cpus * 1e9) if limits.cpus else None,
                 pids_limit=limits.pids,
                 **_hardening(),
-                binds=({spec.workspace_volume: {"bind": WORKSPACE, "mode": "rw"}} if spec.workspace_volume else None),
+                binds=binds or None,
+                storage_opt=disk.storage_opt,
             )
             created = self.api.create_container(
                 image,
@@ -279,6 +303,7 @@ class DockerBackend(Backend):
             if info.state == SandboxState.PAUSED:
                 self.api.unpause(info.sandbox_id)
             elif info.state in (SandboxState.STOPPED, SandboxState.STARTING):
+                self.disk.remount(info.sandbox_id)  # after a host reboot its disks are unmounted
                 self.api.start(info.sandbox_id)
         if self.outbound.enforces_lists():
             # A restarted container may have a new address; one switched on while paused has
@@ -331,7 +356,9 @@ class DockerBackend(Backend):
             if exc.kind == ErrorKind.NOT_FOUND:
                 return
             raise
+        scratch = self.disk.scratch_of(info.sandbox_id)
         self.engine.remove_container(info.sandbox_id)
+        self.disk.release(scratch)
         if self.outbound.enforces_lists():
             self.outbound.detach(info.sandbox_id)
         self.release_network(info.metadata.get(META_SPACE, ""))
@@ -432,6 +459,7 @@ class DockerBackend(Backend):
         except RemoteError as exc:
             if exc.kind != ErrorKind.NOT_FOUND:
                 raise
+        self.disk.release_volume(name)  # its bounded file system, if it has one
 
     # Capabilities ----------------------------------------------------------------------
 
@@ -455,6 +483,9 @@ class DockerBackend(Backend):
 
     def pty(self) -> PtyCapability:
         return DockerPtys(self.engine)
+
+    def disk_capabilities(self) -> DiskCapabilities:
+        return self.disk.capabilities()
 
     def stats(self) -> StatsCapability:
         from .stats import DockerStats

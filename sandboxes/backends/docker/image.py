@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import docker
@@ -156,17 +158,22 @@ def build_rootfs_image(
     *,
     packages: Iterable[str] = (),
     labels: Mapping[str, str],
+    space: AbstractContextManager[str] | None = None,
 ) -> str:
     """mmdebstrap the base packages plus `packages` and import the result as `tag`.
 
-    Returns the image id. Needs root (mmdebstrap --mode=root) and the Debian mirror.
+    Returns the image id. Needs root (mmdebstrap --mode=root) and the Debian mirror. `space`
+    gives the folder the chroot and the tarball are written in (a size-bounded one: see
+    disk.py); by default a temporary folder.
     """
-    with tempfile.TemporaryDirectory(prefix="console-rootfs-") as workdir:
+    with space or tempfile.TemporaryDirectory(prefix="console-rootfs-") as workdir:
         tarball = Path(workdir) / "rootfs.tar"
         argv = mmdebstrap_argv([*BASE_PACKAGES, *packages], tarball)
         log.info("building %s with mmdebstrap", tag)
+        # mmdebstrap makes its chroot under TMPDIR: inside the same folder, so one bound holds both.
+        env = {**os.environ, "TMPDIR": workdir}
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False)
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S, check=False, env=env)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise ImageBuildError(f"mmdebstrap could not run: {exc}") from exc
         if done.returncode != 0:

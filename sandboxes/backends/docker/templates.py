@@ -145,7 +145,13 @@ class DockerTemplates(TemplatesCapability):
 
     def _import_packages(self, spec: TemplateBuildSpec, tag: str, labels: dict[str, str]) -> str:
         try:
-            return build_rootfs_image(self.backend.client, tag, packages=spec.debian_packages, labels=labels)
+            return build_rootfs_image(
+                self.backend.client,
+                tag,
+                packages=spec.debian_packages,
+                labels=labels,
+                space=self.backend.disk.build_space(),
+            )
         except ImageBuildError as exc:
             raise RemoteError(ErrorKind.INVALID, f"building template {spec.name}: {exc}") from exc
         except docker.errors.DockerException as exc:
@@ -158,7 +164,13 @@ class DockerTemplates(TemplatesCapability):
             container_id = api.create_container(
                 image,
                 labels=build_labels,
-                host_config=api.create_host_config(network_mode="none", dns=["127.0.0.1"], **_hardening()),
+                host_config=api.create_host_config(
+                    network_mode="none",
+                    dns=["127.0.0.1"],
+                    # Where the engine can: the build's writable layer bounded like a build's disk.
+                    storage_opt=self.backend.disk.build_storage_opt(),
+                    **_hardening(),
+                ),
             )["Id"]
         try:
             with _engine_call("starting the build container"):

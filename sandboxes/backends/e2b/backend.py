@@ -51,6 +51,7 @@ from ..base import (
     WORKSPACE,
     Backend,
     BackendConfig,
+    DiskCapabilities,
     ErrorKind,
     ExecRequest,
     HealthInfo,
@@ -224,6 +225,12 @@ class E2BBackend(E2BEnvd, Backend):
 
     # Whether an allowOut entry reaches a private address (E2B's own firewall refuses them).
     opens_private = False
+
+    def disk_capabilities(self) -> DiskCapabilities:
+        return DiskCapabilities(
+            summary="E2B takes no disk size at create: each sandbox has its template's disk (diskSizeMB, "
+            "set by the provider per template and plan); the console's limit is not sent."
+        )
 
     def network_capabilities(self) -> NetworkCapabilities:
         # E2B: allowOut takes CIDRs, IPs and domains; denyOut CIDRs and IPs only (no domain
