@@ -233,9 +233,19 @@ def dual_namespace() -> Iterator[DualNamespace]:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port free for UDP and TCP alike (dnsmasq listens on both): other suites on
+    this machine take ports too, so one free for UDP only was seen taken for TCP."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.bind(("127.0.0.1", 0))
+            port = int(udp.getsockname()[1])
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+                try:
+                    tcp.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+    raise RuntimeError("no loopback port free for both UDP and TCP")
 
 
 @contextlib.contextmanager

@@ -430,7 +430,8 @@ class DockerBackend(Backend):
             raise RemoteError(ErrorKind.NOT_FOUND, f"snapshot {snapshot_id!r} not found")
         return attrs
 
-    def _ensure_volume(self, name: str, metadata: Mapping[str, str]) -> None:
+    def ensure_volume(self, name: str, metadata: Mapping[str, str]) -> None:
+        """The workspace volume `name` made (labelled as the console's) unless it exists."""
         with _engine_call(f"volume {name}"):
             try:
                 self.api.inspect_volume(name)

@@ -228,7 +228,7 @@ class DockerDisk:
         engine's plain named volume. An existing volume is kept (a bounded one mounted and
         grown to a raised limit; one made before limits stays unbounded)."""
         if not disk_mb or self.host_problem() is not None:
-            self.backend._ensure_volume(name, metadata)
+            self.backend.ensure_volume(name, metadata)
             return
         existing = self._inspect_volume(name)
         if existing is not None:
