@@ -339,6 +339,9 @@ SPACE_LIMIT_DEFAULTS: dict[str, int] = {
     "background_commands": int(os.environ.get("SPACE_BACKGROUND_COMMANDS", 32)),
     "api_requests_per_minute": int(os.environ.get("SPACE_API_REQUESTS_PER_MINUTE", 1200)),
 }
+# API tokens in force (not revoked) a space may hold; the rate limit above counts the space's
+# requests whichever token sent them.
+API_TOKENS_PER_SPACE = int(os.environ.get("API_TOKENS_PER_SPACE", 20))
 
 # --- Retention (sandboxes/sessions/retention.py; docs/operations.md, "Retention") ---------
 # Days each kind of record is kept; 0 keeps it forever. Only finished things are deleted:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
@@ -69,12 +70,23 @@ def hash_token(token: str) -> str:
 
 
 def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiToken, str]:
-    """Create a token; the plaintext is returned once and never stored."""
+    """Create a token; the plaintext is returned once and never stored. A space holds at most
+    API_TOKENS_PER_SPACE tokens in force (revoked ones do not count)."""
     name = name.strip()
     if not name:
         raise ServiceError("Give the token a name.", field_errors={"name": ["required"]})
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    maximum = settings.API_TOKENS_PER_SPACE
     with transaction.atomic():
+        # The space row's lock makes two creations at once count each other.
+        Space.objects.select_for_update().filter(pk=space.pk).first()
+        in_force = ApiToken.objects.filter(space=space, revoked__isnull=True).count()
+        if in_force >= maximum:
+            raise ServiceError(
+                f"This space already has {in_force} API tokens in force, the most a space may hold "
+                f"({maximum}); revoke one it no longer uses first.",
+                field_errors={"name": [f"at most {maximum} tokens in force per space"]},
+            )
         token = ApiToken.objects.create(
             space=space,
             name=name[:100],
@@ -160,7 +172,7 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 if request.method not in methods:
                     raise ApiError(405, "method_not_allowed", f"Use {', '.join(methods)}.")
                 space, token = authenticate(request, space_id)
-                check_api_rate(space, str(token.pk))
+                check_api_rate(space)
                 request.api_actor = Actor(user=None, source_ip=request.META.get("REMOTE_ADDR"))  # type: ignore[attr-defined]
                 request.api_token = token  # type: ignore[attr-defined]
                 return func(request, space, **kwargs)
