@@ -27,6 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from console.models import Space
 from console.services import Actor, ServiceError, record_audit
+from console.users import HeldCredential
 
 from ..backends.base import ExecRequest, RemoteError
 from ..models import ApiToken, Artifact, BackgroundCommand, Session
@@ -105,21 +106,33 @@ def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiTo
     return token, plaintext
 
 
-def do_revoke_api_token(token: ApiToken, *, actor: Actor) -> ApiToken:
+def do_revoke_api_token(token: ApiToken, *, actor: Actor, reason: str = "") -> ApiToken:
     if token.revoked is not None:
         raise ServiceError("This token is already revoked.")
+    details = {"name": token.name, "prefix": token.prefix, **({"reason": reason} if reason else {})}
     with transaction.atomic():
         token.revoked = timezone.now()
         token.save(update_fields=["revoked"])
         record_audit(
-            actor,
-            "api_token.revoke",
-            space=token.space,
-            target_type="api_token",
-            target_id=token.id,
-            details={"name": token.name, "prefix": token.prefix},
+            actor, "api_token.revoke", space=token.space, target_type="api_token", target_id=token.id, details=details
         )
     return token
+
+
+def api_tokens_made_by(user: Any) -> list[HeldCredential]:
+    """The tokens in force `user` made, for the deactivate page (console.users)."""
+    tokens = ApiToken.objects.filter(created_by=user, revoked__isnull=True).select_related("space")
+    return [HeldCredential("API token", f"{t.name} ({t.prefix}…)", t.space.name) for t in tokens.order_by("created")]
+
+
+def revoke_api_tokens_made_by(user: Any, actor: Actor) -> int:
+    """Revoke the tokens in force `user` made, each audited, as their maker is deactivated."""
+    tokens = ApiToken.objects.select_for_update().filter(created_by=user, revoked__isnull=True).select_related("space")
+    revoked = 0
+    for token in tokens:
+        do_revoke_api_token(token, actor=actor, reason=f"{user.get_username()} was deactivated")
+        revoked += 1
+    return revoked
 
 
 def authenticate(request: HttpRequest, space_id: Any) -> tuple[Space, ApiToken]:
