@@ -65,6 +65,7 @@ from ..capabilities import (
     VolumesCapability,
 )
 from ..guard import GuardedHTTPAdapter, Resolver, check_endpoint, system_resolver
+from ..unix_socket import SCHEME, check_unix_socket
 from .common import (
     _SANDBOX_ID,
     _STATES,
@@ -159,6 +160,8 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
                 if self.config.endpoint.startswith(("tcp://", "ssh://")):
                     self._client = self._remote_client(self.config.endpoint)
                 elif self.config.endpoint:
+                    if self.config.endpoint.startswith(SCHEME):
+                        check_unix_socket(self.config.endpoint)  # a socket, never /etc/passwd
                     self._client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
                 else:
                     self._client = docker.from_env(timeout=self.api_timeout)
