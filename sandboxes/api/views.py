@@ -38,6 +38,7 @@ from ..sessions.runtime import Resolved, Runtime, SessionDeleted
 from ..sessions.store import lifecycle_lock, lock_key
 from ..sessions.store_select import get_store
 from ..sessions.workspace import (
+    FileMissing,
     SandboxNotRunning,
     collect_artifacts,
     list_files,
@@ -197,6 +198,8 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 if was_deleted(space_id, kwargs.get("key")):  # not paused: a DELETE won the race
                     return session_deleted(kwargs["key"]).response()
                 return not_running(space_id, kwargs.get("key", "")).response()
+            except FileMissing as exc:  # a path that names nothing: the caller's 404, not a backend's 502
+                return ApiError(404, "not_found", exc.message, field="path").response()
             except ServiceError as exc:
                 first_field = next(iter(exc.field_errors), None)
                 return ApiError(400, "invalid", exc.message, field=first_field).response()

@@ -1,9 +1,10 @@
 """What a unix:// endpoint may name: a socket file, as stat says, and nothing else.
 
 A platform admin's unix:// endpoint is dialled by the console's own process: a path to a
-regular file, a device or a folder (unix:///etc/passwd) is refused when the backend is saved
-(sandboxes/pages/forms.py) and again when an adapter connects, so a file that changed since
-is caught too. Imports nothing of Django.
+regular file, a device or a folder (unix:///etc/passwd), or to nothing, is refused when the
+backend is saved (sandboxes/pages/forms.py); when an adapter connects, a file that is not a
+socket is refused again (`invalid`), and a missing one is an engine not running
+(`unavailable`). Imports nothing of Django.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ def unix_socket_problem(endpoint: str) -> str | None:
 
 
 def check_unix_socket(endpoint: str) -> None:
-    """RemoteError `invalid` unless the unix:// endpoint names a socket file."""
+    """Before dialling: RemoteError `invalid` when the unix:// endpoint names a file that is not
+    a socket, `unavailable` when it names nothing (an engine that is not running has no
+    socket; it may come back, a regular file will not turn into one)."""
     if problem := unix_socket_problem(endpoint):
+        if not os.path.lexists(socket_path(endpoint)):
+            raise RemoteError(ErrorKind.UNAVAILABLE, problem)
         raise RemoteError(ErrorKind.INVALID, problem)
