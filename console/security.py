@@ -6,7 +6,8 @@ fresh nonce (`request.csp_nonce`, `{{ csp_nonce }}` in templates); a script runs
 tag carries it (`<script nonce="{{ csp_nonce }}">`, inline or not) or if such a script added
 it ('strict-dynamic': HTMX re-creating the scripts of a swapped fragment, uPlot). Styles come
 from the console's own stylesheets (no inline style attributes or `<style>` without the
-nonce; HTMX's own indicator styles are off, console.css has them); no plugins, no <base>, no
+nonce; HTMX's own indicator styles are off, console.css has them), except on the terminal
+page (`csp_inline_styles`: xterm.js writes styles of its own); no plugins, no <base>, no
 framing, forms post to the console only. A page that needs less (a response that already set
 its own policy, such as the inbound proxy's `sandbox`) keeps its own. Violations are what the
 browser tests listen for (tests/e2e/test_csp_e2e.py).
@@ -19,6 +20,7 @@ CSRF_TRUSTED_ORIGINS). Scheme, host and port are all compared; a missing Origin 
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -105,23 +107,28 @@ def client_ip(request: HttpRequest) -> str | None:
 # --- Content-Security-Policy ------------------------------------------------------------------
 
 CSP_HEADER = "Content-Security-Policy"
+ADMIN_PREFIX = "/django-admin/"  # console/urls.py mounts Django's admin here
 
 
 def new_nonce() -> str:
     return secrets.token_urlsafe(18)
 
 
-def content_security_policy(nonce: str, *, inline_style_elements: bool = False) -> str:
-    """The policy of a page whose scripts carry `nonce`. `inline_style_elements`: the page runs
-    a library that writes its own <style> elements (xterm.js sizes its cells so); its style
-    attributes stay refused."""
-    style_elements = "'self' 'unsafe-inline'" if inline_style_elements else f"'self' 'nonce-{nonce}'"
+def content_security_policy(nonce: str, *, inline_styles: bool = False, own_scripts: bool = False) -> str:
+    """The policy of a page whose scripts carry `nonce`. `inline_styles`: the page runs a
+    library that styles with <style> elements and style attributes of its own making (xterm.js
+    sizes and colours its cells so); its scripts stay as strict. `own_scripts`: Django's admin,
+    whose templates load the console's own script files without a nonce (still no inline
+    script, no eval)."""
+    scripts = "'self'" if own_scripts else f"'nonce-{nonce}' 'strict-dynamic'"
+    inline_styles = inline_styles or own_scripts
+    style_elements = "'self' 'unsafe-inline'" if inline_styles else f"'self' 'nonce-{nonce}'"
     directives = [
         "default-src 'self'",
-        f"script-src 'nonce-{nonce}' 'strict-dynamic'",
+        f"script-src {scripts}",
         f"style-src 'self' 'nonce-{nonce}'",
         f"style-src-elem {style_elements}",
-        "style-src-attr 'none'",
+        "style-src-attr 'unsafe-inline'" if inline_styles else "style-src-attr 'none'",
         "img-src 'self' data:",
         "font-src 'self'",
         "connect-src 'self'",
@@ -133,13 +140,13 @@ def content_security_policy(nonce: str, *, inline_style_elements: bool = False) 
     return "; ".join(directives)
 
 
-def csp_inline_style_elements(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """A view whose page runs a library that writes <style> elements of its own (xterm.js)."""
-    import functools
+def csp_inline_styles(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """A view whose page runs a library that writes styles of its own (xterm.js's DOM renderer:
+    <style> elements for its cell size and theme, style attributes for true colours)."""
 
     @functools.wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        request.csp_inline_style_elements = True  # type: ignore[attr-defined]
+        request.csp_inline_styles = True  # type: ignore[attr-defined]
         return view(request, *args, **kwargs)
 
     return wrapped
@@ -156,6 +163,7 @@ class ContentSecurityPolicyMiddleware:
         request.csp_nonce = nonce  # type: ignore[attr-defined]
         response = self.get_response(request)
         if CSP_HEADER not in response:
-            inline_styles = getattr(request, "csp_inline_style_elements", False)
-            response[CSP_HEADER] = content_security_policy(nonce, inline_style_elements=inline_styles)
+            inline_styles = getattr(request, "csp_inline_styles", False)
+            admin = request.path_info.startswith(ADMIN_PREFIX)
+            response[CSP_HEADER] = content_security_policy(nonce, inline_styles=inline_styles, own_scripts=admin)
         return response

@@ -78,6 +78,36 @@ def test_every_main_page_carries_the_policy_and_its_scripts_the_nonce(world: Wor
 
 
 @pytest.mark.django_db
+def test_the_terminal_page_alone_lets_xterm_write_its_styles(world: World) -> None:
+    from sandboxes.models import Session
+
+    config = make_config(world.space_a, name="term", is_default=True)
+    session = Session.objects.create(space=world.space_a, key="csp-term", config=config)
+    terminal = world.client_for("bob").get(f"/sessions/{session.id}/terminal/")
+    assert terminal.status_code == 200
+    policy = terminal[CSP_HEADER]
+    assert "style-src-attr 'unsafe-inline'" in policy
+    assert "script-src 'nonce-" in policy
+    assert "unsafe" not in policy.split("script-src")[1].split(";")[0]
+    detail = world.client_for("bob").get(session.get_absolute_url())
+    assert "style-src-attr 'none'" in detail[CSP_HEADER]
+
+
+@pytest.mark.django_db
+def test_djangos_admin_runs_its_own_script_files_and_nothing_inline(world: World) -> None:
+    from django.urls import reverse
+
+    from console.security import ADMIN_PREFIX
+
+    assert reverse("admin:index") == ADMIN_PREFIX
+    response = world.client_for("root").get(reverse("admin:index"))
+    assert response.status_code == 200
+    policy = dict(d.split(" ", 1) for d in response[CSP_HEADER].split("; "))
+    assert policy["script-src"] == "'self'"
+    assert policy["object-src"] == "'none'"
+
+
+@pytest.mark.django_db
 def test_error_pages_and_anonymous_pages_carry_it_too(world: World) -> None:
     from django.test import Client
 
@@ -101,6 +131,6 @@ def test_the_policy_allows_no_inline_script_or_style_attribute() -> None:
     assert directives["script-src"] == "'nonce-abc' 'strict-dynamic'"
     assert directives["style-src-attr"] == "'none'"
     assert "unsafe-inline" not in directives["style-src-elem"]
-    relaxed = dict(d.split(" ", 1) for d in content_security_policy("abc", inline_style_elements=True).split("; "))
-    assert relaxed["script-src"] == directives["script-src"]
-    assert relaxed["style-src-attr"] == "'none'"
+    relaxed = dict(d.split(" ", 1) for d in content_security_policy("abc", inline_styles=True).split("; "))
+    assert relaxed["script-src"] == directives["script-src"]  # scripts as strict on the terminal page
+    assert relaxed["object-src"] == "'none'"
