@@ -121,7 +121,7 @@ def test_a_response_with_a_policy_of_its_own_keeps_it() -> None:
         response[CSP_HEADER] = "sandbox"
         return response
 
-    response = ContentSecurityPolicyMiddleware(view)(RequestFactory().get("/"))  # type: ignore[arg-type]
+    response = ContentSecurityPolicyMiddleware(view)(RequestFactory().get("/"))
     assert response[CSP_HEADER] == "sandbox"
 
 
