@@ -21,6 +21,7 @@ CSRF_TRUSTED_ORIGINS). Scheme, host and port are all compared; a missing Origin 
 from __future__ import annotations
 
 import functools
+import re
 import secrets
 from collections.abc import Callable
 from typing import Any
@@ -114,7 +115,9 @@ def new_nonce() -> str:
     return secrets.token_urlsafe(18)
 
 
-def content_security_policy(nonce: str, *, inline_styles: bool = False, own_scripts: bool = False) -> str:
+def content_security_policy(
+    nonce: str, *, inline_styles: bool = False, own_scripts: bool = False, websocket_host: str = ""
+) -> str:
     """The policy of a page whose scripts carry `nonce`. `inline_styles`: the page runs a
     library that styles with <style> elements and style attributes of its own making (xterm.js
     sizes and colours its cells so); its scripts stay as strict. `own_scripts`: Django's admin,
@@ -131,7 +134,8 @@ def content_security_policy(nonce: str, *, inline_styles: bool = False, own_scri
         "style-src-attr 'unsafe-inline'" if inline_styles else "style-src-attr 'none'",
         "img-src 'self' data:",
         "font-src 'self'",
-        "connect-src 'self'",
+        # 'self' covers ws:/wss: of the same host in CSP3 browsers; named too for the others.
+        f"connect-src 'self' ws://{websocket_host} wss://{websocket_host}" if websocket_host else "connect-src 'self'",
         "object-src 'none'",
         "base-uri 'none'",
         "frame-ancestors 'none'",
@@ -152,6 +156,19 @@ def csp_inline_styles(view: Callable[..., HttpResponse]) -> Callable[..., HttpRe
     return wrapped
 
 
+def _host(request: HttpRequest) -> str:
+    """The host:port the page was asked for, when Django accepts it (the terminal's websocket
+    goes there); empty otherwise."""
+    try:
+        host = request.get_host()
+    except Exception:  # DisallowedHost: the answer is an error page, with 'self' only
+        return ""
+    return host if _PLAIN_HOST.match(host) else ""
+
+
+_PLAIN_HOST = re.compile(r"^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$")
+
+
 class ContentSecurityPolicyMiddleware:
     """Gives each request a nonce and each response the policy that goes with it."""
 
@@ -165,5 +182,7 @@ class ContentSecurityPolicyMiddleware:
         if CSP_HEADER not in response:
             inline_styles = getattr(request, "csp_inline_styles", False)
             admin = request.path_info.startswith(ADMIN_PREFIX)
-            response[CSP_HEADER] = content_security_policy(nonce, inline_styles=inline_styles, own_scripts=admin)
+            response[CSP_HEADER] = content_security_policy(
+                nonce, inline_styles=inline_styles, own_scripts=admin, websocket_host=_host(request)
+            )
         return response
