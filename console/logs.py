@@ -224,7 +224,7 @@ def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
             "django.db.backends": {"level": "INFO"},
             # Django's own defaults give these handlers of their own (a console one under DEBUG,
             # the admins' mail): none here, so every line goes through the root's filters.
-            "django": {"handlers": [], "level": "NOTSET", "propagate": True},
-            "django.server": {"handlers": [], "level": "NOTSET", "propagate": True},
+            "django": {"handlers": [], "level": "INFO", "propagate": True},
+            "django.server": {"handlers": [], "level": "INFO", "propagate": True},
         },
     }
