@@ -39,12 +39,21 @@ def test_no_template_has_what_the_policy_refuses(template: Path) -> None:
 
 @pytest.mark.django_db
 def test_every_main_page_carries_the_policy_and_its_scripts_the_nonce(world: World) -> None:
+    from sandboxes.models import Session
+
     config = make_config(world.space_a, name="pages", is_default=True)
+    session = Session.objects.create(space=world.space_a, key="csp-pages", config=config)
     client = world.client_for("root")
     pages = [
         "/",
         "/spaces/",
         f"/spaces/{world.space_a.id}/",
+        f"/spaces/{world.space_a.id}/network/",
+        f"/spaces/{world.space_a.id}/tokens/",
+        f"/spaces/{world.space_a.id}/limits/",
+        session.get_absolute_url(),
+        f"/platform/users/{world.bob.pk}/",
+        f"/platform/users/{world.bob.pk}/deactivate/",
         "/sandboxes/",
         config.get_absolute_url(),
         "/skills/",
@@ -70,6 +79,7 @@ def test_every_main_page_carries_the_policy_and_its_scripts_the_nonce(world: Wor
         for tag in scripts:
             assert f'nonce="{nonce[1]}"' in tag, (path, tag)
         assert not re.search(r"<[a-z][^>]*\sstyle\s*=", html), path
+        assert not re.search(r"<style\b", html), path
         for directive in ("object-src 'none'", "base-uri 'none'", "frame-ancestors 'none'", "'strict-dynamic'"):
             assert directive in policy
         assert "unsafe-inline" not in policy.split("style-src-elem")[0]
