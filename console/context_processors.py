@@ -34,3 +34,8 @@ def navigation(request: HttpRequest) -> dict[str, object]:
     if is_platform_admin(getattr(request, "user", None)):
         return {"nav_items": NAV_ITEMS + PLATFORM_NAV_ITEMS}
     return {"nav_items": NAV_ITEMS}
+
+
+def csp(request: HttpRequest) -> dict[str, str]:
+    """`csp_nonce`: the nonce every <script> tag carries (console.security)."""
+    return {"csp_nonce": getattr(request, "csp_nonce", "")}

@@ -8,9 +8,16 @@ of one readiness run go in parallel, each with READYZ_TIMEOUT_S; one answer serv
 caller for READYZ_CACHE_S (and callers arriving meanwhile wait for the run under way), so the
 endpoint cannot be used to hammer the backends.
 
-The answer names parts by role ("database", "backend:docker:1f2e3d4c"), and a failure by its
-kind ("timeout", "unavailable", "OperationalError"): never a message, an endpoint, a space or a
-backend's name, since it is served to anyone who can reach the console.
+Without credentials /readyz answers only `{"status": "ok"}` (200) or `{"status": "failing"}`
+(503): anyone who can reach the console may ask. A scraper allowed on /metrics (METRICS_TOKEN
+as a bearer token, or METRICS_ALLOWED_NETWORKS; console/ops_views.py) also gets the details:
+the parts by role ("database", "backend:docker:1f2e3d4c"), which are failing, and each failure
+by its kind ("timeout", "unavailable", "OperationalError") — never a message, an endpoint, a
+space or a backend's name even then.
+
+A check failing with the kind "invalid" is a configuration that waiting cannot mend (a
+backend whose unix:// endpoint is not a socket): that part is reported failing but does not
+make the console unready, so one bad backend marks only itself unavailable.
 
 `OpsEndpointsMiddleware` answers /healthz, /readyz and /metrics before any other middleware:
 probes and scrapers reach the console by an address that is not in ALLOWED_HOSTS and over
@@ -140,14 +147,19 @@ def _closing(func: Callable[[], Any]) -> Any:
         connection.close()
 
 
+# Failures that are a part's own configuration: reported, never the console's readiness.
+CONFIGURATION_ERRORS = {"invalid"}
+
+
 def _timed(name: str, check: Check, required: bool) -> CheckResult:
     started = time.perf_counter()
     try:
         _closing(check)
     except Exception as exc:
         elapsed = (time.perf_counter() - started) * 1000
-        logger.warning("readiness: %s failed", name, extra={"check": name, "error": error_name(exc)})
-        return CheckResult(name, False, elapsed, required, error_name(exc))
+        error = error_name(exc)
+        logger.warning("readiness: %s failed", name, extra={"check": name, "error": error})
+        return CheckResult(name, False, elapsed, required and error not in CONFIGURATION_ERRORS, error)
     return CheckResult(name, True, (time.perf_counter() - started) * 1000, required)
 
 
@@ -210,14 +222,16 @@ def forget_readiness() -> None:
         _cached = None
 
 
-def readiness_response() -> JsonResponse:
+def readiness_response(request: HttpRequest) -> JsonResponse:
+    """ok/failing for anyone; the parts and their failures for an allowed scraper."""
+    from .ops_views import metrics_allowed
+
     results = readiness()
     failing = [r.name for r in results if not r.ok and r.required]
-    body = {
-        "status": "unavailable" if failing else "ok",
-        "failing": failing,
-        "checks": {r.name: r.as_json() for r in sorted(results, key=lambda r: r.name)},
-    }
+    body: dict[str, Any] = {"status": "failing" if failing else "ok"}
+    if metrics_allowed(request):
+        body["failing"] = failing
+        body["checks"] = {r.name: r.as_json() for r in sorted(results, key=lambda r: r.name)}
     response = JsonResponse(body, status=503 if failing else 200)
     response["Cache-Control"] = "no-store"
     # An unready console is an answer, not an error of Django's: no "Service Unavailable"
@@ -244,7 +258,7 @@ def ops_response(request: HttpRequest) -> HttpResponse | None:
     if path in HEALTH_PATHS:
         return liveness_response()
     if path in READY_PATHS:
-        return readiness_response()
+        return readiness_response(request)
     if path in METRICS_PATHS:
         from .ops_views import metrics_response
 

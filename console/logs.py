@@ -10,6 +10,13 @@ and its lines carry the id all the same.
 
 Log what was decided (session key, sandbox id, action, duration) as `extra=` fields; never a
 token, key or password (tests/console/test_observability.py greps a whole API turn's lines).
+
+Secrets that reach a line anyway — a library logging a request path with an invitation token
+(django-axes, Django's "Not Found"), a query string with `?token=`, a URL with a password in
+it, an exception message quoting a credential — are blanked by `RedactFilter`, which
+`logging_config` puts on every handler (tests/console/test_log_redaction.py greps all the
+output of a whole flow). It rewrites the record itself (message, string `extra=` fields,
+traceback), so every handler after it sees the redacted record too.
 """
 
 from __future__ import annotations
@@ -69,6 +76,105 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+# --- Redaction ------------------------------------------------------------------------------
+
+REDACTED = "[redacted]"
+# A parameter, header or field whose name ends in one of these words carries a secret
+# ("token", "api_key", "client_secret", "new_password1", "csrfmiddlewaretoken"), as do a few
+# short names used for one-time codes (OAuth's `code`, an `invite` code, a terminal `ticket`, a `sig`).
+_SECRET_NAME = (
+    r"(?:[A-Za-z0-9_.\-]*?(?:token|secret|password|passwd|passphrase|apikey|api[_-]key|access[_-]key"  # noqa: S105
+    r"|private[_-]key|signature|credentials?|cookie)\d*|code|ticket|sig|invite|invitation|invite[_-]code)"
+)
+# name=value (query strings, key=value text), name: value, "name": "value", 'name': 'value'.
+_NAMED_VALUE = re.compile(
+    r"(?<![A-Za-z0-9_.\-])(?P<name>" + _SECRET_NAME + r")(?P<sep>[\"']?\s*[=:]\s*(?:[bu]?[\"'])?)"
+    r"(?P<value>[^\s&;,\"'<>(){}]+)",
+    re.IGNORECASE,
+)
+# Authorization header values.
+_AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic|Token)\s+(?P<value>[A-Za-z0-9._~+/=\-]{6,})", re.IGNORECASE)
+# The password of a URL's userinfo: scheme://user:password@host.
+_USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):(?P<value>[^@/\s]+)@")
+# Secrets with a shape of their own, wherever they stand: the agent API's tokens (sck_…).
+_SHAPED = re.compile(r"\b(?P<prefix>sck_)[A-Za-z0-9_\-]{8,}")
+# Paths whose next segment is a secret: the invitation link /invite/<token>/.
+SECRET_PATH_PREFIXES = ("/invite/",)
+_SECRET_SEGMENT = re.compile(
+    "(?P<prefix>" + "|".join(re.escape(p) for p in SECRET_PATH_PREFIXES) + r")(?P<value>[^/\s?#\"']+)"
+)
+
+
+def redact(text: str) -> str:
+    """`text` with every secret it shows replaced by [redacted]; idempotent."""
+    if not text:
+        return text
+    text = _SECRET_SEGMENT.sub(lambda m: m["prefix"] + REDACTED, text)
+    text = _USERINFO.sub(lambda m: f"{m['head']}:{REDACTED}@", text)
+    text = _AUTH_SCHEME.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
+    text = _SHAPED.sub(lambda m: m["prefix"] + REDACTED, text)
+    return _NAMED_VALUE.sub(lambda m: m["name"] + m["sep"] + REDACTED, text)
+
+
+_SECRET_FIELD = re.compile(r"^" + _SECRET_NAME + r"$", re.IGNORECASE)
+
+
+class RedactFilter(logging.Filter):
+    """Blanks tokens, invitation codes and passwords in a record before any handler formats
+    it: the message (with its arguments merged in), string `extra=` fields (and the whole
+    value of a field named like a secret), the traceback and the stack."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "_redacted", False):
+            return True
+        if isinstance(record.msg, dict) and not record.args:
+            record.msg = _redact_value(record.msg)
+        elif isinstance(record.msg, str) or record.args:
+            try:
+                message = record.getMessage()
+            except Exception:  # a broken format string: keep its parts, redacted
+                message = f"{record.msg} {record.args!r}"
+            record.msg, record.args = redact(message), None
+        if record.exc_info:
+            if not record.exc_text:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+            # Formatters would format the exception again from exc_info: only the text stays.
+            record.exc_info = None
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        for name, value in list(vars(record).items()):
+            if name in _STANDARD or name.startswith("_"):
+                continue
+            if _SECRET_FIELD.match(name) and value not in (None, ""):
+                setattr(record, name, REDACTED)
+            else:
+                setattr(record, name, _redact_value(value))
+        record._redacted = True
+        return True
+
+
+def _redact_value(value: Any) -> Any:
+    """A field's value with its secrets blanked: strings, dicts and lists through, numbers as
+    they are, and any other object (an HttpRequest, whose repr shows its query string) as its
+    redacted text when that text held a secret."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if isinstance(k, str) and _SECRET_FIELD.match(k) and v not in (None, "") else _redact_value(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_redact_value(v) for v in value]
+    text = str(value)
+    cleaned = redact(text)
+    return value if cleaned == text else cleaned
+
+
 # Attributes every LogRecord has; anything else on a record came from `extra=`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime", "request_id"}
 
@@ -87,6 +193,9 @@ class ReadableFormatter(logging.Formatter):
         return line
 
 
+HANDLER_FILTERS = ["request_id", "redact"]
+
+
 def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
     """The LOGGING dict settings use: `log_format` is "json" or "text"."""
     formatter: dict[str, Any]
@@ -101,11 +210,21 @@ def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"request_id": {"()": "console.logs.RequestIdFilter"}},
+        # Every handler has both filters; a handler added here must list them too.
+        "filters": {
+            "request_id": {"()": "console.logs.RequestIdFilter"},
+            "redact": {"()": "console.logs.RedactFilter"},
+        },
         "formatters": {"main": formatter},
         "handlers": {
-            "console": {"class": "logging.StreamHandler", "formatter": "main", "filters": ["request_id"]},
+            "console": {"class": "logging.StreamHandler", "formatter": "main", "filters": HANDLER_FILTERS},
         },
         "root": {"handlers": ["console"], "level": level},
-        "loggers": {"django.db.backends": {"level": "INFO"}},
+        "loggers": {
+            "django.db.backends": {"level": "INFO"},
+            # Django's own defaults give these handlers of their own (a console one under DEBUG,
+            # the admins' mail): none here, so every line goes through the root's filters.
+            "django": {"handlers": [], "level": "INFO", "propagate": True},
+            "django.server": {"handlers": [], "level": "INFO", "propagate": True},
+        },
     }

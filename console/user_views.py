@@ -21,6 +21,7 @@ from .models import Invitation
 from .services import ServiceError, actor_from_request
 from .users import (
     IssuedInvite,
+    credentials_held_by,
     do_accept_invite,
     do_create_user,
     do_deactivate_user,
@@ -136,17 +137,33 @@ def user_invite(request: HttpRequest, user_id: int) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def user_deactivate(request: HttpRequest, user_id: int) -> HttpResponse:
+    """The confirm page lists the credentials in force the user made (API tokens): they are
+    revoked with the user unless the platform admin ticks "keep them"."""
     require_platform_admin(request.user)
     subject = _user(user_id)
-    try:
-        ended = do_deactivate_user(subject, actor=actor_from_request(request))
-    except ServiceError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, f"{subject.get_username()} deactivated; {ended} login session(s) ended.")
-    return redirect("console:user_detail", user_id=subject.pk)
+    if request.method == "POST":
+        keep = request.POST.get("keep_credentials") == "on"
+        try:
+            done = do_deactivate_user(subject, actor=actor_from_request(request), keep_credentials=keep)
+        except ServiceError as exc:
+            messages.error(request, exc.message)
+        else:
+            said = f"{subject.get_username()} deactivated; {done.sessions_ended} login session(s) ended"
+            if done.credentials_revoked:
+                said += f"; {done.credentials_revoked} API token(s) revoked"
+            if done.credentials_kept:
+                said += f"; {done.credentials_kept} API token(s) kept working"
+            messages.success(request, said + ".")
+        return redirect("console:user_detail", user_id=subject.pk)
+    context = {
+        "subject": subject,
+        "credentials": credentials_held_by(subject),
+        "is_self": subject.pk == request.user.pk,
+        "section": "users",
+    }
+    return render(request, "console/user_deactivate.html", context)
 
 
 @login_required

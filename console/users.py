@@ -4,7 +4,10 @@ audit event.
 
 An invitation is a one-time link: its token is random, only its SHA-256 is stored, it works
 once and until INVITE_LINK_HOURS have passed. Deactivating a user ends their login sessions
-and (once committed) closes their terminals, as "log out everywhere" does.
+and (once committed) closes their terminals, as "log out everywhere" does, and revokes the
+credentials they made (each audited) unless the platform admin keeps them: the apps that
+issue credentials (sandboxes: the agent API's tokens) register a `CredentialSource`, since
+this app imports nothing of them.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -227,9 +231,49 @@ def do_accept_invite(token: str, *, password: str, source_ip: str | None = None)
     return user
 
 
-def do_deactivate_user(user: Any, *, actor: Actor) -> int:
+# --- Credentials a user made (revoked with them) ------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeldCredential:
+    """One credential in force that a user made, as the deactivate page lists it."""
+
+    kind: str  # "API token"
+    label: str  # its name and recognisable prefix
+    space_name: str = ""
+
+
+@dataclass(frozen=True)
+class CredentialSource:
+    """How an app lists the credentials in force a user made, and revokes them (each with its
+    own audit event, inside the caller's transaction); `revoke` returns how many went."""
+
+    held_by: Callable[[Any], list[HeldCredential]]
+    revoke: Callable[[Any, Actor], int]
+
+
+_credential_sources: dict[str, CredentialSource] = {}
+
+
+def register_credential_source(name: str, source: CredentialSource) -> None:
+    _credential_sources[name] = source
+
+
+def credentials_held_by(user: Any) -> list[HeldCredential]:
+    return [credential for source in _credential_sources.values() for credential in source.held_by(user)]
+
+
+@dataclass(frozen=True)
+class Deactivated:
+    sessions_ended: int
+    credentials_revoked: int
+    credentials_kept: int
+
+
+def do_deactivate_user(user: Any, *, actor: Actor, keep_credentials: bool = False) -> Deactivated:
     """Deactivate `user`: they cannot log in, their login sessions end and their terminals
-    close (the terminals' signals, once committed). Returns how many sessions were ended."""
+    close (the terminals' signals, once committed); the credentials they made (API tokens) are
+    revoked, each audited, unless `keep_credentials` (the agents using them keep working)."""
     if actor.user is not None and actor.user.pk == user.pk:
         raise ServiceError("You cannot deactivate yourself.")
     if not user.is_active:
@@ -243,14 +287,24 @@ def do_deactivate_user(user: Any, *, actor: Actor) -> int:
         locked.save(update_fields=["is_active"])
         Invitation.objects.filter(user=locked, used__isnull=True, revoked__isnull=True).update(revoked=timezone.now())
         ended = end_login_sessions(locked)
+        revoked = kept = 0
+        if keep_credentials:
+            kept = len(credentials_held_by(locked))
+        else:
+            revoked = sum(source.revoke(locked, actor) for source in _credential_sources.values())
         record_audit(
             actor,
             "user.deactivate",
             target_type="user",
             target_id=locked.pk,
-            details={"username": locked.get_username(), "sessions_ended": ended},
+            details={
+                "username": locked.get_username(),
+                "sessions_ended": ended,
+                "credentials_revoked": revoked,
+                "credentials_kept": kept,
+            },
         )
-    return ended
+    return Deactivated(sessions_ended=ended, credentials_revoked=revoked, credentials_kept=kept)
 
 
 def do_reactivate_user(user: Any, *, actor: Actor) -> None:

@@ -11,9 +11,10 @@ class SandboxesConfig(AppConfig):
         # committed policy change reaches running sandboxes that take it live.
         from django.core import checks
 
-        from console import health, metrics
+        from console import health, metrics, users
         from console.signals import network_policy_changed, process_released
 
+        from .api.views import api_tokens_made_by, revoke_api_tokens_made_by
         from .catalog import jobs, verify  # noqa: F401
         from .catalog.health import backend_checks
         from .network.live import on_policy_changed
@@ -33,5 +34,9 @@ class SandboxesConfig(AppConfig):
         # Readiness (console/health.py) and scrape-time series (console/metrics.py).
         health.register_checks("session_store", lambda: [("session_store", check_store, True)])
         health.register_checks("backends", backend_checks)
+        # A deactivated user's API tokens are listed on the deactivate page and revoked with it.
+        users.register_credential_source(
+            "api_tokens", users.CredentialSource(held_by=api_tokens_made_by, revoke=revoke_api_tokens_made_by)
+        )
         metrics.register_scrape_collector(gauges.SESSIONS)
         metrics.register_scrape_collector(gauges.OPEN_TERMINALS)

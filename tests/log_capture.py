@@ -10,11 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from console.logs import RequestIdFilter, logging_config
+from console.logs import RedactFilter, RequestIdFilter, logging_config
 
 
 class Captured(logging.Handler):
-    """Every record from the root logger at DEBUG, formatted as production does (JSON)."""
+    """Every record from the root logger at DEBUG, filtered and formatted as production does (JSON)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -25,6 +25,7 @@ class Captured(logging.Handler):
 
         self.setFormatter(import_string(factory)(**formatter_spec))
         self.addFilter(RequestIdFilter())
+        self.addFilter(RedactFilter())
         self.records: list[logging.LogRecord] = []
         self.lines: list[str] = []
 

@@ -283,8 +283,9 @@ ROOMS: dict[str, set[str]] = {
     # Entry points: Celery tasks and management commands call the rooms that do the work.
     "sandboxes.tasks": _NETWORK | {"sandboxes.terminal"},
     "sandboxes.management": _SESSIONS,
-    # AppConfig.ready(): registers jobs, checks, signals and getting-started steps of every room.
-    "sandboxes.apps": _NETWORK | {"sandboxes.terminal", "sandboxes.pages"},
+    # AppConfig.ready(): registers jobs, checks, signals and getting-started steps of every room
+    # (and the API tokens as credentials a deactivated user's revocation reaches).
+    "sandboxes.apps": _NETWORK | {"sandboxes.terminal", "sandboxes.pages", "sandboxes.api"},
     **{name: {"*"} for name in WIRING},  # the root: names every app's routes
 }
 
@@ -327,7 +328,8 @@ def test_rooms_import_only_the_rooms_they_may():
 CONTRACT = {"sandboxes.backends.base", "sandboxes.backends.capabilities"}
 # The policy's meaning, below every app: the contract and every adapter read it.
 POLICY = "netpolicy"
-SHARED = CONTRACT | {"sandboxes.backends.guard"}
+# The endpoint guard and the unix:// socket check: what any adapter dials through.
+SHARED = CONTRACT | {"sandboxes.backends.guard", "sandboxes.backends.unix_socket"}
 # A kind built on another's protocol: Cube serves the E2B API, so its adapter extends E2B's.
 BUILT_ON = {"cube": {"e2b"}}
 # Packages that need Django (its settings, ORM or apps) to import.

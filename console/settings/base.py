@@ -68,6 +68,8 @@ MIDDLEWARE = [
     "console.middleware.RequestIdMiddleware",
     "console.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # A nonce per request, and the strict Content-Security-Policy that names it.
+    "console.security.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -95,6 +97,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "console.context_processors.navigation",
+                "console.context_processors.csp",
             ],
         },
     }
@@ -138,6 +141,10 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 MEDIA_URL = "/media/"
 MEDIA_ROOT = VAR_DIR / "media"
+# Collected artifacts and uploads are the tenants' files: readable by the console's user only
+# (its folders 0700, its files 0600), whatever the process's umask.
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # HTMX reads the token from the page, not the cookie
@@ -355,6 +362,9 @@ SPACE_LIMIT_DEFAULTS: dict[str, int] = {
     "background_commands": int(os.environ.get("SPACE_BACKGROUND_COMMANDS", 32)),
     "api_requests_per_minute": int(os.environ.get("SPACE_API_REQUESTS_PER_MINUTE", 1200)),
 }
+# API tokens in force (not revoked) a space may hold; the rate limit above counts the space's
+# requests whichever token sent them.
+API_TOKENS_PER_SPACE = int(os.environ.get("API_TOKENS_PER_SPACE", 20))
 
 # --- Retention (sandboxes/sessions/retention.py; docs/operations.md, "Retention") ---------
 # Days each kind of record is kept; 0 keeps it forever. Only finished things are deleted:

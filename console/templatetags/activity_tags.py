@@ -25,4 +25,5 @@ def activity_charts(context: template.Context, window: str = DEFAULT_WINDOW) -> 
         "charts": charts,
         "chart_list": charts.by_id(*DASHBOARD_CHARTS),
         "only": ",".join(DASHBOARD_CHARTS),
+        "csp_nonce": context.get("csp_nonce", ""),  # its script tags carry the page's nonce
     }

@@ -391,7 +391,12 @@ PATHS: dict[str, dict[str, Any]] = {
             "Read a file of /workspace of the running sandbox (reads only: never wakes it)",
             {"200": {"description": "The bytes", "content": {"application/octet-stream": {}}}},
             query=[query_param("path", "File, relative to /workspace", required=True)],
-            errors=NOT_RUNNING,
+            errors={
+                **NOT_RUNNING,
+                "404": json_response(
+                    "Unknown space or session, or (code not_found, field path) no such file in /workspace", "Error"
+                ),
+            },
         ),
         "put": operation(
             "Write a file of /workspace as the session user",

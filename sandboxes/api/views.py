@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
@@ -26,6 +27,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from console.models import Space
 from console.services import Actor, ServiceError, record_audit
+from console.users import HeldCredential
 
 from ..backends.base import ExecRequest, RemoteError
 from ..models import ApiToken, Artifact, BackgroundCommand, Session
@@ -36,6 +38,7 @@ from ..sessions.runtime import Resolved, Runtime, SessionDeleted
 from ..sessions.store import lifecycle_lock, lock_key
 from ..sessions.store_select import get_store
 from ..sessions.workspace import (
+    FileMissing,
     SandboxNotRunning,
     collect_artifacts,
     list_files,
@@ -69,12 +72,23 @@ def hash_token(token: str) -> str:
 
 
 def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiToken, str]:
-    """Create a token; the plaintext is returned once and never stored."""
+    """Create a token; the plaintext is returned once and never stored. A space holds at most
+    API_TOKENS_PER_SPACE tokens in force (revoked ones do not count)."""
     name = name.strip()
     if not name:
         raise ServiceError("Give the token a name.", field_errors={"name": ["required"]})
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    maximum = settings.API_TOKENS_PER_SPACE
     with transaction.atomic():
+        # The space row's lock makes two creations at once count each other.
+        Space.objects.select_for_update().filter(pk=space.pk).first()
+        in_force = ApiToken.objects.filter(space=space, revoked__isnull=True).count()
+        if in_force >= maximum:
+            raise ServiceError(
+                f"This space already has {in_force} API tokens in force, the most a space may hold "
+                f"({maximum}); revoke one it no longer uses first.",
+                field_errors={"name": [f"at most {maximum} tokens in force per space"]},
+            )
         token = ApiToken.objects.create(
             space=space,
             name=name[:100],
@@ -93,21 +107,33 @@ def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiTo
     return token, plaintext
 
 
-def do_revoke_api_token(token: ApiToken, *, actor: Actor) -> ApiToken:
+def do_revoke_api_token(token: ApiToken, *, actor: Actor, reason: str = "") -> ApiToken:
     if token.revoked is not None:
         raise ServiceError("This token is already revoked.")
+    details = {"name": token.name, "prefix": token.prefix, **({"reason": reason} if reason else {})}
     with transaction.atomic():
         token.revoked = timezone.now()
         token.save(update_fields=["revoked"])
         record_audit(
-            actor,
-            "api_token.revoke",
-            space=token.space,
-            target_type="api_token",
-            target_id=token.id,
-            details={"name": token.name, "prefix": token.prefix},
+            actor, "api_token.revoke", space=token.space, target_type="api_token", target_id=token.id, details=details
         )
     return token
+
+
+def api_tokens_made_by(user: Any) -> list[HeldCredential]:
+    """The tokens in force `user` made, for the deactivate page (console.users)."""
+    tokens = ApiToken.objects.filter(created_by=user, revoked__isnull=True).select_related("space")
+    return [HeldCredential("API token", f"{t.name} ({t.prefix}…)", t.space.name) for t in tokens.order_by("created")]
+
+
+def revoke_api_tokens_made_by(user: Any, actor: Actor) -> int:
+    """Revoke the tokens in force `user` made, each audited, as their maker is deactivated."""
+    tokens = ApiToken.objects.select_for_update().filter(created_by=user, revoked__isnull=True).select_related("space")
+    revoked = 0
+    for token in tokens:
+        do_revoke_api_token(token, actor=actor, reason=f"{user.get_username()} was deactivated")
+        revoked += 1
+    return revoked
 
 
 def authenticate(request: HttpRequest, space_id: Any) -> tuple[Space, ApiToken]:
@@ -160,7 +186,7 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 if request.method not in methods:
                     raise ApiError(405, "method_not_allowed", f"Use {', '.join(methods)}.")
                 space, token = authenticate(request, space_id)
-                check_api_rate(space, str(token.pk))
+                check_api_rate(space)
                 request.api_actor = Actor(user=None, source_ip=request.META.get("REMOTE_ADDR"))  # type: ignore[attr-defined]
                 request.api_token = token  # type: ignore[attr-defined]
                 return func(request, space, **kwargs)
@@ -172,6 +198,8 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 if was_deleted(space_id, kwargs.get("key")):  # not paused: a DELETE won the race
                     return session_deleted(kwargs["key"]).response()
                 return not_running(space_id, kwargs.get("key", "")).response()
+            except FileMissing as exc:  # a path that names nothing: the caller's 404, not a backend's 502
+                return ApiError(404, "not_found", exc.message, field="path").response()
             except ServiceError as exc:
                 first_field = next(iter(exc.field_errors), None)
                 return ApiError(400, "invalid", exc.message, field=first_field).response()

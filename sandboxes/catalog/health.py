@@ -11,6 +11,7 @@ from console.crypto import decrypt
 from console.health import Check
 
 from ..backends.base import BackendConfig, ErrorKind, RemoteError
+from ..backends.unix_socket import SCHEME, check_unix_socket
 from ..models import PlatformBackend
 from .bridge import tls_options
 from .observed import build_observed
@@ -34,6 +35,10 @@ def platform_backend_config(backend: PlatformBackend) -> BackendConfig:
 
 def _health_check(config: BackendConfig) -> Check:
     def check() -> None:
+        if config.endpoint.startswith(SCHEME):
+            # Not a socket: this backend's own configuration ("invalid"), which marks it
+            # failing without making the whole console unready (console.health).
+            check_unix_socket(config.endpoint)
         backend = build_observed(config)
         try:
             health = backend.health()

@@ -15,6 +15,8 @@ from console.models import Space
 from ..backends import BACKEND_CLASSES, describe
 from ..backends.base import KindDescription, RemoteError, is_snapshot_id
 from ..backends.guard import check_endpoint
+from ..backends.unix_socket import SCHEME as UNIX_SCHEME
+from ..backends.unix_socket import unix_socket_problem
 from ..catalog.platform import BACKEND_FIELDS, granted_backends
 from ..catalog.services import CONFIG_FIELDS
 from ..models import PlatformBackend, SandboxConfig
@@ -465,7 +467,10 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
                 except (RemoteError, ValueError, UnicodeError) as exc:  # a malformed URL is a field error
                     self.add_error("sandbox_url", getattr(exc, "message", str(exc)))
         self._clean_workspace_host_root(cleaned, described)
-        if endpoint and not endpoint.startswith("unix://") and "endpoint" not in self.errors:
+        if endpoint.startswith(UNIX_SCHEME) and "endpoint" not in self.errors:
+            if problem := unix_socket_problem(endpoint):
+                self.add_error("endpoint", problem)
+        elif endpoint and "endpoint" not in self.errors:
             try:
                 check_endpoint(_guard_form(endpoint), allow_private=allow_private)
             except (RemoteError, ValueError, UnicodeError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -32,9 +33,12 @@ def token_list(request: HttpRequest, space_id: str) -> HttpResponse:
             )
         except ServiceError as exc:
             messages.error(request, exc.message)
+    tokens = list(ApiToken.objects.filter(space=space).select_related("created_by").order_by("-created"))
     context = {
         "space": space,
-        "tokens": ApiToken.objects.filter(space=space).select_related("created_by").order_by("-created"),
+        "tokens": tokens,
+        "tokens_in_force": sum(1 for t in tokens if t.revoked is None),
+        "token_limit": settings.API_TOKENS_PER_SPACE,
         "created_secret": created_secret,
         "section": "spaces",
     }

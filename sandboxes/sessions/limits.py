@@ -157,14 +157,14 @@ def check_background_commands(space: Space, *, locked: bool = False) -> None:
         )
 
 
-# --- API requests per minute, per token ------------------------------------------------------
+# --- API requests per minute, per space ------------------------------------------------------
 
 _local_windows: dict[str, tuple[int, int]] = {}
 _local_lock = threading.Lock()
 _redis: dict[str, Any] = {}
 
 
-def _count_request(token_key: str, window: int) -> int:
+def _count_request(counter: str, window: int) -> int:
     if settings.REDIS_URL:
         client = _redis.get(settings.REDIS_URL)
         if client is None:
@@ -173,34 +173,36 @@ def _count_request(token_key: str, window: int) -> int:
             client = _redis[settings.REDIS_URL] = redis.Redis.from_url(
                 settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2
             )
-        key = f"console:api-rate:{{{token_key}}}:{window}"
+        key = f"console:api-rate:{{{counter}}}:{window}"
         pipe = client.pipeline()
         pipe.incr(key)
         pipe.expire(key, WINDOW_S * 2)
         return int(pipe.execute()[0])
     with _local_lock:
-        seen_window, count = _local_windows.get(token_key, (window, 0))
+        seen_window, count = _local_windows.get(counter, (window, 0))
         count = count + 1 if seen_window == window else 1
-        _local_windows[token_key] = (window, count)
-        if len(_local_windows) > 10_000:  # forget other tokens' old windows
+        _local_windows[counter] = (window, count)
+        if len(_local_windows) > 10_000:  # forget other spaces' old windows
             for stale in [k for k, (w, _) in _local_windows.items() if w != window]:
                 del _local_windows[stale]
         return count
 
 
-def check_api_rate(space: Space, token_key: str) -> None:
-    """Count one API request of a token; refuse it past the space's per-minute limit."""
+def check_api_rate(space: Space) -> None:
+    """Count one API request of the space (whichever of its tokens sent it); refuse it past
+    the space's per-minute limit. Counted per space, not per token: a space admin may make
+    tokens (up to API_TOKENS_PER_SPACE), and each must not bring a limit of its own."""
     maximum = limits_of(space, max_age_s=LIMITS_CACHE_S)["api_requests_per_minute"]
     now = time.time()
     window = int(now // WINDOW_S)
     try:
-        count = _count_request(token_key, window)
+        count = _count_request(f"space:{space.pk}", window)
     except (OSError, RedisError):
         return  # a limiter that cannot count lets the call through rather than fail it
     if count > maximum:
         raise LimitExceeded(
             "api_requests_per_minute",
             maximum,
-            f"This API token sent more than {maximum} requests this minute, the space's limit.",
+            f"This space's API tokens sent more than {maximum} requests this minute, the space's limit.",
             retry_after_s=int((window + 1) * WINDOW_S - now) + 1,
         )

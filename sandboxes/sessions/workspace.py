@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import posixpath
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -95,12 +97,16 @@ def run_helper(
         return result.stdout
     message = result.stderr.decode(errors="replace").strip()[:500] or f"exit code {result.exit_code}"
     if result.exit_code == _MISSING:
-        raise RemoteError(ErrorKind.NOT_FOUND, message)
+        raise FileMissing(message, field_errors={"path": [message]})
     if result.exit_code == _COMMAND_NOT_FOUND:
         raise RemoteError(ErrorKind.UNSUPPORTED, "file access needs python3 in the sandbox's template")
     if result.exit_code in (_WRONG_KIND, _LINK, _DENIED, _STAGING, _BAD, _TOO_MANY):
         raise ServiceError(message, field_errors={"path": [message]})
     raise RemoteError(ErrorKind.INTERNAL, f"{op} {path}: {message}")
+
+
+class FileMissing(ServiceError):
+    """The path names nothing in /workspace (the API's 404, never a backend failure)."""
 
 
 def _json(data: bytes) -> Any:
@@ -223,6 +229,18 @@ _KIND_WORDS = {
 }
 
 
+def private_media_root() -> None:
+    """MEDIA_ROOT readable by the console's user only: new folders and files get 0700/0600
+    (FILE_UPLOAD_*_PERMISSIONS), and a root an older console made 0755 is closed too."""
+    root = Path(settings.MEDIA_ROOT)
+    try:
+        info = root.stat()
+    except FileNotFoundError:
+        return  # the storage makes it, 0700
+    if info.st_uid == os.getuid() and info.st_mode & 0o077:
+        root.chmod(0o700)
+
+
 def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> CollectResult:
     """Copy /workspace/output out to Django storage (caps, no symlinks, no traversal).
 
@@ -259,6 +277,7 @@ def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> Co
             total += size
     artifacts: list[Artifact] = []
     stored: list[Artifact] = []
+    private_media_root()
     try:
         for name, _ in picked:
             cap = settings.ARTIFACT_MAX_FILE_BYTES + 1
@@ -266,7 +285,7 @@ def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> Co
                 data = run_helper(backend, sandbox_id, "read", f"{OUTPUT}/{name}", str(cap), max_output_bytes=cap)
             except (ServiceError, RemoteError) as exc:
                 if isinstance(exc, RemoteError) and exc.kind != ErrorKind.NOT_FOUND:
-                    raise
+                    raise  # (a file gone since the listing is a FileMissing: skipped)
                 refused.append(f"{name}: changed while collecting ({exc}), skipped")
                 continue
             if len(data) > settings.ARTIFACT_MAX_FILE_BYTES:

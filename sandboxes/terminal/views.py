@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console.access import get_space_for_user, has_role
 from console.models import Role
+from console.security import csp_inline_styles
 
 from ..backends.base import RemoteError
 from ..models import Session, Terminal
@@ -42,6 +43,7 @@ def _has_pty(session: Session) -> bool:
 
 @login_required
 @require_GET
+@csp_inline_styles  # xterm.js styles its cells with <style> elements and style attributes
 def terminal_page(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_for(request.user, session_id, Role.VIEWER)
     can_open = has_role(request.user, session.space, Role.MEMBER)

@@ -44,7 +44,7 @@
   }
 
   document.getElementById("terminal-card").classList.add("terminal-live");
-  for (const button of document.querySelectorAll("#terminal-card [data-needs-js]")) button.style.display = "";
+  for (const button of document.querySelectorAll("#terminal-card [data-needs-js]")) button.hidden = false;
   el.style.background = "#000";
   const noticeEl = document.getElementById("terminal-notice");
 
@@ -91,15 +91,15 @@
 
   function showNotice(text) {
     noticeEl.textContent = text;
-    noticeEl.style.display = text ? "" : "none";
+    noticeEl.hidden = !text;
   }
 
   function setState(next, detail) {
     state = next;
     stateEl.textContent = detail ? next + ": " + detail : next;
     stateEl.dataset.state = next;
-    // The stylesheet's display for buttons beats the hidden attribute: set it directly.
-    reconnectButton.style.display = next === "closed" ? "" : "none";
+    // console.css makes [hidden] beat the stylesheet's display for buttons.
+    reconnectButton.hidden = next !== "closed";
   }
 
   function sendControl(message) {

@@ -27,12 +27,20 @@ from sandboxes.models import Session, SessionState, Terminal
 from tests.factories import make_backend, make_config, make_space, make_user
 from tests.log_capture import Captured
 
+SCRAPER_TOKEN = "readyz-scraper-token-0123456789"
+
 
 @pytest.fixture(autouse=True)
-def _fresh_readiness() -> Iterator[None]:
+def _fresh_readiness(settings: Any) -> Iterator[None]:
+    settings.METRICS_TOKEN = SCRAPER_TOKEN
     health.forget_readiness()
     yield
     health.forget_readiness()
+
+
+def readyz_details(**extra: Any) -> Any:
+    """/readyz as an allowed scraper asks it: with the metrics token, so with the details."""
+    return Client().get("/readyz", HTTP_AUTHORIZATION=f"Bearer {SCRAPER_TOKEN}", **extra)
 
 
 def closed_port() -> int:
@@ -85,7 +93,7 @@ def test_healthz_answers_without_a_login_or_an_allowed_host() -> None:
 def test_readyz_lists_every_part_with_its_latency() -> None:
     space = make_space("Tenant Zebra Corp", slug="zebra")
     engine = make_backend(space, name="Zebra's private engine")
-    answer = Client().get("/readyz", HTTP_HOST="10.1.2.3")
+    answer = readyz_details(HTTP_HOST="10.1.2.3")
     assert answer.status_code == 200, answer.content
     body = answer.json()
     name = f"backend:docker:{str(engine.id)[:8]}"
@@ -110,11 +118,11 @@ def test_readyz_is_503_naming_the_backend_that_does_not_answer_and_tells_nothing
         allow_private_endpoints=True,
         api_key="e2b_walrus_secret_key_123",
     )
-    answer = Client().get("/readyz")
+    answer = readyz_details()
     assert answer.status_code == 503
     body = answer.json()
     name = f"backend:e2b:{str(dead.id)[:8]}"
-    assert body["status"] == "unavailable"
+    assert body["status"] == "failing"
     assert body["failing"] == [name]
     assert body["checks"][name]["ok"] is False
     assert body["checks"][name]["error"]
@@ -125,7 +133,7 @@ def test_readyz_is_503_naming_the_backend_that_does_not_answer_and_tells_nothing
     # Only reported: the console stays ready, the backend's state is still shown.
     settings.READYZ_BACKENDS = "reported"
     health.forget_readiness()
-    reported = Client().get("/readyz")
+    reported = readyz_details()
     assert reported.status_code == 200
     assert reported.json()["checks"][name] == {**reported.json()["checks"][name], "ok": False, "required": False}
 
@@ -148,7 +156,7 @@ def test_readyz_checks_run_in_parallel_within_the_timeout(settings: Any) -> None
         ]
         settings.READYZ_TIMEOUT_S = 1.0
         started = time.monotonic()
-        answer = Client().get("/readyz")
+        answer = readyz_details()
         elapsed = time.monotonic() - started
         assert answer.status_code == 503
         body = answer.json()

@@ -44,6 +44,7 @@ def test_invite_a_user_who_sets_a_password_then_deactivate_them(world: World, da
     page.goto(f"{daphne_url}/platform/users/?q=dana")
     assert "active" in page.inner_text("#users")
     page.click("#users >> text=dana")
+    page.click("a >> text=Deactivate")
     page.click("button >> text=Deactivate")
     page.wait_for_selector("#user-status >> text=deactivated")
 

@@ -112,7 +112,8 @@ def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, di
 
 
 def readyz(console: Console, web: str = "web") -> tuple[int, dict[str, Any]]:
-    status, body, _ = get(f"http://127.0.0.1:{console.web_ports[web]}/readyz")
+    # With the metrics token: the details (without it, /readyz says only ok or failing).
+    status, body, _ = get(f"http://127.0.0.1:{console.web_ports[web]}/readyz", {"Authorization": f"Bearer {TOKEN}"})
     return status, json.loads(body)
 
 

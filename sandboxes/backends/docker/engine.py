@@ -22,6 +22,7 @@ from docker.constants import MINIMUM_DOCKER_API_VERSION
 
 from ..base import BackendConfig, ErrorKind, ExecRequest, ExecResult, RemoteError, SandboxInfo, SandboxState
 from ..guard import GuardedHTTPAdapter, Resolver, check_endpoint, system_resolver
+from ..unix_socket import SCHEME, check_unix_socket
 from .common import (
     _SANDBOX_ID,
     _STATES,
@@ -60,6 +61,8 @@ class DockerEngine:
                 if self.config.endpoint.startswith(("tcp://", "ssh://")):
                     self._client = self._remote_client(self.config.endpoint)
                 elif self.config.endpoint:
+                    if self.config.endpoint.startswith(SCHEME):
+                        check_unix_socket(self.config.endpoint)  # a socket, never /etc/passwd
                     self._client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
                 else:
                     self._client = docker.from_env(timeout=self.api_timeout)
