@@ -55,8 +55,9 @@ def quiet_sessions(now: datetime | None = None) -> QuerySet[Session]:
     return Session.objects.exclude(_counted(now)).exclude(_running_command()).exclude(_open_terminal())
 
 
-def busy_reason(session_pk: object, now: datetime | None = None) -> str | None:
-    """What is in flight in the session, in words; None when nothing is."""
+def busy_reason(session_pk: object, now: datetime | None = None, *, own_calls: int = 0) -> str | None:
+    """What is in flight in the session, in words; None when nothing is. `own_calls`: calls
+    the asker counted itself (an exec resolving its session) that do not count against it."""
     now = now or timezone.now()
     row = (
         Session.objects.filter(pk=session_pk)
@@ -68,8 +69,8 @@ def busy_reason(session_pk: object, now: datetime | None = None) -> str | None:
     if row is None:
         return None
     reasons = []
-    if row["counted"]:
-        n = row["counted"]
+    if row["counted"] > own_calls:
+        n = row["counted"] - own_calls
         reasons.append(f"{n} command{'s' if n != 1 else ''} or file operation{'s' if n != 1 else ''} running")
     if row["command"]:
         reasons.append("a background command running")

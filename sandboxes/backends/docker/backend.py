@@ -65,6 +65,7 @@ from ..capabilities import (
     VolumesCapability,
 )
 from ..guard import GuardedHTTPAdapter, Resolver, check_endpoint, system_resolver
+from . import repair
 from .common import (
     _SANDBOX_ID,
     _STATES,
@@ -98,7 +99,6 @@ from .image import (
 from .inbound import LABEL_TRAFFIC_TOKEN, DockerInboundNetworks, new_traffic_token
 from .listing import DockerListing
 from .networks import DockerNetworks
-from . import repair
 from .pty import DockerPtys
 from .snapshots import DockerSnapshots
 from .templates import DockerTemplates
