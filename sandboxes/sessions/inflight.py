@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, When
 from django.db.models.functions import Greatest
@@ -55,7 +56,7 @@ def quiet_sessions(now: datetime | None = None) -> QuerySet[Session]:
     return Session.objects.exclude(_counted(now)).exclude(_running_command()).exclude(_open_terminal())
 
 
-def busy_reason(session_pk: object, now: datetime | None = None, *, own_calls: int = 0) -> str | None:
+def busy_reason(session_pk: Any, now: datetime | None = None, *, own_calls: int = 0) -> str | None:
     """What is in flight in the session, in words; None when nothing is. `own_calls`: calls
     the asker counted itself (an exec resolving its session) that do not count against it."""
     now = now or timezone.now()

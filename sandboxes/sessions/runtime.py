@@ -207,19 +207,20 @@ class Runtime:
         session = get_or_create_session(space, key, config=config, actor=actor)
         return self.resolve_session(session)
 
-    def resolve_session(self, session: Session, *, own_calls: int = 0) -> Resolved:
+    def resolve_session(self, session: Session, *, own_calls: int = 0, may_rebuild: bool = True) -> Resolved:
         """Resolve, timed by path and outcome (console.metrics) and logged. `own_calls`: calls
-        the caller counted in flight itself (an exec), which a stale rebuild does not wait for."""
+        the caller counted in flight itself (an exec), which a stale rebuild does not wait for.
+        `may_rebuild=False` (opening a terminal): a stale sandbox is kept, the ticket unused."""
         with observe_resolve(session) as observed:
-            observed.resolved = self._resolve_session(session, own_calls=own_calls)
+            observed.resolved = self._resolve_session(session, own_calls=own_calls, may_rebuild=may_rebuild)
             return observed.resolved
 
-    def _resolve_session(self, session: Session, *, own_calls: int = 0) -> Resolved:
+    def _resolve_session(self, session: Session, *, own_calls: int = 0, may_rebuild: bool = True) -> Resolved:
         bkey, _, tkey = self.keys(session)
         self._touch(session)
         binding, lease = self.store.read_session(bkey, tkey)
         if binding is not None:
-            rebuild = self.rebuild_allowed(session, binding.created_at, lease)
+            rebuild = may_rebuild and self.rebuild_allowed(session, binding.created_at, lease)
             if not rebuild:
                 info = self._connect(session, binding, racing=True)
                 if info is not None and info.sandbox_id == binding.sandbox_id:
