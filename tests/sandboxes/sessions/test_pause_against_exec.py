@@ -1,0 +1,104 @@
+"""A Pause racing execs never wedges the sandbox: the one guarded pause, on the real engine.
+
+A pause loop (the UI's and the API's `Runtime.pause`) runs against an exec loop on one
+session's container, which the test owns. A pause that meets an exec in flight is refused
+(409 `session_busy`, in words); one that gets in holds the session's row, so the next exec
+waits for it and resumes the sandbox. A wedge (docker/for-linux#891) is any call that does
+not come back, an engine that no longer answers an inspect of the container, or an engine
+and a freezer cgroup that disagree at the end. The teardown thaws the freezer whatever
+happened, so a wedge here never hangs the engine for the other tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from console.services import Actor
+from sandboxes.backends.base import ExecRequest, RemoteError
+from sandboxes.backends.docker.repair import FROZEN, THAWED
+from sandboxes.models import SandboxConfig, Session
+from sandboxes.sessions.runtime import Runtime, SessionBusy
+from tests.personas import World
+from tests.sandboxes.sessions.pause_support import Loop, freezer, thaw_quietly
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
+
+KEY = "pause-against-exec"
+PAUSES = 20  # successful pauses with the exec loop running: the rounds of the figure
+DEADLINE_S = 90
+
+
+@pytest.fixture
+def owned_session(world: World, session_config: SandboxConfig) -> Iterator[Session]:
+    resolved = Runtime().resolve(world.space_a, KEY)
+    sandbox_id = resolved.sandbox.sandbox_id
+    try:
+        yield Session.objects.select_related("config", "space").get(pk=resolved.session.pk)
+    finally:
+        thaw_quietly(sandbox_id)
+
+
+def _pause_call(session_pk: object) -> tuple[int, str]:
+    session = Session.objects.select_related("config", "space").get(pk=session_pk)
+    try:
+        Runtime().pause(session, actor=Actor(user=None))
+    except SessionBusy as exc:
+        assert "busy" in exc.message and "not paused" in exc.message
+        return (409, "session_busy")
+    except RemoteError as exc:
+        return (502, f"{exc.kind}: {exc.message[:80]}")
+    time.sleep(0.02)  # paused a moment, as a member's Pause stays
+    return (200, "paused")
+
+
+def _exec_call(session_pk: object) -> tuple[int, str]:
+    session = Session.objects.select_related("config", "space").get(pk=session_pk)
+    try:
+        result = Runtime().exec(session, ExecRequest(argv=("true",), timeout_s=10))
+    except RemoteError as exc:
+        return (409 if exc.kind == "conflict" else 502, getattr(exc, "code", str(exc.kind)))
+    return (200, f"exit {result.exit_code}")
+
+
+def test_a_pause_loop_against_an_exec_loop_never_wedges_the_sandbox(owned_session: Session) -> None:
+    session = owned_session
+    sandbox_id = session.sandbox_id
+    execs = Loop("execs", lambda: _exec_call(session.pk)).start()
+    pauses = Loop("pauses", lambda: _pause_call(session.pk))
+    time.sleep(0.3)
+    pauses.start()
+    deadline = time.monotonic() + DEADLINE_S
+    while pauses.seen[(200, "paused")] < PAUSES and time.monotonic() < deadline and pauses.thread.is_alive():
+        time.sleep(0.2)
+    pauses_back = pauses.join(30)
+    execs_back = execs.join(30)
+    engine = docker.APIClient(timeout=10)
+    try:
+        inspected = engine.inspect_container(sandbox_id)["State"]
+        inspect_answers = True
+    except Exception:
+        inspected, inspect_answers = {}, False
+    cgroup = freezer(sandbox_id).state()
+    agree = (inspected.get("Paused") and cgroup == FROZEN) or (not inspected.get("Paused") and cgroup == THAWED)
+    wedges = sum([not pauses_back, not execs_back, not inspect_answers, not agree])
+    figures = {
+        "pauses": dict(pauses.seen),
+        "execs": dict(execs.seen),
+        "slowest_pause_s": round(pauses.slowest, 2),
+        "slowest_exec_s": round(execs.slowest, 2),
+        "wedges": wedges,
+    }
+    print(f"pause-vs-exec: wedges {wedges} in {pauses.seen[(200, 'paused')]} pauses; {figures}")
+    assert wedges == 0, figures
+    assert pauses.seen[(200, "paused")] >= PAUSES, figures
+    assert pauses.seen[(409, "session_busy")] > 0, figures  # the guard did meet execs in flight
+    assert set(pauses.seen) <= {(200, "paused"), (409, "session_busy")}, figures
+    assert set(execs.seen) == {(200, "exit 0")}, figures  # every exec ran, none cut or failed
+    assert pauses.slowest < 25 and execs.slowest < 25, figures  # bounded, far below a client's patience
+    # And the session still works afterwards.
+    fresh = Session.objects.select_related("config", "space").get(pk=session.pk)
+    assert Runtime().exec(fresh, ExecRequest(argv=("echo", "alive"), timeout_s=10)).stdout == b"alive\n"
