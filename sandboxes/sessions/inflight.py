@@ -81,10 +81,12 @@ def busy_reason(session_pk: Any, now: datetime | None = None, *, own_calls: int 
 
 
 @contextlib.contextmanager
-def in_flight(session: Session, timeout_s: float | None = None) -> Iterator[None]:
+def in_flight(session: Session, timeout_s: float | None = None, *, activity: bool = True) -> Iterator[None]:
     """Count one call on the session's row for its duration (see the module docstring).
 
     A call that starts while a guarded pause holds the row waits here until the pause is done.
+    `activity=False` (a read that may not wake the session): its end does not restart the
+    session's idle clock.
     """
     now = timezone.now()
     until = now + timedelta(seconds=timeout_s or SHORT_CALL_S) + GRACE
@@ -101,8 +103,9 @@ def in_flight(session: Session, timeout_s: float | None = None) -> Iterator[None
     finally:
         # Its end is activity too: the idle clock starts again from here. The last one out
         # clears the deadline, so a long timeout does not outlive its call.
+        ended: dict[str, object] = {"last_activity": timezone.now()} if activity else {}
         rows.update(
             execs_in_flight=Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0),
             exec_deadline=Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline")),
-            last_activity=timezone.now(),
+            **ended,
         )
