@@ -81,9 +81,7 @@ def test_an_exec_on_a_container_paused_by_the_engine_but_running_repairs_it(agen
     assert Session.objects.get(key=KEY).sandbox_id == sandbox_id  # mended in place, not rebuilt
 
 
-def test_an_exec_on_a_frozen_container_the_engine_calls_running_answers_in_words(
-    agent: Agent, sandbox_id: str
-) -> None:
+def test_an_exec_on_a_frozen_container_the_engine_calls_running_answers_in_words(agent: Agent, sandbox_id: str) -> None:
     running_by_engine_frozen_by_runc(sandbox_id)
     answers = []
     for _ in range(3):
