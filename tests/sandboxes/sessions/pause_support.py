@@ -4,6 +4,7 @@ to put it into the state docker/for-linux#891 leaves behind)."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import Counter
@@ -26,10 +27,8 @@ def thaw_quietly(container_id: str) -> None:
     """Teardown: whatever a test left frozen is thawed, so the engine never hangs on it."""
     found = Freezer.find(container_id)
     if found is not None and Path(found.path).exists():
-        try:
+        with contextlib.suppress(OSError):
             found.thaw()
-        except OSError:
-            pass
 
 
 def answer_of(response: Any) -> tuple[int, str]:

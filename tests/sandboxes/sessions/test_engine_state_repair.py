@@ -67,7 +67,8 @@ def running_by_engine_frozen_by_runc(container: str) -> None:
         if cgroup.state() == FROZEN:
             break
         time.sleep(0.05)
-    assert engine_state(container)["Running"] is True and engine_state(container)["Paused"] is False
+    assert engine_state(container)["Running"] is True
+    assert engine_state(container)["Paused"] is False
 
 
 def test_an_exec_on_a_container_paused_by_the_engine_but_running_repairs_it(agent: Agent, sandbox_id: str) -> None:
@@ -76,7 +77,8 @@ def test_an_exec_on_a_container_paused_by_the_engine_but_running_repairs_it(agen
     assert ran.status_code == 200, ran.content
     assert ran.json()["stdout"] == "mended\n"
     state = engine_state(sandbox_id)
-    assert state["Running"] is True and state["Paused"] is False
+    assert state["Running"] is True
+    assert state["Paused"] is False
     assert freezer(sandbox_id).state() == THAWED
     assert Session.objects.get(key=KEY).sandbox_id == sandbox_id  # mended in place, not rebuilt
 
@@ -108,7 +110,8 @@ def test_the_reapers_pass_repairs_a_container_nobody_calls(
     report = reap_config(session_config, Runtime().store, grace=timedelta(hours=1))
     assert [entry.split(":")[0] for entry in report.repaired] == [sandbox_id], report.as_json()
     state = engine_state(sandbox_id)
-    assert state["Paused"] is False and state["Running"] is True
+    assert state["Paused"] is False
+    assert state["Running"] is True
     assert freezer(sandbox_id).state() == THAWED
     # The other way round as well.
     running_by_engine_frozen_by_runc(sandbox_id)
@@ -119,4 +122,5 @@ def test_the_reapers_pass_repairs_a_container_nobody_calls(
     docker.APIClient(timeout=10).pause(sandbox_id)
     report = reap_config(session_config, Runtime().store, grace=timedelta(hours=1))
     assert report.repaired == [], report.as_json()
-    assert engine_state(sandbox_id)["Paused"] is True and freezer(sandbox_id).state() == FROZEN
+    assert engine_state(sandbox_id)["Paused"] is True
+    assert freezer(sandbox_id).state() == FROZEN

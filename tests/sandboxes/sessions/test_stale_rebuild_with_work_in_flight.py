@@ -84,7 +84,8 @@ def test_a_stale_rebuild_is_deferred_while_another_clients_exec_runs(
     thread.join(30)
     result = out["response"]
     assert result.status_code == 200, result.content
-    assert result.json()["exit_code"] == 0 and result.json()["stdout"] == "done\n"
+    assert result.json()["exit_code"] == 0
+    assert result.json()["stdout"] == "done\n"
     # The next turn, with nothing in flight, rebuilds it.
     two.post("turns/end", key=KEY)
     assert two.post("turns/begin", key=KEY).status_code == 200

@@ -35,7 +35,8 @@ def stale_paused(world: World, session_config: SandboxConfig) -> Session:
     session.refresh_from_db()
     runtime.pause(session, actor=Actor(user=world.alice))
     session.refresh_from_db()
-    assert session.is_stale and session.state == "paused"
+    assert session.is_stale
+    assert session.state == "paused"
     return session
 
 
@@ -45,16 +46,20 @@ def test_the_terminal_page_of_a_stale_session_asks_before_anything_opens(world: 
     url = reverse("sandboxes:terminal_page", kwargs={"session_id": stale_paused.id})
     page = client.get(url).content.decode()
     assert 'id="terminal-stale-question"' in page
-    assert 'id="terminal-rebuild-now"' in page and 'id="terminal-open-as-is"' in page
-    assert "js/terminal.js" not in page and 'id="terminal"' not in page  # nothing opens by itself
+    assert 'id="terminal-rebuild-now"' in page
+    assert 'id="terminal-open-as-is"' in page
+    assert "js/terminal.js" not in page
+    assert 'id="terminal"' not in page
     as_is = client.get(url, {"as_is": "1"}).content.decode()
-    assert 'id="terminal-stale-question"' not in as_is and "js/terminal.js" in as_is
+    assert 'id="terminal-stale-question"' not in as_is
+    assert "js/terminal.js" in as_is
     # Rebuild now rebuilds, then comes back to the terminal page.
     answer = client.post(
         reverse("sandboxes:session_action", kwargs={"session_id": stale_paused.id, "action": "rebuild"}),
         {"next": "terminal"},
     )
-    assert answer.status_code == 302 and answer["Location"] == url
+    assert answer.status_code == 302
+    assert answer["Location"] == url
     stale_paused.refresh_from_db()
     assert not stale_paused.is_stale
 
