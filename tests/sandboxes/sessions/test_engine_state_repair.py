@@ -116,7 +116,8 @@ def test_the_reapers_pass_repairs_a_container_nobody_calls(
     # The other way round as well.
     running_by_engine_frozen_by_runc(sandbox_id)
     report = reap_config(session_config, Runtime().store, grace=timedelta(hours=1))
-    assert len(report.repaired) == 1 and "thawed" in report.repaired[0], report.as_json()
+    assert len(report.repaired) == 1, report.as_json()
+    assert "thawed" in report.repaired[0], report.as_json()
     assert freezer(sandbox_id).state() == THAWED
     # A container that is simply paused (both agree) is left alone.
     docker.APIClient(timeout=10).pause(sandbox_id)
