@@ -98,9 +98,10 @@ PAUSE_LOCK_WAIT_S = 5.0
 
 
 def sandbox_or_none(backend: Backend, sandbox_id: str) -> SandboxInfo | None:
-    """`backend.get(sandbox_id)`, or None when the backend says it is not there (any more)."""
+    """`backend.get(sandbox_id)`, or None when the backend says it is not there (any more).
+    Bounded by SESSION_ENGINE_TIMEOUT_S: a state read never holds a worker longer."""
     try:
-        return backend.get(sandbox_id)
+        return backend.get(sandbox_id, timeout_s=settings.SESSION_ENGINE_TIMEOUT_S)
     except RemoteError as exc:
         if exc.kind in GONE_KINDS:
             return None
