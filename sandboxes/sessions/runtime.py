@@ -270,7 +270,8 @@ class Runtime:
         except RemoteError as exc:
             if exc.kind in GONE_KINDS:
                 return None
-            if exc.kind not in RACE_KINDS or isinstance(exc, SessionConflict):
+            # An engine that cannot be reached is no race: it answers 503 as it came.
+            if exc.kind not in RACE_KINDS or exc.kind == ErrorKind.UNAVAILABLE or isinstance(exc, SessionConflict):
                 raise
             first = exc
         if racing:
@@ -282,6 +283,8 @@ class Runtime:
             if exc.kind in GONE_KINDS:
                 return None
             self._refresh_or_deleted(session, ["state"])
+            if exc.kind not in (ErrorKind.CONFLICT, ErrorKind.INTERNAL):
+                raise  # a timeout or an engine gone: said as such (504, 503)
             raise SessionNotRunning(
                 f"Session {session.key!r}: its sandbox could not be resumed ({first.message})"
                 + (f"; it was found in a broken state and {repaired}" if repaired else "")
@@ -547,7 +550,8 @@ class Runtime:
                 raise
             except RemoteError as exc:
                 raise self._explain(session, backend, sandbox_id, exc) from exc
-            if result.exit_code is None or result.exit_code < 0 or result.exit_code >= 128:
+            killed = result.exit_code is None or result.exit_code < 0 or result.exit_code >= 128
+            if killed and not result.timed_out:
                 # Killed by a signal: by its own doing, or because its sandbox went under it.
                 gone = self._replaced(session, backend, sandbox_id)
                 if gone is not None:

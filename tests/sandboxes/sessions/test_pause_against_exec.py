@@ -116,3 +116,31 @@ def test_a_pause_loop_against_an_exec_loop_never_wedges_the_sandbox(owned_sessio
     # And the session still works afterwards.
     fresh = Session.objects.select_related("config", "space").get(pk=session.pk)
     assert Runtime().exec(fresh, ExecRequest(argv=("echo", "alive"), timeout_s=10)).stdout == b"alive\n"
+
+
+def test_a_members_pause_during_an_exec_is_refused_in_words(owned_session: Session, world: World) -> None:
+    from django.test import Client
+    from django.urls import reverse
+
+    session = owned_session
+    execs = Loop("one exec", lambda: _exec_call_of(session.pk, "sleep 3"), rounds=1).start()
+    for _ in range(100):
+        session.refresh_from_db()
+        if session.execs_in_flight:
+            break
+        time.sleep(0.05)
+    client = Client()
+    client.force_login(world.bob)
+    url = reverse("sandboxes:session_action", kwargs={"session_id": session.id, "action": "pause"})
+    page = client.post(url, follow=True).content.decode()
+    assert "is busy (1 command or file operation running); it was not paused." in page
+    assert "The backend said" not in page
+    assert execs.join(30)
+    assert execs.seen == {(200, "exit 0"): 1}
+    assert docker.APIClient(timeout=10).inspect_container(session.sandbox_id)["State"]["Paused"] is False
+
+
+def _exec_call_of(session_pk: Any, shell: str) -> tuple[int, str]:
+    session = Session.objects.select_related("config", "space").get(pk=session_pk)
+    result = Runtime().exec(session, ExecRequest(shell=shell, timeout_s=10))
+    return (200, f"exit {result.exit_code}")
