@@ -620,6 +620,9 @@ class Runtime:
         """
         bkey, lkey, _ = self.keys(session)
         backend = backend_for(session.config)
+        reason = busy_reason(session.pk)
+        if reason is not None:  # refused before the lock: busy sessions do not crowd it
+            raise self._busy(session, reason)
         try:
             with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms, wait_s=lock_wait_s) as held:
                 held.check()
@@ -634,11 +637,7 @@ class Runtime:
                     # until the engine has answered; a call counting itself in flight waits.
                     if not rows.update(last_activity=F("last_activity")):
                         self._refresh_or_deleted(session, ["state"])
-                        reason = busy_reason(session.pk) or "its activity moved on"
-                        raise SessionBusy(
-                            f"Session {session.key!r} is busy ({reason}); it was not paused."
-                            " Pause it once that work is done (the idle sweep pauses it when it is quiet)."
-                        )
+                        raise self._busy(session, busy_reason(session.pk) or "its activity moved on")
                     info = self._engine_pause(session, backend, binding.sandbox_id)
                     state = SessionState.STOPPED if info.state == SandboxState.STOPPED else SessionState.PAUSED
                     Session.objects.filter(pk=session.pk).update(state=state)
@@ -656,6 +655,13 @@ class Runtime:
             ) from None
         session.state = state
         return info
+
+    @staticmethod
+    def _busy(session: Session, reason: str) -> SessionBusy:
+        return SessionBusy(
+            f"Session {session.key!r} is busy ({reason}); it was not paused."
+            " Pause it once that work is done (the idle sweep pauses it when it is quiet)."
+        )
 
     def _engine_pause(self, session: Session, backend: Backend, sandbox_id: str) -> SandboxInfo:
         try:

@@ -50,7 +50,7 @@ def _pause_call(session_pk: Any) -> tuple[int, str]:
     try:
         Runtime().pause(session, actor=Actor(user=None))
     except SessionBusy as exc:
-        worded = "busy" in exc.message and "not paused" in exc.message
+        worded = "right now" in exc.message or ("is busy" in exc.message and "not paused" in exc.message)
         return (409, "session_busy" if worded else f"session_busy without words: {exc.message}")
     except RemoteError as exc:
         return (502, f"{exc.kind}: {exc.message[:80]}")
