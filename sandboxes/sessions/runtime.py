@@ -553,7 +553,7 @@ class Runtime:
             killed = result.exit_code is None or result.exit_code < 0 or result.exit_code >= 128
             if killed and not result.timed_out:
                 # Killed by a signal: by its own doing, or because its sandbox went under it.
-                gone = self._replaced(session, backend, sandbox_id)
+                gone = self._replaced_or_none(session, backend, sandbox_id)
                 if gone is not None:
                     raise gone
             return result
@@ -570,16 +570,30 @@ class Runtime:
             "(a rebuild or a delete), so the command was cut short. Its result is lost; run it again.",
         )
 
+    def _replaced_or_none(self, session: Session, backend: Backend, sandbox_id: str) -> RemoteError | None:
+        """`_replaced`, or None when the engine cannot tell now (the result stands as it came)."""
+        try:
+            return self._replaced(session, backend, sandbox_id)
+        except SessionDeleted:
+            raise
+        except RemoteError:
+            return None
+
     def _explain(self, session: Session, backend: Backend, sandbox_id: str, exc: RemoteError) -> RemoteError:
         """A failed call on the session's sandbox, in words when a pause, a rebuild or a delete
         raced it or the engine disagreed with itself; else the failure as it came."""
         if exc.kind not in GONE_KINDS and exc.kind not in RACE_KINDS:
             return exc
-        gone = self._replaced(session, backend, sandbox_id)
-        if gone is not None:
-            return gone
-        repaired = self._repair_quietly(backend, sandbox_id) if exc.kind != ErrorKind.NOT_FOUND else None
-        info = sandbox_or_none(backend, sandbox_id)
+        try:
+            gone = self._replaced(session, backend, sandbox_id)
+            if gone is not None:
+                return gone
+            repaired = self._repair_quietly(backend, sandbox_id) if exc.kind != ErrorKind.NOT_FOUND else None
+            info = sandbox_or_none(backend, sandbox_id)
+        except SessionDeleted:
+            raise
+        except RemoteError:
+            return exc  # the engine cannot tell now (unreachable, say): the failure as it came
         if repaired or info is None or info.state != SandboxState.RUNNING:
             state = "repaired: " + repaired if repaired else (str(info.state) if info else "gone")
             return SessionNotRunning(
