@@ -466,3 +466,10 @@ TERMINAL_KEEP_SHELLS = os.environ.get("TERMINAL_KEEP_SHELLS", "1") != "0"
 # Skill installs: folders of wheels (one per name) that configs may name as an offline pip
 # source; only folders under this root can be copied into build sandboxes.
 SKILL_PACKAGE_SOURCES_ROOT = Path(os.environ.get("SKILL_PACKAGE_SOURCES_ROOT", VAR_DIR / "package-sources"))
+
+# --- Session engine calls (sandboxes/sessions/runtime.py; docs/operations.md) --------------
+# The longest a pause or a state read waits for the backend (shorter than a web worker's
+# patience), and how long a stale rebuild waits for the session's execs, commands and open
+# terminals to end before it is deferred to the next turn.
+SESSION_ENGINE_TIMEOUT_S = float(os.environ.get("SESSION_ENGINE_TIMEOUT_S", 20))
+SESSION_REBUILD_WAIT_S = float(os.environ.get("SESSION_REBUILD_WAIT_S", 5))

@@ -274,7 +274,8 @@ ERRORS = {
     "404": json_response("Unknown space (or a token of another space) or session", "Error"),
     "409": json_response(
         "Backend conflict or quota, or the space's network policy cannot be enforced by the config's backend"
-        " (the message names what)",
+        " (the message names what); code session_not_running when the call raced a pause, code"
+        " sandbox_replaced when the sandbox was rebuilt or removed under it (run it again)",
         "Error",
     ),
     "429": json_response(
@@ -354,6 +355,20 @@ PATHS: dict[str, dict[str, Any]] = {
             " what wakes a paused, stopped or gone session for the GETs",
             {"200": json_response("The session and what resolving did", "Session")},
             body=JSON_BODY,
+        )
+    },
+    SESSION_PATH + "/pause": {
+        "post": operation(
+            "Pause the session's sandbox (the next resolve or exec resumes it)",
+            {"200": json_response("The session, paused (or stopped, per its config's idle mode)", "Session")},
+            body=JSON_BODY,
+            errors={
+                "409": json_response(
+                    "code session_busy: an exec, file call, background command or open terminal is in flight"
+                    " (the message says which); nothing was paused. Otherwise a backend conflict",
+                    "Error",
+                )
+            },
         )
     },
     SESSION_PATH + "/turns/begin": {

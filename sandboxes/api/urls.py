@@ -19,6 +19,7 @@ urlpatterns = [
     path(SESSION_ROOT, api.session_view, name="session"),
     path(SESSION, api.session_view),
     path(SESSION + "resolve", api.resolve_view, name="resolve"),
+    path(SESSION + "pause", api.pause_view, name="pause"),
     path(SESSION + "turns/begin", api.turn_begin_view, name="turn_begin"),
     path(SESSION + "turns/end", api.turn_end_view, name="turn_end"),
     path(SESSION + "exec", api.exec_view, name="exec"),

@@ -304,6 +304,16 @@ def resolve_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
 
 
 @api_view("POST")
+def pause_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
+    """Pause the session's sandbox through the one guarded pause: 409 session_busy (in words)
+    while an exec, a file call, a background command or a terminal is in flight."""
+    json_body(request)
+    session = existing_session(space, key)
+    Runtime().pause(session, actor=actor(request))
+    return JsonResponse(session_json(session))
+
+
+@api_view("POST")
 def turn_begin_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
     json_body(request)
     session = get_or_create_session(space, key, actor=actor(request))

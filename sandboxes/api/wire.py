@@ -17,6 +17,7 @@ from django.urls import reverse
 from ..backends.base import ErrorKind, RemoteError
 from ..catalog.network import PolicyConflict
 from ..sessions.limits import LimitExceeded
+from ..sessions.runtime import SessionConflict
 from .pagination import InvalidPage, cursor_page
 
 MAX_JSON_BODY = 2 * 1024 * 1024
@@ -84,6 +85,8 @@ def decode_b64(data: dict[str, Any], name: str) -> bytes | None:
 def remote_error(exc: RemoteError) -> ApiError:
     if isinstance(exc, PolicyConflict):  # the space's settings, not the backend: 409, never 502
         return ApiError(409, "policy_conflict", exc.message, retryable=False)
+    if isinstance(exc, SessionConflict):  # the session's own state (busy, not running, replaced)
+        return ApiError(409, exc.code, exc.message, retryable=exc.retryable)
     status = KIND_STATUS.get(exc.kind, 502)
     return ApiError(status, str(exc.kind), exc.message, retryable=exc.retryable, backend=True)
 

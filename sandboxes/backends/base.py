@@ -349,11 +349,14 @@ class Backend(abc.ABC):
     def create(self, spec: SandboxSpec) -> SandboxInfo: ...
 
     @abc.abstractmethod
-    def connect(self, sandbox_id: str) -> SandboxInfo:
-        """Return a running sandbox, resuming it if paused or stopped."""
+    def connect(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
+        """Return a running sandbox, resuming it if paused or stopped.
+
+        `timeout_s` (here, on `get` and on `pause`): the longest the caller waits for the
+        backend's answer (a `timeout` RemoteError past it); None: the adapter's own bound."""
 
     @abc.abstractmethod
-    def get(self, sandbox_id: str) -> SandboxInfo: ...
+    def get(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo: ...
 
     @abc.abstractmethod
     def list(self, query: ListQuery) -> Page: ...
@@ -367,8 +370,15 @@ class Backend(abc.ABC):
         """Run a command; a timeout kills its process group inside the sandbox too."""
 
     @abc.abstractmethod
-    def pause(self, sandbox_id: str) -> SandboxInfo:
+    def pause(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
         """Idle the sandbox (pause or stop, per the config's idle mode). Idempotent."""
+
+    def repair(self, sandbox_id: str) -> str | None:
+        """Find and mend a sandbox whose engine and runtime disagree on its state (Docker:
+        the engine says paused while the freezer says running, or the reverse). Returns what
+        was done in words, or None when nothing needed it (or the backend cannot tell).
+        Leaves the sandbox running when anything was mended."""
+        return None
 
     @abc.abstractmethod
     def network_capabilities(self) -> NetworkCapabilities: ...

@@ -18,6 +18,7 @@ from ..catalog.templates import (
     visible_template_ids,
 )
 from ..models import SandboxConfig, Session
+from ..sessions.runtime import SessionConflict
 
 
 def get_config_for_user(user: Any, config_id: Any, role: Role = Role.VIEWER) -> SandboxConfig:
@@ -28,7 +29,7 @@ def get_config_for_user(user: Any, config_id: Any, role: Role = Role.VIEWER) -> 
 
 
 def remote_error_message(exc: RemoteError) -> str:
-    if isinstance(exc, PolicyConflict):  # the space's settings, not the backend
+    if isinstance(exc, PolicyConflict | SessionConflict):  # the space's settings or the session's state
         return exc.message
     hint = " (retry later)" if exc.retryable else ""
     return f"The backend said {exc.kind}: {exc.message}{hint}"

@@ -191,6 +191,8 @@ def session_action(request: HttpRequest, session_id: str, action: str) -> HttpRe
         messages.error(request, failure_message(exc))
     if action == "resume" and request.POST.get("browse") == "1":
         return redirect(_browse_url(session, request.POST.get("path", "")))
+    if action == "rebuild" and request.POST.get("next") == "terminal":  # "Rebuild now" on the terminal page
+        return redirect(reverse("sandboxes:terminal_page", kwargs={"session_id": session.id}))
     return redirect(session)
 
 

@@ -49,6 +49,7 @@ from console.services import SYSTEM, Actor, ServiceError, record_audit
 from ..backends.base import ErrorKind, ExecRequest, PtySize, RemoteError
 from ..backends.capabilities import PtyHandle
 from ..models import BackgroundCommand, CommandStatus, Session
+from .inflight import in_flight
 from .limits import check_background_commands
 from .provisioning import backend_for
 from .runtime import HOLDER, Runtime
@@ -252,18 +253,19 @@ def start_command(
     """Start a command in the session's sandbox (resumed if paused) and return at once."""
     command_argv = _command_argv(shell, argv)
     check_background_commands(session.space)
-    resolved = runtime.resolve_session(session)
     ptys = backend_for(session.config).pty()
     if ptys is None:
         raise RemoteError(ErrorKind.UNSUPPORTED, "this backend cannot run background commands (no pty capability)")
     command_id = uuid.uuid4()
-    handle = ptys.open(
-        resolved.sandbox.sandbox_id,
-        PTY_SIZE,
-        command=("/bin/sh", "-c", WRAPPER, "sh", str(command_id), *command_argv),
-        user="user",
-        cwd="/workspace",
-    )
+    with in_flight(session):  # no pause freezes the sandbox while the shell starts
+        resolved = runtime.resolve_session(session, own_calls=1)
+        handle = ptys.open(
+            resolved.sandbox.sandbox_id,
+            PTY_SIZE,
+            command=("/bin/sh", "-c", WRAPPER, "sh", str(command_id), *command_argv),
+            user="user",
+            cwd="/workspace",
+        )
     try:
         with transaction.atomic():
             check_background_commands(session.space, locked=True)  # counted with this insert

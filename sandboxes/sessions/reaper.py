@@ -32,8 +32,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from console import metrics
@@ -53,7 +51,8 @@ from ..backends.base import (
     SandboxInfo,
     SandboxState,
 )
-from ..models import BackgroundCommand, CommandStatus, SandboxConfig, Session, SessionState, Terminal
+from ..models import SandboxConfig, Session, SessionState
+from .inflight import quiet_sessions
 from .provisioning import backend_for
 from .runtime import Runtime, sandbox_or_none
 from .store import (
@@ -93,6 +92,7 @@ class ReapReport:
     busy: int = 0
     claimed: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -104,6 +104,7 @@ class ReapReport:
             "busy": self.busy,
             "claimed": self.claimed,
             "deleted": self.deleted,
+            "repaired": self.repaired,
             "errors": self.errors,
         }
 
@@ -230,6 +231,30 @@ class _Pass:
         return winner.sandbox_id
 
 
+def _repair_group(run: _Pass, space: str, key: str, infos: list[SandboxInfo]) -> None:
+    """Mend a session's sandboxes the engine and the runtime disagree on (a pause wedged by
+    docker/for-linux#891): under the session's lock, so never a pause in progress."""
+    live = [i for i in infos if i.state in (SandboxState.RUNNING, SandboxState.PAUSED)]
+    if not live:
+        return
+    try:
+        with lifecycle_lock(run.store, lock_key(space, key), wait_s=0, holder=HOLDER):
+            for info in live:
+                done = run.backend.repair(info.sandbox_id)
+                if done:
+                    run.report.repaired.append(f"{info.sandbox_id}: {done}")
+                    logger.warning(
+                        "reaper repaired sandbox %s: %s",
+                        info.sandbox_id,
+                        done,
+                        extra={"action": "repair", "sandbox_id": info.sandbox_id, "session_key": key},
+                    )
+    except LockTimeout:
+        return  # a resolve, pause or delete is at work on it; the next pass looks again
+    except (RemoteError, OSError) as exc:
+        run.report.errors.append(f"repair of session {key}: {exc}")
+
+
 def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta) -> ReapReport:
     report = ReapReport(config=f"{config.space.name} / {config.name}")
     query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID, META_CONFIG: str(config.id)})
@@ -262,6 +287,7 @@ def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta)
         report.errors.append(f"{exc.kind}: {exc.message}")
         return report
     for (space, key), infos in groups.items():
+        _repair_group(run, space, key, infos)
         binding = bindings.get(binding_key(space, key))
         owns = binding is not None and any(i.sandbox_id == binding.sandbox_id for i in infos)
         if owns and len(infos) == 1:
@@ -325,17 +351,10 @@ def reap_job(ctx: JobContext) -> dict[str, Any]:
 
 
 def _idle_candidates(now: datetime) -> Any:
-    """Running sessions with nothing going on in them: no background command running, no
-    exec in flight (counted by Runtime.exec, trusted until its deadline), no open terminal."""
-    running_command = BackgroundCommand.objects.filter(session=OuterRef("pk"), status=CommandStatus.RUNNING)
-    # Opened and not closed: a ticket never redeemed holds no shell.
-    open_terminal = Terminal.objects.filter(session=OuterRef("pk"), opened__isnull=False, closed__isnull=True)
-    exec_in_flight = Q(execs_in_flight__gt=0, exec_deadline__gt=now)
+    """Running sessions with nothing in flight in them (sessions/inflight.py)."""
     return (
-        Session.objects.filter(state=SessionState.RUNNING, last_activity__isnull=False)
-        .exclude(exec_in_flight)
-        .exclude(Exists(running_command))
-        .exclude(Exists(open_terminal))
+        quiet_sessions(now)
+        .filter(state=SessionState.RUNNING, last_activity__isnull=False)
         .select_related("config", "space")
     )
 
@@ -366,22 +385,9 @@ def idle_sweep(runtime: Runtime | None = None) -> int:
                     Session.objects.filter(pk=session.pk).update(state=str(state))
                     idled += 1
                 continue
-            with lifecycle_lock(
-                runtime.store, lock_key(session.space_id, session.key), wait_s=0, holder=HOLDER
-            ) as held:
-                if _turn_in_flight(runtime.store, session):
-                    continue
-                held.check()
-                with transaction.atomic():
-                    # Re-checked under the lock: a resolve, exec, command or terminal may have
-                    # begun. The row stays locked until the pause is done, so an exec starting
-                    # now (it counts itself on this row first) waits, then resumes the sandbox,
-                    # instead of running into one frozen under it. No store write in here: a
-                    # database store's lease row must never wait for this transaction.
-                    quiet = _idle_candidates(timezone.now()).filter(pk=session.pk, last_activity=session.last_activity)
-                    if not list(quiet.select_for_update(of=("self",)).values_list("pk", flat=True)):
-                        continue
-                    runtime.pause(session, actor=SYSTEM)
+            # The one guarded pause: it re-checks under the session's lock that nothing is in
+            # flight and the activity did not move, and holds the row while the engine pauses.
+            runtime.pause(session, actor=SYSTEM, idle_since=session.last_activity, lock_wait_s=0)
             idled += 1
         except Exception as exc:
             # One session's failure (or busy lock) must not stop the sweep.

@@ -14,23 +14,32 @@ resolve(space, key):
 Stale and the turn lease: a stale sandbox (bound before the session's stale time) is
 rebuilt at once when no turn is in flight; within a turn only the first resolve may rebuild
 (it consumes the turn's one-shot ticket); when the lease cannot be read, a turn is assumed
-in flight and nothing is torn down.
+in flight and nothing is torn down. A rebuild waits (SESSION_REBUILD_WAIT_S) for the
+session's other execs, commands and open terminals to end, else is deferred to the next turn;
+an exec whose sandbox went under it anyway (a forced Rebuild, a delete) answers
+`sandbox_replaced` (or 404), never the exit code of a killed process.
+
+Pause: one guarded path for the UI, the API and the idle sweep (`pause`): under the session's
+lifecycle lock, only with nothing in flight (sessions/inflight.py), holding the session's row
+while the engine freezes the sandbox, with the engine call bounded (SESSION_ENGINE_TIMEOUT_S).
+A call that fails because the engine and the runtime disagree on the sandbox's state is
+repaired (`Backend.repair`) and answered in words; so is any call racing a pause or a delete.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, F, Q, When
-from django.db.models.functions import Greatest
+from django.db.models import F
 from django.utils import timezone
 
 from console.crypto import decrypt, encrypt
@@ -56,6 +65,7 @@ from ..backends.base import (
 from ..catalog.bridge import sandbox_resources
 from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
 from ..models import SandboxConfig, Session, SessionState
+from .inflight import busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
 from .lookup import get_or_create_session
 from .observe import observe_resolve, took_slow_path
@@ -66,6 +76,7 @@ from .store import (
     Binding,
     HeldLock,
     LockLost,
+    LockTimeout,
     SessionStore,
     SessionStoreUnavailable,
     TurnLease,
@@ -77,13 +88,20 @@ from .store import (
 )
 from .store_select import get_store
 
+logger = logging.getLogger(__name__)
+
 GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
+# Failures that a pause racing the call, or an engine at odds with itself, produce.
+RACE_KINDS = frozenset({ErrorKind.CONFLICT, ErrorKind.INTERNAL, ErrorKind.TIMEOUT, ErrorKind.UNAVAILABLE})
+# How long a user's Pause waits for another lifecycle operation of the session to end.
+PAUSE_LOCK_WAIT_S = 5.0
 
 
 def sandbox_or_none(backend: Backend, sandbox_id: str) -> SandboxInfo | None:
-    """`backend.get(sandbox_id)`, or None when the backend says it is not there (any more)."""
+    """`backend.get(sandbox_id)`, or None when the backend says it is not there (any more).
+    Bounded by SESSION_ENGINE_TIMEOUT_S: a state read never holds a worker longer."""
     try:
-        return backend.get(sandbox_id)
+        return backend.get(sandbox_id, timeout_s=settings.SESSION_ENGINE_TIMEOUT_S)
     except RemoteError as exc:
         if exc.kind in GONE_KINDS:
             return None
@@ -103,6 +121,34 @@ class SessionDeleted(RemoteError):
 
     def __init__(self, key: str) -> None:
         super().__init__(ErrorKind.NOT_FOUND, f"the session {key!r} was deleted")
+
+
+class SessionConflict(RemoteError):
+    """A call refused or cut by the session's own state, not a backend failure: 409 with a
+    code of its own (the API answers `code`, and the message says what to do)."""
+
+    code = "conflict"
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(ErrorKind.CONFLICT, message, retryable=retryable)
+
+
+class SessionBusy(SessionConflict):
+    """A pause refused: something is in flight in the session."""
+
+    code = "session_busy"
+
+
+class SessionNotRunning(SessionConflict):
+    """A call that raced a pause (or found the sandbox stopped under it)."""
+
+    code = "session_not_running"
+
+
+class SandboxReplaced(SessionConflict):
+    """The sandbox a call ran in was replaced or removed while it ran."""
+
+    code = "sandbox_replaced"
 
 
 @dataclass(frozen=True)
@@ -162,24 +208,26 @@ class Runtime:
         session = get_or_create_session(space, key, config=config, actor=actor)
         return self.resolve_session(session)
 
-    def resolve_session(self, session: Session) -> Resolved:
-        """Resolve, timed by path and outcome (console.metrics) and logged."""
+    def resolve_session(self, session: Session, *, own_calls: int = 0, may_rebuild: bool = True) -> Resolved:
+        """Resolve, timed by path and outcome (console.metrics) and logged. `own_calls`: calls
+        the caller counted in flight itself (an exec), which a stale rebuild does not wait for.
+        `may_rebuild=False` (opening a terminal): a stale sandbox is kept, the ticket unused."""
         with observe_resolve(session) as observed:
-            observed.resolved = self._resolve_session(session)
+            observed.resolved = self._resolve_session(session, own_calls=own_calls, may_rebuild=may_rebuild)
             return observed.resolved
 
-    def _resolve_session(self, session: Session) -> Resolved:
+    def _resolve_session(self, session: Session, *, own_calls: int = 0, may_rebuild: bool = True) -> Resolved:
         bkey, _, tkey = self.keys(session)
         self._touch(session)
         binding, lease = self.store.read_session(bkey, tkey)
         if binding is not None:
-            rebuild = self.rebuild_allowed(session, binding.created_at, lease)
+            rebuild = may_rebuild and self.rebuild_allowed(session, binding.created_at, lease)
             if not rebuild:
-                info = self._connect(session, binding)
+                info = self._connect(session, binding, racing=True)
                 if info is not None and info.sandbox_id == binding.sandbox_id:
                     return self._finish(session, info, binding, "bound")
                 # Gone, or connect answered with another id: settle it under the lock.
-            return self._resolve_locked(session, rebuild=rebuild)
+            return self._resolve_locked(session, rebuild=rebuild, own_calls=own_calls)
         # A resolve that creates or claims is a turn's resolve too: it uses up the ticket, so
         # a sandbox made by this turn is never rebuilt by the same turn.
         if lease.in_flight and lease.ticket_unused:
@@ -199,12 +247,12 @@ class Runtime:
             Session.objects.filter(pk=session.pk).update(last_activity=now)
             session.last_activity = now
 
-    def _resolve_locked(self, session: Session, *, rebuild: bool) -> Resolved:
+    def _resolve_locked(self, session: Session, *, rebuild: bool, own_calls: int = 0) -> Resolved:
         took_slow_path()
         made: list[str] = []  # sandboxes an attempt created and could not bind (its lease ran out)
         for attempt in range(LOCK_LOST_RETRIES + 1):
             try:
-                return self._slow_path(session, rebuild=rebuild, made=made)
+                return self._slow_path(session, rebuild=rebuild, made=made, own_calls=own_calls)
             except LockLost:
                 # Our lease ran out mid-way: someone else may be deciding now. Start over
                 # behind them; what we made is found again by metadata (claimed), never lost.
@@ -212,13 +260,54 @@ class Runtime:
                     raise
         raise AssertionError("unreachable")
 
-    def _connect(self, session: Session, binding: Binding) -> SandboxInfo | None:
+    def _connect(self, session: Session, binding: Binding, *, racing: bool = False) -> SandboxInfo | None:
+        """Connect (resume); None when the sandbox is gone. A failure that a pause racing the
+        resume or an engine at odds with itself explains is repaired and tried once more, then
+        answered in words (`racing`: not holding the session's lock, so wait for its holder)."""
+        backend = backend_for(session.config)
         try:
-            return backend_for(session.config).connect(binding.sandbox_id)
+            return backend.connect(binding.sandbox_id)
         except RemoteError as exc:
             if exc.kind in GONE_KINDS:
                 return None
-            raise
+            # An engine that cannot be reached is no race: it answers 503 as it came.
+            if exc.kind not in RACE_KINDS or exc.kind == ErrorKind.UNAVAILABLE or isinstance(exc, SessionConflict):
+                raise
+            first = exc
+        if racing:
+            self._wait_for_lifecycle(session)
+        repaired = self._repair_quietly(backend, binding.sandbox_id)
+        try:
+            return backend.connect(binding.sandbox_id)
+        except RemoteError as exc:
+            if exc.kind in GONE_KINDS:
+                return None
+            self._refresh_or_deleted(session, ["state"])
+            if exc.kind not in (ErrorKind.CONFLICT, ErrorKind.INTERNAL):
+                raise  # a timeout or an engine gone: said as such (504, 503)
+            raise SessionNotRunning(
+                f"Session {session.key!r}: its sandbox could not be resumed ({first.message})"
+                + (f"; it was found in a broken state and {repaired}" if repaired else "")
+                + ". Try again in a moment; if it persists, rebuild the session.",
+            ) from exc
+
+    def _wait_for_lifecycle(self, session: Session) -> None:
+        """Wait (bounded) for whoever holds the session's lifecycle lock — a pause, rebuild
+        or delete in progress — to be done; a deleted session is SessionDeleted."""
+        with (
+            contextlib.suppress(RemoteError),
+            lifecycle_lock(self.store, self.keys(session)[1], wait_s=settings.SESSION_ENGINE_TIMEOUT_S, holder=HOLDER),
+        ):
+            pass
+        self._refresh_or_deleted(session, ["state"])
+
+    @staticmethod
+    def _repair_quietly(backend: Backend, sandbox_id: str) -> str | None:
+        try:
+            return backend.repair(sandbox_id)
+        except (RemoteError, OSError) as exc:
+            logger.warning("repair of sandbox %s failed: %s", sandbox_id, exc, extra={"sandbox_id": sandbox_id})
+            return None
 
     def _refresh_or_deleted(self, session: Session, fields: list[str]) -> None:
         try:
@@ -226,9 +315,11 @@ class Runtime:
         except Session.DoesNotExist:
             raise SessionDeleted(session.key) from None
 
-    def _slow_path(self, session: Session, *, rebuild: bool, made: list[str]) -> Resolved:
+    def _slow_path(self, session: Session, *, rebuild: bool, made: list[str], own_calls: int = 0) -> Resolved:
         backend = backend_for(session.config)
         with lifecycle_lock(self.store, self.keys(session)[1], holder=HOLDER, ttl_ms=self.lock_ttl_ms) as held:
+            if rebuild and not self._quiet_for_rebuild(session, own_calls):
+                rebuild = False  # deferred: the stale sandbox stays until the next turn
             resolved = self._decide(session, backend, held, rebuild=rebuild, made=made)
             # What an earlier attempt made while its lease ran out, if another holder bound
             # something else meanwhile: ours now, under the lock, so delete it (no orphan).
@@ -237,6 +328,24 @@ class Runtime:
                 self._delete_quietly(backend, orphan)
                 made.remove(orphan)
             return resolved
+
+    def _quiet_for_rebuild(self, session: Session, own_calls: int) -> bool:
+        """Wait up to SESSION_REBUILD_WAIT_S for the session's other execs, commands and open
+        terminals to end; False (defer the rebuild) if they do not."""
+        deadline = time.monotonic() + settings.SESSION_REBUILD_WAIT_S
+        while True:
+            reason = busy_reason(session.pk, own_calls=own_calls)
+            if reason is None:
+                return True
+            if time.monotonic() >= deadline:
+                logger.info(
+                    "stale rebuild of session %s deferred: %s",
+                    session.key,
+                    reason,
+                    extra={"action": "rebuild_deferred", "session_key": session.key, "reason": reason},
+                )
+                return False
+            time.sleep(0.2)
 
     def _decide(
         self, session: Session, backend: Backend, held: HeldLock, *, rebuild: bool, made: list[str]
@@ -430,56 +539,159 @@ class Runtime:
     # Operations ---------------------------------------------------------------------------
 
     def exec(self, session: Session, request: ExecRequest) -> ExecResult:
-        """Run a command in the session's sandbox; counted as in flight meanwhile, so the
-        idle sweep never idles the sandbox under it."""
+        """Run a command in the session's sandbox; counted as in flight meanwhile, so no pause
+        freezes the sandbox under it and a stale rebuild waits for it (or is deferred)."""
+        backend = backend_for(session.config)
         with self.exec_in_flight(session, request.timeout_s):
-            resolved = self.resolve_session(session)
-            return backend_for(session.config).exec(resolved.sandbox.sandbox_id, request)
+            sandbox_id = self.resolve_session(session, own_calls=1).sandbox.sandbox_id
+            try:
+                result = backend.exec(sandbox_id, request)
+            except SessionConflict:
+                raise
+            except RemoteError as exc:
+                raise self._explain(session, backend, sandbox_id, exc) from exc
+            killed = result.exit_code is None or result.exit_code < 0 or result.exit_code >= 128
+            if killed and not result.timed_out:
+                # Killed by a signal: by its own doing, or because its sandbox went under it.
+                gone = self._replaced_or_none(session, backend, sandbox_id)
+                if gone is not None:
+                    raise gone
+            return result
+
+    def _replaced(self, session: Session, backend: Backend, sandbox_id: str) -> RemoteError | None:
+        """Why the sandbox a call ran in is no longer the session's (waiting for a rebuild or
+        delete in progress to be done first), or None when it still is."""
+        self._wait_for_lifecycle(session)  # SessionDeleted when a delete did it
+        binding = self.store.get_binding(self.keys(session)[0])
+        if binding is not None and binding.sandbox_id == sandbox_id and sandbox_or_none(backend, sandbox_id):
+            return None
+        return SandboxReplaced(
+            f"Session {session.key!r}: its sandbox was replaced or removed while the command ran "
+            "(a rebuild or a delete), so the command was cut short. Its result is lost; run it again.",
+        )
+
+    def _replaced_or_none(self, session: Session, backend: Backend, sandbox_id: str) -> RemoteError | None:
+        """`_replaced`, or None when the engine cannot tell now (the result stands as it came)."""
+        try:
+            return self._replaced(session, backend, sandbox_id)
+        except SessionDeleted:
+            raise
+        except RemoteError:
+            return None
+
+    def _explain(self, session: Session, backend: Backend, sandbox_id: str, exc: RemoteError) -> RemoteError:
+        """A failed call on the session's sandbox, in words when a pause, a rebuild or a delete
+        raced it or the engine disagreed with itself; else the failure as it came."""
+        if exc.kind not in GONE_KINDS and exc.kind not in RACE_KINDS:
+            return exc
+        try:
+            gone = self._replaced(session, backend, sandbox_id)
+            if gone is not None:
+                return gone
+            repaired = self._repair_quietly(backend, sandbox_id) if exc.kind != ErrorKind.NOT_FOUND else None
+            info = sandbox_or_none(backend, sandbox_id)
+        except SessionDeleted:
+            raise
+        except RemoteError:
+            return exc  # the engine cannot tell now (unreachable, say): the failure as it came
+        if repaired or info is None or info.state != SandboxState.RUNNING:
+            state = "repaired: " + repaired if repaired else (str(info.state) if info else "gone")
+            return SessionNotRunning(
+                f"Session {session.key!r}: its sandbox was not running when the call reached it ({state})."
+                " POST …/resolve (or run the call again) resumes it.",
+            )
+        return exc
 
     @contextlib.contextmanager
     def exec_in_flight(self, session: Session, timeout_s: float | None) -> Iterator[None]:
-        now = timezone.now()
-        until = now + timedelta(seconds=timeout_s or 3600) + EXEC_GRACE
-        rows = Session.objects.filter(pk=session.pk)
-        # Past the deadline every counted exec is dead (its process was killed before its
-        # `finally`): start the count again rather than carry them for ever.
-        expired = Q(exec_deadline__isnull=True) | Q(exec_deadline__lte=now)
+        """An exec slot of the space's limits, and the exec counted in flight on its session."""
+        until = timezone.now() + timedelta(seconds=timeout_s or 3600) + EXEC_GRACE
         with transaction.atomic():
             slot = take_exec_slot(session.space, session, until)  # under the space's limits lock, or refused
-            rows.update(
-                execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
-                exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
-            )
         try:
-            yield
+            with in_flight(session, timeout_s or 3600):
+                yield
         finally:
-            # Its end is activity too: the idle clock starts again from here. The last one
-            # out clears the deadline, so a long timeout does not outlive its exec. A slot
-            # released already (this process was taken for dead) was counted out then.
-            ended: dict[str, Any] = {"last_activity": timezone.now()}
-            if release_exec_slot(slot):
-                ended["execs_in_flight"] = Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0)
-                ended["exec_deadline"] = Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline"))
-            rows.update(**ended)
+            release_exec_slot(slot)
 
-    def pause(self, session: Session, *, actor: Actor) -> SandboxInfo:
-        binding = self.store.get_binding(self.keys(session)[0])
-        if binding is None:
-            raise ServiceError("This session has no sandbox to pause.")
-        info = backend_for(session.config).pause(binding.sandbox_id)
-        state = SessionState.STOPPED if info.state == SandboxState.STOPPED else SessionState.PAUSED
-        with transaction.atomic():
-            Session.objects.filter(pk=session.pk).update(state=state)
-            record_audit(
-                actor,
-                "session.pause",
-                space=session.space,
-                target_type="session",
-                target_id=session.id,
-                details={"sandbox_id": binding.sandbox_id, "state": state},
-            )
+    def pause(
+        self,
+        session: Session,
+        *,
+        actor: Actor,
+        idle_since: datetime | None = None,
+        lock_wait_s: float = PAUSE_LOCK_WAIT_S,
+    ) -> SandboxInfo:
+        """The one way a sandbox is paused (the UI, the API and the idle sweep alike).
+
+        Under the session's lifecycle lock, and only with nothing in flight (an exec, a file
+        call, a background command, an open terminal): else `SessionBusy`, in words. The
+        session's row is held from that check until the engine has answered, so a call that
+        starts meanwhile waits for the pause and then resumes the sandbox; it never starts a
+        process in a sandbox being frozen (docker/for-linux#891). The engine call is bounded
+        (SESSION_ENGINE_TIMEOUT_S); a failure is checked for a broken state and repaired.
+        `idle_since` (the idle sweep): pause only a running session whose activity did not move.
+        """
+        bkey, lkey, _ = self.keys(session)
+        backend = backend_for(session.config)
+        reason = busy_reason(session.pk)
+        if reason is not None:  # refused before the lock: busy sessions do not crowd it
+            raise self._busy(session, reason)
+        try:
+            with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms, wait_s=lock_wait_s) as held:
+                held.check()
+                binding = self.store.get_binding(bkey)
+                if binding is None:
+                    raise ServiceError("This session has no sandbox to pause.")
+                with transaction.atomic():
+                    rows = quiet_sessions().filter(pk=session.pk)
+                    if idle_since is not None:
+                        rows = rows.filter(state=SessionState.RUNNING, last_activity=idle_since)
+                    # A conditional write takes the row (on SQLite, the database) and keeps it
+                    # until the engine has answered; a call counting itself in flight waits.
+                    if not rows.update(last_activity=F("last_activity")):
+                        self._refresh_or_deleted(session, ["state"])
+                        raise self._busy(session, busy_reason(session.pk) or "its activity moved on")
+                    info = self._engine_pause(session, backend, binding.sandbox_id)
+                    state = SessionState.STOPPED if info.state == SandboxState.STOPPED else SessionState.PAUSED
+                    Session.objects.filter(pk=session.pk).update(state=state)
+                    record_audit(
+                        actor,
+                        "session.pause",
+                        space=session.space,
+                        target_type="session",
+                        target_id=session.id,
+                        details={"sandbox_id": binding.sandbox_id, "state": state},
+                    )
+        except LockTimeout:
+            raise SessionBusy(
+                f"Session {session.key!r} is being resumed, rebuilt or deleted right now; pause it again in a moment."
+            ) from None
         session.state = state
         return info
+
+    @staticmethod
+    def _busy(session: Session, reason: str) -> SessionBusy:
+        return SessionBusy(
+            f"Session {session.key!r} is busy ({reason}); it was not paused."
+            " Pause it once that work is done (the idle sweep pauses it when it is quiet)."
+        )
+
+    def _engine_pause(self, session: Session, backend: Backend, sandbox_id: str) -> SandboxInfo:
+        try:
+            return backend.pause(sandbox_id, timeout_s=settings.SESSION_ENGINE_TIMEOUT_S)
+        except RemoteError as exc:
+            if exc.kind in GONE_KINDS or exc.kind not in RACE_KINDS:
+                raise
+            repaired = self._repair_quietly(backend, sandbox_id)
+            if not repaired:
+                raise
+            raise RemoteError(
+                ErrorKind.UNAVAILABLE,
+                f"Session {session.key!r}: the engine did not pause its sandbox ({exc.message}); the sandbox"
+                f" was found in a broken state and {repaired}. It is running; pause it again later.",
+                retryable=True,
+            ) from exc
 
     def resume(self, session: Session, *, actor: Actor) -> Resolved:
         resolved = self.resolve_session(session)

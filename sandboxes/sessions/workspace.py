@@ -15,14 +15,16 @@ folder. The same path serves every backend, since it needs only exec and python3
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import posixpath
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from django.conf import settings
 from django.core.files.base import ContentFile
@@ -32,8 +34,12 @@ from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import WORKSPACE, Backend, ErrorKind, ExecRequest, FileInfo, RemoteError
 from ..models import Artifact, Session
+from .inflight import in_flight
 from .provisioning import WORKSPACE_HELPER_SOURCE, backend_for
 from .runtime import Runtime
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 INPUT = f"{WORKSPACE}/input"
 OUTPUT = f"{WORKSPACE}/output"
@@ -124,15 +130,28 @@ def _not_running(session: Session) -> SandboxNotRunning:
     return SandboxNotRunning(f"Session {session.key} has no running sandbox; resume it to see its files.")
 
 
+def _counted(func: Callable[Concatenate[Runtime, Session, P], R]) -> Callable[Concatenate[Runtime, Session, P], R]:
+    """Run a file operation counted in flight on its session (sessions/inflight.py): no pause
+    freezes the sandbox between its look and its exec, and a stale rebuild waits for it."""
+
+    @functools.wraps(func)
+    def counted(runtime: Runtime, session: Session, *args: P.args, **kwargs: P.kwargs) -> R:
+        with in_flight(session, activity=kwargs.get("wake", True) is not False):
+            return func(runtime, session, *args, **kwargs)
+
+    return counted
+
+
 def _sandbox(runtime: Runtime, session: Session, *, wake: bool = True) -> tuple[Backend, str]:
     """The session's backend and sandbox id. `wake=False` reads only: a paused, missing or
-    deleted sandbox is a `SandboxNotRunning`, never created, resumed or rebuilt."""
+    deleted sandbox is a `SandboxNotRunning`, never created, resumed or rebuilt. Called
+    counted in flight (`_counted`): its own count does not hold up a stale rebuild."""
     if not wake:
         info = runtime.running_sandbox(session)
         if info is None:
             raise _not_running(session)
         return backend_for(session.config), info.sandbox_id
-    resolved = runtime.resolve_session(session)
+    resolved = runtime.resolve_session(session, own_calls=1)
     return backend_for(session.config), resolved.sandbox.sandbox_id
 
 
@@ -145,11 +164,13 @@ def _read_helper(runtime: Runtime, session: Session, wake: bool, *args: str, **k
     try:
         return run_helper(backend, sandbox_id, *args, **kwargs)
     except RemoteError as exc:
-        if not wake and runtime.running_sandbox(session) is None:
+        # A conflict is an exec the engine refused on a paused container.
+        if not wake and (exc.kind == ErrorKind.CONFLICT or runtime.running_sandbox(session) is None):
             raise _not_running(session) from exc
         raise
 
 
+@_counted
 def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, actor: Actor) -> FileInfo:
     """Write an attachment into /workspace/input, owned by root and read-only to the user."""
     if len(data) > settings.WORKSPACE_UPLOAD_MAX_BYTES:
@@ -171,18 +192,21 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
     return info
 
 
+@_counted
 def list_files(runtime: Runtime, session: Session, relative: str = "", *, wake: bool = True) -> list[FileInfo]:
     path = workspace_path(relative or WORKSPACE)
     entries = [FileInfo.from_stat_row(row) for row in _json(_read_helper(runtime, session, wake, "list", path))]
     return sorted(entries, key=lambda e: (not e.is_dir, e.name))
 
 
+@_counted
 def stat_file(runtime: Runtime, session: Session, relative: str) -> FileInfo:
     path = workspace_path(relative)
     backend, sandbox_id = _sandbox(runtime, session)
     return FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "stat", path)))
 
 
+@_counted
 def read_file(
     runtime: Runtime, session: Session, relative: str, *, max_bytes: int | None = None, wake: bool = True
 ) -> bytes:
@@ -194,6 +218,7 @@ def read_file(
     return data
 
 
+@_counted
 def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *, actor: Actor) -> FileInfo:
     """Write a file as the session user. /workspace/input stays read-only (staging is apart)."""
     path = workspace_path(relative)
@@ -241,6 +266,7 @@ def private_media_root() -> None:
         root.chmod(0o700)
 
 
+@_counted
 def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> CollectResult:
     """Copy /workspace/output out to Django storage (caps, no symlinks, no traversal).
 

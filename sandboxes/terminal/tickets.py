@@ -45,6 +45,7 @@ from console.signals import login_sessions_ended
 from ..backends.base import ErrorKind, PtySize, RemoteError
 from ..backends.capabilities import PtyHandle
 from ..models import Session, Terminal
+from ..sessions.inflight import in_flight
 from ..sessions.provisioning import backend_for
 from ..sessions.runtime import Runtime
 from . import keeper
@@ -279,18 +280,21 @@ class OpenedShell:
 
 
 def open_shell(session_id: str, terminal_id: str, size: PtySize) -> OpenedShell:
-    """Resolve the session (resuming a paused sandbox), then attach to the terminal's shell
-    kept by the sandbox (creating it), or open a plain shell where the template cannot keep one."""
+    """Resolve the session (resuming a paused sandbox, never rebuilding a stale one: the page
+    asks first), then attach to the terminal's shell kept by the sandbox (creating it), or open
+    a plain shell where the template cannot keep one. Counted in flight meanwhile, so no pause
+    freezes the sandbox while its shell starts."""
     session = Session.objects.select_related("config", "space").get(pk=session_id)
-    resolved = Runtime().resolve_session(session)
     backend = backend_for(session.config)
     ptys = backend.pty()
     if ptys is None:
         raise RemoteError(ErrorKind.UNSUPPORTED, "this sandbox backend has no interactive terminals")
-    sandbox_id = resolved.sandbox.sandbox_id
-    found = keeper.probe(backend, sandbox_id, terminal_id) if settings.TERMINAL_KEEP_SHELLS else keeper.NOT_KEPT
-    command = keeper.attach_command(terminal_id, size, SHELL) if found.kept else SHELL
-    handle = ptys.open(sandbox_id, size, command=command, user="user", cwd="/workspace")
+    with in_flight(session):
+        resolved = Runtime().resolve_session(session, own_calls=1, may_rebuild=False)
+        sandbox_id = resolved.sandbox.sandbox_id
+        found = keeper.probe(backend, sandbox_id, terminal_id) if settings.TERMINAL_KEEP_SHELLS else keeper.NOT_KEPT
+        command = keeper.attach_command(terminal_id, size, SHELL) if found.kept else SHELL
+        handle = ptys.open(sandbox_id, size, command=command, user="user", cwd="/workspace")
     return OpenedShell(handle, sandbox_id, found.kept, found.exists, found.scrollback)
 
 

@@ -47,6 +47,8 @@ def _has_pty(session: Session) -> bool:
 def terminal_page(request: HttpRequest, session_id: Any) -> HttpResponse:
     session = _session_for(request.user, session_id, Role.VIEWER)
     can_open = has_role(request.user, session.space, Role.MEMBER)
+    # Opening a terminal never rebuilds: on a stale session the page asks first.
+    ask_stale = can_open and session.is_stale and request.GET.get("as_is") != "1"
     return render(
         request,
         "sandboxes/terminal.html",
@@ -55,6 +57,8 @@ def terminal_page(request: HttpRequest, session_id: Any) -> HttpResponse:
             "space": session.space,
             "can_open": can_open,
             "pty_supported": _has_pty(session),
+            "ask_stale": ask_stale,
+            "rebuild_url": reverse("sandboxes:session_action", kwargs={"session_id": session.id, "action": "rebuild"}),
             "create_url": reverse("sandboxes:terminal_create", kwargs={"session_id": session.id}),
             "reattach_s": settings.TERMINAL_REATTACH_S,
             "section": "sessions",

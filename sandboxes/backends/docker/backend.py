@@ -68,6 +68,7 @@ from ..capabilities import (
     VolumesCapability,
 )
 from ..guard import Resolver
+from . import repair
 from .common import (
     _VOLUME_NAME,
     DEFAULT_API_TIMEOUT_S,
@@ -118,6 +119,7 @@ class DockerBackend(Backend):
 
     Options (BackendConfig.options): `network` (prefix of the per-space bridge networks,
     default "sandbox-console-net"), `timeout` (seconds per engine call, default 120),
+    `control_timeout` (seconds per pause, unpause and inspect, default 10: see repair.py),
     `dns_upstream` (the resolver the space networks' dnsmasq forwards to: an address,
     optionally `#port`; without it no name resolves), `egress_state_dir` (the host folder of
     the resolvers' and the refusal log's files, default /var/lib/sandbox-console/egress),
@@ -295,13 +297,13 @@ class DockerBackend(Backend):
             )
         return str(created["Id"])
 
-    def connect(self, sandbox_id: str) -> SandboxInfo:
-        info = self.check_state(self.get(sandbox_id))
+    def connect(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
+        info = self.check_state(self.get(sandbox_id, timeout_s=timeout_s))
         if info.state == SandboxState.RUNNING:
             return info  # the common, warm case: one inspect, nothing to resume
         with _engine_call(f"resuming sandbox {sandbox_id}"):
             if info.state == SandboxState.PAUSED:
-                self.api.unpause(info.sandbox_id)
+                repair.unpause(self, info.sandbox_id, timeout_s=timeout_s)
             elif info.state in (SandboxState.STOPPED, SandboxState.STARTING):
                 self.disk.remount(info.sandbox_id)  # after a host reboot its disks are unmounted
                 self.api.start(info.sandbox_id)
@@ -312,12 +314,11 @@ class DockerBackend(Backend):
         logger.info("resumed sandbox %s (%s)", sandbox_id, info.state, extra={"sandbox_id": sandbox_id})
         return dataclasses.replace(info, state=SandboxState.RUNNING)
 
-    def pause(self, sandbox_id: str) -> SandboxInfo:
+    def pause(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
         seen = self.engine.seen(sandbox_id)
         if seen is not None and self.config.idle_mode != IdleMode.STOP:
             try:
-                with _engine_call(f"idling sandbox {sandbox_id}"):
-                    self.api.pause(sandbox_id)
+                repair.pause(self, sandbox_id, timeout_s=timeout_s)
                 return dataclasses.replace(seen, state=SandboxState.PAUSED)
             except RemoteError as exc:
                 if exc.kind == ErrorKind.NOT_FOUND:
@@ -325,23 +326,26 @@ class DockerBackend(Backend):
                 if exc.kind != ErrorKind.CONFLICT:
                     raise
                 # Already paused, or not running: look, then do what its state needs.
-        info = self.get(sandbox_id)
+        info = self.get(sandbox_id, timeout_s=timeout_s)
         with _engine_call(f"idling sandbox {sandbox_id}"):
             if self.config.idle_mode == IdleMode.STOP:
                 if info.state == SandboxState.PAUSED:
-                    self.api.unpause(info.sandbox_id)  # a frozen container cannot take SIGTERM
+                    repair.unpause(self, info.sandbox_id, timeout_s=timeout_s)  # a frozen container cannot take SIGTERM
                 if info.state in (SandboxState.RUNNING, SandboxState.PAUSED):
                     self.api.stop(info.sandbox_id, timeout=STOP_GRACE_S)
             elif info.state == SandboxState.RUNNING:
-                self.api.pause(info.sandbox_id)
+                repair.pause(self, info.sandbox_id, timeout_s=timeout_s)
         # The engine answered; the new state is known without another inspect.
         idle_state = SandboxState.STOPPED if self.config.idle_mode == IdleMode.STOP else SandboxState.PAUSED
         if info.state in (SandboxState.RUNNING, SandboxState.PAUSED):
             return dataclasses.replace(info, state=idle_state)
         return info
 
-    def get(self, sandbox_id: str) -> SandboxInfo:
-        return self.engine.inspect_sandbox(sandbox_id)
+    def get(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
+        return self.engine.inspect_sandbox(sandbox_id, timeout_s=timeout_s)
+
+    def repair(self, sandbox_id: str) -> str | None:
+        return repair.repair(self, sandbox_id)
 
     def list(self, query: ListQuery) -> Page:
         return self.listing.list(query)

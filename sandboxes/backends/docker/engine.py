@@ -35,6 +35,7 @@ from .common import (
 from .exec import DockerExec
 from .image import LABEL_KIND, LABEL_MANAGED
 from .inbound import LABEL_TRAFFIC_TOKEN
+from .repair import control_timeout
 
 
 class DockerEngine:
@@ -51,6 +52,9 @@ class DockerEngine:
         # sandbox, and a pause needs no inspect before it; the state is never reused.
         self._seen: dict[str, SandboxInfo] = {}
         self.commands = DockerExec(self)
+        # Seconds one control call (inspect, pause, unpause) may take: the backend option
+        # `control_timeout` (repair.py), so a wedged engine answers `timeout` in seconds.
+        self.control_timeout = control_timeout(config.options)
 
     # Connection ------------------------------------------------------------------------
 
@@ -136,12 +140,11 @@ class DockerEngine:
 
     # Console sandboxes -------------------------------------------------------------------
 
-    def inspect_sandbox(self, sandbox_id: str) -> SandboxInfo:
+    def inspect_sandbox(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
         """Inspect a console sandbox (not_found for any other container) and remember it."""
         if not _SANDBOX_ID.match(sandbox_id or ""):
             raise RemoteError(ErrorKind.INVALID, f"malformed sandbox id {sandbox_id!r}")
-        with _engine_call(f"sandbox {sandbox_id}"):
-            attrs: dict[str, Any] = self.api.inspect_container(sandbox_id)
+        attrs = self.inspect_container(sandbox_id, timeout_s=timeout_s)
         labels = attrs["Config"].get("Labels") or {}
         if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_KIND) != KIND_SANDBOX:
             raise RemoteError(ErrorKind.NOT_FOUND, f"sandbox {sandbox_id}: no such sandbox")
@@ -155,6 +158,18 @@ class DockerEngine:
         )
         self._seen[info.sandbox_id] = info
         return info
+
+    def bound(self, timeout_s: float | None) -> float:
+        """A control call's timeout: the caller's, never above `control_timeout`."""
+        return min(timeout_s, self.control_timeout) if timeout_s else self.control_timeout
+
+    def inspect_container(self, container: str, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """`docker inspect`, bounded by `bound(timeout_s)` (a wedged container hangs it)."""
+        api = self.api
+        with _engine_call(f"sandbox {container}"):
+            response = api._get(api._url("/containers/{0}/json", container), timeout=self.bound(timeout_s))
+            attrs: dict[str, Any] = api._result(response, True)
+        return attrs
 
     def container_id(self, sandbox_id: str) -> str:
         """The full id of a console sandbox, inspecting only the first time it is seen."""

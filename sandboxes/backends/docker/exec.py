@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 # The hijacked exec socket
 
 
+# How the container runtime answers an exec it could not start (written to the exec's stdout).
+_RUNTIME_REFUSED = b"OCI runtime exec failed"
+
+
 class _ExecStream:
     """The raw socket of an upgraded exec connection, with read-ahead recovered.
 
@@ -198,6 +202,12 @@ class DockerExec:
             )
         if timed_out or exit_code is None:
             exit_code = 137  # killed by SIGKILL, as a shell would report it
+        if exit_code == 126 and bytes(demux.out[1]).startswith(_RUNTIME_REFUSED):
+            # The runtime refused to start the command (its message on our stdout, exit 126):
+            # e.g. a frozen container the engine calls running (docker/for-linux#891).
+            reason = bytes(demux.out[1]).decode(errors="replace").strip()[:300]
+            kind = ErrorKind.CONFLICT if b"paused" in demux.out[1] else ErrorKind.INTERNAL
+            raise RemoteError(kind, f"{what}: the container runtime did not start the command ({reason})")
         return ExecResult(
             exit_code=exit_code,
             stdout=bytes(demux.out[1]),

@@ -405,7 +405,7 @@ class E2BBackend(E2BEnvd, Backend):
                 version=parse_version(data.get("envdVersion")), access_token=data.get("envdAccessToken") or None
             )
 
-    def connect(self, sandbox_id: str) -> SandboxInfo:
+    def connect(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
         """One call: the connect answer (spec/openapi.yml Sandbox) says what a warm resolve
         needs; state is running (connect resumes), the TTL runs from now."""
         ttl = self._ttl(self.sandbox_ttl)
@@ -415,7 +415,7 @@ class E2BBackend(E2BEnvd, Backend):
             f"connecting to sandbox {sandbox_id}",
             idempotent=True,
             json={"timeout": ttl},
-            timeout=max(self.request_timeout, 130.0),
+            timeout=timeout_s or max(self.request_timeout, 130.0),
         )
         data = response.json()
         # Keep the id the control plane answers with (E2B #884: it changed after a resume).
@@ -437,8 +437,10 @@ class E2BBackend(E2BEnvd, Backend):
         """The TTL sent at create and connect (Cube before v0.5 adds a margin)."""
         return seconds
 
-    def get(self, sandbox_id: str) -> SandboxInfo:
-        response = self._api("GET", f"/sandboxes/{_q(sandbox_id)}", f"sandbox {sandbox_id}", idempotent=True)
+    def get(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
+        response = self._api(
+            "GET", f"/sandboxes/{_q(sandbox_id)}", f"sandbox {sandbox_id}", idempotent=True, timeout=timeout_s
+        )
         data = response.json()
         self._remember(sandbox_id, data)
         info = self._info(data)
@@ -499,7 +501,7 @@ class E2BBackend(E2BEnvd, Backend):
             self._metadata.pop(sandbox_id, None)
         logger.info("deleted sandbox %s", sandbox_id, extra={"sandbox_id": sandbox_id})
 
-    def pause(self, sandbox_id: str) -> SandboxInfo:
+    def pause(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
         try:
             self._api(
                 "POST",
@@ -507,12 +509,12 @@ class E2BBackend(E2BEnvd, Backend):
                 f"pausing sandbox {sandbox_id}",
                 idempotent=True,
                 json={},
-                timeout=max(self.request_timeout, 130.0),
+                timeout=timeout_s or max(self.request_timeout, 130.0),
             )
         except RemoteError as exc:
             if exc.kind != ErrorKind.CONFLICT:  # 409: already paused
                 raise
-        return self.get(sandbox_id)
+        return self.get(sandbox_id, timeout_s=timeout_s)
 
     # Capabilities ----------------------------------------------------------------------
 

@@ -1,0 +1,111 @@
+"""What is in flight in a session: the one meaning the idle sweep, the guarded pause and the
+stale rebuild's wait all read.
+
+In flight means any of:
+
+- engine work counted on the session's row (`execs_in_flight`, trusted until
+  `exec_deadline`): API and UI execs (`Runtime.exec`), file operations, the opening of a
+  background command's or a terminal's shell — everything that makes the engine start a
+  process in the sandbox, which is what races a freeze (docker/for-linux#891);
+- a background command still running;
+- an open terminal (its shell takes keystrokes at any time).
+
+`in_flight()` counts a call on the row; `quiet_sessions()` is the query of sessions with
+nothing in flight; `busy_reason()` says in words what is.
+
+Counting is a row update: the guarded pause holds the same row locked (by a conditional
+update) while it freezes the sandbox, so a call that counts itself meanwhile waits for the
+pause to be done and then resumes the sandbox, and a pause that finds a call counted refuses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, When
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from ..models import BackgroundCommand, CommandStatus, Session, Terminal
+
+# How long past its own timeout a counted call still counts (a process that died mid-call).
+GRACE = timedelta(seconds=60)
+# The count's trust for calls without a timeout of their own (file operations, shell opens).
+SHORT_CALL_S = 120
+
+
+def _running_command() -> Exists:
+    return Exists(BackgroundCommand.objects.filter(session=OuterRef("pk"), status=CommandStatus.RUNNING))
+
+
+def _open_terminal() -> Exists:
+    # Opened and not closed: a ticket never redeemed holds no shell.
+    return Exists(Terminal.objects.filter(session=OuterRef("pk"), opened__isnull=False, closed__isnull=True))
+
+
+def _counted(now: datetime) -> Q:
+    return Q(execs_in_flight__gt=0, exec_deadline__gt=now)
+
+
+def quiet_sessions(now: datetime | None = None) -> QuerySet[Session]:
+    """Sessions with nothing in flight: no counted call, no running command, no open terminal."""
+    now = now or timezone.now()
+    return Session.objects.exclude(_counted(now)).exclude(_running_command()).exclude(_open_terminal())
+
+
+def busy_reason(session_pk: Any, now: datetime | None = None, *, own_calls: int = 0) -> str | None:
+    """What is in flight in the session, in words; None when nothing is. `own_calls`: calls
+    the asker counted itself (an exec resolving its session) that do not count against it."""
+    now = now or timezone.now()
+    row = (
+        Session.objects.filter(pk=session_pk)
+        .annotate(counted=Case(When(_counted(now), then=F("execs_in_flight")), default=0))
+        .annotate(command=_running_command(), terminal=_open_terminal())
+        .values("counted", "command", "terminal")
+        .first()
+    )
+    if row is None:
+        return None
+    reasons = []
+    if row["counted"] > own_calls:
+        n = row["counted"] - own_calls
+        reasons.append(f"{n} command{'s' if n != 1 else ''} or file operation{'s' if n != 1 else ''} running")
+    if row["command"]:
+        reasons.append("a background command running")
+    if row["terminal"]:
+        reasons.append("a terminal open")
+    return ", ".join(reasons) or None
+
+
+@contextlib.contextmanager
+def in_flight(session: Session, timeout_s: float | None = None, *, activity: bool = True) -> Iterator[None]:
+    """Count one call on the session's row for its duration (see the module docstring).
+
+    A call that starts while a guarded pause holds the row waits here until the pause is done.
+    `activity=False` (a read that may not wake the session): its end does not restart the
+    session's idle clock.
+    """
+    now = timezone.now()
+    until = now + timedelta(seconds=timeout_s or SHORT_CALL_S) + GRACE
+    rows = Session.objects.filter(pk=session.pk)
+    # Past the deadline every counted call is dead (its process was killed before its
+    # `finally`): start the count again rather than carry them for ever.
+    expired = Q(exec_deadline__isnull=True) | Q(exec_deadline__lte=now)
+    rows.update(
+        execs_in_flight=Case(When(expired, then=1), default=F("execs_in_flight") + 1),
+        exec_deadline=Case(When(expired, then=until), default=Greatest(F("exec_deadline"), until)),
+    )
+    try:
+        yield
+    finally:
+        # Its end is activity too: the idle clock starts again from here. The last one out
+        # clears the deadline, so a long timeout does not outlive its call.
+        ended: dict[str, object] = {"last_activity": timezone.now()} if activity else {}
+        rows.update(
+            execs_in_flight=Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0),
+            exec_deadline=Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline")),
+            **ended,
+        )

@@ -1,0 +1,77 @@
+"""Harness of the pause tests: an agent on the API, threads that loop calls and count the
+answers, and the freezer cgroup of a test's own container (to thaw it if anything hangs, and
+to put it into the state docker/for-linux#891 leaves behind)."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.db import connections
+
+from sandboxes.backends.docker.repair import Freezer
+
+
+def freezer(container_id: str) -> Freezer:
+    found = Freezer.find(container_id)
+    assert found is not None, f"no freezer cgroup found for {container_id} under /sys/fs/cgroup"
+    return found
+
+
+def thaw_quietly(container_id: str) -> None:
+    """Teardown: whatever a test left frozen is thawed, so the engine never hangs on it."""
+    found = Freezer.find(container_id)
+    if found is not None and Path(found.path).exists():
+        with contextlib.suppress(OSError):
+            found.thaw()
+
+
+def answer_of(response: Any) -> tuple[int, str]:
+    if response.status_code < 300:
+        return (response.status_code, "")
+    try:
+        return (response.status_code, response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return (response.status_code, response.content[:80].decode(errors="replace"))
+
+
+class Loop:
+    """Run `call` in a thread until stopped (or `rounds` times); count answers and the slowest."""
+
+    def __init__(self, name: str, call: Callable[[], tuple[int, str]], *, rounds: int | None = None) -> None:
+        self.name, self.call, self.rounds = name, call, rounds
+        self.seen: Counter[tuple[int, str]] = Counter()
+        self.slowest = 0.0
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _run(self) -> None:
+        try:
+            done = 0
+            while not self.stop.is_set() and (self.rounds is None or done < self.rounds):
+                started = time.monotonic()
+                try:
+                    answer = self.call()
+                except Exception as exc:  # counted: a test asserts there are none
+                    answer = (0, f"{exc.__class__.__name__}: {exc}"[:120])
+                self.slowest = max(self.slowest, time.monotonic() - started)
+                self.seen[answer] += 1
+                done += 1
+        finally:
+            connections.close_all()
+
+    def start(self) -> Loop:
+        self.thread.start()
+        return self
+
+    def join(self, timeout: float) -> bool:
+        """Stop and wait; False when the thread is still stuck in a call (a wedge)."""
+        self.stop.set()
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
