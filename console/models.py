@@ -56,7 +56,7 @@ class SpaceLimits(models.Model):
         null=True, blank=True, help_text="Background commands running at once, across all sessions."
     )
     api_requests_per_minute = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Agent API requests per minute, per API token."
+        null=True, blank=True, help_text="Agent API requests per minute, per space (whichever of its tokens sent them)."
     )
     updated = models.DateTimeField(auto_now=True)
 
