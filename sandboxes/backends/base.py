@@ -142,6 +142,8 @@ class NetworkCapabilities:
     deny_out_cidr: bool = False
     deny_out_domain: bool = False
     l7_rules: bool = False
+    # At most this many HTTP (L7) rules are taken (None: as many as a policy holds).
+    max_l7_rules: int | None = None
     inbound_toggle: bool = False
     # A changed NetworkSpec reaches running sandboxes (Backend.egress().update) without a rebuild.
     live_update: bool = False
