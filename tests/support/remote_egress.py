@@ -9,11 +9,12 @@ documentation states it (shared reference "e2b-cube-protocol", 3.4 and the Cube 
   is that host exactly, `*.x.test` the hosts below it (never `x.test` itself);
 - anything else is judged by its address: allowed by an allowOut CIDR, else refused by a
   denyOut CIDR, else allowed;
-- Cube's L7 `rules` (a list, first match wins, default deny: an HTTP request or TLS
-  connection no rule matches is refused): `match.host` as a domain entry, `match.method`,
-  `match.path` a prefix.
-
-Pure: the body in, a verdict out. IPv4-mapped addresses are judged as the IPv4 address inside.
+- Cube's L7 `rules` (a list) as Cube's egress proxy decides them, by its source
+  (tests/fakes/cube_egress.py, after CubeEgress/lua/access_phase.lua): first match wins, no
+  match refused; `host` against the HTTP Host header, `sni` against the TLS server name
+  (none on plain HTTP), each exact or a leading `*.` for the names below; `method` any-of;
+  `path` exact or a `*`-ended prefix; absent fields hold for anything. The proxy sees only
+  HTTP (80) and TLS (443) to a name; other traffic is judged by the lists alone.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from tests.fakes.cube_egress import egress_allows
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -57,12 +60,13 @@ def remote_verdict(
     address: IPAddress,
     web: bool,
     http: bool = False,
+    tls: bool = False,
     method: str | None = None,
     path: str | None = None,
 ) -> bool:
     """Whether the control plane lets a connection out: to `address` (the name's, when a name
-    was asked), on a port where hosts are matched when `web`; `http`: an HTTP request or a TLS
-    handshake the L7 rules see (with the request's method and path when known)."""
+    was asked), on a port where hosts are matched when `web`; `http`: an HTTP request or (`tls`)
+    a TLS connection the L7 rules see (with the request's method and path when known)."""
     network = body.get("network") or {}
     if body.get("allow_internet_access") is False:
         return False
@@ -74,17 +78,12 @@ def remote_verdict(
     verdict = True if host_allowed or _holds(allow, address) else not _holds(deny, address)
     rules = network.get("rules")
     if verdict and http and name is not None and isinstance(rules, list) and rules:
-        for rule in rules:
-            match = rule.get("match") or {}
-            if not _host_matches(str(match.get("host") or match.get("sni") or ""), name):
-                continue
-            methods = [m.upper() for m in match.get("method") or []]
-            if method is not None and methods and method.upper() not in methods:
-                continue
-            if path is not None and not path.startswith(match.get("path") or "/"):
-                continue
-            if method is None and path is None and methods:
-                continue  # TLS: a method-bound rule cannot be checked by SNI
-            return bool((rule.get("action") or {}).get("allow"))
-        return False  # default deny
+        return egress_allows(
+            rules,
+            scheme="https" if tls else "http",
+            sni=name if tls else None,
+            host=name,
+            method=method.upper() if method else None,
+            path=path,
+        )
     return verdict
