@@ -22,7 +22,10 @@ from sandboxes.backends.base import (
     TemplateBuildSpec,
 )
 from sandboxes.backends.cube.backend import CubeBackend
+from sandboxes.backends.cube.rules import CUBE_MAX_RULES, MAX_CONSOLE_RULES, cube_rules
 from sandboxes.backends.e2b.common import parse_time
+from sandboxes.catalog.network import unsupported_policy_switches
+from tests.fakes.cube_egress import egress_allows, rules_error
 from tests.fakes.e2b_server import FakeServer
 from tests.fakes.fixtures import FakeHandle
 from tests.sandboxes.backend_conformance import (
@@ -178,32 +181,70 @@ class TestCubeQuirks:
         assert inbound.traffic_token(info.sandbox_id) == info.traffic_token
         assert inbound.public_url(info.sandbox_id, 3000) == f"https://3000-{info.sandbox_id}.cube.app"
 
-    def test_l7_rules_are_sent_as_cube_list(
+    def test_l7_rules_are_sent_as_cube_list_meaning_the_console_rules(
         self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory
     ) -> None:
-        # Quirk: Cube's L7 rules are a list (E2B's object keyed by domain is a 400).
+        # Quirk: Cube's L7 rules are a list (E2B's object keyed by domain is a 400), first
+        # match wins, no match refused, hosts exact or `*.x` (CubeEgress access_phase.lua).
+        # The rules sent must mean the console's: a plain domain covers its subdomains, a
+        # path is a prefix, a host no rule names follows the lists (here: open).
         network = NetworkSpec.parse(
-            allow_internet_access=False,
+            allow_internet_access=True,
             allow_public_traffic=True,
-            allow_out=("api.example.com",),
-            l7_rules=({"domain": "api.example.com", "methods": ["get"], "path_prefix": "/v1", "action": "allow"},),
+            l7_rules=(
+                {"domain": "api.example.test", "methods": ["get"], "path_prefix": "/v1", "action": "allow"},
+                {"domain": "*.wild.test", "action": "deny"},
+            ),
         )
         info = make_sandbox(network=network)
         with fake_cube.http() as http:
             detail = http.get(f"/sandboxes/{info.sandbox_id}").json()
-        assert detail["network"]["rules"] == [
-            {
-                "name": "rule-1",
-                "match": {"host": "api.example.com", "method": ["GET"], "path": "/v1"},
-                "action": {"allow": True},
-            }
-        ]
-        assert detail["allowInternetAccess"] is False
-        assert [row["egress"] for row in fake_cube.state()["sandboxes"] if row["sandboxID"] == info.sandbox_id] == [
-            False
-        ]
+        rules = detail["network"]["rules"]
+        assert rules_error(rules) == ""  # unique names, within CubeEgress's limit
+        assert len({r["name"] for r in rules}) == len(rules)
+
+        def verdict(url: str, method: str = "GET") -> bool:
+            scheme, rest = url.split("://", 1)
+            host, _, path = rest.partition("/")
+            tls = scheme == "https"
+            return egress_allows(
+                rules, scheme=scheme, sni=host if tls else None, host=host, method=method, path="/" + path
+            )
+
+        assert verdict("http://api.example.test/v1/x")
+        assert verdict("http://v2.api.example.test/v1x")  # a plain domain: its subdomains too
+        assert verdict("http://API.example.test./v1/x")  # a Host with a trailing dot
+        assert not verdict("http://api.example.test/v1/x", "POST")  # named, matched by no rule
+        assert not verdict("http://api.example.test/v2")
+        assert not verdict("http://x.wild.test/")
+        assert verdict("http://wild.test/")  # *.x never the name itself: no rule names it
+        assert verdict("http://other.test/anything", "DELETE")  # no rule names it: the lists decide
+        assert verdict("https://api.example.test/v2")  # TLS: by SNI, an allow decides
+        assert not verdict("https://x.wild.test/")
+        assert verdict("https://other.test/")
+        assert detail["allowInternetAccess"] is True
         caps = backend.network_capabilities()
         assert (caps.l7_rules, caps.deny_out_domain, caps.inbound_toggle) == (True, False, True)
+
+    def test_more_http_rules_than_cube_holds_are_refused_with_words(
+        self, fake_cube: FakeHandle, backend: CubeBackend, test_run_id: str
+    ) -> None:
+        # Quirk: CubeEgress holds at most 256 rules per sandbox (policy.lua); each console rule
+        # takes up to 12 there, so beyond MAX_CONSOLE_RULES the policy is refused, not cut.
+        caps = backend.network_capabilities()
+        assert caps.max_l7_rules == MAX_CONSOLE_RULES
+        lines = [f"deny host{n}.example.test GET /p{n}" for n in range(MAX_CONSOLE_RULES + 1)]
+        network = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=True, l7_rules=lines)
+        problems = unsupported_policy_switches(network, caps)
+        assert problems == [f"more than {MAX_CONSOLE_RULES} HTTP (L7) rules ({MAX_CONSOLE_RULES + 1})"]
+        before = len(fake_cube.state()["sandboxes"])
+        with pytest.raises(RemoteError) as caught:
+            backend.create(SandboxSpec(template_id="base", network=network, metadata={"test-run": test_run_id}))
+        assert caught.value.kind == ErrorKind.UNSUPPORTED
+        assert "at most 256 rules" in str(caught.value)
+        assert len(fake_cube.state()["sandboxes"]) == before
+        fitting = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=True, l7_rules=lines[:-1])
+        assert len(cube_rules(fitting.l7_rules)) <= CUBE_MAX_RULES
 
     def test_a_domain_allow_list_is_sent_with_the_deny_all_cube_requires(
         self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory
