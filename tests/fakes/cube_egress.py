@@ -69,7 +69,9 @@ def _host_without_port(host: str | None) -> str | None:
     return host.split(":", 1)[0]
 
 
-def rule_matches(match: Any, *, scheme: str, sni: str | None, host: str | None, method: str | None, path: str | None) -> bool:
+def rule_matches(
+    match: Any, *, scheme: str, sni: str | None, host: str | None, method: str | None, path: str | None
+) -> bool:
     """access_phase.lua rule_matches: every field present must hold."""
     if not isinstance(match, Mapping):
         return False
