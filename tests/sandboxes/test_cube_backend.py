@@ -3,11 +3,13 @@ plus one test per Cube quirk the adapter handles (each names the quirk it pins).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,7 @@ from tests.sandboxes.backend_conformance import (
     sandbox_factory,
     shell_request,
 )
+from tests.support.remote_egress import remote_verdict
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2b, pytest.mark.cube]
 
@@ -225,6 +228,72 @@ class TestCubeQuirks:
         assert detail["allowInternetAccess"] is True
         caps = backend.network_capabilities()
         assert (caps.l7_rules, caps.deny_out_domain, caps.inbound_toggle) == (True, False, True)
+
+    def test_http_rules_name_nothing_the_lists_refuse(
+        self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory, test_run_id: str
+    ) -> None:
+        # Quirk: every name a rule's host/sni carries becomes an L7 target that Cube's packet
+        # filter sends to the proxy before the lists (network-agent
+        # extractL7AllowOutTargetsFromRules, CubeNet classify_egress_flow). So a rule is cut
+        # to what the allow list lets out, no rules go with outbound off, and deny CIDRs
+        # beside rules are refused with words.
+        def sent(network: NetworkSpec) -> dict[str, Any]:
+            info = make_sandbox(network=network)
+            (row,) = [r for r in fake_cube.state()["sandboxes"] if r["sandboxID"] == info.sandbox_id]
+            return {"allow_internet_access": row["allow_internet_access"], "network": row["network"]}
+
+        def reached(body: dict[str, Any], url: str) -> bool:
+            host = url.split("://", 1)[1].split("/", 1)[0]
+            return remote_verdict(
+                body,
+                name=host,
+                address=ipaddress.ip_address("203.0.113.9"),
+                web=True,
+                http=True,
+                tls=url.startswith("https"),
+                method=None if url.startswith("https") else "GET",
+                path="/" + url.split("://", 1)[1].partition("/")[2],
+            )
+
+        allow_list = sent(
+            NetworkSpec.parse(
+                allow_internet_access=True,
+                allow_public_traffic=False,
+                allow_out=("example.zone.test", "*.wild.zone.test"),
+                l7_rules=("allow other.zone.test", "allow *.zone.test GET /v1/", "deny api.example.zone.test"),
+            )
+        )
+        assert not reached(allow_list, "http://other.zone.test/")  # outside the allow list
+        assert not reached(allow_list, "https://other.zone.test/")
+        assert not reached(allow_list, "http://wild.zone.test/v1/")  # *.wild.zone.test: not wild.zone.test
+        assert reached(allow_list, "http://x.wild.zone.test/v1/a")
+        assert reached(allow_list, "http://example.zone.test/v1/a")
+        assert not reached(allow_list, "http://api.example.zone.test/v2/")
+        hosts = {str(r["match"].get("host") or r["match"].get("sni")) for r in allow_list["network"]["rules"]}
+        assert not any("other.zone.test" in h or h.rstrip(".") in ("zone.test", "*.zone.test") for h in hosts), hosts
+
+        off = sent(
+            NetworkSpec.parse(
+                allow_internet_access=False, allow_public_traffic=False, l7_rules=("allow other.zone.test",)
+            )
+        )
+        assert "rules" not in off["network"]
+        assert not reached(off, "http://other.zone.test/")
+
+        denied = NetworkSpec.parse(
+            allow_internet_access=True,
+            allow_public_traffic=False,
+            deny_out=("203.0.113.0/24",),
+            l7_rules=("allow other.zone.test",),
+        )
+        caps = backend.network_capabilities()
+        assert caps.l7_within_deny is False
+        (problem,) = unsupported_policy_switches(denied, caps)
+        assert problem.startswith("deny entries (203.0.113.0/24) beside HTTP (L7) rules")
+        with pytest.raises(RemoteError) as caught:
+            backend.create(SandboxSpec(template_id="base", network=denied, metadata={"test-run": test_run_id}))
+        assert caught.value.kind == ErrorKind.UNSUPPORTED
+        assert "whatever the deny list says" in str(caught.value)
 
     def test_more_http_rules_than_cube_holds_are_refused_with_words(
         self, fake_cube: FakeHandle, backend: CubeBackend, test_run_id: str

@@ -9,12 +9,15 @@ documentation states it (shared reference "e2b-cube-protocol", 3.4 and the Cube 
   is that host exactly, `*.x.test` the hosts below it (never `x.test` itself);
 - anything else is judged by its address: allowed by an allowOut CIDR, else refused by a
   denyOut CIDR, else allowed;
-- Cube's L7 `rules` (a list) as Cube's egress proxy decides them, by its source
-  (tests/fakes/cube_egress.py, after CubeEgress/lua/access_phase.lua): first match wins, no
-  match refused; `host` against the HTTP Host header, `sni` against the TLS server name
-  (none on plain HTTP), each exact or a leading `*.` for the names below; `method` any-of;
-  `path` exact or a `*`-ended prefix; absent fields hold for anything. The proxy sees only
-  HTTP (80) and TLS (443) to a name; other traffic is judged by the lists alone.
+- Cube's L7 `rules` (a list): every name a rule's `host` or `sni` carries is an L7 target
+  (network-agent extractL7AllowOutTargetsFromRules: lower case, no trailing dot or port;
+  `*.x` the names below `x`); HTTP (80) and TLS (443) to such a name go to Cube's egress
+  proxy before the lists are looked at (CubeNet classify_egress_flow), which decides them as
+  its source does (tests/fakes/cube_egress.py, after CubeEgress/lua/access_phase.lua): first
+  match wins, no match refused; `host` against the Host header, `sni` against the TLS server
+  name (none on plain HTTP), exact or `*.x`; `method` any-of; `path` exact or `*`-ended
+  prefix. Everything else is judged by the lists alone (a name sharing an address with a
+  target is not modelled: it depends on what was resolved before).
 """
 
 from __future__ import annotations
@@ -68,16 +71,8 @@ def remote_verdict(
     was asked), on a port where hosts are matched when `web`; `http`: an HTTP request or (`tls`)
     a TLS connection the L7 rules see (with the request's method and path when known)."""
     network = body.get("network") or {}
-    if body.get("allow_internet_access") is False:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    allow = [str(e) for e in network.get("allowOut") or []]
-    deny = [str(e) for e in network.get("denyOut") or []]
-    host_allowed = web and name is not None and any(_host_matches(e, name) for e in allow if not _is_network(e))
-    verdict = True if host_allowed or _holds(allow, address) else not _holds(deny, address)
     rules = network.get("rules")
-    if verdict and http and name is not None and isinstance(rules, list) and rules:
+    if http and name is not None and isinstance(rules, list) and rules and _l7_target(rules, name):
         return egress_allows(
             rules,
             scheme="https" if tls else "http",
@@ -86,4 +81,26 @@ def remote_verdict(
             method=method.upper() if method else None,
             path=path,
         )
-    return verdict
+    if body.get("allow_internet_access") is False:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    allow = [str(e) for e in network.get("allowOut") or []]
+    deny = [str(e) for e in network.get("denyOut") or []]
+    host_allowed = web and name is not None and any(_host_matches(e, name) for e in allow if not _is_network(e))
+    return True if host_allowed or _holds(allow, address) else not _holds(deny, address)
+
+
+def _l7_target(rules: Sequence[Mapping[str, Any]], name: str) -> bool:
+    """Whether `name` is one of the L7 targets Cube takes from the rules' `host`/`sni`."""
+    for rule in rules:
+        match = rule.get("match") or {}
+        for field in ("host", "sni"):
+            value = match.get(field)
+            if isinstance(value, str):
+                target = value.strip().lower().rstrip(".")
+                if not target.startswith("["):
+                    target = target.split(":", 1)[0]
+                if _host_matches(target, name):
+                    return True
+    return False

@@ -271,6 +271,7 @@ class CubeBackend(E2BBackend):
             deny_out_domain=False,
             l7_rules=later,
             max_l7_rules=MAX_CONSOLE_RULES if later else None,
+            l7_within_deny=False,
             inbound_toggle=later,
             # As on E2B: an allowOut entry beats denyOut; private exceptions are allowOut entries.
             deny_wins=False,
@@ -294,9 +295,10 @@ class CubeBackend(E2BBackend):
             raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube {'; '.join(problems)}")
         if network.l7_rules and self.known_generation() == GEN_MAY:
             raise RemoteError(ErrorKind.UNSUPPORTED, "this Cube release has no L7 rules")
-        too_many = rules_problem(network.l7_rules)
-        if too_many:
-            raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube cannot take {too_many}")
+        if network.allow_internet_access:
+            beyond = rules_problem(network.l7_rules, deny_cidrs=network.cidrs("deny_out"))
+            if beyond:
+                raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube cannot take {beyond}")
         _, deny_out = egress_lists(network, open_private=self.opens_private)
         allowed_domains = [str(d) for d in network.domains("allow_out")]
         if allowed_domains and network.allow_internet_access and ALL_TRAFFIC not in deny_out:
@@ -318,11 +320,15 @@ class CubeBackend(E2BBackend):
             body["allowPublicTraffic"] = network.allow_internet_access
             return body
         body["allowPublicTraffic"] = network.allow_public_traffic
-        if network.l7_rules:
+        if network.l7_rules and network.allow_internet_access:
             # Cube's L7 rules are a list, first match wins, default deny, host matched exactly
             # or as `*.x`; E2B's object keyed by domain does not deserialize on Cube. The
-            # translation (rules.py) sends the console's meaning in that shape.
-            body["rules"] = cube_rules(network.l7_rules)
+            # translation (rules.py) sends the console's meaning in that shape. Outbound off:
+            # none, since a name a rule carries is let through to the proxy whatever the lists.
+            allowed = network.domains("allow_out") if network.allow_only else None
+            rules = cube_rules(network.l7_rules, allowed)
+            if rules:
+                body["rules"] = rules
         return body
 
     def _create_body(self, spec: SandboxSpec) -> dict[str, Any]:
