@@ -314,6 +314,16 @@ class TestCubeQuirks:
         assert len(fake_cube.state()["sandboxes"]) == before
         fitting = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=True, l7_rules=lines[:-1])
         assert len(cube_rules(fitting.l7_rules)) <= CUBE_MAX_RULES
+        # Cut to an allow list, one rule can become several (one per allow entry inside it).
+        wide = NetworkSpec.parse(
+            allow_internet_access=True,
+            allow_public_traffic=True,
+            allow_out=tuple(f"h{n}.wide.test" for n in range(30)),
+            l7_rules=("deny *.wide.test GET /admin",),
+        )
+        with pytest.raises(RemoteError) as caught:
+            backend.create(SandboxSpec(template_id="base", network=wide, metadata={"test-run": test_run_id}))
+        assert "cut to the allow list's domains they become" in str(caught.value)
 
     def test_a_domain_allow_list_is_sent_with_the_deny_all_cube_requires(
         self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory

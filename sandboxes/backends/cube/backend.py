@@ -296,7 +296,8 @@ class CubeBackend(E2BBackend):
         if network.l7_rules and self.known_generation() == GEN_MAY:
             raise RemoteError(ErrorKind.UNSUPPORTED, "this Cube release has no L7 rules")
         if network.allow_internet_access:
-            beyond = rules_problem(network.l7_rules, deny_cidrs=network.cidrs("deny_out"))
+            allowed = network.domains("allow_out") if network.allow_only else None
+            beyond = rules_problem(network.l7_rules, allowed=allowed, deny_cidrs=network.cidrs("deny_out"))
             if beyond:
                 raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube cannot take {beyond}")
         _, deny_out = egress_lists(network, open_private=self.opens_private)

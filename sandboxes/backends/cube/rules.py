@@ -128,13 +128,21 @@ def cube_rules(rules: Sequence[L7Rule], allowed: Sequence[Domain] | None = None)
     return out
 
 
-def rules_problem(rules: Sequence[L7Rule], *, deny_cidrs: Sequence[object] = ()) -> str:
+def rules_problem(
+    rules: Sequence[L7Rule], *, allowed: Sequence[Domain] | None = None, deny_cidrs: Sequence[object] = ()
+) -> str:
     """Why Cube cannot take these rules, in words ("" when it can)."""
     if len(rules) > MAX_CONSOLE_RULES:
         return (
             f"{len(rules)} HTTP (L7) rules: Cube's egress proxy holds at most {CUBE_MAX_RULES} rules per "
             f"sandbox and each of the console's takes up to {_WORST_PER_RULE} (its name and the names below, "
             f"for HTTP and TLS), so at most {MAX_CONSOLE_RULES} are accepted"
+        )
+    sent = len(cube_rules(rules, allowed))
+    if sent > CUBE_MAX_RULES:
+        return (
+            f"these HTTP (L7) rules: cut to the allow list's domains they become {sent} of Cube's, and its "
+            f"egress proxy holds at most {CUBE_MAX_RULES} per sandbox"
         )
     if rules and deny_cidrs:
         return f"deny entries ({', '.join(str(c) for c in deny_cidrs)}) beside HTTP (L7) rules: {L7_PAST_DENY}"
