@@ -142,6 +142,11 @@ class NetworkCapabilities:
     deny_out_cidr: bool = False
     deny_out_domain: bool = False
     l7_rules: bool = False
+    # At most this many HTTP (L7) rules are taken (None: as many as a policy holds).
+    max_l7_rules: int | None = None
+    # HTTP (L7) rules hold within the deny CIDRs. False: a host a rule names is reached
+    # whatever a deny CIDR says (Cube), so deny CIDRs beside rules are not honoured.
+    l7_within_deny: bool = True
     inbound_toggle: bool = False
     # A changed NetworkSpec reaches running sandboxes (Backend.egress().update) without a rebuild.
     live_update: bool = False

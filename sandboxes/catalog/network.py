@@ -124,6 +124,13 @@ def unsupported_policy_switches(network: NetworkSpec | NetworkPolicy, caps: Netw
                     )
         if spec.l7_rules and not caps.l7_rules:
             problems.append(f"{len(spec.l7_rules)} HTTP (L7) rule(s)")
+        elif caps.max_l7_rules is not None and len(spec.l7_rules) > caps.max_l7_rules:
+            problems.append(f"more than {caps.max_l7_rules} HTTP (L7) rules ({len(spec.l7_rules)})")
+        if spec.l7_rules and caps.l7_rules and not caps.l7_within_deny and spec.cidrs("deny_out"):
+            problems.append(
+                f"deny entries ({_texts(spec.cidrs('deny_out'))}) beside HTTP (L7) rules (on this backend a host "
+                "a rule names is reached on ports 80 and 443 whatever the deny list says)"
+            )
     if spec.allow_public_traffic and not caps.inbound_toggle:
         problems.append("public inbound traffic")
     return problems

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from tests.fakes.cube_egress import rules_error
 from tests.fakes.fake_builds import Builds
 from tests.fakes.fake_http import HttpError, NoRoute, Reply, Request
 from tests.fakes.fake_lifecycle import Lifecycle
@@ -323,6 +324,10 @@ class ControlPlane:
         map_ok = self.store.cube_version == "0.7"
         if rules is not None and not isinstance(rules, list) and not (map_ok and isinstance(rules, dict)):
             raise HttpError(400, "network.rules: invalid type: map, expected a sequence")
+        if isinstance(rules, list):
+            problem = rules_error(rules)  # cube_egress.py: CubeAPI models, CubeEgress policy.lua
+            if problem:
+                raise HttpError(400, problem)
         allow_out = network.get("allowOut") or network.get("allow_out") or []
         deny_out = network.get("denyOut") or network.get("deny_out") or []
         has_domain = any(not _IP_OR_CIDR.match(str(a)) for a in allow_out)

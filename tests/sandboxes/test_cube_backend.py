@@ -3,11 +3,13 @@ plus one test per Cube quirk the adapter handles (each names the quirk it pins).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +24,10 @@ from sandboxes.backends.base import (
     TemplateBuildSpec,
 )
 from sandboxes.backends.cube.backend import CubeBackend
+from sandboxes.backends.cube.rules import CUBE_MAX_RULES, MAX_CONSOLE_RULES, cube_rules
 from sandboxes.backends.e2b.common import parse_time
+from sandboxes.catalog.network import unsupported_policy_switches
+from tests.fakes.cube_egress import egress_allows, rules_error
 from tests.fakes.e2b_server import FakeServer
 from tests.fakes.fixtures import FakeHandle
 from tests.sandboxes.backend_conformance import (
@@ -33,6 +38,7 @@ from tests.sandboxes.backend_conformance import (
     sandbox_factory,
     shell_request,
 )
+from tests.support.remote_egress import remote_verdict
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2b, pytest.mark.cube]
 
@@ -178,32 +184,146 @@ class TestCubeQuirks:
         assert inbound.traffic_token(info.sandbox_id) == info.traffic_token
         assert inbound.public_url(info.sandbox_id, 3000) == f"https://3000-{info.sandbox_id}.cube.app"
 
-    def test_l7_rules_are_sent_as_cube_list(
+    def test_l7_rules_are_sent_as_cube_list_meaning_the_console_rules(
         self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory
     ) -> None:
-        # Quirk: Cube's L7 rules are a list (E2B's object keyed by domain is a 400).
+        # Quirk: Cube's L7 rules are a list (E2B's object keyed by domain is a 400), first
+        # match wins, no match refused, hosts exact or `*.x` (CubeEgress access_phase.lua).
+        # The rules sent must mean the console's: a plain domain covers its subdomains, a
+        # path is a prefix, a host no rule names follows the lists (here: open).
         network = NetworkSpec.parse(
-            allow_internet_access=False,
+            allow_internet_access=True,
             allow_public_traffic=True,
-            allow_out=("api.example.com",),
-            l7_rules=({"domain": "api.example.com", "methods": ["get"], "path_prefix": "/v1", "action": "allow"},),
+            l7_rules=(
+                {"domain": "api.example.test", "methods": ["get"], "path_prefix": "/v1", "action": "allow"},
+                {"domain": "*.wild.test", "action": "deny"},
+            ),
         )
         info = make_sandbox(network=network)
         with fake_cube.http() as http:
             detail = http.get(f"/sandboxes/{info.sandbox_id}").json()
-        assert detail["network"]["rules"] == [
-            {
-                "name": "rule-1",
-                "match": {"host": "api.example.com", "method": ["GET"], "path": "/v1"},
-                "action": {"allow": True},
-            }
-        ]
-        assert detail["allowInternetAccess"] is False
-        assert [row["egress"] for row in fake_cube.state()["sandboxes"] if row["sandboxID"] == info.sandbox_id] == [
-            False
-        ]
+        rules = detail["network"]["rules"]
+        assert rules_error(rules) == ""  # unique names, within CubeEgress's limit
+        assert len({r["name"] for r in rules}) == len(rules)
+
+        def verdict(url: str, method: str = "GET") -> bool:
+            scheme, rest = url.split("://", 1)
+            host, _, path = rest.partition("/")
+            tls = scheme == "https"
+            return egress_allows(
+                rules, scheme=scheme, sni=host if tls else None, host=host, method=method, path="/" + path
+            )
+
+        assert verdict("http://api.example.test/v1/x")
+        assert verdict("http://v2.api.example.test/v1x")  # a plain domain: its subdomains too
+        assert verdict("http://API.example.test./v1/x")  # a Host with a trailing dot
+        assert not verdict("http://api.example.test/v1/x", "POST")  # named, matched by no rule
+        assert not verdict("http://api.example.test/v2")
+        assert not verdict("http://x.wild.test/")
+        assert verdict("http://wild.test/")  # *.x never the name itself: no rule names it
+        assert verdict("http://other.test/anything", "DELETE")  # no rule names it: the lists decide
+        assert verdict("https://api.example.test/v2")  # TLS: by SNI, an allow decides
+        assert not verdict("https://x.wild.test/")
+        assert verdict("https://other.test/")
+        assert detail["allowInternetAccess"] is True
         caps = backend.network_capabilities()
         assert (caps.l7_rules, caps.deny_out_domain, caps.inbound_toggle) == (True, False, True)
+
+    def test_http_rules_name_nothing_the_lists_refuse(
+        self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory, test_run_id: str
+    ) -> None:
+        # Quirk: every name a rule's host/sni carries becomes an L7 target that Cube's packet
+        # filter sends to the proxy before the lists (network-agent
+        # extractL7AllowOutTargetsFromRules, CubeNet classify_egress_flow). So a rule is cut
+        # to what the allow list lets out, no rules go with outbound off, and deny CIDRs
+        # beside rules are refused with words.
+        def sent(network: NetworkSpec) -> dict[str, Any]:
+            info = make_sandbox(network=network)
+            (row,) = [r for r in fake_cube.state()["sandboxes"] if r["sandboxID"] == info.sandbox_id]
+            return {"allow_internet_access": row["allow_internet_access"], "network": row["network"]}
+
+        def reached(body: dict[str, Any], url: str) -> bool:
+            host = url.split("://", 1)[1].split("/", 1)[0]
+            return remote_verdict(
+                body,
+                name=host,
+                address=ipaddress.ip_address("203.0.113.9"),
+                web=True,
+                http=True,
+                tls=url.startswith("https"),
+                method=None if url.startswith("https") else "GET",
+                path="/" + url.split("://", 1)[1].partition("/")[2],
+            )
+
+        allow_list = sent(
+            NetworkSpec.parse(
+                allow_internet_access=True,
+                allow_public_traffic=False,
+                allow_out=("example.zone.test", "*.wild.zone.test"),
+                l7_rules=("allow other.zone.test", "allow *.zone.test GET /v1/", "deny api.example.zone.test"),
+            )
+        )
+        assert not reached(allow_list, "http://other.zone.test/")  # outside the allow list
+        assert not reached(allow_list, "https://other.zone.test/")
+        assert not reached(allow_list, "http://wild.zone.test/v1/")  # *.wild.zone.test: not wild.zone.test
+        assert reached(allow_list, "http://x.wild.zone.test/v1/a")
+        assert reached(allow_list, "http://example.zone.test/v1/a")
+        assert not reached(allow_list, "http://api.example.zone.test/v2/")
+        hosts = {str(r["match"].get("host") or r["match"].get("sni")) for r in allow_list["network"]["rules"]}
+        assert not any("other.zone.test" in h or h.rstrip(".") in ("zone.test", "*.zone.test") for h in hosts), hosts
+
+        off = sent(
+            NetworkSpec.parse(
+                allow_internet_access=False, allow_public_traffic=False, l7_rules=("allow other.zone.test",)
+            )
+        )
+        assert "rules" not in off["network"]
+        assert not reached(off, "http://other.zone.test/")
+
+        denied = NetworkSpec.parse(
+            allow_internet_access=True,
+            allow_public_traffic=False,
+            deny_out=("203.0.113.0/24",),
+            l7_rules=("allow other.zone.test",),
+        )
+        caps = backend.network_capabilities()
+        assert caps.l7_within_deny is False
+        (problem,) = unsupported_policy_switches(denied, caps)
+        assert problem.startswith("deny entries (203.0.113.0/24) beside HTTP (L7) rules")
+        with pytest.raises(RemoteError) as caught:
+            backend.create(SandboxSpec(template_id="base", network=denied, metadata={"test-run": test_run_id}))
+        assert caught.value.kind == ErrorKind.UNSUPPORTED
+        assert "whatever the deny list says" in str(caught.value)
+
+    def test_more_http_rules_than_cube_holds_are_refused_with_words(
+        self, fake_cube: FakeHandle, backend: CubeBackend, test_run_id: str
+    ) -> None:
+        # Quirk: CubeEgress holds at most 256 rules per sandbox (policy.lua); each console rule
+        # takes up to 12 there, so beyond MAX_CONSOLE_RULES the policy is refused, not cut.
+        caps = backend.network_capabilities()
+        assert caps.max_l7_rules == MAX_CONSOLE_RULES
+        lines = [f"deny host{n}.example.test GET /p{n}" for n in range(MAX_CONSOLE_RULES + 1)]
+        network = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=True, l7_rules=lines)
+        problems = unsupported_policy_switches(network, caps)
+        assert problems == [f"more than {MAX_CONSOLE_RULES} HTTP (L7) rules ({MAX_CONSOLE_RULES + 1})"]
+        before = len(fake_cube.state()["sandboxes"])
+        with pytest.raises(RemoteError) as caught:
+            backend.create(SandboxSpec(template_id="base", network=network, metadata={"test-run": test_run_id}))
+        assert caught.value.kind == ErrorKind.UNSUPPORTED
+        assert "at most 256 rules" in str(caught.value)
+        assert len(fake_cube.state()["sandboxes"]) == before
+        fitting = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=True, l7_rules=lines[:-1])
+        assert len(cube_rules(fitting.l7_rules)) <= CUBE_MAX_RULES
+        # Cut to an allow list, one rule can become several (one per allow entry inside it).
+        wide = NetworkSpec.parse(
+            allow_internet_access=True,
+            allow_public_traffic=True,
+            allow_out=tuple(f"h{n}.wide.test" for n in range(30)),
+            l7_rules=("deny *.wide.test GET /admin",),
+        )
+        with pytest.raises(RemoteError) as caught:
+            backend.create(SandboxSpec(template_id="base", network=wide, metadata={"test-run": test_run_id}))
+        assert "cut to the allow list's domains they become" in str(caught.value)
 
     def test_a_domain_allow_list_is_sent_with_the_deny_all_cube_requires(
         self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory

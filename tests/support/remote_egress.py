@@ -9,11 +9,15 @@ documentation states it (shared reference "e2b-cube-protocol", 3.4 and the Cube 
   is that host exactly, `*.x.test` the hosts below it (never `x.test` itself);
 - anything else is judged by its address: allowed by an allowOut CIDR, else refused by a
   denyOut CIDR, else allowed;
-- Cube's L7 `rules` (a list, first match wins, default deny: an HTTP request or TLS
-  connection no rule matches is refused): `match.host` as a domain entry, `match.method`,
-  `match.path` a prefix.
-
-Pure: the body in, a verdict out. IPv4-mapped addresses are judged as the IPv4 address inside.
+- Cube's L7 `rules` (a list): every name a rule's `host` or `sni` carries is an L7 target
+  (network-agent extractL7AllowOutTargetsFromRules: lower case, no trailing dot or port;
+  `*.x` the names below `x`); HTTP (80) and TLS (443) to such a name go to Cube's egress
+  proxy before the lists are looked at (CubeNet classify_egress_flow), which decides them as
+  its source does (tests/fakes/cube_egress.py, after CubeEgress/lua/access_phase.lua): first
+  match wins, no match refused; `host` against the Host header, `sni` against the TLS server
+  name (none on plain HTTP), exact or `*.x`; `method` any-of; `path` exact or `*`-ended
+  prefix. Everything else is judged by the lists alone (a name sharing an address with a
+  target is not modelled: it depends on what was resolved before).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from tests.fakes.cube_egress import egress_allows
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -57,13 +63,24 @@ def remote_verdict(
     address: IPAddress,
     web: bool,
     http: bool = False,
+    tls: bool = False,
     method: str | None = None,
     path: str | None = None,
 ) -> bool:
     """Whether the control plane lets a connection out: to `address` (the name's, when a name
-    was asked), on a port where hosts are matched when `web`; `http`: an HTTP request or a TLS
-    handshake the L7 rules see (with the request's method and path when known)."""
+    was asked), on a port where hosts are matched when `web`; `http`: an HTTP request or (`tls`)
+    a TLS connection the L7 rules see (with the request's method and path when known)."""
     network = body.get("network") or {}
+    rules = network.get("rules")
+    if http and name is not None and isinstance(rules, list) and rules and _l7_target(rules, name):
+        return egress_allows(
+            rules,
+            scheme="https" if tls else "http",
+            sni=name if tls else None,
+            host=name,
+            method=method.upper() if method else None,
+            path=path,
+        )
     if body.get("allow_internet_access") is False:
         return False
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
@@ -71,20 +88,19 @@ def remote_verdict(
     allow = [str(e) for e in network.get("allowOut") or []]
     deny = [str(e) for e in network.get("denyOut") or []]
     host_allowed = web and name is not None and any(_host_matches(e, name) for e in allow if not _is_network(e))
-    verdict = True if host_allowed or _holds(allow, address) else not _holds(deny, address)
-    rules = network.get("rules")
-    if verdict and http and name is not None and isinstance(rules, list) and rules:
-        for rule in rules:
-            match = rule.get("match") or {}
-            if not _host_matches(str(match.get("host") or match.get("sni") or ""), name):
-                continue
-            methods = [m.upper() for m in match.get("method") or []]
-            if method is not None and methods and method.upper() not in methods:
-                continue
-            if path is not None and not path.startswith(match.get("path") or "/"):
-                continue
-            if method is None and path is None and methods:
-                continue  # TLS: a method-bound rule cannot be checked by SNI
-            return bool((rule.get("action") or {}).get("allow"))
-        return False  # default deny
-    return verdict
+    return True if host_allowed or _holds(allow, address) else not _holds(deny, address)
+
+
+def _l7_target(rules: Sequence[Mapping[str, Any]], name: str) -> bool:
+    """Whether `name` is one of the L7 targets Cube takes from the rules' `host`/`sni`."""
+    for rule in rules:
+        match = rule.get("match") or {}
+        for field in ("host", "sni"):
+            value = match.get(field)
+            if isinstance(value, str):
+                target = value.strip().lower().rstrip(".")
+                if not target.startswith("["):
+                    target = target.split(":", 1)[0]
+                if _host_matches(target, name):
+                    return True
+    return False

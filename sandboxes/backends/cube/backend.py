@@ -26,8 +26,9 @@ about each:
 - **envd 0.2.0** (C-May) has no default user: the adapter always names the user (basic
   auth and `username=`), and omits the Start `stdin` flag below 0.3.0.
 - **Network**: Cube's own shape (top-level `allow_internet_access`, `allowOut`, `denyOut`,
-  L7 `rules` as a list, which every release takes); a domain in `allowOut` needs outbound off
-  or `denyOut` 0.0.0.0/0 (checked before sending). Before v0.5 `allowPublicTraffic` is the
+  L7 `rules` as a list, which every release takes, translated in rules.py so that Cube's
+  first-match, default-deny, exact-host proxy means the console's rules); a domain in
+  `allowOut` needs outbound off or `denyOut` 0.0.0.0/0 (checked before sending). Before v0.5 `allowPublicTraffic` is the
   egress master switch (build_cubevs_context), so it is sent with the egress meaning there,
   and inbound and L7 rules are not offered.
 - **Traffic token**: only in the create answer; returned in `SandboxInfo.traffic_token`
@@ -98,6 +99,7 @@ from .common import (
     RESERVED_METADATA,
     host_root_problem,
 )
+from .rules import MAX_CONSOLE_RULES, cube_rules, rules_problem
 from .templates import CubeSnapshots, CubeTemplates
 from .workspaces import CubeWorkspaceDirs
 
@@ -268,6 +270,8 @@ class CubeBackend(E2BBackend):
             deny_out_cidr=True,
             deny_out_domain=False,
             l7_rules=later,
+            max_l7_rules=MAX_CONSOLE_RULES if later else None,
+            l7_within_deny=False,
             inbound_toggle=later,
             # As on E2B: an allowOut entry beats denyOut; private exceptions are allowOut entries.
             deny_wins=False,
@@ -291,6 +295,11 @@ class CubeBackend(E2BBackend):
             raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube {'; '.join(problems)}")
         if network.l7_rules and self.known_generation() == GEN_MAY:
             raise RemoteError(ErrorKind.UNSUPPORTED, "this Cube release has no L7 rules")
+        if network.allow_internet_access:
+            allowed = network.domains("allow_out") if network.allow_only else None
+            beyond = rules_problem(network.l7_rules, allowed=allowed, deny_cidrs=network.cidrs("deny_out"))
+            if beyond:
+                raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube cannot take {beyond}")
         _, deny_out = egress_lists(network, open_private=self.opens_private)
         allowed_domains = [str(d) for d in network.domains("allow_out")]
         if allowed_domains and network.allow_internet_access and ALL_TRAFFIC not in deny_out:
@@ -312,18 +321,15 @@ class CubeBackend(E2BBackend):
             body["allowPublicTraffic"] = network.allow_internet_access
             return body
         body["allowPublicTraffic"] = network.allow_public_traffic
-        if network.l7_rules:
-            # Cube's L7 rules are a list, first match wins, default deny; E2B's object keyed
-            # by domain does not deserialize on Cube.
-            rules = []
-            for index, rule in enumerate(network.l7_rules):
-                match: dict[str, Any] = {"host": str(rule.domain)}
-                if rule.methods:
-                    match["method"] = [m.upper() for m in rule.methods]
-                if rule.path_prefix and rule.path_prefix != "/":
-                    match["path"] = rule.path_prefix
-                rules.append({"name": f"rule-{index + 1}", "match": match, "action": {"allow": rule.action == "allow"}})
-            body["rules"] = rules
+        if network.l7_rules and network.allow_internet_access:
+            # Cube's L7 rules are a list, first match wins, default deny, host matched exactly
+            # or as `*.x`; E2B's object keyed by domain does not deserialize on Cube. The
+            # translation (rules.py) sends the console's meaning in that shape. Outbound off:
+            # none, since a name a rule carries is let through to the proxy whatever the lists.
+            allowed = network.domains("allow_out") if network.allow_only else None
+            rules = cube_rules(network.l7_rules, allowed)
+            if rules:
+                body["rules"] = rules
         return body
 
     def _create_body(self, spec: SandboxSpec) -> dict[str, Any]:

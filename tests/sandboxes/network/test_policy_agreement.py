@@ -184,11 +184,6 @@ def _remote_column(kind: str, fake: FakeHandle, adapter: Any, test_run_id: str, 
         if limit:
             tally.judge(case, None, f"a documented limit: {limit}")
             continue
-        if kind == "Cube" and destination.web_port == TLS_PORT and case.policy.startswith("http-rules"):
-            tally.judge(
-                case, None, "how Cube matches a TLS connection against host/method/path rules is not documented"
-            )
-            continue
         port = destination.port
         tally.judge(
             case,
@@ -198,6 +193,7 @@ def _remote_column(kind: str, fake: FakeHandle, adapter: Any, test_run_id: str, 
                 address=destination.addresses[0],
                 web=port is None or destination.web_port is not None,
                 http=destination.web_port is not None,
+                tls=destination.web_port == TLS_PORT,
                 method=destination.method,
                 path=destination.path,
             ),
