@@ -18,7 +18,7 @@ class SandboxesConfig(AppConfig):
         from .catalog.health import backend_checks
         from .egress.live import on_policy_changed
         from .pages import onboarding  # noqa: F401  (the dashboard's getting-started steps)
-        from .sessions import gauges, reaper, retention  # noqa: F401
+        from .sessions import gauges, reaper, retention, teardown, unmanaged  # noqa: F401
         from .sessions.inbound_hosts import check_setting
         from .sessions.store_select import check_store
         from .terminal import tickets  # noqa: F401

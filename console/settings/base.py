@@ -326,6 +326,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 # Periodic tasks, run by Celery beat (REDIS_URL set) or by a thread of the server.
 RUN_SCHEDULER = env_bool("RUN_SCHEDULER", True)
 REAPER_GRACE_S = int(os.environ.get("REAPER_GRACE_S", 300))
+# The reaper pass also deletes what the backends hold under this installation's labels whose
+# space, config or session is gone (sandboxes/sessions/unmanaged.py), once older than the grace.
+REAPER_UNMANAGED = env_bool("REAPER_UNMANAGED", True)
+# Seconds one backend may take to list its labelled resources for the Unmanaged resources page.
+UNMANAGED_LIST_TIMEOUT_S = float(os.environ.get("UNMANAGED_LIST_TIMEOUT_S", 10))
 # Finished reaper and idle-sweep jobs (failed ones too) are deleted after this long.
 HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S", 86400))
 # How often each periodic task runs (seconds); short ones let fault tests see a pass soon.

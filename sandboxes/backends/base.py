@@ -285,6 +285,15 @@ class SnapshotInfo:
 
 
 @dataclass(frozen=True)
+class VolumeInfo:
+    """A persistent workspace volume and the console metadata it carries."""
+
+    name: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class TemplateInfo:
     template_id: str
     name: str
@@ -388,6 +397,13 @@ class Backend(abc.ABC):
         return None
 
     def stats(self) -> StatsCapability | None:
+        return None
+
+    def release_space(self, space: str) -> None:
+        """Free what the backend keeps for one space beside its sandboxes and volumes (Docker:
+        the space's networks and their host state), once none of the space's sandboxes is
+        left. Idempotent; raises RemoteError (`conflict`) naming what stays because a sandbox
+        still uses it. Default: the backend keeps nothing per space."""
         return None
 
     def idles_itself(self) -> bool:

@@ -53,6 +53,7 @@ from ..base import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
+    VolumeInfo,
     is_snapshot_id,
 )
 from ..capabilities import (
@@ -75,6 +76,7 @@ from .common import (
     KIND_SANDBOX,
     KIND_SNAPSHOT,
     KIND_WORKSPACE,
+    LABEL_META_PREFIX,
     LABEL_NETWORK,
     LABEL_TEMPLATE,
     STOP_GRACE_S,
@@ -496,6 +498,18 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
             if exc.kind != ErrorKind.NOT_FOUND:
                 raise
 
+    def release_space(self, space: str) -> None:
+        """The space's networks (and, through `_release_network`, their host state) removed
+        once no container is on them; conflict naming a network that a container keeps."""
+        self._release_network(space)
+        left = []
+        for name in (self.space_network_name(space), self.inbound_network_name(space)):
+            with _engine_call(f"network {name}"):
+                if self.api.networks(names=[name]):
+                    left.append(name)
+        if left:
+            raise RemoteError(ErrorKind.CONFLICT, f"network {', '.join(left)} is still in use by a container")
+
     # Exec ------------------------------------------------------------------------------
 
     # Capabilities ----------------------------------------------------------------------
@@ -534,6 +548,19 @@ class DockerVolumes(VolumesCapability):
         with _engine_call("listing workspace volumes"):
             found = self.backend.api.volumes(filters={"label": f"{LABEL_KIND}={KIND_WORKSPACE}"})
         return f"named volumes ({len(found.get('Volumes') or [])} workspaces on this engine)"
+
+    def list(self, metadata: Mapping[str, str]) -> list[VolumeInfo]:
+        filters = [f"{LABEL_KIND}={KIND_WORKSPACE}"] + [f"{LABEL_META_PREFIX}{k}={v}" for k, v in metadata.items()]
+        with _engine_call("listing workspace volumes"):
+            found = self.backend.api.volumes(filters={"label": filters}).get("Volumes") or []
+        return [
+            VolumeInfo(
+                name=str(row["Name"]),
+                metadata=metadata_from_labels(row.get("Labels") or {}),
+                created_at=_parse_time(row.get("CreatedAt")),
+            )
+            for row in found
+        ]
 
     def delete(self, name: str) -> None:
         self.backend.delete_volume(name)
