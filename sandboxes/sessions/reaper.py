@@ -3,8 +3,8 @@
 Reaper: per installation, what no live object owns any more (`unmanaged`: a deleted space's
 or config's sandboxes, volumes and images); then on every config, list the sandboxes this
 installation created (paged, with the repeated-page-token guard), read their bindings in one
-batch and their sessions in one
-query, and then, per session and under that session's lifecycle lock (re-reading both):
+batch and their sessions in one query, and then, per session and under that session's
+lifecycle lock (re-reading both):
 
 - a session that still exists keeps a sandbox: if no binding owns one (a store that came
   back empty, a process killed between create and bind, a binding pointing at a sandbox that

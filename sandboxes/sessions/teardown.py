@@ -181,12 +181,16 @@ def _accounts(configs: Iterable[SandboxConfig]) -> list[tuple[SandboxConfig, Bac
     return list(seen.values())
 
 
-def delete_session(session: Session, *, actor: Actor, report: Report | None = None) -> None:
+def delete_session(
+    session: Session, *, actor: Actor, report: Report | None = None, release_snapshot: bool = True
+) -> None:
     """`Runtime.delete`, then the skill-image snapshot the session ran from when nothing else
-    uses it any more (an old generation no session runs from and no config points at)."""
+    uses it any more (an old generation no session runs from and no config points at). A
+    space's or config's teardown leaves that to its image step (`release_snapshot=False`)."""
     template_id, config = session.template_id, session.config
     Runtime().delete(session, actor=actor)
-    release_unused_snapshot(config, template_id, actor=actor, report=report)
+    if release_snapshot:
+        release_unused_snapshot(config, template_id, actor=actor, report=report)
 
 
 def release_unused_snapshot(
@@ -229,10 +233,12 @@ def release_unused_snapshot(
     return True
 
 
-def _delete_sessions(sessions: Iterable[Session], *, actor: Actor, report: Report) -> None:
+def _delete_sessions(
+    sessions: Iterable[Session], *, actor: Actor, report: Report, release_snapshots: bool = False
+) -> None:
     for session in sessions:
         try:
-            delete_session(session, actor=actor, report=report)
+            delete_session(session, actor=actor, report=report, release_snapshot=release_snapshots)
         except SessionDeleted:
             continue  # deleted meanwhile
         except (RemoteError, ServiceError) as exc:
@@ -429,7 +435,7 @@ def teardown_session_job(ctx: JobContext) -> dict[str, Any]:
         ctx.log("The session is already gone.")
         return {"deleted": {}, "failed": []}
     report = Report(log=ctx.log)
-    _delete_sessions([session], actor=_job_actor(ctx), report=report)
+    _delete_sessions([session], actor=_job_actor(ctx), report=report, release_snapshots=True)
     if report.failed:
         _fail(report, f"Session {session.key}")
     return report.as_json()
