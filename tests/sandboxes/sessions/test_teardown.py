@@ -74,16 +74,20 @@ def test_deleting_a_space_deletes_its_sandboxes_volumes_images_and_network(
         sessions.append(runtime.resolve(space, "new-0").session)
         before = held_by_space(engine, space, installation, network)
         print("teardown inventory before:", counts(before))
-        assert len(before["containers"]) == 3 and len(before["volumes"]) == 3
-        assert len(before["images"]) >= 2 and before["networks"]
+        assert len(before["containers"]) == 3
+        assert len(before["volumes"]) == 3
+        assert len(before["images"]) >= 2
+        assert before["networks"]
 
         alice = world.client_for("alice")
         page = alice.get(reverse("console:space_delete", args=[space.pk])).content.decode()
-        assert "3 session(s)" in page and "2 skill image" not in page  # one pointer per config
+        assert "3 session(s)" in page
+        assert "2 skill image" not in page
         assert "networks on each Docker host" in page
         answer = alice.post(reverse("console:space_delete", args=[space.pk]), {"confirm_slug": space.slug})
         job = AdminJob.objects.filter(kind=teardown.KIND_SPACE).get()
-        assert answer.status_code == 302 and answer["Location"] == job.get_absolute_url()
+        assert answer.status_code == 302
+        assert answer["Location"] == job.get_absolute_url()
         during: list[dict[str, int]] = []
         job = wait_for(
             job.pk, sample=lambda: during.append(counts(held_by_space(engine, space, installation, network)))
@@ -135,7 +139,9 @@ def test_a_teardown_that_cannot_delete_keeps_the_rows_and_says_what_stayed(
         assert Space.objects.filter(pk=space.pk).exists()  # the rows stay
         assert not Session.objects.filter(pk=session.pk).exists()  # what went, went
         page = world.client_for("alice").get(reverse("console:space_delete", args=[space.pk])).content.decode()
-        assert "The last attempt stopped" in page and snapshot.snapshot_id in page and "Delete again" in page
+        assert "The last attempt stopped" in page
+        assert snapshot.snapshot_id in page
+        assert "Delete again" in page
         engine.remove_container(container, force=True)
         retry = teardown.start_teardown(teardown.KIND_SPACE, space, str(space.pk), actor=teardown.SYSTEM)
         run_job(str(retry.id))
