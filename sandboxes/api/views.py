@@ -35,6 +35,7 @@ from ..sessions.lookup import call_session, get_or_create_session
 from ..sessions.runtime import Resolved, Runtime, SessionDeleted
 from ..sessions.store import lifecycle_lock, lock_key
 from ..sessions.store_select import get_store
+from ..sessions.teardown import delete_session
 from ..sessions.workspace import (
     SandboxNotRunning,
     collect_artifacts,
@@ -263,7 +264,7 @@ def session_json(session: Session, resolved: Resolved | None = None) -> dict[str
 def session_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
     session = existing_session(space, key)
     if request.method == "DELETE":
-        Runtime().delete(session, actor=actor(request))
+        delete_session(session, actor=actor(request))  # its unused old skill image too
         return HttpResponse(status=204)
     return JsonResponse(session_json(session))
 
