@@ -258,7 +258,8 @@ ERRORS = {
     "404": json_response("Unknown space (or a token of another space) or session", "Error"),
     "409": json_response(
         "Backend conflict or quota, or the space's network policy cannot be enforced by the config's backend"
-        " (the message names what)",
+        " (the message names what), or (code being_deleted) the space or config is being deleted and no new"
+        " session starts on it",
         "Error",
     ),
     "429": json_response(

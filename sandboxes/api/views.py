@@ -31,7 +31,7 @@ from ..backends.base import ExecRequest, RemoteError
 from ..models import ApiToken, Artifact, BackgroundCommand, Session
 from ..sessions.commands import kill_command, read_output, send_input, start_command
 from ..sessions.limits import LimitExceeded, check_api_rate
-from ..sessions.lookup import call_session, get_or_create_session
+from ..sessions.lookup import BeingDeleted, call_session, get_or_create_session
 from ..sessions.runtime import Resolved, Runtime, SessionDeleted
 from ..sessions.store import lifecycle_lock, lock_key
 from ..sessions.store_select import get_store
@@ -173,6 +173,8 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 if was_deleted(space_id, kwargs.get("key")):  # not paused: a DELETE won the race
                     return session_deleted(kwargs["key"]).response()
                 return not_running(space_id, kwargs.get("key", "")).response()
+            except BeingDeleted as exc:
+                return ApiError(409, "being_deleted", exc.message).response()
             except ServiceError as exc:
                 first_field = next(iter(exc.field_errors), None)
                 return ApiError(400, "invalid", exc.message, field=first_field).response()

@@ -56,14 +56,16 @@ from ..catalog.bridge import config_fingerprint, labelled_owner
 from ..catalog.services import do_delete_config
 from ..catalog.templates import recorded_snapshot_ids, snapshot_is_own, snapshot_retired
 from ..models import SandboxConfig, Session, SessionImage
+from .lookup import TEARDOWN_KINDS
 from .provisioning import backend_for
 from .runtime import Runtime, SessionDeleted
 
 logger = logging.getLogger(__name__)
 NEVER_KEY = datetime.min.replace(tzinfo=UTC)
 
-KIND_SPACE = "sandboxes.teardown_space"
-KIND_CONFIG = "sandboxes.teardown_config"
+# While one of the first two runs, no new session starts on its object (`lookup`).
+KIND_SPACE, KIND_CONFIG = "sandboxes.teardown_space", "sandboxes.teardown_config"
+assert set(TEARDOWN_KINDS) == {KIND_SPACE, KIND_CONFIG}
 KIND_SESSION = "sandboxes.teardown_session"
 
 

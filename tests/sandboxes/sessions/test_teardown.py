@@ -217,3 +217,28 @@ def test_a_space_member_cannot_delete_the_space(world: World) -> None:
         )
         assert answer.status_code == status
     assert not AdminJob.objects.filter(kind=teardown.KIND_SPACE).exists()
+
+
+@pytest.mark.django_db
+def test_no_new_session_starts_in_a_space_being_deleted(world: World) -> None:
+    from sandboxes.api.views import do_create_api_token
+    from sandboxes.sessions.lookup import BeingDeleted, get_or_create_session
+    from tests.factories import make_config
+
+    make_config(world.space_a, is_default=True)
+    get_or_create_session(world.space_a, "before")
+    job = teardown.start_teardown(teardown.KIND_SPACE, world.space_a, str(world.space_a.pk), actor=teardown.SYSTEM)
+    with pytest.raises(BeingDeleted, match="space is being deleted"):
+        get_or_create_session(world.space_a, "during")
+    assert get_or_create_session(world.space_a, "before").key == "before"  # an existing one is found
+    _, token = do_create_api_token(world.space_a, name="agent", actor=teardown.SYSTEM)
+    answer = world.client_for("anonymous").post(
+        reverse("api:resolve", kwargs={"space_id": world.space_a.pk, "key": "during"}),
+        content_type="application/json",
+        data={},
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert answer.status_code == 409
+    assert answer.json()["error"]["code"] == "being_deleted"
+    AdminJob.objects.filter(pk=job.pk).update(status=JobStatus.FAILED)
+    assert get_or_create_session(world.space_a, "after").key == "after"  # a failed teardown lets it be
