@@ -113,7 +113,9 @@ class Inventory:
             f"paused), {self.workspaces} persistent /workspace volume(s), bindings and artifacts.",
             f"Every other sandbox and workspace volume the backends hold under this {scope}'s labels "
             "(skill and template builds, leftovers).",
-            f"Its snapshots and templates on the backends, the {self.skill_images} skill image(s) included.",
+            f"Its snapshots on the backends, the {self.skill_images} current skill image(s) and their older "
+            "generations included"
+            + (", and the templates built for it." if scope == "space" else " (the space's templates stay)."),
         ]
         if scope == "space":
             lines.append("Its networks on each Docker host, with their resolver, proxy and packet-filter rules.")
@@ -301,14 +303,13 @@ def _owned_templates(config: SandboxConfig, backend: Backend, only_config: bool)
     templates = backend.templates()
     if templates is None:
         return []
-    found = [
+    if only_config:
+        return []  # the space's templates are its catalog: other configs may start from them
+    return [
         t
         for t in templates.list()
         if not is_snapshot_id(t.template_id) and labelled_owner(t.labels, config.space) == "own"
     ]
-    if only_config:
-        found = [t for t in found if t.labels.get(META_CONFIG) == str(config.id)]
-    return found
 
 
 def _delete_images(config: SandboxConfig, backend: Backend, report: Report, *, only_config: bool) -> None:

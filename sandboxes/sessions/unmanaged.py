@@ -108,14 +108,16 @@ class _Owners:
             },
         )
 
-    def reason(self, metadata: Mapping[str, str], *, by_session: bool) -> str | None:
-        """Why nothing owns it, or None when something does (or the labels name no space)."""
+    def reason(self, metadata: Mapping[str, str], *, kind: str) -> str | None:
+        """Why nothing owns it, or None when something does (or the labels name no space).
+        A template belongs to its space's catalog (any config of it may start from it)."""
         space, config, session = metadata.get(META_SPACE), metadata.get(META_CONFIG), metadata.get(META_SESSION)
+        by_session = kind in (SANDBOX, VOLUME)
         if not space:
             return None
         if space not in self.spaces:
             return "its space is gone"
-        if config and config not in self.configs:
+        if kind != TEMPLATE and config and config not in self.configs:
             return "its config is gone"
         if by_session and session and (space, session) not in self.sessions:
             return "its session is gone"
@@ -201,7 +203,7 @@ def find_unmanaged(*, timeout_s: float | None = None) -> Listing:
     by_id = {str(p.pk): p for p in platforms}
     for backend_id, items in found.items():
         for item in items:
-            reason = owners.reason(item.metadata, by_session=item.kind in (SANDBOX, VOLUME))
+            reason = owners.reason(item.metadata, kind=item.kind)
             if reason is None:
                 continue
             listing.items.append(
@@ -287,7 +289,7 @@ def do_delete_unmanaged(backend_id: str, kind: str, ident: str, *, actor: Actor)
         raise ServiceError(f"{platform.name} could not be listed: {exc.kind}: {exc.message}") from exc
     item = next((i for i in found if i.kind == kind and i.ident == ident), None)
     owners = _Owners.read({str(item.metadata.get(META_SPACE, ""))} if item else set())
-    reason = owners.reason(item.metadata, by_session=kind in (SANDBOX, VOLUME)) if item else None
+    reason = owners.reason(item.metadata, kind=kind) if item else None
     if item is None or reason is None:
         raise ServiceError(f"{kind} {ident} is not an unmanaged resource of {platform.name} (gone, or owned).")
     backend = build_observed(platform_backend_config(platform))
