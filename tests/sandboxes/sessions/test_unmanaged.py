@@ -128,3 +128,31 @@ def test_the_unmanaged_page_lists_and_deletes_for_platform_admins_only(
         assert {event.actor for event in events} == {world.root}
     finally:
         remove(engine, *labelled(engine, mine))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_backend_that_does_not_answer_is_named_within_the_deadline(
+    world: World, session_config: SandboxConfig, settings: Any, tmp_path: Any
+) -> None:
+    import socket
+    import time
+
+    from tests.factories import make_backend
+
+    settings.UNMANAGED_LIST_TIMEOUT_S = 1
+    path = tmp_path / "silent.sock"
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(path))
+    silent.listen(8)  # accepts connections and never answers
+    make_backend(world.space_a, name="silent engine", endpoint=f"unix://{path}")
+    try:
+        started = time.monotonic()
+        listing = find_unmanaged()
+        elapsed = time.monotonic() - started
+        assert elapsed < 5
+        assert listing.errors == ["silent engine: did not answer within 1 s"]
+        assert listing.backends == 2  # the live engine was listed all the same
+        page = world.client_for("root").get(reverse("sandboxes:unmanaged_list")).content.decode()
+        assert "silent engine: did not answer within 1 s" in page
+    finally:
+        silent.close()
