@@ -95,7 +95,7 @@ def test_deleting_a_space_deletes_its_sandboxes_volumes_images_and_network(
         assert job.status == JobStatus.SUCCEEDED, job_error(job)
         after = held_by_space(engine, space, installation, network)
         print(
-            "teardown inventory during:",
+            f"teardown job took {job.duration_s or 0:.1f} s; inventory during:",
             [d for n, d in enumerate(during) if n == 0 or d != during[n - 1]],
             "after:",
             counts(after),
