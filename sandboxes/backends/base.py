@@ -15,6 +15,7 @@ it imports this module).
 from __future__ import annotations
 
 import abc
+import builtins
 import enum
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -399,12 +400,12 @@ class Backend(abc.ABC):
     def stats(self) -> StatsCapability | None:
         return None
 
-    def release_space(self, space: str) -> None:
+    def release_space(self, space: str) -> builtins.list[str]:
         """Free what the backend keeps for one space beside its sandboxes and volumes (Docker:
         the space's networks and their host state), once none of the space's sandboxes is
-        left. Idempotent; raises RemoteError (`conflict`) naming what stays because a sandbox
-        still uses it. Default: the backend keeps nothing per space."""
-        return None
+        left; returns what it removed. Idempotent; raises RemoteError (`conflict`) naming
+        what stays because a sandbox still uses it. Default: nothing kept per space."""
+        return []
 
     def idles_itself(self) -> bool:
         """True when the backend pauses an idle sandbox on its own (a TTL with auto-pause set

@@ -353,11 +353,15 @@ def _delete_images(config: SandboxConfig, backend: Backend, report: Report, *, o
 def _release_networks(space: Space, accounts: list[tuple[SandboxConfig, Backend]], report: Report) -> None:
     for _, backend in accounts:
         try:
-            backend.release_space(str(space.pk))
+            released = backend.release_space(str(space.pk))
         except RemoteError as exc:
             report.stayed("the networks of space", space.name, exc)
-        else:
-            report.went("network", f"of space {space.name} on {backend.label}")
+            continue
+        for name in released:
+            report.went("network", f"{name} (with its resolver, proxy and packet-filter rules)")
+        if not released:
+            # Docker removes a space's network with its last sandbox (above).
+            report.log(f"No network of space {space.name} is left on {backend.label}.")
 
 
 def _labels(space: Space, config: SandboxConfig | None = None) -> dict[str, str]:

@@ -498,17 +498,21 @@ class DockerBackend(DockerExec, DockerListing, DockerInboundNetworks, DockerNetw
             if exc.kind != ErrorKind.NOT_FOUND:
                 raise
 
-    def release_space(self, space: str) -> None:
+    def release_space(self, space: str) -> list[str]:
         """The space's networks (and, through `_release_network`, their host state) removed
         once no container is on them; conflict naming a network that a container keeps."""
+        names = (self.space_network_name(space), self.inbound_network_name(space))
+        before = self._networks_named(names)
         self._release_network(space)
-        left = []
-        for name in (self.space_network_name(space), self.inbound_network_name(space)):
-            with _engine_call(f"network {name}"):
-                if self.api.networks(names=[name]):
-                    left.append(name)
+        left = self._networks_named(names)
         if left:
             raise RemoteError(ErrorKind.CONFLICT, f"network {', '.join(left)} is still in use by a container")
+        return before
+
+    def _networks_named(self, names: tuple[str, ...]) -> list[str]:
+        with _engine_call("listing networks"):
+            found = {row["Name"] for row in self.api.networks(names=list(names))}
+        return [name for name in names if name in found]
 
     # Exec ------------------------------------------------------------------------------
 

@@ -106,7 +106,7 @@ def test_deleting_a_space_deletes_its_sandboxes_volumes_images_and_network(
             assert f"Deleted session {session.key}" in log
         for image in before["images"]:
             assert f"snap-{image.removeprefix('sha256:')[:12]}" in log
-        assert "Deleted network" in log
+        assert "No network of space Space A is left on Docker." in log  # it went with the last sandbox
         assert not Space.objects.filter(pk=space.pk).exists()
         assert AuditEvent.objects.get(action="space.delete").details["torn_down"]["session"] == 3
         # The job outlived its space, and its starter still follows it.
@@ -242,3 +242,25 @@ def test_no_new_session_starts_in_a_space_being_deleted(world: World) -> None:
     assert answer.json()["error"]["code"] == "being_deleted"
     AdminJob.objects.filter(pk=job.pk).update(status=JobStatus.FAILED)
     assert get_or_create_session(world.space_a, "after").key == "after"  # a failed teardown lets it be
+
+
+@pytest.mark.django_db(transaction=True)
+def test_releasing_a_space_removes_a_network_its_sandboxes_left_behind(
+    world: World, session_config: SandboxConfig, engine: Any
+) -> None:
+    """A space network no container is on any more (a delete cut before its release) goes with
+    the space's teardown, which names it."""
+    backend = backend_for(session_config)
+    name = backend.space_network_name(str(world.space_a.pk))  # type: ignore[attr-defined]
+    backend.space_network(str(world.space_a.pk))  # type: ignore[attr-defined]
+    try:
+        assert engine.networks(names=[name])
+        job = teardown.start_teardown(teardown.KIND_SPACE, world.space_a, str(world.space_a.pk), actor=teardown.SYSTEM)
+        run_job(str(job.id))
+        job.refresh_from_db()
+        assert job.status == JobStatus.SUCCEEDED, job_error(job)
+        assert f"Deleted network {name}" in "\n".join(line["message"] for line in job.log)
+        assert not [row for row in engine.networks(names=[name]) if row["Name"] == name]
+    finally:
+        with contextlib.suppress(docker.errors.APIError):
+            engine.remove_network(name)
