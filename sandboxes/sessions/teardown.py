@@ -75,7 +75,7 @@ class Report:
 
     deleted: dict[str, list[str]] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)
-    log: Callable[[str], None] = print
+    log: Callable[[str], None] = logger.info
 
     def went(self, what: str, ident: str) -> None:
         self.deleted.setdefault(what, []).append(ident)

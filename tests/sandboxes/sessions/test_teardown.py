@@ -40,6 +40,21 @@ def held_by_space(engine: Any, space: Space, installation: str, network: str) ->
     }
 
 
+def host_state(network: str) -> tuple[int, int]:
+    """Lines of the host ruleset naming the space's bridge, and processes naming its network."""
+    import subprocess
+
+    from sandboxes.backends.docker.firewall import bridge_name
+
+    ruleset = subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True, check=False).stdout
+    processes = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=False).stdout
+    bridge = bridge_name(network)
+    return (
+        sum(bridge in line for line in ruleset.splitlines()),
+        sum(network in line or bridge in line for line in processes.splitlines() if "ps -eo" not in line),
+    )
+
+
 def counts(held: dict[str, list[str]]) -> dict[str, int]:
     return {key: len(value) for key, value in held.items()}
 
@@ -73,7 +88,7 @@ def test_deleting_a_space_deletes_its_sandboxes_volumes_images_and_network(
         assert second.status == JobStatus.SUCCEEDED, job_error(second)
         sessions.append(runtime.resolve(space, "new-0").session)
         before = held_by_space(engine, space, installation, network)
-        print("teardown inventory before:", counts(before))
+        print("teardown inventory before:", counts(before), "host state (nft lines, processes):", host_state(network))
         assert len(before["containers"]) == 3
         assert len(before["volumes"]) == 3
         assert len(before["images"]) >= 2
@@ -101,6 +116,7 @@ def test_deleting_a_space_deletes_its_sandboxes_volumes_images_and_network(
             counts(after),
         )
         assert after == {"containers": [], "volumes": [], "images": [], "networks": []}
+        print("host state left (nft lines, resolver processes; the egress component's to assert):", host_state(network))
         log = "\n".join(line["message"] for line in job.log)
         for session in sessions:
             assert f"Deleted session {session.key}" in log
