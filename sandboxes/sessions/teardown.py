@@ -118,7 +118,9 @@ class Inventory:
             + (", and the templates built for it." if scope == "space" else " (the space's templates stay)."),
         ]
         if scope == "space":
-            lines.append("Its networks on each Docker host, with their resolver, proxy and packet-filter rules.")
+            lines.append(
+                "The networks its backends keep for it (on Docker: with their resolver, proxy and packet-filter rules)."
+            )
             lines.append(
                 f"Then its rows: {self.configs} sandbox config(s), its network policy, members, tokens and jobs. "
                 "Its audit events stay, without the link to the space."

@@ -98,7 +98,7 @@ def test_deleting_a_space_deletes_its_sandboxes_volumes_images_and_network(
         page = alice.get(reverse("console:space_delete", args=[space.pk])).content.decode()
         assert "3 session(s)" in page
         assert "2 skill image" not in page
-        assert "networks on each Docker host" in page
+        assert "The networks its backends keep for it" in page
         answer = alice.post(reverse("console:space_delete", args=[space.pk]), {"confirm_slug": space.slug})
         job = AdminJob.objects.filter(kind=teardown.KIND_SPACE).get()
         assert answer.status_code == 302
