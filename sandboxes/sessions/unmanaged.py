@@ -197,6 +197,9 @@ def find_unmanaged(*, timeout_s: float | None = None) -> Listing:
                 listing.errors.append(f"{platform.name}: did not answer within {timeout:g} s")
             except RemoteError as exc:
                 listing.errors.append(f"{platform.name}: {exc.kind}: {exc.message}")
+            except Exception as exc:  # one broken backend never hides the others' listings
+                logger.warning("listing unmanaged resources on %s failed", platform.name, exc_info=True)
+                listing.errors.append(f"{platform.name}: {exc.__class__.__name__}")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     owners = _Owners.read({str(item.metadata.get(META_SPACE, "")) for items in found.values() for item in items})
