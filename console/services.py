@@ -172,8 +172,10 @@ def do_update_space_limits(space: Space, *, actor: Actor, **values: int | None) 
     return limits
 
 
-def do_delete_space(space: Space, *, actor: Actor) -> None:
-    """Delete a space and everything it owns. Refused while its sandboxes are live (later)."""
+def do_delete_space(space: Space, *, actor: Actor, details: dict[str, Any] | None = None) -> None:
+    """Delete a space's rows. Its sandboxes, volumes, snapshots and networks are deleted
+    first by the teardown job (`sandboxes.sessions.teardown`), which calls this last and
+    passes what it deleted (`details`)."""
     with transaction.atomic():
         record_audit(
             actor,
@@ -181,7 +183,7 @@ def do_delete_space(space: Space, *, actor: Actor) -> None:
             space=None,
             target_type="space",
             target_id=space.id,
-            details={"name": space.name, "slug": space.slug},
+            details={"name": space.name, "slug": space.slug, **(details or {})},
         )
         space.delete()
 

@@ -6,6 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from sandboxes.network import pages as network_pages
+from sandboxes.pages import teardown as teardown_pages
 
 from . import activity_views, user_views, views
 
@@ -15,7 +16,7 @@ console_patterns = [
     path("spaces/new/", views.space_create, name="space_create"),
     path("spaces/<uuid:space_id>/", views.space_detail, name="space_detail"),
     path("spaces/<uuid:space_id>/edit/", views.space_edit, name="space_edit"),
-    path("spaces/<uuid:space_id>/delete/", views.space_delete, name="space_delete"),
+    path("spaces/<uuid:space_id>/delete/", teardown_pages.space_delete, name="space_delete"),
     path("spaces/<uuid:space_id>/network/", network_pages.network_policy_edit, name="network_policy_edit"),
     path("spaces/<uuid:space_id>/limits/", views.space_limits, name="space_limits"),
     path("spaces/<uuid:space_id>/members/add/", views.member_add, name="member_add"),

@@ -34,7 +34,6 @@ from .services import (
     do_add_member,
     do_change_member_role,
     do_create_space,
-    do_delete_space,
     do_logout_everywhere,
     do_remove_member,
     do_update_space,
@@ -225,35 +224,6 @@ def space_limits(request: HttpRequest, space_id: str) -> HttpResponse:
         "section": "spaces",
     }
     return render(request, "console/space_limits.html", context, status=400 if form.errors else 200)
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def space_delete(request: HttpRequest, space_id: str) -> HttpResponse:
-    space = get_space_for_user(request.user, space_id, Role.ADMIN)
-    if request.method == "POST":
-        if request.POST.get("confirm_slug", "").strip() != space.slug:
-            messages.error(request, f"Type the space's slug ({space.slug}) to confirm.")
-        else:
-            name = space.name
-            do_delete_space(space, actor=actor_from_request(request))
-            messages.success(request, f"Space {name} deleted.")
-            return redirect("console:space_list")
-    return render(
-        request,
-        "inc/confirm_delete.html",
-        {
-            "object_label": f"space {space.name}",
-            "consequences": [
-                "Its members lose access.",
-                "Its network policy, sandbox configs, skill images and sessions are deleted.",
-                "Its audit events stay, without the link to the space.",
-            ],
-            "confirm_field": {"name": "confirm_slug", "expected": space.slug},
-            "cancel_url": space.get_absolute_url(),
-            "section": "spaces",
-        },
-    )
 
 
 # --- Members -----------------------------------------------------------------------------
@@ -457,7 +427,9 @@ def get_job_for_user(user: Any, job_id: str, role: Role = Role.VIEWER) -> AdminJ
     job = get_object_or_404(AdminJob.objects.select_related("space", "created_by"), pk=job_id)
     if job.space is not None:
         get_space_for_user(user, job.space.id, role)
-    elif not is_platform_admin(user):
+    elif not is_platform_admin(user) and not (job.created_by_id is not None and job.created_by_id == user.pk):
+        # A platform job, or one that outlived its space (a space's deletion): its starter
+        # still follows it.
         raise Http404("No such job")
     return job
 

@@ -19,7 +19,7 @@ class SandboxesConfig(AppConfig):
         from .catalog.health import backend_checks
         from .network.live import on_policy_changed
         from .pages import onboarding  # noqa: F401  (the dashboard's getting-started steps)
-        from .sessions import gauges, reaper, retention  # noqa: F401
+        from .sessions import gauges, reaper, retention, teardown, unmanaged  # noqa: F401
         from .sessions.commands import lose_commands_of
         from .sessions.inbound_hosts import check_setting
         from .sessions.limits import release_slots_of

@@ -74,8 +74,18 @@ def snapshot_force_deleted(sender: Any, *, snapshot_id: str, fingerprint: str, *
     )
 
 
+RETIRED_NOTE = "Its snapshot was deleted with the last session that ran from it."
+
+
+def snapshot_retired(sender: Any, *, snapshot_id: str, fingerprint: str, **kwargs: Any) -> None:
+    SkillImage.objects.filter(snapshot_id=snapshot_id, fingerprint=fingerprint, status=SkillImageStatus.READY).update(
+        status=SkillImageStatus.RETIRED, error=RETIRED_NOTE
+    )
+
+
 def connect() -> None:
     from sandboxes.catalog import templates as catalog
 
     catalog.snapshot_references.connect(snapshot_references, dispatch_uid="skills.snapshot_references")
     catalog.snapshot_force_deleted.connect(snapshot_force_deleted, dispatch_uid="skills.snapshot_force_deleted")
+    catalog.snapshot_retired.connect(snapshot_retired, dispatch_uid="skills.snapshot_retired")

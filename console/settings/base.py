@@ -349,6 +349,11 @@ PROCESS_HEARTBEAT_WINDOW_S = float(os.environ.get("PROCESS_HEARTBEAT_WINDOW_S", 
 # flight get this long to finish, then they are cut and the process exits.
 SHUTDOWN_GRACE_S = float(os.environ.get("SHUTDOWN_GRACE_S", 20))
 REAPER_GRACE_S = int(os.environ.get("REAPER_GRACE_S", 300))
+# The reaper pass also deletes what the backends hold under this installation's labels whose
+# space, config or session is gone (sandboxes/sessions/unmanaged.py), once older than the grace.
+REAPER_UNMANAGED = env_bool("REAPER_UNMANAGED", True)
+# Seconds one backend may take to list its labelled resources for the Unmanaged resources page.
+UNMANAGED_LIST_TIMEOUT_S = float(os.environ.get("UNMANAGED_LIST_TIMEOUT_S", 10))
 # Finished reaper and idle-sweep jobs (failed ones too) are deleted after this long.
 HOUSEKEEPING_JOB_RETENTION_S = int(os.environ.get("HOUSEKEEPING_JOB_RETENTION_S", 86400))
 # How often each periodic task runs (seconds); short ones let fault tests see a pass soon.

@@ -25,6 +25,10 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 RUN_SCHEDULER = False  # tests run periodic functions themselves
+# Test runs share one engine under one installation id while each has its own database: the
+# per-installation clean-up would take another run's live objects for orphans. Tests of it
+# switch it on under an installation id of their own.
+REAPER_UNMANAGED = False
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not the in-memory default: threads racing on the session store need real locks.
     import tempfile

@@ -275,7 +275,8 @@ ERRORS = {
     "409": json_response(
         "Backend conflict or quota, or the space's network policy cannot be enforced by the config's backend"
         " (the message names what); code session_not_running when the call raced a pause, code"
-        " sandbox_replaced when the sandbox was rebuilt or removed under it (run it again)",
+        " sandbox_replaced when the sandbox was rebuilt or removed under it (run it again); code"
+        " being_deleted when the space or config is being deleted and no new session starts on it",
         "Error",
     ),
     "429": json_response(

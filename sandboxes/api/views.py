@@ -33,10 +33,11 @@ from ..backends.base import ExecRequest, RemoteError
 from ..models import ApiToken, Artifact, BackgroundCommand, Session
 from ..sessions.commands import kill_command, read_output, send_input, start_command
 from ..sessions.limits import LimitExceeded, check_api_rate
-from ..sessions.lookup import call_session, get_or_create_session
+from ..sessions.lookup import BeingDeleted, call_session, get_or_create_session
 from ..sessions.runtime import Resolved, Runtime, SessionDeleted
 from ..sessions.store import lifecycle_lock, lock_key
 from ..sessions.store_select import get_store
+from ..sessions.teardown import delete_session
 from ..sessions.workspace import (
     FileMissing,
     SandboxNotRunning,
@@ -200,6 +201,8 @@ def api_view(*methods: str) -> Callable[[Handler], Handler]:
                 return not_running(space_id, kwargs.get("key", "")).response()
             except FileMissing as exc:  # a path that names nothing: the caller's 404, not a backend's 502
                 return ApiError(404, "not_found", exc.message, field="path").response()
+            except BeingDeleted as exc:
+                return ApiError(409, "being_deleted", exc.message).response()
             except ServiceError as exc:
                 first_field = next(iter(exc.field_errors), None)
                 return ApiError(400, "invalid", exc.message, field=first_field).response()
@@ -291,7 +294,7 @@ def session_json(session: Session, resolved: Resolved | None = None) -> dict[str
 def session_view(request: HttpRequest, space: Space, key: str) -> HttpResponse:
     session = existing_session(space, key)
     if request.method == "DELETE":
-        Runtime().delete(session, actor=actor(request))
+        delete_session(session, actor=actor(request))  # its unused old skill image too
         return HttpResponse(status=204)
     return JsonResponse(session_json(session))
 

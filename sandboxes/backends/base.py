@@ -15,6 +15,7 @@ annotations, under TYPE_CHECKING: it imports this module).
 from __future__ import annotations
 
 import abc
+import builtins
 import enum
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -294,6 +295,15 @@ class SnapshotInfo:
 
 
 @dataclass(frozen=True)
+class VolumeInfo:
+    """A persistent workspace volume and the console metadata it carries."""
+
+    name: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class TemplateInfo:
     template_id: str
     name: str
@@ -415,6 +425,13 @@ class Backend(abc.ABC):
     def disk_capabilities(self) -> DiskCapabilities:
         """Where Resources.disk_mb holds; may ask the engine once (cached by the adapter)."""
         return DiskCapabilities()
+
+    def release_space(self, space: str) -> builtins.list[str]:
+        """Free what the backend keeps for one space beside its sandboxes and volumes (Docker:
+        the space's networks and their host state), once none of the space's sandboxes is
+        left; returns what it removed. Idempotent; raises RemoteError (`conflict`) naming
+        what stays because a sandbox still uses it. Default: nothing kept per space."""
+        return []
 
     def idles_itself(self) -> bool:
         """True when the backend pauses an idle sandbox on its own (a TTL with auto-pause set

@@ -11,6 +11,7 @@ leaf, nothing else of the project.
 from __future__ import annotations
 
 import abc
+import builtins
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +28,7 @@ from .base import (
     SnapshotInfo,
     TemplateBuildSpec,
     TemplateInfo,
+    VolumeInfo,
 )
 
 
@@ -171,6 +173,12 @@ class VolumesCapability(abc.ABC):
         """That workspaces can be made on this account now, in one cheap call; raises
         RemoteError (`unsupported` when the account has no volumes) and says what it saw."""
         return "available"
+
+    def list(self, metadata: Mapping[str, str]) -> builtins.list[VolumeInfo]:
+        """The workspace volumes carrying every key and value of `metadata` (the console's
+        labels), for clean-up. A backend whose volumes keep no labels returns []: its
+        workspaces are found by their session's name (`Session.workspace_volume`)."""
+        return []
 
     @abc.abstractmethod
     def delete(self, name: str) -> None:

@@ -83,10 +83,33 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
     )
 
 
+def platform_backend_config(backend: PlatformBackend) -> BackendConfig:
+    """A platform backend on its own account, without a config: what the per-installation
+    clean-up (`sessions.unmanaged`) lists and deletes through once a space and its configs
+    are gone."""
+    return BackendConfig(
+        kind=backend.kind,
+        endpoint=backend.endpoint,
+        domain=backend.domain,
+        api_key=decrypt(backend.api_key_encrypted),
+        allow_private_endpoints=backend.allow_private_endpoints,
+        options={
+            **({"sandbox_url": backend.sandbox_url} if backend.sandbox_url else {}),
+            **tls_options(backend),
+            **_resolver_options(backend.kind),
+            "inbound_url": "/inbound/",
+        },
+    )
+
+
 def resolver_options(config: SandboxConfig) -> dict[str, str]:
     """Kinds whose resolver the console runs (Docker): the operator's upstream resolver and
     the host folder of the egress state (docs/network.md), when set."""
-    if not describe(config.kind).takes_dns_upstream:
+    return _resolver_options(config.kind)
+
+
+def _resolver_options(kind: str) -> dict[str, str]:
+    if not describe(kind).takes_dns_upstream:
         return {}
     options = {
         "dns_upstream": settings.EGRESS_DNS_UPSTREAM,

@@ -238,22 +238,23 @@ def do_update_config(
     return config
 
 
-def do_delete_config(config: SandboxConfig, *, actor: Actor) -> None:
+def do_delete_config(config: SandboxConfig, *, actor: Actor, torn_down: dict[str, int] | None = None) -> None:
+    """Delete a config's row. Called by the teardown job (`sandboxes.sessions.teardown`)
+    once its sessions, sandboxes, volumes and images are gone (`torn_down`: what went);
+    without it, refused while anything of the config is left."""
     from ..models import SessionImage
 
-    if SessionImage.objects.filter(config=config).exists():
-        raise ServiceError(
-            "A skill image of this space lives on this config: uninstall its skills (or delete its "
-            "generations) on the Skill image page first, so its snapshots are not left behind."
-        )
-    if config.sessions.exists():
-        raise ServiceError(f"{config.sessions.count()} session(s) use this config: delete them first.")
-    try:
-        live = count_live_sandboxes(config)
-    except RemoteError:
-        live = 0
-    if live:
-        raise ServiceError(f"{live} live sandbox(es) use this config: delete them first.")
+    if torn_down is None:
+        if SessionImage.objects.filter(config=config).exists():
+            raise ServiceError("A skill image of this space lives on this config: delete the config from its page.")
+        if config.sessions.exists():
+            raise ServiceError(f"{config.sessions.count()} session(s) use this config: delete them first.")
+        try:
+            live = count_live_sandboxes(config)
+        except RemoteError:
+            live = 0
+        if live:
+            raise ServiceError(f"{live} live sandbox(es) use this config: delete them first.")
     with transaction.atomic():
         record_audit(
             actor,
@@ -261,7 +262,7 @@ def do_delete_config(config: SandboxConfig, *, actor: Actor) -> None:
             space=config.space,
             target_type="sandbox_config",
             target_id=config.id,
-            details={"name": config.name, "kind": config.kind},
+            details={"name": config.name, "kind": config.kind, **({"torn_down": torn_down} if torn_down else {})},
         )
         config.delete()
 

@@ -50,6 +50,9 @@ from .services import do_clear_session_image
 snapshot_references = django.dispatch.Signal()
 # Sent after a platform admin deleted a snapshot still referenced: receivers fall back.
 snapshot_force_deleted = django.dispatch.Signal()
+# Sent after a snapshot went with the last session that ran from it (no pointer on it):
+# receivers retire the generations recorded on it.
+snapshot_retired = django.dispatch.Signal()
 
 NEVER = datetime.min.replace(tzinfo=UTC)
 

@@ -27,7 +27,7 @@ from ..backends.base import DiskCapabilities, NetworkCapabilities, RemoteError
 from ..catalog.bridge import open_backend
 from ..catalog.network import unsupported_policy_switches
 from ..catalog.platform import granted_backends
-from ..catalog.services import do_create_config, do_delete_config, do_update_config
+from ..catalog.services import do_create_config, do_update_config
 from ..models import PlatformBackend, SandboxConfig
 from .by_kind import kind_step
 from .forms import SandboxConfigForm, chosen_backend
@@ -167,33 +167,6 @@ def config_edit(request: HttpRequest, config_id: str) -> HttpResponse:
             messages.success(request, "Config saved.")
             return HttpResponseClientRedirect(config.get_absolute_url()) if is_htmx(request) else redirect(config)
     return _render_config_form(request, config.space, config, form)
-
-
-@login_required
-@require_http_methods(["GET", "POST"])
-def config_delete(request: HttpRequest, config_id: str) -> HttpResponse:
-    config = get_config_for_user(request.user, config_id, Role.ADMIN)
-    if request.method == "POST":
-        try:
-            do_delete_config(config, actor=actor_from_request(request))
-        except ServiceError as exc:
-            messages.error(request, exc.message)
-            return redirect(config)
-        messages.success(request, f"Config {config.name} deleted.")
-        return redirect("sandboxes:config_list")
-    return render(
-        request,
-        "inc/confirm_delete.html",
-        {
-            "object_label": f"sandbox config {config.name}",
-            "consequences": [
-                "Refused while live sandboxes use it.",
-                "Its templates and snapshots stay on the backend.",
-            ],
-            "cancel_url": config.get_absolute_url(),
-            "section": "sandboxes",
-        },
-    )
 
 
 def _start_config_job(request: HttpRequest, config_id: str, kind: str, announce: str) -> HttpResponse:

@@ -34,6 +34,7 @@ from ..sessions.stats import read_session_stats
 from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
 from .inbound import inbound_context
 from .lookups import failure_message, get_session_for_user, remote_error_message
+from .teardown import session_delete
 
 # --- Sessions ----------------------------------------------------------------------------
 
@@ -147,19 +148,16 @@ def session_action(request: HttpRequest, session_id: str, action: str) -> HttpRe
     """Pause, resume, rebuild (members) or delete (admins) a session; destructive ones confirm."""
     if action not in SESSION_ACTIONS:
         raise Http404("No such action")
-    role = Role.ADMIN if action == "delete" else Role.MEMBER
-    session = get_session_for_user(request.user, session_id, role)
+    if action == "delete":
+        return session_delete(request, session_id)  # a teardown job (pages.teardown)
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
     if request.method == "GET":
-        if action not in {"rebuild", "delete"}:
+        if action != "rebuild":
             return redirect(session)
-        consequences = (
-            [
-                "Its sandbox is deleted and a new one created from the current template.",
-                "Files in a persistent /workspace are kept; running processes are lost.",
-            ]
-            if action == "rebuild"
-            else ["Its sandbox, binding, persistent /workspace and artifacts are deleted."]
-        )
+        consequences = [
+            "Its sandbox is deleted and a new one created from the current template.",
+            "Files in a persistent /workspace are kept; running processes are lost.",
+        ]
         return render(
             request,
             "inc/confirm_delete.html",
@@ -180,13 +178,9 @@ def session_action(request: HttpRequest, session_id: str, action: str) -> HttpRe
         elif action == "resume":
             resolved = runtime.resume(session, actor=actor)
             messages.success(request, f"Session {session.key} is running ({resolved.action}).")
-        elif action == "rebuild":
+        else:
             runtime.rebuild(session, actor=actor)
             messages.success(request, f"Session {session.key} was rebuilt.")
-        else:
-            runtime.delete(session, actor=actor)
-            messages.success(request, f"Session {session.key} deleted.")
-            return redirect(reverse("sandboxes:session_list") + f"?space={session.space_id}")
     except (RemoteError, ServiceError) as exc:
         messages.error(request, failure_message(exc))
     if action == "resume" and request.POST.get("browse") == "1":

@@ -4,7 +4,7 @@ from django.urls import path
 
 from ..network import pages as network
 from ..terminal import views as terminal_views
-from . import catalog, configs, inbound, platform, sessions, tokens
+from . import catalog, configs, inbound, platform, sessions, teardown, tokens, unmanaged
 
 app_name = "sandboxes"
 
@@ -14,7 +14,7 @@ urlpatterns = [
     path("spaces/<uuid:space_id>/sandboxes/new/", configs.config_create, name="config_create"),
     path("sandboxes/<uuid:config_id>/", configs.config_detail, name="config_detail"),
     path("sandboxes/<uuid:config_id>/edit/", configs.config_edit, name="config_edit"),
-    path("sandboxes/<uuid:config_id>/delete/", configs.config_delete, name="config_delete"),
+    path("sandboxes/<uuid:config_id>/delete/", teardown.config_delete, name="config_delete"),
     path("sandboxes/<uuid:config_id>/test/", configs.config_test, name="config_test"),
     path("sandboxes/<uuid:config_id>/verify/", configs.config_verify, name="config_verify"),
     path("sandboxes/<uuid:config_id>/templates/", catalog.template_list, name="template_list"),
@@ -56,6 +56,8 @@ urlpatterns = [
 # The platform's Backends section (platform admins only; sandboxes/pages/platform.py).
 urlpatterns += [
     path("platform/backends/", platform.backend_list, name="backend_list"),
+    path("platform/unmanaged/", unmanaged.unmanaged_list, name="unmanaged_list"),
+    path("platform/unmanaged/delete/", unmanaged.unmanaged_delete, name="unmanaged_delete"),
     path("platform/backends/new/", platform.backend_create, name="backend_create"),
     path("platform/backends/<uuid:backend_id>/", platform.backend_edit, name="backend_edit"),
 ]

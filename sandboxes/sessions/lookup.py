@@ -15,7 +15,7 @@ from typing import Any
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Field, Model
 
-from console.models import Space
+from console.models import AdminJob, JobStatus, Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..models import PlatformBackend, SandboxConfig, Session
@@ -127,6 +127,26 @@ def session_by_key(space: Space, key: str) -> Session | None:
 call_session: ContextVar[Any] = ContextVar("call_session", default=None)
 
 
+class BeingDeleted(ServiceError):
+    """The space or config is being torn down (`sessions.teardown`): no new session on it."""
+
+
+# The teardown jobs' kinds (`sessions.teardown`, which builds on this module).
+TEARDOWN_KINDS = {"sandboxes.teardown_space": "space", "sandboxes.teardown_config": "config"}
+
+
+def refuse_while_deleted(space: Space, config: SandboxConfig) -> None:
+    """Only when a session row is about to be created (never on the warm path)."""
+    running = AdminJob.objects.filter(
+        kind__in=list(TEARDOWN_KINDS),
+        params__target__in=[str(space.pk), str(config.pk)],
+        status__in=[JobStatus.QUEUED, JobStatus.RUNNING],
+    ).values_list("kind", flat=True)
+    kind = next(iter(running), None)
+    if kind is not None:
+        raise BeingDeleted(f"This {TEARDOWN_KINDS[kind]} is being deleted: no new session starts on it.")
+
+
 def get_or_create_session(
     space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
 ) -> Session:
@@ -141,6 +161,7 @@ def get_or_create_session(
     try:
         with transaction.atomic():
             check_live_sessions(space)  # locks the space's limits row until the commit
+            refuse_while_deleted(space, config)
             session = Session.objects.create(space=space, key=key, config=config)
             record_audit(
                 actor,

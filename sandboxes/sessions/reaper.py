@@ -1,8 +1,10 @@
 """The reaper and the idle sweep: periodic housekeeping of session sandboxes.
 
-Reaper: on every config, list the sandboxes this installation created (paged, with the
-repeated-page-token guard), read their bindings in one batch and their sessions in one
-query, and then, per session and under that session's lifecycle lock (re-reading both):
+Reaper: per installation, what no live object owns any more (`unmanaged`: a deleted space's
+or config's sandboxes, volumes and images); then on every config, list the sandboxes this
+installation created (paged, with the repeated-page-token guard), read their bindings in one
+batch and their sessions in one query, and then, per session and under that session's
+lifecycle lock (re-reading both):
 
 - a session that still exists keeps a sandbox: if no binding owns one (a store that came
   back empty, a process killed between create and bind, a binding pointing at a sandbox that
@@ -67,6 +69,7 @@ from .store import (
     turn_key,
 )
 from .store_select import get_store
+from .unmanaged import reap_unmanaged
 
 logger = logging.getLogger(__name__)
 # Longest a job may keep a sandbox of its own (skill builds, verification) before it counts
@@ -345,6 +348,16 @@ def reap_job(ctx: JobContext) -> dict[str, Any]:
         "claimed": sum(len(r.claimed) for r in reports),
     }
     errors = [e for r in reports for e in r.errors]
+    if settings.REAPER_UNMANAGED:
+        # Per installation: what carries this installation's labels and no live object owns
+        # (a deleted space's or config's leftovers), which no config's pass lists any more.
+        unmanaged = reap_unmanaged()
+        ctx.log(
+            f"Unmanaged: deleted {len(unmanaged.deleted)}, young {unmanaged.young}"
+            + (f", errors: {'; '.join(unmanaged.errors)}" if unmanaged.errors else "")
+        )
+        result["unmanaged_deleted"] = unmanaged.deleted
+        errors += unmanaged.errors
     if errors:
         raise JobFailed("; ".join(errors[:5]))
     return result

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, Membership, NetworkPolicy, Role, Space
 from console.services import (
     SYSTEM,
@@ -127,7 +128,10 @@ def test_space_create_edit_delete_flow(world: World) -> None:
     # Deletion needs the slug typed back.
     client.post(reverse("console:space_delete", args=[space.id]), {"confirm_slug": "wrong"})
     assert Space.objects.filter(pk=space.pk).exists()
-    client.post(reverse("console:space_delete", args=[space.id]), {"confirm_slug": "research"})
+    response = client.post(reverse("console:space_delete", args=[space.id]), {"confirm_slug": "research"})
+    job = AdminJob.objects.get(kind="sandboxes.teardown_space", params__target=str(space.id))
+    assert response["Location"] == job.get_absolute_url()  # a teardown job, followed on its page
+    run_job(str(job.id))
     assert not Space.objects.filter(pk=space.pk).exists()
 
 

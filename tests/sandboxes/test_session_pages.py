@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from console.models import AuditEvent
+from console.jobs import run_job
+from console.models import AdminJob, AuditEvent
 from sandboxes.backends.base import ExecRequest, SandboxState
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.sessions.provisioning import backend_for
@@ -153,6 +154,8 @@ def test_rebuild_and_delete_confirm_first(world: World, live_session: Session) -
     assert live_session.sandbox_id != old
     assert "Delete session ui-1?" in client.get(urls["delete"]).content.decode()
     client.post(urls["delete"])
+    job = AdminJob.objects.get(kind="sandboxes.teardown_session", params__target=str(live_session.pk))
+    run_job(str(job.id))  # on_commit does not fire inside a test transaction
     assert not Session.objects.filter(pk=live_session.pk).exists()
 
 

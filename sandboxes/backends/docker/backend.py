@@ -25,6 +25,7 @@ packet filter next to it).
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import logging
 import re
@@ -55,6 +56,7 @@ from ..base import (
     SandboxInfo,
     SandboxSpec,
     SandboxState,
+    VolumeInfo,
     is_snapshot_id,
 )
 from ..capabilities import (
@@ -76,12 +78,15 @@ from .common import (
     KIND_SANDBOX,
     KIND_SNAPSHOT,
     KIND_WORKSPACE,
+    LABEL_META_PREFIX,
     LABEL_NETWORK,
     LABEL_TEMPLATE,
     STOP_GRACE_S,
     _check_image_owner,
     _engine_call,
     _hardening,
+    _parse_time,
+    metadata_from_labels,
     metadata_labels,
 )
 from .disk import DiskPlan, DockerDisk
@@ -466,6 +471,22 @@ class DockerBackend(Backend):
                 raise
         self.disk.release_volume(name)  # its bounded file system, if it has one
 
+    def release_space(self, space: str) -> builtins.list[str]:
+        """The space's networks (and, through `release_network`, their host state) removed
+        once no container is on them; conflict naming a network that a container keeps."""
+        names = (self.networks.space_network_name(space), self.networks.inbound_network_name(space))
+        before = self._networks_named(names)
+        self.release_network(space)
+        left = self._networks_named(names)
+        if left:
+            raise RemoteError(ErrorKind.CONFLICT, f"network {', '.join(left)} is still in use by a container")
+        return before
+
+    def _networks_named(self, names: tuple[str, ...]) -> builtins.list[str]:
+        with _engine_call("listing networks"):
+            found = {row["Name"] for row in self.api.networks(names=list(names))}
+        return [name for name in names if name in found]
+
     # Capabilities ----------------------------------------------------------------------
 
     def files(self) -> FilesCapability:
@@ -508,6 +529,19 @@ class DockerVolumes(VolumesCapability):
         with _engine_call("listing workspace volumes"):
             found = self.backend.api.volumes(filters={"label": f"{LABEL_KIND}={KIND_WORKSPACE}"})
         return f"named volumes ({len(found.get('Volumes') or [])} workspaces on this engine)"
+
+    def list(self, metadata: Mapping[str, str]) -> list[VolumeInfo]:
+        filters = [f"{LABEL_KIND}={KIND_WORKSPACE}"] + [f"{LABEL_META_PREFIX}{k}={v}" for k, v in metadata.items()]
+        with _engine_call("listing workspace volumes"):
+            found = self.backend.api.volumes(filters={"label": filters}).get("Volumes") or []
+        return [
+            VolumeInfo(
+                name=str(row["Name"]),
+                metadata=metadata_from_labels(row.get("Labels") or {}),
+                created_at=_parse_time(row.get("CreatedAt")),
+            )
+            for row in found
+        ]
 
     def delete(self, name: str) -> None:
         self.backend.delete_volume(name)

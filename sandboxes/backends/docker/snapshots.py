@@ -146,9 +146,26 @@ def _remove_image(backend: DockerBackend, image_id: str, what: str) -> None:
     except RemoteError as exc:
         if exc.kind == ErrorKind.NOT_FOUND:
             return
+        if exc.kind == ErrorKind.CONFLICT and "dependent child images" in exc.message:
+            # A newer snapshot was committed on top of it: untagged, it leaves every listing
+            # and its layers go with its last child (the engine prunes untagged parents).
+            _untag(backend, image_id, what)
+            return
         if exc.kind == ErrorKind.CONFLICT:
             raise RemoteError(ErrorKind.CONFLICT, f"{what} is still in use: {exc.message}") from exc
         raise
+
+
+def _untag(backend: DockerBackend, image_id: str, what: str) -> None:
+    with _engine_call(f"image tags of {what}"):
+        tags = _real_tags(backend.api.inspect_image(image_id))
+    for tag in tags:
+        try:
+            with _engine_call(f"untagging {what}"):
+                backend.api.remove_image(tag)
+        except RemoteError as exc:
+            if exc.kind != ErrorKind.NOT_FOUND:
+                raise RemoteError(ErrorKind.CONFLICT, f"{what} is still in use: {exc.message}") from exc
 
 
 def _real_tags(row: Mapping[str, Any]) -> builtins.list[str]:
