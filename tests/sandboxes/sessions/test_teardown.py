@@ -44,7 +44,7 @@ def host_state(network: str) -> tuple[int, int]:
     """Lines of the host ruleset naming the space's bridge, and processes naming its network."""
     import subprocess
 
-    from sandboxes.backends.docker.firewall import bridge_name
+    from sandboxes.backends.docker.egress.firewall import bridge_name
 
     ruleset = subprocess.run(["nft", "list", "ruleset"], capture_output=True, text=True, check=False).stdout
     processes = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=False).stdout
@@ -77,7 +77,7 @@ def test_deleting_a_space_deletes_its_sandboxes_volumes_images_and_network(
 ) -> None:
     installation = settings.CONSOLE_INSTALLATION_ID
     space = world.space_a
-    network = backend_for(session_config).space_network_name(str(space.pk))  # type: ignore[attr-defined]
+    network = backend_for(session_config).networks.space_network_name(str(space.pk))  # type: ignore[attr-defined]
     set_policy(space, allow_out=["files.test"])  # online: the space gets its own network
     try:
         first = run_install(space, session_config, import_skill(plain_skill("teardown-one")))
@@ -267,8 +267,8 @@ def test_releasing_a_space_removes_a_network_its_sandboxes_left_behind(
     """A space network no container is on any more (a delete cut before its release) goes with
     the space's teardown, which names it."""
     backend = backend_for(session_config)
-    name = backend.space_network_name(str(world.space_a.pk))  # type: ignore[attr-defined]
-    backend.space_network(str(world.space_a.pk))  # type: ignore[attr-defined]
+    name = backend.networks.space_network_name(str(world.space_a.pk))  # type: ignore[attr-defined]
+    backend.networks.ensure_space_network(str(world.space_a.pk))  # type: ignore[attr-defined]
     try:
         assert engine.networks(names=[name])
         job = teardown.start_teardown(teardown.KIND_SPACE, world.space_a, str(world.space_a.pk), actor=teardown.SYSTEM)
