@@ -222,7 +222,7 @@ class SpaceLimitsForm(forms.Form):
         "live_sessions": "Live sessions",
         "concurrent_execs": "Concurrent execs",
         "background_commands": "Running background commands",
-        "api_requests_per_minute": "API requests per minute, per token",
+        "api_requests_per_minute": "API requests per minute, per space (all its tokens together)",
     }
 
     def __init__(self, *args: Any, defaults: dict[str, int], **kwargs: Any) -> None:
