@@ -10,8 +10,8 @@ and rate limits").
 - background commands: running `BackgroundCommand` rows of the space, checked before the
   sandbox is resumed and again, authoritatively, under the lock in the transaction that
   records the new command (a start that loses the race kills its process and is refused);
-- API requests per minute per space (whichever of its tokens sent them): a fixed one-minute window, counted in Redis when
-  REDIS_URL is set (every process shares it) and in this process otherwise (the embedded
+- API requests per minute per space (whichever of its tokens sent them): a fixed one-minute
+  window, counted in Redis when REDIS_URL is set (every process shares it) and in this process otherwise (the embedded
   mode is one process).
 
 A refusal raises `LimitExceeded` (a ServiceError, so pages show its message); the agent API
