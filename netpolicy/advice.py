@@ -77,6 +77,14 @@ def advise(
     if logged == Rule.HOST_MISMATCH:
         return Advice(Offer.NONE, "Cannot be approved: the name sent does not resolve to the address connected to.")
     now = decide(policy, destination, reserved=reserved)
+    if now.allowed and logged == Rule.DENY_ENTRY and _still_denied(policy, detail):
+        # Refused as an address the denied name resolved to, met under another name or raw:
+        # deciding by the destination alone cannot see that, the logged entry can.
+        return Advice(
+            Offer.EDIT_DENY,
+            f"Refused by deny entry {detail}: the address is one that name resolves to; edit the deny list "
+            "to let it through.",
+        )
     if now.allowed:
         return Advice(Offer.NONE, f"Allowed by the current policy already ({now.sentence}).")
     proposal = _proposal(policy, destination, now)
@@ -109,3 +117,8 @@ def _proposal(policy: Policy, destination: Destination, now: Decision) -> Advice
             entry,
         )
     return Advice(Offer.NONE, f"Cannot be approved: {now.sentence}.")
+
+
+def _still_denied(policy: Policy, entry_text: str) -> bool:
+    """Whether the deny entry a refusal was logged with is still in the policy's deny list."""
+    return any(str(entry) == entry_text.strip() for entry in policy.deny_out)

@@ -58,6 +58,12 @@ CASES = [
     (DENY, "example.com:443", "deny entry example.com", Offer.EDIT_DENY, None, "edit the deny list"),
     (DENY, "203.0.113.7", "deny entry 203.0.113.0/24", Offer.EDIT_DENY, None, "edit the deny list"),
     (on(allow_out=["a.test"], deny_out=["b.a.test"]), "b.a.test", "", Offer.EDIT_DENY, None, "deny list"),
+    # An address a denied name resolved to (the packet filter refuses it as that entry's), met
+    # under another name or raw: decide alone cannot know the address, the logged words can.
+    (DENY, "203.0.114.9:80", "deny entry example.com", Offer.EDIT_DENY, None, "edit the deny list"),
+    (DENY, "other.test", "deny entry example.com", Offer.EDIT_DENY, None, "resolves to"),
+    # ... unless that entry has left the deny list since: then it is allowed now.
+    (OPEN, "203.0.114.9:80", "deny entry example.com", Offer.NONE, None, "Allowed by the current policy already"),
     # An HTTP rule: edit the rules.
     (
         RULES,
