@@ -4,7 +4,10 @@ sessions will behave)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from console.models import Space
+from netpolicy import AddressClass
 
 from ..backends.base import NetworkSpec, RemoteError
 from ..catalog.network import unsupported_policy_switches
@@ -42,9 +45,23 @@ def policy_backend_warnings(space: Space, spec: NetworkSpec, *, live_sessions: d
                 f"Config {view.config} ({view.label}) cannot enforce {'; '.join(view.problems)}: new sessions on it are"
                 " refused (HTTP 409) until the policy or the config changes; running ones keep their old rules."
             )
+        elif unreachable := unreachable_entries(spec, view.reserved):
+            warnings.append(f"Config {view.config} ({view.label}): {'; '.join(unreachable)}.")
         elif not view.capabilities.live_update and live_sessions.get(view.config):
             warnings.append(
                 f"Config {view.config} ({view.label}) fixes the network at create: its"
                 f" {live_sessions[view.config]} running session(s) keep the old rules until rebuilt."
             )
     return warnings
+
+
+def unreachable_entries(spec: NetworkSpec, reserved: Sequence[AddressClass]) -> list[str]:
+    """The allow entries and private exceptions holding addresses the backend never lets a
+    sandbox reach (its host, other sandboxes), in words: saving them opens nothing there."""
+    found = []
+    for entry in (*spec.cidrs("allow_out"), *spec.allow_private):
+        held = [c for c in reserved if c.network.version == entry.version and c.network.overlaps(entry.network)]
+        if held:
+            reasons = ", ".join(dict.fromkeys(c.reason for c in held))
+            found.append(f"{entry} holds addresses that are never reachable ({reasons}); for those it changes nothing")
+    return found

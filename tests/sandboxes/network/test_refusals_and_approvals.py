@@ -7,6 +7,7 @@ name is resolved.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,9 +21,10 @@ from django.utils import timezone
 
 from console.models import AdminJob, AuditEvent, NetworkPolicy
 from console.services import SYSTEM, Actor, ServiceError
-from netpolicy import Offer
+from netpolicy import Kind, Offer, reserved_class
 from sandboxes.api.openapi import openapi_document
 from sandboxes.api.views import do_create_api_token
+from sandboxes.backends.base import NetworkSpec
 from sandboxes.backends.capabilities import EgressRefusal
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint
 from sandboxes.catalog.services import run_connection_test
@@ -30,6 +32,7 @@ from sandboxes.catalog.verify import policy_check
 from sandboxes.models import EgressEvent, SandboxConfig, Session, SessionGrant
 from sandboxes.network.advice import event_advice
 from sandboxes.network.approvals import do_allow_for_session, do_allow_for_space
+from sandboxes.network.checks import unreachable_entries
 from sandboxes.network.live import apply_space_policy, sessions_keeping_old_rules
 from sandboxes.network.log import record_refusals, watch_build_sandbox
 from sandboxes.sessions.retention import prune_session_records
@@ -407,3 +410,37 @@ def test_a_skill_builds_refusals_are_proposed_as_allow_entries_on_the_skill_imag
     # The Egress page names the build's job for those rows.
     egress = world.client_for("carol").get(reverse("sandboxes:egress_list", args=[world.space_a.id]))
     assert "skill build" in egress.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.docker
+def test_the_policy_form_warns_that_an_allow_entry_on_the_docker_host_opens_nothing(
+    world: World, session_config: SandboxConfig
+) -> None:
+    # Saved all the same (the entry is well formed), but the admin is told the packet filter
+    # keeps refusing the host's address whatever the lists say.
+    url = reverse("console:network_policy_edit", args=[world.space_a.id])
+    data = {"allow_internet_access": "on", "allow_out": "172.17.0.1/32", "deny_out": ""}
+    body = world.client_for("alice").post(url, data, follow=True).content.decode()
+    assert "Network policy saved" in body
+    assert "172.17.0.1/32 holds addresses that are never reachable (an address of the Docker host)" in body
+
+
+def test_only_entries_holding_a_never_reachable_range_are_named() -> None:
+    reserved = (
+        reserved_class(ipaddress.ip_network("172.17.0.1/32"), Kind.HOST, "the Docker host"),
+        reserved_class(ipaddress.ip_network("172.19.0.0/16"), Kind.SANDBOX, "other sandbox"),
+    )
+    spec = NetworkSpec.parse(
+        allow_internet_access=True,
+        allow_public_traffic=False,
+        allow_out=["172.16.0.0/12", "203.0.113.0/24", "a.test"],
+    )
+    found = unreachable_entries(spec, reserved)
+    assert found == [
+        "172.16.0.0/12 holds addresses that are never reachable (the Docker host, other sandbox); for those it"
+        " changes nothing"
+    ]
+    assert (
+        unreachable_entries(NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False), reserved) == []
+    )
