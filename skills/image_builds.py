@@ -22,6 +22,7 @@ from console.jobs import JobCancelled
 from console.models import AdminJob, Space
 from console.services import Actor, ServiceError, record_audit
 from sandboxes.backends.base import (
+    META_JOB,
     META_PURPOSE,
     Backend,
     NetworkSpec,
@@ -238,7 +239,7 @@ def build_generation(
             sources = package_sources(config)
             network = network_for_build(backend, sources, plan.add)
             build.log(network.description)
-            sandbox_id = create_build_sandbox(backend, space, config, plan.base_template, image, network.spec)
+            sandbox_id = create_build_sandbox(backend, space, config, plan.base_template, image, network.spec, job)
             watch_build_sandbox(sandbox_id, space=space, job=job)  # its refusals go to this job
             build.log(f"build sandbox {sandbox_id[:12]} created")
         with build.step("copy"):
@@ -296,12 +297,21 @@ def network_for_build(backend: Backend, sources: PackageSources, skills: Sequenc
 
 
 def create_build_sandbox(
-    backend: Backend, space: Space, config: SandboxConfig, template: str, image: SkillImage, network: NetworkSpec
+    backend: Backend,
+    space: Space,
+    config: SandboxConfig,
+    template: str,
+    image: SkillImage,
+    network: NetworkSpec,
+    job: AdminJob | None = None,
 ) -> str:
+    labels = {META_PURPOSE: BUILD_PURPOSE, META_SKILL_IMAGE: str(image.pk)}
+    if job is not None:
+        labels[META_JOB] = str(job.pk)  # once the job ended, the reaper gives it no job grace
     spec = SandboxSpec(
         template_id=template,
         network=network,
-        metadata=console_metadata(config, **{META_PURPOSE: BUILD_PURPOSE, META_SKILL_IMAGE: str(image.pk)}),
+        metadata=console_metadata(config, **labels),
         resources=sandbox_resources(config),
         timeout_s=BUILD_TIMEOUT_S,
         auto_pause=False,

@@ -45,6 +45,9 @@ META_CONFIG = "console-config"
 META_BINDING_VERSION = "console-binding-version"
 # Set on sandboxes that serve a job rather than a session (connection test, skill build, ...).
 META_PURPOSE = "console-purpose"
+# The console job (AdminJob id) a job's own sandbox serves: once that job has ended, the
+# sandbox gets the session grace, not the longer job grace.
+META_JOB = "console-job"
 
 SNAPSHOT_PREFIX = "snap-"
 

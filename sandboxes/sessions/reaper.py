@@ -44,7 +44,6 @@ from ..backends.base import (
     META_BINDING_VERSION,
     META_CONFIG,
     META_INSTALLATION,
-    META_PURPOSE,
     META_SESSION,
     META_SPACE,
     Backend,
@@ -69,12 +68,11 @@ from .store import (
     turn_key,
 )
 from .store_select import get_store
-from .unmanaged import reap_unmanaged
+from .unmanaged import JOB_GRACE, reap_unmanaged, serves_a_running_job
 
 logger = logging.getLogger(__name__)
 # Longest a job may keep a sandbox of its own (skill builds, verification) before it counts
 # as a leftover.
-JOB_GRACE = timedelta(hours=1)
 # The store-level lock that keeps reaper passes from overlapping across processes.
 REAPER_LOCK = "console:lock:reaper-pass"
 HOLDER = "reaper"
@@ -281,8 +279,9 @@ def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta)
         report.errors.append(f"{exc.kind}: {exc.message}")
     try:
         for info in unowned:
-            # A job's sandbox (a skill build, say) may legitimately outlive the session grace.
-            allowed = max(grace, JOB_GRACE) if info.metadata.get(META_PURPOSE) else grace
+            # A job's sandbox (a skill build, say) may legitimately outlive the session grace
+            # while its job runs; once the job ended (a restart failed it), it may not.
+            allowed = max(grace, JOB_GRACE) if serves_a_running_job(info.metadata) else grace
             if run.old_enough(info, allowed):
                 run.delete(info)
         bindings = store.get_bindings(binding_key(space, key) for space, key in groups)

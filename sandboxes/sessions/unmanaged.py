@@ -24,6 +24,7 @@ May import what the sessions room may (`catalog`, `models`, `backends`, `console
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -34,12 +35,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from console.models import Space
+from console.models import FINISHED_JOB_STATUSES, AdminJob, Space
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import (
     META_CONFIG,
     META_INSTALLATION,
+    META_JOB,
     META_PURPOSE,
     META_SESSION,
     META_SPACE,
@@ -62,6 +64,23 @@ ORDER = (SANDBOX, VOLUME, SNAPSHOT, TEMPLATE)
 # Longest a job may keep a sandbox of its own (skill builds, verification) before it counts.
 JOB_GRACE = timedelta(hours=1)
 NEVER = datetime.min.replace(tzinfo=UTC)
+
+
+def serves_a_running_job(metadata: Mapping[str, str]) -> bool:
+    """Whether a sandbox is a job's own (`META_PURPOSE`: a skill or template build) whose job
+    may still be working: its `META_JOB` names a job not yet finished, or it names none (an
+    older console's). Such a sandbox may outlive the session grace up to `JOB_GRACE`; one
+    whose job ended (failed, say, by a restart) gets the session grace."""
+    if not metadata.get(META_PURPOSE):
+        return False
+    job_id = metadata.get(META_JOB, "")
+    if not job_id:
+        return True
+    try:
+        uuid.UUID(job_id)
+    except ValueError:
+        return False
+    return AdminJob.objects.filter(pk=job_id).exclude(status__in=FINISHED_JOB_STATUSES).exists()
 
 
 @dataclass(frozen=True)
@@ -220,7 +239,7 @@ def find_unmanaged(*, timeout_s: float | None = None) -> Listing:
                     config=item.metadata.get(META_CONFIG, ""),
                     session=item.metadata.get(META_SESSION, ""),
                     created_at=item.created_at,
-                    for_job=bool(item.metadata.get(META_PURPOSE)),
+                    for_job=serves_a_running_job(item.metadata),
                 )
             )
     listing.items.sort(key=lambda u: (u.backend_name, ORDER.index(u.kind), -(u.created_at or NEVER).timestamp()))

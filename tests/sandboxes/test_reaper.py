@@ -149,3 +149,28 @@ def test_a_jobs_sandbox_gets_the_longer_job_grace(world: World, config: SandboxC
     reports = reap_all(RedisSessionStore(REDIS_URL), grace=timedelta(0))
     assert reports[0].deleted == [orphan]
     assert exists(build.sandbox_id)  # a build may run longer than the session grace
+
+
+def test_a_jobs_sandbox_whose_job_ended_gets_the_session_grace(world: World, config: SandboxConfig) -> None:
+    # A restart fails the job of a skill build; its build sandbox must not run on for the hour
+    # a live build may take.
+    from sandboxes.backends.base import META_JOB, META_PURPOSE
+
+    ended = start_job("sandboxes.reap", actor=SYSTEM)
+    AdminJob.objects.filter(pk=ended.pk).update(status=JobStatus.FAILED, error="Interrupted by a restart")
+    running = start_job("sandboxes.reap", actor=SYSTEM)
+    AdminJob.objects.filter(pk=running.pk).update(status=JobStatus.RUNNING)
+    builds = {
+        name: backend_for(config).create(
+            SandboxSpec(
+                template_id=config.default_template,
+                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                metadata=console_metadata(config, **{META_PURPOSE: "skill-build", META_JOB: str(job.pk)}),
+            )
+        )
+        for name, job in (("ended", ended), ("running", running))
+    }
+    reports = reap_all(RedisSessionStore(REDIS_URL), grace=timedelta(0))
+    assert reports[0].deleted == [builds["ended"].sandbox_id]
+    assert not exists(builds["ended"].sandbox_id)
+    assert exists(builds["running"].sandbox_id)  # its job still runs: the job grace holds
