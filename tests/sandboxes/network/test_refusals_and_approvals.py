@@ -428,7 +428,7 @@ def test_an_approval_racing_a_policy_edit_keeps_the_edit(world: World) -> None:
     def approve() -> None:
         try:
             outcome.append(do_allow_for_space(event, actor=SYSTEM))
-        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+        except Exception as exc:  # reported by the assertion below
             outcome.append(exc)
         finally:
             connection.close()
