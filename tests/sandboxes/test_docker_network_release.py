@@ -185,3 +185,41 @@ def test_a_late_release_spares_the_network_made_again_under_the_same_name(
     finally:
         backend.delete(sandbox.sandbox_id)
     assert not any(host_state(backend, network, [sandbox.sandbox_id]).values())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the packet filter and the resolvers run as root")
+def test_switching_outbound_off_releases_the_network_it_leaves(backend: DockerBackend, docker_base_image: str) -> None:
+    """Outbound switched off live on a space's only sandbox: the sandbox leaves its network, so
+    the network is released as at a delete (its bridge's elements, the sandbox's chain, the
+    set copies, the resolver, the deny filler's line, squid's entry); switched on again, the
+    sandbox gets all of it back."""
+    space = f"release-{uuid.uuid4().hex[:8]}"
+    network = backend.networks.space_network_name(space)
+    rules = [{"domain": f"*.{ZONE}", "methods": ["GET"], "path_prefix": "/", "action": "allow"}]
+    spec = NetworkSpec.parse(
+        allow_internet_access=True,
+        allow_public_traffic=False,
+        allow_out=(f"*.{ZONE}",),
+        deny_out=(DENIED,),
+        l7_rules=rules if squid_available() else (),
+    )
+    before = host_state(backend, network, [])
+    sandbox = backend.create(
+        SandboxSpec(template_id=docker_base_image, network=spec, metadata={"test-run": "release", META_SPACE: space})
+    )
+    try:
+        during = host_state(backend, network, [sandbox.sandbox_id])
+        backend.outbound.update(
+            sandbox.sandbox_id, NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
+        )
+        off = host_state(backend, network, [sandbox.sandbox_id])
+        assert off == before
+        assert not backend.networks.exists(network)
+        backend.outbound.update(sandbox.sandbox_id, spec)
+        again = host_state(backend, network, [sandbox.sandbox_id])
+        assert again.keys() == during.keys()
+        assert all(bool(again[k]) == bool(during[k]) for k in during), (again, during)
+        assert any(chain_name(sandbox.sandbox_id) in line for line in again["nft"])
+    finally:
+        backend.delete(sandbox.sandbox_id)
+    assert host_state(backend, network, [sandbox.sandbox_id]) == before

@@ -315,6 +315,11 @@ class DockerEgress(EgressCapability):
         else:
             self.networks.detach(container_id, name)
         self.attach(container_id, name, network)
+        if not network.allow_internet_access:
+            # The network it left is released as at a delete when no container is on it.
+            gateways = self.networks.remove_if_unused(name)
+            if gateways is not None:
+                self.release(name, *gateways)
         if network.allow_internet_access:
             # HTTP rules and TLS by SNI: squid's part of the space network's policy (proxy.py).
             self.update_http_rules(container_id, network)
