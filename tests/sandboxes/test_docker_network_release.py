@@ -218,7 +218,10 @@ def test_switching_outbound_off_releases_the_network_it_leaves(backend: DockerBa
         backend.outbound.update(sandbox.sandbox_id, spec)
         again = host_state(backend, network, [sandbox.sandbox_id])
         assert again.keys() == during.keys()
-        assert all(bool(again[k]) == bool(during[k]) for k in during), (again, during)
+        # (the deny filler's file is shared by every backend of the host's state folder: not compared)
+        assert {k: bool(again[k]) for k in ("nft", "processes", "files", "squid")} == {
+            k: bool(during[k]) for k in ("nft", "processes", "files", "squid")
+        }
         assert any(chain_name(sandbox.sandbox_id) in line for line in again["nft"])
     finally:
         backend.delete(sandbox.sandbox_id)
