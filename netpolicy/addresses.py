@@ -68,6 +68,13 @@ ADDRESS_CLASSES: tuple[AddressClass, ...] = (
     _c("::/128", "unspecified", Kind.LOOPBACK, _N, _N),
     _c("127.0.0.0/8", "loopback", Kind.LOOPBACK, _N, _O),
     _c("::1/128", "loopback", Kind.LOOPBACK, _N, _O),
+    # NAT64 (64:ff9b::/96) forms of the never-reachable IPv4 classes: a host with a NAT64
+    # gateway sends them to the IPv4 address inside (64:ff9b::a9fe:a9fe is the metadata).
+    _c("64:ff9b::a9fe:0/112", "link-local through NAT64 (cloud metadata lives here)", Kind.LINK_LOCAL, _N, _N),
+    _c("64:ff9b::6464:64c8/128", "a cloud metadata address through NAT64", Kind.LINK_LOCAL, _N, _N),
+    _c("64:ff9b::a83f:8110/128", "a cloud metadata address through NAT64", Kind.LINK_LOCAL, _N, _N),
+    _c("64:ff9b::/104", "unspecified through NAT64", Kind.LOOPBACK, _N, _N),
+    _c("64:ff9b::7f00:0/104", "loopback through NAT64", Kind.LOOPBACK, _N, _N),
     # IPv4-mapped: a socket sends these as IPv4 to the address inside, judged as that.
     _c("::ffff:0:0/96", "IPv4-mapped", Kind.SPECIAL, _N, _P),
     _c("255.255.255.255/32", "broadcast", Kind.PRIVATE, _O, _N),

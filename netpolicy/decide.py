@@ -157,6 +157,8 @@ def parse_destination(text: str) -> Destination:
     except ValueError:
         pass
     else:
+        if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
+            raise PolicyError(f"{raw!r}: an address with a zone index (%...) names no destination; drop it")
         return Destination(raw, addresses=(address,), port=port, scheme=scheme, path=path)
     domain = parse_domain(host)
     if domain.wildcard:

@@ -122,6 +122,9 @@ def parse_entry(text: str) -> Entry:
     if any(ch.isspace() for ch in entry):
         raise PolicyError(f"{entry!r}: entries cannot contain spaces (one entry per line)")
     if "/" in entry or ":" in entry or entry.replace(".", "").isdigit():
+        if "%" in entry:
+            # ipaddress keeps a zone index in the network's text: nftables cannot load it.
+            raise PolicyError(f"{entry!r}: an address with a zone index (%...) names no destination; drop it")
         try:
             return Cidr(ipaddress.ip_network(entry, strict=True))
         except ValueError as exc:

@@ -19,31 +19,37 @@ from console.services import Actor, ServiceError, do_update_network_policy, reco
 from netpolicy import Advice, Offer, PolicyError, parse_destination
 
 from ..models import EgressEvent, Session, SessionGrant
-from .advice import destination_of, event_advice, refusal_advice
+from .advice import destination_of, event_advice, refusal_advice, reserved_for
 from .live import apply_soon
 
 
 def do_allow_for_space(event: EgressEvent, *, actor: Actor) -> Advice:
-    """Add the refused destination to the space's policy (one audit row, applied live)."""
-    policy = NetworkPolicy.objects.get_or_create(space=event.space)[0]
-    advice = event_advice(event)
-    if not advice.can_approve or advice.entry is None:
-        raise ServiceError(advice.text)
-    entry = str(advice.entry)
-    allow_out, allow_private = list(policy.allow_out), list(policy.allow_private)
-    (allow_out if advice.offer == Offer.ALLOW else allow_private).append(entry)
-    do_update_network_policy(
-        event.space,
-        allow_internet_access=policy.allow_internet_access,
-        allow_out=allow_out,
-        deny_out=list(policy.deny_out),
-        l7_rules=list(policy.l7_rules),
-        allow_public_traffic=policy.allow_public_traffic,
-        allow_private=allow_private,
-        actor=actor,
-        audit_action="egress.allow_space",
-        audit_details={"entry": entry, "kind": advice.offer.value, "refusal": str(event.pk)},
-    )
+    """Add the refused destination to the space's policy (one audit row, applied live).
+
+    The policy is read, advised on and written under its row lock (the one the policy
+    service takes): an edit saved meanwhile is extended, never overwritten with stale lists."""
+    reserved = reserved_for(event.space)  # asks the backends: before the lock is taken
+    with transaction.atomic():
+        NetworkPolicy.objects.get_or_create(space=event.space)
+        policy = NetworkPolicy.objects.select_for_update().get(space=event.space)
+        advice = event_advice(event, reserved=reserved)
+        if not advice.can_approve or advice.entry is None:
+            raise ServiceError(advice.text)
+        entry = str(advice.entry)
+        allow_out, allow_private = list(policy.allow_out), list(policy.allow_private)
+        (allow_out if advice.offer == Offer.ALLOW else allow_private).append(entry)
+        do_update_network_policy(
+            event.space,
+            allow_internet_access=policy.allow_internet_access,
+            allow_out=allow_out,
+            deny_out=list(policy.deny_out),
+            l7_rules=list(policy.l7_rules),
+            allow_public_traffic=policy.allow_public_traffic,
+            allow_private=allow_private,
+            actor=actor,
+            audit_action="egress.allow_space",
+            audit_details={"entry": entry, "kind": advice.offer.value, "refusal": str(event.pk)},
+        )
     return advice
 
 

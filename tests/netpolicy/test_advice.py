@@ -113,3 +113,18 @@ def test_an_approval_that_would_change_nothing_is_not_offered() -> None:
     advice = advise(policy, destination)
     assert advice.offer == Offer.NONE
     assert "would change nothing" in advice.text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[64:ff9b::a9fe:a9fe]:80", "[64:ff9b::169.254.169.254]:80", "[64:ff9b::7f00:1]:80", "[64:ff9b::6464:64c8]:80"],
+)
+@pytest.mark.parametrize("policy", [OPEN, ONLY, on(allow_out=["64:ff9b::/96"])])
+def test_the_nat64_form_of_a_never_reachable_address_is_never_offered_nor_opened(policy: Policy, text: str) -> None:
+    """64:ff9b::/96 is NAT64: a host with a NAT64 gateway sends 64:ff9b::a9fe:a9fe to the
+    cloud metadata address 169.254.169.254. The metadata, link-local and loopback addresses are
+    never reachable, so their NAT64 forms are not either: no approval offered, and an allow
+    entry over the NAT64 prefix does not open them."""
+    destination = parse_destination(text)
+    assert not decide(policy, destination, reserved=RESERVED).allowed
+    assert not advise(policy, destination, reserved=RESERVED).can_approve

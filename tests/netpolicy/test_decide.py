@@ -279,3 +279,11 @@ def test_destinations_parse(text: str, name: str | None, address: str | None, po
     assert destination.name == name
     assert (str(destination.addresses[0]) if destination.addresses else None) == address
     assert destination.port == port
+
+
+@pytest.mark.parametrize("text", ["2001:db8::1%eth0", "[2001:db8::1%x]:443", "fe80::1%1"])
+def test_a_destination_with_a_zone_index_is_refused(text: str) -> None:
+    """Explain would otherwise offer "Add 2001:db8::1%eth0/128 to the allow list", an entry the
+    policy refuses to save (a zone index names an interface, never a destination)."""
+    with pytest.raises(PolicyError, match="zone index"):
+        parse_destination(text)

@@ -50,7 +50,7 @@ def test_entries_parse_to_one_normal_form(text: str, normal: str) -> None:
         ("300.1.1.1", "not a valid IP address or CIDR"),
         ("1.2.3", "not a valid IP address"),
         ("1.2.3.4.5", "not a valid IP address"),
-        ("fe80::1%eth0/64", "host bits are set"),
+        ("fe80::1%eth0/64", "zone index"),
         ("exa mple.com", "cannot contain spaces"),
         ("a.test\tb.test", "cannot contain spaces"),
         ("example", "not a domain name"),
@@ -229,3 +229,12 @@ def test_malformed_http_rules(rule: object, message: str) -> None:
 )
 def test_what_an_http_rule_matches(rule: str, name: str, method: str | None, path: str | None, matches: bool) -> None:
     assert parse_l7_rule(rule).matches(name, method, path) is matches
+
+
+@pytest.mark.parametrize("text", ["fe80::%eth0/64", "2001:db8::%x/64", "fe80::1%eth0", "2001:db8::1%1"])
+def test_a_scoped_ipv6_entry_is_refused(text: str) -> None:
+    """A zone index (`%eth0`) names an interface of some host, not a destination; Python's
+    ipaddress keeps it in the network's text, which nftables cannot load (the whole chain
+    then fails to apply) and which is a different value from the same range unscoped."""
+    with pytest.raises(PolicyError, match=re.escape("zone index")):
+        parse_entry(text)

@@ -84,7 +84,8 @@ def test_an_update_moves_the_binding_and_removal_cleans_up() -> None:
     assert "jump s_" not in off
     assert 'log prefix "egress: outbound off"' in off
     removal = render_removal(SANDBOX, new, set())
-    assert removal.rstrip().endswith("delete chain inet sandbox_console s_abababababab")
+    assert "delete chain inet sandbox_console s_abababababab\n" in removal
+    assert removal.rstrip().endswith("delete chain inet sandbox_console s_abababababab_d")
 
 
 @pytest.mark.skipif(shutil.which("nft") is None, reason="nft is not installed")
@@ -100,6 +101,27 @@ def test_nft_accepts_what_is_rendered() -> None:
     if done.returncode != 0 and "Operation not permitted" in done.stderr:
         pytest.skip("nft -c needs CAP_NET_ADMIN here")
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(shutil.which("nft") is None, reason="nft is not installed")
+@pytest.mark.parametrize(("allowed", "denied"), [(499, 1), (250, 250), (100, 1)])
+def test_nft_accepts_a_policy_of_500_entries_with_denied_names(allowed: int, denied: int) -> None:
+    """The console accepts 500 entries a list; each denied name's rule once named every allowed
+    name's exemption set, and past ~60 allowed names nft refused the rule (too many
+    expressions): the sandbox got no chain at all. The exemptions are one rule each now."""
+    rendered = render_ruleset() + render_update(
+        SANDBOX,
+        spec(
+            allow=tuple(f"a{i}.example.test" for i in range(allowed)), deny=tuple(f"d{i}.test" for i in range(denied))
+        ),
+        None,
+        Binding("sbx-aaaaaaaaaaa", ("172.20.0.3",), ("fd00:1::3",)),
+        set(),
+    )
+    done = subprocess.run(["nft", "-c", "-f", "-"], input=rendered, capture_output=True, text=True, check=False)
+    if done.returncode != 0 and "Operation not permitted" in done.stderr:
+        pytest.skip("nft -c needs CAP_NET_ADMIN here")
+    assert done.returncode == 0, done.stderr[-500:]
 
 
 def test_the_resolver_answers_only_allowed_names_under_an_allow_list() -> None:

@@ -155,3 +155,74 @@ def test_logs_are_rotated_by_size(tmp_path: Path) -> None:
     assert rotate(str(log), 1024)
     assert log.stat().st_size == 0
     assert (tmp_path / "sbx-x.log.1").stat().st_size == 2048
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the packet filter and the resolvers run as root")
+def test_a_late_release_spares_the_network_made_again_under_the_same_name(
+    backend: DockerBackend, docker_base_image: str
+) -> None:
+    """A delete removes the space's last sandbox and its network; before its `release` takes
+    the state lock, a create of the same space makes the network again (same name, same
+    bridge) and attaches a sandbox. The late release must not strip the new sandbox's chain
+    and binding: its packets would then meet no chain of their own on a bridge no longer
+    `managed`, and only the older console's rules (link-local, other bridges) would hold."""
+    space = f"release-{uuid.uuid4().hex[:8]}"
+    network = backend.networks.space_network_name(space)
+    spec = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",))
+    sandbox = backend.create(
+        SandboxSpec(template_id=docker_base_image, network=spec, metadata={"test-run": "release", META_SPACE: space})
+    )
+    try:
+        chain = chain_name(sandbox.sandbox_id)
+        v4, v6 = backend.networks.subnets(network)[1], ()
+        before = host_state(backend, network, [sandbox.sandbox_id])
+        assert any(chain in line for line in before["nft"]), before
+        backend.outbound.release(network, v4, v6)  # the late release of the earlier network
+        after = host_state(backend, network, [sandbox.sandbox_id])
+        # Its chain, binding, managed bridge and gateways, resolver and files: all kept.
+        assert after == before
+        assert backend.outbound.state.read(sandbox.sandbox_id) is not None
+    finally:
+        backend.delete(sandbox.sandbox_id)
+    assert not any(host_state(backend, network, [sandbox.sandbox_id]).values())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the packet filter and the resolvers run as root")
+def test_switching_outbound_off_releases_the_network_it_leaves(backend: DockerBackend, docker_base_image: str) -> None:
+    """Outbound switched off live on a space's only sandbox: the sandbox leaves its network, so
+    the network is released as at a delete (its bridge's elements, the sandbox's chain, the
+    set copies, the resolver, the deny filler's line, squid's entry); switched on again, the
+    sandbox gets all of it back."""
+    space = f"release-{uuid.uuid4().hex[:8]}"
+    network = backend.networks.space_network_name(space)
+    rules = [{"domain": f"*.{ZONE}", "methods": ["GET"], "path_prefix": "/", "action": "allow"}]
+    spec = NetworkSpec.parse(
+        allow_internet_access=True,
+        allow_public_traffic=False,
+        allow_out=(f"*.{ZONE}",),
+        deny_out=(DENIED,),
+        l7_rules=rules if squid_available() else (),
+    )
+    before = host_state(backend, network, [])
+    sandbox = backend.create(
+        SandboxSpec(template_id=docker_base_image, network=spec, metadata={"test-run": "release", META_SPACE: space})
+    )
+    try:
+        during = host_state(backend, network, [sandbox.sandbox_id])
+        backend.outbound.update(
+            sandbox.sandbox_id, NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
+        )
+        off = host_state(backend, network, [sandbox.sandbox_id])
+        assert off == before
+        assert not backend.networks.exists(network)
+        backend.outbound.update(sandbox.sandbox_id, spec)
+        again = host_state(backend, network, [sandbox.sandbox_id])
+        assert again.keys() == during.keys()
+        # (the deny filler's file is shared by every backend of the host's state folder: not compared)
+        assert {k: bool(again[k]) for k in ("nft", "processes", "files", "squid")} == {
+            k: bool(during[k]) for k in ("nft", "processes", "files", "squid")
+        }
+        assert any(chain_name(sandbox.sandbox_id) in line for line in again["nft"])
+    finally:
+        backend.delete(sandbox.sandbox_id)
+    assert host_state(backend, network, [sandbox.sandbox_id]) == before

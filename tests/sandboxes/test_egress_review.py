@@ -25,6 +25,7 @@ from sandboxes.backends.docker.egress.proxy import SpaceProxyPolicy, render_squi
 from sandboxes.backends.docker.egress.rules import (
     Binding,
     chain_rules,
+    deny_rules,
     domain_sets,
     network_sets,
     network_sets_of,
@@ -166,13 +167,16 @@ def test_a_denied_names_set_spares_only_the_addresses_of_allowed_names_it_does_n
     spec = NetworkSpec.parse(**ON, allow_out=("*.web.test", "a.evil.test", "198.51.100.0/24"), deny_out=("evil.test",))
     rules = chain_rules(spec, "sbx-aaaaaaaaaaa")
     deny4, _ = domain_sets("evil.test")
-    (refusal,) = [rule for rule in rules if rule.startswith(f"ip daddr @{deny4} ")]
+    # The denied names' rules are a sub-chain: exemptions return from it first, one a rule.
+    sub = deny_rules(spec, "sbx-aaaaaaaaaaa")
+    refusal = next(i for i, rule in enumerate(sub) if rule.startswith(f"ip daddr @{deny4} "))
+    exempt = sub[:refusal]
     # An allowed name on its address, as the sandbox's own network's resolver answered it:
-    assert f"!= @{network_sets('*.web.test', 'sbx-aaaaaaaaaaa')[0]} " in refusal
+    assert f"ip daddr @{network_sets('*.web.test', 'sbx-aaaaaaaaaaa')[0]} return" in exempt
     # never the pattern's shared set, which every space's resolver fills (revdeny's finding):
-    assert f"@{domain_sets('*.web.test')[0]} " not in refusal
-    assert network_sets("a.evil.test", "sbx-aaaaaaaaaaa")[0] not in refusal  # covered: no exception
-    assert rules.index(refusal) < next(i for i, rule in enumerate(rules) if "198.51.100.0/24" in rule)
+    assert not any(f"@{domain_sets('*.web.test')[0]} " in rule for rule in sub)
+    assert not any(network_sets("a.evil.test", "sbx-aaaaaaaaaaa")[0] in rule for rule in sub)  # covered
+    assert rules.index("jump s_d") < next(i for i, rule in enumerate(rules) if "198.51.100.0/24" in rule)
     # No network known (no binding: the chain is jumped to by nothing): no exception at all.
     (unbound,) = [rule for rule in chain_rules(spec) if rule.startswith(f"ip daddr @{deny4} ")]
     assert "!=" not in unbound

@@ -140,6 +140,15 @@ class DockerNetworks:
             return gateways
         return None
 
+    def exists(self, name: str) -> bool:
+        """Whether a network of this name is on the engine now."""
+        with _engine_call(f"network {name}"):
+            try:
+                self.engine.api.inspect_network(name)
+            except docker.errors.NotFound:
+                return False
+        return True
+
     def container_ids(self) -> set[str]:
         """Full ids of every console sandbox container on the engine, stopped ones included."""
         with _engine_call("listing sandboxes"):

@@ -444,3 +444,48 @@ def test_only_entries_holding_a_never_reachable_range_are_named() -> None:
     assert (
         unreachable_entries(NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False), reserved) == []
     )
+
+
+@pytest.mark.django_db(transaction=True)  # the approval runs on its own connection, as a second request would
+def test_an_approval_racing_a_policy_edit_keeps_the_edit(world: World) -> None:
+    """An admin saves the policy (adds a deny entry and an allow entry) while another approves
+    a refusal for the space: the approval must read the policy it extends under the same lock
+    the save holds, or its stale lists overwrite the save (the deny entry silently gone)."""
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    from console.services import do_update_network_policy
+
+    set_policy(world.space_a, allow_out=["pypi.org"])
+    event = event_for(world, "files.example")
+    outcome: list[object] = []
+
+    def approve() -> None:
+        try:
+            outcome.append(do_allow_for_space(event, actor=SYSTEM))
+        except Exception as exc:  # reported by the assertion below
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    approver = threading.Thread(target=approve)
+    with transaction.atomic():
+        do_update_network_policy(
+            world.space_a,
+            allow_internet_access=True,
+            allow_out=["pypi.org", "docs.test"],
+            deny_out=["ads.test"],
+            l7_rules=[],
+            allow_public_traffic=False,
+            actor=SYSTEM,
+        )
+        approver.start()
+        time.sleep(1.0)  # the approval reads and waits while the edit is not committed yet
+    approver.join(30)
+    assert not approver.is_alive()
+    assert not isinstance(outcome[0], Exception), outcome
+    policy = NetworkPolicy.objects.get(space=world.space_a)
+    assert policy.deny_out == ["ads.test"]
+    assert policy.allow_out == ["pypi.org", "docs.test", "files.example"]

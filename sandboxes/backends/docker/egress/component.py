@@ -260,9 +260,12 @@ class DockerEgress(EgressCapability):
         name, v4, v6 = self.networks.ensure_space_network(space)
         if not self.enforces_lists():
             return name, "127.0.0.1"  # host_firewall=external: no console-managed resolver
-        self._apply(render_network(bridge_name(name), v4, v6))
-        if spec.l7_rules:
-            self._apply_http_rules(name, spec)
+        # Under the state lock: a late `release` of the network's previous incarnation either
+        # sees this one on the engine and leaves it, or is done before these lines.
+        with self.state.locked():
+            self._apply(render_network(bridge_name(name), v4, v6))
+            if spec.l7_rules:
+                self._apply_http_rules(name, spec)
         return name, (v4[0] if v4 else "127.0.0.1")
 
     def settle(self, spec: NetworkSpec) -> None:
@@ -312,6 +315,11 @@ class DockerEgress(EgressCapability):
         else:
             self.networks.detach(container_id, name)
         self.attach(container_id, name, network)
+        if not network.allow_internet_access:
+            # The network it left is released as at a delete when no container is on it.
+            gateways = self.networks.remove_if_unused(name)
+            if gateways is not None:
+                self.release(name, *gateways)
         if network.allow_internet_access:
             # HTTP rules and TLS by SNI: squid's part of the space network's policy (proxy.py).
             self.update_http_rules(container_id, network)
@@ -393,9 +401,16 @@ class DockerEgress(EgressCapability):
         elements (managed, gateways, any sandbox binding left), the chains of sandboxes still
         recorded on it, its per-network set copies and the shared sets no chain names any
         more, its resolver (process and files), its squid entry, and the deny filler's names
-        only its sandboxes denied. Idempotent."""
+        only its sandboxes denied. Idempotent.
+
+        A network made again under the same name (a create of the space ran between the
+        network's removal and this call) is left alone: the bridge, its chains and its
+        resolver are the new network's now."""
         bridge = bridge_name(network_name)
         with self.state.locked():
+            if self.networks.exists(network_name):
+                logger.info("egress: network %s exists again; its host state is kept", network_name)
+                return
             for sandbox in self.state.all(include_gone=True):
                 if sandbox.bridge != bridge:
                     continue
@@ -413,8 +428,8 @@ class DockerEgress(EgressCapability):
                 self._prune_sets(bridge)
             dns.Resolver(self.state.path("dns"), bridge).remove()
             self._sync_deny_filler()
-        if any(p.name == network_name for p in self.proxy.policies()):
-            self.proxy.remove_space(network_name)  # squid stops listening on its gateway
+            if any(p.name == network_name for p in self.proxy.policies()):
+                self.proxy.remove_space(network_name)  # squid stops listening on its gateway
 
     def _prune_sets(self, bridge: str = "") -> int:
         """`bridge`'s per-network sets, and the shared domain sets no recorded sandbox names,

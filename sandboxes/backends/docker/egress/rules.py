@@ -8,7 +8,8 @@ of the chain, first match wins (the packet layer of `netpolicy.decide`; docs/net
 
 1. deny entries (CIDRs; domains through the addresses the deny filler resolved them to, but
    an address an allowed domain of the same list resolved to as well on the sandbox's own
-   network, `network_sets`): deny wins;
+   network, `network_sets`): deny wins. The denied names' rules sit in a sub-chain
+   (`deny_rules`) whose exemptions return first, one rule each;
 2. always denied: the NEVER classes (link-local and metadata, loopback, ...) and any sandbox
    bridge (other spaces' sandboxes, and the own network's too: no inter-container traffic);
 3. CIDR allow entries that lie inside a private range, and private exceptions, open exactly
@@ -122,11 +123,44 @@ def _reject_classes(treatment: Treatment) -> list[str]:
     return rules
 
 
-def chain_rules(network: NetworkSpec, bridge: str | None = None) -> list[str]:
-    """The rules (bodies only) of a sandbox chain for this policy, in order. `bridge`: the
-    sandbox's network, whose resolver's addresses exempt from a deny entry (none without)."""
-    allowed_domains = network.domains("allow_out")
+def deny_chain_name(chain: str) -> str:
+    """The sub-chain of a sandbox chain holding its denied names' rules (`deny_rules`)."""
+    return f"{chain}_d"
+
+
+def _exemptions(network: NetworkSpec, bridge: str | None) -> list[tuple[str, str]]:
+    """The per-network sets whose addresses a denied name's rules spare (see `deny_rules`)."""
     denied_domains = network.domains("deny_out")
+    if not bridge or not denied_domains:
+        return []
+    return [
+        network_sets(p, bridge) for p in network.domains("allow_out") if not any(d.covers(p) for d in denied_domains)
+    ]
+
+
+def deny_rules(network: NetworkSpec, bridge: str | None = None) -> list[str]:
+    """The denied names' rules, in order: an address an allowed name of this list resolved to
+    as well returns first (see `chain_rules`), then each denied name's addresses are refused.
+    With exemptions they form the sub-chain `deny_chain_name` (one lookup per rule: a rule
+    holding every exemption would pass nft's limit of expressions per rule at ~60 allowed
+    names), else they are inlined in the sandbox chain."""
+    rules = [
+        f"{family} daddr @{name} return"
+        for allowed4, allowed6 in _exemptions(network, bridge)
+        for family, name in (("ip", allowed4), ("ip6", allowed6))
+    ]
+    for pattern in network.domains("deny_out"):
+        set4, set6 = domain_sets(pattern)
+        rules.append(f"ip daddr @{set4} " + log_and_reject(f"deny entry {pattern}"))
+        rules.append(f"ip6 daddr @{set6} " + log_and_reject(f"deny entry {pattern}"))
+    return rules
+
+
+def chain_rules(network: NetworkSpec, bridge: str | None = None, deny_chain: str = "s_d") -> list[str]:
+    """The rules (bodies only) of a sandbox chain for this policy, in order. `bridge`: the
+    sandbox's network, whose resolver's addresses exempt from a deny entry (none without);
+    `deny_chain`: the sub-chain jumped to for the denied names when there are exemptions."""
+    allowed_domains = network.domains("allow_out")
     rules: list[str] = []
     for cidr in network.cidrs("deny_out"):
         rules.append(f"{_family(cidr.version)} daddr {cidr} " + log_and_reject(f"deny entry {cidr}"))
@@ -135,15 +169,7 @@ def chain_rules(network: NetworkSpec, bridge: str | None = None) -> list[str]:
     # CDN), the resolver has told them apart by name, and refusing it would refuse the allowed
     # name. An allow entry a deny entry covers makes no exception. Only the own network's
     # resolver's answers count (`network_sets`): the shared sets hold every space's lookups.
-    exempt = [
-        network_sets(p, bridge) for p in allowed_domains if bridge and not any(d.covers(p) for d in denied_domains)
-    ]
-    for pattern in denied_domains:
-        set4, set6 = domain_sets(pattern)
-        unless4 = "".join(f"ip daddr != @{allowed4} " for allowed4, _ in exempt)
-        unless6 = "".join(f"ip6 daddr != @{allowed6} " for _, allowed6 in exempt)
-        rules.append(f"ip daddr @{set4} {unless4}" + log_and_reject(f"deny entry {pattern}"))
-        rules.append(f"ip6 daddr @{set6} {unless6}" + log_and_reject(f"deny entry {pattern}"))
+    rules += [f"jump {deny_chain}"] if _exemptions(network, bridge) else deny_rules(network, bridge)
     rules += _reject_classes(Treatment.NEVER)
     rules.append(f'oifname "{BRIDGE_PREFIX}*" ' + log_and_reject(f"always denied: {Kind.SANDBOX.value}"))
     allowed = [c.network for c in network.cidrs("allow_out")]
@@ -213,10 +239,15 @@ def render_update(
         for set4, set6 in sets:
             lines.append(f"add set {TABLE} {set4} {{ type ipv4_addr; }}")
             lines.append(f"add set {TABLE} {set6} {{ type ipv6_addr; }}")
-        rules = chain_rules(network, new.bridge if new is not None else None)
+        bridge = new.bridge if new is not None else None
+        rules = chain_rules(network, bridge, deny_chain_name(chain))
+        sub = deny_rules(network, bridge) if _exemptions(network, bridge) else []
     else:
-        rules = [log_and_reject("outbound off")]
+        rules, sub = [log_and_reject("outbound off")], []
+    # The chain first (its jump to the sub-chain goes), then the sub-chain refilled.
     lines += [f"add chain {TABLE} {chain}", f"flush chain {TABLE} {chain}"]
+    lines += [f"add chain {TABLE} {deny_chain_name(chain)}", f"flush chain {TABLE} {deny_chain_name(chain)}"]
+    lines += [f"add rule {TABLE} {deny_chain_name(chain)} {rule}" for rule in sub]
     lines += [f"add rule {TABLE} {chain} {rule}" for rule in rules]
     lines += _unbind(old, present)
     if new is not None and network.allow_internet_access:
@@ -234,6 +265,7 @@ def render_removal(sandbox_id: str, old: Binding | None, present: Collection[tup
     chain = chain_name(sandbox_id)
     lines = _unbind(old, present)
     lines += [f"add chain {TABLE} {chain}", f"delete chain {TABLE} {chain}"]
+    lines += [f"add chain {TABLE} {deny_chain_name(chain)}", f"delete chain {TABLE} {deny_chain_name(chain)}"]
     return "\n".join(lines) + "\n"
 
 
