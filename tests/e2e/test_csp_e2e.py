@@ -23,6 +23,7 @@ from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions import store_select as binding
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.sessions.store import MemorySessionStore
+from tests.e2e.helpers import wait_until
 from tests.factories import make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
@@ -133,7 +134,8 @@ def test_the_main_pages_report_no_violation_and_htmx_still_swaps(
     watch.visit(f"{base}/platform/users/", "#user-results")
     page.evaluate("window.__notReloaded = true")
     page.fill("#id_q", "carol")
-    page.wait_for_function(
+    wait_until(
+        page,
         "document.querySelector('#user-results').innerText.includes('carol')"
         " && !document.querySelector('#user-results').innerText.includes('alice')",
         timeout=10_000,
@@ -186,12 +188,13 @@ def test_the_terminal_page_reports_no_violation(
     page.set_viewport_size({"width": 1200, "height": 800})
     log_in(page, daphne_url, "bob")
     watch.visit(f"{daphne_url}/sessions/{session.id}/terminal/", "#terminal")
-    page.wait_for_function("window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000)
+    wait_until(page, "window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000)
     assert page.is_visible("#terminal-copy")  # shown by the script (the hidden attribute)
     assert not page.is_visible("#terminal-reconnect")
     page.click("#terminal")
     page.keyboard.type("echo csp-$((6*7))\n")
-    page.wait_for_function(
+    wait_until(
+        page,
         "(() => { const b = window.consoleTerminal.term.buffer.active; for (let i = 0; i < b.length; i++)"
         " if (b.getLine(i).translateToString(true).trim() === 'csp-42') return true; return false; })()",
         timeout=20_000,
