@@ -182,13 +182,23 @@ def test_the_terminal_page_reports_no_violation(
     daphne_url: str,
     page: Any,
 ) -> None:
+    """Served on another name for the same server (127.0.0.1, not localhost): the policy's
+    connect-src follows the host and port the page was asked for, and the terminal's
+    websocket, opened there, connects."""
     binding.set_store(MemorySessionStore())
     session = get_or_create_session(world.space_a, "csp-terminal")
+    base = daphne_url.replace("//localhost:", "//127.0.0.1:")
+    origin = base.removeprefix("http://")
+    sockets: list[str] = []
+    page.on("websocket", lambda socket: sockets.append(socket.url))
     watch = Watch(page)
     page.set_viewport_size({"width": 1200, "height": 800})
-    log_in(page, daphne_url, "bob")
-    watch.visit(f"{daphne_url}/sessions/{session.id}/terminal/", "#terminal")
+    log_in(page, base, "bob")
+    response = watch.visit(f"{base}/sessions/{session.id}/terminal/", "#terminal")
+    directives = dict(d.split(" ", 1) for d in response.headers["content-security-policy"].split("; "))
+    assert directives["connect-src"] == f"'self' ws://{origin} wss://{origin}"
     wait_until(page, "window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000)
+    assert [url.split("/ws/")[0] for url in sockets] == [f"ws://{origin}"]
     assert page.is_visible("#terminal-copy")  # shown by the script (the hidden attribute)
     assert not page.is_visible("#terminal-reconnect")
     page.click("#terminal")
