@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -144,3 +145,35 @@ def test_the_policy_allows_no_inline_script_or_style_attribute() -> None:
     relaxed = dict(d.split(" ", 1) for d in content_security_policy("abc", inline_styles=True).split("; "))
     assert relaxed["script-src"] == directives["script-src"]  # scripts as strict on the terminal page
     assert relaxed["object-src"] == "'none'"
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed"),
+    [
+        ("localhost:46425", "ws://localhost:46425 wss://localhost:46425"),
+        ("127.0.0.1:8000", "ws://127.0.0.1:8000 wss://127.0.0.1:8000"),
+        ("console.test", "ws://console.test wss://console.test"),
+        ("[::1]:8443", "ws://[::1]:8443 wss://[::1]:8443"),
+    ],
+)
+def test_connect_src_names_the_consoles_own_websocket_origin_and_nothing_else(
+    host: str, allowed: str, settings: Any
+) -> None:
+    """The terminal's websocket goes to the host:port the page was asked for (its ws_url is
+    built from the same Host): connect-src allows that origin, ws: and wss:, and no other."""
+    settings.ALLOWED_HOSTS = ["localhost", "127.0.0.1", "console.test", "[::1]"]
+    response = ContentSecurityPolicyMiddleware(lambda request: HttpResponse("page"))(
+        RequestFactory().get("/", HTTP_HOST=host)
+    )
+    directives = dict(d.split(" ", 1) for d in response[CSP_HEADER].split("; "))
+    assert directives["connect-src"] == f"'self' {allowed}"
+    assert directives["default-src"] == "'self'"
+
+
+def test_a_host_django_refuses_gets_no_websocket_origin(settings: Any) -> None:
+    settings.ALLOWED_HOSTS = ["console.test"]
+    response = ContentSecurityPolicyMiddleware(lambda request: HttpResponse("page"))(
+        RequestFactory().get("/", HTTP_HOST="elsewhere.test:9000")
+    )
+    directives = dict(d.split(" ", 1) for d in response[CSP_HEADER].split("; "))
+    assert directives["connect-src"] == "'self'"

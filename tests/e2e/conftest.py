@@ -35,6 +35,18 @@ def _allow_orm_next_to_playwright(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
+@pytest.fixture(autouse=True)
+def _session_store_put_back() -> Iterator[None]:
+    """A test that gives this process a store of its own (`binding.set_store`, a memory store
+    for its checks) leaves the next test the one it found: a binding a later test makes here
+    must land where the Daphne child reads it, not in a memory store left behind."""
+    from sandboxes.sessions import store_select as binding
+
+    previous = binding._store
+    yield
+    binding.set_store(previous)
+
+
 @pytest.fixture
 def page() -> Iterator[Any]:
     """A Chromium page, with Playwright started and stopped around each test.

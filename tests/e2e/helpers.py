@@ -4,6 +4,7 @@ both sizes, light and dark (var/test-artifacts/screenshots/, kept out of git).""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,30 @@ def shoot_all(page: Any, name: str, *, reload: bool = True) -> None:
     page.set_viewport_size({"width": 1280, "height": 800})
 
 
+def wait_until(page: Any, expression: str, timeout: float = 30_000, *, poll_ms: float = 100) -> Any:
+    """Poll a JavaScript expression until it is truthy (its value) or `timeout` ms pass
+    (AssertionError). In place of Playwright's `wait_for_function`, which evaluates a string
+    with `new Function` inside the page, which the console's policy (no 'unsafe-eval')
+    refuses; `page.evaluate` goes through the DevTools protocol, which the page's policy
+    does not govern. A page that is navigating (a form posted, a logout) is read again."""
+    deadline = time.monotonic() + timeout / 1000
+    last: Any = None
+    while True:
+        try:
+            last = page.evaluate(expression)
+        except Exception as error:  # the page navigated mid-evaluation: read the next one
+            text = str(error)
+            if "context was destroyed" not in text and "navigat" not in text.lower():
+                raise
+            last = error
+        else:
+            if last:
+                return last
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not true within {timeout / 1000:g}s: {expression} (last: {last!r})")
+        page.wait_for_timeout(poll_ms)
+
+
 def log_in(page: Any, base: str, who: str) -> None:
     page.goto(f"{base}/login/")
     page.fill("#id_username", who)
@@ -45,7 +70,8 @@ def wait_for_job(page: Any, timeout_s: float = 300) -> str:
     """On a job page: wait (HTMX polls it) until it finishes; its status word."""
     page.wait_for_selector("#job-status .status", timeout=10_000)
     # HTMX swaps the card's outerHTML: for a moment there is none.
-    page.wait_for_function(
+    wait_until(
+        page,
         "(() => { const card = document.querySelector('#job-status');"
         " return card !== null && !card.hasAttribute('hx-get'); })()",
         timeout=int(timeout_s * 1000),

@@ -23,6 +23,7 @@ from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions import store_select as binding
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.sessions.store import MemorySessionStore
+from tests.e2e.helpers import wait_until
 from tests.factories import make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
@@ -133,7 +134,8 @@ def test_the_main_pages_report_no_violation_and_htmx_still_swaps(
     watch.visit(f"{base}/platform/users/", "#user-results")
     page.evaluate("window.__notReloaded = true")
     page.fill("#id_q", "carol")
-    page.wait_for_function(
+    wait_until(
+        page,
         "document.querySelector('#user-results').innerText.includes('carol')"
         " && !document.querySelector('#user-results').innerText.includes('alice')",
         timeout=10_000,
@@ -180,18 +182,29 @@ def test_the_terminal_page_reports_no_violation(
     daphne_url: str,
     page: Any,
 ) -> None:
+    """Served on another name for the same server (127.0.0.1, not localhost): the policy's
+    connect-src follows the host and port the page was asked for, and the terminal's
+    websocket, opened there, connects."""
     binding.set_store(MemorySessionStore())
     session = get_or_create_session(world.space_a, "csp-terminal")
+    base = daphne_url.replace("//localhost:", "//127.0.0.1:")
+    origin = base.removeprefix("http://")
+    sockets: list[str] = []
+    page.on("websocket", lambda socket: sockets.append(socket.url))
     watch = Watch(page)
     page.set_viewport_size({"width": 1200, "height": 800})
-    log_in(page, daphne_url, "bob")
-    watch.visit(f"{daphne_url}/sessions/{session.id}/terminal/", "#terminal")
-    page.wait_for_function("window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000)
+    log_in(page, base, "bob")
+    response = watch.visit(f"{base}/sessions/{session.id}/terminal/", "#terminal")
+    directives = dict(d.split(" ", 1) for d in response.headers["content-security-policy"].split("; "))
+    assert directives["connect-src"] == f"'self' ws://{origin} wss://{origin}"
+    wait_until(page, "window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000)
+    assert [url.split("/ws/")[0] for url in sockets] == [f"ws://{origin}"]
     assert page.is_visible("#terminal-copy")  # shown by the script (the hidden attribute)
     assert not page.is_visible("#terminal-reconnect")
     page.click("#terminal")
     page.keyboard.type("echo csp-$((6*7))\n")
-    page.wait_for_function(
+    wait_until(
+        page,
         "(() => { const b = window.consoleTerminal.term.buffer.active; for (let i = 0; i < b.length; i++)"
         " if (b.getLine(i).translateToString(true).trim() === 'csp-42') return true; return false; })()",
         timeout=20_000,

@@ -30,7 +30,7 @@ from console.models import NetworkPolicy
 from sandboxes.backends.base import META_INSTALLATION
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session, Terminal
 from sandboxes.sessions.provisioning import backend_for
-from tests.e2e.helpers import ROOT, SCREENSHOTS, log_in, shoot_all, wait_for_job
+from tests.e2e.helpers import ROOT, SCREENSHOTS, log_in, shoot_all, wait_for_job, wait_until
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, test_run_id  # noqa: F401 - fixtures
@@ -72,10 +72,8 @@ def wait_for_text(page: Any, pattern: str, timeout_s: float = 20) -> str:
 
 def wait_connected(page: Any) -> None:
     try:
-        page.wait_for_function(
-            "window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000
-        )
-    except Exception:
+        wait_until(page, "window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000)
+    except AssertionError:  # not a script error: that one is raised as it is
         raise AssertionError(f"not connected: {page.inner_text('#terminal-card')!r}") from None
 
 
@@ -318,7 +316,7 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     wait_for_text(page, r"(?m)^\[kept\]\s*$")
     page.screenshot(path=str(SCREENSHOTS / "flow-terminal-800x600.png"))
     page.keyboard.type("logout\n")
-    page.wait_for_function("window.consoleTerminal.state() !== 'connected'", timeout=20_000)
+    wait_until(page, "window.consoleTerminal.state() !== 'connected'", timeout=20_000)
     deadline = time.monotonic() + 20
     while Terminal.objects.get(pk=first_id).closed is None:
         assert time.monotonic() < deadline, "the terminal row was not closed after logout"

@@ -14,6 +14,7 @@ from django.urls import reverse
 from console.models import NetworkPolicy
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.sessions.runtime import Runtime
+from tests.e2e.helpers import wait_until
 from tests.factories import make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
@@ -130,7 +131,7 @@ def test_copy_buttons_copy(world: World, daphne_url: str, page: Any) -> None:
     button = page.locator("#copy-new-token")
     assert button.is_visible()  # revealed by the script (hidden without JavaScript)
     button.click()
-    page.wait_for_function("document.querySelector('#copy-new-token').textContent === 'Copied'")
+    wait_until(page, "document.querySelector('#copy-new-token').textContent === 'Copied'")
     assert page.evaluate("navigator.clipboard.readText()") == secret
     page.emulate_media(color_scheme="dark")
     page.set_viewport_size({"width": 390, "height": 844})

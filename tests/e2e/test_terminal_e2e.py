@@ -17,6 +17,7 @@ from sandboxes.sessions import store_select as binding
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import MemorySessionStore
+from tests.e2e.helpers import wait_until
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
 
@@ -70,10 +71,8 @@ def log_in(page: Any, daphne_url: str) -> None:
 
 def wait_connected(page: Any) -> None:
     try:
-        page.wait_for_function(
-            "window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000
-        )
-    except Exception:
+        wait_until(page, "window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000)
+    except AssertionError:  # not a script error: that one is raised as it is
         raise AssertionError(f"not connected: {page.inner_text('#terminal-card')!r}") from None
 
 
