@@ -134,7 +134,7 @@ def test_the_main_pages_report_no_violation_and_htmx_still_swaps(
     page.evaluate("window.__notReloaded = true")
     page.fill("#id_q", "carol")
     page.wait_for_function(
-        "document.querySelector('#user-results').innerText.includes('carol')"
+        "() => document.querySelector('#user-results').innerText.includes('carol')"
         " && !document.querySelector('#user-results').innerText.includes('alice')",
         timeout=10_000,
     )
@@ -186,14 +186,60 @@ def test_the_terminal_page_reports_no_violation(
     page.set_viewport_size({"width": 1200, "height": 800})
     log_in(page, daphne_url, "bob")
     watch.visit(f"{daphne_url}/sessions/{session.id}/terminal/", "#terminal")
-    page.wait_for_function("window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000)
+    page.wait_for_function(
+        "() => window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000
+    )
     assert page.is_visible("#terminal-copy")  # shown by the script (the hidden attribute)
     assert not page.is_visible("#terminal-reconnect")
     page.click("#terminal")
     page.keyboard.type("echo csp-$((6*7))\n")
     page.wait_for_function(
-        "(() => { const b = window.consoleTerminal.term.buffer.active; for (let i = 0; i < b.length; i++)"
-        " if (b.getLine(i).translateToString(true).trim() === 'csp-42') return true; return false; })()",
+        "() => { const b = window.consoleTerminal.term.buffer.active; for (let i = 0; i < b.length; i++)"
+        " if (b.getLine(i).translateToString(true).trim() === 'csp-42') return true; return false; }",
         timeout=20_000,
     )
+    watch.assert_none()
+
+
+def test_the_teardown_unmanaged_and_terminal_ask_pages_report_no_violation(
+    world: World, daphne_url: str, page: Any
+) -> None:
+    """The pages the deletes that tear down brought (confirm pages, a failed teardown's job and
+    its "Delete again", the Unmanaged resources list and its confirm) and the terminal page's
+    question on a stale session load under the policy with nothing refused."""
+    from console.models import AdminJob, JobStatus
+    from sandboxes.sessions.teardown import KIND_SESSION
+
+    base = daphne_url
+    config = make_config(world.space_a, name="teardown-pages", is_default=True)
+    now = timezone.now()
+    session = Session.objects.create(
+        space=world.space_a, key="csp-teardown", config=config, stale_at=now, bound_at=now - timedelta(minutes=1)
+    )
+    failed = AdminJob.objects.create(
+        kind=KIND_SESSION,
+        space=world.space_a,
+        created_by=world.root,
+        params={"target": str(session.pk)},
+        status=JobStatus.FAILED,
+        error="Session csp-teardown was not deleted: could not delete sandbox x (unavailable: engine away)",
+        log=[{"time": now.isoformat(), "message": "Could not delete sandbox x (unavailable: engine away)."}],
+        finished=now,
+    )
+    watch = Watch(page)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    log_in(page, base, "root")
+    for path in (
+        f"/spaces/{world.space_a.id}/delete/",
+        f"/sandboxes/{config.id}/delete/",
+        f"/sessions/{session.id}/actions/delete/",
+        f"/jobs/{failed.id}/",
+        "/platform/unmanaged/",
+        "/platform/unmanaged/?" + "backend=x&kind=sandbox&ident=csp",
+        "/platform/unmanaged/delete/?backend=x&kind=sandbox&ident=csp-ident",
+        f"/sessions/{session.id}/terminal/",
+    ):
+        watch.visit(f"{base}{path}", "main")
+    watch.visit(f"{base}/sessions/{session.id}/terminal/", "main")
+    assert "Rebuild" in page.content()  # the question, not a terminal that rebuilt it
     watch.assert_none()
