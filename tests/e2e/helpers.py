@@ -46,8 +46,8 @@ def wait_for_job(page: Any, timeout_s: float = 300) -> str:
     page.wait_for_selector("#job-status .status", timeout=10_000)
     # HTMX swaps the card's outerHTML: for a moment there is none.
     page.wait_for_function(
-        "(() => { const card = document.querySelector('#job-status');"
-        " return card !== null && !card.hasAttribute('hx-get'); })()",
+        "() => { const card = document.querySelector('#job-status');"
+        " return card !== null && !card.hasAttribute('hx-get'); }",
         timeout=int(timeout_s * 1000),
     )
     return str(page.inner_text("#job-status .status")).strip()

@@ -65,16 +65,16 @@ def test_the_dashboard_charts_are_drawn_from_the_series(world: World, daphne_url
     ink = f"document.querySelector('{figure}').getAttribute('data-ink')"
     page_ink = f"getComputedStyle(document.querySelector('{figure}')).color"
     page.emulate_media(color_scheme="light")
-    page.wait_for_function(f"{ink} === {page_ink}")
+    page.wait_for_function(f"() => {ink} === {page_ink}")
     light = page.evaluate(ink)
     page.emulate_media(color_scheme="dark")
-    page.wait_for_function(f"{ink} !== {light!r} && {ink} === {page_ink}", timeout=5000)
+    page.wait_for_function(f"() => {ink} !== {light!r} && {ink} === {page_ink}", timeout=5000)
     dark = page.evaluate(ink)
     assert dark != light
     assert page.evaluate(INKED_PIXELS, figure) > 500  # drawn again, not left blank
     assert page.locator(f"{figure} canvas").count() == 1  # replaced, not stacked
     page.emulate_media(color_scheme="light")
-    page.wait_for_function(f"{ink} === {light!r}", timeout=5000)
+    page.wait_for_function(f"() => {ink} === {light!r}", timeout=5000)
     out = Path(os.environ.get("E2E_ARTIFACTS", "var/e2e-artifacts"))
     out.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(out / "dashboard-charts-1280.png"), full_page=True)
@@ -85,8 +85,8 @@ def test_the_dashboard_charts_are_drawn_from_the_series(world: World, daphne_url
     assert page.evaluate(INKED_PIXELS, 'figure[data-chart="latency"]') > 500
     page.emulate_media(color_scheme="dark")
     page.wait_for_function(
-        "(() => { const f = document.querySelector('figure[data-chart=\"latency\"]');"
-        " return f.getAttribute('data-ink') === getComputedStyle(f).color; })()",
+        "() => { const f = document.querySelector('figure[data-chart=\"latency\"]');"
+        " return f.getAttribute('data-ink') === getComputedStyle(f).color; }",
         timeout=5000,
     )
     page.emulate_media(color_scheme="light")
@@ -112,7 +112,7 @@ def test_the_session_page_polls_its_sandbox_resources(stats_session: Session, da
     # HTMX swaps in a fresh reading (its poll URL carries the new reading's time).
     with page.expect_response(lambda r: "/stats/" in r.url and r.status == 200, timeout=15000):
         pass
-    page.wait_for_function(f"document.querySelector('#live-stats').getAttribute('hx-get') !== {first_url!r}")
+    page.wait_for_function(f"() => document.querySelector('#live-stats').getAttribute('hx-get') !== {first_url!r}")
     assert re.search(r"[0-9.]+\s(bytes|KB|MB|GB)", page.inner_text('#live-stats [data-stat="memory"]'))
     out = Path(os.environ.get("E2E_ARTIFACTS", "var/e2e-artifacts"))
     out.mkdir(parents=True, exist_ok=True)

@@ -73,7 +73,7 @@ def wait_for_text(page: Any, pattern: str, timeout_s: float = 20) -> str:
 def wait_connected(page: Any) -> None:
     try:
         page.wait_for_function(
-            "window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000
+            "() => window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000
         )
     except Exception:
         raise AssertionError(f"not connected: {page.inner_text('#terminal-card')!r}") from None
@@ -318,7 +318,7 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     wait_for_text(page, r"(?m)^\[kept\]\s*$")
     page.screenshot(path=str(SCREENSHOTS / "flow-terminal-800x600.png"))
     page.keyboard.type("logout\n")
-    page.wait_for_function("window.consoleTerminal.state() !== 'connected'", timeout=20_000)
+    page.wait_for_function("() => window.consoleTerminal.state() !== 'connected'", timeout=20_000)
     deadline = time.monotonic() + 20
     while Terminal.objects.get(pk=first_id).closed is None:
         assert time.monotonic() < deadline, "the terminal row was not closed after logout"

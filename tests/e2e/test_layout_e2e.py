@@ -130,7 +130,7 @@ def test_copy_buttons_copy(world: World, daphne_url: str, page: Any) -> None:
     button = page.locator("#copy-new-token")
     assert button.is_visible()  # revealed by the script (hidden without JavaScript)
     button.click()
-    page.wait_for_function("document.querySelector('#copy-new-token').textContent === 'Copied'")
+    page.wait_for_function("() => document.querySelector('#copy-new-token').textContent === 'Copied'")
     assert page.evaluate("navigator.clipboard.readText()") == secret
     page.emulate_media(color_scheme="dark")
     page.set_viewport_size({"width": 390, "height": 844})

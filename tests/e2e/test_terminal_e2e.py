@@ -71,7 +71,7 @@ def log_in(page: Any, daphne_url: str) -> None:
 def wait_connected(page: Any) -> None:
     try:
         page.wait_for_function(
-            "window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000
+            "() => window.consoleTerminal && window.consoleTerminal.state() === 'connected'", timeout=60_000
         )
     except Exception:
         raise AssertionError(f"not connected: {page.inner_text('#terminal-card')!r}") from None
