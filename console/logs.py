@@ -98,7 +98,15 @@ _NAMED_VALUE = re.compile(
 )
 
 
+# Short names are secrets as parameters (`?code=…`, `ticket=…`); in prose ("exit code: 137",
+# "HTTP status code: 502") they are diagnostics and stay.
+_SHORT_NAMES = frozenset({"code", "ticket", "sig", "invite", "invitation"})
+
+
 def _blank_named(m: re.Match[str]) -> str:
+    if m["name"].lower() in _SHORT_NAMES and "=" not in m["sep"]:
+        value = m["open"] + m["quoted"] + m["quote"] if m["quoted"] is not None else m["unquoted"] + m["value"]
+        return m["name"] + m["sep"] + _NAMED_VALUE.sub(_blank_named, value)
     if m["quoted"] is not None:
         return m["name"] + m["sep"] + m["open"] + REDACTED + m["quote"]
     return m["name"] + m["sep"] + m["unquoted"] + REDACTED

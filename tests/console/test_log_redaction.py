@@ -174,3 +174,18 @@ def test_extra_fields_and_tracebacks_are_redacted(production_log: io.StringIO) -
         assert secret not in output
     assert "ValueError" in output
     assert "call failed" in output
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mmdebstrap failed (exit code: 2)",
+        "the engine answered HTTP status code: 502",
+        'API error {"code": "session_busy", "message": "busy"}',
+        "the terminal's ticket: expired",
+    ],
+)
+def test_redact_keeps_a_diagnostic_that_names_a_code_in_prose(text: str) -> None:
+    """`code`, `ticket` and the like are secrets as parameters (`?code=…`), not in prose: a
+    log line or job log saying "exit code: 2" keeps the number it is there to show."""
+    assert redact(text) == text
