@@ -243,3 +243,19 @@ def test_the_teardown_unmanaged_and_terminal_ask_pages_report_no_violation(
     watch.visit(f"{base}/sessions/{session.id}/terminal/", "main")
     assert "Rebuild" in page.content()  # the question, not a terminal that rebuilt it
     watch.assert_none()
+
+    # A running teardown's page polls its status card (HTMX) until the job is done.
+    running = AdminJob.objects.create(
+        kind=KIND_SESSION,
+        space=world.space_a,
+        created_by=world.root,
+        params={"target": str(session.pk)},
+        status=JobStatus.RUNNING,
+        progress=40,
+        log=[{"time": now.isoformat(), "message": "Deleted sandbox x."}],
+    )
+    watch.visit(f"{base}/jobs/{running.id}/", "#job-status[hx-get]")
+    AdminJob.objects.filter(pk=running.pk).update(status=JobStatus.SUCCEEDED, progress=100, finished=timezone.now())
+    page.wait_for_selector("#job-status:not([hx-get])", timeout=15_000)
+    assert "Succeeded" in page.inner_text("#job-status")
+    watch.assert_none()
