@@ -3,6 +3,8 @@ number past the database's integer: each a form error on the page, nothing saved
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.urls import reverse
 
@@ -43,7 +45,7 @@ def test_an_odd_backend_disk_maximum_is_a_form_error(world: World, value: str) -
     page = root.get(reverse("sandboxes:backend_edit", args=[backend.pk]))
     assert page.status_code == 200
     form = page.context["form"]
-    data = {}
+    data: dict[str, Any] = {}
     for name, field in form.fields.items():
         initial = form.initial.get(name, field.initial)
         if initial is None or initial is False:
