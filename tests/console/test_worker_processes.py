@@ -162,3 +162,27 @@ def test_a_forked_child_is_a_process_of_its_own() -> None:
     assert child_view == "None"
     assert processes.registered_process() == parent
     assert uuid.UUID(str(parent))
+
+
+def test_a_dead_exec_past_its_deadline_never_discounts_a_live_call() -> None:
+    """A dead process's exec whose deadline passed no longer counts on its session (the next
+    call started the count again from itself). Releasing that process later must not take
+    it off the live call's count: a session reading 0 in flight during a file operation
+    lets a pause freeze the sandbox under it (docker/for-linux#891)."""
+    from sandboxes.sessions.inflight import busy_reason, in_flight
+
+    space = make_space()
+    session = Session.objects.create(space=space, config=make_config(space), key="after-deadline")
+    dead = process_row(age_s=3600)
+    past = timezone.now() - timedelta(seconds=5)
+    # The dead exec: counted on the session and holding a slot, both past their deadlines.
+    Session.objects.filter(pk=session.pk).update(execs_in_flight=1, exec_deadline=past)
+    ExecSlot.objects.create(space=space, session=session, deadline=past, owner_process=dead.pk)
+
+    with in_flight(session):  # a live file operation: the count starts again from it
+        assert busy_reason(session.pk) is not None
+        processes.release_dead_processes()
+        assert busy_reason(session.pk) is not None, "the live call no longer counts"
+        session.refresh_from_db()
+        assert session.execs_in_flight == 1
+    assert not ExecSlot.objects.filter(owner_process=dead.pk).exists()
