@@ -186,3 +186,28 @@ def test_a_dead_exec_past_its_deadline_never_discounts_a_live_call() -> None:
         session.refresh_from_db()
         assert session.execs_in_flight == 1
     assert not ExecSlot.objects.filter(owner_process=dead.pk).exists()
+
+
+def test_an_exec_of_a_process_taken_for_dead_is_not_counted_out_twice() -> None:
+    """A process frozen past the heartbeat window is released while its exec still runs: the
+    release takes that exec off its session's count. When the exec then ends, it must not
+    take itself off again, or another call still running on the session stops counting and
+    a pause may freeze the sandbox under it."""
+    from sandboxes.sessions.inflight import busy_reason, in_flight
+    from sandboxes.sessions.runtime import Runtime
+
+    space = make_space()
+    session = Session.objects.create(space=space, config=make_config(space), key="frozen-worker")
+    me = processes.this_process()
+    try:
+        with in_flight(session):  # another call, of a process that is not released
+            with Runtime().exec_in_flight(session, 30):
+                processes.release_process(me)  # taken for dead while the exec runs
+            session.refresh_from_db()
+            assert session.execs_in_flight == 1
+            assert busy_reason(session.pk) is not None, "the other call no longer counts"
+        session.refresh_from_db()
+        assert (session.execs_in_flight, session.exec_deadline) == (0, None)
+        assert not ExecSlot.objects.filter(session=session).exists()
+    finally:
+        processes.beat()  # registered again, as its next heartbeat does
