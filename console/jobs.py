@@ -22,7 +22,7 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from . import metrics
-from .logs import get_request_id, new_request_id, request_id
+from .logs import get_request_id, new_request_id, redact, request_id
 from .models import AdminJob, JobStatus, Space
 from .processes import this_process
 from .services import Actor, ServiceError, record_audit
@@ -49,6 +49,9 @@ class JobContext:
         self._log: list[dict[str, str]] = list(job.log)
 
     def log(self, message: str) -> None:
+        # A job's log and error are shown to the space's admins: a secret a step quoted (a
+        # package index URL with its password, a token in a URL) is blanked as in log lines.
+        message = redact(message)
         self._log.append({"time": timezone.now().isoformat(timespec="seconds"), "message": message})
         if len(self._log) > MAX_LOG_LINES:
             self._log = [*self._log[:10], {"time": "", "message": "… earlier lines dropped …"}, *self._log[-1500:]]
@@ -181,14 +184,14 @@ def run_job(job_id: str) -> AdminJob | None:
         _finish(job, JobStatus.CANCELLED, error="Cancelled by an admin.")
     except JobFailed as exc:
         context.log(f"Failed: {exc}")
-        _finish(job, JobStatus.FAILED, error=str(exc))
+        _finish(job, JobStatus.FAILED, error=redact(str(exc)))
     except Exception as exc:
         logger.exception("job %s (%s) crashed", job.id, job.kind)
         context.log(f"Failed: {exc.__class__.__name__}: {exc}")
         _finish(
             job,
             JobStatus.FAILED,
-            error=f"{exc.__class__.__name__}: {exc}\n{traceback.format_exc(limit=5)}",
+            error=redact(f"{exc.__class__.__name__}: {exc}\n{traceback.format_exc(limit=5)}"),
         )
     else:
         _finish(job, JobStatus.SUCCEEDED, result=result, progress=100)

@@ -84,14 +84,34 @@ REDACTED = "[redacted]"
 # short names used for one-time codes (OAuth's `code`, an `invite` code, a terminal `ticket`, a `sig`).
 _SECRET_NAME = (
     r"(?:[A-Za-z0-9_.\-]*?(?:token|secret|password|passwd|passphrase|apikey|api[_-]key|access[_-]key"  # noqa: S105
-    r"|private[_-]key|signature|credentials?|cookie)\d*|code|ticket|sig|invite|invitation|invite[_-]code)"
+    r"|private[_-]key|secret[_-]key|signing[_-]key|signature|credentials?|cookie)\d*"
+    r"|code|ticket|sig|invite|invitation|invite[_-]code)"
 )
-# name=value (query strings, key=value text), name: value, "name": "value", 'name': 'value'.
+# name=value (query strings, key=value text), name: value, "name": "value", 'name': 'value',
+# and a QueryDict's 'name': ['value']. A quoted value is blanked up to its closing quote (a
+# password may hold spaces); an unquoted one up to the next space or separator.
 _NAMED_VALUE = re.compile(
-    r"(?<![A-Za-z0-9_.\-])(?P<name>" + _SECRET_NAME + r")(?P<sep>[\"']?\s*[=:]\s*(?:[bu]?[\"'])?)"
-    r"(?P<value>[^\s&;,\"'<>(){}]+)",
+    r"(?<![A-Za-z0-9_.\-])(?P<name>" + _SECRET_NAME + r")(?P<sep>[\"']?\s*[=:]\s*)"
+    r"(?:(?P<open>(?:[\[(]\s*)?[bu]?(?P<quote>[\"']))(?P<quoted>(?:\\.|(?!(?P=quote))[^\\\n])+)(?P=quote)"
+    r"|(?P<unquoted>(?:[bu]?[\"'])?)(?P<value>[^\s&;,\"'<>(){}]+))",
     re.IGNORECASE,
 )
+
+
+# Short names are secrets as parameters (`?code=…`, `ticket=…`); in prose ("exit code: 137",
+# "HTTP status code: 502") they are diagnostics and stay.
+_SHORT_NAMES = frozenset({"code", "ticket", "sig", "invite", "invitation"})
+
+
+def _blank_named(m: re.Match[str]) -> str:
+    if m["name"].lower() in _SHORT_NAMES and "=" not in m["sep"]:
+        value = m["open"] + m["quoted"] + m["quote"] if m["quoted"] is not None else m["unquoted"] + m["value"]
+        return m["name"] + m["sep"] + _NAMED_VALUE.sub(_blank_named, value)
+    if m["quoted"] is not None:
+        return m["name"] + m["sep"] + m["open"] + REDACTED + m["quote"]
+    return m["name"] + m["sep"] + m["unquoted"] + REDACTED
+
+
 # Authorization header values.
 _AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic|Token)\s+(?P<value>[A-Za-z0-9._~+/=\-]{6,})", re.IGNORECASE)
 # The password of a URL's userinfo: scheme://user:password@host.
@@ -113,7 +133,7 @@ def redact(text: str) -> str:
     text = _USERINFO.sub(lambda m: f"{m['head']}:{REDACTED}@", text)
     text = _AUTH_SCHEME.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
     text = _SHAPED.sub(lambda m: m["prefix"] + REDACTED, text)
-    return _NAMED_VALUE.sub(lambda m: m["name"] + m["sep"] + REDACTED, text)
+    return _NAMED_VALUE.sub(_blank_named, text)
 
 
 _SECRET_FIELD = re.compile(r"^" + _SECRET_NAME + r"$", re.IGNORECASE)

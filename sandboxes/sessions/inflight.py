@@ -21,7 +21,7 @@ pause to be done and then resumes the sandbox, and a pause that finds a call cou
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -81,12 +81,20 @@ def busy_reason(session_pk: Any, now: datetime | None = None, *, own_calls: int 
 
 
 @contextlib.contextmanager
-def in_flight(session: Session, timeout_s: float | None = None, *, activity: bool = True) -> Iterator[None]:
+def in_flight(
+    session: Session,
+    timeout_s: float | None = None,
+    *,
+    activity: bool = True,
+    still_counted: Callable[[], bool] | None = None,
+) -> Iterator[None]:
     """Count one call on the session's row for its duration (see the module docstring).
 
     A call that starts while a guarded pause holds the row waits here until the pause is done.
     `activity=False` (a read that may not wake the session): its end does not restart the
-    session's idle clock.
+    session's idle clock. `still_counted`, called at the end: False when the call was taken
+    off the count meanwhile (its process was released as dead, `limits.release_slots_of`),
+    so it does not take itself off a second time.
     """
     now = timezone.now()
     until = now + timedelta(seconds=timeout_s or SHORT_CALL_S) + GRACE
@@ -104,8 +112,11 @@ def in_flight(session: Session, timeout_s: float | None = None, *, activity: boo
         # Its end is activity too: the idle clock starts again from here. The last one out
         # clears the deadline, so a long timeout does not outlive its call.
         ended: dict[str, object] = {"last_activity": timezone.now()} if activity else {}
-        rows.update(
-            execs_in_flight=Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0),
-            exec_deadline=Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline")),
-            **ended,
-        )
+        if still_counted is None or still_counted():
+            rows.update(
+                execs_in_flight=Case(When(execs_in_flight__gt=0, then=F("execs_in_flight") - 1), default=0),
+                exec_deadline=Case(When(execs_in_flight__lte=1, then=None), default=F("exec_deadline")),
+                **ended,
+            )
+        elif ended:
+            rows.update(**ended)

@@ -123,17 +123,22 @@ def release_slots_of(process_id: Any, **_: Any) -> str:
     lowered by its share, so neither the space's limit nor the idle sweep waits for execs
     nobody runs any more. Inside the transaction of `console.processes.release_process`."""
     # Locked, so an exec ending meanwhile cannot count itself out a second time.
-    slots = list(ExecSlot.objects.select_for_update().filter(owner_process=process_id).values_list("pk", "session_id"))
+    rows = ExecSlot.objects.select_for_update().filter(owner_process=process_id)
+    slots = list(rows.values_list("pk", "session_id", "deadline"))
     if not slots:
         return ""
-    ExecSlot.objects.filter(pk__in=[pk for pk, _ in slots]).delete()
-    per_session = Counter(session_id for _, session_id in slots)
+    ExecSlot.objects.filter(pk__in=[pk for pk, _, _ in slots]).delete()
+    # A slot past its deadline no longer counts on its session either (its count expired
+    # with it, and the next call started it again from itself): lowering the count for it
+    # would discount a live call, and a pause could freeze the sandbox under that call.
+    now = timezone.now()
+    per_session = Counter(session_id for _, session_id, deadline in slots if deadline > now)
     for session_id, count in per_session.items():
         Session.objects.filter(pk=session_id).update(
             execs_in_flight=Case(When(execs_in_flight__gt=count, then=F("execs_in_flight") - count), default=0),
             exec_deadline=Case(When(execs_in_flight__gt=count, then=F("exec_deadline")), default=None),
         )
-    return f"{sum(per_session.values())} exec slot(s) freed"
+    return f"{len(slots)} exec slot(s) freed"
 
 
 def check_background_commands(space: Space, *, locked: bool = False) -> None:

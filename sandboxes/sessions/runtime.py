@@ -608,11 +608,21 @@ class Runtime:
         until = timezone.now() + timedelta(seconds=timeout_s or 3600) + EXEC_GRACE
         with transaction.atomic():
             slot = take_exec_slot(session.space, session, until)  # under the space's limits lock, or refused
+        freed: list[bool] = []
+
+        def still_counted() -> bool:
+            # Freeing the slot answers whether this exec still counted: a release of this
+            # process as dead (a freeze past the heartbeat window) freed it and lowered the
+            # session's count already.
+            freed.append(release_exec_slot(slot))
+            return freed[0]
+
         try:
-            with in_flight(session, timeout_s or 3600):
+            with in_flight(session, timeout_s or 3600, still_counted=still_counted):
                 yield
         finally:
-            release_exec_slot(slot)
+            if not freed:
+                release_exec_slot(slot)
 
     def pause(
         self,

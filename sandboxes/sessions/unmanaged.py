@@ -302,7 +302,7 @@ def reap_unmanaged(*, grace: timedelta | None = None) -> ReapResult:
 def do_delete_unmanaged(backend_id: str, kind: str, ident: str, *, actor: Actor) -> Unmanaged:
     """Delete one unmanaged resource from the platform page, after judging it again: a form
     names it, the listing decides (never a live object's)."""
-    platform = PlatformBackend.objects.filter(pk=backend_id).first()
+    platform = PlatformBackend.objects.filter(pk__in=_uuids({backend_id})).first()  # a forged id is none
     if platform is None or kind not in ORDER:
         raise ServiceError("No such unmanaged resource.")
     try:

@@ -181,3 +181,35 @@ def test_celery_worker_runs_a_real_job_end_to_end(world: World, celery_worker_pr
     assert job.task_id
     assert job.result["redis"].startswith("answers")
     assert job.result["database"] == "postgresql answers"
+
+
+PRIVATE_INDEX = "https://__token__:index-secret-42@pypi.test/simple"
+
+
+@job_handler("tests.quotes_a_secret", label="Quotes a secret")
+def secret_quoting_job(ctx: JobContext) -> None:
+    ctx.log(f"pip install from {PRIVATE_INDEX} with ?token=sck_line-secret-77")
+    raise JobFailed(f"pip install for demo failed from the pip index {PRIVATE_INDEX}: no matching distribution")
+
+
+@job_handler("tests.crashes_quoting_a_secret", label="Crashes quoting a secret")
+def secret_crashing_job(ctx: JobContext) -> None:
+    raise RuntimeError("could not reach redis://:redis-secret-9@127.0.0.1:6390/0 password=pw-secret-3")
+
+
+@pytest.mark.django_db
+def test_a_jobs_log_and_error_blank_the_secrets_a_step_quoted(world: World) -> None:
+    """The job page is read by the space's admins: a platform secret a step quoted (a private
+    package index's password, a token in a URL, a password in a crash) never shows on it."""
+    secrets = ("index-secret-42", "sck_line-secret-77", "redis-secret-9", "pw-secret-3")
+    for kind in ("tests.quotes_a_secret", "tests.crashes_quoting_a_secret"):
+        job = AdminJob.objects.create(kind=kind, space=world.space_a)
+        run_job(str(job.id))
+        job.refresh_from_db()
+        assert job.status == JobStatus.FAILED
+        page = world.client_for("alice").get(job.get_absolute_url()).content.decode()
+        stored = job.error + "\n".join(line["message"] for line in job.log)
+        for secret in secrets:
+            assert secret not in stored, (kind, stored)
+            assert secret not in page
+        assert "[redacted]" in job.error

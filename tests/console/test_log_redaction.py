@@ -143,6 +143,12 @@ def test_a_whole_flow_logs_no_secret(production_log: io.StringIO) -> None:
         ("csrfmiddlewaretoken=tok-tok-tok&x=1", "tok-tok-tok"),
         ("the key is sck_abcdefghijkl in a sentence", "sck_abcdefghijkl"),
         ("X_API_KEY=letmein", "letmein"),
+        # A QueryDict in an error report or a logged request.POST: the value sits in a list.
+        ("<QueryDict: {'username': ['dora'], 'password': ['hunter2-q']}>", "hunter2-q"),
+        # A quoted password holding spaces is blanked whole, not up to its first space.
+        ("{'new_password1': 'correct horse battery'}", "horse battery"),
+        ('password="a&b c-d"', "c-d"),
+        ("DJANGO_SECRET_KEY=django-insecure-xyz", "django-insecure-xyz"),
     ],
 )
 def test_redact_blanks_each_form_of_secret(text: str, secret: str) -> None:
@@ -168,3 +174,18 @@ def test_extra_fields_and_tracebacks_are_redacted(production_log: io.StringIO) -
         assert secret not in output
     assert "ValueError" in output
     assert "call failed" in output
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mmdebstrap failed (exit code: 2)",
+        "the engine answered HTTP status code: 502",
+        'API error {"code": "session_busy", "message": "busy"}',
+        "the terminal's ticket: expired",
+    ],
+)
+def test_redact_keeps_a_diagnostic_that_names_a_code_in_prose(text: str) -> None:
+    """`code`, `ticket` and the like are secrets as parameters (`?code=…`), not in prose: a
+    log line or job log saying "exit code: 2" keeps the number it is there to show."""
+    assert redact(text) == text

@@ -22,6 +22,7 @@ carries the run's installation id and is removed at the end.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -271,3 +272,77 @@ def test_sigterm_lets_a_short_exec_finish_and_exits_then(console: Console) -> No
     assert call.answer.status == 200, call.answer.body
     assert call.answer.body["stdout"] == "done\n"
     assert took < GRACE_S, f"the process waited {took:.1f} s although its only request ended before"
+
+
+_DOOMED = """
+import json
+from console.models import Space
+from console.services import SYSTEM, do_create_space
+from sandboxes.api.views import do_create_api_token
+from sandboxes.catalog.services import do_create_config
+from sandboxes.models import PlatformBackend
+
+faults = Space.objects.get(slug="faults")
+engine = PlatformBackend.objects.get(name="local engine")
+space = do_create_space(name="Doomed", slug="doomed", actor=SYSTEM)
+engine.spaces.add(space)
+base = faults.sandbox_configs.get()
+do_create_config(
+    space,
+    data={"name": "doomed", "backend": engine, "default_template": base.default_template, "cpus": 1,
+          "memory_mb": 256, "pids_limit": 128, "persistent_workspace": True, "is_default": True},
+    api_key="",
+    actor=SYSTEM,
+)
+token, raw = do_create_api_token(space, name="doomed", actor=SYSTEM)
+print("DOOMED " + json.dumps({"space_id": str(space.id), "token": raw}))
+"""
+
+
+def test_a_space_teardown_killed_mid_run_fails_and_deleting_again_finishes_it(console: Console) -> None:
+    """kill -9 while a space's teardown job deletes its sessions: after the restart the job
+    has failed "Interrupted by a restart", the space is still there, its delete page says so
+    and offers to delete again, and that second teardown leaves nothing of it on the engine."""
+    running(console)
+    seed = json.loads(console.manage("shell", "-c", _DOOMED).split("DOOMED ", 1)[1].splitlines()[0])
+    space_id = seed["space_id"]
+    api = ApiClient(f"http://127.0.0.1:{console.web_ports['web']}", space_id, seed["token"])
+    keys = [f"doomed-{n}" for n in range(4)]
+    for key in keys:
+        answer = api.resolve(key)
+        assert answer.status == 200, answer.body
+    label = f"console.meta.console-space={space_id}"
+    engine = docker_api()
+    assert len(engine.containers(all=True, filters={"label": label})) == 4
+
+    page = f"/spaces/{space_id}/delete/"
+    console.ui().post(page, {"confirm_slug": "doomed"}, csrf_from=page)
+    kind = "sandboxes.teardown_space"
+    (job_id,) = [str(r[0]) for r in console.query(f"SELECT id FROM console_adminjob WHERE kind = '{kind}'")]  # noqa: S608
+    log_sql = f"SELECT log FROM console_adminjob WHERE id = '{uuid.UUID(job_id)}'"  # noqa: S608 - a UUID
+    wait_for(
+        lambda: "Deleted session" in str(console.query(log_sql)[0][0]),
+        timeout=120,
+        what="the teardown deleting its first session",
+    )
+    console.processes["web"].kill()
+    console.start_web()
+
+    status, error = _job(console, job_id)
+    assert status == "failed", f"{status} {error}\n{logs(console)}"
+    assert error.startswith("Interrupted by a restart")
+    assert console.query(f"SELECT count(*) FROM console_space WHERE id = '{uuid.UUID(space_id)}'")[0][0] == 1  # noqa: S608
+    ui = console.ui()
+    with ui.opener.open(ui.base_url + page, timeout=30) as answer:
+        confirm = answer.read().decode()
+    assert "The last attempt stopped: Interrupted by a restart" in confirm
+    assert "Delete again" in confirm
+
+    ui.post(page, {"confirm_slug": "doomed"}, csrf_from=page)
+    jobs = [str(r[0]) for r in console.query(f"SELECT id FROM console_adminjob WHERE kind = '{kind}' ORDER BY created")]  # noqa: S608
+    assert len(jobs) == 2, "deleting again was refused"
+    wait_for(lambda: _job(console, jobs[1])[0] in {"succeeded", "failed"}, timeout=240, what="the second teardown")
+    assert _job(console, jobs[1]) == ("succeeded", ""), logs(console)
+    assert console.query(f"SELECT count(*) FROM console_space WHERE id = '{uuid.UUID(space_id)}'")[0][0] == 0  # noqa: S608
+    assert engine.containers(all=True, filters={"label": label}) == []
+    assert (engine.volumes(filters={"label": label}).get("Volumes") or []) == []

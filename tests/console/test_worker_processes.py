@@ -162,3 +162,52 @@ def test_a_forked_child_is_a_process_of_its_own() -> None:
     assert child_view == "None"
     assert processes.registered_process() == parent
     assert uuid.UUID(str(parent))
+
+
+def test_a_dead_exec_past_its_deadline_never_discounts_a_live_call() -> None:
+    """A dead process's exec whose deadline passed no longer counts on its session (the next
+    call started the count again from itself). Releasing that process later must not take
+    it off the live call's count: a session reading 0 in flight during a file operation
+    lets a pause freeze the sandbox under it (docker/for-linux#891)."""
+    from sandboxes.sessions.inflight import busy_reason, in_flight
+
+    space = make_space()
+    session = Session.objects.create(space=space, config=make_config(space), key="after-deadline")
+    dead = process_row(age_s=3600)
+    past = timezone.now() - timedelta(seconds=5)
+    # The dead exec: counted on the session and holding a slot, both past their deadlines.
+    Session.objects.filter(pk=session.pk).update(execs_in_flight=1, exec_deadline=past)
+    ExecSlot.objects.create(space=space, session=session, deadline=past, owner_process=dead.pk)
+
+    with in_flight(session):  # a live file operation: the count starts again from it
+        assert busy_reason(session.pk) is not None
+        processes.release_dead_processes()
+        assert busy_reason(session.pk) is not None, "the live call no longer counts"
+        session.refresh_from_db()
+        assert session.execs_in_flight == 1
+    assert not ExecSlot.objects.filter(owner_process=dead.pk).exists()
+
+
+def test_an_exec_of_a_process_taken_for_dead_is_not_counted_out_twice() -> None:
+    """A process frozen past the heartbeat window is released while its exec still runs: the
+    release takes that exec off its session's count. When the exec then ends, it must not
+    take itself off again, or another call still running on the session stops counting and
+    a pause may freeze the sandbox under it."""
+    from sandboxes.sessions.inflight import busy_reason, in_flight
+    from sandboxes.sessions.runtime import Runtime
+
+    space = make_space()
+    session = Session.objects.create(space=space, config=make_config(space), key="frozen-worker")
+    me = processes.this_process()
+    try:
+        with in_flight(session):  # another call, of a process that is not released
+            with Runtime().exec_in_flight(session, 30):
+                processes.release_process(me)  # taken for dead while the exec runs
+            session.refresh_from_db()
+            assert session.execs_in_flight == 1
+            assert busy_reason(session.pk) is not None, "the other call no longer counts"
+        session.refresh_from_db()
+        assert (session.execs_in_flight, session.exec_deadline) == (0, None)
+        assert not ExecSlot.objects.filter(session=session).exists()
+    finally:
+        processes.beat()  # registered again, as its next heartbeat does

@@ -210,3 +210,63 @@ def test_the_terminal_page_reports_no_violation(
         timeout=20_000,
     )
     watch.assert_none()
+
+
+def test_the_teardown_unmanaged_and_terminal_ask_pages_report_no_violation(
+    world: World, daphne_url: str, page: Any
+) -> None:
+    """The pages the deletes that tear down brought (confirm pages, a failed teardown's job and
+    its "Delete again", the Unmanaged resources list and its confirm) and the terminal page's
+    question on a stale session load under the policy with nothing refused."""
+    from console.models import AdminJob, JobStatus
+    from sandboxes.sessions.teardown import KIND_SESSION
+
+    base = daphne_url
+    config = make_config(world.space_a, name="teardown-pages", is_default=True)
+    now = timezone.now()
+    session = Session.objects.create(
+        space=world.space_a, key="csp-teardown", config=config, stale_at=now, bound_at=now - timedelta(minutes=1)
+    )
+    failed = AdminJob.objects.create(
+        kind=KIND_SESSION,
+        space=world.space_a,
+        created_by=world.root,
+        params={"target": str(session.pk)},
+        status=JobStatus.FAILED,
+        error="Session csp-teardown was not deleted: could not delete sandbox x (unavailable: engine away)",
+        log=[{"time": now.isoformat(), "message": "Could not delete sandbox x (unavailable: engine away)."}],
+        finished=now,
+    )
+    watch = Watch(page)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    log_in(page, base, "root")
+    for path in (
+        f"/spaces/{world.space_a.id}/delete/",
+        f"/sandboxes/{config.id}/delete/",
+        f"/sessions/{session.id}/actions/delete/",
+        f"/jobs/{failed.id}/",
+        "/platform/unmanaged/",
+        "/platform/unmanaged/?" + "backend=x&kind=sandbox&ident=csp",
+        "/platform/unmanaged/delete/?backend=x&kind=sandbox&ident=csp-ident",
+        f"/sessions/{session.id}/terminal/",
+    ):
+        watch.visit(f"{base}{path}", "main")
+    watch.visit(f"{base}/sessions/{session.id}/terminal/", "main")
+    assert "Rebuild" in page.content()  # the question, not a terminal that rebuilt it
+    watch.assert_none()
+
+    # A running teardown's page polls its status card (HTMX) until the job is done.
+    running = AdminJob.objects.create(
+        kind=KIND_SESSION,
+        space=world.space_a,
+        created_by=world.root,
+        params={"target": str(session.pk)},
+        status=JobStatus.RUNNING,
+        progress=40,
+        log=[{"time": now.isoformat(), "message": "Deleted sandbox x."}],
+    )
+    watch.visit(f"{base}/jobs/{running.id}/", "#job-status[hx-get]")
+    AdminJob.objects.filter(pk=running.pk).update(status=JobStatus.SUCCEEDED, progress=100, finished=timezone.now())
+    page.wait_for_selector("#job-status:not([hx-get])", timeout=15_000)
+    assert "Succeeded" in page.inner_text("#job-status")
+    watch.assert_none()

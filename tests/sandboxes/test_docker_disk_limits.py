@@ -343,3 +343,36 @@ def _shell(line: str) -> Any:
     from sandboxes.backends.base import ExecRequest
 
     return ExecRequest(shell=line, timeout_s=120)
+
+
+def test_a_build_space_left_by_a_killed_console_is_swept_a_running_one_kept(
+    limited: SandboxConfig, disk_dir: Path
+) -> None:
+    """`kill -9` of the console mid template build leaves its bounded build space mounted
+    (a loop device and up to TEMPLATE_BUILD_DISK_MB of the host's disk); the sweep deletes it
+    once past the grace, but never the space of a build still running in another process."""
+    import signal
+
+    config = backend_config_for(limited)
+    backend = DockerBackend(dataclasses.replace(config, options={**config.options, "template_build_disk_mb": "32"}))
+    assert backend.disk.host_problem() is None
+    backend.disk.layer_supported()  # read now: the forked child makes no engine call
+    pid = os.fork()
+    if pid == 0:  # the killed console: inside its build, then SIGKILL
+        try:
+            with backend.disk.build_space():
+                os.kill(os.getpid(), signal.SIGKILL)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status)
+    [killed] = list_names(disk_dir, "build-")
+    with backend.disk.build_space() as running_folder:
+        running = Path(running_folder).name
+        for name in (killed, running):
+            os.utime(LoopFs(disk_dir, name).image, (0, 0))  # both older than the grace
+        assert backend.disk.sweep(force=True) == [killed]
+        assert list_names(disk_dir, "build-") == [running]
+        assert os.path.ismount(running_folder)
+    assert list_names(disk_dir) == []
+    assert mounted_under(disk_dir) == []

@@ -11,7 +11,8 @@ What holds where (docs/operations.md, "Disk limits"):
 - The writable layer (everything else: /home, /usr, /var …) is bounded with
   `--storage-opt size=` where the engine's storage driver supports it (overlay2 on xfs with
   project quotas, btrfs, zfs); overlay2 on ext4 cannot, and `capabilities()` says so.
-- Template builds from Debian packages run mmdebstrap inside a bounded file system too.
+- Template builds from Debian packages run mmdebstrap inside a bounded file system too,
+  locked (flock) by the building process: the sweep deletes one no living process holds.
 
 Bounded file systems need the engine on this host (a unix socket) and a console running as
 root; otherwise nothing here is made and `capabilities()` says what is not enforced.
@@ -22,6 +23,7 @@ Imports nothing of the project but `base` and its siblings.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import os
 import shutil
@@ -316,6 +318,9 @@ class DockerDisk:
             if name not in owned and age > ORPHAN_GRACE_S:
                 self.release(fs)
                 deleted.append(name)
+        for name in list_names(self.root, BUILD_PREFIX):
+            if _build_abandoned(LoopFs(self.root, name), now):
+                deleted.append(name)
         if deleted:
             logger.info("deleted %d bounded disk(s) nothing owned: %s", len(deleted), ", ".join(deleted))
         return deleted
@@ -337,14 +342,45 @@ class DockerDisk:
                 yield folder
             return
         fs = LoopFs(self.root, f"{BUILD_PREFIX}{uuid.uuid4().hex}")
+        held: int | None = None
         try:
             try:
                 fs.create(self.build_disk_mb)
-            except LoopFsError as exc:
+                # Held while the build runs; the kernel drops it when this process dies, which
+                # is how the sweep tells a killed console's build space from a running build.
+                held = os.open(fs.image, os.O_RDONLY)
+                fcntl.flock(held, fcntl.LOCK_SH)
+            except (LoopFsError, OSError) as exc:
                 raise RemoteError(ErrorKind.INTERNAL, f"could not make the build's bounded disk: {exc}") from exc
             yield str(fs.mountpoint)
         finally:
             self.release(fs)
+            if held is not None:
+                os.close(held)
+
+
+def _build_abandoned(fs: LoopFs, now: float) -> bool:
+    """Delete a template build's space whose build process is gone (killed mid-build: no
+    process holds its lock), once older than the grace; True when it went."""
+    try:
+        if now - fs.image.stat().st_mtime <= ORPHAN_GRACE_S:
+            return False
+        fd = os.open(fs.image, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a build is running in it
+        try:
+            fs.destroy()
+        except LoopFsError as exc:
+            logger.warning("could not delete the abandoned build space %s: %s", fs.name, exc)
+            return False
+        return True
+    finally:
+        os.close(fd)
 
 
 def _fs_name_ok(volume: str) -> bool:

@@ -156,3 +156,23 @@ def test_a_backend_that_does_not_answer_is_named_within_the_deadline(
         assert "silent engine: did not answer within 1 s" in page
     finally:
         silent.close()
+
+
+@pytest.mark.django_db
+def test_a_forged_delete_form_is_refused_in_words_never_a_500(world: World) -> None:
+    """The confirm form's hidden fields come back from the browser: a backend id that is no
+    id, a kind it does not know, an ident of 10 kB — each a message on the list, nothing deleted."""
+    root = world.client_for("root")
+    delete_url = reverse("sandboxes:unmanaged_delete")
+    before = AuditEvent.objects.filter(action="unmanaged.delete").count()
+    for form in (
+        {"backend": "not-a-uuid", "kind": "sandbox", "ident": "abc"},
+        {"backend": "1' OR '1'='1", "kind": "volume", "ident": "abc"},
+        {"backend": str(uuid.uuid4()), "kind": "sandbox", "ident": "abc"},
+        {"backend": str(uuid.uuid4()), "kind": "network", "ident": "abc"},
+        {"backend": str(uuid.uuid4()), "kind": "sandbox", "ident": "x" * 10_000},
+    ):
+        for method in (root.get, root.post):
+            response = method(delete_url, form)
+            assert response.status_code in (200, 302), (form["backend"], response.status_code)
+    assert AuditEvent.objects.filter(action="unmanaged.delete").count() == before
