@@ -83,11 +83,17 @@ def test_a_space_admin_cannot_set_any_infrastructure_field(world: World, granted
     merged = backend_config_for(config)
     assert (merged.kind, merged.endpoint, merged.allow_private_endpoints) == ("docker", "", False)
     # Only what the console itself sets (where inbound URLs point, the operator's folder of
-    # bounded disks), nothing the form carried.
+    # bounded disks, the egress resolver's settings), nothing the form carried.
+    egress = {
+        "dns_upstream": settings.EGRESS_DNS_UPSTREAM,
+        "egress_state_dir": settings.EGRESS_STATE_DIR,
+        "egress_log_max_bytes": str(settings.EGRESS_LOG_MAX_BYTES),
+    }
     assert merged.options == {
         "inbound_url": "/inbound/",
         "disk_dir": settings.WORKSPACE_DISK_DIR,
         "template_build_disk_mb": str(settings.TEMPLATE_BUILD_DISK_MB),
+        **{key: value for key, value in egress.items() if value},
     }
     assert (config.workspace_host_root, config.pip_index_url, config.npm_registry_url) == ("", "", "")
 

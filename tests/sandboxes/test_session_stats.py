@@ -7,10 +7,11 @@ import re
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.urls import reverse
 
 from console.models import AuditEvent
-from sandboxes.backends.base import ExecRequest, ListQuery, SandboxSpec, SandboxState
+from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery, SandboxSpec, SandboxState
 from sandboxes.backends.e2b.backend import E2BBackend
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.runtime import Runtime, backend_for
@@ -28,8 +29,10 @@ def live_session(world: World, session_config: SandboxConfig) -> Session:
 
 
 def sandboxes_of(config: SandboxConfig) -> list[tuple[str, Any]]:
+    """The sandboxes of this test's installation (others' tests share the engine)."""
     backend = backend_for(config)
-    return sorted((i.sandbox_id, i.state) for i in backend.iter_sandboxes(ListQuery()))
+    query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})
+    return sorted((i.sandbox_id, i.state) for i in backend.iter_sandboxes(query))
 
 
 @pytest.mark.docker

@@ -66,7 +66,12 @@ class DockerEngine:
                     self._client = self._remote_client(self.config.endpoint)
                 elif self.config.endpoint:
                     if self.config.endpoint.startswith(SCHEME):
-                        check_unix_socket(self.config.endpoint)  # a socket, never /etc/passwd
+                        try:
+                            check_unix_socket(self.config.endpoint)  # a socket, never /etc/passwd
+                        except RemoteError as exc:
+                            raise RemoteError(
+                                exc.kind, f"connecting to the Docker engine: {exc.message}", retryable=exc.retryable
+                            ) from None
                     self._client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
                 else:
                     self._client = docker.from_env(timeout=self.api_timeout)
