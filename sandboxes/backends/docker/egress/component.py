@@ -543,6 +543,11 @@ class DockerEgress(EgressCapability):
                     with contextlib.suppress(RemoteError):
                         self.detach(sandbox.sandbox_id)
                         pruned += 1
+            # squid policies of sandboxes gone without a record left (written by this backend:
+            # they name their network).
+            for policy in self.proxy.policies():
+                if policy.network and policy.name not in existing:
+                    self._drop_http_rules(policy.name)
             self.state.prune_gone()
             live = self.networks.console_networks()
             for bridge in self._known_bridges() - set(live):
@@ -577,6 +582,9 @@ class DockerEgress(EgressCapability):
             self._prune_sets(bridge)
             dns.Resolver(self.state.path("dns"), bridge).remove()
             self._sync_deny_filler()
+            for policy in self.proxy.policies():
+                if policy.network and bridge_name(policy.network) == bridge:
+                    self._drop_http_rules(policy.name)
 
     def _known_bridges(self) -> set[str]:
         """Bridges the host keeps state for: recorded sandboxes, resolvers' files."""

@@ -327,7 +327,7 @@ def _overlap(networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network], sour
             other = ipaddress.ip_network(source, strict=False)
         except ValueError:
             continue
-        if any(n.version == other.version and n.overlaps(other) for n in networks):  # type: ignore[arg-type]
+        if any(n.version == other.version and n.overlaps(other) for n in networks):
             return True
     return False
 
