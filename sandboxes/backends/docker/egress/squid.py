@@ -130,8 +130,18 @@ class SquidProxy:
                 continue
         return found
 
-    def _path(self, name: str) -> Path:
-        return self.state / "spaces" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.json"
+    def _path(self, policy: SpaceProxyPolicy) -> Path:
+        """`spaces/<network>.<name>.json` (the folder's entries name their network), or
+        `spaces/<name>.json` for a policy without one."""
+        key = f"{policy.network}.{policy.name}" if policy.network else policy.name
+        return self.state / "spaces" / f"{_safe(key)}.json"
+
+    def _files(self, name: str) -> list[Path]:
+        """The files of the policy named `name`, whatever its network."""
+        folder = self.state / "spaces"
+        if not folder.is_dir():
+            return []
+        return [p for p in (folder / f"{_safe(name)}.json", *folder.glob(f"*.{_safe(name)}.json")) if p.exists()]
 
     def set_space(self, policy: SpaceProxyPolicy) -> ProxyResult:
         """Enforce `policy` for its sources now (a policy without rules is removed). A policy on
@@ -145,12 +155,14 @@ class SquidProxy:
             return ProxyResult(False, f"not an address of the space network: {exc}")
         with self._locked():
             (self.state / "spaces").mkdir(parents=True, exist_ok=True)
-            path = self._path(policy.name)
+            path = self._path(policy)
             stale = [
-                self._path(other.name)
+                found
                 for other in self.policies()
                 if other.name != policy.name and _overlap(mine, other.sources)
+                for found in self._files(other.name)
             ]
+            stale += [found for found in self._files(policy.name) if found != path]  # its network changed
             before = {p: p.read_text() for p in (path, *stale) if p.exists()}
             for old in stale:
                 old.unlink(missing_ok=True)
@@ -167,12 +179,13 @@ class SquidProxy:
 
     def holds(self, name: str) -> bool:
         """A policy named `name` is on file."""
-        return self._path(name).exists()
+        return bool(self._files(name))
 
     def remove_space(self, name: str) -> ProxyResult:
         """The policy named `name` gone (a deleted sandbox's); squid reconfigured."""
         with self._locked():
-            self._path(name).unlink(missing_ok=True)
+            for path in self._files(name):
+                path.unlink(missing_ok=True)
             return self._apply()
 
     def remove_network(self, network: str) -> ProxyResult | None:
@@ -183,7 +196,8 @@ class SquidProxy:
             if not doomed:
                 return None
             for policy in doomed:
-                self._path(policy.name).unlink(missing_ok=True)
+                for path in self._files(policy.name):
+                    path.unlink(missing_ok=True)
             return self._apply()
 
     def apply(self) -> ProxyResult:
@@ -319,6 +333,10 @@ class SquidProxy:
 
     def refusals(self, cursor: str, sandbox_of: Callable[[str], str] | None = None) -> tuple[list[EgressRefusal], str]:
         return proxy_refusals(cursor, log_path=str(self.access_log), sandbox_of=sandbox_of)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
 def _overlap(networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network], sources: tuple[str, ...]) -> bool:
