@@ -321,12 +321,6 @@ def test_an_sni_naming_another_address_is_refused(lab: Lab) -> None:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="squid holds one policy per space network, the last sandbox's applied (a session's grants"
-    " included), while the packet filter and explain hold one per sandbox: per-sandbox squid sources"
-    " are a redesign of proxy.SpaceProxyPolicy, left for the lead",
-)
 def test_a_sandboxs_http_requests_follow_its_own_lists_not_another_sessions(
     lab: Lab, docker_base_image: str, test_run_id: str
 ) -> None:
@@ -359,6 +353,11 @@ def test_a_sandboxs_http_requests_follow_its_own_lists_not_another_sessions(
         first = Lab(lab.backend, made[0].sandbox_id, "", lab.target)
         assert first.http("GET", "web.test", "/") == "200 served GET / port 80"
         assert not first.http("GET", "other.test", "/").startswith("200 ")
+        # The granted one reaches it (its own policy, the same squid and gateway).
+        second = Lab(lab.backend, made[1].sandbox_id, "", lab.target)
+        assert decide(granted, target).allowed
+        assert second.http("GET", "other.test", "/") == "200 served GET / port 80"
+        assert first.http("GET", "other.test", "/").startswith("403 ")  # still its own, after the second's
     finally:
         for sandbox in made:
             lab.backend.delete(sandbox.sandbox_id)

@@ -146,8 +146,13 @@ def test_squid_accepts_the_rendered_configuration(tmp_path: Path) -> None:
         ("172.31.0.1",),
         (parse_l7_rule({"domain": "x.test", "action": "allow"}),),
     )
+    # Two sandboxes of one network: one gateway, each its own sources.
+    shared = [
+        SpaceProxyPolicy(key * 64, (f"172.29.0.{n}/32",), ("172.29.0.1",), other.rules, network="sandbox-console-c")
+        for n, key in ((2, "c"), (3, "d"))
+    ]
     conf = tmp_path / "squid.conf"
-    conf.write_text("\n".join(_conf(POLICY, other, state=str(tmp_path))))
+    conf.write_text("\n".join(_conf(POLICY, other, *shared, state=str(tmp_path))))
     done = subprocess.run(["squid", "-k", "parse", "-f", str(conf)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     # `via off` (transparency) is the one warning squid gives.
@@ -252,3 +257,92 @@ def test_a_squid_without_rules_leaves_another_folders_redirects_alone(tmp_path: 
     finally:
         for table in (theirs, mine):
             subprocess.run(["nft", "delete", "table", "inet", table], capture_output=True, check=False)
+
+
+def _first_access(conf: list[str], client: str, method: str, host: str, address: str, path: str = "/") -> str:
+    """The first `http_access` line of `conf` that matches a plain HTTP request, read the way
+    squid reads it (every ACL of a line must match; `!` negates; `annotate_transaction` always
+    matches). Only the ACL types the renderer writes are known; any other fails the test."""
+    import ipaddress
+    import re
+
+    acls: dict[str, tuple[str, list[str]]] = {}
+    for line in conf:
+        if line.startswith("acl "):
+            _, name, kind, *values = line.split()
+            acls[name] = (kind, values)
+
+    def matches(token: str) -> bool:
+        if token.startswith("!"):
+            return not matches(token[1:])
+        if token == "all":
+            return True
+        kind, values = acls[token]
+        if kind == "annotate_transaction":
+            return True
+        if kind in ("src", "dst"):
+            probe = ipaddress.ip_address(client if kind == "src" else address)
+            return any(probe in ipaddress.ip_network(v, strict=False) for v in values)
+        if kind == "dstdom_regex":
+            return any(re.search(v, host, re.IGNORECASE) for v in values if v != "-i")
+        if kind == "method":
+            return method in values
+        if kind == "urlpath_regex":
+            return any(re.search(v, path) for v in values)
+        raise AssertionError(f"the test does not know the ACL type {kind} ({token})")
+
+    for line in conf:
+        if line.startswith("http_access ") and all(matches(token) for token in line.split()[2:]):
+            return line
+    raise AssertionError("no http_access line matched (squid's last line is `deny all`)")
+
+
+def test_two_sandboxes_of_one_network_are_decided_by_their_own_lists() -> None:
+    """One space network, two sandboxes with the same HTTP rules and different lists (a
+    session grant adds other.test to the second): each is decided by its own addresses'
+    policy, so other.test is refused to the first and let through for the second, as
+    netpolicy.decide says for each spec; squid listens on the shared gateway once."""
+    from netpolicy import decide, parse_destination
+    from sandboxes.backends.base import NetworkSpec
+
+    rules = (parse_l7_rule({"domain": "web.test", "methods": ("GET",), "action": "allow"}),)
+    plain = NetworkSpec.parse(
+        allow_internet_access=True, allow_public_traffic=False, allow_out=("web.test",), l7_rules=rules
+    )
+    granted = NetworkSpec.parse(
+        allow_internet_access=True, allow_public_traffic=False, allow_out=("web.test", "other.test"), l7_rules=rules
+    )
+    common = {"gateways": ("172.30.0.1",), "rules": rules, "network": "sandbox-console-shared"}
+    first = SpaceProxyPolicy("a" * 64, ("172.30.0.2/32", "fd00:30::2/128"), allow_out=plain.allow_out, **common)  # type: ignore[arg-type]
+    second = SpaceProxyPolicy("b" * 64, ("172.30.0.3/32", "fd00:30::3/128"), allow_out=granted.allow_out, **common)  # type: ignore[arg-type]
+    conf = _conf(first, second)
+    ports = [line.split()[1] for line in conf if line.startswith(("http_port", "https_port"))]
+    assert ports == ["127.0.0.1:3131", "172.30.0.1:3129", "172.30.0.1:3130"]
+    assert "acl s1_src src 172.30.0.2/32 fd00:30::2/128" in conf
+    assert "acl s2_src src 172.30.0.3/32 fd00:30::3/128" in conf
+
+    # other.test resolves to a documentation address (public: no always-denied class).
+    other = parse_destination("http://other.test/").resolved("198.51.100.9")
+    assert not decide(plain, other).allowed
+    assert decide(granted, other).allowed
+    refused = _first_access(conf, "172.30.0.2", "GET", "other.test", "198.51.100.9")
+    allowed = _first_access(conf, "172.30.0.3", "GET", "other.test", "198.51.100.9")
+    assert refused == "http_access deny !CONNECT s1_src !s1_allow_dom s1_notallowed", refused
+    assert allowed == "http_access allow !CONNECT s2_src s2_allow_dom", allowed
+    assert _first_access(conf, "fd00:30::2", "GET", "other.test", "2001:db8::9").startswith("http_access deny ")
+    # The rule they share holds for both; an address no sandbox has is refused.
+    for client in ("172.30.0.2", "172.30.0.3"):
+        assert _first_access(conf, client, "GET", "web.test", "198.51.100.7").startswith("http_access allow ")
+        assert _first_access(conf, client, "POST", "web.test", "198.51.100.7").startswith("http_access deny ")
+    assert _first_access(conf, "172.30.0.4", "GET", "web.test", "198.51.100.7") == "http_access deny all"
+    # Every line of a sandbox's part names its own sources: no line of one decides for the other.
+    for line in conf:
+        if line.startswith(("http_access", "ssl_bump")):
+            spaces = {
+                token.lstrip("!").split("_")[0] for token in line.split()[2:] if token.lstrip("!")[:2] in ("s1", "s2")
+            }
+            assert all(f"{s}_src" in line.split() for s in spaces), line
+    # Only the two sandboxes' own addresses are redirected to squid.
+    table = render_redirect_table([first, second])
+    assert "elements = { 172.30.0.2/32, 172.30.0.3/32 }" in table
+    assert "elements = { fd00:30::2/128, fd00:30::3/128 }" in table

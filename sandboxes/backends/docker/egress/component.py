@@ -256,7 +256,9 @@ class DockerEgress(EgressCapability):
 
     def prepare(self, space: str, spec: NetworkSpec) -> tuple[str, str]:
         """The space network of an online sandbox about to be made: created when missing,
-        known to the packet filter, its HTTP rules in squid. (name, the sandboxes' resolver)."""
+        known to the packet filter. (name, the sandboxes' resolver). The sandbox's HTTP rules
+        reach squid at `attach`, once it has its addresses (until its chain is in, the bridge
+        drops everything from a new address)."""
         name, v4, v6 = self.networks.ensure_space_network(space)
         if not self.enforces_lists():
             return name, "127.0.0.1"  # host_firewall=external: no console-managed resolver
@@ -264,8 +266,6 @@ class DockerEgress(EgressCapability):
         # sees this one on the engine and leaves it, or is done before these lines.
         with self.state.locked():
             self._apply(render_network(bridge_name(name), v4, v6))
-            if spec.l7_rules:
-                self._apply_http_rules(name, spec)
         return name, (v4[0] if v4 else "127.0.0.1")
 
     def settle(self, spec: NetworkSpec) -> None:
@@ -281,6 +281,8 @@ class DockerEgress(EgressCapability):
         with self.state.locked():
             old = self.state.read(container_id)
             new = Binding(bridge, v4, v6) if spec.allow_internet_access and (v4 or v6) else None
+            # squid first: refused, nothing of the new policy is in (squid keeps the old one).
+            self._sync_http_rules(container_id, network_name, spec, new)
             self._apply(render_update(container_id, spec, old.binding if old else None, new, present_keys()))
             # Offline: the last binding is kept (refusals logged before still find it).
             self.state.write(
@@ -320,9 +322,6 @@ class DockerEgress(EgressCapability):
             gateways = self.networks.remove_if_unused(name)
             if gateways is not None:
                 self.release(name, *gateways)
-        if network.allow_internet_access:
-            # HTTP rules and TLS by SNI: squid's part of the space network's policy (proxy.py).
-            self.update_http_rules(container_id, network)
 
     def resume(self, container_id: str) -> None:
         """The last policy again, on the container's current address (after a restart)."""
@@ -343,6 +342,7 @@ class DockerEgress(EgressCapability):
     def detach(self, container_id: str) -> None:
         """A deleted sandbox: its chain and elements gone, its resolver's names recomputed."""
         with self.state.locked():
+            self._drop_http_rules(container_id)
             old = self.state.read(container_id)
             if old is None:
                 return
@@ -367,32 +367,50 @@ class DockerEgress(EgressCapability):
 
     # HTTP rules and TLS by SNI (squid) ---------------------------------------------------
 
-    def _apply_http_rules(self, name: str, spec: NetworkSpec) -> None:
-        """Make squid enforce the space network's HTTP rules (before its sandbox starts)."""
-        if not spec.l7_rules and not self.l7_possible():
-            return  # nothing to enforce, and no squid that could hold an older policy
-        sources, gateways = self.networks.subnets(name)
+    def _sync_http_rules(
+        self, container_id: str, network_name: str, spec: NetworkSpec, binding: Binding | None
+    ) -> None:
+        """Make squid enforce this sandbox's own HTTP rules and lists (a session's grants
+        included) for its own addresses on the space network; a sandbox without rules, or
+        offline, leaves squid (its ports 80/443 are no longer redirected). Squid decides per
+        sandbox: another sandbox of the space never gets these lists."""
+        if not (spec.l7_rules and binding is not None):
+            self._drop_http_rules(container_id)
+            return
+        _, gateways = self.networks.subnets(network_name)
         policy = SpaceProxyPolicy(
-            name=name,
-            sources=sources,
+            name=container_id,
+            sources=(*(f"{a}/32" for a in binding.v4), *(f"{a}/128" for a in binding.v6)),
             gateways=gateways,
             rules=spec.l7_rules,
             allow_out=spec.allow_out,
             deny_out=spec.deny_out,
             allow_private=spec.allow_private,
+            network=network_name,
         )
-        result = self.proxy.set_space(policy)  # no rules: the space leaves the proxy
+        result = self.proxy.set_space(policy)
         if not result.applied:
             raise RemoteError(ErrorKind.UNSUPPORTED, f"HTTP rules need the host's squid: {result.detail}")
 
+    def _drop_http_rules(self, container_id: str) -> None:
+        """The sandbox's squid policy gone, when it had one (nothing is run otherwise)."""
+        if self.proxy.holds(container_id):
+            result = self.proxy.remove_space(container_id)
+            if not result.applied:
+                logger.warning("egress: squid kept sandbox %s's HTTP rules: %s", container_id, result.detail)
+
     def update_http_rules(self, sandbox_id: str, spec: NetworkSpec) -> None:
-        """Apply a changed policy's HTTP rules to the running sandbox's space network now
-        (squid reconfigures live)."""
+        """Apply a changed policy's HTTP rules to the running sandbox now (squid reconfigures
+        live); the packet filter's chain is `attach`'s."""
         if spec.l7_rules and not self.l7_possible():
             self.check(spec)
-        for name in self.engine.networks_of(self.engine.container_id(sandbox_id)):
+        container_id = self.engine.container_id(sandbox_id)
+        for name in self.engine.networks_of(container_id):
             if self.networks.is_space_network(name):
-                self._apply_http_rules(name, spec)
+                bridge, v4, v6 = self.networks.addresses_on(container_id, name)
+                online = spec.allow_internet_access and (v4 or v6)
+                with self.state.locked():
+                    self._sync_http_rules(container_id, name, spec, Binding(bridge, v4, v6) if online else None)
 
     # Networks -------------------------------------------------------------------------------
 
@@ -428,8 +446,7 @@ class DockerEgress(EgressCapability):
                 self._prune_sets(bridge)
             dns.Resolver(self.state.path("dns"), bridge).remove()
             self._sync_deny_filler()
-            if any(p.name == network_name for p in self.proxy.policies()):
-                self.proxy.remove_space(network_name)  # squid stops listening on its gateway
+            self.proxy.remove_network(network_name)  # its sandboxes' policies; squid stops listening there
 
     def _prune_sets(self, bridge: str = "") -> int:
         """`bridge`'s per-network sets, and the shared domain sets no recorded sandbox names,
@@ -526,6 +543,11 @@ class DockerEgress(EgressCapability):
                     with contextlib.suppress(RemoteError):
                         self.detach(sandbox.sandbox_id)
                         pruned += 1
+            # squid policies of sandboxes gone without a record left (written by this backend:
+            # they name their network).
+            for policy in self.proxy.policies():
+                if policy.network and policy.name not in existing:
+                    self._drop_http_rules(policy.name)
             self.state.prune_gone()
             live = self.networks.console_networks()
             for bridge in self._known_bridges() - set(live):
@@ -560,6 +582,9 @@ class DockerEgress(EgressCapability):
             self._prune_sets(bridge)
             dns.Resolver(self.state.path("dns"), bridge).remove()
             self._sync_deny_filler()
+            for policy in self.proxy.policies():
+                if policy.network and bridge_name(policy.network) == bridge:
+                    self._drop_http_rules(policy.name)
 
     def _known_bridges(self) -> set[str]:
         """Bridges the host keeps state for: recorded sandboxes, resolvers' files."""

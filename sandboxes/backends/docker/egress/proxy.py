@@ -9,7 +9,15 @@ by SNI; nothing is decrypted). It is transparent: a program that ignores proxy v
 redirected the same. UDP 443 (QUIC) from those sandboxes is dropped so clients fall back to
 TCP, where the SNI is seen.
 
-Semantics (per space, `SpaceProxyPolicy`), in the order squid checks them:
+squid decides per sandbox, never per network: the Docker component gives it one
+`SpaceProxyPolicy` per sandbox with HTTP rules, whose sources are that sandbox's own
+addresses on the space network (a /32 and a /128), holding that sandbox's applied lists and
+rules (a session's grants included). Only those addresses are redirected, so a sandbox of the
+same space without rules (or with other grants) meets its own packet-filter chain or its own
+squid ACLs, never another sandbox's; an address no policy names that reaches squid anyway is
+refused (`http_access deny all`).
+
+Semantics (per sandbox, `SpaceProxyPolicy`), in the order squid checks them:
 1. the always-denied set: loopback, link-local/metadata, the host's own addresses, every
    sandbox network, and private ranges unless one of the space's allow CIDRs covers them —
    squid's upstream connections leave from the host (output hook), so the forward filter of
@@ -19,7 +27,7 @@ Semantics (per space, `SpaceProxyPolicy`), in the order squid checks them:
    checked: the first rule naming the host that is an `allow` (whatever its methods/path)
    or an unrestricted `deny` decides; a `deny` with methods or a path cannot be checked
    without decryption and is skipped; a host named by rules none of which allows it is refused;
-3. hosts named by no rule follow the space's allow/deny lists (deny entries win; with an
+3. hosts named by no rule follow the sandbox's allow/deny lists (deny entries win; with an
    allow list only its entries pass; without one everything else passes).
 
 Every refusal line carries the rule in words (an `annotate_transaction` note) so
@@ -87,15 +95,21 @@ def _never_kinds() -> list[Kind]:
 
 @dataclass(frozen=True)
 class SpaceProxyPolicy:
-    """What squid enforces for one space network's sources (typed entries, `netpolicy`)."""
+    """What squid enforces for the sources of one sandbox on a space network (typed entries,
+    `netpolicy`): that sandbox's applied lists and HTTP rules."""
 
-    name: str  # the space network's name (unique key)
-    sources: tuple[str, ...]  # CIDRs of the space's sandboxes (its subnet, or /32 per sandbox)
+    name: str  # unique key: the sandbox's id (the component), or any name (a render test)
+    sources: tuple[str, ...]  # the sandbox's addresses on the network (/32, /128)
     gateways: tuple[str, ...]  # the network's gateway addresses: where squid listens
     rules: tuple[L7Rule, ...] = ()
     allow_out: tuple[Entry, ...] = ()
     deny_out: tuple[Entry, ...] = ()
     allow_private: tuple[Cidr, ...] = ()
+    network: str = ""  # the space network's name ("": `name` is the network's)
+
+    @property
+    def network_name(self) -> str:
+        return self.network or self.name
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -106,6 +120,7 @@ class SpaceProxyPolicy:
             "allow_out": [str(e) for e in self.allow_out],
             "deny_out": [str(e) for e in self.deny_out],
             "allow_private": [str(e) for e in self.allow_private],
+            "network": self.network,
         }
 
     @classmethod
@@ -120,6 +135,7 @@ class SpaceProxyPolicy:
             allow_out=tuple(parse_entry(e) for e in data.get("allow_out") or ()),
             deny_out=tuple(parse_entry(e) for e in data.get("deny_out") or ()),
             allow_private=tuple(e for e in private if isinstance(e, Cidr)),
+            network=str(data.get("network") or ""),
         )
 
 
@@ -239,14 +255,15 @@ def render_squid_conf(
             lines.append(f"acl {acl} dst {' '.join(found)}")
             lines.append(_note(f"n_{acl}", f"{Rule.ALWAYS_DENIED.value}: {kind.value}"))
             never.append(f"http_access deny {acl} n_{acl}")
-    for policy in sorted(policies, key=lambda p: p.name):
-        for gateway in policy.gateways:
-            host = f"[{gateway}]" if ":" in gateway else gateway
-            lines.append(f"http_port {host}:{http_port} intercept")
-            lines.append(
-                f"https_port {host}:{tls_port} intercept ssl-bump generate-host-certificates=off "
-                f"tls-cert={state / 'bump.pem'} tls-key={state / 'bump.key'}"
-            )
+    # Several sandboxes share a network's gateways: squid listens on each once.
+    listening = dict.fromkeys(g for policy in sorted(policies, key=lambda p: p.name) for g in policy.gateways)
+    for gateway in listening:
+        host = f"[{gateway}]" if ":" in gateway else gateway
+        lines.append(f"http_port {host}:{http_port} intercept")
+        lines.append(
+            f"https_port {host}:{tls_port} intercept ssl-bump generate-host-certificates=off "
+            f"tls-cert={state / 'bump.pem'} tls-key={state / 'bump.key'}"
+        )
 
     access: list[str] = []
     bump: list[str] = ["ssl_bump peek step1"]
@@ -269,7 +286,8 @@ def _space_acls(index: int, policy: SpaceProxyPolicy, access: list[str], bump: l
     """The ACL definitions of one space; appends its http_access and ssl_bump lines in order."""
     s = f"s{index}"
     src = f"{s}_src"
-    acls = [f"# space network {policy.name}", f"acl {src} src {' '.join(policy.sources) or '0.0.0.0/32'}"]
+    where = f" on space network {policy.network}" if policy.network else ""
+    acls = [f"# sources {policy.name}{where}", f"acl {src} src {' '.join(policy.sources) or '0.0.0.0/32'}"]
     allow_nets = [str(e) for e in policy.allow_out if isinstance(e, Cidr)]
     allow_domains = [e for e in policy.allow_out if isinstance(e, Domain)]
     # Only an allow CIDR inside a private range, or a private exception, opens it (never a

@@ -88,8 +88,9 @@ def tentative_addresses() -> set[str]:
 
 @dataclass
 class SquidProxy:
-    """One squid for the console's host: its state folder holds the per-space policies
-    (`spaces/*.json`, so every console process renders the same file), squid.conf, the
+    """One squid for the console's host: its state folder holds the per-sandbox policies
+    (`spaces/*.json`, one per sandbox with HTTP rules, keyed by its id, so every console
+    process renders the same file), squid.conf, the
     peeking certificate, and the logs. Methods never raise for squid's own failures: they
     answer a `ProxyResult` and the caller decides what it means."""
 
@@ -129,35 +130,74 @@ class SquidProxy:
                 continue
         return found
 
+    def _path(self, policy: SpaceProxyPolicy) -> Path:
+        """`spaces/<network>.<name>.json` (the folder's entries name their network), or
+        `spaces/<name>.json` for a policy without one."""
+        key = f"{policy.network}.{policy.name}" if policy.network else policy.name
+        return self.state / "spaces" / f"{_safe(key)}.json"
+
+    def _files(self, name: str) -> list[Path]:
+        """The files of the policy named `name`, whatever its network."""
+        folder = self.state / "spaces"
+        if not folder.is_dir():
+            return []
+        return [p for p in (folder / f"{_safe(name)}.json", *folder.glob(f"*.{_safe(name)}.json")) if p.exists()]
+
     def set_space(self, policy: SpaceProxyPolicy) -> ProxyResult:
-        """Enforce `policy` for its space network now (a space without rules is removed)."""
+        """Enforce `policy` for its sources now (a policy without rules is removed). A policy on
+        file under another name whose sources overlap these is a gone sandbox's whose address
+        was given again: it goes (an address is one sandbox's, and squid's first match decides)."""
         try:
-            for source in policy.sources:
-                ipaddress.ip_network(source, strict=False)
+            mine = [ipaddress.ip_network(source, strict=False) for source in policy.sources]
             for gateway in policy.gateways:
                 ipaddress.ip_address(gateway)
         except ValueError as exc:
             return ProxyResult(False, f"not an address of the space network: {exc}")
         with self._locked():
-            folder = self.state / "spaces"
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', policy.name)}.json"
-            before = path.read_text() if path.exists() else None
+            (self.state / "spaces").mkdir(parents=True, exist_ok=True)
+            path = self._path(policy)
+            stale = [
+                found
+                for other in self.policies()
+                if other.name != policy.name and _overlap(mine, other.sources)
+                for found in self._files(other.name)
+            ]
+            stale += [found for found in self._files(policy.name) if found != path]  # its network changed
+            before = {p: p.read_text() for p in (path, *stale) if p.exists()}
+            for old in stale:
+                old.unlink(missing_ok=True)
             if policy.rules:
                 _write(path, json.dumps(policy.as_json(), sort_keys=True))
             else:
                 path.unlink(missing_ok=True)
             result = self._apply()
-            if not result.applied:  # nothing half-applied is kept: the previous policy stays
-                if before is None:
-                    path.unlink(missing_ok=True)
-                else:
-                    _write(path, before)
+            if not result.applied:  # nothing half-applied is kept: the previous policies stay
+                path.unlink(missing_ok=True)
+                for old, text in before.items():
+                    _write(old, text)
             return result
 
+    def holds(self, name: str) -> bool:
+        """A policy named `name` is on file."""
+        return bool(self._files(name))
+
     def remove_space(self, name: str) -> ProxyResult:
+        """The policy named `name` gone (a deleted sandbox's); squid reconfigured."""
         with self._locked():
-            (self.state / "spaces" / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', name)}.json").unlink(missing_ok=True)
+            for path in self._files(name):
+                path.unlink(missing_ok=True)
+            return self._apply()
+
+    def remove_network(self, network: str) -> ProxyResult | None:
+        """Every policy of the space network `network` gone (the network was removed); None when
+        it had none (squid left as it is)."""
+        with self._locked():
+            doomed = [p for p in self.policies() if p.network_name == network]
+            if not doomed:
+                return None
+            for policy in doomed:
+                for path in self._files(policy.name):
+                    path.unlink(missing_ok=True)
             return self._apply()
 
     def apply(self) -> ProxyResult:
@@ -293,6 +333,21 @@ class SquidProxy:
 
     def refusals(self, cursor: str, sandbox_of: Callable[[str], str] | None = None) -> tuple[list[EgressRefusal], str]:
         return proxy_refusals(cursor, log_path=str(self.access_log), sandbox_of=sandbox_of)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _overlap(networks: list[ipaddress.IPv4Network | ipaddress.IPv6Network], sources: tuple[str, ...]) -> bool:
+    for source in sources:
+        try:
+            other = ipaddress.ip_network(source, strict=False)
+        except ValueError:
+            continue
+        if any(n.version == other.version and n.overlaps(other) for n in networks):
+            return True
+    return False
 
 
 def _write(path: Path, text: str) -> None:
