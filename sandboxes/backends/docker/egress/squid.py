@@ -282,10 +282,11 @@ class SquidProxy:
             return done if not done.applied else ProxyResult(True, "squid reconfigured")
         return self._start()
 
-    def settle(self, wait_s: float = 5.0) -> ProxyResult | None:
+    def settle(self, wait_s: float = 15.0) -> ProxyResult | None:
         """A new bridge's IPv6 gateway stays tentative until its first sandbox is attached,
         so squid could not bind it: wait for it to settle, then reconfigure (None: nothing
-        was waiting)."""
+        was waiting). Duplicate address detection was seen taking over 5 s on a loaded
+        2-core host, hence the 15 s bound; it only runs for a sandbox with HTTP rules."""
         gateways = {g for p in self.policies() for g in p.gateways}
         if not tentative_addresses() & gateways:
             return None
