@@ -13,7 +13,6 @@ missing FIELD_ENCRYPTION_KEY is still derived from SECRET_KEY, for throwaway con
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -46,7 +45,6 @@ def _key(value: str, name: str) -> Fernet:
         ) from None
 
 
-@functools.cache
 def _fernet(primary: str, old_keys: tuple[str, ...], secret_key: str) -> MultiFernet:
     keys = [_key(primary, "FIELD_ENCRYPTION_KEY") if primary else Fernet(derived_key(secret_key).encode())]
     keys += [_key(old, "a key in FIELD_ENCRYPTION_OLD_KEYS") for old in old_keys]

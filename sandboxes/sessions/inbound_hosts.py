@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
 import hmac
 import ipaddress
 import re
@@ -140,7 +139,6 @@ def _is_address(text: str) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=8)
 def _parsed(value: str) -> SharedDomain | None:
     if not value or setting_problem(value):
         return None
