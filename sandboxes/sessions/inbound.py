@@ -222,6 +222,7 @@ def inbound_upstream(target: InboundTarget) -> tuple[str, int]:
     return inbound.console_upstream(target.sandbox_id, target.port)
 
 
+# Measured (bench/module_caches.py): the check 5 us, the conditional UPDATE it spares 619 us a request.
 _touched: dict[uuid.UUID, float] = {}
 
 

@@ -56,6 +56,7 @@ class LimitExceeded(ServiceError):
 # The per-request rate check reads the limits from here: a changed limit is in force in
 # every process within LIMITS_CACHE_S (the quota checks read the locked row, never this).
 LIMITS_CACHE_S = 5.0
+# Measured (bench/module_caches.py): a hit 2 us against the row read 913 us, on every API request.
 _limits_cache: dict[Any, tuple[float, dict[str, int]]] = {}
 
 
@@ -164,8 +165,10 @@ def check_background_commands(space: Space, *, locked: bool = False) -> None:
 
 # --- API requests per minute, per space ------------------------------------------------------
 
+# Without Redis, the per-minute counters live here (state, not a cache).
 _local_windows: dict[str, tuple[int, int]] = {}
 _local_lock = threading.Lock()
+# Measured (bench/module_caches.py): a count on the kept client 134 us, on a new client 1,629 us.
 _redis: dict[str, Any] = {}
 
 

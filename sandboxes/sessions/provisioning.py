@@ -26,6 +26,7 @@ from ..models import SandboxConfig, SessionImage
 
 # --- Backends, cached per config --------------------------------------------------------
 
+# Measured (bench/module_caches.py): a get on the kept backend 1.2 ms, on a new one 12.6 ms.
 _backends: dict[tuple[str, datetime, datetime], Backend] = {}
 _backends_lock = threading.Lock()
 

@@ -84,6 +84,7 @@ class TerminalClient(Protocol):
 
 # --- The PTY owner ---------------------------------------------------------------------------
 
+# The terminals this process owns (state, not a cache).
 _processes: dict[str, TerminalProcess] = {}
 
 
@@ -92,6 +93,7 @@ def get_process(terminal_id: str) -> TerminalProcess | None:
     return process if process is not None and not process.closed else None
 
 
+# Closes in flight, held so the loop does not drop them (state, not a cache).
 _closing: set[asyncio.Task[None]] = set()
 
 

@@ -309,6 +309,7 @@ def end_kept_shell(session_id: str, sandbox_id: str, terminal_id: str) -> None:
 
 # How long a change waits to tell the user's terminals (then the keepalive re-check is the fallback).
 NOTIFY_TIMEOUT_S = 2.0
+# Sends in flight, held so the loop does not drop them (state, not a cache).
 _notifying: set[asyncio.Task[None]] = set()
 
 
