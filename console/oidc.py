@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
-from .models import OidcIdentity
+from .models import AuditAction, OidcIdentity
 from .services import Actor, record_audit
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
                 OidcIdentity.objects.create(user=user, issuer=issuer(), subject=claims["sub"])
                 record_audit(
                     Actor(user=user, source_ip=_ip(self)),
-                    "user.oidc_link",
+                    AuditAction.USER_OIDC_LINK,
                     target_type="user",
                     target_id=user.pk,
                     details={"username": user.get_username(), "issuer": issuer(), "subject": claims["sub"]},
@@ -76,7 +76,7 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
             OidcIdentity.objects.create(user=user, issuer=issuer(), subject=claims["sub"])
             record_audit(
                 Actor(user=user, source_ip=_ip(self)),
-                "user.create",
+                AuditAction.USER_CREATE,
                 target_type="user",
                 target_id=user.pk,
                 details={"username": username, "email": user.email, "oidc_subject": claims["sub"], "issuer": issuer()},

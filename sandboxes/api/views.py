@@ -25,7 +25,7 @@ from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from console.models import Space
+from console.models import AuditAction, Space
 from console.services import Actor, ServiceError, record_audit
 from console.users import HeldCredential
 
@@ -99,7 +99,7 @@ def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiTo
         )
         record_audit(
             actor,
-            "api_token.create",
+            AuditAction.API_TOKEN_CREATE,
             space=space,
             target_type="api_token",
             target_id=token.id,
@@ -116,7 +116,12 @@ def do_revoke_api_token(token: ApiToken, *, actor: Actor, reason: str = "") -> A
         token.revoked = timezone.now()
         token.save(update_fields=["revoked"])
         record_audit(
-            actor, "api_token.revoke", space=token.space, target_type="api_token", target_id=token.id, details=details
+            actor,
+            AuditAction.API_TOKEN_REVOKE,
+            space=token.space,
+            target_type="api_token",
+            target_id=token.id,
+            details=details,
         )
     return token
 
@@ -257,7 +262,7 @@ def session_deleted(key: str) -> ApiError:
 def actor(request: HttpRequest) -> Actor:
     token: ApiToken = request.api_token  # type: ignore[attr-defined]
     base: Actor = request.api_actor  # type: ignore[attr-defined]
-    return Actor(user=token.created_by, source_ip=base.source_ip)
+    return Actor(user=token.created_by, source_ip=base.source_ip, token_name=token.name)
 
 
 def existing_session(space: Space, key: str) -> Session:

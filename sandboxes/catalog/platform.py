@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 
 from console.access import is_platform_admin
 from console.crypto import REDACTED, decrypt, encrypt
-from console.models import Space
+from console.models import AuditAction, Space
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends import describe
@@ -118,7 +118,7 @@ def do_create_platform_backend(
             backend.spaces.set(spaces)
             record_audit(
                 actor,
-                "platform_backend.create",
+                AuditAction.PLATFORM_BACKEND_CREATE,
                 target_type="platform_backend",
                 target_id=backend.id,
                 details={
@@ -201,7 +201,7 @@ def do_update_platform_backend(
                     configs.update(api_key_encrypted="")
             record_audit(
                 actor,
-                "platform_backend.update",
+                AuditAction.PLATFORM_BACKEND_UPDATE,
                 target_type="platform_backend",
                 target_id=backend.id,
                 details={

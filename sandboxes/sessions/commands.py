@@ -43,6 +43,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
+from console.models import AuditAction
 from console.processes import this_process
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
@@ -280,7 +281,7 @@ def start_command(
             )
             record_audit(
                 actor,
-                "command.start",
+                AuditAction.COMMAND_START,
                 space=session.space,
                 target_type="command",
                 target_id=command.id,
@@ -343,7 +344,7 @@ def send_input(command: BackgroundCommand, data: bytes | str, *, actor: Actor = 
         plumbing.push_input(b"\x04" if not payload or payload.endswith(b"\n") else b"\x04\x04")
     record_audit(
         actor,
-        "command.input",
+        AuditAction.COMMAND_INPUT,
         space=command.session.space,
         target_type="command",
         target_id=command.id,
@@ -372,7 +373,7 @@ def kill_command(command: BackgroundCommand, *, actor: Actor) -> BackgroundComma
         )
         record_audit(
             actor,
-            "command.kill",
+            AuditAction.COMMAND_KILL,
             space=session.space,
             target_type="command",
             target_id=command.id,

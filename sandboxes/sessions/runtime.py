@@ -43,7 +43,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from console.crypto import decrypt, encrypt
-from console.models import Space
+from console.models import AuditAction, Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..backends.base import (
@@ -495,7 +495,7 @@ class Runtime:
             raise SessionDeleted(session.key)
         record_audit(
             SYSTEM,
-            "session.sandbox_create",
+            AuditAction.SESSION_SANDBOX_CREATE,
             space=session.space,
             target_type="session",
             target_id=session.id,
@@ -667,7 +667,7 @@ class Runtime:
                     Session.objects.filter(pk=session.pk).update(state=state)
                     record_audit(
                         actor,
-                        "session.pause",
+                        AuditAction.SESSION_PAUSE,
                         space=session.space,
                         target_type="session",
                         target_id=session.id,
@@ -707,7 +707,7 @@ class Runtime:
         resolved = self.resolve_session(session)
         record_audit(
             actor,
-            "session.resume",
+            AuditAction.SESSION_RESUME,
             space=session.space,
             target_type="session",
             target_id=session.id,
@@ -729,7 +729,7 @@ class Runtime:
         resolved = self.resolve_session(session)
         record_audit(
             actor,
-            "session.rebuild",
+            AuditAction.SESSION_REBUILD,
             space=session.space,
             target_type="session",
             target_id=session.id,
@@ -763,7 +763,7 @@ class Runtime:
                     raise SessionDeleted(session.key)
                 record_audit(
                     actor,
-                    "session.delete",
+                    AuditAction.SESSION_DELETE,
                     space=session.space,
                     target_type="session",
                     target_id=session.id,

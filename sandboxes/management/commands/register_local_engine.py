@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from console.models import Space
+from console.models import AuditAction, Space
 from console.services import SYSTEM, ServiceError, record_audit
 from sandboxes.backends.base import RemoteError
 from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
@@ -53,7 +53,7 @@ class Command(BaseCommand):
         backend.spaces.set(spaces)
         record_audit(
             SYSTEM,
-            "platform_backend.create",
+            AuditAction.PLATFORM_BACKEND_CREATE,
             target_type="platform_backend",
             target_id=backend.id,
             details={
