@@ -128,6 +128,7 @@ def start_job(kind: str, *, actor: Actor, space: Space | None = None, params: di
             space=space,
             target_type="job",
             target_id=job.id,
+            target_name=job.kind,
             details={"kind": kind, "params": params or {}},
         )
         transaction.on_commit(lambda: dispatch(job))
@@ -242,6 +243,7 @@ def do_cancel_job(job: AdminJob, *, actor: Actor) -> AdminJob:
             space=job.space,
             target_type="job",
             target_id=job.id,
+            target_name=job.kind,
             details={"kind": job.kind},
         )
     job.refresh_from_db()

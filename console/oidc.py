@@ -57,6 +57,7 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
                     AuditAction.USER_OIDC_LINK,
                     target_type="user",
                     target_id=user.pk,
+                    target_name=user.get_username(),
                     details={"username": user.get_username(), "issuer": issuer(), "subject": claims["sub"]},
                 )
         return user
@@ -79,6 +80,7 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
                 AuditAction.USER_CREATE,
                 target_type="user",
                 target_id=user.pk,
+                target_name=user.get_username(),
                 details={"username": username, "email": user.email, "oidc_subject": claims["sub"], "issuer": issuer()},
             )
         return user

@@ -126,6 +126,7 @@ def do_create_space(*, name: str, slug: str = "", description: str = "", actor: 
                 space=space,
                 target_type="space",
                 target_id=space.id,
+                target_name=space.name,
                 details={"name": name, "slug": slug},
             )
     except IntegrityError:
@@ -152,6 +153,7 @@ def do_update_space(space: Space, *, actor: Actor, **changes: str) -> Space:
                 space=space,
                 target_type="space",
                 target_id=space.id,
+                target_name=space.name,
                 details={"before": before, "after": changed},
             )
     except IntegrityError:
@@ -183,6 +185,7 @@ def do_update_space_limits(space: Space, *, actor: Actor, **values: int | None) 
                 space=space,
                 target_type="space",
                 target_id=space.id,
+                target_name=space.name,
                 details={"before": before, "after": after},
             )
     return limits
@@ -199,6 +202,7 @@ def do_delete_space(space: Space, *, actor: Actor, details: dict[str, Any] | Non
             space=None,
             target_type="space",
             target_id=space.id,
+            target_name=space.name,
             details={"name": space.name, "slug": space.slug, **(details or {})},
         )
         space.delete()
@@ -222,6 +226,7 @@ def do_add_member(space: Space, *, user: Any, role: Role, actor: Actor) -> Membe
             space=space,
             target_type="user",
             target_id=user.pk,
+            target_name=user.get_username(),
             details={"username": user.get_username(), "role": role},
         )
     return membership
@@ -243,6 +248,7 @@ def do_change_member_role(membership: Membership, *, role: Role, actor: Actor) -
             space=locked.space,
             target_type="user",
             target_id=locked.user_id,
+            target_name=locked.user.get_username(),
             details={"username": locked.user.get_username(), "before": before, "after": role},
         )
     return locked
@@ -259,6 +265,7 @@ def do_remove_member(membership: Membership, *, actor: Actor) -> None:
             space=locked.space,
             target_type="user",
             target_id=locked.user_id,
+            target_name=locked.user.get_username(),
             details={"username": locked.user.get_username(), "role": locked.role},
         )
         locked.delete()
@@ -300,6 +307,7 @@ def do_logout_everywhere(user: Any, *, actor: Actor) -> int:
             AuditAction.USER_LOGOUT_EVERYWHERE,
             target_type="user",
             target_id=user.pk,
+            target_name=user.get_username(),
             details={"username": user.get_username(), "sessions_ended": ended},
         )
     return ended
@@ -364,6 +372,7 @@ def do_update_network_policy(
             space=space,
             target_type="network_policy",
             target_id=space.id,
+            target_name=space.name,
             details={"before": before, "after": after, "warnings": validation.warnings, **(audit_details or {})},
         )
         if before != after:

@@ -154,6 +154,7 @@ def do_create_user(
             AuditAction.USER_CREATE,
             target_type="user",
             target_id=user.pk,
+            target_name=user.get_username(),
             details={
                 "username": user.get_username(),
                 "email": email,
@@ -178,6 +179,7 @@ def do_reissue_invite(user: Any, *, actor: Actor, base_url: str = "") -> IssuedI
             AuditAction.USER_INVITE,
             target_type="user",
             target_id=user.pk,
+            target_name=user.get_username(),
             details={
                 "username": user.get_username(),
                 "invitation": str(invitation.id),
@@ -226,6 +228,7 @@ def do_accept_invite(token: str, *, password: str, source_ip: str | None = None)
             AuditAction.USER_INVITE_ACCEPT,
             target_type="user",
             target_id=user.pk,
+            target_name=user.get_username(),
             details={"username": user.get_username(), "invitation": str(invitation.id)},
         )
     return user
@@ -297,6 +300,7 @@ def do_deactivate_user(user: Any, *, actor: Actor, keep_credentials: bool = Fals
             AuditAction.USER_DEACTIVATE,
             target_type="user",
             target_id=locked.pk,
+            target_name=locked.get_username(),
             details={
                 "username": locked.get_username(),
                 "sessions_ended": ended,
@@ -320,5 +324,6 @@ def do_reactivate_user(user: Any, *, actor: Actor) -> None:
             AuditAction.USER_REACTIVATE,
             target_type="user",
             target_id=locked.pk,
+            target_name=locked.get_username(),
             details={"username": locked.get_username()},
         )

@@ -435,6 +435,7 @@ def record_generation(
             space=space,
             target_type="skill_image",
             target_id=image.pk,
+            target_name=f"generation {image.generation}",
             details={
                 "config": str(config.pk),
                 "generation": image.generation,

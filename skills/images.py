@@ -247,6 +247,7 @@ def do_rollback_image(image: SkillImage, *, actor: Actor) -> None:
             space=image.space,
             target_type="skill_image",
             target_id=image.pk,
+            target_name=f"generation {image.generation}",
             details={
                 "config": str(config.pk),
                 "generation": image.generation,
@@ -315,6 +316,7 @@ def do_delete_old_snapshots(space: Space, config: SandboxConfig, *, actor: Actor
             space=space,
             target_type="sandbox_config",
             target_id=config.pk,
+            target_name=config.name,
             details={"retired_generations": retired, "kept": kept},
         )
     return retired, kept

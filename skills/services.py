@@ -197,6 +197,7 @@ def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -
                 AuditAction.SKILL_IMPORT,
                 target_type="skill_version",
                 target_id=version.id,
+                target_name=str(version),
                 details={
                     "name": skill.name,
                     "content_hash": digest,
@@ -257,6 +258,7 @@ def do_delete_skill_version(version: SkillVersion, *, actor: Actor) -> Skill | N
             AuditAction.SKILL_DELETE_VERSION,
             target_type="skill_version",
             target_id=version.id,
+            target_name=str(version),
             details={"name": skill.name, "content_hash": version.content_hash, "skill_deleted": remaining is None},
         )
         if remaining is None:

@@ -103,6 +103,7 @@ def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiTo
             space=space,
             target_type="api_token",
             target_id=token.id,
+            target_name=token.name,
             details={"name": token.name, "prefix": token.prefix},
         )
     return token, plaintext
@@ -121,6 +122,7 @@ def do_revoke_api_token(token: ApiToken, *, actor: Actor, reason: str = "") -> A
             space=token.space,
             target_type="api_token",
             target_id=token.id,
+            target_name=token.name,
             details=details,
         )
     return token

@@ -121,6 +121,7 @@ def do_create_platform_backend(
                 AuditAction.PLATFORM_BACKEND_CREATE,
                 target_type="platform_backend",
                 target_id=backend.id,
+                target_name=backend.name,
                 details={
                     "name": backend.name,
                     "kind": backend.kind,
@@ -204,6 +205,7 @@ def do_update_platform_backend(
                 AuditAction.PLATFORM_BACKEND_UPDATE,
                 target_type="platform_backend",
                 target_id=backend.id,
+                target_name=backend.name,
                 details={
                     "changed": changed + secrets_changed,
                     "before": {k: str(getattr(original, k)) for k in changed},

@@ -169,6 +169,7 @@ def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor:
                 space=space,
                 target_type="sandbox_config",
                 target_id=config.id,
+                target_name=config.name,
                 details={"name": config.name, "kind": config.kind, "backend": str(config.backend_id)},
             )
     except IntegrityError:
@@ -225,6 +226,7 @@ def do_update_config(
                 space=config.space,
                 target_type="sandbox_config",
                 target_id=config.id,
+                target_name=config.name,
                 details={
                     "changed": changed + (["api_key"] if key_changed else []),
                     "before": {k: str(getattr(original, k)) for k in changed},
@@ -262,6 +264,7 @@ def do_delete_config(config: SandboxConfig, *, actor: Actor, torn_down: dict[str
             space=config.space,
             target_type="sandbox_config",
             target_id=config.id,
+            target_name=config.name,
             details={"name": config.name, "kind": config.kind, **({"torn_down": torn_down} if torn_down else {})},
         )
         config.delete()
@@ -416,6 +419,7 @@ def do_set_session_image(
             space=space,
             target_type="sandbox_config",
             target_id=config.id,
+            target_name=config.name,
             details={"snapshot_id": snapshot_id, "label": label, "sessions_marked_stale": stale},
         )
 
@@ -435,6 +439,7 @@ def do_clear_session_image(space: Space, config: SandboxConfig, *, actor: Actor)
             space=space,
             target_type="sandbox_config",
             target_id=config.id,
+            target_name=config.name,
             details={"sessions_marked_stale": stale},
         )
 

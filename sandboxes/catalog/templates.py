@@ -209,6 +209,7 @@ def do_delete_snapshot(config: SandboxConfig, snapshot_id: str, *, actor: Actor,
         space=config.space,
         target_type="snapshot",
         target_id=snapshot_id,
+        target_name=snapshot_id,
         details={"config": str(config.id), "forced": bool(users), "was_used_by": users, "fell_back": fallen_back},
     )
 
@@ -250,6 +251,7 @@ def do_delete_template(config: SandboxConfig, template_id: str, *, actor: Actor)
             space=config.space,
             target_type="template",
             target_id=template_id,
+            target_name=template_id,
             details={"config": str(config.id), "platform_template": owner == PLATFORM},
         )
 

@@ -82,6 +82,7 @@ def do_grant_session(
                 space=session.space,
                 target_type="session",
                 target_id=session.id,
+                target_name=session.key,
                 details={"entry": entry, "kind": kind, "refusal": refusal},
             )
             transaction.on_commit(lambda: apply_soon(session.space, actor, session))
@@ -99,6 +100,7 @@ def do_revoke_grant(grant: SessionGrant, *, actor: Actor) -> None:
             space=session.space,
             target_type="session",
             target_id=session.id,
+            target_name=session.key,
             details={"entry": grant.entry, "kind": grant.kind},
         )
         grant.delete()

@@ -104,6 +104,7 @@ def apply_space_policy(space: Space, *, actor: Actor = SYSTEM, sessions: list[Se
             space=space,
             target_type="network_policy",
             target_id=space.id,
+            target_name=space.name,
             details=report.as_json(),
         )
     return report

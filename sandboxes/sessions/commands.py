@@ -285,6 +285,7 @@ def start_command(
                 space=session.space,
                 target_type="command",
                 target_id=command.id,
+                target_name=command.display_command,
                 details={"session": str(session.id), "command": command.display_command[:500]},
             )
         plumbing = plumbing_for(command_id)
@@ -348,6 +349,7 @@ def send_input(command: BackgroundCommand, data: bytes | str, *, actor: Actor = 
         space=command.session.space,
         target_type="command",
         target_id=command.id,
+        target_name=command.display_command,
         details={"bytes": len(payload), "eof": eof},
     )
     return len(payload)
@@ -377,6 +379,7 @@ def kill_command(command: BackgroundCommand, *, actor: Actor) -> BackgroundComma
             space=session.space,
             target_type="command",
             target_id=command.id,
+            target_name=command.display_command,
             details={"session": str(session.id)},
         )
     _refresh(command)

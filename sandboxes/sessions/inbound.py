@@ -159,6 +159,7 @@ def do_issue_inbound_link(session: Session, port: int, ttl_s: int, *, actor: Act
             space=session.space,
             target_type="session",
             target_id=session.id,
+            target_name=session.key,
             details={"sandbox_id": session.sandbox_id, "port": port, "expires_at": expires_at},
         )
     return link, expires_at

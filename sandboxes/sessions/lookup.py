@@ -169,6 +169,7 @@ def get_or_create_session(
                 space=space,
                 target_type="session",
                 target_id=session.id,
+                target_name=session.key,
                 details={"key": key, "config": config.name},
             )
     except IntegrityError:

@@ -499,6 +499,7 @@ class Runtime:
             space=session.space,
             target_type="session",
             target_id=session.id,
+            target_name=session.key,
             details={"sandbox_id": info.sandbox_id, "template": template.template_id, "version": version},
         )
         return info
@@ -671,6 +672,7 @@ class Runtime:
                         space=session.space,
                         target_type="session",
                         target_id=session.id,
+                        target_name=session.key,
                         details={"sandbox_id": binding.sandbox_id, "state": state},
                     )
         except LockTimeout:
@@ -711,6 +713,7 @@ class Runtime:
             space=session.space,
             target_type="session",
             target_id=session.id,
+            target_name=session.key,
             details={"sandbox_id": resolved.sandbox.sandbox_id, "action": resolved.action},
         )
         return resolved
@@ -733,6 +736,7 @@ class Runtime:
             space=session.space,
             target_type="session",
             target_id=session.id,
+            target_name=session.key,
             details={"sandbox_id": resolved.sandbox.sandbox_id, "version": resolved.binding.version},
         )
         return resolved
@@ -767,6 +771,7 @@ class Runtime:
                     space=session.space,
                     target_type="session",
                     target_id=session.id,
+                    target_name=session.key,
                     details={"key": session.key},
                 )
                 for artifact in session.artifacts.all():

@@ -232,6 +232,7 @@ def release_unused_snapshot(
         space=config.space,
         target_type="snapshot",
         target_id=snapshot_id,
+        target_name=snapshot_id,
         details={"config": str(config.id), "reason": "its last session was deleted"},
     )
     if report is not None:

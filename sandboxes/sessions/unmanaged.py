@@ -325,6 +325,7 @@ def do_delete_unmanaged(backend_id: str, kind: str, ident: str, *, actor: Actor)
             AuditAction.UNMANAGED_DELETE,
             target_type=kind,
             target_id=ident,
+            target_name=ident,
             details={"backend": platform.name, "reason": reason, "space": item.metadata.get(META_SPACE, "")},
         )
     return Unmanaged(

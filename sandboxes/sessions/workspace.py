@@ -188,6 +188,7 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
         space=session.space,
         target_type="session",
         target_id=session.id,
+        target_name=session.key,
         details={"path": path, "size": len(data)},
     )
     return info
@@ -235,6 +236,7 @@ def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *
         space=session.space,
         target_type="session",
         target_id=session.id,
+        target_name=session.key,
         details={"path": path, "size": len(data)},
     )
     return info
@@ -335,6 +337,7 @@ def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> Co
                 space=session.space,
                 target_type="session",
                 target_id=session.id,
+                target_name=session.key,
                 details={
                     "collection": str(collection),
                     "files": len(stored),

@@ -231,6 +231,7 @@ def record_open(grant: Grant, user: Any, source_ip: str | None, sandbox_id: str)
         space=session.space,
         target_type="terminal",
         target_id=grant.terminal_id,
+        target_name=f"in session {session.key}",
         details={"session": grant.session_id, "sandbox_id": sandbox_id, "read_only": grant.read_only},
     )
     return True
@@ -260,6 +261,7 @@ def record_close(grant: Grant, user: Any, source_ip: str | None, reason: str, st
         space=session.space,
         target_type="terminal",
         target_id=grant.terminal_id,
+        target_name=f"in session {session.key}",
         details={"session": grant.session_id, "reason": reason, **stats, **totals},
     )
 

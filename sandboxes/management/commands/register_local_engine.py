@@ -56,6 +56,7 @@ class Command(BaseCommand):
             AuditAction.PLATFORM_BACKEND_CREATE,
             target_type="platform_backend",
             target_id=backend.id,
+            target_name=backend.name,
             details={
                 "name": NAME,
                 "kind": "docker",
