@@ -15,11 +15,11 @@ from django.db.models import QuerySet
 from console.access import is_platform_admin
 from console.crypto import REDACTED, decrypt, encrypt
 from console.models import AuditAction, Space
-from console.services import Actor, ServiceError, record_audit
+from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..backends import describe
 from ..backends.base import RemoteError
-from ..models import PlatformBackend, SandboxConfig, Session, SessionState
+from ..models import BackendKind, PlatformBackend, SandboxConfig, Session, SessionState
 from .services import count_live_sandboxes
 
 BACKEND_FIELDS = (
@@ -132,6 +132,29 @@ def do_create_platform_backend(
             )
     except IntegrityError:
         raise ServiceError("A backend with this name exists.", field_errors={"name": ["already used"]}) from None
+    return backend
+
+
+def do_register_local_engine(*, name: str, pip_find_links: str, spaces: list[Space]) -> PlatformBackend:
+    """Register this host's Docker engine as a platform backend granted to `spaces`: the
+    one-command start (`manage.py register_local_engine`), done by the system."""
+    with transaction.atomic():
+        backend = PlatformBackend.objects.create(name=name, kind=BackendKind.DOCKER, pip_find_links=pip_find_links)
+        backend.spaces.set(spaces)
+        record_audit(
+            SYSTEM,
+            AuditAction.PLATFORM_BACKEND_CREATE,
+            target_type="platform_backend",
+            target_id=backend.id,
+            target_name=backend.name,
+            details={
+                "name": name,
+                "kind": "docker",
+                "endpoint": "",
+                "pip_find_links": pip_find_links,
+                "granted": [str(s.pk) for s in spaces],
+            },
+        )
     return backend
 
 
