@@ -75,7 +75,7 @@ def _callee(node: ast.Call) -> str | None:
 
 def audit_call_sites(root: Path = ROOT) -> list[tuple[str, str, str | None, int]]:
     """(module, top-level definition, enclosing class or None, line) of each call."""
-    sites = []
+    sites: list[tuple[str, str, str | None, int]] = []
     for app in APPS:
         for path in sorted((root / app).rglob("*.py")):
             if "migrations" in path.parts:

@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from console.models import AuditAction, AuditEvent
+from console.models import AuditAction, AuditEvent, Role
 from console.services import SYSTEM, Actor, do_add_member, record_audit
 from sandboxes.api.tokens import do_create_api_token
 from tests.factories import make_config, make_user
@@ -64,7 +64,7 @@ def test_a_console_write_names_no_token() -> None:
 
 def test_the_page_names_targets_and_keeps_an_id_where_no_name_was_kept(world: World) -> None:
     erin = make_user("erin")
-    do_add_member(world.space_a, user=erin, role="member", actor=Actor(user=world.alice))
+    do_add_member(world.space_a, user=erin, role=Role.MEMBER, actor=Actor(user=world.alice))
     old = record_audit(
         SYSTEM, AuditAction.SPACE_UPDATE, space=world.space_a, target_type="space", target_id="0123456789abcdef-uuid"
     )
