@@ -19,7 +19,7 @@ from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..backends import describe
 from ..backends.base import RemoteError
-from ..models import BackendKind, PlatformBackend, SandboxConfig, Session, SessionState
+from ..models import PlatformBackend, SandboxConfig, Session, SessionState
 from .services import count_live_sandboxes
 
 BACKEND_FIELDS = (
@@ -135,11 +135,11 @@ def do_create_platform_backend(
     return backend
 
 
-def do_register_local_engine(*, name: str, pip_find_links: str, spaces: list[Space]) -> PlatformBackend:
-    """Register this host's Docker engine as a platform backend granted to `spaces`: the
-    one-command start (`manage.py register_local_engine`), done by the system."""
+def do_register_local_engine(*, name: str, kind: str, pip_find_links: str, spaces: list[Space]) -> PlatformBackend:
+    """Register this host's engine (the command names its kind) as a platform backend granted
+    to `spaces`: the one-command start (`manage.py register_local_engine`), done by the system."""
     with transaction.atomic():
-        backend = PlatformBackend.objects.create(name=name, kind=BackendKind.DOCKER, pip_find_links=pip_find_links)
+        backend = PlatformBackend.objects.create(name=name, kind=kind, pip_find_links=pip_find_links)
         backend.spaces.set(spaces)
         record_audit(
             SYSTEM,
@@ -149,7 +149,7 @@ def do_register_local_engine(*, name: str, pip_find_links: str, spaces: list[Spa
             target_name=backend.name,
             details={
                 "name": name,
-                "kind": "docker",
+                "kind": kind,
                 "endpoint": "",
                 "pip_find_links": pip_find_links,
                 "granted": [str(s.pk) for s in spaces],

@@ -77,7 +77,7 @@ def test_each_kind_loses_exactly_its_old_finished_rows(world: World, retention: 
     deleted = apply_retention()
 
     assert deleted == {"audit_events": 3, "jobs": 1, "terminals": 1, "commands": 1, "artifacts": 1}
-    assert set(AuditEvent.objects.filter(action="test.event").values_list("pk", flat=True)) == {
+    assert set(AuditEvent.objects.filter(action=AuditAction.SPACE_UPDATE).values_list("pk", flat=True)) == {
         audit[3].pk,
         audit[4].pk,
     }

@@ -50,7 +50,7 @@ class Command(BaseCommand):
         # The bundled examples' wheel folder (scripts/setup.sh) is its pip source when present.
         examples = "examples" if (Path(settings.SKILL_PACKAGE_SOURCES_ROOT) / "examples").is_dir() else ""
         spaces = list(Space.objects.filter(slug__in=slugs))
-        backend = do_register_local_engine(name=NAME, pip_find_links=examples, spaces=spaces)
+        backend = do_register_local_engine(name=NAME, kind=BackendKind.DOCKER, pip_find_links=examples, spaces=spaces)
         self.stdout.write(
             self.style.SUCCESS(f"Registered {NAME}, granted to {', '.join(s.name for s in spaces) or 'no space'}.")
         )
