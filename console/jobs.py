@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from . import metrics
 from .logs import get_request_id, new_request_id, redact, request_id
-from .models import AdminJob, JobStatus, Space
+from .models import AdminJob, AuditAction, JobStatus, Space
 from .processes import this_process
 from .services import Actor, ServiceError, record_audit
 
@@ -124,10 +124,11 @@ def start_job(kind: str, *, actor: Actor, space: Space | None = None, params: di
         job = AdminJob.objects.create(kind=kind, space=space, created_by=actor.user, params=params or {})
         record_audit(
             actor,
-            "job.start",
+            AuditAction.JOB_START,
             space=space,
             target_type="job",
             target_id=job.id,
+            target_name=job.kind,
             details={"kind": kind, "params": params or {}},
         )
         transaction.on_commit(lambda: dispatch(job))
@@ -238,10 +239,11 @@ def do_cancel_job(job: AdminJob, *, actor: Actor) -> AdminJob:
         AdminJob.objects.filter(pk=job.pk, started__isnull=True).update(finished=timezone.now())
         record_audit(
             actor,
-            "job.cancel",
+            AuditAction.JOB_CANCEL,
             space=job.space,
             target_type="job",
             target_id=job.id,
+            target_name=job.kind,
             details={"kind": job.kind},
         )
     job.refresh_from_db()

@@ -175,6 +175,67 @@ class NetworkPolicy(models.Model):
         return lines
 
 
+class AuditAction(models.TextChoices):
+    """Every action the audit log records, named once. The value is what the row stores."""
+
+    API_TOKEN_CREATE = "api_token.create", "API token created"
+    API_TOKEN_REVOKE = "api_token.revoke", "API token revoked"
+    COMMAND_INPUT = "command.input", "Input sent to a command"
+    COMMAND_KILL = "command.kill", "Command killed"
+    COMMAND_START = "command.start", "Command started"
+    EGRESS_ALLOW_SESSION = "egress.allow_session", "Egress allowed for a session"
+    EGRESS_ALLOW_SPACE = "egress.allow_space", "Egress allowed for the space"
+    EGRESS_REVOKE_SESSION = "egress.revoke_session", "Session egress exception revoked"
+    JOB_CANCEL = "job.cancel", "Job cancelled"
+    JOB_START = "job.start", "Job started"
+    MEMBER_ADD = "member.add", "Member added"
+    MEMBER_REMOVE = "member.remove", "Member removed"
+    MEMBER_ROLE = "member.role", "Member role changed"
+    NETWORK_POLICY_APPLY = "network_policy.apply", "Network policy applied to running sandboxes"
+    NETWORK_POLICY_UPDATE = "network_policy.update", "Network policy changed"
+    PLATFORM_BACKEND_CREATE = "platform_backend.create", "Platform backend registered"
+    PLATFORM_BACKEND_UPDATE = "platform_backend.update", "Platform backend changed"
+    RETENTION_PRUNE = "retention.prune", "Old records pruned"
+    SANDBOX_CONFIG_CREATE = "sandbox_config.create", "Sandbox config created"
+    SANDBOX_CONFIG_DELETE = "sandbox_config.delete", "Sandbox config deleted"
+    SANDBOX_CONFIG_UPDATE = "sandbox_config.update", "Sandbox config changed"
+    SECRETS_ROTATE = "secrets.rotate", "Encryption key rotated"
+    SESSION_COLLECT_ARTIFACTS = "session.collect_artifacts", "Session artifacts collected"
+    SESSION_CREATE = "session.create", "Session created"
+    SESSION_DELETE = "session.delete", "Session deleted"
+    SESSION_FILE_WRITE = "session.file_write", "File written in a session"
+    SESSION_INBOUND_LINK = "session.inbound_link", "Inbound link issued"
+    SESSION_INPUT_UPLOAD = "session.input_upload", "Input uploaded to a session"
+    SESSION_PAUSE = "session.pause", "Session paused"
+    SESSION_REBUILD = "session.rebuild", "Session rebuilt"
+    SESSION_RESUME = "session.resume", "Session resumed"
+    SESSION_SANDBOX_CREATE = "session.sandbox_create", "Session sandbox created"
+    SESSION_IMAGE_CLEAR = "session_image.clear", "Session image cleared"
+    SESSION_IMAGE_SET = "session_image.set", "Session image set"
+    SKILL_DELETE_VERSION = "skill.delete_version", "Skill version deleted"
+    SKILL_IMPORT = "skill.import", "Skill imported"
+    SKILL_IMAGE_DELETE_SNAPSHOTS = "skill_image.delete_snapshots", "Skill image snapshots deleted"
+    SKILL_IMAGE_INSTALL = "skill_image.install", "Skill installed"
+    SKILL_IMAGE_ROLLBACK = "skill_image.rollback", "Skill image rolled back"
+    SKILL_IMAGE_UNINSTALL = "skill_image.uninstall", "Skill uninstalled"
+    SNAPSHOT_DELETE = "snapshot.delete", "Snapshot deleted"
+    SPACE_CREATE = "space.create", "Space created"
+    SPACE_DELETE = "space.delete", "Space deleted"
+    SPACE_LIMITS = "space.limits", "Space limits changed"
+    SPACE_UPDATE = "space.update", "Space changed"
+    TEMPLATE_DELETE = "template.delete", "Template deleted"
+    TERMINAL_CLOSE = "terminal.close", "Terminal closed"
+    TERMINAL_OPEN = "terminal.open", "Terminal opened"
+    UNMANAGED_DELETE = "unmanaged.delete", "Unmanaged resource deleted"
+    USER_CREATE = "user.create", "User created"
+    USER_DEACTIVATE = "user.deactivate", "User deactivated"
+    USER_INVITE = "user.invite", "User invited"
+    USER_INVITE_ACCEPT = "user.invite_accept", "Invitation accepted"
+    USER_LOGOUT_EVERYWHERE = "user.logout_everywhere", "User logged out everywhere"
+    USER_OIDC_LINK = "user.oidc_link", "OIDC identity linked"
+    USER_REACTIVATE = "user.reactivate", "User reactivated"
+
+
 class AuditEvent(models.Model):
     """One write with side effects: who did what, to what, where, from which address."""
 
@@ -186,7 +247,7 @@ class AuditEvent(models.Model):
     actor_name = models.CharField(max_length=150, blank=True)
     space = models.ForeignKey(Space, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     space_name = models.CharField(max_length=200, blank=True)
-    action = models.CharField(max_length=64, db_index=True)
+    action = models.CharField(max_length=64, db_index=True, choices=AuditAction.choices)
     target_type = models.CharField(max_length=64, blank=True)
     target_id = models.CharField(max_length=128, blank=True)
     details = models.JSONField(default=dict, blank=True)

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
-from .models import OidcIdentity
+from .models import AuditAction, OidcIdentity
 from .services import Actor, record_audit
 
 logger = logging.getLogger(__name__)
@@ -50,38 +50,54 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
 
     def update_user(self, user: Any, claims: dict[str, Any]) -> Any:
         if not OidcIdentity.objects.filter(user=user, issuer=issuer()).exists():
-            with transaction.atomic():
-                OidcIdentity.objects.create(user=user, issuer=issuer(), subject=claims["sub"])
-                record_audit(
-                    Actor(user=user, source_ip=_ip(self)),
-                    "user.oidc_link",
-                    target_type="user",
-                    target_id=user.pk,
-                    details={"username": user.get_username(), "issuer": issuer(), "subject": claims["sub"]},
-                )
+            do_link_oidc_identity(user, subject=claims["sub"], source_ip=_ip(self))
         return user
 
     def create_user(self, claims: dict[str, Any]) -> Any:
-        model = get_user_model()
-        base = (claims.get("preferred_username") or claims["email"].split("@")[0])[:140]
-        username, n = base, 1
-        while model.objects.filter(username__iexact=username).exists():
-            n += 1
-            username = f"{base}-{n}"
-        with transaction.atomic():
-            user = model(username=username, email=claims["email"], first_name=claims.get("given_name", "")[:150])
-            user.last_name = claims.get("family_name", "")[:150]
-            user.set_unusable_password()
-            user.save()
-            OidcIdentity.objects.create(user=user, issuer=issuer(), subject=claims["sub"])
-            record_audit(
-                Actor(user=user, source_ip=_ip(self)),
-                "user.create",
-                target_type="user",
-                target_id=user.pk,
-                details={"username": username, "email": user.email, "oidc_subject": claims["sub"], "issuer": issuer()},
-            )
-        return user
+        return do_create_oidc_user(claims, source_ip=_ip(self))
+
+
+# --- Services: the writes a sign-in makes, each audited ------------------------------------
+
+
+def do_link_oidc_identity(user: Any, *, subject: str, source_ip: str | None) -> OidcIdentity:
+    """Link `user` to the token's subject at this issuer (a sign-in matched by email)."""
+    with transaction.atomic():
+        identity = OidcIdentity.objects.create(user=user, issuer=issuer(), subject=subject)
+        record_audit(
+            Actor(user=user, source_ip=source_ip),
+            AuditAction.USER_OIDC_LINK,
+            target_type="user",
+            target_id=user.pk,
+            target_name=user.get_username(),
+            details={"username": user.get_username(), "issuer": issuer(), "subject": subject},
+        )
+    return identity
+
+
+def do_create_oidc_user(claims: dict[str, Any], *, source_ip: str | None) -> Any:
+    """Create the user a first sign-in names (OIDC_CREATE_USERS), linked to its subject."""
+    model = get_user_model()
+    base = (claims.get("preferred_username") or claims["email"].split("@")[0])[:140]
+    username, n = base, 1
+    while model.objects.filter(username__iexact=username).exists():
+        n += 1
+        username = f"{base}-{n}"
+    with transaction.atomic():
+        user = model(username=username, email=claims["email"], first_name=claims.get("given_name", "")[:150])
+        user.last_name = claims.get("family_name", "")[:150]
+        user.set_unusable_password()
+        user.save()
+        OidcIdentity.objects.create(user=user, issuer=issuer(), subject=claims["sub"])
+        record_audit(
+            Actor(user=user, source_ip=source_ip),
+            AuditAction.USER_CREATE,
+            target_type="user",
+            target_id=user.pk,
+            target_name=user.get_username(),
+            details={"username": username, "email": user.email, "oidc_subject": claims["sub"], "issuer": issuer()},
+        )
+    return user
 
 
 def _ip(backend: Any) -> str | None:

@@ -20,7 +20,7 @@ from django.utils.text import slugify
 
 import netpolicy
 
-from .models import AuditEvent, Membership, NetworkPolicy, Role, Space, SpaceLimits
+from .models import AuditAction, AuditEvent, Membership, NetworkPolicy, Role, Space, SpaceLimits
 from .signals import login_sessions_ended, network_policy_changed
 
 
@@ -35,10 +35,12 @@ class ServiceError(Exception):
 
 @dataclass(frozen=True)
 class Actor:
-    """Who performs a write, and from where. `user` is None for the system (tasks, reaper)."""
+    """Who performs a write, and from where. `user` is None for the system (tasks, reaper).
+    `token_name` names the API token an agent API call came with ("" for the console)."""
 
     user: Any = None
     source_ip: str | None = None
+    token_name: str = ""
 
     @property
     def name(self) -> str:
@@ -56,23 +58,37 @@ def actor_from_request(request: HttpRequest) -> Actor:
 
 def record_audit(
     actor: Actor,
-    action: str,
+    action: AuditAction,
     *,
     space: Space | None = None,
     target_type: str = "",
     target_id: object = "",
+    target_name: str = "",
     details: dict[str, Any] | None = None,
 ) -> AuditEvent:
-    """Write one audit row. Called by service functions, inside their transaction."""
+    """Write one audit row. Called by service functions, inside their transaction.
+
+    `action` must be an `AuditAction`: an unknown string raises ValueError instead of making
+    a new action. `target_name` (what the page shows for the target) and the actor's API
+    token name are kept in `details`, so the page names them without a query per row."""
+    try:
+        action = AuditAction(action)
+    except ValueError:
+        raise ValueError(f"Unknown audit action {action!r}: add it to console.models.AuditAction.") from None
+    extra: dict[str, Any] = {}
+    if target_name:
+        extra["target_name"] = str(target_name)[:200]
+    if actor.token_name:
+        extra["api_token"] = actor.token_name
     return AuditEvent.objects.create(
         actor=actor.user,
         actor_name=actor.name,
         space=space,
         space_name=space.name if space is not None else "",
-        action=action,
+        action=action.value,
         target_type=target_type,
         target_id=str(target_id) if target_id != "" else "",
-        details=details or {},
+        details={**(details or {}), **extra},
         source_ip=actor.source_ip,
     )
 
@@ -106,10 +122,11 @@ def do_create_space(*, name: str, slug: str = "", description: str = "", actor: 
                 Membership.objects.create(user=actor.user, space=space, role=Role.ADMIN)
             record_audit(
                 actor,
-                "space.create",
+                AuditAction.SPACE_CREATE,
                 space=space,
                 target_type="space",
                 target_id=space.id,
+                target_name=space.name,
                 details={"name": name, "slug": slug},
             )
     except IntegrityError:
@@ -132,10 +149,11 @@ def do_update_space(space: Space, *, actor: Actor, **changes: str) -> Space:
             space.save(update_fields=list(changed))
             record_audit(
                 actor,
-                "space.update",
+                AuditAction.SPACE_UPDATE,
                 space=space,
                 target_type="space",
                 target_id=space.id,
+                target_name=space.name,
                 details={"before": before, "after": changed},
             )
     except IntegrityError:
@@ -163,10 +181,11 @@ def do_update_space_limits(space: Space, *, actor: Actor, **values: int | None) 
         if after != before:
             record_audit(
                 actor,
-                "space.limits",
+                AuditAction.SPACE_LIMITS,
                 space=space,
                 target_type="space",
                 target_id=space.id,
+                target_name=space.name,
                 details={"before": before, "after": after},
             )
     return limits
@@ -179,10 +198,11 @@ def do_delete_space(space: Space, *, actor: Actor, details: dict[str, Any] | Non
     with transaction.atomic():
         record_audit(
             actor,
-            "space.delete",
+            AuditAction.SPACE_DELETE,
             space=None,
             target_type="space",
             target_id=space.id,
+            target_name=space.name,
             details={"name": space.name, "slug": space.slug, **(details or {})},
         )
         space.delete()
@@ -202,10 +222,11 @@ def do_add_member(space: Space, *, user: Any, role: Role, actor: Actor) -> Membe
         membership = Membership.objects.create(space=space, user=user, role=role)
         record_audit(
             actor,
-            "member.add",
+            AuditAction.MEMBER_ADD,
             space=space,
             target_type="user",
             target_id=user.pk,
+            target_name=user.get_username(),
             details={"username": user.get_username(), "role": role},
         )
     return membership
@@ -223,10 +244,11 @@ def do_change_member_role(membership: Membership, *, role: Role, actor: Actor) -
         locked.save(update_fields=["role"])
         record_audit(
             actor,
-            "member.role",
+            AuditAction.MEMBER_ROLE,
             space=locked.space,
             target_type="user",
             target_id=locked.user_id,
+            target_name=locked.user.get_username(),
             details={"username": locked.user.get_username(), "before": before, "after": role},
         )
     return locked
@@ -239,10 +261,11 @@ def do_remove_member(membership: Membership, *, actor: Actor) -> None:
             raise ServiceError("A space keeps at least one admin: promote someone else first.")
         record_audit(
             actor,
-            "member.remove",
+            AuditAction.MEMBER_REMOVE,
             space=locked.space,
             target_type="user",
             target_id=locked.user_id,
+            target_name=locked.user.get_username(),
             details={"username": locked.user.get_username(), "role": locked.role},
         )
         locked.delete()
@@ -281,9 +304,10 @@ def do_logout_everywhere(user: Any, *, actor: Actor) -> int:
         ended = end_login_sessions(user)
         record_audit(
             actor,
-            "user.logout_everywhere",
+            AuditAction.USER_LOGOUT_EVERYWHERE,
             target_type="user",
             target_id=user.pk,
+            target_name=user.get_username(),
             details={"username": user.get_username(), "sessions_ended": ended},
         )
     return ended
@@ -313,7 +337,7 @@ def do_update_network_policy(
     allow_public_traffic: bool,
     actor: Actor,
     allow_private: list[str] | None = None,
-    audit_action: str = "network_policy.update",
+    audit_action: AuditAction = AuditAction.NETWORK_POLICY_UPDATE,
     audit_details: dict[str, Any] | None = None,
 ) -> netpolicy.Validation:
     """Validate and save the policy. Raises ServiceError with field errors; returns warnings.
@@ -348,6 +372,7 @@ def do_update_network_policy(
             space=space,
             target_type="network_policy",
             target_id=space.id,
+            target_name=space.name,
             details={"before": before, "after": after, "warnings": validation.warnings, **(audit_details or {})},
         )
         if before != after:
@@ -412,7 +437,7 @@ def do_rotate_field_encryption(*, actor: Actor, legacy_secret_keys: tuple[str, .
                 rotated += 1
         record_audit(
             actor,
-            "secrets.rotate",
+            AuditAction.SECRETS_ROTATE,
             target_type="field_encryption_key",
             details={"rotated": rotated, "unreadable": unreadable},
         )

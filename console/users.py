@@ -30,7 +30,7 @@ from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
-from .models import Invitation
+from .models import AuditAction, Invitation
 from .services import Actor, ServiceError, end_login_sessions, record_audit
 
 logger = logging.getLogger(__name__)
@@ -151,9 +151,10 @@ def do_create_user(
         invitation, token = _issue(user, actor)
         record_audit(
             actor,
-            "user.create",
+            AuditAction.USER_CREATE,
             target_type="user",
             target_id=user.pk,
+            target_name=user.get_username(),
             details={
                 "username": user.get_username(),
                 "email": email,
@@ -175,9 +176,10 @@ def do_reissue_invite(user: Any, *, actor: Actor, base_url: str = "") -> IssuedI
         invitation, token = _issue(user, actor)
         record_audit(
             actor,
-            "user.invite",
+            AuditAction.USER_INVITE,
             target_type="user",
             target_id=user.pk,
+            target_name=user.get_username(),
             details={
                 "username": user.get_username(),
                 "invitation": str(invitation.id),
@@ -223,9 +225,10 @@ def do_accept_invite(token: str, *, password: str, source_ip: str | None = None)
         invitation.save(update_fields=["used"])
         record_audit(
             Actor(user=user, source_ip=source_ip),
-            "user.invite_accept",
+            AuditAction.USER_INVITE_ACCEPT,
             target_type="user",
             target_id=user.pk,
+            target_name=user.get_username(),
             details={"username": user.get_username(), "invitation": str(invitation.id)},
         )
     return user
@@ -295,9 +298,10 @@ def do_deactivate_user(user: Any, *, actor: Actor, keep_credentials: bool = Fals
             revoked = sum(source.revoke(locked, actor) for source in _credential_sources.values())
         record_audit(
             actor,
-            "user.deactivate",
+            AuditAction.USER_DEACTIVATE,
             target_type="user",
             target_id=locked.pk,
+            target_name=locked.get_username(),
             details={
                 "username": locked.get_username(),
                 "sessions_ended": ended,
@@ -318,8 +322,9 @@ def do_reactivate_user(user: Any, *, actor: Actor) -> None:
         locked.save(update_fields=["is_active"])
         record_audit(
             actor,
-            "user.reactivate",
+            AuditAction.USER_REACTIVATE,
             target_type="user",
             target_id=locked.pk,
+            target_name=locked.get_username(),
             details={"username": locked.get_username()},
         )

@@ -26,7 +26,7 @@ from django_htmx.http import HttpResponseStopPolling
 from . import jobs as job_runner
 from .access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from .forms import AuditFilterForm, MemberAddForm, MemberRoleForm, SpaceForm, SpaceLimitsForm
-from .models import AdminJob, AuditEvent, JobStatus, Membership, NetworkPolicy, Role, Space, SpaceLimits
+from .models import AdminJob, AuditAction, AuditEvent, JobStatus, Membership, NetworkPolicy, Role, Space, SpaceLimits
 from .onboarding import getting_started
 from .services import (
     ServiceError,
@@ -364,7 +364,13 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         "page": page,
         "form": form,
         "querystring": query_without_page(request),
-        "actions": audit_for_user(request.user).order_by("action").values_list("action", flat=True).distinct()[:200],
+        "actions": [
+            (action, AuditAction(action).label if action in AuditAction.values else action)
+            for action in audit_for_user(request.user)
+            .order_by("action")
+            .values_list("action", flat=True)
+            .distinct()[:200]
+        ],
         "section": "audit",
     }
     if swaps(request, "audit-results"):

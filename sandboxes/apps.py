@@ -14,7 +14,7 @@ class SandboxesConfig(AppConfig):
         from console import health, metrics, users
         from console.signals import network_policy_changed, process_released
 
-        from .api.views import api_tokens_made_by, revoke_api_tokens_made_by
+        from .api.tokens import api_tokens_made_by, revoke_api_tokens_made_by
         from .catalog import jobs, verify  # noqa: F401
         from .catalog.health import backend_checks
         from .network.live import on_policy_changed

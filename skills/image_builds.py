@@ -19,7 +19,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from console.jobs import JobCancelled
-from console.models import AdminJob, Space
+from console.models import AdminJob, AuditAction, Space
 from console.services import Actor, ServiceError, record_audit
 from sandboxes.backends.base import (
     META_JOB,
@@ -44,6 +44,12 @@ from .models import SkillImage, SkillImageAction, SkillImageItem, SkillImageStat
 from .snapshot_refs import SKILL_IMAGE_LABEL
 
 # --- Building a generation ---------------------------------------------------------------
+
+# The audit action each kind of image build records.
+IMAGE_AUDIT_ACTIONS: dict[SkillImageAction, AuditAction] = {
+    SkillImageAction.INSTALL: AuditAction.SKILL_IMAGE_INSTALL,
+    SkillImageAction.UNINSTALL: AuditAction.SKILL_IMAGE_UNINSTALL,
+}
 
 
 class Reporter(Protocol):
@@ -425,10 +431,11 @@ def record_generation(
         )
         record_audit(
             actor,
-            f"skill_image.{plan.action}",
+            IMAGE_AUDIT_ACTIONS[plan.action],
             space=space,
             target_type="skill_image",
             target_id=image.pk,
+            target_name=f"generation {image.generation}",
             details={
                 "config": str(config.pk),
                 "generation": image.generation,

@@ -35,7 +35,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from console.jobs import start_job
-from console.models import AdminJob, Space
+from console.models import AdminJob, AuditAction, Space
 from console.services import Actor, ServiceError, record_audit
 from sandboxes.backends.base import (
     RemoteError,
@@ -243,10 +243,11 @@ def do_rollback_image(image: SkillImage, *, actor: Actor) -> None:
         )
         record_audit(
             actor,
-            "skill_image.rollback",
+            AuditAction.SKILL_IMAGE_ROLLBACK,
             space=image.space,
             target_type="skill_image",
             target_id=image.pk,
+            target_name=f"generation {image.generation}",
             details={
                 "config": str(config.pk),
                 "generation": image.generation,
@@ -311,10 +312,11 @@ def do_delete_old_snapshots(space: Space, config: SandboxConfig, *, actor: Actor
     if retired:
         record_audit(
             actor,
-            "skill_image.delete_snapshots",
+            AuditAction.SKILL_IMAGE_DELETE_SNAPSHOTS,
             space=space,
             target_type="sandbox_config",
             target_id=config.pk,
+            target_name=config.name,
             details={"retired_generations": retired, "kept": kept},
         )
     return retired, kept

@@ -21,6 +21,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.urls import reverse
 
 from console.access import spaces_for_user
+from console.models import AuditAction
 from console.services import Actor, ServiceError, record_audit
 from sandboxes.models import SessionImage
 
@@ -193,9 +194,10 @@ def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -
             skill.save(update_fields=["latest_version", "updated"])
             record_audit(
                 actor,
-                "skill.import",
+                AuditAction.SKILL_IMPORT,
                 target_type="skill_version",
                 target_id=version.id,
+                target_name=str(version),
                 details={
                     "name": skill.name,
                     "content_hash": digest,
@@ -253,9 +255,10 @@ def do_delete_skill_version(version: SkillVersion, *, actor: Actor) -> Skill | N
         remaining = skill.versions.exclude(pk=version.pk).order_by("-created", "-id").first()
         record_audit(
             actor,
-            "skill.delete_version",
+            AuditAction.SKILL_DELETE_VERSION,
             target_type="skill_version",
             target_id=version.id,
+            target_name=str(version),
             details={"name": skill.name, "content_hash": version.content_hash, "skill_deleted": remaining is None},
         )
         if remaining is None:

@@ -11,23 +11,19 @@ from __future__ import annotations
 import base64
 import contextlib
 import functools
-import hashlib
 import logging
-import secrets
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
-from django.db import IntegrityError, InterfaceError, OperationalError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError
 from django.http import FileResponse, HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from console.models import Space
-from console.services import Actor, ServiceError, record_audit
-from console.users import HeldCredential
+from console.services import Actor, ServiceError
 
 from ..backends.base import ExecRequest, RemoteError
 from ..models import ApiToken, Artifact, BackgroundCommand, Session
@@ -47,6 +43,7 @@ from ..sessions.workspace import (
     stage_input,
     write_file,
 )
+from .tokens import TOKEN_PREFIX, hash_token
 from .wire import (
     ApiError,
     decode_b64,
@@ -61,80 +58,10 @@ from .wire import (
 )
 
 logger = logging.getLogger(__name__)
-TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
 LAST_USED_WRITE_INTERVAL = timedelta(minutes=1)
 
 
-# --- Tokens ------------------------------------------------------------------------------
-
-
-def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiToken, str]:
-    """Create a token; the plaintext is returned once and never stored. A space holds at most
-    API_TOKENS_PER_SPACE tokens in force (revoked ones do not count)."""
-    name = name.strip()
-    if not name:
-        raise ServiceError("Give the token a name.", field_errors={"name": ["required"]})
-    plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    maximum = settings.API_TOKENS_PER_SPACE
-    with transaction.atomic():
-        # The space row's lock makes two creations at once count each other.
-        Space.objects.select_for_update().filter(pk=space.pk).first()
-        in_force = ApiToken.objects.filter(space=space, revoked__isnull=True).count()
-        if in_force >= maximum:
-            raise ServiceError(
-                f"This space already has {in_force} API tokens in force, the most a space may hold "
-                f"({maximum}); revoke one it no longer uses first.",
-                field_errors={"name": [f"at most {maximum} tokens in force per space"]},
-            )
-        token = ApiToken.objects.create(
-            space=space,
-            name=name[:100],
-            prefix=plaintext[: len(TOKEN_PREFIX) + 6],
-            token_hash=hash_token(plaintext),
-            created_by=actor.user,
-        )
-        record_audit(
-            actor,
-            "api_token.create",
-            space=space,
-            target_type="api_token",
-            target_id=token.id,
-            details={"name": token.name, "prefix": token.prefix},
-        )
-    return token, plaintext
-
-
-def do_revoke_api_token(token: ApiToken, *, actor: Actor, reason: str = "") -> ApiToken:
-    if token.revoked is not None:
-        raise ServiceError("This token is already revoked.")
-    details = {"name": token.name, "prefix": token.prefix, **({"reason": reason} if reason else {})}
-    with transaction.atomic():
-        token.revoked = timezone.now()
-        token.save(update_fields=["revoked"])
-        record_audit(
-            actor, "api_token.revoke", space=token.space, target_type="api_token", target_id=token.id, details=details
-        )
-    return token
-
-
-def api_tokens_made_by(user: Any) -> list[HeldCredential]:
-    """The tokens in force `user` made, for the deactivate page (console.users)."""
-    tokens = ApiToken.objects.filter(created_by=user, revoked__isnull=True).select_related("space")
-    return [HeldCredential("API token", f"{t.name} ({t.prefix}…)", t.space.name) for t in tokens.order_by("created")]
-
-
-def revoke_api_tokens_made_by(user: Any, actor: Actor) -> int:
-    """Revoke the tokens in force `user` made, each audited, as their maker is deactivated."""
-    tokens = ApiToken.objects.select_for_update().filter(created_by=user, revoked__isnull=True).select_related("space")
-    revoked = 0
-    for token in tokens:
-        do_revoke_api_token(token, actor=actor, reason=f"{user.get_username()} was deactivated")
-        revoked += 1
-    return revoked
+# --- Authentication ----------------------------------------------------------------------
 
 
 def authenticate(request: HttpRequest, space_id: Any) -> tuple[Space, ApiToken]:
@@ -257,7 +184,7 @@ def session_deleted(key: str) -> ApiError:
 def actor(request: HttpRequest) -> Actor:
     token: ApiToken = request.api_token  # type: ignore[attr-defined]
     base: Actor = request.api_actor  # type: ignore[attr-defined]
-    return Actor(user=token.created_by, source_ip=base.source_ip)
+    return Actor(user=token.created_by, source_ip=base.source_ip, token_name=token.name)
 
 
 def existing_session(space: Space, key: str) -> Session:

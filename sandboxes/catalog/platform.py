@@ -14,8 +14,8 @@ from django.db.models import QuerySet
 
 from console.access import is_platform_admin
 from console.crypto import REDACTED, decrypt, encrypt
-from console.models import Space
-from console.services import Actor, ServiceError, record_audit
+from console.models import AuditAction, Space
+from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..backends import describe
 from ..backends.base import RemoteError
@@ -118,9 +118,10 @@ def do_create_platform_backend(
             backend.spaces.set(spaces)
             record_audit(
                 actor,
-                "platform_backend.create",
+                AuditAction.PLATFORM_BACKEND_CREATE,
                 target_type="platform_backend",
                 target_id=backend.id,
+                target_name=backend.name,
                 details={
                     "name": backend.name,
                     "kind": backend.kind,
@@ -131,6 +132,29 @@ def do_create_platform_backend(
             )
     except IntegrityError:
         raise ServiceError("A backend with this name exists.", field_errors={"name": ["already used"]}) from None
+    return backend
+
+
+def do_register_local_engine(*, name: str, kind: str, pip_find_links: str, spaces: list[Space]) -> PlatformBackend:
+    """Register this host's engine (the command names its kind) as a platform backend granted
+    to `spaces`: the one-command start (`manage.py register_local_engine`), done by the system."""
+    with transaction.atomic():
+        backend = PlatformBackend.objects.create(name=name, kind=kind, pip_find_links=pip_find_links)
+        backend.spaces.set(spaces)
+        record_audit(
+            SYSTEM,
+            AuditAction.PLATFORM_BACKEND_CREATE,
+            target_type="platform_backend",
+            target_id=backend.id,
+            target_name=backend.name,
+            details={
+                "name": name,
+                "kind": kind,
+                "endpoint": "",
+                "pip_find_links": pip_find_links,
+                "granted": [str(s.pk) for s in spaces],
+            },
+        )
     return backend
 
 
@@ -201,9 +225,10 @@ def do_update_platform_backend(
                     configs.update(api_key_encrypted="")
             record_audit(
                 actor,
-                "platform_backend.update",
+                AuditAction.PLATFORM_BACKEND_UPDATE,
                 target_type="platform_backend",
                 target_id=backend.id,
+                target_name=backend.name,
                 details={
                     "changed": changed + secrets_changed,
                     "before": {k: str(getattr(original, k)) for k in changed},

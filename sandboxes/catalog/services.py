@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from console.crypto import REDACTED, decrypt, encrypt
-from console.models import Space
+from console.models import AuditAction, Space
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import (
@@ -165,10 +165,11 @@ def do_create_config(space: Space, *, data: dict[str, Any], api_key: str, actor:
             config.save()
             record_audit(
                 actor,
-                "sandbox_config.create",
+                AuditAction.SANDBOX_CONFIG_CREATE,
                 space=space,
                 target_type="sandbox_config",
                 target_id=config.id,
+                target_name=config.name,
                 details={"name": config.name, "kind": config.kind, "backend": str(config.backend_id)},
             )
     except IntegrityError:
@@ -221,10 +222,11 @@ def do_update_config(
             config.save()
             record_audit(
                 actor,
-                "sandbox_config.update",
+                AuditAction.SANDBOX_CONFIG_UPDATE,
                 space=config.space,
                 target_type="sandbox_config",
                 target_id=config.id,
+                target_name=config.name,
                 details={
                     "changed": changed + (["api_key"] if key_changed else []),
                     "before": {k: str(getattr(original, k)) for k in changed},
@@ -258,10 +260,11 @@ def do_delete_config(config: SandboxConfig, *, actor: Actor, torn_down: dict[str
     with transaction.atomic():
         record_audit(
             actor,
-            "sandbox_config.delete",
+            AuditAction.SANDBOX_CONFIG_DELETE,
             space=config.space,
             target_type="sandbox_config",
             target_id=config.id,
+            target_name=config.name,
             details={"name": config.name, "kind": config.kind, **({"torn_down": torn_down} if torn_down else {})},
         )
         config.delete()
@@ -412,10 +415,11 @@ def do_set_session_image(
         stale = mark_config_stale(space, config)
         record_audit(
             actor,
-            "session_image.set",
+            AuditAction.SESSION_IMAGE_SET,
             space=space,
             target_type="sandbox_config",
             target_id=config.id,
+            target_name=config.name,
             details={"snapshot_id": snapshot_id, "label": label, "sessions_marked_stale": stale},
         )
 
@@ -431,10 +435,11 @@ def do_clear_session_image(space: Space, config: SandboxConfig, *, actor: Actor)
         stale = mark_config_stale(space, config)
         record_audit(
             actor,
-            "session_image.clear",
+            AuditAction.SESSION_IMAGE_CLEAR,
             space=space,
             target_type="sandbox_config",
             target_id=config.id,
+            target_name=config.name,
             details={"sessions_marked_stale": stale},
         )
 

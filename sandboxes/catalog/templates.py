@@ -24,6 +24,7 @@ import django.dispatch
 from django.db import transaction
 
 from console.access import is_platform_admin
+from console.models import AuditAction
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import (
@@ -204,10 +205,11 @@ def do_delete_snapshot(config: SandboxConfig, snapshot_id: str, *, actor: Actor,
     fallen_back = _fall_back_from(config, snapshot_id, actor=actor) if users else []
     record_audit(
         actor,
-        "snapshot.delete",
+        AuditAction.SNAPSHOT_DELETE,
         space=config.space,
         target_type="snapshot",
         target_id=snapshot_id,
+        target_name=snapshot_id,
         details={"config": str(config.id), "forced": bool(users), "was_used_by": users, "fell_back": fallen_back},
     )
 
@@ -245,10 +247,11 @@ def do_delete_template(config: SandboxConfig, template_id: str, *, actor: Actor)
         TemplateRecord.objects.filter(fingerprint=config_fingerprint(config), template_id=template_id).delete()
         record_audit(
             actor,
-            "template.delete",
+            AuditAction.TEMPLATE_DELETE,
             space=config.space,
             target_type="template",
             target_id=template_id,
+            target_name=template_id,
             details={"config": str(config.id), "platform_template": owner == PLATFORM},
         )
 

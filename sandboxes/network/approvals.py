@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from django.db import IntegrityError, transaction
 
-from console.models import NetworkPolicy
+from console.models import AuditAction, NetworkPolicy
 from console.services import Actor, ServiceError, do_update_network_policy, record_audit
 from netpolicy import Advice, Offer, PolicyError, parse_destination
 
@@ -47,7 +47,7 @@ def do_allow_for_space(event: EgressEvent, *, actor: Actor) -> Advice:
             allow_public_traffic=policy.allow_public_traffic,
             allow_private=allow_private,
             actor=actor,
-            audit_action="egress.allow_space",
+            audit_action=AuditAction.EGRESS_ALLOW_SPACE,
             audit_details={"entry": entry, "kind": advice.offer.value, "refusal": str(event.pk)},
         )
     return advice
@@ -78,10 +78,11 @@ def do_grant_session(
             grant = SessionGrant.objects.create(session=session, kind=kind, entry=entry, created_by=actor.name[:150])
             record_audit(
                 actor,
-                "egress.allow_session",
+                AuditAction.EGRESS_ALLOW_SESSION,
                 space=session.space,
                 target_type="session",
                 target_id=session.id,
+                target_name=session.key,
                 details={"entry": entry, "kind": kind, "refusal": refusal},
             )
             transaction.on_commit(lambda: apply_soon(session.space, actor, session))
@@ -95,10 +96,11 @@ def do_revoke_grant(grant: SessionGrant, *, actor: Actor) -> None:
     with transaction.atomic():
         record_audit(
             actor,
-            "egress.revoke_session",
+            AuditAction.EGRESS_REVOKE_SESSION,
             space=session.space,
             target_type="session",
             target_id=session.id,
+            target_name=session.key,
             details={"entry": grant.entry, "kind": grant.kind},
         )
         grant.delete()

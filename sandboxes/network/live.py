@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from console.models import Space
+from console.models import AuditAction, Space
 from console.services import SYSTEM, Actor, record_audit
 
 from ..backends.base import NetworkSpec, RemoteError
@@ -100,10 +100,11 @@ def apply_space_policy(space: Space, *, actor: Actor = SYSTEM, sessions: list[Se
     if report.applied or report.failed or report.refused:
         record_audit(
             actor,
-            "network_policy.apply",
+            AuditAction.NETWORK_POLICY_APPLY,
             space=space,
             target_type="network_policy",
             target_id=space.id,
+            target_name=space.name,
             details=report.as_json(),
         )
     return report

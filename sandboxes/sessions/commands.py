@@ -43,6 +43,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
+from console.models import AuditAction
 from console.processes import this_process
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
@@ -282,10 +283,11 @@ def start_command(
             )
             record_audit(
                 actor,
-                "command.start",
+                AuditAction.COMMAND_START,
                 space=session.space,
                 target_type="command",
                 target_id=command.id,
+                target_name=command.display_command,
                 details={"session": str(session.id), "command": command.display_command[:500]},
             )
         plumbing = plumbing_for(command_id)
@@ -345,10 +347,11 @@ def send_input(command: BackgroundCommand, data: bytes | str, *, actor: Actor = 
         plumbing.push_input(b"\x04" if not payload or payload.endswith(b"\n") else b"\x04\x04")
     record_audit(
         actor,
-        "command.input",
+        AuditAction.COMMAND_INPUT,
         space=command.session.space,
         target_type="command",
         target_id=command.id,
+        target_name=command.display_command,
         details={"bytes": len(payload), "eof": eof},
     )
     return len(payload)
@@ -374,10 +377,11 @@ def kill_command(command: BackgroundCommand, *, actor: Actor) -> BackgroundComma
         )
         record_audit(
             actor,
-            "command.kill",
+            AuditAction.COMMAND_KILL,
             space=session.space,
             target_type="command",
             target_id=command.id,
+            target_name=command.display_command,
             details={"session": str(session.id)},
         )
     _refresh(command)

@@ -24,7 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from console.crypto import decrypt
-from console.models import NetworkPolicy
+from console.models import AuditAction, NetworkPolicy
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import RemoteError
@@ -155,10 +155,11 @@ def do_issue_inbound_link(session: Session, port: int, ttl_s: int, *, actor: Act
     with transaction.atomic():
         record_audit(
             actor,
-            "session.inbound_link",
+            AuditAction.SESSION_INBOUND_LINK,
             space=session.space,
             target_type="session",
             target_id=session.id,
+            target_name=session.key,
             details={"sandbox_id": session.sandbox_id, "port": port, "expires_at": expires_at},
         )
     return link, expires_at

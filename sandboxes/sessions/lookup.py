@@ -15,7 +15,7 @@ from typing import Any
 from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Field, Model
 
-from console.models import AdminJob, JobStatus, Space
+from console.models import AdminJob, AuditAction, JobStatus, Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..models import PlatformBackend, SandboxConfig, Session
@@ -165,10 +165,11 @@ def get_or_create_session(
             session = Session.objects.create(space=space, key=key, config=config)
             record_audit(
                 actor,
-                "session.create",
+                AuditAction.SESSION_CREATE,
                 space=space,
                 target_type="session",
                 target_id=session.id,
+                target_name=session.key,
                 details={"key": key, "config": config.name},
             )
     except IntegrityError:

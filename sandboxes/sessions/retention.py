@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from console.jobs import JobContext, job_handler, prune_housekeeping_jobs, start_job
-from console.models import AuditEvent
+from console.models import AuditAction, AuditEvent
 from console.retention import cutoff_for, delete_in_batches, prune_console_records
 from console.services import SYSTEM, record_audit
 
@@ -119,7 +119,7 @@ def apply_retention(now: datetime | None = None) -> dict[str, int]:
     keep = live_terminal_audits(audit_cutoff) if audit_cutoff is not None else []
     deleted = {**prune_console_records(now, keep_audit=keep), **prune_session_records(now)}
     if any(deleted.values()):
-        record_audit(SYSTEM, "retention.prune", target_type="retention", details={"deleted": deleted})
+        record_audit(SYSTEM, AuditAction.RETENTION_PRUNE, target_type="retention", details={"deleted": deleted})
     return deleted
 
 

@@ -43,7 +43,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from console.crypto import decrypt, encrypt
-from console.models import Space
+from console.models import AuditAction, Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..backends.base import (
@@ -495,10 +495,11 @@ class Runtime:
             raise SessionDeleted(session.key)
         record_audit(
             SYSTEM,
-            "session.sandbox_create",
+            AuditAction.SESSION_SANDBOX_CREATE,
             space=session.space,
             target_type="session",
             target_id=session.id,
+            target_name=session.key,
             details={"sandbox_id": info.sandbox_id, "template": template.template_id, "version": version},
         )
         return info
@@ -667,10 +668,11 @@ class Runtime:
                     Session.objects.filter(pk=session.pk).update(state=state)
                     record_audit(
                         actor,
-                        "session.pause",
+                        AuditAction.SESSION_PAUSE,
                         space=session.space,
                         target_type="session",
                         target_id=session.id,
+                        target_name=session.key,
                         details={"sandbox_id": binding.sandbox_id, "state": state},
                     )
         except LockTimeout:
@@ -707,10 +709,11 @@ class Runtime:
         resolved = self.resolve_session(session)
         record_audit(
             actor,
-            "session.resume",
+            AuditAction.SESSION_RESUME,
             space=session.space,
             target_type="session",
             target_id=session.id,
+            target_name=session.key,
             details={"sandbox_id": resolved.sandbox.sandbox_id, "action": resolved.action},
         )
         return resolved
@@ -729,10 +732,11 @@ class Runtime:
         resolved = self.resolve_session(session)
         record_audit(
             actor,
-            "session.rebuild",
+            AuditAction.SESSION_REBUILD,
             space=session.space,
             target_type="session",
             target_id=session.id,
+            target_name=session.key,
             details={"sandbox_id": resolved.sandbox.sandbox_id, "version": resolved.binding.version},
         )
         return resolved
@@ -763,10 +767,11 @@ class Runtime:
                     raise SessionDeleted(session.key)
                 record_audit(
                     actor,
-                    "session.delete",
+                    AuditAction.SESSION_DELETE,
                     space=session.space,
                     target_type="session",
                     target_id=session.id,
+                    target_name=session.key,
                     details={"key": session.key},
                 )
                 for artifact in session.artifacts.all():

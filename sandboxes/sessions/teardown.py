@@ -37,7 +37,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from console.jobs import JobContext, JobFailed, job_handler, start_job
-from console.models import AdminJob, JobStatus, Space
+from console.models import AdminJob, AuditAction, JobStatus, Space
 from console.services import SYSTEM, Actor, ServiceError, do_delete_space, record_audit
 
 from ..backends.base import (
@@ -228,10 +228,11 @@ def release_unused_snapshot(
     snapshot_retired.send(sender=SandboxConfig, snapshot_id=snapshot_id, fingerprint=config_fingerprint(config))
     record_audit(
         actor,
-        "snapshot.delete",
+        AuditAction.SNAPSHOT_DELETE,
         space=config.space,
         target_type="snapshot",
         target_id=snapshot_id,
+        target_name=snapshot_id,
         details={"config": str(config.id), "reason": "its last session was deleted"},
     )
     if report is not None:

@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from console.models import FINISHED_JOB_STATUSES, AdminJob, Space
+from console.models import FINISHED_JOB_STATUSES, AdminJob, AuditAction, Space
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import (
@@ -322,9 +322,10 @@ def do_delete_unmanaged(backend_id: str, kind: str, ident: str, *, actor: Actor)
     with transaction.atomic():
         record_audit(
             actor,
-            "unmanaged.delete",
+            AuditAction.UNMANAGED_DELETE,
             target_type=kind,
             target_id=ident,
+            target_name=ident,
             details={"backend": platform.name, "reason": reason, "space": item.metadata.get(META_SPACE, "")},
         )
     return Unmanaged(

@@ -30,6 +30,7 @@ from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import transaction
 
+from console.models import AuditAction
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import WORKSPACE, Backend, ErrorKind, ExecRequest, FileInfo, RemoteError
@@ -183,10 +184,11 @@ def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, a
     info = FileInfo.from_stat_row(row)
     record_audit(
         actor,
-        "session.input_upload",
+        AuditAction.SESSION_INPUT_UPLOAD,
         space=session.space,
         target_type="session",
         target_id=session.id,
+        target_name=session.key,
         details={"path": path, "size": len(data)},
     )
     return info
@@ -230,10 +232,11 @@ def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *
     info = FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
     record_audit(
         actor,
-        "session.file_write",
+        AuditAction.SESSION_FILE_WRITE,
         space=session.space,
         target_type="session",
         target_id=session.id,
+        target_name=session.key,
         details={"path": path, "size": len(data)},
     )
     return info
@@ -330,10 +333,11 @@ def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> Co
             Artifact.objects.bulk_create(stored)
             record_audit(
                 actor,
-                "session.collect_artifacts",
+                AuditAction.SESSION_COLLECT_ARTIFACTS,
                 space=session.space,
                 target_type="session",
                 target_id=session.id,
+                target_name=session.key,
                 details={
                     "collection": str(collection),
                     "files": len(stored),

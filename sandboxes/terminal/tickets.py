@@ -38,7 +38,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from console.access import get_space_for_user
-from console.models import Membership, Role
+from console.models import AuditAction, Membership, Role
 from console.services import Actor, record_audit
 from console.signals import login_sessions_ended
 
@@ -227,10 +227,11 @@ def record_open(grant: Grant, user: Any, source_ip: str | None, sandbox_id: str)
         return False
     record_audit(
         Actor(user=user, source_ip=source_ip),
-        "terminal.open",
+        AuditAction.TERMINAL_OPEN,
         space=session.space,
         target_type="terminal",
         target_id=grant.terminal_id,
+        target_name=f"in session {session.key}",
         details={"session": grant.session_id, "sandbox_id": sandbox_id, "read_only": grant.read_only},
     )
     return True
@@ -256,10 +257,11 @@ def record_close(grant: Grant, user: Any, source_ip: str | None, reason: str, st
     totals = dict(Terminal.objects.filter(pk=grant.terminal_id).values("bytes_in", "bytes_out").first() or {})
     record_audit(
         Actor(user=user, source_ip=source_ip),
-        "terminal.close",
+        AuditAction.TERMINAL_CLOSE,
         space=session.space,
         target_type="terminal",
         target_id=grant.terminal_id,
+        target_name=f"in session {session.key}",
         details={"session": grant.session_id, "reason": reason, **stats, **totals},
     )
 

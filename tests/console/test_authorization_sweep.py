@@ -42,7 +42,7 @@ from django.utils import timezone
 
 from console.models import AdminJob, AuditEvent, Membership, Role
 from console.services import SYSTEM
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.catalog.bridge import config_fingerprint
 from sandboxes.models import (
     Artifact,

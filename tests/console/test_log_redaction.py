@@ -21,7 +21,7 @@ from django.test import Client, override_settings
 from console.logs import REDACTED, RedactFilter, logging_config, redact
 from console.models import AuditEvent, Role
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from tests.factories import add_member, make_space, make_user
 
 pytestmark = pytest.mark.django_db

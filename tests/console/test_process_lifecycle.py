@@ -278,7 +278,7 @@ _DOOMED = """
 import json
 from console.models import Space
 from console.services import SYSTEM, do_create_space
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.catalog.services import do_create_config
 from sandboxes.models import PlatformBackend
 

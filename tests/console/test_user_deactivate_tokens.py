@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from console.models import AuditEvent
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token, do_revoke_api_token
+from sandboxes.api.tokens import do_create_api_token, do_revoke_api_token
 from sandboxes.models import ApiToken
 from tests.factories import make_config
 from tests.personas import World

@@ -237,7 +237,7 @@ import json
 from django.contrib.auth import get_user_model
 from console.models import Membership
 from console.services import SYSTEM, do_create_space
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.catalog.services import do_create_config
 from sandboxes.models import PlatformBackend
 

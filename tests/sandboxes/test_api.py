@@ -15,7 +15,7 @@ from console.models import AuditEvent
 from console.services import Actor
 from sandboxes.api import urls as api_urls
 from sandboxes.api.openapi import openapi_document
-from sandboxes.api.views import do_create_api_token, hash_token
+from sandboxes.api.tokens import do_create_api_token, hash_token
 from sandboxes.models import ApiToken, SandboxConfig, Session
 from tests.factories import make_config
 from tests.personas import World

@@ -18,7 +18,7 @@ from django.core.files.base import ContentFile
 
 from console.models import AuditEvent
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import META_INSTALLATION, ErrorKind, ListQuery, RemoteError, SandboxState
 from sandboxes.models import Artifact, BackgroundCommand, CommandStatus, SandboxConfig, Session, Terminal
 from sandboxes.sessions.provisioning import backend_for

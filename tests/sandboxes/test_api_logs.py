@@ -13,7 +13,7 @@ from django.conf import settings
 
 from console.crypto import encrypt
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.models import SandboxConfig
 from tests.log_capture import Captured
 from tests.personas import World

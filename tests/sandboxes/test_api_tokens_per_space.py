@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from console.models import AuditEvent
 from console.services import SYSTEM, Actor, ServiceError, do_update_space_limits
-from sandboxes.api.views import do_create_api_token, do_revoke_api_token
+from sandboxes.api.tokens import do_create_api_token, do_revoke_api_token
 from sandboxes.models import ApiToken
 from sandboxes.sessions import limits
 from tests.conftest import REDIS_URL

@@ -21,7 +21,7 @@ import pytest
 from django.urls import reverse
 
 from console.services import Actor, ServiceError
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import META_INSTALLATION, ListQuery, NetworkSpec, Resources, SandboxSpec
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.disk import LABEL_SCRATCH, SCRATCH_PREFIX, VOLUME_PREFIX

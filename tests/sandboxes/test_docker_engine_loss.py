@@ -26,7 +26,7 @@ from django.urls import reverse
 
 from console.models import JobStatus
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import (
     META_INSTALLATION,
     META_SESSION,

@@ -18,7 +18,7 @@ import pytest
 from django.test import Client
 
 from console.services import SYSTEM, Actor, ServiceError
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.provisioning import backend_for

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from console.models import AuditEvent, SpaceLimits
 from console.services import SYSTEM, Actor, ServiceError, do_update_space_limits
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.models import BackgroundCommand, CommandStatus, ExecSlot, Session, SessionState
 from sandboxes.sessions import limits
 from sandboxes.sessions.limits import LimitExceeded, take_exec_slot

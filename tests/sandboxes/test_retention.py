@@ -12,7 +12,7 @@ from django.core.files.base import ContentFile
 from django.utils import timezone
 
 from console.jobs import housekeeping_kinds, run_job, start_job
-from console.models import AdminJob, AuditEvent, JobStatus
+from console.models import AdminJob, AuditAction, AuditEvent, JobStatus
 from console.services import SYSTEM, record_audit
 from sandboxes.models import Artifact, BackgroundCommand, CommandStatus, Session, Terminal
 from sandboxes.sessions.retention import KIND, apply_retention
@@ -45,7 +45,7 @@ def _session(world: World) -> Session:
 
 def test_each_kind_loses_exactly_its_old_finished_rows(world: World, retention: Any) -> None:
     session = _session(world)
-    audit = [record_audit(SYSTEM, "test.event", target_type="t") for _ in range(5)]
+    audit = [record_audit(SYSTEM, AuditAction.SPACE_UPDATE, target_type="t") for _ in range(5)]
     for event in audit[:3]:
         _age(AuditEvent, event.pk, 11, "time")
     jobs = [AdminJob.objects.create(kind="skills.install", status=JobStatus.SUCCEEDED) for _ in range(3)]
@@ -77,7 +77,7 @@ def test_each_kind_loses_exactly_its_old_finished_rows(world: World, retention: 
     deleted = apply_retention()
 
     assert deleted == {"audit_events": 3, "jobs": 1, "terminals": 1, "commands": 1, "artifacts": 1}
-    assert set(AuditEvent.objects.filter(action="test.event").values_list("pk", flat=True)) == {
+    assert set(AuditEvent.objects.filter(action=AuditAction.SPACE_UPDATE).values_list("pk", flat=True)) == {
         audit[3].pk,
         audit[4].pk,
     }
@@ -94,7 +94,7 @@ def test_each_kind_loses_exactly_its_old_finished_rows(world: World, retention: 
 
 def test_zero_days_keeps_forever_and_a_second_pass_deletes_nothing(world: World, retention: Any) -> None:
     retention.RETENTION_DAYS = {**DAYS, "audit_events": 0}
-    event = record_audit(SYSTEM, "test.event", target_type="t")
+    event = record_audit(SYSTEM, AuditAction.SPACE_UPDATE, target_type="t")
     _age(AuditEvent, event.pk, 5000, "time")
     first = apply_retention()
     assert "audit_events" not in first
@@ -104,7 +104,7 @@ def test_zero_days_keeps_forever_and_a_second_pass_deletes_nothing(world: World,
 
 
 def test_the_pass_runs_as_a_housekeeping_job(world: World, retention: Any) -> None:
-    event = record_audit(SYSTEM, "test.event", target_type="t")
+    event = record_audit(SYSTEM, AuditAction.SPACE_UPDATE, target_type="t")
     _age(AuditEvent, event.pk, 11, "time")
     job = start_job(KIND, actor=SYSTEM)  # the test's transaction never commits: run it here
     assert run_job(str(job.pk)) is not None

@@ -18,7 +18,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 from django.utils import timezone
 
-from console.models import AuditEvent
+from console.models import AuditAction, AuditEvent
 from console.services import SYSTEM, record_audit
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import SandboxConfig, Session, Terminal
@@ -88,8 +88,8 @@ def test_an_open_is_pruned_with_its_close_never_before_it(world: World, settings
 def test_other_old_audit_rows_still_go(world: World, settings: Any) -> None:
     settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "audit_events": 1}
     terminal, _ = _open(world, "kept-open", "sandbox-b")
-    record_audit(SYSTEM, "config.update", target_type="config", target_id=str(terminal.pk))
-    record_audit(SYSTEM, "terminal.open", target_type="terminal", target_id="not-a-terminal-id")
+    record_audit(SYSTEM, AuditAction.SANDBOX_CONFIG_UPDATE, target_type="sandbox_config", target_id=str(terminal.pk))
+    record_audit(SYSTEM, AuditAction.TERMINAL_OPEN, target_type="terminal", target_id="not-a-terminal-id")
     AuditEvent.objects.update(time=timezone.now() - timedelta(days=2))
     apply_retention()
     assert list(AuditEvent.objects.exclude(action="retention.prune").values_list("action", "target_id")) == [

@@ -17,7 +17,7 @@ from django.test import Client
 from django.utils import timezone
 
 from console.services import SYSTEM, Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import ExecRequest, SandboxState
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.sessions.lookup import get_or_create_session

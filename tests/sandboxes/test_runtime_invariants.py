@@ -20,7 +20,7 @@ from django.db import connections
 from django.test import Client
 
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
 from sandboxes.catalog.services import mark_space_stale
 from sandboxes.models import SandboxConfig, Session

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.models import Artifact, SandboxConfig
 from tests.personas import World
 from tests.sandboxes.test_api import Agent

@@ -15,9 +15,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from console.models import Space
-from console.services import SYSTEM, ServiceError, record_audit
+from console.services import SYSTEM, ServiceError
 from sandboxes.backends.base import RemoteError
 from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
+from sandboxes.catalog.platform import do_register_local_engine
 from sandboxes.catalog.services import do_create_config, open_backend
 from sandboxes.models import BackendKind, PlatformBackend, SandboxConfig
 
@@ -48,22 +49,8 @@ class Command(BaseCommand):
             return existing
         # The bundled examples' wheel folder (scripts/setup.sh) is its pip source when present.
         examples = "examples" if (Path(settings.SKILL_PACKAGE_SOURCES_ROOT) / "examples").is_dir() else ""
-        backend = PlatformBackend.objects.create(name=NAME, kind=BackendKind.DOCKER, pip_find_links=examples)
         spaces = list(Space.objects.filter(slug__in=slugs))
-        backend.spaces.set(spaces)
-        record_audit(
-            SYSTEM,
-            "platform_backend.create",
-            target_type="platform_backend",
-            target_id=backend.id,
-            details={
-                "name": NAME,
-                "kind": "docker",
-                "endpoint": "",
-                "pip_find_links": examples,
-                "granted": [str(s.pk) for s in spaces],
-            },
-        )
+        backend = do_register_local_engine(name=NAME, kind=BackendKind.DOCKER, pip_find_links=examples, spaces=spaces)
         self.stdout.write(
             self.style.SUCCESS(f"Registered {NAME}, granted to {', '.join(s.name for s in spaces) or 'no space'}.")
         )

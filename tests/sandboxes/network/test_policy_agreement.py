@@ -115,7 +115,7 @@ def test_explain_api_agrees(report: list[str], world: World, docker_world: Docke
     addresses and the sandbox networks (`$GW` is the other sandbox's gateway here: an address
     of the host like any network's)."""
     from console.services import Actor
-    from sandboxes.api.views import do_create_api_token
+    from sandboxes.api.tokens import do_create_api_token
     from tests.factories import make_config
 
     make_config(world.space_a, name="docker", default_template=docker_world.image)

@@ -19,7 +19,7 @@ from django.utils import timezone
 from console.models import AuditEvent, NetworkPolicy
 from console.services import SYSTEM, Actor, ServiceError
 from netpolicy import Offer
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.capabilities import EgressRefusal
 from sandboxes.models import EgressEvent, Session, SessionGrant
 from sandboxes.network.advice import event_advice, refusal_advice

@@ -23,7 +23,7 @@ from console.models import AdminJob, AuditEvent, NetworkPolicy
 from console.services import SYSTEM, Actor, ServiceError
 from netpolicy import Kind, Offer, reserved_class
 from sandboxes.api.openapi import openapi_document
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import NetworkSpec
 from sandboxes.backends.capabilities import EgressRefusal
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint

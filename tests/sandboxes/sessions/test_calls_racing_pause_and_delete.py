@@ -16,7 +16,7 @@ import pytest
 
 from console.models import SpaceLimits
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.models import SandboxConfig
 from tests.personas import World
 from tests.sandboxes.sessions.pause_support import Loop, answer_of

@@ -17,7 +17,7 @@ import docker
 import pytest
 
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.docker.repair import FROZEN, THAWED
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.reaper import reap_config

@@ -13,7 +13,7 @@ import pytest
 from console.jobs import run_job
 from console.models import JobStatus
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.docker.loopfs import list_names
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions import teardown

@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from console.services import Actor
-from sandboxes.api.views import do_create_api_token
+from sandboxes.api.tokens import do_create_api_token
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.runtime import Runtime
 from tests.personas import World

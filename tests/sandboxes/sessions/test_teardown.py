@@ -237,7 +237,7 @@ def test_a_space_member_cannot_delete_the_space(world: World) -> None:
 
 @pytest.mark.django_db
 def test_no_new_session_starts_in_a_space_being_deleted(world: World) -> None:
-    from sandboxes.api.views import do_create_api_token
+    from sandboxes.api.tokens import do_create_api_token
     from sandboxes.sessions.lookup import BeingDeleted, get_or_create_session
     from tests.factories import make_config
 
