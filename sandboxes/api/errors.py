@@ -123,15 +123,19 @@ ANSWERS: dict[type[Exception], Answer] = {
 }
 
 
-def _reraise(_request: HttpRequest, exc: Exception) -> HttpResponse:
+def _reraise(_request: HttpRequest, exc: Any) -> HttpResponse:
     raise exc  # Django answers it (a 404 page, a 500 and its log), as for any other view
+
+
+def _handler(answer: Answer) -> Callable[[HttpRequest, Any], HttpResponse]:
+    return lambda request, exc: answer(request, exc).response()
 
 
 def install(api: NinjaAPI) -> None:
     """Answer through `ANSWERS`; anything else is Django's to answer (Ninja's own defaults
     for 404 and 500 are replaced)."""
     for exc_class, answer in ANSWERS.items():
-        api.add_exception_handler(exc_class, lambda request, exc, answer=answer: answer(request, exc).response())
+        api.add_exception_handler(exc_class, _handler(answer))
     api.add_exception_handler(Http404, _reraise)
     api.add_exception_handler(Exception, _reraise)
 

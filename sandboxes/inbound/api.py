@@ -69,7 +69,9 @@ def inbound(
 
 class InboundLinkRequest(BaseModel):
     port: int = Field(json_schema_extra={"minimum": 1, "maximum": 65535})
-    ttl_s: int | None = Field(None, description="Lifetime in seconds (default one hour)", json_schema_extra={"minimum": 60})
+    ttl_s: int | None = Field(
+        None, description="Lifetime in seconds (default one hour)", json_schema_extra={"minimum": 60}
+    )
 
     @field_validator("port", mode="before")
     @classmethod

@@ -131,9 +131,7 @@ class TurnOut(Schema):
     model_config = {"title": "Turn"}
 
 
-@router.get(
-    SESSION, url_name="session", summary="The session's last known state", **documented({200: SessionOut})
-)
+@router.get(SESSION, url_name="session", summary="The session's last known state", **documented({200: SessionOut}))
 @router.get(SESSION + "/", include_in_schema=False)
 def session_get(request: HttpRequest, space_id: SpaceId, key: Key) -> dict[str, Any]:
     return SessionOut.of(existing_session(caller(request).space, key))

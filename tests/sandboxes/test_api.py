@@ -15,8 +15,8 @@ from openapi_spec_validator import validate as validate_openapi
 
 from console.models import AuditEvent
 from console.services import Actor
-from sandboxes.api.urls import openapi_document
 from sandboxes.api.tokens import do_create_api_token, hash_token
+from sandboxes.api.urls import openapi_document
 from sandboxes.models import ApiToken, SandboxConfig, Session
 from tests.factories import make_config
 from tests.personas import World

@@ -22,8 +22,8 @@ from django.utils import timezone
 from console.models import AdminJob, AuditEvent, NetworkPolicy
 from console.services import SYSTEM, Actor, ServiceError
 from netpolicy import Kind, Offer, reserved_class
-from sandboxes.api.urls import openapi_document
 from sandboxes.api.tokens import do_create_api_token
+from sandboxes.api.urls import openapi_document
 from sandboxes.backends.base import NetworkSpec
 from sandboxes.backends.capabilities import EgressRefusal
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint
