@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -49,15 +50,22 @@ def refuse_other_methods(router: Router) -> None:
     it does, before any authentication (as a wrong method is no secret)."""
     for route, view in list(router.path_operations.items()):
         allowed = [method for operation in view.operations for method in operation.methods]
-
-        def refuse(request: HttpRequest, allowed: list[str] = allowed) -> HttpResponse:
-            raise ApiError(405, "method_not_allowed", f"Use {', '.join(allowed)}.")
-
         with warnings.catch_warnings():  # it takes no path parameter: it reads none
             warnings.simplefilter("ignore", UserWarning)
             router.add_api_operation(
-                route, [m for m in HTTP_METHODS if m not in allowed], refuse, auth=None, include_in_schema=False
+                route,
+                [m for m in HTTP_METHODS if m not in allowed],
+                _refusal(allowed),
+                auth=None,
+                include_in_schema=False,
             )
+
+
+def _refusal(allowed: list[str]) -> Callable[[HttpRequest], HttpResponse]:
+    def refuse(request: HttpRequest) -> HttpResponse:  # no parameter but the request: it reads nothing
+        raise ApiError(405, "method_not_allowed", f"Use {', '.join(allowed)}.")
+
+    return refuse
 
 
 api = AgentApi(
