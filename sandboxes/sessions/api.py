@@ -288,7 +288,7 @@ class ExecIn(BaseModel):
 
 
 class ExecOut(Schema):
-    exit_code: int
+    exit_code: int | None  # the contract says int; a lost process may leave none
     stdout: str
     stderr: str
     stdout_b64: str
