@@ -106,6 +106,8 @@ def _routes() -> list[URLPattern]:
             continue
         if route not in kept or (pattern.name and not kept[route].name):
             kept[route] = pattern
+    for pattern in kept.values():
+        pattern.name = pattern.name or None  # unnamed, as a route that gives itself no name is
     return list(kept.values())
 
 
