@@ -2,7 +2,8 @@
 
 Usage: python scripts/doc_sentences.py [FILE ...]
 
-Prose only: fenced code blocks, table rows and headings are not sentences. A sentence ends at
+Prose only: fenced code blocks, table rows (reference rows, not sentences) and headings are
+left out. A sentence ends at
 ".", "!" or "?" followed by a space or the end of a paragraph; a list item is a paragraph.
 """
 
