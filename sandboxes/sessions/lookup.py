@@ -7,7 +7,6 @@ config's platform backend.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from django.db import IntegrityError, transaction
 
