@@ -123,7 +123,7 @@ def test_the_reading_finds_names_and_misses() -> None:
             "| `settings/base.py`, `dev.py` | x |",
             "| `no_such_module.py` | y |",
             "## Modules of `sandboxes/`",
-            "| `api/` | the API: `views`, `urls`, `no_such_part` (x) |",
+            "| `api/` | the API: `auth`, `urls`, `no_such_part` (x) |",
             "Prose naming `skills/parsing.py` from the root.",
         ]
     )
@@ -131,7 +131,7 @@ def test_the_reading_finds_names_and_misses() -> None:
     assert {
         "console/settings/base.py",
         "console/settings/dev.py",
-        "sandboxes/api/views.py",
+        "sandboxes/api/auth.py",
         "sandboxes/api/urls.py",
         "skills/parsing.py",
     } <= reading.named

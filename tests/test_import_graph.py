@@ -272,9 +272,17 @@ ROOMS: dict[str, set[str]] = {
     "sandboxes.catalog": _BASE,
     "sandboxes.sessions": _CATALOG,
     # A space's policy in use: explain, advice, checks, live, approvals, the refusal log, and
-    # their pages (a session by the pages' lookups) and API routes (the API's views and wire).
-    "sandboxes.network": _SESSIONS | {"sandboxes.pages", "sandboxes.api"},
-    "sandboxes.api": _NETWORK,
+    # their pages (a session by the pages' lookups).
+    "sandboxes.network": _SESSIONS | {"sandboxes.pages"},
+    # The agent API's own part, below the rooms' API routes: authentication, wire format and
+    # error mapping (it names the services' exceptions, so it sits above the sessions).
+    "sandboxes.api": _SESSIONS,
+    # Each room's API routes stand on the API's part; no other module of a room does.
+    "sandboxes.sessions.api": _SESSIONS | {"sandboxes.api"},
+    "sandboxes.network.api": _NETWORK | {"sandboxes.api"},
+    "sandboxes.inbound.api": _SESSIONS | {"sandboxes.api", "sandboxes.inbound", "sandboxes.sessions.api"},
+    # The API's wiring: the NinjaAPI mounting every room's routes (nothing imports it back).
+    "sandboxes.api.urls": {"sandboxes.api", "sandboxes.sessions.api", "sandboxes.network.api", "sandboxes.inbound.api"},
     "sandboxes.terminal": _SESSIONS,
     # The ASGI route to sandbox ports: the session side (sessions.inbound) and the contract.
     "sandboxes.inbound": _SESSIONS,
@@ -291,10 +299,17 @@ ROOMS: dict[str, set[str]] = {
 
 
 def _room(module: str) -> str:
+    """The room a module sits in: the longest entry of `ROOMS` naming it or a package above it
+    (a room's API routes, `sandboxes.<room>.api`, are rooms of their own)."""
     if module in WIRING:
         return module
     parts = module.split(".")
-    return ".".join(parts[:2]) if parts[0] == "sandboxes" else parts[0]
+    if parts[0] != "sandboxes":
+        return parts[0]
+    for end in range(len(parts), 2, -1):
+        if ".".join(parts[:end]) in ROOMS:
+            return ".".join(parts[:end])
+    return ".".join(parts[:2])
 
 
 def _unassigned(graph: dict[str, set[str]]) -> list[str]:
@@ -417,7 +432,11 @@ def test_the_new_rules_can_fail():
         ("sandboxes.inbound.websocket", "sandboxes.pages.sessions"),
         ("sandboxes.models.sessions", "sandboxes.catalog.services"),
         ("sandboxes.tasks", "sandboxes.pages.sessions"),
-        ("sandboxes.management.commands.build_base_image", "sandboxes.api.views"),
+        ("sandboxes.management.commands.build_base_image", "sandboxes.api.auth"),
+        # The API's part sits below the rooms' routes, and a room's other modules below it.
+        ("sandboxes.api.wire", "sandboxes.sessions.api"),
+        ("sandboxes.sessions.runtime", "sandboxes.api.errors"),
+        ("sandboxes.network.explain", "sandboxes.api.wire"),
         ("skills.views", "sandboxes.pages.sessions"),
         ("sandboxes.catalog.services", "sandboxes.sessions.runtime"),
     ]:

@@ -1,6 +1,6 @@
 """API tokens: the services that create and revoke a space's tokens, each audited.
 
-A token's plaintext is shown once and only its SHA-256 is stored; `sandboxes.api.views`
+A token's plaintext is shown once and only its SHA-256 is stored; `sandboxes.api.auth`
 authenticates calls against it. The deactivate page reads and revokes a user's tokens
 through `api_tokens_made_by` and `revoke_api_tokens_made_by` (registered in apps.py).
 """

@@ -1,48 +1,61 @@
-"""The agent API's wire format: JSON bodies, fields and query parameters read with a 400
-naming the field, raw upload bodies, cursor pages, and the error answers (`ApiError`, a
-`RemoteError` mapped to its status, a limit's 429 with Retry-After)."""
+"""The agent API's wire format: JSON bodies read into typed request schemas with a 400 naming
+the field, query parameters, raw upload bodies, cursor pages, and `ApiError`, the one shape
+of every error answer (`{"error": {"code", "message", "field"?, ...}}`).
+
+A request body is read by the view, not by the router: a view answers its lookups (404) before
+it reads its body (400), as the API always did. Its schema still sits beside the view and is
+described in the OpenAPI document (`body_doc`).
+"""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import json
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from django.conf import settings
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, JsonResponse
-from django.urls import reverse
+from pydantic import BaseModel, ValidationError, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
-from ..backends.base import ErrorKind, RemoteError
-from ..catalog.network import PolicyConflict
-from ..sessions.limits import LimitExceeded
-from ..sessions.runtime import SessionConflict
 from .pagination import InvalidPage, cursor_page
 
 MAX_JSON_BODY = 2 * 1024 * 1024
 M = TypeVar("M", bound=Model)
-
-KIND_STATUS = {
-    ErrorKind.CONFLICT: 409,
-    ErrorKind.QUOTA: 409,
-    ErrorKind.RATE_LIMITED: 429,
-    ErrorKind.UNAVAILABLE: 503,
-    ErrorKind.TIMEOUT: 504,
-}
+B = TypeVar("B", bound=BaseModel)
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, code: str, message: str, *, field: str | None = None, **extra: Any) -> None:
+    """An error answer: `status`, and the body `{"error": {code, message, field?, **extra}}`."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.field, self.extra = status, code, message, field, extra
+        self.headers = headers or {}
 
     def response(self) -> JsonResponse:
         body: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.field:
             body["field"] = self.field
         body.update(self.extra)
-        return JsonResponse({"error": body}, status=self.status)
+        response = JsonResponse({"error": body}, status=self.status)
+        for name, value in self.headers.items():
+            response[name] = value
+        return response
+
+
+# --- Bodies ------------------------------------------------------------------------------
 
 
 def json_body(request: HttpRequest) -> dict[str, Any]:
@@ -59,58 +72,62 @@ def json_body(request: HttpRequest) -> dict[str, Any]:
     return data
 
 
-def field_of(data: dict[str, Any], name: str, kind: type | tuple[type, ...], *, required: bool = False) -> Any:
-    if name not in data or data[name] is None:
-        if required:
-            raise ApiError(400, "invalid", f"'{name}' is required.", field=name)
-        return None
-    value = data[name]
-    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise ApiError(400, "invalid", f"'{name}' has the wrong type.", field=name)
-    if not isinstance(value, kind):
-        raise ApiError(400, "invalid", f"'{name}' has the wrong type.", field=name)
-    return value
+def invalid(field: str, message: str) -> PydanticCustomError:
+    """A request schema's own refusal, answered as is: 400 `message`, naming `field`."""
+    return PydanticCustomError("invalid", "{message}", {"message": message, "field": field})
 
 
-def decode_b64(data: dict[str, Any], name: str) -> bytes | None:
-    text = field_of(data, name, str)
-    if text is None:
-        return None
+def read_body(request: HttpRequest, schema: type[B]) -> B:
+    """The JSON body as `schema` (strict: JSON's types as they came, a bool is no number), or
+    a 400 naming the first field in the schema's order that is missing, of the wrong type or
+    refused by the schema in its own words."""
     try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise ApiError(400, "invalid", f"'{name}' is not valid base64.", field=name) from None
+        return schema.model_validate(json_body(request), strict=True)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        context = first.get("ctx") or {}
+        field = str(context.get("field") or (first["loc"][0] if first["loc"] else "body"))
+        if first["type"] == "invalid":
+            message = str(context["message"])
+        elif first["type"] == "missing":
+            message = f"'{field}' is required."
+        else:
+            message = f"'{field}' has the wrong type."
+        raise ApiError(400, "invalid", message, field=field) from None
 
 
-def remote_error(exc: RemoteError) -> ApiError:
-    if isinstance(exc, PolicyConflict):  # the space's settings, not the backend: 409, never 502
-        return ApiError(409, "policy_conflict", exc.message, retryable=False)
-    if isinstance(exc, SessionConflict):  # the session's own state (busy, not running, replaced)
-        return ApiError(409, exc.code, exc.message, retryable=exc.retryable)
-    status = KIND_STATUS.get(exc.kind, 502)
-    return ApiError(status, str(exc.kind), exc.message, retryable=exc.retryable, backend=True)
+def body_doc(schema: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
+    """The OpenAPI `requestBody` of a view that reads `schema` itself (`read_body`)."""
+    return {
+        "requestBody": {
+            "required": required,
+            "content": {"application/json": {"schema": schema.model_json_schema()}},
+        }
+    }
 
 
-def not_running(space_id: Any, key: str) -> ApiError:
-    """409 for a GET that found the session's sandbox paused, stopped or gone: a GET never
-    wakes one, and the answer names the POST that does."""
-    resolve = reverse("api:resolve", kwargs={"space_id": space_id, "key": key})
-    return ApiError(
-        409,
-        "session_not_running",
-        f"Session {key!r} has no running sandbox (paused, stopped or gone), and a GET never wakes one:"
-        f" POST {resolve} resumes or rebuilds it (so does POST …/exec), then read again.",
-        retryable=False,
-    )
+ANY_OBJECT_DOC = {"requestBody": {"content": {"application/json": {"schema": {"type": "object"}}}}}
+RAW_BODY_DOC = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+    }
+}
 
 
-def limit_response(exc: LimitExceeded) -> JsonResponse:
-    """429 naming the limit, with Retry-After (seconds)."""
-    response = ApiError(
-        429, "limit_exceeded", exc.message, limit=exc.limit, maximum=exc.maximum, retry_after_s=exc.retry_after_s
-    ).response()
-    response["Retry-After"] = str(exc.retry_after_s)
-    return response
+def b64_bytes(text: str | None) -> bytes | None:
+    """A base64 field's bytes (its schema checked it with `b64_checked`)."""
+    return None if text is None else base64.b64decode(text, validate=True)
+
+
+def b64_checked(name: str, text: str | None) -> str | None:
+    """A schema's check of a base64 field: 400 naming it when it is not base64."""
+    if text is not None:
+        try:
+            base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise invalid(name, f"'{name}' is not valid base64.") from None
+    return text
 
 
 def upload_body(request: HttpRequest) -> bytes:
@@ -126,6 +143,22 @@ def upload_body(request: HttpRequest) -> bytes:
     return data
 
 
+# --- Query parameters and pages -----------------------------------------------------------
+
+# A query parameter described as an integer but taken as text, so that the view reads it in
+# its own order (after the lookups that answer 404) and words (`as_int`).
+IntText = Annotated[str | None, WithJsonSchema({"type": "integer"})]
+
+
+def as_int(name: str, raw: str | None) -> int | None:
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ApiError(400, "invalid", f"'{name}' is an integer.", field=name) from None
+
+
 def page_of(
     request: HttpRequest, rows: QuerySet[M], *, time_field: str, default_limit: int
 ) -> tuple[list[M], str | None]:
@@ -133,13 +166,3 @@ def page_of(
         return cursor_page(request, rows, time_field=time_field, default_limit=default_limit)
     except InvalidPage as exc:
         raise ApiError(400, "invalid", exc.message, field=exc.field) from None
-
-
-def int_param(request: HttpRequest, name: str) -> int | None:
-    raw = request.GET.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ApiError(400, "invalid", f"'{name}' is an integer.", field=name) from None

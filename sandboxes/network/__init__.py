@@ -6,6 +6,6 @@ to running sandboxes), `approvals` (allow for the space or a session), `log` (re
 back from the backends), and their `pages` and agent `api` routes. docs/network.md.
 
 May import sandboxes.models, sandboxes.backends, sandboxes.catalog and sandboxes.sessions;
-its pages also `sandboxes.pages.lookups`, its API routes `sandboxes.api` (views and wire
-format). The pages', the API's and the console's URLconfs route to it.
+its pages also `sandboxes.pages.lookups`, its API routes (`api`) `sandboxes.api` (auth,
+wire format, errors). The pages', the API's and the console's URLconfs route to it.
 """

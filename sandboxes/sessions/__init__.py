@@ -7,8 +7,8 @@ row; `store` /
 `store_db` hold bindings, lifecycle locks and turn leases (Redis or SQL); `reaper` is the
 periodic housekeeping; `workspace` (+ `workspace_helper`, run inside the sandbox, never
 imported) the confined file access; `commands` and `streams` background commands and their
-output.
+output; `api` the agent API's session routes.
 
-May import: `sandboxes.backends`, `sandboxes.models`, `sandboxes.catalog`, `console`.
-Never `api`, `terminal` or `pages`.
+May import: `sandboxes.backends`, `sandboxes.models`, `sandboxes.catalog`, `console`; its
+`api` module also `sandboxes.api` (auth, wire format, errors). Never `terminal` or `pages`.
 """

@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -259,6 +259,20 @@ def start_command(
     ptys = backend_for(session.config).pty()
     if ptys is None:
         raise RemoteError(ErrorKind.UNSUPPORTED, "this backend cannot run background commands (no pty capability)")
+    with runtime.telling_deleted(session):  # a DELETE racing the start: SessionDeleted
+        return _start(runtime, session, ptys, command_argv, shell=shell, argv=argv, actor=actor)
+
+
+def _start(
+    runtime: Runtime,
+    session: Session,
+    ptys: Any,
+    command_argv: tuple[str, ...],
+    *,
+    shell: str | None,
+    argv: Sequence[str] | None,
+    actor: Actor,
+) -> BackgroundCommand:
     command_id = uuid.uuid4()
     with in_flight(session):  # no pause freezes the sandbox while the shell starts
         resolved = runtime.resolve_session(session, own_calls=1)
@@ -311,7 +325,8 @@ def read_output(command: BackgroundCommand, after: int | None = None, max_bytes:
     if not isinstance(max_bytes, int) or not 1 <= max_bytes <= MAX_PAGE_BYTES:
         raise ServiceError(f"max_bytes must be between 1 and {MAX_PAGE_BYTES}.")
     plumbing = plumbing_for(command.id)
-    _refresh(command)
+    with _on_its_session(command):
+        _refresh(command)
     if command.status == CommandStatus.RUNNING and not plumbing.alive():
         _mark_lost(command, plumbing)
     # Status first, then output: a final status read before the ring means all output is in.
@@ -336,7 +351,8 @@ def send_input(command: BackgroundCommand, data: bytes | str, *, actor: Actor = 
         raise ServiceError(f"Send at most {MAX_INPUT_BYTES} bytes of input at a time.")
     if not payload and not eof:
         raise ServiceError("Nothing to send.")
-    _refresh(command)
+    with _on_its_session(command):
+        _refresh(command)
     if command.is_finished:
         raise ServiceError("The command has finished; it reads no more input.")
     plumbing = plumbing_for(command.id)
@@ -360,15 +376,16 @@ def send_input(command: BackgroundCommand, data: bytes | str, *, actor: Actor = 
 def kill_command(command: BackgroundCommand, *, actor: Actor) -> BackgroundCommand:
     """Kill the command's process group in the sandbox (from any process). A command that has
     already finished is returned unchanged (no audit row)."""
-    _refresh(command)
-    if command.is_finished:
-        return command
-    plumbing = plumbing_for(command.id)
-    plumbing.mark_killed()
-    session = Session.objects.select_related("config", "space").get(pk=command.session_id)
-    result = Runtime().exec(
-        session, ExecRequest(argv=("/bin/sh", "-c", KILL_GROUP, "sh", str(command.id)), timeout_s=30)
-    )
+    with _on_its_session(command):
+        _refresh(command)
+        if command.is_finished:
+            return command
+        plumbing = plumbing_for(command.id)
+        plumbing.mark_killed()
+        session = Session.objects.select_related("config", "space").get(pk=command.session_id)
+        result = Runtime().exec(
+            session, ExecRequest(argv=("/bin/sh", "-c", KILL_GROUP, "sh", str(command.id)), timeout_s=30)
+        )
     if result.exit_code != 0:
         raise RemoteError(ErrorKind.INTERNAL, f"killing the command failed ({result.exit_code})")
     with transaction.atomic():
@@ -389,6 +406,13 @@ def kill_command(command: BackgroundCommand, *, actor: Actor) -> BackgroundComma
 
 
 # --- Internals -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _on_its_session(command: BackgroundCommand) -> Iterator[None]:
+    """A call on `command`: its row gone with its session under a DELETE is `SessionDeleted`."""
+    with Runtime().telling_deleted(command.session):
+        yield
 
 
 def _refresh(command: BackgroundCommand) -> None:

@@ -7,8 +7,6 @@ config's platform backend.
 from __future__ import annotations
 
 import re
-from contextvars import ContextVar
-from typing import Any
 
 from django.db import IntegrityError, transaction
 
@@ -49,11 +47,6 @@ def session_by_key(space: Space, key: str) -> Session | None:
         return None
 
 
-# The id of the session the current call (an API request) works on, so an error can tell a
-# session deleted under the call from one with its key made anew since (sandboxes.api.views).
-call_session: ContextVar[Any] = ContextVar("call_session", default=None)
-
-
 class BeingDeleted(ServiceError):
     """The space or config is being torn down (`sessions.teardown`): no new session on it."""
 
@@ -82,7 +75,6 @@ def get_or_create_session(
     session = session_by_key(space, key)
     if session is not None:
         session.space = space
-        call_session.set(session.pk)
         return session
     config = config or default_config(space)
     try:
@@ -102,5 +94,4 @@ def get_or_create_session(
     except IntegrityError:
         pass  # another process created it first
     session = Session.objects.select_related("config__backend", "space").get(space=space, key=key)
-    call_session.set(session.pk)
     return session

@@ -38,7 +38,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.core.exceptions import ObjectDoesNotExist
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -121,6 +122,7 @@ class SessionDeleted(RemoteError):
 
     def __init__(self, key: str) -> None:
         super().__init__(ErrorKind.NOT_FOUND, f"the session {key!r} was deleted")
+        self.key = key
 
 
 class SessionConflict(RemoteError):
@@ -206,7 +208,8 @@ class Runtime:
         self, space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
     ) -> Resolved:
         session = get_or_create_session(space, key, config=config, actor=actor)
-        return self.resolve_session(session)
+        with self.telling_deleted(session):
+            return self.resolve_session(session)
 
     def resolve_session(self, session: Session, *, own_calls: int = 0, may_rebuild: bool = True) -> Resolved:
         """Resolve, timed by path and outcome (console.metrics) and logged. `own_calls`: calls
@@ -294,12 +297,39 @@ class Runtime:
     def _wait_for_lifecycle(self, session: Session) -> None:
         """Wait (bounded) for whoever holds the session's lifecycle lock — a pause, rebuild
         or delete in progress — to be done; a deleted session is SessionDeleted."""
+        if self.deleted(session):
+            raise SessionDeleted(session.key)
+        self._refresh_or_deleted(session, ["state"])
+
+    def deleted(self, session: Session) -> bool:
+        """Whether a DELETE removed `session` (under a call that failed). A DELETE deletes the
+        sandbox first and the row last, holding the session's lifecycle lock: while the row is
+        there, wait (bounded) for the lock's holder to be done, then look again."""
+        rows = Session.objects.filter(pk=session.pk)
+        if not rows.exists():
+            return True
         with (
             contextlib.suppress(RemoteError),
             lifecycle_lock(self.store, self.keys(session)[1], wait_s=settings.SESSION_ENGINE_TIMEOUT_S, holder=HOLDER),
         ):
             pass
-        self._refresh_or_deleted(session, ["state"])
+        return not rows.exists()
+
+    @contextlib.contextmanager
+    def telling_deleted(self, session: Session, *also: type[Exception]) -> Iterator[None]:
+        """A call on `session`: a failure it meets because a DELETE removed the session under
+        it (the sandbox gone mid-call, a row of the session vanished, a foreign key to it
+        broken, or one of `also`) is `SessionDeleted`, which the API answers 404. A failure
+        already said in words (`SessionConflict`) stands as it is."""
+        failures: tuple[type[Exception], ...] = (RemoteError, ObjectDoesNotExist, IntegrityError, *also)
+        try:
+            yield
+        except (SessionDeleted, SessionConflict):
+            raise
+        except failures as exc:
+            if self.deleted(session):
+                raise SessionDeleted(session.key) from exc
+            raise
 
     @staticmethod
     def _repair_quietly(backend: Backend, sandbox_id: str) -> str | None:
@@ -543,7 +573,7 @@ class Runtime:
         """Run a command in the session's sandbox; counted as in flight meanwhile, so no pause
         freezes the sandbox under it and a stale rebuild waits for it (or is deferred)."""
         backend = backend_for(session.config)
-        with self.exec_in_flight(session, request.timeout_s):
+        with self.telling_deleted(session), self.exec_in_flight(session, request.timeout_s):
             sandbox_id = self.resolve_session(session, own_calls=1).sandbox.sandbox_id
             try:
                 result = backend.exec(sandbox_id, request)

@@ -133,11 +133,17 @@ def _not_running(session: Session) -> SandboxNotRunning:
 
 def _counted(func: Callable[Concatenate[Runtime, Session, P], R]) -> Callable[Concatenate[Runtime, Session, P], R]:
     """Run a file operation counted in flight on its session (sessions/inflight.py): no pause
-    freezes the sandbox between its look and its exec, and a stale rebuild waits for it."""
+    freezes the sandbox between its look and its exec, and a stale rebuild waits for it. A
+    failure because a DELETE removed the session meanwhile (its sandbox went first: a read
+    found none running, an exec failed, the artifacts' rows lost their session) is
+    `SessionDeleted`, told once the count is off the row."""
 
     @functools.wraps(func)
     def counted(runtime: Runtime, session: Session, *args: P.args, **kwargs: P.kwargs) -> R:
-        with in_flight(session, activity=kwargs.get("wake", True) is not False):
+        with (
+            runtime.telling_deleted(session, SandboxNotRunning),
+            in_flight(session, activity=kwargs.get("wake", True) is not False),
+        ):
             return func(runtime, session, *args, **kwargs)
 
     return counted
