@@ -3,13 +3,13 @@ traffic token and the header it goes in), and signed links for browsers."""
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from console.crypto import decrypt
 from console.models import Space
 
 from ..sessions.inbound import do_issue_inbound_link, inbound_on, inbound_url
+from ..sessions.tuning import SESSIONS
 from .views import actor, api_view, existing_session
 from .wire import ApiError, field_of, int_param, json_body
 
@@ -46,6 +46,6 @@ def inbound_link_view(request: HttpRequest, space: Space, key: str) -> HttpRespo
     port = _port(field_of(data, "port", int, required=True))
     ttl_s = field_of(data, "ttl_s", int)
     link, expires_at = do_issue_inbound_link(
-        session, port, settings.INBOUND_LINK_DEFAULT_TTL_S if ttl_s is None else ttl_s, actor=actor(request)
+        session, port, SESSIONS.inbound_link_default_ttl_s if ttl_s is None else ttl_s, actor=actor(request)
     )
     return JsonResponse({"port": port, "url": request.build_absolute_uri(link), "expires_at": expires_at}, status=201)
