@@ -183,6 +183,8 @@ def discover() -> dict[str, _Room]:
     root = Path(__file__).resolve().parent.parent
     for app in PROJECT_APPS:
         for path in sorted((root / app).rglob("tuning.py")):
+            if "management" in path.parts:  # `manage.py tuning` itself, not a room
+                continue
             module = ".".join(path.relative_to(root).with_suffix("").parts)
             import_module(module)
     return _ROOMS
