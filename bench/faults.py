@@ -67,9 +67,12 @@ from tests.sandboxes.console_process import (  # noqa: E402
     live_sandboxes,
     remove_docker_leftovers,
 )
+from tests.support.tuning import tuning_env  # noqa: E402
 
 GRACE_S = 3
-FAST_REAPER = {"REAPER_GRACE_S": str(GRACE_S), "REAPER_INTERVAL_S": "2", "IDLE_SWEEP_INTERVAL_S": "3600"}
+FAST_REAPER = tuning_env(
+    {"sessions.reaper_grace_s": GRACE_S, "sessions.reaper_interval_s": 2, "sessions.idle_sweep_interval_s": 3600}
+)
 STORE_SETTLE_S = 5.0  # a 503 this long after a store came back still counts as "store down"
 REQUEST_TIMEOUT_S = 20.0
 

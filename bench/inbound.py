@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.sandboxes.console_process import Console, docker_api, remove_docker_leftovers  # noqa: E402
 from tests.sandboxes.inbound_world import _SEED, ECHO_SERVER  # noqa: E402
+from tests.support.tuning import tuning_env  # noqa: E402
 
 
 def _get(host: str, port: int, path: str, headers: dict[str, str]) -> int:
@@ -75,7 +76,7 @@ def main() -> None:
         workdir=workdir / "console",
         installation_id=f"bench-inbound-{uuid.uuid4().hex[:8]}",
         database_url=f"sqlite:///{workdir / 'console' / 'console.sqlite3'}",
-        extra_env={"INBOUND_MAX_REQUEST_BYTES": str((options.mb + 1) << 20), "LOG_LEVEL": "WARNING"},
+        extra_env={**tuning_env({"inbound.max_request_bytes": (options.mb + 1) << 20}), "LOG_LEVEL": "WARNING"},
     )
     spaces: dict[str, dict[str, str]] = {}
     try:

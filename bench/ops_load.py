@@ -141,8 +141,8 @@ class Stack:
             "INBOUND_BASE_URL": f"https://*.{INBOUND_DOMAIN}",
             "PROMETHEUS_MULTIPROC_DIR": str(workdir / "metrics"),
             "LOG_FORMAT": "json",
-            "REAPER_INTERVAL_S": "10",  # beat sends jobs the worker runs (counted there)
-            "IDLE_SWEEP_INTERVAL_S": "10",
+            # beat sends jobs the worker runs (counted there)
+            "CONSOLE_TUNING": "sessions.reaper_interval_s=10,sessions.idle_sweep_interval_s=10",
         }
         self.console = Console(workdir, f"opsacc-{uuid.uuid4().hex[:8]}", database_url, self.redis.url, extra_env=env)
         self.web_ports: dict[str, int] = {"web1": free_port(), "web2": free_port()}

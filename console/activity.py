@@ -14,11 +14,11 @@ Counters are cumulative and start again from 0 when the processes counting them 
 (the embedded console, or every process of a multiprocess start). An increase is the
 difference to the previous total; a total lower than before means the counter was reset,
 and the increase is then the new total (what was counted since the restart), as
-Prometheus' `increase()` does. A previous sample older than ACTIVITY_MAX_GAP_S gives no
+Prometheus' `increase()` does. A previous sample older than activity.max_gap_s gives no
 increases (the time between would blur into one point).
 
-Settings: ACTIVITY_SAMPLE_INTERVAL_S (60), RETENTION_DAYS["activity_samples"] (14 days;
-0 keeps them forever), ACTIVITY_MAX_GAP_S; docs/operations.md, "Activity charts".
+Settings: activity.sample_interval_s (60), retention.activity_samples_days (14 days;
+0 keeps them forever), activity.max_gap_s; docs/operations.md, "Activity charts".
 """
 
 from __future__ import annotations
@@ -27,15 +27,16 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from . import metrics
 from .jobs import JobContext, job_handler, prune_housekeeping_jobs, start_job
 from .models import MetricSample
+from .periodic import periodic
 from .retention import cutoff_for, delete_in_batches
 from .services import SYSTEM
+from .tuning import ACTIVITY
 
 logger = logging.getLogger(__name__)
 KIND = "console.activity_sample"
@@ -92,7 +93,7 @@ def take_sample(now: datetime | None = None) -> MetricSample:
         deltas: dict[str, float] = {}
         if previous is not None:
             gap = (now - previous.time).total_seconds()
-            if gap <= float(settings.ACTIVITY_MAX_GAP_S):
+            if gap <= float(ACTIVITY.max_gap_s):
                 interval = gap
                 deltas = increases(previous.totals, totals)
         return MetricSample.objects.create(time=now, interval_s=interval, values={**gauges, **deltas}, totals=totals)
@@ -114,6 +115,7 @@ def activity_sample(ctx: JobContext) -> dict[str, Any]:
     return {"values": len(sample.values), "pruned": pruned}
 
 
+@periodic("activity-sample", task="console.activity_sample", every=lambda: ACTIVITY.sample_interval_s)
 def start_activity_sample() -> None:
     """The periodic entry point: one housekeeping job per sample."""
     start_job(KIND, actor=SYSTEM)

@@ -7,6 +7,8 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Console"
 
     def ready(self) -> None:
+        from django.conf import settings
+        from django.core import checks
         from django.core.exceptions import ImproperlyConfigured
 
         from .crypto import check_secrets
@@ -21,6 +23,16 @@ class ConsoleConfig(AppConfig):
         from .errors import install_log_filter
 
         install_log_filter()
+        # The tuning overrides (CONSOLE_TUNING): an unknown knob or a bad value stops here.
+        from . import environment, tuning
+
+        try:
+            tuning.validate(settings.TUNING)
+        except tuning.TuningError as exc:
+            raise SystemExit(f"error: {exc}") from None
+        # Variables that look like ours but are not read: one log line now, a check warning.
+        environment.log_unknown_variables()
+        checks.register(environment.check_unknown_variables)
         # Register job handlers.
         from . import (
             activity,  # noqa: F401

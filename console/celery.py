@@ -20,6 +20,19 @@ app.autodiscover_tasks()
 REQUEST_ID_HEADER = "request_id"
 
 
+@app.on_after_finalize.connect
+def _beat_schedule(sender: Celery, **_: Any) -> None:
+    """Beat's schedule, built from the tasks registered beside their functions
+    (console/periodic.py). The app is finalized once Django is set up and the apps' task
+    modules are imported (`celery beat` does both before it reads the schedule)."""
+    from django.apps import apps
+
+    if apps.ready:
+        from .periodic import beat_schedule
+
+        sender.conf.beat_schedule = beat_schedule()
+
+
 @signals.setup_logging.connect
 def _keep_django_logging(**_: Any) -> None:
     """Connected, so Celery configures no logging of its own: Django's LOGGING stands."""

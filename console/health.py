@@ -4,8 +4,8 @@ platform backend).
 
 Checks are registered by the app that knows the part (`register_checks`): this module has
 the console's own; sandboxes adds the session store and the backends (sandboxes/apps.py). All
-of one readiness run go in parallel, each with READYZ_TIMEOUT_S; one answer serves every
-caller for READYZ_CACHE_S (and callers arriving meanwhile wait for the run under way), so the
+of one readiness run go in parallel, each with readyz.timeout_s; one answer serves every
+caller for readyz.cache_s (and callers arriving meanwhile wait for the run under way), so the
 endpoint cannot be used to hammer the backends.
 
 Without credentials /readyz answers only `{"status": "ok"}` (200) or `{"status": "failing"}`
@@ -41,6 +41,8 @@ from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefuncti
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from .tuning import READYZ
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +102,7 @@ def check_channel_layer() -> None:
     async def round_trip() -> None:
         channel = await layer.new_channel()
         await layer.send(channel, {"type": "readyz.ping"})
-        message = await asyncio.wait_for(layer.receive(channel), settings.READYZ_TIMEOUT_S)
+        message = await asyncio.wait_for(layer.receive(channel), READYZ.timeout_s)
         if message.get("type") != "readyz.ping":
             raise RuntimeError("the channel layer returned another message")
 
@@ -113,9 +115,7 @@ def check_job_broker() -> None:
     from .celery import app
 
     with app.connection_for_write() as conn:
-        conn.ensure_connection(
-            max_retries=1, interval_start=0, interval_step=0, timeout=max(1, int(settings.READYZ_TIMEOUT_S))
-        )
+        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=max(1, int(READYZ.timeout_s)))
         conn.default_channel  # noqa: B018 - opening a channel is what proves the broker answers
 
 
@@ -135,7 +135,7 @@ register_checks("console", _console_checks)
 # Roomy: a check that hangs past its timeout keeps its thread until the call gives up.
 _pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="readyz")
 _cache_lock = threading.Lock()
-# READYZ_CACHE_S; measured (bench/module_caches.py): a cached answer 15 us, a run of the checks 49 ms.
+# readyz.cache_s; measured (bench/module_caches.py): a cached answer 15 us, a run of the checks 49 ms.
 _cached: tuple[float, list[CheckResult]] | None = None
 _in_flight: dict[str, Future[CheckResult]] = {}  # each check's last run (runs are one at a time)
 _sources_in_flight: dict[str, Future[list[tuple[str, Check, bool]]]] = {}
@@ -166,8 +166,8 @@ def _timed(name: str, check: Check, required: bool) -> CheckResult:
 
 
 def run_checks() -> list[CheckResult]:
-    """Every registered check, in parallel, each bounded by READYZ_TIMEOUT_S."""
-    timeout = settings.READYZ_TIMEOUT_S
+    """Every registered check, in parallel, each bounded by readyz.timeout_s."""
+    timeout = READYZ.timeout_s
     deadline = time.monotonic() + timeout
     listed: dict[str, Future[list[tuple[str, Check, bool]]]] = {}
     checks: list[tuple[str, Check, bool]] = []
@@ -210,7 +210,7 @@ def readiness() -> list[CheckResult]:
     """The last run's results while fresh, else a new run (one at a time)."""
     global _cached
     with _cache_lock:
-        if _cached is not None and time.monotonic() - _cached[0] < settings.READYZ_CACHE_S:
+        if _cached is not None and time.monotonic() - _cached[0] < READYZ.cache_s:
             return _cached[1]
         results = run_checks()
         _cached = (time.monotonic(), results)

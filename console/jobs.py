@@ -26,6 +26,7 @@ from .logs import get_request_id, new_request_id, redact, request_id
 from .models import AdminJob, AuditAction, JobStatus, Space
 from .processes import this_process
 from .services import Actor, ServiceError, record_audit
+from .tuning import JOBS
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def job_handler(kind: str, *, label: str, housekeeping: bool = False) -> Callabl
     """Register a handler for a job kind (apps register theirs when imported).
 
     Housekeeping kinds (periodic passes such as the reaper) run every minute: they are pruned
-    after HOUSEKEEPING_JOB_RETENTION_S and left out of the default job lists.
+    after jobs.housekeeping_retention_s and left out of the default job lists.
     """
 
     def register(func: JobHandler) -> JobHandler:
@@ -106,7 +107,7 @@ def prune_housekeeping_jobs(kind: str) -> int:
 
     from .models import FINISHED_JOB_STATUSES
 
-    cutoff = timezone.now() - timedelta(seconds=settings.HOUSEKEEPING_JOB_RETENTION_S)
+    cutoff = timezone.now() - timedelta(seconds=JOBS.housekeeping_retention_s)
     deleted, _ = AdminJob.objects.filter(kind=kind, status__in=FINISHED_JOB_STATUSES, created__lt=cutoff).delete()
     return deleted
 

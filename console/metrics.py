@@ -63,7 +63,7 @@ def prepare_multiprocess_dir(folder: Path) -> None:
         (folder / _MARKER.format(pid=me)).touch()
 
 
-_multiproc_dir = os.environ.get(MULTIPROC_ENV, "")
+_multiproc_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")  # MULTIPROC_ENV
 if _multiproc_dir:
     # Before prometheus_client is imported: it picks its value store from the environment.
     prepare_multiprocess_dir(Path(_multiproc_dir))

@@ -42,7 +42,7 @@ class Space(models.Model):
 
 class SpaceLimits(models.Model):
     """A space's quotas and rate limits, set by platform admins. A blank field takes the
-    platform default (settings.SPACE_LIMIT_DEFAULTS); the row is also what a check locks,
+    platform default (tuning limits.*); the row is also what a check locks,
     so two calls of one space never both take its last slot (sandboxes/sessions/limits.py)."""
 
     space = models.OneToOneField(Space, on_delete=models.CASCADE, related_name="limits", primary_key=True)
@@ -67,7 +67,9 @@ class SpaceLimits(models.Model):
 
     def effective(self) -> dict[str, int]:
         """Every limit as enforced: this row's value, else the platform default."""
-        defaults = settings.SPACE_LIMIT_DEFAULTS
+        from .tuning import LIMITS
+
+        defaults = LIMITS.space_defaults()
         return {
             name: (getattr(self, name) if getattr(self, name) is not None else int(defaults[name]))
             for name in self.LIMIT_FIELDS
@@ -333,7 +335,7 @@ class WorkerProcess(models.Model):
     """A console process (Daphne, Celery worker, a management command) that owns work: exec
     slots, background commands, jobs. It registers itself (a random id, host, pid and what
     tells that pid apart from a later one with the same number) and heartbeats; when its
-    heartbeat is older than PROCESS_HEARTBEAT_WINDOW_S, or it was on this host and its pid is
+    heartbeat is older than processes.heartbeat_window_s, or it was on this host and its pid is
     gone, what it owned is released and the row deleted (console/processes.py)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)

@@ -4,13 +4,13 @@ Exec slots, background commands and admin jobs name the process that owns them
 (`owner_process`). Every process that owns work registers itself once: the entry points at
 start (Daphne in `console/asgi.py`, the Celery worker in `console/celery.py`), any other
 process (a management command, a shell) on first use through `this_process()`. A daemon
-thread renews its heartbeat every third of PROCESS_HEARTBEAT_WINDOW_S, and writes the row
+thread renews its heartbeat every third of processes.heartbeat_window_s, and writes the row
 again if it was released meanwhile (a process frozen past the window). A forked child is a
 process of its own: it registers on first use.
 
 A process is dead when its heartbeat is older than the window, or when it ran on this host
 and its pid is gone or names another process now (Linux: boot id and the pid's start time).
-`release_dead_processes()` runs at each process's start and periodically (PERIODIC_TASKS,
+`release_dead_processes()` runs at each process's start and periodically (the periodic registry,
 "process-release"); for each dead process, in one transaction:
 
 - its queued and running jobs fail with "Interrupted by a restart" (here);
@@ -44,7 +44,9 @@ from django.utils import timezone
 
 from . import metrics
 from .models import AdminJob, JobStatus, WorkerProcess
+from .periodic import periodic
 from .signals import process_released
+from .tuning import PROCESSES
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +119,7 @@ def beat() -> None:
 
 
 def _beat_forever(stop: threading.Event) -> None:
-    every = max(1.0, float(settings.PROCESS_HEARTBEAT_WINDOW_S) / 3)
+    every = max(1.0, float(PROCESSES.heartbeat_window_s) / 3)
     while not stop.wait(every):
         try:
             beat()
@@ -146,7 +148,7 @@ os.register_at_fork(after_in_child=_forget_in_child)
 
 def is_dead(row: WorkerProcess, *, now: Any = None) -> bool:
     now = now or timezone.now()
-    if row.heartbeat < now - timedelta(seconds=float(settings.PROCESS_HEARTBEAT_WINDOW_S)):
+    if row.heartbeat < now - timedelta(seconds=float(PROCESSES.heartbeat_window_s)):
         return True
     if row.host != HOST:
         return False
@@ -210,6 +212,9 @@ def release_process(process_id: uuid.UUID, *, where: str = "") -> list[str] | No
     return released
 
 
+@periodic(
+    "process-release", task="console.release_dead_processes", every=lambda: max(5.0, PROCESSES.heartbeat_window_s / 3)
+)
 def release_dead_processes() -> int:
     """Release every dead process's work (at start and periodically). Returns how many."""
     released = 0

@@ -14,17 +14,17 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
 from .jobs import housekeeping_kinds
 from .models import FINISHED_JOB_STATUSES, AdminJob, AuditEvent
+from .tuning import RETENTION
 
 
 def retention_days(name: str) -> int:
-    """Days to keep rows of kind `name` (a key of settings.RETENTION_DAYS); 0 = forever."""
-    return max(int(settings.RETENTION_DAYS.get(name, 0) or 0), 0)
+    """Days to keep rows of kind `name` (tuning retention.<name>_days); 0 = forever."""
+    return max(int(getattr(RETENTION, f"{name}_days", 0) or 0), 0)
 
 
 def cutoff_for(name: str, now: datetime | None = None) -> datetime | None:
@@ -35,7 +35,7 @@ def cutoff_for(name: str, now: datetime | None = None) -> datetime | None:
 def delete_in_batches(queryset: models.QuerySet[Any], *, batch: int | None = None) -> int:
     """Delete every row of `queryset`, `batch` primary keys per transaction. Returns the count
     of rows of the queryset's own model deleted (cascades are not counted)."""
-    size = batch or int(settings.RETENTION_BATCH)
+    size = batch or int(RETENTION.batch)
     model = queryset.model
     total = 0
     while True:

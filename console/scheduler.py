@@ -1,8 +1,9 @@
 """Periodic tasks: Celery beat when REDIS_URL is set, a thread of the server otherwise.
 
-PERIODIC_TASKS in settings names each task once; settings derive Celery's beat schedule
-from it, and `start_in_process_scheduler()` runs the same callables on the embedded default
-(started by console/asgi.py, so management commands never start it).
+Each task is registered beside its function (console/periodic.py); Celery beat's schedule is
+built from that registry (console/celery.py), and `start_in_process_scheduler()` runs the same
+functions on the embedded default (started by console/asgi.py, so management commands never
+start it). Intervals are read again after each run, so a changed tuning value applies.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import time
 
 from django.conf import settings
 from django.db import close_old_connections
-from django.utils.module_loading import import_string
+
+from .periodic import discover
 
 logger = logging.getLogger(__name__)
 _started = threading.Event()
@@ -21,20 +23,17 @@ _stop = threading.Event()
 
 
 def _run_forever(stop: threading.Event) -> None:
-    tasks = {
-        name: (import_string(str(spec["function"])), float(str(spec["every_s"])))
-        for name, spec in settings.PERIODIC_TASKS.items()
-    }
-    next_run = {name: time.monotonic() + every for name, (_, every) in tasks.items()}
+    tasks = discover()
+    next_run = {name: time.monotonic() + spec.every_s() for name, spec in tasks.items()}
     while not stop.wait(1.0):
-        for name, (function, every) in tasks.items():
+        for name, spec in tasks.items():
             if stop.is_set():
                 return
             if time.monotonic() < next_run[name]:
                 continue
-            next_run[name] = time.monotonic() + every
+            next_run[name] = time.monotonic() + spec.every_s()
             try:
-                function()
+                spec.function()
             except Exception:
                 logger.exception("periodic task %s failed", name)
             finally:

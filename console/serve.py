@@ -5,7 +5,7 @@ the threads still running them (a 25 s exec kept a stopped console alive for 25 
 scheduler went on). Here, on SIGTERM or SIGINT (`console/shutdown.py` holds the Django side):
 
 1. the periodic tasks stop and the listening ports close at once;
-2. HTTP requests in flight get SHUTDOWN_GRACE_S to finish (websockets are not waited for:
+2. HTTP requests in flight get processes.shutdown_grace_s to finish (websockets are not waited for:
    a terminal reattaches through the next process);
 3. what still runs is cut: answered 503 `shutting_down` where no answer had started, its
    application cancelled;

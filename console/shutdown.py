@@ -2,7 +2,7 @@
 
 On SIGTERM (or Ctrl-C) the server calls `begin()` at once: no periodic task starts any more
 (the in-process scheduler stops; one under way runs on in its thread). It then closes its
-port and gives the requests in flight up to SHUTDOWN_GRACE_S to finish; those still running
+port and gives the requests in flight up to processes.shutdown_grace_s to finish; those still running
 then are cut, answered 503 "shutting_down" where no answer had started. Last, `finish()`
 releases what this process still holds, as a crash's would be released by the next start,
 but at once: its exec slots freed, its background commands marked lost, its jobs failed
@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import logging
 
-from django.conf import settings
 from django.db import close_old_connections
 
 from .processes import release_this_process
 from .scheduler import stop_in_process_scheduler
+from .tuning import PROCESSES
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ SHUTTING_DOWN_BODY = json.dumps(
 
 
 def grace_s() -> float:
-    return max(0.0, float(settings.SHUTDOWN_GRACE_S))
+    return max(0.0, float(PROCESSES.shutdown_grace_s))
 
 
 def begin(in_flight: int) -> None:

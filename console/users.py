@@ -3,7 +3,7 @@ deactivate and reactivate. Platform admins call these (the views check); each re
 audit event.
 
 An invitation is a one-time link: its token is random, only its SHA-256 is stored, it works
-once and until INVITE_LINK_HOURS have passed. Deactivating a user ends their login sessions
+once and until users.invite_link_hours have passed. Deactivating a user ends their login sessions
 and (once committed) closes their terminals, as "log out everywhere" does, and revokes the
 credentials they made (each audited) unless the platform admin keeps them: the apps that
 issue credentials (sandboxes: the agent API's tokens) register a `CredentialSource`, since
@@ -32,6 +32,7 @@ from django.utils import timezone
 
 from .models import AuditAction, Invitation
 from .services import Actor, ServiceError, end_login_sessions, record_audit
+from .tuning import USERS
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ def hash_token(token: str) -> str:
 
 
 def invite_lifetime() -> timedelta:
-    return timedelta(hours=float(settings.INVITE_LINK_HOURS))
+    return timedelta(hours=float(USERS.invite_link_hours))
 
 
 @dataclass(frozen=True)

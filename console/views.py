@@ -9,7 +9,6 @@ from __future__ import annotations
 from datetime import datetime, time, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
@@ -40,6 +39,7 @@ from .services import (
     do_update_space_limits,
     policy_warnings,
 )
+from .tuning import LIMITS
 
 PAGE_SIZE = 25
 
@@ -203,7 +203,7 @@ def space_limits(request: HttpRequest, space_id: str) -> HttpResponse:
         raise PermissionDenied("Only platform admins set a space's limits.")
     limits = SpaceLimits.objects.filter(space=space).first() or SpaceLimits(space=space)
     initial = {name: getattr(limits, name) for name in SpaceLimits.LIMIT_FIELDS}
-    form = SpaceLimitsForm(request.POST or None, initial=initial, defaults=settings.SPACE_LIMIT_DEFAULTS)
+    form = SpaceLimitsForm(request.POST or None, initial=initial, defaults=LIMITS.space_defaults())
     if request.method == "POST" and form.is_valid():
         try:
             do_update_space_limits(

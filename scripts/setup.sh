@@ -24,7 +24,7 @@ npm run --silent build >/dev/null
 
 # The bundled example skills' pip dependencies as a wheel folder (an offline package source
 # the one-command start gives the local engine; skills/examples/package-source.txt).
-examples_source="${SKILL_PACKAGE_SOURCES_ROOT:-var/package-sources}/examples"
+examples_source="${CONSOLE_VAR_DIR:-var}/package-sources/examples"
 if [ ! -f "$examples_source/.complete" ] || [ skills/examples/package-source.txt -nt "$examples_source/.complete" ]; then
   echo "==> downloading the example skills' wheels into $examples_source"
   mkdir -p "$examples_source"

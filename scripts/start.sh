@@ -70,19 +70,19 @@ fi
 
 pids=()
 # Ctrl-C or SIGTERM: every process gets SIGTERM (Daphne stops its scheduler and gives the
-# requests in flight SHUTDOWN_GRACE_S to finish), and whatever still runs a few seconds past
+# requests in flight processes.shutdown_grace_s (tuning) to finish), and whatever still runs past
 # the grace is killed, so a stop always ends; what a killed process held is released by the
 # next start (docs/operations.md, "Stopping and crashes").
 stop_all() {
   trap - EXIT INT TERM
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  local deadline=$((SECONDS + ${SHUTDOWN_GRACE_S%.*} + 5))
+  local deadline=$((SECONDS + ${shutdown_grace_s%.*} + 5))
   for pid in "${pids[@]}"; do
     while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
     kill -KILL "$pid" 2>/dev/null || true
   done
 }
-export SHUTDOWN_GRACE_S=${SHUTDOWN_GRACE_S:-20}
+shutdown_grace_s=$(.venv/bin/python manage.py tuning processes.shutdown_grace_s)
 trap stop_all EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
   echo "==> REDIS_URL is set: starting a Celery worker and beat (logs: var/celery-worker.log, var/celery-beat.log)"

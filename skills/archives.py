@@ -57,7 +57,7 @@ class ArchiveError(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps on what one import may contain (settings SKILL_*)."""
+    """Caps on what one import may contain (tuning skills.*)."""
 
     archive_bytes: int = DEFAULT_ARCHIVE_MAX_BYTES
     max_files: int = DEFAULT_MAX_FILES
@@ -66,13 +66,13 @@ class Limits:
 
     @classmethod
     def from_settings(cls) -> Limits:
-        from django.conf import settings
+        from .tuning import SKILLS
 
         return cls(
-            archive_bytes=int(getattr(settings, "SKILL_ARCHIVE_MAX_BYTES", DEFAULT_ARCHIVE_MAX_BYTES)),
-            max_files=int(getattr(settings, "SKILL_MAX_FILES", DEFAULT_MAX_FILES)),
-            uncompressed_bytes=int(getattr(settings, "SKILL_MAX_UNCOMPRESSED_BYTES", DEFAULT_MAX_UNCOMPRESSED_BYTES)),
-            compression_ratio=int(getattr(settings, "SKILL_MAX_COMPRESSION_RATIO", DEFAULT_MAX_COMPRESSION_RATIO)),
+            archive_bytes=SKILLS.archive_max_bytes,
+            max_files=SKILLS.max_files,
+            uncompressed_bytes=SKILLS.max_uncompressed_bytes,
+            compression_ratio=SKILLS.max_compression_ratio,
         )
 
 
@@ -163,20 +163,20 @@ def check_archive_size(size: int, limits: Limits) -> None:
     if size > limits.archive_bytes:
         raise ArchiveError(
             f"The archive is {human_size(size)}; the limit is {human_size(limits.archive_bytes)} "
-            "(SKILL_ARCHIVE_MAX_BYTES)."
+            "(skills.archive_max_bytes)."
         )
 
 
 def check_file_count(count: int, limits: Limits) -> None:
     if count > limits.max_files:
-        raise ArchiveError(f"The skill has more than {limits.max_files} files (SKILL_MAX_FILES); refused.")
+        raise ArchiveError(f"The skill has more than {limits.max_files} files (skills.max_files); refused.")
 
 
 def check_total(total: int, limits: Limits) -> None:
     if total > limits.uncompressed_bytes:
         raise ArchiveError(
             f"The skill unpacks to more than {human_size(limits.uncompressed_bytes)} "
-            "(SKILL_MAX_UNCOMPRESSED_BYTES); refused as a possible compression bomb."
+            "(skills.max_uncompressed_bytes); refused as a possible compression bomb."
         )
 
 
@@ -187,7 +187,7 @@ def check_ratio(name: str, uncompressed: int, compressed: int, limits: Limits) -
     if ratio > limits.compression_ratio:
         raise ArchiveError(
             f"{name!r}: refused: it compresses {ratio:.0f}:1, over the limit of {limits.compression_ratio}:1 "
-            "(SKILL_MAX_COMPRESSION_RATIO) that protects against compression bombs."
+            "(skills.max_compression_ratio) that protects against compression bombs."
         )
 
 

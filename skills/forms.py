@@ -23,7 +23,7 @@ class SkillImportForm(forms.Form):
         if archive.size is not None and archive.size > limit:
             raise forms.ValidationError(
                 f"The archive is {human_size(archive.size)}; "
-                f"the limit is {human_size(limit)} (SKILL_ARCHIVE_MAX_BYTES)."
+                f"the limit is {human_size(limit)} (skills.archive_max_bytes)."
             )
         return archive
 

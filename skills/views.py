@@ -158,7 +158,7 @@ def download(skill_file: SkillFile) -> HttpResponse:
 
 
 class ArchiveSizeLimitHandler(FileUploadHandler):
-    """Stops reading an upload past SKILL_ARCHIVE_MAX_BYTES, so it is never stored in full."""
+    """Stops reading an upload past skills.archive_max_bytes, so it is never stored in full."""
 
     def __init__(self, request: HttpRequest, limit: int) -> None:
         super().__init__(request)
@@ -199,7 +199,7 @@ def _skill_import(request: HttpRequest, limit_handler: ArchiveSizeLimitHandler) 
             form.errors.pop("archive", None)  # "required": the real reason is the cut-off
             form.add_error(
                 "archive",
-                f"The archive is over the limit of {human_size(limit_handler.limit)} (SKILL_ARCHIVE_MAX_BYTES).",
+                f"The archive is over the limit of {human_size(limit_handler.limit)} (skills.archive_max_bytes).",
             )
         elif form.is_valid():
             archive = form.cleaned_data["archive"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -94,3 +95,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 # `captured`: the log records of a test (tests/log_capture.py).
 from tests.log_capture import captured  # noqa: E402, F401
 from tests.personas import world  # noqa: E402, F401
+
+
+@pytest.fixture
+def tuned(settings: Any) -> Callable[..., None]:
+    """Change tuning knobs for the rest of the test: `tuned({"terminal.reattach_s": 1})` or
+    `tuned(terminal={"reattach_s": 1})`. Through pytest-django's `settings` (settings.TUNING,
+    merged), so every override of the test is undone in one order at its end."""
+    from console.tuning import merged
+
+    def apply(values: Any = None, **by_room: Any) -> None:
+        settings.TUNING = merged(settings.TUNING, values, **by_room)
+
+    return apply

@@ -7,6 +7,7 @@ set them, so `manage.py` run by hand uses the same ones as the running console.
 
 import os
 
+from console.environment import env_str
 from console.logs import logging_config
 
 from .base import *  # noqa: F403
@@ -25,7 +26,7 @@ FIELD_ENCRYPTION_KEY = _kept_key("FIELD_ENCRYPTION_KEY", FIELD_ENCRYPTION_KEY)  
 CONSOLE_INSTALLATION_ID = _kept_key("CONSOLE_INSTALLATION_ID", CONSOLE_INSTALLATION_ID)  # noqa: F405
 
 # Readable log lines at a terminal unless LOG_FORMAT says otherwise.
-LOG_FORMAT = os.environ.get("LOG_FORMAT", "text")
+LOG_FORMAT = env_str("LOG_FORMAT", "text")
 LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)  # noqa: F405
 # /metrics from this host without a token (docs/operations.md, "Metrics").
-METRICS_ALLOW_LOOPBACK = env_bool("METRICS_ALLOW_LOOPBACK", True)  # noqa: F405
+METRICS_ALLOW_LOOPBACK = True

@@ -7,7 +7,7 @@ Redis, but the console under test keeps the in-process runner unless a test opts
 import os
 
 from .base import *  # noqa: F403
-from .base import DATABASES, VAR_DIR
+from .base import DATABASES, TUNING, VAR_DIR
 
 SECRET_KEY = "test-secret-key-not-for-production"  # noqa: S105
 FIELD_ENCRYPTION_KEY = "i-jd3i8P6hAsBXbyr7FvRh-DyH0dvHOP5x0g-mmpuj8="
@@ -28,7 +28,7 @@ RUN_SCHEDULER = False  # tests run periodic functions themselves
 # Test runs share one engine under one installation id while each has its own database: the
 # per-installation clean-up would take another run's live objects for orphans. Tests of it
 # switch it on under an installation id of their own.
-REAPER_UNMANAGED = False
+TUNING = {**TUNING, "sessions.reaper_unmanaged": False}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not the in-memory default: threads racing on the session store need real locks.
     import tempfile

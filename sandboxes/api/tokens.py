@@ -11,12 +11,12 @@ import hashlib
 import secrets
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from console.models import AuditAction, Space
 from console.services import Actor, ServiceError, record_audit
+from console.tuning import LIMITS
 from console.users import HeldCredential
 
 from ..models import ApiToken
@@ -30,12 +30,12 @@ def hash_token(token: str) -> str:
 
 def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiToken, str]:
     """Create a token; the plaintext is returned once and never stored. A space holds at most
-    API_TOKENS_PER_SPACE tokens in force (revoked ones do not count)."""
+    limits.api_tokens_per_space tokens in force (revoked ones do not count)."""
     name = name.strip()
     if not name:
         raise ServiceError("Give the token a name.", field_errors={"name": ["required"]})
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    maximum = settings.API_TOKENS_PER_SPACE
+    maximum = LIMITS.api_tokens_per_space
     with transaction.atomic():
         # The space row's lock makes two creations at once count each other.
         Space.objects.select_for_update().filter(pk=space.pk).first()

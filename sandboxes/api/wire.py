@@ -14,12 +14,12 @@ import binascii
 import json
 from typing import Annotated, Any, TypeVar
 
-from django.conf import settings
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, JsonResponse
 from pydantic import BaseModel, ValidationError, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from ..sessions.tuning import SESSIONS
 from .pagination import InvalidPage, cursor_page
 
 MAX_JSON_BODY = 2 * 1024 * 1024
@@ -131,12 +131,12 @@ def b64_checked(name: str, text: str | None) -> str | None:
 
 
 def upload_body(request: HttpRequest) -> bytes:
-    """A PUT's raw body up to WORKSPACE_UPLOAD_MAX_BYTES, read from the stream.
+    """A PUT's raw body up to sessions.workspace_upload_max_bytes, read from the stream.
 
     `request.body` refuses anything past DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB, meant for
     form fields) with an HTML 400, which made the workspace's own cap unreachable.
     """
-    cap = settings.WORKSPACE_UPLOAD_MAX_BYTES
+    cap = SESSIONS.workspace_upload_max_bytes
     data = request.read(cap + 1)
     if len(data) > cap:
         raise ApiError(400, "invalid", f"The file is larger than {cap} bytes.", field="body")

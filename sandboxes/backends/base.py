@@ -513,7 +513,7 @@ class KindDescription:
     limits_disk: bool = False
     # The console bounds disks with file systems of its own on the engine's host (Docker): it
     # takes the operator's folder for them (settings.WORKSPACE_DISK_DIR) and the template
-    # build bound (settings.TEMPLATE_BUILD_DISK_MB) as options `disk_dir`, `template_build_disk_mb`.
+    # build bound (tuning catalog.template_build_disk_mb) as options `disk_dir`, `template_build_disk_mb`.
     takes_disk_dir: bool = False
 
     @property

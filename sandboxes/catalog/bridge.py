@@ -38,6 +38,7 @@ from ..backends.base import (
 )
 from ..models import PlatformBackend, SandboxConfig, TemplateRecord
 from .observed import build_observed
+from .tuning import CATALOG
 
 
 def effective_api_key(config: SandboxConfig) -> str:
@@ -114,7 +115,7 @@ def _resolver_options(kind: str) -> dict[str, str]:
     options = {
         "dns_upstream": settings.EGRESS_DNS_UPSTREAM,
         "egress_state_dir": settings.EGRESS_STATE_DIR,
-        "egress_log_max_bytes": str(settings.EGRESS_LOG_MAX_BYTES),
+        "egress_log_max_bytes": str(CATALOG.egress_log_max_bytes),
     }
     return {key: value for key, value in options.items() if value}
 
@@ -126,7 +127,7 @@ def disk_options(config: SandboxConfig) -> dict[str, str]:
         return {}
     options = {
         "disk_dir": settings.WORKSPACE_DISK_DIR,
-        "template_build_disk_mb": str(settings.TEMPLATE_BUILD_DISK_MB),
+        "template_build_disk_mb": str(CATALOG.template_build_disk_mb),
     }
     return {key: value for key, value in options.items() if value}
 

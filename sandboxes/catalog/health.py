@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from console.crypto import decrypt
 from console.health import Check
+from console.tuning import READYZ
 
 from ..backends.base import BackendConfig, ErrorKind, RemoteError
 from ..backends.unix_socket import SCHEME, check_unix_socket
@@ -52,9 +53,8 @@ def _health_check(config: BackendConfig) -> Check:
 
 def backend_checks() -> list[tuple[str, Check, bool]]:
     """One check per platform backend (read afresh at each readiness run)."""
-    from django.conf import settings
 
-    mode = settings.READYZ_BACKENDS
+    mode = READYZ.backends
     if mode == "off":
         return []
     return [

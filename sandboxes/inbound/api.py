@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from django.conf import settings
 from django.http import HttpRequest
 from ninja import Field, Path, Query, Router, Schema, Status
 from pydantic import BaseModel, field_validator
@@ -18,6 +17,7 @@ from ..api.errors import JSON_BODY, documented
 from ..api.wire import ApiError, IntText, as_int, body_doc, invalid, read_body
 from ..sessions.api import SESSION, existing_session
 from ..sessions.inbound import do_issue_inbound_link, inbound_on, inbound_url
+from ..sessions.tuning import SESSIONS
 
 router = Router(tags=["inbound"], exclude_unset=True)  # a key a view leaves out stays out
 
@@ -104,6 +104,6 @@ def inbound_link(request: HttpRequest, space_id: Annotated[UUID, Path()], key: s
     who = caller(request)
     session = existing_session(who.space, key)
     wanted = read_body(request, InboundLinkRequest)
-    ttl_s = settings.INBOUND_LINK_DEFAULT_TTL_S if wanted.ttl_s is None else wanted.ttl_s
+    ttl_s = SESSIONS.inbound_link_default_ttl_s if wanted.ttl_s is None else wanted.ttl_s
     link, expires_at = do_issue_inbound_link(session, wanted.port, ttl_s, actor=who.actor)
     return Status(201, {"port": wanted.port, "url": request.build_absolute_uri(link), "expires_at": expires_at})

@@ -29,6 +29,7 @@ from .common import (
     plain,
     query_without_link,
 )
+from .tuning import INBOUND
 
 # Headers that act on the whole origin, not the answer: on the console's own origin a sandbox
 # would clear the console's cookies (Clear-Site-Data ignores CSP sandbox), pin HSTS or move
@@ -52,10 +53,10 @@ def _http_client() -> httpx.AsyncClient:
             trust_env=False,
             follow_redirects=False,
             timeout=httpx.Timeout(
-                connect=settings.INBOUND_CONNECT_TIMEOUT_S,
-                read=settings.INBOUND_READ_TIMEOUT_S,
-                write=settings.INBOUND_READ_TIMEOUT_S,
-                pool=settings.INBOUND_CONNECT_TIMEOUT_S,
+                connect=INBOUND.connect_timeout_s,
+                read=INBOUND.read_timeout_s,
+                write=INBOUND.read_timeout_s,
+                pool=INBOUND.connect_timeout_s,
             ),
             limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
         )
@@ -108,7 +109,7 @@ async def forward(
     *,
     sandboxed: bool,
 ) -> None:
-    limit = settings.INBOUND_MAX_REQUEST_BYTES
+    limit = INBOUND.max_request_bytes
     length = header(headers, b"content-length")
     if length is not None and (not length.strip().isdigit() or int(length) > limit):
         await plain(send, 413, f"The request body is over the limit of {limit} bytes.")
@@ -163,7 +164,7 @@ async def forward(
     )
     started = False
     try:
-        async with asyncio.timeout(settings.INBOUND_MAX_DURATION_S):
+        async with asyncio.timeout(INBOUND.max_duration_s):
             response = await client.send(request, stream=True)
             try:
                 await send(

@@ -15,7 +15,7 @@ expiring with the link). Without a credential that matches, the answer is 404 wh
 exists (no leak of which sandboxes there are); with one, inbound off is a 403 that says so.
 
 Bodies stream both ways (the request in the chunks the server hands over, capped at
-INBOUND_MAX_REQUEST_BYTES; the response as the sandbox sends it); hop-by-hop headers and the
+inbound.max_request_bytes; the response as the sandbox sends it); hop-by-hop headers and the
 console's own cookies are never forwarded; the upstream is the sandbox's own address from
 the engine, never a host the request names (docs/inbound.md).
 """

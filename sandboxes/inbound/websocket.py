@@ -15,9 +15,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from django.conf import settings
-
 from .common import Receive, Refused, Scope, Send, console_cookie_names, cookies, request_headers
+from .tuning import INBOUND
 
 Admit = Callable[[Scope], Awaitable[tuple[str, int, str]]]
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -93,13 +92,13 @@ async def _connect(scope: Scope, host: str, port: int, path: str) -> tuple[Any, 
     factory.setProtocolOptions(
         maxMessagePayloadSize=MAX_MESSAGE_BYTES,
         maxFramePayloadSize=MAX_MESSAGE_BYTES,
-        openHandshakeTimeout=settings.INBOUND_CONNECT_TIMEOUT_S,
+        openHandshakeTimeout=INBOUND.connect_timeout_s,
         autoPingInterval=30,
         autoPingTimeout=30,
     )
-    connector: Any = reactor.connectTCP(host, port, factory, timeout=settings.INBOUND_CONNECT_TIMEOUT_S)
+    connector: Any = reactor.connectTCP(host, port, factory, timeout=INBOUND.connect_timeout_s)
     try:
-        upstream = await asyncio.wait_for(opened, settings.INBOUND_CONNECT_TIMEOUT_S * 2)
+        upstream = await asyncio.wait_for(opened, INBOUND.connect_timeout_s * 2)
     except BaseException:
         connector.disconnect()
         raise

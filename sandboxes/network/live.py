@@ -8,7 +8,7 @@ its spec (space policy + its grants) through `EgressCapability.update`, and its
 fingerprint: the policy page lists them until they are rebuilt.
 
 With Celery (`JOB_RUNNER=celery`) the pass runs as a task once the change is committed;
-in-process it runs at commit, bounded by `EGRESS_APPLY_BUDGET_S` (what is left is listed as
+in-process it runs at commit, bounded by `network.apply_budget_s` (what is left is listed as
 keeping older rules, and the next change or approval tries again).
 """
 
@@ -29,6 +29,7 @@ from ..backends.base import NetworkSpec, RemoteError
 from ..catalog.network import merge_grants, network_spec_for, spec_fingerprint, unsupported_policy_switches
 from ..models import Session, SessionState
 from ..sessions.runtime import backend_for
+from .tuning import NETWORK
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def apply_to_session(session: Session, report: ApplyReport, space_spec: NetworkS
 def apply_space_policy(space: Space, *, actor: Actor = SYSTEM, sessions: list[Session] | None = None) -> ApplyReport:
     """Apply the space's current spec to its (or the given) bound sessions; one audit row."""
     report = ApplyReport()
-    deadline = time.monotonic() + settings.EGRESS_APPLY_BUDGET_S
+    deadline = time.monotonic() + NETWORK.apply_budget_s
     space_spec = network_spec_for(space) if sessions is None else None
     for session in sessions if sessions is not None else bound_sessions(space):
         if time.monotonic() > deadline:

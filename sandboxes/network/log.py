@@ -1,9 +1,9 @@
 """The egress log: refused attempts read back from every platform backend with
 `egress()` (a cursor per backend), mapped to space and session (or a skill build's job) by
-sandbox id, bounded per session (EGRESS_LOG_MAX_PER_SESSION). The retention pass
-(sandboxes.sessions.retention) deletes rows past RETENTION_DAYS["egress_events"].
+sandbox id, bounded per session (network.log_max_per_session). The retention pass
+(sandboxes.sessions.retention) deletes rows past retention.egress_events_days.
 
-Periodic (settings.PERIODIC_TASKS): `ingest_refusals`.
+Periodic (console/periodic.py): `ingest_refusals`.
 """
 
 from __future__ import annotations
@@ -11,16 +11,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q, QuerySet
 
 from console.models import AdminJob, Space
+from console.periodic import periodic
 
 from ..backends.base import RemoteError
 from ..backends.capabilities import EgressRefusal
 from ..models import EgressCursor, EgressEvent, PlatformBackend, SandboxConfig, Session, WatchedSandbox
 from ..sessions.runtime import backend_for
+from .tuning import NETWORK
 
 logger = logging.getLogger(__name__)
 MAX_PER_READ = 5000
@@ -85,8 +86,8 @@ def newest_per_sandbox(refusals: list[EgressRefusal], keep: int) -> list[EgressR
 
 
 def trim_session(session_id: Any) -> None:
-    """Keep the newest EGRESS_LOG_MAX_PER_SESSION rows of a session."""
-    keep = settings.EGRESS_LOG_MAX_PER_SESSION
+    """Keep the newest network.log_max_per_session rows of a session."""
+    keep = NETWORK.log_max_per_session
     rows = EgressEvent.objects.filter(session_id=session_id)
     extra = list(rows.order_by("-time", "-id").values_list("id", flat=True)[keep:])
     if extra:
@@ -108,11 +109,14 @@ def ingest_backend(backend: PlatformBackend) -> int:
     cursor = stored.cursor if stored is not None else ""
     refusals, next_cursor = egress.refusals(cursor)
     with transaction.atomic():
-        recorded = record_refusals(backend, newest_per_sandbox(refusals, settings.EGRESS_LOG_MAX_PER_SESSION))
+        recorded = record_refusals(backend, newest_per_sandbox(refusals, NETWORK.log_max_per_session))
         EgressCursor.objects.update_or_create(backend=backend, defaults={"cursor": next_cursor})
     return recorded
 
 
+# The egress component's upkeep (Docker: pruning, deny-name refresh, resolver restarts, log
+# rotation, released networks' leftovers); never a side effect of reading refusals.
+@periodic("egress-housekeeping", task="sandboxes.egress_housekeeping", every=60)
 def egress_housekeeping() -> list[str]:
     """The periodic upkeep of every platform backend's egress (`EgressCapability.housekeeping`:
     the Docker host's leftovers pruned, denied names refreshed, resolvers restarted, logs
@@ -135,6 +139,7 @@ def egress_housekeeping() -> list[str]:
     return lines
 
 
+@periodic("egress-ingest", task="sandboxes.egress_ingest", every=lambda: NETWORK.ingest_interval_s)
 def ingest_refusals() -> int:
     """Every platform backend's new refusals; a backend that fails is retried next time."""
     total = 0

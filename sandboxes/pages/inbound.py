@@ -8,7 +8,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -21,6 +20,7 @@ from console.services import ServiceError, actor_from_request
 from ..backends.base import RemoteError
 from ..models import Session
 from ..sessions.inbound import do_issue_inbound_link, inbound_on, inbound_url
+from ..sessions.tuning import SESSIONS
 from .lookups import get_session_for_user, remote_error_message
 
 DEFAULT_PORT = 8000
@@ -48,8 +48,8 @@ def inbound_context(request: HttpRequest, session: Session, *, can_use: bool) ->
         "on": inbound_on(session.space_id),
         "url": None,
         "problem": "",
-        "ttl_minutes": settings.INBOUND_LINK_DEFAULT_TTL_S // 60,
-        "max_ttl_minutes": settings.INBOUND_LINK_MAX_TTL_S // 60,
+        "ttl_minutes": SESSIONS.inbound_link_default_ttl_s // 60,
+        "max_ttl_minutes": SESSIONS.inbound_link_max_ttl_s // 60,
     }
     try:
         url = inbound_url(session, port)
@@ -72,7 +72,7 @@ def session_inbound_link(request: HttpRequest, session_id: str) -> HttpResponse:
     """Issue a signed link to a port of the session's sandbox (members and up)."""
     session = get_session_for_user(request.user, session_id, Role.MEMBER)
     port, error = port_of(request.POST.get("port"))
-    minutes, minutes_error = port_of(request.POST.get("minutes"), settings.INBOUND_LINK_DEFAULT_TTL_S // 60)
+    minutes, minutes_error = port_of(request.POST.get("minutes"), SESSIONS.inbound_link_default_ttl_s // 60)
     context: dict[str, Any] = {"session": session, "space": session.space, "port": port, "section": "sessions"}
     status = 200
     if error or minutes_error:

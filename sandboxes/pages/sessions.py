@@ -8,7 +8,6 @@ import secrets
 from typing import Any
 from urllib.parse import urlencode
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import F, Q
@@ -31,6 +30,7 @@ from ..sessions.commands import kill_command, read_output, start_command
 from ..sessions.provisioning import effective_template
 from ..sessions.runtime import Runtime
 from ..sessions.stats import read_session_stats
+from ..sessions.tuning import SESSIONS
 from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
 from .inbound import inbound_context
 from .lookups import failure_message, get_session_for_user, remote_error_message
@@ -201,8 +201,8 @@ def session_upload(request: HttpRequest, session_id: str) -> HttpResponse:
     upload = request.FILES.get("file")
     if upload is None:
         messages.error(request, "Choose a file to upload.")
-    elif upload.size is not None and upload.size > settings.WORKSPACE_UPLOAD_MAX_BYTES:
-        messages.error(request, f"The file is larger than {settings.WORKSPACE_UPLOAD_MAX_BYTES} bytes.")
+    elif upload.size is not None and upload.size > SESSIONS.workspace_upload_max_bytes:
+        messages.error(request, f"The file is larger than {SESSIONS.workspace_upload_max_bytes} bytes.")
     else:
         try:
             info = stage_input(

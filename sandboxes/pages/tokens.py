@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -13,6 +12,7 @@ from django.views.decorators.http import require_http_methods
 from console.access import get_space_for_user
 from console.models import Role
 from console.services import ServiceError, actor_from_request
+from console.tuning import LIMITS
 
 from ..api.tokens import do_create_api_token, do_revoke_api_token
 from ..models import ApiToken
@@ -38,7 +38,7 @@ def token_list(request: HttpRequest, space_id: str) -> HttpResponse:
         "space": space,
         "tokens": tokens,
         "tokens_in_force": sum(1 for t in tokens if t.revoked is None),
-        "token_limit": settings.API_TOKENS_PER_SPACE,
+        "token_limit": LIMITS.api_tokens_per_space,
         "created_secret": created_secret,
         "section": "spaces",
     }

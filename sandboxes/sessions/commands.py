@@ -55,6 +55,7 @@ from .limits import check_background_commands
 from .provisioning import backend_for
 from .runtime import HOLDER, Runtime
 from .streams import MemoryRingBuffer, RedisRingBuffer, RingBuffer
+from .tuning import SESSIONS
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +144,8 @@ class RedisPlumbing(Plumbing):
 
     def finish(self) -> None:
         self.client.delete(self.beat_key, self.stdin_key)
-        self.client.expire(self.kill_key, settings.COMMAND_OUTPUT_RETENTION_S)
-        self.ring.finish(settings.COMMAND_OUTPUT_RETENTION_S)
+        self.client.expire(self.kill_key, SESSIONS.command_output_retention_s)
+        self.ring.finish(SESSIONS.command_output_retention_s)
 
 
 class MemoryPlumbing(Plumbing):
@@ -203,7 +204,7 @@ def plumbing_for(command_id: uuid.UUID | str) -> Plumbing:
             return RedisPlumbing(client, key)
         now = time.monotonic()
         for stale in [
-            k for k, p in _memory.items() if p.finished_at and now - p.finished_at > settings.COMMAND_OUTPUT_RETENTION_S
+            k for k, p in _memory.items() if p.finished_at and now - p.finished_at > SESSIONS.command_output_retention_s
         ]:
             del _memory[stale]
         return _memory.setdefault(key, MemoryPlumbing())

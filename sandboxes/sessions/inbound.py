@@ -17,7 +17,6 @@ import uuid
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from django.conf import settings
 from django.core import signing
 from django.db import transaction
 from django.db.models import Q
@@ -32,6 +31,7 @@ from ..backends.capabilities import InboundCapability
 from ..models import Session
 from .inbound_hosts import host_url, read_label, shared_domain
 from .runtime import ACTIVITY_WRITE_INTERVAL, backend_for
+from .tuning import SESSIONS
 
 LINK_SALT = "sandboxes.inbound.link"
 LINK_PARAM = "_console_link"
@@ -137,9 +137,9 @@ def do_issue_inbound_link(session: Session, port: int, ttl_s: int, *, actor: Act
     """A signed link to `port` of the session's sandbox for a browser (which then keeps a
     cookie for that URL's path until the expiry). Audited: a link is a credential."""
     check_port(port)
-    if not 60 <= ttl_s <= settings.INBOUND_LINK_MAX_TTL_S:
+    if not 60 <= ttl_s <= SESSIONS.inbound_link_max_ttl_s:
         raise ServiceError(
-            f"A link lasts from 1 minute to {settings.INBOUND_LINK_MAX_TTL_S // 60} minutes.",
+            f"A link lasts from 1 minute to {SESSIONS.inbound_link_max_ttl_s // 60} minutes.",
             field_errors={"ttl": ["out of range"]},
         )
     url = inbound_url(session, port)

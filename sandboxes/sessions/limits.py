@@ -199,7 +199,7 @@ def _count_request(counter: str, window: int) -> int:
 def check_api_rate(space: Space) -> None:
     """Count one API request of the space (whichever of its tokens sent it); refuse it past
     the space's per-minute limit. Counted per space, not per token: a space admin may make
-    tokens (up to API_TOKENS_PER_SPACE), and each must not bring a limit of its own."""
+    tokens (up to limits.api_tokens_per_space), and each must not bring a limit of its own."""
     maximum = limits_of(space, max_age_s=LIMITS_CACHE_S)["api_requests_per_minute"]
     now = time.time()
     window = int(now // WINDOW_S)

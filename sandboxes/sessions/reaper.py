@@ -38,6 +38,7 @@ from django.utils import timezone
 
 from console import metrics
 from console.jobs import JobContext, JobFailed, job_handler, prune_housekeeping_jobs
+from console.periodic import periodic
 from console.services import SYSTEM
 
 from ..backends.base import (
@@ -68,6 +69,7 @@ from .store import (
     turn_key,
 )
 from .store_select import get_store
+from .tuning import SESSIONS
 from .unmanaged import JOB_GRACE, reap_unmanaged, serves_a_running_job
 
 logger = logging.getLogger(__name__)
@@ -310,7 +312,7 @@ def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta)
 def reap_all(store: SessionStore | None = None, *, grace: timedelta | None = None) -> list[ReapReport]:
     """One pass over every config; raises `ReaperBusy` when another process runs one."""
     store = store or get_store()
-    grace = grace if grace is not None else timedelta(seconds=settings.REAPER_GRACE_S)
+    grace = grace if grace is not None else timedelta(seconds=SESSIONS.reaper_grace_s)
     configs = list(SandboxConfig.objects.select_related("space").order_by("created"))
     try:
         with lifecycle_lock(store, REAPER_LOCK, wait_s=0, holder=HOLDER):
@@ -347,7 +349,7 @@ def reap_job(ctx: JobContext) -> dict[str, Any]:
         "claimed": sum(len(r.claimed) for r in reports),
     }
     errors = [e for r in reports for e in r.errors]
-    if settings.REAPER_UNMANAGED:
+    if SESSIONS.reaper_unmanaged:
         # Per installation: what carries this installation's labels and no live object owns
         # (a deleted space's or config's leftovers), which no config's pass lists any more.
         unmanaged = reap_unmanaged()
@@ -427,6 +429,7 @@ def idle_sweep_job(ctx: JobContext) -> dict[str, Any]:
     return {"idled": idled}
 
 
+@periodic("reaper", task="sandboxes.reaper_pass", every=lambda: SESSIONS.reaper_interval_s)
 def start_reaper_pass() -> None:
     """The periodic entry point: one audited job per pass."""
     from console.jobs import start_job
@@ -434,6 +437,7 @@ def start_reaper_pass() -> None:
     start_job("sandboxes.reap", actor=SYSTEM)
 
 
+@periodic("idle-sweep", task="sandboxes.idle_sweep", every=lambda: SESSIONS.idle_sweep_interval_s)
 def start_idle_sweep() -> None:
     """The periodic entry point of the idle sweep: one job per sweep."""
     from console.jobs import start_job

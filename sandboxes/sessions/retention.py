@@ -5,8 +5,8 @@ stored files). Live things are never touched: an open terminal, a running comman
 artifact of a turn younger than the setting stays whatever its age; so does the open audit
 of a terminal still open (or closed within the setting: its open and close go together).
 
-Settings: RETENTION_DAYS (per kind, 0 = keep forever), RETENTION_BATCH,
-RETENTION_INTERVAL_S (docs/operations.md, "Retention").
+Tuning: retention.<kind>_days (0 = keep forever), retention.batch,
+retention.interval_s (docs/operations.md, "Retention").
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from django.utils import timezone
 
 from console.jobs import JobContext, job_handler, prune_housekeeping_jobs, start_job
 from console.models import AuditAction, AuditEvent
+from console.periodic import periodic
 from console.retention import cutoff_for, delete_in_batches, prune_console_records
 from console.services import SYSTEM, record_audit
+from console.tuning import RETENTION
 
 from ..models import Artifact, BackgroundCommand, CommandStatus, EgressEvent, Terminal, WatchedSandbox
 
@@ -135,6 +137,7 @@ def retention_pass(ctx: JobContext) -> dict[str, Any]:
     return {"deleted": deleted}
 
 
+@periodic("retention", task="sandboxes.retention_pass", every=lambda: RETENTION.interval_s)
 def start_retention_pass() -> None:
     """The periodic entry point: one housekeeping job per pass."""
     start_job(KIND, actor=SYSTEM)

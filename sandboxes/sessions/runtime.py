@@ -14,14 +14,14 @@ resolve(space, key):
 Stale and the turn lease: a stale sandbox (bound before the session's stale time) is
 rebuilt at once when no turn is in flight; within a turn only the first resolve may rebuild
 (it consumes the turn's one-shot ticket); when the lease cannot be read, a turn is assumed
-in flight and nothing is torn down. A rebuild waits (SESSION_REBUILD_WAIT_S) for the
+in flight and nothing is torn down. A rebuild waits (sessions.rebuild_wait_s) for the
 session's other execs, commands and open terminals to end, else is deferred to the next turn;
 an exec whose sandbox went under it anyway (a forced Rebuild, a delete) answers
 `sandbox_replaced` (or 404), never the exit code of a killed process.
 
 Pause: one guarded path for the UI, the API and the idle sweep (`pause`): under the session's
 lifecycle lock, only with nothing in flight (sessions/inflight.py), holding the session's row
-while the engine freezes the sandbox, with the engine call bounded (SESSION_ENGINE_TIMEOUT_S).
+while the engine freezes the sandbox, with the engine call bounded (sessions.engine_timeout_s).
 A call that fails because the engine and the runtime disagree on the sandbox's state is
 repaired (`Backend.repair`) and answered in words; so is any call racing a pause or a delete.
 """
@@ -88,6 +88,7 @@ from .store import (
     turn_key,
 )
 from .store_select import get_store
+from .tuning import SESSIONS
 
 logger = logging.getLogger(__name__)
 
@@ -100,9 +101,9 @@ PAUSE_LOCK_WAIT_S = 5.0
 
 def sandbox_or_none(backend: Backend, sandbox_id: str) -> SandboxInfo | None:
     """`backend.get(sandbox_id)`, or None when the backend says it is not there (any more).
-    Bounded by SESSION_ENGINE_TIMEOUT_S: a state read never holds a worker longer."""
+    Bounded by sessions.engine_timeout_s: a state read never holds a worker longer."""
     try:
-        return backend.get(sandbox_id, timeout_s=settings.SESSION_ENGINE_TIMEOUT_S)
+        return backend.get(sandbox_id, timeout_s=SESSIONS.engine_timeout_s)
     except RemoteError as exc:
         if exc.kind in GONE_KINDS:
             return None
@@ -310,7 +311,7 @@ class Runtime:
             return True
         with (
             contextlib.suppress(RemoteError),
-            lifecycle_lock(self.store, self.keys(session)[1], wait_s=settings.SESSION_ENGINE_TIMEOUT_S, holder=HOLDER),
+            lifecycle_lock(self.store, self.keys(session)[1], wait_s=SESSIONS.engine_timeout_s, holder=HOLDER),
         ):
             pass
         return not rows.exists()
@@ -360,9 +361,9 @@ class Runtime:
             return resolved
 
     def _quiet_for_rebuild(self, session: Session, own_calls: int) -> bool:
-        """Wait up to SESSION_REBUILD_WAIT_S for the session's other execs, commands and open
+        """Wait up to sessions.rebuild_wait_s for the session's other execs, commands and open
         terminals to end; False (defer the rebuild) if they do not."""
-        deadline = time.monotonic() + settings.SESSION_REBUILD_WAIT_S
+        deadline = time.monotonic() + SESSIONS.rebuild_wait_s
         while True:
             reason = busy_reason(session.pk, own_calls=own_calls)
             if reason is None:
@@ -670,7 +671,7 @@ class Runtime:
         session's row is held from that check until the engine has answered, so a call that
         starts meanwhile waits for the pause and then resumes the sandbox; it never starts a
         process in a sandbox being frozen (docker/for-linux#891). The engine call is bounded
-        (SESSION_ENGINE_TIMEOUT_S); a failure is checked for a broken state and repaired.
+        (sessions.engine_timeout_s); a failure is checked for a broken state and repaired.
         `idle_since` (the idle sweep): pause only a running session whose activity did not move.
         """
         bkey, lkey, _ = self.keys(session)
@@ -721,7 +722,7 @@ class Runtime:
 
     def _engine_pause(self, session: Session, backend: Backend, sandbox_id: str) -> SandboxInfo:
         try:
-            return backend.pause(sandbox_id, timeout_s=settings.SESSION_ENGINE_TIMEOUT_S)
+            return backend.pause(sandbox_id, timeout_s=SESSIONS.engine_timeout_s)
         except RemoteError as exc:
             if exc.kind in GONE_KINDS or exc.kind not in RACE_KINDS:
                 raise

@@ -10,7 +10,7 @@ while its config lives. Items without a space label (platform templates, a build
 space) are never listed, so never touched; another installation's labels never match.
 
 `find_unmanaged` lists them for the platform page, each backend's listing bounded by
-`UNMANAGED_LIST_TIMEOUT_S`; `reap_unmanaged` (the reaper job, `REAPER_UNMANAGED`) deletes
+`sessions.unmanaged_list_timeout_s`; `reap_unmanaged` (the reaper job, `sessions.reaper_unmanaged`) deletes
 those older than the grace; `do_delete_unmanaged` deletes one from the page after judging it
 again (audited). Sandboxes go before volumes and snapshots before their parents (newest
 first), so the engine's "in use" refusals settle within a pass or two.
@@ -54,6 +54,7 @@ from ..backends.base import (
 from ..catalog.bridge import platform_backend_config
 from ..catalog.observed import build_observed
 from ..models import PlatformBackend, SandboxConfig, Session
+from .tuning import SESSIONS
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +199,7 @@ def _list_one(platform: PlatformBackend) -> list[_Labelled]:
 def find_unmanaged(*, timeout_s: float | None = None) -> Listing:
     """What no live object owns, on every platform backend; each listing within the deadline
     (a backend that does not answer in time is named in `errors`, the others still listed)."""
-    timeout = settings.UNMANAGED_LIST_TIMEOUT_S if timeout_s is None else timeout_s
+    timeout = SESSIONS.unmanaged_list_timeout_s if timeout_s is None else timeout_s
     platforms = list(PlatformBackend.objects.order_by("name"))
     listing = Listing(backends=len(platforms))
     if not platforms:
@@ -265,7 +266,7 @@ class ReapResult:
 
 def reap_unmanaged(*, grace: timedelta | None = None) -> ReapResult:
     """Delete what no live object owns once older than the grace (the reaper job's part)."""
-    grace = grace if grace is not None else timedelta(seconds=settings.REAPER_GRACE_S)
+    grace = grace if grace is not None else timedelta(seconds=SESSIONS.reaper_grace_s)
     result = ReapResult()
     listing = find_unmanaged()
     result.errors.extend(listing.errors)

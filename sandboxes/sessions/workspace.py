@@ -38,6 +38,7 @@ from ..models import Artifact, Session
 from .inflight import in_flight
 from .provisioning import WORKSPACE_HELPER_SOURCE, backend_for
 from .runtime import Runtime
+from .tuning import SESSIONS
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -180,8 +181,8 @@ def _read_helper(runtime: Runtime, session: Session, wake: bool, *args: str, **k
 @_counted
 def stage_input(runtime: Runtime, session: Session, name: str, data: bytes, *, actor: Actor) -> FileInfo:
     """Write an attachment into /workspace/input, owned by root and read-only to the user."""
-    if len(data) > settings.WORKSPACE_UPLOAD_MAX_BYTES:
-        raise ServiceError(f"The file is larger than {settings.WORKSPACE_UPLOAD_MAX_BYTES} bytes.")
+    if len(data) > SESSIONS.workspace_upload_max_bytes:
+        raise ServiceError(f"The file is larger than {SESSIONS.workspace_upload_max_bytes} bytes.")
     path = workspace_path(name, under=INPUT)
     if path == INPUT:
         raise ServiceError("Give the attachment a file name.", field_errors={"path": ["a file name is needed"]})
@@ -219,7 +220,7 @@ def read_file(
     runtime: Runtime, session: Session, relative: str, *, max_bytes: int | None = None, wake: bool = True
 ) -> bytes:
     path = workspace_path(relative)
-    limit = max_bytes or settings.WORKSPACE_READ_MAX_BYTES
+    limit = max_bytes or SESSIONS.workspace_read_max_bytes
     data = _read_helper(runtime, session, wake, "read", path, str(limit + 1), max_output_bytes=limit + 1)
     if len(data) > limit:
         raise ServiceError(f"{relative} is larger than {limit} bytes; collect it as an artifact instead.")
@@ -232,8 +233,8 @@ def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *
     path = workspace_path(relative)
     if path == INPUT or path.startswith(INPUT + "/"):
         raise ServiceError("/workspace/input is read-only; upload attachments to input instead.")
-    if len(data) > settings.WORKSPACE_UPLOAD_MAX_BYTES:
-        raise ServiceError(f"The file is larger than {settings.WORKSPACE_UPLOAD_MAX_BYTES} bytes.")
+    if len(data) > SESSIONS.workspace_upload_max_bytes:
+        raise ServiceError(f"The file is larger than {SESSIONS.workspace_upload_max_bytes} bytes.")
     backend, sandbox_id = _sandbox(runtime, session)
     info = FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
     record_audit(
@@ -301,12 +302,12 @@ def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> Co
     total = 0
     picked: list[tuple[str, int]] = []
     for name, size in sorted(wanted):
-        if len(picked) >= settings.ARTIFACT_MAX_FILES:
-            refused.append(f"{name}: more than {settings.ARTIFACT_MAX_FILES} files, skipped")
-        elif size > settings.ARTIFACT_MAX_FILE_BYTES:
-            refused.append(f"{name}: {size} bytes is over the {settings.ARTIFACT_MAX_FILE_BYTES}-byte cap, skipped")
-        elif total + size > settings.ARTIFACT_MAX_TOTAL_BYTES:
-            refused.append(f"{name}: the collection would pass {settings.ARTIFACT_MAX_TOTAL_BYTES} bytes, skipped")
+        if len(picked) >= SESSIONS.artifact_max_files:
+            refused.append(f"{name}: more than {SESSIONS.artifact_max_files} files, skipped")
+        elif size > SESSIONS.artifact_max_file_bytes:
+            refused.append(f"{name}: {size} bytes is over the {SESSIONS.artifact_max_file_bytes}-byte cap, skipped")
+        elif total + size > SESSIONS.artifact_max_total_bytes:
+            refused.append(f"{name}: the collection would pass {SESSIONS.artifact_max_total_bytes} bytes, skipped")
         else:
             picked.append((name, size))
             total += size
@@ -315,7 +316,7 @@ def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> Co
     private_media_root()
     try:
         for name, _ in picked:
-            cap = settings.ARTIFACT_MAX_FILE_BYTES + 1
+            cap = SESSIONS.artifact_max_file_bytes + 1
             try:
                 data = run_helper(backend, sandbox_id, "read", f"{OUTPUT}/{name}", str(cap), max_output_bytes=cap)
             except (ServiceError, RemoteError) as exc:
@@ -323,7 +324,7 @@ def collect_artifacts(runtime: Runtime, session: Session, *, actor: Actor) -> Co
                     raise  # (a file gone since the listing is a FileMissing: skipped)
                 refused.append(f"{name}: changed while collecting ({exc}), skipped")
                 continue
-            if len(data) > settings.ARTIFACT_MAX_FILE_BYTES:
+            if len(data) > SESSIONS.artifact_max_file_bytes:
                 refused.append(f"{name}: grew past the cap while collecting, skipped")
                 continue
             artifact = Artifact(

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from ..models import Terminal
+from .tuning import TERMINAL
 
 CLOSING = "closing:"  # the holder mark of a terminal whose close is under way
 # How long a close may take (ending the kept shell is an exec of up to 20 s, then the PTY's
@@ -28,7 +28,7 @@ CLOSE_BUDGET_S = 120.0
 
 
 def lease_s() -> float:
-    return float(max(settings.TERMINAL_LEASE_S, 1))
+    return float(max(TERMINAL.lease_s, 1))
 
 
 def _live_other(row: Terminal, holder: str) -> bool:
@@ -62,7 +62,7 @@ def release(terminal_id: str, holder: str) -> None:
     """The holder's client went away: the lease runs on for the grace window only (not
     renewed), so any process may take the terminal, and once it runs out with nobody taking
     it the terminal is abandoned (`abandoned`, closed by the sweep)."""
-    until = timezone.now() + timedelta(seconds=settings.TERMINAL_REATTACH_S + lease_s())
+    until = timezone.now() + timedelta(seconds=TERMINAL.reattach_s + lease_s())
     Terminal.objects.filter(pk=terminal_id, holder=holder, closed__isnull=True).update(held_until=until)
 
 

@@ -8,7 +8,7 @@ a grace window that ends while another process holds the terminal lets go of its
 
 It reads the PTY (through the fd with `loop.add_reader` when the backend gives one, else a
 reader thread), keeps a replay ring buffer, forwards output to the attached client through
-a bounded queue, keeps the session from idling, closes on idle, waits `TERMINAL_REATTACH_S`
+a bounded queue, keeps the session from idling, closes on idle, waits `terminal.reattach_s`
 for a reconnect after an abnormal disconnect, and ends the shell through the contract's
 `kill()` when it closes. `install_shutdown_hook()` ends every shell when Daphne stops.
 """
@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from channels.db import database_sync_to_async
-from django.conf import settings
 
 from ..backends.base import ErrorKind, PtySize, RemoteError
 from ..backends.capabilities import PtyHandle
@@ -50,6 +49,7 @@ from .tickets import (
     revoked,
     touch_session,
 )
+from .tuning import TERMINAL
 
 logger = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class TerminalProcess:
         self.user = user
         self.source_ip = source_ip
         self.loop = asyncio.get_running_loop()
-        self.ring = MemoryRingBuffer(max_bytes=settings.TERMINAL_REPLAY_BYTES, max_chunks=1000)
+        self.ring = MemoryRingBuffer(max_bytes=TERMINAL.replay_bytes, max_chunks=1000)
         self.size = PtySize()
         self.applied_size: PtySize | None = None
         self.handle: PtyHandle | None = None
@@ -303,7 +303,7 @@ class TerminalProcess:
             self.consumer = None
             await previous.end("another connection took over this terminal", CLOSE_REPLACED)
         async with self.send_lock:
-            replay = self.ring.read_after(None, max(settings.TERMINAL_REPLAY_BYTES, 1))
+            replay = self.ring.read_after(None, max(TERMINAL.replay_bytes, 1))
             ready: dict[str, Any] = {"type": "status", "state": "ready", "reattached": reattached, "kept": self.kept}
             if self.replaced:
                 ready.update(replaced=True, message=REPLACED_MESSAGE)
@@ -329,7 +329,7 @@ class TerminalProcess:
         self.flowing.set()
         self.tasks.append(self.loop.create_task(self._release()))
         self.grace = self.loop.call_later(
-            settings.TERMINAL_REATTACH_S,
+            TERMINAL.reattach_s,
             lambda: self.loop.create_task(self.close("not reattached within the grace window", force=False)),
         )
 
@@ -480,9 +480,9 @@ class TerminalProcess:
 
     async def _keepalive(self) -> None:
         """Keep the session from idling; close on idle; re-check access now and then."""
-        idle_s = settings.TERMINAL_IDLE_TIMEOUT_S
+        idle_s = TERMINAL.idle_timeout_s
         renew_every = attachments.lease_s() / 3
-        every = max(min(settings.TERMINAL_KEEPALIVE_S, idle_s / 4, renew_every), 0.2)
+        every = max(min(TERMINAL.keepalive_s, idle_s / 4, renew_every), 0.2)
         next_touch = next_check = next_renew = 0.0
         while not self.closed:
             now = time.monotonic()
@@ -496,11 +496,11 @@ class TerminalProcess:
                 await self.close(f"idle for {idle_s} s", code=CLOSE_IDLE)
                 return
             if now >= next_touch:
-                next_touch = now + settings.TERMINAL_KEEPALIVE_S
+                next_touch = now + TERMINAL.keepalive_s
                 with contextlib.suppress(Exception):
                     await database_sync_to_async(touch_session)(self.grant.session_id)
             if now >= next_check:  # detached too: its shell runs on for the grace window
-                next_check = now + settings.TERMINAL_KEEPALIVE_S
+                next_check = now + TERMINAL.keepalive_s
                 with contextlib.suppress(Exception):  # the database away: ask again later
                     revocation = await database_sync_to_async(revoked)(self.grant)
                     if revocation is not None:

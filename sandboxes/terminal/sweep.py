@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 
+from console.periodic import periodic
+
 from ..sessions.runtime import backend_for
 from . import attachments, keeper
 from .tickets import Grant, record_close
@@ -24,6 +26,7 @@ ABANDONED = "abandoned: no console process held it within the grace window"
 MARGIN_S = 5.0
 
 
+@periodic("terminal-sweep", task="sandboxes.terminal_sweep", every=60)
 def close_abandoned() -> int:
     """Close every abandoned terminal; returns how many this pass closed."""
     closed = 0

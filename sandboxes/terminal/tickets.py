@@ -49,6 +49,7 @@ from ..sessions.inflight import in_flight
 from ..sessions.provisioning import backend_for
 from ..sessions.runtime import Runtime
 from . import keeper
+from .tuning import TERMINAL
 
 logger = logging.getLogger(__name__)
 
@@ -134,9 +135,7 @@ def admit(user: Any, terminal_id: str, ticket: str, login_session: str | None = 
     if not ticket:
         raise Refused(REFUSE_TICKET, "no ticket")
     try:
-        data = signing.TimestampSigner(salt=TICKET_SALT).unsign_object(
-            ticket, max_age=settings.TERMINAL_TICKET_MAX_AGE_S
-        )
+        data = signing.TimestampSigner(salt=TICKET_SALT).unsign_object(ticket, max_age=TERMINAL.ticket_max_age_s)
     except signing.SignatureExpired:
         raise Refused(REFUSE_TICKET, "ticket expired") from None
     except signing.BadSignature:
@@ -294,7 +293,7 @@ def open_shell(session_id: str, terminal_id: str, size: PtySize) -> OpenedShell:
     with in_flight(session):
         resolved = Runtime().resolve_session(session, own_calls=1, may_rebuild=False)
         sandbox_id = resolved.sandbox.sandbox_id
-        found = keeper.probe(backend, sandbox_id, terminal_id) if settings.TERMINAL_KEEP_SHELLS else keeper.NOT_KEPT
+        found = keeper.probe(backend, sandbox_id, terminal_id) if TERMINAL.keep_shells else keeper.NOT_KEPT
         command = keeper.attach_command(terminal_id, size, SHELL) if found.kept else SHELL
         handle = ptys.open(sandbox_id, size, command=command, user="user", cwd="/workspace")
     return OpenedShell(handle, sandbox_id, found.kept, found.exists, found.scrollback)

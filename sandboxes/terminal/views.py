@@ -9,7 +9,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import IntegrityError
@@ -26,6 +25,7 @@ from ..backends.base import RemoteError
 from ..models import Session, Terminal
 from ..sessions.provisioning import backend_for
 from .tickets import create_terminal, issue_ticket
+from .tuning import TERMINAL
 
 
 def _session_for(user: Any, session_id: Any, role: Role) -> Session:
@@ -60,7 +60,7 @@ def terminal_page(request: HttpRequest, session_id: Any) -> HttpResponse:
             "ask_stale": ask_stale,
             "rebuild_url": reverse("sandboxes:session_action", kwargs={"session_id": session.id, "action": "rebuild"}),
             "create_url": reverse("sandboxes:terminal_create", kwargs={"session_id": session.id}),
-            "reattach_s": settings.TERMINAL_REATTACH_S,
+            "reattach_s": TERMINAL.reattach_s,
             "section": "sessions",
         },
     )

@@ -23,6 +23,7 @@ from console.models import AdminJob, JobStatus, MetricSample
 from sandboxes.models import Session, SessionState
 from tests.factories import make_config
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 pytestmark = pytest.mark.django_db
 
@@ -87,8 +88,8 @@ def test_increases_handle_new_vanished_and_reset_series() -> None:
     assert increases({"a": 5, "b": 2, "gone": 4}, {"a": 8, "b": 1, "new": 6}) == {"a": 3, "b": 1, "new": 6}
 
 
-def test_a_sample_after_a_long_gap_has_no_increases(settings: Any, world: World) -> None:
-    settings.ACTIVITY_MAX_GAP_S = 300
+def test_a_sample_after_a_long_gap_has_no_increases(tuned: Tuned, settings: Any, world: World) -> None:
+    tuned({"activity.max_gap_s": 300})
     now = timezone.now()
     take_sample(now - timedelta(hours=2))
     metrics.REAPER_CLAIMS.labels(backend_kind="docker").inc()
@@ -97,15 +98,15 @@ def test_a_sample_after_a_long_gap_has_no_increases(settings: Any, world: World)
     assert "reaper_claims" not in late.values
 
 
-def test_retention_drops_samples_older_than_the_setting(settings: Any) -> None:
-    settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "activity_samples": 14}
+def test_retention_drops_samples_older_than_the_setting(tuned: Tuned, settings: Any) -> None:
+    tuned({"retention.activity_samples_days": 14})
     now = timezone.now()
     old = take_sample(now - timedelta(days=15))
     kept = take_sample(now - timedelta(days=13))
     assert prune_samples(now) == 1
     assert list(MetricSample.objects.values_list("pk", flat=True)) == [kept.pk]
     assert not MetricSample.objects.filter(pk=old.pk).exists()
-    settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "activity_samples": 0}
+    tuned({"retention.activity_samples_days": 0})
     assert prune_samples(now + timedelta(days=400)) == 0
 
 

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from tests.support.tuning import Tuned
+
 
 @pytest.mark.django_db
 def test_a_non_ascii_bearer_on_metrics_is_refused_not_a_500(settings: Any) -> None:
@@ -20,7 +22,7 @@ def test_a_non_ascii_bearer_on_metrics_is_refused_not_a_500(settings: Any) -> No
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_backend_that_hangs_does_not_take_the_other_checks_down_with_it(settings: Any) -> None:
+def test_a_backend_that_hangs_does_not_take_the_other_checks_down_with_it(tuned: Tuned) -> None:
     """Each readiness run leaves the hung check's thread behind; once the pool is full of
     them, the database check itself never runs and /readyz reports it failing."""
     import threading
@@ -32,8 +34,8 @@ def test_a_backend_that_hangs_does_not_take_the_other_checks_down_with_it(settin
     def hangs() -> None:
         release.wait(60)
 
-    settings.READYZ_TIMEOUT_S = 0.2
-    settings.READYZ_CACHE_S = 0
+    tuned({"readyz.timeout_s": 0.2})
+    tuned({"readyz.cache_s": 0})
     health.register_checks("rev1-hung", lambda: [("backend:hung", hangs, True)])
     try:
         for _ in range(health._pool._max_workers + 2):

@@ -26,6 +26,7 @@ from console.models import AdminJob, JobStatus
 from sandboxes.models import Session, SessionState, Terminal
 from tests.factories import make_backend, make_config, make_space, make_user
 from tests.log_capture import Captured
+from tests.support.tuning import Tuned
 
 SCRAPER_TOKEN = "readyz-scraper-token-0123456789"
 
@@ -105,7 +106,9 @@ def test_readyz_lists_every_part_with_its_latency() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_readyz_is_503_naming_the_backend_that_does_not_answer_and_tells_nothing_else(settings: Any) -> None:
+def test_readyz_is_503_naming_the_backend_that_does_not_answer_and_tells_nothing_else(
+    tuned: Tuned, settings: Any
+) -> None:
     space = make_space("Tenant Walrus Ltd", slug="walrus")
     port = closed_port()
     endpoint = f"http://127.0.0.1:{port}"
@@ -131,7 +134,7 @@ def test_readyz_is_503_naming_the_backend_that_does_not_answer_and_tells_nothing
         assert secret not in answer.content
 
     # Only reported: the console stays ready, the backend's state is still shown.
-    settings.READYZ_BACKENDS = "reported"
+    tuned({"readyz.backends": "reported"})
     health.forget_readiness()
     reported = readyz_details()
     assert reported.status_code == 200
@@ -139,7 +142,7 @@ def test_readyz_is_503_naming_the_backend_that_does_not_answer_and_tells_nothing
 
 
 @pytest.mark.django_db(transaction=True)
-def test_readyz_checks_run_in_parallel_within_the_timeout(settings: Any) -> None:
+def test_readyz_checks_run_in_parallel_within_the_timeout(tuned: Tuned, settings: Any) -> None:
     silent = Silent()
     try:
         space = make_space()
@@ -154,7 +157,7 @@ def test_readyz_checks_run_in_parallel_within_the_timeout(settings: Any) -> None
             )
             for _ in range(3)
         ]
-        settings.READYZ_TIMEOUT_S = 1.0
+        tuned({"readyz.timeout_s": 1.0})
         started = time.monotonic()
         answer = readyz_details()
         elapsed = time.monotonic() - started
@@ -169,11 +172,11 @@ def test_readyz_checks_run_in_parallel_within_the_timeout(settings: Any) -> None
 
 
 @pytest.mark.django_db(transaction=True)
-def test_readyz_answers_from_its_cache_so_it_cannot_hammer_the_backends(settings: Any) -> None:
+def test_readyz_answers_from_its_cache_so_it_cannot_hammer_the_backends(tuned: Tuned, settings: Any) -> None:
     space = make_space()
     make_backend(space)
     make_backend(space)
-    settings.READYZ_CACHE_S = 60
+    tuned({"readyz.cache_s": 60})
     before = counter("sandbox_backend_calls_total", operation="health")
     answers = [Client().get("/readyz").status_code for _ in range(5)]
     assert answers == [200] * 5

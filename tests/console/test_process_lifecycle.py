@@ -44,6 +44,7 @@ from tests.sandboxes.console_process import (
     remove_docker_leftovers,
     wait_for,
 )
+from tests.support.tuning import tuning_env
 
 pytestmark = [pytest.mark.docker, pytest.mark.postgres]
 
@@ -71,7 +72,13 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
         workdir=workdir,
         installation_id=f"lifecycle-{uuid.uuid4().hex[:10]}",
         database_url=server_url.rsplit("/", 1)[0].replace("postgresql://", "postgres://", 1) + f"/{database}",
-        extra_env={"SHUTDOWN_GRACE_S": str(GRACE_S), "REAPER_INTERVAL_S": "1", "IDLE_SWEEP_INTERVAL_S": "3600"},
+        extra_env=tuning_env(
+            {
+                "processes.shutdown_grace_s": GRACE_S,
+                "sessions.reaper_interval_s": 1,
+                "sessions.idle_sweep_interval_s": 3600,
+            }
+        ),
     )
     try:
         console.set_up()

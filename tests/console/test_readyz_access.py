@@ -14,16 +14,17 @@ from django.test import Client
 
 from console import health
 from tests.factories import make_backend, make_space
+from tests.support.tuning import Tuned
 
 TOKEN = "readyz-token-5c1d2e3f4a"
 
 
 @pytest.fixture(autouse=True)
-def _scraper(settings: Any) -> Iterator[None]:
+def _scraper(tuned: Tuned, settings: Any) -> Iterator[None]:
     settings.METRICS_TOKEN = TOKEN
     settings.METRICS_ALLOWED_NETWORKS = []
     settings.METRICS_ALLOW_LOOPBACK = False
-    settings.READYZ_CACHE_S = 0
+    tuned({"readyz.cache_s": 0})
     health.forget_readiness()
     yield
     health.forget_readiness()

@@ -91,7 +91,9 @@ def settings_with(tmp_path: Path, **env: str) -> dict[str, Any]:
         "import json, django; django.setup(); from django.conf import settings; "
         f"print(json.dumps({{k: getattr(settings, k) for k in {TLS_SETTINGS!r}}}))"
     )
-    base_env = {k: v for k, v in os.environ.items() if k not in TLS_SETTINGS and k != "CONSOLE_TLS"}
+    base_env = {
+        k: v for k, v in os.environ.items() if k not in TLS_SETTINGS and k not in {"CONSOLE_TLS", "CONSOLE_TUNING"}
+    }
     result = subprocess.run(
         [sys.executable, "-c", script],
         cwd=REPO,
@@ -129,7 +131,10 @@ def test_console_tls_turns_on_secure_cookies_and_hsts_and_the_proxy_header_is_re
     assert tls["SECURE_HSTS_SECONDS"] == 31_536_000
     assert tls["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
     assert tls["WEBSOCKET_ALLOWED_ORIGINS"] == ["https://console.example.com"]
-    assert settings_with(tmp_path, CONSOLE_TLS="true", SECURE_HSTS_SECONDS="600")["SECURE_HSTS_SECONDS"] == 600
+    tuned = settings_with(tmp_path, CONSOLE_TLS="true", CONSOLE_TUNING="security.hsts_seconds=600")
+    assert tuned["SECURE_HSTS_SECONDS"] == 600
+    # HSTS is sent only over TLS, whatever its tuned length.
+    assert settings_with(tmp_path, CONSOLE_TUNING="security.hsts_seconds=600")["SECURE_HSTS_SECONDS"] == 0
 
 
 @pytest.mark.django_db

@@ -18,6 +18,7 @@ from console.services import Actor
 from console.users import UserStatus, do_create_user, do_deactivate_user, user_status
 from tests.factories import make_user
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 pytestmark = pytest.mark.django_db
 GOOD_PASSWORD = "Quiet-harbour-lantern-42"
@@ -115,8 +116,8 @@ def test_an_expired_link_does_not_work(world: World) -> None:
     assert not get_user_model().objects.get(username="dana").has_usable_password()
 
 
-def test_the_lifetime_is_a_setting(world: World, settings: object) -> None:
-    settings.INVITE_LINK_HOURS = 2  # type: ignore[attr-defined]
+def test_the_lifetime_is_a_setting(tuned: Tuned, world: World, settings: object) -> None:
+    tuned({"users.invite_link_hours": 2})
     create(world)
     invitation = Invitation.objects.get()
     assert timedelta(hours=1, minutes=59) < invitation.expires - invitation.created <= timedelta(hours=2)

@@ -21,6 +21,7 @@ from sandboxes.models import BackgroundCommand, CommandStatus, ExecSlot, Session
 from skills.images import _check_not_building
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import make_config, make_space
+from tests.support.tuning import Tuned
 
 pytestmark = pytest.mark.django_db
 
@@ -45,8 +46,8 @@ def finished_pid() -> int:
     return int(child.stdout)
 
 
-def test_a_process_is_dead_past_the_heartbeat_window_or_when_its_pid_is_gone(settings) -> None:
-    settings.PROCESS_HEARTBEAT_WINDOW_S = 90
+def test_a_process_is_dead_past_the_heartbeat_window_or_when_its_pid_is_gone(tuned: Tuned, settings) -> None:
+    tuned({"processes.heartbeat_window_s": 90})
     fresh_elsewhere = process_row(age_s=5)
     silent_elsewhere = process_row(age_s=91)
     gone_here = process_row(host=processes.HOST, pid=finished_pid(), identity="")
@@ -63,8 +64,8 @@ def test_a_process_is_dead_past_the_heartbeat_window_or_when_its_pid_is_gone(set
     assert alive_here.pk not in dead
 
 
-def test_this_process_is_never_taken_for_dead(settings) -> None:
-    settings.PROCESS_HEARTBEAT_WINDOW_S = 90
+def test_this_process_is_never_taken_for_dead(tuned: Tuned, settings) -> None:
+    tuned({"processes.heartbeat_window_s": 90})
     mine = processes.this_process("test")
     WorkerProcess.objects.filter(pk=mine).update(heartbeat=timezone.now() - timedelta(hours=1))
     assert mine not in {row.pk for row in processes.dead_processes()}

@@ -35,6 +35,7 @@ from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, test_run_id  # noqa: F401 - fixtures
 from tests.skills.install_helpers import clean_up, examples_source  # noqa: F401 - fixture
+from tests.support.tuning import Tuned
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.docker, pytest.mark.slow]
 
@@ -79,6 +80,7 @@ def wait_connected(page: Any) -> None:
 
 @pytest.fixture
 def live(
+    tuned: Tuned,
     world: World,
     docker_base_image: str,  # noqa: F811
     examples_source: Path,  # noqa: F811
@@ -89,7 +91,7 @@ def live(
     local Docker engine, with the examples' wheels as its pip source; on teardown everything
     this run made on the engine goes."""
     settings.CONSOLE_INSTALLATION_ID = installation = f"test-{test_run_id}-flows"
-    settings.TERMINAL_REATTACH_S = 30
+    tuned({"terminal.reattach_s": 30})
     backend = make_backend(world.space_a, name="Local Docker", pip_find_links=examples_source.name)
     try:
         yield {"backend": backend, "image": docker_base_image}

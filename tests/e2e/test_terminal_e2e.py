@@ -20,6 +20,7 @@ from sandboxes.sessions.store import MemorySessionStore
 from tests.e2e.helpers import wait_until
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
+from tests.support.tuning import Tuned
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts"
 ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -50,9 +51,9 @@ def wait_for_text(page: Any, pattern: str, timeout_s: float = 20) -> str:
 
 
 @pytest.fixture
-def short_grace(settings: Any) -> None:
+def short_grace(tuned: Tuned, settings: Any) -> None:
     """Before `daphne_url`: the forked server inherits it. A closed page keeps its shell this long."""
-    settings.TERMINAL_REATTACH_S = 4
+    tuned({"terminal.reattach_s": 4})
 
 
 def fresh_connection() -> None:

@@ -30,6 +30,7 @@ from tests.sandboxes.console_process import (
     free_port,
     remove_docker_leftovers,
 )
+from tests.support.tuning import tuning_env
 
 MAX_BODY = 3 * 1024 * 1024
 ECHO_SERVER = r"""
@@ -261,8 +262,7 @@ def made_world(docker_base_image: str, tmp_path_factory: pytest.TempPathFactory)
         installation_id=f"inbound-{uuid.uuid4().hex[:10]}",
         database_url=f"sqlite:///{workdir / 'console' / 'console.sqlite3'}",
         extra_env={
-            "INBOUND_MAX_REQUEST_BYTES": str(MAX_BODY),
-            "IDLE_SWEEP_INTERVAL_S": "3600",
+            **tuning_env({"inbound.max_request_bytes": MAX_BODY, "sessions.idle_sweep_interval_s": 3600}),
             "INBOUND_BASE_URL": f"http://*.localhost:{port}",
         },
         web_ports={"web": port},

@@ -38,6 +38,7 @@ from sandboxes.sessions.store import MemorySessionStore
 from sandboxes.terminal import process as terminal_process
 from tests.conftest import IN_CI, REDIS_URL, require_service
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 ORIGIN = (b"origin", b"http://localhost")
 LAYERS = ["memory", "redis"]
@@ -73,9 +74,9 @@ def session(world: World, session_config: SandboxConfig, store: MemorySessionSto
 
 
 @pytest.fixture
-def fast_terminals(settings: Any) -> Any:
-    settings.TERMINAL_REATTACH_S = 10
-    settings.TERMINAL_IDLE_TIMEOUT_S = 600
+def fast_terminals(tuned: Tuned, settings: Any) -> Any:
+    tuned({"terminal.reattach_s": 10})
+    tuned({"terminal.idle_timeout_s": 600})
     return settings
 
 

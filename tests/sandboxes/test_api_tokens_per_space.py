@@ -2,7 +2,7 @@
 
 A space admin can make tokens; if each token had a window of its own, more tokens would mean
 more calls. The space's per-minute limit counts the space's requests whichever token sent
-them, and a space holds at most API_TOKENS_PER_SPACE tokens in force.
+them, and a space holds at most limits.api_tokens_per_space tokens in force.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ from tests.conftest import REDIS_URL
 from tests.factories import make_config
 from tests.personas import World
 from tests.sandboxes.test_api import Agent
+from tests.support.tuning import Tuned
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["redis", "this-process"])
-def test_many_tokens_of_one_space_share_its_rate_limit(world: World, settings: Any, shared: bool) -> None:
+def test_many_tokens_of_one_space_share_its_rate_limit(tuned: Tuned, world: World, settings: Any, shared: bool) -> None:
     settings.REDIS_URL = REDIS_URL if shared else ""
-    settings.API_TOKENS_PER_SPACE = 25
+    tuned({"limits.api_tokens_per_space": 25})
     limits._local_windows.clear()
     make_config(world.space_a, is_default=True)
     do_update_space_limits(world.space_a, actor=SYSTEM, api_requests_per_minute=5)
@@ -52,8 +53,8 @@ def test_many_tokens_of_one_space_share_its_rate_limit(world: World, settings: A
     assert Agent(world.space_b.id, other).get("nobody").status_code == 404
 
 
-def test_a_space_holds_at_most_the_set_number_of_tokens(world: World, settings: Any) -> None:
-    settings.API_TOKENS_PER_SPACE = 3
+def test_a_space_holds_at_most_the_set_number_of_tokens(tuned: Tuned, world: World, settings: Any) -> None:
+    tuned({"limits.api_tokens_per_space": 3})
     actor = Actor(user=world.alice)
     made = [do_create_api_token(world.space_a, name=f"t{i}", actor=actor)[0] for i in range(3)]
     with pytest.raises(ServiceError) as refused:
@@ -69,8 +70,8 @@ def test_a_space_holds_at_most_the_set_number_of_tokens(world: World, settings: 
     assert ApiToken.objects.filter(space=world.space_a, revoked__isnull=True).count() == 3
 
 
-def test_the_token_page_says_the_cap_and_refuses_past_it_in_words(world: World, settings: Any) -> None:
-    settings.API_TOKENS_PER_SPACE = 1
+def test_the_token_page_says_the_cap_and_refuses_past_it_in_words(tuned: Tuned, world: World, settings: Any) -> None:
+    tuned({"limits.api_tokens_per_space": 1})
     client = world.client_for("alice")
     url = reverse("sandboxes:token_list", kwargs={"space_id": world.space_a.id})
     first = client.post(url, {"name": "one"})

@@ -14,6 +14,7 @@ from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, N
 from sandboxes.backends.docker.egress.proxy import squid_available
 from sandboxes.catalog.bridge import console_metadata, open_backend
 from sandboxes.catalog.templates import owner_labels
+from sandboxes.catalog.tuning import CATALOG
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import config_form, make_backend, make_config
 from tests.personas import World
@@ -335,7 +336,7 @@ def test_the_operators_upstream_resolver_reaches_the_docker_adapter(
     with open_backend(config) as backend:
         assert backend.config.options["dns_upstream"] == "127.0.0.1#5353"
         assert backend.config.options["egress_state_dir"] == "/run/elsewhere"
-        assert int(backend.config.options["egress_log_max_bytes"]) == settings.EGRESS_LOG_MAX_BYTES
+        assert int(backend.config.options["egress_log_max_bytes"]) == CATALOG.egress_log_max_bytes
     settings.EGRESS_DNS_UPSTREAM = "not an address"
     with pytest.raises(RemoteError, match="dns_upstream"), open_backend(config):
         pass

@@ -325,7 +325,7 @@ def test_a_template_build_writes_its_root_filesystem_into_bounded_space(
     limited: SandboxConfig, disk_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """mmdebstrap builds its chroot under TMPDIR and writes the tarball beside it: a build
-    that grows past TEMPLATE_BUILD_DISK_MB fails with ENOSPC, and its space is deleted. (A
+    that grows past catalog.template_build_disk_mb fails with ENOSPC, and its space is deleted. (A
     stand-in mmdebstrap that writes 200 MiB: the real one needs the Debian mirror.)"""
     stand_in = tmp_path / "mmdebstrap"
     stand_in.write_text('#!/bin/sh\ndd if=/dev/zero of="$TMPDIR/chroot.img" bs=1M count=200 || exit 1\n')
@@ -349,7 +349,7 @@ def test_a_build_space_left_by_a_killed_console_is_swept_a_running_one_kept(
     limited: SandboxConfig, disk_dir: Path
 ) -> None:
     """`kill -9` of the console mid template build leaves its bounded build space mounted
-    (a loop device and up to TEMPLATE_BUILD_DISK_MB of the host's disk); the sweep deletes it
+    (a loop device and up to catalog.template_build_disk_mb of the host's disk); the sweep deletes it
     once past the grace, but never the space of a build still running in another process."""
     import signal
 

@@ -32,6 +32,7 @@ from tests.sandboxes.egress_support import (
     start_listener,
     upstream_dns,
 )
+from tests.support.tuning import Tuned
 
 pytestmark = [pytest.mark.docker]
 
@@ -179,7 +180,7 @@ for _ in range(count):
 
 @pytest.mark.django_db(transaction=True)
 def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
-    world: Any, session_config: Any, private_server: BannerServer, settings: Any
+    tuned: Tuned, world: Any, session_config: Any, private_server: BannerServer, settings: Any
 ) -> None:
     import time
 
@@ -189,7 +190,7 @@ def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
 
     # Was: ingest_backend recorded the first MAX_PER_READ refusals of a read and moved the
     # cursor past all of them, so one sandbox's flood hid every other session's refusals.
-    settings.EGRESS_LOG_MAX_PER_SESSION = 50
+    tuned({"network.log_max_per_session": 50})
     set_policy(world.space_a)
     runtime = Runtime()
     flooder = runtime.resolve(world.space_a, "flooder").session

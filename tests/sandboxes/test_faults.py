@@ -34,12 +34,15 @@ from tests.sandboxes.console_process import (
     postgres_binaries_missing,
     remove_docker_leftovers,
 )
+from tests.support.tuning import tuning_env
 
 pytestmark = [pytest.mark.docker]
 
 GRACE_S = 3
 # Short passes, and no idle sweep in the way: what is tested is what the reaper does.
-FAST_REAPER = {"REAPER_GRACE_S": str(GRACE_S), "REAPER_INTERVAL_S": "2", "IDLE_SWEEP_INTERVAL_S": "3600"}
+FAST_REAPER = tuning_env(
+    {"sessions.reaper_grace_s": GRACE_S, "sessions.reaper_interval_s": 2, "sessions.idle_sweep_interval_s": 3600}
+)
 
 
 def _need_redis_server() -> None:

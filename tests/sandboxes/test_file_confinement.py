@@ -27,6 +27,7 @@ from sandboxes.sessions.store import MemorySessionStore
 from sandboxes.sessions.workspace import list_files, read_file, stage_input, write_file
 from tests.factories import make_config
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 pytestmark = [pytest.mark.django_db, pytest.mark.docker]
 
@@ -427,16 +428,16 @@ def test_paths_longer_than_the_kernel_takes_are_a_clear_400(agent: Agent) -> Non
             assert "too long" in response.json()["error"]["message"]
 
 
-def test_uploads_past_djangos_memory_limit_reach_the_workspace_cap(agent: Agent, settings: Any) -> None:
+def test_uploads_past_djangos_memory_limit_reach_the_workspace_cap(tuned: Tuned, agent: Agent, settings: Any) -> None:
     """A raw-body PUT above DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB) was an HTML 400 from Django,
-    so WORKSPACE_UPLOAD_MAX_BYTES (50 MiB) could not be reached; past the cap it is a JSON 400."""
+    so sessions.workspace_upload_max_bytes (50 MiB) could not be reached; past the cap it is a JSON 400."""
     data = b"q" * (5 * 1024 * 1024)
     wrote = agent.put("files/content?path=five.bin", data)
     assert wrote.status_code == 201, wrote.content[:300]
     assert wrote.json()["size"] == len(data)
     staged = agent.put("input/five.bin", data)
     assert staged.status_code == 201, staged.content[:300]
-    settings.WORKSPACE_UPLOAD_MAX_BYTES = 4 * 1024 * 1024
+    tuned({"sessions.workspace_upload_max_bytes": 4 * 1024 * 1024})
     for response in (agent.put("files/content?path=over.bin", data), agent.put("input/over.bin", data)):
         assert_refused(response)
         assert "larger than" in response.json()["error"]["message"]

@@ -34,6 +34,7 @@ from tests.sandboxes.console_process import (
     wait_for,
 )
 from tests.sandboxes.engine_proxy import EngineProxy
+from tests.support.tuning import tuning_env
 
 pytestmark = [pytest.mark.docker]
 
@@ -81,13 +82,17 @@ def scaled(tmp_path_factory: pytest.TempPathFactory, docker_base_image: str) -> 
         redis_url=redis.url,
         extra_env={
             "DOCKER_HOST": proxy.endpoint,
-            "READYZ_CACHE_S": "0.3",
-            "READYZ_TIMEOUT_S": "2",
+            **tuning_env(
+                {
+                    "readyz.cache_s": 0.3,
+                    "readyz.timeout_s": 2,
+                    "sessions.reaper_interval_s": 3600,
+                    "sessions.idle_sweep_interval_s": 3600,
+                }
+            ),
             "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
             "METRICS_TOKEN": TOKEN,
             "LOG_FORMAT": "json",
-            "REAPER_INTERVAL_S": "3600",
-            "IDLE_SWEEP_INTERVAL_S": "3600",
         },
     )
     try:

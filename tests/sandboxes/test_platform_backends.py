@@ -20,6 +20,7 @@ from django.urls import reverse
 from console.crypto import decrypt, encrypt
 from console.models import AuditEvent
 from sandboxes.catalog.bridge import backend_config_for, config_fingerprint, open_backend
+from sandboxes.catalog.tuning import CATALOG
 from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
 from sandboxes.sessions.provisioning import effective_template
 from tests.factories import config_form, make_backend, make_config
@@ -87,12 +88,12 @@ def test_a_space_admin_cannot_set_any_infrastructure_field(world: World, granted
     egress = {
         "dns_upstream": settings.EGRESS_DNS_UPSTREAM,
         "egress_state_dir": settings.EGRESS_STATE_DIR,
-        "egress_log_max_bytes": str(settings.EGRESS_LOG_MAX_BYTES),
+        "egress_log_max_bytes": str(CATALOG.egress_log_max_bytes),
     }
     assert merged.options == {
         "inbound_url": "/inbound/",
         "disk_dir": settings.WORKSPACE_DISK_DIR,
-        "template_build_disk_mb": str(settings.TEMPLATE_BUILD_DISK_MB),
+        "template_build_disk_mb": str(CATALOG.template_build_disk_mb),
         **{key: value for key, value in egress.items() if value},
     }
     assert (config.workspace_host_root, config.pip_index_url, config.npm_registry_url) == ("", "", "")

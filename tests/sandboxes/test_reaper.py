@@ -21,6 +21,7 @@ from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from tests.conftest import REDIS_URL
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 from .test_runtime import RedisServer, own_redis  # noqa: F401 - the fixture
 
@@ -101,8 +102,8 @@ def test_reaper_deletes_nothing_when_the_store_does_not_answer(
     own_redis.start()
 
 
-def test_reaper_pass_is_an_audited_job(world: World, config: SandboxConfig, settings: Any) -> None:
-    settings.REAPER_GRACE_S = 0
+def test_reaper_pass_is_an_audited_job(tuned: Tuned, world: World, config: SandboxConfig, settings: Any) -> None:
+    tuned({"sessions.reaper_grace_s": 0})
     orphan = plant_orphan(config, "reaper-job")
     job = start_job("sandboxes.reap", actor=SYSTEM)
     run_job(str(job.id))

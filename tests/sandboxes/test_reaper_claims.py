@@ -26,6 +26,7 @@ from sandboxes.sessions.store import RedisSessionStore, SessionStore, lifecycle_
 from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.conftest import REDIS_URL
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 from .test_reaper import exists, plant_orphan
 from .test_runtime import RedisServer, own_redis, sandboxes_of  # noqa: F401 - the fixture
@@ -131,9 +132,9 @@ def test_a_session_being_resolved_is_left_to_its_lock_holder(world: World, confi
 
 @pytest.mark.django_db
 def test_housekeeping_jobs_are_pruned_failed_ones_too_and_hidden_by_default(
-    world: World, config: SandboxConfig, settings: Any
+    tuned: Tuned, world: World, config: SandboxConfig, settings: Any
 ) -> None:
-    settings.HOUSEKEEPING_JOB_RETENTION_S = 3600
+    tuned({"jobs.housekeeping_retention_s": 3600})
     old = timezone.now() - timedelta(hours=2)
     for status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
         for kind in ("sandboxes.reap", "sandboxes.idle_sweep"):

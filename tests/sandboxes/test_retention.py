@@ -18,6 +18,7 @@ from sandboxes.models import Artifact, BackgroundCommand, CommandStatus, Session
 from sandboxes.sessions.retention import KIND, apply_retention
 from tests.factories import make_config
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 pytestmark = pytest.mark.django_db
 
@@ -25,9 +26,10 @@ DAYS = {"audit_events": 10, "jobs": 10, "terminals": 10, "commands": 10, "artifa
 
 
 @pytest.fixture
-def retention(settings: Any, tmp_path: Any) -> Any:
-    settings.RETENTION_DAYS = dict(DAYS)
-    settings.RETENTION_BATCH = 2  # several batches per kind
+def retention(tuned: Tuned, settings: Any, tmp_path: Any) -> Any:
+    tuned({f"retention.{kind}_days": days for kind, days in DAYS.items()})
+    tuned({"retention.egress_events_days": 0, "retention.activity_samples_days": 0})  # kept: not these tests'
+    tuned({"retention.batch": 2})  # several batches per kind
     settings.MEDIA_ROOT = tmp_path
     return settings
 
@@ -92,8 +94,8 @@ def test_each_kind_loses_exactly_its_old_finished_rows(world: World, retention: 
     assert prune.details["deleted"]["audit_events"] == 3
 
 
-def test_zero_days_keeps_forever_and_a_second_pass_deletes_nothing(world: World, retention: Any) -> None:
-    retention.RETENTION_DAYS = {**DAYS, "audit_events": 0}
+def test_zero_days_keeps_forever_and_a_second_pass_deletes_nothing(world: World, retention: Any, tuned: Tuned) -> None:
+    tuned({"retention.audit_events_days": 0})
     event = record_audit(SYSTEM, AuditAction.SPACE_UPDATE, target_type="t")
     _age(AuditEvent, event.pk, 5000, "time")
     first = apply_retention()

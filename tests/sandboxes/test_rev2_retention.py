@@ -30,11 +30,12 @@ from sandboxes.terminal import tickets as terminals
 from tests.factories import make_config
 from tests.personas import World
 from tests.sandboxes import terminal_support
+from tests.support.tuning import Tuned
 
 
 @pytest.mark.django_db
-def test_retention_keeps_the_open_audit_of_a_terminal_still_open(world: World, settings: Any) -> None:
-    settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "audit_events": 1}
+def test_retention_keeps_the_open_audit_of_a_terminal_still_open(tuned: Tuned, world: World, settings: Any) -> None:
+    tuned({"retention.audit_events_days": 1})
     make_config(world.space_a, is_default=True)
     session = get_or_create_session(world.space_a, "long-open")
     terminal = terminals.create_terminal(world.bob, session)
@@ -65,8 +66,8 @@ def _age(terminal: Terminal, days: int, *actions: str) -> None:
 
 
 @pytest.mark.django_db
-def test_an_open_is_pruned_with_its_close_never_before_it(world: World, settings: Any) -> None:
-    settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "audit_events": 1, "terminals": 0}
+def test_an_open_is_pruned_with_its_close_never_before_it(tuned: Tuned, world: World, settings: Any) -> None:
+    tuned({"retention.audit_events_days": 1, "retention.terminals_days": 0})
     terminal, grant = _open(world, "closed-late", "sandbox-a")
     _age(terminal, 3, "terminal.open")
     terminals.record_close(grant, world.bob, None, "closed by the client", {"bytes_in": 0, "bytes_out": 0})
@@ -74,7 +75,7 @@ def test_an_open_is_pruned_with_its_close_never_before_it(world: World, settings
     apply_retention()  # the close is recent: the open stays with it
     assert AuditEvent.objects.filter(action="terminal.open", target_id=tid).count() == 1
     assert AuditEvent.objects.filter(action="terminal.close", target_id=tid).count() == 1
-    settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "terminals": 1}
+    tuned({"retention.terminals_days": 1})
     Terminal.objects.filter(pk=terminal.pk).update(closed=timezone.now() - timedelta(days=2))
     apply_retention()  # the closed row is pruned, but its close audit is recent: the open stays
     assert not Terminal.objects.filter(pk=terminal.pk).exists()
@@ -85,8 +86,8 @@ def test_an_open_is_pruned_with_its_close_never_before_it(world: World, settings
 
 
 @pytest.mark.django_db
-def test_other_old_audit_rows_still_go(world: World, settings: Any) -> None:
-    settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "audit_events": 1}
+def test_other_old_audit_rows_still_go(tuned: Tuned, world: World, settings: Any) -> None:
+    tuned({"retention.audit_events_days": 1})
     terminal, _ = _open(world, "kept-open", "sandbox-b")
     record_audit(SYSTEM, AuditAction.SANDBOX_CONFIG_UPDATE, target_type="sandbox_config", target_id=str(terminal.pk))
     record_audit(SYSTEM, AuditAction.TERMINAL_OPEN, target_type="terminal", target_id="not-a-terminal-id")

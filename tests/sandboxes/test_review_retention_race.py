@@ -24,6 +24,7 @@ from sandboxes.sessions.retention import apply_retention
 from sandboxes.terminal import tickets as terminals
 from tests.factories import make_config
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 HOLD_S = 1.5
 
@@ -39,8 +40,10 @@ def _open(world: World, key: str) -> Terminal:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_open_audit_aging_during_the_pass_is_kept_while_its_terminal_is_open(world: World, settings: Any) -> None:
-    settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "audit_events": 1}
+def test_an_open_audit_aging_during_the_pass_is_kept_while_its_terminal_is_open(
+    tuned: Tuned, world: World, settings: Any
+) -> None:
+    tuned({"retention.audit_events_days": 1})
     day = timedelta(days=1)
     long_open = _open(world, "long-open")  # aged already: the pass checks its terminal
     AuditEvent.objects.filter(action="terminal.open", target_id=str(long_open.pk)).update(time=timezone.now() - 2 * day)

@@ -38,6 +38,7 @@ from tests.sandboxes.terminal_support import (
     wait_closed,
     wait_no_shell,
 )
+from tests.support.tuning import Tuned
 
 # The shared fixtures (pytest finds them as attributes of this module).
 layer = terminal_support.layer
@@ -184,10 +185,12 @@ async def test_handshake_refusals(world: World, monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fast_terminals", "cleanup")
-async def test_echo_resize_and_binary_safe_output(world: World, session: Session, _: None, settings: Any) -> None:
+async def test_echo_resize_and_binary_safe_output(
+    tuned: Tuned, world: World, session: Session, _: None, settings: Any
+) -> None:
     # The plain shell's byte path (templates without tmux): tmux re-renders the screen, so a
     # kept shell's stream is not the program's bytes (tests/sandboxes/test_terminal_replicas.py).
-    settings.TERMINAL_KEEP_SHELLS = False
+    tuned({"terminal.keep_shells": False})
     comm, screen, _tid = await open_terminal(world.bob, session)
     await screen.run("echo hi-$((6*7))\n")
     await screen.until_output(b"hi-42")
@@ -290,9 +293,9 @@ async def test_reconnect_reattaches_and_replays_missed_output(world: World, sess
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fast_terminals", "cleanup")
 async def test_no_reattach_within_the_grace_window_ends_the_shell(
-    world: World, session: Session, settings: Any
+    tuned: Tuned, world: World, session: Session, settings: Any
 ) -> None:
-    settings.TERMINAL_REATTACH_S = 1
+    tuned({"terminal.reattach_s": 1})
     comm, screen, tid = await open_terminal(world.bob, session)
     await screen.run("echo up\n")
     await screen.until_output(b"up")
@@ -306,8 +309,8 @@ async def test_no_reattach_within_the_grace_window_ends_the_shell(
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fast_terminals", "cleanup")
-async def test_idle_timeout_closes_with_a_message(world: World, session: Session, settings: Any) -> None:
-    settings.TERMINAL_IDLE_TIMEOUT_S = 2
+async def test_idle_timeout_closes_with_a_message(tuned: Tuned, world: World, session: Session, settings: Any) -> None:
+    tuned({"terminal.idle_timeout_s": 2})
     comm, screen, _tid = await open_terminal(world.bob, session)
     await screen.until(lambda: screen.closed_code is not None or False, timeout=15, what="idle close")
     assert screen.closed_code == terminals.CLOSE_IDLE
@@ -348,9 +351,11 @@ async def test_logout_and_lost_access_close_terminals(world: World, session: Ses
 @pytest.mark.asyncio
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fast_terminals", "cleanup")
-async def test_pause_stops_output_and_ctrl_c_returns_the_prompt(world: World, session: Session, settings: Any) -> None:
+async def test_pause_stops_output_and_ctrl_c_returns_the_prompt(
+    tuned: Tuned, world: World, session: Session, settings: Any
+) -> None:
     # Flow control of a raw flood: a plain shell (tmux coalesces a flood into screen redraws).
-    settings.TERMINAL_KEEP_SHELLS = False
+    tuned({"terminal.keep_shells": False})
     comm, screen, _tid = await open_terminal(world.bob, session)
     await screen.run("yes\n")
     await screen.until(lambda: len(screen.data) > 1_000_000, what="a flood of y")
@@ -412,11 +417,11 @@ async def test_a_terminal_stays_open_idle_and_busy_past_the_layers_blocking_read
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fast_terminals", "cleanup")
 async def test_a_crashed_connection_detaches_and_its_shell_ends_after_the_grace_window(
-    world: World, session: Session, settings: Any, layer: str, how: str
+    tuned: Tuned, world: World, session: Session, settings: Any, layer: str, how: str
 ) -> None:
     """A connection that ends without a websocket.disconnect (its application cancelled, as
     Daphne does, or raising) used to leave its shell attached to nothing, running forever."""
-    settings.TERMINAL_REATTACH_S = 1
+    tuned({"terminal.reattach_s": 1})
     comm, screen, tid = await open_terminal(world.bob, session)
     await screen.run("echo up-$((2+3))\n")
     await screen.until_output(b"up-5")

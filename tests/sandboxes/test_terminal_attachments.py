@@ -17,6 +17,7 @@ from sandboxes.terminal import attachments, sweep
 from sandboxes.terminal import tickets as terminals
 from tests.factories import make_config
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 
 def grant_for(terminal: Terminal) -> terminals.Grant:
@@ -33,9 +34,11 @@ def terminal(world: World) -> Terminal:
 
 
 @pytest.mark.django_db
-def test_a_grace_window_closes_only_when_no_other_process_holds_the_terminal(terminal: Terminal, settings: Any) -> None:
-    settings.TERMINAL_LEASE_S = 30
-    settings.TERMINAL_REATTACH_S = 30
+def test_a_grace_window_closes_only_when_no_other_process_holds_the_terminal(
+    tuned: Tuned, terminal: Terminal, settings: Any
+) -> None:
+    tuned({"terminal.lease_s": 30})
+    tuned({"terminal.reattach_s": 30})
     tid = str(terminal.pk)
     assert attachments.take(tid, "a")
     attachments.release(tid, "a")  # a's client dropped: its grace window

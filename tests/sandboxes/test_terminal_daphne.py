@@ -38,6 +38,7 @@ from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import cookie_for, free_port, new_ticket, wait_closed
+from tests.support.tuning import tuning_env
 
 store = terminal_support.store
 session = terminal_support.session
@@ -51,9 +52,9 @@ class Daphne:
     port: int
 
 
-def launch_daphne(settings: Any, layer: str, prefix: str, **terminal_env: str) -> Daphne:
+def launch_daphne(settings: Any, layer: str, prefix: str, **terminal: object) -> Daphne:
     """Daphne in a child process on a free loopback port, on this test's database and
-    installation id, with channel layer `layer` under `prefix`; `terminal_env` on top."""
+    installation id, with channel layer `layer` under `prefix`; `terminal` knobs on top."""
     db = connection.settings_dict
     env = {
         **os.environ,
@@ -62,7 +63,7 @@ def launch_daphne(settings: Any, layer: str, prefix: str, **terminal_env: str) -
         "TEST_CONSOLE_INSTALLATION_ID": settings.CONSOLE_INSTALLATION_ID,
         "TEST_CHANNEL_LAYER": layer,
         "TEST_CHANNEL_LAYER_PREFIX": prefix,
-        **terminal_env,
+        **tuning_env({f"terminal.{knob}": value for knob, value in terminal.items()}),
     }
     port = free_port()
     process = subprocess.Popen(
@@ -98,10 +99,10 @@ def daphne(request: pytest.FixtureRequest, session: Session, settings: Any) -> I
         settings,
         layer,
         prefix,
-        TERMINAL_REATTACH_S="120",  # only the shutdown can end the dropped terminal's shell in time
+        reattach_s=120,  # only the shutdown can end the dropped terminal's shell in time
         # Plain shells, which a stopping process ends; shells kept by the sandbox are let go
         # for another process instead (tests/sandboxes/test_terminal_replicas.py).
-        TERMINAL_KEEP_SHELLS="0",
+        keep_shells=False,
     )
     process = server.process
     try:

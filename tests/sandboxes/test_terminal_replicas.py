@@ -4,7 +4,7 @@ A terminal opened through the first process, its connection dropped, reconnected
 second: the shell is the same one (kept by the sandbox in a tmux session), `$FOO` survives,
 the first frames carry its scrollback, the first process's grace window ends without closing
 the terminal that is in use through the second, and the audit log has one open and one
-close. Where the sandbox keeps no shell (`TERMINAL_KEEP_SHELLS=0`, as for a template without
+close. Where the sandbox keeps no shell (`terminal.keep_shells=false`, as for a template without
 tmux) the second process says the shell was replaced, and still never closes the row under
 the new shell.
 """
@@ -42,9 +42,9 @@ def start_daphne(settings: Any, prefix: str, keep_shells: bool) -> Daphne:
         settings,
         "redis",
         prefix,
-        TERMINAL_REATTACH_S=str(GRACE_S),
-        TERMINAL_LEASE_S="3",
-        TERMINAL_KEEP_SHELLS="1" if keep_shells else "0",
+        reattach_s=GRACE_S,
+        lease_s=3,
+        keep_shells=keep_shells,
     )
     wait_listening(server)
     return server

@@ -26,6 +26,7 @@ from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import open_terminal, wait_closed, wait_no_shell
+from tests.support.tuning import Tuned
 
 layer = terminal_support.layer
 store = terminal_support.store
@@ -172,12 +173,12 @@ def test_log_out_everywhere_ends_every_login_session_and_is_audited(world: World
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("fast_terminals", "cleanup")
 async def test_a_detached_terminals_shell_ends_when_access_is_lost(
-    world: World, session: Session, settings: Any, layer: str
+    tuned: Tuned, world: World, session: Session, settings: Any, layer: str
 ) -> None:
     """A shell waiting in its grace window (no connection to tell) is re-checked by its
     keepalive too, instead of running on for the whole window."""
-    settings.TERMINAL_REATTACH_S = 120
-    settings.TERMINAL_KEEPALIVE_S = 1
+    tuned({"terminal.reattach_s": 120})
+    tuned({"terminal.keepalive_s": 1})
     comm, screen, tid = await open_terminal(world.bob, session)
     await screen.run("echo up\n")
     await screen.until_output(b"up")

@@ -26,6 +26,7 @@ from sandboxes.models import PlatformBackend
 from tests.factories import make_backend, make_space
 from tests.personas import World
 from tests.sandboxes.test_platform_backends import backend_form
+from tests.support.tuning import Tuned
 
 TOKEN = "unix-readyz-token-9a8b7c"
 
@@ -107,9 +108,9 @@ def test_the_docker_adapter_refuses_to_dial_a_file_that_is_not_a_socket() -> Non
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.docker
-def test_one_bad_backend_marks_only_itself_unavailable(settings: Any) -> None:
+def test_one_bad_backend_marks_only_itself_unavailable(tuned: Tuned, settings: Any) -> None:
     settings.METRICS_TOKEN = TOKEN
-    settings.READYZ_CACHE_S = 0
+    tuned({"readyz.cache_s": 0})
     space = make_space()
     good = make_backend(space, name="local engine")
     bad = make_backend(space, name="not a socket", endpoint="unix:///etc/passwd")

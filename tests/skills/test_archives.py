@@ -17,6 +17,7 @@ from console.services import ServiceError
 from skills.archives import Limits
 from skills.models import Skill, SkillFile, SkillVersion
 from skills.services import import_folder, version_files
+from tests.support.tuning import Tuned
 
 from .helpers import EXECUTABLE, REGULAR, build_tar, build_zip, import_bytes, skill_md, skill_zip, tar_file
 
@@ -62,12 +63,12 @@ ZIP_ATTACKS = {
     "fifo": (with_skill(("my-skill/pipe", b"", stat.S_IFIFO | 0o644)), "a FIFO"),
     "too many files": (
         with_skill(*[(f"my-skill/f{i}.txt", b"x", REGULAR) for i in range(5)]),
-        "more than 5 files (SKILL_MAX_FILES)",
+        "more than 5 files (skills.max_files)",
     ),
     "bomb by ratio": (with_skill(("my-skill/zeros.bin", b"\0" * 2_000_000, REGULAR)), "compresses"),
     "bomb by total": (
         with_skill(*[(f"my-skill/r{i}.txt", bytes(range(256)) * 4000, REGULAR) for i in range(3)]),
-        "unpacks to more than 2.9 MiB (SKILL_MAX_UNCOMPRESSED_BYTES)",
+        "unpacks to more than 2.9 MiB (skills.max_uncompressed_bytes)",
     ),
     "duplicate entries": (
         with_skill(("my-skill/a.txt", b"1", REGULAR), ("my-skill/a.txt", b"2", REGULAR)),
@@ -108,7 +109,7 @@ def test_archive_over_the_size_limit_is_refused() -> None:
     data = with_skill(("my-skill/noise.bin", random.Random(1).randbytes(30_000), REGULAR))
     with pytest.raises(ServiceError) as caught:
         import_bytes(data, limits=Limits(archive_bytes=10_000))
-    assert "the limit is 9.8 KiB (SKILL_ARCHIVE_MAX_BYTES)" in caught.value.message
+    assert "the limit is 9.8 KiB (skills.archive_max_bytes)" in caught.value.message
     assert_nothing_written()
 
 
@@ -292,8 +293,8 @@ def test_folder_with_a_fifo_is_refused(tmp_path: Path) -> None:
     assert_nothing_written()
 
 
-def test_limits_come_from_settings(settings: object) -> None:
-    settings.SKILL_MAX_FILES = 1  # type: ignore[attr-defined]
+def test_limits_come_from_settings(tuned: Tuned, settings: object) -> None:
+    tuned({"skills.max_files": 1})
     with pytest.raises(ServiceError) as caught:
         import_bytes(skill_zip({"a.txt": b"a"}))
     assert "more than 1 files" in caught.value.message

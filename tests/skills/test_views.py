@@ -15,6 +15,7 @@ from django.urls import reverse
 from console.models import AuditEvent
 from console.services import SYSTEM
 from skills.models import Skill, SkillFile, SkillVersion
+from tests.support.tuning import Tuned
 
 from .conftest import World
 from .helpers import REGULAR, build_zip, import_bytes, make_version, skill_md, skill_zip
@@ -160,13 +161,13 @@ def test_refused_uploads_show_the_reason(world: World, data: bytes, fragment: st
     assert SkillVersion.objects.count() == 0
 
 
-def test_oversized_upload_is_cut_off(world: World, settings: Any) -> None:
-    settings.SKILL_ARCHIVE_MAX_BYTES = 1000
+def test_oversized_upload_is_cut_off(tuned: Tuned, world: World, settings: Any) -> None:
+    tuned({"skills.archive_max_bytes": 1000})
     settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 100
     data = skill_zip({"big.bin": random.Random(2).randbytes(5000)})
     response = upload(world.client_for("root"), data)
     assert response.status_code == 400
-    assert "over the limit of 1000 bytes (SKILL_ARCHIVE_MAX_BYTES)" in response.content.decode()
+    assert "over the limit of 1000 bytes (skills.archive_max_bytes)" in response.content.decode()
     assert SkillVersion.objects.count() == 0
 
 

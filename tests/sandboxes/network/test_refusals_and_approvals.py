@@ -40,6 +40,7 @@ from sandboxes.sessions.runtime import Runtime, backend_for
 from tests.factories import make_config, set_policy
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 
 @pytest.fixture
@@ -170,8 +171,8 @@ def refusal(
 
 
 @pytest.mark.django_db
-def test_refusals_map_to_sessions_and_build_jobs_and_stay_bounded(world: World, settings: Any) -> None:
-    settings.EGRESS_LOG_MAX_PER_SESSION = 3
+def test_refusals_map_to_sessions_and_build_jobs_and_stay_bounded(tuned: Tuned, world: World, settings: Any) -> None:
+    tuned({"network.log_max_per_session": 3})
     config = make_config(world.space_a)
     other = make_config(world.space_b)
     session = Session.objects.create(space=world.space_a, config=config, key="s1", sandbox_id="sbx-1")
@@ -190,8 +191,8 @@ def test_refusals_map_to_sessions_and_build_jobs_and_stay_bounded(world: World, 
 
 
 @pytest.mark.django_db
-def test_the_retention_pass_keeps_the_egress_log_days(world: World, settings: Any) -> None:
-    settings.RETENTION_DAYS = {**settings.RETENTION_DAYS, "egress_events": 2}
+def test_the_retention_pass_keeps_the_egress_log_days(tuned: Tuned, world: World, settings: Any) -> None:
+    tuned({"retention.egress_events_days": 2})
     config = make_config(world.space_a)
     Session.objects.create(space=world.space_a, config=config, key="s1", sandbox_id="sbx-1")
     record_refusals(config.backend, [refusal("sbx-1", "old.example", ago_s=3 * 86400), refusal("sbx-1", "new.example")])

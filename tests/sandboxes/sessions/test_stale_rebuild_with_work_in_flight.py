@@ -1,7 +1,7 @@
 """A stale rebuild never cuts someone else's work silently.
 
 Client 1 runs a command; client 2 begins a turn on the session, which a skill install made
-stale. The rebuild waits (SESSION_REBUILD_WAIT_S) for client 1's exec to end, or is deferred
+stale. The rebuild waits (sessions.rebuild_wait_s) for client 1's exec to end, or is deferred
 to the next turn: client 1 gets its real result, never HTTP 200 with exit code 137. A
 rebuild that must go on (a member's Rebuild) cuts the exec, which then answers 409
 `sandbox_replaced` in words.
@@ -21,6 +21,7 @@ from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.runtime import Runtime
 from tests.personas import World
 from tests.sandboxes.test_api_get_never_wakes import Agent
+from tests.support.tuning import Tuned
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
 
@@ -69,9 +70,9 @@ def make_stale() -> str:
 
 
 def test_a_stale_rebuild_is_deferred_while_another_clients_exec_runs(
-    agents: tuple[Agent, Agent], settings: Any
+    tuned: Tuned, agents: tuple[Agent, Agent], settings: Any
 ) -> None:
-    settings.SESSION_REBUILD_WAIT_S = 1
+    tuned({"sessions.rebuild_wait_s": 1})
     one, two = agents
     assert one.post("resolve", key=KEY).status_code == 200
     thread, out = started_exec(one, 5)
@@ -94,8 +95,10 @@ def test_a_stale_rebuild_is_deferred_while_another_clients_exec_runs(
     assert again.json()["sandbox_id"] != before
 
 
-def test_a_stale_rebuild_waits_for_a_short_exec_to_end(agents: tuple[Agent, Agent], settings: Any) -> None:
-    settings.SESSION_REBUILD_WAIT_S = 15
+def test_a_stale_rebuild_waits_for_a_short_exec_to_end(
+    tuned: Tuned, agents: tuple[Agent, Agent], settings: Any
+) -> None:
+    tuned({"sessions.rebuild_wait_s": 15})
     one, two = agents
     assert one.post("resolve", key=KEY).status_code == 200
     thread, out = started_exec(one, 2)

@@ -22,6 +22,7 @@ from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.unmanaged import find_unmanaged, reap_unmanaged
 from tests.factories import make_config
 from tests.personas import World
+from tests.support.tuning import Tuned
 
 pytestmark = pytest.mark.docker
 
@@ -54,9 +55,9 @@ def remove(engine: Any, containers: list[str], volumes: list[str]) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_reaper_deletes_an_orphan_after_the_grace_and_not_another_installations(
-    world: World, session_config: SandboxConfig, engine: Any, settings: Any
+    tuned: Tuned, world: World, session_config: SandboxConfig, engine: Any, settings: Any
 ) -> None:
-    settings.REAPER_UNMANAGED = True
+    tuned({"sessions.reaper_unmanaged": True})
     mine = settings.CONSOLE_INSTALLATION_ID
     other = f"{mine}-other-{uuid.uuid4().hex[:6]}"
     theirs = make_config(
@@ -72,7 +73,7 @@ def test_the_reaper_deletes_an_orphan_after_the_grace_and_not_another_installati
         assert young.young == 2  # its container and its volume, too young yet
         assert labelled(engine, mine) == ([my_container], [my_volume])
 
-        settings.REAPER_GRACE_S = 0
+        tuned({"sessions.reaper_grace_s": 0})
         job = start_job("sandboxes.reap", actor=SYSTEM)
         run_job(str(job.id))
         job.refresh_from_db()
@@ -132,14 +133,14 @@ def test_the_unmanaged_page_lists_and_deletes_for_platform_admins_only(
 
 @pytest.mark.django_db(transaction=True)
 def test_a_backend_that_does_not_answer_is_named_within_the_deadline(
-    world: World, session_config: SandboxConfig, settings: Any, tmp_path: Any
+    tuned: Tuned, world: World, session_config: SandboxConfig, settings: Any, tmp_path: Any
 ) -> None:
     import socket
     import time
 
     from tests.factories import make_backend
 
-    settings.UNMANAGED_LIST_TIMEOUT_S = 1
+    tuned({"sessions.unmanaged_list_timeout_s": 1})
     path = tmp_path / "silent.sock"
     silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     silent.bind(str(path))
