@@ -29,11 +29,10 @@ from sandboxes.backends.base import (
     RemoteError,
     SandboxSpec,
 )
-from sandboxes.catalog.bridge import config_fingerprint, console_metadata, sandbox_resources
+from sandboxes.catalog.bridge import config_fingerprint, console_metadata, get_backend, sandbox_resources
 from sandboxes.catalog.services import do_set_session_image
 from sandboxes.models import SandboxConfig, SessionImage
 from sandboxes.network.log import watch_build_sandbox
-from sandboxes.sessions.provisioning import backend_for
 
 from . import install, install_packages
 from .build_network import BuildNetwork, build_network, sources_to_reach
@@ -236,7 +235,7 @@ def build_generation(
     image = create_generation_row(space, config, plan, actor=actor, job=job)
     build = _Build(image, reporter)
     fingerprint = config_fingerprint(config)
-    backend = backend_for(config)
+    backend = get_backend(config)
     sandbox_id: str | None = None
     snapshot_id: str | None = None
     try:

@@ -40,10 +40,10 @@ from console.services import Actor, ServiceError, record_audit
 from sandboxes.backends.base import (
     RemoteError,
 )
-from sandboxes.catalog.bridge import config_fingerprint
+from sandboxes.catalog.bridge import config_fingerprint, get_backend
 from sandboxes.catalog.services import do_set_session_image, sessions_using_snapshot
 from sandboxes.models import SandboxConfig, SessionImage
-from sandboxes.sessions.provisioning import backend_for, effective_template
+from sandboxes.sessions.provisioning import effective_template
 
 from .models import SkillImage, SkillImageStatus, SkillVersion
 
@@ -229,7 +229,7 @@ def do_rollback_image(image: SkillImage, *, actor: Actor) -> None:
         raise ServiceError(
             f"Generation {image.generation} belongs to another backend account than the config's; it cannot be used."
         )
-    snapshots = backend_for(config).snapshots()
+    snapshots = get_backend(config).snapshots()
     if snapshots is not None and image.snapshot_id not in {s.snapshot_id for s in snapshots.list()}:
         raise ServiceError(f"The snapshot of generation {image.generation} is gone from the backend.")
     with transaction.atomic():
@@ -291,7 +291,7 @@ def do_delete_old_snapshots(space: Space, config: SandboxConfig, *, actor: Actor
     Newest first, so a backend whose snapshots stack on each other (Docker images) can drop
     a child before its parent. Returns (retired generations, reasons others were kept).
     """
-    backend = backend_for(config)
+    backend = get_backend(config)
     snapshots = backend.snapshots()
     if snapshots is None:
         raise ServiceError(f"{backend.label} has no snapshots to delete.")

@@ -2,7 +2,7 @@
 
 Holds the writes on sandbox configs and platform backends (`services`, `platform`), the
 space-scoped template/snapshot catalog (`templates`), and the admin jobs that test, verify
-and build against a config's backend (`jobs`, `verify`). `bridge.open_backend` is the one
+and build against a config's backend (`jobs`, `verify`). `bridge.get_backend` is the one
 bridge from a config row to a backend adapter (`bridge` also holds the metadata labels, the
 ownership rules and the network spec a backend is sent).
 

@@ -24,7 +24,7 @@ from console.views import apply_form_errors, is_htmx, swaps
 
 from ..backends import describe
 from ..backends.base import DiskCapabilities, NetworkCapabilities, RemoteError
-from ..catalog.bridge import open_backend
+from ..catalog.bridge import get_backend
 from ..catalog.network import unsupported_policy_switches
 from ..catalog.platform import granted_backends
 from ..catalog.services import do_create_config, do_update_config
@@ -239,13 +239,13 @@ def capability_row(config: SandboxConfig) -> CapabilityRow:
     row = CapabilityRow(config=config)
     try:
         # Through the services' bridge, the one place that builds a backend from a row.
-        with open_backend(config) as backend:
-            row.label = backend.label
-            row.accessors = {name: getattr(backend, name)() is not None for name in CAPABILITY_ACCESSORS}
-            row.network = backend.network_capabilities()
-            row.network_flags = [(label, getattr(row.network, attr)) for attr, label in NETWORK_FLAGS]
-            row.disk = backend.disk_capabilities()
-            row.disk_flags = [(label, getattr(row.disk, attr)) for attr, label in DISK_FLAGS]
+        backend = get_backend(config)
+        row.label = backend.label
+        row.accessors = {name: getattr(backend, name)() is not None for name in CAPABILITY_ACCESSORS}
+        row.network = backend.network_capabilities()
+        row.network_flags = [(label, getattr(row.network, attr)) for attr, label in NETWORK_FLAGS]
+        row.disk = backend.disk_capabilities()
+        row.disk_flags = [(label, getattr(row.disk, attr)) for attr, label in DISK_FLAGS]
     except RemoteError as exc:
         row.error = remote_error_message(exc)
     return row

@@ -29,9 +29,10 @@ from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import RemoteError
 from ..backends.capabilities import InboundCapability
+from ..catalog.bridge import get_backend
 from ..models import Session
 from .inbound_hosts import host_url, read_label, shared_domain
-from .runtime import ACTIVITY_WRITE_INTERVAL, backend_for
+from .runtime import ACTIVITY_WRITE_INTERVAL
 
 LINK_SALT = "sandboxes.inbound.link"
 LINK_PARAM = "_console_link"
@@ -61,7 +62,7 @@ class InboundUrl:
 
 def session_inbound(session: Session) -> InboundCapability | None:
     """The inbound capability of the session's backend (None: the backend has none)."""
-    return backend_for(session.config).inbound()
+    return get_backend(session.config).inbound()
 
 
 def inbound_url(session: Session, port: int) -> InboundUrl:

@@ -44,9 +44,9 @@ from console.signals import login_sessions_ended
 
 from ..backends.base import ErrorKind, PtySize, RemoteError
 from ..backends.capabilities import PtyHandle
+from ..catalog.bridge import get_backend
 from ..models import Session, Terminal
 from ..sessions.inflight import in_flight
-from ..sessions.provisioning import backend_for
 from ..sessions.runtime import Runtime
 from . import keeper
 
@@ -287,7 +287,7 @@ def open_shell(session_id: str, terminal_id: str, size: PtySize) -> OpenedShell:
     a plain shell where the template cannot keep one. Counted in flight meanwhile, so no pause
     freezes the sandbox while its shell starts."""
     session = Session.objects.select_related("config", "space").get(pk=session_id)
-    backend = backend_for(session.config)
+    backend = get_backend(session.config)
     ptys = backend.pty()
     if ptys is None:
         raise RemoteError(ErrorKind.UNSUPPORTED, "this sandbox backend has no interactive terminals")
@@ -303,7 +303,7 @@ def open_shell(session_id: str, terminal_id: str, size: PtySize) -> OpenedShell:
 def end_kept_shell(session_id: str, sandbox_id: str, terminal_id: str) -> None:
     """End the terminal's shell kept by the sandbox (its tmux session)."""
     session = Session.objects.select_related("config").get(pk=session_id)
-    keeper.end(backend_for(session.config), sandbox_id, terminal_id)
+    keeper.end(get_backend(session.config), sandbox_id, terminal_id)
 
 
 # --- Control events over the channel layer ----------------------------------------------------

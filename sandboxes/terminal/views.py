@@ -23,8 +23,8 @@ from console.models import Role
 from console.security import csp_inline_styles
 
 from ..backends.base import RemoteError
+from ..catalog.bridge import get_backend
 from ..models import Session, Terminal
-from ..sessions.provisioning import backend_for
 from .tickets import create_terminal, issue_ticket
 
 
@@ -36,7 +36,7 @@ def _session_for(user: Any, session_id: Any, role: Role) -> Session:
 
 def _has_pty(session: Session) -> bool:
     try:
-        return backend_for(session.config).pty() is not None
+        return get_backend(session.config).pty() is not None
     except RemoteError:
         return False
 

@@ -21,10 +21,11 @@ from django.utils import timezone
 from console.models import AuditAction, AuditEvent
 from console.services import SYSTEM, record_audit
 from sandboxes.backends.base import ExecRequest
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session, Terminal
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.sessions.retention import apply_retention
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.terminal import keeper, sweep
 from sandboxes.terminal import tickets as terminals
 from tests.factories import make_config
@@ -127,7 +128,7 @@ def test_the_sweep_ends_the_kept_shell_of_a_terminal_whose_audit_rows_are_gone(w
     sandbox_id = Runtime().resolve_session(session).sandbox.sandbox_id
     terminal = terminals.create_terminal(world.bob, session)
     tid = str(terminal.pk)
-    backend = backend_for(session.config)
+    backend = get_backend(session.config)
     assert keeper.probe(backend, sandbox_id, tid).kept, "the base template keeps shells (tmux)"
     # The shell a connection left behind: its tmux session, started detached the way a PTY does.
     line = keeper._tmux("new-session", "-d", "-s", keeper.session_name(tid), "--", *terminals.SHELL)

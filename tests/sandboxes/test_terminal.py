@@ -109,7 +109,7 @@ def test_a_backend_without_pty_shows_a_message(world: World, monkeypatch: pytest
         def pty(self) -> None:
             return None
 
-    monkeypatch.setattr(views_terminal, "backend_for", lambda config: NoPty())
+    monkeypatch.setattr(views_terminal, "get_backend", lambda config: NoPty())
     make_config(world.space_a, is_default=True)
     session = get_or_create_session(world.space_a, "nopty")
     page = world.client_for("bob").get(reverse("sandboxes:terminal_page", kwargs={"session_id": session.id}))

@@ -32,8 +32,8 @@ from django.db import connection
 
 from console.models import AuditEvent
 from sandboxes.backends.base import ExecRequest
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import Session, Terminal
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
@@ -200,7 +200,7 @@ async def open_on(server: Daphne, world: World, session: Session) -> tuple[Webso
 
 
 def shells_in_sandbox(session: Session, sandbox_id: str) -> int:
-    result = backend_for(session.config).exec(sandbox_id, ExecRequest(argv=("ps", "-eo", "args"), timeout_s=30))
+    result = get_backend(session.config).exec(sandbox_id, ExecRequest(argv=("ps", "-eo", "args"), timeout_s=30))
     return sum(line.strip() == "bash -l" for line in result.stdout.decode().splitlines())
 
 

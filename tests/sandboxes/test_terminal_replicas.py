@@ -157,10 +157,10 @@ async def test_a_reconnect_through_another_replica_reattaches_the_same_shell(
 
 def tmux_sessions(session: Session, sandbox_id: str) -> list[str]:
     from sandboxes.backends.base import ExecRequest
-    from sandboxes.sessions.runtime import backend_for
+    from sandboxes.catalog.bridge import get_backend
 
     script = "tmux -L sandbox-console list-sessions -F '#{session_name}' 2>/dev/null; true"
-    result = backend_for(session.config).exec(sandbox_id, ExecRequest(argv=("/bin/sh", "-c", script), timeout_s=30))
+    result = get_backend(session.config).exec(sandbox_id, ExecRequest(argv=("/bin/sh", "-c", script), timeout_s=30))
     return result.stdout.decode().split()
 
 
