@@ -52,7 +52,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("django-admin/", admin.site.urls),
     path("api/v1/", include("sandboxes.api.urls")),
-    path("", include("sandboxes.pages.urls")),
+    path("", include("sandboxes.urls")),
     path("", include("skills.urls")),
     path("", include((console_patterns, "console"))),
 ]

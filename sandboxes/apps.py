@@ -15,10 +15,13 @@ class SandboxesConfig(AppConfig):
         from console.signals import network_policy_changed, process_released
 
         from .api.tokens import api_tokens_made_by, revoke_api_tokens_made_by
-        from .catalog import jobs, verify  # noqa: F401
+        from .catalog import (  # noqa: F401
+            jobs,
+            onboarding,
+            verify,
+        )
         from .catalog.health import backend_checks
         from .network.live import on_policy_changed
-        from .pages import onboarding  # noqa: F401  (the dashboard's getting-started steps)
         from .sessions import gauges, reaper, retention, teardown, unmanaged  # noqa: F401
         from .sessions.commands import lose_commands_of
         from .sessions.inbound_hosts import check_setting

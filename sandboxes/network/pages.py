@@ -29,7 +29,7 @@ from netpolicy import PolicyError, parse_destination
 
 from ..catalog.network import network_spec_for
 from ..models import EgressEvent, Session, SessionGrant
-from ..pages.lookups import get_session_for_user
+from ..sessions.access import get_session_for_user
 from .advice import advice_rows, event_advice, explain_for
 from .approvals import do_allow_for_session, do_allow_for_space, do_revoke_grant
 from .checks import backend_views, policy_backend_warnings

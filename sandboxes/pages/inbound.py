@@ -19,9 +19,10 @@ from console.models import Role
 from console.services import ServiceError, actor_from_request
 
 from ..backends.base import RemoteError
+from ..catalog.lookups import remote_error_message
 from ..models import Session
+from ..sessions.access import get_session_for_user
 from ..sessions.inbound import do_issue_inbound_link, inbound_on, inbound_url
-from .lookups import get_session_for_user, remote_error_message
 
 DEFAULT_PORT = 8000
 

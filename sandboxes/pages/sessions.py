@@ -25,15 +25,16 @@ from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, paginate, query_without_page, swaps
 
 from ..backends.base import RemoteError
+from ..catalog.lookups import failure_message, remote_error_message
 from ..models import Artifact, BackgroundCommand, Session
 from ..network.advice import advice_rows
+from ..sessions.access import get_session_for_user
 from ..sessions.commands import kill_command, read_output, start_command
 from ..sessions.provisioning import effective_template
 from ..sessions.runtime import Runtime
 from ..sessions.stats import read_session_stats
 from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
 from .inbound import inbound_context
-from .lookups import failure_message, get_session_for_user, remote_error_message
 from .teardown import session_delete
 
 # --- Sessions ----------------------------------------------------------------------------

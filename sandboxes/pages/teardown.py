@@ -18,6 +18,8 @@ from console.access import get_space_for_user
 from console.models import AdminJob, Role
 from console.services import ServiceError, actor_from_request
 
+from ..catalog.lookups import get_config_for_user
+from ..sessions.access import get_session_for_user
 from ..sessions.teardown import (
     KIND_CONFIG,
     KIND_SESSION,
@@ -27,7 +29,6 @@ from ..sessions.teardown import (
     running_teardown,
     start_teardown,
 )
-from .lookups import get_config_for_user, get_session_for_user
 
 
 def _confirm(

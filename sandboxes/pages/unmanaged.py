@@ -16,8 +16,8 @@ from console.access import require_platform_admin
 from console.services import ServiceError, actor_from_request
 
 from ..backends.base import RemoteError
+from ..catalog.lookups import failure_message
 from ..sessions.unmanaged import ORDER, do_delete_unmanaged, find_unmanaged
-from .lookups import failure_message
 
 
 @login_required

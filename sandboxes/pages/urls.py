@@ -4,23 +4,10 @@ from django.urls import path
 
 from ..network import pages as network
 from ..terminal import views as terminal_views
-from . import catalog, configs, inbound, platform, sessions, teardown, tokens, unmanaged
-
-app_name = "sandboxes"
+from . import inbound, sessions, teardown, unmanaged
 
 urlpatterns = [
-    path("sandboxes/", configs.config_list, name="config_list"),
-    path("sandboxes/capabilities/", configs.capability_matrix, name="capability_matrix"),
-    path("spaces/<uuid:space_id>/sandboxes/new/", configs.config_create, name="config_create"),
-    path("sandboxes/<uuid:config_id>/", configs.config_detail, name="config_detail"),
-    path("sandboxes/<uuid:config_id>/edit/", configs.config_edit, name="config_edit"),
     path("sandboxes/<uuid:config_id>/delete/", teardown.config_delete, name="config_delete"),
-    path("sandboxes/<uuid:config_id>/test/", configs.config_test, name="config_test"),
-    path("sandboxes/<uuid:config_id>/verify/", configs.config_verify, name="config_verify"),
-    path("sandboxes/<uuid:config_id>/templates/", catalog.template_list, name="template_list"),
-    path("sandboxes/<uuid:config_id>/templates/new/", catalog.template_build, name="template_build"),
-    path("sandboxes/<uuid:config_id>/templates/delete/", catalog.template_delete, name="template_delete"),
-    path("sandboxes/<uuid:config_id>/snapshots/delete/", catalog.snapshot_delete, name="snapshot_delete"),
     path("sessions/", sessions.session_list, name="session_list"),
     path("spaces/<uuid:space_id>/sessions/new/", sessions.session_start, name="session_start"),
     path("sessions/<uuid:session_id>/", sessions.session_detail, name="session_detail"),
@@ -49,17 +36,12 @@ urlpatterns = [
         name="egress_allow_session",
     ),
     path("sessions/<uuid:session_id>/grants/<uuid:grant_id>/revoke/", network.grant_revoke, name="grant_revoke"),
-    path("spaces/<uuid:space_id>/tokens/", tokens.token_list, name="token_list"),
-    path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
 ]
 
 # The platform's Backends section (platform admins only; sandboxes/pages/platform.py).
 urlpatterns += [
-    path("platform/backends/", platform.backend_list, name="backend_list"),
     path("platform/unmanaged/", unmanaged.unmanaged_list, name="unmanaged_list"),
     path("platform/unmanaged/delete/", unmanaged.unmanaged_delete, name="unmanaged_delete"),
-    path("platform/backends/new/", platform.backend_create, name="backend_create"),
-    path("platform/backends/<uuid:backend_id>/", platform.backend_edit, name="backend_edit"),
 ]
 
 # The web terminal (sandboxes/terminal/views.py; docs/terminal-protocol.md).

@@ -63,6 +63,7 @@ from ..backends.base import (
     SandboxState,
 )
 from ..catalog.bridge import get_backend, sandbox_resources
+from ..catalog.conflicts import Conflict
 from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
 from ..models import SandboxConfig, Session, SessionState
 from .inflight import busy_reason, in_flight, quiet_sessions
@@ -123,7 +124,7 @@ class SessionDeleted(RemoteError):
         super().__init__(ErrorKind.NOT_FOUND, f"the session {key!r} was deleted")
 
 
-class SessionConflict(RemoteError):
+class SessionConflict(Conflict):
     """A call refused or cut by the session's own state, not a backend failure: 409 with a
     code of its own (the API answers `code`, and the message says what to do)."""
 

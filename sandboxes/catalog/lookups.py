@@ -1,5 +1,6 @@
-"""What every page of the sandboxes app looks up the same way: a config or a session through
-the access helper (outsider 404, too-low role 403), and a `RemoteError` (or a service's refusal) in words.
+"""What the pages of the sandboxes app look up and say the same way: a config through the
+access helper (outsider 404, too-low role 403; a session's is `sessions.access`), and a
+`RemoteError` (or a service's refusal) in words.
 """
 
 from __future__ import annotations
@@ -13,12 +14,9 @@ from console.models import Role
 from console.services import ServiceError
 
 from ..backends.base import RemoteError
-from ..catalog.network import PolicyConflict
-from ..catalog.templates import (
-    visible_template_ids,
-)
-from ..models import SandboxConfig, Session
-from ..sessions.runtime import SessionConflict
+from ..models import SandboxConfig
+from .conflicts import Conflict
+from .templates import visible_template_ids
 
 
 def get_config_for_user(user: Any, config_id: Any, role: Role = Role.VIEWER) -> SandboxConfig:
@@ -29,7 +27,7 @@ def get_config_for_user(user: Any, config_id: Any, role: Role = Role.VIEWER) -> 
 
 
 def remote_error_message(exc: RemoteError) -> str:
-    if isinstance(exc, PolicyConflict | SessionConflict):  # the space's settings or the session's state
+    if isinstance(exc, Conflict):  # the space's settings or the session's state
         return exc.message
     hint = " (retry later)" if exc.retryable else ""
     return f"The backend said {exc.kind}: {exc.message}{hint}"
@@ -43,9 +41,3 @@ def failure_message(exc: RemoteError | ServiceError) -> str:
 def template_ids(config: SandboxConfig) -> list[str] | None:
     """Template ids the space may pick (the platform's and its own), or None when unlistable."""
     return visible_template_ids(config)
-
-
-def get_session_for_user(user: Any, session_id: Any, role: Role = Role.VIEWER) -> Session:
-    session = get_object_or_404(Session.objects.select_related("space", "config__backend"), pk=session_id)
-    get_space_for_user(user, session.space_id, role)
-    return session

@@ -24,14 +24,14 @@ from console.views import apply_form_errors, is_htmx, swaps
 
 from ..backends import describe
 from ..backends.base import DiskCapabilities, NetworkCapabilities, RemoteError
-from ..catalog.bridge import get_backend
-from ..catalog.network import unsupported_policy_switches
-from ..catalog.platform import granted_backends
-from ..catalog.services import do_create_config, do_update_config
 from ..models import PlatformBackend, SandboxConfig
+from .bridge import get_backend
 from .by_kind import kind_step
 from .forms import SandboxConfigForm, chosen_backend
 from .lookups import get_config_for_user, remote_error_message, template_ids
+from .network import unsupported_policy_switches
+from .platform import granted_backends
+from .services import do_create_config, do_update_config
 
 # --- Configs -----------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from console.access import get_space_for_user
 from console.models import Role
 from console.services import ServiceError, actor_from_request
 
-from ..api.tokens import do_create_api_token, do_revoke_api_token
+from .tokens import do_create_api_token, do_revoke_api_token
 from ..models import ApiToken
 
 # --- API tokens --------------------------------------------------------------------------

@@ -16,7 +16,10 @@ from console.models import Role
 from console.services import ServiceError, actor_from_request
 
 from ..backends.base import RemoteError
-from ..catalog.templates import (
+from ..models import SandboxConfig
+from .forms import TemplateBuildForm
+from .lookups import failure_message, get_config_for_user, remote_error_message, template_ids
+from .templates import (
     Catalog,
     CatalogItemForbidden,
     CatalogItemNotFound,
@@ -25,9 +28,6 @@ from ..catalog.templates import (
     load_catalog,
     snapshot_users,
 )
-from ..models import SandboxConfig
-from .forms import TemplateBuildForm
-from .lookups import failure_message, get_config_for_user, remote_error_message, template_ids
 
 # --- Templates and snapshots -------------------------------------------------------------
 

@@ -21,10 +21,10 @@ from console.services import ServiceError, actor_from_request
 from console.views import apply_form_errors, is_htmx, swaps
 
 from ..backends import BACKEND_CLASSES, describe
-from ..catalog.platform import do_create_platform_backend, do_update_platform_backend
 from ..models import PlatformBackend
 from .by_kind import kind_step
 from .forms import BACKEND_SECRETS, PlatformBackendForm
+from .platform import do_create_platform_backend, do_update_platform_backend
 
 
 def _secrets(form: PlatformBackendForm) -> dict[str, Any]:

@@ -17,10 +17,10 @@ from ..backends.base import KindDescription, RemoteError, is_snapshot_id
 from ..backends.guard import check_endpoint
 from ..backends.unix_socket import SCHEME as UNIX_SCHEME
 from ..backends.unix_socket import unix_socket_problem
-from ..catalog.platform import BACKEND_FIELDS, granted_backends
-from ..catalog.services import CONFIG_FIELDS
 from ..models import PlatformBackend, SandboxConfig
 from .by_kind import ByKindForm
+from .platform import BACKEND_FIELDS, granted_backends
+from .services import CONFIG_FIELDS
 
 DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 TEMPLATE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
