@@ -81,9 +81,10 @@ def run(n: int) -> dict[str, dict[str, float]]:
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
     from sandboxes.catalog import bridge
     from sandboxes.catalog.bridge import get_backend
+    from sandboxes.inbound import links as inbound
     from sandboxes.inbound import proxy
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
-    from sandboxes.sessions import inbound, limits
+    from sandboxes.sessions import limits
     from skills.install_packages import console_pip_wheel
 
     space = Space.objects.create(name="bench caches", slug="bench-caches")

@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from sandboxes.network import pages as network_pages
-from sandboxes.pages import teardown as teardown_pages
+from sandboxes.sessions import teardown_pages
 
 from . import activity_views, user_views, views
 

@@ -7,14 +7,20 @@ from django.urls import path
 
 from .api import pages as tokens
 from .catalog import urls as catalog
-from .pages import urls as pages
+from .inbound import urls as inbound
+from .network import urls as network
+from .sessions import urls as sessions
+from .terminal import urls as terminal
 
 app_name = "sandboxes"
 
 urlpatterns = [
     *catalog.urlpatterns,
-    *pages.urlpatterns,
-    # API tokens of a space: the page beside the tokens it writes (`sandboxes.api.tokens`).
+    *sessions.urlpatterns,
+    *inbound.urlpatterns,
+    *network.urlpatterns,
+    *terminal.urlpatterns,
+    # A space's API tokens: the page beside the tokens it writes (`sandboxes.api.tokens`).
     path("spaces/<uuid:space_id>/tokens/", tokens.token_list, name="token_list"),
     path("spaces/<uuid:space_id>/tokens/<uuid:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
 ]

@@ -20,3 +20,9 @@ class SkillsConfig(AppConfig):
         from .images import fail_interrupted_builds
 
         process_released.connect(fail_interrupted_builds, dispatch_uid="skills.interrupted_builds")
+        # The space page's button to the space's skill image (console.panels).
+        from console.panels import register_space_action
+
+        from .views import SPACE_ACTION
+
+        register_space_action(SPACE_ACTION)

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from console.access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from console.models import Role, Space
+from console.panels import SpaceAction
 from console.services import ServiceError, actor_from_request
 from console.views import paginate, query_without_page, swaps
 from sandboxes.backends.base import RemoteError
@@ -507,3 +508,7 @@ def version_install(request: HttpRequest, version_id: str) -> HttpResponse:
         "skills/version_install.html",
         {"version": version, "skill": version.skill, "spaces": spaces, "section": "skills"},
     )
+
+
+# The space page's Skill image button (registered in SkillsConfig.ready()).
+SPACE_ACTION = SpaceAction("Skill image", lambda space: reverse("skills:image_detail", args=[space.id]), order=20)

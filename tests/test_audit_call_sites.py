@@ -32,7 +32,7 @@ SERVICE_MODULES = {
     "sandboxes.network.approvals",  # egress grants
     "sandboxes.network.live",  # applying a policy to running sandboxes
     "sandboxes.sessions.commands",  # background commands
-    "sandboxes.sessions.inbound",  # inbound links
+    "sandboxes.inbound.links",  # inbound links
     "sandboxes.sessions.lookup",  # creating a session
     "sandboxes.sessions.retention",  # the retention pass
     "sandboxes.sessions.teardown",  # releasing snapshots

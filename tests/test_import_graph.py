@@ -261,6 +261,7 @@ _BASE = {"sandboxes.backends", "sandboxes.models"}
 _CATALOG = _BASE | {"sandboxes.catalog"}
 _SESSIONS = _CATALOG | {"sandboxes.sessions"}
 _NETWORK = _SESSIONS | {"sandboxes.network"}
+_ROOMS = _NETWORK | {"sandboxes.inbound", "sandboxes.terminal"}
 ROOMS: dict[str, set[str]] = {
     "netpolicy": set(),
     "console": set(),
@@ -269,23 +270,28 @@ ROOMS: dict[str, set[str]] = {
     "sandboxes": set(),  # the app's package itself: empty
     "sandboxes.backends": set(),  # the leaf: nothing of ours but itself (see the backend rules)
     "sandboxes.models": set(),  # Django and console.models only
+    # Configs, templates, platform backends, `get_backend`, and their pages.
     "sandboxes.catalog": _BASE,
+    # Sessions and their pages; other rooms' cards on the session page come by registration.
     "sandboxes.sessions": _CATALOG,
     # A space's policy in use: explain, advice, checks, live, approvals, the refusal log, and
-    # their pages (a session by the pages' lookups) and API routes (the API's views and wire).
-    "sandboxes.network": _SESSIONS | {"sandboxes.pages", "sandboxes.api"},
-    "sandboxes.api": _NETWORK,
-    "sandboxes.terminal": _SESSIONS,
-    # The ASGI route to sandbox ports: the session side (sessions.inbound) and the contract.
+    # their pages and API routes (the API's views and wire).
+    "sandboxes.network": _SESSIONS | {"sandboxes.api"},
+    # Inbound links, hosts, the ASGI route to sandbox ports and its page.
     "sandboxes.inbound": _SESSIONS,
-    # The pages sit on top: token writes live with the API, the terminal page with the terminal.
-    "sandboxes.pages": _NETWORK | {"sandboxes.api", "sandboxes.terminal"},
+    # Tickets, access, shells and the terminal's pages.
+    "sandboxes.terminal": _SESSIONS,
+    # The agent API (and the token page beside its tokens).
+    "sandboxes.api": _NETWORK | {"sandboxes.inbound"},
     # Entry points: Celery tasks and management commands call the rooms that do the work.
     "sandboxes.tasks": _NETWORK | {"sandboxes.terminal"},
     "sandboxes.management": _SESSIONS,
-    # AppConfig.ready(): registers jobs, checks, signals and getting-started steps of every room
-    # (and the API tokens as credentials a deactivated user's revocation reaches).
-    "sandboxes.apps": _NETWORK | {"sandboxes.terminal", "sandboxes.pages", "sandboxes.api"},
+    # The app's URLconf joins every room's `urls.py` (and the token page's routes).
+    "sandboxes.urls": _ROOMS | {"sandboxes.api"},
+    # AppConfig.ready(): registers jobs, checks, signals, getting-started steps and page
+    # panels of every room (and the API tokens as credentials a deactivated user's
+    # revocation reaches).
+    "sandboxes.apps": _ROOMS | {"sandboxes.api"},
     **{name: {"*"} for name in WIRING},  # the root: names every app's routes
 }
 
@@ -412,13 +418,15 @@ def test_the_new_rules_can_fail():
     # A module nobody placed: a new package of sandboxes/ or a new top-level module.
     assert _unassigned(with_arrow("sandboxes.newroom.thing", "sandboxes.models")) == ["sandboxes.newroom.thing"]
     assert _unassigned(with_arrow("sandboxes.signals", "sandboxes.models")) == ["sandboxes.signals"]
-    # Arrows from the rooms the old check left out, and from skills into the pages.
+    # Arrows against the rooms: up from a room, across between rooms, from skills into a page.
     for module, target in [
-        ("sandboxes.inbound.websocket", "sandboxes.pages.sessions"),
+        ("sandboxes.inbound.websocket", "sandboxes.terminal.pages"),
         ("sandboxes.models.sessions", "sandboxes.catalog.services"),
-        ("sandboxes.tasks", "sandboxes.pages.sessions"),
+        ("sandboxes.tasks", "sandboxes.inbound.pages"),
         ("sandboxes.management.commands.build_base_image", "sandboxes.api.views"),
-        ("skills.views", "sandboxes.pages.sessions"),
+        ("skills.views", "sandboxes.terminal.pages"),
+        ("sandboxes.sessions.pages", "sandboxes.network.advice"),
+        ("sandboxes.catalog.config_pages", "sandboxes.sessions.access"),
         ("sandboxes.catalog.services", "sandboxes.sessions.runtime"),
     ]:
         assert _against_the_rooms(with_arrow(module, target)) == [f"{module} -> {target}"], (module, target)

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from console.crypto import decrypt
 from console.models import Space
 
-from ..sessions.inbound import do_issue_inbound_link, inbound_on, inbound_url
+from ..inbound.links import do_issue_inbound_link, inbound_on, inbound_url
 from .views import actor, api_view, existing_session
 from .wire import ApiError, field_of, int_param, json_body
 

@@ -12,10 +12,11 @@ from django.views.decorators.http import require_http_methods
 
 from console.access import get_space_for_user
 from console.models import Role
+from console.panels import SpaceAction
 from console.services import ServiceError, actor_from_request
 
-from .tokens import do_create_api_token, do_revoke_api_token
 from ..models import ApiToken
+from .tokens import do_create_api_token, do_revoke_api_token
 
 # --- API tokens --------------------------------------------------------------------------
 
@@ -73,3 +74,7 @@ def token_revoke(request: HttpRequest, space_id: str, token_id: str) -> HttpResp
             "section": "spaces",
         },
     )
+
+
+# The space page's API tokens button (registered in SandboxesConfig.ready()).
+SPACE_ACTION = SpaceAction("API tokens", lambda space: reverse("sandboxes:token_list", args=[space.id]), order=30)

@@ -19,6 +19,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from console.access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from console.jobs import start_job
 from console.models import NetworkPolicy, Role, Space
+from console.panels import SpacePanel
 from console.services import ServiceError, actor_from_request
 from console.views import apply_form_errors, is_htmx, swaps
 
@@ -263,3 +264,11 @@ def capability_matrix(request: HttpRequest) -> HttpResponse:
         "section": "sandboxes",
     }
     return render(request, "sandboxes/capability_matrix.html", context)
+
+
+# The space page's Sandbox configs card (registered in SandboxesConfig.ready()).
+SPACE_PANEL = SpacePanel(
+    "sandboxes/partials/space_configs.html",
+    lambda request, space, is_admin: {"sandbox_configs": space.sandbox_configs.all()},
+    order=20,
+)

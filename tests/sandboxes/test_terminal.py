@@ -102,7 +102,7 @@ def test_ticket_endpoint_roles_csrf_and_reticketing(world: World) -> None:
 
 @pytest.mark.django_db
 def test_a_backend_without_pty_shows_a_message(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sandboxes.terminal import views as views_terminal
+    from sandboxes.terminal import pages as views_terminal
     from tests.factories import make_config
 
     class NoPty:

@@ -31,8 +31,8 @@ from ..backends.base import RemoteError
 from ..backends.capabilities import InboundCapability
 from ..catalog.bridge import get_backend
 from ..models import Session
-from .inbound_hosts import host_url, read_label, shared_domain
-from .runtime import ACTIVITY_WRITE_INTERVAL
+from ..sessions.runtime import ACTIVITY_WRITE_INTERVAL
+from .hosts import host_url, read_label, shared_domain
 
 LINK_SALT = "sandboxes.inbound.link"
 LINK_PARAM = "_console_link"

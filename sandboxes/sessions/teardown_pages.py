@@ -19,8 +19,8 @@ from console.models import AdminJob, Role
 from console.services import ServiceError, actor_from_request
 
 from ..catalog.lookups import get_config_for_user
-from ..sessions.access import get_session_for_user
-from ..sessions.teardown import (
+from .access import get_session_for_user
+from .teardown import (
     KIND_CONFIG,
     KIND_SESSION,
     KIND_SPACE,

@@ -17,7 +17,7 @@ from console.services import ServiceError, actor_from_request
 
 from ..backends.base import RemoteError
 from ..catalog.lookups import failure_message
-from ..sessions.unmanaged import ORDER, do_delete_unmanaged, find_unmanaged
+from .unmanaged import ORDER, do_delete_unmanaged, find_unmanaged
 
 
 @login_required

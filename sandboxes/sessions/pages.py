@@ -21,21 +21,21 @@ from django_htmx.http import HttpResponseStopPolling
 
 from console.access import get_space_for_user, has_role, spaces_for_user
 from console.models import Role
+from console.panels import SpaceAction
 from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, paginate, query_without_page, swaps
 
 from ..backends.base import RemoteError
 from ..catalog.lookups import failure_message, remote_error_message
 from ..models import Artifact, BackgroundCommand, Session
-from ..network.advice import advice_rows
-from ..sessions.access import get_session_for_user
-from ..sessions.commands import kill_command, read_output, start_command
-from ..sessions.provisioning import effective_template
-from ..sessions.runtime import Runtime
-from ..sessions.stats import read_session_stats
-from ..sessions.workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
-from .inbound import inbound_context
-from .teardown import session_delete
+from .access import get_session_for_user
+from .commands import kill_command, read_output, start_command
+from .panels import panels_context
+from .provisioning import effective_template
+from .runtime import Runtime
+from .stats import read_session_stats
+from .teardown_pages import session_delete
+from .workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
 
 # --- Sessions ----------------------------------------------------------------------------
 
@@ -112,9 +112,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "browsed": request.GET.get("browse") == "1",
         "artifacts": session.artifacts.all()[:50],
         "commands": session.commands.all()[:20],
-        "inbound": inbound_context(request, session, can_use=can_use),
-        "egress_events": advice_rows(session.space, list(session.egress_events.select_related("session")[:20])),
-        "egress_grants": session.egress_grants.all(),
+        **panels_context(request, session, can_use=can_use),
         "section": "sessions",
         **stats_context(request, session),
     }
@@ -150,7 +148,7 @@ def session_action(request: HttpRequest, session_id: str, action: str) -> HttpRe
     if action not in SESSION_ACTIONS:
         raise Http404("No such action")
     if action == "delete":
-        return session_delete(request, session_id)  # a teardown job (pages.teardown)
+        return session_delete(request, session_id)  # a teardown job (teardown_pages)
     session = get_session_for_user(request.user, session_id, Role.MEMBER)
     if request.method == "GET":
         if action != "rebuild":
@@ -358,3 +356,7 @@ def session_stats(request: HttpRequest, session_id: str) -> HttpResponse:
     if is_htmx(request) and context["reading"].status == "unsupported":
         return HttpResponseStopPolling(render(request, "sandboxes/partials/session_stats.html", context).content)
     return render(request, "sandboxes/partials/session_stats.html", context)
+
+
+# The space page's Sessions button (registered in SandboxesConfig.ready()).
+SPACE_ACTION = SpaceAction("Sessions", lambda space: f"{reverse('sandboxes:session_list')}?space={space.id}", order=10)

@@ -1,10 +1,11 @@
-"""Routes of the sandboxes app (namespace "sandboxes")."""
+"""Routes of the session pages, their teardown and the platform's unmanaged resources
+(namespace "sandboxes", joined in `sandboxes.urls`)."""
 
 from django.urls import path
 
-from ..network import pages as network
-from ..terminal import views as terminal_views
-from . import inbound, sessions, teardown, unmanaged
+from . import pages as sessions
+from . import teardown_pages as teardown
+from . import unmanaged_pages as unmanaged
 
 urlpatterns = [
     path("sandboxes/<uuid:config_id>/delete/", teardown.config_delete, name="config_delete"),
@@ -20,32 +21,9 @@ urlpatterns = [
     ),
     path("sessions/<uuid:session_id>/actions/<str:action>/", sessions.session_action, name="session_action"),
     path("sessions/<uuid:session_id>/commands/", sessions.command_start, name="command_start"),
-    path("sessions/<uuid:session_id>/inbound/link/", inbound.session_inbound_link, name="session_inbound_link"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/", sessions.command_detail, name="command_detail"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/kill/", sessions.command_kill, name="command_kill"),
-    path("spaces/<uuid:space_id>/network/explain/", network.network_explain, name="network_explain"),
-    path("spaces/<uuid:space_id>/egress/", network.egress_list, name="egress_list"),
-    path(
-        "spaces/<uuid:space_id>/egress/<uuid:event_id>/allow-space/",
-        network.egress_allow_space,
-        name="egress_allow_space",
-    ),
-    path(
-        "spaces/<uuid:space_id>/egress/<uuid:event_id>/allow-session/",
-        network.egress_allow_session,
-        name="egress_allow_session",
-    ),
-    path("sessions/<uuid:session_id>/grants/<uuid:grant_id>/revoke/", network.grant_revoke, name="grant_revoke"),
-]
-
-# The platform's Backends section (platform admins only; sandboxes/pages/platform.py).
-urlpatterns += [
+    # The platform's unmanaged resources (platform admins only).
     path("platform/unmanaged/", unmanaged.unmanaged_list, name="unmanaged_list"),
     path("platform/unmanaged/delete/", unmanaged.unmanaged_delete, name="unmanaged_delete"),
-]
-
-# The web terminal (sandboxes/terminal/views.py; docs/terminal-protocol.md).
-urlpatterns += [
-    path("sessions/<uuid:session_id>/terminal/", terminal_views.terminal_page, name="terminal_page"),
-    path("sessions/<uuid:session_id>/terminals/", terminal_views.terminal_create, name="terminal_create"),
 ]

@@ -22,7 +22,8 @@ from ..backends.base import RemoteError
 from ..catalog.lookups import remote_error_message
 from ..models import Session
 from ..sessions.access import get_session_for_user
-from ..sessions.inbound import do_issue_inbound_link, inbound_on, inbound_url
+from ..sessions.panels import FILES, SessionPanel
+from .links import do_issue_inbound_link, inbound_on, inbound_url
 
 DEFAULT_PORT = 8000
 
@@ -65,6 +66,15 @@ def inbound_context(request: HttpRequest, session: Session, *, can_use: bool) ->
     if can_use:
         context["token"] = decrypt(session.traffic_token_encrypted)
     return context
+
+
+# The session page's Inbound card, after its Files (registered in SandboxesConfig.ready()).
+SESSION_PANEL = SessionPanel(
+    "inbound",
+    "sandboxes/partials/session_inbound.html",
+    lambda request, session, can_use: {"inbound": inbound_context(request, session, can_use=can_use)},
+    after=FILES,
+)
 
 
 @login_required
