@@ -37,7 +37,7 @@ class SandboxesConfig(AppConfig):
         from .sessions.limits import release_slots_of
         from .sessions.panels import register_session_panel
         from .sessions.store_select import check_store
-        from .terminal import tickets  # noqa: F401
+        from .terminal import access  # noqa: F401  (the signals that close or re-check terminals)
 
         register_space_action(session_pages.SPACE_ACTION)
         register_space_action(token_pages.SPACE_ACTION)

@@ -39,7 +39,7 @@ SERVICE_MODULES = {
     "sandboxes.sessions.unmanaged",  # deleting unmanaged resources
     "sandboxes.sessions.workspace",  # files in and out of a session
     "sandboxes.sessions.runtime",  # see EXCEPTIONS
-    "sandboxes.terminal.tickets",  # a terminal's open and close
+    "sandboxes.terminal.shells",  # a terminal's open and close
     "skills.services",  # skills and their versions
     "skills.images",  # rolling back and cleaning skill images
     "skills.image_builds",  # recording a built generation

@@ -15,7 +15,8 @@ import logging
 
 from ..catalog.bridge import get_backend
 from . import attachments, keeper
-from .tickets import Grant, record_close
+from .shells import record_close
+from .tickets import Grant
 
 logger = logging.getLogger(__name__)
 

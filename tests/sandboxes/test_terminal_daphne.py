@@ -34,7 +34,7 @@ from console.models import AuditEvent
 from sandboxes.backends.base import ExecRequest
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import Session, Terminal
-from sandboxes.terminal import tickets as terminals
+from sandboxes.terminal import protocol as terminal_protocol
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import cookie_for, free_port, new_ticket, wait_closed
@@ -234,7 +234,7 @@ async def test_stopping_daphne_ends_its_shells_and_records_their_close(
 
     daphne.process.send_signal(stop_signal)
     await attached.read_until_closed()
-    assert attached.close_code == terminals.CLOSE_SERVER_STOPPING
+    assert attached.close_code == terminal_protocol.CLOSE_SERVER_STOPPING
     closed = [m for m in attached.controls if m.get("state") == "closed"]
     assert closed[0]["reason"] == "server shutting down"
     await sync_to_async(daphne.process.wait)(30)

@@ -24,8 +24,8 @@ from asgiref.sync import sync_to_async
 
 from console.models import AuditEvent
 from sandboxes.models import Session, Terminal
+from sandboxes.terminal import protocol as terminal_protocol
 from sandboxes.terminal import sweep
-from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import cookie_for, new_ticket, wait_closed
@@ -185,7 +185,7 @@ async def test_a_stopping_replica_lets_kept_shells_go_and_the_sweep_closes_the_a
 
     first.process.send_signal(signal.SIGTERM)
     await attached.read_until_closed()
-    assert attached.close_code == terminals.CLOSE_SERVER_STOPPING  # the page reconnects on it
+    assert attached.close_code == terminal_protocol.CLOSE_SERVER_STOPPING  # the page reconnects on it
     await sync_to_async(first.process.wait)(30)
     for ws in (attached, dropped):
         assert (await Terminal.objects.aget(pk=ws.terminal_id)).closed is None  # type: ignore[attr-defined]

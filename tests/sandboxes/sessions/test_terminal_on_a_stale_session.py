@@ -17,7 +17,7 @@ from sandboxes.backends.base import ExecRequest, PtySize, SandboxState
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.runtime import Runtime
-from sandboxes.terminal.tickets import open_shell
+from sandboxes.terminal.shells import open_shell
 from tests.personas import World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
