@@ -85,7 +85,7 @@ def run(n: int) -> dict[str, dict[str, float]]:
     from sandboxes.inbound import proxy
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
     from sandboxes.sessions import limits
-    from skills.install_packages import console_pip_wheel
+    from skills.install.packages import console_pip_wheel
 
     space = Space.objects.create(name="bench caches", slug="bench-caches")
     NetworkPolicy.objects.create(space=space)

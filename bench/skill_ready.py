@@ -116,8 +116,10 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
     from sandboxes.sessions.runtime import Runtime
     from sandboxes.sessions.store import RedisSessionStore
-    from skills import install, install_packages
-    from skills.image_builds import build_generation, package_sources, payload_for, plan_install
+    from skills.install import packages as install_packages
+    from skills.install import steps as install
+    from skills.install.build import build_generation
+    from skills.install.plan import package_sources, payload_for, plan_install
     from skills.services import import_folder
 
     write_wheel(sources / "wheels")

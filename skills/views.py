@@ -33,6 +33,7 @@ from sandboxes.models import SandboxConfig
 from . import images
 from .archives import Limits, human_size
 from .forms import SkillImportForm, SkillInstallForm
+from .install import start
 from .models import Skill, SkillFile, SkillImage, SkillVersion
 from .rendering import render_markdown
 from .services import do_delete_skill_version, do_import_examples, import_archive, spaces_with_skill
@@ -368,7 +369,7 @@ def image_install(request: HttpRequest, space_id: str) -> HttpResponse:
         messages.error(request, "Choose a skill version and a sandbox config of this space.")
         return redirect(_image_url(space, config))
     try:
-        job = images.do_start_install(space, config, version, actor=actor_from_request(request))
+        job = start.do_start_install(space, config, version, actor=actor_from_request(request))
     except ServiceError as exc:
         messages.error(request, exc.message)
         return redirect(_image_url(space, config))
@@ -394,7 +395,7 @@ def image_uninstall(request: HttpRequest, space_id: str) -> HttpResponse:
         raise Http404("That skill is not in the current skill image")
     if request.method == "POST":
         try:
-            job = images.do_start_uninstall(space, config, name, actor=actor_from_request(request))
+            job = start.do_start_uninstall(space, config, name, actor=actor_from_request(request))
         except ServiceError as exc:
             messages.error(request, exc.message)
             return redirect(_image_url(space, config))

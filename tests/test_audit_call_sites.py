@@ -42,7 +42,7 @@ SERVICE_MODULES = {
     "sandboxes.terminal.shells",  # a terminal's open and close
     "skills.services",  # skills and their versions
     "skills.images",  # rolling back and cleaning skill images
-    "skills.image_builds",  # recording a built generation
+    "skills.install.build",  # recording a built generation
 }
 
 # (module, enclosing class) -> why its methods may record audit rows.

@@ -33,7 +33,7 @@ from sandboxes.catalog.services import build_template, do_set_session_image
 from sandboxes.catalog.templates import load_catalog, owner_labels
 from sandboxes.models import SandboxConfig, Session, SessionImage
 from sandboxes.sessions.provisioning import effective_template
-from skills.image_builds import take_snapshot
+from skills.install.build import take_snapshot
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import make_config
 from tests.personas import World

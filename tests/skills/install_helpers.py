@@ -20,7 +20,7 @@ from console.services import SYSTEM, Actor
 from sandboxes.backends.base import META_INSTALLATION, META_PURPOSE, ListQuery
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session
-from skills.images import do_start_install, do_start_uninstall
+from skills.install.start import do_start_install, do_start_uninstall
 from skills.models import SkillVersion
 from tests.conftest import IN_CI
 from tests.skills.helpers import EXECUTABLE, REGULAR, build_zip, import_bytes

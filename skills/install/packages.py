@@ -23,7 +23,7 @@ from urllib.parse import quote, urlsplit
 
 from sandboxes.backends.base import Backend
 
-from .install import PACKAGES_DIR, SCRATCH, Log, SkillPayload, StepFailed, output_tail, run, tar_of, upload_tree
+from .steps import PACKAGES_DIR, SCRATCH, Log, SkillPayload, StepFailed, output_tail, run, tar_of, upload_tree
 
 PIP_TIMEOUT_S = 600.0
 

@@ -14,9 +14,10 @@ from console.models import Space
 from console.services import Actor
 from sandboxes.models import SandboxConfig
 
-from .image_builds import BuildPlan, build_generation, plan_install, plan_uninstall
-from .install import StepFailed
-from .models import SkillVersion
+from ..models import SkillVersion
+from .build import build_generation
+from .plan import BuildPlan, plan_install, plan_uninstall
+from .steps import StepFailed
 
 
 class JobReporter:

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from netpolicy import Cidr, Entry, PolicyError, entry_for, opened_range, parse_domain
 from sandboxes.backends.base import NetworkCapabilities, NetworkSpec
 
-from .install import SkillPayload, StepFailed
-from .install_packages import PackageSources, source_host_port
+from .packages import PackageSources, source_host_port
+from .steps import SkillPayload, StepFailed
 
 OFFLINE = NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
 
