@@ -23,6 +23,6 @@ class SkillsConfig(AppConfig):
         # The space page's button to the space's skill image (console.panels).
         from console.panels import register_space_action
 
-        from .views import SPACE_ACTION
+        from .image_views import SPACE_ACTION
 
         register_space_action(SPACE_ACTION)
