@@ -79,13 +79,13 @@ def run(n: int) -> dict[str, dict[str, float]]:
     from console.models import NetworkPolicy, Space
     from sandboxes.backends.base import RemoteError
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
-    from sandboxes.catalog.bridge import backend_config_for
-    from sandboxes.catalog.observed import build_observed
+    from sandboxes.catalog import bridge
+    from sandboxes.catalog.bridge import get_backend
+    from sandboxes.inbound import links as inbound
     from sandboxes.inbound import proxy
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
-    from sandboxes.sessions import inbound, limits, provisioning
-    from sandboxes.sessions.provisioning import backend_for
-    from skills.install_packages import console_pip_wheel
+    from sandboxes.sessions import limits
+    from skills.install.packages import console_pip_wheel
 
     space = Space.objects.create(name="bench caches", slug="bench-caches")
     NetworkPolicy.objects.create(space=space)
@@ -136,7 +136,7 @@ def run(n: int) -> dict[str, dict[str, float]]:
         # What inbound_upstream does on a miss: the session row, then the engine.
         Session.objects.select_related("config__backend").filter(pk=session.pk).first()
         with contextlib.suppress(RemoteError):
-            backend_for(config).get("bench-missing-sandbox")
+            get_backend(config).get("bench-missing-sandbox")
 
     figures["proxy._upstreams"] = compare(
         "proxy._upstreams (address)",
@@ -146,7 +146,7 @@ def run(n: int) -> dict[str, dict[str, float]]:
     )
 
     def backend_uncached() -> None:
-        backend = build_observed(backend_config_for(config))
+        backend = bridge._build(config)
         try:
             backend.get("bench-missing-sandbox")
         except RemoteError:
@@ -156,11 +156,9 @@ def run(n: int) -> dict[str, dict[str, float]]:
 
     def backend_cached() -> None:
         with contextlib.suppress(RemoteError):
-            backend_for(config).get("bench-missing-sandbox")
+            get_backend(config).get("bench-missing-sandbox")
 
-    figures["provisioning._backends"] = compare(
-        "provisioning._backends (get)", backend_cached, backend_uncached, max(20, n // 10)
-    )
+    figures["bridge._backends"] = compare("bridge._backends (get)", backend_cached, backend_uncached, max(20, n // 10))
 
     target = inbound.InboundTarget(
         session_id=session.pk,
@@ -186,7 +184,7 @@ def run(n: int) -> dict[str, dict[str, float]]:
     )
 
     figures["console_pip_wheel"] = compare("console_pip_wheel", console_pip_wheel, console_pip_wheel.__wrapped__, 3)
-    for cached_backend in list(provisioning._backends.values()):
+    for cached_backend in list(bridge._backends.values()):
         cached_backend.close()
     return figures
 

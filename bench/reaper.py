@@ -73,8 +73,8 @@ def main() -> None:
 def run(small: int, large: int, run_id: str) -> dict[str, object]:
     from console.models import NetworkPolicy, Space
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
+    from sandboxes.catalog.bridge import get_backend
     from sandboxes.models import PlatformBackend, SandboxConfig
-    from sandboxes.sessions.provisioning import backend_for
     from sandboxes.sessions.store_select import get_store
 
     space = Space.objects.create(name=f"bench {run_id}", slug=f"bench-{run_id}")
@@ -88,7 +88,7 @@ def run(small: int, large: int, run_id: str) -> dict[str, object]:
         for n in (small, large)
     }
     store = get_store()
-    print(f"store: {store.name}; engine: {backend_for(configs[small]).health().version}")
+    print(f"store: {store.name}; engine: {get_backend(configs[small]).health().version}")
     try:
         for n, config in configs.items():
             started = time.perf_counter()
@@ -107,7 +107,7 @@ def measure(configs: dict[int, SandboxConfig], store: SessionStore) -> dict[str,
     on the machine spoils one round, not the figure.
     """
     from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery
-    from sandboxes.sessions.provisioning import backend_for
+    from sandboxes.catalog.bridge import get_backend
 
     small, large = sorted(configs)
     passes: dict[int, list[float]] = {small: [], large: []}
@@ -115,7 +115,7 @@ def measure(configs: dict[int, SandboxConfig], store: SessionStore) -> dict[str,
     ratios: list[float] = []
 
     def listing(n: int) -> float:
-        backend = backend_for(configs[n])
+        backend = get_backend(configs[n])
         query = ListQuery(
             metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID, META_CONFIG: str(configs[n].id)}
         )
@@ -187,12 +187,12 @@ def add_sessions(space: Space, config: SandboxConfig, store: SessionStore, numbe
     from sandboxes.backends.base import META_BINDING_VERSION
     from sandboxes.backends.docker.common import KIND_SANDBOX, LABEL_TEMPLATE, metadata_labels
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE, LABEL_KIND, LABEL_MANAGED
+    from sandboxes.catalog.bridge import get_backend
     from sandboxes.models import Session, SessionState
-    from sandboxes.sessions.provisioning import backend_for
     from sandboxes.sessions.runtime import Runtime
     from sandboxes.sessions.store import Binding, now_iso
 
-    api = backend_for(config).api  # type: ignore[attr-defined]  # the Docker adapter's engine client
+    api = get_backend(config).api  # type: ignore[attr-defined]  # the Docker adapter's engine client
     sessions = Session.objects.bulk_create(
         [
             Session(space=space, config=config, key=f"bench-{config.name}-{i}", state=SessionState.RUNNING)

@@ -72,8 +72,8 @@ def run(n: int, run_id: str) -> dict[str, object]:
     from console.models import NetworkPolicy, Space
     from sandboxes.backends.base import META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
+    from sandboxes.catalog.bridge import get_backend
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
-    from sandboxes.sessions.provisioning import backend_for
     from sandboxes.sessions.runtime import Runtime
     from sandboxes.sessions.store import RedisSessionStore
     from sandboxes.sessions.store_db import DatabaseSessionStore
@@ -103,7 +103,7 @@ def run(n: int, run_id: str) -> dict[str, object]:
         persistent_workspace=False,
     )
     runtime = Runtime(RedisSessionStore(os.environ["REDIS_URL"]))
-    backend = backend_for(config)
+    backend = get_backend(config)
     try:
         # Warm resolve against a direct get, interleaved so both see the same noise; on each store.
         warm_figures: dict[str, dict[str, float]] = {}

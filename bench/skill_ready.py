@@ -112,12 +112,14 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
     from console.services import SYSTEM
     from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
+    from sandboxes.catalog.bridge import get_backend
     from sandboxes.models import PlatformBackend, SandboxConfig, Session
-    from sandboxes.sessions.provisioning import backend_for
     from sandboxes.sessions.runtime import Runtime
     from sandboxes.sessions.store import RedisSessionStore
-    from skills import install, install_packages
-    from skills.image_builds import build_generation, package_sources, payload_for, plan_install
+    from skills.install import packages as install_packages
+    from skills.install import steps as install
+    from skills.install.build import build_generation
+    from skills.install.plan import package_sources, payload_for, plan_install
     from skills.services import import_folder
 
     write_wheel(sources / "wheels")
@@ -144,7 +146,7 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
     image_space, base_space = spaces
     image_config, base_config = configs
     runtime = Runtime(RedisSessionStore(os.environ["REDIS_URL"]))
-    backend = backend_for(image_config)
+    backend = get_backend(image_config)
     try:
         started = time.perf_counter()
         image = build_generation(

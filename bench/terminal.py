@@ -228,9 +228,9 @@ def main() -> int:
     from console.models import Membership, NetworkPolicy, Role, Space
     from sandboxes.backends.base import META_INSTALLATION, ListQuery, PtySize
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE, build_base_image
+    from sandboxes.catalog.bridge import get_backend
     from sandboxes.models import PlatformBackend, SandboxConfig
     from sandboxes.sessions.lookup import get_or_create_session
-    from sandboxes.sessions.provisioning import backend_for
     from sandboxes.sessions.runtime import Runtime
     from sandboxes.terminal.tickets import create_terminal, issue_ticket
 
@@ -247,7 +247,7 @@ def main() -> int:
     )
     session = get_or_create_session(space, "bench-terminal")
     resolved = Runtime().resolve_session(session)
-    backend = backend_for(config)
+    backend = get_backend(config)
 
     daphne = subprocess.Popen(
         [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],

@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from sandboxes.network import pages as network_pages
-from sandboxes.pages import teardown as teardown_pages
+from sandboxes.sessions import teardown_pages
 
 from . import activity_views, user_views, views
 
@@ -52,7 +52,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("django-admin/", admin.site.urls),
     path("api/v1/", include("sandboxes.api.urls")),
-    path("", include("sandboxes.pages.urls")),
+    path("", include("sandboxes.urls")),
     path("", include("skills.urls")),
     path("", include((console_patterns, "console"))),
 ]

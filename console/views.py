@@ -25,8 +25,9 @@ from django_htmx.http import HttpResponseStopPolling
 from . import jobs as job_runner
 from .access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from .forms import AuditFilterForm, MemberAddForm, MemberRoleForm, SpaceForm, SpaceLimitsForm
-from .models import AdminJob, AuditAction, AuditEvent, JobStatus, Membership, NetworkPolicy, Role, Space, SpaceLimits
+from .models import AdminJob, AuditAction, AuditEvent, JobStatus, Membership, Role, Space, SpaceLimits
 from .onboarding import getting_started
+from .panels import space_page_context
 from .services import (
     ServiceError,
     actor_from_request,
@@ -37,7 +38,6 @@ from .services import (
     do_remove_member,
     do_update_space,
     do_update_space_limits,
-    policy_warnings,
 )
 from .tuning import LIMITS
 
@@ -152,14 +152,11 @@ def space_create(request: HttpRequest) -> HttpResponse:
 @require_safe
 def space_detail(request: HttpRequest, space_id: str) -> HttpResponse:
     space = get_space_for_user(request.user, space_id)
-    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
     memberships = space.memberships.select_related("user").order_by("user__username")
     is_admin = has_role(request.user, space, Role.ADMIN)
     context = {
         "space": space,
-        "policy": policy,
-        "policy_lines": policy.describe(),
-        "policy_warnings": policy_warnings(policy),
+        **space_page_context(request, space, is_admin=is_admin),  # what the other apps add
         "memberships": memberships,
         "is_admin": is_admin,
         "role": space.user_role,  # type: ignore[attr-defined]

@@ -12,19 +12,39 @@ class SandboxesConfig(AppConfig):
         from django.core import checks
 
         from console import health, metrics, users
+
+        # What the space page and the session page show of the rooms (console.panels,
+        # sessions.panels): neither page imports them.
+        from console.panels import register_space_action, register_space_panel
         from console.signals import network_policy_changed, process_released
 
+        from .api import pages as token_pages
         from .api.tokens import api_tokens_made_by, revoke_api_tokens_made_by
-        from .catalog import jobs, verify  # noqa: F401
+        from .catalog import (  # noqa: F401
+            config_pages,
+            jobs,
+            onboarding,
+            verify,
+        )
         from .catalog.health import backend_checks
+        from .inbound import pages as inbound_pages
+        from .inbound.hosts import check_setting
+        from .network import pages as network_pages
         from .network.live import on_policy_changed
-        from .pages import onboarding  # noqa: F401  (the dashboard's getting-started steps)
         from .sessions import gauges, reaper, retention, teardown, unmanaged  # noqa: F401
+        from .sessions import pages as session_pages
         from .sessions.commands import lose_commands_of
-        from .sessions.inbound_hosts import check_setting
         from .sessions.limits import release_slots_of
+        from .sessions.panels import register_session_panel
         from .sessions.store_select import check_store
-        from .terminal import tickets  # noqa: F401
+        from .terminal import access  # noqa: F401  (the signals that close or re-check terminals)
+
+        register_space_action(session_pages.SPACE_ACTION)
+        register_space_action(token_pages.SPACE_ACTION)
+        register_space_panel(network_pages.SPACE_PANEL)
+        register_space_panel(config_pages.SPACE_PANEL)
+        register_session_panel(inbound_pages.SESSION_PANEL)
+        register_session_panel(network_pages.SESSION_PANEL)
 
         checks.register(check_setting)  # INBOUND_BASE_URL: empty, or a usable wildcard origin
         network_policy_changed.connect(on_policy_changed, dispatch_uid="sandboxes.network.live")

@@ -8,15 +8,21 @@ class SkillsConfig(AppConfig):
     def ready(self) -> None:
         # Register job handlers.
         from . import (
-            jobs,  # noqa: F401
             onboarding,  # noqa: F401  (the dashboard's getting-started step)
             snapshot_refs,
         )
+        from .install import jobs  # noqa: F401
 
         snapshot_refs.connect()
         # A generation an interrupted job was building fails, so the previous one stays in force.
         from console.signals import process_released
 
-        from .images import fail_interrupted_builds
+        from .install.start import fail_interrupted_builds
 
         process_released.connect(fail_interrupted_builds, dispatch_uid="skills.interrupted_builds")
+        # The space page's button to the space's skill image (console.panels).
+        from console.panels import register_space_action
+
+        from .image_views import SPACE_ACTION
+
+        register_space_action(SPACE_ACTION)

@@ -26,7 +26,7 @@ from console.services import Actor, ServiceError, record_audit
 from sandboxes.models import SessionImage
 
 from .archives import ArchiveError, ExtractedSkill, Limits, SkillEntry, read_archive, read_folder
-from .dependencies import find_dependencies
+from .install.dependencies import find_dependencies
 from .models import Skill, SkillFile, SkillImageItem, SkillImageStatus, SkillVersion
 from .parsing import Issue, ParsedSkill, parse_skill_md
 

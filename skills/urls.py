@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views
+from . import image_views, views
 
 app_name = "skills"
 
@@ -18,14 +18,14 @@ urlpatterns = [
 
 # Skill images (install pipeline), per space.
 urlpatterns += [
-    path("skills/versions/<uuid:version_id>/install/", views.version_install, name="version_install"),
-    path("spaces/<uuid:space_id>/skill-image/", views.image_detail, name="image_detail"),
-    path("spaces/<uuid:space_id>/skill-image/install/", views.image_install, name="image_install"),
-    path("spaces/<uuid:space_id>/skill-image/uninstall/", views.image_uninstall, name="image_uninstall"),
+    path("skills/versions/<uuid:version_id>/install/", image_views.version_install, name="version_install"),
+    path("spaces/<uuid:space_id>/skill-image/", image_views.image_detail, name="image_detail"),
+    path("spaces/<uuid:space_id>/skill-image/install/", image_views.image_install, name="image_install"),
+    path("spaces/<uuid:space_id>/skill-image/uninstall/", image_views.image_uninstall, name="image_uninstall"),
     path(
         "spaces/<uuid:space_id>/skill-image/generations/<uuid:image_id>/rollback/",
-        views.image_rollback,
+        image_views.image_rollback,
         name="image_rollback",
     ),
-    path("spaces/<uuid:space_id>/skill-image/snapshots/delete/", views.image_cleanup, name="image_cleanup"),
+    path("spaces/<uuid:space_id>/skill-image/snapshots/delete/", image_views.image_cleanup, name="image_cleanup"),
 ]

@@ -32,17 +32,17 @@ SERVICE_MODULES = {
     "sandboxes.network.approvals",  # egress grants
     "sandboxes.network.live",  # applying a policy to running sandboxes
     "sandboxes.sessions.commands",  # background commands
-    "sandboxes.sessions.inbound",  # inbound links
+    "sandboxes.inbound.links",  # inbound links
     "sandboxes.sessions.lookup",  # creating a session
     "sandboxes.sessions.retention",  # the retention pass
     "sandboxes.sessions.teardown",  # releasing snapshots
     "sandboxes.sessions.unmanaged",  # deleting unmanaged resources
     "sandboxes.sessions.workspace",  # files in and out of a session
     "sandboxes.sessions.runtime",  # see EXCEPTIONS
-    "sandboxes.terminal.tickets",  # a terminal's open and close
+    "sandboxes.terminal.shells",  # a terminal's open and close
     "skills.services",  # skills and their versions
     "skills.images",  # rolling back and cleaning skill images
-    "skills.image_builds",  # recording a built generation
+    "skills.install.build",  # recording a built generation
 }
 
 # (module, enclosing class) -> why its methods may record audit rows.

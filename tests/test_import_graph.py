@@ -261,6 +261,7 @@ _BASE = {"sandboxes.backends", "sandboxes.models"}
 _CATALOG = _BASE | {"sandboxes.catalog"}
 _SESSIONS = _CATALOG | {"sandboxes.sessions"}
 _NETWORK = _SESSIONS | {"sandboxes.network"}
+_ROOMS = _NETWORK | {"sandboxes.inbound", "sandboxes.terminal"}
 ROOMS: dict[str, set[str]] = {
     "netpolicy": set(),
     "console": set(),
@@ -269,13 +270,20 @@ ROOMS: dict[str, set[str]] = {
     "sandboxes": set(),  # the app's package itself: empty
     "sandboxes.backends": set(),  # the leaf: nothing of ours but itself (see the backend rules)
     "sandboxes.models": set(),  # Django and console.models only
+    # Configs, templates, platform backends, `get_backend`, and their pages.
     "sandboxes.catalog": _BASE,
+    # Sessions and their pages; other rooms' cards on the session page come by registration.
     "sandboxes.sessions": _CATALOG,
     # A space's policy in use: explain, advice, checks, live, approvals, the refusal log, and
-    # their pages (a session by the pages' lookups).
-    "sandboxes.network": _SESSIONS | {"sandboxes.pages"},
+    # their pages.
+    "sandboxes.network": _SESSIONS,
+    # Inbound links, hosts, the ASGI route to sandbox ports and its page.
+    "sandboxes.inbound": _SESSIONS,
+    # Tickets, access, shells and the terminal's pages.
+    "sandboxes.terminal": _SESSIONS,
     # The agent API's own part, below the rooms' API routes: authentication, wire format and
-    # error mapping (it names the services' exceptions, so it sits above the sessions).
+    # error mapping (it names the services' exceptions, so it sits above the sessions), and
+    # the token page beside its tokens.
     "sandboxes.api": _SESSIONS,
     # Each room's API routes stand on the API's part; no other module of a room does.
     "sandboxes.sessions.api": _SESSIONS | {"sandboxes.api"},
@@ -283,17 +291,15 @@ ROOMS: dict[str, set[str]] = {
     "sandboxes.inbound.api": _SESSIONS | {"sandboxes.api", "sandboxes.inbound", "sandboxes.sessions.api"},
     # The API's wiring: the NinjaAPI mounting every room's routes (nothing imports it back).
     "sandboxes.api.urls": {"sandboxes.api", "sandboxes.sessions.api", "sandboxes.network.api", "sandboxes.inbound.api"},
-    "sandboxes.terminal": _SESSIONS,
-    # The ASGI route to sandbox ports: the session side (sessions.inbound) and the contract.
-    "sandboxes.inbound": _SESSIONS,
-    # The pages sit on top: token writes live with the API, the terminal page with the terminal.
-    "sandboxes.pages": _NETWORK | {"sandboxes.api", "sandboxes.terminal"},
     # Entry points: Celery tasks and management commands call the rooms that do the work.
     "sandboxes.tasks": _NETWORK | {"sandboxes.terminal"},
     "sandboxes.management": _SESSIONS,
-    # AppConfig.ready(): registers jobs, checks, signals and getting-started steps of every room
-    # (and the API tokens as credentials a deactivated user's revocation reaches).
-    "sandboxes.apps": _NETWORK | {"sandboxes.terminal", "sandboxes.pages", "sandboxes.api"},
+    # The app's URLconf joins every room's `urls.py` (and the token page's routes).
+    "sandboxes.urls": _ROOMS | {"sandboxes.api"},
+    # AppConfig.ready(): registers jobs, checks, signals, getting-started steps and page
+    # panels of every room (and the API tokens as credentials a deactivated user's
+    # revocation reaches).
+    "sandboxes.apps": _ROOMS | {"sandboxes.api"},
     **{name: {"*"} for name in WIRING},  # the root: names every app's routes
 }
 
@@ -427,17 +433,19 @@ def test_the_new_rules_can_fail():
     # A module nobody placed: a new package of sandboxes/ or a new top-level module.
     assert _unassigned(with_arrow("sandboxes.newroom.thing", "sandboxes.models")) == ["sandboxes.newroom.thing"]
     assert _unassigned(with_arrow("sandboxes.signals", "sandboxes.models")) == ["sandboxes.signals"]
-    # Arrows from the rooms the old check left out, and from skills into the pages.
+    # Arrows against the rooms: up from a room, across between rooms, from skills into a page.
     for module, target in [
-        ("sandboxes.inbound.websocket", "sandboxes.pages.sessions"),
+        ("sandboxes.inbound.websocket", "sandboxes.terminal.pages"),
         ("sandboxes.models.sessions", "sandboxes.catalog.services"),
-        ("sandboxes.tasks", "sandboxes.pages.sessions"),
+        ("sandboxes.tasks", "sandboxes.inbound.pages"),
         ("sandboxes.management.commands.build_base_image", "sandboxes.api.auth"),
         # The API's part sits below the rooms' routes, and a room's other modules below it.
         ("sandboxes.api.wire", "sandboxes.sessions.api"),
         ("sandboxes.sessions.runtime", "sandboxes.api.errors"),
         ("sandboxes.network.explain", "sandboxes.api.wire"),
-        ("skills.views", "sandboxes.pages.sessions"),
+        ("skills.views", "sandboxes.terminal.pages"),
+        ("sandboxes.sessions.pages", "sandboxes.network.advice"),
+        ("sandboxes.catalog.config_pages", "sandboxes.sessions.access"),
         ("sandboxes.catalog.services", "sandboxes.sessions.runtime"),
     ]:
         assert _against_the_rooms(with_arrow(module, target)) == [f"{module} -> {target}"], (module, target)

@@ -83,7 +83,9 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # The shared layout and includes, then each room of sandboxes/ beside its pages
+        # (sandboxes/<room>/templates/sandboxes/...); the apps' own (skills/templates) by APP_DIRS.
+        "DIRS": [BASE_DIR / "templates", *sorted((BASE_DIR / "sandboxes").glob("*/templates"))],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [

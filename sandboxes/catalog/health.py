@@ -7,44 +7,26 @@ and endpoint are the platform's business and /readyz is served to anyone.
 
 from __future__ import annotations
 
-from console.crypto import decrypt
 from console.health import Check
 from console.tuning import READYZ
 
-from ..backends.base import BackendConfig, ErrorKind, RemoteError
+from ..backends.base import ErrorKind, RemoteError
 from ..backends.unix_socket import SCHEME, check_unix_socket
 from ..models import PlatformBackend
-from .bridge import tls_options
-from .observed import build_observed
+from .bridge import get_backend
 
 
 def check_name(backend: PlatformBackend) -> str:
     return f"backend:{backend.kind}:{str(backend.id)[:8]}"
 
 
-def platform_backend_config(backend: PlatformBackend) -> BackendConfig:
-    """The platform backend's own infrastructure and credentials (no space's config)."""
-    return BackendConfig(
-        kind=backend.kind,
-        endpoint=backend.endpoint,
-        domain=backend.domain,
-        api_key=decrypt(backend.api_key_encrypted),
-        allow_private_endpoints=backend.allow_private_endpoints,
-        options={**({"sandbox_url": backend.sandbox_url} if backend.sandbox_url else {}), **tls_options(backend)},
-    )
-
-
-def _health_check(config: BackendConfig) -> Check:
+def _health_check(platform: PlatformBackend) -> Check:
     def check() -> None:
-        if config.endpoint.startswith(SCHEME):
+        if platform.endpoint.startswith(SCHEME):
             # Not a socket: this backend's own configuration ("invalid"), which marks it
             # failing without making the whole console unready (console.health).
-            check_unix_socket(config.endpoint)
-        backend = build_observed(config)
-        try:
-            health = backend.health()
-        finally:
-            backend.close()
+            check_unix_socket(platform.endpoint)
+        health = get_backend(platform).health()
         if not health.ok:
             raise RemoteError(ErrorKind.UNAVAILABLE, "unhealthy")
 
@@ -58,6 +40,6 @@ def backend_checks() -> list[tuple[str, Check, bool]]:
     if mode == "off":
         return []
     return [
-        (check_name(backend), _health_check(platform_backend_config(backend)), mode != "reported")
+        (check_name(backend), _health_check(backend), mode != "reported")
         for backend in PlatformBackend.objects.order_by("created")
     ]

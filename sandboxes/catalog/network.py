@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from console.models import NetworkPolicy, Space
 from netpolicy import Cidr, Entry, PolicyError, opened_range, parse_entry
 
-from ..backends.base import Backend, ErrorKind, NetworkCapabilities, NetworkSpec, RemoteError
+from ..backends.base import Backend, ErrorKind, NetworkCapabilities, NetworkSpec
 from ..models import Session, SessionGrant
+from .conflicts import Conflict
 
 
 def policy_spec(policy: NetworkPolicy) -> NetworkSpec:
@@ -136,7 +137,7 @@ def unsupported_policy_switches(network: NetworkSpec | NetworkPolicy, caps: Netw
     return problems
 
 
-class PolicyConflict(RemoteError):
+class PolicyConflict(Conflict):
     """A session refused because its config's backend cannot enforce the space's policy: a
     settings conflict (409, `policy_conflict`), never a backend failure."""
 

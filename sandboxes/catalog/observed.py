@@ -1,5 +1,6 @@
 """The console's one instrumentation point for backends: every backend the console builds
-comes from `build_observed`, whose calls into the contract are counted, timed and logged.
+(`catalog.bridge.get_backend`) is wrapped by `observe`, so its calls into the contract are
+counted, timed and logged.
 
 The adapters stay free of the project (they log with `logging.getLogger(__name__)`; the
 request id is added by console.logs' filter). The backend keeps its own class: its contract
@@ -19,8 +20,7 @@ from typing import Any, TypeVar
 
 from console import metrics
 
-from ..backends import build_backend
-from ..backends.base import Backend, BackendConfig, RemoteError
+from ..backends.base import Backend, RemoteError
 
 logger = logging.getLogger(__name__)
 
@@ -30,11 +30,6 @@ _MARK = "_console_observed"
 _inside: ContextVar[bool] = ContextVar("inside_backend_call", default=False)
 
 T = TypeVar("T")
-
-
-def build_observed(config: BackendConfig) -> Backend:
-    """The adapter for `config`, observed."""
-    return observe(build_backend(config))
 
 
 def observe(backend: Backend) -> Backend:

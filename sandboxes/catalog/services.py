@@ -1,7 +1,7 @@
 """Writes with side effects for sandbox configs, template builds and session images, and the
 connection test.
 
-A backend is reached through `bridge.open_backend(config)` only. May import
+A backend is reached through `bridge.get_backend(config)` only. May import
 `sandboxes.backends`, `sandboxes.models`, `console` and `catalog.bridge`.
 """
 
@@ -35,7 +35,7 @@ from ..backends.base import (
     is_snapshot_id,
 )
 from ..models import IDENTITY_FIELDS, PlatformBackend, SandboxConfig, Session, TemplateRecord
-from .bridge import config_fingerprint, console_metadata, open_backend, sandbox_resources, template_owner
+from .bridge import config_fingerprint, console_metadata, get_backend, sandbox_resources, template_owner
 from .network import network_spec_for, refuse_unless_honoured
 
 # What a space admin sets; the infrastructure is the platform backend's (sandboxes.catalog.platform).
@@ -60,9 +60,9 @@ CONFIG_FIELDS = (
 
 def count_live_sandboxes(config: SandboxConfig) -> int:
     """Sandboxes this console created with `config` that still exist on the backend."""
-    with open_backend(config) as backend:
-        query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID, META_CONFIG: str(config.id)})
-        return sum(1 for _ in backend.iter_sandboxes(query))
+    backend = get_backend(config)
+    query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID, META_CONFIG: str(config.id)})
+    return sum(1 for _ in backend.iter_sandboxes(query))
 
 
 def _check_template_choice(template_id: str) -> None:
@@ -77,15 +77,15 @@ def _check_template_visible(config: SandboxConfig) -> None:
     """Another tenant's template (on a shared engine) is no choice for this space's config.
     Unlisted or unreachable: left to the connection test, as before."""
     try:
-        with open_backend(config) as backend:
-            templates = backend.templates()
-            listed = templates.list() if templates is not None else []
-            found = next((t for t in listed if t.template_id == config.default_template), None)
-            if found is None and templates is not None:
-                # Another name of a listed image (a repository without its tag, an image id):
-                # judged by what the backend resolves it to, not by the text.
-                with suppress(RemoteError):
-                    found = templates.get(config.default_template)
+        backend = get_backend(config)
+        templates = backend.templates()
+        listed = templates.list() if templates is not None else []
+        found = next((t for t in listed if t.template_id == config.default_template), None)
+        if found is None and templates is not None:
+            # Another name of a listed image (a repository without its tag, an image id):
+            # judged by what the backend resolves it to, not by the text.
+            with suppress(RemoteError):
+                found = templates.get(config.default_template)
     except RemoteError:
         return
     if found is not None and template_owner(found, config) is None:
@@ -280,11 +280,11 @@ def build_template(config: SandboxConfig, spec: TemplateBuildSpec, *, platform: 
     admins only) carries none and is offered to every space."""
     if not platform:
         spec = replace(spec, labels={**spec.labels, **console_metadata(config)})
-    with open_backend(config) as backend:
-        templates = backend.templates()
-        if templates is None:
-            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} cannot build templates from the console")
-        template_id = templates.create(spec).template_id
+    backend = get_backend(config)
+    templates = backend.templates()
+    if templates is None:
+        raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} cannot build templates from the console")
+    template_id = templates.create(spec).template_id
     # E2B and Cube drop the labels: this record is what tells the space's build from the platform's.
     TemplateRecord.objects.update_or_create(
         fingerprint=config_fingerprint(config),
@@ -322,62 +322,62 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
     short create -> exec -> delete, each step timed. Stops at a failure."""
     steps: list[StepResult] = []
     sandbox_ids: list[str] = []
-    with open_backend(config) as backend:
+    backend = get_backend(config)
 
-        def health() -> str:
-            info = backend.health()
-            if not info.ok:
-                raise RemoteError(ErrorKind.UNAVAILABLE, info.detail or "unhealthy")
-            recorded = {"backend_version": info.version[:100], "backend_protocol": info.protocol[:16]}
-            changed = {k: v for k, v in recorded.items() if v and v != getattr(config, k)}
-            if changed:
-                SandboxConfig.objects.filter(pk=config.pk).update(**changed)
-            return info.version or "ok"
+    def health() -> str:
+        info = backend.health()
+        if not info.ok:
+            raise RemoteError(ErrorKind.UNAVAILABLE, info.detail or "unhealthy")
+        recorded = {"backend_version": info.version[:100], "backend_protocol": info.protocol[:16]}
+        changed = {k: v for k, v in recorded.items() if v and v != getattr(config, k)}
+        if changed:
+            SandboxConfig.objects.filter(pk=config.pk).update(**changed)
+        return info.version or "ok"
 
-        def create() -> str:
-            spec = SandboxSpec(
-                template_id=config.default_template,
-                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
-                metadata=console_metadata(config, **{META_PURPOSE: "connection-test"}),
-                resources=sandbox_resources(config),
-                timeout_s=120,
-            )
-            info = backend.create(spec)
-            sandbox_ids.append(info.sandbox_id)
-            return f"sandbox {info.sandbox_id[:12]} from {config.default_template}"
+    def create() -> str:
+        spec = SandboxSpec(
+            template_id=config.default_template,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata=console_metadata(config, **{META_PURPOSE: "connection-test"}),
+            resources=sandbox_resources(config),
+            timeout_s=120,
+        )
+        info = backend.create(spec)
+        sandbox_ids.append(info.sandbox_id)
+        return f"sandbox {info.sandbox_id[:12]} from {config.default_template}"
 
-        def execute() -> str:
-            result = backend.exec(sandbox_ids[0], ExecRequest(argv=("sh", "-c", "echo ok; id -u"), timeout_s=30))
-            out = result.stdout.decode(errors="replace").split()
-            if result.exit_code != 0 or out[:1] != ["ok"]:
-                raise RemoteError(ErrorKind.INTERNAL, f"exit {result.exit_code}: {result.stderr[:200]!r}")
-            return f"echo ok as uid {out[1] if len(out) > 1 else '?'}"
+    def execute() -> str:
+        result = backend.exec(sandbox_ids[0], ExecRequest(argv=("sh", "-c", "echo ok; id -u"), timeout_s=30))
+        out = result.stdout.decode(errors="replace").split()
+        if result.exit_code != 0 or out[:1] != ["ok"]:
+            raise RemoteError(ErrorKind.INTERNAL, f"exit {result.exit_code}: {result.stderr[:200]!r}")
+        return f"echo ok as uid {out[1] if len(out) > 1 else '?'}"
 
-        def delete() -> str:
-            backend.delete(sandbox_ids.pop())
-            return "deleted"
+    def delete() -> str:
+        backend.delete(sandbox_ids.pop())
+        return "deleted"
 
-        plan: list[tuple[str, Callable[[], str]]] = [("health", health)]
-        volumes = backend.volumes() if config.persistent_workspace else None
-        if volumes is not None:
-            plan.append(("persistent workspace", volumes.check))
+    plan: list[tuple[str, Callable[[], str]]] = [("health", health)]
+    volumes = backend.volumes() if config.persistent_workspace else None
+    if volumes is not None:
+        plan.append(("persistent workspace", volumes.check))
 
-        def policy() -> str:
-            refuse_unless_honoured(network_spec_for(config.space), backend, config.name)
-            return "the space's network policy can be enforced here"
+    def policy() -> str:
+        refuse_unless_honoured(network_spec_for(config.space), backend, config.name)
+        return "the space's network policy can be enforced here"
 
-        plan += [("create", create), ("exec", execute), ("delete", delete), ("network policy", policy)]
-        try:
-            for name, func in plan:
-                step = _timed(name, func)
-                steps.append(step)
-                report(step)
-                if not step.ok:
-                    break
-        finally:
-            for leftover in sandbox_ids:
-                with suppress(RemoteError):
-                    backend.delete(leftover)
+    plan += [("create", create), ("exec", execute), ("delete", delete), ("network policy", policy)]
+    try:
+        for name, func in plan:
+            step = _timed(name, func)
+            steps.append(step)
+            report(step)
+            if not step.ok:
+                break
+    finally:
+        for leftover in sandbox_ids:
+            with suppress(RemoteError):
+                backend.delete(leftover)
     return steps
 
 

@@ -40,8 +40,8 @@ from .bridge import (
     PLATFORM,
     config_fingerprint,
     console_metadata,
+    get_backend,
     labelled_owner,
-    open_backend,
     recorded_template_owners,
     template_owner,
 )
@@ -133,31 +133,31 @@ class Catalog:
 def load_catalog(config: SandboxConfig) -> Catalog:
     """The platform's templates and the space's own templates and snapshots. Raises RemoteError."""
     catalog = Catalog()
-    with open_backend(config) as backend:
-        templates, snapshots = backend.templates(), backend.snapshots()
-        catalog.templates_supported = templates is not None
-        catalog.snapshots_supported = snapshots is not None
-        all_snapshot_ids: set[str] = set()
-        if snapshots is not None:
-            listed = snapshots.list()
-            all_snapshot_ids = {s.snapshot_id for s in listed}
-            recorded = recorded_snapshot_ids(config)
-            catalog.snapshots = sorted(
-                (s for s in listed if snapshot_is_own(s, config, recorded)),
-                key=lambda s: s.created_at or NEVER,
-                reverse=True,
-            )
-        if templates is not None:
-            recorded_templates = recorded_template_owners(config)
-            for template in templates.list():
-                if is_snapshot_id(template.template_id) or template.template_id in all_snapshot_ids:
-                    continue
-                owner = template_owner(template, config, recorded_templates)
-                if owner is None:
-                    continue
-                if owner == OWN:
-                    catalog.own_templates.add(template.template_id)
-                catalog.templates.append(template)
+    backend = get_backend(config)
+    templates, snapshots = backend.templates(), backend.snapshots()
+    catalog.templates_supported = templates is not None
+    catalog.snapshots_supported = snapshots is not None
+    all_snapshot_ids: set[str] = set()
+    if snapshots is not None:
+        listed = snapshots.list()
+        all_snapshot_ids = {s.snapshot_id for s in listed}
+        recorded = recorded_snapshot_ids(config)
+        catalog.snapshots = sorted(
+            (s for s in listed if snapshot_is_own(s, config, recorded)),
+            key=lambda s: s.created_at or NEVER,
+            reverse=True,
+        )
+    if templates is not None:
+        recorded_templates = recorded_template_owners(config)
+        for template in templates.list():
+            if is_snapshot_id(template.template_id) or template.template_id in all_snapshot_ids:
+                continue
+            owner = template_owner(template, config, recorded_templates)
+            if owner is None:
+                continue
+            if owner == OWN:
+                catalog.own_templates.add(template.template_id)
+            catalog.templates.append(template)
     return catalog
 
 
@@ -189,19 +189,19 @@ def do_delete_snapshot(config: SandboxConfig, snapshot_id: str, *, actor: Actor,
     """
     if force and not is_platform_admin(actor.user):
         raise CatalogItemForbidden("Only platform admins can delete a snapshot that is still in use.")
-    with open_backend(config) as backend:
-        snapshots = backend.snapshots()
-        if snapshots is None:
-            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} snapshots cannot be deleted from the console")
-        snapshot = _find(snapshots.list(), "snapshot_id", snapshot_id)
-        if snapshot is None or not snapshot_is_own(snapshot, config, recorded_snapshot_ids(config)):
-            raise CatalogItemNotFound(f"No snapshot {snapshot_id} in this space.")
-        users = snapshot_users(config, snapshot_id, snapshot.labels)
-        if users and not force:
-            raise CatalogItemInUse(
-                f"Snapshot {snapshot_id} is still used by " + "; ".join(users) + ". Release it first.", users
-            )
-        snapshots.delete(snapshot_id)
+    backend = get_backend(config)
+    snapshots = backend.snapshots()
+    if snapshots is None:
+        raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} snapshots cannot be deleted from the console")
+    snapshot = _find(snapshots.list(), "snapshot_id", snapshot_id)
+    if snapshot is None or not snapshot_is_own(snapshot, config, recorded_snapshot_ids(config)):
+        raise CatalogItemNotFound(f"No snapshot {snapshot_id} in this space.")
+    users = snapshot_users(config, snapshot_id, snapshot.labels)
+    if users and not force:
+        raise CatalogItemInUse(
+            f"Snapshot {snapshot_id} is still used by " + "; ".join(users) + ". Release it first.", users
+        )
+    snapshots.delete(snapshot_id)
     fallen_back = _fall_back_from(config, snapshot_id, actor=actor) if users else []
     record_audit(
         actor,
@@ -232,17 +232,17 @@ def do_delete_template(config: SandboxConfig, template_id: str, *, actor: Actor)
     """Delete one of the space's own templates; platform templates only by platform admins.
 
     Another tenant's template is not found (404); the backend refuses one sandboxes use."""
-    with open_backend(config) as backend:
-        templates = backend.templates()
-        if templates is None:
-            raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} templates cannot be deleted from the console")
-        template = _find(templates.list(), "template_id", template_id)
-        owner = template_owner(template, config) if template is not None else None
-        if owner is None or is_snapshot_id(template_id):
-            raise CatalogItemNotFound(f"No template {template_id} in this space.")
-        if owner == PLATFORM and not is_platform_admin(actor.user):
-            raise CatalogItemForbidden(f"{template_id} is a platform template: only platform admins can delete it.")
-        templates.delete(template_id)
+    backend = get_backend(config)
+    templates = backend.templates()
+    if templates is None:
+        raise RemoteError(ErrorKind.UNSUPPORTED, f"{backend.label} templates cannot be deleted from the console")
+    template = _find(templates.list(), "template_id", template_id)
+    owner = template_owner(template, config) if template is not None else None
+    if owner is None or is_snapshot_id(template_id):
+        raise CatalogItemNotFound(f"No template {template_id} in this space.")
+    if owner == PLATFORM and not is_platform_admin(actor.user):
+        raise CatalogItemForbidden(f"{template_id} is a platform template: only platform admins can delete it.")
+    templates.delete(template_id)
     with transaction.atomic():
         TemplateRecord.objects.filter(fingerprint=config_fingerprint(config), template_id=template_id).delete()
         record_audit(

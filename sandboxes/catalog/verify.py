@@ -49,7 +49,7 @@ from ..backends.base import (
     is_snapshot_id,
 )
 from ..models import SandboxConfig
-from .bridge import console_metadata, open_backend
+from .bridge import console_metadata, get_backend
 from .network import network_spec_for, policy_refusal, unsupported_policy_switches
 
 PASS, FAIL, UNSUPPORTED = "pass", "fail", "unsupported"
@@ -359,11 +359,11 @@ def verify_backend_job(ctx: JobContext) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:8]
     metadata = console_metadata(config, **{META_SESSION: f"verify-{run_id}"})
     try:
-        with open_backend(config) as backend:
-            verifier = Verifier(backend, config.default_template, metadata, report)
-            checks = verifier.run()
-            checks.append(policy_check(config, backend))
-            report(checks[-1])
+        backend = get_backend(config)
+        verifier = Verifier(backend, config.default_template, metadata, report)
+        checks = verifier.run()
+        checks.append(policy_check(config, backend))
+        report(checks[-1])
     except RemoteError as exc:
         raise JobFailed(f"{exc.kind}: {exc.message}") from exc
     counts = summary(checks)

@@ -16,8 +16,8 @@ from ..api.auth import caller
 from ..api.errors import JSON_BODY, documented
 from ..api.wire import ApiError, IntText, as_int, body_doc, invalid, read_body
 from ..sessions.api import SESSION, existing_session
-from ..sessions.inbound import do_issue_inbound_link, inbound_on, inbound_url
 from ..sessions.tuning import SESSIONS
+from .links import do_issue_inbound_link, inbound_on, inbound_url
 
 router = Router(tags=["inbound"], exclude_unset=True)  # a key a view leaves out stays out
 

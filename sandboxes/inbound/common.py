@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlencode
 
 from django.conf import settings
 
-from ..sessions.inbound import COOKIE_NAME, LINK_PARAM
+from .links import COOKIE_NAME, LINK_PARAM
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]

@@ -36,19 +36,6 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from ..backends.base import ErrorKind, RemoteError
-from ..sessions.inbound import (
-    COOKIE_NAME,
-    LINK_PARAM,
-    InboundTarget,
-    LinkExpired,
-    activity_due,
-    check_link,
-    inbound_target,
-    inbound_target_at,
-    inbound_upstream,
-    touch_inbound_activity,
-)
-from ..sessions.inbound_hosts import HostRoute, host_route, setting_problem
 from .common import (
     NOT_FOUND,
     PREFIX,
@@ -69,6 +56,19 @@ from .common import (
     request_headers,
 )
 from .forward import forward
+from .hosts import HostRoute, host_route, setting_problem
+from .links import (
+    COOKIE_NAME,
+    LINK_PARAM,
+    InboundTarget,
+    LinkExpired,
+    activity_due,
+    check_link,
+    inbound_target,
+    inbound_target_at,
+    inbound_upstream,
+    touch_inbound_activity,
+)
 from .websocket import bridge
 
 _ROUTE = re.compile(r"^/inbound/([A-Za-z0-9][A-Za-z0-9_.-]{0,127})/([0-9]{1,5})(/.*)?$", re.DOTALL)

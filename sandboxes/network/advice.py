@@ -20,9 +20,9 @@ from console.models import Space
 from netpolicy import AddressClass, Advice, Destination, PolicyError, advise, parse_destination
 
 from ..backends.base import NetworkSpec, RemoteError
+from ..catalog.bridge import get_backend
 from ..catalog.network import network_spec_for
 from ..models import EgressEvent, SandboxConfig, Session
-from ..sessions.runtime import backend_for
 from .checks import backend_views
 from .explain import Explanation, explain, reserved_of
 
@@ -34,7 +34,7 @@ def reserved_for(space: Space) -> tuple[AddressClass, ...]:
     found: list[AddressClass] = []
     for config in SandboxConfig.objects.filter(space=space).select_related("backend"):
         try:
-            egress = backend_for(config).egress()
+            egress = get_backend(config).egress()
             found.extend(egress.reserved() if egress is not None else ())
         except RemoteError:
             continue

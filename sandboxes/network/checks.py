@@ -10,9 +10,9 @@ from console.models import Space
 from netpolicy import AddressClass
 
 from ..backends.base import NetworkSpec, RemoteError
+from ..catalog.bridge import get_backend
 from ..catalog.network import unsupported_policy_switches
 from ..models import SandboxConfig
-from ..sessions.runtime import backend_for
 from .explain import BackendView
 
 
@@ -20,7 +20,7 @@ def backend_views(space: Space, spec: NetworkSpec) -> list[BackendView]:
     views = []
     for config in SandboxConfig.objects.filter(space=space).select_related("backend").order_by("name"):
         try:
-            backend = backend_for(config)
+            backend = get_backend(config)
             caps = backend.network_capabilities()
             egress = backend.egress()
             reserved = egress.reserved() if egress is not None else ()

@@ -26,9 +26,9 @@ from console.models import AuditAction, Space
 from console.services import SYSTEM, Actor, record_audit
 
 from ..backends.base import NetworkSpec, RemoteError
+from ..catalog.bridge import get_backend
 from ..catalog.network import merge_grants, network_spec_for, spec_fingerprint, unsupported_policy_switches
 from ..models import Session, SessionState
-from ..sessions.runtime import backend_for
 from .tuning import NETWORK
 
 logger = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def apply_to_session(session: Session, report: ApplyReport, space_spec: NetworkS
         report.unchanged.append(session.key)
         return
     try:
-        backend = backend_for(session.config)
+        backend = get_backend(session.config)
         egress = backend.egress()
         caps = backend.network_capabilities()
         if egress is None or not caps.live_update:
@@ -145,7 +145,7 @@ def sessions_keeping_old_rules(space: Space) -> list[OldRules]:
             continue
         label = session.config.backend.name
         try:
-            backend = backend_for(session.config)
+            backend = get_backend(session.config)
             label = backend.label
             live = backend.egress() is not None and backend.network_capabilities().live_update
         except RemoteError:

@@ -19,8 +19,8 @@ from console.periodic import periodic
 
 from ..backends.base import RemoteError
 from ..backends.capabilities import EgressRefusal
+from ..catalog.bridge import get_backend
 from ..models import EgressCursor, EgressEvent, PlatformBackend, SandboxConfig, Session, WatchedSandbox
-from ..sessions.runtime import backend_for
 from .tuning import NETWORK
 
 logger = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ def ingest_backend(backend: PlatformBackend) -> int:
     )
     if config is None:
         return 0
-    adapter = backend_for(config)
+    adapter = get_backend(config)
     egress = adapter.egress()
     if egress is None:
         return 0
@@ -128,7 +128,7 @@ def egress_housekeeping() -> list[str]:
         if config is None:
             continue
         try:
-            egress = backend_for(config).egress()
+            egress = get_backend(config).egress()
             if egress is None:
                 continue
             line = f"{backend}: {egress.housekeeping()}"

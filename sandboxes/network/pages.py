@@ -24,12 +24,14 @@ from django_htmx.http import HttpResponseClientRedirect
 from console.access import get_space_for_user, has_role
 from console.forms import NetworkPolicyForm
 from console.models import NetworkPolicy, Role, Space
-from console.services import ServiceError, actor_from_request, do_update_network_policy
+from console.panels import SpacePanel
+from console.services import ServiceError, actor_from_request, do_update_network_policy, policy_warnings
 from netpolicy import PolicyError, parse_destination
 
 from ..catalog.network import network_spec_for
 from ..models import EgressEvent, Session, SessionGrant
-from ..pages.lookups import get_session_for_user
+from ..sessions.access import get_session_for_user
+from ..sessions.panels import ARTIFACTS, SessionPanel
 from .advice import advice_rows, event_advice, explain_for
 from .approvals import do_allow_for_session, do_allow_for_space, do_revoke_grant
 from .checks import backend_views, policy_backend_warnings
@@ -253,3 +255,24 @@ def grant_revoke(request: HttpRequest, session_id: str, grant_id: str) -> HttpRe
     do_revoke_grant(grant, actor=actor_from_request(request))
     messages.success(request, f"The grant for {grant.entry} was removed.")
     return redirect(session)
+
+
+# --- Panels of other pages (registered in SandboxesConfig.ready()) ---------------------------
+
+
+def _space_network(request: HttpRequest, space: Space, is_admin: bool) -> dict[str, Any]:
+    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
+    return {"policy": policy, "policy_lines": policy.describe(), "policy_warnings": policy_warnings(policy)}
+
+
+# The space page's Network policy card.
+SPACE_PANEL = SpacePanel("sandboxes/partials/space_network.html", _space_network, order=10)
+
+
+def _session_egress(request: HttpRequest, session: Session, can_use: bool) -> dict[str, Any]:
+    events = list(session.egress_events.select_related("session")[:20])
+    return {"egress_events": advice_rows(session.space, events), "egress_grants": session.egress_grants.all()}
+
+
+# The session page's Egress card, after its Artifacts.
+SESSION_PANEL = SessionPanel("egress", "sandboxes/partials/session_egress.html", _session_egress, after=ARTIFACTS)

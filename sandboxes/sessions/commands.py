@@ -49,10 +49,10 @@ from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..backends.base import ErrorKind, ExecRequest, PtySize, RemoteError
 from ..backends.capabilities import PtyHandle
+from ..catalog.bridge import get_backend
 from ..models import BackgroundCommand, CommandStatus, Session
 from .inflight import in_flight
 from .limits import check_background_commands
-from .provisioning import backend_for
 from .runtime import HOLDER, Runtime
 from .streams import MemoryRingBuffer, RedisRingBuffer, RingBuffer
 from .tuning import SESSIONS
@@ -257,7 +257,7 @@ def start_command(
     """Start a command in the session's sandbox (resumed if paused) and return at once."""
     command_argv = _command_argv(shell, argv)
     check_background_commands(session.space)
-    ptys = backend_for(session.config).pty()
+    ptys = get_backend(session.config).pty()
     if ptys is None:
         raise RemoteError(ErrorKind.UNSUPPORTED, "this backend cannot run background commands (no pty capability)")
     with runtime.telling_deleted(session):  # a DELETE racing the start: SessionDeleted

@@ -1,10 +1,9 @@
 """What a session's sandbox is made from and run on.
 
-`backend_for(config)`: one long-lived adapter per config and platform-backend version (its
-connection pools reused), shared by the runtime, the reaper, the terminal and the skills
-app; `effective_template`: the space's skill image on a config when valid, else the config's
-default template; `prepare_workspace`: the /workspace layout every new sandbox gets, through
-the helper that runs inside it (`WORKSPACE_HELPER_SOURCE`).
+Its backend is `catalog.bridge.get_backend(config)`. Here: `effective_template`: the space's
+skill image on a config when valid, else the config's default template; `prepare_workspace`:
+the /workspace layout every new sandbox gets, through the helper that runs inside it
+(`WORKSPACE_HELPER_SOURCE`).
 
 May import `sandboxes.backends`, `sandboxes.models`, `sandboxes.catalog` and `console`;
 nothing else of `sessions` (the runtime, the reaper and the workspace build on it).
@@ -12,37 +11,14 @@ nothing else of `sessions` (the runtime, the reaper and the workspace build on i
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from console.models import Space
 
 from ..backends.base import Backend, ErrorKind, ExecRequest, RemoteError
-from ..catalog.bridge import backend_config_for, config_fingerprint
-from ..catalog.observed import build_observed
+from ..catalog.bridge import config_fingerprint
 from ..models import SandboxConfig, SessionImage
-
-# --- Backends, cached per config --------------------------------------------------------
-
-# Measured (bench/module_caches.py): a get on the kept backend 1.2 ms, on a new one 12.6 ms.
-_backends: dict[tuple[str, datetime, datetime], Backend] = {}
-_backends_lock = threading.Lock()
-
-
-def backend_for(config: SandboxConfig) -> Backend:
-    """A long-lived backend per config and platform backend version (pools are reused)."""
-    key = (str(config.pk), config.updated, config.backend.updated)
-    with _backends_lock:
-        backend = _backends.get(key)
-        if backend is None:
-            for stale in [k for k in _backends if k[0] == key[0]]:
-                _backends.pop(stale).close()
-            backend = build_observed(backend_config_for(config))
-            _backends[key] = backend
-    return backend
-
 
 # --- Effective template -----------------------------------------------------------------
 

@@ -53,9 +53,9 @@ from ..backends.base import (
     SandboxInfo,
     SandboxState,
 )
+from ..catalog.bridge import get_backend
 from ..models import SandboxConfig, Session, SessionState
 from .inflight import quiet_sessions
-from .provisioning import backend_for
 from .runtime import Runtime, sandbox_or_none
 from .store import (
     Binding,
@@ -261,7 +261,7 @@ def _repair_group(run: _Pass, space: str, key: str, infos: list[SandboxInfo]) ->
 def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta) -> ReapReport:
     report = ReapReport(config=f"{config.space.name} / {config.name}")
     query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID, META_CONFIG: str(config.id)})
-    backend = backend_for(config)
+    backend = get_backend(config)
     run = _Pass(config, backend, store, grace, timezone.now(), report)
     groups: dict[tuple[str, str], list[SandboxInfo]] = defaultdict(list)
     unowned: list[SandboxInfo] = []
@@ -391,7 +391,7 @@ def idle_sweep(runtime: Runtime | None = None) -> int:
         if _turn_in_flight(runtime.store, session):
             continue
         try:
-            backend = backend_for(session.config)
+            backend = get_backend(session.config)
             if backend.idles_itself():
                 # Left to the backend's own auto-pause: only read the state back for the pages.
                 state = backend.get(session.sandbox_id).state

@@ -63,14 +63,15 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
-from ..catalog.bridge import sandbox_resources
+from ..catalog.bridge import get_backend, sandbox_resources
+from ..catalog.conflicts import Conflict
 from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
 from ..models import SandboxConfig, Session, SessionState
 from .inflight import busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
 from .lookup import get_or_create_session
 from .observe import observe_resolve, took_slow_path
-from .provisioning import backend_for, effective_template, prepare_workspace
+from .provisioning import effective_template, prepare_workspace
 from .store import (
     LOCK_TTL_MS,
     TURN_TTL_S,
@@ -126,7 +127,7 @@ class SessionDeleted(RemoteError):
         self.key = key
 
 
-class SessionConflict(RemoteError):
+class SessionConflict(Conflict):
     """A call refused or cut by the session's own state, not a backend failure: 409 with a
     code of its own (the API answers `code`, and the message says what to do)."""
 
@@ -268,7 +269,7 @@ class Runtime:
         """Connect (resume); None when the sandbox is gone. A failure that a pause racing the
         resume or an engine at odds with itself explains is repaired and tried once more, then
         answered in words (`racing`: not holding the session's lock, so wait for its holder)."""
-        backend = backend_for(session.config)
+        backend = get_backend(session.config)
         try:
             return backend.connect(binding.sandbox_id)
         except RemoteError as exc:
@@ -347,7 +348,7 @@ class Runtime:
             raise SessionDeleted(session.key) from None
 
     def _slow_path(self, session: Session, *, rebuild: bool, made: list[str], own_calls: int = 0) -> Resolved:
-        backend = backend_for(session.config)
+        backend = get_backend(session.config)
         with lifecycle_lock(self.store, self.keys(session)[1], holder=HOLDER, ttl_ms=self.lock_ttl_ms) as held:
             if rebuild and not self._quiet_for_rebuild(session, own_calls):
                 rebuild = False  # deferred: the stale sandbox stays until the next turn
@@ -573,7 +574,7 @@ class Runtime:
     def exec(self, session: Session, request: ExecRequest) -> ExecResult:
         """Run a command in the session's sandbox; counted as in flight meanwhile, so no pause
         freezes the sandbox under it and a stale rebuild waits for it (or is deferred)."""
-        backend = backend_for(session.config)
+        backend = get_backend(session.config)
         with self.telling_deleted(session), self.exec_in_flight(session, request.timeout_s):
             sandbox_id = self.resolve_session(session, own_calls=1).sandbox.sandbox_id
             try:
@@ -675,7 +676,7 @@ class Runtime:
         `idle_since` (the idle sweep): pause only a running session whose activity did not move.
         """
         bkey, lkey, _ = self.keys(session)
-        backend = backend_for(session.config)
+        backend = get_backend(session.config)
         reason = busy_reason(session.pk)
         if reason is not None:  # refused before the lock: busy sessions do not crowd it
             raise self._busy(session, reason)
@@ -752,7 +753,7 @@ class Runtime:
     def rebuild(self, session: Session, *, actor: Actor) -> Resolved:
         """Replace the sandbox now (the persistent workspace, if any, is kept)."""
         bkey, lkey, _ = self.keys(session)
-        backend = backend_for(session.config)
+        backend = get_backend(session.config)
         with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms):
             binding = self.store.get_binding(bkey)
             if binding is not None:
@@ -775,7 +776,7 @@ class Runtime:
     def delete(self, session: Session, *, actor: Actor) -> None:
         """Delete the session, its sandboxes, its binding and its persistent workspace."""
         bkey, lkey, tkey = self.keys(session)
-        backend = backend_for(session.config)
+        backend = get_backend(session.config)
         with lifecycle_lock(self.store, lkey, holder=HOLDER, ttl_ms=self.lock_ttl_ms):
             if not Session.objects.filter(pk=session.pk).exists():
                 raise SessionDeleted(session.key)  # a racing delete got there first
@@ -818,7 +819,7 @@ class Runtime:
         binding = self.store.get_binding(self.keys(session)[0])
         if binding is None:
             return None
-        info = sandbox_or_none(backend_for(session.config), binding.sandbox_id)
+        info = sandbox_or_none(get_backend(session.config), binding.sandbox_id)
         return info if info is not None and info.state == SandboxState.RUNNING else None
 
     def inspect(self, session: Session) -> dict[str, object]:

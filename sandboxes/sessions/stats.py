@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from ..backends.base import RemoteError, SandboxState
 from ..backends.capabilities import SandboxStats
+from ..catalog.bridge import get_backend
 from ..models import Session
-from .provisioning import backend_for
 from .runtime import GONE_KINDS, Runtime
 
 
@@ -41,7 +41,7 @@ def read_session_stats(session: Session, runtime: Runtime | None = None) -> Stat
         return StatsReading("error", f"The session store did not answer: {exc.message}")
     if binding is None:
         return StatsReading("none", "No sandbox is bound: one starts with the session's next turn.")
-    backend = backend_for(session.config)
+    backend = get_backend(session.config)
     capability = backend.stats()
     if capability is None:
         return StatsReading("unsupported", "This backend does not report resource use.", sandbox_id=binding.sandbox_id)

@@ -52,12 +52,11 @@ from ..backends.base import (
     TemplateInfo,
     is_snapshot_id,
 )
-from ..catalog.bridge import config_fingerprint, labelled_owner
+from ..catalog.bridge import config_fingerprint, get_backend, labelled_owner
 from ..catalog.services import do_delete_config
 from ..catalog.templates import recorded_snapshot_ids, snapshot_is_own, snapshot_retired
 from ..models import SandboxConfig, Session, SessionImage
 from .lookup import TEARDOWN_KINDS
-from .provisioning import backend_for
 from .runtime import Runtime, SessionDeleted
 
 logger = logging.getLogger(__name__)
@@ -183,7 +182,7 @@ def _accounts(configs: Iterable[SandboxConfig]) -> list[tuple[SandboxConfig, Bac
     """One (config, backend) per backend account: configs on one account share its sandboxes."""
     seen: dict[str, tuple[SandboxConfig, Backend]] = {}
     for config in configs:
-        seen.setdefault(config_fingerprint(config), (config, backend_for(config)))
+        seen.setdefault(config_fingerprint(config), (config, get_backend(config)))
     return list(seen.values())
 
 
@@ -211,7 +210,7 @@ def release_unused_snapshot(
         or SessionImage.objects.filter(snapshot_id=snapshot_id).exists()
     ):
         return False
-    snapshots = backend_for(config).snapshots()
+    snapshots = get_backend(config).snapshots()
     if snapshots is None:
         return False
     try:
@@ -391,7 +390,7 @@ def tear_down_space(space: Space, *, actor: Actor, report: Report) -> bool:
 
 
 def tear_down_config(config: SandboxConfig, *, actor: Actor, report: Report) -> bool:
-    backend = backend_for(config)
+    backend = get_backend(config)
     report.log(f"Tearing down config {config.name} of space {config.space.name}.")
     _delete_sessions(config.sessions.select_related("config", "space"), actor=actor, report=report)
     _delete_labelled(backend, _labels(config.space, config), report)

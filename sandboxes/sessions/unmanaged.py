@@ -51,8 +51,7 @@ from ..backends.base import (
     SandboxState,
     is_snapshot_id,
 )
-from ..catalog.bridge import platform_backend_config
-from ..catalog.observed import build_observed
+from ..catalog.bridge import get_backend
 from ..models import PlatformBackend, SandboxConfig, Session
 from .tuning import SESSIONS
 
@@ -189,11 +188,7 @@ def _labelled(backend: Backend) -> Iterator[_Labelled]:
 
 
 def _list_one(platform: PlatformBackend) -> list[_Labelled]:
-    backend = build_observed(platform_backend_config(platform))
-    try:
-        return list(_labelled(backend))
-    finally:
-        backend.close()
+    return list(_labelled(get_backend(platform)))
 
 
 def find_unmanaged(*, timeout_s: float | None = None) -> Listing:
@@ -271,32 +266,24 @@ def reap_unmanaged(*, grace: timedelta | None = None) -> ReapResult:
     listing = find_unmanaged()
     result.errors.extend(listing.errors)
     now = timezone.now()
-    backends: dict[str, Backend] = {}
-    try:
-        for item in listing.items:
-            if not item.older_than(grace, now):
-                result.young += 1
-                continue
-            backend = backends.get(item.backend_id)
-            if backend is None:
-                backend = build_observed(platform_backend_config(PlatformBackend.objects.get(pk=item.backend_id)))
-                backends[item.backend_id] = backend
-            try:
-                _delete(backend, item.kind, item.ident)
-            except (RemoteError, ServiceError) as exc:
-                result.errors.append(f"{item.kind} {item.ident}: {exc}")
-                continue
-            result.deleted.append(f"{item.kind} {item.ident}")
-            logger.info(
-                "reaper deleted unmanaged %s %s (%s)",
-                item.kind,
-                item.ident,
-                item.reason,
-                extra={"action": "delete_unmanaged", "kind": item.kind, "ident": item.ident, "space_id": item.space},
-            )
-    finally:
-        for backend in backends.values():
-            backend.close()
+    for item in listing.items:
+        if not item.older_than(grace, now):
+            result.young += 1
+            continue
+        backend = get_backend(PlatformBackend.objects.get(pk=item.backend_id))
+        try:
+            _delete(backend, item.kind, item.ident)
+        except (RemoteError, ServiceError) as exc:
+            result.errors.append(f"{item.kind} {item.ident}: {exc}")
+            continue
+        result.deleted.append(f"{item.kind} {item.ident}")
+        logger.info(
+            "reaper deleted unmanaged %s %s (%s)",
+            item.kind,
+            item.ident,
+            item.reason,
+            extra={"action": "delete_unmanaged", "kind": item.kind, "ident": item.ident, "space_id": item.space},
+        )
     return result
 
 
@@ -315,11 +302,7 @@ def do_delete_unmanaged(backend_id: str, kind: str, ident: str, *, actor: Actor)
     reason = owners.reason(item.metadata, kind=kind) if item else None
     if item is None or reason is None:
         raise ServiceError(f"{kind} {ident} is not an unmanaged resource of {platform.name} (gone, or owned).")
-    backend = build_observed(platform_backend_config(platform))
-    try:
-        _delete(backend, kind, ident)
-    finally:
-        backend.close()
+    _delete(get_backend(platform), kind, ident)
     with transaction.atomic():
         record_audit(
             actor,

@@ -34,9 +34,10 @@ from console.models import AuditAction
 from console.services import Actor, ServiceError, record_audit
 
 from ..backends.base import WORKSPACE, Backend, ErrorKind, ExecRequest, FileInfo, RemoteError
+from ..catalog.bridge import get_backend
 from ..models import Artifact, Session
 from .inflight import in_flight
-from .provisioning import WORKSPACE_HELPER_SOURCE, backend_for
+from .provisioning import WORKSPACE_HELPER_SOURCE
 from .runtime import Runtime
 from .tuning import SESSIONS
 
@@ -158,9 +159,9 @@ def _sandbox(runtime: Runtime, session: Session, *, wake: bool = True) -> tuple[
         info = runtime.running_sandbox(session)
         if info is None:
             raise _not_running(session)
-        return backend_for(session.config), info.sandbox_id
+        return get_backend(session.config), info.sandbox_id
     resolved = runtime.resolve_session(session, own_calls=1)
-    return backend_for(session.config), resolved.sandbox.sandbox_id
+    return get_backend(session.config), resolved.sandbox.sandbox_id
 
 
 def _read_helper(runtime: Runtime, session: Session, wake: bool, *args: str, **kwargs: Any) -> bytes:

@@ -35,18 +35,11 @@ from console.logs import REQUEST_ID_HEADER, sane_request_id, set_request_id
 
 from ..backends.base import PtySize, RemoteError
 from . import process as processes
-from . import tickets as terminals
+from . import protocol
+from .access import revoked, user_group
 from .process import TerminalGone, TerminalProcess, get_process, install_shutdown_hook
-from .tickets import (
-    CLOSE_LOGGED_OUT,
-    CLOSE_NORMAL,
-    CLOSE_UNAVAILABLE,
-    Grant,
-    Refused,
-    admit,
-    revoked,
-    user_group,
-)
+from .protocol import CLOSE_LOGGED_OUT, CLOSE_NORMAL, CLOSE_UNAVAILABLE
+from .tickets import Grant, Refused, admit
 
 logger = logging.getLogger(__name__)
 
@@ -134,7 +127,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         if processes.shutting_down:  # close_all() has taken its list: a shell now would leak
-            await self.close(code=terminals.CLOSE_SERVER_STOPPING)
+            await self.close(code=protocol.CLOSE_SERVER_STOPPING)
             return
         install_shutdown_hook()
         user = self.scope.get("user")
@@ -172,7 +165,7 @@ class TerminalConsumer(AsyncWebsocketConsumer):
             # A fresh tmux attachment, as through any other process: tmux redraws for this
             # client (replaying the old one's stream would replay tmux's terminal queries too,
             # whose answers would reach the shell as typed keys).
-            await existing.close(processes.TAKEN_OVER, code=terminals.CLOSE_REPLACED, let_go=True)
+            await existing.close(processes.TAKEN_OVER, code=protocol.CLOSE_REPLACED, let_go=True)
             existing = None
         if existing is not None:
             self.process = existing

@@ -33,7 +33,8 @@ from ..backends.base import ErrorKind, PtySize, RemoteError
 from ..backends.capabilities import PtyHandle
 from ..sessions.streams import MemoryRingBuffer
 from . import attachments
-from .tickets import (
+from .access import revoked
+from .protocol import (
     CLOSE_IDLE,
     CLOSE_NORMAL,
     CLOSE_REPLACED,
@@ -41,14 +42,9 @@ from .tickets import (
     MAX_PENDING_INPUT,
     QUEUE_CHUNKS,
     READ_BYTES,
-    Grant,
-    end_kept_shell,
-    open_shell,
-    record_close,
-    record_open,
-    revoked,
-    touch_session,
 )
+from .shells import end_kept_shell, open_shell, record_close, record_open, touch_session
+from .tickets import Grant
 from .tuning import TERMINAL
 
 logger = logging.getLogger(__name__)

@@ -15,9 +15,10 @@ import logging
 
 from console.periodic import periodic
 
-from ..sessions.runtime import backend_for
+from ..catalog.bridge import get_backend
 from . import attachments, keeper
-from .tickets import Grant, record_close
+from .shells import record_close
+from .tickets import Grant
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def close_abandoned() -> int:
         sandbox_id = terminal.sandbox_id  # on the row: its audit rows may be past their retention
         if sandbox_id:
             try:
-                keeper.end(backend_for(terminal.session.config), sandbox_id, terminal_id)
+                keeper.end(get_backend(terminal.session.config), sandbox_id, terminal_id)
             except Exception:  # the sandbox or its backend is gone: so is the shell
                 logger.info("terminal %s: ending its kept shell failed", terminal_id, exc_info=True)
         grant = Grant(

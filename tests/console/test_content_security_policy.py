@@ -18,15 +18,17 @@ from console.security import CSP_HEADER, ContentSecurityPolicyMiddleware, conten
 from tests.factories import make_config
 from tests.personas import World
 
-TEMPLATES = Path(settings.BASE_DIR) / "templates"
+ROOT = Path(settings.BASE_DIR)
 NONCE = re.compile(r"'nonce-([A-Za-z0-9_\-]+)'")
 
 
 def template_files() -> list[Path]:
-    return sorted(TEMPLATES.rglob("*.html"))
+    """Every template of ours: the shared folder, the rooms' and the apps' own."""
+    folders = [ROOT / "templates", *ROOT.glob("*/templates"), *ROOT.glob("sandboxes/*/templates")]
+    return sorted(path for folder in folders if "tests" not in folder.parts for path in folder.rglob("*.html"))
 
 
-@pytest.mark.parametrize("template", template_files(), ids=lambda p: str(p.relative_to(TEMPLATES)))
+@pytest.mark.parametrize("template", template_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_template_has_what_the_policy_refuses(template: Path) -> None:
     text = template.read_text()
     for tag in re.findall(r"<script\b[^>]*>", text):

@@ -18,7 +18,7 @@ from django.utils import timezone
 from console import processes
 from console.models import AdminJob, JobStatus, WorkerProcess
 from sandboxes.models import BackgroundCommand, CommandStatus, ExecSlot, Session
-from skills.images import _check_not_building
+from skills.install.start import _check_not_building
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import make_config, make_space
 from tests.support.tuning import Tuned

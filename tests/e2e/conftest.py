@@ -88,11 +88,11 @@ def _fresh_after_fork() -> None:
 
     from asgiref.sync import SyncToAsync
 
-    from sandboxes.sessions import provisioning
+    from sandboxes.catalog import bridge
     from sandboxes.sessions import store_select as binding
 
     SyncToAsync.single_thread_executor = ThreadPoolExecutor(max_workers=1)
-    provisioning._backends.clear()
+    bridge._backends.clear()
     binding.set_store(None)
 
 

@@ -28,8 +28,8 @@ from console import metrics
 from console.activity import take_sample
 from console.models import NetworkPolicy
 from sandboxes.backends.base import META_INSTALLATION
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session, Terminal
-from sandboxes.sessions.provisioning import backend_for
 from tests.e2e.helpers import ROOT, SCREENSHOTS, log_in, shoot_all, wait_for_job, wait_until
 from tests.factories import make_backend, make_config
 from tests.personas import World
@@ -105,7 +105,7 @@ def live(
 def delete_snapshots(config: SandboxConfig, installation: str) -> None:
     """The skill image's snapshots carry the installation as a label of their own
     (`console-installation`; their `console.meta.*` copy is blanked), which clean_up misses."""
-    snapshots = backend_for(config).snapshots()
+    snapshots = get_backend(config).snapshots()
     assert snapshots is not None
     ours = [s for s in snapshots.list() if s.labels.get(META_INSTALLATION) == installation]
     for snapshot in sorted(ours, key=lambda s: s.created_at or 0, reverse=True):  # children first

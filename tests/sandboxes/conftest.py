@@ -128,8 +128,8 @@ def session_config(world: Any, docker_base_image: str, settings: Any, test_run_i
     of the config's sessions, so a failing test leaves nothing running.
     """
     from sandboxes.backends.base import META_INSTALLATION, ListQuery
+    from sandboxes.catalog.bridge import get_backend
     from sandboxes.models import Session
-    from sandboxes.sessions.provisioning import backend_for
     from tests.factories import make_config
 
     settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-{uuid.uuid4().hex[:6]}"
@@ -137,7 +137,7 @@ def session_config(world: Any, docker_base_image: str, settings: Any, test_run_i
     try:
         yield config
     finally:
-        backend = backend_for(config)
+        backend = get_backend(config)
         for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
             backend.delete(info.sandbox_id)
         volumes = backend.volumes()

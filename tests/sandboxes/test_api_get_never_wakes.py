@@ -20,8 +20,8 @@ from console.models import AuditEvent
 from console.services import Actor
 from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import META_INSTALLATION, ErrorKind, ListQuery, RemoteError, SandboxState
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import Artifact, BackgroundCommand, CommandStatus, SandboxConfig, Session, Terminal
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.runtime import Runtime
 from tests.console.test_authorization_sweep import FILLERS, Personas, build_target, http_routes
 from tests.personas import World
@@ -58,7 +58,7 @@ def agent(world: World, session_config: SandboxConfig) -> Agent:
 def engine_view(session: Session) -> tuple[Any, ...]:
     """The session's row and its sandbox as the engine says (None: no such container)."""
     session.refresh_from_db()
-    backend = backend_for(session.config)
+    backend = get_backend(session.config)
     try:
         state = backend.get(session.sandbox_id).state
     except RemoteError as exc:
@@ -72,7 +72,7 @@ def installation_sandboxes(config: SandboxConfig) -> set[str]:
     from django.conf import settings
 
     query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})
-    return {info.sandbox_id for info in backend_for(config).iter_sandboxes(query)}
+    return {info.sandbox_id for info in get_backend(config).iter_sandboxes(query)}
 
 
 def paused_session(agent: Agent) -> Session:
@@ -120,7 +120,7 @@ def test_a_get_of_a_session_whose_sandbox_is_gone_makes_no_new_one(agent: Agent,
     assert agent.post("resolve").status_code == 200
     session = Session.objects.select_related("config").get(key=KEY)
     old = session.sandbox_id
-    backend_for(session.config).delete(old)  # gone behind the console's back
+    get_backend(session.config).delete(old)  # gone behind the console's back
     assert_not_running(agent.get("files", path=""), "files")
     assert_not_running(agent.get("files/content", path="notes.txt"), "files/content")
     session.refresh_from_db()

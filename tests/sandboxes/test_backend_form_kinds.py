@@ -14,8 +14,8 @@ from django.urls import reverse
 from console.crypto import decrypt
 from console.models import AuditEvent
 from sandboxes.backends import BACKEND_CLASSES, describe
+from sandboxes.catalog.forms import KIND_BACKEND_FIELDS
 from sandboxes.models import PlatformBackend
-from sandboxes.pages.forms import KIND_BACKEND_FIELDS
 from tests.factories import make_backend
 from tests.personas import World
 

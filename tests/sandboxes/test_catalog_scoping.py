@@ -28,12 +28,12 @@ from sandboxes.backends.base import (
     SandboxSpec,
     TemplateBuildSpec,
 )
-from sandboxes.catalog.bridge import config_fingerprint, open_backend
+from sandboxes.catalog.bridge import config_fingerprint, get_backend
 from sandboxes.catalog.services import build_template, do_set_session_image
 from sandboxes.catalog.templates import load_catalog, owner_labels
 from sandboxes.models import SandboxConfig, Session, SessionImage
 from sandboxes.sessions.provisioning import effective_template
-from skills.image_builds import take_snapshot
+from skills.install.build import take_snapshot
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import make_config
 from tests.personas import World
@@ -55,10 +55,10 @@ class Engine:
 
 
 def _snapshot(config: SandboxConfig, sandbox_id: str, labels: dict[str, str]) -> str:
-    with open_backend(config) as backend:
-        snapshots = backend.snapshots()
-        assert snapshots is not None
-        return snapshots.create(sandbox_id, name="pytest-catalog", labels=labels).snapshot_id
+    backend = get_backend(config)
+    snapshots = backend.snapshots()
+    assert snapshots is not None
+    return snapshots.create(sandbox_id, name="pytest-catalog", labels=labels).snapshot_id
 
 
 @pytest.fixture
@@ -67,14 +67,14 @@ def engine(world: World, docker_base_image: str, test_run_id: str, settings: Any
     suffix = uuid.uuid4().hex[:8]
     config_a = make_config(world.space_a, name="a", default_template=docker_base_image)
     config_b = make_config(world.space_b, name="b", default_template=docker_base_image)
-    with open_backend(config_a) as backend:
-        sandbox = backend.create(
-            SandboxSpec(
-                template_id=docker_base_image,
-                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
-                metadata=run,
-            )
-        ).sandbox_id
+    backend = get_backend(config_a)
+    sandbox = backend.create(
+        SandboxSpec(
+            template_id=docker_base_image,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata=run,
+        )
+    ).sandbox_id
     made: list[str] = []
     try:
         snap_a = _snapshot(config_a, sandbox, {**owner_labels(config_a), **run})
@@ -86,15 +86,15 @@ def engine(world: World, docker_base_image: str, test_run_id: str, settings: Any
                 name=f"{test_run_id}-{suffix}-b", base_template_id=docker_base_image, script="true", labels=run
             ),
         )
-        with open_backend(config_a) as backend:
-            templates = backend.templates()
-            assert templates is not None
-            # Built outside any space (as the platform does): a platform template.
-            template_platform = templates.create(
-                TemplateBuildSpec(
-                    name=f"{test_run_id}-{suffix}-p", base_template_id=docker_base_image, script="true", labels=run
-                )
-            ).template_id
+        backend = get_backend(config_a)
+        templates = backend.templates()
+        assert templates is not None
+        # Built outside any space (as the platform does): a platform template.
+        template_platform = templates.create(
+            TemplateBuildSpec(
+                name=f"{test_run_id}-{suffix}-p", base_template_id=docker_base_image, script="true", labels=run
+            )
+        ).template_id
         # The same space id under another installation of the console on this engine.
         installation = settings.CONSOLE_INSTALLATION_ID
         settings.CONSOLE_INSTALLATION_ID = f"{installation}-other"
@@ -111,22 +111,22 @@ def engine(world: World, docker_base_image: str, test_run_id: str, settings: Any
             config_a, config_b, snap_a, snap_a_spare, snap_b, snap_other, template_b, template_platform, template_other
         )
     finally:
-        with open_backend(config_a) as backend:
-            backend.delete(sandbox)
-            snapshots, templates = backend.snapshots(), backend.templates()
-            assert snapshots is not None
-            assert templates is not None
-            for item in made:
-                with contextlib.suppress(RemoteError):
-                    (snapshots if item.startswith("snap-") else templates).delete(item)
-
-
-def _on_engine(config: SandboxConfig) -> tuple[set[str], set[str]]:
-    with open_backend(config) as backend:
+        backend = get_backend(config_a)
+        backend.delete(sandbox)
         snapshots, templates = backend.snapshots(), backend.templates()
         assert snapshots is not None
         assert templates is not None
-        return {s.snapshot_id for s in snapshots.list()}, {t.template_id for t in templates.list()}
+        for item in made:
+            with contextlib.suppress(RemoteError):
+                (snapshots if item.startswith("snap-") else templates).delete(item)
+
+
+def _on_engine(config: SandboxConfig) -> tuple[set[str], set[str]]:
+    backend = get_backend(config)
+    snapshots, templates = backend.snapshots(), backend.templates()
+    assert snapshots is not None
+    assert templates is not None
+    return {s.snapshot_id for s in snapshots.list()}, {t.template_id for t in templates.list()}
 
 
 def test_each_space_lists_the_platform_templates_and_only_its_own_snapshots_and_templates(
@@ -244,18 +244,18 @@ def test_skill_image_snapshots_carry_the_installation_and_the_space(
 ) -> None:
     config = engine.config_b
     image = SkillImage.objects.create(space=world.space_b, config=config, generation=7)
-    with open_backend(config) as backend:
-        sandbox = backend.create(
-            SandboxSpec(
-                template_id=docker_base_image,
-                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
-                metadata={"test-run": test_run_id},
-            )
-        ).sandbox_id
-        try:
-            snapshot_id = take_snapshot(backend, sandbox, config, image)
-        finally:
-            backend.delete(sandbox)
+    backend = get_backend(config)
+    sandbox = backend.create(
+        SandboxSpec(
+            template_id=docker_base_image,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata={"test-run": test_run_id},
+        )
+    ).sandbox_id
+    try:
+        snapshot_id = take_snapshot(backend, sandbox, config, image)
+    finally:
+        backend.delete(sandbox)
     try:
         listed_b = load_catalog(config).snapshots
         assert snapshot_id in {s.snapshot_id for s in listed_b}
@@ -264,10 +264,10 @@ def test_skill_image_snapshots_carry_the_installation_and_the_space(
         assert labels[META_SPACE] == str(world.space_b.id)
         assert labels[META_INSTALLATION] == settings.CONSOLE_INSTALLATION_ID
     finally:
-        with open_backend(config) as backend:
-            snapshots = backend.snapshots()
-            assert snapshots is not None
-            snapshots.delete(snapshot_id)
+        backend = get_backend(config)
+        snapshots = backend.snapshots()
+        assert snapshots is not None
+        snapshots.delete(snapshot_id)
 
 
 def test_only_platform_admins_build_platform_templates(world: World, engine: Engine) -> None:
@@ -304,8 +304,8 @@ def test_another_spaces_template_cannot_become_a_default_template(world: World, 
 
 
 def _image_id(config: SandboxConfig, reference: str) -> str:
-    with open_backend(config) as backend:
-        return str(backend.api.inspect_image(reference)["Id"])  # type: ignore[attr-defined]
+    backend = get_backend(config)
+    return str(backend.api.inspect_image(reference)["Id"])  # type: ignore[attr-defined]
 
 
 def test_another_tenants_image_cannot_be_named_by_another_reference(world: World, engine: Engine) -> None:
@@ -339,7 +339,8 @@ def test_another_tenants_image_cannot_be_named_by_another_reference(world: World
     # A snapshot by its bare image id is no template: no sandbox starts from it (a snapshot
     # starts by its snap- id only, which the catalog checks).
     for alias in (snap_b_image, snap_b_image.removeprefix("sha256:")[:12]):
-        with open_backend(engine.config_a) as backend, pytest.raises(RemoteError, match="not found"):
+        backend = get_backend(engine.config_a)
+        with pytest.raises(RemoteError, match="not found"):
             backend.create(
                 SandboxSpec(
                     template_id=alias,
@@ -359,18 +360,18 @@ def test_a_snapshot_an_install_just_took_cannot_be_deleted_before_the_install_re
     image = SkillImage.objects.create(
         space=world.space_a, config=config, generation=3, status=SkillImageStatus.BUILDING
     )
-    with open_backend(config) as backend:
-        sandbox = backend.create(
-            SandboxSpec(
-                template_id=docker_base_image,
-                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
-                metadata={"test-run": test_run_id},
-            )
-        ).sandbox_id
-        try:
-            snapshot_id = take_snapshot(backend, sandbox, config, image)
-        finally:
-            backend.delete(sandbox)
+    backend = get_backend(config)
+    sandbox = backend.create(
+        SandboxSpec(
+            template_id=docker_base_image,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata={"test-run": test_run_id},
+        )
+    ).sandbox_id
+    try:
+        snapshot_id = take_snapshot(backend, sandbox, config, image)
+    finally:
+        backend.delete(sandbox)
     try:
         url = reverse("sandboxes:snapshot_delete", args=[config.id])
         alice = world.client_for("alice")
@@ -379,10 +380,10 @@ def test_a_snapshot_an_install_just_took_cannot_be_deleted_before_the_install_re
         assert "is still used by" in response.content.decode()
         assert snapshot_id in _on_engine(config)[0]
     finally:
-        with open_backend(config) as backend:
-            snapshots = backend.snapshots()
-            assert snapshots is not None
-            snapshots.delete(snapshot_id)
+        backend = get_backend(config)
+        snapshots = backend.snapshots()
+        assert snapshots is not None
+        snapshots.delete(snapshot_id)
 
 
 def test_a_name_another_tenant_took_over_never_starts_a_sandbox_of_this_space(
@@ -406,16 +407,17 @@ def test_a_name_another_tenant_took_over_never_starts_a_sandbox_of_this_space(
             network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
             metadata={**console_metadata(engine.config_a), "test-run": test_run_id},
         )
-        with open_backend(engine.config_a) as backend, pytest.raises(RemoteError, match="not found"):
+        backend = get_backend(engine.config_a)
+        with pytest.raises(RemoteError, match="not found"):
             backend.delete(backend.create(spec).sandbox_id)
         # B's own sessions start from it, and A's from the platform's templates and its own.
-        with open_backend(engine.config_b) as backend:
-            backend.delete(backend.create(replace(spec, metadata=console_metadata(engine.config_b))).sandbox_id)
-        with open_backend(engine.config_a) as backend:
-            for template in (engine.template_platform, engine.snap_a):
-                backend.delete(backend.create(replace(spec, template_id=template)).sandbox_id)
+        backend = get_backend(engine.config_b)
+        backend.delete(backend.create(replace(spec, metadata=console_metadata(engine.config_b))).sandbox_id)
+        backend = get_backend(engine.config_a)
+        for template in (engine.template_platform, engine.snap_a):
+            backend.delete(backend.create(replace(spec, template_id=template)).sandbox_id)
     finally:
-        with open_backend(engine.config_b) as backend:
-            templates = backend.templates()
-            assert templates is not None
-            templates.delete(taken)
+        backend = get_backend(engine.config_b)
+        templates = backend.templates()
+        assert templates is not None
+        templates.delete(taken)

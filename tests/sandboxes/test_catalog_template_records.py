@@ -21,7 +21,7 @@ from console.jobs import run_job, start_job
 from console.models import AdminJob, JobStatus
 from console.services import Actor
 from sandboxes.backends.base import RemoteError
-from sandboxes.catalog.bridge import open_backend
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.catalog.templates import load_catalog
 from sandboxes.models import PlatformBackend, SandboxConfig, TemplateRecord
 from tests.factories import make_backend, make_config
@@ -55,10 +55,10 @@ def _build(config: SandboxConfig, user: Any, name: str, image: str, *, platform:
 
 
 def _on_account(config: SandboxConfig) -> set[str]:
-    with open_backend(config) as backend:
-        templates = backend.templates()
-        assert templates is not None
-        return {t.template_id for t in templates.list()}
+    backend = get_backend(config)
+    templates = backend.templates()
+    assert templates is not None
+    return {t.template_id for t in templates.list()}
 
 
 @pytest.fixture
@@ -78,12 +78,12 @@ def account(world: World, fake_cube: FakeHandle, docker_base_image: str) -> Iter
         made.append(_build(config_a, world.root, f"p-{suffix}", docker_base_image, platform=True))
         yield Account(backend, config_a, config_b, made[0], made[1])
     finally:
-        with open_backend(config_a) as adapter:
-            templates = adapter.templates()
-            assert templates is not None
-            for template_id in made:
-                with contextlib.suppress(RemoteError):
-                    templates.delete(template_id)
+        adapter = get_backend(config_a)
+        templates = adapter.templates()
+        assert templates is not None
+        for template_id in made:
+            with contextlib.suppress(RemoteError):
+                templates.delete(template_id)
 
 
 def test_a_spaces_build_is_its_own_and_hidden_from_the_other_space(world: World, account: Account) -> None:

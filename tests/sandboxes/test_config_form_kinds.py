@@ -12,8 +12,8 @@ from django.urls import reverse
 
 from console.models import AuditEvent
 from sandboxes.backends import BACKEND_CLASSES, describe
+from sandboxes.catalog.forms import KIND_CONFIG_FIELDS, SandboxConfigForm
 from sandboxes.models import PlatformBackend, SandboxConfig
-from sandboxes.pages.forms import KIND_CONFIG_FIELDS, SandboxConfigForm
 from tests.factories import make_backend, make_config
 from tests.personas import World
 

@@ -12,7 +12,8 @@ from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, NetworkPolicy
 from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, RemoteError, SandboxSpec
 from sandboxes.backends.docker.egress.proxy import squid_available
-from sandboxes.catalog.bridge import console_metadata, open_backend
+from sandboxes.catalog import bridge
+from sandboxes.catalog.bridge import console_metadata, get_backend
 from sandboxes.catalog.templates import owner_labels
 from sandboxes.catalog.tuning import CATALOG
 from sandboxes.models import PlatformBackend, SandboxConfig
@@ -219,30 +220,30 @@ def test_an_engine_that_does_not_answer_is_a_message_not_a_500(world: World, unr
 
 @pytest.fixture
 def live_sandbox(docker_config: SandboxConfig, test_run_id: str) -> Iterator[str]:
-    with open_backend(docker_config) as backend:
-        info = backend.create(
-            SandboxSpec(
-                template_id=docker_config.default_template,
-                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
-                metadata=console_metadata(docker_config, **{"test-run": test_run_id}),
-            )
+    backend = get_backend(docker_config)
+    info = backend.create(
+        SandboxSpec(
+            template_id=docker_config.default_template,
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            metadata=console_metadata(docker_config, **{"test-run": test_run_id}),
         )
-        try:
-            yield info.sandbox_id
-        finally:
-            backend.delete(info.sandbox_id)
+    )
+    try:
+        yield info.sandbox_id
+    finally:
+        backend.delete(info.sandbox_id)
 
 
 @pytest.mark.docker
 def test_snapshots_are_listed_apart_and_never_offered_as_templates(
     world: World, docker_config: SandboxConfig, live_sandbox: str, test_run_id: str
 ) -> None:
-    with open_backend(docker_config) as backend:
-        snapshots = backend.snapshots()
-        assert snapshots is not None
-        # Labelled with the space as the console labels its own snapshots (sandboxes.catalog).
-        labels = {**owner_labels(docker_config), "test-run": test_run_id}
-        snapshot = snapshots.create(live_sandbox, name="pytest", labels=labels)
+    backend = get_backend(docker_config)
+    snapshots = backend.snapshots()
+    assert snapshots is not None
+    # Labelled with the space as the console labels its own snapshots (sandboxes.catalog).
+    labels = {**owner_labels(docker_config), "test-run": test_run_id}
+    snapshot = snapshots.create(live_sandbox, name="pytest", labels=labels)
     client = world.client_for("alice")
     page = client.get(reverse("sandboxes:template_list", args=[docker_config.id]))
     templates_html = page.content.decode().split('id="snapshots"')[0]
@@ -277,12 +278,10 @@ def test_identity_fields_are_frozen_while_sandboxes_live(
     assert docker_config.backend == docker_config.backend.__class__.objects.get(name="local engine")
     # Non-identity fields still change while sandboxes live.
     assert client.post(url, config_form_data(name=docker_config.name, memory_mb="768")).status_code == 302
-    with open_backend(docker_config) as backend:
-        listed = list(
-            backend.iter_sandboxes(
-                ListQuery(metadata={META_CONFIG: str(docker_config.id), META_INSTALLATION: "test-main"})
-            )
-        )
+    backend = get_backend(docker_config)
+    listed = list(
+        backend.iter_sandboxes(ListQuery(metadata={META_CONFIG: str(docker_config.id), META_INSTALLATION: "test-main"}))
+    )
     assert [s.sandbox_id for s in listed] == [live_sandbox]
 
 
@@ -333,10 +332,11 @@ def test_the_operators_upstream_resolver_reaches_the_docker_adapter(
     config = make_config(world.space_a, name="resolver")
     settings.EGRESS_DNS_UPSTREAM = "127.0.0.1#5353"
     settings.EGRESS_STATE_DIR = "/run/elsewhere"
-    with open_backend(config) as backend:
-        assert backend.config.options["dns_upstream"] == "127.0.0.1#5353"
-        assert backend.config.options["egress_state_dir"] == "/run/elsewhere"
-        assert int(backend.config.options["egress_log_max_bytes"]) == CATALOG.egress_log_max_bytes
+    backend = get_backend(config)
+    assert backend.config.options["dns_upstream"] == "127.0.0.1#5353"
+    assert backend.config.options["egress_state_dir"] == "/run/elsewhere"
+    assert int(backend.config.options["egress_log_max_bytes"]) == CATALOG.egress_log_max_bytes
     settings.EGRESS_DNS_UPSTREAM = "not an address"
-    with pytest.raises(RemoteError, match="dns_upstream"), open_backend(config):
-        pass
+    bridge._backends.clear()  # settings are read when a backend is built
+    with pytest.raises(RemoteError, match="dns_upstream"):
+        get_backend(config)

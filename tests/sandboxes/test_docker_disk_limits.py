@@ -27,10 +27,9 @@ from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.disk import LABEL_SCRATCH, SCRATCH_PREFIX, VOLUME_PREFIX
 from sandboxes.backends.docker.image import ImageBuildError, build_rootfs_image
 from sandboxes.backends.docker.loopfs import LoopFs, list_names
-from sandboxes.catalog.bridge import backend_config_for, open_backend
+from sandboxes.catalog.bridge import backend_config_for, get_backend
 from sandboxes.catalog.services import do_create_config, do_update_config
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.provisioning import backend_for
 from tests.factories import config_form, make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.test_api import Agent
@@ -71,7 +70,7 @@ def limited(world: World, docker_base_image: str, disk_dir: Path, settings: Any,
     try:
         yield config
     finally:
-        backend = backend_for(config)
+        backend = get_backend(config)
         for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
             backend.delete(info.sandbox_id)
         volumes = backend.volumes()
@@ -155,7 +154,7 @@ def test_a_new_sandbox_starts_with_an_empty_tmp_and_keeps_the_workspace(agent: A
     assert agent.post("again", "resolve").status_code == 200
     exec_in(agent, "again", "echo keep > /workspace/output/kept.txt; echo drop > /tmp/dropped.txt")
     session = Session.objects.get(key="again")
-    backend_for(limited).delete(session.sandbox_id)
+    get_backend(limited).delete(session.sandbox_id)
     assert agent.post("again", "resolve").status_code == 200
     seen = exec_in(agent, "again", "cat /workspace/output/kept.txt; ls -A /tmp | grep -c dropped || true")
     assert seen["stdout"] == "keep\n0\n"
@@ -182,7 +181,7 @@ def test_deleting_the_session_deletes_its_bounded_workspace(
 def test_a_sandbox_without_persistent_workspace_gets_a_scratch_deleted_with_it(
     world: World, limited: SandboxConfig, disk_dir: Path
 ) -> None:
-    backend = backend_for(limited)
+    backend = get_backend(limited)
     spec = SandboxSpec(
         template_id=limited.default_template,
         network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
@@ -202,7 +201,7 @@ def test_a_sandbox_without_persistent_workspace_gets_a_scratch_deleted_with_it(
 
 
 def test_a_failed_create_leaves_no_scratch_behind(limited: SandboxConfig, disk_dir: Path) -> None:
-    backend = backend_for(limited)
+    backend = get_backend(limited)
     spec = SandboxSpec(
         template_id=limited.default_template,
         network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
@@ -216,7 +215,7 @@ def test_a_failed_create_leaves_no_scratch_behind(limited: SandboxConfig, disk_d
 
 
 def test_a_scratch_whose_sandbox_vanished_is_swept(limited: SandboxConfig, disk_dir: Path, engine: Any) -> None:
-    backend = backend_for(limited)
+    backend = get_backend(limited)
     assert isinstance(backend, DockerBackend)
     spec = SandboxSpec(
         template_id=limited.default_template,
@@ -238,7 +237,7 @@ def test_a_stopped_sandbox_whose_disk_was_unmounted_gets_it_back_on_resume(
 ) -> None:
     """After a host reboot the loop mounts are gone; the sandbox must not start on the bare
     folders (unbounded, on the host disk) nor lose its files."""
-    backend = backend_for(limited)
+    backend = get_backend(limited)
     spec = SandboxSpec(
         template_id=limited.default_template,
         network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
@@ -263,10 +262,10 @@ def test_a_stopped_sandbox_whose_disk_was_unmounted_gets_it_back_on_resume(
 def test_the_engine_says_where_the_limit_holds_and_the_config_page_shows_it(
     world: World, limited: SandboxConfig
 ) -> None:
-    with open_backend(limited) as backend:
-        assert isinstance(backend, DockerBackend)
-        disk = backend.disk_capabilities()
-        driver = backend.disk.storage_driver()
+    backend = get_backend(limited)
+    assert isinstance(backend, DockerBackend)
+    disk = backend.disk_capabilities()
+    driver = backend.disk.storage_driver()
     assert disk.workspace
     assert disk.tmp
     if driver == "overlay2 on extfs":

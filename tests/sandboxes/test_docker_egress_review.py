@@ -184,9 +184,10 @@ def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
 ) -> None:
     import time
 
+    from sandboxes.catalog.bridge import get_backend
     from sandboxes.models import EgressEvent
     from sandboxes.network.log import MAX_PER_READ, ingest_backend
-    from sandboxes.sessions.runtime import Runtime, backend_for
+    from sandboxes.sessions.runtime import Runtime
 
     # Was: ingest_backend recorded the first MAX_PER_READ refusals of a read and moved the
     # cursor past all of them, so one sandbox's flood hid every other session's refusals.
@@ -195,7 +196,7 @@ def test_one_flooding_sandbox_does_not_hide_another_sessions_refusal(
     runtime = Runtime()
     flooder = runtime.resolve(world.space_a, "flooder").session
     victim = runtime.resolve(world.space_a, "victim").session
-    backend = backend_for(session_config)
+    backend = get_backend(session_config)
     assert isinstance(backend, DockerBackend)
     ingest_backend(session_config.backend)  # the cursor at the end of what was logged so far
     count = str(MAX_PER_READ * 2)

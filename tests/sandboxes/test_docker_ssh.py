@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.urls import reverse
 
 from sandboxes.backends.base import ExecRequest, NetworkSpec, SandboxSpec
-from sandboxes.catalog.bridge import open_backend
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.conftest import IN_CI
 from tests.factories import config_form
@@ -169,26 +169,26 @@ def test_a_platform_admin_registers_an_ssh_docker_host_and_a_space_runs_a_sandbo
 
     local = docker.from_env(timeout=60)
     try:
-        with open_backend(config) as engine:
-            health = engine.health()
-            assert health.ok, f"{health.detail}\nsshd log:\n{ssh_host.log.read_text()}"
-            assert local.version()["Version"] in health.version
-            info = engine.create(
-                SandboxSpec(
-                    template_id=docker_base_image,
-                    network=NetworkSpec.parse(allow_internet_access=False, allow_public_traffic=False),
-                    metadata={"test-run": test_run_id},
-                )
+        engine = get_backend(config)
+        health = engine.health()
+        assert health.ok, f"{health.detail}\nsshd log:\n{ssh_host.log.read_text()}"
+        assert local.version()["Version"] in health.version
+        info = engine.create(
+            SandboxSpec(
+                template_id=docker_base_image,
+                network=NetworkSpec.parse(allow_internet_access=False, allow_public_traffic=False),
+                metadata={"test-run": test_run_id},
             )
-            try:
-                # The sandbox the ssh:// backend made is a container of the local engine.
-                container = local.containers.get(info.sandbox_id)
-                assert container.labels.get("console.meta.test-run") == test_run_id
-                result = engine.exec(info.sandbox_id, ExecRequest(argv=("cat", "/etc/hostname")))
-                assert result.exit_code == 0, result
-                assert result.stdout.strip()
-            finally:
-                engine.delete(info.sandbox_id)
+        )
+        try:
+            # The sandbox the ssh:// backend made is a container of the local engine.
+            container = local.containers.get(info.sandbox_id)
+            assert container.labels.get("console.meta.test-run") == test_run_id
+            result = engine.exec(info.sandbox_id, ExecRequest(argv=("cat", "/etc/hostname")))
+            assert result.exit_code == 0, result
+            assert result.stdout.strip()
+        finally:
+            engine.delete(info.sandbox_id)
         with pytest.raises(docker.errors.NotFound):
             local.containers.get(info.sandbox_id)
         # The session went through this sshd: root logged in with the generated key.
@@ -211,15 +211,15 @@ def test_an_ssh_host_whose_key_is_not_known_is_refused(
     )
     with monkeypatch.context() as known:
         ssh_host.use_client_config(ssh_host.client_config(ssh_host.dir / "known_hosts"), known)
-        with open_backend(config) as engine:
-            health = engine.health()
+        engine = get_backend(config)
+        health = engine.health()
         assert health.ok, health.detail
     accepted = ssh_host.log.read_text().count("Accepted publickey for root")
     assert accepted >= 1
     empty = ssh_host.dir / "known_hosts.empty"
     empty.write_text("")
     ssh_host.use_client_config(ssh_host.client_config(empty), monkeypatch)
-    with open_backend(config) as engine:
-        health = engine.health()
+    engine = get_backend(config)
+    health = engine.health()
     assert not health.ok
     assert ssh_host.log.read_text().count("Accepted publickey for root") == accepted

@@ -20,8 +20,8 @@ from django.test import Client
 from console.services import SYSTEM, Actor, ServiceError
 from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import MemorySessionStore
 from sandboxes.sessions.workspace import list_files, read_file, stage_input, write_file
@@ -78,7 +78,7 @@ def agent(world: World, session_config: SandboxConfig) -> Agent:
 
 
 def as_root(agent: Agent, line: str) -> str:
-    backend = backend_for(agent.config)
+    backend = get_backend(agent.config)
     result = backend.exec(agent.sandbox_id, ExecRequest(shell=line, user="root", timeout_s=60))
     assert result.exit_code == 0, result
     return result.stdout.decode()
@@ -275,7 +275,7 @@ def remote_session(
     try:
         yield runtime, runtime.resolve(world.space_a, "confined-remote").session
     finally:
-        backend = backend_for(config)
+        backend = get_backend(config)
         for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
             backend.delete(info.sandbox_id)
 
@@ -284,7 +284,7 @@ def remote_session(
 def test_remote_backends_go_through_the_same_confinement(remote_session: tuple[Runtime, Session]) -> None:
     runtime, session = remote_session
     sandbox_id = runtime.resolve_session(session).sandbox.sandbox_id
-    backend = backend_for(session.config)
+    backend = get_backend(session.config)
 
     def sh(line: str, user: str = "user") -> None:
         result = backend.exec(sandbox_id, ExecRequest(shell=f"cd /workspace && {line}", user=user, timeout_s=30))
@@ -397,7 +397,7 @@ def test_remote_root_commands_never_write_through_a_link_at_their_pid_file(
 ) -> None:
     runtime, session = remote_session
     sandbox_id = runtime.resolve_session(session).sandbox.sandbox_id
-    backend = backend_for(session.config)
+    backend = get_backend(session.config)
     seeded = backend.exec(
         sandbox_id,
         ExecRequest(shell="echo original > /etc/console-victim && chmod 644 /etc/console-victim", user="root"),

@@ -13,8 +13,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from sandboxes.inbound.proxy import InboundRouter
-from sandboxes.sessions.inbound_hosts import (
+from sandboxes.inbound.hosts import (
     LABEL_CHARS,
     SharedDomain,
     check_setting,
@@ -24,6 +23,7 @@ from sandboxes.sessions.inbound_hosts import (
     setting_problem,
     shared_domain,
 )
+from sandboxes.inbound.proxy import InboundRouter
 
 USABLE = ["", "https://*.sandboxes.example.net", "https://*.Sandboxes.Example.NET/", "http://*.localhost:8001"]
 REFUSED = {
@@ -143,7 +143,7 @@ def test_a_host_header_maps_to_a_label_only_on_the_domain_and_its_port() -> None
 
 
 def _route(label: str, port: int) -> Any:
-    from sandboxes.sessions.inbound_hosts import HostRoute
+    from sandboxes.inbound.hosts import HostRoute
 
     return HostRoute(label, port, valid=True)
 

@@ -152,7 +152,7 @@ def test_a_signed_link_sets_a_cookie_for_that_url_only(world: World) -> None:
 def test_an_expired_link_or_cookie_is_refused(world: World) -> None:
     a = world.inbound("a")
     script = (
-        "from sandboxes.sessions.inbound import sign_link; import time; "
+        "from sandboxes.inbound.links import sign_link; import time; "
         f"print('LINK', sign_link({world.sandboxes['a']!r}, 8000, {a['traffic_token']!r}, int(time.time()) - 5))"
     )
     expired = world.console.manage("shell", "-c", script).split("LINK ", 1)[1].strip()

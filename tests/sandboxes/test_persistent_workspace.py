@@ -17,8 +17,8 @@ import pytest
 
 from console.services import SYSTEM
 from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import MemorySessionStore
 from sandboxes.sessions.workspace import stage_input
@@ -52,7 +52,7 @@ def config(
     try:
         yield cfg
     finally:
-        backend = backend_for(cfg)
+        backend = get_backend(cfg)
         for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
             backend.delete(info.sandbox_id)
         volumes = backend.volumes()
@@ -62,7 +62,7 @@ def config(
 
 
 def sh(config: SandboxConfig, sandbox_id: str, line: str, user: str = "user") -> tuple[int, str]:
-    result = backend_for(config).exec(sandbox_id, ExecRequest(shell=line, user=user, timeout_s=30))
+    result = get_backend(config).exec(sandbox_id, ExecRequest(shell=line, user=user, timeout_s=30))
     return result.exit_code, (result.stdout + result.stderr).decode()
 
 
@@ -79,7 +79,7 @@ def test_a_rebuild_keeps_the_workspace_files_and_owners(world: World, config: Sa
     assert sh(config, first.sandbox.sandbox_id, "mkdir /workspace/notes && echo n > /workspace/notes/n.txt")[0] == 0
     stage_input(runtime, first.session, "brief.txt", b"read me\n", actor=SYSTEM)
 
-    backend_for(config).delete(first.sandbox.sandbox_id)  # gone: TTL kill, node loss, stale image
+    get_backend(config).delete(first.sandbox.sandbox_id)  # gone: TTL kill, node loss, stale image
     second = runtime.resolve(world.space_a, "ws-rebuild")
 
     sandbox_id = second.sandbox.sandbox_id

@@ -19,7 +19,7 @@ from django.urls import reverse
 
 from console.crypto import decrypt, encrypt
 from console.models import AuditEvent
-from sandboxes.catalog.bridge import backend_config_for, config_fingerprint, open_backend
+from sandboxes.catalog.bridge import backend_config_for, config_fingerprint, get_backend
 from sandboxes.catalog.tuning import CATALOG
 from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
 from sandboxes.sessions.provisioning import effective_template
@@ -406,14 +406,14 @@ def test_a_platform_admin_registers_a_tls_docker_host_and_grants_it_to_a_space(
         == 302
     )
     config = SandboxConfig.objects.get(name="remote")
-    with open_backend(config) as engine:
-        health = engine.health()
+    engine = get_backend(config)
+    health = engine.health()
     assert health.ok, health.detail
     assert health.version
     # Without the client certificate the engine refuses the handshake.
     plain = make_config(world.space_a, endpoint=tls_engine.endpoint, allow_private_endpoints=True)
-    with open_backend(plain) as engine:
-        assert not engine.health().ok
+    engine = get_backend(plain)
+    assert not engine.health().ok
     # Saving the edit form without retyping keeps the stored certificate and key.
     keep = backend_form(
         name="tls engine",
@@ -677,14 +677,14 @@ def test_own_keys_switched_off_while_their_sandboxes_live_is_refused(world: Worl
         config = make_config(world.space_a, backend=backend, name="own key")
         config.api_key_encrypted = encrypt(server.api_key)
         config.save()
-        with open_backend(config) as engine:
-            sandbox = engine.create(
-                SandboxSpec(
-                    template_id="base",
-                    network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
-                    metadata=console_metadata(config),
-                )
-            ).sandbox_id
+        engine = get_backend(config)
+        sandbox = engine.create(
+            SandboxSpec(
+                template_id="base",
+                network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+                metadata=console_metadata(config),
+            )
+        ).sandbox_id
         try:
             data = {k: getattr(backend, k) for k in BACKEND_FIELDS} | {"allow_space_api_key": False}
             with pytest.raises(ServiceError, match="live sandbox"):
@@ -697,8 +697,8 @@ def test_own_keys_switched_off_while_their_sandboxes_live_is_refused(world: Worl
                 )
             assert PlatformBackend.objects.get(pk=backend.pk).allow_space_api_key
         finally:
-            with open_backend(config) as engine:
-                engine.delete(sandbox)
+            engine = get_backend(config)
+            engine.delete(sandbox)
     finally:
         server.stop()
 

@@ -13,9 +13,8 @@ from console.jobs import run_job, start_job
 from console.models import AdminJob, AuditEvent, JobStatus
 from console.services import SYSTEM
 from sandboxes.backends.base import NetworkSpec, SandboxSpec, SandboxState
-from sandboxes.catalog.bridge import console_metadata
+from sandboxes.catalog.bridge import console_metadata, get_backend
 from sandboxes.models import SandboxConfig, Session, SessionState
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import idle_sweep, reap_all
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
@@ -35,7 +34,7 @@ def config(session_config: SandboxConfig) -> SandboxConfig:
 
 def plant_orphan(config: SandboxConfig, key: str) -> str:
     """A sandbox with this installation's session metadata that no binding owns."""
-    info = backend_for(config).create(
+    info = get_backend(config).create(
         SandboxSpec(
             template_id=config.default_template,
             network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
@@ -84,7 +83,7 @@ def test_reaper_deletes_orphans_keeps_bound_paused_and_ignores_foreign(
     assert reports[0].deleted == [orphan]
     assert reports[0].bound == 1
     assert not exists(orphan)
-    assert backend_for(config).get(bound.sandbox.sandbox_id).state == SandboxState.PAUSED
+    assert get_backend(config).get(bound.sandbox.sandbox_id).state == SandboxState.PAUSED
     assert exists(foreign_container)
 
 
@@ -130,7 +129,7 @@ def test_idle_sweep_pauses_idle_sessions_and_resolve_brings_them_back(world: Wor
     busy.session.refresh_from_db()
     assert idle.session.state == SessionState.PAUSED
     assert busy.session.state == SessionState.RUNNING
-    assert backend_for(config).get(idle.sandbox.sandbox_id).state == SandboxState.PAUSED
+    assert get_backend(config).get(idle.sandbox.sandbox_id).state == SandboxState.PAUSED
     back = runtime.resolve(world.space_a, "idle-idle")
     assert back.sandbox.state == SandboxState.RUNNING
     assert runtime.exec(back.session, ExecRequest(shell="cat /workspace/keep")).stdout == b"still-here\n"
@@ -139,7 +138,7 @@ def test_idle_sweep_pauses_idle_sessions_and_resolve_brings_them_back(world: Wor
 def test_a_jobs_sandbox_gets_the_longer_job_grace(world: World, config: SandboxConfig) -> None:
     from sandboxes.backends.base import META_PURPOSE
 
-    build = backend_for(config).create(
+    build = get_backend(config).create(
         SandboxSpec(
             template_id=config.default_template,
             network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
@@ -162,7 +161,7 @@ def test_a_jobs_sandbox_whose_job_ended_gets_the_session_grace(world: World, con
     running = start_job("sandboxes.reap", actor=SYSTEM)
     AdminJob.objects.filter(pk=running.pk).update(status=JobStatus.RUNNING)
     builds = {
-        name: backend_for(config).create(
+        name: get_backend(config).create(
             SandboxSpec(
                 template_id=config.default_template,
                 network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),

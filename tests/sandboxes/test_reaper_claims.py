@@ -17,9 +17,9 @@ from console.jobs import run_job, start_job
 from console.models import AdminJob, JobStatus
 from console.services import SYSTEM
 from sandboxes.backends.base import ExecRequest, SandboxState
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import BackgroundCommand, SandboxConfig, Session, SessionState, Terminal
 from sandboxes.sessions.lookup import get_or_create_session
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import REAPER_LOCK, ReaperBusy, idle_sweep, reap_all
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore, SessionStore, lifecycle_lock
@@ -75,14 +75,14 @@ def test_an_unbound_sandbox_of_a_live_session_is_claimed_never_deleted(
     assert reports[0].deleted == [orphan]
     assert exists(paused.sandbox.sandbox_id)
     assert exists(running.sandbox.sandbox_id)
-    assert backend_for(config).get(paused.sandbox.sandbox_id).state == SandboxState.PAUSED  # claimed, not resumed
+    assert get_backend(config).get(paused.sandbox.sandbox_id).state == SandboxState.PAUSED  # claimed, not resumed
     # The next resolves find their own sandboxes bound: the same ids, nothing created.
     assert runtime.resolve(world.space_a, "reap-live-paused").action == "bound"
     again = runtime.resolve(world.space_a, "reap-live-running")
     assert again.action == "bound"
     assert again.sandbox.sandbox_id == running.sandbox.sandbox_id
     # The claim kept the sandbox's own start time.
-    assert again.binding.created_at == backend_for(config).get(running.sandbox.sandbox_id).started_at
+    assert again.binding.created_at == get_backend(config).get(running.sandbox.sandbox_id).started_at
 
 
 @pytest.mark.django_db
@@ -219,7 +219,7 @@ def test_the_idle_sweep_idles_under_the_sessions_lock(world: World, config: Sand
     _age(resolved.session)
     with lifecycle_lock(store, runtime.keys(resolved.session)[1], wait_s=0, holder="a resolve"):
         assert idle_sweep(runtime) == 0  # a resolve (or delete) holds the session: not now
-    assert backend_for(config).get(resolved.sandbox.sandbox_id).state == SandboxState.RUNNING
+    assert get_backend(config).get(resolved.sandbox.sandbox_id).state == SandboxState.RUNNING
     assert idle_sweep(runtime) == 1
 
 

@@ -19,9 +19,8 @@ from sandboxes.backends.base import (
     RemoteError,
     SandboxSpec,
 )
-from sandboxes.catalog.bridge import console_metadata
+from sandboxes.catalog.bridge import console_metadata, get_backend
 from sandboxes.models import PlatformBackend, SandboxConfig
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import reap_config
 from sandboxes.sessions.store import Binding, MemorySessionStore, binding_key, now_iso
 from tests.factories import make_config
@@ -39,13 +38,13 @@ def config(world: World, fake_e2b: FakeHandle, settings: Any, test_run_id: str) 
         yield cfg
     finally:
         fake_e2b.clear_faults()
-        backend = backend_for(cfg)
+        backend = get_backend(cfg)
         for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
             backend.delete(info.sandbox_id)
 
 
 def plant(config: SandboxConfig, session_key: str) -> str:
-    info = backend_for(config).create(
+    info = get_backend(config).create(
         SandboxSpec(
             template_id=config.default_template,
             network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
@@ -57,7 +56,7 @@ def plant(config: SandboxConfig, session_key: str) -> str:
 
 def exists(config: SandboxConfig, sandbox_id: str) -> bool:
     try:
-        backend_for(config).get(sandbox_id)
+        get_backend(config).get(sandbox_id)
     except RemoteError as exc:
         if exc.kind != ErrorKind.NOT_FOUND:
             raise
@@ -108,11 +107,11 @@ def test_idle_sweep_leaves_e2b_to_its_own_auto_pause(world: World, fake_e2b: Fak
 
     # Idle past the config's timeout, but the backend has not paused it: the console does not either.
     assert idle_sweep(runtime) == 0
-    assert backend_for(config).get(resolved.sandbox.sandbox_id).state == SandboxState.RUNNING
+    assert get_backend(config).get(resolved.sandbox.sandbox_id).state == SandboxState.RUNNING
 
     fake_e2b.expire(resolved.sandbox.sandbox_id)  # the TTL runs out; autoPause was sent at create
     deadline = time.monotonic() + 5
-    while backend_for(config).get(resolved.sandbox.sandbox_id).state != SandboxState.PAUSED:
+    while get_backend(config).get(resolved.sandbox.sandbox_id).state != SandboxState.PAUSED:
         assert time.monotonic() < deadline, "the fake did not auto-pause"
         time.sleep(0.1)
     assert idle_sweep(runtime) == 1

@@ -29,6 +29,7 @@ from sandboxes.sessions import runtime as runtime_module
 from sandboxes.sessions.limits import LimitExceeded
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.terminal import attachments, sweep
+from sandboxes.terminal import shells as terminal_shells
 from sandboxes.terminal import tickets as terminals
 from tests.factories import make_config
 from tests.personas import World
@@ -65,7 +66,7 @@ def test_a_closer_killed_between_claim_and_record_is_closed_by_the_sweep(world: 
     terminal = terminals.create_terminal(world.bob, session)
     tid = str(terminal.pk)
     grant = terminals.Grant(tid, str(session.pk), str(session.space_id), world.bob.pk, False)
-    assert terminals.record_open(grant, world.bob, None, "no-such-sandbox")
+    assert terminal_shells.record_open(grant, world.bob, None, "no-such-sandbox")
 
     child = _child(
         "from sandboxes.terminal import attachments\n"

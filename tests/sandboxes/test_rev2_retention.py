@@ -21,11 +21,13 @@ from django.utils import timezone
 from console.models import AuditAction, AuditEvent
 from console.services import SYSTEM, record_audit
 from sandboxes.backends.base import ExecRequest
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session, Terminal
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.sessions.retention import apply_retention
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.terminal import keeper, sweep
+from sandboxes.terminal import shells as terminal_shells
 from sandboxes.terminal import tickets as terminals
 from tests.factories import make_config
 from tests.personas import World
@@ -41,7 +43,7 @@ def test_retention_keeps_the_open_audit_of_a_terminal_still_open(tuned: Tuned, w
     terminal = terminals.create_terminal(world.bob, session)
     tid = str(terminal.pk)
     grant = terminals.Grant(tid, str(session.pk), str(session.space_id), world.bob.pk, False)
-    assert terminals.record_open(grant, world.bob, None, "sandbox-of-the-shell")
+    assert terminal_shells.record_open(grant, world.bob, None, "sandbox-of-the-shell")
     AuditEvent.objects.filter(action="terminal.open", target_id=tid).update(time=timezone.now() - timedelta(days=2))
     apply_retention()
     terminal.refresh_from_db()
@@ -55,7 +57,7 @@ def _open(world: World, key: str, sandbox_id: str) -> tuple[Terminal, terminals.
     session = get_or_create_session(world.space_a, key)
     terminal = terminals.create_terminal(world.bob, session)
     grant = terminals.Grant(str(terminal.pk), str(session.pk), str(session.space_id), world.bob.pk, False)
-    assert terminals.record_open(grant, world.bob, None, sandbox_id)
+    assert terminal_shells.record_open(grant, world.bob, None, sandbox_id)
     return terminal, grant
 
 
@@ -70,7 +72,7 @@ def test_an_open_is_pruned_with_its_close_never_before_it(tuned: Tuned, world: W
     tuned({"retention.audit_events_days": 1, "retention.terminals_days": 0})
     terminal, grant = _open(world, "closed-late", "sandbox-a")
     _age(terminal, 3, "terminal.open")
-    terminals.record_close(grant, world.bob, None, "closed by the client", {"bytes_in": 0, "bytes_out": 0})
+    terminal_shells.record_close(grant, world.bob, None, "closed by the client", {"bytes_in": 0, "bytes_out": 0})
     tid = str(terminal.pk)
     apply_retention()  # the close is recent: the open stays with it
     assert AuditEvent.objects.filter(action="terminal.open", target_id=tid).count() == 1
@@ -104,7 +106,7 @@ def test_the_row_carries_the_sandbox_of_its_last_shell(world: World) -> None:
     terminal.refresh_from_db()
     assert terminal.sandbox_id == "sandbox-first"
     # A shell that replaced a lost one in a new sandbox: no second open audit, the row follows.
-    assert not terminals.record_open(grant, world.bob, None, "sandbox-second")
+    assert not terminal_shells.record_open(grant, world.bob, None, "sandbox-second")
     terminal.refresh_from_db()
     assert terminal.sandbox_id == "sandbox-second"
     assert AuditEvent.objects.filter(action="terminal.open", target_id=grant.terminal_id).count() == 1
@@ -128,14 +130,14 @@ def test_the_sweep_ends_the_kept_shell_of_a_terminal_whose_audit_rows_are_gone(w
     sandbox_id = Runtime().resolve_session(session).sandbox.sandbox_id
     terminal = terminals.create_terminal(world.bob, session)
     tid = str(terminal.pk)
-    backend = backend_for(session.config)
+    backend = get_backend(session.config)
     assert keeper.probe(backend, sandbox_id, tid).kept, "the base template keeps shells (tmux)"
     # The shell a connection left behind: its tmux session, started detached the way a PTY does.
-    line = keeper._tmux("new-session", "-d", "-s", keeper.session_name(tid), "--", *terminals.SHELL)
+    line = keeper._tmux("new-session", "-d", "-s", keeper.session_name(tid), "--", *terminal_shells.SHELL)
     started = Runtime().exec(session, ExecRequest(argv=("/bin/sh", "-c", line), timeout_s=30))
     assert keeper.session_name(tid) in _tmux_sessions(session), started
     grant = terminals.Grant(tid, str(session.pk), str(session.space_id), world.bob.pk, False)
-    assert terminals.record_open(grant, world.bob, None, sandbox_id)
+    assert terminal_shells.record_open(grant, world.bob, None, sandbox_id)
     AuditEvent.objects.filter(target_id=tid).delete()
     Terminal.objects.filter(pk=tid).update(held_until=timezone.now() - timedelta(seconds=sweep.MARGIN_S + 5))
     assert sweep.close_abandoned() == 1
@@ -147,7 +149,7 @@ def test_the_sweep_ends_the_kept_shell_of_a_terminal_whose_audit_rows_are_gone(w
 def test_the_migration_copies_the_sandbox_of_open_terminals_from_their_open_audit(world: World) -> None:
     still_open, _ = _open(world, "migrated-open", "sandbox-open")
     closed, closed_grant = _open(world, "migrated-closed", "sandbox-closed")
-    terminals.record_close(closed_grant, world.bob, None, "closed by the client", {"bytes_in": 0, "bytes_out": 0})
+    terminal_shells.record_close(closed_grant, world.bob, None, "closed by the client", {"bytes_in": 0, "bytes_out": 0})
     executor = MigrationExecutor(connection)
     executor.migrate([("sandboxes", "0016_exec_slots")])  # the column goes
     executor = MigrationExecutor(connection)

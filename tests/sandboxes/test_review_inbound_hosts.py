@@ -17,8 +17,7 @@ from django.test import override_settings
 
 from sandboxes.inbound.common import request_headers
 from sandboxes.inbound.forward import forward
-from sandboxes.inbound.proxy import InboundRouter
-from sandboxes.sessions.inbound_hosts import (
+from sandboxes.inbound.hosts import (
     LABEL_CHARS,
     HostRoute,
     SharedDomain,
@@ -28,6 +27,7 @@ from sandboxes.sessions.inbound_hosts import (
     read_label,
     setting_problem,
 )
+from sandboxes.inbound.proxy import InboundRouter
 
 NOT_FOUND = (404, b"No such inbound URL, or no valid traffic token for it.\n")
 

@@ -19,9 +19,10 @@ from django.utils import timezone
 from console.services import SYSTEM, Actor
 from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import ExecRequest, SandboxState
+from sandboxes.catalog import bridge
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.sessions.lookup import get_or_create_session
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import idle_sweep
 from sandboxes.sessions.runtime import Resolved, Runtime
 from sandboxes.sessions.store import SessionStore, lock_key
@@ -181,9 +182,8 @@ def test_calls_racing_a_delete_of_a_running_session_never_answer_5xx(
 
 def _exec_then_get_killed(space_id: str, key: str) -> None:
     """A console process running a long exec (it is killed -9 by the test mid-way)."""
-    from sandboxes.sessions import provisioning
 
-    provisioning._backends.clear()  # the parent's engine connections are not ours
+    bridge._backends.clear()  # the parent's engine connections are not ours
     session = Session.objects.select_related("config", "space").get(space_id=space_id, key=key)
     Runtime(DatabaseSessionStore()).exec(session, ExecRequest(shell="sleep 60", timeout_s=5))
 
@@ -269,7 +269,7 @@ def test_an_exec_starting_while_the_sweep_idles_its_session_runs_to_the_end(
     assert not isinstance(result, Exception), result
     assert (result.exit_code, result.timed_out, result.stdout.strip()) == (0, False, b"done")
     sandbox_id = Session.objects.get(pk=session.pk).sandbox_id
-    assert backend_for(proxied_config).get(sandbox_id).state == SandboxState.RUNNING  # resumed
+    assert get_backend(proxied_config).get(sandbox_id).state == SandboxState.RUNNING  # resumed
 
 
 # --- Processes resolving one session at once (PostgreSQL here, SQLite in a child run) ----------
@@ -277,9 +277,8 @@ def test_an_exec_starting_while_the_sweep_idles_its_session_runs_to_the_end(
 
 def _resolve_in_a_process(space_id: str, key: str, start_at: float, out: Any) -> None:
     from console.models import Space
-    from sandboxes.sessions import provisioning
 
-    provisioning._backends.clear()  # the parent's engine connections are not ours
+    bridge._backends.clear()  # the parent's engine connections are not ours
     try:
         space = Space.objects.get(pk=space_id)
         time.sleep(max(0.0, start_at - time.time()))
@@ -369,10 +368,9 @@ def test_concurrent_resolves_of_one_turn_rebuild_a_stale_sandbox_once(
 
 
 def _reap_in_a_process(start_at: float, out: Any) -> None:
-    from sandboxes.sessions import provisioning
     from sandboxes.sessions.reaper import ReaperBusy, reap_all
 
-    provisioning._backends.clear()  # the parent's engine connections are not ours
+    bridge._backends.clear()  # the parent's engine connections are not ours
     try:
         time.sleep(max(0.0, start_at - time.time()))
         reports = reap_all(DatabaseSessionStore(), grace=timedelta(0))
@@ -428,7 +426,7 @@ def test_reaper_passes_after_the_store_was_emptied_race_resolve_rebuild_and_dele
     assert duplicate not in sandboxes_of(config, "r-running")
     assert sandboxes_of(config, "r-rebuilt") == [rebuilt.sandbox.sandbox_id]
     assert sandboxes_of(config, "r-deleted") == []
-    assert backend_for(config).get(live["r-paused"].sandbox.sandbox_id).state == SandboxState.PAUSED
+    assert get_backend(config).get(live["r-paused"].sandbox.sandbox_id).state == SandboxState.PAUSED
     for key in ("r-running", "r-paused", "r-resolved"):
         again = runtime.resolve(world.space_a, key)
         assert (again.action, again.sandbox.sandbox_id) == ("bound", live[key].sandbox.sandbox_id), key
@@ -455,7 +453,7 @@ def test_moving_from_redis_to_the_database_store_keeps_every_session(world: Worl
     reports = reap_all(after.store, grace=timedelta(0))
     assert reports[0].deleted == []
     assert sorted(reports[0].claimed) == sorted([running.sandbox.sandbox_id, paused.sandbox.sandbox_id])
-    assert backend_for(config).get(paused.sandbox.sandbox_id).state == SandboxState.PAUSED
+    assert get_backend(config).get(paused.sandbox.sandbox_id).state == SandboxState.PAUSED
     for old in (running, paused):
         again = after.resolve(world.space_a, old.session.key)
         assert (again.action, again.sandbox.sandbox_id) == ("bound", old.sandbox.sandbox_id)
@@ -508,4 +506,4 @@ def test_a_command_starting_while_the_sweep_idles_its_session_runs(
     (result,) = results
     assert not isinstance(result, Exception), result
     sandbox_id = Session.objects.get(pk=session.pk).sandbox_id
-    assert backend_for(proxied_config).get(sandbox_id).state == SandboxState.RUNNING
+    assert get_backend(proxied_config).get(sandbox_id).state == SandboxState.RUNNING

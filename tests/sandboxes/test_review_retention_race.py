@@ -21,6 +21,7 @@ from console.models import AuditEvent
 from sandboxes.models import SandboxConfig, Terminal
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.sessions.retention import apply_retention
+from sandboxes.terminal import shells as terminal_shells
 from sandboxes.terminal import tickets as terminals
 from tests.factories import make_config
 from tests.personas import World
@@ -35,7 +36,7 @@ def _open(world: World, key: str) -> Terminal:
     session = get_or_create_session(world.space_a, key)
     terminal = terminals.create_terminal(world.bob, session)
     grant = terminals.Grant(str(terminal.pk), str(session.pk), str(session.space_id), world.bob.pk, False)
-    assert terminals.record_open(grant, world.bob, None, f"sandbox-{key}")
+    assert terminal_shells.record_open(grant, world.bob, None, f"sandbox-{key}")
     return terminal
 
 

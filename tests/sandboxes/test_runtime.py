@@ -12,9 +12,9 @@ from django.db import connections
 
 from console.services import SYSTEM
 from sandboxes.backends.base import META_INSTALLATION, META_SESSION, ExecRequest, ListQuery, SandboxState
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.catalog.services import mark_space_stale
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import Binding, RedisSessionStore, SessionStoreUnavailable
 from tests.conftest import REDIS_URL
@@ -48,7 +48,7 @@ def sandboxes_of(config: SandboxConfig, key: str) -> list[str]:
     from django.conf import settings
 
     query = ListQuery(metadata={META_SESSION: key, META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})
-    return [info.sandbox_id for info in backend_for(config).iter_sandboxes(query)]
+    return [info.sandbox_id for info in get_backend(config).iter_sandboxes(query)]
 
 
 def run(runtime: Runtime, session: Session, shell: str, user: str = "user") -> tuple[int, str]:
@@ -74,7 +74,7 @@ def test_resolve_creates_once_then_binds_and_resumes(
     assert again.action == "bound"
     assert again.sandbox.sandbox_id == first.sandbox.sandbox_id
     runtime.pause(first.session, actor=SYSTEM)
-    assert backend_for(docker_session_config).get(first.sandbox.sandbox_id).state == SandboxState.PAUSED
+    assert get_backend(docker_session_config).get(first.sandbox.sandbox_id).state == SandboxState.PAUSED
     resumed = runtime.resolve(world.space_a, "s-basic")
     assert resumed.sandbox.state == SandboxState.RUNNING
     assert resumed.sandbox.sandbox_id == first.sandbox.sandbox_id
@@ -88,7 +88,7 @@ def test_a_gone_sandbox_is_replaced_and_keeps_the_workspace(
 ) -> None:
     first = runtime.resolve(world.space_a, "s-gone")
     assert run(runtime, first.session, "echo kept > /workspace/notes.txt")[0] == 0
-    backend_for(docker_session_config).delete(first.sandbox.sandbox_id)
+    get_backend(docker_session_config).delete(first.sandbox.sandbox_id)
     second = runtime.resolve(world.space_a, "s-gone")
     assert second.sandbox.sandbox_id != first.sandbox.sandbox_id
     assert second.binding.version == first.binding.version + 1
@@ -296,7 +296,7 @@ def test_duplicates_found_by_metadata_are_deleted_oldest_wins(
     runtime.store.delete_binding_if(runtime.keys(first.session)[0], first.binding)
     from sandboxes.backends.base import NetworkSpec, SandboxSpec
 
-    extra = backend_for(docker_session_config).create(
+    extra = get_backend(docker_session_config).create(
         SandboxSpec(
             template_id=docker_session_config.default_template,
             network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
@@ -320,7 +320,7 @@ def test_a_claimed_sandbox_gets_the_workspace_layout_a_cut_create_never_made(
     session = get_or_create_session(world.space_a, "s-half-made")
     # What a create cut after the engine made the container leaves: console metadata, but
     # input/ still the session user's (the image's layout), no root-owned staging area.
-    half_made = backend_for(docker_session_config).create(
+    half_made = get_backend(docker_session_config).create(
         SandboxSpec(
             template_id=docker_session_config.default_template,
             network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),

@@ -22,11 +22,11 @@ from django.test import Client
 from console.services import Actor
 from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import META_INSTALLATION, ListQuery, NetworkSpec, SandboxSpec
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.catalog.services import mark_space_stale
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions import store_select as binding_module
 from sandboxes.sessions.lookup import get_or_create_session
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.reaper import reap_config
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import Binding, RedisSessionStore, SessionStore, lock_key
@@ -130,7 +130,7 @@ def test_losing_the_bind_race_deletes_our_sandbox_and_answers_the_winners(world:
     session = get_or_create_session(world.space_a, "s-nx-lost")
     # The winner's sandbox, made by "the other writer" outside this session's metadata so the
     # loser's claim step does not find it.
-    theirs = backend_for(config).create(
+    theirs = get_backend(config).create(
         SandboxSpec(
             template_id=config.default_template,
             network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
@@ -149,7 +149,7 @@ def test_losing_the_bind_race_deletes_our_sandbox_and_answers_the_winners(world:
 def test_a_claimed_stale_sandbox_stays_stale(world: World, config: SandboxConfig, db_store: SessionStore) -> None:
     runtime = Runtime(db_store)
     first = runtime.resolve(world.space_a, "s-claim-time")
-    started = backend_for(config).get(first.sandbox.sandbox_id).started_at
+    started = get_backend(config).get(first.sandbox.sandbox_id).started_at
     assert started is not None
     time.sleep(1.1)
     mark_space_stale(world.space_a)
@@ -204,7 +204,7 @@ def e2b_config(world: World, fake_e2b: FakeHandle, settings: Any, test_run_id: s
         yield cfg
     finally:
         fake_e2b.configure(new_id_on_resume=0)
-        backend = backend_for(cfg)
+        backend = get_backend(cfg)
         for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})):
             backend.delete(info.sandbox_id)
 
@@ -233,7 +233,7 @@ def test_a_sandbox_id_changed_by_connect_is_rebound_and_not_reaped(
 ) -> None:
     runtime = Runtime(db_store)
     first = runtime.resolve(world.space_a, "s-moved")
-    backend_for(e2b_config).pause(first.sandbox.sandbox_id)
+    get_backend(e2b_config).pause(first.sandbox.sandbox_id)
     fake_e2b.configure(new_id_on_resume=1)  # the control plane answers the resume with a new id
     moved = runtime.resolve(world.space_a, "s-moved")
     assert moved.sandbox.sandbox_id != first.sandbox.sandbox_id

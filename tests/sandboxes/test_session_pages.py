@@ -10,8 +10,8 @@ from django.urls import reverse
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent
 from sandboxes.backends.base import ExecRequest, SandboxState
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session, SessionState
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.runtime import Runtime
 from tests.factories import make_config
 from tests.personas import World
@@ -110,7 +110,7 @@ def test_pause_and_resume_from_the_ui_keep_the_files(world: World, live_session:
     client.post(urls["pause"])
     live_session.refresh_from_db()
     assert live_session.state == SessionState.PAUSED
-    assert backend_for(live_session.config).get(live_session.sandbox_id).state == SandboxState.PAUSED
+    assert get_backend(live_session.config).get(live_session.sandbox_id).state == SandboxState.PAUSED
     page = client.get(urls["detail"]).content.decode()
     assert live_session.sandbox_id in page
     assert "Paused" in page
@@ -189,7 +189,7 @@ def test_background_command_from_the_session_page(world: World, session_config: 
 
 def _sandbox_state(session: Session) -> tuple[Any, ...]:
     session.refresh_from_db()
-    info = backend_for(session.config).get(session.sandbox_id)
+    info = get_backend(session.config).get(session.sandbox_id)
     return (session.state, session.sandbox_id, session.binding_version, info.state)
 
 
@@ -233,7 +233,7 @@ def test_browsing_a_session_whose_sandbox_is_gone_creates_none(world: World, liv
     client = world.client_for("bob")
     urls = session_urls(live_session)
     old = live_session.sandbox_id
-    backend_for(live_session.config).delete(old)  # gone behind the console's back
+    get_backend(live_session.config).delete(old)  # gone behind the console's back
     page = client.get(urls["detail"], {"browse": "1"}).content.decode()
     assert "Resume and browse" in page
     live_session.refresh_from_db()

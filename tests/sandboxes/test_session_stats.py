@@ -13,8 +13,9 @@ from django.urls import reverse
 from console.models import AuditEvent
 from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery, SandboxSpec, SandboxState
 from sandboxes.backends.e2b.backend import E2BBackend
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.stats import read_session_stats
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
@@ -30,7 +31,7 @@ def live_session(world: World, session_config: SandboxConfig) -> Session:
 
 def sandboxes_of(config: SandboxConfig) -> list[tuple[str, Any]]:
     """The sandboxes of this test's installation (others' tests share the engine)."""
-    backend = backend_for(config)
+    backend = get_backend(config)
     query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})
     return sorted((i.sandbox_id, i.state) for i in backend.iter_sandboxes(query))
 
@@ -88,7 +89,7 @@ def test_a_paused_session_says_paused_and_the_poll_creates_or_resumes_nothing(
     assert sandboxes_of(live_session.config) == before
     assert not AuditEvent.objects.filter(action="session.resume").exists()
     # Gone behind the console's back: says so, makes no new one.
-    backend_for(live_session.config).delete(live_session.sandbox_id)
+    get_backend(live_session.config).delete(live_session.sandbox_id)
     html = client.get(url).content.decode()
     assert 'data-status="none"' in html
     assert sandboxes_of(live_session.config) == [i for i in before if i[0] != live_session.sandbox_id]

@@ -23,6 +23,8 @@ from console.models import AuditEvent, Membership, Role
 from console.settings.base import redis_channel_layer
 from sandboxes.models import Session, Terminal
 from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.terminal import access as terminal_access
+from sandboxes.terminal import protocol as terminal_protocol
 from sandboxes.terminal import tickets as terminals
 from sandboxes.terminal.consumer import LAYER_RETRY_MAX_S
 from tests.personas import World
@@ -103,14 +105,14 @@ def test_ticket_endpoint_roles_csrf_and_reticketing(world: World) -> None:
 
 @pytest.mark.django_db
 def test_a_backend_without_pty_shows_a_message(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    from sandboxes.terminal import views as views_terminal
+    from sandboxes.terminal import pages as views_terminal
     from tests.factories import make_config
 
     class NoPty:
         def pty(self) -> None:
             return None
 
-    monkeypatch.setattr(views_terminal, "backend_for", lambda config: NoPty())
+    monkeypatch.setattr(views_terminal, "get_backend", lambda config: NoPty())
     make_config(world.space_a, is_default=True)
     session = get_or_create_session(world.space_a, "nopty")
     page = world.client_for("bob").get(reverse("sandboxes:terminal_page", kwargs={"session_id": session.id}))
@@ -141,39 +143,44 @@ async def test_handshake_refusals(world: World, monkeypatch: pytest.MonkeyPatch)
 
     grant = await sync_to_async(new_ticket)(world.bob, session)
     tid = grant["terminal_id"]
-    assert await refused(communicator(tid, None, bob_cookie)) == terminals.REFUSE_TICKET
-    assert await refused(communicator(tid, "garbage", bob_cookie)) == terminals.REFUSE_TICKET
-    assert await refused(communicator(tid, grant["ticket"], None)) == terminals.REFUSE_FORBIDDEN  # anonymous
+    assert await refused(communicator(tid, None, bob_cookie)) == terminal_protocol.REFUSE_TICKET
+    assert await refused(communicator(tid, "garbage", bob_cookie)) == terminal_protocol.REFUSE_TICKET
+    assert await refused(communicator(tid, grant["ticket"], None)) == terminal_protocol.REFUSE_FORBIDDEN  # anonymous
     evil = (b"origin", b"https://evil.example")
     assert not (await communicator(tid, grant["ticket"], bob_cookie, origin=evil).connect(timeout=10))[0]
     charlie_cookie = await sync_to_async(cookie_for)(world.charlie)
-    assert await refused(communicator(tid, grant["ticket"], charlie_cookie)) == terminals.REFUSE_FORBIDDEN
+    assert await refused(communicator(tid, grant["ticket"], charlie_cookie)) == terminal_protocol.REFUSE_FORBIDDEN
 
     # Expired: a ticket signed a minute ago.
     with monkeypatch.context() as patch:
         patch.setattr(signing.TimestampSigner, "timestamp", lambda self: signing.b62_encode(int(time.time()) - 60))
         terminal = await Terminal.objects.aget(pk=tid)
         old = await sync_to_async(terminals.issue_ticket)(terminal)
-    assert await refused(communicator(tid, old, bob_cookie)) == terminals.REFUSE_TICKET
+    assert await refused(communicator(tid, old, bob_cookie)) == terminal_protocol.REFUSE_TICKET
 
     # A ticket for another terminal.
     other = await sync_to_async(new_ticket)(world.bob, session)
-    assert await refused(communicator(tid, other["ticket"], bob_cookie)) == terminals.REFUSE_FORBIDDEN
+    assert await refused(communicator(tid, other["ticket"], bob_cookie)) == terminal_protocol.REFUSE_FORBIDDEN
 
     # Another space's session: charlie's own (forged) terminal on a session of space A.
     forged = await Terminal.objects.acreate(session=session, user=world.charlie)
     forged_ticket = await sync_to_async(terminals.issue_ticket)(forged)
-    assert await refused(communicator(str(forged.id), forged_ticket, charlie_cookie)) == terminals.REFUSE_NOT_FOUND
+    assert (
+        await refused(communicator(str(forged.id), forged_ticket, charlie_cookie)) == terminal_protocol.REFUSE_NOT_FOUND
+    )
     # A viewer's terminal row is refused too (viewers cannot open shells).
     carol_terminal = await Terminal.objects.acreate(session=session, user=world.carol)
     carol_ticket = await sync_to_async(terminals.issue_ticket)(carol_terminal)
     carol_cookie = await sync_to_async(cookie_for)(world.carol)
-    assert await refused(communicator(str(carol_terminal.id), carol_ticket, carol_cookie)) == terminals.REFUSE_FORBIDDEN
+    assert (
+        await refused(communicator(str(carol_terminal.id), carol_ticket, carol_cookie))
+        == terminal_protocol.REFUSE_FORBIDDEN
+    )
 
     # Reused: the first use is refused here only after redeeming, so use a redeemed one.
     fresh = await sync_to_async(new_ticket)(world.bob, session, tid)
     await sync_to_async(terminals.admit)(world.bob, tid, fresh["ticket"])
-    assert await refused(communicator(tid, fresh["ticket"], bob_cookie)) == terminals.REFUSE_TICKET
+    assert await refused(communicator(tid, fresh["ticket"], bob_cookie)) == terminal_protocol.REFUSE_TICKET
     assert not await AuditEvent.objects.filter(action="terminal.open").aexists()
 
 
@@ -313,7 +320,7 @@ async def test_idle_timeout_closes_with_a_message(tuned: Tuned, world: World, se
     tuned({"terminal.idle_timeout_s": 2})
     comm, screen, _tid = await open_terminal(world.bob, session)
     await screen.until(lambda: screen.closed_code is not None or False, timeout=15, what="idle close")
-    assert screen.closed_code == terminals.CLOSE_IDLE
+    assert screen.closed_code == terminal_protocol.CLOSE_IDLE
     closed = [m for m in screen.controls if m.get("state") == "closed"]
     assert "idle" in closed[0]["reason"]
     await comm.disconnect()
@@ -334,7 +341,7 @@ async def test_logout_and_lost_access_close_terminals(world: World, session: Ses
 
     await sync_to_async(log_out_bob)()
     await screen.until(lambda: screen.closed_code is not None, what="close on logout")
-    assert screen.closed_code == terminals.CLOSE_LOGGED_OUT
+    assert screen.closed_code == terminal_protocol.CLOSE_LOGGED_OUT
     await comm.disconnect()
 
     comm2, screen2, _tid2 = await open_terminal(world.bob, session)
@@ -342,7 +349,7 @@ async def test_logout_and_lost_access_close_terminals(world: World, session: Ses
     membership = await Membership.objects.aget(user=world.bob, space=world.space_a)
     await sync_to_async(membership.save)()  # signals fire on save
     await screen2.until(lambda: screen2.closed_code is not None, what="close on lost access")
-    assert screen2.closed_code == terminals.CLOSE_ACCESS
+    assert screen2.closed_code == terminal_protocol.CLOSE_ACCESS
     await comm2.disconnect()
     await wait_no_shell(session)
 
@@ -430,7 +437,7 @@ async def test_a_crashed_connection_detaches_and_its_shell_ends_after_the_grace_
     else:  # an event no handler takes: AsyncConsumer.dispatch raises ValueError
         channel_layer = get_channel_layer()
         assert channel_layer is not None
-        await channel_layer.group_send(terminals.user_group(world.bob.pk), {"type": "terminal.no_such_event"})
+        await channel_layer.group_send(terminal_access.user_group(world.bob.pk), {"type": "terminal.no_such_event"})
     await wait_no_shell(session)
     terminal = await wait_closed(tid)
     assert terminal.close_reason == "not reattached within the grace window"
@@ -462,11 +469,11 @@ async def test_a_channel_layer_outage_does_not_close_the_terminal(
     await asyncio.sleep(LAYER_RETRY_MAX_S + 1)  # the consumer's next retry re-joins the group
     await screen.run("echo after-$((5*5))\n")
     await screen.until_output(b"after-25")
-    await sync_to_async(terminals.send_to_user_terminals)(
+    await sync_to_async(terminal_access.send_to_user_terminals)(
         world.bob.pk, {"type": "terminal.revoke", "reason": "logged out"}
     )
     await screen.until(lambda: screen.closed_code is not None, timeout=5, what="revoke after the outage")
-    assert screen.closed_code == terminals.CLOSE_LOGGED_OUT
+    assert screen.closed_code == terminal_protocol.CLOSE_LOGGED_OUT
     await comm.disconnect()
     terminal = await wait_closed(tid)
     assert terminal.close_reason == "logged out"

@@ -14,6 +14,7 @@ from console.models import AuditEvent
 from sandboxes.models import Terminal
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.terminal import attachments, sweep
+from sandboxes.terminal import shells as terminal_shells
 from sandboxes.terminal import tickets as terminals
 from tests.factories import make_config
 from tests.personas import World
@@ -66,11 +67,11 @@ def test_an_expired_lease_does_not_keep_the_terminal(terminal: Terminal) -> None
 @pytest.mark.django_db
 def test_one_open_and_one_close_audit_however_many_processes_served_it(terminal: Terminal) -> None:
     grant = grant_for(terminal)
-    assert terminals.record_open(grant, terminal.user, "127.0.0.1", "sbx-1") is True
-    assert terminals.record_open(grant, terminal.user, "127.0.0.1", "sbx-1") is False  # a reattach elsewhere
+    assert terminal_shells.record_open(grant, terminal.user, "127.0.0.1", "sbx-1") is True
+    assert terminal_shells.record_open(grant, terminal.user, "127.0.0.1", "sbx-1") is False  # a reattach elsewhere
     attachments.add_traffic(grant.terminal_id, 5, 70)  # a process that let go
-    terminals.record_close(grant, terminal.user, None, "closed by the client", {"bytes_in": 3, "bytes_out": 30})
-    terminals.record_close(grant, terminal.user, None, "again", {"bytes_in": 1, "bytes_out": 1})
+    terminal_shells.record_close(grant, terminal.user, None, "closed by the client", {"bytes_in": 3, "bytes_out": 30})
+    terminal_shells.record_close(grant, terminal.user, None, "again", {"bytes_in": 1, "bytes_out": 1})
     row = Terminal.objects.get(pk=terminal.pk)
     assert (row.bytes_in, row.bytes_out, row.close_reason) == (8, 100, "closed by the client")
     assert AuditEvent.objects.filter(action="terminal.open", target_id=grant.terminal_id).count() == 1
@@ -85,7 +86,7 @@ def test_the_sweep_closes_only_terminals_whose_lease_ran_out(world: World, termi
     held = terminals.create_terminal(world.bob, session)
     never_opened = terminals.create_terminal(world.bob, session)
     for row in (terminal, held):
-        terminals.record_open(grant_for(row), world.bob, None, "")  # no sandbox id: nothing to end there
+        terminal_shells.record_open(grant_for(row), world.bob, None, "")  # no sandbox id: nothing to end there
         attachments.take(str(row.pk), "gone")
     past = timezone.now() - timedelta(seconds=sweep.MARGIN_S + 5)
     Terminal.objects.filter(pk=terminal.pk).update(held_until=past)
@@ -105,9 +106,9 @@ def test_a_close_whose_audit_fails_leaves_the_row_open_for_the_next_try(terminal
     grant = grant_for(terminal)
     unwritable = {"bytes_in": 1, "bytes_out": 2, "when": object()}  # not JSON: the audit insert fails
     with pytest.raises(TypeError):
-        terminals.record_close(grant, terminal.user, None, "closed by the client", unwritable)
+        terminal_shells.record_close(grant, terminal.user, None, "closed by the client", unwritable)
     assert Terminal.objects.get(pk=terminal.pk).closed is None
     assert not AuditEvent.objects.filter(action="terminal.close", target_id=grant.terminal_id).exists()
-    terminals.record_close(grant, terminal.user, None, "closed by the client", {"bytes_in": 1, "bytes_out": 2})
+    terminal_shells.record_close(grant, terminal.user, None, "closed by the client", {"bytes_in": 1, "bytes_out": 2})
     assert Terminal.objects.get(pk=terminal.pk).closed is not None
     assert AuditEvent.objects.filter(action="terminal.close", target_id=grant.terminal_id).count() == 1

@@ -32,9 +32,9 @@ from django.db import connection
 
 from console.models import AuditEvent
 from sandboxes.backends.base import ExecRequest
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import Session, Terminal
-from sandboxes.sessions.provisioning import backend_for
-from sandboxes.terminal import tickets as terminals
+from sandboxes.terminal import protocol as terminal_protocol
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import cookie_for, free_port, new_ticket, wait_closed
@@ -201,7 +201,7 @@ async def open_on(server: Daphne, world: World, session: Session) -> tuple[Webso
 
 
 def shells_in_sandbox(session: Session, sandbox_id: str) -> int:
-    result = backend_for(session.config).exec(sandbox_id, ExecRequest(argv=("ps", "-eo", "args"), timeout_s=30))
+    result = get_backend(session.config).exec(sandbox_id, ExecRequest(argv=("ps", "-eo", "args"), timeout_s=30))
     return sum(line.strip() == "bash -l" for line in result.stdout.decode().splitlines())
 
 
@@ -235,7 +235,7 @@ async def test_stopping_daphne_ends_its_shells_and_records_their_close(
 
     daphne.process.send_signal(stop_signal)
     await attached.read_until_closed()
-    assert attached.close_code == terminals.CLOSE_SERVER_STOPPING
+    assert attached.close_code == terminal_protocol.CLOSE_SERVER_STOPPING
     closed = [m for m in attached.controls if m.get("state") == "closed"]
     assert closed[0]["reason"] == "server shutting down"
     await sync_to_async(daphne.process.wait)(30)

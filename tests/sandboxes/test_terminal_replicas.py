@@ -24,8 +24,8 @@ from asgiref.sync import sync_to_async
 
 from console.models import AuditEvent
 from sandboxes.models import Session, Terminal
+from sandboxes.terminal import protocol as terminal_protocol
 from sandboxes.terminal import sweep
-from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
 from tests.sandboxes.terminal_support import cookie_for, new_ticket, wait_closed
@@ -157,10 +157,10 @@ async def test_a_reconnect_through_another_replica_reattaches_the_same_shell(
 
 def tmux_sessions(session: Session, sandbox_id: str) -> list[str]:
     from sandboxes.backends.base import ExecRequest
-    from sandboxes.sessions.runtime import backend_for
+    from sandboxes.catalog.bridge import get_backend
 
     script = "tmux -L sandbox-console list-sessions -F '#{session_name}' 2>/dev/null; true"
-    result = backend_for(session.config).exec(sandbox_id, ExecRequest(argv=("/bin/sh", "-c", script), timeout_s=30))
+    result = get_backend(session.config).exec(sandbox_id, ExecRequest(argv=("/bin/sh", "-c", script), timeout_s=30))
     return result.stdout.decode().split()
 
 
@@ -185,7 +185,7 @@ async def test_a_stopping_replica_lets_kept_shells_go_and_the_sweep_closes_the_a
 
     first.process.send_signal(signal.SIGTERM)
     await attached.read_until_closed()
-    assert attached.close_code == terminals.CLOSE_SERVER_STOPPING  # the page reconnects on it
+    assert attached.close_code == terminal_protocol.CLOSE_SERVER_STOPPING  # the page reconnects on it
     await sync_to_async(first.process.wait)(30)
     for ws in (attached, dropped):
         assert (await Terminal.objects.aget(pk=ws.terminal_id)).closed is None  # type: ignore[attr-defined]

@@ -22,6 +22,8 @@ from django.urls import reverse
 from console.models import AuditEvent, Membership, Role
 from console.services import Actor, do_change_member_role, do_logout_everywhere, do_remove_member
 from sandboxes.models import Session, Terminal
+from sandboxes.terminal import access as terminal_access
+from sandboxes.terminal import protocol as terminal_protocol
 from sandboxes.terminal import tickets as terminals
 from tests.personas import World
 from tests.sandboxes import terminal_support
@@ -72,12 +74,12 @@ def deactivate_from_users_page(world: World) -> None:
 
 
 TRIGGERS: dict[str, tuple[Callable[[World], None], int, str]] = {
-    "role downgrade": (downgrade_role, terminals.CLOSE_ACCESS, "member role"),
-    "membership removal": (remove_membership, terminals.CLOSE_ACCESS, "no longer a member"),
-    "deactivation": (deactivate, terminals.CLOSE_ACCESS, "deactivated"),
-    "deactivation on the Users page": (deactivate_from_users_page, terminals.CLOSE_ACCESS, "deactivated"),
-    "password change": (change_password, terminals.CLOSE_LOGGED_OUT, "password"),
-    "logout everywhere": (logout_everywhere, terminals.CLOSE_LOGGED_OUT, "logged out everywhere"),
+    "role downgrade": (downgrade_role, terminal_protocol.CLOSE_ACCESS, "member role"),
+    "membership removal": (remove_membership, terminal_protocol.CLOSE_ACCESS, "no longer a member"),
+    "deactivation": (deactivate, terminal_protocol.CLOSE_ACCESS, "deactivated"),
+    "deactivation on the Users page": (deactivate_from_users_page, terminal_protocol.CLOSE_ACCESS, "deactivated"),
+    "password change": (change_password, terminal_protocol.CLOSE_LOGGED_OUT, "password"),
+    "logout everywhere": (logout_everywhere, terminal_protocol.CLOSE_LOGGED_OUT, "logged out everywhere"),
 }
 
 
@@ -227,7 +229,7 @@ async def test_a_downgrade_committed_mid_handshake_closes_the_reattached_termina
         assert screen.closed_code is not None, "the reattached terminal stayed open after the downgrade"
         await again.disconnect()
     else:
-        assert code == terminals.CLOSE_ACCESS
+        assert code == terminal_protocol.CLOSE_ACCESS
     terminal = await wait_closed(tid, timeout=5)
     assert time.monotonic() - started < CLOSE_WITHIN_S + 1
     assert "member role" in terminal.close_reason
@@ -255,4 +257,4 @@ def test_a_hung_channel_layer_does_not_hold_up_the_change(
     finally:
         os.kill(own_redis.process.pid, signal.SIGCONT)
     assert Membership.objects.get(user=world.bob, space=world.space_a).role == Role.VIEWER
-    assert elapsed < terminals.NOTIFY_TIMEOUT_S + 2, f"the downgrade took {elapsed:.1f} s"
+    assert elapsed < terminal_access.NOTIFY_TIMEOUT_S + 2, f"the downgrade took {elapsed:.1f} s"

@@ -20,8 +20,8 @@ from django.urls import reverse
 from console import health
 from sandboxes.backends.base import ErrorKind, RemoteError
 from sandboxes.backends.unix_socket import check_unix_socket, unix_socket_problem
-from sandboxes.catalog.health import check_name, platform_backend_config
-from sandboxes.catalog.observed import build_observed
+from sandboxes.catalog.bridge import get_backend
+from sandboxes.catalog.health import check_name
 from sandboxes.models import PlatformBackend
 from tests.factories import make_backend, make_space
 from tests.personas import World
@@ -93,7 +93,7 @@ def test_the_backend_form_refuses_a_unix_path_that_is_not_a_socket(world: World,
 def test_the_docker_adapter_refuses_to_dial_a_file_that_is_not_a_socket() -> None:
     # Saved before the form checked (or the file changed since): the adapter checks again.
     row = make_backend(make_space(), endpoint="unix:///etc/passwd")
-    backend = build_observed(platform_backend_config(row))
+    backend = get_backend(row)
     try:
         with pytest.raises(RemoteError) as refused:
             backend.get("0123456789ab")

@@ -19,9 +19,9 @@ from console.models import AdminJob, AuditEvent, JobStatus
 from sandboxes.backends.base import META_INSTALLATION, Backend, ListQuery
 from sandboxes.backends.cube.backend import CubeBackend
 from sandboxes.backends.e2b.backend import E2BBackend
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.catalog.verify import FAIL, PASS, UNSUPPORTED, Check, Verifier
 from sandboxes.models import SandboxConfig
-from sandboxes.sessions.provisioning import backend_for
 from tests.factories import make_config
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
@@ -61,13 +61,13 @@ def docker_config(world: World, docker_base_image: str, settings: Any, test_run_
     settings.CONSOLE_INSTALLATION_ID = f"test-verify-{test_run_id}"
     config: SandboxConfig = make_config(world.space_a, default_template=docker_base_image)
     yield config
-    backend_for(config).close()
+    get_backend(config).close()
 
 
 @pytest.mark.django_db
 @pytest.mark.docker
 def test_verify_on_docker_end_to_end(world: World, docker_config: SandboxConfig, settings: Any) -> None:
-    backend = backend_for(docker_config)
+    backend = get_backend(docker_config)
     snapshots = backend.snapshots()
     assert snapshots is not None
     before = {s.snapshot_id for s in snapshots.list()}

@@ -18,9 +18,9 @@ from console.jobs import run_job
 from console.models import AdminJob, Space
 from console.services import SYSTEM, Actor
 from sandboxes.backends.base import META_INSTALLATION, META_PURPOSE, ListQuery
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.provisioning import backend_for
-from skills.images import do_start_install, do_start_uninstall
+from skills.install.start import do_start_install, do_start_uninstall
 from skills.models import SkillVersion
 from tests.conftest import IN_CI
 from tests.skills.helpers import EXECUTABLE, REGULAR, build_zip, import_bytes
@@ -103,12 +103,12 @@ def run_uninstall(space: Space, config: SandboxConfig, name: str, actor: Actor =
 
 def build_sandboxes(config: SandboxConfig, installation: str) -> list[str]:
     query = ListQuery(metadata={META_INSTALLATION: installation, META_PURPOSE: "skill-build"})
-    return [info.sandbox_id for info in backend_for(config).iter_sandboxes(query)]
+    return [info.sandbox_id for info in get_backend(config).iter_sandboxes(query)]
 
 
 def clean_up(config: SandboxConfig, installation: str) -> None:
     """Delete this run's sandboxes, session volumes and snapshots (children before parents)."""
-    backend = backend_for(config)
+    backend = get_backend(config)
     for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: installation})):
         backend.delete(info.sandbox_id)
     volumes = backend.volumes()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from skills.install_packages import redact_userinfo
+from skills.install.packages import redact_userinfo
 from tests.personas import World
 
 

@@ -14,9 +14,9 @@ from sandboxes.backends.base import Backend, BackendConfig, NetworkSpec
 from sandboxes.backends.cube.backend import CubeBackend
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.e2b.backend import E2BBackend
-from skills.build_network import OFFLINE, build_network, sources_to_reach
-from skills.install import SkillPayload, StepFailed
-from skills.install_packages import PackageSources, pip_source_args, source_host_port
+from skills.install.network import OFFLINE, build_network, sources_to_reach
+from skills.install.packages import PackageSources, pip_source_args, source_host_port
+from skills.install.steps import SkillPayload, StepFailed
 
 INDEX = "http://172.18.0.1:8123/simple/"
 REGISTRY = "https://npm.internal.example/"

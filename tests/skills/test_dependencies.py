@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from skills.dependencies import find_dependencies
+from skills.install.dependencies import find_dependencies
 
 pytestmark = pytest.mark.django_db
 

@@ -18,9 +18,10 @@ from console.services import SYSTEM, ServiceError
 from sandboxes.catalog.bridge import config_fingerprint
 from sandboxes.catalog.services import do_set_session_image
 from sandboxes.models import PlatformBackend, SandboxConfig
-from skills.image_builds import package_sources
-from skills.images import current_image, do_start_install
-from skills.install import StepFailed
+from skills.images import current_image
+from skills.install.plan import package_sources
+from skills.install.start import do_start_install
+from skills.install.steps import StepFailed
 from skills.models import SkillImage, SkillImageItem, SkillImageStatus, SkillVersion
 from skills.services import do_delete_skill_version, spaces_with_skill
 from tests.factories import make_config

@@ -22,7 +22,7 @@ from sandboxes.sessions.provisioning import effective_template
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image, do_delete_old_snapshots, do_rollback_image
-from skills.install_packages import console_pip_wheel
+from skills.install.packages import console_pip_wheel
 from skills.models import SkillImage, SkillImageStatus
 from tests.conftest import REDIS_URL
 from tests.factories import make_config

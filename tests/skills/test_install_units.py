@@ -8,8 +8,8 @@ import zipfile
 
 import pytest
 
-from skills.install import SkillPayload, StepFailed, tar_of
-from skills.install_packages import console_pip_wheel, parse_pip_installed
+from skills.install.packages import console_pip_wheel, parse_pip_installed
+from skills.install.steps import SkillPayload, StepFailed, tar_of
 
 
 def payload(files: dict[str, tuple[int, bytes]], metadata: dict[str, str] | None = None) -> SkillPayload:

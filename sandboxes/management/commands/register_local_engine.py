@@ -18,8 +18,9 @@ from console.models import Space
 from console.services import SYSTEM, ServiceError
 from sandboxes.backends.base import RemoteError
 from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.catalog.platform import do_register_local_engine
-from sandboxes.catalog.services import do_create_config, open_backend
+from sandboxes.catalog.services import do_create_config
 from sandboxes.models import BackendKind, PlatformBackend, SandboxConfig
 
 NAME = "Local Docker engine"
@@ -66,8 +67,8 @@ class Command(BaseCommand):
         template = DEFAULT_BASE_IMAGE  # built by `make start` (manage.py build_base_image)
         probe = SandboxConfig(space=space, backend=backend, name=DEMO_CONFIG, default_template=template)
         try:
-            with open_backend(probe) as engine:
-                health = engine.health()
+            engine = get_backend(probe)
+            health = engine.health()
             problem = "" if health.ok else health.detail
         except RemoteError as exc:
             problem = f"{exc.kind}: {exc.message}"

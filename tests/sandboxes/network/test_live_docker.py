@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 
 from console.models import AuditEvent
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint
 from sandboxes.models import EgressCursor, Session
 from sandboxes.network.live import sessions_keeping_old_rules
 from sandboxes.network.log import ingest_backend
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.runtime import Runtime
 from tests.conftest import IN_CI
 from tests.factories import set_policy
 from tests.personas import World
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.docker
 
 
 def require_live_egress(config: Any) -> None:
-    backend = backend_for(config)
+    backend = get_backend(config)
     if backend.egress() is not None and backend.network_capabilities().live_update:
         return
     message = "the Docker backend does not offer EgressCapability with live_update yet (wt-egress-fw)"

@@ -26,6 +26,7 @@ from sandboxes.api.tokens import do_create_api_token
 from sandboxes.api.urls import openapi_document
 from sandboxes.backends.base import NetworkSpec
 from sandboxes.backends.capabilities import EgressRefusal
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint
 from sandboxes.catalog.services import run_connection_test
 from sandboxes.catalog.verify import policy_check
@@ -36,7 +37,7 @@ from sandboxes.network.checks import unreachable_entries
 from sandboxes.network.live import apply_space_policy, sessions_keeping_old_rules
 from sandboxes.network.log import record_refusals, watch_build_sandbox
 from sandboxes.sessions.retention import prune_session_records
-from sandboxes.sessions.runtime import Runtime, backend_for
+from sandboxes.sessions.runtime import Runtime
 from tests.factories import make_config, set_policy
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
@@ -116,7 +117,7 @@ def test_the_connection_test_reports_a_policy_the_backend_cannot_honour(
     assert [s.name for s in steps][-4:] == ["create", "exec", "delete", "network policy"], steps
     assert [s.ok for s in steps][-4:] == [True, True, True, False]
     assert "conflict: The space's network policy cannot be honoured by config cloud" in steps[-1].detail
-    verified = policy_check(e2b_config, backend_for(e2b_config))
+    verified = policy_check(e2b_config, get_backend(e2b_config))
     assert verified.status == "fail"
     assert "deny entry 203.0.113.128/25 inside allow entry" in verified.detail
     set_policy(world.space_a, allow_out=["203.0.113.0/24"])

@@ -15,10 +15,9 @@ from django.urls import reverse
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, Space
 from sandboxes.backends.base import META_INSTALLATION, META_SPACE
-from sandboxes.catalog.bridge import console_metadata
+from sandboxes.catalog.bridge import console_metadata, get_backend
 from sandboxes.models import SandboxConfig, Session, SessionImage
 from sandboxes.sessions import teardown
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.runtime import Runtime
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import set_policy
@@ -77,7 +76,7 @@ def test_deleting_a_space_deletes_its_sandboxes_volumes_images_and_network(
 ) -> None:
     installation = settings.CONSOLE_INSTALLATION_ID
     space = world.space_a
-    network = backend_for(session_config).networks.space_network_name(str(space.pk))  # type: ignore[attr-defined]
+    network = get_backend(session_config).networks.space_network_name(str(space.pk))  # type: ignore[attr-defined]
     set_policy(space, allow_out=["files.test"])  # online: the space gets its own network
     try:
         first = run_install(space, session_config, import_skill(plain_skill("teardown-one")))
@@ -139,7 +138,7 @@ def test_a_teardown_that_cannot_delete_keeps_the_rows_and_says_what_stayed(
 ) -> None:
     space = world.space_a
     session = Runtime().resolve(space, "kept").session
-    backend = backend_for(session_config)
+    backend = get_backend(session_config)
     # A sandbox of the space running from one of its snapshots, behind the console's back:
     # the engine refuses to delete that image while the container lives.
     capability = backend.snapshots()
@@ -189,7 +188,7 @@ def test_deleting_a_session_deletes_the_old_skill_image_it_ran_from(
         assert second.status == JobStatus.SUCCEEDED, job_error(second)
         current = SessionImage.objects.get(config=session_config).snapshot_id
         assert current != old
-        snapshots = backend_for(session_config).snapshots()
+        snapshots = get_backend(session_config).snapshots()
         assert snapshots is not None
 
         job = teardown.start_teardown(teardown.KIND_SESSION, space, str(session.pk), actor=teardown.SYSTEM)
@@ -266,7 +265,7 @@ def test_releasing_a_space_removes_a_network_its_sandboxes_left_behind(
 ) -> None:
     """A space network no container is on any more (a delete cut before its release) goes with
     the space's teardown, which names it."""
-    backend = backend_for(session_config)
+    backend = get_backend(session_config)
     name = backend.networks.space_network_name(str(world.space_a.pk))  # type: ignore[attr-defined]
     backend.networks.ensure_space_network(str(world.space_a.pk))  # type: ignore[attr-defined]
     try:

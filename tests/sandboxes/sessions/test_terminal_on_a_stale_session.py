@@ -14,10 +14,10 @@ from django.utils import timezone
 
 from console.services import Actor
 from sandboxes.backends.base import ExecRequest, PtySize, SandboxState
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session
-from sandboxes.sessions.provisioning import backend_for
 from sandboxes.sessions.runtime import Runtime
-from sandboxes.terminal.tickets import open_shell
+from sandboxes.terminal.shells import open_shell
 from tests.personas import World
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
@@ -75,7 +75,7 @@ def test_opening_the_shell_of_a_stale_paused_session_resumes_it_and_keeps_its_pr
         stale_paused.refresh_from_db()
         assert (opened.sandbox_id, stale_paused.binding_version) == before
         assert (stale_paused.sandbox_id, stale_paused.state) == (before[0], "running")
-        backend = backend_for(stale_paused.config)
+        backend = get_backend(stale_paused.config)
         assert backend.get(before[0]).state == SandboxState.RUNNING
         ps = backend.exec(before[0], ExecRequest(argv=("pgrep", "-f", "sleep 9999"), timeout_s=10))
         assert ps.exit_code == 0, "the running sleep 9999 was lost"

@@ -1,0 +1,113 @@
+"""Pages of the platform's Backends section: list, register, edit and grant (platform admins).
+
+Anyone else gets 404, so the section's existence is not revealed to space admins.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods
+from django_htmx.http import HttpResponseClientRedirect
+
+from console.access import require_platform_admin
+from console.services import ServiceError, actor_from_request
+from console.views import apply_form_errors, is_htmx, swaps
+
+from ..backends import BACKEND_CLASSES, describe
+from ..models import PlatformBackend
+from .by_kind import kind_step
+from .forms import BACKEND_SECRETS, PlatformBackendForm
+from .platform import do_create_platform_backend, do_update_platform_backend
+
+
+def _secrets(form: PlatformBackendForm) -> dict[str, Any]:
+    return {name: form.cleaned_data.get(name) for name in ("api_key", "tls_ca", "tls_cert", "tls_key", "clear_tls")}
+
+
+@login_required
+def backend_list(request: HttpRequest) -> HttpResponse:
+    require_platform_admin(request.user)
+    backends = list(
+        PlatformBackend.objects.annotate(config_count=Count("configs", distinct=True)).prefetch_related("spaces")
+    )
+    for backend in backends:  # which limits apply, from the adapter
+        backend.kind_description = describe(backend.kind)  # type: ignore[attr-defined]
+    return render(request, "sandboxes/backend_list.html", {"backends": backends, "section": "backends"})
+
+
+def _backend_form(request: HttpRequest, backend: PlatformBackend | None) -> tuple[PlatformBackendForm, bool]:
+    """The form for the kind the request names (or the backend's), and whether to save: the
+    kind decides the fields, as for a config (`by_kind`)."""
+    data = request.POST if request.method == "POST" else request.GET
+    posted = str(data.get("kind") or "")
+    kind = posted if posted in BACKEND_CLASSES else ""
+    if not posted and backend is not None:
+        kind = backend.kind
+    step = kind_step(request, PlatformBackendForm, kind, secrets=BACKEND_SECRETS)
+    if step.save:
+        return PlatformBackendForm(request.POST, kind=kind, instance=backend), True
+    if request.method == "POST" and posted and not kind:
+        form = PlatformBackendForm(request.POST, instance=backend)
+        form.is_valid()  # a kind that does not exist becomes the field's error
+        return form, False
+    return PlatformBackendForm(initial=step.initial, kind=kind or None, instance=backend), False
+
+
+def _render_backend_form(request: HttpRequest, context: dict[str, Any], form: PlatformBackendForm) -> HttpResponse:
+    context = {**context, "form": form, "section": "backends"}
+    status = 400 if form.errors else 200
+    if swaps(request, "backend-form"):
+        return render(request, "sandboxes/partials/backend_form.html", context, status=status)
+    return render(request, "sandboxes/backend_form.html", context, status=status)
+
+
+def _saved(request: HttpRequest) -> HttpResponse:
+    url = reverse("sandboxes:backend_list")
+    return HttpResponseClientRedirect(url) if is_htmx(request) else redirect(url)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def backend_create(request: HttpRequest) -> HttpResponse:
+    require_platform_admin(request.user)
+    return _backend_page(request, None)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def backend_edit(request: HttpRequest, backend_id: str) -> HttpResponse:
+    require_platform_admin(request.user)
+    return _backend_page(request, get_object_or_404(PlatformBackend, pk=backend_id))
+
+
+def _backend_page(request: HttpRequest, backend: PlatformBackend | None) -> HttpResponse:
+    """The register (no `backend`) and edit page: the form, and on a valid POST the write."""
+    form, save = _backend_form(request, backend)
+    if save and form.is_valid():
+        fields: dict[str, Any] = {
+            "data": form.backend_data(),
+            "secrets": _secrets(form),
+            "spaces": list(form.cleaned_data["spaces"]),
+            "actor": actor_from_request(request),
+        }
+        try:
+            if backend is None:
+                saved = do_create_platform_backend(**fields)
+            else:  # the form changed `backend` as it validated: the service gets the stored row
+                saved = do_update_platform_backend(PlatformBackend.objects.get(pk=backend.pk), **fields)
+        except ServiceError as exc:
+            apply_form_errors(form, exc)
+        else:
+            messages.success(request, f"Backend {saved.name} {'registered' if backend is None else 'saved'}.")
+            return _saved(request)
+    context: dict[str, Any] = {}
+    if backend is not None:
+        context = {"backend": backend, "configs": backend.configs.select_related("space")}
+    return _render_backend_form(request, context, form)

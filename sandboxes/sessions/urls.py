@@ -1,0 +1,29 @@
+"""Routes of the session pages, their teardown and the platform's unmanaged resources
+(namespace "sandboxes", joined in `sandboxes.urls`)."""
+
+from django.urls import path
+
+from . import pages as sessions
+from . import teardown_pages as teardown
+from . import unmanaged_pages as unmanaged
+
+urlpatterns = [
+    path("sandboxes/<uuid:config_id>/delete/", teardown.config_delete, name="config_delete"),
+    path("sessions/", sessions.session_list, name="session_list"),
+    path("spaces/<uuid:space_id>/sessions/new/", sessions.session_start, name="session_start"),
+    path("sessions/<uuid:session_id>/", sessions.session_detail, name="session_detail"),
+    path("sessions/<uuid:session_id>/stats/", sessions.session_stats, name="session_stats"),
+    path("sessions/<uuid:session_id>/upload/", sessions.session_upload, name="session_upload"),
+    path("sessions/<uuid:session_id>/download/", sessions.session_download, name="session_download"),
+    path("sessions/<uuid:session_id>/collect/", sessions.session_collect, name="session_collect"),
+    path(
+        "sessions/<uuid:session_id>/artifacts/<uuid:artifact_id>/", sessions.artifact_download, name="artifact_download"
+    ),
+    path("sessions/<uuid:session_id>/actions/<str:action>/", sessions.session_action, name="session_action"),
+    path("sessions/<uuid:session_id>/commands/", sessions.command_start, name="command_start"),
+    path("sessions/<uuid:session_id>/commands/<uuid:command_id>/", sessions.command_detail, name="command_detail"),
+    path("sessions/<uuid:session_id>/commands/<uuid:command_id>/kill/", sessions.command_kill, name="command_kill"),
+    # The platform's unmanaged resources (platform admins only).
+    path("platform/unmanaged/", unmanaged.unmanaged_list, name="unmanaged_list"),
+    path("platform/unmanaged/delete/", unmanaged.unmanaged_delete, name="unmanaged_delete"),
+]
