@@ -2,7 +2,7 @@
 console/metrics.py, console/ops_views.py, console/logs.py).
 
 The parts that need several processes or a service to break are in
-tests/sandboxes/test_ops_processes.py.
+tests/console/test_ops_processes.py.
 Readiness runs its checks in threads of its own, so those tests commit their rows
 (transactional database) for the threads to see them.
 """
@@ -25,7 +25,7 @@ from console.logs import ReadableFormatter, RequestIdFilter
 from console.models import AdminJob, JobStatus
 from sandboxes.models import Session, SessionState, Terminal
 from tests.factories import make_backend, make_config, make_space, make_user
-from tests.log_capture import Captured
+from tests.support.log_capture import Captured
 
 SCRAPER_TOKEN = "readyz-scraper-token-0123456789"
 

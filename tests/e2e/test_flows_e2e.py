@@ -30,11 +30,11 @@ from console.models import NetworkPolicy
 from sandboxes.backends.base import META_INSTALLATION
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session, Terminal
 from sandboxes.sessions.provisioning import backend_for
-from tests.e2e.helpers import ROOT, SCREENSHOTS, log_in, shoot_all, wait_for_job, wait_until
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, test_run_id  # noqa: F401 - fixtures
-from tests.skills.install_helpers import clean_up, examples_source  # noqa: F401 - fixture
+from tests.support.browser import ROOT, SCREENSHOTS, log_in, shoot_all, wait_for_job, wait_until
+from tests.support.skill_install import clean_up, examples_source  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.docker, pytest.mark.slow]
 

@@ -17,8 +17,8 @@ from sandboxes.inbound.forward import forward
 from sandboxes.models import Session
 from tests.factories import make_config
 from tests.personas import World
-from tests.sandboxes.test_api import Agent
-from tests.sandboxes.test_limits import agent  # noqa: F401  (the fixture)
+from tests.sandboxes.api.test_agent_api import Agent
+from tests.sandboxes.sessions.test_limits import agent  # noqa: F401  (the fixture)
 
 
 def _cursor(value: Any) -> str:

@@ -19,8 +19,7 @@ import pytest
 from sandboxes.backends.base import ExecRequest, NetworkSpec
 from sandboxes.backends.docker.backend import DockerBackend
 from tests.factories import set_policy
-from tests.netns import BannerServer, namespace
-from tests.sandboxes.egress_support import (
+from tests.support.egress_support import (
     LISTENER_PORT,
     SandboxMaker,
     docker0_address,
@@ -32,6 +31,7 @@ from tests.sandboxes.egress_support import (
     start_listener,
     upstream_dns,
 )
+from tests.support.netns import BannerServer, namespace
 
 pytestmark = [pytest.mark.docker]
 

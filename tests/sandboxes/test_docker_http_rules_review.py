@@ -1,5 +1,5 @@
 """Adversarial review of issue 13 (rev3), live through squid: the space's lists against its
-HTTP rules on ports 80/443. The lab (tests/sandboxes/test_docker_http_rules.py) serves every
+HTTP rules on ports 80/443. The lab (tests/sandboxes/backends/docker/egress/test_http_rules.py) serves every
 name from a network namespace of its own on a documentation address; nothing leaves the
 machine."""
 
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from sandboxes.backends.base import NetworkSpec
-from tests.sandboxes.test_docker_http_rules import RULES, Lab, lab  # noqa: F401 - the module's fixture
+from tests.sandboxes.backends.docker.egress.test_http_rules import RULES, Lab, lab  # noqa: F401 - the module's fixture
 
 pytestmark = [pytest.mark.docker]
 

@@ -33,8 +33,7 @@ from sandboxes.backends.docker.egress.rules import (
 )
 from sandboxes.models import EgressEvent, SandboxConfig, Session, SessionGrant
 from tests.factories import make_config
-
-from ..console.conftest import World
+from tests.personas import World
 
 ON: dict[str, Any] = {"allow_internet_access": True, "allow_public_traffic": False}
 
@@ -355,7 +354,7 @@ def test_the_resolver_refuses_a_denied_name_inside_an_allowed_one(
     import shutil
     import subprocess
 
-    from tests.sandboxes.egress_support import free_port, upstream_dns
+    from tests.support.egress_support import free_port, upstream_dns
 
     if shutil.which("dnsmasq") is None and not Path("/usr/sbin/dnsmasq").exists():
         pytest.fail("needs dnsmasq")

@@ -29,7 +29,7 @@ from sandboxes.terminal import keeper, sweep
 from sandboxes.terminal import tickets as terminals
 from tests.factories import make_config
 from tests.personas import World
-from tests.sandboxes import terminal_support
+from tests.support import terminal_support
 
 
 @pytest.mark.django_db

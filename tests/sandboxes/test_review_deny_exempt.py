@@ -24,7 +24,7 @@ from sandboxes.backends.base import META_SPACE, NetworkSpec, SandboxInfo, Sandbo
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.egress.firewall import TABLE_FAMILY, TABLE_NAME, bridge_name, table_set_names
 from sandboxes.backends.docker.egress.rules import network_sets
-from tests.sandboxes.egress_support import (
+from tests.support.egress_support import (
     DualNamespace,
     NamespaceServers,
     SandboxMaker,

@@ -23,7 +23,7 @@ import pytest
 
 from netpolicy import parse_domain
 from sandboxes.backends.docker.egress.dns import DenyFiller, fillable, lookup
-from tests.sandboxes.egress_support import free_port
+from tests.support.egress_support import free_port
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("dnsmasq") is None and not Path("/usr/sbin/dnsmasq").exists(), reason="dnsmasq"),

@@ -28,7 +28,7 @@ from sandboxes.backends.docker.egress import dns
 from sandboxes.backends.docker.egress.component import DockerEgress
 from sandboxes.backends.docker.egress.firewall import TABLE_FAMILY, TABLE_NAME
 from sandboxes.backends.docker.egress.rules import domain_sets
-from tests.sandboxes.egress_support import (
+from tests.support.egress_support import (
     DualNamespace,
     NamespaceServers,
     SandboxMaker,

@@ -18,7 +18,7 @@ import docker
 import pytest
 
 from sandboxes.models import Session
-from tests.sandboxes.test_api_get_never_wakes import KEY, Agent, agent  # noqa: F401
+from tests.sandboxes.api.test_get_never_wakes import KEY, Agent, agent  # noqa: F401
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
 

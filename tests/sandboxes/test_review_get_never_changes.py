@@ -26,7 +26,7 @@ from sandboxes.models import Artifact, BackgroundCommand, CommandStatus, Sandbox
 from sandboxes.sessions.runtime import Runtime
 from tests.console.test_authorization_sweep import FILLERS, Personas, build_target, http_routes
 from tests.personas import World
-from tests.sandboxes.test_api_get_never_wakes import (
+from tests.sandboxes.api.test_get_never_wakes import (
     KEY,
     Agent,
     agent,  # noqa: F401  (fixture)

@@ -27,7 +27,7 @@ from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.egress.dns import policy_for, render_config
 from sandboxes.backends.docker.egress.rules import chain_rules, deny_rules, network_sets
 from tests.sandboxes.conftest import docker_test_network_name
-from tests.sandboxes.egress_support import (
+from tests.support.egress_support import (
     DualNamespace,
     NamespaceServers,
     dual_namespace,

@@ -28,12 +28,11 @@ from sandboxes.sessions.store import SessionStore, lock_key
 from sandboxes.sessions.store_db import DatabaseSessionStore
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
-from tests.sandboxes.engine_proxy import EngineProxy
-from tests.sqlite_rerun import rerun_on_sqlite
-
-from .test_docker_engine_loss import proxied_config, proxy  # noqa: F401 - fixtures
-from .test_runtime import sandboxes_of
-from .test_runtime_invariants import db_store, e2b_config  # noqa: F401 - fixtures
+from tests.sandboxes.backends.docker.test_engine_loss import proxied_config, proxy  # noqa: F401 - fixtures
+from tests.sandboxes.sessions.test_runtime import sandboxes_of
+from tests.sandboxes.sessions.test_runtime_invariants import db_store, e2b_config  # noqa: F401 - fixtures
+from tests.support.engine_proxy import EngineProxy
+from tests.support.sqlite_rerun import rerun_on_sqlite
 
 pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
@@ -390,7 +389,7 @@ def test_reaper_passes_after_the_store_was_emptied_race_resolve_rebuild_and_dele
 ) -> None:
     import multiprocessing
 
-    from .test_reaper import plant_orphan
+    from tests.sandboxes.sessions.test_reaper import plant_orphan
 
     runtime = Runtime(DatabaseSessionStore())
     live = {key: runtime.resolve(world.space_a, key) for key in ("r-running", "r-paused", "r-resolved", "r-rebuilt")}

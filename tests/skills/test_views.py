@@ -15,9 +15,9 @@ from django.urls import reverse
 from console.models import AuditEvent
 from console.services import SYSTEM
 from skills.models import Skill, SkillFile, SkillVersion
+from tests.support.skills import REGULAR, build_zip, import_bytes, make_version, skill_md, skill_zip
 
 from .conftest import World
-from .helpers import REGULAR, build_zip, import_bytes, make_version, skill_md, skill_zip
 
 pytestmark = pytest.mark.django_db
 

@@ -1,0 +1,169 @@
+"""A deny entry by domain at the packet filter, from inside real sandboxes: the address of a
+denied name is refused however the sandbox learnt it (here: hard-coded), not only at the
+resolver. The deny filler (`dns.DenyFiller`) resolves denied names into their sets.
+
+Every destination is a server this test starts on this machine: a network namespace of its
+own (TEST-NET-2 and 2001:db8::/32 documentation addresses, checked by `ip route get` to go to
+the test's veth). The resolvers' upstream is a dnsmasq of the test's own on loopback.
+"""
+
+from __future__ import annotations
+
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from sandboxes.backends.base import NetworkSpec
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.egress.component import DockerEgress
+from sandboxes.backends.docker.egress.firewall import TABLE_FAMILY, TABLE_NAME
+from sandboxes.backends.docker.egress.rules import domain_sets
+from tests.support.egress_support import (
+    DualNamespace,
+    NamespaceServers,
+    SandboxMaker,
+    docker_backend,
+    dual_namespace,
+    probe,
+    resolve,
+    sandbox_maker,
+    target,
+    upstream_dns,
+    wait_refusal,
+)
+
+pytestmark = [pytest.mark.docker]
+
+TAG = secrets.token_hex(3)
+EVIL = f"evil-{TAG}.test"  # its own names: the sets are shared by every sandbox of the host
+EVIL6 = f"evil6-{TAG}.test"
+# Reading every refusal back takes seconds where the host's log is large (a shared CI host).
+READ_S = 30
+SHARED = f"shared-{TAG}.test"  # its subdomains resolve to the denied name's address
+
+
+@pytest.fixture(scope="module")
+def denied_ns() -> Iterator[DualNamespace]:
+    with dual_namespace() as space:
+        yield space
+
+
+@pytest.fixture(scope="module")
+def servers(denied_ns: DualNamespace) -> Iterator[NamespaceServers]:
+    with NamespaceServers(denied_ns) as servers:
+        yield servers
+
+
+@pytest.fixture(scope="module")
+def backend(docker_base_image: str, test_run_id: str, denied_ns: DualNamespace) -> Iterator[DockerBackend]:
+    answers = {EVIL: denied_ns.v4, EVIL6: denied_ns.v6, SHARED: denied_ns.v4}
+    with upstream_dns(answers) as upstream, docker_backend(test_run_id, upstream) as adapter:
+        yield adapter
+
+
+@pytest.fixture
+def make_sandbox(backend: DockerBackend, docker_base_image: str, test_run_id: str) -> Iterator[SandboxMaker]:
+    with sandbox_maker(backend, docker_base_image, test_run_id, "deny") as make:  # a space each
+        yield make
+
+
+def _egress(backend: DockerBackend) -> DockerEgress:
+    egress = backend.egress()
+    assert isinstance(egress, DockerEgress)
+    return egress
+
+
+def _key(host: str, port: int) -> str:
+    return f"{host}:{port}"  # as the probe names them
+
+
+def _set_elements(name: str) -> str:
+    done = subprocess.run(["nft", "list", "set", TABLE_FAMILY, TABLE_NAME, name], capture_output=True, text=True)
+    return done.stdout
+
+
+def test_a_hard_coded_address_of_a_denied_name_is_refused_by_the_packet_filter(
+    backend: DockerBackend, make_sandbox: SandboxMaker, servers: NamespaceServers
+) -> None:
+    v4, v6 = (servers.v4.host, servers.v4.port), (servers.v6.host, servers.v6.port)
+    control = make_sandbox(
+        NetworkSpec(allow_internet_access=True, allow_public_traffic=False)
+    )  # no lists: both addresses reachable
+    answers = probe(backend, control.sandbox_id, [v4, v6])
+    assert answers == {_key(*v4): "reached", _key(*v6): "reached"}, answers
+
+    started = time.monotonic()
+    denying = make_sandbox(
+        NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, deny_out=(EVIL, EVIL6))
+    )
+    assert resolve(backend, denying.sandbox_id, [EVIL, EVIL6]) == {EVIL: [], EVIL6: []}  # the resolver: NXDOMAIN
+    answers = probe(backend, denying.sandbox_id, [v4, v6])  # the addresses, hard-coded
+    assert answers[_key(*v4)] != "reached", answers
+    assert answers[_key(*v6)] != "reached", answers
+    assert wait_refusal(backend, denying.sandbox_id, target(*v4), timeout_s=READ_S).rule == f"deny entry {EVIL}"
+    assert wait_refusal(backend, denying.sandbox_id, target(*v6), timeout_s=READ_S).rule == f"deny entry {EVIL6}"
+    assert probe(backend, control.sandbox_id, [v4])[_key(*v4)] == "reached"  # only the denying one
+    assert time.monotonic() - started < 60
+
+
+def test_the_deny_sets_are_filled_again_on_refresh_and_a_live_change_fills_them_at_once(
+    backend: DockerBackend, make_sandbox: SandboxMaker, servers: NamespaceServers
+) -> None:
+    v4 = (servers.v4.host, servers.v4.port)
+    sandbox = make_sandbox(NetworkSpec(allow_internet_access=True, allow_public_traffic=False))
+    assert probe(backend, sandbox.sandbox_id, [v4])[_key(*v4)] == "reached"
+    egress = _egress(backend)
+    started = time.monotonic()
+    egress.update(
+        sandbox.sandbox_id, NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, deny_out=(EVIL,))
+    )
+    took = time.monotonic() - started
+    assert took < 5, f"a live change with a denied name took {took:.2f} s"
+    set4, _ = domain_sets(EVIL)
+    assert servers.v4.host in _set_elements(set4)
+    assert probe(backend, sandbox.sandbox_id, [v4])[_key(*v4)] != "reached"
+
+    # The set lost its elements (a reload of the table, an address that changed): a refresh
+    # resolves every denied name again.
+    subprocess.run(["nft", "flush", "set", TABLE_FAMILY, TABLE_NAME, set4], check=True)
+    assert servers.v4.host not in _set_elements(set4)
+    egress.refresh_deny_sets()
+    assert servers.v4.host in _set_elements(set4)
+    assert probe(backend, sandbox.sandbox_id, [v4])[_key(*v4)] != "reached"
+
+    # The deny entry removed: the address is reachable again for this sandbox.
+    egress.update(sandbox.sandbox_id, NetworkSpec(allow_internet_access=True, allow_public_traffic=False))
+    assert probe(backend, sandbox.sandbox_id, [v4])[_key(*v4)] == "reached"
+
+
+def test_a_denied_name_wins_over_a_cidr_allow_entry_but_not_over_an_allowed_name_on_its_address(
+    backend: DockerBackend, make_sandbox: SandboxMaker, servers: NamespaceServers
+) -> None:
+    v4 = (servers.v4.host, servers.v4.port)
+    by_cidr = make_sandbox(
+        NetworkSpec.parse(
+            allow_internet_access=True,
+            allow_public_traffic=False,
+            allow_out=(f"{servers.v4.host}/32",),
+            deny_out=(EVIL,),
+        )
+    )
+    assert probe(backend, by_cidr.sandbox_id, [v4])[_key(*v4)] != "reached"
+    assert wait_refusal(backend, by_cidr.sandbox_id, target(*v4), timeout_s=READ_S).rule == f"deny entry {EVIL}"
+    # An allowed name that resolved to the same address (wildcard DNS, a CDN): one destination
+    # at the packet filter; the resolver refuses the denied name, the allowed one reaches it.
+    shared = make_sandbox(
+        NetworkSpec.parse(
+            allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{SHARED}",), deny_out=(EVIL,)
+        )
+    )
+    assert resolve(backend, shared.sandbox_id, [f"api.{SHARED}", EVIL]) == {
+        f"api.{SHARED}": [servers.v4.host],
+        EVIL: [],
+    }
+    assert probe(backend, shared.sandbox_id, [(f"api.{SHARED}", servers.v4.port)])[
+        f"api.{SHARED}:{servers.v4.port}"
+    ] == ("reached")
