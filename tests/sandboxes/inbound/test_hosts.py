@@ -5,14 +5,17 @@ and how a Host header maps to one. No network: the router is driven in-process."
 from __future__ import annotations
 
 import asyncio
+import http.server
+import threading
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from sandboxes.inbound.forward import forward
 from sandboxes.inbound.proxy import InboundRouter
 from sandboxes.sessions.inbound_hosts import (
     LABEL_CHARS,
@@ -197,3 +200,78 @@ def test_daphne_refuses_to_start_on_a_single_inbound_host() -> None:
     )
     assert done.returncode != 0
     assert "ImproperlyConfigured: INBOUND_BASE_URL='https://sandboxes.example.net' names one host" in done.stderr
+
+
+# --- A sandbox's response headers on the console's own origin ----------------------------
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    """What a tenant's sandbox may answer: headers that act on the whole origin."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Clear-Site-Data", '"cookies", "storage", "cache"')
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hostile_upstream() -> Iterator[tuple[str, int]]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield "127.0.0.1", server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _proxied_headers(address: tuple[str, int], *, sandboxed: bool) -> dict[bytes, bytes]:
+    prefix = "/inbound/sbx1/8000/"
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": prefix + "x",
+        "raw_path": (prefix + "x").encode(),
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1:8000")],
+        "client": ("127.0.0.1", 5000),
+        "scheme": "http",
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def run() -> None:
+        messages = [{"type": "http.request", "body": b"", "more_body": False}]
+
+        async def receive() -> dict[str, Any]:
+            if messages:
+                return messages.pop()
+            await asyncio.sleep(3600)
+            return {"type": "http.disconnect"}
+
+        async def send(message: MutableMapping[str, Any]) -> None:
+            sent.append(dict(message))
+
+        headers: list[tuple[bytes, bytes]] = [(b"host", b"127.0.0.1:8000")]
+        await forward(scope, receive, send, headers, address, prefix, "/x", sandboxed=sandboxed)
+
+    asyncio.run(run())
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    assert start["status"] == 200
+    return {name.lower(): value for name, value in start["headers"]}
+
+
+def test_a_sandbox_cannot_clear_the_consoles_cookies_on_its_origin(hostile_upstream: tuple[str, int]) -> None:
+    """On the console's own origin, `Clear-Site-Data: "cookies"` from a sandbox would log the
+    visitor out of the console (CSP sandbox does not stop it: it acts on the URL's origin)."""
+    headers = _proxied_headers(hostile_upstream, sandboxed=True)
+    assert b"content-security-policy" in headers
+    assert b"clear-site-data" not in headers
+    # On a sandbox port's host of its own too: "cookies" acts on the whole registrable domain,
+    # so it would wipe every other sandbox host's link cookie (the inbound review's finding).
+    assert b"clear-site-data" not in _proxied_headers(hostile_upstream, sandboxed=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -228,3 +229,40 @@ def test_racing_background_command_starts_never_pass_the_limit(world: World) -> 
         thread.join(30)
     assert sorted(outcomes) == ["refused"] * 4 + ["started"] * 2
     assert BackgroundCommand.objects.filter(session=session, status=CommandStatus.RUNNING).count() == 2
+
+
+def _cursor(value: Any) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "forged",
+    [
+        ["2020-01-01T00:00:00+00:00", 1],
+        ["2020-01-01T00:00:00+00:00", {"a": 1}],
+        ["2020-01-01T00:00:00+00:00", ["x"]],
+        {"2020-01-01T00:00:00+00:00": 0, "b": 1},
+    ],
+    ids=["int-id", "object-id", "list-id", "object"],
+)
+def test_a_forged_cursor_of_other_types_is_a_400_not_a_500(world: World, agent: Agent, forged: Any) -> None:
+    config = make_config(world.space_a, name="c")
+    Session.objects.create(space=world.space_a, key="s", config=config)
+    for what in ("commands", "artifacts"):
+        response = agent.get("s", what, cursor=_cursor(forged))
+        assert response.status_code == 400, (what, response.status_code, response.content[:200])
+        assert json.loads(response.content)["error"]["field"] == "cursor"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "when",
+    ["2020-01-01T00:00:00", "0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "2020-01-01"],
+    ids=["naive", "year-1-east", "year-9999-west", "date-only"],
+)
+def test_a_cursor_at_odd_times_answers_a_page_or_a_400(world: World, agent: Agent, when: str) -> None:
+    config = make_config(world.space_a, name="c")
+    Session.objects.create(space=world.space_a, key="s", config=config)
+    response = agent.get("s", "commands", cursor=_cursor([when, "00000000-0000-0000-0000-000000000000"]))
+    assert response.status_code in (200, 400), (response.status_code, response.content[:300])

@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from skills.install import SkillPayload, StepFailed, tar_of
-from skills.install_packages import console_pip_wheel, parse_pip_installed
+from skills.install_packages import console_pip_wheel, parse_pip_installed, redact_userinfo
 
 
 def payload(files: dict[str, tuple[int, bytes]], metadata: dict[str, str] | None = None) -> SkillPayload:
@@ -60,3 +60,19 @@ def test_console_pip_is_packed_as_a_runnable_wheel() -> None:
         names = set(archive.namelist())
     assert "pip/__main__.py" in names
     assert not any(n.endswith(".pyc") for n in names)
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [
+        ("http://ghp_s3cr3tT0ken@127.0.0.1:8080/simple/", "ghp_s3cr3tT0ken"),  # a token alone
+        ("http://user:p%40ss:w0rd@127.0.0.1:8080/simple/", "w0rd"),  # ':' inside the password
+        ("http://user:pa@ss@[::1]:8080/simple/?k=v", "pa@ss"),  # '@' inside the password
+        ("http://user:s3cret@[::1]:8080/simple/", "s3cret"),  # an IPv6 literal
+    ],
+    ids=["token-only", "colon-in-password", "at-in-password", "ipv6"],
+)
+def test_credentials_in_a_source_url_never_reach_the_log(url: str, secret: str) -> None:
+    shown = redact_userinfo(url)
+    assert secret not in shown
+    assert "127.0.0.1:8080" in shown or "[::1]:8080" in shown
