@@ -18,14 +18,22 @@ from django.utils import timezone
 from console.models import AuditEvent, SpaceLimits
 from console.services import SYSTEM, Actor, ServiceError, do_update_space_limits
 from sandboxes.api.tokens import do_create_api_token
-from sandboxes.models import BackgroundCommand, CommandStatus, ExecSlot, Session, SessionState
+from sandboxes.models import (
+    BackgroundCommand,
+    CommandStatus,
+    ExecSlot,
+    Session,
+    SessionState,
+)
 from sandboxes.sessions import limits
+from sandboxes.sessions import runtime as runtime_module
 from sandboxes.sessions.limits import LimitExceeded, take_exec_slot
 from sandboxes.sessions.lookup import get_or_create_session
 from tests.conftest import REDIS_URL
 from tests.factories import make_config
 from tests.personas import World
 from tests.sandboxes.api.test_agent_api import Agent
+from tests.support.killed_process import console_child, kill_when_ready
 
 pytestmark = pytest.mark.django_db
 
@@ -266,3 +274,43 @@ def test_a_cursor_at_odd_times_answers_a_page_or_a_400(world: World, agent: Agen
     Session.objects.create(space=world.space_a, key="s", config=config)
     response = agent.get("s", "commands", cursor=_cursor([when, "00000000-0000-0000-0000-000000000000"]))
     assert response.status_code in (200, 400), (response.status_code, response.content[:300])
+
+
+# An exec counted in by a process killed before its finally stops counting against the space's
+# concurrent-exec limit once its own deadline has passed, even while the session keeps running
+# other execs.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_exec_stops_counting_after_its_deadline_under_steady_traffic(world: World, monkeypatch: Any) -> None:
+    make_config(world.space_a, is_default=True)
+    session = get_or_create_session(world.space_a, "killed-exec")
+    SpaceLimits.objects.update_or_create(space=world.space_a, defaults={"concurrent_execs": 2})
+    grace_s = 1.0
+    monkeypatch.setattr(runtime_module, "EXEC_GRACE", timedelta(seconds=grace_s))
+    child = console_child(
+        "from datetime import timedelta\n"
+        "from sandboxes.models import Session\n"
+        "from sandboxes.sessions import runtime\n"
+        f"runtime.EXEC_GRACE = timedelta(seconds={grace_s})\n"
+        f"session = Session.objects.select_related('space').get(pk={str(session.pk)!r})\n"
+        "with runtime.Runtime().exec_in_flight(session, 1.0):\n"
+        "    print('READY', flush=True)\n"
+        "    time.sleep(120)\n"
+    )
+    kill_when_ready(child)
+    killed_deadline = time.monotonic() + 1.0 + grace_s
+    rt = runtime_module.Runtime()
+    session = Session.objects.select_related("space").get(pk=session.pk)
+    # The agent goes on: one short exec after another, well within each other's deadline.
+    while time.monotonic() < killed_deadline + 2.0:
+        with rt.exec_in_flight(session, 1.0):
+            time.sleep(0.05)
+        time.sleep(0.3)
+    # The killed exec's own deadline is long past; only live execs count now.
+    with rt.exec_in_flight(session, 1.0):
+        try:
+            with rt.exec_in_flight(session, 1.0):  # two live execs: within the limit of 2
+                pass
+        except LimitExceeded as refused:
+            pytest.fail(f"the dead exec still counts: {refused}")

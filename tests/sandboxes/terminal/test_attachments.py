@@ -10,13 +10,20 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from console.models import AuditEvent
-from sandboxes.models import Terminal
+from console.models import (
+    AuditEvent,
+    SpaceLimits,  # noqa: F401
+)
+from sandboxes.models import (
+    Session,  # noqa: F401
+    Terminal,
+)
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.terminal import attachments, sweep
 from sandboxes.terminal import tickets as terminals
 from tests.factories import make_config
 from tests.personas import World
+from tests.support.killed_process import console_child, kill_when_ready
 
 
 def grant_for(terminal: Terminal) -> terminals.Grant:
@@ -108,3 +115,42 @@ def test_a_close_whose_audit_fails_leaves_the_row_open_for_the_next_try(terminal
     terminals.record_close(grant, terminal.user, None, "closed by the client", {"bytes_in": 1, "bytes_out": 2})
     assert Terminal.objects.get(pk=terminal.pk).closed is not None
     assert AuditEvent.objects.filter(action="terminal.close", target_id=grant.terminal_id).count() == 1
+
+
+# A process killed after it won attachments.claim_close but before record_close (the window holds
+# the kept shell's end) must not leave the terminal open for ever: the sweep closes it, with
+# exactly one close audit.
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_closer_killed_between_claim_and_record_is_closed_by_the_sweep(world: World) -> None:
+    make_config(world.space_a, is_default=True)
+    session = get_or_create_session(world.space_a, "killed-closer")
+    terminal = terminals.create_terminal(world.bob, session)
+    tid = str(terminal.pk)
+    grant = terminals.Grant(tid, str(session.pk), str(session.space_id), world.bob.pk, False)
+    assert terminals.record_open(grant, world.bob, None, "no-such-sandbox")
+
+    child = console_child(
+        "from sandboxes.terminal import attachments\n"
+        f"assert attachments.take({tid!r}, 'replica-a')\n"
+        f"assert attachments.claim_close({tid!r}, 'replica-a', force=True)\n"
+        "print('READY', flush=True)\n"
+        "time.sleep(120)  # ending the kept shell (an exec of up to 20 s) ... killed here\n"
+    )
+    kill_when_ready(child)
+    row = Terminal.objects.get(pk=tid)
+    assert row.closed is None
+    assert row.holder.startswith(attachments.CLOSING)
+
+    # Long after: every timestamp the row carries is an hour older.
+    hour = timedelta(hours=1)
+    if row.held_until is not None:
+        Terminal.objects.filter(pk=tid).update(held_until=row.held_until - hour)
+    assert sweep.close_abandoned() == 1, "a terminal whose closer died stays open for ever"
+    row.refresh_from_db()
+    assert row.closed is not None
+    assert row.holder == ""
+    assert AuditEvent.objects.filter(action="terminal.close", target_id=tid).count() == 1
+    assert AuditEvent.objects.filter(action="terminal.open", target_id=tid).count() == 1
+    assert sweep.close_abandoned() == 0  # and nobody closes it twice

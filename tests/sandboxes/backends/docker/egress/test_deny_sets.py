@@ -12,15 +12,16 @@ from __future__ import annotations
 import secrets
 import subprocess
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from sandboxes.backends.base import NetworkSpec
+from sandboxes.backends.base import META_SPACE, NetworkSpec, SandboxInfo, SandboxSpec
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.egress.component import DockerEgress
-from sandboxes.backends.docker.egress.firewall import TABLE_FAMILY, TABLE_NAME
-from sandboxes.backends.docker.egress.rules import domain_sets
+from sandboxes.backends.docker.egress.firewall import TABLE_FAMILY, TABLE_NAME, bridge_name, table_set_names
+from sandboxes.backends.docker.egress.rules import domain_sets, network_sets
 from tests.support.egress_support import (
     DualNamespace,
     NamespaceServers,
@@ -167,3 +168,84 @@ def test_a_denied_name_wins_over_a_cidr_allow_entry_but_not_over_an_allowed_name
     assert probe(backend, shared.sandbox_id, [(f"api.{SHARED}", servers.v4.port)])[
         f"api.{SHARED}:{servers.v4.port}"
     ] == ("reached")
+
+
+# The deny rule's exemption for addresses an allowed domain resolved to reads the allowed
+# pattern's per-network copy (network_sets), which only the sandbox's own network's resolver
+# fills: another space's sandbox allowing the same wildcard, and resolving the denied name, must
+# not exempt its address for the denying sandbox; a released network's copies are pruned.
+ZONE = f"zone-{TAG}.test"  # its own names: the sets are shared by every sandbox of the host
+ZONE_EVIL = f"evil.{ZONE}"
+
+
+@pytest.fixture(scope="module")
+def exempt_ns() -> Iterator[DualNamespace]:
+    with dual_namespace() as space:
+        yield space
+
+
+@pytest.fixture(scope="module")
+def exempt_servers(exempt_ns: DualNamespace) -> Iterator[NamespaceServers]:
+    with NamespaceServers(exempt_ns) as exempt_servers:
+        yield exempt_servers
+
+
+@pytest.fixture(scope="module")
+def exempt_backend(docker_base_image: str, test_run_id: str, exempt_ns: DualNamespace) -> Iterator[DockerBackend]:
+    answers = {ZONE_EVIL: exempt_ns.v4, f"api.{ZONE}": "203.0.113.77"}
+    with upstream_dns(answers) as upstream, docker_backend(test_run_id, upstream) as adapter:
+        yield adapter
+
+
+@pytest.fixture
+def make_exempt_sandbox(
+    exempt_backend: DockerBackend, docker_base_image: str, test_run_id: str
+) -> Iterator[SandboxMaker]:
+    with sandbox_maker(exempt_backend, docker_base_image, test_run_id, "exempt") as make:  # a space each
+        yield make
+
+
+def test_another_spaces_lookup_under_a_shared_wildcard_does_not_exempt_a_denied_address(
+    exempt_backend: DockerBackend, make_exempt_sandbox: Callable[..., SandboxInfo], exempt_servers: NamespaceServers
+) -> None:
+    v4 = (exempt_servers.v4.host, exempt_servers.v4.port)
+    key = f"{servers.v4.host}:{servers.v4.port}"
+    # Space A: the wildcard allowed, one name under it denied.
+    denying = make_exempt_sandbox(
+        NetworkSpec.parse(
+            allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(ZONE_EVIL,)
+        )
+    )
+    assert resolve(exempt_backend, denying.sandbox_id, [ZONE_EVIL]) == {ZONE_EVIL: []}  # its resolver: NXDOMAIN
+    assert probe(exempt_backend, denying.sandbox_id, [v4])[key] != "reached"  # hard-coded: refused
+    # Space B (another tenant, or the same user's other space): the same wildcard allowed,
+    # nothing denied. Its sandbox looks the name up, as it may.
+    other = make_exempt_sandbox(
+        NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",))
+    )
+    assert resolve(exempt_backend, other.sandbox_id, [ZONE_EVIL]) == {ZONE_EVIL: [exempt_servers.v4.host]}
+    # Space A's deny entry must still hold for the address.
+    assert probe(exempt_backend, denying.sandbox_id, [v4])[key] != "reached"
+
+
+def test_the_per_network_copy_is_filled_by_its_own_resolver_and_pruned_with_the_network(
+    exempt_backend: DockerBackend, docker_base_image: str, test_run_id: str, exempt_servers: NamespaceServers
+) -> None:
+    space = f"exempt-{uuid.uuid4().hex[:8]}"
+    spec = SandboxSpec(
+        template_id=docker_base_image,
+        network=NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",)),
+        metadata={"test-run": test_run_id, META_SPACE: space},
+    )
+    info = exempt_backend.create(spec)
+    set4, set6 = network_sets(f"*.{ZONE}", bridge_name(exempt_backend.space_network_name(space)))
+    try:
+        assert {set4, set6} <= set(table_set_names())
+        assert resolve(exempt_backend, info.sandbox_id, [ZONE_EVIL]) == {ZONE_EVIL: [exempt_servers.v4.host]}
+        listed = subprocess.run(
+            ["nft", "list", "set", TABLE_FAMILY, TABLE_NAME, set4], capture_output=True, text=True, check=True
+        )
+        assert exempt_servers.v4.host in listed.stdout  # its own network's resolver filled its copy
+    finally:
+        exempt_backend.delete(info.sandbox_id)  # the space's last sandbox: its network is released
+    assert not {set4, set6} & set(table_set_names())
