@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from sandboxes.backends.base import META_SPACE, NetworkSpec, SandboxInfo, SandboxSpec
+from sandboxes.backends.base import META_SPACE, BackendConfig, NetworkSpec, SandboxInfo, SandboxSpec
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.egress.component import DockerEgress
 from sandboxes.backends.docker.egress.firewall import TABLE_FAMILY, TABLE_NAME, bridge_name, table_set_names
 from sandboxes.backends.docker.egress.rules import domain_sets, network_sets
+from tests.sandboxes.conftest import docker_test_network_name
 from tests.support.egress_support import (
     DualNamespace,
     NamespaceServers,
@@ -249,3 +250,150 @@ def test_the_per_network_copy_is_filled_by_its_own_resolver_and_pruned_with_the_
     finally:
         exempt_backend.delete(info.sandbox_id)  # the space's last sandbox: its network is released
     assert not {set4, set6} & set(table_set_names())
+
+
+# The same hole live: a sandbox of the same space network that does not deny a name (it need not
+# allow the wildcard, nor look anything up) must not let the denying sandbox reach the denied
+# name's address through the per-network exemption copy.
+
+
+@pytest.fixture(scope="module")
+def netset_ns() -> Iterator[DualNamespace]:
+    with dual_namespace() as space:
+        yield space
+
+
+@pytest.fixture(scope="module")
+def netset_servers(netset_ns: DualNamespace) -> Iterator[NamespaceServers]:
+    with NamespaceServers(netset_ns) as netset_servers:
+        yield netset_servers
+
+
+@pytest.mark.docker
+def test_a_denied_name_stays_refused_when_a_sandbox_of_the_same_space_does_not_deny_it(
+    docker_base_image: str, test_run_id: str, netset_ns: DualNamespace, netset_servers: NamespaceServers
+) -> None:
+    with upstream_dns({ZONE_EVIL: netset_ns.v4, f"api.{ZONE}": "203.0.113.77"}) as upstream:
+        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
+        backend = DockerBackend(BackendConfig(kind="docker", options=options))
+        metadata = {"test-run": test_run_id, META_SPACE: f"netset-{uuid.uuid4().hex[:8]}"}  # one space
+        made = []
+        try:
+            v4 = (netset_servers.v4.host, netset_servers.v4.port)
+            key = f"{servers.v4.host}:{servers.v4.port}"
+            spec = NetworkSpec.parse(
+                allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(ZONE_EVIL,)
+            )
+            denying = backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata))
+            made.append(denying.sandbox_id)
+            assert probe(backend, denying.sandbox_id, [v4])[key] != "reached"
+            # The same space's other sandbox: an allow list that does not name EVIL at all.
+            spec = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=("other.test",))
+            other = backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata))
+            made.append(other.sandbox_id)
+            resolve(backend, denying.sandbox_id, [ZONE_EVIL])  # its own lookup, now forwarded
+            assert probe(backend, denying.sandbox_id, [v4])[key] != "reached"
+            # A third one allowing the wildcard without the deny entry: it looks the name up
+            # and reaches it (the shared set), and the denying sandbox stays refused.
+            spec = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",))
+            allowing = backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata))
+            made.append(allowing.sandbox_id)
+            assert resolve(backend, allowing.sandbox_id, [ZONE_EVIL]) == {ZONE_EVIL: [netset_servers.v4.host]}
+            assert probe(backend, allowing.sandbox_id, [v4])[key] == "reached"
+            assert probe(backend, denying.sandbox_id, [v4])[key] != "reached"
+        finally:
+            for sandbox_id in made:
+                backend.delete(sandbox_id)
+            backend.close()
+
+
+@pytest.mark.docker
+def test_an_allowed_name_is_reached_when_a_sandbox_of_the_same_space_has_no_lists(
+    docker_base_image: str, test_run_id: str, netset_ns: DualNamespace, netset_servers: NamespaceServers
+) -> None:
+    with upstream_dns({ZONE_EVIL: netset_ns.v4}) as upstream:
+        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
+        backend = DockerBackend(BackendConfig(kind="docker", options=options))
+        metadata = {"test-run": test_run_id, META_SPACE: f"netset-{uuid.uuid4().hex[:8]}"}  # one space
+        made = []
+        try:
+            key = f"{servers.v4.host}:{servers.v4.port}"
+            for spec in (
+                NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",)),
+                NetworkSpec(allow_internet_access=True, allow_public_traffic=False),
+            ):
+                made.append(
+                    backend.create(
+                        SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)
+                    ).sandbox_id
+                )
+            assert resolve(backend, made[0], [ZONE_EVIL]) == {ZONE_EVIL: [netset_servers.v4.host]}
+            assert probe(backend, made[0], [(netset_servers.v4.host, netset_servers.v4.port)])[key] == "reached"
+        finally:
+            for sandbox_id in made:
+                backend.delete(sandbox_id)
+            backend.close()
+
+
+@pytest.mark.docker
+def test_a_lookup_made_before_the_denying_sandbox_joined_does_not_exempt_its_denied_name(
+    docker_base_image: str, test_run_id: str, netset_ns: DualNamespace, netset_servers: NamespaceServers
+) -> None:
+    # The copies keep their elements for ever: what a co-member's lookups put there while no
+    # member denied the name must not exempt it for a sandbox that joins with the deny entry.
+    with upstream_dns({ZONE_EVIL: netset_ns.v4}) as upstream:
+        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
+        backend = DockerBackend(BackendConfig(kind="docker", options=options))
+        metadata = {"test-run": test_run_id, META_SPACE: f"netset-{uuid.uuid4().hex[:8]}"}  # one space
+        made = []
+        try:
+            v4 = (netset_servers.v4.host, netset_servers.v4.port)
+            key = f"{servers.v4.host}:{servers.v4.port}"
+            spec = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",))
+            made.append(
+                backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)).sandbox_id
+            )
+            assert resolve(backend, made[0], [ZONE_EVIL]) == {ZONE_EVIL: [netset_servers.v4.host]}
+            spec = NetworkSpec.parse(
+                allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(ZONE_EVIL,)
+            )
+            made.append(
+                backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)).sandbox_id
+            )
+            assert probe(backend, made[1], [v4])[key] != "reached"
+        finally:
+            for sandbox_id in made:
+                backend.delete(sandbox_id)
+            backend.close()
+
+
+@pytest.mark.docker
+def test_a_deny_entry_added_live_holds_for_an_address_the_sandbox_looked_up_while_allowed(
+    docker_base_image: str, test_run_id: str, netset_ns: DualNamespace, netset_servers: NamespaceServers
+) -> None:
+    with upstream_dns({ZONE_EVIL: netset_ns.v4}) as upstream:
+        options = {"network": docker_test_network_name(test_run_id), "dns_upstream": upstream}
+        backend = DockerBackend(BackendConfig(kind="docker", options=options))
+        metadata = {"test-run": test_run_id, META_SPACE: f"netset-{uuid.uuid4().hex[:8]}"}
+        spec = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",))
+        sandbox_id = backend.create(
+            SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)
+        ).sandbox_id
+        try:
+            v4 = (netset_servers.v4.host, netset_servers.v4.port)
+            key = f"{servers.v4.host}:{servers.v4.port}"
+            assert resolve(backend, sandbox_id, [ZONE_EVIL]) == {ZONE_EVIL: [netset_servers.v4.host]}
+            assert probe(backend, sandbox_id, [v4])[key] == "reached"
+            backend.outbound.update(
+                sandbox_id,
+                NetworkSpec.parse(
+                    allow_internet_access=True,
+                    allow_public_traffic=False,
+                    allow_out=spec.allow_out,
+                    deny_out=(ZONE_EVIL,),
+                ),
+            )
+            assert probe(backend, sandbox_id, [v4])[key] != "reached"
+        finally:
+            backend.delete(sandbox_id)
+            backend.close()

@@ -361,3 +361,35 @@ def test_a_sandboxs_http_requests_follow_its_own_lists_not_another_sessions(
     finally:
         for sandbox in made:
             lab.backend.delete(sandbox.sandbox_id)
+
+
+# The space's lists against its HTTP rules, live through squid on ports 80/443: a deny CIDR wins
+# over an HTTP allow rule, and an HTTP allow rule does not widen the allow list.
+
+
+def _apply(lab: Lab, **lists: tuple[str, ...]) -> None:
+    network = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, l7_rules=RULES, **lists)
+    lab.backend.outbound.update_http_rules(lab.sandbox_id, network)
+    time.sleep(1)  # squid's reconfigure (the rule-change test shows < 1 s)
+
+
+def _restore(lab: Lab) -> None:
+    _apply(lab)
+
+
+def test_a_deny_cidr_wins_over_an_http_allow_rule_live(lab: Lab) -> None:
+    assert lab.http("GET", "web.test", "/public/a").startswith("200 ")  # control: the rule allows it
+    try:
+        _apply(lab, deny_out=(f"{lab.target.address}/32",))
+        assert lab.http("GET", "web.test", "/public/a").startswith("403 ")
+    finally:
+        _restore(lab)
+
+
+def test_an_http_allow_rule_does_not_widen_the_allow_list_live(lab: Lab) -> None:
+    try:
+        _apply(lab, allow_out=("other.test",))
+        assert lab.http("GET", "other.test", "/").startswith("200 ")  # control: the allow list
+        assert lab.http("GET", "web.test", "/public/a").startswith("403 ")
+    finally:
+        _restore(lab)

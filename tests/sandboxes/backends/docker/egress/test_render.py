@@ -4,20 +4,27 @@ what is rendered (`nft -c`, a check that changes nothing, when nft runs here).""
 
 from __future__ import annotations
 
+import re
+import secrets
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import netpolicy
 from netpolicy import Domain, PolicyError, parse_domain
 from sandboxes.backends.base import NetworkSpec
-from sandboxes.backends.docker.egress.dns import DnsPolicy, policy_for, read_refusals, render_config
+from sandboxes.backends.docker.egress.dns import DnsPolicy, policy_for, read_refusals, render_config, render_fill_config
 from sandboxes.backends.docker.egress.firewall import render_ruleset
 from sandboxes.backends.docker.egress.rules import (
     Binding,
     chain_rules,
+    deny_rules,
     domain_sets,
+    network_sets,
+    network_sets_of,
     render_removal,
     render_update,
 )
@@ -208,3 +215,193 @@ def test_the_chain_refuses_every_class_netpolicy_says_is_never_or_only_opened() 
             if word.strip("{},")
         ]
         assert any(found.network.subnet_of(c) for c in covering), (found.network, words)  # type: ignore[arg-type]
+
+
+# The per-network exemption copies (network_sets), as rendered: one dnsmasq answers all online
+# sandboxes of a space network, and a name is NXDOMAIN there only when every member denies it
+# (dns.policy_for), so a co-member's presence must not put a denied name's answer into the
+# exemption copy the denying sandbox's deny rule reads.
+
+TAG = secrets.token_hex(3)
+ZONE = f"zone-{TAG}.test"
+ZONE_EVIL = f"evil.{ZONE}"
+BRIDGE = "sbx-0123456789a"
+
+
+def _sets_filled_for(config: str, name: str) -> set[str] | None:
+    """The sets dnsmasq adds `name`'s answers to under `config` (its longest-matching
+    `nftset=` line), or None when the name is answered locally (`address=/name/`)."""
+    best, sets = -1, set[str]()
+    for line in config.splitlines():
+        local = re.fullmatch(r"address=/([^/]+)/", line)
+        if local and (name == local[1] or name.endswith("." + local[1])):
+            return None
+        found = re.fullmatch(r"nftset=/([^/]+)/(.*)", line)
+        if found and (name == found[1] or name.endswith("." + found[1])) and len(found[1]) > best:
+            best, sets = len(found[1]), {t.rsplit("#", 1)[1] for t in found[2].split(",")}
+    return sets
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        ((True, (f"*.{ZONE}",), ())),  # the helper's case: the same wildcard, nothing denied
+        ((True, ("other.test",), ())),  # broader: any allow list that does not deny the name
+    ],
+)
+def test_a_co_members_presence_puts_the_denied_names_answer_into_the_exemption_copy(
+    other: tuple[bool, tuple[str, ...], tuple[str, ...]],
+) -> None:
+    denying = NetworkSpec.parse(
+        allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(ZONE_EVIL,)
+    )
+    copy4, copy6 = network_sets(f"*.{ZONE}", BRIDGE)
+    # The denying sandbox's deny rule is exempted by that copy ...
+    assert f"ip daddr @{copy4} return" in deny_rules(denying, BRIDGE)
+    assert "jump s_d" in chain_rules(denying, BRIDGE)
+    # ... and alone on its network, its denied name never reaches the copy (NXDOMAIN).
+    alone = policy_for([(True, denying.domains("allow_out"), denying.domains("deny_out"))])
+    assert _sets_filled_for(render_config("172.30.0.1", "127.0.0.1", alone, "/l", "/p", BRIDGE), ZONE_EVIL) is None
+    # With another sandbox online on the same network, the name is forwarded and its answer
+    # must still not fill the copy the denying sandbox's exemption reads.
+    has_list, allowed, denied = other
+    shared = policy_for(
+        [
+            (True, denying.domains("allow_out"), denying.domains("deny_out")),
+            (has_list, tuple(parse_domain(a) for a in allowed), tuple(parse_domain(d) for d in denied)),
+        ]
+    )
+    filled = _sets_filled_for(render_config("172.30.0.1", "127.0.0.1", shared, "/l", "/p", BRIDGE), ZONE_EVIL)
+    assert filled is not None
+    assert not {copy4, copy6} & filled
+
+
+def test_a_network_answering_every_name_still_fills_its_allow_lists_sets() -> None:
+    # One sandbox of the network without an allow list makes its resolver answer every name;
+    # the other's allowed names must still reach their sets, or its packet filter refuses
+    # every address of its allowed domains ("not in the allow list").
+    listing = NetworkSpec.parse(
+        allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(ZONE_EVIL,)
+    )
+    policy = policy_for([(True, listing.domains("allow_out"), listing.domains("deny_out")), (False, (), ())])
+    config = render_config("172.30.0.1", "127.0.0.1", policy, "/l", "/p", BRIDGE)
+    filled = _sets_filled_for(config, f"api.{ZONE}")
+    assert filled is not None
+    assert set(network_sets(f"*.{ZONE}", BRIDGE)) <= filled
+    assert not set(network_sets(f"*.{ZONE}", BRIDGE)) & (_sets_filled_for(config, ZONE_EVIL) or set())
+
+
+# The denied names' sets and the per-network copies as rendered: which resolver fills them, what
+# they spare, their names within nft's limit, and no entry injecting into the resolver's
+# configuration or the chain.
+
+ON: dict[str, Any] = {"allow_internet_access": True, "allow_public_traffic": False}
+
+
+def entries(*texts: str) -> tuple[netpolicy.Entry, ...]:
+    return tuple(netpolicy.parse_entry(t) for t in texts)
+
+
+def dom(*names: str) -> tuple[Domain, ...]:
+    return tuple(parse_domain(n) for n in names)
+
+
+# --- the resolver and the deny sets ----------------------------------------------------------
+
+
+def test_a_denied_domains_set_is_filled_by_some_resolver() -> None:
+    # Was: a deny entry's set was never filled (nftset= lines for allowed patterns only), so a
+    # denied name resolved elsewhere (a hard-coded address) passed the packet filter. Now the
+    # deny filler, the console's own dnsmasq on loopback, resolves denied names into their
+    # sets (the network's resolver still answers the sandbox NXDOMAIN for them).
+    rules = chain_rules(NetworkSpec.parse(**ON, deny_out=("evil.test",)))
+    set4, set6 = domain_sets("evil.test")
+    assert any(f"@{set4}" in rule for rule in rules)  # the chain refuses by the set
+    first_accept = next(i for i, rule in enumerate(rules) if rule.endswith("accept"))
+    assert max(i for i, rule in enumerate(rules) if f"@{set4}" in rule or f"@{set6}" in rule) < first_accept
+    # This network (NXDOMAIN for it), another space's network answering every name, the filler:
+    network = render_config("172.30.0.1", "127.0.0.1#5353", DnsPolicy(True, (), dom("evil.test")), "/l", "/p")
+    configs = [
+        network,
+        render_config("172.31.0.1", "127.0.0.1#5353", DnsPolicy(True), "/l", "/p"),
+        render_fill_config(35353, "127.0.0.1#5353", dom("evil.test", "*.wild.test"), "/l", "/p"),
+    ]
+    assert any(set4 in text for text in configs)
+    assert set4 not in network
+    assert "address=/evil.test/" in network.splitlines()
+    fill = configs[2].splitlines()
+    assert "listen-address=127.0.0.1" in fill
+    assert "server=/evil.test/127.0.0.1#5353" in fill
+    assert not any("wild.test" in line for line in fill)  # a wildcard names no name to resolve
+
+
+def test_a_denied_names_set_spares_only_the_addresses_of_allowed_names_it_does_not_cover() -> None:
+    spec = NetworkSpec.parse(**ON, allow_out=("*.web.test", "a.evil.test", "198.51.100.0/24"), deny_out=("evil.test",))
+    rules = chain_rules(spec, "sbx-aaaaaaaaaaa")
+    deny4, _ = domain_sets("evil.test")
+    # The denied names' rules are a sub-chain: exemptions return from it first, one a rule.
+    sub = deny_rules(spec, "sbx-aaaaaaaaaaa")
+    refusal = next(i for i, rule in enumerate(sub) if rule.startswith(f"ip daddr @{deny4} "))
+    exempt = sub[:refusal]
+    # An allowed name on its address, as the sandbox's own network's resolver answered it:
+    assert f"ip daddr @{network_sets('*.web.test', 'sbx-aaaaaaaaaaa')[0]} return" in exempt
+    # never the pattern's shared set, which every space's resolver fills (revdeny's finding):
+    assert not any(f"@{domain_sets('*.web.test')[0]} " in rule for rule in sub)
+    assert not any(network_sets("a.evil.test", "sbx-aaaaaaaaaaa")[0] in rule for rule in sub)  # covered
+    assert rules.index("jump s_d") < next(i for i, rule in enumerate(rules) if "198.51.100.0/24" in rule)
+    # No network known (no binding: the chain is jumped to by nothing): no exception at all.
+    (unbound,) = [rule for rule in chain_rules(spec) if rule.startswith(f"ip daddr @{deny4} ")]
+    assert "!=" not in unbound
+
+
+def test_the_per_network_sets_are_one_networks_and_fit_nfts_name_limit() -> None:
+    a4, a6 = network_sets("*.web.test", "sbx-aaaaaaaaaaa")
+    b4, _ = network_sets("*.web.test", "sbx-bbbbbbbbbbb")
+    assert len({a4, a6, b4, *domain_sets("*.web.test")}) == 5
+    assert max(len(n) for n in (a4, a6, b4)) <= 31
+    names = [a4, a6, b4, *domain_sets("*.web.test"), "managed"]
+    assert network_sets_of("sbx-aaaaaaaaaaa", names) == [a4, a6]
+    # A network's resolver fills the shared sets (the allow rules) and its own copy:
+    text = render_config(
+        "172.30.0.1", "127.0.0.1#5353", DnsPolicy(False, dom("*.web.test")), "/l", "/p", "sbx-aaaaaaaaaaa"
+    )
+    (line,) = [line for line in text.splitlines() if line.startswith("nftset=")]
+    assert line.startswith("nftset=/web.test/")
+    assert line.split("/")[2].split(",") == [
+        f"{family}#inet#sandbox_console#{name}"
+        for family, name in zip("4646", (*domain_sets("*.web.test"), a4, a6), strict=True)
+    ]
+    # and the chain's transaction declares the copy for the binding's bridge.
+    update = render_update(
+        "ab" * 32,
+        NetworkSpec.parse(**ON, allow_out=("*.web.test",), deny_out=("evil.test",)),
+        None,
+        Binding("sbx-aaaaaaaaaaa", ("172.20.0.3",), ()),
+    )
+    assert f"add set inet sandbox_console {a4} {{ type ipv4_addr; }}" in update.splitlines()
+    assert b4 not in update
+
+
+@pytest.mark.parametrize(
+    ("deny", "allow", "covered"),
+    [
+        ("evil.test", "evil.test", True),
+        ("evil.test", "a.evil.test", True),
+        ("evil.test", "*.evil.test", True),
+        ("*.evil.test", "a.evil.test", True),
+        ("*.evil.test", "*.evil.test", True),
+        ("*.evil.test", "evil.test", False),
+        ("a.evil.test", "*.evil.test", False),
+        ("evil.test", "notevil.test", False),
+    ],
+)
+def test_which_allow_entries_a_deny_entry_covers(deny: str, allow: str, covered: bool) -> None:
+    assert parse_domain(deny).covers(parse_domain(allow)) is covered
+
+
+@pytest.mark.parametrize("bad", ["a.test\nserver=/#/8.8.8.8", "a.test#x", 'a"b.test', "a;b.test", "a/b.test"])
+def test_no_entry_can_inject_into_the_resolver_or_the_chain(bad: str) -> None:
+    from netpolicy import PolicyError
+
+    with pytest.raises(PolicyError):
+        NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=[bad])

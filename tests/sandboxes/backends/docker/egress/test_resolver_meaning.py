@@ -10,12 +10,14 @@ import socket
 import struct
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import netpolicy
+from netpolicy import Domain, parse_domain
 from sandboxes.backends.base import NetworkSpec
-from sandboxes.backends.docker.egress.dns import policy_for, render_config
+from sandboxes.backends.docker.egress.dns import DnsPolicy, policy_for, render_config
 from tests.support.egress_support import free_port, upstream_dns
 
 ANSWERS = {"example.test": "203.0.113.5", "x.test": "203.0.113.6"}
@@ -72,3 +74,63 @@ def test_the_resolver_answers_what_decide_says(
     with upstream_dns(ANSWERS) as upstream:
         forwarded = _forwarded(spec, name, upstream, tmp_path)
     assert forwarded is decided.allowed, (decided, forwarded)
+
+
+# Deny wins for names, as dnsmasq matches them: a denied name inside an allowed one is refused by
+# the resolver itself.
+
+
+def dom(*names: str) -> tuple[Domain, ...]:
+    return tuple(parse_domain(n) for n in names)
+
+
+# --- the resolver itself: deny wins for names, as dnsmasq matches them ------------------------
+
+
+def _query(port: int, name: str) -> int:
+    """The RCODE and answer count of an A query to 127.0.0.1:port (0 answers: refused)."""
+    import socket
+    import struct
+
+    question = b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\x00\x00\x01\x00\x01"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(3)
+        sock.sendto(b"\x43\x21\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00" + question, ("127.0.0.1", port))
+        reply = sock.recv(512)
+    return int(struct.unpack("!H", reply[6:8])[0])
+
+
+@pytest.mark.parametrize(
+    ("allowed", "denied", "name"),
+    [
+        (("example.test",), ("*.example.test",), "a.example.test"),
+        (("*.example.test",), ("a.example.test",), "a.example.test"),
+        (("example.test",), ("a.example.test",), "b.a.example.test"),
+    ],
+)
+def test_the_resolver_refuses_a_denied_name_inside_an_allowed_one(
+    allowed: tuple[str, ...], denied: tuple[str, ...], name: str, tmp_path: Any
+) -> None:
+    import shutil
+    import subprocess
+
+    from tests.support.egress_support import free_port, upstream_dns
+
+    if shutil.which("dnsmasq") is None and not Path("/usr/sbin/dnsmasq").exists():
+        pytest.fail("needs dnsmasq")
+    with upstream_dns({"example.test": "203.0.113.5"}) as upstream:
+        port = free_port()
+        policy = DnsPolicy(False, dom(*allowed), dom(*denied))
+        text = render_config("127.0.0.1", upstream, policy, str(tmp_path / "log"), str(tmp_path / "pid"))
+        # Our own instance on loopback: no nftset (the shared table is not touched), no port 53.
+        lines = [line for line in text.splitlines() if not line.startswith(("nftset=", "port=", "except-interface"))]
+        (tmp_path / "conf").write_text("\n".join([*lines, f"port={port}"]) + "\n")
+        binary = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
+        done = subprocess.run([binary, f"--conf-file={tmp_path / 'conf'}"], capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        try:
+            assert _query(port, "example.test" if "example.test" in allowed else "z.example.test") == 1  # control
+            assert _query(port, name) == 0
+        finally:
+            pid = int((tmp_path / "pid").read_text().strip())
+            subprocess.run(["kill", str(pid)], check=False)
