@@ -10,11 +10,18 @@ session and checks the engine after each request.
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import threading
+import time
 import uuid
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import docker
 import pytest
 from django.core.files.base import ContentFile
+from django.utils import timezone
 
 from console.models import AuditEvent
 from console.services import Actor
@@ -197,3 +204,177 @@ def test_no_get_route_wakes_a_paused_session(world: World, agent: Agent, session
     assert reached_files == 2  # the file reads got past access and lookup to the sandbox check
     assert Session.objects.count() == sessions
     assert installation_sandboxes(session_config) == sandboxes
+
+
+# A file GET racing a pause answers like a paused session: files_view checks the sandbox is
+# running, then execs the helper in it, and a pause landing between the two (the idle sweep, a
+# member's Pause, the engine) makes the exec fail on a paused container. The answer is still the
+# documented 409 session_not_running, never a 500, never a wake.
+
+
+def _thaw(container_id: str) -> None:
+    """Thaw the container's freezer cgroup (v1 or v2) behind the engine's back. An exec whose
+    `runc init` joined the cgroup as it froze stays frozen, and the engine then holds the
+    container's lock for ever (docker/for-linux#891): every later inspect, unpause or removal
+    of it hangs, and with them the rest of the run. Thawing lets that exec finish."""
+    roots = [Path("/sys/fs/cgroup/freezer/docker"), Path("/sys/fs/cgroup/docker"), Path("/sys/fs/cgroup/system.slice")]
+    for path in (roots[0] / container_id / "freezer.state", roots[1] / container_id / "cgroup.freeze"):
+        if path.exists():
+            path.write_text("THAWED" if path.name == "freezer.state" else "0")
+    scope = roots[2] / f"docker-{container_id}.scope" / "cgroup.freeze"
+    if scope.exists():
+        scope.write_text("0")
+
+
+def _unpause(container: Any) -> None:
+    """Unpause, thawing the cgroup first if the engine does not answer within 5 s."""
+    done, thawed = threading.Event(), threading.Event()
+
+    def rescue() -> None:
+        if not done.is_set():
+            _thaw(container.id)
+            thawed.set()
+
+    watchdog = threading.Timer(5, rescue)
+    watchdog.start()
+    try:
+        container.unpause()
+    except docker.errors.APIError:
+        if not thawed.is_set():  # the thaw may leave the engine nothing to resume
+            raise
+    finally:
+        done.set()
+        watchdog.cancel()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.docker
+def test_a_file_get_racing_a_pause_answers_session_not_running(agent: Agent) -> None:
+    assert agent.post("resolve").status_code == 200
+    session = Session.objects.get(key=KEY)
+    container = docker.from_env().containers.get(session.sandbox_id)
+    stop = threading.Event()
+
+    def flip() -> None:  # running for a moment, then paused for a while (as a Pause stays)
+        while not stop.is_set():
+            container.pause()
+            time.sleep(0.3)
+            _unpause(container)
+            time.sleep(0.005)
+
+    flipper = threading.Thread(target=flip, daemon=True)
+    flipper.start()
+    seen: Counter[tuple[int, str]] = Counter()
+    try:
+        for _ in range(40):
+            response = agent.get("files", path="")
+            code = response.json().get("error", {}).get("code", "") if response.status_code != 200 else ""
+            seen[(response.status_code, code)] += 1
+    finally:
+        stop.set()
+        flipper.join()
+    print(dict(seen))
+    wrong: dict[Any, int] = {k: n for k, n in seen.items() if k[0] != 200 and k != (409, "session_not_running")}
+    assert not wrong, f"answers other than 200 and 409 session_not_running: {dict(seen)}"
+
+
+# No safe request (GET, HEAD, OPTIONS) changes a session or its sandbox: a paused session, one
+# whose sandbox is gone behind the console's back (where a wake would be a rebuild), one stopped
+# by the engine; neither the row's last_activity (an old value, so a touch shows) nor the
+# session's audit trail.
+SAFE_METHODS = ("get", "head", "options")
+LONG_AGO = timezone.now() - datetime.timedelta(days=2)
+
+
+def snapshot(session: Session) -> tuple[Any, ...]:
+    session.refresh_from_db()
+    return (
+        *engine_view(session),
+        session.last_activity,
+        Terminal.objects.filter(session=session).count(),
+        AuditEvent.objects.filter(target_id=str(session.id)).count(),
+    )
+
+
+def walk_safe_methods(world: World, session: Session, config: SandboxConfig, restore: Any) -> list[str]:
+    target = build_target(world)
+    artifact = Artifact(session=session, collection=uuid.uuid4(), path="output/a.txt", size=2, sha256="0" * 64)
+    artifact.file.save("a.txt", ContentFile(b"hi"), save=False)
+    artifact.save()
+    command = BackgroundCommand.objects.create(session=session, shell="true", status=CommandStatus.EXITED, exit_code=0)
+    terminal = Terminal.objects.create(session=session, user=world.bob)
+    target = dataclasses.replace(
+        target,
+        session_id=str(session.id),
+        session_key=session.key,
+        artifact_id=str(artifact.id),
+        command_id=str(command.id),
+        terminal_id=str(terminal.id),
+        config_id=str(config.id),
+        backend_id=str(config.backend_id),
+    )
+    Session.objects.filter(pk=session.pk).update(last_activity=LONG_AGO)
+    personas = Personas(world)
+    routes = [r for r in http_routes() if all(k in FILLERS for k in r.kwargs)]
+    assert len(routes) > 50
+    before = snapshot(session)
+    sessions = Session.objects.count()
+    sandboxes = installation_sandboxes(config)
+    changed: list[str] = []
+    for route in routes:
+        url = target.url(route)
+        url += ("&" if "?" in url else "?") + READ_QUERY
+        headers = {"authorization": f"Bearer {target.token_a}"} if route.is_api else {}
+        for method in SAFE_METHODS:
+            client = personas.client("control", route)
+            response = getattr(client, method)(url, headers=headers)
+            assert response.status_code < 500, (method, route.name, response.status_code)
+            if (after := snapshot(session)) != before:
+                changed.append(f"{method.upper()} {route.name} ({response.status_code}): {before} -> {after}")
+                restore(session)
+                Session.objects.filter(pk=session.pk).update(last_activity=LONG_AGO)
+                before = snapshot(session)
+    assert Session.objects.count() == sessions
+    if installation_sandboxes(config) != sandboxes:
+        changed.append(f"sandboxes of the installation: {sandboxes} -> {installation_sandboxes(config)}")
+    return changed
+
+
+def test_no_safe_request_changes_a_paused_session(world: World, agent: Agent, session_config: SandboxConfig) -> None:
+    session = paused_session(agent)
+
+    def repause(s: Session) -> None:
+        Runtime().pause(s, actor=Actor(user=None))
+
+    changed = walk_safe_methods(world, session, session_config, repause)
+    assert not changed, "\n".join(changed)
+
+
+def test_no_safe_request_rebuilds_a_session_whose_sandbox_is_gone(
+    world: World,
+    agent: Agent,
+    session_config: SandboxConfig,
+) -> None:
+    assert agent.post("resolve").status_code == 200
+    session = Session.objects.select_related("config", "space").get(key=KEY)
+    engine = docker.from_env()
+    engine.containers.get(session.sandbox_id).remove(force=True)  # gone behind the console's back
+
+    def cannot_restore(s: Session) -> None:
+        raise AssertionError("a safe request brought a gone sandbox back")
+
+    changed = walk_safe_methods(world, session, session_config, cannot_restore)
+    assert not changed, "\n".join(changed)
+
+
+def test_no_safe_request_starts_a_stopped_sandbox(world: World, agent: Agent, session_config: SandboxConfig) -> None:
+    assert agent.post("resolve").status_code == 200
+    session = Session.objects.select_related("config", "space").get(key=KEY)
+    engine = docker.from_env()
+    engine.containers.get(session.sandbox_id).stop(timeout=1)  # stopped by the engine (a host restart)
+
+    def restop(s: Session) -> None:
+        engine.containers.get(s.sandbox_id).stop(timeout=1)
+
+    changed = walk_safe_methods(world, session, session_config, restop)
+    assert not changed, "\n".join(changed)
