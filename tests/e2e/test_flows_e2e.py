@@ -1,4 +1,4 @@
-"""The main flows of issue #14 end to end in Chromium, against the live console (Daphne) and the
+"""The main flows end to end in Chromium, against the live console (Daphne) and the
 real Docker engine: a new space admin logs in and follows the dashboard's getting-started path
 (config, connection test, skill, session, terminal), which checks itself off; on the way the
 network policy form refuses a bad entry and warns about what the Docker config cannot honour;

@@ -254,7 +254,7 @@ def test_the_checks_see_aliased_branches():
 
 
 def test_the_checks_see_lookups_by_kind():
-    # Review (issue 12 b): a kind's name outside a comparison, a lookup by kind, an adapter's
+    # A kind's name outside a comparison, a lookup by kind, an adapter's
     # class, and a kind in a template tag other than a comparison.
     for source in (
         'ok = config.kind.startswith("docker")\n',

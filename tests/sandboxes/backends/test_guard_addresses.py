@@ -1,8 +1,8 @@
 """The guard's judgement of addresses and host names, and where it is applied.
 
 Pure decisions on literal addresses and a resolver stub: nothing here sends a packet
-anywhere but to a forwarder this test starts on loopback. Each case of issue 11 ("SSRF
-guard gaps") is one test, written to fail on the guard before it knew the case.
+anywhere but to a forwarder this test starts on loopback. Each way past the guard is one
+test, written to fail on the guard before it knew the case.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""Adversarial review (rev1): with one inbound host for all (the old INBOUND_BASE_URL), every
-sandbox of every space was served on ONE origin: a page in space B's sandbox was same-origin
-with space A's, and its script read A's pages with the visitor's A link cookie and A's
-localStorage. Now every sandbox port has a host of its own (`<label>-<port>.<domain>`), and
-these tests hold the proxy to it: a host answers for its own sandbox port only, any other
+"""Inbound traffic across tenants: every sandbox port has a host of its own
+(`<label>-<port>.<domain>`), so a page in space B's sandbox is never same-origin with space
+A's (with one inbound host for all, its script could read A's pages with the visitor's A link
+cookie and A's localStorage). These tests hold the proxy to it: a host answers for its own sandbox port only, any other
 name on the domain is the uniform 404, and neither links nor cookies nor websockets cross.
 Real console, real Docker sandboxes, Chromium; every request goes to 127.0.0.1 (a sandbox
 host's name only in the Host header, or mapped to 127.0.0.1 inside Chromium)."""

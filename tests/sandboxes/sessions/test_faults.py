@@ -108,7 +108,7 @@ def embedded_console(docker_base_image: str, tmp_path: Path) -> Iterator[Console
 
 
 def test_a_restart_of_the_embedded_console_keeps_every_session(embedded_console: Console) -> None:
-    # The acceptance of issue 10, as a new user would try it.
+    # The promise of the embedded mode, as a new user would try it.
     console = embedded_console
     api = console.api()
     sandboxes = drive(api, ["alpha", "beta"])

@@ -1,4 +1,4 @@
-"""The runtime's invariants under the races that broke them (issue 10, "What was seen"), on the
+"""The runtime's invariants under the races that broke them, on the
 real Docker engine with the database store (the embedded default) or Redis.
 
 Each test is the adversary of one promise: a lease running out mid-create, a losing SET NX, a

@@ -1,5 +1,5 @@
 """Revocation at commit: a user's terminals close within 1 s of the commit that takes their
-access away (issue 11 item 5), on PostgreSQL and on both channel layers.
+access away, on PostgreSQL and on both channel layers.
 
 Each trigger runs through the real write path in a thread of its own and keeps its
 transaction open for a moment after the change: a re-check sent inside the transaction

@@ -81,7 +81,7 @@ def test_an_index_url_opens_outbound_as_tightly_as_the_backend_allows(backend: B
     assert not chosen.spec.allow_public_traffic
     reason = f"to reach the pip index {INDEX} and the npm registry {REGISTRY}"
     # Every adapter here can honour allow lists (Docker on a local engine too). A non-empty
-    # allow list alone lets out only its entries (issue 13); a deny-all entry would now win
+    # allow list alone lets out only its entries; a deny-all entry would now win
     # over them. The adapters add what their API needs (E2B: denyOut all).
     assert chosen.spec.deny_out == ()
     if not backend.network_capabilities().allow_private:

@@ -329,7 +329,7 @@ class TestCubeQuirks:
         self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory
     ) -> None:
         # Quirk: CubeAPI rejects a domain in allowOut unless outbound is off or 0.0.0.0/0 is
-        # denied (a 400). A non-empty allow list means "only these" (issue 13), which the
+        # denied (a 400). A non-empty allow list means "only these", which the
         # adapter sends as allowOut=list + denyOut=0.0.0.0/0: accepted.
         # A plain domain is the name and its subdomains: Cube gets `x` and `*.x`.
         network = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=True, allow_out=("example.com",))
@@ -514,7 +514,7 @@ class TestCubeBeforeV05:
         assert body["allowPublicTraffic"] is False
 
 
-# Per release (issue 16): the fake answers as Cube before v0.5 ("0.4"), v0.5/v0.6 ("0.5") and
+# Per release: the fake answers as Cube before v0.5 ("0.4"), v0.5/v0.6 ("0.5") and
 # v0.7 ("0.7"); the adapter detects which from what it answers.
 
 RELEASES = {

@@ -440,7 +440,7 @@ class TestE2BMapping:
         handle.kill()  # idempotent
 
 
-# Issue 16: E2B both ways, encoding as infra decodes, proto3-JSON defaults -------------------
+# The E2B wire both ways: encoding as infra decodes, proto3-JSON defaults ---------------------
 
 
 @pytest.fixture(scope="class")

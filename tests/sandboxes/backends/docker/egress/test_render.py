@@ -345,7 +345,7 @@ def test_a_denied_names_set_spares_only_the_addresses_of_allowed_names_it_does_n
     exempt = sub[:refusal]
     # An allowed name on its address, as the sandbox's own network's resolver answered it:
     assert f"ip daddr @{network_sets('*.web.test', 'sbx-aaaaaaaaaaa')[0]} return" in exempt
-    # never the pattern's shared set, which every space's resolver fills (revdeny's finding):
+    # never the pattern's shared set, which every space's resolver fills:
     assert not any(f"@{domain_sets('*.web.test')[0]} " in rule for rule in sub)
     assert not any(network_sets("a.evil.test", "sbx-aaaaaaaaaaa")[0] in rule for rule in sub)  # covered
     assert rules.index("jump s_d") < next(i for i, rule in enumerate(rules) if "198.51.100.0/24" in rule)
