@@ -1,5 +1,5 @@
 """The world of the inbound tests (tests/sandboxes/inbound/test_proxy.py and
-test_inbound_cross_tenant.py): a real console (Daphne) with INBOUND_BASE_URL
+test_cross_tenant.py): a real console (Daphne) with INBOUND_BASE_URL
 `http://*.localhost:<port>`, three spaces with a session each on real Docker sandboxes that run
 the test's own servers (`python3 -m http.server` on 8000, an echo server on 9000, a websocket
 echo on 9100), and clients that send every request to 127.0.0.1 (a sandbox host's name only in

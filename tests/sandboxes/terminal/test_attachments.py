@@ -1,6 +1,6 @@
 """The attachment lease and the once-per-terminal audit (sandboxes/terminal/attachments.py,
 tickets.record_open/record_close), against the real database; the sandbox side is in
-test_terminal_replicas.py."""
+test_replicas.py."""
 
 from __future__ import annotations
 

@@ -164,7 +164,7 @@ class TestDockerBackend:
     def test_network_capabilities_are_what_the_local_engine_enforces(self, backend: DockerBackend) -> None:
         caps = backend.network_capabilities()
         assert caps.outbound_toggle
-        assert caps.inbound_toggle  # through the console's own proxy (test_docker_inbound.py)
+        assert caps.inbound_toggle  # through the console's own proxy (test_inbound.py)
         assert (
             caps.l7_rules == squid_available()
         )  # HTTP rules: tests/sandboxes/backends/docker/egress/test_http_rules.py

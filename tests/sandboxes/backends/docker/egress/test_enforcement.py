@@ -101,7 +101,7 @@ def test_the_capabilities_are_truthful(backend: DockerBackend) -> None:
     assert caps.deny_out_cidr
     assert caps.deny_out_domain
     assert caps.live_update
-    assert caps.l7_rules == squid_available()  # HTTP rules through squid (test_docker_http_rules.py)
+    assert caps.l7_rules == squid_available()  # HTTP rules through squid (egress/test_http_rules.py)
     assert caps.inbound_toggle  # the console's inbound proxy (docs/inbound.md)
     assert backend.egress() is not None
 
