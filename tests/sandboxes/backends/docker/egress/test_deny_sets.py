@@ -210,7 +210,7 @@ def test_another_spaces_lookup_under_a_shared_wildcard_does_not_exempt_a_denied_
     exempt_backend: DockerBackend, make_exempt_sandbox: Callable[..., SandboxInfo], exempt_servers: NamespaceServers
 ) -> None:
     v4 = (exempt_servers.v4.host, exempt_servers.v4.port)
-    key = f"{servers.v4.host}:{servers.v4.port}"
+    key = f"{exempt_servers.v4.host}:{exempt_servers.v4.port}"
     # Space A: the wildcard allowed, one name under it denied.
     denying = make_exempt_sandbox(
         NetworkSpec.parse(
@@ -280,7 +280,7 @@ def test_a_denied_name_stays_refused_when_a_sandbox_of_the_same_space_does_not_d
         made = []
         try:
             v4 = (netset_servers.v4.host, netset_servers.v4.port)
-            key = f"{servers.v4.host}:{servers.v4.port}"
+            key = f"{netset_servers.v4.host}:{netset_servers.v4.port}"
             spec = NetworkSpec.parse(
                 allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",), deny_out=(ZONE_EVIL,)
             )
@@ -317,7 +317,7 @@ def test_an_allowed_name_is_reached_when_a_sandbox_of_the_same_space_has_no_list
         metadata = {"test-run": test_run_id, META_SPACE: f"netset-{uuid.uuid4().hex[:8]}"}  # one space
         made = []
         try:
-            key = f"{servers.v4.host}:{servers.v4.port}"
+            key = f"{netset_servers.v4.host}:{netset_servers.v4.port}"
             for spec in (
                 NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",)),
                 NetworkSpec(allow_internet_access=True, allow_public_traffic=False),
@@ -348,7 +348,7 @@ def test_a_lookup_made_before_the_denying_sandbox_joined_does_not_exempt_its_den
         made = []
         try:
             v4 = (netset_servers.v4.host, netset_servers.v4.port)
-            key = f"{servers.v4.host}:{servers.v4.port}"
+            key = f"{netset_servers.v4.host}:{netset_servers.v4.port}"
             spec = NetworkSpec.parse(allow_internet_access=True, allow_public_traffic=False, allow_out=(f"*.{ZONE}",))
             made.append(
                 backend.create(SandboxSpec(template_id=docker_base_image, network=spec, metadata=metadata)).sandbox_id
@@ -381,7 +381,7 @@ def test_a_deny_entry_added_live_holds_for_an_address_the_sandbox_looked_up_whil
         ).sandbox_id
         try:
             v4 = (netset_servers.v4.host, netset_servers.v4.port)
-            key = f"{servers.v4.host}:{servers.v4.port}"
+            key = f"{netset_servers.v4.host}:{netset_servers.v4.port}"
             assert resolve(backend, sandbox_id, [ZONE_EVIL]) == {ZONE_EVIL: [netset_servers.v4.host]}
             assert probe(backend, sandbox_id, [v4])[key] == "reached"
             backend.outbound.update(
