@@ -1,4 +1,4 @@
-"""The warm path's hand-written session query gives what the ORM gives, on whichever database runs."""
+"""The warm path's session lookup: the session, its config and backend in one query, scoped to its space."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def field_values(instance: Session | SandboxConfig | PlatformBackend) -> dict[st
     return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
 
 
-def test_it_returns_the_session_and_its_config_exactly_as_the_orm_does(
+def test_it_returns_the_session_its_config_and_backend_in_one_query(
     world: World, django_assert_num_queries: Any
 ) -> None:
     config = make_config(world.space_a, api_key="secret-key", cpus=Decimal("1.5"), endpoint="http://127.0.0.1:9")
@@ -61,7 +61,7 @@ def test_it_finds_nothing_for_an_unknown_key_or_another_space(world: World) -> N
 
 
 def test_it_reads_the_row_anew_each_time(world: World) -> None:
-    # Written once, but never cached rows: a stale time or config edit shows at once.
+    # Never cached rows: a stale time or config edit shows at once.
     config = make_config(world.space_a, memory_mb=256)
     Session.objects.create(space=world.space_a, key="k", config=config)
     first = session_by_key(world.space_a, "k")
