@@ -392,7 +392,7 @@ def test_concurrent_agent_calls_never_fail_on_a_locked_database(world: World, db
 @pytest.mark.slow
 def test_the_runtime_races_hold_on_sqlite_too(tmp_path: Any) -> None:
     """The races above in a child run on SQLite, the embedded default's database."""
-    tail = rerun_on_sqlite(__file__, "racing or locked", tmp_path)
+    tail = rerun_on_sqlite(__file__, "racing_a_session_delete or locked_database", tmp_path)
     assert "2 passed" in tail, tail
 
 
