@@ -42,7 +42,7 @@ from sandboxes.backends.base import META_SPACE, BackendConfig, ExecRequest, Netw
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.egress.proxy import PROXY_HTTP_PORT, PROXY_TLS_PORT
 from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
-from tests.sandboxes.egress_lab import LocalResolver, TargetNamespace, input_exception
+from tests.support.egress_lab import LocalResolver, TargetNamespace, input_exception
 
 # Inside the sandbox: GET /bytes/N over one connection, timed; prints MB/s.
 DOWNLOAD = r"""

@@ -59,7 +59,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.sandboxes.console_process import (  # noqa: E402
+from tests.support.console_process import (  # noqa: E402
     Console,
     PostgresServer,
     RedisServer,

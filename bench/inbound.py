@@ -29,8 +29,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.sandboxes.console_process import Console, docker_api, remove_docker_leftovers  # noqa: E402
-from tests.sandboxes.inbound_world import _SEED, ECHO_SERVER  # noqa: E402
+from tests.support.console_process import Console, docker_api, remove_docker_leftovers  # noqa: E402
+from tests.support.inbound_world import _SEED, ECHO_SERVER  # noqa: E402
 from tests.support.tuning import tuning_env  # noqa: E402
 
 

@@ -50,7 +50,7 @@ sys.path.insert(0, str(REPO))
 
 import requests  # noqa: E402
 
-from tests.sandboxes.console_process import (  # noqa: E402
+from tests.support.console_process import (  # noqa: E402
     ADMIN_PASSWORD,
     ADMIN_USER,
     VENV_BIN,

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests import network_guard
+from tests.support import network_guard
 
-# No test looks a name up off this machine (tests/network_guard.py).
+# No test looks a name up off this machine (tests/support/network_guard.py).
 network_guard.install()
 
 # The fake E2B/Cube server's fixtures (fake_e2b_server, fake_cube_server, ...).
@@ -92,9 +92,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 # Personas (alice, bob, carol, charlie, root) for every app's tests.
-# `captured`: the log records of a test (tests/log_capture.py).
-from tests.log_capture import captured  # noqa: E402, F401
+# `captured`: the log records of a test (tests/support/log_capture.py).
 from tests.personas import world  # noqa: E402, F401
+from tests.support.log_capture import captured  # noqa: E402, F401
 
 
 @pytest.fixture

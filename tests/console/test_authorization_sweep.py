@@ -57,7 +57,7 @@ from sandboxes.models import (
 from skills.models import SkillFile, SkillImage
 from tests.factories import add_member, make_config, make_user
 from tests.personas import World
-from tests.skills.helpers import make_version
+from tests.support.skills import make_version
 
 MARKER = "zeta-target"  # in every name of space A's objects: must never show outside A
 UNREACHABLE_ENGINE = "unix:///tmp/no-such-docker-engine.sock"  # pages must not depend on a backend

@@ -73,7 +73,7 @@ def test_every_handler_of_the_production_set_up_redacts(production_log: io.Strin
         assert any(isinstance(f, RedactFilter) for f in handler.filters), handler
 
 
-@override_settings(ROOT_URLCONF="tests.console.redaction_urls", INVITE_EMAIL=False)
+@override_settings(ROOT_URLCONF="tests.support.redaction_urls", INVITE_EMAIL=False)
 def test_a_whole_flow_logs_no_secret(production_log: io.StringIO) -> None:
     secrets: list[str] = []
     root = make_user("root", superuser=True)

@@ -2,7 +2,7 @@
 console/metrics.py, console/ops_views.py, console/logs.py).
 
 The parts that need several processes or a service to break are in
-tests/sandboxes/test_ops_processes.py.
+tests/console/test_ops_processes.py.
 Readiness runs its checks in threads of its own, so those tests commit their rows
 (transactional database) for the threads to see them.
 """
@@ -25,7 +25,7 @@ from console.logs import ReadableFormatter, RequestIdFilter
 from console.models import AdminJob, JobStatus
 from sandboxes.models import Session, SessionState, Terminal
 from tests.factories import make_backend, make_config, make_space, make_user
-from tests.log_capture import Captured
+from tests.support.log_capture import Captured
 from tests.support.tuning import Tuned
 
 SCRAPER_TOKEN = "readyz-scraper-token-0123456789"
@@ -308,3 +308,41 @@ def test_a_job_started_by_a_page_logs_under_the_request_id_of_that_page(captured
     assert {r.request_id for r in job_lines} == {"req-job-7"}  # type: ignore[attr-defined]
     # The thread that ran it is not the request's, yet it carries the request's id.
     assert {r.threadName for r in job_lines if r.getMessage().endswith("started")} != {threading.current_thread().name}
+
+
+@pytest.mark.django_db
+def test_a_non_ascii_bearer_on_metrics_is_refused_not_a_500(settings: Any) -> None:
+    settings.METRICS_TOKEN = "scrape-token-0123456789"
+    settings.METRICS_ALLOWED_NETWORKS = []
+    settings.METRICS_ALLOW_LOOPBACK = False
+    client = Client(raise_request_exception=False)
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer sécret")
+    assert response.status_code == 401
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-token-0123456789").status_code == 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_backend_that_hangs_does_not_take_the_other_checks_down_with_it(tuned: Tuned) -> None:
+    """Each readiness run leaves the hung check's thread behind; once the pool is full of
+    them, the database check itself never runs and /readyz reports it failing."""
+    import threading
+
+    from console import health
+
+    release = threading.Event()
+
+    def hangs() -> None:
+        release.wait(60)
+
+    tuned({"readyz.timeout_s": 0.2, "readyz.cache_s": 0})
+    health.register_checks("a-hung-backend", lambda: [("backend:hung", hangs, True)])
+    try:
+        for _ in range(health._pool._max_workers + 2):
+            health.forget_readiness()
+            results = {r.name: r for r in health.readiness()}
+        assert "database" in results, results  # else: the console's own source never got a thread
+        assert results["database"].ok, results["database"]
+    finally:
+        release.set()
+        health._sources.pop("a-hung-backend", None)
+        health.forget_readiness()

@@ -118,7 +118,7 @@ def sso(provider: Provider, settings: Any) -> Provider:
     settings.OIDC_OP_JWKS_ENDPOINT = discovery["jwks_uri"]
     settings.OIDC_PROVIDER_NAME = PROVIDER_NAME
     settings.AUTHENTICATION_BACKENDS = [*django_settings.AUTHENTICATION_BACKENDS, "console.oidc.ConsoleOIDCBackend"]
-    settings.ROOT_URLCONF = "tests.console.oidc_urls"
+    settings.ROOT_URLCONF = "tests.support.oidc_urls"
     return provider
 
 

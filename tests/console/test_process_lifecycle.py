@@ -1,7 +1,7 @@
 """A console process's end, on a real one: killed (`kill -9`) it leaves no work held, stopped
 (SIGTERM) it ends within its grace.
 
-One installation for the module, run as `make start` runs it (tests/sandboxes/console_process.py):
+One installation for the module, run as `make start` runs it (tests/support/console_process.py):
 `python -m console.serve` in the embedded mode (jobs in threads of the web process) on a
 PostgreSQL database of its own and the real Docker engine, driven over HTTP. Its space may
 run three execs at once; the grace of a stop is 5 s and the reaper runs every second, so a
@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.sandboxes.console_process import (
+from tests.support.console_process import (
     INSTALLATION_LABEL,
     Answer,
     ApiClient,

@@ -24,7 +24,7 @@ from console.models import AuditEvent
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import make_backend, make_config
 from tests.personas import World
-from tests.sandboxes.test_configs import config_form_data
+from tests.sandboxes.catalog.test_configs import config_form_data
 
 REPO = Path(__file__).resolve().parents[2]
 KEY_VARS = ("SECRET_KEY", "FIELD_ENCRYPTION_KEY", "FIELD_ENCRYPTION_OLD_KEYS", "DEBUG")
@@ -241,7 +241,7 @@ def test_an_edit_form_shows_the_stored_key_redacted_and_never_a_retyped_one(worl
 def test_a_backend_form_that_fails_validation_does_not_echo_the_typed_tls_key(world: World) -> None:
     """The TLS client key is a secret like the API key ("never shown again"): a form sent
     back for another field's error must not carry it in the page."""
-    from tests.sandboxes.test_platform_backends import backend_form
+    from tests.sandboxes.catalog.test_platform_backends import backend_form
 
     typed_key = "-----BEGIN PRIVATE KEY-----\nTYPEDSECRETKEYMATERIAL0123456789\n-----END PRIVATE KEY-----"
     data = backend_form(

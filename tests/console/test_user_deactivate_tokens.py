@@ -17,7 +17,7 @@ from sandboxes.api.tokens import do_create_api_token, do_revoke_api_token
 from sandboxes.models import ApiToken
 from tests.factories import make_config
 from tests.personas import World
-from tests.sandboxes.test_api import Agent
+from tests.sandboxes.api.test_agent_api import Agent
 
 pytestmark = pytest.mark.django_db
 

@@ -16,9 +16,9 @@ from console import metrics
 from console.activity import take_sample
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.runtime import Runtime
-from tests.e2e.helpers import wait_until
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
+from tests.support.browser import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 

@@ -18,10 +18,10 @@ from django.urls import reverse
 
 from console.models import AdminJob
 from sandboxes.models import PlatformBackend, SandboxConfig
-from tests.e2e.helpers import log_in, shoot_all, wait_for_job
 from tests.factories import make_backend
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
+from tests.support.browser import log_in, shoot_all, wait_for_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.docker, pytest.mark.e2b, pytest.mark.cube,
               pytest.mark.slow]  # fmt: skip

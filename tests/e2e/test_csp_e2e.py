@@ -23,10 +23,10 @@ from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions import store_select as binding
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.sessions.store import MemorySessionStore
-from tests.e2e.helpers import wait_until
 from tests.factories import make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
+from tests.support.browser import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 

@@ -1,4 +1,4 @@
-"""The main flows of issue #14 end to end in Chromium, against the live console (Daphne) and the
+"""The main flows end to end in Chromium, against the live console (Daphne) and the
 real Docker engine: a new space admin logs in and follows the dashboard's getting-started path
 (config, connection test, skill, session, terminal), which checks itself off; on the way the
 network policy form refuses a bad entry and warns about what the Docker config cannot honour;
@@ -30,11 +30,11 @@ from console.models import NetworkPolicy
 from sandboxes.backends.base import META_INSTALLATION
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import BackgroundCommand, CommandStatus, SandboxConfig, Session, Terminal
-from tests.e2e.helpers import ROOT, SCREENSHOTS, log_in, shoot_all, wait_for_job, wait_until
 from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, test_run_id  # noqa: F401 - fixtures
-from tests.skills.install_helpers import clean_up, examples_source  # noqa: F401 - fixture
+from tests.support.browser import ROOT, SCREENSHOTS, log_in, shoot_all, wait_for_job, wait_until
+from tests.support.skill_install import clean_up, examples_source  # noqa: F401 - fixture
 from tests.support.tuning import Tuned
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.docker, pytest.mark.slow]

@@ -14,10 +14,10 @@ from django.urls import reverse
 from console.models import NetworkPolicy
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.sessions.runtime import Runtime
-from tests.e2e.helpers import wait_until
 from tests.factories import make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
+from tests.support.browser import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres]
 

@@ -17,9 +17,9 @@ from sandboxes.sessions import store_select as binding
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import MemorySessionStore
-from tests.e2e.helpers import wait_until
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
+from tests.support.browser import wait_until
 from tests.support.tuning import Tuned
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts"

@@ -1,3 +1,5 @@
+"""URLs of the OpenID Connect provider the SSO test runs: its login page and the provider."""
+
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 

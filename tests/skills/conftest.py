@@ -3,6 +3,6 @@ examples' wheel folder."""
 
 from tests.personas import World, world
 from tests.sandboxes.conftest import docker_base_image, test_run_id
-from tests.skills.install_helpers import examples_source
+from tests.support.skill_install import examples_source
 
 __all__ = ["World", "docker_base_image", "examples_source", "test_run_id", "world"]

@@ -17,9 +17,8 @@ from console.services import ServiceError
 from skills.archives import Limits
 from skills.models import Skill, SkillFile, SkillVersion
 from skills.services import import_folder, version_files
+from tests.support.skills import EXECUTABLE, REGULAR, build_tar, build_zip, import_bytes, skill_md, skill_zip, tar_file
 from tests.support.tuning import Tuned
-
-from .helpers import EXECUTABLE, REGULAR, build_tar, build_zip, import_bytes, skill_md, skill_zip, tar_file
 
 pytestmark = pytest.mark.django_db
 

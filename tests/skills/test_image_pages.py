@@ -26,7 +26,7 @@ from skills.models import SkillImage, SkillImageItem, SkillImageStatus, SkillVer
 from skills.services import do_delete_skill_version, spaces_with_skill
 from tests.factories import make_config
 from tests.personas import World
-from tests.skills.helpers import make_version
+from tests.support.skills import make_version
 
 pytestmark = pytest.mark.django_db
 

@@ -22,9 +22,9 @@ from skills.services import (
     import_folder,
     version_files,
 )
+from tests.support.skills import EXECUTABLE, REGULAR, build_zip, import_bytes, skill_md, skill_zip
 
 from .conftest import World
-from .helpers import EXECUTABLE, REGULAR, build_zip, import_bytes, skill_md, skill_zip
 
 pytestmark = pytest.mark.django_db
 

@@ -15,10 +15,10 @@ from django.urls import reverse
 from console.models import AuditEvent
 from console.services import SYSTEM
 from skills.models import Skill, SkillFile, SkillVersion
+from tests.support.skills import REGULAR, build_zip, import_bytes, make_version, skill_md, skill_zip
 from tests.support.tuning import Tuned
 
 from .conftest import World
-from .helpers import REGULAR, build_zip, import_bytes, make_version, skill_md, skill_zip
 
 pytestmark = pytest.mark.django_db
 
@@ -329,3 +329,20 @@ def test_large_text_file_preview_is_cut(world: World) -> None:
     body = page.content.decode()
     assert "Only the first 512 KiB are shown" in body
     assert "0123456789" not in body
+
+
+@pytest.mark.django_db
+def test_importing_the_bundled_examples_is_a_platform_admins_post_with_csrf(world: World) -> None:
+    from django.test import Client
+
+    from skills.models import Skill
+
+    url = reverse("skills:skill_import_examples")
+    alice = world.client_for("alice")  # a space admin, not a platform admin
+    assert alice.post(url).status_code == 403
+    assert world.client_for("root").get(url).status_code == 405
+    assert not Skill.objects.exists()
+    forged = Client(enforce_csrf_checks=True)
+    forged.force_login(world.root)
+    assert forged.post(url).status_code == 403  # a cross-site form without the CSRF token
+    assert not Skill.objects.exists()

@@ -1,4 +1,4 @@
-"""Turning the agreement table's rows (tests/sandboxes/network/agreement_table.py) into the
+"""Turning the agreement table's rows (tests/support/agreement_table.py) into the
 values each consumer takes: the policy with its `$NAME`s replaced by real places, the
 destination as `netpolicy` parses it (a name with the address the test's resolver gives it),
 and the Docker host's never-reachable classes for `decide`.
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import netpolicy
 from netpolicy import Kind, reserved_class
 from sandboxes.backends.base import NetworkSpec
-from tests.sandboxes.network.agreement_table import NAMES, Case, Spec
+from tests.support.agreement_table import NAMES, Case, Spec
 
 ZONE = "$ZONE"  # in `places`: the names under `.test` move to `.<zone>.test` (a run's own)
 _TEST_SUFFIX = re.compile(r"(?i)\.test(?=\.?(?:$|[/:\s]))")

@@ -11,7 +11,7 @@ import random
 from collections.abc import Sequence
 
 from sandboxes.backends.base import ExecRequest
-from tests.sandboxes.egress_lab import TargetNamespace, _sh
+from tests.support.egress_lab import TargetNamespace, _sh
 
 
 class Targets(TargetNamespace):

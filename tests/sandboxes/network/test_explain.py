@@ -14,7 +14,12 @@ from typing import Any
 
 import pytest
 
-from netpolicy import Kind, PolicyError, decide, reserved_class
+from netpolicy import (
+    Kind,
+    PolicyError,
+    decide,
+    reserved_class,
+)
 from sandboxes.backends.base import NetworkCapabilities, NetworkSpec
 from sandboxes.catalog.network import spec_fingerprint, unsupported_policy_switches
 from sandboxes.network.explain import BackendView, explain, parse_target
@@ -258,3 +263,23 @@ def test_a_stored_private_exception_holding_a_never_reachable_address_still_read
     assert explain(parse_target("100.64.1.2"), policy).allowed
     assert not explain(parse_target("100.100.100.200"), policy).allowed
     assert not explain(parse_target("[fd00:ec2::254]:80"), policy).allowed
+
+
+# --- explain: what it answers vs what is enforced --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("allow", "destination"),
+    [
+        (("0.0.0.0/0",), "10.1.2.3"),  # wider than the private range: does not open it
+        (("::/0",), "[fd00::5]:80"),
+        ((), "127.0.0.1"),  # the host itself
+        ((), "::ffff:10.0.0.1"),  # a private address in IPv4-mapped form
+        ((), "::ffff:169.254.169.254"),  # the metadata address in IPv4-mapped form
+        (("::ffff:0:0/96",), "::ffff:169.254.169.254"),
+    ],
+)
+def test_explain_refuses_what_the_filter_refuses(allow: tuple[str, ...], destination: str) -> None:
+    # Was: explain answered "allowed" for each of these; Docker's chain refuses them.
+    assert decide(NetworkSpec.parse(**ON, allow_out=allow), parse_target(destination)).allowed is False
+    assert decide(NetworkSpec.parse(**ON, allow_out=("10.1.0.0/16",)), parse_target("10.1.2.3")).allowed is True

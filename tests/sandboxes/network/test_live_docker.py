@@ -1,7 +1,7 @@
 """Live policy changes on the real Docker engine, written against the contract
 (`Backend.egress()`, `NetworkCapabilities.live_update`, `EgressCapability.update/refusals`).
 
-These need the Docker adapter's EgressCapability (wt-egress-fw's nftables/dnsmasq work).
+These need the Docker adapter's EgressCapability (its nftables/dnsmasq component).
 Until it advertises `live_update`, they skip outside CI and FAIL under CI=true, like a
 missing service (tests/conftest.py): a CI run must not pass without them.
 
@@ -36,7 +36,7 @@ def require_live_egress(config: Any) -> None:
     backend = get_backend(config)
     if backend.egress() is not None and backend.network_capabilities().live_update:
         return
-    message = "the Docker backend does not offer EgressCapability with live_update yet (wt-egress-fw)"
+    message = "the Docker backend does not offer EgressCapability with live_update"
     if IN_CI:
         pytest.fail(f"[CI] {message}", pytrace=False)
     pytest.skip(message)

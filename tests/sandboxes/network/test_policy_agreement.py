@@ -32,11 +32,11 @@ from sandboxes.backends.docker.egress.firewall import bridge_name
 from tests.factories import set_policy
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
-from tests.sandboxes.egress_support import LISTENER_PORT
-from tests.sandboxes.network.agreement_table import CASES, NAMES, PLACEHOLDERS, POLICIES, Case, Tally
 from tests.support.agreement import ZONE, asked, network_spec, reserved, substitute, upstream_answers
 from tests.support.agreement_lab import Targets, probe
+from tests.support.agreement_table import CASES, NAMES, PLACEHOLDERS, POLICIES, Case, Tally
 from tests.support.docker_readback import Enforced
+from tests.support.egress_support import LISTENER_PORT
 from tests.support.remote_egress import remote_verdict
 
 
@@ -273,9 +273,9 @@ def docker_world(docker_base_image: str, test_run_id: str) -> Iterator[DockerWor
     own squid, and a sandbox of another space with a listener (the `$OTHER` address)."""
     import docker as docker_sdk
 
-    from tests.netns import BannerServer, require_root_networking
-    from tests.sandboxes.egress_lab import LocalResolver
-    from tests.sandboxes.egress_support import docker0_address, docker_backend, start_listener, upstream_dns
+    from tests.support.egress_lab import LocalResolver
+    from tests.support.egress_support import docker0_address, docker_backend, start_listener, upstream_dns
+    from tests.support.netns import BannerServer, require_root_networking
 
     require_root_networking()
     zone = f"ag{uuid.uuid4().hex[:6]}"

@@ -491,3 +491,35 @@ def test_an_approval_racing_a_policy_edit_keeps_the_edit(world: World) -> None:
     policy = NetworkPolicy.objects.get(space=world.space_a)
     assert policy.deny_out == ["ads.test"]
     assert policy.allow_out == ["pypi.org", "docs.test", "files.example"]
+
+
+# --- tenants: forged ids across spaces ------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_another_spaces_event_under_my_space_is_404_and_changes_nothing(world: World) -> None:
+    config_b = make_config(world.space_b)
+    session_b = Session.objects.create(space=world.space_b, config=config_b, key="b1", sandbox_id="sbx-b")
+    event_b = EgressEvent.objects.create(
+        space=world.space_b,
+        session=session_b,
+        time=timezone.now(),
+        sandbox_id="sbx-b",
+        layer="dns",
+        destination="x.test",
+        rule="r",
+    )
+    client = world.client_for("alice")  # admin of space A only
+    for name in ("sandboxes:egress_allow_space", "sandboxes:egress_allow_session"):
+        url = reverse(name, args=[world.space_a.id, event_b.id])
+        assert client.get(url).status_code == 404
+        assert client.post(url).status_code == 404
+        assert client.post(reverse(name, args=[world.space_b.id, event_b.id])).status_code == 404
+    assert not SessionGrant.objects.exists()
+    assert not NetworkPolicy.objects.filter(space=world.space_b, allow_out__contains=["x.test"]).exists()
+    grant = SessionGrant.objects.create(session=session_b, entry="x.test")
+    config_a = SandboxConfig.objects.filter(space=world.space_a).first() or make_config(world.space_a)
+    session_a = Session.objects.create(space=world.space_a, config=config_a, key="a1")
+    url = reverse("sandboxes:grant_revoke", args=[session_a.id, grant.id])
+    assert client.post(url).status_code == 404
+    assert SessionGrant.objects.filter(pk=grant.pk).exists()

@@ -19,8 +19,8 @@ from console.services import Actor
 from sandboxes.api.tokens import do_create_api_token
 from sandboxes.models import SandboxConfig
 from tests.personas import World
-from tests.sandboxes.sessions.pause_support import Loop, answer_of
-from tests.sandboxes.test_api_get_never_wakes import Agent
+from tests.sandboxes.api.test_get_never_wakes import Agent
+from tests.support.pause_support import Loop, answer_of
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
 

@@ -23,8 +23,8 @@ from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.reaper import reap_config
 from sandboxes.sessions.runtime import Runtime
 from tests.personas import World
-from tests.sandboxes.sessions.pause_support import answer_of, freezer, thaw_quietly
-from tests.sandboxes.test_api_get_never_wakes import Agent
+from tests.sandboxes.api.test_get_never_wakes import Agent
+from tests.support.pause_support import answer_of, freezer, thaw_quietly
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]
 

@@ -26,7 +26,7 @@ from sandboxes.backends.docker.repair import FROZEN, THAWED
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.runtime import Runtime, SessionBusy
 from tests.personas import World
-from tests.sandboxes.sessions.pause_support import Loop, freezer, thaw_quietly
+from tests.support.pause_support import Loop, freezer, thaw_quietly
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
 

@@ -18,9 +18,9 @@ from sandboxes.backends.docker.loopfs import list_names
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions import teardown
 from tests.personas import World
-from tests.sandboxes.sessions.pause_support import answer_of
-from tests.sandboxes.test_api import Agent
-from tests.sandboxes.test_docker_disk_limits import disk_dir, limited, mounted_under  # noqa: F401 - fixtures
+from tests.sandboxes.api.test_agent_api import Agent
+from tests.sandboxes.backends.docker.test_disk_limits import disk_dir, limited, mounted_under  # noqa: F401 - fixtures
+from tests.support.pause_support import answer_of
 
 pytestmark = [pytest.mark.docker]
 

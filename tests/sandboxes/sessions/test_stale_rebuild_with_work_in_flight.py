@@ -20,7 +20,7 @@ from sandboxes.api.tokens import do_create_api_token
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.runtime import Runtime
 from tests.personas import World
-from tests.sandboxes.test_api_get_never_wakes import Agent
+from tests.sandboxes.api.test_get_never_wakes import Agent
 from tests.support.tuning import Tuned
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker]

@@ -22,7 +22,7 @@ from sandboxes.sessions.runtime import Runtime
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import set_policy
 from tests.personas import World
-from tests.skills.install_helpers import clean_up, import_skill, job_error, plain_skill, run_install
+from tests.support.skill_install import clean_up, import_skill, job_error, plain_skill, run_install
 
 pytestmark = pytest.mark.docker
 

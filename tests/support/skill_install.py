@@ -1,0 +1,154 @@
+"""Builders for the install tests: a hand-made wheel, skills with dependencies, clean-up, and
+the `examples_source` fixture (the examples' wheel folder; registered in tests/skills/conftest.py,
+imported by the browser tests)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import stat
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings as django_settings
+
+from console.jobs import run_job
+from console.models import AdminJob, Space
+from console.services import SYSTEM, Actor
+from sandboxes.backends.base import META_INSTALLATION, META_PURPOSE, ListQuery
+from sandboxes.catalog.bridge import get_backend
+from sandboxes.models import SandboxConfig, Session
+from skills.install.start import do_start_install, do_start_uninstall
+from skills.models import SkillVersion
+from tests.conftest import IN_CI
+from tests.support.skills import EXECUTABLE, REGULAR, build_zip, import_bytes
+
+WHEEL_PACKAGE = "tinydep"
+
+
+def write_wheel(folder: Path, name: str = WHEEL_PACKAGE, version: str = "1.0", value: int = 42) -> Path:
+    """A minimal pure-Python wheel written by hand (no network, no build backend)."""
+    dist_info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f"VALUE = {value}\n".encode(),
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{dist_info}/top_level.txt": f"{name}\n".encode(),
+    }
+    record_lines = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record_lines.append(f"{path},sha256={digest},{len(data)}")
+    record_lines.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = ("\n".join(record_lines) + "\n").encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return target
+
+
+def skill_with_dependency(
+    name: str = "tiny-skill", *, check: str | None = None, requirement: str = "tinydep>=1.0", extra_md: str = ""
+) -> bytes:
+    """A skill zip: requirements.txt, an executable script using the dependency, a check."""
+    md = f"---\nname: {name}\ndescription: Prints a value from a dependency. Use when testing installs.\n"
+    md += f"license: MIT\n{extra_md}---\n\nRun `scripts/run.py`.\n"
+    entries: list[tuple[str, bytes, int]] = [
+        (f"{name}/SKILL.md", md.encode(), stat.S_IFREG | 0o644),
+        (f"{name}/requirements.txt", f"{requirement}\n".encode(), REGULAR),
+        (
+            f"{name}/scripts/run.py",
+            b"#!/usr/bin/env python3\nimport tinydep\nprint('tinydep says', tinydep.VALUE)\n",
+            EXECUTABLE,
+        ),
+    ]
+    if check is not None:
+        entries.append((f"{name}/scripts/check.sh", check.encode(), EXECUTABLE))
+    return build_zip(entries)
+
+
+def plain_skill(name: str, *, extra_md: str = "") -> bytes:
+    md = f"---\nname: {name}\ndescription: Just instructions. Use when testing installs.\nlicense: MIT\n"
+    md += f"{extra_md}---\n\nHi.\n"
+    return build_zip(
+        [
+            (f"{name}/SKILL.md", md.encode(), REGULAR),
+            (f"{name}/scripts/hello.sh", b"#!/bin/bash\necho hello from " + name.encode() + b"\n", EXECUTABLE),
+        ]
+    )
+
+
+def import_skill(data: bytes) -> SkillVersion:
+    return import_bytes(data, "skill.zip").version
+
+
+def run_install(space: Space, config: SandboxConfig, version: SkillVersion, actor: Actor = SYSTEM) -> AdminJob:
+    """Start the install job and run it here (on_commit never fires inside a test transaction)."""
+    job = do_start_install(space, config, version, actor=actor)
+    finished = run_job(str(job.id))
+    assert finished is not None
+    return finished
+
+
+def run_uninstall(space: Space, config: SandboxConfig, name: str, actor: Actor = SYSTEM) -> AdminJob:
+    job = do_start_uninstall(space, config, name, actor=actor)
+    finished = run_job(str(job.id))
+    assert finished is not None
+    return finished
+
+
+def build_sandboxes(config: SandboxConfig, installation: str) -> list[str]:
+    query = ListQuery(metadata={META_INSTALLATION: installation, META_PURPOSE: "skill-build"})
+    return [info.sandbox_id for info in get_backend(config).iter_sandboxes(query)]
+
+
+def clean_up(config: SandboxConfig, installation: str) -> None:
+    """Delete this run's sandboxes, session volumes and snapshots (children before parents)."""
+    backend = get_backend(config)
+    for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: installation})):
+        backend.delete(info.sandbox_id)
+    volumes = backend.volumes()
+    if volumes is not None:
+        for session in Session.objects.filter(config=config):
+            volumes.delete(session.workspace_volume)
+    snapshots = backend.snapshots()
+    assert snapshots is not None
+    # Skill-image snapshots carry the console's metadata as their own labels (the source
+    # sandbox's console.meta.* labels are blanked in a snapshot: docker/snapshots.py).
+    ours = [s for s in snapshots.list() if s.labels.get(META_INSTALLATION) == installation]
+    for _ in range(len(ours) + 1):
+        remaining = []
+        for snapshot in sorted(ours, key=lambda s: s.created_at or 0, reverse=True):
+            try:
+                snapshots.delete(snapshot.snapshot_id)
+            except Exception:
+                remaining.append(snapshot)
+        ours = remaining
+        if not ours:
+            break
+
+
+def job_error(job: AdminJob) -> str:
+    return f"{job.status}: {job.error}\n" + "\n".join(str(line.get("message")) for line in job.log)
+
+
+def settings_sources(settings: Any, root: Path) -> None:
+    settings.SKILL_PACKAGE_SOURCES_ROOT = root
+
+
+@pytest.fixture
+def examples_source(settings: Any) -> Path:
+    """The examples' wheel folder that scripts/setup.sh downloads, as the package sources'
+    root's `examples` folder. Missing: skipped locally, failed in CI."""
+    wheels = Path(django_settings.BASE_DIR) / "var" / "package-sources" / "examples"
+    if not any(wheels.glob("tabulate-*.whl")):
+        message = f"the examples' wheel folder {wheels} is missing: run scripts/setup.sh"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    settings_sources(settings, wheels.parent)
+    return wheels
