@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,3 +113,34 @@ def test_the_reading_finds_a_dangling_link_and_path(tmp_path: Path) -> None:
     )
     assert dangling_links(doc, text) == ["link no-such-page.md#x"]
     assert dangling_paths(doc, text) == ["no_such_module.py", "../shared/DESIGN.md"]
+
+
+# --- Retired environment variables ----------------------------------------------------------
+# docs/configuration.md is the one page that names the retired variables on purpose (its
+# "replaces" column); every other reader doc names the knob or the variable that replaced each.
+RETIRED_HOME = ROOT / "docs" / "configuration.md"
+
+
+def retired_names(text: str, retired: Iterable[str]) -> list[str]:
+    """The retired variables a text names, code blocks included (a sample `.env` is read too)."""
+    return sorted(name for name in retired if re.search(rf"(?<![A-Za-z0-9_]){name}(?![A-Za-z0-9_])", text))
+
+
+def test_no_reader_doc_but_the_configuration_page_names_a_retired_variable() -> None:
+    from console.environment import RETIRED
+
+    problems = {
+        str(PurePosixPath(d.relative_to(ROOT))): retired_names(d.read_text(), RETIRED)
+        for d in reader_docs()
+        if d != RETIRED_HOME
+    }
+    problems = {doc: names for doc, names in problems.items() if names}
+    assert not problems, f"retired variables named as if read (see console/environment.py RETIRED): {problems}"
+
+
+def test_the_retired_reading_finds_a_whole_name_only() -> None:
+    """On made-up text, so the check above cannot pass by matching nothing."""
+    retired = {"TERMINAL_IDLE_TIMEOUT_S", "EMAIL_HOST"}
+    text = "Set `TERMINAL_IDLE_TIMEOUT_S=600`; EMAIL_HOST_NAME and CONSOLE_EMAIL_HOST are other names."
+    assert retired_names(text, retired) == ["TERMINAL_IDLE_TIMEOUT_S"]
+    assert retired_names("```\nEMAIL_HOST=smtp.test\n```", retired) == ["EMAIL_HOST"]
