@@ -34,6 +34,11 @@ class World:
 
 @pytest.fixture
 def world(db: None) -> World:
+    return build_world()
+
+
+def build_world() -> World:
+    """The personas and their two spaces (for a fixture that shares them over a module)."""
     space_a = make_space("Space A", slug="space-a")
     space_b = make_space("Space B", slug="space-b")
     alice, bob, carol, charlie = (make_user(n) for n in ("alice", "bob", "carol", "charlie"))

@@ -49,8 +49,12 @@ class Provider:
     issuer: str
 
 
-@pytest.fixture
-def provider(tmp_path: Path, live_server: Any) -> Iterator[Provider]:
+@pytest.fixture(scope="module")
+def provider(tmp_path_factory: pytest.TempPathFactory, live_server: Any) -> Iterator[Provider]:
+    """One provider for the module: its migrate, setup and start are most of this module's
+    time, and no test changes it (the console's side, its users and identities, is per test;
+    the client asks consent on every sign-in and reuses none)."""
+    tmp_path = tmp_path_factory.mktemp("oidc-provider")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {

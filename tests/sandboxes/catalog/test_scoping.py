@@ -16,9 +16,12 @@ from typing import Any
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.test import override_settings
 from django.urls import reverse
 
-from console.models import AdminJob
+from console.models import AdminJob, Space
 from console.services import Actor
 from sandboxes.backends.base import (
     META_INSTALLATION,
@@ -36,7 +39,7 @@ from sandboxes.sessions.provisioning import effective_template
 from skills.install.build import take_snapshot
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import make_config
-from tests.personas import World
+from tests.personas import World, build_world
 
 pytestmark = [pytest.mark.django_db, pytest.mark.docker]
 
@@ -61,12 +64,13 @@ def _snapshot(config: SandboxConfig, sandbox_id: str, labels: dict[str, str]) ->
     return snapshots.create(sandbox_id, name="pytest-catalog", labels=labels).snapshot_id
 
 
-@pytest.fixture
-def engine(world: World, docker_base_image: str, test_run_id: str, settings: Any) -> Iterator[Engine]:
+@contextlib.contextmanager
+def _made_on_engine(
+    config_a: SandboxConfig, config_b: SandboxConfig, docker_base_image: str, test_run_id: str
+) -> Iterator[Engine]:
+    """One sandbox, four snapshots and three templates of the two configs; deleted at the end."""
     run = {"test-run": test_run_id}
     suffix = uuid.uuid4().hex[:8]
-    config_a = make_config(world.space_a, name="a", default_template=docker_base_image)
-    config_b = make_config(world.space_b, name="b", default_template=docker_base_image)
     backend = get_backend(config_a)
     sandbox = backend.create(
         SandboxSpec(
@@ -78,14 +82,18 @@ def engine(world: World, docker_base_image: str, test_run_id: str, settings: Any
     made: list[str] = []
     try:
         snap_a = _snapshot(config_a, sandbox, {**owner_labels(config_a), **run})
+        made.append(snap_a)
         snap_a_spare = _snapshot(config_a, sandbox, {**owner_labels(config_a), **run})
+        made.append(snap_a_spare)
         snap_b = _snapshot(config_b, sandbox, {**owner_labels(config_b), **run})
+        made.append(snap_b)
         template_b = build_template(
             config_b,
             TemplateBuildSpec(
                 name=f"{test_run_id}-{suffix}-b", base_template_id=docker_base_image, script="true", labels=run
             ),
         )
+        made.append(template_b)
         backend = get_backend(config_a)
         templates = backend.templates()
         assert templates is not None
@@ -95,18 +103,18 @@ def engine(world: World, docker_base_image: str, test_run_id: str, settings: Any
                 name=f"{test_run_id}-{suffix}-p", base_template_id=docker_base_image, script="true", labels=run
             )
         ).template_id
+        made.append(template_platform)
         # The same space id under another installation of the console on this engine.
-        installation = settings.CONSOLE_INSTALLATION_ID
-        settings.CONSOLE_INSTALLATION_ID = f"{installation}-other"
-        snap_other = _snapshot(config_a, sandbox, {**owner_labels(config_a), **run})
-        template_other = build_template(
-            config_a,
-            TemplateBuildSpec(
-                name=f"{test_run_id}-{suffix}-o", base_template_id=docker_base_image, script="true", labels=run
-            ),
-        )
-        settings.CONSOLE_INSTALLATION_ID = installation
-        made += [snap_other, snap_b, snap_a_spare, snap_a, template_b, template_platform, template_other]
+        with override_settings(CONSOLE_INSTALLATION_ID=f"{settings.CONSOLE_INSTALLATION_ID}-other"):
+            snap_other = _snapshot(config_a, sandbox, {**owner_labels(config_a), **run})
+            made.append(snap_other)
+            template_other = build_template(
+                config_a,
+                TemplateBuildSpec(
+                    name=f"{test_run_id}-{suffix}-o", base_template_id=docker_base_image, script="true", labels=run
+                ),
+            )
+            made.append(template_other)
         yield Engine(
             config_a, config_b, snap_a, snap_a_spare, snap_b, snap_other, template_b, template_platform, template_other
         )
@@ -116,9 +124,62 @@ def engine(world: World, docker_base_image: str, test_run_id: str, settings: Any
         snapshots, templates = backend.snapshots(), backend.templates()
         assert snapshots is not None
         assert templates is not None
-        for item in made:
+        for item in reversed(made):
             with contextlib.suppress(RemoteError):
                 (snapshots if item.startswith("snap-") else templates).delete(item)
+
+
+@dataclass
+class Shared:
+    world: World
+    engine: Engine
+
+
+@pytest.fixture(scope="module")
+def shared(django_db_setup: None, django_db_blocker: Any, docker_base_image: str, test_run_id: str) -> Iterator[Shared]:
+    """The personas, both configs and the engine's images, made once for the module.
+
+    The rows live in a transaction that each test's own transaction nests in as a savepoint
+    and that is rolled back after the last test (as Django's TestCase.setUpTestData); the
+    images are deleted then. A test that deletes any of them takes `own_engine` instead.
+    """
+    with django_db_blocker.unblock(), transaction.atomic():
+        world = build_world()
+        config_a = make_config(world.space_a, name="a", default_template=docker_base_image)
+        config_b = make_config(world.space_b, name="b", default_template=docker_base_image)
+        with _made_on_engine(config_a, config_b, docker_base_image, test_run_id) as engine:
+            yield Shared(world, engine)
+        transaction.set_rollback(True)
+
+
+@pytest.fixture
+def world(shared: Shared, db: None) -> World:
+    """The module's personas, read afresh: no test sees another's changes to the objects."""
+    users = get_user_model().objects.in_bulk(
+        [getattr(shared.world, name).pk for name in ("alice", "bob", "carol", "charlie", "root")]
+    )
+    spaces = Space.objects.in_bulk([shared.world.space_a.pk, shared.world.space_b.pk])
+    return World(
+        spaces[shared.world.space_a.pk],
+        spaces[shared.world.space_b.pk],
+        *(users[getattr(shared.world, name).pk] for name in ("alice", "bob", "carol", "charlie", "root")),
+    )
+
+
+@pytest.fixture
+def engine(shared: Shared, world: World) -> Engine:
+    """The module's snapshots and templates, for tests that only read them."""
+    configs = SandboxConfig.objects.in_bulk([shared.engine.config_a.pk, shared.engine.config_b.pk])
+    return replace(
+        shared.engine, config_a=configs[shared.engine.config_a.pk], config_b=configs[shared.engine.config_b.pk]
+    )
+
+
+@pytest.fixture
+def own_engine(engine: Engine, docker_base_image: str, test_run_id: str) -> Iterator[Engine]:
+    """Snapshots and templates of the same configs made for one test, which deletes some."""
+    with _made_on_engine(engine.config_a, engine.config_b, docker_base_image, test_run_id) as own:
+        yield own
 
 
 def _on_engine(config: SandboxConfig) -> tuple[set[str], set[str]]:
@@ -154,8 +215,9 @@ def test_each_space_lists_the_platform_templates_and_only_its_own_snapshots_and_
 
 
 def test_forged_deletes_of_another_tenants_snapshots_and_templates_are_404_and_keep_them(
-    world: World, engine: Engine
+    world: World, own_engine: Engine
 ) -> None:
+    engine = own_engine
     alice = world.client_for("alice")
     snapshot_url = reverse("sandboxes:snapshot_delete", args=[engine.config_a.id])
     template_url = reverse("sandboxes:template_delete", args=[engine.config_a.id])
@@ -189,7 +251,8 @@ def test_forged_deletes_of_another_tenants_snapshots_and_templates_are_404_and_k
     assert engine.template_platform not in templates
 
 
-def test_a_snapshot_in_use_says_by_what_and_a_forced_delete_really_falls_back(world: World, engine: Engine) -> None:
+def test_a_snapshot_in_use_says_by_what_and_a_forced_delete_really_falls_back(world: World, own_engine: Engine) -> None:
+    engine = own_engine
     config = engine.config_a
     fingerprint = config_fingerprint(config)
     do_set_session_image(
