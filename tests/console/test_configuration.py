@@ -205,6 +205,32 @@ def test_the_parser_keeps_values_as_given_and_refuses_what_is_not_a_pair() -> No
             tuning.coerce("k", kind, value)
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("users.invite_link_hours", "inf"),
+        ("processes.heartbeat_window_s", "nan"),
+        ("readyz.timeout_s", 1e999),  # JSON's 1e999 reads as infinity
+        ("retention.jobs_days", "-3"),
+        ("limits.live_sessions", -1),
+        ("sessions.engine_timeout_s", "-0.5"),
+        ("users.invite_link_hours", "1e300"),  # no timedelta holds it
+        ("retention.audit_events_days", str(10**10)),
+        ("terminal.idle_timeout_s", 10**20),
+    ],
+)
+def test_a_knob_refuses_a_negative_endless_or_overflowing_number_at_start(key: str, value: object) -> None:
+    # Each knob is a count, a size or a duration: such a value would fail (or delete, or
+    # lock out) at the first request that reads it, not at start.
+    with pytest.raises(tuning.TuningError, match=re.escape(key)):
+        tuning.validate({key: value})
+
+
+def test_a_knob_takes_zero_and_large_sizes() -> None:
+    tuning.validate({"sessions.reaper_grace_s": 0, "inbound.max_request_bytes": 10**12, "retention.jobs_days": "0"})
+    assert tuning.coerce("users.invite_link_hours", float, "100000") == 100000.0
+
+
 def test_tuned_changes_knobs_over_the_test_settings_and_is_undone() -> None:
     assert SESSIONS.reaper_unmanaged is False  # the test settings' own override
     assert TERMINAL.reattach_s == 30
