@@ -180,13 +180,13 @@ def parse(text: str) -> dict[str, object]:
         return {}
     if text.startswith("{"):
         try:
-            loaded = json.loads(text)
+            loaded = json.loads(text, object_pairs_hook=_once)
         except json.JSONDecodeError as exc:
             raise TuningError(f"CONSOLE_TUNING is not valid JSON: {exc}") from None
         if not isinstance(loaded, dict):
             raise TuningError("CONSOLE_TUNING as JSON must be an object")
         return {str(k): v for k, v in loaded.items()}
-    pairs: dict[str, object] = {}
+    pairs: list[tuple[str, object]] = []
     for item in text.replace("\n", ",").split(","):
         item = item.strip()
         if not item:
@@ -194,8 +194,18 @@ def parse(text: str) -> dict[str, object]:
         key, sep, value = item.partition("=")
         if not sep or "." not in key.strip():
             raise TuningError(f"CONSOLE_TUNING: {item!r} is not room.knob=value")
-        pairs[key.strip()] = value.strip()
-    return pairs
+        pairs.append((key.strip(), value.strip()))
+    return _once(pairs)
+
+
+def _once(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """The pairs as a mapping; a key given twice is an error (which value wins is no guess)."""
+    found: dict[str, object] = {}
+    for key, value in pairs:
+        if key in found:
+            raise TuningError(f"CONSOLE_TUNING: {key} is given twice")
+        found[key] = value
+    return found
 
 
 def discover() -> dict[str, _Room]:

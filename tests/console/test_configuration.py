@@ -231,6 +231,17 @@ def test_a_knob_takes_zero_and_large_sizes() -> None:
     assert tuning.coerce("users.invite_link_hours", float, "100000") == 100000.0
 
 
+def test_the_parser_refuses_a_knob_given_twice() -> None:
+    # Which of two values would be in force is no deployer's guess: a start error names the key.
+    for text in (
+        "terminal.idle_timeout_s=600,terminal.idle_timeout_s=60",
+        "terminal.idle_timeout_s=600\n terminal.idle_timeout_s =600",
+        '{"terminal.idle_timeout_s": 600, "terminal.idle_timeout_s": 60}',
+    ):
+        with pytest.raises(tuning.TuningError, match=r"terminal\.idle_timeout_s.*twice"):
+            tuning.parse(text)
+
+
 def test_tuned_changes_knobs_over_the_test_settings_and_is_undone() -> None:
     assert SESSIONS.reaper_unmanaged is False  # the test settings' own override
     assert TERMINAL.reattach_s == 30
