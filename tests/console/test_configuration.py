@@ -170,12 +170,18 @@ def test_a_start_reports_unread_variables_in_one_log_line_and_a_check_warning() 
         ("terminal.idle_timeout_s=a-while", "error: tuning terminal.idle_timeout_s: 'a-while' is not a valid int"),
         ("terminal.keep_shells=maybe", "error: tuning terminal.keep_shells: 'maybe' is not a valid bool"),
         ("readyz.backends=sometimes", "backends is 'sometimes', not 'required' or 'reported'"),
+        # Read by the settings themselves: the same one line, no traceback.
+        ("security.hsts_seconds=-1", "error: tuning security.hsts_seconds: '-1' is not a finite number"),
+        ("login.failure_limit=many", "error: tuning login.failure_limit: 'many' is not a valid int"),
+        ("{nope", "error: CONSOLE_TUNING is not valid JSON"),
+        ("login.failure_limit=1,login.failure_limit=2", "error: CONSOLE_TUNING: login.failure_limit is given twice"),
     ],
 )
 def test_a_bad_tuning_override_stops_the_start_with_a_message(overrides: str, message: str) -> None:
     result = run_manage("check", CONSOLE_TUNING=overrides)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 def test_tuning_overrides_are_typed_from_pairs_or_json() -> None:
