@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from importlib import import_module
 from pathlib import Path
 from typing import Any, TypeVar, cast, get_type_hints
@@ -35,6 +37,8 @@ T = TypeVar("T")
 PROJECT_APPS = ("console", "sandboxes", "skills")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+# A duration knob's unit, by the end of its name: its value must fit a timedelta.
+_UNITS = {"_s": "seconds", "_minutes": "minutes", "_hours": "hours", "_days": "days"}
 
 
 class TuningError(ValueError):
@@ -105,7 +109,23 @@ def _field_type(declared: type, field: str) -> type:
 
 
 def coerce(key: str, kind: type, value: object) -> Any:
-    """`value` (from the environment: a string; from JSON or a test: the typed value) as `kind`."""
+    """`value` (from the environment: a string; from JSON or a test: the typed value) as `kind`.
+
+    A number is finite and never negative (every knob is a count, a size or a duration), and
+    a duration fits a timedelta: else the request that reads it would fail, not the start."""
+    typed = _typed(key, kind, value)
+    if kind in (int, float) and (not math.isfinite(typed) or typed < 0):
+        raise TuningError(f"tuning {key}: {value!r} is not a finite number of at least 0")
+    unit = next((unit for suffix, unit in _UNITS.items() if key.endswith(suffix)), None)
+    if unit is not None and kind in (int, float):
+        try:
+            timedelta(**{unit: typed})
+        except OverflowError:
+            raise TuningError(f"tuning {key}: {value!r} is too long a duration") from None
+    return typed
+
+
+def _typed(key: str, kind: type, value: object) -> Any:
     try:
         if kind is bool:
             if isinstance(value, bool):
@@ -160,13 +180,13 @@ def parse(text: str) -> dict[str, object]:
         return {}
     if text.startswith("{"):
         try:
-            loaded = json.loads(text)
+            loaded = json.loads(text, object_pairs_hook=_once)
         except json.JSONDecodeError as exc:
             raise TuningError(f"CONSOLE_TUNING is not valid JSON: {exc}") from None
         if not isinstance(loaded, dict):
             raise TuningError("CONSOLE_TUNING as JSON must be an object")
         return {str(k): v for k, v in loaded.items()}
-    pairs: dict[str, object] = {}
+    pairs: list[tuple[str, object]] = []
     for item in text.replace("\n", ",").split(","):
         item = item.strip()
         if not item:
@@ -174,8 +194,18 @@ def parse(text: str) -> dict[str, object]:
         key, sep, value = item.partition("=")
         if not sep or "." not in key.strip():
             raise TuningError(f"CONSOLE_TUNING: {item!r} is not room.knob=value")
-        pairs[key.strip()] = value.strip()
-    return pairs
+        pairs.append((key.strip(), value.strip()))
+    return _once(pairs)
+
+
+def _once(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """The pairs as a mapping; a key given twice is an error (which value wins is no guess)."""
+    found: dict[str, object] = {}
+    for key, value in pairs:
+        if key in found:
+            raise TuningError(f"CONSOLE_TUNING: {key} is given twice")
+        found[key] = value
+    return found
 
 
 def discover() -> dict[str, _Room]:

@@ -25,7 +25,14 @@ VAR_DIR = Path(env_str("CONSOLE_VAR_DIR") or BASE_DIR / "var")
 
 # The one override mapping of the rooms' tuning knobs ("terminal.idle_timeout_s" -> value),
 # checked against the rooms at start (console/tuning.py; `manage.py tuning` lists them).
-TUNING: dict[str, object] = tuning.parse(env_str("CONSOLE_TUNING"))
+# The knobs the settings read themselves (security.*, login.*) are resolved here: a bad
+# override stops the start with one line, as the other rooms' do (ConsoleConfig.ready).
+try:
+    TUNING: dict[str, object] = tuning.parse(env_str("CONSOLE_TUNING"))
+    _security = tuning.resolve("security", tuning.SecurityTuning, TUNING)
+    _login = tuning.resolve("login", tuning.LoginTuning, TUNING)
+except tuning.TuningError as exc:
+    raise SystemExit(f"error: {exc}") from None
 
 DEBUG = env_bool("DEBUG", False)
 # The embedded default key is public: outside DEBUG the console refuses to start on it
@@ -152,7 +159,6 @@ X_FRAME_OPTIONS = "DENY"
 # SECURE_PROXY_SSL_HEADER (the proxy must always set or strip that header), or Django cannot
 # tell https requests apart.
 CONSOLE_TLS = env_bool("CONSOLE_TLS", False)
-_security = tuning.resolve("security", tuning.SecurityTuning, TUNING)
 SESSION_COOKIE_SECURE = CONSOLE_TLS
 CSRF_COOKIE_SECURE = CONSOLE_TLS
 SECURE_SSL_REDIRECT = _security.ssl_redirect
@@ -188,7 +194,6 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-_login = tuning.resolve("login", tuning.LoginTuning, TUNING)
 AXES_FAILURE_LIMIT = _login.failure_limit
 AXES_COOLOFF_TIME = timedelta(minutes=_login.lockout_minutes)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]

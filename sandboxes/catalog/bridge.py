@@ -212,11 +212,27 @@ def get_backend(config: SandboxConfig | PlatformBackend) -> Backend:
     with _backends_lock:
         backend = _backends.get(key)
         if backend is None:
-            for stale in [k for k in _backends if k[:2] == key[:2]]:
+            kept = [k for k in _backends if k[:2] == key[:2]]
+            # A copy of the row loaded before a saved edit (held by a long call) gets the
+            # adapter of the saved settings: it never replaces it with one of the old.
+            newer = [k for k in kept if _not_older(k, key)]
+            if newer:
+                return _backends[newer[0]]
+            for stale in kept:
                 _backends.pop(stale).close()
             backend = _build(config)
             _backends[key] = backend
     return backend
+
+
+def _not_older(kept: _Key, wanted: _Key) -> bool:
+    """Whether the adapter kept under `kept` is of the same or a later version of the row
+    and of its platform backend than `wanted` asks for."""
+    return all(
+        have is not None and want is not None and have >= want
+        for have, want in zip(kept[2:], wanted[2:], strict=True)
+        if not (have is None and want is None)
+    )
 
 
 def _build(config: SandboxConfig | PlatformBackend) -> Backend:

@@ -68,7 +68,9 @@ NOT_RUNNING = (
 
 
 def existing_session(space: Space, key: str) -> Session:
-    session = Session.objects.select_related("config", "space").filter(space=space, key=key).first()
+    # A NUL byte is in no key, and the database cannot compare one: no lookup, not a 500.
+    rows = Session.objects.select_related("config", "space")
+    session = None if "\x00" in key else rows.filter(space=space, key=key).first()
     if session is None:
         raise ApiError(404, "not_found", f"No session {key!r} in this space.")
     return session

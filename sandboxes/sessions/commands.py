@@ -328,8 +328,8 @@ def read_output(command: BackgroundCommand, after: int | None = None, max_bytes:
     plumbing = plumbing_for(command.id)
     with _on_its_session(command):
         _refresh(command)
-    if command.status == CommandStatus.RUNNING and not plumbing.alive():
-        _mark_lost(command, plumbing)
+        if command.status == CommandStatus.RUNNING and not plumbing.alive():
+            _mark_lost(command, plumbing)
     # Status first, then output: a final status read before the ring means all output is in.
     result = plumbing.ring.read_after(after, max_bytes)
     return CommandOutput(
@@ -387,22 +387,22 @@ def kill_command(command: BackgroundCommand, *, actor: Actor) -> BackgroundComma
         result = Runtime().exec(
             session, ExecRequest(argv=("/bin/sh", "-c", KILL_GROUP, "sh", str(command.id)), timeout_s=30)
         )
-    if result.exit_code != 0:
-        raise RemoteError(ErrorKind.INTERNAL, f"killing the command failed ({result.exit_code})")
-    with transaction.atomic():
-        BackgroundCommand.objects.filter(pk=command.pk, status=CommandStatus.RUNNING).update(
-            status=CommandStatus.KILLED, finished=timezone.now()
-        )
-        record_audit(
-            actor,
-            AuditAction.COMMAND_KILL,
-            space=session.space,
-            target_type="command",
-            target_id=command.id,
-            target_name=command.display_command,
-            details={"session": str(session.id)},
-        )
-    _refresh(command)
+        if result.exit_code != 0:
+            raise RemoteError(ErrorKind.INTERNAL, f"killing the command failed ({result.exit_code})")
+        with transaction.atomic():
+            BackgroundCommand.objects.filter(pk=command.pk, status=CommandStatus.RUNNING).update(
+                status=CommandStatus.KILLED, finished=timezone.now()
+            )
+            record_audit(
+                actor,
+                AuditAction.COMMAND_KILL,
+                space=session.space,
+                target_type="command",
+                target_id=command.id,
+                target_name=command.display_command,
+                details={"session": str(session.id)},
+            )
+        _refresh(command)  # a DELETE since the kill took the row: SessionDeleted
     return command
 
 

@@ -32,7 +32,7 @@ SESSION_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 
 
 def check_session_key(key: str) -> None:
-    if not SESSION_KEY.match(key):
+    if not SESSION_KEY.fullmatch(key):  # `$` alone would let a trailing newline through
         raise ServiceError(
             "A session key is 1-128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit.",
             field_errors={"key": ["invalid session key"]},

@@ -170,12 +170,18 @@ def test_a_start_reports_unread_variables_in_one_log_line_and_a_check_warning() 
         ("terminal.idle_timeout_s=a-while", "error: tuning terminal.idle_timeout_s: 'a-while' is not a valid int"),
         ("terminal.keep_shells=maybe", "error: tuning terminal.keep_shells: 'maybe' is not a valid bool"),
         ("readyz.backends=sometimes", "backends is 'sometimes', not 'required' or 'reported'"),
+        # Read by the settings themselves: the same one line, no traceback.
+        ("security.hsts_seconds=-1", "error: tuning security.hsts_seconds: '-1' is not a finite number"),
+        ("login.failure_limit=many", "error: tuning login.failure_limit: 'many' is not a valid int"),
+        ("{nope", "error: CONSOLE_TUNING is not valid JSON"),
+        ("login.failure_limit=1,login.failure_limit=2", "error: CONSOLE_TUNING: login.failure_limit is given twice"),
     ],
 )
 def test_a_bad_tuning_override_stops_the_start_with_a_message(overrides: str, message: str) -> None:
     result = run_manage("check", CONSOLE_TUNING=overrides)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 def test_tuning_overrides_are_typed_from_pairs_or_json() -> None:
@@ -203,6 +209,43 @@ def test_the_parser_keeps_values_as_given_and_refuses_what_is_not_a_pair() -> No
     for kind, value in ((int, 1.5), (int, True), (float, "x"), (str, 3), (bool, "2")):
         with pytest.raises(tuning.TuningError):
             tuning.coerce("k", kind, value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("users.invite_link_hours", "inf"),
+        ("processes.heartbeat_window_s", "nan"),
+        ("readyz.timeout_s", 1e999),  # JSON's 1e999 reads as infinity
+        ("retention.jobs_days", "-3"),
+        ("limits.live_sessions", -1),
+        ("sessions.engine_timeout_s", "-0.5"),
+        ("users.invite_link_hours", "1e300"),  # no timedelta holds it
+        ("retention.audit_events_days", str(10**10)),
+        ("terminal.idle_timeout_s", 10**20),
+    ],
+)
+def test_a_knob_refuses_a_negative_endless_or_overflowing_number_at_start(key: str, value: object) -> None:
+    # Each knob is a count, a size or a duration: such a value would fail (or delete, or
+    # lock out) at the first request that reads it, not at start.
+    with pytest.raises(tuning.TuningError, match=re.escape(key)):
+        tuning.validate({key: value})
+
+
+def test_a_knob_takes_zero_and_large_sizes() -> None:
+    tuning.validate({"sessions.reaper_grace_s": 0, "inbound.max_request_bytes": 10**12, "retention.jobs_days": "0"})
+    assert tuning.coerce("users.invite_link_hours", float, "100000") == 100000.0
+
+
+def test_the_parser_refuses_a_knob_given_twice() -> None:
+    # Which of two values would be in force is no deployer's guess: a start error names the key.
+    for text in (
+        "terminal.idle_timeout_s=600,terminal.idle_timeout_s=60",
+        "terminal.idle_timeout_s=600\n terminal.idle_timeout_s =600",
+        '{"terminal.idle_timeout_s": 600, "terminal.idle_timeout_s": 60}',
+    ):
+        with pytest.raises(tuning.TuningError, match=r"terminal\.idle_timeout_s.*twice"):
+            tuning.parse(text)
 
 
 def test_tuned_changes_knobs_over_the_test_settings_and_is_undone() -> None:

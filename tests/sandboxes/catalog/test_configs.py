@@ -340,3 +340,25 @@ def test_the_operators_upstream_resolver_reaches_the_docker_adapter(
     bridge._backends.clear()  # settings are read when a backend is built
     with pytest.raises(RemoteError, match="dns_upstream"):
         get_backend(config)
+
+
+def test_an_older_copy_of_a_config_takes_the_edited_adapter_and_evicts_nothing(world: World) -> None:
+    # A long call (an exec, a terminal, a command's pump) holds the config it loaded before an
+    # admin's edit; its next backend call must use the saved settings, and never close and
+    # replace the adapter built for them with one of the old settings.
+    config = make_config(world.space_a, name="edited", idle_mode="pause")
+    held = SandboxConfig.objects.select_related("backend").get(pk=config.pk)
+    assert get_backend(held).config.idle_mode == "pause"
+    config.idle_mode = "stop"
+    config.save()
+    edited = get_backend(config)
+    assert edited.config.idle_mode == "stop"
+    assert get_backend(held) is edited
+    assert get_backend(config) is edited
+    # An edit of its platform backend likewise.
+    config.backend.sandbox_url = "https://sandboxes.example.test"
+    config.backend.save()
+    again = get_backend(SandboxConfig.objects.select_related("backend").get(pk=config.pk))
+    assert again.config.options["sandbox_url"] == "https://sandboxes.example.test"
+    assert get_backend(held) is again
+    assert get_backend(config) is again
