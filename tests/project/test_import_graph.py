@@ -344,8 +344,9 @@ def test_rooms_import_only_the_rooms_they_may():
 
 
 # --- Backends ------------------------------------------------------------------------------
-# The contract every adapter implements (its settings schema included), and the endpoint guard every remote adapter dials
-# through: the shared part of `sandboxes/backends/`, itself importing only the contract.
+# The contract every adapter implements (its settings schema included), and the endpoint guard
+# every remote adapter dials through: the shared part of `sandboxes/backends/`, itself importing
+# only the contract.
 CONTRACT = {"sandboxes.backends.base", "sandboxes.backends.capabilities", "sandboxes.backends.settings"}
 # The policy's meaning, below every app: the contract and every adapter read it.
 POLICY = "netpolicy"
