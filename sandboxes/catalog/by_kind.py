@@ -138,9 +138,7 @@ class ByKindForm(forms.BaseForm):
         """The secrets the instance holds (`<name>_encrypted`)."""
         if self.instance is None or self.instance.pk is None:
             return frozenset()
-        return frozenset(
-            name for name in all_settings(self.scope) if getattr(self.instance, f"{name}_encrypted", "")
-        )
+        return frozenset(name for name in all_settings(self.scope) if getattr(self.instance, f"{name}_encrypted", ""))
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

@@ -87,9 +87,11 @@ def _check_pins_fit_kind(backend: PlatformBackend) -> None:
     """A config pinned to another kind's protocol could not open on this kind (the adapter
     refuses the option): the switch is refused, naming them."""
     kind = describe(backend.kind)
-    offered = {value for value, _ in kind.setting("protocol_pin", Scope.CONFIG).choices} if kind.takes(
-        "protocol_pin", Scope.CONFIG
-    ) else set()
+    offered = (
+        {value for value, _ in kind.setting("protocol_pin", Scope.CONFIG).choices}
+        if kind.takes("protocol_pin", Scope.CONFIG)
+        else set()
+    )
     pinned = SandboxConfig.objects.filter(backend=backend).exclude(protocol_pin="")
     wrong = [c for c in pinned.select_related("space") if c.protocol_pin not in offered]
     if wrong:

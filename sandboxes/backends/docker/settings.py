@@ -120,7 +120,13 @@ SCHEMA = SettingsSchema(
             validate=_pem(""),
             help="Stored encrypted, never shown again; leave *** (or empty) to keep it.",
         ),
-        Setting("clear_tls", "Remove the stored TLS material", SettingType.BOOL, clears=TLS),
+        Setting(
+            "clear_tls",
+            "Remove the stored TLS material",
+            SettingType.BOOL,
+            clears=TLS,
+            help="Ticked: the stored CA, client certificate and key are removed on save.",
+        ),
         Setting(
             "max_pids",
             "Most processes per sandbox",
