@@ -103,7 +103,7 @@ class ByKindForm(forms.BaseForm):
 
     kind: SettingsSchema | None
     fields_for: str
-    instance: models.Model
+    instance: Any  # the ModelForm's row: its columns are the settings' names
 
     def show_kind_fields(self, kind: SettingsSchema | None, chosen: str) -> None:
         """Generate the fields `kind` declares (the chooser alone without one); `chosen` is

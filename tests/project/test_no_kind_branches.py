@@ -55,7 +55,7 @@ def kind_branches(source: str) -> list[int]:
         if isinstance(node, ast.MatchValue):
             compared = [node.value]
         if any(_is_kind(side) for side in compared):
-            lines.append(node.lineno)
+            lines.append(getattr(node, "lineno", 0))
         elif isinstance(node, ast.ImportFrom | ast.Import):
             modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             if isinstance(node, ast.ImportFrom):
