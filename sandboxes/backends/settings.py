@@ -53,7 +53,8 @@ class Setting:
     `validate` is the adapter's own check of a non-empty value: what is wrong, in words that
     complete "The <label> must be …"-free sentences (None: it will do). `dials` (endpoints and
     URLs) names the URL the endpoint guard judges for a value (None: nothing is dialled over
-    the network, e.g. a unix socket). `clears` (a BOOL) names stored secrets it removes."""
+    the network, e.g. a unix socket). `clears` (a BOOL) names stored secrets it removes.
+    `normalize` gives a text value the one spelling it is saved in (before `validate`)."""
 
     name: str
     label: str
@@ -69,6 +70,7 @@ class Setting:
     validate: Callable[[Any], str | None] | None = None
     dials: Callable[[str], str | None] | None = None
     clears: tuple[str, ...] = ()
+    normalize: Callable[[str], str] | None = None  # the one spelling a text value is saved in
 
     @property
     def label_with_unit(self) -> str:
@@ -150,6 +152,15 @@ class SettingsSchema:
 
     def secrets(self, scope: Scope = Scope.BACKEND) -> tuple[Setting, ...]:
         return tuple(s for s in self.of(scope) if s.secret)
+
+    def normalized(self, values: Mapping[str, Any], scope: Scope = Scope.BACKEND) -> dict[str, Any]:
+        """`values` with each declared text value in the spelling the kind saves it in."""
+        result = dict(values)
+        for setting in self.of(scope):
+            value = result.get(setting.name)
+            if setting.normalize is not None and isinstance(value, str) and value:
+                result[setting.name] = setting.normalize(value)
+        return result
 
     def problems(self, given: Given, scope: Scope = Scope.BACKEND) -> dict[str, str]:
         """Every problem of what was given, by setting name: a required one missing, a value

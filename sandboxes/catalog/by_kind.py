@@ -149,6 +149,7 @@ class ByKindForm(forms.BaseForm):
             if setting.type == SettingType.INT and unset and setting.name not in self.errors:
                 # Empty keeps the stored value (the model's default on a new row).
                 cleaned[setting.name] = getattr(self.instance, setting.name, None)
+        cleaned.update(self.kind.normalized(cleaned, self.scope))
         given = Given(values=cleaned, stored_secrets=self.stored_secrets())
         for name, problem in self.kind.problems(given, self.scope).items():
             if name in self.fields and name not in self.errors:

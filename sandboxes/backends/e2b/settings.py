@@ -38,8 +38,12 @@ def _endpoint_problem(endpoint: str) -> str | None:
     return "The control-plane URL starts with https:// (or http:// on a private network)."
 
 
+def _domain_spelling(domain: str) -> str:
+    return domain.strip().lower().rstrip(".")
+
+
 def _domain_problem(domain: str) -> str | None:
-    if DOMAIN.match(domain.strip().lower().rstrip(".")):
+    if DOMAIN.match(_domain_spelling(domain)):
         return None
     return f"{domain!r} is not a domain name (e.g. e2b.app)."
 
@@ -86,6 +90,7 @@ DOMAIN_SETTING = Setting(
     required=True,
     help="The sandboxes' (data-plane) domain, e.g. e2b.app.",
     validate=_domain_problem,
+    normalize=_domain_spelling,
 )
 SANDBOX_URL = Setting(
     "sandbox_url",

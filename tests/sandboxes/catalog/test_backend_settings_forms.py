@@ -123,6 +123,15 @@ def test_bad_settings_are_the_adapters_own_field_errors_and_nothing_is_saved(
     assert "MIIEfake" not in response.content.decode()
 
 
+def test_a_setting_is_saved_in_the_spelling_its_kind_gives_it(world: World) -> None:
+    data = {"name": "cloud", "kind": "e2b", "fields_for": "e2b", "endpoint": "http://127.0.0.1:9",
+            "domain": "E2B.Example.Test.", "api_key": "k", "allow_private_endpoints": "on", "max_cpus": "1",
+            "max_memory_mb": "512"}  # fmt: skip
+    response = world.client_for("root").post(reverse(CREATE), data)
+    assert response.status_code == 302, response.context["form"].errors if response.context else response
+    assert PlatformBackend.objects.get().domain == "e2b.example.test"
+
+
 def test_a_bad_edit_writes_nothing_of_it(world: World) -> None:
     backend = _tls_docker(world)
     url = reverse("sandboxes:backend_edit", args=[backend.id])

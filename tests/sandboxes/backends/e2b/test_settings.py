@@ -51,6 +51,11 @@ def test_bad_e2b_settings_are_named_in_words(changes: dict[str, object], field: 
     assert message in problems[field], problems
 
 
+def test_a_domain_is_saved_in_one_spelling() -> None:
+    assert SCHEMA.normalized({"domain": " E2B.Example.Test. "})["domain"] == "e2b.example.test"
+    assert SCHEMA.problems(Given({**GOOD, "domain": "E2B.Example.Test."})) == {}
+
+
 def test_a_stored_key_kept_with_stars_or_spaces_keys_need_no_platform_key() -> None:
     assert SCHEMA.problems(Given(GOOD)) == {}
     kept = Given({**GOOD, "api_key": "***"}, stored_secrets=frozenset({"api_key"}))
