@@ -5,6 +5,5 @@
 Imports nothing of the project but `sandboxes.backends` (the contract, the guard, the E2B adapter).
 """
 
-from .settings import SCHEMA, CubeOptions
-
-__all__ = ["SCHEMA", "CubeOptions"]
+from .settings import SCHEMA as SCHEMA
+from .settings import CubeOptions as CubeOptions

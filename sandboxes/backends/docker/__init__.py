@@ -10,6 +10,5 @@ the live policy and the refusals read back (ulogd2); docs/network.md.
 Imports nothing of the project but `sandboxes.backends` (the contract and the guard).
 """
 
-from .settings import SCHEMA, DockerOptions
-
-__all__ = ["SCHEMA", "DockerOptions"]
+from .settings import SCHEMA as SCHEMA
+from .settings import DockerOptions as DockerOptions

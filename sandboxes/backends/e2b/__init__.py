@@ -5,6 +5,5 @@
 Imports nothing of the project but `sandboxes.backends` (the contract and the guard).
 """
 
-from .settings import SCHEMA, E2BOptions
-
-__all__ = ["SCHEMA", "E2BOptions"]
+from .settings import SCHEMA as SCHEMA
+from .settings import E2BOptions as E2BOptions
