@@ -39,7 +39,14 @@ logger = logging.getLogger(__name__)
 
 
 def issuer() -> str:
-    return str(settings.OIDC_OP_ISSUER)
+    """The configured issuer without a trailing slash: the form links are stored under."""
+    return str(settings.OIDC_OP_ISSUER).rstrip("/")
+
+
+def issuer_forms() -> list[str]:
+    """The issuer as a link may have been stored: with or without its trailing slash (a link
+    made before the setting changed must still keep another subject off its user)."""
+    return [issuer(), issuer() + "/"]
 
 
 class DiscoveryFailed(Exception):
@@ -92,13 +99,13 @@ def _is_url(value: object) -> bool:
 
 def discover() -> dict[str, str]:
     """The endpoints and ID token algorithm from the issuer's discovery document."""
-    url = issuer().rstrip("/") + "/.well-known/openid-configuration"
+    url = issuer() + "/.well-known/openid-configuration"
     document = _read_document(url)
     if not isinstance(document, dict):
         raise DiscoveryFailed(f"the discovery document at {url} is not a JSON object")
     # Discovery 1.0, section 4.3: the document's issuer must be the one configured.
     named = document.get("issuer")
-    if not isinstance(named, str) or named.rstrip("/") != issuer().rstrip("/"):
+    if not isinstance(named, str) or named.rstrip("/") != issuer():
         raise DiscoveryFailed(f"the discovery document at {url} names issuer {str(named)[:200]!r}")
     names = ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri")
     missing = [name for name in names if not isinstance(document.get(name), str) or not document[name]]
@@ -173,11 +180,11 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
 
     def filter_users_by_claims(self, claims: dict[str, Any]) -> QuerySet[Any]:
         model = get_user_model()
-        linked = OidcIdentity.objects.filter(issuer=issuer(), subject=claims["sub"]).values("user")
+        linked = OidcIdentity.objects.filter(issuer__in=issuer_forms(), subject=claims["sub"]).values("user")
         if linked.exists():
             return model.objects.filter(pk__in=linked)
         by_email = model.objects.filter(email__iexact=claims["email"])
-        if by_email.filter(oidc_identities__issuer=issuer()).exists():
+        if by_email.filter(oidc_identities__issuer__in=issuer_forms()).exists():
             # The email belongs to a user signed in by another subject: never merge.
             raise PermissionDenied("this email is linked to another OpenID Connect subject")
         if by_email.count() > 1:
@@ -185,7 +192,7 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         return by_email
 
     def update_user(self, user: Any, claims: dict[str, Any]) -> Any:
-        if not OidcIdentity.objects.filter(user=user, issuer=issuer()).exists():
+        if not OidcIdentity.objects.filter(user=user, issuer__in=issuer_forms()).exists():
             do_link_oidc_identity(user, subject=claims["sub"], source_ip=_ip(self))
         return user
 

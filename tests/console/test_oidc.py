@@ -394,3 +394,14 @@ def test_a_callback_with_a_forged_code_fails_cleanly(
     assert callback.status_code == 302, callback.text[:300]
     assert callback.headers["Location"] == "/login/?sso=failed"
     assert logged_in_as(browser, live_server.url) is None
+
+
+def test_a_trailing_slash_on_the_issuer_does_not_unlink_its_subjects(live_server: Any, sso: Provider) -> None:
+    """The issuer is compared without its trailing slash (discover()); its links must be too.
+    quinn was linked under `…/openid/` before the setting lost its slash: another subject with
+    quinn's email is still refused, not linked to quinn."""
+    quinn = make_user("quinn", email="quinn@example.test")
+    OidcIdentity.objects.create(user=quinn, issuer=sso.issuer.rstrip("/") + "/", subject="someone-else")
+    browser = sign_in(live_server.url, "quinn", "quinn-idp-password")
+    assert logged_in_as(browser, live_server.url) is None
+    assert list(OidcIdentity.objects.values_list("subject", flat=True)) == ["someone-else"]
