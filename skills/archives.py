@@ -7,8 +7,10 @@ so a refusal at any point leaves nothing behind.
 Symlinks and hard links are refused, whether they point inside the skill or not: the
 installer copies plain files, official skills ship none, and refusing them all removes a
 whole class of escapes. The message says whether the link left the skill. Directories are
-not stored (empty folders are dropped); files keep their permission bits, without setuid,
-setgid or sticky.
+not stored (empty folders are dropped; the installer creates folders 0755); files keep their
+permission bits, without setuid, setgid or sticky, and made readable by everyone (executable by
+everyone when any exec bit is set), because the installed skill belongs to root and the session
+user reads it as "other". Each change is named in a warning.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import stat
 import tarfile
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -371,6 +373,7 @@ def locate_skill(entries: list[SkillEntry], fallback_folder: str) -> ExtractedSk
 
 def finish_skill(folder_name: str, entries: list[SkillEntry], notes: list[Issue]) -> ExtractedSkill:
     kept = [entry for entry in entries if not is_junk(entry.path)]
+    kept, changed = normalise_modes(kept)
     dropped = len(entries) - len(kept)
     if dropped:
         notes.append(
@@ -383,7 +386,93 @@ def finish_skill(folder_name: str, entries: list[SkillEntry], notes: list[Issue]
     if not any(entry.path == "SKILL.md" for entry in kept):
         raise ArchiveError("No SKILL.md found at the root of the skill folder.")
     kept.sort(key=lambda entry: entry.path)
+    if changed:
+        notes.append(Issue(Severity.WARNING, modes_changed_message(sorted(changed))))
+    notes.extend(script_notes(kept))
     return ExtractedSkill(folder_name=folder_name, files=kept, notes=notes)
+
+
+# --- Modes and scripts -------------------------------------------------------------------
+
+# Named one by one in the warning up to this many; the rest are counted.
+NAMED_CHANGES_MAX = 20
+
+
+def session_mode(mode: int) -> int:
+    """`mode` readable by all, and executable by all when any exec bit is set.
+
+    Installed skills belong to root, so the session user (uid 1000) reads them through the
+    "other" bits: a 0600 SKILL.md (what Python's `zipfile.writestr` gives) would be unreadable.
+    """
+    mode |= 0o444
+    if mode & 0o111:
+        mode |= 0o111
+    return mode
+
+
+def normalise_modes(entries: list[SkillEntry]) -> tuple[list[SkillEntry], list[tuple[str, int, int]]]:
+    """The entries with session-readable modes, and (path, old, new) for each change."""
+    result: list[SkillEntry] = []
+    changed: list[tuple[str, int, int]] = []
+    for entry in entries:
+        mode = session_mode(entry.mode)
+        if mode != entry.mode:
+            changed.append((entry.path, entry.mode, mode))
+            entry = replace(entry, mode=mode)
+        result.append(entry)
+    return result, changed
+
+
+def modes_changed_message(changed: list[tuple[str, int, int]]) -> str:
+    named = ", ".join(f"{path} {old:04o}→{new:04o}" for path, old, new in changed[:NAMED_CHANGES_MAX])
+    more = f" and {len(changed) - NAMED_CHANGES_MAX} more" if len(changed) > NAMED_CHANGES_MAX else ""
+    return (
+        f"Modes of {len(changed)} file(s) changed so the session user can read them (exec bits kept): "
+        f"{named}{more}."
+    )
+
+
+def runner_for(path: str) -> str:
+    if path.endswith(".py"):
+        return "python3"
+    if path.endswith(".sh"):
+        return "bash"
+    if path.endswith((".js", ".mjs", ".cjs")):
+        return "node"
+    return "its interpreter"
+
+
+def script_notes(entries: list[SkillEntry]) -> list[Issue]:
+    """What the install's checks would only log: executables without `#!`, broken `#!` lines."""
+    notes: list[Issue] = []
+    for entry in entries:
+        head = entry.data[:256]
+        executable = bool(entry.mode & 0o111)
+        first = head.split(b"\n", 1)[0] if head.startswith(b"#!") else b""
+        if executable and not first:
+            notes.append(
+                Issue(
+                    Severity.WARNING,
+                    f"{entry.path} is executable but has no #! line: run it with {runner_for(entry.path)}, "
+                    f"not as ./{entry.path}.",
+                )
+            )
+        elif first.endswith(b"\r"):
+            notes.append(
+                Issue(
+                    Severity.WARNING,
+                    f"{entry.path}: its #! line ends with a carriage return (Windows line ending); "
+                    f"./{entry.path} fails with 'bad interpreter'.",
+                )
+            )
+        elif first and not executable and entry.path.startswith("scripts/"):
+            notes.append(
+                Issue(
+                    Severity.INFO,
+                    f"{entry.path} has a #! line but is not executable: run it with {runner_for(entry.path)}.",
+                )
+            )
+    return notes
 
 
 def is_junk(path: str) -> bool:
