@@ -25,13 +25,15 @@ from console.models import AuditAction
 from console.services import Actor, ServiceError, record_audit
 from sandboxes.models import SessionImage
 
-from .archives import ArchiveError, ExtractedSkill, Limits, SkillEntry, read_archive, read_folder
+from .archives import ArchiveError, ExtractedSkill, Limits, SkillEntry, read_archive, read_folder, shown
 from .install.dependencies import find_dependencies
 from .models import Skill, SkillFile, SkillImageItem, SkillImageStatus, SkillVersion
 from .parsing import Issue, ParsedSkill, parse_skill_md
 
-# Files are inserted in batches so a 1000-file skill is a handful of queries.
+# Files are inserted in batches so a 1000-file skill is a handful of queries; a batch also
+# stops at FILE_BATCH_BYTES of content so memory stays bounded for large skills.
 FILE_BATCH_SIZE = 100
+FILE_BATCH_BYTES = 8 * 1024 * 1024
 
 
 class SkillFileContent(NamedTuple):
@@ -70,18 +72,8 @@ def content_hash(files: list[SkillEntry]) -> str:
         path = entry.path.encode("utf-8")
         digest.update(len(path).to_bytes(4, "big") + path)
         digest.update(entry.mode.to_bytes(4, "big"))
-        digest.update(hashlib.sha256(entry.data).digest())
+        digest.update(bytes.fromhex(entry.sha256))
     return digest.hexdigest()
-
-
-def is_text(data: bytes) -> bool:
-    if b"\x00" in data:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 # --- Import ------------------------------------------------------------------------------
@@ -93,7 +85,10 @@ def import_archive(fileobj: IO[bytes], filename: str, *, actor: Actor, limits: L
         source = read_archive(fileobj, filename, limits or Limits.from_settings())
     except ArchiveError as exc:
         raise ServiceError(exc.message) from None
-    return do_import_skill(source, actor=actor, origin=f"upload {os.path.basename(filename)}"[:300])
+    try:
+        return do_import_skill(source, actor=actor, origin=f"upload {shown(os.path.basename(filename))}"[:300])
+    finally:
+        source.close()
 
 
 def import_folder(path: str | os.PathLike[str], *, actor: Actor, origin: str = "") -> ImportResult:
@@ -102,7 +97,10 @@ def import_folder(path: str | os.PathLike[str], *, actor: Actor, origin: str = "
         source = read_folder(path, Limits.from_settings())
     except ArchiveError as exc:
         raise ServiceError(exc.message) from None
-    return do_import_skill(source, actor=actor, origin=(origin or f"folder {path}")[:300])
+    try:
+        return do_import_skill(source, actor=actor, origin=(origin or f"folder {shown(str(path))}")[:300])
+    finally:
+        source.close()
 
 
 # The small original skills shipped with the console (skills/examples/README.md).
@@ -183,7 +181,7 @@ def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -
                 warnings=[issue.as_dict() for issue in warnings],
                 warning_count=sum(1 for issue in warnings if issue.severity == "warning"),
                 dependencies=dependencies.as_dict(),
-                size=sum(len(entry.data) for entry in source.files),
+                size=source.size,
                 file_count=len(source.files),
                 origin=origin,
                 imported_by=actor.user,
@@ -218,19 +216,27 @@ def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -
 
 
 def _store_files(version: SkillVersion, files: list[SkillEntry]) -> None:
-    rows = [
-        SkillFile(
-            version=version,
-            path=entry.path,
-            mode=entry.mode,
-            size=len(entry.data),
-            sha256=hashlib.sha256(entry.data).hexdigest(),
-            is_text=is_text(entry.data),
-            content=entry.data,
+    """Insert the files in batches bounded by count and bytes, reading each from the spool."""
+    batch: list[SkillFile] = []
+    batch_bytes = 0
+    for entry in files:
+        batch.append(
+            SkillFile(
+                version=version,
+                path=entry.path,
+                mode=entry.mode,
+                size=entry.size,
+                sha256=entry.sha256,
+                is_text=entry.is_text,
+                content=entry.read(),
+            )
         )
-        for entry in files
-    ]
-    SkillFile.objects.bulk_create(rows, batch_size=FILE_BATCH_SIZE)
+        batch_bytes += entry.size
+        if len(batch) >= FILE_BATCH_SIZE or batch_bytes >= FILE_BATCH_BYTES:
+            SkillFile.objects.bulk_create(batch)
+            batch, batch_bytes = [], 0
+    if batch:
+        SkillFile.objects.bulk_create(batch)
 
 
 # --- Delete ------------------------------------------------------------------------------

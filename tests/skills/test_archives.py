@@ -9,6 +9,7 @@ import stat
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,7 +245,7 @@ def test_packaging_leftovers_are_dropped() -> None:
     )
     version = import_bytes(data).version
     assert sorted(f.path for f in version_files(version)) == ["SKILL.md", "scripts/evals/kept.txt", "scripts/run.py"]
-    assert any("Left out 5 packaging leftover" in w["message"] for w in version.warnings)
+    assert any("Left out 6 packaging leftover" in w["message"] for w in version.warnings)
 
 
 def test_folder_import_keeps_modes(tmp_path: Path) -> None:
@@ -307,14 +308,14 @@ def test_unreadable_folder_is_refused_not_skipped(tmp_path: Path, monkeypatch: p
     (folder / "private").mkdir(parents=True)
     (folder / "SKILL.md").write_bytes(skill_md("s"))
     (folder / "private" / "secret.txt").write_bytes(b"x")
-    real_read = Path.read_bytes
+    real_open = Path.open
 
-    def refuse(self: Path) -> bytes:
+    def refuse(self: Path, *args: Any, **kwargs: Any) -> Any:
         if self.name == "secret.txt":
             raise PermissionError(13, "Permission denied", str(self))
-        return real_read(self)
+        return real_open(self, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(Path, "open", refuse)
     with pytest.raises(ServiceError) as caught:
         import_folder(folder, actor=SYSTEM)
     assert "Cannot read" in caught.value.message
