@@ -5,10 +5,20 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from console.models import JobStatus
+from sandboxes.backends.base import ExecRequest
+from sandboxes.models import SandboxConfig
+from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import RedisSessionStore
 from skills.services import version_files
+from tests.conftest import REDIS_URL
+from tests.factories import make_config
+from tests.support.skill_install import clean_up, job_error, run_install
 from tests.support.skills import EXECUTABLE, REGULAR, build_zip, import_bytes, skill_md
 
 from .conftest import World
@@ -96,3 +106,41 @@ def test_script_warnings_are_shown_on_the_skill_page(world: World) -> None:
     page = world.client_for("carol").get(version.skill.get_absolute_url()).content.decode()
     assert "scripts/no_shebang.py is executable but has no #! line" in page
     assert "ends with a carriage return" in page
+
+
+@pytest.fixture
+def docker_config(world: World, docker_base_image: str, settings: Any, test_run_id: str) -> Iterator[SandboxConfig]:
+    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-modes"
+    made: SandboxConfig = make_config(
+        world.space_a, name="modes", default_template=docker_base_image, is_default=True, persistent_workspace=False
+    )
+    try:
+        yield made
+    finally:
+        clean_up(made, str(settings.CONSOLE_INSTALLATION_ID))
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+def test_session_user_reads_and_runs_a_skill_imported_from_a_0600_zip(
+    world: World, docker_config: SandboxConfig
+) -> None:
+    """The seen failure: a writestr zip installed and verified, then SKILL.md was unreadable."""
+    name = "writestr-skill"
+    md = f"---\nname: {name}\ndescription: Made with zipfile.writestr. Use when testing modes.\nlicense: MIT\n---\n"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(f"{name}/SKILL.md", md + "\nRun `scripts/run.py`.\n")
+        script = zipfile.ZipInfo(f"{name}/scripts/run.py")
+        script.external_attr = 0o100700 << 16  # owner-only executable
+        archive.writestr(script, "#!/usr/bin/env python3\nprint('ran')\n")
+    version = import_bytes(buffer.getvalue(), f"{name}.zip").version
+    job = run_install(world.space_a, docker_config, version)
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    runtime = Runtime(RedisSessionStore(REDIS_URL))
+    session = runtime.resolve(world.space_a, "modes").session
+    result = runtime.exec(session, ExecRequest(shell=f"cat /opt/skills/{name}/SKILL.md", user="user", timeout_s=60))
+    assert result.exit_code == 0, result.stderr.decode()
+    assert b"Made with zipfile.writestr" in result.stdout
+    result = runtime.exec(session, ExecRequest(shell=f"/opt/skills/{name}/scripts/run.py", user="user", timeout_s=60))
+    assert (result.exit_code, result.stdout) == (0, b"ran\n"), result.stderr.decode()
