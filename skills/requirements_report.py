@@ -346,9 +346,14 @@ def build_report(
     report = Report()
     _declared(files, extra_frontmatter, declared, report)
     local = local_modules(files)
+    # A spool-backed view (skills.archives.FileView) gives sizes without reading the bytes.
+    entry_of = getattr(files, "entry", None)
     for path in sorted(files):
         reader = _reader_for(path, files)
         if reader is None:
+            continue
+        entry = entry_of(path) if entry_of is not None else None
+        if entry is not None and entry.size > READ_MAX_BYTES:
             continue
         data = files[path]
         if len(data) > READ_MAX_BYTES:

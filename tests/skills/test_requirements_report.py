@@ -381,3 +381,11 @@ def test_report_is_on_the_skill_page(world: World) -> None:
     assert "scripts/convert_pdf_to_images.py:3" in page
     assert "import pdf2image" in page
     assert "standard library" in page
+
+
+def test_files_over_the_read_limit_are_not_read() -> None:
+    # Varied lines, so the zip stays under the compression-ratio cap.
+    big = "pip install from-a-huge-file\n" + "".join(f"line {i} {i * 7919 % 104729:x}\n" for i in range(40_000))
+    assert len(big) > 512 * 1024
+    version = skill("huge", "# x\n", {"reference/huge.md": big, "scripts/run.py": "import requests\n"})
+    assert keys(version.dependency_report["inferred"]) == ["pip:requests"]
