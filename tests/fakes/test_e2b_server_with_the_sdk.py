@@ -876,3 +876,14 @@ def test_cube_04_egress_switch_templates_and_missing_routes(fake_cube_04_server:
         assert http.post("/templates", json={"image": DEFAULT_IMAGE}).status_code == 400
         snapshots = http.get("/snapshots")
         assert (snapshots.status_code, snapshots.content) == (404, b"")
+
+
+def test_metrics_rows_read_by_the_sdk(sbx: Sandbox) -> None:
+    # SDK 2.63 get_metrics() reads every SandboxMetric field the spec requires (memCache
+    # included, e2b-dev/infra spec/openapi.yml @54693ff SandboxMetric): without it, KeyError.
+    metrics = sbx.get_metrics()
+    assert metrics, "no metrics row"
+    row = metrics[-1]
+    assert row.mem_cache >= 0
+    assert row.mem_total > 0
+    assert row.cpu_count > 0

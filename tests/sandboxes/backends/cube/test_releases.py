@@ -72,7 +72,8 @@ def test_test_connection_names_the_release_and_its_capabilities(
     assert ("idle pause" in words) == facts.idle_from_lifecycle
     assert ("L7 rules" in words) == facts.l7_rules
     assert ("snapshots" in words) == facts.snapshot_list
-    assert "no metrics" in words and "no network update" in words
+    assert "no metrics" in words
+    assert "no network update" in words
     assert adapter.idles_itself() == facts.idle_from_lifecycle
     caps = adapter.network_capabilities()
     assert (caps.inbound_toggle, caps.l7_rules) == (facts.inbound_gate, facts.l7_rules)
