@@ -23,7 +23,7 @@ from tests.fakes.fake_state import FakeSandbox, Store, Template, new_id, now, rf
 Handler = Callable[[Request, Reply], None]
 Served = Callable[[], bool]
 
-# CubeAPI services/sandboxes.rs FORBIDDEN_ENV_NAMES (C-later; C-May checks no names).
+# CubeAPI services/sandboxes.rs FORBIDDEN_ENV_NAMES (from v0.5.0; earlier releases check no names).
 CUBE_FORBIDDEN_ENVS = frozenset(
     {
         "BASH_ENV",
@@ -637,7 +637,7 @@ class ControlPlane:
 
     def list_snapshots(self, req: Request, reply: Reply) -> None:
         # spec/openapi.yml: GET /snapshots {sandboxID, name, limit, nextToken} -> [SnapshotInfo];
-        # Cube C-later adds status/originSandboxID?/createdAt?; C-May has no such route.
+        # Cube adds status/originSandboxID?/createdAt?; v0.2.2 has no such route.
         sandbox_id, name = req.q("sandboxID"), req.q("name")
         with self.store.lock:
             snaps = [t for t in self.store.templates.values() if t.kind == "snapshot"]
@@ -857,14 +857,14 @@ class ControlPlane:
         if not isinstance(image, str) or not image:
             raise HttpError(400, "image is required")
         if self.store.cube_may:
-            # C-May models CreateTemplateRequest: templateID required (length >= 1), used as is.
+            # v0.2.2 models CreateTemplateRequest: templateID required (length >= 1), used as is.
             tid = body.get("templateID")
             if not isinstance(tid, str) or not tid:
                 raise HttpError(400, "templateID: length must be at least 1")
             if tid in self.store.templates:
                 raise HttpError(409, f"template '{tid}' already exists")
         else:
-            tid = "tpl-" + secrets.token_hex(8)  # C-later ignores templateID and mints one
+            tid = "tpl-" + secrets.token_hex(8)  # from v0.3.0 the server mints one
         ok = self.store.runtime.image_exists(image)
         names = [n for n in (body.get("name"), body.get("alias")) if isinstance(n, str) and n]
         tpl = Template(

@@ -110,8 +110,9 @@ E2B_API_ALIASES = {"infra": "spec"}
 # envd versions the fake reports. PEP 440 local versions ("+fake") parse in the SDK; a
 # "-fake" suffix would crash packaging.Version (protocol reference §3.5).
 E2B_ENVD_VERSION = "0.5.7+fake"
-# Cube C-May reports the constant 0.2.0 (CubeAPI/src/constants.rs), below 0.4.0: the SDK then
-# forces the basic-auth user "user" and `username=user`, and omits the Start stdin flag.
+# Cube reports the constant 0.2.0 (CubeAPI/src/constants.rs; ENVD_VERSION_FALLBACK from
+# v0.5.0), below 0.4.0: the SDK then forces the basic-auth user "user" and `username=user`,
+# and omits the Start stdin flag.
 CUBE_ENVD_VERSION = "0.2.0"
 
 

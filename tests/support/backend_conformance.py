@@ -48,14 +48,6 @@ MISSING_SANDBOX_ID = "doesnotexist0123456789abcdef"
 SandboxFactory = Callable[..., SandboxInfo]
 
 
-def offline_for(backend: Backend) -> NetworkSpec:
-    """No internet, and inbound as private as the backend can keep it (a backend that serves
-    every sandbox's ports publicly refuses a private-inbound spec)."""
-    if backend.network_capabilities().inbound_always_public:
-        return NetworkSpec(allow_internet_access=False, allow_public_traffic=True)
-    return OFFLINE
-
-
 @contextlib.contextmanager
 def sandbox_factory(backend: Backend, template_id: str, test_run_id: str) -> Iterator[SandboxFactory]:
     """`make(adapter=backend, **spec fields)`: an offline sandbox of `template_id` labelled with
@@ -65,7 +57,7 @@ def sandbox_factory(backend: Backend, template_id: str, test_run_id: str) -> Ite
 
     def make(adapter: Backend = backend, **overrides: object) -> SandboxInfo:
         metadata = {"test-run": test_run_id, **overrides.pop("metadata", {})}  # type: ignore[dict-item]
-        spec_args: dict[str, object] = {"template_id": template_id, "network": offline_for(adapter)}
+        spec_args: dict[str, object] = {"template_id": template_id, "network": OFFLINE}
         spec_args.update(overrides)
         info = adapter.create(SandboxSpec(metadata=metadata, **spec_args))  # type: ignore[arg-type]
         created.append((adapter, info.sandbox_id))

@@ -23,15 +23,16 @@ about each:
   503 + `Retry-After` while pausing is retried.
 - **Data plane**: 410 means the sandbox was killed (`gone`: rebuild); 503 + `Retry-After`
   (resume failed) is retried for stream starts and reads.
-- **envd 0.2.0** (C-May) has no default user: the adapter always names the user (basic
+- **envd 0.2.0** (CubeAPI constants.rs, every release) has no default user: the adapter always names the user (basic
   auth and `username=`), and omits the Start `stdin` flag below 0.3.0.
 - **Network**: Cube's own shape (top-level `allow_internet_access`, `allowOut`, `denyOut`,
   L7 `rules` as a list, which every release takes, translated in rules.py so that Cube's
   first-match, default-deny, exact-host proxy means the console's rules); a domain in
   `allowOut` needs outbound off or `denyOut` 0.0.0.0/0 (checked before sending). Before
   v0.5.0 `allowPublicTraffic` is the egress master switch (build_cubevs_context), so it is sent
-  with the egress meaning there, and every sandbox's ports are public (no inbound toggle: a
-  policy keeping them private is refused). L7 rules only from v0.4.0 (v0.3.0 drops them).
+  with the egress meaning there, and every sandbox's ports are public (no inbound toggle:
+  `inbound_always_public`, so the console refuses a space policy keeping them private). L7
+  rules only from v0.4.0 (v0.3.0 drops them).
 - **Traffic token**: only in the create answer; returned in `SandboxInfo.traffic_token`
   (the runtime stores it) and cached for `inbound().traffic_token()`.
 - **Snapshots**: ids are Cube's own `snap-…` (usable as template ids); v0.2.2 cannot list
@@ -315,11 +316,6 @@ class CubeBackend(E2BBackend):
         release = self.known_release()
         if network.l7_rules and not release.l7_rules:
             raise RemoteError(ErrorKind.UNSUPPORTED, f"CubeSandbox {release.name} has no L7 rules (it drops them)")
-        if not network.allow_public_traffic and not release.inbound_toggle:
-            raise RemoteError(
-                ErrorKind.UNSUPPORTED,
-                f"CubeSandbox {release.name} serves every sandbox's ports publicly: it cannot keep them private",
-            )
         if network.allow_internet_access:
             allowed = network.domains("allow_out") if network.allow_only else None
             beyond = rules_problem(network.l7_rules, allowed=allowed, deny_cidrs=network.cidrs("deny_out"))
@@ -430,10 +426,7 @@ class CubeBackend(E2BBackend):
             )
         spec = SandboxSpec(
             template_id=self.housekeeping_template,
-            # Ports private where the release can keep them so (from v0.5.0).
-            network=NetworkSpec(
-                allow_internet_access=False, allow_public_traffic=not self.known_release().inbound_toggle
-            ),
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
             metadata={**self.housekeeping_metadata, META_PURPOSE: HOUSEKEEPING_PURPOSE},
             timeout_s=HOUSEKEEPING_TTL_S,
             auto_pause=False,  # killed at its TTL if this process dies before deleting it

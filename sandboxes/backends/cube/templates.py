@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 
 class CubeSnapshots(E2BSnapshots):
-    """Cube C-later snapshots: `snap-…` ids, deleted through `DELETE /templates/{id}`."""
+    """Cube snapshots (v0.3.0 and later): `snap-…` ids, deleted through `DELETE /templates/{id}`."""
 
 
 class CubeTemplates(TemplatesCapability):

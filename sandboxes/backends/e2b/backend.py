@@ -562,7 +562,7 @@ class E2BBackend(E2BEnvd, Backend):
     # Snapshot helpers shared by the capabilities ------------------------------------------
 
     def _verify_snapshot(self, info: SnapshotInfo) -> None:
-        """Hook for control planes whose snapshot answer cannot be trusted (Cube C-May)."""
+        """Hook for control planes whose snapshot answer cannot be trusted (Cube)."""
         return None
 
     def snapshot_infos(self) -> builtins.list[SnapshotInfo]:

@@ -14,7 +14,7 @@ import pytest
 from sandboxes.backends.base import ErrorKind, NetworkSpec, RemoteError, SandboxSpec, SandboxState, TemplateBuildSpec
 from sandboxes.backends.cube.backend import CubeBackend
 from sandboxes.backends.e2b.common import parse_time
-from sandboxes.catalog.network import unsupported_policy_switches
+from sandboxes.catalog.network import PolicyConflict, refuse_unless_honoured
 from tests.fakes.fake_state import CUBE_RELEASES, CubeRelease
 from tests.fakes.fixtures import FakeHandle
 from tests.support.backend_conformance import run
@@ -86,26 +86,23 @@ def test_each_switch_combination_reaches_the_sandbox_as_chosen(
     cube: tuple[FakeHandle, CubeRelease, CubeBackend], internet: bool, inbound: bool, test_run_id: str
 ) -> None:
     # On v0.3/v0.4 internet off with inbound on got internet, and internet on with inbound off
-    # got none (allowPublicTraffic is their egress switch). A release that cannot keep ports
-    # private (before v0.5.0) refuses that choice in words, creating nothing.
+    # got none (allowPublicTraffic is their egress switch). Before v0.5.0 every sandbox's ports
+    # are public: a policy keeping them private is refused in words before anything is made.
     fake, facts, adapter = cube
     network = NetworkSpec(allow_internet_access=internet, allow_public_traffic=inbound)
-    problems = unsupported_policy_switches(network, adapter.network_capabilities())
-    before = {row["sandboxID"] for row in fake.state()["sandboxes"]}
-    if not inbound and not facts.inbound_gate:
-        assert problems, "a release serving every port publicly must say it cannot keep them private"
-        with pytest.raises(RemoteError) as caught:
-            adapter.create(_spec(test_run_id, network=network))
-        assert caught.value.kind == ErrorKind.UNSUPPORTED
-        assert {row["sandboxID"] for row in fake.state()["sandboxes"]} == before
-        return
-    assert problems == []
     info = adapter.create(_spec(test_run_id, network=network))
     try:
         row = _row(fake, info.sandbox_id)
-        assert (row["egress"], row["inbound"]) == (internet, inbound)
+        assert row["egress"] is internet
+        assert row["inbound"] is (inbound or not facts.inbound_gate)
     finally:
         adapter.delete(info.sandbox_id)
+    if inbound or facts.inbound_gate:
+        refuse_unless_honoured(network, adapter, "per-release")
+    else:
+        with pytest.raises(PolicyConflict) as caught:
+            refuse_unless_honoured(network, adapter, "per-release")
+        assert "private sandbox ports" in caught.value.message
 
 
 def test_idle_sandboxes_pause_where_the_release_forwards_it(
