@@ -320,11 +320,14 @@ def default_checks_report(result: ExecResult) -> dict[str, list[str]]:
 
 
 def clean_scratch(backend: Backend, sandbox_id: str, log: Log) -> None:
+    """Remove scratch and caches. /opt/skills is made when missing: an uninstall of the last
+    skill starts from the default template and copies nothing, yet the ledger goes there."""
     run(
         backend,
         sandbox_id,
         "clean",
         f"rm -rf {SCRATCH} /root/.cache/pip /root/.npm /tmp/pip-*"
+        f" && mkdir -p {SKILLS_ROOT} && chown root:root {SKILLS_ROOT} && chmod 0755 {SKILLS_ROOT}"
         f" && find {SKILLS_ROOT} -name __pycache__ -prune -exec rm -rf {{}} +",
     )
     log("scratch removed")
