@@ -97,7 +97,7 @@ def test_install_makes_a_snapshot_new_sessions_start_from(
     assert set(image.timings) == {"create", "copy", "dependencies", "verify", "clean", "ledger", "snapshot", "record"}
     assert image.manifest[0]["name"] == "tiny-skill"
     assert image.manifest[0]["installed"] == ["tinydep-1.0"]
-    assert image.manifest[0]["verified_by"] == "default checks"
+    assert image.manifest[0]["verified_by"] == "entry checks (1 script(s))"
     assert any("step verify" in line["message"] for line in job.log)
     assert build_sandboxes(config, installation) == []
     assert effective_template(world.space_a, config).template_id == image.snapshot_id
@@ -334,4 +334,4 @@ def test_a_check_script_named_in_metadata_runs_as_the_session_user(world: World,
     assert job.status == JobStatus.SUCCEEDED, job_error(job)
     image = current_image(world.space_a, config)
     assert image is not None
-    assert image.manifest[0]["verified_by"] == "check script tests/selftest"
+    assert image.manifest[0]["verified_by"] == "entry checks (1 script(s)) and check script tests/selftest"
