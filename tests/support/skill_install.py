@@ -57,9 +57,13 @@ def write_wheel_tree(folder: Path, name: str, version: str, files: dict[str, byt
     return target
 
 
-def skill_zip(name: str, files: dict[str, bytes], *, executable: tuple[str, ...] = (), body: str = "Hi.") -> bytes:
-    """A skill zip: SKILL.md plus `files` (paths inside the skill); `executable` ones get 0755."""
-    md = f"---\nname: {name}\ndescription: Made by a test. Use when testing installs.\nlicense: MIT\n---\n\n{body}\n"
+def skill_zip(
+    name: str, files: dict[str, bytes], *, executable: tuple[str, ...] = (), body: str = "Hi.", extra_md: str = ""
+) -> bytes:
+    """A skill zip: SKILL.md (`extra_md` added to its frontmatter) plus `files` (paths inside
+    the skill); `executable` ones get 0755."""
+    md = f"---\nname: {name}\ndescription: Made by a test. Use when testing installs.\nlicense: MIT\n{extra_md}"
+    md += f"---\n\n{body}\n"
     entries: list[tuple[str, bytes, int]] = [(f"{name}/SKILL.md", md.encode(), REGULAR)]
     for path, data in files.items():
         entries.append((f"{name}/{path}", data, EXECUTABLE if path in executable else REGULAR))
