@@ -1,18 +1,21 @@
 """Docker snapshots stay shallow: past `snapshot_max_layers` a snapshot is flattened into one
 layer that keeps the files and a commit's config, so generation after generation never
-reaches the engine's "max depth exceeded" (a commit fails there: 125 layers).
+reaches the engine's "max depth exceeded" (a commit fails there: 125 layers), and that refusal,
+met elsewhere, says what to do.
 """
 
 from __future__ import annotations
 
+import io
+import tarfile
 from collections.abc import Iterator
 
 import docker
 import pytest
 
-from sandboxes.backends.base import BackendConfig
+from sandboxes.backends.base import BackendConfig, ErrorKind
 from sandboxes.backends.docker.backend import DockerBackend
-from sandboxes.backends.docker.common import DOCKER_MAX_LAYERS
+from sandboxes.backends.docker.common import DOCKER_MAX_LAYERS, _translate
 from sandboxes.backends.docker.snapshots import DEFAULT_SNAPSHOT_MAX_LAYERS, DockerSnapshots
 from tests.sandboxes.conftest import docker_test_network_name
 from tests.support.backend_conformance import SandboxFactory, run, sandbox_factory, shell_request
@@ -101,3 +104,46 @@ def test_generations_past_the_engines_limit_all_succeed_at_the_default_bound(
                 assert run(backend, session.sandbox_id, f"cat /opt/gen-1 /opt/gen-{count}") == f"1\n{count}\n"
                 backend.delete(session.sandbox_id)
         assert deepest == DEFAULT_SNAPSHOT_MAX_LAYERS
+
+
+def test_an_image_at_the_engines_limit_snapshots_flat_and_the_engines_refusal_says_what_to_do(
+    docker_base_image: str, test_run_id: str, engine: docker.APIClient
+) -> None:
+    """A template made elsewhere with 125 layers: a commit fails with "max depth exceeded",
+    which the adapter words as what to do; the adapter's snapshot is flattened instead."""
+    repository = f"sandbox-console/test-deep-{test_run_id}"
+    image = docker_base_image
+    made: list[str] = []
+    backend = _backend(test_run_id)
+    try:
+        for number in range(DOCKER_MAX_LAYERS - 1):  # the base has one
+            container = engine.create_container(image, labels={"test-run": test_run_id})
+            engine.put_archive(container["Id"], "/", _one_file(f"layer-{number}"))
+            image = engine.commit(container["Id"], repository=repository, tag=str(number))["Id"]
+            engine.remove_container(container["Id"])
+            made.append(image)
+        with sandbox_factory(backend, docker_base_image, test_run_id) as make:
+            sandbox = make(template_id=f"{repository}:{DOCKER_MAX_LAYERS - 2}")
+            with pytest.raises(docker.errors.APIError) as refused:
+                engine.commit(sandbox.sandbox_id, repository=repository, tag="too-deep")
+            worded = _translate(refused.value, "snapshot of sandbox x")
+            assert worded.kind == ErrorKind.INVALID
+            assert "max depth exceeded" in worded.message
+            assert "rebuild the template with fewer layers, or flatten it" in worded.message
+            snapshot = backend.snapshots().create(sandbox.sandbox_id, name="from-deep")
+            made.append(backend.snapshot_image(snapshot.snapshot_id)["Id"])
+            assert _layers(engine, snapshot.snapshot_id) == 1
+            session = make(template_id=snapshot.snapshot_id)
+            assert run(backend, session.sandbox_id, "ls /layer-0 /layer-122") == "/layer-0\n/layer-122\n"
+            backend.delete(session.sandbox_id)
+            backend.delete(sandbox.sandbox_id)
+    finally:
+        for image_id in reversed(made):
+            engine.remove_image(image_id, force=True)
+
+
+def _one_file(name: str) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        archive.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
+    return buffer.getvalue()
