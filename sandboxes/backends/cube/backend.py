@@ -55,7 +55,7 @@ import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -80,6 +80,7 @@ from ..base import (
 from ..capabilities import SnapshotsCapability, TemplatesCapability, VolumesCapability
 from ..e2b.backend import E2BBackend
 from ..e2b.common import ENVD_PORT, NoRoute, check_volume_name, egress_lists, network_problems, translating
+from ..e2b.settings import E2BOptions
 from ..guard import Resolver
 from .common import (
     _GENERATIONS,
@@ -100,6 +101,7 @@ from .common import (
     host_root_problem,
 )
 from .rules import MAX_CONSOLE_RULES, cube_rules, rules_problem
+from .settings import CubeOptions
 from .templates import CubeSnapshots, CubeTemplates
 from .workspaces import CubeWorkspaceDirs
 
@@ -119,16 +121,8 @@ def host_mount_json(mounts: Sequence[HostMount]) -> str:
     return json.dumps([{"hostPath": m.host_path, "mountPath": m.mount_path, "readOnly": m.read_only} for m in mounts])
 
 
-def _metadata_option(raw: str | None) -> dict[str, str]:
-    """`options["housekeeping_metadata"]`: a JSON object of strings (the console's metadata)."""
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise RemoteError(ErrorKind.INVALID, "option 'housekeeping_metadata' must be a JSON object of strings")
+def _metadata_option(value: dict[str, str]) -> dict[str, str]:
+    """`CubeOptions.housekeeping_metadata`: the console's metadata, minus what Cube reserves."""
     if RESERVED_METADATA in value:
         raise RemoteError(ErrorKind.INVALID, f"option 'housekeeping_metadata' may not set {RESERVED_METADATA!r}")
     return value
@@ -164,24 +158,26 @@ class CubeBackend(E2BBackend):
     # Cube's allowOut reaches private addresses (self-hosted: the cluster's own network).
     opens_private = True
     default_domain = CUBE_DEFAULT_DOMAIN
+    options_class: ClassVar[type[E2BOptions]] = CubeOptions
+    options: CubeOptions
 
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
         super().__init__(config, resolver=resolver)
         self.list_limit = int(self._number_option("list_limit", DEFAULT_LIST_LIMIT)) or DEFAULT_LIST_LIMIT
-        known = config.options.get("protocol") or config.options.get("cube_version") or ""
+        known = self.options.protocol or self.options.cube_version
         if known and known not in _GENERATIONS:
             raise RemoteError(ErrorKind.INVALID, f"option 'protocol' must be one of {sorted(PROTOCOLS.values())}")
         # None: not known yet (probed before it matters). A bare `cube_version` pins.
         self.generation: str | None = _GENERATIONS.get(known)
-        self.protocol_pinned = self.protocol_pinned or bool(config.options.get("cube_version"))
+        self.protocol_pinned = self.protocol_pinned or bool(self.options.cube_version)
         self.probed = False
         self._list_snapshot: tuple[str, float, builtins.list[Any]] | None = None
-        self.host_root = config.options.get("workspace_host_root", "")
+        self.host_root = self.options.workspace_host_root
         problem = host_root_problem(self.host_root) if self.host_root else None
         if problem:
             raise RemoteError(ErrorKind.INVALID, f"option 'workspace_host_root' must be {problem}")
-        self.housekeeping_template = config.options.get("workspace_template", "")
-        self.housekeeping_metadata = _metadata_option(config.options.get("housekeeping_metadata"))
+        self.housekeeping_template = self.options.workspace_template
+        self.housekeeping_metadata = _metadata_option(self.options.housekeeping_metadata)
 
     def _api(
         self,

@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -100,6 +100,7 @@ from .envd import E2BEnvd
 from .files import E2BFiles
 from .inbound import E2BInbound
 from .pty import E2BPtys
+from .settings import E2BOptions
 from .snapshots import E2BSnapshots, E2BTemplates
 from .volumes import E2BVolumes
 
@@ -128,12 +129,14 @@ class E2BBackend(E2BEnvd, Backend):
         return True  # create sets the TTL with autoPause; connect resumes
 
     default_domain = DEFAULT_DOMAIN
+    options_class: ClassVar[type[E2BOptions]] = E2BOptions
 
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
         super().__init__(config)
         self.domain = (config.domain or self.default_domain).strip().strip(".")
         self.api_url = (config.endpoint or f"https://api.{self.domain}").rstrip("/")
-        self.sandbox_url = (config.options.get("sandbox_url") or "").rstrip("/")
+        self.options = self.options_class.parse(config.options)
+        self.sandbox_url = self.options.sandbox_url.rstrip("/")
         self.request_timeout = self._number_option("request_timeout", DEFAULT_REQUEST_TIMEOUT_S)
         self.retries = int(self._number_option("retries", DEFAULT_RETRIES))
         self.sandbox_ttl = int(self._number_option("sandbox_timeout", DEFAULT_SANDBOX_TTL_S))
@@ -145,8 +148,8 @@ class E2BBackend(E2BEnvd, Backend):
         # Metadata learnt at create/get/list, so a connect answer (which carries none) still
         # makes a full SandboxInfo.
         self._metadata: dict[str, dict[str, str]] = {}
-        self.protocol_pinned = config.options.get("protocol_pinned", "") in ("1", "true", "yes")
-        self.protocol = self._initial_protocol(config.options.get("protocol", ""))
+        self.protocol_pinned = self.options.protocol_pinned
+        self.protocol = self._initial_protocol(self.options.protocol)
         # Waits between retries go through here so tests can observe the backoff.
         self.sleep: Callable[[float], None] = time.sleep
 
@@ -157,13 +160,9 @@ class E2BBackend(E2BEnvd, Backend):
         raise RemoteError(ErrorKind.INVALID, f"option 'protocol' must be {PROTOCOL_V1!r} or {PROTOCOL_V2!r}")
 
     def _number_option(self, name: str, default: float) -> float:
-        raw = self.config.options.get(name)
-        if raw in (None, ""):
+        value = getattr(self.options, name)
+        if value is None:
             return default
-        try:
-            value = float(raw)
-        except ValueError:
-            raise RemoteError(ErrorKind.INVALID, f"option {name!r} must be a number") from None
         if value < 0:
             raise RemoteError(ErrorKind.INVALID, f"option {name!r} must not be negative")
         return value
