@@ -62,18 +62,14 @@ if TYPE_CHECKING:
 DEFAULT_SNAPSHOT_MAX_LAYERS = 32
 
 
-def snapshot_max_layers(options: Mapping[str, Any]) -> int:
+def snapshot_max_layers(value: int | None) -> int:
     """The `snapshot_max_layers` option: 2 to the engine's limit, default 32."""
-    raw = options.get("snapshot_max_layers", DEFAULT_SNAPSHOT_MAX_LAYERS)
-    try:
-        value = int(raw)
-    except (TypeError, ValueError):
-        value = 0
-    if not 2 <= value <= DOCKER_MAX_LAYERS:
+    layers = DEFAULT_SNAPSHOT_MAX_LAYERS if value is None else value
+    if not 2 <= layers <= DOCKER_MAX_LAYERS:
         raise RemoteError(
             ErrorKind.INVALID, f"option 'snapshot_max_layers' must be a whole number from 2 to {DOCKER_MAX_LAYERS}"
         )
-    return value
+    return layers
 
 
 class DockerSnapshots(SnapshotsCapability):
@@ -84,7 +80,7 @@ class DockerSnapshots(SnapshotsCapability):
 
     def __init__(self, backend: DockerBackend) -> None:
         self.backend = backend
-        self.max_layers = snapshot_max_layers(backend.config.options)
+        self.max_layers = snapshot_max_layers(backend.options.snapshot_max_layers)
 
     def create(self, sandbox_id: str, *, name: str = "", labels: Mapping[str, str] | None = None) -> SnapshotInfo:
         info = self.backend.connect(sandbox_id)  # the contract snapshots a running sandbox
