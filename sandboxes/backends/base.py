@@ -154,6 +154,9 @@ class NetworkCapabilities:
     # whatever a deny CIDR says (Cube), so deny CIDRs beside rules are not honoured.
     l7_within_deny: bool = True
     inbound_toggle: bool = False
+    # Without a toggle, every sandbox's ports are served publicly (Cube before v0.5.0): then a
+    # policy keeping them private is what cannot be honoured, and public inbound is.
+    inbound_always_public: bool = False
     # A changed NetworkSpec reaches running sandboxes (Backend.egress().update) without a rebuild.
     live_update: bool = False
     # deny_out entries win over allow_out entries (the console's meaning). False: an allow

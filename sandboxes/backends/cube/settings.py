@@ -17,11 +17,11 @@ from ..e2b.settings import (
     protocol_pin,
 )
 from ..settings import Scope, Setting, SettingsSchema, SettingType
-from .common import PROTOCOLS, host_root_problem
+from .common import host_root_problem
+from .releases import RELEASES
 
-# Labels of the protocols Cube's adapter speaks (`common.PROTOCOLS`); a protocol without one
-# shows as itself.
-PROTOCOL_LABELS = {"cube-0.5": "Cube v0.5 or later", "cube-0.4": "Cube before v0.5"}
+# The protocols Cube's adapter speaks, one per release family (`releases.RELEASES`), newest first.
+PROTOCOL_LABELS = {release.protocol: f"Cube {release.name}" for release in reversed(RELEASES)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +69,7 @@ SCHEMA = SettingsSchema(
             "Empty keeps the stored limit.",
         ),
         OWN_API_KEY,
-        protocol_pin({value: PROTOCOL_LABELS.get(value, value) for value in sorted(PROTOCOLS.values(), reverse=True)}),
+        protocol_pin(PROTOCOL_LABELS),
         Setting(
             "disk_mb",
             "Disk",

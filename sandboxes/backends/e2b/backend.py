@@ -201,26 +201,44 @@ class E2BBackend(E2BEnvd, Backend):
             )
 
     def probe_protocol(self) -> str:
-        """Whether the control plane serves the SDK's `POST /v2/sandboxes`. The probe body
-        lacks the required templateID, so a server that has the route refuses it (400)
-        without creating anything; one that lacks it answers with its router's 404/405."""
-        try:
-            self._api("POST", "/v2/sandboxes", "probing the create operation", idempotent=True, json={})
-        except NoRoute:
-            self.protocol = PROTOCOL_V1
-        except RemoteError as exc:
-            if exc.kind not in (ErrorKind.INVALID, ErrorKind.NOT_FOUND):
-                raise
+        """Which create operation the control plane serves, confirmed before it is recorded.
+
+        Both probes send a create without the required templateID, so a server that has the
+        route refuses the body (400) and creates nothing: that refusal is the confirmation
+        that the route exists and validates create bodies. A missing route is recognised in
+        every form a control plane answers it (`common.is_missing_route`: infra's validator
+        404 `validation error: method not allowed`, gin's plain text, axum's empty body, a
+        proxy's page). Anything else (a handler's 404, a dashboard's 200) confirms nothing."""
+        if self._create_route_answers("/v2/sandboxes"):
             self.protocol = PROTOCOL_V2
+        elif self._create_route_answers("/sandboxes"):
+            self.protocol = PROTOCOL_V1  # a control plane built from the published spec
         else:
-            # No E2B API accepts a create without templateID (spec/openapi.yml NewSandbox
-            # requires it): this is something else answering every path.
             raise RemoteError(
                 ErrorKind.INVALID,
-                f"{self.api_url} accepted a create without a template: it is not an E2B API",
+                f"{self.api_url} serves neither POST /v2/sandboxes nor POST /sandboxes: it is not an E2B API",
                 retryable=False,
             )
         return self.protocol
+
+    def _create_route_answers(self, path: str) -> bool:
+        """True when `path` refuses a create without a template (the route exists); False when
+        the server has no such route or answers something that proves nothing."""
+        try:
+            self._api("POST", path, f"probing POST {path}", idempotent=True, json={})
+        except NoRoute:
+            return False
+        except RemoteError as exc:
+            if exc.kind not in (ErrorKind.INVALID, ErrorKind.NOT_FOUND, ErrorKind.UNSUPPORTED, ErrorKind.CONFLICT):
+                raise  # a key, quota or availability problem: say that, not a protocol
+            return exc.kind == ErrorKind.INVALID
+        # No E2B API accepts a create without templateID (spec/openapi.yml NewSandbox
+        # requires it): this is something else answering every path.
+        raise RemoteError(
+            ErrorKind.INVALID,
+            f"{self.api_url} accepted a create without a template: it is not an E2B API",
+            retryable=False,
+        )
 
     # Whether an allowOut entry reaches a private address (E2B's own firewall refuses them).
     opens_private = False
@@ -543,7 +561,7 @@ class E2BBackend(E2BEnvd, Backend):
     # Snapshot helpers shared by the capabilities ------------------------------------------
 
     def _verify_snapshot(self, info: SnapshotInfo) -> None:
-        """Hook for control planes whose snapshot answer cannot be trusted (Cube C-May)."""
+        """Hook for control planes whose snapshot answer cannot be trusted (Cube)."""
         return None
 
     def snapshot_infos(self) -> builtins.list[SnapshotInfo]:

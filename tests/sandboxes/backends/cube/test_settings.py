@@ -11,7 +11,7 @@ import pytest
 from sandboxes.backends import describe
 from sandboxes.backends.base import BackendConfig, ErrorKind, RemoteError
 from sandboxes.backends.cube.backend import CubeBackend
-from sandboxes.backends.cube.common import PROTOCOLS
+from sandboxes.backends.cube.releases import RELEASES
 from sandboxes.backends.cube.settings import SCHEMA, CubeOptions
 from sandboxes.backends.e2b.settings import SCHEMA as E2B_SCHEMA
 from sandboxes.backends.settings import Given, Scope, SettingType
@@ -31,7 +31,7 @@ def test_cube_declares_e2bs_settings_and_its_host_root_and_disk_limits() -> None
     }
     offered = [value for value, _ in SCHEMA.setting("protocol_pin", Scope.CONFIG).choices]
     assert offered[0] == ""
-    assert set(offered[1:]) == set(PROTOCOLS.values())  # the protocols the adapter speaks
+    assert set(offered[1:]) == {r.protocol for r in RELEASES}  # the protocols the adapter speaks
 
 
 @pytest.mark.parametrize(
