@@ -13,7 +13,7 @@ A build (`build_generation`):
            metadata with purpose skill-build
   copy     the skill's files to /opt/skills/<name> (root-owned, modes kept minus g/o write)
   dependencies  declared pip (offline wheel folder or index), npm, Debian (see install_packages.py)
-  verify   the skill's check script, or the default checks, as uid 1000
+  verify   the entry checks on every entry script, then the skill's check script, as uid 1000
   clean    scratch removed
   ledger   /opt/skills/.ledger.json
   snapshot backend.snapshots().create

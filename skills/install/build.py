@@ -39,11 +39,12 @@ from . import steps as install
 from .network import BuildNetwork, build_network, sources_to_reach
 from .packages import PackageSources
 from .plan import BuildPlan, Reporter, package_sources
+from .sources_check import check_sources
 from .steps import SkillPayload, StepFailed
 
 # --- Building a generation ---------------------------------------------------------------
 
-STEPS = ("create", "copy", "dependencies", "verify", "clean", "ledger", "snapshot", "record")
+STEPS = ("create", "check", "copy", "dependencies", "verify", "clean", "ledger", "snapshot", "record")
 BUILD_PURPOSE = "skill-build"
 META_SKILL_IMAGE = "console-skill-image"
 BUILD_TIMEOUT_S = 1800
@@ -137,6 +138,9 @@ def build_generation(
             sandbox_id = create_build_sandbox(backend, space, config, plan.base_template, image, network.spec, job)
             watch_build_sandbox(sandbox_id, space=space, job=job)  # its refusals go to this job
             build.log(f"build sandbox {sandbox_id[:12]} created")
+        with build.step("check"):
+            # Every package of every kind against its source, before anything installs.
+            check_sources(backend, sandbox_id, plan.add, sources, build.log)
         with build.step("copy"):
             for name in plan.removed:
                 install.remove_skill(backend, sandbox_id, name)

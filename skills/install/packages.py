@@ -114,7 +114,14 @@ def probe_page_url(base_url: str, project: str | None, *, pep503: bool = True) -
 
 
 def probe_source(
-    backend: Backend, sandbox_id: str, what: str, url: str, log: Log, *, page_url: str | None = None
+    backend: Backend,
+    sandbox_id: str,
+    what: str,
+    url: str,
+    log: Log,
+    *,
+    page_url: str | None = None,
+    step: str = "dependencies",
 ) -> None:
     """Fail at once, in plain words, when a package source does not serve what the build needs.
 
@@ -127,9 +134,7 @@ def probe_source(
     host, port = source_host_port(url)
     asked = page_url or url
     argv = ["python3", "-c", SOURCE_PROBE, asked, str(SOURCE_PROBE_TIMEOUT_S)]
-    result = run(
-        backend, sandbox_id, "dependencies", shlex.join(argv), timeout_s=SOURCE_PROBE_TIMEOUT_S + 20, check=False
-    )
+    result = run(backend, sandbox_id, step, shlex.join(argv), timeout_s=SOURCE_PROBE_TIMEOUT_S + 20, check=False)
     answer = result.stdout.decode(errors="replace").strip()
     shown = redact_userinfo(asked)
     if result.exit_code == 127:
@@ -138,14 +143,14 @@ def probe_source(
     if result.exit_code == 2:
         hint = " (the index has no such project)" if answer == "404" and page_url else ""
         raise StepFailed(
-            "dependencies",
+            step,
             f"{what} {redact_userinfo(url)} answers HTTP {answer} for {shown}{hint}, from the build sandbox "
             f"({host} port {port}). Check the URL and that the index serves the skill's dependencies.",
         )
     if result.exit_code != 0:
         reason = answer or output_tail(result)
         raise StepFailed(
-            "dependencies",
+            step,
             f"{what} {redact_userinfo(url)} does not answer from the build sandbox ({host} port {port}: {reason}). "
             "Check that it runs and that this backend's sandboxes can reach that address.",
         )

@@ -14,10 +14,11 @@ Layout inside the image:
   /tmp/skill-build/            scratch (package source, requirement files), removed before
                                the snapshot
 
-The check-script convention (docs/skills.md): frontmatter `metadata: {check: <path>}` names a
-file inside the skill; otherwise `scripts/check.sh` or `scripts/check.py` when present. It
-runs as the session user (uid 1000) with the skill folder as its working directory and must
-exit 0. Without one, the default checks run (`DEFAULT_CHECKS`).
+Verify (docs/skills.md, "Verification"): the entry checks (`entry_check.py`) run on every
+entry script as the session user (uid 1000); then the skill's check script, when it has one:
+frontmatter `metadata: {check: <path>}` names a file inside the skill, otherwise
+`scripts/check.sh` or `scripts/check.py` when present. It runs with the skill folder as its
+working directory and must exit 0.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from __future__ import annotations
 import io
 import json
 import posixpath
+import re
 import shlex
 import tarfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sandboxes.backends.base import Backend, ExecRequest, ExecResult, RemoteError
@@ -204,95 +207,37 @@ def copy_skill(backend: Backend, sandbox_id: str, skill: SkillPayload, log: Log)
     log(f"copied {len(skill.files)} file(s), {skill.size} bytes, to {skill.root}")
 
 
-# The default checks, run as uid 1000 when a skill has no check script of its own.
-DEFAULT_CHECKS = r"""
-import importlib, importlib.metadata as md, json, os, shutil, subprocess, sys
-spec = json.loads(sys.argv[1])
-problems = []
-warnings = []
-root = spec["root"]
-if os.access(root, os.W_OK):
-    problems.append(f"{root} is writable by the session user")
-for dist in spec["pip"]:
-    try:
-        found = md.distribution(dist)
-    except md.PackageNotFoundError:
-        problems.append(f"pip dependency {dist} is not installed")
-        continue
-    tops = (found.read_text("top_level.txt") or "").split()
-    if not tops:
-        tops = sorted({f.parts[0].removesuffix(".py") for f in found.files or [] if len(f.parts) > 0
-                       and not f.parts[0].endswith((".dist-info", ".data")) and f.parts[0] != ".."
-                       and (len(f.parts) > 1 or f.suffix == ".py")})
-    for top in tops:
-        try:
-            importlib.import_module(top)
-        except Exception as exc:
-            problems.append(f"pip dependency {dist}: import {top} failed: {exc!r}")
-for rel in spec["scripts"]:
-    path = os.path.join(root, rel)
-    with open(path, "rb") as handle:
-        data = handle.read()
-    first = data.split(b"\n", 1)[0].decode(errors="replace") if data.startswith(b"#!") else ""
-    if os.access(path, os.X_OK) and not first:
-        # Common in published skills: SKILL.md runs them as `python3 scripts/x.py` anyway.
-        runner = "python3" if rel.endswith(".py") else "bash" if rel.endswith(".sh") else "its interpreter"
-        warnings.append(f"{rel} is executable but has no #! line: run it with {runner}, not as ./{rel}")
-    if first:
-        words = first[2:].split()
-        program = words[1] if words and words[0].endswith("/env") and len(words) > 1 else (words[0] if words else "")
-        if not program or not (shutil.which(program) or os.path.exists(program)):
-            problems.append(f"{rel}: interpreter {program or '(none)'} is not in the image")
-    if rel.endswith(".py") or "python" in first:
-        try:
-            compile(data, path, "exec")
-        except SyntaxError as exc:
-            problems.append(f"{rel}: Python syntax error line {exc.lineno}: {exc.msg}")
-    elif rel.endswith(".sh") or first.endswith(("sh", "bash")):
-        checked = subprocess.run(["bash", "-n", path], capture_output=True, text=True)
-        if checked.returncode:
-            problems.append(f"{rel}: shell syntax error: {checked.stderr.strip()[:300]}")
-print(json.dumps({"problems": problems, "warnings": warnings}))
-sys.exit(1 if problems else 0)
-"""
+# The entry checks (entry_check.py), sent as source to the image's python3: never imported here.
+ENTRY_CHECK_SOURCE = (Path(__file__).with_name("entry_check.py")).read_text()
+SCRIPT_SUFFIXES = (".py", ".js", ".mjs", ".cjs", ".sh", ".bash")
+
+
+def entry_scripts(skill: SkillPayload) -> list[str]:
+    """The scripts a skill runs: every script under scripts/ (by suffix, exec bit or `#!`), and
+    any executable or script-suffixed file that SKILL.md names by its path."""
+    skill_md = next((data for path, _, data in skill.files if path == "SKILL.md"), b"").decode(errors="replace")
+    entries = []
+    for path, mode, data in skill.files:
+        runnable = path.endswith(SCRIPT_SUFFIXES) or bool(mode & 0o111) or data.startswith(b"#!")
+        if not runnable or path == "SKILL.md":
+            continue
+        named = re.search(r"(?<![\w.-])" + re.escape(path) + r"(?![\w/-])", skill_md) is not None
+        if (path.startswith("scripts/") and (path.endswith(SCRIPT_SUFFIXES) or mode & 0o111)) or named:
+            entries.append(path)
+    return entries
 
 
 def verify_skill(backend: Backend, sandbox_id: str, skill: SkillPayload, log: Log) -> str:
-    """Run the skill's check script, else the default checks, as uid 1000. Returns what ran."""
-    check = skill.check_script()
-    if check is not None:
-        path = f"{skill.root}/{check}"
-        mode, data = next((mode, data) for name, mode, data in skill.files if name == check)
-        if mode & 0o100 and data.startswith(b"#!"):
-            command = shlex.quote(path)  # its own interpreter
-        else:
-            command = f"{'python3' if check.endswith('.py') else 'bash'} {shlex.quote(path)}"
-        result = run(
-            backend,
-            sandbox_id,
-            "verify",
-            command,
-            user="user",
-            cwd=skill.root,
-            env={"SKILL_DIR": skill.root},
-            timeout_s=CHECK_TIMEOUT_S,
-            check=False,
-        )
-        if result.exit_code != 0:
-            raise StepFailed("verify", f"{skill.name}: check script {check} failed: {output_tail(result)}")
-        log(f"{skill.name}: check script {check} passed")
-        return f"check script {check}"
-    scripts = [
-        path
-        for path, mode, _ in skill.files
-        if path.startswith("scripts/") or mode & 0o111 or path.endswith((".py", ".sh"))
-    ]
-    spec = json.dumps({"root": skill.root, "pip": skill.pip_names, "scripts": scripts})
+    """As uid 1000: the entry checks on every entry script, then the skill's own check script
+    when it has one. Returns what ran; raises StepFailed naming each script and what it lacks."""
+    check = skill.check_script()  # a bad metadata 'check' fails before anything runs
+    entries = entry_scripts(skill)
+    spec = json.dumps({"root": skill.root, "pip": skill.pip_names, "entries": entries})
     result = run(
         backend,
         sandbox_id,
         "verify",
-        shlex.join(["python3", "-c", DEFAULT_CHECKS, spec]),
+        shlex.join(["python3", "-c", ENTRY_CHECK_SOURCE, spec]),
         user="user",
         cwd="/",
         timeout_s=CHECK_TIMEOUT_S,
@@ -304,27 +249,58 @@ def verify_skill(backend: Backend, sandbox_id: str, skill: SkillPayload, log: Lo
     if result.exit_code != 0:
         problems = report.get("problems") or [output_tail(result)]
         raise StepFailed("verify", f"{skill.name}: " + "; ".join(str(p) for p in problems))
-    log(f"{skill.name}: default checks passed ({len(skill.pip_names)} pip import(s), {len(scripts)} script(s))")
-    return "default checks"
+    counts = report.get("checked") or []
+    log(f"{skill.name}: entry checks passed ({len(entries)} script(s): {', '.join(counts) or 'nothing to check'})")
+    verified = f"entry checks ({len(entries)} script(s))"
+    if check is None:
+        return verified
+    path = f"{skill.root}/{check}"
+    mode, data = next((mode, data) for name, mode, data in skill.files if name == check)
+    if mode & 0o100 and data.startswith(b"#!"):
+        command = shlex.quote(path)  # its own interpreter
+    else:
+        command = f"{'python3' if check.endswith('.py') else 'bash'} {shlex.quote(path)}"
+    result = run(
+        backend,
+        sandbox_id,
+        "verify",
+        command,
+        user="user",
+        cwd=skill.root,
+        env={"SKILL_DIR": skill.root},
+        timeout_s=CHECK_TIMEOUT_S,
+        check=False,
+    )
+    if result.exit_code != 0:
+        raise StepFailed("verify", f"{skill.name}: check script {check} failed: {output_tail(result)}")
+    log(f"{skill.name}: check script {check} passed")
+    return f"{verified} and check script {check}"
 
 
 def default_checks_report(result: ExecResult) -> dict[str, list[str]]:
-    """The default checks' last output line: {"problems": [...], "warnings": [...]}."""
+    """The entry checks' last output line: problems, warnings and what was checked."""
     try:
         report = json.loads(result.stdout.decode(errors="replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {}
     if not isinstance(report, dict):
         return {}
-    return {key: [str(item) for item in report.get(key) or []] for key in ("problems", "warnings")}
+    parsed = {key: [str(item) for item in report.get(key) or []] for key in ("problems", "warnings")}
+    checked = report.get("checked")
+    counts = checked if isinstance(checked, dict) else {}
+    parsed["checked"] = [f"{counts[key]} {key}" for key in ("imports", "programs") if key in counts]
+    return parsed
 
 
 def clean_scratch(backend: Backend, sandbox_id: str, log: Log) -> None:
+    """Remove scratch and caches. /opt/skills is made when missing: an uninstall of the last
+    skill starts from the default template and copies nothing, yet the ledger goes there."""
     run(
         backend,
         sandbox_id,
         "clean",
         f"rm -rf {SCRATCH} /root/.cache/pip /root/.npm /tmp/pip-*"
+        f" && mkdir -p {SKILLS_ROOT} && chown root:root {SKILLS_ROOT} && chmod 0755 {SKILLS_ROOT}"
         f" && find {SKILLS_ROOT} -name __pycache__ -prune -exec rm -rf {{}} +",
     )
     log("scratch removed")

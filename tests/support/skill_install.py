@@ -30,25 +30,44 @@ WHEEL_PACKAGE = "tinydep"
 
 def write_wheel(folder: Path, name: str = WHEEL_PACKAGE, version: str = "1.0", value: int = 42) -> Path:
     """A minimal pure-Python wheel written by hand (no network, no build backend)."""
+    return write_wheel_tree(folder, name, version, {f"{name}/__init__.py": f"VALUE = {value}\n".encode()})
+
+
+def write_wheel_tree(folder: Path, name: str, version: str, files: dict[str, bytes], *, top_level: bool = True) -> Path:
+    """A wheel of `files` (paths inside the wheel), written by hand. `top_level=False` leaves
+    out top_level.txt, as numpy's wheels do."""
     dist_info = f"{name}-{version}.dist-info"
-    files = {
-        f"{name}/__init__.py": f"VALUE = {value}\n".encode(),
-        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-        f"{dist_info}/top_level.txt": f"{name}\n".encode(),
-    }
+    entries = dict(files)
+    entries[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+    entries[f"{dist_info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    if top_level:
+        tops = sorted({path.split("/")[0].removesuffix(".py") for path in files})
+        entries[f"{dist_info}/top_level.txt"] = ("\n".join(tops) + "\n").encode()
     record_lines = []
-    for path, data in files.items():
+    for path, data in entries.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         record_lines.append(f"{path},sha256={digest},{len(data)}")
     record_lines.append(f"{dist_info}/RECORD,,")
-    files[f"{dist_info}/RECORD"] = ("\n".join(record_lines) + "\n").encode()
+    entries[f"{dist_info}/RECORD"] = ("\n".join(record_lines) + "\n").encode()
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path, data in files.items():
+        for path, data in entries.items():
             archive.writestr(path, data)
     return target
+
+
+def skill_zip(
+    name: str, files: dict[str, bytes], *, executable: tuple[str, ...] = (), body: str = "Hi.", extra_md: str = ""
+) -> bytes:
+    """A skill zip: SKILL.md (`extra_md` added to its frontmatter) plus `files` (paths inside
+    the skill); `executable` ones get 0755."""
+    md = f"---\nname: {name}\ndescription: Made by a test. Use when testing installs.\nlicense: MIT\n{extra_md}"
+    md += f"---\n\n{body}\n"
+    entries: list[tuple[str, bytes, int]] = [(f"{name}/SKILL.md", md.encode(), REGULAR)]
+    for path, data in files.items():
+        entries.append((f"{name}/{path}", data, EXECUTABLE if path in executable else REGULAR))
+    return build_zip(entries)
 
 
 def skill_with_dependency(

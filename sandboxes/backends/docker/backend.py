@@ -133,7 +133,8 @@ class DockerBackend(Backend):
     `base_image` (the template used when a build names none), `host_firewall` ("auto":
     the console applies the host packet filter when the engine is local and refuses online
     sandboxes while it is not in force; "external": an operator applies it on the engine's
-    host, e.g. for a remote engine, and health says so).
+    host, e.g. for a remote engine, and health says so), `snapshot_max_layers` (past this
+    depth a snapshot is flattened into one layer instead of committed; default 32: snapshots.py).
     """
 
     kind = "docker"

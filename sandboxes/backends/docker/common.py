@@ -62,6 +62,8 @@ SECURITY_OPTIONS = ("no-new-privileges",)
 HOST_FIREWALL_MODES = ("auto", "external")
 SNAPSHOT_REPOSITORY = "sandbox-console/snapshots"
 TEMPLATE_REPOSITORY = "sandbox-console"
+# The engine's layer store refuses an image deeper than this ("max depth exceeded").
+DOCKER_MAX_LAYERS = 125
 DEFAULT_API_TIMEOUT_S = 120
 STOP_GRACE_S = 5
 PTY_PID_DIR = "/tmp/.console-pty"  # noqa: S108 - a path inside the sandbox, not on the host
@@ -143,6 +145,13 @@ def _translate(exc: Exception, what: str) -> RemoteError:
         return exc
     if isinstance(exc, docker.errors.NotFound):
         return RemoteError(ErrorKind.NOT_FOUND, f"{what}: {_explanation(exc)}")
+    if isinstance(exc, docker.errors.APIError) and "max depth exceeded" in _explanation(exc):
+        return RemoteError(
+            ErrorKind.INVALID,
+            f"{what}: the image has Docker's maximum of {DOCKER_MAX_LAYERS} layers (max depth exceeded). Snapshots "
+            "flatten before that (option snapshot_max_layers), so the image came from elsewhere: rebuild the "
+            "template with fewer layers, or flatten it (docker export of a container, then docker import).",
+        )
     if isinstance(exc, docker.errors.APIError):
         return _translate_status(exc.status_code or 500, f"{what}: {_explanation(exc)}")
     if isinstance(exc, requests.exceptions.Timeout | socket.timeout):

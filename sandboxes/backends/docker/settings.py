@@ -35,6 +35,7 @@ class DockerOptions(Options):
     disk_dir: str = ""  # the host folder of the bounded file systems
     template_build_disk_mb: int | None = None
     inbound_url: str = ""  # the console's route to sandbox ports
+    snapshot_max_layers: int | None = None  # past this depth a snapshot is flattened (snapshots.py)
     tls_ca: str = secret_field()
     tls_cert: str = secret_field()
     tls_key: str = secret_field()

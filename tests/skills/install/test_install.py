@@ -94,10 +94,20 @@ def test_install_makes_a_snapshot_new_sessions_start_from(
     assert image.status == SkillImageStatus.READY
     assert image.snapshot_id.startswith("snap-")
     assert len(image.fingerprint) == 64
-    assert set(image.timings) == {"create", "copy", "dependencies", "verify", "clean", "ledger", "snapshot", "record"}
+    assert set(image.timings) == {
+        "create",
+        "check",
+        "copy",
+        "dependencies",
+        "verify",
+        "clean",
+        "ledger",
+        "snapshot",
+        "record",
+    }
     assert image.manifest[0]["name"] == "tiny-skill"
     assert image.manifest[0]["installed"] == ["tinydep-1.0"]
-    assert image.manifest[0]["verified_by"] == "default checks"
+    assert image.manifest[0]["verified_by"] == "entry checks (1 script(s))"
     assert any("step verify" in line["message"] for line in job.log)
     assert build_sandboxes(config, installation) == []
     assert effective_template(world.space_a, config).template_id == image.snapshot_id
@@ -149,14 +159,12 @@ def test_a_failing_check_script_keeps_the_previous_generation(
     assert build_sandboxes(config, installation) == []
 
 
-def test_missing_package_source_fails_the_dependencies_step(
-    world: World, config: SandboxConfig, installation: str
-) -> None:
+def test_missing_package_source_fails_the_check_step(world: World, config: SandboxConfig, installation: str) -> None:
     PlatformBackend.objects.filter(pk=config.backend_id).update(pip_find_links="")
     config.refresh_from_db()
     job = run_install(world.space_a, config, import_skill(skill_with_dependency()))
     assert job.status == JobStatus.FAILED
-    assert "step dependencies failed" in job.error
+    assert "step check failed" in job.error
     assert "no pip package source" in job.error
     assert current_image(world.space_a, config) is None
     assert build_sandboxes(config, installation) == []
@@ -277,9 +285,10 @@ def test_debian_packages_the_image_lacks_fail_clearly(world: World, config: Sand
     skill = import_skill(plain_skill("needs-cowsay", extra_md='metadata:\n  debian-packages: "bash jq cowsay"\n'))
     job = run_install(world.space_a, config, skill)
     assert job.status == JobStatus.FAILED
-    assert "step dependencies failed" in job.error
-    assert "Debian packages cowsay are not in the image" in job.error
-    assert "unsupported without a Debian package source" in job.error
+    assert job.error == (
+        "step check failed: Debian package cowsay: not in the image, and there is no Debian package source "
+        "to install it from (use a base template that has it)"
+    )
     assert build_sandboxes(config, installation) == []
 
 
@@ -334,4 +343,4 @@ def test_a_check_script_named_in_metadata_runs_as_the_session_user(world: World,
     assert job.status == JobStatus.SUCCEEDED, job_error(job)
     image = current_image(world.space_a, config)
     assert image is not None
-    assert image.manifest[0]["verified_by"] == "check script tests/selftest"
+    assert image.manifest[0]["verified_by"] == "entry checks (1 script(s)) and check script tests/selftest"

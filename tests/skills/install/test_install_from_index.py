@@ -152,7 +152,7 @@ def test_a_pip_index_url_gets_the_build_outbound_and_installs_from_that_index(
     assert (result.exit_code, result.stdout) == (0, b"42\n"), result.stderr
 
 
-def test_a_pip_index_that_does_not_answer_fails_the_dependencies_step(
+def test_a_pip_index_that_does_not_answer_fails_the_check_step(
     world: World, config: SandboxConfig, source_host: Namespace, gateway: str, installation: str
 ) -> None:
     first = run_install(world.space_a, config, import_skill(plain_skill("first-skill")))
@@ -166,7 +166,7 @@ def test_a_pip_index_that_does_not_answer_fails_the_dependencies_step(
     job = run_install(world.space_a, config, import_skill(skill_with_dependency()))
     assert job.status == JobStatus.FAILED
     assert job.error.startswith(
-        f"step dependencies failed: the pip index {url} does not answer from the build sandbox "
+        f"step check failed: the pip index {url} does not answer from the build sandbox "
         f"({gateway} port {port_of(url)}: Connection refused)"
     ), job_error(job)
     assert current_image(world.space_a, config) == before
@@ -182,7 +182,7 @@ def test_an_index_without_the_project_fails_naming_the_http_status(
         job = run_install(world.space_a, config, import_skill(skill_with_dependency()))
     assert job.status == JobStatus.FAILED
     assert job.error.startswith(
-        f"step dependencies failed: the pip index {empty.url} answers HTTP 404 for {empty.url}tinydep/ "
+        f"step check failed: the pip index {empty.url} answers HTTP 404 for {empty.url}tinydep/ "
         f"(the index has no such project), from the build sandbox ({gateway} port {port_of(empty.url)})"
     ), job_error(job)
     assert "/simple/tinydep/" in empty.paths
@@ -205,6 +205,8 @@ def test_npm_dependencies_get_the_registry_network_and_fail_clearly_without_npm(
         f"build sandbox: outbound network limited to {gateway}, all else denied, to reach the npm registry {registry}"
         in log_lines(job)
     )
-    assert "step dependencies failed: npm-skill declares npm dependencies but npm is not in the template" in job.error
+    assert (
+        "step check failed: npm-skill declares npm dependencies (left-pad@^1.3.0) but npm is not in the template"
+    ) in job.error
     assert current_image(world.space_a, config) is None
     assert build_sandboxes(config, installation) == []

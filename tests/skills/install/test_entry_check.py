@@ -1,0 +1,70 @@
+"""The entry checks (skills/install/entry_check.py) on this machine's Python: what a script
+imports and calls is read with `ast` (Python) or a small lexer (shell), optional needs are
+not required, and problems name the script, the line and the missing name. The same source
+runs in the built image in tests/skills/install/test_verify.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from skills.install import entry_check
+
+
+def _check(root: Path, files: dict[str, str], entries: list[str]) -> dict[str, list[str]]:
+    for path, text in files.items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    report = entry_check.main({"root": str(root), "pip": [], "entries": entries})
+    return {key: report[key] for key in ("problems", "warnings")}
+
+
+def test_optional_imports_and_programs_are_not_required(tmp_path: Path) -> None:
+    script = (
+        "import json, os.path\n"
+        "try:\n    import ujson_not_here\nexcept ImportError:\n    ujson_not_here = None\n"
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import stubs_not_here\n"
+        "import shutil, subprocess\n"
+        "if shutil.which('soffice_not_here'):\n    subprocess.run(['soffice_not_here'])\n"
+        "try:\n    subprocess.run(['pandoc_not_here'])\nexcept FileNotFoundError:\n    pass\n"
+        "subprocess.run(['python3', '-V'])\n"
+    )
+    report = _check(tmp_path / "skill", {"scripts/run.py": script}, ["scripts/run.py"])
+    assert [p for p in report["problems"] if "writable" not in p] == []
+
+
+def test_missing_modules_names_and_programs_are_named(tmp_path: Path) -> None:
+    files = {
+        "scripts/run.py": (
+            "import sys\nimport helpers\nfrom json import loads\n"
+            "from email.mime.text import MIMEText\nimport subprocess\n"
+            "subprocess.run('pdftoppm_not_here -png x', shell=True)\n"
+        ),
+        "scripts/helpers.py": "import yaml_not_here\nfrom helpers2 import nothing_here\n",
+        "scripts/helpers2.py": "def something():\n    pass\n",
+    }
+    problems = _check(tmp_path / "skill", files, ["scripts/run.py"])["problems"]
+    assert "scripts/run.py: calls pdftoppm_not_here (line 6), which is not on PATH" in problems
+    assert (
+        "scripts/run.py -> scripts/helpers.py: import yaml_not_here (line 1): "
+        "yaml_not_here is not installed in the image"
+    ) in problems
+    assert (
+        "scripts/run.py -> scripts/helpers.py: from helpers2 import nothing_here (line 2): helpers2 has no nothing_here"
+    ) in problems
+
+
+def test_shell_commands_are_read_past_quotes_heredocs_cases_and_functions() -> None:
+    script = (
+        "#!/bin/bash\nset -euo pipefail\n# soffice in a comment\n"
+        'usage() {\n  echo "Usage: $0\n  pdftoppm in a string" >&2\n  exit 1\n}\n'
+        'function helper { jq . "$1"; }\n'
+        "X=1 qpdf --check a.pdf 2>/dev/null || true\n"
+        'case "${1:-}" in\n  --help|-h) usage ;;\n  start|begin) pandoc in.md ;;\n  *) ;;\nesac\n'
+        'for f in *.txt; do wc -l "$f" | sort -n; done\n'
+        "out=$(convert a.png b.jpg)\n(( count++ ))\nn=$(( 1 + 2 ))\n"
+        "cat <<EOT\nsoffice --headless\nEOT\n"
+        "[[ -f x ]] && grep -q foo x\n"
+    )
+    words = [word for word, _ in entry_check.shell_programs(script)]
+    assert words == ["jq", "qpdf", "usage", "pandoc", "wc", "sort", "convert", "cat", "grep"]

@@ -1,0 +1,126 @@
+"""The install plan's check of every package against its source (skills/install/sources_check.py):
+on the real Docker engine, every miss of every kind is named at once, with its source, before
+anything installs; npm needs are known before pip runs. npm's range forms on their own."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.models import JobStatus
+from sandboxes.models import SandboxConfig
+from skills.images import current_image
+from skills.install.sources_check import npm_range_matches
+from skills.models import SkillImage
+from tests.factories import make_config
+from tests.personas import World
+from tests.support.skill_install import build_sandboxes, clean_up, import_skill, job_error, run_install, skill_zip
+from tests.support.skill_install import write_wheel as write_tinydep
+
+RUN = b"#!/usr/bin/env python3\nimport tinydep\nprint(tinydep.VALUE)\n"
+
+
+@pytest.fixture
+def installation(settings: Any, test_run_id: str) -> str:
+    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-sources"
+    return str(settings.CONSOLE_INSTALLATION_ID)
+
+
+@pytest.fixture
+def config(world: World, docker_base_image: str, installation: str, settings: Any, tmp_path: Path) -> Iterator[Any]:
+    root = tmp_path / "package-sources"
+    write_tinydep(root / "offline")
+    settings.SKILL_PACKAGE_SOURCES_ROOT = root
+    made: SandboxConfig = make_config(
+        world.space_a,
+        name="skills",
+        default_template=docker_base_image,
+        is_default=True,
+        pip_find_links="offline",
+        persistent_workspace=False,
+    )
+    try:
+        yield made
+    finally:
+        clean_up(made, installation)
+
+
+def _failed_step(world: World, config: SandboxConfig) -> str:
+    return SkillImage.objects.get(space=world.space_a, config=config).failed_step
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_npm_needs_fail_before_pip_runs(world: World, config: SandboxConfig, installation: str) -> None:
+    package_json = json.dumps({"name": "mixed", "dependencies": {"left-pad": "^1.3.0"}}).encode()
+    skill = skill_zip(
+        "mixed-skill",
+        {"requirements.txt": b"tinydep\n", "package.json": package_json, "scripts/run.py": RUN},
+        executable=("scripts/run.py",),
+    )
+    job = run_install(world.space_a, config, import_skill(skill))
+    assert job.status == JobStatus.FAILED
+    assert job.error.startswith(
+        "step check failed: mixed-skill declares npm dependencies (left-pad@^1.3.0) but the config has no npm "
+        "registry URL"
+    ), job_error(job)
+    assert _failed_step(world, config) == "check"
+    assert not any("pip install" in str(line["message"]) for line in job.log)
+    assert build_sandboxes(config, installation) == []
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_every_missing_package_is_named_with_its_source_at_once(world: World, config: SandboxConfig) -> None:
+    skill = skill_zip(
+        "needy-skill",
+        {"requirements.txt": b"tinydep>=2.0\nnothere==1.0\n", "scripts/run.py": RUN},
+        executable=("scripts/run.py",),
+        extra_md='metadata:\n  debian-packages: "jq cowsay"\n',
+    )
+    version = import_skill(skill)
+    assert version.dependencies["debian"] == ["jq", "cowsay"]
+    job = run_install(world.space_a, config, version)
+    assert job.status == JobStatus.FAILED
+    assert "Debian package cowsay: not in the image, and there is no Debian package source" in job.error
+    assert "pip tinydep>=2.0: the pip find-links folder offline/ has tinydep 1.0, none matching >=2.0" in job.error
+    assert "pip nothere==1.0: no wheel of nothere in the pip find-links folder offline/" in job.error
+    assert _failed_step(world, config) == "check"
+    log = [str(line["message"]) for line in job.log]
+    assert "plan: Debian jq: already in the image" in log
+    assert current_image(world.space_a, config) is None
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_the_plan_lists_each_package_found_then_installs(world: World, config: SandboxConfig) -> None:
+    skill = skill_zip(
+        "fine-skill", {"requirements.txt": b"tinydep>=1.0\n", "scripts/run.py": RUN}, executable=("scripts/run.py",)
+    )
+    job = run_install(world.space_a, config, import_skill(skill))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    log = [str(line["message"]) for line in job.log]
+    assert "plan: pip tinydep>=1.0: 1.0 in the pip find-links folder offline/" in log
+    assert log.index("step check") < log.index("step copy") < log.index("step dependencies")
+
+
+def test_npm_ranges() -> None:
+    versions = ["0.9.0", "1.0.0", "1.2.3", "1.3.0", "2.0.0", "2.1.0-beta.1"]
+    tags = {"latest": "2.0.0", "next": "2.1.0-beta.1"}
+    assert npm_range_matches("^1.2", versions, tags) == ["1.2.3", "1.3.0"]
+    assert npm_range_matches("~1.2.0", versions, tags) == ["1.2.3"]
+    assert npm_range_matches(">=1 <2", versions, tags) == ["1.0.0", "1.2.3", "1.3.0"]
+    assert npm_range_matches("1.x", versions, tags) == ["1.0.0", "1.2.3", "1.3.0"]
+    assert npm_range_matches("1.0.0 || 2", versions, tags) == ["1.0.0", "2.0.0"]
+    assert npm_range_matches("^0.9", versions, tags) == ["0.9.0"]
+    assert npm_range_matches("latest", versions, tags) == ["2.0.0"]
+    assert npm_range_matches("next", versions, tags) == ["2.1.0-beta.1"]
+    assert npm_range_matches("^3", versions, tags) == []
+    assert npm_range_matches("*", versions, tags) == ["0.9.0", "1.0.0", "1.2.3", "1.3.0", "2.0.0"]
