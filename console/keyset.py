@@ -22,6 +22,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from django.core.exceptions import ValidationError
@@ -77,7 +78,9 @@ class Keyset:
             decoded = [part.field.to_python(value) for part, value in zip(self.parts, values, strict=True)]
         except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, ValidationError):
             return None
-        return None if any(value is None for value in decoded) else decoded
+        if any(value is None or (isinstance(value, datetime) and value.tzinfo is None) for value in decoded):
+            return None  # the page's cursors carry every value, times with their offset
+        return decoded
 
     def beyond(self, values: list[Any], *, reverse: bool = False) -> Q:
         """Rows after `values` in the order (before them with `reverse`).
@@ -136,26 +139,17 @@ class KeysetPage(Generic[M]):
 
 def keyset_page(request: HttpRequest, queryset: QuerySet[M], keyset: Keyset, per_page: int = 25) -> KeysetPage[M]:
     """The page of `queryset` that the request's `after` or `before` cursor names (the first
-    page without one): at most 2 queries, the rows (one more than a page, to know whether
-    more follow) and a count capped at COUNT_CAP + 1."""
+    page without one): 2 queries, the rows (one more than a page, to know whether more
+    follow) and a count capped at COUNT_CAP + 1; 3 when no row is left past the cursor."""
     keyed = keyset.annotate(queryset)
     after = keyset.decode(request.GET.get("after", ""))
     before = keyset.decode(request.GET.get("before", "")) if after is None else None
-    if before is not None:
-        rows = list(
-            keyed.filter(keyset.beyond(before, reverse=True)).order_by(*keyset.order(reverse=True))[: per_page + 1]
-        )
-        more_before = len(rows) > per_page
-        rows = rows[:per_page][::-1]
-        more_after = True  # the cursor's own row, at least, follows
-    else:
-        if after is not None:
-            keyed = keyed.filter(keyset.beyond(after))
-        rows = list(keyed.order_by(*keyset.order())[: per_page + 1])
-        more_after = len(rows) > per_page
-        rows = rows[:per_page]
-        more_before = after is not None
-    count = queryset.order_by()[: COUNT_CAP + 1].count()
+    rows, more_before, more_after = _rows(keyed, keyset, per_page, after=after, before=before)
+    if not rows and (after is not None or before is not None):
+        # The rows around the cursor are gone (deleted meanwhile): the first page, not an empty one.
+        after = before = None
+        rows, more_before, more_after = _rows(keyed, keyset, per_page, after=None, before=None)
+    count = queryset.select_related(None).order_by().values("pk")[: COUNT_CAP + 1].count()
     page: KeysetPage[M] = KeysetPage(object_list=rows, count=min(count, COUNT_CAP), count_capped=count > COUNT_CAP)
     params = _without_cursor(request.GET)
     if rows and more_after:
@@ -165,6 +159,21 @@ def keyset_page(request: HttpRequest, queryset: QuerySet[M], keyset: Keyset, per
     page.first = params.urlencode()
     page.is_first = after is None and before is None
     return page
+
+
+def _rows(
+    keyed: QuerySet[M], keyset: Keyset, per_page: int, *, after: list[Any] | None, before: list[Any] | None
+) -> tuple[list[M], bool, bool]:
+    """A page of rows, and whether rows come before and after it."""
+    if before is not None:
+        rows = list(
+            keyed.filter(keyset.beyond(before, reverse=True)).order_by(*keyset.order(reverse=True))[: per_page + 1]
+        )
+        return rows[:per_page][::-1], len(rows) > per_page, True  # the cursor's own row, at least, follows
+    if after is not None:
+        keyed = keyed.filter(keyset.beyond(after))
+    rows = list(keyed.order_by(*keyset.order())[: per_page + 1])
+    return rows[:per_page], after is not None, len(rows) > per_page
 
 
 def _without_cursor(params: QueryDict) -> QueryDict:

@@ -120,6 +120,20 @@ def test_a_cursor_the_page_did_not_make_shows_the_first_page(crowded: World, cur
         assert KEY.findall(response.content.decode()) == expected_keys()[:PAGE]
 
 
+def test_a_cursor_whose_rows_are_gone_shows_the_first_page(crowded: World) -> None:
+    client = crowded.client_for("root")
+    body = client.get(LIST).content.decode()
+    for _ in range(4):
+        link = NEXT.search(body)
+        assert link is not None
+        body = client.get(f"{LIST}?{html.unescape(link.group(1))}").content.decode()
+    last = NEXT.search(body)
+    assert last is not None  # to the sixth page, of five sessions
+    Session.objects.filter(key__in=expected_keys()[5 * PAGE :]).delete()
+    body = client.get(f"{LIST}?{html.unescape(last.group(1))}").content.decode()
+    assert KEY.findall(body) == expected_keys()[:PAGE]
+
+
 def test_the_count_is_exact_up_to_its_cap(crowded: World, monkeypatch: pytest.MonkeyPatch) -> None:
     body = crowded.client_for("root").get(LIST).content.decode()
     assert "130 in all" in body
