@@ -2,7 +2,7 @@
 here, so `from sandboxes.models import X` is the way to name one.
 
 - `catalog`: `PlatformBackend`, `SandboxConfig`, `TemplateRecord` (+ `BackendKind`, `IdleMode`,
-  `IDENTITY_FIELDS`, `BACKEND_IDENTITY_FIELDS`, `PROTOCOL_CHOICES`)
+  `IDENTITY_FIELDS`, `BACKEND_IDENTITY_FIELDS`)
 - `sessions`: `Session` (+ `SessionState`), `SessionImage`, `ApiToken`, `Artifact`, `ExecSlot`,
   `BackgroundCommand` (+ `CommandStatus`), `Terminal`, `SessionBinding`, `SessionLease`,
   `list_activity` (the sessions list's sort key, which its indexes hold)
@@ -15,7 +15,6 @@ nothing else of the project.
 from .catalog import (
     BACKEND_IDENTITY_FIELDS,
     IDENTITY_FIELDS,
-    PROTOCOL_CHOICES,
     BackendKind,
     IdleMode,
     PlatformBackend,
@@ -41,7 +40,6 @@ from .sessions import (
 __all__ = [
     "BACKEND_IDENTITY_FIELDS",
     "IDENTITY_FIELDS",
-    "PROTOCOL_CHOICES",
     "ApiToken",
     "Artifact",
     "BackendKind",
