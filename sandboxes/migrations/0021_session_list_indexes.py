@@ -32,7 +32,7 @@ def drop_search_index(apps, schema_editor):
 class Migration(migrations.Migration):
     dependencies = [
         ("console", "0008_audit_action_choices"),
-        ("sandboxes", "0019_disk_limits"),
+        ("sandboxes", "0020_protocol_pin_by_adapter"),
     ]
 
     operations = [
