@@ -26,8 +26,9 @@ from . import jobs as job_runner
 from .access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from .forms import AuditFilterForm, MemberAddForm, MemberRoleForm, SpaceForm, SpaceLimitsForm
 from .models import AdminJob, AuditAction, AuditEvent, JobStatus, Membership, Role, Space, SpaceLimits
-from .onboarding import getting_started
+from .onboarding import onboarding_reads, onboarding_steps
 from .panels import space_page_context
+from .readings import RowCount, read_together
 from .services import (
     ServiceError,
     actor_from_request,
@@ -78,6 +79,8 @@ def apply_form_errors(form: Any, error: ServiceError) -> None:
 @login_required
 @require_safe
 def dashboard(request: HttpRequest) -> HttpResponse:
+    """Counts, the getting-started path, the newest spaces and jobs: four queries after the
+    login's own two (the counts and every step's checks are read together)."""
     spaces = spaces_for_user(request.user)
     since = timezone.now() - timedelta(hours=24)
     visible_jobs = jobs_for_user(request.user)
@@ -86,13 +89,25 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     if not show_system_jobs:
         # Periodic passes would crowd out everything an admin started (one a minute each).
         recent_jobs = recent_jobs.exclude(kind__in=job_runner.housekeeping_kinds())
-    steps = getting_started(request.user, spaces_for_user(request.user, Role.ADMIN))
+    admin_spaces = spaces_for_user(request.user, Role.ADMIN)
+    values = read_together(
+        request.user,
+        {
+            "space_count": RowCount(spaces),
+            "member_count": RowCount(Membership.objects.filter(space__in=spaces).values("user").distinct()),
+            "running_jobs": RowCount(visible_jobs.filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING])),
+            "failed_jobs": RowCount(visible_jobs.filter(status=JobStatus.FAILED, created__gte=since)),
+            "audit_24h": RowCount(audit_for_user(request.user).filter(time__gte=since)),
+            **onboarding_reads(request.user, admin_spaces),
+        },
+    )
+    steps = onboarding_steps(request.user, values)
     context = {
-        "space_count": spaces.count(),
-        "member_count": Membership.objects.filter(space__in=spaces).values("user").distinct().count(),
-        "running_jobs": visible_jobs.filter(status__in=[JobStatus.QUEUED, JobStatus.RUNNING]).count(),
-        "failed_jobs": visible_jobs.filter(status=JobStatus.FAILED, created__gte=since).count(),
-        "audit_24h": audit_for_user(request.user).filter(time__gte=since).count(),
+        "space_count": values["space_count"],
+        "member_count": values["member_count"],
+        "running_jobs": values["running_jobs"],
+        "failed_jobs": values["failed_jobs"],
+        "audit_24h": values["audit_24h"],
         "recent_spaces": spaces.order_by("-created")[:5],
         "recent_jobs": recent_jobs[:5],
         "show_system_jobs": show_system_jobs,

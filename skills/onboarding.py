@@ -10,24 +10,27 @@ from django.urls import reverse
 
 from console.models import Space
 from console.onboarding import Step, onboarding_step
+from console.readings import exists, first
 
 from .models import Skill, SkillImage, SkillImageStatus
 
 
-@onboarding_step(30)
-def install_skill(user: Any, spaces: QuerySet[Space]) -> Step:
+def _skill_reads(user: Any, spaces: QuerySet[Space]) -> dict[str, Any]:
+    ready = SkillImage.objects.filter(space__in=spaces, status=SkillImageStatus.READY).exclude(manifest=[])
+    return {
+        "image": first(ready.order_by("-created"), space_id="space_id", space="space__name"),
+        "any_skill": exists(Skill.objects.all()),
+    }
+
+
+@onboarding_step(30, reads=_skill_reads)
+def install_skill(user: Any, found: dict[str, Any]) -> Step:
     title = "Install a skill"
-    image = (
-        SkillImage.objects.filter(space__in=spaces, status=SkillImageStatus.READY)
-        .exclude(manifest=[])
-        .select_related("space")
-        .order_by("-created")
-        .first()
-    )
+    image = found["image"]
     if image is not None:
-        url = reverse("skills:image_detail", kwargs={"space_id": image.space_id})
-        return Step("skill", title, True, url, "Open the skill image", f"In {image.space.name}")
-    if Skill.objects.exists():
+        url = reverse("skills:image_detail", kwargs={"space_id": image["space_id"]})
+        return Step("skill", title, True, url, "Open the skill image", f"In {image['space']}")
+    if found["any_skill"]:
         return Step(
             "skill", title, False, reverse("skills:skill_list"), "Pick a skill", "Into the space's skill image."
         )

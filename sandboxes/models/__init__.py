@@ -4,7 +4,8 @@ here, so `from sandboxes.models import X` is the way to name one.
 - `catalog`: `PlatformBackend`, `SandboxConfig`, `TemplateRecord` (+ `BackendKind`, `IdleMode`,
   `IDENTITY_FIELDS`, `BACKEND_IDENTITY_FIELDS`)
 - `sessions`: `Session` (+ `SessionState`), `SessionImage`, `ApiToken`, `Artifact`, `ExecSlot`,
-  `BackgroundCommand` (+ `CommandStatus`), `Terminal`, `SessionBinding`, `SessionLease`
+  `BackgroundCommand` (+ `CommandStatus`), `Terminal`, `SessionBinding`, `SessionLease`,
+  `list_activity` (the sessions list's sort key, which its indexes hold)
 - `egress`: `SessionGrant`, `EgressEvent`, `EgressCursor`, `WatchedSandbox`
 
 The submodules import Django, `console.models` and each other (catalog <- sessions <- egress),
@@ -33,6 +34,7 @@ from .sessions import (
     SessionLease,
     SessionState,
     Terminal,
+    list_activity,
 )
 
 __all__ = [
@@ -58,4 +60,5 @@ __all__ = [
     "TemplateRecord",
     "Terminal",
     "WatchedSandbox",
+    "list_activity",
 ]

@@ -8,9 +8,11 @@ May import: Django, `console.models` and `.catalog`; nothing else of sandboxes.
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 
 from console.models import Space
@@ -24,6 +26,26 @@ class SessionState(models.TextChoices):
     PAUSED = "paused", "Paused"
     STOPPED = "stopped", "Stopped"
     GONE = "gone", "Gone"
+
+
+# The sessions list's sort key (sandboxes/sessions/listing.py): last activity, newest first,
+# never-active sessions last (as if active at NEVER_ACTIVE), then creation, then id (unique, so
+# rows created in one instant still have one place each). One expression, so that the page's
+# queries and the indexes in Session.Meta are the same to the database.
+NEVER_ACTIVE = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def list_activity() -> Coalesce:
+    return Coalesce(models.F("last_activity"), models.Value(NEVER_ACTIVE, output_field=models.DateTimeField()))
+
+
+def _list_order(*leading: str) -> tuple[models.Expression | models.F, ...]:
+    return (
+        *(models.F(name) for name in leading),
+        list_activity().desc(),
+        models.F("created").desc(),
+        models.F("id").desc(),
+    )
 
 
 class Session(models.Model):
@@ -65,6 +87,12 @@ class Session(models.Model):
     class Meta:
         ordering = ["-last_activity", "-created"]
         constraints = [models.UniqueConstraint(fields=["space", "key"], name="session_key_unique_in_space")]
+        # The sessions list: all, by space, by state (the space + state filter uses either).
+        indexes = [
+            models.Index(*_list_order(), name="session_list_order"),
+            models.Index(*_list_order("space"), name="session_list_space_order"),
+            models.Index(*_list_order("state"), name="session_list_state_order"),
+        ]
 
     def __str__(self) -> str:
         return f"session {self.key} in {self.space}"

@@ -10,7 +10,6 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import F, Q
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -18,11 +17,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 from django_htmx.http import HttpResponseStopPolling
 
-from console.access import get_space_for_user, has_role, spaces_for_user
+from console.access import get_space_for_user, has_role
+from console.keyset import keyset_page
 from console.models import Role
 from console.panels import SpaceAction
 from console.services import ServiceError, actor_from_request
-from console.views import is_htmx, paginate, query_without_page, swaps
+from console.views import is_htmx, swaps
 
 from ..backends.base import RemoteError
 from ..catalog.lookups import failure_message, remote_error_message
@@ -30,6 +30,7 @@ from ..models import Artifact, BackgroundCommand, Session
 from ..sessions.tuning import SESSIONS
 from .access import get_session_for_user
 from .commands import kill_command, read_output, start_command
+from .listing import SESSION_ORDER, STATE_FILTERS, chosen_space, filtered_sessions, visible_spaces
 from .panels import panels_context
 from .provisioning import effective_template
 from .runtime import Runtime
@@ -40,38 +41,25 @@ from .workspace import SandboxNotRunning, collect_artifacts, list_files, read_fi
 # --- Sessions ----------------------------------------------------------------------------
 
 
-SESSION_STATE_FILTERS = [("running", "Running"), ("paused", "Paused"), ("stopped", "Stopped"), ("stale", "Stale")]
-
-
 @login_required
 @require_safe
 def session_list(request: HttpRequest) -> HttpResponse:
-    spaces = spaces_for_user(request.user)
-    sessions = Session.objects.filter(space__in=spaces).select_related("space", "config__backend")
+    """Sessions of the user's spaces, newest activity first, in keyset pages (console.keyset):
+    five queries whatever the filters and however deep the page."""
+    spaces = visible_spaces(request.user)
     space_filter = request.GET.get("space", "")
-    if space_filter:
-        space = get_space_for_user(request.user, space_filter)
-        sessions = sessions.filter(space=space)
+    space = chosen_space(spaces, space_filter) if space_filter else None
     state = request.GET.get("state", "")
-    if state == "stale":
-        sessions = sessions.filter(stale_at__isnull=False).filter(
-            Q(bound_at__isnull=True) | Q(bound_at__lt=F("stale_at"))
-        )
-    elif state in {"running", "paused", "stopped"}:
-        sessions = sessions.filter(state=state)
     query = request.GET.get("q", "").strip()
-    if query:
-        sessions = sessions.filter(key__icontains=query)
-    page = paginate(request, sessions.order_by(F("last_activity").desc(nulls_last=True), "-created"))
+    sessions = filtered_sessions(request.user, spaces, space=space, state=state, query=query)
     context = {
-        "page": page,
-        "spaces": spaces.order_by("name"),
-        "start_spaces": spaces_for_user(request.user, Role.MEMBER).filter(sandbox_configs__isnull=False).distinct(),
+        "page": keyset_page(request, sessions, SESSION_ORDER),
+        "spaces": [visible.space for visible in spaces],
+        "start_spaces": [visible.space for visible in spaces if visible.can_start],
         "space_filter": space_filter,
         "state": state,
-        "states": SESSION_STATE_FILTERS,
+        "states": STATE_FILTERS,
         "query": query,
-        "querystring": query_without_page(request),
         "now": timezone.now(),
         "section": "sessions",
     }
