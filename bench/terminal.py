@@ -5,7 +5,8 @@ long output ends is the screen right, and how long does a keystroke take to show
 Daphne + the consumer + the kept (tmux) shell, against a PTY opened straight on the engine.
 
 Setup: a throw-away SQLite database and var dir, one user, space, Docker config and session;
-Daphne serves `console.asgi:application` in a subprocess on a free loopback port; a minimal
+Daphne serves `console.asgi:application` in a subprocess on a free loopback port (without the
+in-process scheduler, which production leaves to Celery beat); a minimal
 websocket client (this file, raw sockets) connects with the user's session cookie and a
 ticket, exactly like the browser does. Three paths into the same sandbox, 120x40 each:
 
@@ -20,6 +21,8 @@ screen, not the byte stream (tmux sends screen updates, not the command's bytes)
 - echo: inside `cat > /dev/null` (the kernel's line discipline echoes each byte), send one
   byte and wait until the screen shows it (the cursor one cell further, the key left of it),
   N times (default 200); the time is the arrival of the bytes that completed it; p50/p95 ms.
+  `console_cpu_per_key_ms` is the CPU time Daphne's process spent per keystroke meanwhile
+  (every thread, from /proc): unlike the wall time it hardly moves with the machine's load.
 - bulk: `head -c SIZE /dev/zero | tr '\\0' x`, then the command stamps its end (`date`, in
   the sandbox, written to a file) and prints a unique marker. `screen_lag_ms` runs from that
   end to the arrival of the bytes after which the rendered screen is the final one (full
@@ -31,7 +34,7 @@ time and rendered afterwards, and a run of `x` longer than the screen is shorten
 rows before pyte sees it: the screen after it is the same (checked on a sample each run).
 
 The last line is JSON: {"echo_p50_ms", "echo_p95_ms", "direct_echo_p50_ms",
-"direct_echo_p95_ms", "direct_tmux_echo_p50_ms", "echo_ratio", "echo_goal_ms",
+"direct_echo_p95_ms", "direct_tmux_echo_p50_ms", "echo_ratio", "echo_goal_ms", "console_cpu_per_key_ms",
 "screen_lag_ms", "direct_screen_lag_ms", "direct_tmux_screen_lag_ms", "bulk_s",
 "direct_bulk_s", "bulk_ratio", "console_stream_bytes", "direct_stream_bytes", "bytes",
 "keystrokes"}. Ratios are console / direct (lower is better; 1.0 is no cost).
@@ -42,6 +45,7 @@ Usage: python bench/terminal.py [KEYSTROKES] [BYTES]   (needs the Docker engine)
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
@@ -231,15 +235,63 @@ def shorten(data: bytes) -> bytes:
     return RUN.sub(cut, data)
 
 
-class Renderer:
-    """A 120x40 VT emulator fed every byte a path delivers."""
+class AnsweringScreen(pyte.Screen):
+    """pyte's screen plus what tmux uses and pyte 0.8 lacks: scroll up/down (SU, SD) and
+    repeat (REP); it answers the terminal's queries (device attributes, cursor position) as
+    xterm.js does, and keeps every sequence it could not render (`unknown`)."""
 
-    def __init__(self) -> None:
-        self.screen = pyte.Screen(COLS, ROWS)
-        self.stream = pyte.ByteStream(self.screen)
+    def __init__(self, columns: int, lines: int) -> None:
+        super().__init__(columns, lines)
+        self.answers: list[str] = []
+        self.unknown: set[str] = set()
+        self.last_char = " "
+
+    def write_process_input(self, data: str) -> None:
+        self.answers.append(data)
+
+    def debug(self, *args: Any, **kwargs: Any) -> None:
+        self.unknown.add(repr(args)[:60])
+
+    def draw(self, data: str) -> None:
+        super().draw(data)
+        if data:
+            self.last_char = data[-1]
+
+    def repeat(self, count: int | None = None, *args: Any, **kwargs: Any) -> None:
+        self.draw(self.last_char * max(count or 1, 1))
+
+    def _scroll(self, count: int | None, up: bool) -> None:
+        top, bottom = self.margins or pyte.screens.Margins(0, self.lines - 1)
+        x, y = self.cursor.x, self.cursor.y
+        self.cursor.y = bottom if up else top
+        for _ in range(max(count or 1, 1)):
+            self.index() if up else self.reverse_index()
+        self.cursor.x, self.cursor.y = x, y
+
+    def scroll_up(self, count: int | None = None, *args: Any, **kwargs: Any) -> None:
+        self._scroll(count, up=True)
+
+    def scroll_down(self, count: int | None = None, *args: Any, **kwargs: Any) -> None:
+        self._scroll(count, up=False)
+
+
+class FullStream(pyte.ByteStream):
+    csi = {**pyte.ByteStream.csi, "S": "scroll_up", "T": "scroll_down", "b": "repeat"}
+
+
+class Renderer:
+    """A 120x40 VT emulator fed every byte a path delivers; its answers go back to the path."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+        self.screen = AnsweringScreen(COLS, ROWS)
+        self.stream = FullStream(self.screen)
 
     def feed(self, data: bytes) -> None:
         self.stream.feed(shorten(data))
+        if self.screen.answers:
+            self.path.write("".join(self.screen.answers).encode())
+            self.screen.answers.clear()
 
     def position(self) -> int:
         return self.screen.cursor.y * COLS + self.screen.cursor.x
@@ -255,11 +307,12 @@ class Renderer:
 def check_shortening() -> None:
     """The shortened feed renders like the full one (this run's pyte, a 200 kB sample)."""
     sample = b"$ head\r\n" + b"x" * (200_000 + 37) + b"\r\nEND\r\n$ "
-    full, short = pyte.Screen(COLS, ROWS), pyte.Screen(COLS, ROWS)
-    pyte.ByteStream(full).feed(sample)
-    pyte.ByteStream(short).feed(shorten(sample))
+    full, short = AnsweringScreen(COLS, ROWS), AnsweringScreen(COLS, ROWS)
+    FullStream(full).feed(sample)
+    FullStream(short).feed(shorten(sample))
     assert len(shorten(sample)) < len(sample) / 10
-    assert full.display == short.display and (full.cursor.x, full.cursor.y) == (short.cursor.x, short.cursor.y)
+    assert full.display == short.display
+    assert (full.cursor.x, full.cursor.y) == (short.cursor.x, short.cursor.y)
 
 
 def final_screen(marker: str) -> list[str]:
@@ -290,12 +343,14 @@ def prepare(path: Any, screen: Renderer) -> None:
     read_until(path, screen, lambda s: s.shows("ready-42"), "ready marker")
 
 
-def measure_echo(path: Any, screen: Renderer) -> list[float]:
-    """Round trips in ms from sending a key to the arrival of the bytes that show it."""
+def measure_echo(path: Any, screen: Renderer, cpu_ns: Any) -> tuple[list[float], float]:
+    """Round trips in ms from sending a key to the arrival of the bytes that show it, and
+    the CPU time the console's process spent per keystroke (ms; 0 for a direct path)."""
     path.write(b"clear; cat > /dev/null\n")
     time.sleep(0.5)
     read_until(path, screen, lambda s: s.screen.cursor.y <= 2 and s.screen.cursor.x == 0, "cat")
     samples = []
+    cpu_before = cpu_ns()
     for _ in range(KEYSTROKES):
         want = screen.position() + 1
         started = time.perf_counter()
@@ -311,11 +366,12 @@ def measure_echo(path: Any, screen: Renderer) -> list[float]:
             if screen.position() >= want and screen.char_before_cursor() == "k":
                 break
         samples.append((arrived - started) * 1000)
+    cpu_per_key_ms = (cpu_ns() - cpu_before) / KEYSTROKES / 1e6
     path.write(b"\x03")  # Ctrl-C ends cat; the prompt comes back
     time.sleep(0.3)
     path.write(b"echo back-$((1+1))\n")
     read_until(path, screen, lambda s: s.shows("back-2"), "prompt after cat")
-    return samples
+    return samples, cpu_per_key_ms
 
 
 def measure_bulk(path: Any, screen: Renderer, exec_in_sandbox: Any) -> dict[str, float]:
@@ -335,7 +391,8 @@ def measure_bulk(path: Any, screen: Renderer, exec_in_sandbox: Any) -> dict[str,
     while time.monotonic() < deadline:
         chunk = path.recv(QUIET_S if seen else 3.0)
         if chunk is None:
-            if seen or chunks:
+            # Quiet after the marker; or quiet with the command over (a marker drawn in pieces).
+            if seen or exec_in_sandbox(f"test -s {stamp} && echo over").strip() == "over":
                 break
             continue
         chunks.append((time.time_ns(), chunk))
@@ -355,7 +412,12 @@ def measure_bulk(path: Any, screen: Renderer, exec_in_sandbox: Any) -> dict[str,
         if right_ns is None and screen.screen.display == expected and screen.position() == (ROWS - 1) * COLS + 2:
             right_ns = arrived
     if right_ns is None or screen.screen.display != expected:
-        raise AssertionError(f"{path.name}: the final screen is not right:\n" + "\n".join(screen.screen.display))
+        stream = b"".join(c for _, c in chunks)
+        raise AssertionError(
+            f"{path.name}: the final screen is not right:\n"
+            + "\n".join(screen.screen.display)
+            + f"\n{stream[-1500:]!r}"
+        )
     return {
         "screen_lag_ms": (right_ns - end_ns) / 1e6,
         "bulk_s": (right_ns - sent_ns) / 1e9,
@@ -363,12 +425,23 @@ def measure_bulk(path: Any, screen: Renderer, exec_in_sandbox: Any) -> dict[str,
     }
 
 
-def measure(path: Any, exec_in_sandbox: Any) -> dict[str, Any]:
-    screen = Renderer()
+def measure(path: Any, exec_in_sandbox: Any, cpu_ns: Any = lambda: 0) -> dict[str, Any]:
+    screen = Renderer(path)
     prepare(path, screen)
-    echo = measure_echo(path, screen)
+    echo, cpu_per_key_ms = measure_echo(path, screen, cpu_ns)
     bulk = measure_bulk(path, screen, exec_in_sandbox)
-    return {"echo": echo, **bulk}
+    if screen.screen.unknown:
+        print(f"{path.name}: sequences pyte did not render: {sorted(screen.screen.unknown)}", file=sys.stderr)
+    return {"echo": echo, "cpu_per_key_ms": cpu_per_key_ms, **bulk}
+
+
+def process_cpu_ns(pid: int) -> int:
+    """CPU time of every thread of a process so far (ns, from /proc/<pid>/task/*/schedstat)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -384,9 +457,15 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bench-terminal-"))
     run_id = f"bench-{uuid.uuid4().hex[:10]}"
     port = free_port()
+    # Daphne runs without the in-process scheduler: with Redis (production) periodic work runs
+    # on Celery beat, never beside the websockets, and here it would share their CPU.
+    (workdir / "bench_terminal_settings.py").write_text(
+        "from console.settings.base import *  # noqa: F403\n\nRUN_SCHEDULER = False\n"
+    )
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "console.settings.base",
+        "DJANGO_SETTINGS_MODULE": "bench_terminal_settings",
+        "PYTHONPATH": os.pathsep.join([str(workdir), str(ROOT), os.environ.get("PYTHONPATH", "")]),
         # A throwaway console still needs its own keys: the default one is refused outside DEBUG.
         "SECRET_KEY": secrets.token_urlsafe(50),
         "FIELD_ENCRYPTION_KEY": base64.urlsafe_b64encode(os.urandom(32)).decode(),
@@ -398,6 +477,7 @@ def main() -> int:
         "LOG_LEVEL": "DEBUG" if DEBUG else "WARNING",
     }
     os.environ.update(env)
+    sys.path.insert(0, str(workdir))
     import django
 
     django.setup()
@@ -438,8 +518,18 @@ def main() -> int:
     def exec_in_sandbox(script: str) -> str:
         return backend.exec(sandbox_id, ExecRequest(argv=("/bin/sh", "-c", script))).stdout.decode()
 
+    server = [
+        str(Path(sys.executable).parent / "daphne"),
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "console.asgi:application",
+    ]
+    if os.environ.get("BENCH_PROFILE"):  # a cProfile of Daphne's main thread, written when it stops
+        server = [sys.executable, "-m", "cProfile", "-o", os.environ["BENCH_PROFILE"], *server]
     daphne = subprocess.Popen(
-        [str(Path(sys.executable).parent / "daphne"), "-b", "127.0.0.1", "-p", str(port), "console.asgi:application"],
+        server,
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -482,7 +572,8 @@ def main() -> int:
                 break
         ws.send_json({"type": "resize", "cols": COLS, "rows": ROWS})
         time.sleep(0.5)
-        results["console"] = measure(WsPath(ws), exec_in_sandbox)
+
+        results["console"] = measure(WsPath(ws), exec_in_sandbox, lambda: process_cpu_ns(daphne.pid))
 
         handles.append(ptys.open(sandbox_id, size))
         results["direct"] = measure(DirectPath("direct", handles[-1]), exec_in_sandbox)
@@ -516,6 +607,7 @@ def main() -> int:
         "direct_tmux_echo_p50_ms": round(statistics.median(direct_tmux["echo"]), 3),
         "echo_ratio": round(statistics.median(console["echo"]) / statistics.median(direct["echo"]), 2),
         "echo_goal_ms": ECHO_GOAL_MS,
+        "console_cpu_per_key_ms": round(console["cpu_per_key_ms"], 3),
         "screen_lag_ms": round(console["screen_lag_ms"], 1),
         "direct_screen_lag_ms": round(direct["screen_lag_ms"], 1),
         "direct_tmux_screen_lag_ms": round(direct_tmux["screen_lag_ms"], 1),
