@@ -166,7 +166,8 @@ class WebSocket:
 
     def close(self) -> None:
         try:
-            self.send(struct.pack("!H", 1000), opcode=8)
+            with contextlib.suppress(OSError):  # the server may have closed it first
+                self.send(struct.pack("!H", 1000), opcode=8)
         finally:
             self.sock.close()
 
@@ -574,6 +575,9 @@ def main() -> int:
         time.sleep(0.5)
 
         results["console"] = measure(WsPath(ws), exec_in_sandbox, lambda: process_cpu_ns(daphne.pid))
+        # Closed now: nobody reads it (or answers Daphne's pings) while the direct paths run.
+        ws.close()
+        ws = None
 
         handles.append(ptys.open(sandbox_id, size))
         results["direct"] = measure(DirectPath("direct", handles[-1]), exec_in_sandbox)
@@ -583,19 +587,30 @@ def main() -> int:
         handles.append(ptys.open(sandbox_id, size, command=command, user="user", cwd="/workspace"))
         results["direct_tmux"] = measure(DirectPath("direct_tmux", handles[-1]), exec_in_sandbox)
     finally:
-        if ws is not None:
-            ws.close()
+        # Every step on its own: one that fails leaves no server, sandbox or volume behind.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        with contextlib.suppress(Exception):
+            if ws is not None:
+                ws.close()
         for handle in handles:
-            handle.kill()
-        keeper.end(backend, sandbox_id, tmux_id)
+            with contextlib.suppress(Exception):
+                handle.kill()
+        with contextlib.suppress(Exception):
+            keeper.end(backend, sandbox_id, tmux_id)
         time.sleep(0.5)  # the consumer ends its shell on the normal close
         daphne.terminate()
-        daphne.wait(timeout=15)
-        for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: run_id})):
-            backend.delete(info.sandbox_id)
-        volumes = backend.volumes()
-        if volumes is not None:
-            volumes.delete(session.workspace_volume)
+        try:
+            daphne.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            daphne.kill()
+            daphne.wait()
+        with contextlib.suppress(Exception):
+            for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: run_id})):
+                backend.delete(info.sandbox_id)
+        with contextlib.suppress(Exception):
+            volumes = backend.volumes()
+            if volumes is not None:
+                volumes.delete(session.workspace_volume)
         shutil.rmtree(workdir, ignore_errors=True)
 
     console, direct, direct_tmux = results["console"], results["direct"], results["direct_tmux"]
