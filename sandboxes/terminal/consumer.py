@@ -77,6 +77,19 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         finally:
             await self._connection_over()
 
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Frames from the client go straight to `receive`; everything else as Channels does it.
+
+        Channels' `AsyncConsumer.dispatch` first runs `aclose_old_connections()` in the sync
+        thread for every message: a thread hop (often queued behind the keepalive's database
+        work) on each keystroke's way to the shell. `receive` never touches the database (the
+        handshake and the control events that do keep that step, and
+        `database_sync_to_async` closes old connections around every call anyway)."""
+        if message["type"] == "websocket.receive":
+            await self.websocket_receive(message)
+            return
+        await super().dispatch(message)
+
     async def _receive_control_event(self) -> dict[str, Any]:
         """The next control event from the layer; on errors retry with a backoff, and after
         one, re-join the group and re-check access (events sent meanwhile are lost)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import threading
 import time
 from typing import Any
 
@@ -266,6 +267,32 @@ async def test_closing_ends_the_shell_and_is_audited(world: World, session: Sess
     assert closed.details["reason"] == "closed by the client"
     assert "duration_s" in closed.details
     assert "ready" not in json.dumps(closed.details)  # never the keystrokes
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_typing_never_waits_on_the_database_thread(world: World, session: Session) -> None:
+    """Keystrokes and control frames go to the shell at once, even while the one thread that
+    runs database work is busy (a slow query, a lease renewal): the echo path has no hop to it."""
+    comm, screen, _tid = await open_terminal(world.bob, session)
+    await screen.run("echo ready-$((3*3))\n")
+    await screen.until_output(b"ready-9")
+    release = threading.Event()
+    busy = asyncio.ensure_future(sync_to_async(release.wait, thread_sensitive=True)(30))
+    try:
+        await asyncio.sleep(0.2)
+        assert not busy.done()
+        await screen.run("echo typed-$((6*7))\n")
+        await screen.until_output(b"typed-42", timeout=10)
+        await comm.send_to(text_data='{"type": "ping"}')
+        await screen.until_control(type="pong")
+        assert not busy.done()  # all of it while the thread was held
+    finally:
+        release.set()
+        await busy
+    await comm.disconnect(code=1000)
 
 
 @pytest.mark.docker
