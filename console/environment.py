@@ -50,11 +50,6 @@ VARIABLES = frozenset(
         "OIDC_RP_CLIENT_ID",
         "OIDC_RP_CLIENT_SECRET",
         "OIDC_OP_ISSUER",
-        "OIDC_OP_AUTHORIZATION_ENDPOINT",
-        "OIDC_OP_TOKEN_ENDPOINT",
-        "OIDC_OP_USER_ENDPOINT",
-        "OIDC_OP_JWKS_ENDPOINT",
-        "OIDC_RP_SIGN_ALGO",
         "OIDC_PROVIDER_NAME",
         "OIDC_CREATE_USERS",
         # Logs, metrics, serving
@@ -164,6 +159,11 @@ RETIRED: dict[str, str] = {
     "INVITE_EMAIL": "no longer read; invitations are emailed when EMAIL_URL is set",
     "OIDC_RP_SCOPES": "no longer read; the console asks for 'openid email profile'",
     "OIDC_TIMEOUT_S": "no longer read; calls to the provider wait 10 s",
+    **dict.fromkeys(
+        ("OIDC_OP_AUTHORIZATION_ENDPOINT", "OIDC_OP_TOKEN_ENDPOINT", "OIDC_OP_USER_ENDPOINT", "OIDC_OP_JWKS_ENDPOINT"),
+        "no longer read; the provider's discovery document at OIDC_OP_ISSUER gives it",
+    ),
+    "OIDC_RP_SIGN_ALGO": "no longer read; the discovery document's algorithms are used (RS256 preferred)",
     "METRICS_ALLOW_LOOPBACK": "no longer read; list 127.0.0.1/32 in METRICS_ALLOWED_NETWORKS",
     "SKILL_PACKAGE_SOURCES_ROOT": "no longer read; the package sources are CONSOLE_VAR_DIR/package-sources",
     "DATABASE_CONN_MAX_AGE": "no longer read; connections are closed after each request",

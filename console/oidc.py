@@ -5,6 +5,12 @@ else the one active user with the claimed email who has no subject at this issue
 subject is then stored, so the link holds when the email changes); else, with
 OIDC_CREATE_USERS, a new user. A user linked to one subject is never signed in as another
 subject with the same email: that login fails. Links and creations are audited.
+
+The provider's endpoints and ID token algorithm come from its discovery document
+(`OIDC_OP_ISSUER/.well-known/openid-configuration`, OpenID Connect Discovery 1.0), read when a
+sign-in starts and again at its callback: a sign-in is rare, so nothing is cached, and a
+provider that moves an endpoint is followed without a restart. A document that cannot be read,
+or names another issuer, fails the sign-in with a log line, never a 500.
 """
 
 from __future__ import annotations
@@ -12,12 +18,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+from mozilla_django_oidc.views import OIDCAuthenticationRequestView
 
 from .models import AuditAction, OidcIdentity
 from .services import Actor, record_audit
@@ -29,7 +38,77 @@ def issuer() -> str:
     return str(settings.OIDC_OP_ISSUER)
 
 
+class DiscoveryFailed(Exception):
+    """The provider's discovery document could not be read or does not fit (said in words)."""
+
+
+# Preferred first; "none" is never accepted. HS* signs with the client secret.
+SIGNING_ALGORITHMS = ("RS256", "ES256", "RS384", "RS512", "ES384", "ES512", "PS256", "HS256")
+
+
+def discover() -> dict[str, str]:
+    """The endpoints and ID token algorithm from the issuer's discovery document."""
+    url = issuer().rstrip("/") + "/.well-known/openid-configuration"
+    try:
+        answer = requests.get(url, timeout=settings.OIDC_TIMEOUT, headers={"Accept": "application/json"})
+        answer.raise_for_status()
+        document = answer.json()
+    except (requests.RequestException, ValueError) as exc:
+        raise DiscoveryFailed(f"the discovery document at {url} could not be read: {exc}") from exc
+    if not isinstance(document, dict):
+        raise DiscoveryFailed(f"the discovery document at {url} is not a JSON object")
+    # Discovery 1.0, section 4.3: the document's issuer must be the one configured.
+    if str(document.get("issuer", "")).rstrip("/") != issuer().rstrip("/"):
+        raise DiscoveryFailed(f"the discovery document at {url} names issuer {document.get('issuer')!r}")
+    names = ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri")
+    missing = [name for name in names if not isinstance(document.get(name), str) or not document[name]]
+    if missing:
+        raise DiscoveryFailed(f"the discovery document at {url} has no {', '.join(missing)}")
+    offered = document.get("id_token_signing_alg_values_supported") or ["RS256"]
+    algorithm = next((alg for alg in SIGNING_ALGORITHMS if alg in offered), None)
+    if algorithm is None:
+        raise DiscoveryFailed(f"the provider signs ID tokens with {offered}, none of {list(SIGNING_ALGORITHMS)}")
+    return {**{name: str(document[name]) for name in names}, "algorithm": algorithm}
+
+
+class ConsoleOIDCRequestView(OIDCAuthenticationRequestView):
+    """The start of a sign-in: the redirect to the provider's authorization endpoint."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super(OIDCAuthenticationRequestView, self).__init__(*args, **kwargs)  # the View's own
+        self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        try:
+            self.OIDC_OP_AUTH_ENDPOINT = discover()["authorization_endpoint"]
+        except DiscoveryFailed as exc:
+            logger.warning("single sign-on could not start: %s", exc, extra={"action": "oidc_discovery"})
+            return HttpResponseRedirect(settings.LOGIN_REDIRECT_URL_FAILURE)
+        return super().get(request)
+
+
 class ConsoleOIDCBackend(OIDCAuthenticationBackend):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The endpoints are read at the callback (`authenticate`), not for every password login.
+        self.OIDC_RP_CLIENT_ID = settings.OIDC_RP_CLIENT_ID
+        self.OIDC_RP_CLIENT_SECRET = settings.OIDC_RP_CLIENT_SECRET
+        self.OIDC_RP_IDP_SIGN_KEY = None
+        self.UserModel = get_user_model()
+
+    def authenticate(self, request: Any, **kwargs: Any) -> Any:
+        if request is None or not request.GET.get("code") or not request.GET.get("state"):
+            return None  # not a callback from the provider (a password login, say)
+        try:
+            found = discover()
+        except DiscoveryFailed as exc:
+            logger.warning("single sign-on failed: %s", exc, extra={"action": "oidc_discovery"})
+            return None
+        self.OIDC_OP_TOKEN_ENDPOINT = found["token_endpoint"]
+        self.OIDC_OP_USER_ENDPOINT = found["userinfo_endpoint"]
+        self.OIDC_OP_JWKS_ENDPOINT = found["jwks_uri"]
+        self.OIDC_RP_SIGN_ALGO = found["algorithm"]
+        return super().authenticate(request, **kwargs)
+
     def verify_claims(self, claims: dict[str, Any]) -> bool:
         if not claims.get("sub") or not claims.get("email"):
             return False

@@ -215,22 +215,19 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "sandbox-console@localhost")
 INVITE_EMAIL = bool(EMAIL_HOST)
 
 # --- Single sign-on with OpenID Connect (docs/security.md, "Single sign-on") ---------------
-# Off unless OIDC_RP_CLIENT_ID is set. The provider's endpoints are given one by one (no
-# discovery request at start). Users are matched by their stored subject, else by email;
-# OIDC_CREATE_USERS=true creates users the console does not know yet.
+# Off unless OIDC_RP_CLIENT_ID is set. The provider's endpoints and signing algorithm are read
+# from OIDC_OP_ISSUER's discovery document at each sign-in (console/oidc.py), never typed in.
+# Users are matched by their stored subject, else by email; OIDC_CREATE_USERS=true creates
+# users the console does not know yet.
 OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID")
 OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
 OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET")
 OIDC_OP_ISSUER = env_str("OIDC_OP_ISSUER")
-OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("OIDC_OP_AUTHORIZATION_ENDPOINT")
-OIDC_OP_TOKEN_ENDPOINT = env_str("OIDC_OP_TOKEN_ENDPOINT")
-OIDC_OP_USER_ENDPOINT = env_str("OIDC_OP_USER_ENDPOINT")
-OIDC_OP_JWKS_ENDPOINT = env_str("OIDC_OP_JWKS_ENDPOINT")
-OIDC_RP_SIGN_ALGO = env_str("OIDC_RP_SIGN_ALGO", "RS256")
 OIDC_RP_SCOPES = "openid email profile"
 OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "single sign-on")
 OIDC_CREATE_USER = env_bool("OIDC_CREATE_USERS", False)
 OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATE_CLASS = "console.oidc.ConsoleOIDCRequestView"
 LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
 if OIDC_ENABLED:
     AUTHENTICATION_BACKENDS.append("console.oidc.ConsoleOIDCBackend")

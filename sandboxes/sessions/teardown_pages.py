@@ -15,10 +15,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from console.access import get_space_for_user
-from console.models import AdminJob, Role
+from console.models import Role, Space
 from console.services import ServiceError, actor_from_request
 
 from ..catalog.lookups import get_config_for_user
+from ..models import SandboxConfig, Session
 from .access import get_session_for_user
 from .teardown import (
     KIND_CONFIG,
@@ -31,17 +32,35 @@ from .teardown import (
 )
 
 
-def _confirm(
+def _delete_page(
     request: HttpRequest,
+    target: Space | SandboxConfig | Session,
     *,
     kind: str,
-    target_id: str,
+    space: Space,
     label: str,
     consequences: list[str],
-    cancel_url: str,
     section: str,
     confirm_field: dict[str, str] | None = None,
 ) -> HttpResponse:
+    """GET: the confirm page (or the running teardown's job); POST: start the teardown."""
+    target_id = str(target.pk)
+    if request.method == "POST":
+        if (
+            confirm_field is not None
+            and request.POST.get(confirm_field["name"], "").strip() != confirm_field["expected"]
+        ):
+            messages.error(request, f"Type {confirm_field['expected']} to confirm.")
+        else:
+            try:
+                job = start_teardown(kind, space, target_id, actor=actor_from_request(request))
+            except ServiceError as exc:
+                messages.error(request, exc.message)
+                return redirect(target)
+            messages.success(
+                request, f"Deleting {label}: follow it here; the rows go once its backends hold nothing of it."
+            )
+            return redirect(job)
     running = running_teardown(kind, target_id)
     if running is not None:
         return redirect(running)
@@ -57,39 +76,24 @@ def _confirm(
             "action_label": "Delete again" if failed is not None else "Delete",
             "consequences": lines,
             "confirm_field": confirm_field,
-            "cancel_url": cancel_url,
+            "cancel_url": target.get_absolute_url(),
             "section": section,
         },
     )
-
-
-def _started(request: HttpRequest, job: AdminJob, what: str) -> HttpResponse:
-    messages.success(request, f"Deleting {what}: follow it here; the rows go once its backends hold nothing of it.")
-    return redirect(job)
 
 
 @login_required
 @require_http_methods(["GET", "POST"])
 def space_delete(request: HttpRequest, space_id: str) -> HttpResponse:
     space = get_space_for_user(request.user, space_id, Role.ADMIN)
-    if request.method == "POST":
-        if request.POST.get("confirm_slug", "").strip() != space.slug:
-            messages.error(request, f"Type the space's slug ({space.slug}) to confirm.")
-        else:
-            try:
-                job = start_teardown(KIND_SPACE, space, str(space.pk), actor=actor_from_request(request))
-            except ServiceError as exc:
-                messages.error(request, exc.message)
-                return redirect(space)
-            return _started(request, job, f"space {space.name}")
-    return _confirm(
+    return _delete_page(
         request,
+        space,
         kind=KIND_SPACE,
-        target_id=str(space.pk),
+        space=space,
         label=f"space {space.name}",
         consequences=["Its members lose access.", *inventory(space).lines("space")],
         confirm_field={"name": "confirm_slug", "expected": space.slug},
-        cancel_url=space.get_absolute_url(),
         section="spaces",
     )
 
@@ -98,20 +102,13 @@ def space_delete(request: HttpRequest, space_id: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def config_delete(request: HttpRequest, config_id: str) -> HttpResponse:
     config = get_config_for_user(request.user, config_id, Role.ADMIN)
-    if request.method == "POST":
-        try:
-            job = start_teardown(KIND_CONFIG, config.space, str(config.pk), actor=actor_from_request(request))
-        except ServiceError as exc:
-            messages.error(request, exc.message)
-            return redirect(config)
-        return _started(request, job, f"config {config.name}")
-    return _confirm(
+    return _delete_page(
         request,
+        config,
         kind=KIND_CONFIG,
-        target_id=str(config.pk),
+        space=config.space,
         label=f"sandbox config {config.name}",
         consequences=inventory(config.space, config).lines("config"),
-        cancel_url=config.get_absolute_url(),
         section="sandboxes",
     )
 
@@ -120,17 +117,11 @@ def config_delete(request: HttpRequest, config_id: str) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_user(request.user, session_id, Role.ADMIN)
-    if request.method == "POST":
-        try:
-            job = start_teardown(KIND_SESSION, session.space, str(session.pk), actor=actor_from_request(request))
-        except ServiceError as exc:
-            messages.error(request, exc.message)
-            return redirect(session)
-        return _started(request, job, f"session {session.key}")
-    return _confirm(
+    return _delete_page(
         request,
+        session,
         kind=KIND_SESSION,
-        target_id=str(session.pk),
+        space=session.space,
         label=f"session {session.key}",
         consequences=[
             f"Its sandbox ({session.sandbox_id[:12] or 'none bound now'}), any leftover sandbox of it, its binding, "
@@ -139,6 +130,5 @@ def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
             "The skill-image snapshot it ran from, when that is an old generation nothing else uses.",
             "This runs as a job; anything that cannot be deleted is named in its log and the session stays.",
         ],
-        cancel_url=session.get_absolute_url(),
         section="sessions",
     )

@@ -9,15 +9,18 @@ callback (the console then calls the provider's token, JWKS and userinfo endpoin
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from html import unescape
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -111,15 +114,10 @@ def provider(tmp_path_factory: pytest.TempPathFactory, live_server: Any) -> Iter
 @pytest.fixture
 def sso(provider: Provider, settings: Any) -> Provider:
     """The console with single sign-on on, as OIDC_* environment variables would set it."""
-    discovery = requests.get(f"{provider.url}/openid/.well-known/openid-configuration", timeout=5).json()
     settings.OIDC_ENABLED = True
     settings.OIDC_RP_CLIENT_ID = CLIENT_ID
     settings.OIDC_RP_CLIENT_SECRET = CLIENT_SECRET
     settings.OIDC_OP_ISSUER = provider.issuer
-    settings.OIDC_OP_AUTHORIZATION_ENDPOINT = discovery["authorization_endpoint"]
-    settings.OIDC_OP_TOKEN_ENDPOINT = discovery["token_endpoint"]
-    settings.OIDC_OP_USER_ENDPOINT = discovery["userinfo_endpoint"]
-    settings.OIDC_OP_JWKS_ENDPOINT = discovery["jwks_uri"]
     settings.OIDC_PROVIDER_NAME = PROVIDER_NAME
     settings.AUTHENTICATION_BACKENDS = [*django_settings.AUTHENTICATION_BACKENDS, "console.oidc.ConsoleOIDCBackend"]
     settings.ROOT_URLCONF = "tests.support.oidc_urls"
@@ -211,3 +209,105 @@ def test_a_deactivated_user_cannot_sign_in_with_sso(live_server: Any, sso: Provi
     root = make_user("root2", superuser=True)
     do_deactivate_user(pat, actor=Actor(user=root))
     assert logged_in_as(sign_in(live_server.url, "pat", "pat-idp-password"), live_server.url) is None
+
+
+# --- The provider's discovery document --------------------------------------------------
+
+
+@dataclass
+class Documents:
+    """A loopback server answering /<name>/.well-known/openid-configuration from `by_name`."""
+
+    url: str
+    by_name: dict[str, object]
+    asked: list[str]
+
+
+@pytest.fixture(scope="module")
+def documents() -> Iterator[Documents]:
+    served = Documents(url="", by_name={}, asked=[])
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            served.asked.append(self.path)
+            name = self.path.split("/")[1]
+            if name not in served.by_name or not self.path.endswith("/.well-known/openid-configuration"):
+                self.send_error(404)
+                return
+            body = json.dumps(served.by_name[name]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    served.url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield served
+    server.shutdown()
+
+
+def a_document(issuer: str, **changes: object) -> dict[str, object]:
+    endpoints = {name: f"{issuer}/{name}" for name in ("authorization_endpoint", "token_endpoint", "userinfo_endpoint")}
+    return {"issuer": issuer, **endpoints, "jwks_uri": f"{issuer}/jwks", **changes}
+
+
+def test_the_endpoints_and_algorithm_come_from_the_discovery_document(documents: Documents, settings: Any) -> None:
+    from console.oidc import discover
+
+    settings.OIDC_OP_ISSUER = f"{documents.url}/good"
+    documents.by_name["good"] = a_document(settings.OIDC_OP_ISSUER, id_token_signing_alg_values_supported=["ES256"])
+    found = discover()
+    assert found["token_endpoint"] == f"{documents.url}/good/token_endpoint"
+    assert found["jwks_uri"] == f"{documents.url}/good/jwks"
+    assert found["algorithm"] == "ES256"
+
+
+@pytest.mark.parametrize(
+    ("name", "document", "said"),
+    [
+        ("missing", None, "could not be read"),
+        ("elsewhere", a_document("http://idp.test/other"), "names issuer 'http://idp.test/other'"),
+        ("partial", {"issuer": "{issuer}", "authorization_endpoint": "x"}, "has no token_endpoint"),
+        ("unsigned", a_document("{issuer}", id_token_signing_alg_values_supported=["none"]), "signs ID tokens"),
+        ("a-list", ["not", "an", "object"], "not a JSON object"),
+    ],
+)
+def test_a_discovery_document_that_does_not_fit_is_said_in_words(
+    documents: Documents, settings: Any, name: str, document: Any, said: str
+) -> None:
+    from console.oidc import DiscoveryFailed, discover
+
+    settings.OIDC_OP_ISSUER = f"{documents.url}/{name}"
+    if document is not None:
+        documents.by_name[name] = json.loads(json.dumps(document).replace("{issuer}", settings.OIDC_OP_ISSUER))
+    with pytest.raises(DiscoveryFailed, match=re.escape(said)):
+        discover()
+
+
+def test_a_sign_in_whose_provider_cannot_be_discovered_fails_cleanly(
+    live_server: Any, sso: Provider, settings: Any, documents: Documents
+) -> None:
+    settings.OIDC_OP_ISSUER = f"{documents.url}/nowhere"
+    browser = requests.Session()
+    start = browser.get(f"{live_server.url}/oidc/authenticate/", timeout=10, allow_redirects=False)
+    assert start.status_code == 302
+    assert start.headers["Location"] == "/login/?sso=failed"
+    # The callback too (a sign-in started before the provider moved): no 500, no user.
+    callback = browser.get(f"{live_server.url}/oidc/callback/?code=c&state=s", timeout=10, allow_redirects=False)
+    assert callback.status_code == 302
+    assert logged_in_as(browser, live_server.url) is None
+
+
+def test_a_password_login_never_asks_the_provider(
+    client: Any, sso: Provider, settings: Any, documents: Documents
+) -> None:
+    make_user("local")
+    settings.OIDC_OP_ISSUER = f"{documents.url}/never-asked"
+    answer = client.post("/login/", {"username": "local", "password": "pw-local"})
+    assert answer.status_code == 302, answer.content[:300]
+    assert answer.wsgi_request.user.get_username() == "local"
+    assert not [path for path in documents.asked if path.startswith("/never-asked/")]

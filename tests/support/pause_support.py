@@ -41,10 +41,13 @@ def answer_of(response: Any) -> tuple[int, str]:
 
 
 class Loop:
-    """Run `call` in a thread until stopped (or `rounds` times); count answers and the slowest."""
+    """Run `call` in a thread until stopped (or `rounds` times); count answers and the slowest.
+    `gap_s`: a pause between calls, leaving moments when this loop has nothing in flight."""
 
-    def __init__(self, name: str, call: Callable[[], tuple[int, str]], *, rounds: int | None = None) -> None:
-        self.name, self.call, self.rounds = name, call, rounds
+    def __init__(
+        self, name: str, call: Callable[[], tuple[int, str]], *, rounds: int | None = None, gap_s: float = 0.0
+    ) -> None:
+        self.name, self.call, self.rounds, self.gap_s = name, call, rounds, gap_s
         self.seen: Counter[tuple[int, str]] = Counter()
         self.slowest = 0.0
         self.errors: list[str] = []
@@ -63,6 +66,8 @@ class Loop:
                 self.slowest = max(self.slowest, time.monotonic() - started)
                 self.seen[answer] += 1
                 done += 1
+                if self.gap_s:
+                    self.stop.wait(self.gap_s)
         finally:
             connections.close_all()
 

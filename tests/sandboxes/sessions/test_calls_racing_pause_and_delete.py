@@ -25,7 +25,11 @@ from tests.support.pause_support import Loop, answer_of
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.docker, pytest.mark.slow]
 
 KEY = "racing-pause"
-RUN_S = 30
+# The loops run until the pause got in between calls this often (each one a resume raced by
+# the calls that follow), within MAX_RUN_S; the calls leave gaps so that it can.
+PAUSES = 8
+MIN_RUN_S, MAX_RUN_S = 8, 60
+GAP_S = 0.03
 
 
 @pytest.fixture
@@ -49,13 +53,17 @@ def test_exec_resolve_and_file_calls_racing_a_pause_never_answer_502(agents: lis
     assert executor.post("exec", '{"shell": "echo x > /workspace/f.txt"}', key=KEY).status_code == 200
     loops = [
         Loop("pause", lambda: answer_of(pauser.post("pause", key=KEY))),
-        Loop("exec", lambda: answer_of(executor.post("exec", '{"argv": ["true"]}', key=KEY))),
-        Loop("resolve", lambda: answer_of(resolver.post("resolve", key=KEY))),
-        Loop("files", lambda: answer_of(reader.get("files/content", key=KEY, path="f.txt"))),
+        Loop("exec", lambda: answer_of(executor.post("exec", '{"argv": ["true"]}', key=KEY)), gap_s=GAP_S),
+        Loop("resolve", lambda: answer_of(resolver.post("resolve", key=KEY)), gap_s=GAP_S),
+        Loop("files", lambda: answer_of(reader.get("files/content", key=KEY, path="f.txt")), gap_s=GAP_S),
     ]
     for loop in loops:
         loop.start()
-    time.sleep(RUN_S)
+    started = time.monotonic()
+    while time.monotonic() - started < MAX_RUN_S:
+        time.sleep(0.5)
+        if time.monotonic() - started >= MIN_RUN_S and loops[0].seen[(200, "")] >= PAUSES:
+            break
     stuck = [loop.name for loop in loops if not loop.join(40)]
     counts = {loop.name: {**dict(loop.seen), "slowest_s": round(loop.slowest, 2)} for loop in loops}
     total = sum(sum(loop.seen.values()) for loop in loops)
@@ -63,7 +71,7 @@ def test_exec_resolve_and_file_calls_racing_a_pause_never_answer_502(agents: lis
     assert not stuck, counts
     wrong = {loop.name: {k: n for k, n in loop.seen.items() if k not in ALLOWED} for loop in loops}
     assert not any(wrong.values()), f"answers other than 200 and 409 in words: {wrong}"
-    assert loops[0].seen[(200, "")] > 0, counts  # the pause did get in between calls
+    assert loops[0].seen[(200, "")] >= PAUSES, counts  # the pause did get in between calls
     assert (409, "session_busy") not in loops[1].seen
     assert (409, "session_busy") not in loops[2].seen
 

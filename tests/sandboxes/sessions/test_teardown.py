@@ -235,6 +235,19 @@ def test_a_space_member_cannot_delete_the_space(world: World) -> None:
 
 
 @pytest.mark.django_db
+def test_deleting_a_space_asks_for_its_slug(world: World) -> None:
+    alice = world.client_for("alice")
+    page = reverse("console:space_delete", args=[world.space_a.pk])
+    for typed in ("", "space-b", "Space-A"):
+        answer = alice.post(page, {"confirm_slug": typed}, follow=True)
+        assert answer.status_code == 200
+        assert "Type <code>space-a</code> to confirm" in answer.content.decode()
+        assert "Type space-a to confirm." in [str(m) for m in answer.context["messages"]]
+    assert not AdminJob.objects.filter(kind=teardown.KIND_SPACE).exists()
+    assert Space.objects.filter(pk=world.space_a.pk).exists()
+
+
+@pytest.mark.django_db
 def test_no_new_session_starts_in_a_space_being_deleted(world: World) -> None:
     from sandboxes.api.tokens import do_create_api_token
     from sandboxes.sessions.lookup import BeingDeleted, get_or_create_session
