@@ -214,6 +214,7 @@ class AuditAction(models.TextChoices):
     SESSION_SANDBOX_CREATE = "session.sandbox_create", "Session sandbox created"
     SESSION_IMAGE_CLEAR = "session_image.clear", "Session image cleared"
     SESSION_IMAGE_SET = "session_image.set", "Session image set"
+    SKILL_CONFIRM_DEPENDENCIES = "skill.confirm_dependencies", "Skill dependencies confirmed"
     SKILL_DELETE_VERSION = "skill.delete_version", "Skill version deleted"
     SKILL_IMPORT = "skill.import", "Skill imported"
     SKILL_IMAGE_DELETE_SNAPSHOTS = "skill_image.delete_snapshots", "Skill image snapshots deleted"

@@ -15,13 +15,17 @@ or names another issuer, fails the sign-in with a log line, never a 500.
 
 from __future__ import annotations
 
+import json
 import logging
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
+import jwt
 import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, SuspiciousOperation
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -35,39 +39,88 @@ logger = logging.getLogger(__name__)
 
 
 def issuer() -> str:
-    return str(settings.OIDC_OP_ISSUER)
+    """The configured issuer without a trailing slash: the form links are stored under."""
+    return str(settings.OIDC_OP_ISSUER).rstrip("/")
+
+
+def issuer_forms() -> list[str]:
+    """The issuer as a link may have been stored: with or without its trailing slash (a link
+    made before the setting changed must still keep another subject off its user)."""
+    return [issuer(), issuer() + "/"]
 
 
 class DiscoveryFailed(Exception):
     """The provider's discovery document could not be read or does not fit (said in words)."""
 
 
-# Preferred first; "none" is never accepted. HS* signs with the client secret.
-SIGNING_ALGORITHMS = ("RS256", "ES256", "RS384", "RS512", "ES384", "ES512", "PS256", "HS256")
+# Preferred first; "none" is never accepted. HS* signs with the client secret. PS* is left out:
+# mozilla-django-oidc 5.0.2 (auth.py, verify_token) fetches JWKS keys only for RS* and ES*, so a
+# PS* token would be checked against the client secret and never verify.
+SIGNING_ALGORITHMS = ("RS256", "ES256", "RS384", "RS512", "ES384", "ES512", "HS256")
+# A discovery document is a few kilobytes; a larger answer is not one.
+DOCUMENT_MAX_BYTES = 512 * 1024
+
+
+def _read_document(url: str) -> Any:
+    """The JSON at `url`, read within OIDC_TIMEOUT in all (requests' timeout bounds each wait for
+    a byte, not the answer), at most DOCUMENT_MAX_BYTES, and not followed through a redirect:
+    the document must come from the issuer itself (Discovery 1.0, section 4)."""
+    deadline = time.monotonic() + settings.OIDC_TIMEOUT
+    try:
+        with requests.get(
+            url,
+            timeout=settings.OIDC_TIMEOUT,
+            headers={"Accept": "application/json"},
+            allow_redirects=False,
+            stream=True,
+        ) as answer:
+            if answer.is_redirect:
+                raise DiscoveryFailed(f"the discovery document at {url} is a redirect, which is not followed")
+            answer.raise_for_status()
+            body = bytearray()
+            # read1 returns what has arrived (iter_content would wait for a full chunk).
+            while chunk := answer.raw.read1(65536, decode_content=True):
+                body += chunk
+                if len(body) > DOCUMENT_MAX_BYTES:
+                    raise DiscoveryFailed(f"the discovery document at {url} is larger than {DOCUMENT_MAX_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise DiscoveryFailed(f"the discovery document at {url} was not read in time")
+        return json.loads(bytes(body))
+    except (requests.RequestException, ValueError) as exc:
+        raise DiscoveryFailed(f"the discovery document at {url} could not be read: {exc}") from exc
+
+
+def _is_url(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.netloc)
 
 
 def discover() -> dict[str, str]:
     """The endpoints and ID token algorithm from the issuer's discovery document."""
-    url = issuer().rstrip("/") + "/.well-known/openid-configuration"
-    try:
-        answer = requests.get(url, timeout=settings.OIDC_TIMEOUT, headers={"Accept": "application/json"})
-        answer.raise_for_status()
-        document = answer.json()
-    except (requests.RequestException, ValueError) as exc:
-        raise DiscoveryFailed(f"the discovery document at {url} could not be read: {exc}") from exc
+    url = issuer() + "/.well-known/openid-configuration"
+    document = _read_document(url)
     if not isinstance(document, dict):
         raise DiscoveryFailed(f"the discovery document at {url} is not a JSON object")
     # Discovery 1.0, section 4.3: the document's issuer must be the one configured.
-    if str(document.get("issuer", "")).rstrip("/") != issuer().rstrip("/"):
-        raise DiscoveryFailed(f"the discovery document at {url} names issuer {document.get('issuer')!r}")
+    named = document.get("issuer")
+    if not isinstance(named, str) or named.rstrip("/") != issuer():
+        raise DiscoveryFailed(f"the discovery document at {url} names issuer {str(named)[:200]!r}")
     names = ("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "jwks_uri")
     missing = [name for name in names if not isinstance(document.get(name), str) or not document[name]]
     if missing:
         raise DiscoveryFailed(f"the discovery document at {url} has no {', '.join(missing)}")
+    for name in names:
+        if not _is_url(document[name]):
+            raise DiscoveryFailed(f"the discovery document at {url}: {name} is not an http(s) URL")
     offered = document.get("id_token_signing_alg_values_supported") or ["RS256"]
+    if not isinstance(offered, list):
+        offered = []  # not a list of names, so no name in it is offered
     algorithm = next((alg for alg in SIGNING_ALGORITHMS if alg in offered), None)
     if algorithm is None:
-        raise DiscoveryFailed(f"the provider signs ID tokens with {offered}, none of {list(SIGNING_ALGORITHMS)}")
+        shown = str(document.get("id_token_signing_alg_values_supported"))[:200]
+        raise DiscoveryFailed(f"the provider signs ID tokens with {shown}, none of {list(SIGNING_ALGORITHMS)}")
     return {**{name: str(document[name]) for name in names}, "algorithm": algorithm}
 
 
@@ -96,8 +149,13 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         self.UserModel = get_user_model()
 
     def authenticate(self, request: Any, **kwargs: Any) -> Any:
-        if request is None or not request.GET.get("code") or not request.GET.get("state"):
-            return None  # not a callback from the provider (a password login, say)
+        # Only the callback view passes `nonce` (mozilla_django_oidc/views.py, after it checked
+        # the state against the session). A password login reaches here too, with whatever query
+        # its URL has: `?code=&state=` there must not send a token request to the provider.
+        if request is None or "nonce" not in kwargs or "password" in kwargs:
+            return None
+        if not request.GET.get("code") or not request.GET.get("state"):
+            return None
         try:
             found = discover()
         except DiscoveryFailed as exc:
@@ -107,7 +165,13 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         self.OIDC_OP_USER_ENDPOINT = found["userinfo_endpoint"]
         self.OIDC_OP_JWKS_ENDPOINT = found["jwks_uri"]
         self.OIDC_RP_SIGN_ALGO = found["algorithm"]
-        return super().authenticate(request, **kwargs)
+        try:
+            return super().authenticate(request, **kwargs)
+        except (requests.RequestException, SuspiciousOperation, jwt.PyJWTError, ValueError, KeyError) as exc:
+            # A code the provider refuses (a forged callback), a provider that is down, a token
+            # that does not verify: the sign-in fails with a log line, never a 500.
+            logger.warning("single sign-on failed: %s", str(exc)[:500], extra={"action": "oidc_token"})
+            return None
 
     def verify_claims(self, claims: dict[str, Any]) -> bool:
         if not claims.get("sub") or not claims.get("email"):
@@ -116,11 +180,11 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
 
     def filter_users_by_claims(self, claims: dict[str, Any]) -> QuerySet[Any]:
         model = get_user_model()
-        linked = OidcIdentity.objects.filter(issuer=issuer(), subject=claims["sub"]).values("user")
+        linked = OidcIdentity.objects.filter(issuer__in=issuer_forms(), subject=claims["sub"]).values("user")
         if linked.exists():
             return model.objects.filter(pk__in=linked)
         by_email = model.objects.filter(email__iexact=claims["email"])
-        if by_email.filter(oidc_identities__issuer=issuer()).exists():
+        if by_email.filter(oidc_identities__issuer__in=issuer_forms()).exists():
             # The email belongs to a user signed in by another subject: never merge.
             raise PermissionDenied("this email is linked to another OpenID Connect subject")
         if by_email.count() > 1:
@@ -128,7 +192,7 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         return by_email
 
     def update_user(self, user: Any, claims: dict[str, Any]) -> Any:
-        if not OidcIdentity.objects.filter(user=user, issuer=issuer()).exists():
+        if not OidcIdentity.objects.filter(user=user, issuer__in=issuer_forms()).exists():
             do_link_oidc_identity(user, subject=claims["sub"], source_ip=_ip(self))
         return user
 

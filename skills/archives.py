@@ -1,18 +1,29 @@
-"""Reading untrusted skill archives (.zip, .skill, tar) and server folders into memory.
+"""Reading untrusted skill archives (.zip, .skill, tar) and server folders.
 
-Nothing is ever extracted to disk: every entry is checked (name, type, size, ratio) and read
-into a `SkillEntry` (path, mode, bytes). The importer stores the result in one transaction,
-so a refusal at any point leaves nothing behind.
+Nothing is ever extracted into a folder: every entry is checked (name, type, size, ratio) and
+streamed in 1 MiB chunks into one `Spool` per import (a temporary file, in memory up to 8 MiB),
+hashed on the way. A `SkillEntry` is the path, mode, size, SHA-256 and where its bytes sit in
+the spool, so memory stays bounded whatever the skill's size. The importer stores the result
+in one transaction, so a refusal at any point leaves nothing behind.
+
+Packaging leftovers (`node_modules/`, `.git/`, `__pycache__/`, `*.pyc`, `.DS_Store`,
+`__MACOSX/`) are skipped before anything else is checked or counted: the file limit counts the
+skill's own files. Names must be UTF-8; any other name is refused with the name shown
+(undecodable bytes as `\\xNN`).
 
 Symlinks and hard links are refused, whether they point inside the skill or not: the
 installer copies plain files, official skills ship none, and refusing them all removes a
 whole class of escapes. The message says whether the link left the skill. Directories are
-not stored (empty folders are dropped); files keep their permission bits, without setuid,
-setgid or sticky.
+not stored (empty folders are dropped; the installer creates folders 0755); files keep their
+permission bits, without setuid, setgid or sticky, and made readable by everyone (executable by
+everyone when any exec bit is set), because the installed skill belongs to root and the session
+user reads it as "other". Each change is named in a warning.
 """
 
 from __future__ import annotations
 
+import codecs
+import hashlib
 import io
 import lzma
 import os
@@ -20,9 +31,11 @@ import posixpath
 import re
 import stat
 import tarfile
+import tempfile
 import zipfile
 import zlib
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
@@ -40,11 +53,16 @@ MAX_PATH_LENGTH = 1024
 SYMLINK_TARGET_MAX = 4096
 PERMISSION_BITS = 0o777
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tar", ".zip", ".skill")
-# Left out as the reference packager does (package_skill.py), plus macOS resource forks.
-JUNK_DIRS_ANY_DEPTH = frozenset({"__pycache__", "node_modules"})
+# Left out as the reference packager does (package_skill.py), plus macOS resource forks and
+# version-control folders.
+JUNK_DIRS_ANY_DEPTH = frozenset({"__pycache__", "node_modules", ".git"})
 JUNK_DIRS_AT_ROOT = frozenset({"evals"})
 JUNK_FILES = frozenset({".DS_Store"})
 ARCHIVE_ROOT_JUNK = frozenset({"__MACOSX", ".DS_Store"})
+CHUNK_BYTES = MIB
+# A spool stays in memory up to this size, then moves to a temporary file.
+SPOOL_MEMORY_BYTES = 8 * MIB
+HEAD_BYTES = 256
 
 
 class ArchiveError(ValueError):
@@ -76,25 +94,129 @@ class Limits:
         )
 
 
+class Spool:
+    """The file contents of one import, back to back in one temporary file."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES)  # noqa: SIM115 (closed by close())
+        self._end = 0
+
+    def add(self, path: str, mode: int, chunks: Iterator[bytes], *, declared: int | None = None) -> SkillEntry:
+        """Copy `chunks` in, hashing and checking them; refuse more bytes than `declared`."""
+        digest = hashlib.sha256()
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        text = True
+        head = b""
+        offset = self._end
+        self._file.seek(offset)
+        size = 0
+        for chunk in chunks:
+            size += len(chunk)
+            if declared is not None and size > declared:
+                raise ArchiveError(f"'{shown(path)}': refused: its size differs from the size the archive declares.")
+            if len(head) < HEAD_BYTES:
+                head += chunk[: HEAD_BYTES - len(head)]
+            digest.update(chunk)
+            if text:
+                try:
+                    decoder.decode(chunk)
+                    text = b"\x00" not in chunk
+                except UnicodeDecodeError:
+                    text = False
+            self._file.write(chunk)
+        if declared is not None and size != declared:
+            raise ArchiveError(f"'{shown(path)}': refused: its size differs from the size the archive declares.")
+        if text:
+            try:
+                decoder.decode(b"", final=True)
+            except UnicodeDecodeError:
+                text = False
+        self._end = offset + size
+        return SkillEntry(path, mode, size, digest.hexdigest(), text, head, self, offset)
+
+    def read(self, offset: int, size: int) -> bytes:
+        self._file.seek(offset)
+        return self._file.read(size)
+
+    def close(self) -> None:
+        self._file.close()
+
+
 @dataclass(frozen=True)
 class SkillEntry:
-    """One regular file of a skill: its path inside the skill, permission bits and bytes."""
+    """One regular file of a skill: path inside the skill, permission bits, size, SHA-256, and
+    where its bytes are (`read()` returns them)."""
 
     path: str
     mode: int
-    data: bytes
+    size: int
+    sha256: str
+    is_text: bool
+    head: bytes  # the first bytes, for `#!` checks
+    spool: Spool = field(repr=False, compare=False)
+    offset: int = 0
+
+    @classmethod
+    def of(cls, path: str, mode: int, data: bytes) -> SkillEntry:
+        """An entry holding `data` in a spool of its own (tests, small callers)."""
+        return Spool().add(path, mode, iter([data]))
+
+    def read(self) -> bytes:
+        return self.spool.read(self.offset, self.size)
+
+
+class FileView(Mapping[str, bytes]):
+    """{path: bytes} over a skill's entries; bytes are read only when asked for."""
+
+    def __init__(self, entries: list[SkillEntry]) -> None:
+        self._entries = {entry.path: entry for entry in entries}
+
+    def __getitem__(self, path: str) -> bytes:
+        return self._entries[path].read()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entry(self, path: str) -> SkillEntry | None:
+        return self._entries.get(path)
 
 
 @dataclass
 class ExtractedSkill:
-    """A skill read from an archive or folder, before parsing and storage."""
+    """A skill read from an archive or folder, before parsing and storage; `close()` frees the
+    spool holding its bytes."""
 
     folder_name: str
     files: list[SkillEntry]
     notes: list[Issue] = field(default_factory=list)
 
-    def as_mapping(self) -> dict[str, bytes]:
-        return {entry.path: entry.data for entry in self.files}
+    def as_mapping(self) -> FileView:
+        return FileView(self.files)
+
+    @property
+    def size(self) -> int:
+        return sum(entry.size for entry in self.files)
+
+    def close(self) -> None:
+        for spool in {id(entry.spool): entry.spool for entry in self.files}.values():
+            spool.close()
+
+
+def shown(name: str) -> str:
+    """A name as text: bytes that are not UTF-8 (surrogate-escaped) shown as \\xNN."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def check_utf8_name(name: str) -> None:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ArchiveError(
+            f"'{shown(name)}': refused: the name is not valid UTF-8; rename the file (skills keep UTF-8 names)."
+        ) from None
 
 
 def human_size(size: int) -> str:
@@ -110,6 +232,7 @@ def human_size(size: int) -> str:
 
 def clean_member_path(name: str) -> str:
     """The member's path relative to the archive root ('' for the root itself), or refuse."""
+    check_utf8_name(name)
     if "\x00" in name:
         raise ArchiveError(f"{name!r}: refused: the name contains a NUL byte.")
     if "\\" in name:
@@ -147,13 +270,22 @@ def refuse_special(path: str, file_type: int) -> ArchiveError:
     return ArchiveError(f"{path!r}: refused: {kind}; only regular files and folders are imported.")
 
 
-def file_mode(raw_mode: int, data: bytes) -> int:
+def file_mode(raw_mode: int, head: bytes) -> int:
     """Permission bits without setuid/setgid/sticky; a default when the archive has none."""
     mode = raw_mode & PERMISSION_BITS
     if mode == 0:
         # Archives made on Windows carry no Unix mode: executable when it looks like a script.
-        return 0o755 if data.startswith(b"#!") else 0o644
+        return 0o755 if head.startswith(b"#!") else 0o644
     return mode
+
+
+def chunks_of(stream: IO[bytes]) -> Iterator[bytes]:
+    while chunk := stream.read(CHUNK_BYTES):
+        yield chunk
+
+
+def with_mode(entry: SkillEntry, raw_mode: int) -> SkillEntry:
+    return replace(entry, mode=file_mode(raw_mode, entry.head))
 
 
 # --- Limits ------------------------------------------------------------------------------
@@ -199,13 +331,18 @@ def read_archive(fileobj: IO[bytes], filename: str, limits: Limits) -> Extracted
     size = _stream_size(fileobj)
     check_archive_size(size, limits)
     fileobj.seek(0)
-    if zipfile.is_zipfile(fileobj):
-        fileobj.seek(0)
-        entries = _read_zip(fileobj, limits)
-    else:
-        fileobj.seek(0)
-        entries = _read_tar(fileobj, size, limits)
-    return locate_skill(entries, archive_stem(filename))
+    spool = Spool()
+    try:
+        if zipfile.is_zipfile(fileobj):
+            fileobj.seek(0)
+            entries, dropped = _read_zip(fileobj, spool, limits)
+        else:
+            fileobj.seek(0)
+            entries, dropped = _read_tar(fileobj, size, spool, limits)
+        return locate_skill(entries, archive_stem(filename), dropped)
+    except BaseException:
+        spool.close()
+        raise
 
 
 def _stream_size(fileobj: IO[bytes]) -> int:
@@ -221,45 +358,73 @@ def archive_stem(filename: str) -> str:
     return base or "skill"
 
 
-def _read_zip(fileobj: IO[bytes], limits: Limits) -> list[SkillEntry]:
+def _read_zip(fileobj: IO[bytes], spool: Spool, limits: Limits) -> tuple[list[SkillEntry], int]:
     try:
         with zipfile.ZipFile(fileobj) as archive:
             infos = archive.infolist()
-            check_file_count(sum(1 for info in infos if not info.is_dir()), limits)
-            check_total(sum(info.file_size for info in infos), limits)
-            return [entry for info in infos if (entry := _zip_entry(archive, info, limits)) is not None]
+            wanted: list[tuple[zipfile.ZipInfo, str]] = []
+            dropped = 0
+            for info in infos:
+                path = clean_member_path(zip_name(info))
+                if is_leftover(path):
+                    dropped += 0 if info.is_dir() else 1
+                elif not info.is_dir() and path:
+                    wanted.append((info, path))
+            check_file_count(len(wanted), limits)
+            check_total(sum(info.file_size for info, _ in wanted), limits)
+            entries = [entry for info, path in wanted if (entry := _zip_entry(archive, info, path, spool, limits))]
+            return entries, dropped
     except ArchiveError:
         raise
+    except UnicodeDecodeError as exc:
+        # A name flagged UTF-8 (bit 11) that is not: zipfile fails while reading the directory.
+        raw = bytes(exc.object) if isinstance(exc.object, bytes | bytearray) else b""
+        name = raw.decode("utf-8", "backslashreplace")
+        raise ArchiveError(
+            f"'{name}': refused: the name is not valid UTF-8; rename the file (skills keep UTF-8 names)."
+        ) from None
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError, ValueError) as exc:
         raise ArchiveError(f"The zip archive is damaged or uses an unsupported feature ({exc}).") from None
 
 
-def _zip_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, limits: Limits) -> SkillEntry | None:
-    path = clean_member_path(info.filename)
+def zip_name(info: zipfile.ZipInfo) -> str:
+    """The entry's name as UTF-8; names without the UTF-8 flag are read as UTF-8 when they are.
+
+    zipfile decodes unflagged names as cp437, which never fails: the raw bytes come back by
+    encoding to cp437, and bytes that are not UTF-8 are refused (surrogate-escaped here so
+    `clean_member_path` names them)."""
+    if info.flag_bits & 0x800 or info.filename.isascii():
+        return info.filename
+    raw = info.filename.encode("cp437")
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _zip_entry(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: str, spool: Spool, limits: Limits
+) -> SkillEntry | None:
     # Unix tools keep st_mode in the high 16 bits; Windows tools leave them 0 (see file_mode).
     raw_mode = info.external_attr >> 16
     file_type = stat.S_IFMT(raw_mode)
-    if info.is_dir() or file_type == stat.S_IFDIR or not path:
+    if file_type == stat.S_IFDIR:
         return None
     if info.flag_bits & 0x1:
         raise ArchiveError(f"{path!r}: refused: encrypted entries are not supported.")
     if file_type == stat.S_IFLNK:
-        target = archive.read(info)[:SYMLINK_TARGET_MAX].decode("utf-8", "replace")
+        with archive.open(info) as member:
+            target = member.read(SYMLINK_TARGET_MAX).decode("utf-8", "replace")
         raise refuse_link(path, target)
     if file_type not in (0, stat.S_IFREG):
         raise refuse_special(path, file_type)
     check_ratio(path, info.file_size, info.compress_size, limits)
     with archive.open(info) as member:
-        data = member.read(info.file_size + 1)
-    if len(data) != info.file_size:
-        raise ArchiveError(f"{path!r}: refused: its size differs from the size the archive declares.")
-    return SkillEntry(path, file_mode(raw_mode, data), data)
+        entry = spool.add(path, 0, chunks_of(member), declared=info.file_size)
+    return with_mode(entry, raw_mode)
 
 
-def _read_tar(fileobj: IO[bytes], archive_size: int, limits: Limits) -> list[SkillEntry]:
+def _read_tar(fileobj: IO[bytes], archive_size: int, spool: Spool, limits: Limits) -> tuple[list[SkillEntry], int]:
     try:
         with tarfile.open(fileobj=fileobj, mode="r:*") as archive:
-            return _tar_entries(archive, archive_size, limits)
+            return _tar_entries(archive, archive_size, spool, limits)
     except ArchiveError:
         raise
     except tarfile.ReadError:
@@ -268,12 +433,17 @@ def _read_tar(fileobj: IO[bytes], archive_size: int, limits: Limits) -> list[Ski
         raise ArchiveError(f"The tar archive is damaged ({exc}).") from None
 
 
-def _tar_entries(archive: tarfile.TarFile, archive_size: int, limits: Limits) -> list[SkillEntry]:
+def _tar_entries(
+    archive: tarfile.TarFile, archive_size: int, spool: Spool, limits: Limits
+) -> tuple[list[SkillEntry], int]:
     entries: list[SkillEntry] = []
-    count = total = 0
+    count = total = dropped = 0
     # Iterating reads one header at a time, so limits are checked before any data is read.
     for member in archive:
         path = clean_member_path(member.name)
+        if is_leftover(path):
+            dropped += 0 if member.isdir() else 1
+            continue
         if member.isdir() or not path:
             continue
         count += 1
@@ -285,13 +455,11 @@ def _tar_entries(archive: tarfile.TarFile, archive_size: int, limits: Limits) ->
         total += member.size
         check_total(total, limits)
         extracted = archive.extractfile(member)
-        data = extracted.read(member.size + 1) if extracted is not None else b""
-        if len(data) != member.size:
-            raise ArchiveError(f"{path!r}: refused: its size differs from the size the archive declares.")
-        entries.append(SkillEntry(path, file_mode(member.mode, data), data))
+        stream = chunks_of(extracted) if extracted is not None else iter(())
+        entries.append(with_mode(spool.add(path, 0, stream, declared=member.size), member.mode))
     # A compressed tar has no per-entry sizes, so the ratio is checked for the whole stream.
     check_ratio("the archive", total, archive_size, limits)
-    return entries
+    return entries, dropped
 
 
 def _tar_file_type(member: tarfile.TarInfo) -> int:
@@ -311,26 +479,41 @@ def read_folder(folder: str | os.PathLike[str], limits: Limits) -> ExtractedSkil
     """Read a skill folder on this server (the folder holds SKILL.md). Raises ArchiveError."""
     root = Path(folder).resolve()
     if not root.is_dir():
-        raise ArchiveError(f"{str(folder)!r} is not a folder.")
+        raise ArchiveError(f"'{shown(str(folder))}' is not a folder.")
+    check_utf8_name(root.name)
+    spool = Spool()
     try:
-        entries = _folder_entries(root, limits)
+        entries, dropped = _folder_entries(root, spool, limits)
+        return finish_skill(root.name, entries, [], dropped)
     except OSError as exc:
+        spool.close()
         # An unreadable file or folder refuses the import rather than leaving it out silently.
-        raise ArchiveError(f"Cannot read {exc.filename or folder}: {exc.strerror or exc}.") from None
-    return finish_skill(root.name, entries, [])
+        where = shown(str(exc.filename)) if exc.filename else shown(str(folder))
+        raise ArchiveError(f"Cannot read {where}: {exc.strerror or exc}.") from None
+    except BaseException:
+        spool.close()
+        raise
 
 
 def _raise(error: OSError) -> None:
     raise error
 
 
-def _folder_entries(root: Path, limits: Limits) -> list[SkillEntry]:
+def _folder_entries(root: Path, spool: Spool, limits: Limits) -> tuple[list[SkillEntry], int]:
     entries: list[SkillEntry] = []
-    total = 0
+    total = dropped = 0
     for dirpath, dirnames, filenames in os.walk(root, onerror=_raise, followlinks=False):
+        here = Path(dirpath).relative_to(root).as_posix()
+        # Leftover folders are not walked: they may be large and hold links (node_modules/.bin).
+        for name in [d for d in dirnames if is_leftover(f"{here}/{d}/x" if here != "." else f"{d}/x")]:
+            dirnames.remove(name)
+            dropped += sum(len(files) for _, _, files in os.walk(Path(dirpath) / name))
         for name in sorted(dirnames) + sorted(filenames):
             full = Path(dirpath) / name
-            relative = full.relative_to(root).as_posix()
+            relative = clean_member_path(full.relative_to(root).as_posix())
+            if is_junk(relative):
+                dropped += 1
+                continue
             info = full.lstat()
             if stat.S_ISLNK(info.st_mode):
                 raise refuse_link(relative, os.readlink(full))
@@ -341,17 +524,17 @@ def _folder_entries(root: Path, limits: Limits) -> list[SkillEntry]:
             check_file_count(len(entries) + 1, limits)
             total += info.st_size
             check_total(total, limits)
-            data = full.read_bytes()
-            entries.append(SkillEntry(clean_member_path(relative), file_mode(info.st_mode, data), data))
-    return entries
+            with full.open("rb") as handle:
+                entry = spool.add(relative, 0, chunks_of(handle), declared=info.st_size)
+            entries.append(with_mode(entry, info.st_mode))
+    return entries, dropped
 
 
 # --- Shape of the skill ------------------------------------------------------------------
 
 
-def locate_skill(entries: list[SkillEntry], fallback_folder: str) -> ExtractedSkill:
+def locate_skill(entries: list[SkillEntry], fallback_folder: str, dropped: int = 0) -> ExtractedSkill:
     """Find SKILL.md at the root or in one top-level folder (the .skill shape) and strip it."""
-    entries = [e for e in entries if e.path.split("/", 1)[0] not in ARCHIVE_ROOT_JUNK]
     paths = {entry.path for entry in entries}
     if "SKILL.md" in paths:
         note = Issue(
@@ -359,31 +542,129 @@ def locate_skill(entries: list[SkillEntry], fallback_folder: str) -> ExtractedSk
             f"SKILL.md is at the archive root, not in a folder; the folder name is taken from the file name "
             f"({fallback_folder!r}).",
         )
-        return finish_skill(fallback_folder, entries, [note])
+        return finish_skill(fallback_folder, entries, [note], dropped)
     tops = {entry.path.split("/", 1)[0] for entry in entries}
     if len(tops) == 1:
         top = tops.pop()
         if f"{top}/SKILL.md" in paths:
-            stripped = [SkillEntry(e.path[len(top) + 1 :], e.mode, e.data) for e in entries if "/" in e.path]
-            return finish_skill(top, stripped, [])
+            stripped = [replace(e, path=e.path[len(top) + 1 :]) for e in entries if "/" in e.path]
+            return finish_skill(top, stripped, [], dropped)
     raise ArchiveError("No SKILL.md found: put it at the archive root or inside one top-level folder.")
 
 
-def finish_skill(folder_name: str, entries: list[SkillEntry], notes: list[Issue]) -> ExtractedSkill:
+def finish_skill(folder_name: str, entries: list[SkillEntry], notes: list[Issue], dropped: int = 0) -> ExtractedSkill:
+    check_utf8_name(folder_name)
     kept = [entry for entry in entries if not is_junk(entry.path)]
-    dropped = len(entries) - len(kept)
+    kept, changed = normalise_modes(kept)
+    dropped += len(entries) - len(kept)
     if dropped:
         notes.append(
             Issue(
                 Severity.INFO,
-                f"Left out {dropped} packaging leftover(s) (__pycache__, node_modules, *.pyc, .DS_Store, evals/).",
+                f"Left out {dropped} packaging leftover(s) (__pycache__, node_modules, .git, *.pyc, .DS_Store, "
+                "evals/, __MACOSX).",
             )
         )
     _refuse_duplicates(kept)
     if not any(entry.path == "SKILL.md" for entry in kept):
         raise ArchiveError("No SKILL.md found at the root of the skill folder.")
     kept.sort(key=lambda entry: entry.path)
+    if changed:
+        notes.append(Issue(Severity.WARNING, modes_changed_message(sorted(changed))))
+    notes.extend(script_notes(kept))
     return ExtractedSkill(folder_name=folder_name, files=kept, notes=notes)
+
+
+# --- Modes and scripts -------------------------------------------------------------------
+
+# Named one by one in the warning up to this many; the rest are counted.
+NAMED_CHANGES_MAX = 20
+
+
+def session_mode(mode: int) -> int:
+    """`mode` readable by all, and executable by all when any exec bit is set.
+
+    Installed skills belong to root, so the session user (uid 1000) reads them through the
+    "other" bits: a 0600 SKILL.md (what Python's `zipfile.writestr` gives) would be unreadable.
+    """
+    mode |= 0o444
+    if mode & 0o111:
+        mode |= 0o111
+    return mode
+
+
+def normalise_modes(entries: list[SkillEntry]) -> tuple[list[SkillEntry], list[tuple[str, int, int]]]:
+    """The entries with session-readable modes, and (path, old, new) for each change."""
+    result: list[SkillEntry] = []
+    changed: list[tuple[str, int, int]] = []
+    for entry in entries:
+        mode = session_mode(entry.mode)
+        if mode != entry.mode:
+            changed.append((entry.path, entry.mode, mode))
+            entry = replace(entry, mode=mode)
+        result.append(entry)
+    return result, changed
+
+
+def modes_changed_message(changed: list[tuple[str, int, int]]) -> str:
+    named = ", ".join(f"{path} {old:04o}→{new:04o}" for path, old, new in changed[:NAMED_CHANGES_MAX])
+    more = f" and {len(changed) - NAMED_CHANGES_MAX} more" if len(changed) > NAMED_CHANGES_MAX else ""
+    return f"Modes of {len(changed)} file(s) changed so the session user can read them (exec bits kept): {named}{more}."
+
+
+def runner_for(path: str) -> str:
+    if path.endswith(".py"):
+        return "python3"
+    if path.endswith(".sh"):
+        return "bash"
+    if path.endswith((".js", ".mjs", ".cjs")):
+        return "node"
+    return "its interpreter"
+
+
+def script_notes(entries: list[SkillEntry]) -> list[Issue]:
+    """What the install's checks would only log: executables without `#!`, broken `#!` lines."""
+    notes: list[Issue] = []
+    for entry in entries:
+        head = entry.head
+        executable = bool(entry.mode & 0o111)
+        first = head.split(b"\n", 1)[0] if head.startswith(b"#!") else b""
+        if executable and not first:
+            notes.append(
+                Issue(
+                    Severity.WARNING,
+                    f"{entry.path} is executable but has no #! line: run it with {runner_for(entry.path)}, "
+                    f"not as ./{entry.path}.",
+                )
+            )
+        elif first.endswith(b"\r"):
+            notes.append(
+                Issue(
+                    Severity.WARNING,
+                    f"{entry.path}: its #! line ends with a carriage return (Windows line ending); "
+                    f"./{entry.path} fails with 'bad interpreter'.",
+                )
+            )
+        elif first and not executable and entry.path.startswith("scripts/"):
+            notes.append(
+                Issue(
+                    Severity.INFO,
+                    f"{entry.path} has a #! line but is not executable: run it with {runner_for(entry.path)}.",
+                )
+            )
+    return notes
+
+
+def is_leftover(path: str) -> bool:
+    """Junk wherever the skill's root turns out to be: checked before counting or reading.
+
+    (`evals/` is only junk at the skill root, so it is left to `is_junk` once the root is known.)"""
+    parts = path.split("/")
+    if parts[0] in ARCHIVE_ROOT_JUNK:
+        return True
+    if any(part in JUNK_DIRS_ANY_DEPTH for part in parts[:-1]):
+        return True
+    return parts[-1] in JUNK_FILES or parts[-1].endswith(".pyc")
 
 
 def is_junk(path: str) -> bool:

@@ -57,8 +57,13 @@ class SkillVersion(models.Model):
     warnings = models.JSONField(default=list, blank=True)
     # Denormalised from `warnings` so the list page needs no JSON work per row.
     warning_count = models.PositiveIntegerField(default=0)
+    # What the installer installs: the declarations, plus the inferred needs an admin confirmed.
     # {"pip": [{"requirement", "name", "source"}], "npm": [{"name", "version", "source"}], "debian": [str]}
     dependencies = models.JSONField(default=dict, blank=True)
+    # The report of skills.requirements_report: {"declared", "inferred", "ignored", "declared_plan"}.
+    dependency_report = models.JSONField(default=dict, blank=True)
+    # The inferred needs confirmed into the install plan: {"keys": [...], "by": name, "at": ISO time}.
+    confirmed_dependencies = models.JSONField(default=dict, blank=True)
     size = models.BigIntegerField(default=0)
     file_count = models.PositiveIntegerField(default=0)
     origin = models.CharField(max_length=300, blank=True)

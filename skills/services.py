@@ -1,10 +1,11 @@
 """Writes to the skill catalog, and the read the install pipeline uses.
 
-`do_import_skill` and `do_delete_skill_version` each validate, write in one transaction and
-record exactly one audit row. Re-importing content the catalog already holds changes nothing
-and records no audit row (the result says `created=False`).
+`do_import_skill`, `do_confirm_dependencies` and `do_delete_skill_version` each validate,
+write in one transaction and record exactly one audit row. Re-importing content the catalog
+already holds changes nothing and records no audit row (the result says `created=False`).
 
-`version_files(version)` yields (path, mode, bytes) for the installer.
+`version_files(version)` yields (path, mode, bytes) for the installer. `confirmed_needs` and
+`install_needs` give the packages a version needs, by kind (the install plan's hook).
 """
 
 from __future__ import annotations
@@ -19,19 +20,23 @@ from typing import IO, Any, NamedTuple
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.urls import reverse
+from django.utils import timezone
 
 from console.access import spaces_for_user
 from console.models import AuditAction
 from console.services import Actor, ServiceError, record_audit
 from sandboxes.models import SessionImage
 
-from .archives import ArchiveError, ExtractedSkill, Limits, SkillEntry, read_archive, read_folder
-from .install.dependencies import find_dependencies
+from .archives import ArchiveError, ExtractedSkill, Limits, SkillEntry, read_archive, read_folder, shown
+from .install.dependencies import DEBIAN_NAME, NPM_NAME, PIP_REQUIREMENT, find_dependencies
 from .models import Skill, SkillFile, SkillImageItem, SkillImageStatus, SkillVersion
 from .parsing import Issue, ParsedSkill, parse_skill_md
+from .requirements_report import DEBIAN, NPM, PIP, build_report, canonical
 
-# Files are inserted in batches so a 1000-file skill is a handful of queries.
+# Files are inserted in batches so a 1000-file skill is a handful of queries; a batch also
+# stops at FILE_BATCH_BYTES of content so memory stays bounded for large skills.
 FILE_BATCH_SIZE = 100
+FILE_BATCH_BYTES = 8 * 1024 * 1024
 
 
 class SkillFileContent(NamedTuple):
@@ -70,18 +75,8 @@ def content_hash(files: list[SkillEntry]) -> str:
         path = entry.path.encode("utf-8")
         digest.update(len(path).to_bytes(4, "big") + path)
         digest.update(entry.mode.to_bytes(4, "big"))
-        digest.update(hashlib.sha256(entry.data).digest())
+        digest.update(bytes.fromhex(entry.sha256))
     return digest.hexdigest()
-
-
-def is_text(data: bytes) -> bool:
-    if b"\x00" in data:
-        return False
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 # --- Import ------------------------------------------------------------------------------
@@ -93,7 +88,10 @@ def import_archive(fileobj: IO[bytes], filename: str, *, actor: Actor, limits: L
         source = read_archive(fileobj, filename, limits or Limits.from_settings())
     except ArchiveError as exc:
         raise ServiceError(exc.message) from None
-    return do_import_skill(source, actor=actor, origin=f"upload {os.path.basename(filename)}"[:300])
+    try:
+        return do_import_skill(source, actor=actor, origin=f"upload {shown(os.path.basename(filename))}"[:300])
+    finally:
+        source.close()
 
 
 def import_folder(path: str | os.PathLike[str], *, actor: Actor, origin: str = "") -> ImportResult:
@@ -102,7 +100,10 @@ def import_folder(path: str | os.PathLike[str], *, actor: Actor, origin: str = "
         source = read_folder(path, Limits.from_settings())
     except ArchiveError as exc:
         raise ServiceError(exc.message) from None
-    return do_import_skill(source, actor=actor, origin=(origin or f"folder {path}")[:300])
+    try:
+        return do_import_skill(source, actor=actor, origin=(origin or f"folder {shown(str(path))}")[:300])
+    finally:
+        source.close()
 
 
 # The small original skills shipped with the console (skills/examples/README.md).
@@ -164,7 +165,9 @@ def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -
     existing = SkillVersion.objects.select_related("skill").filter(content_hash=digest).first()
     if existing is not None:
         return ImportResult(existing, created=False, new_skill=False)
-    dependencies = find_dependencies(source.as_mapping(), parsed.metadata)
+    files = source.as_mapping()
+    dependencies = find_dependencies(files, parsed.metadata)
+    report = build_report(files, parsed.metadata, parsed.extra, dependencies)
     warnings = [*source.notes, *parsed.warnings, *(Issue("warning", text) for text in dependencies.warnings)]
     try:
         with transaction.atomic():
@@ -182,8 +185,9 @@ def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -
                 body=parsed.body,
                 warnings=[issue.as_dict() for issue in warnings],
                 warning_count=sum(1 for issue in warnings if issue.severity == "warning"),
-                dependencies=dependencies.as_dict(),
-                size=sum(len(entry.data) for entry in source.files),
+                dependencies=report.declared_plan,
+                dependency_report=report.as_dict(),
+                size=source.size,
                 file_count=len(source.files),
                 origin=origin,
                 imported_by=actor.user,
@@ -206,6 +210,7 @@ def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -
                     "size": version.size,
                     "warnings": version.warning_count,
                     "origin": origin,
+                    "inferred": len(version.dependency_report["inferred"]),
                 },
             )
     except IntegrityError:
@@ -218,19 +223,141 @@ def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -
 
 
 def _store_files(version: SkillVersion, files: list[SkillEntry]) -> None:
-    rows = [
-        SkillFile(
-            version=version,
-            path=entry.path,
-            mode=entry.mode,
-            size=len(entry.data),
-            sha256=hashlib.sha256(entry.data).hexdigest(),
-            is_text=is_text(entry.data),
-            content=entry.data,
+    """Insert the files in batches bounded by count and bytes, reading each from the spool."""
+    batch: list[SkillFile] = []
+    batch_bytes = 0
+    for entry in files:
+        batch.append(
+            SkillFile(
+                version=version,
+                path=entry.path,
+                mode=entry.mode,
+                size=entry.size,
+                sha256=entry.sha256,
+                is_text=entry.is_text,
+                content=entry.read(),
+            )
         )
-        for entry in files
-    ]
-    SkillFile.objects.bulk_create(rows, batch_size=FILE_BATCH_SIZE)
+        batch_bytes += entry.size
+        if len(batch) >= FILE_BATCH_SIZE or batch_bytes >= FILE_BATCH_BYTES:
+            SkillFile.objects.bulk_create(batch)
+            batch, batch_bytes = [], 0
+    if batch:
+        SkillFile.objects.bulk_create(batch)
+
+
+# --- Dependencies: confirming inferred needs into the install plan ------------------------
+
+
+@dataclass(frozen=True)
+class InstallNeeds:
+    """Packages by kind: pip requirement lines, npm {"name", "version"}, Debian package names."""
+
+    pip: list[str]
+    npm: list[dict[str, str]]
+    debian: list[str]
+
+
+def _needs_of(plan: dict[str, Any]) -> InstallNeeds:
+    return InstallNeeds(
+        pip=[str(dep["requirement"]) for dep in plan.get("pip") or []],
+        npm=[{"name": str(dep["name"]), "version": str(dep["version"])} for dep in plan.get("npm") or []],
+        debian=[str(name) for name in plan.get("debian") or []],
+    )
+
+
+def confirmed_needs(version: SkillVersion) -> InstallNeeds:
+    """The inferred needs an admin confirmed for this version (not the declared ones)."""
+    report = version.dependency_report or {}
+    keys = set((version.confirmed_dependencies or {}).get("keys") or [])
+    inferred = [need for need in report.get("inferred") or [] if need.get("key") in keys]
+    return _needs_of(_plan_with({"pip": [], "npm": [], "debian": []}, inferred))
+
+
+def install_needs(version: SkillVersion) -> InstallNeeds:
+    """Everything the install of this version installs: declared plus confirmed.
+
+    It is `version.dependencies`, the field the install plan already reads
+    (`skills.install.plan.payload_for`), so confirmed needs reach the install without it
+    changing."""
+    return _needs_of(version.dependencies or {})
+
+
+def _plan_with(declared_plan: dict[str, Any], needs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The declared plan with the confirmed needs added (a need already declared is skipped)."""
+    plan = {
+        "pip": list(declared_plan.get("pip") or []),
+        "npm": list(declared_plan.get("npm") or []),
+        "debian": list(declared_plan.get("debian") or []),
+    }
+    have = {f"{PIP}:{canonical(PIP, str(dep['name']))}" for dep in plan["pip"]}
+    have |= {f"{NPM}:{canonical(NPM, str(dep['name']))}" for dep in plan["npm"]}
+    have |= {f"{DEBIAN}:{canonical(DEBIAN, str(name))}" for name in plan["debian"]}
+    for need in needs:
+        key, kind, name = str(need["key"]), str(need["kind"]), str(need["name"])
+        if key in have:
+            continue
+        have.add(key)
+        where = ", ".join(need.get("where") or [])[:200]
+        source = f"confirmed ({'; '.join(need.get('reasons') or [])} at {where})"
+        if kind == PIP:
+            plan["pip"].append({"requirement": str(need["requirement"]), "name": name, "source": source})
+        elif kind == NPM:
+            plan["npm"].append({"name": name, "version": str(need.get("requirement") or "*"), "source": source})
+        elif kind == DEBIAN:
+            plan["debian"].append(name)
+    return plan
+
+
+def _valid_need(need: dict[str, Any]) -> bool:
+    kind, name, requirement = need.get("kind"), str(need.get("name", "")), str(need.get("requirement", ""))
+    if kind == PIP:
+        return PIP_REQUIREMENT.match(requirement) is not None
+    if kind == NPM:
+        return NPM_NAME.match(name) is not None
+    return kind == DEBIAN and DEBIAN_NAME.match(name) is not None
+
+
+def do_confirm_dependencies(version: SkillVersion, keys: list[str], *, actor: Actor) -> bool:
+    """Make `keys` (inferred needs of the report) the version's confirmed needs.
+
+    The install plan (`version.dependencies`) becomes the declarations plus these; the skill's
+    files are not touched. Returns False, with no audit row, when nothing changed. The next
+    install of the version uses the new plan; images already built keep theirs."""
+    with transaction.atomic():
+        locked = SkillVersion.objects.select_for_update().select_related("skill").get(pk=version.pk)
+        report = locked.dependency_report or {}
+        inferred = {str(need["key"]): need for need in report.get("inferred") or []}
+        wanted = sorted(set(keys))
+        unknown = [key for key in wanted if key not in inferred]
+        if unknown:
+            raise ServiceError(f"Not an inferred need of this version: {', '.join(unknown)[:300]}.")
+        invalid = [key for key in wanted if not _valid_need(inferred[key])]
+        if invalid:
+            raise ServiceError(f"Cannot be installed as named: {', '.join(invalid)[:300]}.")
+        before = sorted((locked.confirmed_dependencies or {}).get("keys") or [])
+        if wanted == before:
+            return False
+        declared_plan = report.get("declared_plan") or {}
+        locked.dependencies = _plan_with(declared_plan, [inferred[key] for key in wanted])
+        locked.confirmed_dependencies = {"keys": wanted, "by": actor.name, "at": timezone.now().isoformat()}
+        locked.save(update_fields=["dependencies", "confirmed_dependencies"])
+        record_audit(
+            actor,
+            AuditAction.SKILL_CONFIRM_DEPENDENCIES,
+            target_type="skill_version",
+            target_id=locked.id,
+            target_name=str(locked),
+            details={
+                "name": locked.skill.name,
+                "content_hash": locked.content_hash,
+                "confirmed": wanted,
+                "added": [key for key in wanted if key not in before],
+                "removed": [key for key in before if key not in wanted],
+            },
+        )
+    version.refresh_from_db()
+    return True
 
 
 # --- Delete ------------------------------------------------------------------------------

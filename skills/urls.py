@@ -13,6 +13,11 @@ urlpatterns = [
     path("skills/<uuid:skill_id>/", views.skill_detail, name="skill_detail"),
     path("skills/versions/<uuid:version_id>/", views.version_detail, name="version_detail"),
     path("skills/versions/<uuid:version_id>/delete/", views.version_delete, name="version_delete"),
+    path(
+        "skills/versions/<uuid:version_id>/dependencies/",
+        views.version_dependencies,
+        name="version_dependencies",
+    ),
     path("skills/files/<uuid:file_id>/", views.file_detail, name="file_detail"),
 ]
 

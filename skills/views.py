@@ -28,7 +28,13 @@ from .archives import Limits, human_size
 from .forms import SkillImportForm
 from .models import Skill, SkillFile, SkillVersion
 from .rendering import render_markdown
-from .services import do_delete_skill_version, do_import_examples, import_archive, spaces_with_skill
+from .services import (
+    do_confirm_dependencies,
+    do_delete_skill_version,
+    do_import_examples,
+    import_archive,
+    spaces_with_skill,
+)
 
 LIST_FIELDS = (
     "id",
@@ -102,6 +108,8 @@ def version_detail(request: HttpRequest, version_id: str) -> HttpResponse:
 
 def render_version(request: HttpRequest, version: SkillVersion, skill: Skill) -> HttpResponse:
     dependencies: dict[str, Any] = version.dependencies or {}
+    report: dict[str, Any] = version.dependency_report or {}
+    confirmed = set((version.confirmed_dependencies or {}).get("keys") or [])
     context = {
         "skill": skill,
         "version": version,
@@ -112,6 +120,11 @@ def render_version(request: HttpRequest, version: SkillVersion, skill: Skill) ->
         "pip": dependencies.get("pip", []),
         "npm": dependencies.get("npm", []),
         "debian": dependencies.get("debian", []),
+        "report": report,
+        "declared": report.get("declared", []),
+        "inferred": [(need, need.get("key") in confirmed) for need in report.get("inferred", [])],
+        "ignored": report.get("ignored", []),
+        "confirmation": version.confirmed_dependencies or {},
         "spaces": spaces_with_skill([skill.id], user=request.user).get(skill.id, []),
         "can_manage": is_platform_admin(request.user),
         "section": "skills",
@@ -218,6 +231,32 @@ def skill_import_examples(request: HttpRequest) -> HttpResponse:
     level = messages.warning if outcome.refused else messages.success
     level(request, outcome.summary)
     return redirect("skills:skill_list")
+
+
+# --- Dependencies ------------------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["POST"])
+def version_dependencies(request: HttpRequest, version_id: str) -> HttpResponse:
+    """Confirm the checked inferred needs into the version's install plan (the rest unconfirmed)."""
+    require_platform_admin(request, "confirm skill dependencies")
+    version = get_object_or_404(SkillVersion.objects.select_related("skill"), pk=version_id)
+    keys = [key[:300] for key in request.POST.getlist("need")][:1000]
+    try:
+        changed = do_confirm_dependencies(version, keys, actor=actor_from_request(request))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+        return redirect(version.get_absolute_url() + "#dependencies")
+    if changed:
+        messages.success(
+            request,
+            f"Install plan of {version.skill.name} {version.short_hash}: {len(keys)} inferred need(s) confirmed. "
+            "It applies to the next install.",
+        )
+    else:
+        messages.info(request, "The install plan already had these needs; nothing changed.")
+    return redirect(version.get_absolute_url() + "#dependencies")
 
 
 # --- Delete ------------------------------------------------------------------------------

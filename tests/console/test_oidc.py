@@ -234,10 +234,23 @@ def documents() -> Iterator[Documents]:
             if name not in served.by_name or not self.path.endswith("/.well-known/openid-configuration"):
                 self.send_error(404)
                 return
-            body = json.dumps(served.by_name[name]).encode()
+            document = served.by_name[name]
+            if isinstance(document, Redirect):
+                self.send_response(302)
+                self.send_header("Location", document.to)
+                self.end_headers()
+                return
+            body = json.dumps(document).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
+            if isinstance(document, dict) and "drip_seconds" in document:
+                # One byte at a time, each well inside a read timeout: a provider that never ends.
+                for byte in body:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(float(document["drip_seconds"]))
+                return
             self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
@@ -248,6 +261,13 @@ def documents() -> Iterator[Documents]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield served
     server.shutdown()
+
+
+@dataclass
+class Redirect:
+    """A discovery URL that answers 302 to `to`."""
+
+    to: str
 
 
 def a_document(issuer: str, **changes: object) -> dict[str, object]:
@@ -274,6 +294,14 @@ def test_the_endpoints_and_algorithm_come_from_the_discovery_document(documents:
         ("partial", {"issuer": "{issuer}", "authorization_endpoint": "x"}, "has no token_endpoint"),
         ("unsigned", a_document("{issuer}", id_token_signing_alg_values_supported=["none"]), "signs ID tokens"),
         ("a-list", ["not", "an", "object"], "not a JSON object"),
+        ("alg-number", a_document("{issuer}", id_token_signing_alg_values_supported=5), "signs ID tokens"),
+        ("alg-text", a_document("{issuer}", id_token_signing_alg_values_supported="xRS256x"), "signs ID tokens"),
+        # mozilla-django-oidc 5.0.2 (auth.py, verify_token) reads JWKS keys only for RS* and ES*;
+        # a PS* token would be checked against the client secret and never verify.
+        ("pss-only", a_document("{issuer}", id_token_signing_alg_values_supported=["PS256"]), "signs ID tokens"),
+        ("not-a-url", a_document("{issuer}", token_endpoint="javascript:alert(1)"), "token_endpoint is not"),
+        ("huge", a_document("{issuer}", padding="x" * 2_000_000), "larger than"),
+        ("moved", Redirect("http://127.0.0.1:9/elsewhere/.well-known/openid-configuration"), "redirect"),
     ],
 )
 def test_a_discovery_document_that_does_not_fit_is_said_in_words(
@@ -282,7 +310,9 @@ def test_a_discovery_document_that_does_not_fit_is_said_in_words(
     from console.oidc import DiscoveryFailed, discover
 
     settings.OIDC_OP_ISSUER = f"{documents.url}/{name}"
-    if document is not None:
+    if isinstance(document, Redirect):
+        documents.by_name[name] = document
+    elif document is not None:
         documents.by_name[name] = json.loads(json.dumps(document).replace("{issuer}", settings.OIDC_OP_ISSUER))
     with pytest.raises(DiscoveryFailed, match=re.escape(said)):
         discover()
@@ -311,3 +341,67 @@ def test_a_password_login_never_asks_the_provider(
     assert answer.status_code == 302, answer.content[:300]
     assert answer.wsgi_request.user.get_username() == "local"
     assert not [path for path in documents.asked if path.startswith("/never-asked/")]
+
+
+def test_a_provider_that_never_finishes_its_document_fails_within_the_timeout(
+    documents: Documents, settings: Any
+) -> None:
+    """A read timeout bounds each wait for a byte, not the answer: a provider sending one byte
+    every half second would hold a worker for as long as it likes. The whole read has a bound."""
+    from console.oidc import DiscoveryFailed, discover
+
+    settings.OIDC_TIMEOUT = 1
+    settings.OIDC_OP_ISSUER = f"{documents.url}/dripping"
+    documents.by_name["dripping"] = a_document(settings.OIDC_OP_ISSUER, drip_seconds=0.2)
+    started = time.monotonic()
+    with pytest.raises(DiscoveryFailed, match="in time"):
+        discover()
+    # The drip alone would take over a minute (~400 bytes at 0.2 s); the bound is a few seconds.
+    assert time.monotonic() - started < 15
+
+
+def test_a_password_login_with_code_and_state_in_its_url_never_asks_the_provider(
+    client: Any, sso: Provider, settings: Any, documents: Documents
+) -> None:
+    """The OIDC backend runs for every authenticate() call; `?code=&state=` on the login URL
+    must not turn a (failed) password login into a token request to the provider."""
+    make_user("local")
+    settings.OIDC_OP_ISSUER = f"{documents.url}/asked-by-password"
+    documents.by_name["asked-by-password"] = a_document(settings.OIDC_OP_ISSUER)
+    wrong = client.post("/login/?code=forged&state=forged", {"username": "local", "password": "wrong"})
+    assert wrong.status_code == 200
+    assert not wrong.wsgi_request.user.is_authenticated
+    right = client.post("/login/?code=forged&state=forged", {"username": "local", "password": "pw-local"})
+    assert right.status_code == 302
+    assert not [path for path in documents.asked if path.startswith("/asked-by-password/")]
+
+
+def test_a_callback_with_a_forged_code_fails_cleanly(
+    live_server: Any, sso: Provider, settings: Any, documents: Documents
+) -> None:
+    """A real state (the attacker's own sign-in start) with a code the provider refuses: the
+    token endpoint answers an error, and the sign-in fails with a redirect, never a 500."""
+    settings.OIDC_OP_ISSUER = f"{documents.url}/refuses"
+    documents.by_name["refuses"] = a_document(settings.OIDC_OP_ISSUER)  # its token endpoint is a 404
+    browser = requests.Session()
+    start = browser.get(f"{live_server.url}/oidc/authenticate/", timeout=10, allow_redirects=False)
+    assert start.status_code == 302
+    state = re.search(r"[?&]state=([^&]+)", start.headers["Location"])
+    assert state
+    callback = browser.get(
+        f"{live_server.url}/oidc/callback/?code=forged&state={state.group(1)}", timeout=30, allow_redirects=False
+    )
+    assert callback.status_code == 302, callback.text[:300]
+    assert callback.headers["Location"] == "/login/?sso=failed"
+    assert logged_in_as(browser, live_server.url) is None
+
+
+def test_a_trailing_slash_on_the_issuer_does_not_unlink_its_subjects(live_server: Any, sso: Provider) -> None:
+    """The issuer is compared without its trailing slash (discover()); its links must be too.
+    quinn was linked under `…/openid/` before the setting lost its slash: another subject with
+    quinn's email is still refused, not linked to quinn."""
+    quinn = make_user("quinn", email="quinn@example.test")
+    OidcIdentity.objects.create(user=quinn, issuer=sso.issuer.rstrip("/") + "/", subject="someone-else")
+    browser = sign_in(live_server.url, "quinn", "quinn-idp-password")
+    assert logged_in_as(browser, live_server.url) is None
+    assert list(OidcIdentity.objects.values_list("subject", flat=True)) == ["someone-else"]

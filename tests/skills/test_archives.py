@@ -9,6 +9,7 @@ import stat
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -178,7 +179,7 @@ def test_zip_keeps_modes_and_bytes_exactly() -> None:
     files = {f.path: f for f in version_files(version)}
     assert files["scripts/run.sh"].mode == 0o755
     assert files["scripts/run.sh"].data == b"#!/bin/sh\necho hi\r\n"
-    assert files["scripts/deep/er/tool.py"].mode == 0o750
+    assert files["scripts/deep/er/tool.py"].mode == 0o755, "exec bits kept, widened for the session user"
     assert files["assets/font.ttf"].data == BINARY
     assert files["assets/font.ttf"].mode == 0o644
     assert files["assets/readonly.txt"].mode == 0o444
@@ -217,7 +218,7 @@ def test_tar_keeps_modes_and_bytes_exactly() -> None:
     version = import_bytes(data, "my-skill.tar.xz").version
     files = {f.path: (f.mode, f.data) for f in version_files(version)}
     assert files["scripts/run.sh"] == (0o755, b"#!/bin/sh\n")
-    assert files["assets/blob.bin"] == (0o600, BINARY)
+    assert files["assets/blob.bin"] == (0o644, BINARY), "made readable for the session user"
 
 
 def test_skill_md_at_the_root_is_a_warning_and_the_name_comes_from_the_file() -> None:
@@ -244,7 +245,7 @@ def test_packaging_leftovers_are_dropped() -> None:
     )
     version = import_bytes(data).version
     assert sorted(f.path for f in version_files(version)) == ["SKILL.md", "scripts/evals/kept.txt", "scripts/run.py"]
-    assert any("Left out 5 packaging leftover" in w["message"] for w in version.warnings)
+    assert any("Left out 6 packaging leftover" in w["message"] for w in version.warnings)
 
 
 def test_folder_import_keeps_modes(tmp_path: Path) -> None:
@@ -254,11 +255,11 @@ def test_folder_import_keeps_modes(tmp_path: Path) -> None:
     (folder / "scripts" / "run.sh").write_bytes(b"#!/bin/sh\n")
     (folder / "scripts" / "run.sh").chmod(0o755)
     (folder / "data.bin").write_bytes(BINARY)
-    (folder / "data.bin").chmod(0o640)
+    (folder / "data.bin").chmod(0o644)
     version = import_folder(folder, actor=__import__("console.services").services.SYSTEM).version
     files = {f.path: (f.mode, f.data) for f in version_files(version)}
     assert files["scripts/run.sh"] == (0o755, b"#!/bin/sh\n")
-    assert files["data.bin"] == (0o640, BINARY)
+    assert files["data.bin"] == (0o644, BINARY)
     assert version.folder_name == "folder-skill"
     assert version.warnings == []
 
@@ -307,14 +308,14 @@ def test_unreadable_folder_is_refused_not_skipped(tmp_path: Path, monkeypatch: p
     (folder / "private").mkdir(parents=True)
     (folder / "SKILL.md").write_bytes(skill_md("s"))
     (folder / "private" / "secret.txt").write_bytes(b"x")
-    real_read = Path.read_bytes
+    real_open = Path.open
 
-    def refuse(self: Path) -> bytes:
+    def refuse(self: Path, *args: Any, **kwargs: Any) -> Any:
         if self.name == "secret.txt":
             raise PermissionError(13, "Permission denied", str(self))
-        return real_read(self)
+        return real_open(self, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_bytes", refuse)
+    monkeypatch.setattr(Path, "open", refuse)
     with pytest.raises(ServiceError) as caught:
         import_folder(folder, actor=SYSTEM)
     assert "Cannot read" in caught.value.message

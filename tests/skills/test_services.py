@@ -84,9 +84,9 @@ def test_mode_change_alone_is_a_new_version() -> None:
 
 
 def test_content_hash_is_order_independent_and_unambiguous() -> None:
-    a = [SkillEntry("a", 0o644, b"1"), SkillEntry("b", 0o644, b"2")]
+    a = [SkillEntry.of("a", 0o644, b"1"), SkillEntry.of("b", 0o644, b"2")]
     assert content_hash(a) == content_hash(list(reversed(a)))
-    assert content_hash([SkillEntry("ab", 0o644, b"")]) != content_hash([SkillEntry("a", 0o644, b"b")])
+    assert content_hash([SkillEntry.of("ab", 0o644, b"")]) != content_hash([SkillEntry.of("a", 0o644, b"b")])
 
 
 def test_warnings_are_stored_and_counted() -> None:

@@ -42,13 +42,24 @@ def answer_of(response: Any) -> tuple[int, str]:
 
 class Loop:
     """Run `call` in a thread until stopped (or `rounds` times); count answers and the slowest.
-    `gap_s`: a pause between calls, leaving moments when this loop has nothing in flight."""
+    `gap_s`: a pause between calls, leaving moments when this loop has nothing in flight;
+    `gap_share`: the pause is also at least this share of the call just made, so that the
+    moments stay as frequent on a loaded machine, where each call takes longer."""
 
     def __init__(
-        self, name: str, call: Callable[[], tuple[int, str]], *, rounds: int | None = None, gap_s: float = 0.0
+        self,
+        name: str,
+        call: Callable[[], tuple[int, str]],
+        *,
+        rounds: int | None = None,
+        gap_s: float = 0.0,
+        gap_share: float = 0.0,
     ) -> None:
-        self.name, self.call, self.rounds, self.gap_s = name, call, rounds, gap_s
+        self.name, self.call, self.rounds, self.gap_s, self.gap_share = name, call, rounds, gap_s, gap_share
         self.seen: Counter[tuple[int, str]] = Counter()
+        # When each answer came (time.monotonic()), in order: tests that need the order of
+        # answers across loops (did a pause fall between two calls?) read it.
+        self.answered: list[tuple[float, tuple[int, str]]] = []
         self.slowest = 0.0
         self.errors: list[str] = []
         self.stop = threading.Event()
@@ -63,11 +74,14 @@ class Loop:
                     answer = self.call()
                 except Exception as exc:  # counted: a test asserts there are none
                     answer = (0, f"{exc.__class__.__name__}: {exc}"[:120])
-                self.slowest = max(self.slowest, time.monotonic() - started)
+                took = time.monotonic() - started
+                self.slowest = max(self.slowest, took)
                 self.seen[answer] += 1
+                self.answered.append((time.monotonic(), answer))
                 done += 1
-                if self.gap_s:
-                    self.stop.wait(self.gap_s)
+                gap = max(self.gap_s, self.gap_share * took)
+                if gap:
+                    self.stop.wait(gap)
         finally:
             connections.close_all()
 
@@ -80,3 +94,20 @@ class Loop:
         self.stop.set()
         self.thread.join(timeout)
         return not self.thread.is_alive()
+
+
+def pauses_between_calls(pauses: Loop, wakers: list[Loop]) -> int:
+    """How many of `pauses`' 200s paused a sandbox that a call of `wakers` had woken since the
+    previous one. A pause of a paused sandbox also answers 200 (it is idempotent), so counting
+    200s alone says nothing of whether the pause ever fell between calls."""
+    woken = sorted(at for loop in wakers for at, answer in loop.answered if answer == (200, ""))
+    count, last, i = 0, float("-inf"), 0
+    for at, answer in pauses.answered:
+        if answer != (200, ""):
+            continue
+        while i < len(woken) and woken[i] <= last:
+            i += 1
+        if i < len(woken) and woken[i] < at:
+            count += 1
+        last = at
+    return count

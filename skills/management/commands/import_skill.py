@@ -3,8 +3,9 @@
     manage.py import_skill PATH [PATH ...]     # a folder holding SKILL.md, or a .zip/.skill/.tar.gz
     manage.py import_skill --examples          # every skill under skills/examples/
 
-Each path is imported in its own transaction: one refusal does not undo the others, and the
-command exits non-zero when any path was refused.
+Each path is imported in its own transaction: one refusal does not undo the others, the
+command goes on with the next path and exits non-zero when any path was refused. Paths and
+names that are not UTF-8 are printed with their odd bytes as \\xNN.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.services import SYSTEM, Actor, ServiceError
+from skills.archives import shown
 from skills.services import ImportResult, example_folders, import_archive, import_folder
 
 
@@ -36,14 +38,19 @@ class Command(BaseCommand):
         actor = self.actor(options.get("user"))
         failures = 0
         for path in paths:
+            label = shown(str(path))
             try:
                 result = self.import_one(path, actor)
             except ServiceError as exc:
                 failures += 1
-                self.stderr.write(self.style.ERROR(f"{path}: {exc.message}"))
+                self.stderr.write(self.style.ERROR(f"{label}: {exc.message}"))
+                continue
+            except Exception as exc:  # one broken path must not stop the others
+                failures += 1
+                self.stderr.write(self.style.ERROR(f"{label}: import failed: {type(exc).__name__}: {exc}"))
                 continue
             style = self.style.SUCCESS if result.created else self.style.NOTICE
-            self.stdout.write(style(f"{path}: {result.message}"))
+            self.stdout.write(style(f"{label}: {result.message}"))
             for issue in result.version.warnings if result.created else []:
                 self.stdout.write(f"  {issue['severity']}: {issue['message']}")
         if failures:
@@ -63,4 +70,4 @@ class Command(BaseCommand):
         if path.is_file():
             with path.open("rb") as archive:
                 return import_archive(archive, path.name, actor=actor)
-        raise ServiceError(f"No such file or folder: {path}")
+        raise ServiceError(f"No such file or folder: {shown(str(path))}")

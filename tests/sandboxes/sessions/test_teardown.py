@@ -292,3 +292,66 @@ def test_releasing_a_space_removes_a_network_its_sandboxes_left_behind(
     finally:
         with contextlib.suppress(docker.errors.APIError):
             engine.remove_network(name)
+
+
+@pytest.mark.django_db
+def test_another_spaces_admin_cannot_delete_a_config_or_session_by_its_id(world: World) -> None:
+    """charlie administers space B only: space A's config and session ids, forged into his
+    requests, are not found (GET and POST alike), and no teardown starts."""
+    from sandboxes.sessions.lookup import get_or_create_session
+    from tests.factories import make_config
+
+    config = make_config(world.space_a, is_default=True)
+    session = get_or_create_session(world.space_a, "theirs")
+    charlie = world.client_for("charlie")
+    pages = (
+        reverse("sandboxes:config_delete", args=[config.pk]),
+        reverse("sandboxes:session_action", args=[session.pk, "delete"]),
+    )
+    for page in pages:
+        assert charlie.get(page).status_code == 404
+        assert charlie.post(page).status_code == 404
+    assert world.client_for("bob").post(pages[1]).status_code == 403  # a member, not an admin
+    assert not AdminJob.objects.filter(kind__in=[teardown.KIND_CONFIG, teardown.KIND_SESSION]).exists()
+
+
+@pytest.mark.django_db
+def test_a_second_delete_of_a_session_follows_the_running_teardown(world: World) -> None:
+    """A double POST starts one job; the second says so, and a GET while it runs shows the job."""
+    from sandboxes.sessions.lookup import get_or_create_session
+    from tests.factories import make_config
+
+    make_config(world.space_a, is_default=True)
+    session = get_or_create_session(world.space_a, "twice")
+    alice = world.client_for("alice")
+    page = reverse("sandboxes:session_action", args=[session.pk, "delete"])
+    first = alice.post(page)
+    job = AdminJob.objects.get(kind=teardown.KIND_SESSION)  # queued: this test's transaction never commits
+    assert first.status_code == 302
+    assert first["Location"] == job.get_absolute_url()
+    second = alice.post(page, follow=True)
+    assert "Its deletion is already running" in second.content.decode()
+    assert AdminJob.objects.filter(kind=teardown.KIND_SESSION).count() == 1
+    shown = alice.get(page)
+    assert shown.status_code == 302
+    assert shown["Location"] == job.get_absolute_url()
+
+
+@pytest.mark.django_db
+def test_the_delete_pages_refuse_a_post_without_a_csrf_token(world: World) -> None:
+    from django.test import Client
+
+    from sandboxes.sessions.lookup import get_or_create_session
+    from tests.factories import make_config
+
+    config = make_config(world.space_a, is_default=True)
+    session = get_or_create_session(world.space_a, "csrf")
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(world.alice)
+    for page, data in (
+        (reverse("console:space_delete", args=[world.space_a.pk]), {"confirm_slug": "space-a"}),
+        (reverse("sandboxes:config_delete", args=[config.pk]), {}),
+        (reverse("sandboxes:session_action", args=[session.pk, "delete"]), {}),
+    ):
+        assert browser.post(page, data).status_code == 403
+    assert not AdminJob.objects.exists()
