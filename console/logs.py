@@ -118,6 +118,11 @@ _AUTH_SCHEME = re.compile(r"\b(?P<scheme>Bearer|Basic|Token)\s+(?P<value>[A-Za-z
 _USERINFO = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):(?P<value>[^@/\s]+)@")
 # Secrets with a shape of their own, wherever they stand: the agent API's tokens (sck_…).
 _SHAPED = re.compile(r"\b(?P<prefix>sck_)[A-Za-z0-9_\-]{8,}")
+# A PEM private key (a backend's TLS client key): its body, whatever names it (a repr's \\n too).
+_PEM_KEY = re.compile(
+    r"(?P<begin>-----BEGIN (?P<label>[A-Z0-9 ]*PRIVATE KEY)-----)(?!\[redacted\])"
+    r"[A-Za-z0-9+/=:,\\\s]*(?:-----END (?P=label)-----)?"
+)
 # Paths whose next segment is a secret: the invitation link /invite/<token>/.
 SECRET_PATH_PREFIXES = ("/invite/",)
 _SECRET_SEGMENT = re.compile(
@@ -133,6 +138,7 @@ def redact(text: str) -> str:
     text = _USERINFO.sub(lambda m: f"{m['head']}:{REDACTED}@", text)
     text = _AUTH_SCHEME.sub(lambda m: f"{m['scheme']} {REDACTED}", text)
     text = _SHAPED.sub(lambda m: m["prefix"] + REDACTED, text)
+    text = _PEM_KEY.sub(lambda m: f"{m['begin']}{REDACTED}", text)
     return _NAMED_VALUE.sub(_blank_named, text)
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Backend, BackendConfig, ErrorKind, KindDescription, RemoteError
+from .base import Backend, BackendConfig, ErrorKind, RemoteError
+from .settings import Scope, Setting, SettingsSchema
 
 BACKEND_CLASSES: dict[str, str] = {
     "docker": "sandboxes.backends.docker.backend.DockerBackend",
@@ -34,12 +35,21 @@ def build_backend(config: BackendConfig) -> Backend:
     return backend_class(config.kind)(config)
 
 
-def describe(kind: str) -> KindDescription:
-    """The settings a kind takes (its package's `DESCRIPTION`); imports no adapter SDK."""
+def describe(kind: str) -> SettingsSchema:
+    """The settings a kind declares (its package's `SCHEMA`); imports no adapter SDK."""
     try:
         dotted = BACKEND_CLASSES[kind]
     except KeyError:
         raise RemoteError(ErrorKind.INVALID, f"unknown backend kind {kind!r}") from None
     package = importlib.import_module(dotted.rsplit(".", 2)[0])
-    description: KindDescription = package.DESCRIPTION
-    return description
+    schema: SettingsSchema = package.SCHEMA
+    return schema
+
+
+def all_settings(scope: Scope) -> dict[str, list[tuple[str, Setting]]]:
+    """Every setting name any kind declares in `scope`, with each declaring kind's setting."""
+    found: dict[str, list[tuple[str, Setting]]] = {}
+    for kind in BACKEND_CLASSES:
+        for setting in describe(kind).of(scope):
+            found.setdefault(setting.name, []).append((kind, setting))
+    return found

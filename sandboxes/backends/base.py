@@ -8,8 +8,8 @@ crosses the boundary is a frozen dataclass; every failure is a `RemoteError` wit
 `snapshots()`, `templates()`, `inbound()`, `pty()`, `network_capabilities()`), never from
 the backend's name.
 
-May import: the standard library and `netpolicy` (the policy's meaning; `.capabilities` for
-annotations, under TYPE_CHECKING: it imports this module).
+May import: the standard library and `netpolicy` (the policy's meaning; `.capabilities` and
+`.settings` for annotations, under TYPE_CHECKING: they import this module).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import abc
 import builtins
 import enum
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         TemplatesCapability,
         VolumesCapability,
     )
+    from .settings import Options
 
 # Metadata keys the console stamps on every sandbox it creates. Listing by them is how the
 # console claims, reconciles and reaps; a sandbox without META_INSTALLATION is never touched.
@@ -119,8 +120,9 @@ class BackendConfig:
     api_key: str = ""
     allow_private_endpoints: bool = False
     idle_mode: IdleMode = IdleMode.PAUSE
-    # Free-form, backend-specific knobs (e.g. Docker's managed network name).
-    options: Mapping[str, str] = field(default_factory=dict)
+    # The kind's typed options (its package's `Options` subclass, `sandboxes.backends.settings`);
+    # a mapping of strings by the same keys is read by the adapter through `Options.parse`.
+    options: Options | Mapping[str, Any] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------
@@ -152,6 +154,9 @@ class NetworkCapabilities:
     # whatever a deny CIDR says (Cube), so deny CIDRs beside rules are not honoured.
     l7_within_deny: bool = True
     inbound_toggle: bool = False
+    # Without a toggle, every sandbox's ports are served publicly (Cube before v0.5.0): then a
+    # policy keeping them private is what cannot be honoured, and public inbound is.
+    inbound_always_public: bool = False
     # A changed NetworkSpec reaches running sandboxes (Backend.egress().update) without a rebuild.
     live_update: bool = False
     # deny_out entries win over allow_out entries (the console's meaning). False: an allow
@@ -480,42 +485,3 @@ class Backend(abc.ABC):
 
 def is_snapshot_id(template_id: str) -> bool:
     return template_id.startswith(SNAPSHOT_PREFIX)
-
-
-@dataclass(frozen=True)
-class KindDescription:
-    """What one kind of backend takes in its settings, so forms, services and pages above the
-    adapters never branch on the kind: each adapter package exports one as `DESCRIPTION`,
-    read through `sandboxes.backends.describe(kind)` without importing the adapter's SDK."""
-
-    label: str  # in messages: "<label> backends need ..."
-    endpoint_schemes: tuple[str, ...]  # an endpoint, when given, starts with one of these
-    endpoint_rule: str  # the error when it does not
-    endpoint_required: bool = False  # empty means the local default otherwise
-    needs_domain: bool = False  # a sandbox domain (required); without, none is allowed
-    takes_api_key: bool = False  # an API key (the platform's, or each space's own)
-    takes_sandbox_url: bool = False  # a separate data-plane URL
-    # A versioned wire protocol, detected at the connection test or pinned; the config's
-    # idle timeout is then the TTL each create and connect sends.
-    versioned_protocol: bool = False
-    # Persistent workspaces under a host directory of the backend's nodes: what is wrong
-    # with a given one (None when it will do). None: the kind takes no host root.
-    workspace_host_root_problem: Callable[[str], str | None] | None = None
-    # The console runs the resolver of this kind's sandboxes (Docker): it takes the operator's
-    # upstream resolver (settings.EGRESS_DNS_UPSTREAM) as option `dns_upstream`.
-    takes_dns_upstream: bool = False
-    # A per-sandbox process limit (a config's pids_limit) that the backend enforces.
-    limits_processes: bool = False
-    # TLS client certificates (and a CA) for a tcp:// endpoint.
-    takes_tls_client_cert: bool = False
-    # A per-sandbox disk limit (a config's disk_mb, within the backend's max_disk_mb) that the
-    # adapter sends or enforces somewhere (Backend.disk_capabilities says where).
-    limits_disk: bool = False
-    # The console bounds disks with file systems of its own on the engine's host (Docker): it
-    # takes the operator's folder for them (settings.WORKSPACE_DISK_DIR) and the template
-    # build bound (tuning catalog.template_build_disk_mb) as options `disk_dir`, `template_build_disk_mb`.
-    takes_disk_dir: bool = False
-
-    @property
-    def takes_workspace_host_root(self) -> bool:
-        return self.workspace_host_root_problem is not None

@@ -16,7 +16,6 @@ Reads only (no writes, no audit rows). May import `sandboxes.backends`, `sandbox
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from datetime import datetime
 from typing import Any
@@ -37,6 +36,7 @@ from ..backends.base import (
     Resources,
     TemplateInfo,
 )
+from ..backends.settings import Options, Scope
 from ..models import PlatformBackend, SandboxConfig, TemplateRecord
 from .observed import observe
 from .tuning import CATALOG
@@ -70,18 +70,14 @@ def backend_config_for(config: SandboxConfig) -> BackendConfig:
         # A space's own key goes to a public endpoint only: the guard refuses private ranges.
         allow_private_endpoints=backend.allow_private_endpoints and not uses_own_api_key(config),
         idle_mode=IdleMode(config.idle_mode),
-        options={
-            **({"sandbox_url": backend.sandbox_url} if backend.sandbox_url else {}),
-            **tls_options(backend),
-            **workspace_options(config),
-            **protocol_options(config),
-            **resolver_options(config),
-            **disk_options(config),
-            # The console's own route for backends whose ports its proxy serves; with a wildcard
-            # INBOUND_BASE_URL the issued URL is a host per sandbox port instead
-            # (sandboxes/sessions/inbound_hosts.py), and this path stays for the token header.
-            "inbound_url": "/inbound/",
-        },
+        options=kind_options(
+            backend.kind,
+            {
+                **backend_offers(backend),
+                **workspace_options(config),
+                **protocol_options(config),
+            },
+        ),
     )
 
 
@@ -95,96 +91,73 @@ def platform_backend_config(backend: PlatformBackend) -> BackendConfig:
         domain=backend.domain,
         api_key=decrypt(backend.api_key_encrypted),
         allow_private_endpoints=backend.allow_private_endpoints,
-        options={
-            **({"sandbox_url": backend.sandbox_url} if backend.sandbox_url else {}),
-            **tls_options(backend),
-            **_resolver_options(backend.kind),
-            "inbound_url": "/inbound/",
-        },
+        options=kind_options(backend.kind, backend_offers(backend)),
     )
 
 
-def resolver_options(config: SandboxConfig) -> dict[str, str]:
-    """Kinds whose resolver the console runs (Docker): the operator's upstream resolver and
-    the host folder of the egress state (docs/network.md), when set."""
-    return _resolver_options(config.kind)
+def kind_options(kind: str, offered: dict[str, Any]) -> Options:
+    """The kind's typed options (its schema's `Options`) from what the console offers every
+    kind: each adapter takes the keys it declares, the rest is not its business."""
+    return describe(kind).options.parse(offered)
 
 
-def _resolver_options(kind: str) -> dict[str, str]:
-    if not describe(kind).takes_dns_upstream:
-        return {}
-    options = {
+def backend_offers(backend: PlatformBackend) -> dict[str, Any]:
+    """What the console offers every kind's adapter, from the platform backend and the
+    deployment: the data-plane URL, TLS material, the resolver's and disks' host folders
+    (docs/network.md, docs/operations.md), and the console's own inbound route (with a
+    wildcard INBOUND_BASE_URL the issued URL is a host per sandbox port instead,
+    sandboxes/inbound/hosts.py, and this path stays for the token header)."""
+    offered: dict[str, Any] = {
+        "sandbox_url": backend.sandbox_url,
+        "tls_ca": decrypt(backend.tls_ca_encrypted),
+        "tls_cert": decrypt(backend.tls_cert_encrypted),
+        "tls_key": decrypt(backend.tls_key_encrypted),
         "dns_upstream": settings.EGRESS_DNS_UPSTREAM,
         "egress_state_dir": settings.EGRESS_STATE_DIR,
-        "egress_log_max_bytes": str(CATALOG.egress_log_max_bytes),
-    }
-    return {key: value for key, value in options.items() if value}
-
-
-def disk_options(config: SandboxConfig) -> dict[str, str]:
-    """Kinds whose disks the console bounds on the engine's host (Docker): the operator's
-    folder for the bounded file systems and the template builds' bound (docs/operations.md)."""
-    if not describe(config.kind).takes_disk_dir:
-        return {}
-    options = {
+        "egress_log_max_bytes": CATALOG.egress_log_max_bytes,
         "disk_dir": settings.WORKSPACE_DISK_DIR,
-        "template_build_disk_mb": str(CATALOG.template_build_disk_mb),
+        "template_build_disk_mb": CATALOG.template_build_disk_mb,
+        "inbound_url": "/inbound/",
     }
-    return {key: value for key, value in options.items() if value}
+    return {key: value for key, value in offered.items() if value not in ("", None)}
 
 
 def sandbox_resources(config: SandboxConfig) -> Resources:
     """What each of the config's sandboxes gets: CPUs, memory, processes, and disk where
-    its kind takes a disk limit."""
+    its kind declares a disk limit."""
     return Resources(
         cpus=float(config.cpus),
         memory_mb=config.memory_mb,
         pids=config.pids_limit,
-        disk_mb=config.disk_mb if describe(config.kind).limits_disk else None,
+        disk_mb=config.disk_mb if describe(config.kind).takes("disk_mb", Scope.CONFIG) else None,
     )
 
 
-def tls_options(backend: PlatformBackend) -> dict[str, str]:
-    """Docker tcp:// with TLS: the client certificate, key and CA (PEM) for the adapter."""
-    values = {
-        "tls_ca": decrypt(backend.tls_ca_encrypted),
-        "tls_cert": decrypt(backend.tls_cert_encrypted),
-        "tls_key": decrypt(backend.tls_key_encrypted),
-    }
-    return {key: value for key, value in values.items() if value}
-
-
-def protocol_options(config: SandboxConfig) -> dict[str, str]:
-    """Kinds with a versioned wire protocol (E2B, Cube): the TTL create and connect send (the
-    config's idle timeout), and the protocol, pinned or as last detected (the adapter detects
-    it again when not pinned)."""
-    if not describe(config.kind).versioned_protocol:
-        return {}
-    options = {"sandbox_timeout": str(config.idle_timeout_s)}
+def protocol_options(config: SandboxConfig) -> dict[str, Any]:
+    """The TTL create and connect send (the config's idle timeout), and the wire protocol,
+    pinned or as last detected (an adapter with a versioned protocol detects it again when
+    not pinned; one without none declares these options)."""
+    options: dict[str, Any] = {"sandbox_timeout": config.idle_timeout_s}
     if config.protocol_pin:
-        options.update(protocol=config.protocol_pin, protocol_pinned="1")
+        options.update(protocol=config.protocol_pin, protocol_pinned=True)
     elif config.backend_protocol:
         options["protocol"] = config.backend_protocol
     return options
 
 
-def workspace_options(config: SandboxConfig) -> dict[str, str]:
+def workspace_options(config: SandboxConfig) -> dict[str, Any]:
     """Kinds that keep persistent workspaces under a host directory (Cube) manage them with
     housekeeping sandboxes: from the config's template, carrying its console metadata so the
     reaper can find a leftover one.
 
     Not on a space's own account: the host root holds every space's workspaces, and there the
     template (and so what runs beside the mount) is the space's own."""
-    if (
-        not describe(config.kind).takes_workspace_host_root
-        or not config.workspace_host_root
-        or uses_own_api_key(config)
-    ):
+    if not config.workspace_host_root or uses_own_api_key(config):
         return {}
     return {
         "workspace_host_root": config.workspace_host_root,
         "workspace_template": config.default_template,
-        "housekeeping_metadata": json.dumps(console_metadata(config)),
+        "housekeeping_metadata": console_metadata(config),
     }
 
 

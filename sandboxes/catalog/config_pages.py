@@ -25,9 +25,10 @@ from console.views import apply_form_errors, is_htmx, swaps
 
 from ..backends import describe
 from ..backends.base import DiskCapabilities, NetworkCapabilities, RemoteError
+from ..backends.settings import Scope
 from ..models import PlatformBackend, SandboxConfig
 from .bridge import get_backend
-from .by_kind import kind_step
+from .by_kind import kind_step, secret_names
 from .forms import SandboxConfigForm, chosen_backend
 from .lookups import get_config_for_user, remote_error_message, template_ids
 from .network import unsupported_policy_switches
@@ -83,7 +84,7 @@ def _config_form(request: HttpRequest, space: Space, config: SandboxConfig | Non
     options: dict[str, Any] = {"space": space, "backend": backend, "instance": config}
     if backend is not None:
         options["template_choices"] = _template_choices(space, backend, config)
-    step = kind_step(request, SandboxConfigForm, str(backend.pk) if backend else "", secrets=("api_key",))
+    step = kind_step(request, SandboxConfigForm, str(backend.pk) if backend else "", secrets=secret_names(Scope.CONFIG))
     if step.save:
         return SandboxConfigForm(request.POST, **options), True
     if request.method == "POST" and data.get("backend") and backend is None:

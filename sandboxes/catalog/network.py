@@ -132,7 +132,10 @@ def unsupported_policy_switches(network: NetworkSpec | NetworkPolicy, caps: Netw
                 f"deny entries ({_texts(spec.cidrs('deny_out'))}) beside HTTP (L7) rules (on this backend a host "
                 "a rule names is reached on ports 80 and 443 whatever the deny list says)"
             )
-    if spec.allow_public_traffic and not caps.inbound_toggle:
+    if caps.inbound_always_public and not caps.inbound_toggle:
+        if not spec.allow_public_traffic:
+            problems.append("private sandbox ports (this backend serves every sandbox's ports publicly)")
+    elif spec.allow_public_traffic and not caps.inbound_toggle:
         problems.append("public inbound traffic")
     return problems
 

@@ -17,8 +17,9 @@ from console.crypto import REDACTED, decrypt, encrypt
 from console.models import AuditAction, Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
-from ..backends import describe
+from ..backends import all_settings, describe
 from ..backends.base import RemoteError
+from ..backends.settings import Scope
 from ..models import PlatformBackend, SandboxConfig, Session, SessionState
 from .services import count_live_sandboxes
 
@@ -39,7 +40,8 @@ BACKEND_FIELDS = (
     "max_pids",
     "max_disk_mb",
 )
-SECRET_FIELDS = ("api_key", "tls_ca", "tls_cert", "tls_key")
+# Every secret a kind declares for its platform backend, stored in `<name>_encrypted`.
+SECRET_FIELDS = tuple(name for name, declared in all_settings(Scope.BACKEND).items() if declared[0][1].secret)
 # Changing these while sandboxes live would orphan them on the old account or engine.
 IDENTITY = ("kind", "endpoint", "domain")
 LIVE_STATES = (SessionState.RUNNING, SessionState.PAUSED)
@@ -54,24 +56,26 @@ def _require_platform_admin(actor: Actor) -> None:
         raise NotPlatformAdmin("Only platform admins manage platform backends.")
 
 
-def _apply_secrets(backend: PlatformBackend, secrets: dict[str, str | None]) -> list[str]:
-    """Set each secret given; None, '' (for certificates) and *** keep the stored one. Returns
-    the names that changed."""
+def _apply_secrets(backend: PlatformBackend, secrets: dict[str, Any]) -> list[str]:
+    """Set each secret given; None, *** and '' (for PEM material) keep the stored one. The
+    kind's switches that clear secrets (`Setting.clears`) clear them. Returns the names that
+    changed."""
+    kind = describe(backend.kind)
     changed = []
     for name in SECRET_FIELDS:
         value = secrets.get(name)
-        if value is None or value == REDACTED or (value == "" and name != "api_key"):
+        keeps_when_empty = kind.takes(name) and kind.setting(name).keeps_when_empty
+        if value is None or value == REDACTED or (value == "" and keeps_when_empty):
             continue
         attr = f"{name}_encrypted"
         if value != decrypt(getattr(backend, attr)):
             setattr(backend, attr, encrypt(value))
             changed.append(name)
-    # A kind that takes no key or TLS material keeps none (a switch of kind leaves none behind).
-    kind = describe(backend.kind)
-    cleared = [
-        *(("tls_ca", "tls_cert", "tls_key") if secrets.get("clear_tls") or not kind.takes_tls_client_cert else ()),
-        *(() if kind.takes_api_key else ("api_key",)),
-    ]
+    # A kind keeps no secret it does not declare (a switch of kind leaves none behind).
+    cleared = [name for name in SECRET_FIELDS if not kind.takes(name)]
+    for switch in kind.of(Scope.BACKEND):
+        if switch.clears and secrets.get(switch.name):
+            cleared.extend(switch.clears)
     for name in cleared:
         if getattr(backend, f"{name}_encrypted"):
             setattr(backend, f"{name}_encrypted", "")
@@ -82,8 +86,14 @@ def _apply_secrets(backend: PlatformBackend, secrets: dict[str, str | None]) -> 
 def _check_pins_fit_kind(backend: PlatformBackend) -> None:
     """A config pinned to another kind's protocol could not open on this kind (the adapter
     refuses the option): the switch is refused, naming them."""
+    kind = describe(backend.kind)
+    offered = (
+        {value for value, _ in kind.setting("protocol_pin", Scope.CONFIG).choices}
+        if kind.takes("protocol_pin", Scope.CONFIG)
+        else set()
+    )
     pinned = SandboxConfig.objects.filter(backend=backend).exclude(protocol_pin="")
-    wrong = [c for c in pinned.select_related("space") if not c.protocol_pin.startswith(f"{backend.kind}-")]
+    wrong = [c for c in pinned.select_related("space") if c.protocol_pin not in offered]
     if wrong:
         names = ", ".join(f"{c.space.name}/{c.name}" for c in wrong)
         raise ServiceError(
@@ -221,7 +231,7 @@ def do_update_platform_backend(
             if "kind" in changed:  # what the old kind's server reported is no longer this kind's
                 configs = SandboxConfig.objects.filter(backend=backend)
                 configs.update(backend_protocol="", backend_version="")
-                if not describe(backend.kind).takes_api_key:  # nor a space's own key, to come back later
+                if not describe(backend.kind).takes("api_key", Scope.CONFIG):  # nor a space's own key, to come back
                     configs.update(api_key_encrypted="")
             record_audit(
                 actor,

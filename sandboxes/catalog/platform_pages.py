@@ -27,18 +27,14 @@ from .forms import BACKEND_SECRETS, PlatformBackendForm
 from .platform import do_create_platform_backend, do_update_platform_backend
 
 
-def _secrets(form: PlatformBackendForm) -> dict[str, Any]:
-    return {name: form.cleaned_data.get(name) for name in ("api_key", "tls_ca", "tls_cert", "tls_key", "clear_tls")}
-
-
 @login_required
 def backend_list(request: HttpRequest) -> HttpResponse:
     require_platform_admin(request.user)
     backends = list(
         PlatformBackend.objects.annotate(config_count=Count("configs", distinct=True)).prefetch_related("spaces")
     )
-    for backend in backends:  # which limits apply, from the adapter
-        backend.kind_description = describe(backend.kind)  # type: ignore[attr-defined]
+    for backend in backends:  # which limits apply: the settings its kind declares
+        backend.kind_settings = describe(backend.kind)  # type: ignore[attr-defined]
     return render(request, "sandboxes/backend_list.html", {"backends": backends, "section": "backends"})
 
 
@@ -93,7 +89,7 @@ def _backend_page(request: HttpRequest, backend: PlatformBackend | None) -> Http
     if save and form.is_valid():
         fields: dict[str, Any] = {
             "data": form.backend_data(),
-            "secrets": _secrets(form),
+            "secrets": form.secret_values(),
             "spaces": list(form.cleaned_data["spaces"]),
             "actor": actor_from_request(request),
         }

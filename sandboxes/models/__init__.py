@@ -2,7 +2,7 @@
 here, so `from sandboxes.models import X` is the way to name one.
 
 - `catalog`: `PlatformBackend`, `SandboxConfig`, `TemplateRecord` (+ `BackendKind`, `IdleMode`,
-  `IDENTITY_FIELDS`, `BACKEND_IDENTITY_FIELDS`, `PROTOCOL_CHOICES`)
+  `IDENTITY_FIELDS`, `BACKEND_IDENTITY_FIELDS`)
 - `sessions`: `Session` (+ `SessionState`), `SessionImage`, `ApiToken`, `Artifact`, `ExecSlot`,
   `BackgroundCommand` (+ `CommandStatus`), `Terminal`, `SessionBinding`, `SessionLease`
 - `egress`: `SessionGrant`, `EgressEvent`, `EgressCursor`, `WatchedSandbox`
@@ -14,7 +14,6 @@ nothing else of the project.
 from .catalog import (
     BACKEND_IDENTITY_FIELDS,
     IDENTITY_FIELDS,
-    PROTOCOL_CHOICES,
     BackendKind,
     IdleMode,
     PlatformBackend,
@@ -39,7 +38,6 @@ from .sessions import (
 __all__ = [
     "BACKEND_IDENTITY_FIELDS",
     "IDENTITY_FIELDS",
-    "PROTOCOL_CHOICES",
     "ApiToken",
     "Artifact",
     "BackendKind",

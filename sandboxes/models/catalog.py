@@ -32,16 +32,6 @@ IDENTITY_FIELDS = ("backend", "api_key")
 BACKEND_IDENTITY_FIELDS = ("kind", "endpoint", "domain", "api_key", "tls")
 
 
-# What `protocol_pin` may name (the adapters' `options["protocol"]` values).
-PROTOCOL_CHOICES = [
-    ("", "Detect from the server"),
-    ("e2b-v2", "E2B: SDK /v2 create (E2B cloud)"),
-    ("e2b-v1", "E2B: published-spec operations only (self-hosted)"),
-    ("cube-0.5", "Cube v0.5 or later"),
-    ("cube-0.4", "Cube before v0.5"),
-]
-
-
 class PlatformBackend(models.Model):
     """Infrastructure registered by platform admins and granted to spaces.
 
@@ -204,9 +194,8 @@ class SandboxConfig(models.Model):
     protocol_pin = models.CharField(
         max_length=16,
         blank=True,
-        choices=PROTOCOL_CHOICES,
         verbose_name="Protocol",
-        help_text="E2B/Cube: the wire protocol to speak. Empty: detect it from the server's answers.",
+        help_text="E2B/Cube: the wire protocol to speak (its adapter's settings list them). Empty: detect it.",
     )
     is_default = models.BooleanField(
         default=False,

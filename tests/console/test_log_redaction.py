@@ -149,6 +149,9 @@ def test_a_whole_flow_logs_no_secret(production_log: io.StringIO) -> None:
         ("{'new_password1': 'correct horse battery'}", "horse battery"),
         ('password="a&b c-d"', "c-d"),
         ("DJANGO_SECRET_KEY=django-insecure-xyz", "django-insecure-xyz"),
+        # A backend's TLS client key (a PEM secret setting), whatever names it, cut short or not.
+        ("tls: -----BEGIN PRIVATE KEY-----\nMIIEvQIBADAN\n-----END PRIVATE KEY----- ok", "MIIEvQIBADAN"),
+        ("{'key': '-----BEGIN EC PRIVATE KEY-----\\nMHcCAQEEIB'}", "MHcCAQEEIB"),
     ],
 )
 def test_redact_blanks_each_form_of_secret(text: str, secret: str) -> None:

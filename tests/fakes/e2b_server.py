@@ -20,7 +20,8 @@ Admin endpoints (no auth), for tests:
                                              faults
   POST   /_fake/config                       {"cube_pause_seconds": s, "resume_failures": n,
                                               "new_id_on_resume": n (the next n resumes answer a new id),
-                                             "cube_pr1800": bool (serve /v2 create/connect)}
+                                             "cube_pr1800": bool (serve /v2 create/connect),
+                                             "missing_route": "validator"|"gin"|"proxy" (E2B)}
   POST   /_fake/sandboxes/{id}/state         {"state": "pausing"|"running"} (force a state)
   POST   /_fake/sandboxes/{id}/expire        make the TTL run out now (the reaper acts)
 """
@@ -42,7 +43,19 @@ from tests.fakes.fake_envd import Envd
 from tests.fakes.fake_http import HttpError, NoRoute, Reply, Request, read_request
 from tests.fakes.fake_lifecycle import Lifecycle
 from tests.fakes.fake_runtime import DEFAULT_IMAGE, DockerRuntime
-from tests.fakes.fake_state import CUBE_VERSION_ALIASES, CUBE_VERSIONS, E2B_APIS, Fault, Personality, Reaper, Store, now
+from tests.fakes.fake_state import (
+    CUBE_VERSION_ALIASES,
+    CUBE_VERSIONS,
+    E2B_API_ALIASES,
+    E2B_APIS,
+    LATEST_CUBE,
+    MISSING_ROUTE_STYLES,
+    Fault,
+    Personality,
+    Reaper,
+    Store,
+    now,
+)
 
 DEFAULT_API_KEY = "e2b_" + "0" * 40
 _HOST_ROUTE = re.compile(r"^(\d+)-([a-z0-9-]+)\.")
@@ -140,6 +153,8 @@ class FakeApp:
                     self.store.new_id_on_resume = int(body["new_id_on_resume"])
                 if "cube_pr1800" in body:
                     self.store.cube_pr1800 = bool(body["cube_pr1800"])
+                if body.get("missing_route") in MISSING_ROUTE_STYLES:
+                    self.store.missing_route = body["missing_route"]
             reply.empty(204)
         else:
             self._admin_sandbox(req, reply)
@@ -201,7 +216,8 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 reply.api_error(e)
         except NoRoute as e:
-            reply.no_route(e, self.server.app.store.personality)
+            store = self.server.app.store
+            reply.no_route(e, store.personality, store.missing_route)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as e:
@@ -226,10 +242,11 @@ class FakeServer:
         image: str = DEFAULT_IMAGE,
         api_key: str = DEFAULT_API_KEY,
         run_id: str | None = None,
-        cube_version: str = "0.7",
+        cube_version: str = LATEST_CUBE,
         e2b_api: str = "cloud",
     ) -> None:
         cube_version = CUBE_VERSION_ALIASES.get(cube_version, cube_version)
+        e2b_api = E2B_API_ALIASES.get(e2b_api, e2b_api)
         if cube_version not in CUBE_VERSIONS or e2b_api not in E2B_APIS:
             raise ValueError(f"cube_version in {CUBE_VERSIONS}, e2b_api in {E2B_APIS}")
         self.personality = personality
@@ -317,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--personality", choices=["e2b", "cube"], default="e2b")
-    parser.add_argument("--cube-version", choices=list(CUBE_VERSIONS), default="0.7")
+    parser.add_argument("--cube-version", choices=list(CUBE_VERSIONS), default=LATEST_CUBE)
     parser.add_argument("--e2b-api", choices=list(E2B_APIS), default="cloud")
     parser.add_argument("--image", default=DEFAULT_IMAGE)
     parser.add_argument("--api-key", default=DEFAULT_API_KEY)

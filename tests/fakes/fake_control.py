@@ -23,7 +23,7 @@ from tests.fakes.fake_state import FakeSandbox, Store, Template, new_id, now, rf
 Handler = Callable[[Request, Reply], None]
 Served = Callable[[], bool]
 
-# CubeAPI services/sandboxes.rs FORBIDDEN_ENV_NAMES (C-later; C-May checks no names).
+# CubeAPI services/sandboxes.rs FORBIDDEN_ENV_NAMES (from v0.5.0; earlier releases check no names).
 CUBE_FORBIDDEN_ENVS = frozenset(
     {
         "BASH_ENV",
@@ -90,9 +90,9 @@ class ControlPlane:
             return self.store.cube_pr1800  # a Cube built with PR #1800, for SDK 2.63 tests
         return self.store.e2b_api == "cloud"
 
-    def _cube_later(self) -> bool:
-        # CubeAPI routes.rs after v0.5: GET /snapshots, PUT network, rollback.
-        return self.store.is_cube and not self.store.cube_may
+    def _snapshot_list(self) -> bool:
+        # GET /snapshots and rollback: E2B, and Cube from v0.3.0 (CubeAPI routes.rs @6e482266).
+        return not self.store.is_cube or self.store.cube_has("snapshot_list")
 
     def _register(self) -> None:
         r = self._route
@@ -110,17 +110,23 @@ class ControlPlane:
         r("POST", "/v2/sandboxes/{sid}/connect", self.connect_v2, self._sdk_v2)
         r("POST", "/sandboxes/{sid}/timeout", self.set_timeout)
         r("POST", "/sandboxes/{sid}/refreshes", self.refresh)
-        r("PUT", "/sandboxes/{sid}/network", self.update_network, lambda: not self.store.cube_may)
+        # No Cube release routes a network update or metrics (CubeAPI routes.rs @b1b7ec65..08f2f5d7).
+        r("PUT", "/sandboxes/{sid}/network", self.update_network, e2b_only)
         r("POST", "/sandboxes/{sid}/snapshots", self.create_snapshot)
         r("POST", "/sandboxes/{sid}/fork", self.fork, e2b_only)
-        r("POST", "/sandboxes/{sid}/rollback", self.cube_rollback, self._cube_later)
-        r("GET", "/snapshots", self.list_snapshots, lambda: not self.store.cube_may)
-        r("GET", "/sandboxes/{sid}/metrics", self.metrics)
+        r("POST", "/sandboxes/{sid}/rollback", self.cube_rollback, lambda: self.store.cube_has("snapshot_list"))
+        r("GET", "/snapshots", self.list_snapshots, self._snapshot_list)
+        r("GET", "/sandboxes/{sid}/metrics", self.metrics, e2b_only)
         r("GET", "/v2/sandboxes/{sid}/logs", self.logs)
         r("GET", "/templates", self.list_templates_v1)
         r("GET", "/v2/templates", self.list_templates_v2)
         r("POST", "/templates", self.cube_create_template)
-        r("GET", "/templates/aliases/{alias}", self.template_alias)
+        r(
+            "GET",
+            "/templates/aliases/{alias}",
+            self.template_alias,
+            lambda: not self.store.is_cube or self.store.cube_has("aliases"),
+        )
         r("GET", "/templates/{tid}", self.get_template)
         r("PATCH", "/templates/{tid}", self.cube_patch_template)
         r("DELETE", "/templates/{tid}", self.delete_template)
@@ -137,8 +143,11 @@ class ControlPlane:
     def handle(self, req: Request, reply: Reply) -> None:
         path = req.path
         if self.store.is_cube and path.startswith("/cubeapi/v1/"):
-            # Cube serves everything under /cubeapi/v1 as well (CubeAPI/src/routes.rs).
+            # Cube serves everything under /cubeapi/v1 as well (CubeAPI/src/routes.rs), and a
+            # few routes only there (build_cubeapi_router).
             path = path[len("/cubeapi/v1") :]
+            if self._cubeapi_only(path, req, reply):
+                return
         allowed: list[str] = []
         for method, regex, handler, served in self.routes:
             m = regex.match(path)
@@ -153,6 +162,23 @@ class ControlPlane:
             handler(req, reply)
             return
         raise NoRoute(405 if allowed else 404)
+
+    def _cubeapi_only(self, path: str, req: Request, reply: Reply) -> bool:
+        """The /cubeapi/v1-only routes a release has; False when `path` is none of them."""
+        if path == "/cluster/versions" and self.store.cube_has("cluster_versions"):
+            if req.method != "GET":
+                raise NoRoute(405)
+            self._authenticate(req)
+            # handlers/cluster.rs cluster_versions -> VersionMatrixView (CubeMaster's build).
+            reply.json(200, {"controlPlane": {"version": "dev"}, "components": [], "nodes": []})
+            return True
+        if path == "/auth/session" and self.store.cube_has("auth_session"):
+            if req.method != "GET":
+                raise NoRoute(405)
+            # handlers/auth.rs session: unauthenticated; no database -> login not enforced.
+            reply.json(200, {"authRequired": False, "authenticated": False})
+            return True
+        return False
 
     def _authenticate(self, req: Request) -> None:
         # spec/openapi.yml securitySchemes ApiKeyAuth: the key in header X-API-Key only (the
@@ -259,6 +285,8 @@ class ControlPlane:
         if self.store.is_cube:
             self._cube_validate_create(body)
         body["_egress"] = self._egress(body)
+        body["_inbound"] = self._inbound(body)
+        body["_l7_rules"] = self._l7_rules(body)
         body["_idle"] = self._idle(body)
         if secure:
             body["secure"] = True
@@ -278,27 +306,47 @@ class ControlPlane:
         """Whether the server lets the new sandbox reach the internet."""
         network = body.get("network") or {}
         deny_all = ALL_TRAFFIC in (network.get("denyOut") or network.get("deny_out") or [])
-        if self.store.cube_may:
-            # C-May services/sandboxes.rs build_cubevs_context: allowPublicTraffic, when set,
-            # overrides allow_internet_access as the egress switch.
+        if self.store.cube_has("public_traffic_is_egress"):
+            # Before v0.5.0 (services/sandboxes.rs build_cubevs_context @b1b7ec65, @6e482266;
+            # build_cube_network_config @870a2463): allowPublicTraffic, when sent, overrides
+            # allow_internet_access as the egress switch.
             allowed = network.get("allowPublicTraffic")
             if allowed is None:
                 allowed = body.get("allow_internet_access")
             return allowed is not False and not deny_all
-        # spec/openapi.yml NewSandbox.allow_internet_access (default true); Cube C-later
+        # spec/openapi.yml NewSandbox.allow_internet_access (default true); Cube from v0.5.0
         # build_cube_network_config reads the same flag (allowPublicTraffic is inbound).
         return body.get("allow_internet_access") is not False and not deny_all
+
+    def _inbound(self, body: dict[str, Any]) -> bool:
+        """Whether anyone may reach the new sandbox's ports without its traffic token."""
+        network = body.get("network") or {}
+        if self.store.is_cube and not self.store.cube_has("inbound_gate"):
+            # Before v0.5.0 nothing gates CubeProxy's per-sandbox URL (no AllowPublicTraffic in
+            # CubeMaster or CubeProxy @870a2463): every sandbox's ports are public.
+            return True
+        # spec/openapi.yml NewSandbox.network.allowPublicTraffic (default true); Cube from
+        # v0.5.0 CubeMaster sandbox_run.go (default true, a token only when false).
+        return network.get("allowPublicTraffic") is not False
+
+    def _l7_rules(self, body: dict[str, Any]) -> list[Any]:
+        """The L7 rules that reach the sandbox's egress proxy."""
+        rules = (body.get("network") or {}).get("rules")
+        if self.store.is_cube and not self.store.cube_has("l7_rules"):
+            return []  # before v0.4.0 SandboxNetworkConfig has no `rules`: serde drops it
+        return list(rules) if isinstance(rules, list) else []
 
     def _idle(self, body: dict[str, Any]) -> tuple[bool, bool]:
         """(pause at the TTL, resume on traffic), as this server reads the create body."""
         top = (bool(body.get("autoPause", False)), bool((body.get("autoResume") or {}).get("enabled", False)))
         if not self.store.is_cube:
             return top  # spec/openapi.yml NewSandbox autoPause / autoResume
-        if self.store.cube_may:
-            return (False, False)  # C-May create_sandbox forwards neither: idle sandboxes die
-        if self.store.cube_version == "0.5":
-            return top
-        # 0.7: models SandboxLifecycleConfig; absent lifecycle = kill (services create_sandbox).
+        if not self.store.cube_has("idle_from_lifecycle"):
+            # Before v0.5.0 models NewSandbox parses autoPause, but CreateSandboxRequest has no
+            # field for it (services/sandboxes.rs create_sandbox): idle sandboxes die at the TTL.
+            return (False, False)
+        # From v0.5.0: models SandboxLifecycleConfig only; absent lifecycle = kill
+        # (services/sandboxes.rs create_sandbox @30b4e25a, @08f2f5d7).
         lifecycle = body.get("lifecycle")
         if not isinstance(lifecycle, dict):
             return (False, False)
@@ -308,21 +356,24 @@ class ControlPlane:
         return (on_timeout == "pause", bool(lifecycle.get("autoResume", lifecycle.get("auto_resume", False))))
 
     def _cube_validate_create(self, body: dict[str, Any]) -> None:
-        if self.store.cube_may:
-            return  # C-May create_sandbox validates neither envs nor the network
-        for name in body.get("envVars") or body.get("envs") or {}:
-            if name in CUBE_FORBIDDEN_ENVS:
-                raise HttpError(400, f"environment variable name '{name}' is not allowed")
+        if self.store.cube_has("env_names_checked"):
+            for name in body.get("envVars") or body.get("envs") or {}:
+                if name in CUBE_FORBIDDEN_ENVS:
+                    raise HttpError(400, f"environment variable name '{name}' is not allowed")
+        if not self.store.cube_has("l7_rules"):
+            return  # before v0.4.0 create_sandbox validates nothing of the network
         network = body.get("network") or {}
-        self._cube_validate_network(network, body.get("allow_internet_access"))
+        allow_internet = body.get("allow_internet_access")
+        if self.store.cube_has("public_traffic_is_egress") and network.get("allowPublicTraffic") is not None:
+            allow_internet = network.get("allowPublicTraffic")  # v0.4.0: the effective switch
+        self._cube_validate_network(network, allow_internet)
 
     def _cube_validate_network(self, network: dict[str, Any], allow_internet: Any) -> None:
-        # CubeNetworkConfig (CubeAPI models): rules a list (0.5), or a list or E2B's map keyed
-        # by domain (0.7, Cube #1483); a domain in allowOut needs allow_internet_access=false
-        # or denyOut containing 0.0.0.0/0 (validate_allow_out_domains_require_deny_all).
+        # SandboxNetworkConfig.rules (CubeAPI models, v0.4.0-v0.6.0): a list; a domain in
+        # allowOut needs the egress switch off or denyOut containing 0.0.0.0/0
+        # (validate_allow_out_domains_require_deny_all).
         rules = network.get("rules")
-        map_ok = self.store.cube_version == "0.7"
-        if rules is not None and not isinstance(rules, list) and not (map_ok and isinstance(rules, dict)):
+        if rules is not None and not isinstance(rules, list):
             raise HttpError(400, "network.rules: invalid type: map, expected a sequence")
         if isinstance(rules, list):
             problem = rules_error(rules)  # cube_egress.py: CubeAPI models, CubeEgress policy.lua
@@ -532,6 +583,7 @@ class ControlPlane:
                     "cpuUsedPct": 1.0,
                     "memUsed": 64 * 1024 * 1024,
                     "memTotal": sbx.memory_mb * 1024 * 1024,
+                    "memCache": 8 * 1024 * 1024,  # required by SandboxMetric (e2b-dev/infra spec)
                     "diskUsed": 16 * 1024 * 1024,
                     "diskTotal": sbx.disk_size_mb * 1024 * 1024,
                 }
@@ -585,7 +637,7 @@ class ControlPlane:
 
     def list_snapshots(self, req: Request, reply: Reply) -> None:
         # spec/openapi.yml: GET /snapshots {sandboxID, name, limit, nextToken} -> [SnapshotInfo];
-        # Cube C-later adds status/originSandboxID?/createdAt?; C-May has no such route.
+        # Cube adds status/originSandboxID?/createdAt?; v0.2.2 has no such route.
         sandbox_id, name = req.q("sandboxID"), req.q("name")
         with self.store.lock:
             snaps = [t for t in self.store.templates.values() if t.kind == "snapshot"]
@@ -633,8 +685,8 @@ class ControlPlane:
         }
 
     def _cube_template_json(self, tpl: Template) -> dict[str, Any]:
-        # CubeAPI models: TemplateSummary
-        return {
+        # CubeAPI models: TemplateSummary; `aliases` from v0.6.0 (models/mod.rs @08f2f5d7).
+        out: dict[str, Any] = {
             "templateID": tpl.template_id,
             "instanceType": tpl.extra.get("instanceType", "cubebox"),
             "version": "v1",
@@ -643,6 +695,9 @@ class ControlPlane:
             "createdAt": rfc3339(tpl.created_at),
             "imageInfo": tpl.image,
         }
+        if self.store.cube_has("aliases"):
+            out["aliases"] = list(tpl.names)
+        return out
 
     def _templates(self) -> list[Template]:
         with self.store.lock:
@@ -802,14 +857,14 @@ class ControlPlane:
         if not isinstance(image, str) or not image:
             raise HttpError(400, "image is required")
         if self.store.cube_may:
-            # C-May models CreateTemplateRequest: templateID required (length >= 1), used as is.
+            # v0.2.2 models CreateTemplateRequest: templateID required (length >= 1), used as is.
             tid = body.get("templateID")
             if not isinstance(tid, str) or not tid:
                 raise HttpError(400, "templateID: length must be at least 1")
             if tid in self.store.templates:
                 raise HttpError(409, f"template '{tid}' already exists")
         else:
-            tid = "tpl-" + secrets.token_hex(8)  # C-later ignores templateID and mints one
+            tid = "tpl-" + secrets.token_hex(8)  # from v0.3.0 the server mints one
         ok = self.store.runtime.image_exists(image)
         names = [n for n in (body.get("name"), body.get("alias")) if isinstance(n, str) and n]
         tpl = Template(

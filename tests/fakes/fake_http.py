@@ -185,15 +185,29 @@ class Reply:
         body: dict[str, Any] = {"code": err.status, "message": err.message, **err.extra}
         self.json(err.status, body, err.headers)
 
-    def no_route(self, err: NoRoute, personality: str) -> None:
+    def no_route(self, err: NoRoute, personality: str, style: str = "validator") -> None:
         if personality == "cube":
             # axum (CubeAPI/src/routes.rs): an unknown path is 404, a known path with another
             # method 405, both with an empty body (no {code, message}).
             self.send(err.status, b"", None, {"Allow": ""} if err.status == 405 else None)
-        else:
-            # gin (e2b-dev/infra packages/api, HandleMethodNotAllowed): plain-text bodies.
+        elif style == "validator":
+            # e2b-dev/infra packages/api/main.go @54693ff: gin.New() without
+            # HandleMethodNotAllowed, so gin serves 404 through the global middlewares; the
+            # OpenAPI validator (oapi-codegen gin-middleware over kin-openapi) fails FindRoute
+            # and utils.ErrorHandler answers {"code", "message": "validation error: <reason>"}.
+            reason = "method not allowed" if err.status == 405 else "no matching operation was found"
+            self.json(404, {"code": 404, "message": f"validation error: {reason}"})
+        elif style == "gin":
+            # gin alone (no validator): its plain-text default bodies.
             text = b"404 page not found" if err.status == 404 else b"405 method not allowed"
             self.send(err.status, text, "text/plain")
+        else:
+            # A reverse proxy (nginx) that routes only the paths it knows: its HTML page.
+            self.send(
+                404,
+                b"<html><body><center><h1>404 Not Found</h1></center><hr><center>nginx</center></body></html>",
+                "text/html",
+            )
 
     def connect_error(self, err: ConnectError) -> None:
         # Connect protocol unary error: {"code": "<string>", "message": ...} and a mapped status.

@@ -77,6 +77,8 @@ class Lifecycle:
             auto_pause=auto_pause,
             auto_resume=auto_resume,
             egress=bool(body.get("_egress", True)),
+            inbound=bool(body.get("_inbound", True)),
+            l7_rules=list(body.get("_l7_rules") or []),
             auto_pause_memory=bool(body.get("autoPauseMemory", True)),
             allow_internet_access=body.get("allow_internet_access"),
             network=body.get("network"),
@@ -93,8 +95,10 @@ class Lifecycle:
     def _issue_tokens(self, sbx: FakeSandbox, body: dict[str, Any]) -> None:
         network = body.get("network") or {}
         if self.store.is_cube:
-            # Cube C-May: both tokens null. C-later: a traffic token, only in this response.
-            if not self.store.cube_may:
+            # Cube before v0.5.0: both tokens null (nothing gates the public URL). From v0.5.0
+            # a traffic token when allowPublicTraffic is false (CubeMaster id2ip.go), only in
+            # this response.
+            if self.store.cube_has("inbound_gate") and network.get("allowPublicTraffic") is False:
                 sbx.traffic_access_token = secrets.token_hex(16)
             return
         if body.get("secure"):

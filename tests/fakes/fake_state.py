@@ -18,30 +18,101 @@ from tests.fakes.fake_runtime import DockerRuntime, ExecHandle, MountSpec
 
 Personality = Literal["e2b", "cube"]
 
-# Cube releases the fake answers as (docs/fake-server.md, "Personalities"):
-#   "0.4"  C-May, CubeSandbox 1ef7499 (2026-05): no GET /snapshots, no PUT .../network, no
-#          rollback; `allowPublicTraffic` is the egress master switch
-#          (services/sandboxes.rs build_cubevs_context); autoPause/autoResume not forwarded;
-#          POST /templates requires `templateID` (models CreateTemplateRequest).
-#   "0.5"  C-later: snapshots, network update, rollback; top-level autoPause/autoResume
-#          forwarded; env names checked; L7 `rules` a list; the server mints `tpl-` ids.
-#   "0.7"  as 0.5, but idle behaviour only from `lifecycle.onTimeout` (models
-#          SandboxLifecycleConfig, services create_sandbox: "absent lifecycle keeps today's
-#          behaviour"), and `rules` also as E2B's map (Cube #1483).
-# None of them serves POST /v2/sandboxes or POST /v2/sandboxes/{id}/connect (Cube PR #1800
-# is not in a release): axum answers 405 and 404.
-CUBE_VERSIONS = ("0.4", "0.5", "0.7")
-CUBE_VERSION_ALIASES = {"may": "0.4", "later": "0.5"}
+
+@dataclass(frozen=True)
+class CubeRelease:
+    """What one CubeSandbox release's CubeAPI does, read from TencentCloud/CubeSandbox at its
+    release-note commit (CubeAPI/src/routes.rs, models/mod.rs, services/sandboxes.rs; CubeMaster
+    pkg/base/types/id2ip.go for the inbound gate). Each field is one behaviour the fake follows."""
+
+    version: str
+    commit: str
+    # GET /snapshots and POST /sandboxes/{id}/rollback (routes.rs build_sandbox_routes).
+    snapshot_list: bool
+    # GET /cubeapi/v1/cluster/versions (routes.rs build_cluster_routes, v0.4.0-v0.5.1).
+    cluster_versions: bool
+    # GET /cubeapi/v1/auth/session (routes.rs build_auth_routes, v0.5.x only).
+    auth_session: bool
+    # GET /templates/aliases/{alias} and TemplateSummary.aliases (v0.6.0).
+    aliases: bool
+    # network.allowPublicTraffic, when sent, overrides allow_internet_access as the egress switch
+    # (services/sandboxes.rs build_cubevs_context / build_cube_network_config before v0.5.0).
+    public_traffic_is_egress: bool
+    # allowPublicTraffic gates the public URL with a traffic token (CubeMaster id2ip.go, v0.5.0);
+    # before, CubeProxy serves every sandbox's ports to anyone.
+    inbound_gate: bool
+    # Idle pause reaches CubeMaster only from `lifecycle` (v0.5.0); before, autoPause is parsed
+    # (models NewSandbox) and never forwarded (CreateSandboxRequest has no such field).
+    idle_from_lifecycle: bool
+    # SandboxNetworkConfig.rules exists (v0.4.0); before, serde drops the field silently.
+    l7_rules: bool
+    # CreateTemplateRequest.templateID has no default (v0.2.2).
+    template_id_required: bool
+    # FORBIDDEN_ENV_NAMES checked (services/sandboxes.rs, v0.5.0).
+    env_names_checked: bool
+
+
+def _release(version: str, commit: str, **facts: bool) -> CubeRelease:
+    return CubeRelease(version=version, commit=commit, **facts)
+
+
+_BEFORE_05 = {
+    "public_traffic_is_egress": True,
+    "inbound_gate": False,
+    "idle_from_lifecycle": False,
+    "env_names_checked": False,
+    "auth_session": False,
+    "aliases": False,
+}
+_FROM_05 = {
+    "public_traffic_is_egress": False,
+    "inbound_gate": True,
+    "idle_from_lifecycle": True,
+    "env_names_checked": True,
+    "snapshot_list": True,
+    "l7_rules": True,
+    "template_id_required": False,
+}
+CUBE_RELEASES = {
+    r.version: r
+    for r in (
+        _release(
+            "0.2.2", "b1b7ec65", snapshot_list=False, cluster_versions=False, l7_rules=False,
+            template_id_required=True, **_BEFORE_05,
+        ),
+        _release(
+            "0.3.0", "6e482266", snapshot_list=True, cluster_versions=False, l7_rules=False,
+            template_id_required=False, **_BEFORE_05,
+        ),
+        _release(
+            "0.4.0", "870a2463", snapshot_list=True, cluster_versions=True, l7_rules=True,
+            template_id_required=False, **_BEFORE_05,
+        ),
+        _release("0.5.0", "30b4e25a", cluster_versions=True, auth_session=True, aliases=False, **_FROM_05),
+        _release("0.5.1", "a164417f", cluster_versions=True, auth_session=True, aliases=False, **_FROM_05),
+        _release("0.6.0", "08f2f5d7", cluster_versions=False, auth_session=False, aliases=True, **_FROM_05),
+    )
+}  # fmt: skip
+CUBE_VERSIONS = tuple(CUBE_RELEASES)
+# Older spellings the tests and the command line still use.
+CUBE_VERSION_ALIASES = {"may": "0.2.2", "later": "0.6.0", "0.4": "0.4.0", "0.5": "0.5.1", "0.6": "0.6.0"}
+LATEST_CUBE = "0.6.0"
+# Whether a missing route is answered as e2b-dev/infra's validator does (JSON {code, message}),
+# as gin alone does (plain text), or as a reverse proxy in front of it does (an HTML page).
+MISSING_ROUTE_STYLES = ("validator", "gin", "proxy")
+
 # E2B control planes: "cloud" serves what SDK 2.63 calls (POST /v2/sandboxes and
 # /v2/sandboxes/{id}/connect); "spec" is a self-hosted control plane built from e2b-dev/infra
 # spec/openapi.yml (2026-08), which has neither.
 E2B_APIS = ("cloud", "spec")
+E2B_API_ALIASES = {"infra": "spec"}
 
 # envd versions the fake reports. PEP 440 local versions ("+fake") parse in the SDK; a
 # "-fake" suffix would crash packaging.Version (protocol reference §3.5).
 E2B_ENVD_VERSION = "0.5.7+fake"
-# Cube C-May reports the constant 0.2.0 (CubeAPI/src/constants.rs), below 0.4.0: the SDK then
-# forces the basic-auth user "user" and `username=user`, and omits the Start stdin flag.
+# Cube reports the constant 0.2.0 (CubeAPI/src/constants.rs; ENVD_VERSION_FALLBACK from
+# v0.5.0), below 0.4.0: the SDK then forces the basic-auth user "user" and `username=user`,
+# and omits the Start stdin flag.
 CUBE_ENVD_VERSION = "0.2.0"
 
 
@@ -135,8 +206,11 @@ class FakeSandbox:
     traffic_access_token: str | None = None
     allow_internet_access: bool | None = None
     network: dict[str, Any] | None = None
-    # What the server made of the network switches: may the sandbox reach the internet?
+    # What the server made of the network switches: may the sandbox reach the internet? Are
+    # its ports served to anyone without a traffic token? Which L7 rules reach its proxy?
     egress: bool = True
+    inbound: bool = True
+    l7_rules: list[Any] = field(default_factory=list)
     annotations: dict[str, str] = field(default_factory=dict)
     # What the container mounts, and (E2B) the volumeMounts as asked, echoed in listings.
     mounts: list[MountSpec] = field(default_factory=list)
@@ -238,11 +312,13 @@ class Store:
         personality: Personality,
         runtime: DockerRuntime,
         api_key: str,
-        cube_version: str = "0.7",
+        cube_version: str = LATEST_CUBE,
         e2b_api: str = "cloud",
     ) -> None:
         self.personality = personality
         self.cube_version = CUBE_VERSION_ALIASES.get(cube_version, cube_version)
+        self.release = CUBE_RELEASES[self.cube_version]
+        self.missing_route = "validator"
         self.e2b_api = e2b_api
         self.runtime = runtime
         self.api_key = api_key
@@ -270,7 +346,12 @@ class Store:
 
     @property
     def cube_may(self) -> bool:
-        return self.is_cube and self.cube_version == "0.4"
+        """v0.2.2: no snapshot list, template ids required, ids invented for snapshots."""
+        return self.is_cube and self.cube_version == "0.2.2"
+
+    def cube_has(self, behaviour: str) -> bool:
+        """Whether this Cube release has `behaviour` (a CubeRelease field); False off Cube."""
+        return self.is_cube and bool(getattr(self.release, behaviour))
 
     @property
     def envd_version(self) -> str:
@@ -329,6 +410,7 @@ class Store:
         with self.lock:
             return {
                 "personality": self.personality,
+                "release": self.cube_version if self.is_cube else self.e2b_api,
                 "sandboxes": [
                     {
                         "sandboxID": s.sandbox_id,
@@ -342,6 +424,8 @@ class Store:
                         "network": s.network,
                         "allow_internet_access": s.allow_internet_access,
                         "egress": s.egress,
+                        "inbound": s.inbound,
+                        "l7Rules": s.l7_rules,
                         "processes": [p.info() for p in s.processes.values()],
                         "annotations": s.annotations,
                         "mounts": [

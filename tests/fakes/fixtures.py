@@ -3,9 +3,10 @@
 Load with ``pytest_plugins = ["tests.fakes.fixtures"]`` in tests/conftest.py.
 
 - ``fake_e2b_server`` / ``fake_cube_server`` (session): one server per personality on a free
-  loopback port, started on first use (E2B cloud; Cube 0.7). ``fake_e2b_spec_server`` (a
-  control plane built from the published spec), ``fake_cube_05_server`` and
-  ``fake_cube_04_server`` (older Cube releases) likewise; every container and snapshot image it created
+  loopback port, started on first use (E2B cloud; the newest Cube release).
+  ``fake_e2b_spec_server`` (e2b-dev/infra's control plane, built from the published spec),
+  ``fake_cube_05_server``, ``fake_cube_04_server`` and ``fake_cube_022_server`` (older Cube
+  releases) likewise, and ``fake_cube_release`` once per Cube release; every container and snapshot image it created
   (labelled with the session's run id) is removed at the end of the session.
 - ``fake_e2b`` / ``fake_cube`` (function): a ``FakeHandle`` on that server; faults set
   through it are cleared when the test ends. Sandboxes are not reset between tests, so
@@ -27,7 +28,7 @@ from docker.errors import DockerException
 from sandboxes.backends.base import BackendConfig
 from tests.fakes.e2b_server import FakeServer
 from tests.fakes.fake_runtime import DEFAULT_IMAGE
-from tests.fakes.fake_state import Personality
+from tests.fakes.fake_state import CUBE_VERSIONS, Personality
 
 RUN_ID = "pytest-" + uuid.uuid4().hex[:10]
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -166,17 +167,29 @@ def fake_e2b_spec_server() -> Iterator[FakeHandle]:
 
 @pytest.fixture(scope="session")
 def fake_cube_server() -> Iterator[FakeHandle]:
+    """The newest Cube release (fake_state.LATEST_CUBE)."""
     yield from _serve("cube")
 
 
 @pytest.fixture(scope="session")
 def fake_cube_05_server() -> Iterator[FakeHandle]:
-    yield from _serve("cube", cube_version="0.5")
+    yield from _serve("cube", cube_version="0.5.1")
 
 
 @pytest.fixture(scope="session")
 def fake_cube_04_server() -> Iterator[FakeHandle]:
-    yield from _serve("cube", cube_version="0.4")
+    yield from _serve("cube", cube_version="0.4.0")
+
+
+@pytest.fixture(scope="session")
+def fake_cube_022_server() -> Iterator[FakeHandle]:
+    yield from _serve("cube", cube_version="0.2.2")
+
+
+@pytest.fixture(scope="session", params=CUBE_VERSIONS)
+def fake_cube_release(request: pytest.FixtureRequest) -> Iterator[FakeHandle]:
+    """One server per Cube release (fake_state.CUBE_RELEASES), each test run on every one."""
+    yield from _serve("cube", cube_version=request.param)
 
 
 @pytest.fixture

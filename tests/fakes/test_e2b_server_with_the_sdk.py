@@ -638,7 +638,9 @@ def test_cube_tokens_connect_and_pausing(fake_cube: FakeHandle, cube_host_root: 
     with fake_cube.http() as http:
         mount = json.dumps([{"hostPath": str(cube_host_root), "mountPath": "/mnt/data", "readOnly": True}])
         meta = {"k": "v", "host-mount": mount}
-        created = http.post("/sandboxes", json={"templateID": "base", "metadata": meta})
+        # A traffic token only for private ports (CubeMaster id2ip.go @30b4e25a).
+        private = {"allowPublicTraffic": False}
+        created = http.post("/sandboxes", json={"templateID": "base", "metadata": meta, "network": private})
         assert created.status_code == 201
         body = created.json()
         sid = body["sandboxID"]
@@ -738,14 +740,21 @@ def test_cube_network_and_env_validation(fake_cube: FakeHandle, cube_sbx: Sandbo
         }
     ]
     with fake_cube.http() as http:
-        url = f"/sandboxes/{cube_sbx.sandbox_id}/network"
-        ok = http.put(url, json={"allowOut": ["api.github.com"], "denyOut": ["0.0.0.0/0"], "rules": rules})
-        assert ok.status_code == 204
-        assert http.get(f"/sandboxes/{cube_sbx.sandbox_id}").json()["network"]["rules"] == rules
-        # Cube 0.7 takes E2B's rules shape (object keyed by domain) too (Cube #1483).
+        # No release routes a network update (CubeAPI routes.rs @08f2f5d7): axum's empty 404.
+        update = http.put(f"/sandboxes/{cube_sbx.sandbox_id}/network", json={"allowOut": []})
+        assert (update.status_code, update.content) == (404, b"")
+        network = {"allowOut": ["api.github.com"], "denyOut": ["0.0.0.0/0"], "rules": rules}
+        ok = http.post("/sandboxes", json={"templateID": "base", "network": network})
+        assert ok.status_code == 201
+        made = ok.json()["sandboxID"]
+        assert http.get(f"/sandboxes/{made}").json()["network"]["rules"] == rules
+        assert http.delete(f"/sandboxes/{made}").status_code == 204
+        # E2B's rules shape (an object keyed by domain) is not Cube's (models SandboxNetworkConfig).
         e2b_rules = {"api.github.com": [{"transform": {"headers": {"X": "1"}}}]}
-        assert http.put(url, json={"allowOut": [], "rules": e2b_rules}).status_code == 204
-        assert http.put(url, json={"allowOut": ["example.com"]}).status_code == 400
+        body = {"templateID": "base", "network": {"rules": e2b_rules}}
+        assert http.post("/sandboxes", json=body).status_code == 400
+        body = {"templateID": "base", "network": {"allowOut": ["example.com"]}}
+        assert http.post("/sandboxes", json=body).status_code == 400
         # CubeAPI FORBIDDEN_ENV_NAMES: loader and language paths, not HOME or HOSTNAME.
         for name in ("PATH", "PYTHONPATH", "NODE_PATH", "LD_PRELOAD"):
             bad_env = http.post("/sandboxes", json={"templateID": "base", "envVars": {name: "/x"}})
@@ -860,19 +869,31 @@ def test_cube_07_reads_idle_behaviour_from_lifecycle_only(fake_cube_server: Fake
 
 
 @pytest.mark.cube
-def test_cube_04_egress_switch_templates_and_missing_routes(fake_cube_04_server: FakeHandle) -> None:
-    # C-May build_cubevs_context: allowPublicTraffic overrides allow_internet_access as the
-    # egress switch; CreateTemplateRequest needs templateID; GET /snapshots has no route.
-    with fake_cube_04_server.http() as http:
+def test_cube_022_egress_switch_templates_and_missing_routes(fake_cube_022_server: FakeHandle) -> None:
+    # v0.2.2 build_cubevs_context (CubeAPI services/sandboxes.rs @b1b7ec65): allowPublicTraffic
+    # overrides allow_internet_access as the egress switch; CreateTemplateRequest needs
+    # templateID; GET /snapshots has no route.
+    with fake_cube_022_server.http() as http:
         made = http.post(
             "/sandboxes",
             json={"templateID": "base", "allow_internet_access": False, "network": {"allowPublicTraffic": True}},
         )
         assert made.status_code == 201
         sandbox_id = made.json()["sandboxID"]
-        row = next(r for r in fake_cube_04_server.state()["sandboxes"] if r["sandboxID"] == sandbox_id)
+        row = next(r for r in fake_cube_022_server.state()["sandboxes"] if r["sandboxID"] == sandbox_id)
         assert row["egress"] is True  # inbound "on" opened the internet
         http.delete(f"/sandboxes/{sandbox_id}")
         assert http.post("/templates", json={"image": DEFAULT_IMAGE}).status_code == 400
         snapshots = http.get("/snapshots")
         assert (snapshots.status_code, snapshots.content) == (404, b"")
+
+
+def test_metrics_rows_read_by_the_sdk(sbx: Sandbox) -> None:
+    # SDK 2.63 get_metrics() reads every SandboxMetric field the spec requires (memCache
+    # included, e2b-dev/infra spec/openapi.yml @54693ff SandboxMetric): without it, KeyError.
+    metrics = sbx.get_metrics()
+    assert metrics, "no metrics row"
+    row = metrics[-1]
+    assert row.mem_cache >= 0
+    assert row.mem_total > 0
+    assert row.cpu_count > 0

@@ -102,11 +102,15 @@ def test_the_spec_personality_answers_as_the_published_spec(fake_e2b_spec_server
         assert created.status_code == 201
         strict(Sandbox, created.json())
         http.delete(f"/sandboxes/{created.json()['sandboxID']}")
-        # The routes the spec lacks answer as gin's router does: plain text, no Error body.
+        # The routes the spec lacks answer as infra's request validator does (packages/api
+        # main.go, internal/utils/error.go @54693ff): the API's Error body with the router's reason.
         v2 = http.post("/v2/sandboxes", json={"templateID": "base"})
-        assert (v2.status_code, v2.text) == (405, "405 method not allowed")
+        assert (v2.status_code, v2.json()["message"]) == (404, "validation error: method not allowed")
         v2_connect = http.post("/v2/sandboxes/x/connect", json={})
-        assert (v2_connect.status_code, v2_connect.text) == (404, "404 page not found")
+        assert (v2_connect.status_code, v2_connect.json()["message"]) == (
+            404,
+            "validation error: no matching operation was found",
+        )
 
 
 @pytest.mark.parametrize("kind", ["e2b", "cube"])
@@ -121,7 +125,7 @@ def test_the_adapters_bodies_parse_as_the_sdk_models(fake_e2b: FakeHandle, kind:
     )
     body = adapter._create_body(spec)
     parsed = NewSandbox.from_dict(body)
-    # Cube v0.7 reads the idle behaviour from `lifecycle`, which E2B's NewSandbox lacks.
+    # Cube from v0.5.0 reads the idle behaviour from `lifecycle`, which E2B's NewSandbox lacks.
     assert set(parsed.additional_properties) <= ({"lifecycle"} if kind == "cube" else set())
     # The model adds an empty volumeMounts list when none was sent; otherwise the same body.
     assert {k: v for k, v in parsed.to_dict().items() if v != [] or k in body} == body

@@ -344,9 +344,10 @@ def test_rooms_import_only_the_rooms_they_may():
 
 
 # --- Backends ------------------------------------------------------------------------------
-# The contract every adapter implements, and the endpoint guard every remote adapter dials
-# through: the shared part of `sandboxes/backends/`, itself importing only the contract.
-CONTRACT = {"sandboxes.backends.base", "sandboxes.backends.capabilities"}
+# The contract every adapter implements (its settings schema included), and the endpoint guard
+# every remote adapter dials through: the shared part of `sandboxes/backends/`, itself importing
+# only the contract.
+CONTRACT = {"sandboxes.backends.base", "sandboxes.backends.capabilities", "sandboxes.backends.settings"}
 # The policy's meaning, below every app: the contract and every adapter read it.
 POLICY = "netpolicy"
 # The endpoint guard and the unix:// socket check: what any adapter dials through.

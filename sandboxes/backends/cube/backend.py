@@ -4,17 +4,17 @@ CubeAPI is an E2B-compatible gateway, but releases differ and several E2B behavi
 missing or changed (protocol reference §6, docs/backends.md "Cube"). What this module does
 about each:
 
-- **Releases** (protocol `cube-0.4` before v0.5, `cube-0.5` from v0.5): no release serves
-  the SDK's /v2 create/connect (PR #1800 is unmerged), so create is `POST /sandboxes` and
-  connect `POST /sandboxes/{id}/connect`. The release is told by `GET /snapshots`, which
-  v0.5+ serves and older releases answer with axum's empty 404 (a missing route); probed by
-  `health()` (recorded on the config) and, unless pinned, again before an adapter's first
-  create (a recorded release may have gone stale); `options["protocol"]` with
-  `protocol_pinned` pins it.
-- **Idle behaviour**: v0.5/v0.6 read top-level `autoPause`/`autoResume`, v0.7 only
-  `lifecycle.onTimeout`/`autoResume` (absent lifecycle = killed at the TTL, Cube #1780): both
-  forms are sent. Before v0.5 neither is read, so the console idles those sandboxes itself
-  (`idles_itself()` False) and the TTL sent carries a margin so it pauses them first.
+- **Releases** (releases.py: v0.2.2, v0.3.0, v0.4.0, v0.5.x, v0.6.0 or later, recorded as
+  `cube-0.2` .. `cube-0.6`): no release serves the SDK's /v2 create/connect, so create is
+  `POST /sandboxes` and connect `POST /sandboxes/{id}/connect`. The release is told by the
+  routes each one introduced (releases.py), probed by `health()` (recorded on the config)
+  and, unless pinned, again before an adapter's first create (a recorded release may have
+  gone stale); `options["protocol"]` with `protocol_pinned` pins it. Every behaviour below
+  that differs is a field of the release.
+- **Idle behaviour**: from v0.5.0 only `lifecycle.onTimeout`/`autoResume` is read (absent
+  lifecycle = killed at the TTL). Before v0.5.0 `autoPause` is parsed and not forwarded, so the
+  console idles those sandboxes itself (`idles_itself()` False) and the TTL sent carries a
+  margin so it pauses them first.
 - **List**: no cursor, and filters applied within one CubeMaster page (and without per-pair
   URL decoding). The adapter sends no filter, fetches one page large enough for the whole
   cluster (grown while full), filters metadata and states itself and pages client-side
@@ -23,18 +23,22 @@ about each:
   503 + `Retry-After` while pausing is retried.
 - **Data plane**: 410 means the sandbox was killed (`gone`: rebuild); 503 + `Retry-After`
   (resume failed) is retried for stream starts and reads.
-- **envd 0.2.0** (C-May) has no default user: the adapter always names the user (basic
+- **envd 0.2.0** (CubeAPI constants.rs, every release) has no default user: the adapter always names the user (basic
   auth and `username=`), and omits the Start `stdin` flag below 0.3.0.
 - **Network**: Cube's own shape (top-level `allow_internet_access`, `allowOut`, `denyOut`,
   L7 `rules` as a list, which every release takes, translated in rules.py so that Cube's
   first-match, default-deny, exact-host proxy means the console's rules); a domain in
-  `allowOut` needs outbound off or `denyOut` 0.0.0.0/0 (checked before sending). Before v0.5 `allowPublicTraffic` is the
-  egress master switch (build_cubevs_context), so it is sent with the egress meaning there,
-  and inbound and L7 rules are not offered.
+  `allowOut` needs outbound off or `denyOut` 0.0.0.0/0 (checked before sending). Before
+  v0.5.0 `allowPublicTraffic` is the egress master switch (build_cubevs_context), so it is sent
+  with the egress meaning there, and every sandbox's ports are public (no inbound toggle:
+  `inbound_always_public`, so the console refuses a space policy keeping them private). L7
+  rules only from v0.4.0 (v0.3.0 drops them).
 - **Traffic token**: only in the create answer; returned in `SandboxInfo.traffic_token`
   (the runtime stores it) and cached for `inbound().traffic_token()`.
-- **Snapshots**: ids are Cube's own `snap-…` (usable as template ids); C-May has no
-  snapshot API (it invents ids), so `snapshots()` is None there.
+- **Snapshots**: ids are Cube's own `snap-…` (usable as template ids); v0.2.2 cannot list
+  them (it invents ids), so `snapshots()` is None there.
+- **Stats**: no release routes `GET /sandboxes/{id}/metrics`: `stats()` is None ("does not
+  report") unless the probe finds the route.
 - **Templates**: Cube's template API (`POST /templates` from an image, polled until READY;
   `DELETE /templates/{id}`), never E2B's build API.
 - **`host-mount`** metadata is reserved by Cube (lifted into an annotation, a bind mount from
@@ -55,7 +59,7 @@ import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -77,16 +81,14 @@ from ..base import (
     SandboxSpec,
     SnapshotInfo,
 )
-from ..capabilities import SnapshotsCapability, TemplatesCapability, VolumesCapability
+from ..capabilities import SnapshotsCapability, StatsCapability, TemplatesCapability, VolumesCapability
 from ..e2b.backend import E2BBackend
 from ..e2b.common import ENVD_PORT, NoRoute, check_volume_name, egress_lists, network_problems, translating
+from ..e2b.settings import E2BOptions
 from ..guard import Resolver
 from .common import (
-    _GENERATIONS,
     ALL_TRAFFIC,
     DEFAULT_LIST_LIMIT,
-    GEN_LATER,
-    GEN_MAY,
     HOUSEKEEPING_MOUNT,
     HOUSEKEEPING_PURPOSE,
     HOUSEKEEPING_TTL_S,
@@ -94,12 +96,13 @@ from .common import (
     LIST_HEADROOM,
     LIST_SNAPSHOT_TTL_S,
     MAX_LIST_LIMIT,
-    MAY_TTL_MARGIN_S,
-    PROTOCOLS,
+    NO_IDLE_TTL_MARGIN_S,
     RESERVED_METADATA,
     host_root_problem,
 )
+from .releases import RELEASES, V022, V030, V040, V05, V06, CubeRelease, release_for, with_probed
 from .rules import MAX_CONSOLE_RULES, cube_rules, rules_problem
+from .settings import CubeOptions
 from .templates import CubeSnapshots, CubeTemplates
 from .workspaces import CubeWorkspaceDirs
 
@@ -119,16 +122,8 @@ def host_mount_json(mounts: Sequence[HostMount]) -> str:
     return json.dumps([{"hostPath": m.host_path, "mountPath": m.mount_path, "readOnly": m.read_only} for m in mounts])
 
 
-def _metadata_option(raw: str | None) -> dict[str, str]:
-    """`options["housekeeping_metadata"]`: a JSON object of strings (the console's metadata)."""
-    if not raw:
-        return {}
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        value = None
-    if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise RemoteError(ErrorKind.INVALID, "option 'housekeeping_metadata' must be a JSON object of strings")
+def _metadata_option(value: dict[str, str]) -> dict[str, str]:
+    """`CubeOptions.housekeeping_metadata`: the console's metadata, minus what Cube reserves."""
     if RESERVED_METADATA in value:
         raise RemoteError(ErrorKind.INVALID, f"option 'housekeeping_metadata' may not set {RESERVED_METADATA!r}")
     return value
@@ -152,8 +147,8 @@ class CubeBackend(E2BBackend):
     """Sandboxes on a Cube Sandbox cluster (CubeAPI).
 
     BackendConfig as for E2B; `endpoint` (the CubeAPI URL) is required. Extra options:
-    `cube_version` (`later` or `may`: what to assume before `health()` has probed the
-    cluster), `list_limit` (page size asked of CubeAPI, default 1000), and for persistent
+    `protocol` (a release's `cube-0.x`, recorded or pinned; `cube_version` `may`/`later` pins
+    too), `list_limit` (page size asked of CubeAPI, default 1000), and for persistent
     workspaces `workspace_host_root` (an absolute directory on the Cube nodes' shared
     storage; empty: no workspaces), `workspace_template` (what housekeeping sandboxes start
     from) and `housekeeping_metadata` (JSON object stamped on them, so the reaper knows them).
@@ -164,24 +159,28 @@ class CubeBackend(E2BBackend):
     # Cube's allowOut reaches private addresses (self-hosted: the cluster's own network).
     opens_private = True
     default_domain = CUBE_DEFAULT_DOMAIN
+    options_class: ClassVar[type[E2BOptions]] = CubeOptions
+    options: CubeOptions
 
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
         super().__init__(config, resolver=resolver)
         self.list_limit = int(self._number_option("list_limit", DEFAULT_LIST_LIMIT)) or DEFAULT_LIST_LIMIT
-        known = config.options.get("protocol") or config.options.get("cube_version") or ""
-        if known and known not in _GENERATIONS:
-            raise RemoteError(ErrorKind.INVALID, f"option 'protocol' must be one of {sorted(PROTOCOLS.values())}")
-        # None: not known yet (probed before it matters). A bare `cube_version` pins.
-        self.generation: str | None = _GENERATIONS.get(known)
-        self.protocol_pinned = self.protocol_pinned or bool(config.options.get("cube_version"))
+        known = self.options.protocol or self.options.cube_version or ""
+        try:
+            # None: not known yet (probed before it matters). A bare `cube_version` pins.
+            self.release: CubeRelease | None = release_for(known)
+        except ValueError:
+            names = sorted(r.protocol for r in RELEASES)
+            raise RemoteError(ErrorKind.INVALID, f"option 'protocol' must be one of {names}") from None
+        self.protocol_pinned = self.protocol_pinned or bool(self.options.cube_version)
         self.probed = False
         self._list_snapshot: tuple[str, float, builtins.list[Any]] | None = None
-        self.host_root = config.options.get("workspace_host_root", "")
+        self.host_root = self.options.workspace_host_root
         problem = host_root_problem(self.host_root) if self.host_root else None
         if problem:
             raise RemoteError(ErrorKind.INVALID, f"option 'workspace_host_root' must be {problem}")
-        self.housekeeping_template = config.options.get("workspace_template", "")
-        self.housekeeping_metadata = _metadata_option(config.options.get("housekeeping_metadata"))
+        self.housekeeping_template = self.options.workspace_template
+        self.housekeeping_metadata = _metadata_option(self.options.housekeeping_metadata)
 
     def _api(
         self,
@@ -199,34 +198,54 @@ class CubeBackend(E2BBackend):
         return super()._api(method, path, what, idempotent=idempotent, timeout=timeout, headers=headers, **kwargs)
 
     def _initial_protocol(self, value: str) -> str:
-        return ""  # Cube's protocol is its release generation (self.generation)
+        return ""  # Cube's protocol is its release (self.release)
 
-    # Health and the release generation ---------------------------------------------------
+    # Health and the release ----------------------------------------------------------------
 
-    def probe_generation(self) -> str:
-        """v0.5+ serves `GET /snapshots` (CubeAPI routes.rs); before v0.5 axum answers it with
-        an empty 404 (no route). A read: it changes nothing on the cluster."""
+    def _route_answers(self, method: str, path: str, **kwargs: Any) -> bool:
+        """Whether CubeAPI routes `method path`: anything but axum's empty 404/405 says so (a
+        401 or a handler's 404 come from a matched route). Only reads, or a PUT on a sandbox
+        id that cannot exist."""
         try:
-            response = self._api("GET", "/snapshots", "probing the Cube release", idempotent=True, params={"limit": 1})
+            self._api(method, path, f"probing {method} {path}", idempotent=True, **kwargs)
         except NoRoute:
-            self.generation = GEN_MAY
-        else:
-            if not isinstance(response.json(), builtins.list):
-                # v0.5+ answers [SnapshotInfo]; anything else is not CubeAPI's route.
-                raise RemoteError(ErrorKind.INVALID, "probing the Cube release: GET /snapshots did not answer a list")
-            self.generation = GEN_LATER
-        self.probed = True
-        return self.generation
+            return False
+        except RemoteError as exc:
+            if exc.kind in (ErrorKind.UNAVAILABLE, ErrorKind.TIMEOUT):
+                raise
+        return True
 
-    def known_generation(self) -> str:
-        """The release generation, probed once when neither recorded nor pinned."""
-        if self.generation is None:
-            return self.probe_generation()
-        return self.generation
+    def probe_release(self) -> CubeRelease:
+        """The release, told by the routes each release introduced (releases.py), with the
+        features a later release may add probed on the server."""
+        if not self._route_answers("GET", "/snapshots", params={"limit": 1}):
+            release = V022
+        elif self._route_answers("GET", "/templates/aliases/console-release-probe"):
+            release = V06
+        elif self._route_answers("GET", "/cubeapi/v1/auth/session"):
+            release = V05
+        elif self._route_answers("GET", "/cubeapi/v1/cluster/versions"):
+            release = V040
+        else:
+            release = V030
+        probe_id = "console-release-probe-0"
+        self.release = with_probed(
+            release,
+            network_update=self._route_answers("PUT", f"/sandboxes/{probe_id}/network", json={}),
+            stats=self._route_answers("GET", f"/sandboxes/{probe_id}/metrics"),
+        )
+        self.probed = True
+        return self.release
+
+    def known_release(self) -> CubeRelease:
+        """The release, probed once when neither recorded nor pinned."""
+        if self.release is None:
+            return self.probe_release()
+        return self.release
 
     def idles_itself(self) -> bool:
-        # Before v0.5 Cube reads no idle behaviour: sandboxes die at the TTL, never pause.
-        return self.known_generation() != GEN_MAY
+        # Before v0.5.0 Cube forwards no idle behaviour: sandboxes die at the TTL, never pause.
+        return self.known_release().idle_pause
 
     def health(self) -> HealthInfo:
         try:
@@ -235,17 +254,14 @@ class CubeBackend(E2BBackend):
             if not isinstance(body, dict):
                 return HealthInfo(ok=False, detail="CubeAPI /health did not answer a JSON object")
             self.check_listing()
-            generation = self.known_generation() if self.protocol_pinned else self.probe_generation()
+            release = self.known_release() if self.protocol_pinned else self.probe_release()
         except RemoteError as exc:
             return HealthInfo(ok=False, detail=exc.message)
         except ValueError:
             return HealthInfo(ok=False, detail="CubeAPI /health did not answer JSON")
-        if generation == GEN_MAY:
-            version = "Cube before v0.5 (no snapshot, network-update or idle-pause API)"
-        else:
-            version = "Cube v0.5+ (snapshots, network update, L7 rules, idle pause)"
-        detail = f"status {body.get('status', '?')}, {body.get('sandboxes', '?')} sandboxes; domain {self.domain}"
-        return HealthInfo(ok=True, version=version, detail=detail, protocol=PROTOCOLS[generation])
+        version = f"CubeSandbox {release.name}: {', '.join(release.capabilities())}"
+        detail = f"status {body.get('status', '?')}; domain {self.domain}"
+        return HealthInfo(ok=True, version=version, detail=detail, protocol=release.protocol)
 
     def disk_capabilities(self) -> DiskCapabilities:
         return DiskCapabilities(
@@ -256,23 +272,23 @@ class CubeBackend(E2BBackend):
         )
 
     def network_capabilities(self) -> NetworkCapabilities:
-        # C-May takes allowOut/denyOut at create but reads allowPublicTraffic as the egress
-        # switch: no inbound toggle, no L7 rules. Later releases have both. Unknown and not
-        # reachable: offer the smaller set.
+        # Per release (releases.py): L7 rules from v0.4.0, the inbound toggle from v0.5.0
+        # (before, every sandbox's ports are public). Unknown and not reachable: the smallest set.
         try:
-            later = self.known_generation() != GEN_MAY
+            release = self.known_release()
         except RemoteError:
-            later = False
+            release = V022
         return NetworkCapabilities(
             outbound_toggle=True,
             allow_out_cidr=True,
             allow_out_domain=True,
             deny_out_cidr=True,
             deny_out_domain=False,
-            l7_rules=later,
-            max_l7_rules=MAX_CONSOLE_RULES if later else None,
+            l7_rules=release.l7_rules,
+            max_l7_rules=MAX_CONSOLE_RULES if release.l7_rules else None,
             l7_within_deny=False,
-            inbound_toggle=later,
+            inbound_toggle=release.inbound_toggle,
+            inbound_always_public=not release.inbound_toggle,
             # As on E2B: an allowOut entry beats denyOut; private exceptions are allowOut entries.
             deny_wins=False,
             allow_private=self.opens_private,
@@ -286,15 +302,16 @@ class CubeBackend(E2BBackend):
         # was upgraded or rolled back since the connection test) would open what the policy
         # closes. Unless pinned, the release is probed once per adapter before it creates.
         if not self.protocol_pinned and not self.probed:
-            self.probe_generation()
+            self.probe_release()
         return super().create(spec)
 
     def _check_network(self, network: NetworkSpec) -> None:
         problems = network_problems(network, open_private=self.opens_private)
         if problems:
             raise RemoteError(ErrorKind.UNSUPPORTED, f"Cube {'; '.join(problems)}")
-        if network.l7_rules and self.known_generation() == GEN_MAY:
-            raise RemoteError(ErrorKind.UNSUPPORTED, "this Cube release has no L7 rules")
+        release = self.known_release()
+        if network.l7_rules and not release.l7_rules:
+            raise RemoteError(ErrorKind.UNSUPPORTED, f"CubeSandbox {release.name} has no L7 rules (it drops them)")
         if network.allow_internet_access:
             allowed = network.domains("allow_out") if network.allow_only else None
             beyond = rules_problem(network.l7_rules, allowed=allowed, deny_cidrs=network.cidrs("deny_out"))
@@ -315,13 +332,14 @@ class CubeBackend(E2BBackend):
         # release; v0.5+ reads it there (build_cube_network_config).
         allow_out, deny_out = egress_lists(network, open_private=self.opens_private)
         body: dict[str, Any] = {"allowOut": allow_out, "denyOut": deny_out}
-        if self.known_generation() == GEN_MAY:
-            # Before v0.5 allowPublicTraffic, when sent, overrides allow_internet_access as the
-            # egress master switch (build_cubevs_context): send it with the egress meaning.
+        release = self.known_release()
+        if release.public_traffic_is_egress:
+            # Before v0.5.0 allowPublicTraffic, when sent, overrides allow_internet_access as
+            # the egress master switch (build_cubevs_context): send it with the egress meaning.
             body["allowPublicTraffic"] = network.allow_internet_access
-            return body
-        body["allowPublicTraffic"] = network.allow_public_traffic
-        if network.l7_rules and network.allow_internet_access:
+        else:
+            body["allowPublicTraffic"] = network.allow_public_traffic
+        if network.l7_rules and network.allow_internet_access and release.l7_rules:
             # Cube's L7 rules are a list, first match wins, default deny, host matched exactly
             # or as `*.x`; E2B's object keyed by domain does not deserialize on Cube. The
             # translation (rules.py) sends the console's meaning in that shape. Outbound off:
@@ -336,8 +354,8 @@ class CubeBackend(E2BBackend):
         if RESERVED_METADATA in spec.metadata:
             raise RemoteError(ErrorKind.INVALID, f"metadata key {RESERVED_METADATA!r} is reserved by Cube")
         body = super()._create_body(spec)
-        # v0.7 reads the idle behaviour only from `lifecycle` (models SandboxLifecycleConfig;
-        # absent = kill at the TTL), v0.5/v0.6 only from the top-level fields: send both.
+        # From v0.5.0 the idle behaviour is read only from `lifecycle` (models
+        # SandboxLifecycleConfig; absent = kill at the TTL). Older releases read neither.
         body["lifecycle"] = {
             "onTimeout": "pause" if spec.auto_pause else "kill",
             "autoResume": bool(spec.auto_pause and spec.auto_resume),
@@ -345,8 +363,8 @@ class CubeBackend(E2BBackend):
         return body
 
     def _ttl(self, seconds: int) -> int:
-        if seconds and self.known_generation() == GEN_MAY:
-            return seconds + MAY_TTL_MARGIN_S
+        if seconds and not self.known_release().idle_pause:
+            return seconds + NO_IDLE_TTL_MARGIN_S
         return seconds
 
     def _route_headers(self, sandbox_id: str) -> dict[str, str]:
@@ -513,12 +531,21 @@ class CubeBackend(E2BBackend):
 
     def snapshots(self) -> SnapshotsCapability | None:
         try:
-            generation = self.known_generation()
+            release = self.known_release()
         except RemoteError:
             return None
-        if generation == GEN_MAY:
-            return None  # C-May invents snapshot ids and cannot list them
+        if not release.snapshots:
+            return None  # v0.2.2 invents snapshot ids and cannot list them
         return CubeSnapshots(self)
+
+    def stats(self) -> StatsCapability | None:
+        # CubeAPI routes no metrics on any release through v0.6.0: "does not report" rather
+        # than a 404 on every reading. A later release with the route is probed.
+        try:
+            release = self.known_release()
+        except RemoteError:
+            return None
+        return super().stats() if release.stats else None
 
     def templates(self) -> TemplatesCapability | None:
         return CubeTemplates(self)
@@ -548,4 +575,4 @@ def _sort_time(info: SandboxInfo) -> str:
     return info.started_at.isoformat() if info.started_at else ""
 
 
-translating(CubeBackend, "create", "list", "probe_generation", "run_housekeeping")
+translating(CubeBackend, "create", "list", "probe_release", "run_housekeeping")

@@ -1,4 +1,4 @@
-"""Constants of the Cube adapter: release generations and their protocols, list paging,
+"""Constants of the Cube adapter: list paging,
 housekeeping sandboxes, reserved metadata.
 """
 
@@ -6,13 +6,8 @@ from __future__ import annotations
 
 import re
 
-# Cube releases, as told apart by their routes (protocol reference §6.1).
-GEN_MAY = "may"  # before v0.5: no GET /snapshots, no network update, no idle pause
-GEN_LATER = "later"  # v0.5-v0.7
-PROTOCOLS = {GEN_MAY: "cube-0.4", GEN_LATER: "cube-0.5"}
-_GENERATIONS = {**{v: k for k, v in PROTOCOLS.items()}, GEN_MAY: GEN_MAY, GEN_LATER: GEN_LATER}
-# Before v0.5 Cube kills an idle sandbox at its TTL: the console's idle sweep pauses it first.
-MAY_TTL_MARGIN_S = 900
+# Before v0.5.0 Cube kills an idle sandbox at its TTL: the console's idle sweep pauses it first.
+NO_IDLE_TTL_MARGIN_S = 900
 # Grow a full page this much when asking again (Cube has no cursor).
 LIST_GROWTH = 4
 # Sandboxes created between counting and listing still fit.

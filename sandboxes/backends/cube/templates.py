@@ -14,14 +14,14 @@ from ..base import ErrorKind, RemoteError, TemplateBuildSpec, TemplateInfo, is_s
 from ..capabilities import TemplatesCapability
 from ..e2b.common import _q, parse_time, translating
 from ..e2b.snapshots import E2BSnapshots, _slug
-from .common import GEN_MAY, TEMPLATE_BUILD_DEADLINE_S
+from .common import TEMPLATE_BUILD_DEADLINE_S
 
 if TYPE_CHECKING:
     from .backend import CubeBackend
 
 
 class CubeSnapshots(E2BSnapshots):
-    """Cube C-later snapshots: `snap-…` ids, deleted through `DELETE /templates/{id}`."""
+    """Cube snapshots (v0.3.0 and later): `snap-…` ids, deleted through `DELETE /templates/{id}`."""
 
 
 class CubeTemplates(TemplatesCapability):
@@ -66,9 +66,9 @@ class CubeTemplates(TemplatesCapability):
             "probePort": 49983,
             "writableLayerSize": writable_layer_size(spec),
         }
-        if self.backend.known_generation() == GEN_MAY:
-            # Before v0.5 the caller names the template (models CreateTemplateRequest:
-            # templateID required); later releases ignore it and mint `tpl-…`.
+        if self.backend.known_release().template_id_required:
+            # v0.2.2: the caller names the template (models CreateTemplateRequest: templateID
+            # required); later releases mint `tpl-…` when none is given.
             body["templateID"] = f"tpl-{_slug(spec.name) or 'template'}-{secrets.token_hex(4)}"
         response = self.backend._api(
             "POST", "/templates", f"creating template {spec.name}", idempotent=False, json=body
@@ -115,7 +115,8 @@ class CubeTemplates(TemplatesCapability):
 
 
 def _cube_template(row: Mapping[str, Any]) -> TemplateInfo:
-    names = [str(n) for n in (row.get("names") or [])]
+    # TemplateSummary.aliases (CubeAPI models @08f2f5d7, v0.6.0); `names` as E2B has it.
+    names = [str(n) for n in (row.get("aliases") or row.get("names") or [])]
     request = row.get("createRequest") or {}
     name = names[0] if names else str(request.get("name") or request.get("alias") or row["templateID"])
     labels = {

@@ -5,18 +5,10 @@
 `egress_rules` each sandbox's chain, `dns` the space networks' resolvers (dnsmasq), `egress`
 the live policy and the refusals read back (ulogd2); docs/network.md.
 
+`settings` declares what it takes from the admins (`SCHEMA`) and its typed options.
+
 Imports nothing of the project but `sandboxes.backends` (the contract and the guard).
 """
 
-from ..base import KindDescription
-
-DESCRIPTION = KindDescription(
-    label="Docker",
-    endpoint_schemes=("tcp://", "unix://", "ssh://"),
-    endpoint_rule="A Docker endpoint is empty (local socket), unix:///path, tcp://host:port or ssh://.",
-    takes_dns_upstream=True,
-    limits_processes=True,
-    limits_disk=True,
-    takes_disk_dir=True,
-    takes_tls_client_cert=True,
-)
+from .settings import SCHEMA as SCHEMA
+from .settings import DockerOptions as DockerOptions

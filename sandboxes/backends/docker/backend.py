@@ -103,6 +103,7 @@ from .inbound import LABEL_TRAFFIC_TOKEN, DockerInbound, new_traffic_token
 from .listing import DockerListing
 from .networks import DockerNetworks
 from .pty import DockerPtys
+from .settings import DockerOptions
 from .snapshots import DockerSnapshots
 from .templates import DockerTemplates
 
@@ -122,7 +123,7 @@ class DockerBackend(Backend):
     façade: host packet filter, resolvers, squid, refusals; receives the engine and the
     networks). The capabilities are built on the same parts.
 
-    Options (BackendConfig.options): `network` (prefix of the per-space bridge networks,
+    Options (`settings.DockerOptions`, BackendConfig.options): `network` (prefix of the per-space bridge networks,
     default "sandbox-console-net"), `timeout` (seconds per engine call, default 120),
     `control_timeout` (seconds per pause, unpause and inspect, default 10: see repair.py),
     `dns_upstream` (the resolver the space networks' dnsmasq forwards to: an address,
@@ -140,15 +141,13 @@ class DockerBackend(Backend):
 
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
         super().__init__(config)
-        try:
-            api_timeout = int(config.options.get("timeout", DEFAULT_API_TIMEOUT_S))
-        except ValueError:
-            raise RemoteError(ErrorKind.INVALID, "option 'timeout' must be a whole number of seconds") from None
-        self.base_image = config.options.get("base_image", DEFAULT_BASE_IMAGE)
-        self.engine = DockerEngine(config, api_timeout=api_timeout, resolver=resolver)
-        self.networks = DockerNetworks(self.engine, config.options.get("network", DEFAULT_NETWORK))
+        self.options = options = DockerOptions.parse(config.options)
+        api_timeout = options.timeout if options.timeout is not None else DEFAULT_API_TIMEOUT_S
+        self.base_image = options.base_image or DEFAULT_BASE_IMAGE
+        self.engine = DockerEngine(config, options, api_timeout=api_timeout, resolver=resolver)
+        self.networks = DockerNetworks(self.engine, options.network or DEFAULT_NETWORK)
         self.listing = DockerListing(self.engine)
-        self.outbound = DockerEgress(self.engine, self.networks, EgressSettings.from_options(config.options))
+        self.outbound = DockerEgress(self.engine, self.networks, EgressSettings.from_options(options))
         self.disk = DockerDisk(self)  # disk limits: bounded file systems, the layer's size
 
     # Engine connection ---------------------------------------------------------------

@@ -82,12 +82,9 @@ class DockerDisk:
 
     def __init__(self, backend: DockerBackend) -> None:
         self.backend = backend
-        options = backend.config.options
-        self.root = Path(options.get("disk_dir") or DEFAULT_DISK_DIR)
-        try:
-            self.build_disk_mb = int(options.get("template_build_disk_mb") or DEFAULT_TEMPLATE_BUILD_DISK_MB)
-        except ValueError:
-            raise RemoteError(ErrorKind.INVALID, "option 'template_build_disk_mb' must be a whole number") from None
+        options = backend.options
+        self.root = Path(options.disk_dir or DEFAULT_DISK_DIR)
+        self.build_disk_mb = options.template_build_disk_mb or DEFAULT_TEMPLATE_BUILD_DISK_MB
         self._host_problem: str | None = None
         self._host_checked = False
         self._layer: bool | None = None

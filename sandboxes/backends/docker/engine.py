@@ -36,13 +36,22 @@ from .exec import DockerExec
 from .image import LABEL_KIND, LABEL_MANAGED
 from .inbound import LABEL_TRAFFIC_TOKEN
 from .repair import control_timeout
+from .settings import DockerOptions
 
 
 class DockerEngine:
     """One engine connection and what every part asks of it."""
 
-    def __init__(self, config: BackendConfig, *, api_timeout: int, resolver: Resolver | None = None) -> None:
+    def __init__(
+        self,
+        config: BackendConfig,
+        options: DockerOptions | None = None,
+        *,
+        api_timeout: int,
+        resolver: Resolver | None = None,
+    ) -> None:
         self.config = config
+        self.options = options or DockerOptions.parse(config.options)
         self.api_timeout = api_timeout
         self.resolver = resolver or system_resolver  # remote engines' names (tcp://, ssh://)
         self._client: docker.DockerClient | None = None
@@ -54,7 +63,7 @@ class DockerEngine:
         self.commands = DockerExec(self)
         # Seconds one control call (inspect, pause, unpause) may take: the backend option
         # `control_timeout` (repair.py), so a wedged engine answers `timeout` in seconds.
-        self.control_timeout = control_timeout(config.options)
+        self.control_timeout = control_timeout(self.options.control_timeout)
 
     # Connection ------------------------------------------------------------------------
 
@@ -119,16 +128,16 @@ class DockerEngine:
     def _tls_config(self) -> docker.tls.TLSConfig | bool:
         """tcp:// with TLS: options tls_cert/tls_key (client certificate) and tls_ca (PEM), written
         to a private directory for the client's lifetime (the library reads files only)."""
-        options = self.config.options
-        if not (options.get("tls_cert") or options.get("tls_ca")):
+        options = self.options
+        if not (options.tls_cert or options.tls_ca):
             return False
         self._tls_dir = tempfile.TemporaryDirectory(prefix="console-docker-tls-")
         paths = {}
         for name in ("tls_ca", "tls_cert", "tls_key"):
-            if options.get(name):
+            if pem := getattr(options, name):
                 path = os.path.join(self._tls_dir.name, name + ".pem")
                 with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
-                    handle.write(options[name])
+                    handle.write(pem)
                 paths[name] = path
         client_cert = (paths["tls_cert"], paths["tls_key"]) if "tls_cert" in paths and "tls_key" in paths else None
         return docker.tls.TLSConfig(

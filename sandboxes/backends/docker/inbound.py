@@ -2,7 +2,7 @@
 engine publishes on the host.
 
 - `public_url(id, port)` = the console's inbound route, `<inbound_url><id>/<port>/`; the
-  prefix comes in as `BackendConfig.options["inbound_url"]` (composed above the adapter from
+  prefix comes in as `DockerOptions.inbound_url` (composed above the adapter from
   the console's settings; default "/inbound/", a path the page makes absolute);
 - the traffic token is made at create (32 random bytes) and kept in the container's label
   `console.traffic-token`, so it survives console restarts and is read back on connect;
@@ -53,7 +53,7 @@ class DockerInbound(InboundCapability):
     def __init__(self, engine: DockerEngine, networks: DockerNetworks) -> None:
         self.engine = engine
         self.networks = networks
-        self.prefix = engine.config.options.get("inbound_url", "") or DEFAULT_INBOUND_URL
+        self.prefix = engine.options.inbound_url or DEFAULT_INBOUND_URL
         if not self.prefix.endswith("/"):
             self.prefix += "/"
 

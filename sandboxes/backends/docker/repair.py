@@ -24,7 +24,6 @@ import glob
 import logging
 import os
 import time
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..base import ErrorKind, RemoteError
@@ -44,13 +43,9 @@ _V2_PATTERNS = ("system.slice/docker-{id}.scope", "docker/{id}", "*/docker/{id}"
 FROZEN, FREEZING, THAWED = "FROZEN", "FREEZING", "THAWED"
 
 
-def control_timeout(options: Mapping[str, Any]) -> float:
-    """The adapter option `control_timeout` (seconds), checked."""
-    raw = options.get("control_timeout", DEFAULT_CONTROL_TIMEOUT_S)
-    try:
-        value = float(raw)
-    except (TypeError, ValueError):
-        raise RemoteError(ErrorKind.INVALID, "option 'control_timeout' must be a number of seconds") from None
+def control_timeout(given: float | None) -> float:
+    """The adapter option `control_timeout` (seconds; None: the default), checked."""
+    value = DEFAULT_CONTROL_TIMEOUT_S if given is None else given
     if not 0 < value <= 600:
         raise RemoteError(ErrorKind.INVALID, "option 'control_timeout' is between 0 and 600 seconds")
     return value

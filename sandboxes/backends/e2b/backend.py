@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -100,6 +100,7 @@ from .envd import E2BEnvd
 from .files import E2BFiles
 from .inbound import E2BInbound
 from .pty import E2BPtys
+from .settings import E2BOptions
 from .snapshots import E2BSnapshots, E2BTemplates
 from .volumes import E2BVolumes
 
@@ -128,12 +129,14 @@ class E2BBackend(E2BEnvd, Backend):
         return True  # create sets the TTL with autoPause; connect resumes
 
     default_domain = DEFAULT_DOMAIN
+    options_class: ClassVar[type[E2BOptions]] = E2BOptions
 
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
         super().__init__(config)
         self.domain = (config.domain or self.default_domain).strip().strip(".")
         self.api_url = (config.endpoint or f"https://api.{self.domain}").rstrip("/")
-        self.sandbox_url = (config.options.get("sandbox_url") or "").rstrip("/")
+        self.options = self.options_class.parse(config.options)
+        self.sandbox_url = self.options.sandbox_url.rstrip("/")
         self.request_timeout = self._number_option("request_timeout", DEFAULT_REQUEST_TIMEOUT_S)
         self.retries = int(self._number_option("retries", DEFAULT_RETRIES))
         self.sandbox_ttl = int(self._number_option("sandbox_timeout", DEFAULT_SANDBOX_TTL_S))
@@ -145,8 +148,8 @@ class E2BBackend(E2BEnvd, Backend):
         # Metadata learnt at create/get/list, so a connect answer (which carries none) still
         # makes a full SandboxInfo.
         self._metadata: dict[str, dict[str, str]] = {}
-        self.protocol_pinned = config.options.get("protocol_pinned", "") in ("1", "true", "yes")
-        self.protocol = self._initial_protocol(config.options.get("protocol", ""))
+        self.protocol_pinned = self.options.protocol_pinned
+        self.protocol = self._initial_protocol(self.options.protocol)
         # Waits between retries go through here so tests can observe the backoff.
         self.sleep: Callable[[float], None] = time.sleep
 
@@ -157,13 +160,9 @@ class E2BBackend(E2BEnvd, Backend):
         raise RemoteError(ErrorKind.INVALID, f"option 'protocol' must be {PROTOCOL_V1!r} or {PROTOCOL_V2!r}")
 
     def _number_option(self, name: str, default: float) -> float:
-        raw = self.config.options.get(name)
-        if raw in (None, ""):
+        value = getattr(self.options, name)
+        if value is None:
             return default
-        try:
-            value = float(raw)
-        except ValueError:
-            raise RemoteError(ErrorKind.INVALID, f"option {name!r} must be a number") from None
         if value < 0:
             raise RemoteError(ErrorKind.INVALID, f"option {name!r} must not be negative")
         return value
@@ -202,26 +201,44 @@ class E2BBackend(E2BEnvd, Backend):
             )
 
     def probe_protocol(self) -> str:
-        """Whether the control plane serves the SDK's `POST /v2/sandboxes`. The probe body
-        lacks the required templateID, so a server that has the route refuses it (400)
-        without creating anything; one that lacks it answers with its router's 404/405."""
-        try:
-            self._api("POST", "/v2/sandboxes", "probing the create operation", idempotent=True, json={})
-        except NoRoute:
-            self.protocol = PROTOCOL_V1
-        except RemoteError as exc:
-            if exc.kind not in (ErrorKind.INVALID, ErrorKind.NOT_FOUND):
-                raise
+        """Which create operation the control plane serves, confirmed before it is recorded.
+
+        Both probes send a create without the required templateID, so a server that has the
+        route refuses the body (400) and creates nothing: that refusal is the confirmation
+        that the route exists and validates create bodies. A missing route is recognised in
+        every form a control plane answers it (`common.is_missing_route`: infra's validator
+        404 `validation error: method not allowed`, gin's plain text, axum's empty body, a
+        proxy's page). Anything else (a handler's 404, a dashboard's 200) confirms nothing."""
+        if self._create_route_answers("/v2/sandboxes"):
             self.protocol = PROTOCOL_V2
+        elif self._create_route_answers("/sandboxes"):
+            self.protocol = PROTOCOL_V1  # a control plane built from the published spec
         else:
-            # No E2B API accepts a create without templateID (spec/openapi.yml NewSandbox
-            # requires it): this is something else answering every path.
             raise RemoteError(
                 ErrorKind.INVALID,
-                f"{self.api_url} accepted a create without a template: it is not an E2B API",
+                f"{self.api_url} serves neither POST /v2/sandboxes nor POST /sandboxes: it is not an E2B API",
                 retryable=False,
             )
         return self.protocol
+
+    def _create_route_answers(self, path: str) -> bool:
+        """True when `path` refuses a create without a template (the route exists); False when
+        the server has no such route or answers something that proves nothing."""
+        try:
+            self._api("POST", path, f"probing POST {path}", idempotent=True, json={})
+        except NoRoute:
+            return False
+        except RemoteError as exc:
+            if exc.kind not in (ErrorKind.INVALID, ErrorKind.NOT_FOUND, ErrorKind.UNSUPPORTED, ErrorKind.CONFLICT):
+                raise  # a key, quota or availability problem: say that, not a protocol
+            return exc.kind == ErrorKind.INVALID
+        # No E2B API accepts a create without templateID (spec/openapi.yml NewSandbox
+        # requires it): this is something else answering every path.
+        raise RemoteError(
+            ErrorKind.INVALID,
+            f"{self.api_url} accepted a create without a template: it is not an E2B API",
+            retryable=False,
+        )
 
     # Whether an allowOut entry reaches a private address (E2B's own firewall refuses them).
     opens_private = False
@@ -544,7 +561,7 @@ class E2BBackend(E2BEnvd, Backend):
     # Snapshot helpers shared by the capabilities ------------------------------------------
 
     def _verify_snapshot(self, info: SnapshotInfo) -> None:
-        """Hook for control planes whose snapshot answer cannot be trusted (Cube C-May)."""
+        """Hook for control planes whose snapshot answer cannot be trusted (Cube)."""
         return None
 
     def snapshot_infos(self) -> builtins.list[SnapshotInfo]:

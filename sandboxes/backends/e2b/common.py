@@ -192,8 +192,16 @@ def _retry_after(response: httpx.Response) -> float | None:
 
 
 class NoRoute(RemoteError):
-    """The server has no such operation: its router answered 404/405 without the API's
-    error body (gin's plain text, axum's empty body), as opposed to a handler's 404."""
+    """The server has no such operation, as opposed to a handler's 404 about a thing the
+    operation looked for (`is_missing_route`)."""
+
+
+# What kin-openapi's router says when no operation of the spec matches (routers.ErrPathNotFound,
+# routers.ErrMethodNotAllowed). e2b-dev/infra registers oapi-codegen's gin validator as a global
+# middleware (packages/api/main.go @54693ff), so it runs under gin's 404 for an unknown route and
+# infra's handler answers {"code": 404, "message": "validation error: <reason>"}
+# (packages/api/internal/utils/error.go ErrorHandler).
+_ROUTER_REASONS = frozenset({"no matching operation was found", "method not allowed"})
 
 
 def _is_api_error(response: httpx.Response) -> bool:
@@ -205,6 +213,19 @@ def _is_api_error(response: httpx.Response) -> bool:
     except (ValueError, UnicodeDecodeError):
         return False
     return isinstance(body, dict) and "message" in body and "code" in body
+
+
+def is_missing_route(response: httpx.Response) -> bool:
+    """Whether a 404/405 says the server has no such operation, in each form a control plane
+    answers it: a body without the API's {code, message} (gin's "404 page not found" and
+    "405 method not allowed", axum's empty body, a reverse proxy's HTML or its own JSON), or
+    the API's body carrying the OpenAPI validator's router reason (e2b-dev/infra)."""
+    if response.status_code not in (404, 405):
+        return False
+    if not _is_api_error(response):
+        return True
+    message = str(response.json().get("message") or "").strip().lower()
+    return message.removeprefix("validation error:").strip() in _ROUTER_REASONS
 
 
 _CREDENTIAL_HEADERS = ("x-api-key", "x-access-token", "authorization")
@@ -222,7 +243,7 @@ def status_error(response: httpx.Response, what: str, *, control: bool = False) 
             "not followed, so give the address the server answers on itself",
             retryable=False,
         )
-    if control and response.status_code in (404, 405) and not _is_api_error(response):
+    if control and is_missing_route(response):
         return NoRoute(ErrorKind.UNSUPPORTED, f"{what}: the server has no such operation (HTTP {response.status_code})")
     message, error_code = _message_of(response)
     # A server (or a proxy before it) may repeat the credential it was sent; the message

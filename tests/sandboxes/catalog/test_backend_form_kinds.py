@@ -1,5 +1,5 @@
-"""The platform's backend form shows only the chosen kind's fields (from the adapters'
-KindDescription), with human labels and units, through the same by-kind mechanism as the
+"""The platform's backend form shows only the chosen kind's fields (generated from the
+settings its adapter declares), with human labels and units, through the same by-kind mechanism as the
 config form: without JavaScript a two-step form, with HTMX the fields swap; nothing is saved
 until the kind's own fields are posted, and a bad one is a field error with nothing saved."""
 
@@ -16,7 +16,6 @@ from console.crypto import decrypt, encrypt
 from console.models import AuditEvent
 from sandboxes.backends import BACKEND_CLASSES, describe
 from sandboxes.catalog.bridge import backend_config_for, get_backend
-from sandboxes.catalog.forms import KIND_BACKEND_FIELDS
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import make_backend, make_config
 from tests.personas import World
@@ -66,10 +65,10 @@ def test_each_kind_gets_its_own_fields_with_human_labels(world: World, kind: str
     assert page.status_code == 200
     html = page.content.decode()
     description = describe(kind)
-    expected = ALWAYS | {field for field, flag in KIND_BACKEND_FIELDS.items() if getattr(description, flag)}
+    expected = ALWAYS | description.backend_names
     assert _field_names(html) == expected
     assert f'data-kind-label="{description.label}"' in html
-    assert description.endpoint_rule in html  # the endpoint's help is the kind's own
+    assert description.setting("endpoint").help in html  # the endpoint's help is the kind's own
     labels = _labels(html)
     assert labels["max_memory_mb"] == "Most memory per sandbox (MiB)"
     assert labels["max_cpus"] == "Most CPU cores per sandbox"
@@ -249,7 +248,7 @@ def _tls_docker(world: World) -> PlatformBackend:
 def test_docker_with_tls_edited_into_e2b_drops_its_client_key(world: World) -> None:
     """The Docker TLS client key/cert/CA are Docker's: an E2B backend takes none (its form
     refuses them when posted), so after the switch none may stay stored, nor reach the E2B
-    adapter's options (bridge.tls_options passes whatever is stored, whatever the kind)."""
+    adapter's options (the bridge offers whatever is stored to every kind)."""
     backend = _tls_docker(world)
     url = reverse("sandboxes:backend_edit", args=[backend.id])
     saved = world.client_for("root").post(url, _e2b(name="tls engine", spaces=[str(world.space_a.id)]))
@@ -258,7 +257,8 @@ def test_docker_with_tls_edited_into_e2b_drops_its_client_key(world: World) -> N
     assert backend.kind == "e2b"
     assert (backend.tls_ca_encrypted, backend.tls_cert_encrypted, backend.tls_key_encrypted) == ("", "", "")
     config = make_config(world.space_a, backend=backend, default_template="base")
-    assert not {"tls_ca", "tls_cert", "tls_key"} & set(backend_config_for(config).options)
+    options = backend_config_for(config).options
+    assert not {"tls_ca", "tls_cert", "tls_key"} & set(options.as_mapping())  # type: ignore[union-attr]
 
 
 def test_e2b_key_does_not_stay_behind_on_a_docker_backend(world: World) -> None:

@@ -1,4 +1,4 @@
-"""The config form shows only the chosen kind's fields (from the adapters' KindDescription),
+"""The config form shows only the chosen kind's fields (generated from the settings its adapter declares),
 with human labels; without JavaScript it is a two-step form, with HTMX the fields swap; the
 template picker (create and edit) lists templates only."""
 
@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from console.models import AuditEvent
 from sandboxes.backends import BACKEND_CLASSES, describe
-from sandboxes.catalog.forms import KIND_CONFIG_FIELDS, SandboxConfigForm
+from sandboxes.catalog.forms import SandboxConfigForm
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import make_backend, make_config
 from tests.personas import World
@@ -25,14 +25,13 @@ CLOSED = "http://127.0.0.1:9"
 
 def _backend(world: World, kind: str, **extra: Any) -> PlatformBackend:
     values: dict[str, Any] = {"name": f"{kind} backend", "kind": kind}
-    if describe(kind).endpoint_required:
+    schema = describe(kind)
+    if schema.setting("endpoint").required:
         values.update(endpoint=CLOSED, allow_private_endpoints=True)
-    if describe(kind).needs_domain:
+    if schema.takes("domain"):
         values["domain"] = "sandbox.example.com"
     values.update(extra)
-    backend: PlatformBackend = make_backend(
-        world.space_a, api_key="k" if describe(kind).takes_api_key else "", **values
-    )
+    backend: PlatformBackend = make_backend(world.space_a, api_key="k" if schema.takes("api_key") else "", **values)
     return backend
 
 
@@ -51,12 +50,12 @@ ALWAYS = {"name", "backend", "default_template", "cpus", "memory_mb", "idle_mode
 
 @pytest.mark.parametrize("kind", sorted(BACKEND_CLASSES))
 def test_each_kind_gets_its_own_fields(world: World, kind: str) -> None:
-    backend = _backend(world, kind, allow_space_api_key=describe(kind).takes_api_key)
+    backend = _backend(world, kind, allow_space_api_key=describe(kind).takes("api_key"))
     page = world.client_for("alice").get(reverse("sandboxes:config_create", args=[world.space_a.id]))
     assert page.status_code == 200
     html = page.content.decode()
     description = describe(kind)
-    expected = ALWAYS | {field for field, flag in KIND_CONFIG_FIELDS.items() if getattr(description, flag)}
+    expected = ALWAYS | description.config_names
     assert _field_names(html) == expected
     assert f'data-kind-label="{description.label}"' in html
     labels = _labels(html)

@@ -9,10 +9,12 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
+from console.crypto import encrypt
 from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, NetworkPolicy
 from sandboxes.backends.base import META_CONFIG, META_INSTALLATION, ListQuery, NetworkSpec, RemoteError, SandboxSpec
 from sandboxes.backends.docker.egress.proxy import squid_available
+from sandboxes.backends.docker.settings import DockerOptions
 from sandboxes.catalog import bridge
 from sandboxes.catalog.bridge import console_metadata, get_backend
 from sandboxes.catalog.templates import owner_labels
@@ -338,9 +340,10 @@ def test_the_operators_upstream_resolver_reaches_the_docker_adapter(
     settings.EGRESS_DNS_UPSTREAM = "127.0.0.1#5353"
     settings.EGRESS_STATE_DIR = "/run/elsewhere"
     backend = get_backend(config)
-    assert backend.config.options["dns_upstream"] == "127.0.0.1#5353"
-    assert backend.config.options["egress_state_dir"] == "/run/elsewhere"
-    assert int(backend.config.options["egress_log_max_bytes"]) == CATALOG.egress_log_max_bytes
+    options = DockerOptions.parse(backend.config.options)
+    assert options.dns_upstream == "127.0.0.1#5353"
+    assert options.egress_state_dir == "/run/elsewhere"
+    assert options.egress_log_max_bytes == CATALOG.egress_log_max_bytes
     settings.EGRESS_DNS_UPSTREAM = "not an address"
     bridge._backends.clear()  # settings are read when a backend is built
     with pytest.raises(RemoteError, match="dns_upstream"):
@@ -361,9 +364,9 @@ def test_an_older_copy_of_a_config_takes_the_edited_adapter_and_evicts_nothing(w
     assert get_backend(held) is edited
     assert get_backend(config) is edited
     # An edit of its platform backend likewise.
-    config.backend.sandbox_url = "https://sandboxes.example.test"
+    config.backend.tls_ca_encrypted = encrypt("-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n")
     config.backend.save()
     again = get_backend(SandboxConfig.objects.select_related("backend").get(pk=config.pk))
-    assert again.config.options["sandbox_url"] == "https://sandboxes.example.test"
+    assert DockerOptions.parse(again.config.options).tls_ca.startswith("-----BEGIN CERTIFICATE-----")
     assert get_backend(held) is again
     assert get_backend(config) is again

@@ -19,6 +19,8 @@ from django.urls import reverse
 
 from console.crypto import decrypt, encrypt
 from console.models import AuditEvent
+from sandboxes.backends.cube.settings import CubeOptions
+from sandboxes.backends.docker.settings import DockerOptions
 from sandboxes.catalog.bridge import backend_config_for, config_fingerprint, get_backend
 from sandboxes.catalog.tuning import CATALOG
 from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
@@ -90,12 +92,14 @@ def test_a_space_admin_cannot_set_any_infrastructure_field(world: World, granted
         "egress_state_dir": settings.EGRESS_STATE_DIR,
         "egress_log_max_bytes": str(CATALOG.egress_log_max_bytes),
     }
-    assert merged.options == {
-        "inbound_url": "/inbound/",
-        "disk_dir": settings.WORKSPACE_DISK_DIR,
-        "template_build_disk_mb": str(CATALOG.template_build_disk_mb),
-        **{key: value for key, value in egress.items() if value},
-    }
+    assert merged.options == DockerOptions.parse(
+        {
+            "inbound_url": "/inbound/",
+            "disk_dir": settings.WORKSPACE_DISK_DIR,
+            "template_build_disk_mb": str(CATALOG.template_build_disk_mb),
+            **{key: value for key, value in egress.items() if value},
+        }
+    )
     assert (config.workspace_host_root, config.pip_index_url, config.npm_registry_url) == ("", "", "")
 
 
@@ -803,11 +807,11 @@ def test_the_platforms_workspace_host_root_is_never_mounted_for_a_spaces_own_acc
         workspace_host_root="/srv/sandbox-workspaces",
     )
     platform = make_config(world.space_a, backend=backend, name="platform key", persistent_workspace=True)
-    assert backend_config_for(platform).options["workspace_host_root"] == "/srv/sandbox-workspaces"
+    assert CubeOptions.parse(backend_config_for(platform).options).workspace_host_root == "/srv/sandbox-workspaces"
     own = make_config(world.space_a, backend=backend, name="own key", persistent_workspace=True)
     own.api_key_encrypted = encrypt("space-key")
     own.save()
     merged = backend_config_for(own)
     assert merged.api_key == "space-key"
-    assert "workspace_host_root" not in merged.options
-    assert "workspace_template" not in merged.options
+    options = CubeOptions.parse(merged.options)
+    assert (options.workspace_host_root, options.workspace_template, options.housekeeping_metadata) == ("", "", {})

@@ -46,6 +46,7 @@ from netpolicy import AddressClass, Domain, Kind, reserved_class
 
 from ...base import META_SPACE, ErrorKind, NetworkCapabilities, NetworkSpec, RemoteError
 from ...capabilities import EgressCapability, EgressRefusal
+from ..settings import DockerOptions
 from . import dns, logs, refusals
 from .firewall import (
     TABLE_FAMILY,
@@ -99,25 +100,23 @@ class EgressSettings:
     log_max_bytes: int = logs.DEFAULT_LOG_MAX_BYTES
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> EgressSettings:
-        host_firewall = options.get("host_firewall", "auto")
+    def from_options(cls, given: DockerOptions | Mapping[str, str]) -> EgressSettings:
+        options = DockerOptions.parse(given)
+        host_firewall = options.host_firewall
         if host_firewall not in HOST_FIREWALL_MODES:
             raise RemoteError(
                 ErrorKind.INVALID, f"option 'host_firewall' must be one of {', '.join(HOST_FIREWALL_MODES)}"
             )
-        upstream = dns.check_upstream(options.get("dns_upstream", ""))
+        upstream = dns.check_upstream(options.dns_upstream)
         # squid asks port 53 only: the operator's upstream when it is a plain address.
         default_dns = upstream if upstream and "#" not in upstream else "127.0.0.1"
-        proxy_dns = tuple(a.strip() for a in options.get("proxy_dns", default_dns).split(",") if a.strip())
-        try:
-            log_max = int(options.get("egress_log_max_bytes", logs.DEFAULT_LOG_MAX_BYTES))
-        except ValueError:
-            raise RemoteError(ErrorKind.INVALID, "option 'egress_log_max_bytes' must be a whole number") from None
+        proxy_dns = options.proxy_dns or (default_dns,)
+        log_max = logs.DEFAULT_LOG_MAX_BYTES if options.egress_log_max_bytes is None else options.egress_log_max_bytes
         return cls(
             host_firewall=host_firewall,
             dns_upstream=upstream,
-            state_dir=options.get("egress_state_dir", DEFAULT_STATE_DIR),
-            proxy_state_dir=options.get("proxy_state_dir", DEFAULT_PROXY_STATE_DIR),
+            state_dir=options.egress_state_dir or DEFAULT_STATE_DIR,
+            proxy_state_dir=options.proxy_state_dir or DEFAULT_PROXY_STATE_DIR,
             proxy_dns=proxy_dns,
             log_max_bytes=max(log_max, 1024),
         )

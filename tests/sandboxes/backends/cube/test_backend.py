@@ -1,5 +1,6 @@
-"""The Cube backend against the fake Cube server (C-later by default): the conformance suite
-plus one test per Cube quirk the adapter handles (each names the quirk it pins)."""
+"""The Cube backend against the fake Cube server (its newest release): the conformance suite
+plus one test per Cube quirk the adapter handles (each names the quirk it pins). What differs
+per release is in test_releases.py."""
 
 from __future__ import annotations
 
@@ -25,10 +26,8 @@ from sandboxes.backends.base import (
 )
 from sandboxes.backends.cube.backend import CubeBackend
 from sandboxes.backends.cube.rules import CUBE_MAX_RULES, MAX_CONSOLE_RULES, cube_rules
-from sandboxes.backends.e2b.common import parse_time
 from sandboxes.catalog.network import unsupported_policy_switches
 from tests.fakes.cube_egress import egress_allows, rules_error
-from tests.fakes.e2b_server import FakeServer
 from tests.fakes.fixtures import FakeHandle
 from tests.support.backend_conformance import (
     OFFLINE,
@@ -65,7 +64,15 @@ def backend(fake_cube_server: FakeHandle, cube_host_root: Path, test_run_id: str
 
 
 class TestCubeConformance(BackendConformance):
-    """The shared contract, run against the fake CubeAPI and envd 0.2.0."""
+    """The shared contract, run against every Cube release the fake answers as (envd 0.2.0)."""
+
+    @pytest.fixture(scope="class")
+    def backend(self, fake_cube_release: FakeHandle, cube_host_root: Path, test_run_id: str) -> Iterator[CubeBackend]:
+        adapter = CubeBackend(
+            fake_cube_release.backend_config("cube", **workspace_options(cube_host_root, test_run_id))
+        )
+        yield adapter
+        adapter.close()
 
 
 # Cube quirks: each test names the quirk it pins and fails without the adapter's handling.
@@ -91,12 +98,12 @@ def recording_backend(fake: FakeHandle, *, really_sleep: bool = False) -> tuple[
 
 
 class TestCubeQuirks:
-    def test_health_records_the_cube_generation(self, backend: CubeBackend) -> None:
-        # Quirk: releases differ (v2 paths, snapshots); the probed generation is the version.
+    def test_health_records_the_cube_release(self, backend: CubeBackend) -> None:
+        # Quirk: releases differ; the probed release is the version (tests/.../test_releases.py).
         health = backend.health()
         assert health.ok
-        assert "v0.5+" in health.version
-        assert backend.generation == "later"
+        assert health.version.startswith("CubeSandbox v0.6.0 or later:")
+        assert health.protocol == "cube-0.6"
 
     def test_list_pages_client_side(
         self, fake_cube: FakeHandle, backend: CubeBackend, make_sandbox: SandboxFactory
@@ -469,209 +476,7 @@ class TestCubeQuirks:
         assert template.template_id not in {t.template_id for t in templates.list()}
 
 
-class TestCubeBeforeV05:
-    """A Cube release without the /v2 create/connect paths (C-May, envd 0.2.0, no tokens)."""
-
-    @pytest.fixture(scope="class")
-    def may_server(self, fake_cube_server: FakeHandle) -> Iterator[FakeHandle]:
-        server = FakeServer("cube", run_id=f"{fake_cube_server.run_id}-may", cube_version="may").start()
-        handle = FakeHandle(server)
-        yield handle
-        handle.close()
-        server.stop()
-
-    @pytest.fixture(scope="class")
-    def may_backend(self, may_server: FakeHandle) -> Iterator[CubeBackend]:
-        adapter = CubeBackend(may_server.backend_config("cube"))
-        yield adapter
-        adapter.close()
-
-    def test_v2_paths_are_absent_yet_the_lifecycle_works(
-        self, may_server: FakeHandle, may_backend: CubeBackend
-    ) -> None:
-        # Quirk: SDK >= 2.51 creates and connects on /v2 paths, which this Cube answers 405.
-        with may_server.http() as http:
-            assert http.post("/v2/sandboxes", json={"templateID": "base"}).status_code == 405
-        health = may_backend.health()
-        assert health.ok
-        assert "before v0.5" in health.version
-        info = may_backend.create(SandboxSpec(template_id="base", network=OFFLINE, metadata={"suite": "may"}))
-        try:
-            assert run(may_backend, info.sandbox_id, "id -u").strip() == "1000"
-            may_backend.pause(info.sandbox_id)
-            assert may_backend.connect(info.sandbox_id).state == SandboxState.RUNNING
-            assert run(may_backend, info.sandbox_id, "echo ok") == "ok\n"
-        finally:
-            may_backend.delete(info.sandbox_id)
-
-    def test_capabilities_follow_the_release(self, may_backend: CubeBackend) -> None:
-        # Quirk: no snapshot API (ids are invented), allowPublicTraffic means egress, no L7.
-        may_backend.health()
-        assert may_backend.snapshots() is None
-        caps = may_backend.network_capabilities()
-        assert (caps.inbound_toggle, caps.l7_rules) == (False, False)
-        body = may_backend._network_body(NetworkSpec(allow_internet_access=False, allow_public_traffic=True))
-        assert body["allowPublicTraffic"] is False
-
-
-# Per release: the fake answers as Cube before v0.5 ("0.4"), v0.5/v0.6 ("0.5") and
-# v0.7 ("0.7"); the adapter detects which from what it answers.
-
-RELEASES = {
-    "fake_cube_04_server": "cube-0.4",
-    "fake_cube_05_server": "cube-0.5",
-    "fake_cube_server": "cube-0.5",  # 0.7: the same protocol generation for the adapter
-}
-
-
-@pytest.fixture(scope="class")
-def backend_04(fake_cube_04_server: FakeHandle, cube_host_root: Path, test_run_id: str) -> Iterator[CubeBackend]:
-    adapter = CubeBackend(fake_cube_04_server.backend_config("cube", **workspace_options(cube_host_root, test_run_id)))
-    yield adapter
-    adapter.close()
-
-
-@pytest.fixture(scope="class")
-def backend_05(fake_cube_05_server: FakeHandle, cube_host_root: Path, test_run_id: str) -> Iterator[CubeBackend]:
-    adapter = CubeBackend(fake_cube_05_server.backend_config("cube", **workspace_options(cube_host_root, test_run_id)))
-    yield adapter
-    adapter.close()
-
-
-class TestCube04Conformance(BackendConformance):
-    """The shared contract against Cube before v0.5 (no snapshots, no idle pause)."""
-
-    @pytest.fixture(scope="class")
-    def backend(self, backend_04: CubeBackend) -> CubeBackend:
-        return backend_04
-
-
-class TestCube05Conformance(BackendConformance):
-    """The shared contract against Cube v0.5/v0.6 (idle behaviour from top-level autoPause)."""
-
-    @pytest.fixture(scope="class")
-    def backend(self, backend_05: CubeBackend) -> CubeBackend:
-        return backend_05
-
-
-def _fake_row(fake: FakeHandle, sandbox_id: str) -> dict[str, object]:
-    rows = [row for row in fake.state()["sandboxes"] if row["sandboxID"] == sandbox_id]
-    assert rows, f"sandbox {sandbox_id} is gone"
-    return rows[0]
-
-
-@pytest.fixture(params=sorted(RELEASES))
-def release(request: pytest.FixtureRequest, test_run_id: str) -> Iterator[tuple[FakeHandle, CubeBackend, str]]:
-    """(fake, a fresh adapter that knows nothing yet, the protocol it should detect)."""
-    fake: FakeHandle = request.getfixturevalue(request.param)
-    adapter = CubeBackend(fake.backend_config("cube"))
-    yield fake, adapter, RELEASES[request.param]
-    adapter.close()
-
-
-def _spec(test_run_id: str, **overrides: object) -> SandboxSpec:
-    args: dict[str, object] = {"template_id": "base", "network": OFFLINE, "metadata": {"test-run": test_run_id}}
-    args.update(overrides)
-    return SandboxSpec(**args)  # type: ignore[arg-type]
-
-
-class TestCubeReleases:
-    def test_the_release_is_detected_from_its_answers(self, release: tuple[FakeHandle, CubeBackend, str]) -> None:
-        # Old Cube answers the /v2 connect probe with axum's 404 (no route), not 405: it was
-        # taken for a later release. GET /snapshots tells them apart.
-        _fake, adapter, protocol = release
-        health = adapter.health()
-        assert health.ok, health.detail
-        assert health.protocol == protocol
-        assert ("before v0.5" in health.version) == (protocol == "cube-0.4")
-
-    def test_internet_off_means_no_egress_on_every_release(
-        self, release: tuple[FakeHandle, CubeBackend, str], test_run_id: str
-    ) -> None:
-        # Before v0.5 allowPublicTraffic is the egress master switch: internet off with
-        # inbound on gave the sandbox internet.
-        fake, adapter, _ = release
-        for internet in (False, True):
-            network = NetworkSpec(allow_internet_access=internet, allow_public_traffic=True)
-            info = adapter.create(_spec(test_run_id, network=network))
-            try:
-                assert _fake_row(fake, info.sandbox_id)["egress"] is internet
-            finally:
-                adapter.delete(info.sandbox_id)
-
-    def test_idle_sandboxes_pause_at_the_ttl_where_the_release_can(
-        self, release: tuple[FakeHandle, CubeBackend, str], test_run_id: str
-    ) -> None:
-        # v0.7 reads the idle behaviour only from lifecycle.onTimeout: with top-level
-        # autoPause alone, paused sessions and their memory died at the TTL (Cube #1780).
-        fake, adapter, protocol = release
-        info = adapter.create(_spec(test_run_id, auto_pause=True, auto_resume=True, timeout_s=600))
-        try:
-            row = _fake_row(fake, info.sandbox_id)
-            if protocol == "cube-0.4":
-                # Nothing to ask for: the console idles these itself, before a TTL with margin.
-                assert not adapter.idles_itself()
-                assert (row["autoPause"], row["autoResume"]) == (False, False)
-                with fake.http() as http:
-                    end = http.get(f"/sandboxes/{info.sandbox_id}").json()["endAt"]
-                remaining = parse_time(end).timestamp() - time.time()  # type: ignore[union-attr]
-                assert remaining > 600 + 600
-                return
-            assert adapter.idles_itself()
-            assert (row["autoPause"], row["autoResume"]) == (True, True)
-            fake.expire(info.sandbox_id)
-            deadline = time.monotonic() + 10
-            while adapter.get(info.sandbox_id).state != SandboxState.PAUSED:
-                assert time.monotonic() < deadline, "the TTL did not pause the sandbox"
-                time.sleep(0.1)
-            assert run(adapter, info.sandbox_id, "echo resumed") == "resumed\n"  # resumed on traffic
-        finally:
-            adapter.delete(info.sandbox_id)
-
-    def test_capabilities_follow_the_release(self, release: tuple[FakeHandle, CubeBackend, str]) -> None:
-        _fake, adapter, protocol = release
-        caps = adapter.network_capabilities()
-        later = protocol != "cube-0.4"
-        assert (caps.l7_rules, caps.inbound_toggle) == (later, later)
-        assert (adapter.snapshots() is not None) == later
-        l7 = NetworkSpec.parse(
-            allow_internet_access=False,
-            allow_public_traffic=True,
-            allow_out=("api.example.com",),
-            l7_rules=("allow api.example.com",),
-        )
-        if not later:
-            with pytest.raises(RemoteError) as caught:
-                adapter.create(SandboxSpec(template_id="base", network=l7))
-            assert caught.value.kind == ErrorKind.UNSUPPORTED
-
-    def test_templates_are_created_on_every_release(
-        self, release: tuple[FakeHandle, CubeBackend, str], docker_base_image: str
-    ) -> None:
-        # Before v0.5 POST /templates requires templateID; later releases mint tpl- ids.
-        _fake, adapter, _ = release
-        templates = adapter.templates()
-        assert templates is not None
-        template = templates.create(TemplateBuildSpec(name="per-release", labels={"image": docker_base_image}))
-        try:
-            assert template.template_id.startswith("tpl-")
-            assert template.template_id in {t.template_id for t in templates.list()}
-        finally:
-            templates.delete(template.template_id)
-
-    def test_a_pinned_release_is_used_without_probing(self, fake_cube_04_server: FakeHandle) -> None:
-        config = fake_cube_04_server.backend_config("cube", protocol="cube-0.4", protocol_pinned="1")
-        adapter = CubeBackend(config)
-        fake_cube_04_server.forget_requests()
-        health = adapter.health()
-        assert health.protocol == "cube-0.4"
-        assert adapter.snapshots() is None
-        assert ("api", "GET", "/snapshots") not in fake_cube_04_server.requests()
-        adapter.close()
-        with pytest.raises(RemoteError) as caught:
-            CubeBackend(fake_cube_04_server.backend_config("cube", protocol="cube-9"))
-        assert caught.value.kind == ErrorKind.INVALID
-
+class TestCubeDataPlaneAndListing:
     def test_the_data_plane_is_routed_by_host(self, fake_cube: FakeHandle, make_sandbox: SandboxFactory) -> None:
         # CubeProxy ignores E2b-Sandbox-Id: the adapter names the sandbox in Host.
         info = make_sandbox()

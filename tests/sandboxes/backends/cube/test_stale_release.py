@@ -60,7 +60,8 @@ def test_a_pinned_release_is_not_probed_at_create(fake_cube_04_server: FakeHandl
     info = adapter.create(
         SandboxSpec(
             template_id="base",
-            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False),
+            # v0.4.0 serves every sandbox's ports: only public inbound can be honoured.
+            network=NetworkSpec(allow_internet_access=False, allow_public_traffic=True),
             metadata={"test-run": test_run_id},
         )
     )

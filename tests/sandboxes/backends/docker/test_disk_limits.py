@@ -27,6 +27,7 @@ from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.disk import LABEL_SCRATCH, SCRATCH_PREFIX, VOLUME_PREFIX
 from sandboxes.backends.docker.image import ImageBuildError, build_rootfs_image
 from sandboxes.backends.docker.loopfs import LoopFs, list_names
+from sandboxes.backends.docker.settings import DockerOptions
 from sandboxes.catalog.bridge import backend_config_for, get_backend
 from sandboxes.catalog.services import do_create_config, do_update_config
 from sandboxes.models import SandboxConfig, Session
@@ -331,7 +332,11 @@ def test_a_template_build_writes_its_root_filesystem_into_bounded_space(
     stand_in.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     config = backend_config_for(limited)
-    backend = DockerBackend(dataclasses.replace(config, options={**config.options, "template_build_disk_mb": "64"}))
+    backend = DockerBackend(
+        dataclasses.replace(
+            config, options=dataclasses.replace(DockerOptions.parse(config.options), template_build_disk_mb=64)
+        )
+    )
     with pytest.raises(ImageBuildError, match="No space left on device"):
         build_rootfs_image(backend.client, "sandbox-console/never:latest", labels={}, space=backend.disk.build_space())
     assert list_names(disk_dir) == []
@@ -353,7 +358,11 @@ def test_a_build_space_left_by_a_killed_console_is_swept_a_running_one_kept(
     import signal
 
     config = backend_config_for(limited)
-    backend = DockerBackend(dataclasses.replace(config, options={**config.options, "template_build_disk_mb": "32"}))
+    backend = DockerBackend(
+        dataclasses.replace(
+            config, options=dataclasses.replace(DockerOptions.parse(config.options), template_build_disk_mb=32)
+        )
+    )
     assert backend.disk.host_problem() is None
     backend.disk.layer_supported()  # read now: the forked child makes no engine call
     pid = os.fork()

@@ -32,6 +32,7 @@ from sandboxes.backends.base import (
 from sandboxes.backends.capabilities import PtyHandle
 from sandboxes.backends.e2b.backend import E2BBackend
 from sandboxes.backends.e2b.common import parse_time
+from sandboxes.backends.e2b.settings import E2BOptions
 from tests.fakes.fixtures import FakeHandle
 from tests.personas import World
 from tests.support.backend_conformance import (
@@ -611,12 +612,12 @@ def test_the_connection_test_records_the_protocol_and_the_page_shows_it(
     assert all(step.ok for step in steps), [step.as_json() for step in steps]
     config.refresh_from_db()
     assert config.backend_protocol == "e2b-v1"
-    assert backend_config_for(config).options["protocol"] == "e2b-v1"
+    assert E2BOptions.parse(backend_config_for(config).options).protocol == "e2b-v1"
     page = world.client_for("alice").get(config.get_absolute_url()).content.decode()
     assert "<code>e2b-v1</code> (detected)" in page
     config.protocol_pin = "e2b-v2"
     config.save(update_fields=["protocol_pin"])
-    assert backend_config_for(config).options["protocol_pinned"] == "1"
+    assert E2BOptions.parse(backend_config_for(config).options).protocol_pinned is True
     page = world.client_for("alice").get(config.get_absolute_url()).content.decode()
     assert "<code>e2b-v2</code> (pinned)" in page
 

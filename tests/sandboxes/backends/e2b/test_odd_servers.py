@@ -42,10 +42,11 @@ class _Odd:
         class Handler(BaseHTTPRequestHandler):
             def _serve(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
-                if length:
-                    self.rfile.read(length)
+                sent = self.rfile.read(length) if length else b""
                 parts = urlsplit(self.path)
                 query = parse_qs(parts.query)
+                if sent:
+                    query["_body"] = [sent.decode(errors="replace")]  # for answers that read it
                 outer.seen.append((self.command, parts.path, query))
                 status, headers, body = outer.answer(self.command, parts.path, query)
                 self.send_response(status)
@@ -290,6 +291,8 @@ def test_a_gateways_json_404_for_a_missing_route_falls_back_to_the_spec_create(o
         if (method, path) == ("GET", "/v2/sandboxes"):
             return 200, {"Content-Type": "application/json"}, b"[]"
         if (method, path) == ("POST", "/sandboxes"):
+            if "templateID" not in json.loads(query["_body"][0]):  # the spec's NewSandbox requires it
+                return 400, {"Content-Type": "application/json"}, b'{"code": 400, "message": "templateID missing"}'
             return 201, {"Content-Type": "application/json"}, json.dumps(sandbox).encode()
         return 404, {"Content-Type": "application/json"}, b'{"message": "no Route matched with those values"}'
 
@@ -302,6 +305,7 @@ def test_a_gateways_json_404_for_a_missing_route_falls_back_to_the_spec_create(o
         SandboxSpec(template_id="base", network=NetworkSpec(allow_internet_access=False, allow_public_traffic=False))
     )
     assert info.sandbox_id == "sbx-k"
-    assert [(m, p) for m, p, _ in server.seen if p == "/sandboxes"] == [("POST", "/sandboxes")]
+    creates = [q for m, p, q in server.seen if (m, p) == ("POST", "/sandboxes") and "templateID" in q["_body"][0]]
+    assert len(creates) == 1
     backend.close()
     fresh.close()

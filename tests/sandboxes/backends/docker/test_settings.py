@@ -1,0 +1,114 @@
+"""The settings Docker declares (`sandboxes/backends/docker/settings.py`): its endpoints and
+what the endpoint guard judges of them, TLS material as secrets and its checks, its limits,
+and the typed options the adapter reads (from typed options or the old string bag)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandboxes.backends import describe
+from sandboxes.backends.base import BackendConfig, ErrorKind, RemoteError
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.settings import ENDPOINT_RULE, SCHEMA, DockerOptions, dialled
+from sandboxes.backends.settings import Given, Scope, SettingType
+
+CERT = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+KEY = "-----BEGIN PRIVATE KEY-----\nMIIEfake\n-----END PRIVATE KEY-----\n"
+
+
+def test_docker_declares_its_endpoint_tls_secrets_and_limits() -> None:
+    assert describe("docker") is SCHEMA
+    declared = {(s.scope, s.name): (s.type, s.secret) for s in SCHEMA.settings}
+    assert declared == {
+        (Scope.BACKEND, "endpoint"): (SettingType.ENDPOINT, False),
+        (Scope.BACKEND, "tls_ca"): (SettingType.PEM, True),
+        (Scope.BACKEND, "tls_cert"): (SettingType.PEM, True),
+        (Scope.BACKEND, "tls_key"): (SettingType.PEM, True),
+        (Scope.BACKEND, "clear_tls"): (SettingType.BOOL, False),
+        (Scope.BACKEND, "max_pids"): (SettingType.INT, False),
+        (Scope.BACKEND, "max_disk_mb"): (SettingType.INT, False),
+        (Scope.CONFIG, "pids_limit"): (SettingType.INT, False),
+        (Scope.CONFIG, "disk_mb"): (SettingType.INT, False),
+    }
+    # The secrets it declares are the secret fields of its options (never in their repr).
+    assert {s.name for s in SCHEMA.secrets()} == DockerOptions.secret_names()
+    assert "MIIEfake" not in repr(DockerOptions(tls_key=KEY, tls_cert=CERT))
+    assert SCHEMA.setting("max_disk_mb").label_with_unit == "Most disk per sandbox (MiB)"
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "problem"),
+    [
+        ("https://docker.example.test", ENDPOINT_RULE),
+        ("/var/run/docker.sock", ENDPOINT_RULE),
+        ("unix:///etc/passwd", "a regular file"),
+        ("unix:///nonexistent/docker.sock", "does not exist"),
+    ],
+)
+def test_an_endpoint_docker_cannot_dial_is_refused_in_words(endpoint: str, problem: str) -> None:
+    problems = SCHEMA.problems(Given({"endpoint": endpoint}))
+    assert problem.lower() in problems["endpoint"].lower()
+
+
+def test_the_guard_judges_what_docker_dials() -> None:
+    assert dialled("tcp://127.0.0.1:2376") == "tcp://127.0.0.1:2376"
+    assert dialled("ssh://admin@[::1]:2222") == "tcp://[::1]:2222"
+    assert dialled("ssh://admin@engine.example.test") == "tcp://engine.example.test:22"
+    assert dialled("unix:///run/docker.sock") is None  # nothing leaves the host
+    assert SCHEMA.problems(Given({"endpoint": ""})) == {}  # empty: the local socket
+
+
+def test_tls_material_goes_with_a_tcp_endpoint_and_a_certificate_with_its_key() -> None:
+    assert SCHEMA.problems(Given({"endpoint": "", "tls_key": KEY, "tls_cert": CERT})) == {
+        "tls_cert": "TLS client certificates are for Docker tcp:// endpoints."
+    }
+    only_cert = SCHEMA.problems(Given({"endpoint": "tcp://127.0.0.1:2376", "tls_cert": CERT}))
+    assert only_cert == {"tls_key": "A client certificate needs its key, and a key its certificate."}
+    # A stored pair: a new certificate alone replaces the stored one.
+    stored = Given({"endpoint": "tcp://127.0.0.1:2376", "tls_cert": CERT}, frozenset({"tls_cert", "tls_key"}))
+    assert SCHEMA.problems(stored) == {}
+    not_pem = SCHEMA.problems(Given({"endpoint": "tcp://127.0.0.1:2376", "tls_cert": "cert", "tls_key": KEY}))
+    assert not_pem == {"tls_cert": "Paste the PEM text (-----BEGIN CERTIFICATE…)."}
+
+
+def test_the_adapter_reads_its_typed_options_as_the_old_string_bag_gave_them(tmp_path: Path) -> None:
+    bag = {"network": "n-test", "timeout": "7", "control_timeout": "2.5", "proxy_dns": "127.0.0.1, 127.0.0.2",
+           "egress_log_max_bytes": "4096", "disk_dir": str(tmp_path), "template_build_disk_mb": "64",
+           "host_firewall": "external", "inbound_url": "/in/", "sandbox_url": "ignored: not Docker's"}  # fmt: skip
+    typed = DockerOptions.parse(bag)
+    assert typed == DockerOptions(
+        network="n-test",
+        timeout=7,
+        control_timeout=2.5,
+        proxy_dns=("127.0.0.1", "127.0.0.2"),
+        egress_log_max_bytes=4096,
+        disk_dir=str(tmp_path),
+        template_build_disk_mb=64,
+        host_firewall="external",
+        inbound_url="/in/",
+    )
+    for options in (bag, typed):
+        backend = DockerBackend(BackendConfig(kind="docker", endpoint="tcp://127.0.0.1:9", options=options))
+        assert backend.options == typed
+        assert (backend.engine.api_timeout, backend.engine.control_timeout) == (7, 2.5)
+        assert backend.networks.prefix == "n-test"
+        assert (backend.disk.root, backend.disk.build_disk_mb) == (tmp_path, 64)
+        assert backend.outbound.settings.proxy_dns == ("127.0.0.1", "127.0.0.2")
+        backend.close()
+
+
+@pytest.mark.parametrize(
+    ("bag", "named"),
+    [
+        ({"timeout": "ten"}, "timeout"),
+        ({"control_timeout": "0"}, "control_timeout"),
+        ({"host_firewall": "off"}, "host_firewall"),
+    ],
+)
+def test_an_option_the_adapter_cannot_use_is_an_invalid_error(bag: dict[str, str], named: str) -> None:
+    with pytest.raises(RemoteError) as caught:
+        DockerBackend(BackendConfig(kind="docker", endpoint="tcp://127.0.0.1:9", options=bag))
+    assert caught.value.kind == ErrorKind.INVALID
+    assert named in caught.value.message
