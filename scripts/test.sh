@@ -24,6 +24,9 @@ if [ "$status" -eq 5 ]; then
   status=0
 fi
 
-echo "==> pytest (everything but the browser tests)"
-.venv/bin/pytest -m "not e2e" "$@" || status=$?
+# The rest runs in TEST_WORKERS processes (pytest-xdist; 2 = the CI machine's cores), a test
+# file at a time on one of them, so a module's shared engine or sandbox is made once. Each
+# worker has its own test database and Redis database (console/settings/test.py).
+echo "==> pytest (everything but the browser tests, ${TEST_WORKERS:-2} workers)"
+.venv/bin/pytest -m "not e2e" -n "${TEST_WORKERS:-2}" --dist loadfile "$@" || status=$?
 exit "$status"

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from console.settings.test import worker_redis_url
 from tests.support import network_guard
 
 # No test looks a name up off this machine (tests/support/network_guard.py).
@@ -23,7 +24,9 @@ network_guard.install()
 pytest_plugins = ["tests.fakes.fixtures"]
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+# Under pytest-xdist each worker has a Redis database of its own: the test settings already
+# rewrote REDIS_URL for it; the default is rewritten here.
+REDIS_URL = os.environ.get("REDIS_URL") or worker_redis_url("redis://127.0.0.1:6379/0")
 
 
 @functools.cache

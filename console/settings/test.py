@@ -7,7 +7,7 @@ Redis, but the console under test keeps the in-process runner unless a test opts
 import os
 
 from .base import *  # noqa: F403
-from .base import DATABASES, TUNING, VAR_DIR
+from .base import DATABASES, REDIS_URL, TUNING, VAR_DIR
 
 SECRET_KEY = "test-secret-key-not-for-production"  # noqa: S105
 FIELD_ENCRYPTION_KEY = "i-jd3i8P6hAsBXbyr7FvRh-DyH0dvHOP5x0g-mmpuj8="
@@ -19,6 +19,29 @@ JOB_RUNNER = os.environ.get("TEST_JOB_RUNNER", "inprocess")
 CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 MEDIA_ROOT = VAR_DIR / "test-media"
 CONSOLE_INSTALLATION_ID = "test-" + os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+def worker_redis_url(url: str) -> str:
+    """`url` for this pytest-xdist worker: gwN uses the Nth Redis database after url's (gw0
+    keeps it), as pytest-django gives each worker a test database of its own. Outside xdist,
+    `url` itself."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return url
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    db = int(parts.path.strip("/") or 0) + int(worker[2:])
+    return parts._replace(path=f"/{db}").geturl()
+
+
+# Once per worker: the processes a test starts inherit the worker's REDIS_URL (or the one the
+# test gives them) and keep it.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker and REDIS_URL and os.environ.get("TEST_REDIS_WORKER") != _worker:
+    REDIS_URL = os.environ["REDIS_URL"] = worker_redis_url(REDIS_URL)
+    os.environ["TEST_REDIS_WORKER"] = _worker
+    CELERY_BROKER_URL = REDIS_URL
 LOGGING = {"version": 1, "disable_existing_loggers": False}
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -7,10 +7,10 @@ import os
 import re
 import shelve
 import subprocess
-import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 
@@ -19,6 +19,7 @@ from console.environment import RETIRED, VARIABLES, email_settings, unknown_vari
 from sandboxes.sessions.tuning import SESSIONS
 from sandboxes.terminal.tuning import TERMINAL
 from tests.support.tuning import Tuned
+from tests.support.warm_manage import WarmManage
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "configuration.md"
@@ -132,20 +133,26 @@ def test_unknown_variables_are_ours_by_prefix_or_by_old_name_only() -> None:
     assert found["TERMINAL_IDLE_TIMEOUT_S"] == "no longer read; use CONSOLE_TUNING terminal.idle_timeout_s=..."
 
 
-def run_manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+class Manage(Protocol):
+    def __call__(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]: ...
+
+
+@pytest.fixture(scope="module")
+def run_manage() -> Iterator[Manage]:
+    """`run_manage("check", CONSOLE_TUNING=...)`: a start of `manage.py` under the test settings
+    and the test's environment (none of ours besides), each a process of its own, forked from
+    one warmed-up helper (tests/support/warm_manage.py)."""
+    warm = WarmManage()
     base = {k: v for k, v in os.environ.items() if k not in RETIRED and not k.startswith(environment.OUR_PREFIXES)}
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        env={**base, "DJANGO_SETTINGS_MODULE": "console.settings.test", **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+
+    def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return warm.run(list(args), {**base, "DJANGO_SETTINGS_MODULE": "console.settings.test", **env})
+
+    yield run
+    warm.close()
 
 
-def test_a_start_reports_unread_variables_in_one_log_line_and_a_check_warning() -> None:
+def test_a_start_reports_unread_variables_in_one_log_line_and_a_check_warning(run_manage: Manage) -> None:
     result = run_manage("check", TERMINAL_IDLE_TIMEOUT_S="600", CONSOLE_NOPE="1", TERMINAL_EMULATOR="x")
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stderr.splitlines() if "environment variables not read" in line]
@@ -177,14 +184,14 @@ def test_a_start_reports_unread_variables_in_one_log_line_and_a_check_warning() 
         ("login.failure_limit=1,login.failure_limit=2", "error: CONSOLE_TUNING: login.failure_limit is given twice"),
     ],
 )
-def test_a_bad_tuning_override_stops_the_start_with_a_message(overrides: str, message: str) -> None:
+def test_a_bad_tuning_override_stops_the_start_with_a_message(run_manage: Manage, overrides: str, message: str) -> None:
     result = run_manage("check", CONSOLE_TUNING=overrides)
     assert result.returncode != 0
     assert message in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
 
 
-def test_tuning_overrides_are_typed_from_pairs_or_json() -> None:
+def test_tuning_overrides_are_typed_from_pairs_or_json(run_manage: Manage) -> None:
     assert run_manage("tuning", "terminal.idle_timeout_s").stdout.strip() == "28800"
     pairs = run_manage("tuning", "terminal.idle_timeout_s", CONSOLE_TUNING="terminal.idle_timeout_s=600, x.y=")
     assert pairs.returncode != 0  # x.y: no such room, even when empty

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from django.conf import settings as django_settings
 
-from console.jobs import run_job
 from console.models import AdminJob, Space
 from console.services import SYSTEM, Actor
 from sandboxes.backends.base import META_INSTALLATION, META_PURPOSE, ListQuery
@@ -23,6 +22,7 @@ from sandboxes.models import SandboxConfig, Session
 from skills.install.start import do_start_install, do_start_uninstall
 from skills.models import SkillVersion
 from tests.conftest import IN_CI
+from tests.support.jobs import run_to_end
 from tests.support.skills import EXECUTABLE, REGULAR, build_zip, import_bytes
 
 WHEEL_PACKAGE = "tinydep"
@@ -106,18 +106,14 @@ def import_skill(data: bytes) -> SkillVersion:
 
 
 def run_install(space: Space, config: SandboxConfig, version: SkillVersion, actor: Actor = SYSTEM) -> AdminJob:
-    """Start the install job and run it here (on_commit never fires inside a test transaction)."""
+    """Start the install job and run it to its end (tests/support/jobs.py)."""
     job = do_start_install(space, config, version, actor=actor)
-    finished = run_job(str(job.id))
-    assert finished is not None
-    return finished
+    return run_to_end(str(job.id))
 
 
 def run_uninstall(space: Space, config: SandboxConfig, name: str, actor: Actor = SYSTEM) -> AdminJob:
     job = do_start_uninstall(space, config, name, actor=actor)
-    finished = run_job(str(job.id))
-    assert finished is not None
-    return finished
+    return run_to_end(str(job.id))
 
 
 def build_sandboxes(config: SandboxConfig, installation: str) -> list[str]:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.urls import reverse
 
 from console.crypto import encrypt
@@ -282,7 +283,11 @@ def test_identity_fields_are_frozen_while_sandboxes_live(
     assert client.post(url, config_form_data(name=docker_config.name, memory_mb="768")).status_code == 302
     backend = get_backend(docker_config)
     listed = list(
-        backend.iter_sandboxes(ListQuery(metadata={META_CONFIG: str(docker_config.id), META_INSTALLATION: "test-main"}))
+        backend.iter_sandboxes(
+            ListQuery(
+                metadata={META_CONFIG: str(docker_config.id), META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID}
+            )
+        )
     )
     assert [s.sandbox_id for s in listed] == [live_sandbox]
 

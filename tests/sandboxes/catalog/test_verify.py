@@ -49,10 +49,16 @@ def assert_clean_run(checks: list[Check] | list[dict[str, Any]]) -> dict[str, di
     return by_name
 
 
-def leftovers(backend: Backend, metadata: dict[str, str], snapshots_before: set[str]) -> tuple[list[str], set[str]]:
+def leftovers(
+    backend: Backend, metadata: dict[str, str], snapshots_before: set[str], *, snapshot_name: str | None = None
+) -> tuple[list[str], set[str]]:
+    """The sandboxes listed under `metadata`, and the snapshots made since `snapshots_before`
+    (named `snapshot_name` where given: on the shared engine, other tests and runs make
+    snapshots of their own meanwhile, and a snapshot's metadata labels are blanked)."""
     sandboxes = [info.sandbox_id for info in backend.iter_sandboxes(ListQuery(metadata=metadata))]
     capability = backend.snapshots()
-    snapshots = {s.snapshot_id for s in capability.list()} - snapshots_before if capability else set()
+    listed = capability.list() if capability else []
+    snapshots = {s.snapshot_id for s in listed if snapshot_name in (None, s.name)} - snapshots_before
     return sandboxes, snapshots
 
 
@@ -94,7 +100,9 @@ def test_verify_on_docker_end_to_end(world: World, docker_config: SandboxConfig,
     assert finished.result["ok"] is True
     assert finished.result["summary"] == {PASS: 9, FAIL: 0, UNSUPPORTED: 0}
     assert "no default route" in checks["outbound_off"]["detail"]
-    sandboxes, snapshots_left = leftovers(backend, {META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID}, before)
+    sandboxes, snapshots_left = leftovers(
+        backend, {META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID}, before, snapshot_name="console-verify"
+    )
     assert sandboxes == []
     assert snapshots_left == set()
 

@@ -12,7 +12,6 @@ import docker.errors
 import pytest
 from django.urls import reverse
 
-from console.jobs import run_job
 from console.models import AdminJob, AuditEvent, JobStatus, Space
 from sandboxes.backends.base import META_INSTALLATION, META_SPACE
 from sandboxes.catalog.bridge import console_metadata, get_backend
@@ -22,6 +21,7 @@ from sandboxes.sessions.runtime import Runtime
 from skills.models import SkillImage, SkillImageStatus
 from tests.factories import set_policy
 from tests.personas import World
+from tests.support.jobs import run_to_end
 from tests.support.skill_install import clean_up, import_skill, job_error, plain_skill, run_install
 
 pytestmark = pytest.mark.docker
@@ -149,7 +149,7 @@ def test_a_teardown_that_cannot_delete_keeps_the_rows_and_says_what_stayed(
     )["Id"]
     try:
         job = teardown.start_teardown(teardown.KIND_SPACE, space, str(space.pk), actor=teardown.SYSTEM)
-        run_job(str(job.id))
+        run_to_end(str(job.id))
         job.refresh_from_db()
         assert job.status == JobStatus.FAILED
         assert f"could not delete snapshot {snapshot.snapshot_id}" in job.error
@@ -161,7 +161,7 @@ def test_a_teardown_that_cannot_delete_keeps_the_rows_and_says_what_stayed(
         assert "Delete again" in page
         engine.remove_container(container, force=True)
         retry = teardown.start_teardown(teardown.KIND_SPACE, space, str(space.pk), actor=teardown.SYSTEM)
-        run_job(str(retry.id))
+        run_to_end(str(retry.id))
         retry.refresh_from_db()
         assert retry.status == JobStatus.SUCCEEDED, job_error(retry)
         assert not Space.objects.filter(pk=space.pk).exists()
@@ -192,7 +192,7 @@ def test_deleting_a_session_deletes_the_old_skill_image_it_ran_from(
         assert snapshots is not None
 
         job = teardown.start_teardown(teardown.KIND_SESSION, space, str(session.pk), actor=teardown.SYSTEM)
-        run_job(str(job.id))
+        run_to_end(str(job.id))
         job.refresh_from_db()
         assert job.status == JobStatus.SUCCEEDED, job_error(job)
         ids = {s.snapshot_id for s in snapshots.list()}
@@ -284,7 +284,7 @@ def test_releasing_a_space_removes_a_network_its_sandboxes_left_behind(
     try:
         assert engine.networks(names=[name])
         job = teardown.start_teardown(teardown.KIND_SPACE, world.space_a, str(world.space_a.pk), actor=teardown.SYSTEM)
-        run_job(str(job.id))
+        run_to_end(str(job.id))
         job.refresh_from_db()
         assert job.status == JobStatus.SUCCEEDED, job_error(job)
         assert f"Deleted network {name}" in "\n".join(line["message"] for line in job.log)
