@@ -21,7 +21,8 @@ Admin endpoints (no auth), for tests:
   POST   /_fake/config                       {"cube_pause_seconds": s, "resume_failures": n,
                                               "new_id_on_resume": n (the next n resumes answer a new id),
                                              "cube_pr1800": bool (serve /v2 create/connect),
-                                             "missing_route": "validator"|"gin"|"proxy" (E2B)}
+                                             "missing_route": "validator"|"gin"|"proxy" (E2B),
+                                             "cube_version": a release (Cube upgraded in place)}
   POST   /_fake/sandboxes/{id}/state         {"state": "pausing"|"running"} (force a state)
   POST   /_fake/sandboxes/{id}/expire        make the TTL run out now (the reaper acts)
 """
@@ -44,6 +45,7 @@ from tests.fakes.fake_http import HttpError, NoRoute, Reply, Request, read_reque
 from tests.fakes.fake_lifecycle import Lifecycle
 from tests.fakes.fake_runtime import DEFAULT_IMAGE, DockerRuntime
 from tests.fakes.fake_state import (
+    CUBE_RELEASES,
     CUBE_VERSION_ALIASES,
     CUBE_VERSIONS,
     E2B_API_ALIASES,
@@ -155,6 +157,10 @@ class FakeApp:
                     self.store.cube_pr1800 = bool(body["cube_pr1800"])
                 if body.get("missing_route") in MISSING_ROUTE_STYLES:
                     self.store.missing_route = body["missing_route"]
+                if self.store.is_cube and body.get("cube_version") in CUBE_VERSIONS:
+                    # The cluster upgraded or rolled back in place: same address, same sandboxes.
+                    self.store.cube_version = body["cube_version"]
+                    self.store.release = CUBE_RELEASES[body["cube_version"]]
             reply.empty(204)
         else:
             self._admin_sandbox(req, reply)

@@ -8,8 +8,8 @@ about each:
   `cube-0.2` .. `cube-0.6`): no release serves the SDK's /v2 create/connect, so create is
   `POST /sandboxes` and connect `POST /sandboxes/{id}/connect`. The release is told by the
   routes each one introduced (releases.py), probed by `health()` (recorded on the config)
-  and, unless pinned, again before an adapter's first create (a recorded release may have
-  gone stale); `options["protocol"]` with `protocol_pinned` pins it. Every behaviour below
+  and, unless pinned, again before every create (a cluster may be upgraded or rolled back in
+  place while an adapter lives); `options["protocol"]` with `protocol_pinned` pins it. Every behaviour below
   that differs is a field of the release.
 - **Idle behaviour**: from v0.5.0 only `lifecycle.onTimeout`/`autoResume` is read (absent
   lifecycle = killed at the TTL). Before v0.5.0 `autoPause` is parsed and not forwarded, so the
@@ -173,7 +173,6 @@ class CubeBackend(E2BBackend):
             names = sorted(r.protocol for r in RELEASES)
             raise RemoteError(ErrorKind.INVALID, f"option 'protocol' must be one of {names}") from None
         self.protocol_pinned = self.protocol_pinned or bool(self.options.cube_version)
-        self.probed = False
         self._list_snapshot: tuple[str, float, builtins.list[Any]] | None = None
         self.host_root = self.options.workspace_host_root
         problem = host_root_problem(self.host_root) if self.host_root else None
@@ -234,7 +233,6 @@ class CubeBackend(E2BBackend):
             network_update=self._route_answers("PUT", f"/sandboxes/{probe_id}/network", json={}),
             stats=self._route_answers("GET", f"/sandboxes/{probe_id}/metrics"),
         )
-        self.probed = True
         return self.release
 
     def known_release(self) -> CubeRelease:
@@ -298,10 +296,11 @@ class CubeBackend(E2BBackend):
 
     def create(self, spec: SandboxSpec) -> SandboxInfo:
         # The network switches mean different things per release (allowPublicTraffic: egress
-        # before v0.5, inbound from v0.5), so a recorded release that went stale (the cluster
-        # was upgraded or rolled back since the connection test) would open what the policy
-        # closes. Unless pinned, the release is probed once per adapter before it creates.
-        if not self.protocol_pinned and not self.probed:
+        # before v0.5, inbound from v0.5), so a release that went stale (the cluster was
+        # upgraded or rolled back in place since the connection test, or since this adapter's
+        # last create: an adapter lives as long as its config row) would open what the policy
+        # closes. Unless pinned, the release is probed before every create (a few GETs).
+        if not self.protocol_pinned:
             self.probe_release()
         return super().create(spec)
 
