@@ -71,13 +71,18 @@ def _pem(marker: str) -> Callable[[str], str | None]:
 
 
 def _check(given: Given, schema: SettingsSchema) -> dict[str, str]:
-    """TLS material goes with a tcp:// endpoint, and a certificate with its key."""
+    """TLS material goes with a tcp:// endpoint, a client certificate with its key (typed now
+    or stored; a CA is neither), and new material is not typed while the stored is removed
+    (the removal would drop it)."""
     problems: dict[str, str] = {}
     typed = {name for name in TLS if given.get(name) and given.get(name) != "***"}
     if typed and not str(given.get("endpoint") or "").startswith("tcp://"):
         problems["tls_cert"] = "TLS client certificates are for Docker tcp:// endpoints."
-    stored = bool(given.stored_secrets & {"tls_cert", "tls_ca"})
-    if ("tls_cert" in typed) != ("tls_key" in typed) and not stored:
+    if typed and given.get("clear_tls"):
+        problems["clear_tls"] = "Either remove the stored TLS material or give new material, not both."
+        return problems
+    held = typed | (given.stored_secrets & {"tls_cert", "tls_key"})
+    if typed and ("tls_cert" in held) != ("tls_key" in held):
         problems["tls_key"] = "A client certificate needs its key, and a key its certificate."
     return problems
 

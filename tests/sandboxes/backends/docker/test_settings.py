@@ -73,6 +73,29 @@ def test_tls_material_goes_with_a_tcp_endpoint_and_a_certificate_with_its_key() 
     assert not_pem == {"tls_cert": "Paste the PEM text (-----BEGIN CERTIFICATE…)."}
 
 
+def test_a_client_key_needs_a_certificate_typed_or_stored_and_a_ca_is_no_certificate() -> None:
+    # Only a CA stored: a key typed alone was accepted and never used (no certificate to pair).
+    ca_only = Given({"endpoint": "tcp://127.0.0.1:2376", "tls_key": KEY}, frozenset({"tls_ca"}))
+    assert SCHEMA.problems(ca_only) == {"tls_key": "A client certificate needs its key, and a key its certificate."}
+    # A stored pair: a new key alone replaces the stored one.
+    pair = Given({"endpoint": "tcp://127.0.0.1:2376", "tls_key": KEY}, frozenset({"tls_cert", "tls_key"}))
+    assert SCHEMA.problems(pair) == {}
+    # A CA alone (the engine's certificate checked, no client certificate) is whole.
+    assert SCHEMA.problems(Given({"endpoint": "tcp://127.0.0.1:2376", "tls_ca": CERT})) == {}
+
+
+def test_removing_the_stored_tls_material_and_typing_new_material_at_once_is_refused() -> None:
+    # The switch removes after the typed material is set: what was typed was dropped silently.
+    stored = frozenset({"tls_ca", "tls_cert", "tls_key"})
+    both = Given({"endpoint": "tcp://127.0.0.1:2376", "clear_tls": True, "tls_cert": CERT, "tls_key": KEY}, stored)
+    assert SCHEMA.problems(both) == {
+        "clear_tls": "Either remove the stored TLS material or give new material, not both."
+    }
+    # The switch alone, or with *** kept in the fields, removes them.
+    alone = Given({"endpoint": "tcp://127.0.0.1:2376", "clear_tls": True, "tls_cert": "***"}, stored)
+    assert SCHEMA.problems(alone) == {}
+
+
 def test_the_adapter_reads_its_typed_options_as_the_old_string_bag_gave_them(tmp_path: Path) -> None:
     bag = {"network": "n-test", "timeout": "7", "control_timeout": "2.5", "proxy_dns": "127.0.0.1, 127.0.0.2",
            "egress_log_max_bytes": "4096", "disk_dir": str(tmp_path), "template_build_disk_mb": "64",
