@@ -3,6 +3,7 @@ reads (`DockerOptions`); no Django, no Docker SDK (the console reads it to build
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -70,6 +71,19 @@ def _pem(marker: str) -> Callable[[str], str | None]:
     return problem
 
 
+_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )?PRIVATE KEY-----")
+
+
+def _key_problem(value: str) -> str | None:
+    """A client key: a private key's PEM block (RSA, EC or PKCS#8), never a certificate, and
+    unencrypted (docker-py's TLSConfig gives the key no passphrase)."""
+    if "-----BEGIN ENCRYPTED PRIVATE KEY" in value or "Proc-Type: 4,ENCRYPTED" in value:
+        return "The key is encrypted: Docker's client takes no passphrase; paste it unencrypted."
+    if _PRIVATE_KEY.search(value):
+        return None
+    return "Paste the client key's PEM text (-----BEGIN PRIVATE KEY…); a certificate is no key."
+
+
 def _check(given: Given, schema: SettingsSchema) -> dict[str, str]:
     """TLS material goes with a tcp:// endpoint, a client certificate with its key (typed now
     or stored; a CA is neither), and new material is not typed while the stored is removed
@@ -123,7 +137,7 @@ SCHEMA = SettingsSchema(
             "TLS client key (PEM)",
             SettingType.PEM,
             secret=True,
-            validate=_pem(""),
+            validate=_key_problem,
             help="Stored encrypted, never shown again; leave *** (or empty) to keep it.",
         ),
         Setting(

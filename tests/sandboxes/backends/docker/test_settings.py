@@ -96,6 +96,19 @@ def test_removing_the_stored_tls_material_and_typing_new_material_at_once_is_ref
     assert SCHEMA.problems(alone) == {}
 
 
+def test_the_key_field_takes_a_private_key_not_a_certificate_nor_an_encrypted_key() -> None:
+    key = SCHEMA.setting("tls_key")
+    assert key.validate is not None
+    assert key.validate(KEY) is None
+    assert key.validate(KEY.replace("PRIVATE KEY", "EC PRIVATE KEY")) is None
+    # Certificate and key swapped (or the certificate pasted twice): saved, then every
+    # connection failed on the engine's side.
+    assert key.validate(CERT) == "Paste the client key's PEM text (-----BEGIN PRIVATE KEY…); a certificate is no key."
+    # docker-py gives the key no passphrase: an encrypted key cannot be used.
+    encrypted = KEY.replace("PRIVATE KEY", "ENCRYPTED PRIVATE KEY")
+    assert key.validate(encrypted) == "The key is encrypted: Docker's client takes no passphrase; paste it unencrypted."
+
+
 def test_the_adapter_reads_its_typed_options_as_the_old_string_bag_gave_them(tmp_path: Path) -> None:
     bag = {"network": "n-test", "timeout": "7", "control_timeout": "2.5", "proxy_dns": "127.0.0.1, 127.0.0.2",
            "egress_log_max_bytes": "4096", "disk_dir": str(tmp_path), "template_build_disk_mb": "64",
