@@ -210,6 +210,10 @@ def do_update_config(
         return config
     for key in changed:
         setattr(config, key, data[key])
+    if "backend" in changed:
+        # What the old backend's server reported is not the new one's (another kind's protocol
+        # would be refused by the new adapter): detected again by the next connection test.
+        config.backend_protocol = config.backend_version = ""
     if "default_template" in changed or "backend" in changed:
         _check_template_visible(config)
     try:

@@ -370,3 +370,21 @@ def test_an_older_copy_of_a_config_takes_the_edited_adapter_and_evicts_nothing(w
     assert DockerOptions.parse(again.config.options).tls_ca.startswith("-----BEGIN CERTIFICATE-----")
     assert get_backend(held) is again
     assert get_backend(config) is again
+
+
+def test_a_config_moved_to_a_backend_of_another_kind_forgets_the_old_kinds_protocol(world: World) -> None:
+    # The protocol recorded by the old kind's server (e2b-v1) went to the Cube adapter, which
+    # refuses it: every call on the moved config failed, Test connection included.
+    common = {"endpoint": "http://127.0.0.1:9", "domain": "sandbox.example.test", "api_key": "k",
+              "allow_private_endpoints": True}  # fmt: skip
+    e2b = make_backend(world.space_a, name="e2b backend", kind="e2b", **common)
+    cube = make_backend(world.space_a, name="cube backend", kind="cube", **common)
+    config = make_config(world.space_a, backend=e2b, name="moved", default_template="base")
+    SandboxConfig.objects.filter(pk=config.pk).update(backend_protocol="e2b-v1", backend_version="E2B API at …")
+    url = reverse("sandboxes:config_edit", args=[config.id])
+    data = config_form(cube, name="moved", default_template="base", disk_mb="1024", fields_for=str(cube.pk))
+    response = world.client_for("alice").post(url, data)
+    assert response.status_code == 302, response.context["form"].errors if response.context else response
+    moved = SandboxConfig.objects.select_related("backend").get(pk=config.pk)
+    assert (moved.backend, moved.backend_protocol, moved.backend_version) == (cube, "", "")
+    assert get_backend(moved).kind == "cube"  # builds: the release is probed when needed
