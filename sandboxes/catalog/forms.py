@@ -233,10 +233,17 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             raise forms.ValidationError("An http(s) URL.")
         if url:
             try:
-                check_endpoint(url, allow_private=bool(self.data.get("allow_private_endpoints")))
+                check_endpoint(url, allow_private=self._allows_private())
             except (RemoteError, ValueError, UnicodeError) as exc:
                 raise forms.ValidationError(getattr(exc, "message", str(exc))) from None
         return url
+
+    def _allows_private(self) -> bool:
+        """The private-endpoint switch as its checkbox reads the post ("false" is unticked),
+        whichever field is cleaned first."""
+        name = "allow_private_endpoints"
+        widget = self.fields[name].widget
+        return bool(widget.value_from_datadict(self.data, self.files, self.add_prefix(name)))
 
     def clean_pip_index_url(self) -> str:
         return self._clean_url("pip_index_url")

@@ -474,3 +474,14 @@ def test_a_spaces_own_key_does_not_outlive_a_switch_to_a_kind_without_keys(world
     assert saved.status_code == 302, saved.context["form"].errors if saved.context else saved
     config.refresh_from_db()
     assert decrypt(config.api_key_encrypted) == ""
+
+
+@pytest.mark.parametrize("url_field", ["pip_index_url", "npm_registry_url"])
+def test_a_package_source_is_judged_by_the_private_switch_as_the_form_reads_it(world: World, url_field: str) -> None:
+    # "false" is the checkbox unticked (Django's CheckboxInput), yet the URL check read the raw
+    # post as true and let a private package source through on a backend without private endpoints.
+    data = _docker(allow_private_endpoints="false", **{url_field: "http://127.0.0.1:1/simple/"})
+    response = world.client_for("root").post(reverse(CREATE), data)
+    assert response.status_code == 400
+    assert url_field in response.context["form"].errors
+    assert not PlatformBackend.objects.exists()
