@@ -375,8 +375,8 @@ def test_an_older_copy_of_a_config_takes_the_edited_adapter_and_evicts_nothing(w
 def test_a_config_moved_to_a_backend_of_another_kind_forgets_the_old_kinds_protocol(world: World) -> None:
     # The protocol recorded by the old kind's server (e2b-v1) went to the Cube adapter, which
     # refuses it: every call on the moved config failed, Test connection included.
-    common = {"endpoint": "http://127.0.0.1:9", "domain": "sandbox.example.test", "api_key": "k",
-              "allow_private_endpoints": True}  # fmt: skip
+    common: dict[str, Any] = {"endpoint": "http://127.0.0.1:9", "domain": "sandbox.example.test", "api_key": "k",
+                              "allow_private_endpoints": True}  # fmt: skip
     e2b = make_backend(world.space_a, name="e2b backend", kind="e2b", **common)
     cube = make_backend(world.space_a, name="cube backend", kind="cube", **common)
     config = make_config(world.space_a, backend=e2b, name="moved", default_template="base")
