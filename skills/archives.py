@@ -8,7 +8,9 @@ in one transaction, so a refusal at any point leaves nothing behind.
 
 Packaging leftovers (`node_modules/`, `.git/`, `__pycache__/`, `*.pyc`, `.DS_Store`,
 `__MACOSX/`) are skipped before anything else is checked or counted: the file limit counts the
-skill's own files. Names must be UTF-8; any other name is refused with the name shown
+skill's own files. They are still bounded: a tar may hold `ENTRIES_PER_FILE` entries (folders
+and left-out files included) per allowed file, and the compression ratio covers the bytes
+decompressed to skip them. Names must be UTF-8; any other name is refused with the name shown
 (undecodable bytes as `\\xNN`).
 
 Symlinks and hard links are refused, whether they point inside the skill or not: the
@@ -49,6 +51,9 @@ DEFAULT_MAX_COMPRESSION_RATIO = 100
 # Small files compress very well without being a threat (a 64 KiB run of spaces is ~1000:1),
 # so the per-entry ratio is only checked above this size.
 RATIO_CHECK_MIN_BYTES = 64 * 1024
+# Folders and left-out packaging files do not count as files, but each is a header to read
+# (and, in a tar, bytes to decompress to skip): a tar may hold this many entries per allowed file.
+ENTRIES_PER_FILE = 100
 MAX_PATH_LENGTH = 1024
 SYMLINK_TARGET_MAX = 4096
 PERMISSION_BITS = 0o777
@@ -312,6 +317,15 @@ def check_total(total: int, limits: Limits) -> None:
         )
 
 
+def check_entry_count(count: int, limits: Limits) -> None:
+    most = limits.max_files * ENTRIES_PER_FILE
+    if count > most:
+        raise ArchiveError(
+            f"The archive has more than {most} entries (files, folders and left-out packaging files; "
+            f"{ENTRIES_PER_FILE} per file of skills.max_files); refused."
+        )
+
+
 def check_ratio(name: str, uncompressed: int, compressed: int, limits: Limits) -> None:
     if uncompressed < RATIO_CHECK_MIN_BYTES:
         return
@@ -437,12 +451,19 @@ def _tar_entries(
     archive: tarfile.TarFile, archive_size: int, spool: Spool, limits: Limits
 ) -> tuple[list[SkillEntry], int]:
     entries: list[SkillEntry] = []
-    count = total = dropped = 0
-    # Iterating reads one header at a time, so limits are checked before any data is read.
-    for member in archive:
+    count = total = dropped = seen = streamed = 0
+    # `next()` reads one header at a time, so limits are checked before any data is read or
+    # skipped; the members list tarfile keeps is emptied so memory does not grow with entries.
+    while (member := archive.next()) is not None:
+        archive.members.clear()
+        seen += 1
+        check_entry_count(seen, limits)
+        # Every member's bytes are decompressed, kept or skipped: the ratio covers them all.
+        streamed += member.size if member.isreg() else 0
         path = clean_member_path(member.name)
         if is_leftover(path):
             dropped += 0 if member.isdir() else 1
+            check_ratio("the archive", streamed, archive_size, limits)
             continue
         if member.isdir() or not path:
             continue
@@ -454,11 +475,12 @@ def _tar_entries(
             raise refuse_special(path, _tar_file_type(member))
         total += member.size
         check_total(total, limits)
+        check_ratio("the archive", streamed, archive_size, limits)
         extracted = archive.extractfile(member)
         stream = chunks_of(extracted) if extracted is not None else iter(())
         entries.append(with_mode(spool.add(path, 0, stream, declared=member.size), member.mode))
-    # A compressed tar has no per-entry sizes, so the ratio is checked for the whole stream.
-    check_ratio("the archive", total, archive_size, limits)
+    # A compressed tar has no per-entry sizes, so the ratio is checked for the whole stream
+    # (as it grows, above, so a bomb in a left-out folder is not decompressed to the end).
     return entries, dropped
 
 

@@ -136,6 +136,20 @@ TAR_ATTACKS = {
     ),
     "bomb by total": (tar_with_skill((tar_file("my-skill/big"), b"\0" * 3_100_000)), "unpacks to more than"),
     "bomb by ratio": (tar_with_skill((tar_file("my-skill/big"), b"\0" * 2_000_000)), "compresses"),
+    # Left-out folders are not the skill's files, but their bytes are still decompressed to be skipped.
+    "bomb in a left-out folder": (
+        tar_with_skill((tar_file("my-skill/node_modules/zeros.bin"), b"\0" * 5_000_000)),
+        "'the archive': refused: it compresses",
+    ),
+    # Folders and left-out files do not count as files, yet each one is a header read and kept.
+    "entries in a left-out folder": (
+        tar_with_skill(*[(tar_file(f"my-skill/node_modules/m{i}.js"), b"") for i in range(600)]),
+        "more than 500 entries (files, folders and left-out packaging files; 100 per file of skills.max_files)",
+    ),
+    "folder entries": (
+        tar_with_skill(*[(tar_file(f"my-skill/d{i}", kind=tarfile.DIRTYPE, mode=0o755), None) for i in range(600)]),
+        "more than 500 entries",
+    ),
 }
 
 
