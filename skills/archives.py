@@ -17,9 +17,10 @@ Symlinks and hard links are refused, whether they point inside the skill or not:
 installer copies plain files, official skills ship none, and refusing them all removes a
 whole class of escapes. The message says whether the link left the skill. Directories are
 not stored (empty folders are dropped; the installer creates folders 0755); files keep their
-permission bits, without setuid, setgid or sticky, and made readable by everyone (executable by
-everyone when any exec bit is set), because the installed skill belongs to root and the session
-user reads it as "other". Each change is named in a warning.
+permission bits, without setuid, setgid, sticky or world write, and made readable by everyone
+(executable by everyone when any exec bit is set), because the installed skill belongs to root
+and the session user reads it as "other" (and must not rewrite it). Each change is named in a
+warning.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ ENTRIES_PER_FILE = 100
 MAX_PATH_LENGTH = 1024
 SYMLINK_TARGET_MAX = 4096
 PERMISSION_BITS = 0o777
+# setuid, setgid, sticky: read from the archive so their removal is named, never stored.
+SPECIAL_BITS = 0o7000
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tar", ".zip", ".skill")
 # Left out as the reference packager does (package_skill.py), plus macOS resource forks and
 # version-control folders.
@@ -276,9 +279,10 @@ def refuse_special(path: str, file_type: int) -> ArchiveError:
 
 
 def file_mode(raw_mode: int, head: bytes) -> int:
-    """Permission bits without setuid/setgid/sticky; a default when the archive has none."""
-    mode = raw_mode & PERMISSION_BITS
-    if mode == 0:
+    """Permission and special bits as archived (`session_mode` removes the special ones and
+    names the change); a default when the archive has none."""
+    mode = raw_mode & (PERMISSION_BITS | SPECIAL_BITS)
+    if mode & PERMISSION_BITS == 0:
         # Archives made on Windows carry no Unix mode: executable when it looks like a script.
         return 0o755 if head.startswith(b"#!") else 0o644
     return mode
@@ -604,12 +608,15 @@ NAMED_CHANGES_MAX = 20
 
 
 def session_mode(mode: int) -> int:
-    """`mode` readable by all, and executable by all when any exec bit is set.
+    """`mode` readable by all, and executable by all when any exec bit is set; never setuid,
+    setgid, sticky or writable by others.
 
     Installed skills belong to root, so the session user (uid 1000) reads them through the
-    "other" bits: a 0600 SKILL.md (what Python's `zipfile.writestr` gives) would be unreadable.
+    "other" bits: a 0600 SKILL.md (what Python's `zipfile.writestr` gives) would be unreadable,
+    and a 0666 one would be rewritable by every session user. (Group write is left: the group
+    is root's.)
     """
-    mode |= 0o444
+    mode = (mode & PERMISSION_BITS & ~0o002) | 0o444
     if mode & 0o111:
         mode |= 0o111
     return mode
@@ -631,7 +638,10 @@ def normalise_modes(entries: list[SkillEntry]) -> tuple[list[SkillEntry], list[t
 def modes_changed_message(changed: list[tuple[str, int, int]]) -> str:
     named = ", ".join(f"{path} {old:04o}→{new:04o}" for path, old, new in changed[:NAMED_CHANGES_MAX])
     more = f" and {len(changed) - NAMED_CHANGES_MAX} more" if len(changed) > NAMED_CHANGES_MAX else ""
-    return f"Modes of {len(changed)} file(s) changed so the session user can read them (exec bits kept): {named}{more}."
+    return (
+        f"Modes of {len(changed)} file(s) changed so the session user can read them and not change them "
+        f"(exec bits kept; setuid, setgid, sticky and world write removed): {named}{more}."
+    )
 
 
 def runner_for(path: str) -> str:

@@ -157,9 +157,9 @@ def test_world_writable_setuid_and_setgid_bits_are_removed_and_named() -> None:
     )
     version = import_bytes(data).version
     modes = {f.path: f.mode for f in version_files(version)}
-    assert modes == {"SKILL.md": 0o644, "scripts/run.sh": 0o755, "scripts/suid.sh": 0o755, "group.txt": 0o664}
+    assert modes == {"SKILL.md": 0o664, "scripts/run.sh": 0o775, "scripts/suid.sh": 0o755, "group.txt": 0o664}
     warning = next(w["message"] for w in version.warnings if "Modes of" in w["message"])
-    assert "SKILL.md 0666→0644" in warning
-    assert "scripts/run.sh 0777→0755" in warning
+    assert "SKILL.md 0666→0664" in warning
+    assert "scripts/run.sh 0777→0775" in warning
     assert "scripts/suid.sh 6755→0755" in warning
     assert "group.txt" not in warning, "group write is not the session user's (root's group)"
