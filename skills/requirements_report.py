@@ -477,7 +477,9 @@ def _guarded_imports(tree: ast.AST) -> set[int]:
 def read_python(path: str, text: str, report: Report, local: set[str]) -> None:
     try:
         tree = ast.parse(text, filename=path)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # Deep nesting (a long `a+a+…` chain, thousands of unary minuses) exhausts the parser:
+        # RecursionError or MemoryError, not SyntaxError. It is the file's problem, not the import's.
         report.ignore(path, "Python file that does not parse", path)
         return
     guarded = _guarded_imports(tree)
