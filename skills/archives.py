@@ -462,8 +462,9 @@ def _tar_entries(
         archive.members.clear()
         seen += 1
         check_entry_count(seen, limits)
-        # Every member's bytes are decompressed, kept or skipped: the ratio covers them all.
-        streamed += member.size if member.isreg() else 0
+        # Every member's bytes are decompressed, kept or skipped (tarfile skips a file's data and
+        # an unknown type's alike): the ratio covers them all. Other types declare size 0.
+        streamed += member.size
         path = clean_member_path(member.name)
         if is_leftover(path):
             dropped += 0 if member.isdir() else 1

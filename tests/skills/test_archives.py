@@ -141,6 +141,11 @@ TAR_ATTACKS = {
         tar_with_skill((tar_file("my-skill/node_modules/zeros.bin"), b"\0" * 5_000_000)),
         "'the archive': refused: it compresses",
     ),
+    # tarfile skips the data of a member of an unknown type as it does a file's.
+    "bomb of an unknown type in a left-out folder": (
+        tar_with_skill((tar_file("my-skill/.git/objects/x", kind=b"Z"), b"\0" * 5_000_000)),
+        "'the archive': refused: it compresses",
+    ),
     # Folders and left-out files do not count as files, yet each one is a header read and kept.
     "entries in a left-out folder": (
         tar_with_skill(*[(tar_file(f"my-skill/node_modules/m{i}.js"), b"") for i in range(600)]),
