@@ -534,7 +534,10 @@ def _folder_entries(root: Path, spool: Spool, limits: Limits) -> tuple[list[Skil
         # Leftover folders are not walked: they may be large and hold links (node_modules/.bin).
         for name in [d for d in dirnames if is_leftover(f"{here}/{d}/x" if here != "." else f"{d}/x")]:
             dirnames.remove(name)
-            dropped += sum(len(files) for _, _, files in os.walk(Path(dirpath) / name))
+            leftover = Path(dirpath) / name
+            # os.walk follows its top even when it is a symlink (`node_modules -> /`): a link is one
+            # leftover, never walked.
+            dropped += 1 if leftover.is_symlink() else sum(len(files) for _, _, files in os.walk(leftover))
         for name in sorted(dirnames) + sorted(filenames):
             full = Path(dirpath) / name
             relative = clean_member_path(full.relative_to(root).as_posix())

@@ -297,6 +297,24 @@ def test_folder_with_a_symlink_is_refused(tmp_path: Path, target: str, fragment:
     assert_nothing_written()
 
 
+@pytest.mark.parametrize("name", ["node_modules", ".git", "__pycache__"])
+def test_a_left_out_folder_that_is_a_symlink_is_not_walked(tmp_path: Path, name: str) -> None:
+    """A checkout can hold `node_modules -> /`: counting what is left out must not walk it."""
+    from console.services import SYSTEM
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for index in range(7):
+        (outside / f"f{index}").write_bytes(b"x")
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "SKILL.md").write_bytes(skill_md("s"))
+    (folder / name).symlink_to(outside)
+    version = import_folder(folder, actor=SYSTEM).version
+    assert [f.path for f in version_files(version)] == ["SKILL.md"]
+    assert any("Left out 1 packaging leftover" in w["message"] for w in version.warnings), version.warnings
+
+
 def test_folder_with_a_fifo_is_refused(tmp_path: Path) -> None:
     import os
 
