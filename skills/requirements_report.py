@@ -413,8 +413,11 @@ def _declared(
         try:
             project = tomllib.loads(pyproject.decode("utf-8")).get("project") or {}
             listed = project.get("dependencies") or []
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError, RecursionError):
+            # RecursionError: tomllib on a few hundred nested arrays.
             listed = []
+        if not isinstance(listed, list):
+            listed = []  # PEP 621 makes it an array of strings; a string would be read letter by letter
         extra += [(str(line), "pyproject.toml") for line in listed if isinstance(line, str)]
     frontmatter = extra_frontmatter.get("dependencies")
     if isinstance(frontmatter, str):

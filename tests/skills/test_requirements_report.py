@@ -404,3 +404,18 @@ def test_a_script_that_exhausts_the_parser_is_set_aside_not_a_crash(source: str)
     assert {"name": "scripts/deep.py", "why": "Python file that does not parse", "where": ["scripts/deep.py"]} in (
         version.dependency_report["ignored"]
     )
+
+
+@pytest.mark.parametrize(
+    "pyproject",
+    [
+        pytest.param("[project]\ndependencies = 5\n", id="not a list"),
+        pytest.param('[project]\ndependencies = "numpy"\n', id="a string, not a list"),
+        pytest.param("[project]\ndependencies = [\"numpy\"]\nx = " + "[" * 600 + "]" * 600 + "\n", id="nested deeply"),
+    ],
+)
+def test_a_pyproject_of_the_wrong_shape_declares_nothing_and_is_not_a_crash(pyproject: str) -> None:
+    version = skill("odd-pyproject", "# x\n", {"pyproject.toml": pyproject, "scripts/ok.py": "import requests\n"})
+    assert keys(version.dependency_report["declared"]) == []
+    assert version.dependencies["pip"] == []
+    assert keys(version.dependency_report["inferred"]) == ["pip:requests"]
