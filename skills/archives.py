@@ -459,7 +459,7 @@ def _tar_entries(
     # `next()` reads one header at a time, so limits are checked before any data is read or
     # skipped; the members list tarfile keeps is emptied so memory does not grow with entries.
     while (member := archive.next()) is not None:
-        archive.members.clear()
+        archive.members.clear()  # type: ignore[attr-defined]  # tarfile keeps every header read here
         seen += 1
         check_entry_count(seen, limits)
         # Every member's bytes are decompressed, kept or skipped (tarfile skips a file's data and

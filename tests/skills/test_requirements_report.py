@@ -411,7 +411,7 @@ def test_a_script_that_exhausts_the_parser_is_set_aside_not_a_crash(source: str)
     [
         pytest.param("[project]\ndependencies = 5\n", id="not a list"),
         pytest.param('[project]\ndependencies = "numpy"\n', id="a string, not a list"),
-        pytest.param("[project]\ndependencies = [\"numpy\"]\nx = " + "[" * 600 + "]" * 600 + "\n", id="nested deeply"),
+        pytest.param('[project]\ndependencies = ["numpy"]\nx = ' + "[" * 600 + "]" * 600 + "\n", id="nested deeply"),
     ],
 )
 def test_a_pyproject_of_the_wrong_shape_declares_nothing_and_is_not_a_crash(pyproject: str) -> None:

@@ -208,6 +208,7 @@ def test_what_the_check_script_leaves_as_the_session_user_is_not_in_the_image(
     )
     result = runtime.exec(session, ExecRequest(shell=probe, user="user", timeout_s=60))
     out = result.stdout.decode()
-    assert "cache-skill" not in out and "planted-by-check" not in out and "late-by-check" not in out, out
+    for left in ("cache-skill", "planted-by-check", "late-by-check"):
+        assert left not in out, out
     assert "\n0\n" in f"\n{out}", "the .bashrc line is gone"
     assert "home-kept" in out, "the template's own home files stay"

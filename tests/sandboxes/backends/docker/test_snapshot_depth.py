@@ -154,8 +154,7 @@ def probe_template(docker_base_image: str, engine: docker.APIClient, test_run_id
     """The base template with a HEALTHCHECK, as a custom template may have."""
     tag = f"sandbox-console/flatten-probe:{test_run_id}"
     dockerfile = (
-        f"FROM {docker_base_image}\n"
-        "HEALTHCHECK --interval=30s --timeout=5s --retries=2 CMD test -d /workspace\n"
+        f"FROM {docker_base_image}\nHEALTHCHECK --interval=30s --timeout=5s --retries=2 CMD test -d /workspace\n"
     )
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as archive:
