@@ -8,16 +8,19 @@ in one transaction, so a refusal at any point leaves nothing behind.
 
 Packaging leftovers (`node_modules/`, `.git/`, `__pycache__/`, `*.pyc`, `.DS_Store`,
 `__MACOSX/`) are skipped before anything else is checked or counted: the file limit counts the
-skill's own files. Names must be UTF-8; any other name is refused with the name shown
+skill's own files. They are still bounded: a tar may hold `ENTRIES_PER_FILE` entries (folders
+and left-out files included) per allowed file, and the compression ratio covers the bytes
+decompressed to skip them. Names must be UTF-8; any other name is refused with the name shown
 (undecodable bytes as `\\xNN`).
 
 Symlinks and hard links are refused, whether they point inside the skill or not: the
 installer copies plain files, official skills ship none, and refusing them all removes a
 whole class of escapes. The message says whether the link left the skill. Directories are
 not stored (empty folders are dropped; the installer creates folders 0755); files keep their
-permission bits, without setuid, setgid or sticky, and made readable by everyone (executable by
-everyone when any exec bit is set), because the installed skill belongs to root and the session
-user reads it as "other". Each change is named in a warning.
+permission bits, without setuid, setgid, sticky or world write, and made readable by everyone
+(executable by everyone when any exec bit is set), because the installed skill belongs to root
+and the session user reads it as "other" (and must not rewrite it). Each change is named in a
+warning.
 """
 
 from __future__ import annotations
@@ -49,9 +52,14 @@ DEFAULT_MAX_COMPRESSION_RATIO = 100
 # Small files compress very well without being a threat (a 64 KiB run of spaces is ~1000:1),
 # so the per-entry ratio is only checked above this size.
 RATIO_CHECK_MIN_BYTES = 64 * 1024
+# Folders and left-out packaging files do not count as files, but each is a header to read
+# (and, in a tar, bytes to decompress to skip): a tar may hold this many entries per allowed file.
+ENTRIES_PER_FILE = 100
 MAX_PATH_LENGTH = 1024
 SYMLINK_TARGET_MAX = 4096
 PERMISSION_BITS = 0o777
+# setuid, setgid, sticky: read from the archive so their removal is named, never stored.
+SPECIAL_BITS = 0o7000
 ARCHIVE_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tar", ".zip", ".skill")
 # Left out as the reference packager does (package_skill.py), plus macOS resource forks and
 # version-control folders.
@@ -271,9 +279,10 @@ def refuse_special(path: str, file_type: int) -> ArchiveError:
 
 
 def file_mode(raw_mode: int, head: bytes) -> int:
-    """Permission bits without setuid/setgid/sticky; a default when the archive has none."""
-    mode = raw_mode & PERMISSION_BITS
-    if mode == 0:
+    """Permission and special bits as archived (`session_mode` removes the special ones and
+    names the change); a default when the archive has none."""
+    mode = raw_mode & (PERMISSION_BITS | SPECIAL_BITS)
+    if mode & PERMISSION_BITS == 0:
         # Archives made on Windows carry no Unix mode: executable when it looks like a script.
         return 0o755 if head.startswith(b"#!") else 0o644
     return mode
@@ -309,6 +318,15 @@ def check_total(total: int, limits: Limits) -> None:
         raise ArchiveError(
             f"The skill unpacks to more than {human_size(limits.uncompressed_bytes)} "
             "(skills.max_uncompressed_bytes); refused as a possible compression bomb."
+        )
+
+
+def check_entry_count(count: int, limits: Limits) -> None:
+    most = limits.max_files * ENTRIES_PER_FILE
+    if count > most:
+        raise ArchiveError(
+            f"The archive has more than {most} entries (files, folders and left-out packaging files; "
+            f"{ENTRIES_PER_FILE} per file of skills.max_files); refused."
         )
 
 
@@ -437,12 +455,20 @@ def _tar_entries(
     archive: tarfile.TarFile, archive_size: int, spool: Spool, limits: Limits
 ) -> tuple[list[SkillEntry], int]:
     entries: list[SkillEntry] = []
-    count = total = dropped = 0
-    # Iterating reads one header at a time, so limits are checked before any data is read.
-    for member in archive:
+    count = total = dropped = seen = streamed = 0
+    # `next()` reads one header at a time, so limits are checked before any data is read or
+    # skipped; the members list tarfile keeps is emptied so memory does not grow with entries.
+    while (member := archive.next()) is not None:
+        archive.members.clear()  # type: ignore[attr-defined]  # tarfile keeps every header read here
+        seen += 1
+        check_entry_count(seen, limits)
+        # Every member's bytes are decompressed, kept or skipped (tarfile skips a file's data and
+        # an unknown type's alike): the ratio covers them all. Other types declare size 0.
+        streamed += member.size
         path = clean_member_path(member.name)
         if is_leftover(path):
             dropped += 0 if member.isdir() else 1
+            check_ratio("the archive", streamed, archive_size, limits)
             continue
         if member.isdir() or not path:
             continue
@@ -454,11 +480,12 @@ def _tar_entries(
             raise refuse_special(path, _tar_file_type(member))
         total += member.size
         check_total(total, limits)
+        check_ratio("the archive", streamed, archive_size, limits)
         extracted = archive.extractfile(member)
         stream = chunks_of(extracted) if extracted is not None else iter(())
         entries.append(with_mode(spool.add(path, 0, stream, declared=member.size), member.mode))
-    # A compressed tar has no per-entry sizes, so the ratio is checked for the whole stream.
-    check_ratio("the archive", total, archive_size, limits)
+    # A compressed tar has no per-entry sizes, so the ratio is checked for the whole stream
+    # (as it grows, above, so a bomb in a left-out folder is not decompressed to the end).
     return entries, dropped
 
 
@@ -507,7 +534,10 @@ def _folder_entries(root: Path, spool: Spool, limits: Limits) -> tuple[list[Skil
         # Leftover folders are not walked: they may be large and hold links (node_modules/.bin).
         for name in [d for d in dirnames if is_leftover(f"{here}/{d}/x" if here != "." else f"{d}/x")]:
             dirnames.remove(name)
-            dropped += sum(len(files) for _, _, files in os.walk(Path(dirpath) / name))
+            leftover = Path(dirpath) / name
+            # os.walk follows its top even when it is a symlink (`node_modules -> /`): a link is one
+            # leftover, never walked.
+            dropped += 1 if leftover.is_symlink() else sum(len(files) for _, _, files in os.walk(leftover))
         for name in sorted(dirnames) + sorted(filenames):
             full = Path(dirpath) / name
             relative = clean_member_path(full.relative_to(root).as_posix())
@@ -582,12 +612,15 @@ NAMED_CHANGES_MAX = 20
 
 
 def session_mode(mode: int) -> int:
-    """`mode` readable by all, and executable by all when any exec bit is set.
+    """`mode` readable by all, and executable by all when any exec bit is set; never setuid,
+    setgid, sticky or writable by others.
 
     Installed skills belong to root, so the session user (uid 1000) reads them through the
-    "other" bits: a 0600 SKILL.md (what Python's `zipfile.writestr` gives) would be unreadable.
+    "other" bits: a 0600 SKILL.md (what Python's `zipfile.writestr` gives) would be unreadable,
+    and a 0666 one would be rewritable by every session user. (Group write is left: the group
+    is root's.)
     """
-    mode |= 0o444
+    mode = (mode & PERMISSION_BITS & ~0o002) | 0o444
     if mode & 0o111:
         mode |= 0o111
     return mode
@@ -609,7 +642,10 @@ def normalise_modes(entries: list[SkillEntry]) -> tuple[list[SkillEntry], list[t
 def modes_changed_message(changed: list[tuple[str, int, int]]) -> str:
     named = ", ".join(f"{path} {old:04o}→{new:04o}" for path, old, new in changed[:NAMED_CHANGES_MAX])
     more = f" and {len(changed) - NAMED_CHANGES_MAX} more" if len(changed) > NAMED_CHANGES_MAX else ""
-    return f"Modes of {len(changed)} file(s) changed so the session user can read them (exec bits kept): {named}{more}."
+    return (
+        f"Modes of {len(changed)} file(s) changed so the session user can read them and not change them "
+        f"(exec bits kept; setuid, setgid, sticky and world write removed): {named}{more}."
+    )
 
 
 def runner_for(path: str) -> str:

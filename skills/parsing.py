@@ -147,6 +147,10 @@ def _load_yaml(yaml_text: str, first_line: int, result: ParsedSkill) -> tuple[di
     except yaml.YAMLError as exc:
         result.add(Severity.ERROR, f"Invalid YAML in the frontmatter: {exc}.", first_line)
         return None, {}
+    except RecursionError:
+        # PyYAML composes and constructs nodes recursively: a few hundred nested `[` do this.
+        result.add(Severity.ERROR, "The frontmatter is nested too deeply to read.", first_line)
+        return None, {}
     if not isinstance(value, dict):
         kind = "empty" if value is None else f"a {type(value).__name__}, not a mapping"
         result.add(Severity.ERROR, f"The frontmatter is {kind}; it must be a YAML mapping (key: value).", first_line)

@@ -413,8 +413,11 @@ def _declared(
         try:
             project = tomllib.loads(pyproject.decode("utf-8")).get("project") or {}
             listed = project.get("dependencies") or []
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError, RecursionError):
+            # RecursionError: tomllib on a few hundred nested arrays.
             listed = []
+        if not isinstance(listed, list):
+            listed = []  # PEP 621 makes it an array of strings; a string would be read letter by letter
         extra += [(str(line), "pyproject.toml") for line in listed if isinstance(line, str)]
     frontmatter = extra_frontmatter.get("dependencies")
     if isinstance(frontmatter, str):
@@ -477,7 +480,9 @@ def _guarded_imports(tree: ast.AST) -> set[int]:
 def read_python(path: str, text: str, report: Report, local: set[str]) -> None:
     try:
         tree = ast.parse(text, filename=path)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        # Deep nesting (a long `a+a+…` chain, thousands of unary minuses) exhausts the parser:
+        # RecursionError or MemoryError, not SyntaxError. It is the file's problem, not the import's.
         report.ignore(path, "Python file that does not parse", path)
         return
     guarded = _guarded_imports(tree)

@@ -149,9 +149,12 @@ def build_generation(
         with build.step("dependencies"):
             installed = install_packages.install_dependencies(backend, sandbox_id, plan.add, sources, build.log)
         with build.step("verify"):
-            checks = {
-                payload.name: install.verify_skill(backend, sandbox_id, payload, build.log) for payload in plan.add
-            }
+            install.save_session_state(backend, sandbox_id)
+            checks: dict[str, str] = {}
+            for payload in plan.add:
+                checks[payload.name] = install.verify_skill(backend, sandbox_id, payload, build.log)
+                # Each skill's checks start from the template's home, not the last check script's.
+                install.restore_session_state(backend, sandbox_id, build.log)
         with build.step("clean"):
             install.clean_scratch(backend, sandbox_id, build.log)
         manifest = [*plan.keep, *(manifest_entry(p, installed[p.name], checks[p.name]) for p in plan.add)]

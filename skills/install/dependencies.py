@@ -97,6 +97,9 @@ def _read_package_json(data: bytes, source: str, deps: Dependencies) -> None:
     except (UnicodeDecodeError, ValueError) as exc:
         deps.warnings.append(f"{source} is not valid JSON ({exc}); ignored.")
         return
+    except RecursionError:  # a few KB of nested arrays: json raises this, not ValueError
+        deps.warnings.append(f"{source} is not valid JSON (nested too deeply); ignored.")
+        return
     if not isinstance(document, dict):
         deps.warnings.append(f"{source} is not a JSON object; ignored.")
         return

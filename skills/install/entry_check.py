@@ -252,7 +252,7 @@ def bound_names(path: str) -> set[str] | None:
     try:
         with open(path, "rb") as handle:
             tree = ast.parse(handle.read(), path)
-    except (OSError, SyntaxError, ValueError):
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     names: set[str] = set()
 
@@ -304,7 +304,11 @@ def bound_names(path: str) -> set[str] | None:
                         return False
         return True
 
-    if not walk(tree.body) or "__getattr__" in names:
+    try:
+        readable = walk(tree.body)
+    except RecursionError:  # ast.unparse of a statement nested deeper than the recursion limit
+        return None
+    if not readable or "__getattr__" in names:
         return None
     return names
 
@@ -385,11 +389,20 @@ class Checker:
             except SyntaxError as exc:
                 self.problems.append(f"{chain}: Python syntax error line {exc.lineno}: {exc.msg}")
                 continue
+            except (RecursionError, MemoryError):
+                # Python's own compiler stops on the same nesting, so the script cannot run either.
+                self.problems.append(f"{chain}: too deeply nested for the parser (Python cannot compile it)")
+                continue
             except (OSError, ValueError) as exc:
                 self.problems.append(f"{chain}: cannot be read: {exc}")
                 continue
             reader = Reader()
-            reader.visit(tree)
+            try:
+                reader.visit(tree)
+            except RecursionError:
+                # It compiles (Python runs it), but is nested deeper than this recursive reader goes.
+                self.warnings.append(f"{chain}: too deeply nested to read its imports and programs; not checked")
+                continue
             for module, names, level, line, optional in reader.imports:
                 found = self.python_import(chain, module, names, level, line, optional, search, package)
                 for origin in found:

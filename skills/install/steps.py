@@ -292,6 +292,42 @@ def default_checks_report(result: ExecResult) -> dict[str, list[str]]:
     return parsed
 
 
+# verify runs the skill as the session user; what that leaves must not go into every session.
+SESSION_HOME_SAVED = f"{SCRATCH}/session-home.tar"
+VERIFY_STARTED = f"{SCRATCH}/verify-started"
+SESSION_HOME = 'home=$(getent passwd user | cut -d: -f6); case "$home" in /?*) ;; *) home="";; esac'
+
+
+def save_session_state(backend: Backend, sandbox_id: str) -> None:
+    """Before verify: the session user's home as the template has it, and the time verify began."""
+    run(
+        backend,
+        sandbox_id,
+        "verify",
+        f"{SESSION_HOME}; mkdir -p {SCRATCH} && touch {VERIFY_STARTED}"
+        f' && if [ -n "$home" ] && [ -d "$home" ]; then tar -C "$home" -cpf {SESSION_HOME_SAVED} .; fi',
+    )
+
+
+def restore_session_state(backend: Backend, sandbox_id: str, log: Log) -> None:
+    """After verify: stop what the checks left running as the session user, put the home back
+    as it was (caches, a line added to .bashrc, a user-site .pth are gone) and remove the
+    session user's new files in the temporary folders. A check script runs what the skill
+    runs; its leftovers would otherwise be in every session of the image, and a .pth planted
+    in the user site would run in the next skill's entry checks."""
+    run(
+        backend,
+        sandbox_id,
+        "verify",
+        f"{SESSION_HOME}; pkill -KILL -u user; "
+        f'if [ -n "$home" ] && [ -f {SESSION_HOME_SAVED} ]; then'
+        f' find "$home" -mindepth 1 -delete && tar -C "$home" -xpf {SESSION_HOME_SAVED}; fi'
+        f" && find /tmp /var/tmp /dev/shm -xdev -mindepth 1 -user user -newer {VERIFY_STARTED} -delete 2>/dev/null;"
+        " true",
+    )
+    log("the session user's home put back as the template has it; what verify left running stopped")
+
+
 def clean_scratch(backend: Backend, sandbox_id: str, log: Log) -> None:
     """Remove scratch and caches. /opt/skills is made when missing: an uninstall of the last
     skill starts from the default template and copies nothing, yet the ledger goes there."""

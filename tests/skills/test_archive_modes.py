@@ -144,3 +144,22 @@ def test_session_user_reads_and_runs_a_skill_imported_from_a_0600_zip(
     assert b"Made with zipfile.writestr" in result.stdout
     result = runtime.exec(session, ExecRequest(shell=f"/opt/skills/{name}/scripts/run.py", user="user", timeout_s=60))
     assert (result.exit_code, result.stdout) == (0, b"ran\n"), result.stderr.decode()
+
+
+def test_world_writable_setuid_and_setgid_bits_are_removed_and_named() -> None:
+    data = build_zip(
+        [
+            ("my-skill/SKILL.md", skill_md(), 0o100666),
+            ("my-skill/scripts/run.sh", b"#!/bin/sh\n", 0o100777),
+            ("my-skill/scripts/suid.sh", b"#!/bin/sh\n", 0o106755),
+            ("my-skill/group.txt", b"g", 0o100664),
+        ]
+    )
+    version = import_bytes(data).version
+    modes = {f.path: f.mode for f in version_files(version)}
+    assert modes == {"SKILL.md": 0o664, "scripts/run.sh": 0o775, "scripts/suid.sh": 0o755, "group.txt": 0o664}
+    warning = next(w["message"] for w in version.warnings if "Modes of" in w["message"])
+    assert "SKILL.md 0666→0664" in warning
+    assert "scripts/run.sh 0777→0775" in warning
+    assert "scripts/suid.sh 6755→0755" in warning
+    assert "group.txt" not in warning, "group write is not the session user's (root's group)"

@@ -136,6 +136,25 @@ TAR_ATTACKS = {
     ),
     "bomb by total": (tar_with_skill((tar_file("my-skill/big"), b"\0" * 3_100_000)), "unpacks to more than"),
     "bomb by ratio": (tar_with_skill((tar_file("my-skill/big"), b"\0" * 2_000_000)), "compresses"),
+    # Left-out folders are not the skill's files, but their bytes are still decompressed to be skipped.
+    "bomb in a left-out folder": (
+        tar_with_skill((tar_file("my-skill/node_modules/zeros.bin"), b"\0" * 5_000_000)),
+        "'the archive': refused: it compresses",
+    ),
+    # tarfile skips the data of a member of an unknown type as it does a file's.
+    "bomb of an unknown type in a left-out folder": (
+        tar_with_skill((tar_file("my-skill/.git/objects/x", kind=b"Z"), b"\0" * 5_000_000)),
+        "'the archive': refused: it compresses",
+    ),
+    # Folders and left-out files do not count as files, yet each one is a header read and kept.
+    "entries in a left-out folder": (
+        tar_with_skill(*[(tar_file(f"my-skill/node_modules/m{i}.js"), b"") for i in range(600)]),
+        "more than 500 entries (files, folders and left-out packaging files; 100 per file of skills.max_files)",
+    ),
+    "folder entries": (
+        tar_with_skill(*[(tar_file(f"my-skill/d{i}", kind=tarfile.DIRTYPE, mode=0o755), None) for i in range(600)]),
+        "more than 500 entries",
+    ),
 }
 
 
@@ -276,6 +295,24 @@ def test_folder_with_a_symlink_is_refused(tmp_path: Path, target: str, fragment:
         import_folder(folder, actor=SYSTEM)
     assert fragment in caught.value.message
     assert_nothing_written()
+
+
+@pytest.mark.parametrize("name", ["node_modules", ".git", "__pycache__"])
+def test_a_left_out_folder_that_is_a_symlink_is_not_walked(tmp_path: Path, name: str) -> None:
+    """A checkout can hold `node_modules -> /`: counting what is left out must not walk it."""
+    from console.services import SYSTEM
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for index in range(7):
+        (outside / f"f{index}").write_bytes(b"x")
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "SKILL.md").write_bytes(skill_md("s"))
+    (folder / name).symlink_to(outside)
+    version = import_folder(folder, actor=SYSTEM).version
+    assert [f.path for f in version_files(version)] == ["SKILL.md"]
+    assert any("Left out 1 packaging leftover" in w["message"] for w in version.warnings), version.warnings
 
 
 def test_folder_with_a_fifo_is_refused(tmp_path: Path) -> None:

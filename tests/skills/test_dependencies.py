@@ -79,3 +79,11 @@ def test_no_declarations() -> None:
     deps = find_dependencies({"SKILL.md": b"x"}, {})
     assert deps.empty
     assert deps.as_dict() == {"pip": [], "npm": [], "debian": []}
+
+
+def test_package_json_nested_past_the_recursion_limit_is_a_warning() -> None:
+    """json.loads raises RecursionError, not ValueError, on 2,000 nested arrays (4 KB)."""
+    deep = b'{"dependencies": {"left-pad": "^1.3.0"}, "x": ' + b"[" * 2000 + b"]" * 2000 + b"}"
+    deps = find_dependencies({"package.json": deep}, {})
+    assert deps.npm == []
+    assert deps.warnings == ["package.json is not valid JSON (nested too deeply); ignored."]

@@ -153,3 +153,14 @@ def test_never_raises_on_garbage() -> None:
     for text in ["", "---", "---\n---", "---\n\x00\n---\n", "---\n!!python/object:os.system x\n---\n", "\n" * 5]:
         parsed = parse_skill_md(text)
         assert parsed.errors
+
+
+@pytest.mark.parametrize("opening", ["[", "{a: "])
+def test_frontmatter_nested_past_the_recursion_limit_is_an_error_not_a_crash(opening: str) -> None:
+    """PyYAML composes nodes recursively: 500 nested flow collections raise RecursionError."""
+    closing = {"[": "]", "{a: ": "}"}[opening]
+    text = f"---\nname: deep\ndescription: Deep. Use when testing.\nx: {opening * 500}1{closing * 500}\n---\nBody\n"
+    result = parse_skill_md(text)
+    assert [(issue.message, issue.line) for issue in result.errors] == [
+        ("The frontmatter is nested too deeply to read.", 2)
+    ]

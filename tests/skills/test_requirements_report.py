@@ -389,3 +389,33 @@ def test_files_over_the_read_limit_are_not_read() -> None:
     assert len(big) > 512 * 1024
     version = skill("huge", "# x\n", {"reference/huge.md": big, "scripts/run.py": "import requests\n"})
     assert keys(version.dependency_report["inferred"]) == ["pip:requests"]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        pytest.param("x = " + "+".join(["1"] * 3000) + "\n", id="long chain (RecursionError in ast)"),
+        pytest.param("x = " + "-" * 10_000 + "1\n", id="deep unary (MemoryError in the parser)"),
+    ],
+)
+def test_a_script_that_exhausts_the_parser_is_set_aside_not_a_crash(source: str) -> None:
+    version = skill("deep", "# x\n", {"scripts/deep.py": source, "scripts/ok.py": "import requests\n"})
+    assert keys(version.dependency_report["inferred"]) == ["pip:requests"]
+    assert {"name": "scripts/deep.py", "why": "Python file that does not parse", "where": ["scripts/deep.py"]} in (
+        version.dependency_report["ignored"]
+    )
+
+
+@pytest.mark.parametrize(
+    "pyproject",
+    [
+        pytest.param("[project]\ndependencies = 5\n", id="not a list"),
+        pytest.param('[project]\ndependencies = "numpy"\n', id="a string, not a list"),
+        pytest.param('[project]\ndependencies = ["numpy"]\nx = ' + "[" * 600 + "]" * 600 + "\n", id="nested deeply"),
+    ],
+)
+def test_a_pyproject_of_the_wrong_shape_declares_nothing_and_is_not_a_crash(pyproject: str) -> None:
+    version = skill("odd-pyproject", "# x\n", {"pyproject.toml": pyproject, "scripts/ok.py": "import requests\n"})
+    assert keys(version.dependency_report["declared"]) == []
+    assert version.dependencies["pip"] == []
+    assert keys(version.dependency_report["inferred"]) == ["pip:requests"]

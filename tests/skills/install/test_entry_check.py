@@ -68,3 +68,24 @@ def test_shell_commands_are_read_past_quotes_heredocs_cases_and_functions() -> N
     )
     words = [word for word, _ in entry_check.shell_programs(script)]
     assert words == ["jq", "qpdf", "usage", "pandoc", "wc", "sort", "convert", "cat", "grep"]
+
+
+def test_a_script_too_deep_for_the_parser_is_named_not_a_crash(tmp_path: Path) -> None:
+    files = {
+        "scripts/chain.py": "x = " + "+".join(["1"] * 3000) + "\n",
+        "scripts/visit.py": "x = " + "+".join(["1"] * 600) + "\n",  # parses, too deep to walk recursively
+        "scripts/unary.py": "x = " + "-" * 10_000 + "1\n",
+        "scripts/helper_user.py": "import deep_helper\n",
+        "scripts/deep_helper.py": "y = " + "+".join(["2"] * 3000) + "\n",
+    }
+    entries = ["scripts/chain.py", "scripts/visit.py", "scripts/unary.py", "scripts/helper_user.py"]
+    report = _check(tmp_path / "skill", files, entries)
+    problems = [p for p in report["problems"] if "writable" not in p]
+    assert [p.split(":")[0] for p in problems] == [
+        "scripts/chain.py",
+        "scripts/unary.py",
+        "scripts/helper_user.py -> scripts/deep_helper.py",
+    ]
+    assert all("too deeply nested for the parser (Python cannot compile it)" in p for p in problems)
+    # Python compiles and runs this one: not a problem, but what it imports is not checked.
+    assert "scripts/visit.py: too deeply nested to read its imports and programs; not checked" in report["warnings"]

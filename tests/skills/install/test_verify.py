@@ -13,9 +13,13 @@ from typing import Any
 import pytest
 
 from console.models import JobStatus
+from sandboxes.backends.base import ExecRequest
 from sandboxes.models import SandboxConfig
+from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image
 from skills.models import SkillImage, SkillImageStatus
+from tests.conftest import REDIS_URL
 from tests.factories import make_config
 from tests.personas import World
 from tests.support.skill_install import (
@@ -173,3 +177,38 @@ def test_undeclared_modules_and_missing_programs_fail_naming_script_and_name(
     assert "scripts/render.sh: calls qpdfish (line 3), which is not on PATH" in job.error
     assert "tools/extract.py: import lxmlish (line 1): lxmlish is not installed in the image" in job.error
     assert "check script" not in job.error
+
+
+def test_what_the_check_script_leaves_as_the_session_user_is_not_in_the_image(
+    world: World, config: SandboxConfig
+) -> None:
+    """A check script runs the skill as uid 1000, and what it writes (caches in $HOME, a line
+    in .bashrc, files in /tmp) or leaves running must not become part of every session."""
+    skill = skill_zip(
+        "cache-skill",
+        {
+            "scripts/check.sh": (
+                b"#!/bin/bash\nset -e\n"
+                b'mkdir -p "$HOME/.cache/cache-skill" && echo x > "$HOME/.cache/cache-skill/state"\n'
+                b"echo 'echo planted-by-check' >> \"$HOME/.bashrc\"\n"
+                b"echo x > /tmp/planted-by-check\n"
+                b"nohup bash -c 'sleep 2; echo late > /var/tmp/late-by-check' >/dev/null 2>&1 &\n"
+            ),
+        },
+        executable=("scripts/check.sh",),
+    )
+    job = run_install(world.space_a, config, import_skill(skill))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    assert current_image(world.space_a, config) is not None
+    runtime = Runtime(RedisSessionStore(REDIS_URL))
+    session = runtime.resolve(world.space_a, "skills").session
+    probe = (
+        "sleep 3; ls -A ~/.cache /tmp /var/tmp 2>/dev/null; grep -c planted-by-check ~/.bashrc;"
+        " test -f ~/.bashrc && test -f ~/.profile && echo home-kept"
+    )
+    result = runtime.exec(session, ExecRequest(shell=probe, user="user", timeout_s=60))
+    out = result.stdout.decode()
+    for left in ("cache-skill", "planted-by-check", "late-by-check"):
+        assert left not in out, out
+    assert "\n0\n" in f"\n{out}", "the .bashrc line is gone"
+    assert "home-kept" in out, "the template's own home files stay"

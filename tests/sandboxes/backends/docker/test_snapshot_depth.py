@@ -147,3 +147,53 @@ def _one_file(name: str) -> bytes:
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         archive.addfile(tarfile.TarInfo(name), io.BytesIO(b""))
     return buffer.getvalue()
+
+
+@pytest.fixture
+def probe_template(docker_base_image: str, engine: docker.APIClient, test_run_id: str) -> Iterator[str]:
+    """The base template with a HEALTHCHECK, as a custom template may have."""
+    tag = f"sandbox-console/flatten-probe:{test_run_id}"
+    dockerfile = (
+        f"FROM {docker_base_image}\nHEALTHCHECK --interval=30s --timeout=5s --retries=2 CMD test -d /workspace\n"
+    )
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as archive:
+        data = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    for _ in engine.build(fileobj=context, custom_context=True, tag=tag, network_mode="none", rm=True, decode=True):
+        pass
+    try:
+        yield tag
+    finally:
+        engine.remove_image(tag, force=True)
+
+
+def test_a_flattened_snapshot_keeps_the_healthcheck_and_odd_env_values(
+    probe_template: str, test_run_id: str, engine: docker.APIClient
+) -> None:
+    """What a commit keeps, byte for byte: env values with a newline, `$`, quotes and
+    backslashes (written as Dockerfile ENV lines for the import), and the template's HEALTHCHECK."""
+    env = {"MULTI": "line1\nline2", "DOLLAR": "a$HOME b", "QUOTED": 'say "hi" \\n'}
+    committed_backend = _backend(test_run_id)
+    flat_backend = _backend(test_run_id, snapshot_max_layers="2")
+    made: list[tuple[DockerBackend, str]] = []
+    with sandbox_factory(committed_backend, probe_template, test_run_id) as make:
+        try:
+            configs = []
+            for backend in (committed_backend, flat_backend):
+                sandbox = make(adapter=backend, env=env)
+                snapshot = backend.snapshots().create(sandbox.sandbox_id, name="probe")
+                made.append((backend, snapshot.snapshot_id))
+                configs.append(engine.inspect_image(backend.snapshot_image(snapshot.snapshot_id)["Id"]))
+            committed, flat = configs
+            assert len(flat["RootFS"]["Layers"]) == 1, "flattened"
+            assert committed["Config"]["Healthcheck"]["Test"] == ["CMD-SHELL", "test -d /workspace"]
+            assert "MULTI=line1\nline2" in committed["Config"]["Env"]
+            for key in ("Env", "Entrypoint", "Cmd", "WorkingDir", "User", "Healthcheck"):
+                assert flat["Config"].get(key) == committed["Config"].get(key), key
+        finally:
+            for backend, snapshot_id in made:
+                backend.snapshots().delete(snapshot_id)
