@@ -9,6 +9,7 @@ Each subquery still uses its own indexes; the saving is the round trips.
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -46,4 +47,21 @@ def read_together(user: Any, reads: dict[str, Any]) -> dict[str, Any]:
     row = get_user_model().objects.filter(pk=user.pk).annotate(**reads).values(*reads).first()
     if row is None:  # the user was deleted mid-request: nothing is theirs
         raise PermissionDenied("This account no longer exists.")
-    return row
+    return {name: _with_uuids(value) for name, value in row.items()}
+
+
+def _with_uuids(value: Any) -> Any:
+    """A `first` row as PostgreSQL gives it: JSON carries a UUID column's stored text, which
+    SQLite keeps as 32 hex digits; URLs and comparisons want the dashed form."""
+    if not isinstance(value, dict):
+        return value
+    return {key: _dashed(item) if key == "id" or key.endswith("_id") else item for key, item in value.items()}
+
+
+def _dashed(item: Any) -> Any:
+    if isinstance(item, str) and len(item) == 32:
+        try:
+            return str(uuid.UUID(hex=item))
+        except ValueError:
+            return item
+    return item

@@ -5,6 +5,7 @@ newest state (one query for all of them)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from console.models import AdminJob, AuditEvent, JobStatus, Membership, MetricSa
 from sandboxes.models import Session, Terminal
 from tests.factories import make_config
 from tests.personas import World
+from tests.support.sqlite_rerun import rerun_on_sqlite
 
 pytestmark = pytest.mark.django_db
 
@@ -65,3 +67,8 @@ def test_activity_page_reads_a_fixed_number_of_queries(busy: World, django_asser
         with django_assert_max_num_queries(6):
             response = client.get(reverse("console:activity"), {"window": window})
         assert response.status_code == 200
+
+
+def test_the_steps_link_their_rows_on_sqlite_too(tmp_path: Path) -> None:
+    # SQLite's JSON carries a UUID as 32 hex digits: the links must still reverse (a 500 did).
+    rerun_on_sqlite(__file__, "steps_read_together_still_see", tmp_path)
