@@ -2,7 +2,9 @@
 and rate limits").
 
 - live sessions: checked when a session is created, under a lock on the space's limits row,
-  so concurrent creations never pass the quota together;
+  so concurrent creations never pass the quota together; a warm pool's ready (unclaimed)
+  sandboxes count against the same quota (`pool_room`: a pool refills only into what the
+  live sessions leave), and each new session takes one of them over;
 - concurrent execs: one `ExecSlot` row per exec in flight, naming the process running it
   and with its own deadline, counted and taken under the same lock; a process killed
   mid-exec frees its slots when it is found dead (`release_slots_of`, answering
@@ -38,7 +40,7 @@ from console.models import Space, SpaceLimits
 from console.processes import this_process
 from console.services import ServiceError
 
-from ..models import BackgroundCommand, CommandStatus, ExecSlot, Session, SessionState
+from ..models import BackgroundCommand, CommandStatus, ExecSlot, MemberState, PoolMember, Session, SessionState
 
 # A quota that frees up only when something else ends has no natural wait; this is a hint.
 QUOTA_RETRY_AFTER_S = 30
@@ -92,6 +94,19 @@ def check_live_sessions(space: Space) -> None:
             "delete a session or ask a platform admin to raise the quota.",
             retry_after_s=QUOTA_RETRY_AFTER_S,
         )
+
+
+def pooled_unclaimed(space: Space) -> int:
+    """The space's warm pool sandboxes not claimed by a session (ready, or being made)."""
+    return PoolMember.objects.filter(space=space).exclude(state=MemberState.CLAIMED).count()
+
+
+def pool_room(space: Space) -> int:
+    """How many more pooled sandboxes the space's quota of live sessions leaves room for:
+    live sessions and unclaimed pooled sandboxes count together."""
+    maximum = limits_of(space)["live_sessions"]
+    live = Session.objects.filter(space=space).exclude(state=SessionState.GONE).count()
+    return max(0, maximum - live - pooled_unclaimed(space))
 
 
 def take_exec_slot(space: Space, session: Session, deadline: datetime) -> ExecSlot:
