@@ -31,7 +31,7 @@ from console.crypto import encrypt
 from console.models import AuditAction
 from console.services import SYSTEM, record_audit
 
-from ..backends.base import Backend, ErrorKind, NetworkSpec, RemoteError, SandboxInfo, SandboxSpec
+from ..backends.base import Backend, ErrorKind, NetworkSpec, RemoteError, SandboxInfo, SandboxSpec, SandboxState
 from ..catalog.network import network_spec_for, spec_fingerprint
 from ..models import MemberState, PoolClaim, PoolMember, Session
 from ..sessions.provisioning import effective_template
@@ -95,7 +95,7 @@ def _claim(session: Session, backend: Backend, version: int) -> tuple[SandboxInf
         if member is None:
             return None, _why_none(session, template)
         try:
-            info = backend.connect(member.sandbox_id)
+            info = _running(backend, member.sandbox_id)
         except RemoteError as exc:
             _forget(backend, member)
             if exc.kind in GONE_KINDS:
@@ -107,6 +107,13 @@ def _claim(session: Session, backend: Backend, version: int) -> tuple[SandboxInf
         _adopt(session, info, template, fingerprint, member.workspace_volume, version)
         return info, ""
     return None, MISS_EMPTY
+
+
+def _running(backend: Backend, sandbox_id: str) -> SandboxInfo:
+    """The member's sandbox, running: a state read when it waits running (a connect would
+    apply its network state again, which its create did), else a connect (resume)."""
+    info = backend.get(sandbox_id)
+    return info if info.state == SandboxState.RUNNING else backend.connect(sandbox_id)
 
 
 def _take_row(session: Session, template: str) -> PoolMember | None:

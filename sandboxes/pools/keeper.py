@@ -19,6 +19,7 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -64,7 +65,7 @@ def pool_name(config: SandboxConfig, template_id: str, fingerprint: str) -> str:
     return f"{config.pk}:{template_id}:{fingerprint}"
 
 
-def member_volume(member_id: object) -> str:
+def member_volume(member_id: uuid.UUID) -> str:
     """A pooled sandbox's persistent /workspace, handed to the session that claims it."""
     return f"sandbox-console-ws-{member_id}"
 
@@ -232,7 +233,7 @@ def drain_member(backend: Backend, member: PoolMember, report: RefillReport | No
         report.drained.append(member.sandbox_id)
 
 
-def _forget(backend: Backend, member_id: object, sandbox_id: str, volume: str) -> None:
+def _forget(backend: Backend, member_id: uuid.UUID, sandbox_id: str, volume: str) -> None:
     PoolMember.objects.filter(pk=member_id).delete()
     with contextlib.suppress(RemoteError):  # labelled, without a row: the reaper deletes it
         backend.delete(sandbox_id)

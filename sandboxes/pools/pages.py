@@ -20,11 +20,11 @@ from console.views import is_htmx
 
 from ..models import SandboxConfig
 from .services import do_set_pool_size
-from .stats import pooled_configs_of, quota_line, read_pools, ready_memory_mb
+from .stats import PoolReading, pooled_configs_of, quota_line, read_pools, ready_memory_mb
 from .tuning import POOLS
 
 
-def _with_memory(readings: list) -> list:  # type: ignore[type-arg]
+def _with_memory(readings: list[PoolReading]) -> list[tuple[PoolReading, float | None]]:
     return [(reading, ready_memory_mb(reading.config) if reading.ready else None) for reading in readings]
 
 
