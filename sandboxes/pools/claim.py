@@ -24,6 +24,7 @@ import logging
 import time
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Subquery
 from django.utils import timezone
 
 from console import metrics
@@ -49,9 +50,8 @@ MISS_BROKEN = "the pooled sandbox did not answer"
 
 def take(session: Session, backend: Backend, version: int) -> SandboxInfo | None:
     """A running sandbox from the config's pool, made the session's; None: create one."""
-    mine = PoolMember.objects.filter(session=session, state=MemberState.CLAIMED).first()
-    if mine is not None:
-        return _reclaim(session, backend, mine, version)
+    if session.template_id:  # it had a sandbox (made, or taken here): only its own claim returns
+        return _reclaim(session, backend, version)
     if session.binding_version or session.sandbox_id:
         return None  # not a new session: a pool serves first resolves only
     config = session.config
@@ -94,6 +94,9 @@ def _claim(session: Session, backend: Backend, version: int) -> tuple[SandboxInf
         member = _take_row(session, template)
         if member is None:
             return None, _why_none(session, template)
+        if member.session_id != session.pk:  # taken before and never adopted (a crash)
+            info = _reclaim(session, backend, version)
+            return info, "" if info is not None else MISS_BROKEN
         try:
             info = _running(backend, member.sandbox_id)
         except RemoteError as exc:
@@ -118,25 +121,25 @@ def _running(backend: Backend, sandbox_id: str) -> SandboxInfo:
 
 def _take_row(session: Session, template: str) -> PoolMember | None:
     """One ready member of the session's config and template, now the session's; None when
-    none is left. Exclusive: the state moves from ready only once."""
+    none is left. One statement: the row is picked (on PostgreSQL with SKIP LOCKED, so racing
+    claims take different rows) and moved from ready only once. A session that holds a member
+    already (one per session) gets a row of another session's id back: the caller reclaims."""
+    ready = PoolMember.objects.filter(config=session.config, state=MemberState.READY, template_id=template)
+    rows = ready.select_for_update(skip_locked=True) if connection.features.has_select_for_update_skip_locked else ready
+    pick = rows.order_by("ready_at").values("pk")[:1]
     for _ in range(CLAIM_ATTEMPTS):
-        with transaction.atomic():
-            rows = PoolMember.objects.filter(config=session.config, state=MemberState.READY, template_id=template)
-            if connection.features.has_select_for_update_skip_locked:
-                rows = rows.select_for_update(skip_locked=True)
-            member = rows.order_by("ready_at").first()
-            if member is None:
-                return None
-            try:
-                with transaction.atomic():
-                    taken = PoolMember.objects.filter(pk=member.pk, state=MemberState.READY).update(
-                        state=MemberState.CLAIMED, session=session, claimed_at=timezone.now()
-                    )
-            except IntegrityError:
-                return None  # the session holds a member already (one per session)
+        try:
+            with transaction.atomic():
+                # `id = (SELECT …)`: evaluated once (an IN over a locking subquery may run it per row).
+                taken = PoolMember.objects.filter(pk=Subquery(pick), state=MemberState.READY).update(
+                    state=MemberState.CLAIMED, session=session, claimed_at=timezone.now()
+                )
+        except IntegrityError:
+            return PoolMember(session_id=None)  # the session holds a member already
         if taken:
-            member.state, member.session = MemberState.CLAIMED, session
-            return member
+            return PoolMember.objects.filter(session=session).first()
+        if not ready.exists():
+            return None
     return None
 
 
@@ -156,10 +159,13 @@ def _apply_network(backend: Backend, sandbox_id: str, network: NetworkSpec) -> b
     return True
 
 
-def _reclaim(session: Session, backend: Backend, member: PoolMember, version: int) -> SandboxInfo | None:
-    """The member this session claimed and never bound (module docstring)."""
+def _reclaim(session: Session, backend: Backend, version: int) -> SandboxInfo | None:
+    """The member this session claimed and never bound (module docstring), if any."""
+    member = PoolMember.objects.filter(session=session, state=MemberState.CLAIMED).first()
+    if member is None:
+        return None
     try:
-        info = backend.connect(member.sandbox_id)
+        info = _running(backend, member.sandbox_id)
     except RemoteError as exc:
         if exc.kind not in GONE_KINDS:
             raise
