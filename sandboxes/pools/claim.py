@@ -58,11 +58,12 @@ def take(session: Session, backend: Backend, version: int) -> SandboxInfo | None
     if config.pool_size <= 0 and backend.warm_pools() is None:
         return None
     started = time.perf_counter()
-    info, reason = _claim(session, backend, version)
-    elapsed = time.perf_counter() - started
-    PoolClaim.objects.create(
-        space_id=session.space_id, config=config, hit=info is not None, reason=reason, duration_ms=elapsed * 1000
-    )
+    with transaction.atomic():  # the claim, its adoption, its audit row and its record: one commit
+        info, reason = _claim(session, backend, version)
+        elapsed = time.perf_counter() - started
+        PoolClaim.objects.create(
+            space_id=session.space_id, config=config, hit=info is not None, reason=reason, duration_ms=elapsed * 1000
+        )
     metrics.POOL_CLAIMS.labels(outcome="hit" if info is not None else "miss").inc()
     if info is not None:
         metrics.POOL_CLAIM_SECONDS.observe(elapsed)
@@ -91,24 +92,33 @@ def _claim(session: Session, backend: Backend, version: int) -> tuple[SandboxInf
         _adopt(session, info, template, fingerprint, "", version)
         return info, ""
     for _ in range(CLAIM_ATTEMPTS):
-        member = _take_row(session, template)
-        if member is None:
-            return None, _why_none(session, template)
-        if member.session_id != session.pk:  # taken before and never adopted (a crash)
-            info = _reclaim(session, backend, version)
-            return info, "" if info is not None else MISS_BROKEN
-        try:
-            info = _running(backend, member.sandbox_id)
-        except RemoteError as exc:
-            _forget(backend, member)
-            if exc.kind in GONE_KINDS:
-                continue  # gone under the pool: the next one
+        # One transaction (one commit on the hot path): the claim, the state read and the
+        # adoption. A failure rolls the claim back; a kill after the commit leaves it claimed.
+        failed: tuple[PoolMember, RemoteError] | None = None
+        with transaction.atomic():
+            member = _take_row(session, template)
+            if member is None:
+                return None, _why_none(session, template)
+            if member.session_id != session.pk:  # taken before and never adopted (a crash)
+                info = _reclaim(session, backend, version)
+                return info, "" if info is not None else MISS_BROKEN
+            try:
+                info = _running(backend, member.sandbox_id)
+            except RemoteError as exc:
+                failed = (member, exc)
+                transaction.set_rollback(True)
+            else:
+                if member.policy_fingerprint != fingerprint and not _apply_network(backend, info.sandbox_id, network):
+                    transaction.set_rollback(True)  # back to ready
+                    return None, MISS_POLICY
+                _adopt(session, info, template, fingerprint, member.workspace_volume, version)
+                return info, ""
+        assert failed is not None
+        member, exc = failed
+        _forget(backend, member)
+        if exc.kind not in GONE_KINDS:
             return None, f"{MISS_BROKEN} ({exc.kind})"
-        if member.policy_fingerprint != fingerprint and not _apply_network(backend, info.sandbox_id, network):
-            _give_back(member)
-            return None, MISS_POLICY
-        _adopt(session, info, template, fingerprint, member.workspace_volume, version)
-        return info, ""
+        # gone under the pool: the next one
     return None, MISS_EMPTY
 
 
@@ -198,12 +208,6 @@ def _adopt(session: Session, info: SandboxInfo, template: str, fingerprint: str,
         target_id=session.id,
         target_name=session.key,
         details={"sandbox_id": info.sandbox_id, "template": template, "version": version, "warm_pool": True},
-    )
-
-
-def _give_back(member: PoolMember) -> None:
-    PoolMember.objects.filter(pk=member.pk, state=MemberState.CLAIMED).update(
-        state=MemberState.READY, session=None, claimed_at=None
     )
 
 
