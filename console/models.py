@@ -212,6 +212,7 @@ class AuditAction(models.TextChoices):
     SESSION_REBUILD = "session.rebuild", "Session rebuilt"
     SESSION_RESUME = "session.resume", "Session resumed"
     SESSION_SANDBOX_CREATE = "session.sandbox_create", "Session sandbox created"
+    SESSION_UPDATE = "session.update", "Session labels or keep-awake changed"
     SESSION_IMAGE_CLEAR = "session_image.clear", "Session image cleared"
     SESSION_IMAGE_SET = "session_image.set", "Session image set"
     SKILL_CONFIRM_DEPENDENCIES = "skill.confirm_dependencies", "Skill dependencies confirmed"
