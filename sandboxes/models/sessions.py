@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import models
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Lower
 from django.urls import reverse
 
 from console.models import Space
@@ -170,6 +170,16 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created"]
+        constraints = [
+            # Tokens in force are told apart by name (a revoked one frees its name).
+            models.UniqueConstraint(
+                Lower("name"),
+                "space",
+                condition=models.Q(revoked__isnull=True),
+                name="api_token_name_unique_in_space",
+                violation_error_message="This space has a token of this name in force.",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
