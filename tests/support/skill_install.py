@@ -1,5 +1,6 @@
 """Builders for the install tests: a hand-made wheel, skills with dependencies, clean-up, and
-the `examples_source` fixture (the examples' wheel folder; registered in tests/skills/conftest.py,
+the `examples_source` and `apt_folder` fixtures (the examples' wheel folder, the local apt
+repository; registered in tests/skills/conftest.py,
 imported by the browser tests)."""
 
 from __future__ import annotations
@@ -167,3 +168,21 @@ def examples_source(settings: Any) -> Path:
         pytest.skip(message)
     settings_sources(settings, wheels.parent)
     return wheels
+
+
+APT_FOLDER = "debian"  # the local apt repository .ci/docker-up and scripts/start.sh prepare
+
+
+@pytest.fixture
+def apt_folder(settings: Any) -> Path:
+    """The local apt repository (poppler-utils, qpdf, nodejs, npm and what the base image lacks
+    of their dependencies) that scripts/apt_repo.py prepares, as the package sources' root's
+    `debian` folder. Missing: skipped locally, failed in CI."""
+    folder = Path(django_settings.BASE_DIR) / "var" / "package-sources" / APT_FOLDER
+    if not (folder / "Packages").is_file() or not any(folder.glob("qpdf_*.deb")):
+        message = f"the local apt repository {folder} is missing: run .ci/docker-up (scripts/apt_repo.py)"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    settings_sources(settings, folder.parent)
+    return folder
