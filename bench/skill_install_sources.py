@@ -38,7 +38,7 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
 
-from bench.skill_ready import Printer, write_wheel  # noqa: E402
+from tests.support.skill_install import write_wheel  # noqa: E402
 
 WHEELS = 30
 DEBIAN = ("poppler-utils", "qpdf", "fonts-dejavu-core")  # all in the local apt repository
@@ -171,10 +171,15 @@ def run(n: int, run_id: str, wheels: Path) -> dict[str, Any]:
                     snapshots.delete(snapshot.snapshot_id)
 
 
-class Quiet(Printer):
+class Quiet:
+    """The build's reporter: prints only what the packages cost and failures."""
+
     def log(self, message: str) -> None:
         if message.startswith(("FAILED", "copied", "installed from")):
             print(f"  build: {message[:200]}")
+
+    def progress(self, percent: int, message: str | None = None) -> None:
+        pass
 
 
 if __name__ == "__main__":
