@@ -161,6 +161,9 @@ class SkillImage(models.Model):
     status = models.CharField(
         max_length=16, choices=SkillImageStatus.choices, default=SkillImageStatus.BUILDING, db_index=True
     )
+    # The exact versions this generation's skills got: {"pip": {normalised name: version}}
+    # (skills.install.lock). Carried to later generations; a rebuild installs with it.
+    lock = models.JSONField(default=dict, blank=True)
     # {"create": seconds, "copy": seconds, ...} in pipeline order.
     timings = models.JSONField(default=dict, blank=True)
     log = models.TextField(blank=True)
