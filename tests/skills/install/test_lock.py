@@ -16,16 +16,15 @@ from console.models import JobStatus
 from sandboxes.models import SandboxConfig
 from skills.images import current_image
 from skills.install.lock import constraints_text, lock_after_build
-from tests.factories import make_config
 from tests.personas import World
 from tests.support.skill_install import (
-    clean_up,
     import_skill,
     job_error,
     plain_skill,
     run_install,
     run_uninstall,
     skill_with_dependency,
+    skills_config,
     write_wheel,
 )
 
@@ -61,18 +60,8 @@ def wheels(settings: Any, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def config(world: World, docker_base_image: str, installation: str, wheels: Path) -> Iterator[SandboxConfig]:
-    made: SandboxConfig = make_config(
-        world.space_a,
-        name="skills",
-        default_template=docker_base_image,
-        is_default=True,
-        pip_find_links=wheels.name,
-        persistent_workspace=False,
-    )
-    try:
+    with skills_config(world.space_a, docker_base_image, installation, pip_find_links=wheels.name) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 @pytest.mark.docker
