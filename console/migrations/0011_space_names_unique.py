@@ -26,7 +26,7 @@ def rename_duplicates(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('console', '0010_audit_session_update'),
+        ('console', '0010_audit_skill_git_hosts'),
     ]
 
     operations = [

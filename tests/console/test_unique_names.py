@@ -79,8 +79,8 @@ def test_an_email_belongs_to_one_user(world: World) -> None:
     assert created.status_code == 200  # no email is no clash
 
 
-CONSOLE_BEFORE = ("console", "0010_audit_session_update")
-SANDBOXES_BEFORE = ("sandboxes", "0023_session_labels_keep_awake")
+CONSOLE_BEFORE = ("console", "0010_audit_skill_git_hosts")
+SANDBOXES_BEFORE = ("sandboxes", "0024_session_labels_keep_awake")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('console', '0011_space_names_unique'),
-        ('sandboxes', '0023_session_labels_keep_awake'),
+        ('sandboxes', '0024_session_labels_keep_awake'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
