@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -26,15 +27,7 @@ def do_set_session_labels(session: Session, labels: str | Iterable[str], *, acto
         before = session.label_list
         session.labels = stored(checked)
         Session.objects.filter(pk=session.pk).update(labels=session.labels)
-        record_audit(
-            actor,
-            AuditAction.SESSION_UPDATE,
-            space=session.space,
-            target_type="session",
-            target_id=session.id,
-            target_name=session.key,
-            details={"labels": checked, "labels_before": before},
-        )
+        _audit_update(session, actor, {"labels": checked, "labels_before": before})
     return checked
 
 
@@ -53,13 +46,17 @@ def do_keep_session_awake(session: Session, until: datetime | None, *, actor: Ac
     with transaction.atomic():
         session.keep_awake_until = until
         Session.objects.filter(pk=session.pk).update(keep_awake_until=until)
-        record_audit(
-            actor,
-            AuditAction.SESSION_UPDATE,
-            space=session.space,
-            target_type="session",
-            target_id=session.id,
-            target_name=session.key,
-            details={"keep_awake_until": until.isoformat() if until else None},
-        )
+        _audit_update(session, actor, {"keep_awake_until": until.isoformat() if until else None})
     return until
+
+
+def _audit_update(session: Session, actor: Actor, details: dict[str, Any]) -> None:
+    record_audit(
+        actor,
+        AuditAction.SESSION_UPDATE,
+        space=session.space,
+        target_type="session",
+        target_id=session.id,
+        target_name=session.key,
+        details=details,
+    )

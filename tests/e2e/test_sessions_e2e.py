@@ -17,7 +17,7 @@ from django.db import connection
 from django.urls import reverse
 
 from console.services import SYSTEM
-from sandboxes.backends.base import META_INSTALLATION, ListQuery, SandboxState
+from sandboxes.backends.base import SandboxState
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.runtime import Runtime
@@ -25,6 +25,7 @@ from tests.factories import make_backend, make_config
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, test_run_id  # noqa: F401 - fixtures
 from tests.support.browser import log_in, shoot_all, wait_until
+from tests.support.skill_install import clean_up
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.docker]
 
@@ -56,13 +57,7 @@ def two_sessions(
         yield sessions
     finally:
         connection.close()
-        backend = get_backend(config)
-        for info in backend.iter_sandboxes(ListQuery(metadata={META_INSTALLATION: installation})):
-            backend.delete(info.sandbox_id)
-        volumes = backend.volumes()
-        if volumes is not None:
-            for session in Session.objects.filter(config=config):
-                volumes.delete(session.workspace_volume)
+        clean_up(config, installation)
 
 
 def engine_states(sessions: list[Session]) -> list[SandboxState]:
