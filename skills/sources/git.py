@@ -225,15 +225,18 @@ def _run(
             else stack.enter_context(tempfile.TemporaryFile())
         )
         err = stack.enter_context(tempfile.TemporaryFile())
-        process = subprocess.Popen(  # argv built here, never a shell
-            _argv(args),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            cwd=home,
-            env=_environment(home, policy),
-            start_new_session=True,
-        )
+        try:
+            process = subprocess.Popen(  # argv built here, never a shell
+                _argv(args),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=home,
+                env=_environment(home, policy),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise GitError(f"git cannot run on the console server: {exc.strerror or exc}.") from None
         reason = ""
         while process.poll() is None:
             if time.monotonic() > deadline:
