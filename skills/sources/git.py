@@ -341,6 +341,8 @@ def fetch_skill(url: str, ref: str, path: str, policy: GitPolicy, limits: GitLim
         )
         if fetch.code != 0:
             raise GitError(f"Fetching {ref or 'the default branch'} failed: {_reason(fetch)}")
+        if _size(repo) > limits.max_bytes:  # a fetch quicker than the watch's first look
+            raise GitError(f"git fetch stopped: the repository is over {human_size(limits.max_bytes)}.")
         parsed = git(["-C", str(repo), "rev-parse", "--verify", "FETCH_HEAD^{commit}"], what="git rev-parse")
         commit = parsed.stdout.decode("ascii", "replace").strip()
         if parsed.code != 0 or not COMMIT.match(commit):

@@ -264,6 +264,8 @@ def test_only_platform_admins_act_and_forged_ids_are_404(world: World, allowed: 
 
 def test_the_allowed_hosts_page_saves_and_audits(world: World) -> None:
     root, url = world.client_for("root"), reverse("skills:git_hosts")
+    assert root.get(url).status_code == 200
+    assert root.get(reverse("skills:git_import")).status_code == 200
     response = root.post(url, {"allowed_hosts": "git.example.test\nhttps://x.test"})
     assert response.status_code == 400
     assert "https://x.test" in response.content.decode()
