@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Lower
 from django.urls import reverse
 
 
@@ -32,6 +33,12 @@ class Space(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            # Two spaces named "Demo" cannot be told apart in a menu: names are unique, ignoring case.
+            models.UniqueConstraint(
+                Lower("name"), name="space_name_unique_ci", violation_error_message="A space with this name exists."
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -212,10 +219,12 @@ class AuditAction(models.TextChoices):
     SESSION_REBUILD = "session.rebuild", "Session rebuilt"
     SESSION_RESUME = "session.resume", "Session resumed"
     SESSION_SANDBOX_CREATE = "session.sandbox_create", "Session sandbox created"
+    SESSION_UPDATE = "session.update", "Session labels or keep-awake changed"
     SESSION_IMAGE_CLEAR = "session_image.clear", "Session image cleared"
     SESSION_IMAGE_SET = "session_image.set", "Session image set"
     SKILL_CONFIRM_DEPENDENCIES = "skill.confirm_dependencies", "Skill dependencies confirmed"
     SKILL_DELETE_VERSION = "skill.delete_version", "Skill version deleted"
+    SKILL_GIT_HOSTS = "skill.git_hosts", "Allowed git hosts for skills changed"
     SKILL_IMPORT = "skill.import", "Skill imported"
     SKILL_IMAGE_DELETE_SNAPSHOTS = "skill_image.delete_snapshots", "Skill image snapshots deleted"
     SKILL_IMAGE_INSTALL = "skill_image.install", "Skill installed"

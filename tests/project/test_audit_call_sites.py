@@ -35,6 +35,7 @@ SERVICE_MODULES = {
     "sandboxes.inbound.links",  # inbound links
     "sandboxes.sessions.lookup",  # creating a session
     "sandboxes.sessions.retention",  # the retention pass
+    "sandboxes.sessions.services",  # labels and keep-awake
     "sandboxes.sessions.teardown",  # releasing snapshots
     "sandboxes.sessions.unmanaged",  # deleting unmanaged resources
     "sandboxes.sessions.workspace",  # files in and out of a session
@@ -44,6 +45,7 @@ SERVICE_MODULES = {
     "sandboxes.pools.claim",  # a session taking a pooled sandbox (as a create records it)
     "skills.services",  # skills and their versions
     "skills.images",  # rolling back and cleaning skill images
+    "skills.sources.services",  # the allowed git hosts (git imports are audited by skills.services)
     "skills.install.build",  # recording a built generation
 }
 
