@@ -114,10 +114,10 @@ def _claim(session: Session, backend: Backend, version: int) -> tuple[SandboxInf
                 _adopt(session, info, template, fingerprint, member.workspace_volume, version)
                 return info, ""
         assert failed is not None
-        member, exc = failed
+        member, error = failed
         _forget(backend, member)
-        if exc.kind not in GONE_KINDS:
-            return None, f"{MISS_BROKEN} ({exc.kind})"
+        if error.kind not in GONE_KINDS:
+            return None, f"{MISS_BROKEN} ({error.kind})"
         # gone under the pool: the next one
     return None, MISS_EMPTY
 

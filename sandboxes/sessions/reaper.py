@@ -78,7 +78,7 @@ from .store import (
 )
 from .store_select import get_store
 from .tuning import SESSIONS
-from .unmanaged import JOB_GRACE, reap_unmanaged, serves_a_running_job
+from .unmanaged import JOB_GRACE, reap_unmanaged, serves_a_running_job, valid_uuids
 
 logger = logging.getLogger(__name__)
 # Longest a job may keep a sandbox of its own (skill builds, verification) before it counts
@@ -257,7 +257,7 @@ def _pool_member_keeps(store: SessionStore, member: PoolMember, sandbox_id: str)
 def _settle_pooled(run: _Pass, infos: list[SandboxInfo]) -> None:
     """Warm pool sandboxes (`META_POOL`) of the config, by their member rows."""
     ids = [info.metadata[META_POOL] for info in infos]
-    members = {str(m.pk): m for m in PoolMember.objects.filter(pk__in=_valid_uuids(ids)).select_related("session")}
+    members = {str(m.pk): m for m in PoolMember.objects.filter(pk__in=valid_uuids(ids)).select_related("session")}
     volumes = run.backend.volumes()
     for info in infos:
         member = members.get(info.metadata[META_POOL])
@@ -275,18 +275,6 @@ def _settle_pooled(run: _Pass, infos: list[SandboxInfo]) -> None:
                 volumes.delete(member.workspace_volume)
             except RemoteError as exc:
                 run.report.errors.append(f"volume {member.workspace_volume}: {exc.message}")
-
-
-def _valid_uuids(values: list[str]) -> list[str]:
-    import uuid
-
-    found = []
-    for value in values:
-        try:
-            found.append(str(uuid.UUID(value)))
-        except ValueError:
-            continue
-    return found
 
 
 def _repair_group(run: _Pass, space: str, key: str, infos: list[SandboxInfo]) -> None:
