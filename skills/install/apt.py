@@ -62,6 +62,9 @@ APT_OPTIONS = (
     "Acquire::Retries=0",
     "Acquire::http::Timeout=20",
     "Acquire::https::Timeout=20",
+    # No fsync per unpacked file: the build sandbox is thrown away if the build fails, and the
+    # snapshot is taken from the finished file system.
+    "Dpkg::Options::=--force-unsafe-io",
 )
 APT_ENV = {"DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C", "LANG": "C"}
 
