@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
-import pytest
 from django.template import Context, Template
 
 from console.templatetags.console_tags import render_value, when

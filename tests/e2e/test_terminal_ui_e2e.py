@@ -92,7 +92,9 @@ def test_fills_the_window_scrolls_back_searches_resizes_text_and_fills_the_scree
     log_in(page, daphne_url)
     open_terminal(page, daphne_url, session)
     # The terminal starts high on the page and ends above the window's bottom.
-    top, bottom = page.evaluate("(() => { const r = document.getElementById('terminal').getBoundingClientRect(); return [r.top, r.bottom]; })()")
+    top, bottom = page.evaluate(
+        "(() => { const r = document.getElementById('terminal').getBoundingClientRect(); return [r.top, r.bottom]; })()"
+    )
     assert top < 200, top
     assert bottom <= 800
     assert page.evaluate("window.consoleTerminal.term.rows") >= 30
@@ -189,13 +191,21 @@ def test_named_tabs_and_the_words_for_how_each_shell_ended(
     page.keyboard.type("echo in-build-$((1+1))\n")
     wait_for_text(page, r"(?m)^in-build-2\s*$")
     page.click("#terminal-tabs [role=tab] >> text=Shell 1")
-    wait_until(page, "window.consoleTerminal.tabs()[0].name === 'Shell 1' && "
-               "document.querySelector('#terminal-tabs [role=tab][aria-selected=true]').textContent.includes('Shell 1')", timeout=5000)
+    wait_until(
+        page,
+        "window.consoleTerminal.tabs()[0].name === 'Shell 1' && "
+        "document.querySelector('#terminal-tabs [role=tab][aria-selected=true]').textContent.includes('Shell 1')",
+        timeout=5000,
+    )
     assert "in-build-2" not in page.evaluate(BUFFER_TEXT)
     # A reload brings both tabs back, with their names and shells.
     page.reload()
-    wait_until(page, "window.consoleTerminal && window.consoleTerminal.tabs().length === 2 && "
-               "window.consoleTerminal.tabs().every(t => t.state === 'connected')", timeout=60_000)
+    wait_until(
+        page,
+        "window.consoleTerminal && window.consoleTerminal.tabs().length === 2 && "
+        "window.consoleTerminal.tabs().every(t => t.state === 'connected')",
+        timeout=60_000,
+    )
     assert [tab["name"] for tab in page.evaluate("window.consoleTerminal.tabs()")] == ["Shell 1", "build"]
     assert page.is_visible("#terminal-mode")
     assert_accessible(page, "terminal tabs")
