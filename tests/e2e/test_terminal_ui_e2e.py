@@ -7,7 +7,6 @@ violation."""
 from __future__ import annotations
 
 import re
-import time
 from typing import Any
 
 import pytest
@@ -20,26 +19,20 @@ from sandboxes.sessions.store import MemorySessionStore
 from sandboxes.sessions.teardown import delete_session
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
-from tests.support.browser import SCREENSHOTS, assert_accessible, wait_until, with_axe
+from tests.support.browser import (
+    SCREENSHOTS,
+    TERMINAL_TEXT,
+    assert_accessible,
+    wait_for_terminal_text,
+    wait_until,
+    with_axe,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.docker, pytest.mark.slow]
 
-BUFFER_TEXT = """() => {
-  const buffer = window.consoleTerminal.term.buffer.active;
-  const lines = [];
-  for (let i = 0; i < buffer.length; i += 1) lines.push(buffer.getLine(i).translateToString(true));
-  return lines.join("\\n");
-}"""
-
 
 def wait_for_text(page: Any, pattern: str, timeout_s: float = 30) -> str:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        text = str(page.evaluate(BUFFER_TEXT))
-        if re.search(pattern, text):
-            return text
-        assert time.monotonic() < deadline, f"{pattern!r} not in the terminal: {text[-500:]!r}"
-        page.wait_for_timeout(100)
+    return wait_for_terminal_text(page, pattern, timeout_s)
 
 
 def log_in(page: Any, base: str, who: str = "bob") -> None:
@@ -197,7 +190,7 @@ def test_named_tabs_and_the_words_for_how_each_shell_ended(
         "document.querySelector('#terminal-tabs [role=tab][aria-selected=true]').textContent.includes('Shell 1')",
         timeout=5000,
     )
-    assert "in-build-2" not in page.evaluate(BUFFER_TEXT)
+    assert "in-build-2" not in page.evaluate(TERMINAL_TEXT)
     # A reload brings both tabs back, with their names and shells.
     page.reload()
     wait_until(

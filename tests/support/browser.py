@@ -105,3 +105,22 @@ def serious_violations(page: Any) -> list[dict[str, Any]]:
 def assert_accessible(page: Any, name: str) -> None:
     found = serious_violations(page)
     assert not found, f"{name}: " + json.dumps(found, indent=1)
+
+
+TERMINAL_TEXT = """() => {
+  const buffer = window.consoleTerminal.term.buffer.active;
+  const lines = [];
+  for (let i = 0; i < buffer.length; i += 1) lines.push(buffer.getLine(i).translateToString(true));
+  return lines.join("\\n");
+}"""
+
+
+def wait_for_terminal_text(page: Any, pattern: str, timeout_s: float = 20) -> str:
+    """The active terminal's whole buffer (scrollback and screen) once `pattern` is in it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = str(page.evaluate(TERMINAL_TEXT))
+        if re.search(pattern, text):
+            return text
+        assert time.monotonic() < deadline, f"{pattern!r} not in the terminal: {text[-500:]!r}"
+        page.wait_for_timeout(100)
