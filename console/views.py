@@ -161,7 +161,8 @@ def space_create(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Space {space.name} created. Its network policy starts closed.")
             return redirect(space)
-    return render(request, "console/space_form.html", {"form": form, "section": "spaces"})
+    status = 400 if form.errors else 200
+    return render(request, "console/space_form.html", {"form": form, "section": "spaces"}, status=status)
 
 
 @login_required
@@ -203,7 +204,10 @@ def space_edit(request: HttpRequest, space_id: str) -> HttpResponse:
         else:
             messages.success(request, "Space saved.")
             return redirect("console:space_detail", space_id=space.id)
-    return render(request, "console/space_form.html", {"form": form, "space": space, "section": "spaces"})
+    status = 400 if form.errors else 200
+    return render(
+        request, "console/space_form.html", {"form": form, "space": space, "section": "spaces"}, status=status
+    )
 
 
 @login_required
