@@ -3,7 +3,7 @@
 Who signs in: the user already linked to the token's subject (OidcIdentity, per issuer);
 else the one active user with the claimed email who has no subject at this issuer yet (the
 subject is then stored, so the link holds when the email changes); else, with
-OIDC_CREATE_USERS, a new user. A user linked to one subject is never signed in as another
+sso.create_users, a new user. A user linked to one subject is never signed in as another
 subject with the same email: that login fails. Links and creations are audited.
 
 The provider's endpoints and ID token algorithm come from its discovery document
@@ -219,7 +219,7 @@ def do_link_oidc_identity(user: Any, *, subject: str, source_ip: str | None) -> 
 
 
 def do_create_oidc_user(claims: dict[str, Any], *, source_ip: str | None) -> Any:
-    """Create the user a first sign-in names (OIDC_CREATE_USERS), linked to its subject."""
+    """Create the user a first sign-in names (sso.create_users), linked to its subject."""
     model = get_user_model()
     base = (claims.get("preferred_username") or claims["email"].split("@")[0])[:140]
     username, n = base, 1
