@@ -268,3 +268,26 @@ _TYPE_WORDS: dict[Any, str] = {
     tuple: "a comma-separated list",
     dict: "a JSON object of strings",
 }
+
+
+def disk_settings(holds: str) -> tuple[Setting, Setting]:
+    """The platform backend's most disk per sandbox and a config's disk, in MiB, for a kind
+    that bounds what a sandbox writes; `holds` ends the config setting's help (how it bounds)."""
+    bounds: dict[str, Any] = {"unit": "MiB", "minimum": 64, "maximum": 4_194_304}
+    most = Setting(
+        "max_disk_mb",
+        "Most disk per sandbox",
+        SettingType.INT,
+        help="The most disk a config on this backend may give a sandbox, in MiB (10240 = 10 GiB). "
+        "Empty keeps the stored limit.",
+        **bounds,
+    )
+    disk = Setting(
+        "disk_mb",
+        "Disk",
+        SettingType.INT,
+        scope=Scope.CONFIG,
+        help=f"What a sandbox may write, in MiB (1024 = 1 GiB); {holds}",
+        **bounds,
+    )
+    return most, disk

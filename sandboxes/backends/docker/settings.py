@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..settings import Given, Options, Scope, Setting, SettingsSchema, SettingType, secret_field
+from ..settings import Given, Options, Scope, Setting, SettingsSchema, SettingType, disk_settings, secret_field
 from ..unix_socket import SCHEME as UNIX_SCHEME
 from ..unix_socket import unix_socket_problem
 
@@ -101,6 +101,8 @@ def _check(given: Given, schema: SettingsSchema) -> dict[str, str]:
     return problems
 
 
+MAX_DISK, DISK = disk_settings("the config page says where it holds.")
+
 SCHEMA = SettingsSchema(
     label="Docker",
     options=DockerOptions,
@@ -155,16 +157,7 @@ SCHEMA = SettingsSchema(
             maximum=100_000,
             help="The most processes a config on this backend may allow a sandbox.",
         ),
-        Setting(
-            "max_disk_mb",
-            "Most disk per sandbox",
-            SettingType.INT,
-            unit="MiB",
-            minimum=64,
-            maximum=4_194_304,
-            help="The most disk a config on this backend may give a sandbox, in MiB (10240 = 10 GiB). "
-            "Empty keeps the stored limit.",
-        ),
+        MAX_DISK,
         Setting(
             "pids_limit",
             "Process limit",
@@ -174,15 +167,6 @@ SCHEMA = SettingsSchema(
             maximum=100_000,
             help="Most processes per sandbox.",
         ),
-        Setting(
-            "disk_mb",
-            "Disk",
-            SettingType.INT,
-            scope=Scope.CONFIG,
-            unit="MiB",
-            minimum=64,
-            maximum=4_194_304,
-            help="What a sandbox may write, in MiB (1024 = 1 GiB); the config page says where it holds.",
-        ),
+        DISK,
     ),
 )
