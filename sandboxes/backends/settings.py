@@ -71,6 +71,7 @@ class Setting:
     dials: Callable[[str], str | None] | None = None
     clears: tuple[str, ...] = ()
     normalize: Callable[[str], str] | None = None  # the one spelling a text value is saved in
+    max_length: int | None = None  # the most characters a text value may have
 
     @property
     def label_with_unit(self) -> str:
@@ -172,6 +173,11 @@ class SettingsSchema:
             if setting.required and not given_now:
                 noun = setting.label[:1].lower() + setting.label[1:]
                 found[setting.name] = f"{self.label} backends need their {noun}."
+            elif setting.max_length is not None and isinstance(value, str) and len(value) > setting.max_length:
+                noun = setting.label if setting.label[1:2].isupper() else setting.label[:1].lower() + setting.label[1:]
+                found[setting.name] = (
+                    f"The {noun} is at most {setting.max_length} characters; this one has {len(value)}."
+                )
             elif value not in (None, "", REDACTED) and setting.validate is not None:
                 problem = setting.validate(value)
                 if problem:

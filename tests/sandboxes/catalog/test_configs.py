@@ -23,6 +23,7 @@ from sandboxes.catalog.tuning import CATALOG
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import config_form, make_backend, make_config
 from tests.personas import World
+from tests.support.pem import CERT
 
 pytestmark = pytest.mark.django_db
 
@@ -365,7 +366,7 @@ def test_an_older_copy_of_a_config_takes_the_edited_adapter_and_evicts_nothing(w
     assert get_backend(held) is edited
     assert get_backend(config) is edited
     # An edit of its platform backend likewise.
-    config.backend.tls_ca_encrypted = encrypt("-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n")
+    config.backend.tls_ca_encrypted = encrypt(CERT + "\n")
     config.backend.save()
     again = get_backend(SandboxConfig.objects.select_related("backend").get(pk=config.pk))
     assert DockerOptions.parse(again.config.options).tls_ca.startswith("-----BEGIN CERTIFICATE-----")
