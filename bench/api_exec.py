@@ -78,8 +78,14 @@ class Agent:
         self.headers = {"Authorization": f"Bearer {console.token}", "Content-Type": "application/json"}
 
     def post(self, key: str, tail: str, body: dict[str, Any]) -> dict[str, Any]:
-        self.connection.request("POST", f"{self.prefix}{key}/{tail}", json.dumps(body), self.headers)
-        answer = self.connection.getresponse()
+        try:
+            self.connection.request("POST", f"{self.prefix}{key}/{tail}", json.dumps(body), self.headers)
+            answer = self.connection.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            # The server closed the idle keep-alive connection (Daphne's timeout): a new one.
+            self.connection.close()
+            self.connection.request("POST", f"{self.prefix}{key}/{tail}", json.dumps(body), self.headers)
+            answer = self.connection.getresponse()
         content = answer.read()
         if answer.status != 200:
             raise RuntimeError(f"POST {tail}: {answer.status} {content[:300]!r}")
