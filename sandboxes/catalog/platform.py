@@ -35,6 +35,10 @@ BACKEND_FIELDS = (
     "pip_index_url",
     "pip_find_links",
     "npm_registry_url",
+    "apt_folder",
+    "apt_url",
+    "apt_suite",
+    "apt_trusted",
     "max_cpus",
     "max_memory_mb",
     "max_pids",
@@ -145,11 +149,15 @@ def do_create_platform_backend(
     return backend
 
 
-def do_register_local_engine(*, name: str, kind: str, pip_find_links: str, spaces: list[Space]) -> PlatformBackend:
+def do_register_local_engine(
+    *, name: str, kind: str, pip_find_links: str, spaces: list[Space], apt_folder: str = ""
+) -> PlatformBackend:
     """Register this host's engine (the command names its kind) as a platform backend granted
     to `spaces`: the one-command start (`manage.py register_local_engine`), done by the system."""
     with transaction.atomic():
-        backend = PlatformBackend.objects.create(name=name, kind=kind, pip_find_links=pip_find_links)
+        backend = PlatformBackend.objects.create(
+            name=name, kind=kind, pip_find_links=pip_find_links, apt_folder=apt_folder
+        )
         backend.spaces.set(spaces)
         record_audit(
             SYSTEM,
@@ -162,6 +170,7 @@ def do_register_local_engine(*, name: str, kind: str, pip_find_links: str, space
                 "kind": kind,
                 "endpoint": "",
                 "pip_find_links": pip_find_links,
+                "apt_folder": apt_folder,
                 "granted": [str(s.pk) for s in spaces],
             },
         )

@@ -95,6 +95,30 @@ class PlatformBackend(models.Model):
     npm_registry_url = models.CharField(
         max_length=500, blank=True, help_text="Package source for skill installs: an npm registry URL (empty: none)."
     )
+    apt_folder = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Package source for skill installs: the name of a local apt repository folder (.deb files and "
+        "a Packages index) under the deployment's package sources folder; the console copies the index and the "
+        ".deb files an install needs into the build sandbox (offline installs).",
+    )
+    apt_url = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Package source for skill installs: an apt mirror or proxy URL the build sandbox can reach "
+        "(used when no apt folder is set).",
+    )
+    apt_suite = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="With the apt URL: the suite and components, e.g. 'bookworm main' (empty: a flat repository).",
+    )
+    apt_trusted = models.BooleanField(
+        default=False,
+        verbose_name="Trust the apt URL unsigned",
+        help_text="With the apt URL: install without checking the repository's signature (an internal repository "
+        "without a Release signature). Off: apt checks it against the keyrings in the template.",
+    )
     max_cpus = models.DecimalField(
         max_digits=5,
         decimal_places=2,

@@ -61,20 +61,29 @@ def payload_for(version: SkillVersion) -> SkillPayload:
 
 
 def package_sources(config: SandboxConfig) -> PackageSources:
-    """The config's package sources; the wheel folder must be a plain name under the root."""
-    folder: Path | None = None
-    name = config.pip_find_links.strip()
-    if name:
-        root = Path(settings.SKILL_PACKAGE_SOURCES_ROOT).resolve()
-        candidate = (root / name).resolve()
-        if not FOLDER_NAME.match(name) or candidate.parent != root or not candidate.is_dir():
-            raise StepFailed(
-                "dependencies", f"the pip find-links folder {name!r} is not a folder under SKILL_PACKAGE_SOURCES_ROOT"
-            )
-        folder = candidate
+    """The package sources of the config's platform backend."""
+    backend = config.backend
     return PackageSources(
-        pip_index_url=config.pip_index_url.strip(), pip_folder=folder, npm_registry_url=config.npm_registry_url.strip()
+        pip_index_url=backend.pip_index_url.strip(),
+        pip_folder=source_folder(backend.pip_find_links, "the pip find-links folder"),
+        npm_registry_url=backend.npm_registry_url.strip(),
+        apt_folder=source_folder(backend.apt_folder, "the apt repository folder"),
+        apt_url=backend.apt_url.strip(),
+        apt_suite=" ".join(backend.apt_suite.split()),
+        apt_trusted=backend.apt_trusted,
     )
+
+
+def source_folder(name: str, what: str) -> Path | None:
+    """A package source folder: a plain name of a folder under the package sources root."""
+    name = name.strip()
+    if not name:
+        return None
+    root = Path(settings.SKILL_PACKAGE_SOURCES_ROOT).resolve()
+    candidate = (root / name).resolve()
+    if not FOLDER_NAME.match(name) or candidate.parent != root or not candidate.is_dir():
+        raise StepFailed("dependencies", f"{what} {name!r} is not a folder under SKILL_PACKAGE_SOURCES_ROOT")
+    return candidate
 
 
 def pointer_snapshot(space: Space, config: SandboxConfig) -> str | None:

@@ -5,7 +5,8 @@ each Debian package, pip requirement and npm package the skills declare is looke
 source the config names, and the first pass collects every miss, so one failure names them
 all. Nothing is installed and no installer runs; `install.packages` installs afterwards.
 
-- Debian: the image must have the package (`dpkg-query`); no Debian package source exists.
+- Debian: in the image (`dpkg-query`), else in the backend's apt source with the version apt
+  would install, and installable together from it (`install.apt.check_debian`).
 - pip, a find-links folder: read on the console host (the wheels' file names).
 - pip, an index URL: each project's PEP 503 page, fetched from the build sandbox.
 - npm: the registry URL is set and npm is in the image (both known before pip runs); each
@@ -30,6 +31,7 @@ from packaging.version import InvalidVersion, Version
 
 from sandboxes.backends.base import Backend
 
+from .apt import check_debian
 from .packages import (
     PackageSources,
     pep503_name,
@@ -83,7 +85,9 @@ def check_sources(
     planned: list[str] = []
     debian = sorted({name for skill in skills for name in skill.debian_packages})
     if debian:
-        _check_debian(backend, sandbox_id, debian, problems, planned)
+        debian_problems, debian_planned = check_debian(backend, sandbox_id, debian, sources, log, step=STEP)
+        problems += debian_problems
+        planned += debian_planned
     npm = [(skill, dep) for skill in skills for dep in skill.npm_packages]
     if npm:
         _check_npm(backend, sandbox_id, npm, sources, problems, planned, log)
@@ -95,23 +99,6 @@ def check_sources(
     if problems:
         raise StepFailed(STEP, "; ".join(problems))
     log(f"every package found in its source ({len(planned)} checked)" if planned else "no packages to check")
-
-
-def _check_debian(backend: Backend, sandbox_id: str, names: list[str], problems: list[str], planned: list[str]) -> None:
-    quoted = " ".join(shlex.quote(name) for name in names)
-    script = (
-        f"for p in {quoted}; do"
-        " dpkg-query -W -f='${Status}' \"$p\" 2>/dev/null | grep -q 'ok installed' || echo \"$p\"; done"
-    )
-    missing = set(run(backend, sandbox_id, STEP, script).stdout.decode().split())
-    for name in names:
-        if name in missing:
-            problems.append(
-                f"Debian package {name}: not in the image, and there is no Debian package source to install it "
-                "from (use a base template that has it)"
-            )
-        else:
-            planned.append(f"Debian {name}: already in the image")
 
 
 def _check_npm(
