@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('console', '0009_audit_skill_confirm_dependencies'),
-        ('sandboxes', '0022_old_cube_protocols'),
+        ('sandboxes', '0023_apt_package_sources'),
     ]
 
     operations = [
