@@ -28,7 +28,7 @@ import threading
 import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ def server_database(name: str) -> str:
 def admin(sql: str) -> None:
     url = server_database("postgres").replace("postgres://", "postgresql://", 1)
     with psycopg.connect(url, autocommit=True, connect_timeout=5) as db:
-        db.execute(sql)  # type: ignore[arg-type]
+        db.execute(sql.encode())
 
 
 class Agent:
@@ -106,14 +106,14 @@ def timed_ms(func: Callable[[], object]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def throughput(workers: list[Callable[[], None]], seconds: float) -> float:
+def throughput(workers: Sequence[Callable[[], object]], seconds: float) -> float:
     """Calls per second of `workers` (one thread each) run together for `seconds`."""
     done = [0] * len(workers)
     errors: list[BaseException] = []
     start = threading.Barrier(len(workers) + 1)
     stop_at: list[float] = []
 
-    def loop(index: int, work: Callable[[], None]) -> None:
+    def loop(index: int, work: Callable[[], object]) -> None:
         start.wait()
         try:
             while time.perf_counter() < stop_at[0]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 if TYPE_CHECKING:
@@ -263,7 +263,7 @@ MAX_POOL_SIZE = 50
 POOL_TIMEOUT_S = 10
 
 
-def database_settings(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> dict[str, object]:
+def database_settings(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> dict[str, Any]:
     """Django's `DATABASES["default"]` for DATABASE_URL: PostgreSQL through psycopg's pool of
     at most `pool_size` connections (Django's own `OPTIONS["pool"]`); SQLite as it was."""
     import dj_database_url
@@ -271,9 +271,9 @@ def database_settings(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> dict[str,
 
     if not 0 <= pool_size <= MAX_POOL_SIZE:
         raise ImproperlyConfigured(f"DATABASE_POOL_SIZE must be 0 to {MAX_POOL_SIZE} (connections per process)")
-    database: dict[str, object] = dict(dj_database_url.parse(url, conn_max_age=0))
+    database: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=0))
     if database["ENGINE"] == "django.db.backends.postgresql" and pool_size:
-        options = dict(database.get("OPTIONS") or {})  # type: ignore[call-overload]
+        options = dict(database.get("OPTIONS") or {})
         options["pool"] = {
             "min_size": 1,
             "max_size": pool_size,

@@ -105,7 +105,7 @@ def _token_query(with_session: bool) -> tuple[str, list[_Part]]:
             if found:
                 converters.append((index, column, found))
         parts.append(_Part(alias, model, [f.attname for f in fields], converters))
-    columns = ", ".join(f"{p.alias}.{quote(f.column)}" for p in parts for f in p.model._meta.concrete_fields)
+    columns = ", ".join(f"{p.alias}.{quote(str(f.column))}" for p in parts for f in p.model._meta.concrete_fields)
     table = {alias: quote(model._meta.db_table) for alias, model in _MODELS}
     sql = f"SELECT {columns} FROM {table['t']} t JOIN {table['sp']} sp ON sp.id = t.space_id"  # noqa: S608 - quoted names; values are parameters
     if with_session:

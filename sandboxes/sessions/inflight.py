@@ -153,4 +153,4 @@ def _update(sql: str, params: list[Any]) -> None:
 
 
 def _pk(value: uuid.UUID) -> Any:
-    return Session._meta.pk.get_db_prep_value(value, connection)  # type: ignore[union-attr]
+    return Session._meta.get_field("id").get_db_prep_value(value, connection)

@@ -121,7 +121,7 @@ RETURNING number
 
 
 def _db_value(field: str, value: Any) -> Any:
-    return ExecSlot._meta.get_field(field).get_db_prep_value(value, connection)
+    return ExecSlot._meta.get_field(field).get_db_prep_value(value, connection)  # type: ignore[union-attr]
 
 
 def take_exec_slot(space: Space, session: Session, deadline: datetime) -> ExecSlot:

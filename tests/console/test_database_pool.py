@@ -16,7 +16,7 @@ from console.environment import DEFAULT_POOL_SIZE, MAX_POOL_SIZE, database_setti
 
 def test_postgresql_gets_a_bounded_pool_and_sqlite_none() -> None:
     database = database_settings("postgres://console@127.0.0.1:5432/console")
-    pool = database["OPTIONS"]["pool"]  # type: ignore[index]
+    pool = database["OPTIONS"]["pool"]
     assert (pool["min_size"], pool["max_size"], database["CONN_MAX_AGE"]) == (1, DEFAULT_POOL_SIZE, 0)
     assert "pool" not in (database_settings("postgres://console@127.0.0.1/console", 0).get("OPTIONS") or {})
     assert "pool" not in (database_settings("sqlite:///var/console.sqlite3").get("OPTIONS") or {})
@@ -36,7 +36,7 @@ def test_threads_past_the_pool_size_never_open_more_connections() -> None:
     url = f"postgres://{own['USER']}@{own['HOST'] or '127.0.0.1'}:{own['PORT'] or 5432}/{own['NAME']}"
     pooled = database_settings(url, 3)
     name = f"pool-test-{uuid.uuid4().hex[:8]}"
-    pooled["OPTIONS"] = {**pooled["OPTIONS"], "application_name": name}  # type: ignore[dict-item]
+    pooled["OPTIONS"] = {**pooled["OPTIONS"], "application_name": name}
     handler = ConnectionHandler({"default": pooled})
     seen: list[int] = []
     failures: list[BaseException] = []
@@ -61,7 +61,7 @@ def test_threads_past_the_pool_size_never_open_more_connections() -> None:
         thread.start()
     for thread in threads:
         thread.join(60)
-    handler["default"].close_pool()
+    handler["default"].close_pool()  # type: ignore[attr-defined]
     assert not failures, failures
     assert len(seen) == 36
     assert max(seen) <= 3
