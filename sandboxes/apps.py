@@ -31,7 +31,7 @@ class SandboxesConfig(AppConfig):
         from .inbound.hosts import check_setting
         from .network import pages as network_pages
         from .network.live import on_policy_changed
-        from .sessions import gauges, reaper, retention, teardown, unmanaged  # noqa: F401
+        from .sessions import gauges, palette, reaper, retention, teardown, unmanaged  # noqa: F401
         from .sessions import pages as session_pages
         from .sessions.commands import lose_commands_of
         from .sessions.limits import release_slots_of

@@ -108,6 +108,8 @@ TEMPLATES = [
                 "console.context_processors.navigation",
                 "console.context_processors.csp",
             ],
+            # `|when` (times) and the other shared helpers, in every template without a load.
+            "builtins": ["console.templatetags.console_tags"],
         },
     }
 ]

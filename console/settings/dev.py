@@ -27,6 +27,12 @@ CONSOLE_INSTALLATION_ID = _kept_key("CONSOLE_INSTALLATION_ID", CONSOLE_INSTALLAT
 
 # Readable log lines at a terminal unless LOG_FORMAT says otherwise.
 LOG_FORMAT = env_str("LOG_FORMAT", "text")
-LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)  # noqa: F405
+# The periodic passes' routine lines (reaper, idle sweep, samples…) go to var/housekeeping.log,
+# so the terminal keeps the start's closing note and the requests; warnings stay on both.
+LOGGING = logging_config(
+    log_format=LOG_FORMAT,
+    level=LOG_LEVEL,  # noqa: F405
+    housekeeping_log=str(VAR_DIR / "housekeeping.log"),
+)
 # /metrics from this host without a token (docs/operations.md, "Metrics").
 METRICS_ALLOW_LOOPBACK = True

@@ -8,11 +8,11 @@ May import: Django, `console.models` and `.catalog`; nothing else of sandboxes.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import models
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Lower
 from django.urls import reverse
 
 from console.models import Space
@@ -82,6 +82,12 @@ class Session(models.Model):
     # while the sandbox keeps older rules until rebuilt.
     policy_fingerprint = models.CharField(max_length=16, blank=True)
     policy_applied_at = models.DateTimeField(null=True, blank=True)
+    # Labels as one padded, space-separated string (" team=ml nightly "), so the list filters
+    # on one with a portable LIKE and shows them without another query (sessions/labels.py).
+    labels = models.CharField(max_length=1100, blank=True, default="")
+    keep_awake_until = models.DateTimeField(
+        null=True, blank=True, help_text="The idle sweep leaves the session running until then."
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -103,6 +109,20 @@ class Session(models.Model):
     @property
     def is_stale(self) -> bool:
         return self.stale_at is not None and (self.bound_at is None or self.bound_at < self.stale_at)
+
+    @property
+    def label_list(self) -> list[str]:
+        return self.labels.split()
+
+    @property
+    def idles_at(self) -> datetime | None:
+        """When the idle sweep may idle this running session (None: not running or never active)."""
+        if self.state != SessionState.RUNNING or self.last_activity is None:
+            return None
+        due = self.last_activity + timedelta(seconds=self.config.idle_timeout_s)
+        if self.keep_awake_until is not None and self.keep_awake_until > due:
+            return self.keep_awake_until
+        return due
 
     @property
     def workspace_volume(self) -> str:
@@ -150,6 +170,16 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created"]
+        constraints = [
+            # Tokens in force are told apart by name (a revoked one frees its name).
+            models.UniqueConstraint(
+                Lower("name"),
+                "space",
+                condition=models.Q(revoked__isnull=True),
+                name="api_token_name_unique_in_space",
+                violation_error_message="This space has a token of this name in force.",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

@@ -41,6 +41,8 @@ from ..api.wire import (
 from ..backends.base import ExecRequest
 from ..models import Artifact, BackgroundCommand, Session
 from .commands import kill_command, read_output, send_input, start_command
+from .labels import MAX_LABELS, InvalidLabels, parse_labels
+from .labels import RULE as LABEL_RULE
 from .lookup import get_or_create_session
 from .runtime import Resolved, Runtime
 from .teardown import delete_session
@@ -105,6 +107,7 @@ class SessionOut(Schema):
     template_id: str | None
     stale_at: Timestamp
     last_activity: Timestamp
+    labels: list[str]
 
     model_config = {"title": "Session"}
 
@@ -120,6 +123,7 @@ class SessionOut(Schema):
             "template_id": session.template_id or None,
             "stale_at": session.stale_at.isoformat() if session.stale_at else None,
             "last_activity": session.last_activity.isoformat() if session.last_activity else None,
+            "labels": session.label_list,
         }
 
 
@@ -166,17 +170,40 @@ def session_delete(request: HttpRequest, space_id: SpaceId, key: Key) -> HttpRes
     return HttpResponse(status=204)
 
 
+class ResolveIn(BaseModel):
+    """Optional. `labels` are set when this call creates the session (the console's page
+    edits them later); an existing session keeps its own. Other members are ignored."""
+
+    labels: list[str] | None = Field(
+        None,
+        description=f"At most {MAX_LABELS}; each {LABEL_RULE}",
+        json_schema_extra={"maxItems": MAX_LABELS},
+    )
+
+    model_config = {"title": "ResolveRequest"}
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            try:
+                return parse_labels(value)
+            except InvalidLabels as exc:
+                raise invalid("labels", exc.message) from None
+        return value
+
+
 @router.post(
     SESSION + "/resolve",
     url_name="resolve",
     summary="Resolve the session to a live sandbox (created, claimed, resumed or rebuilt as needed):"
     " what wakes a paused, stopped or gone session for the GETs",
-    **documented({200: ResolvedOut}, errors=JSON_BODY, body=ANY_OBJECT_DOC),
+    **documented({200: ResolvedOut}, errors=JSON_BODY, body=body_doc(ResolveIn, required=False)),
 )
 def resolve(request: HttpRequest, space_id: SpaceId, key: Key) -> dict[str, Any]:
-    json_body(request)
+    body = read_body(request, ResolveIn)
     who = caller(request)
-    return ResolvedOut.of_resolved(Runtime().resolve(who.space, key, actor=who.actor))
+    return ResolvedOut.of_resolved(Runtime().resolve(who.space, key, actor=who.actor, labels=body.labels or ()))
 
 
 @router.post(

@@ -7,6 +7,7 @@ config's platform backend.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from django.db import IntegrityError, transaction
 
@@ -14,6 +15,7 @@ from console.models import AdminJob, AuditAction, JobStatus, Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..models import SandboxConfig, Session
+from .labels import stored
 from .limits import check_live_sessions
 
 # --- Sessions ---------------------------------------------------------------------------
@@ -68,7 +70,7 @@ def refuse_while_deleted(space: Space, config: SandboxConfig) -> None:
 
 
 def get_or_create_session(
-    space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
+    space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM, labels: Sequence[str] = ()
 ) -> Session:
     check_session_key(key)
     # The warm path: the space is at hand already, so join only the config.
@@ -81,7 +83,7 @@ def get_or_create_session(
         with transaction.atomic():
             check_live_sessions(space)  # locks the space's limits row until the commit
             refuse_while_deleted(space, config)
-            session = Session.objects.create(space=space, key=key, config=config)
+            session = Session.objects.create(space=space, key=key, config=config, labels=stored(labels))
             record_audit(
                 actor,
                 AuditAction.SESSION_CREATE,
@@ -89,7 +91,7 @@ def get_or_create_session(
                 target_type="session",
                 target_id=session.id,
                 target_name=session.key,
-                details={"key": key, "config": config.name},
+                details={"key": key, "config": config.name, **({"labels": list(labels)} if labels else {})},
             )
     except IntegrityError:
         pass  # another process created it first

@@ -18,7 +18,8 @@ without this installation's metadata is never listed, so never touched. When the
 store does not answer, nothing is decided. One pass runs at a time across all processes (a
 store-level lock); a session whose lock is held (a resolve at work) is left for the next pass.
 
-Idle sweep: sessions idle past their config's timeout — and with no background command
+Idle sweep: sessions idle past their config's timeout and not kept awake (`keep_awake_until`,
+set on the session page) — and with no background command
 running, no exec in flight, no open terminal and no turn in flight — are idled (paused or
 stopped, per the config) under their lifecycle lock, or, on a backend that idles its
 sandboxes itself (E2B, Cube: TTL with auto-pause), left to it and their state read back; the
@@ -34,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from console import metrics
@@ -369,6 +371,7 @@ def _idle_candidates(now: datetime) -> Any:
     return (
         quiet_sessions(now)
         .filter(state=SessionState.RUNNING, last_activity__isnull=False)
+        .filter(Q(keep_awake_until__isnull=True) | Q(keep_awake_until__lte=now))
         .select_related("config", "space")
     )
 

@@ -33,7 +33,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -219,9 +219,16 @@ class Runtime:
     # Resolve ----------------------------------------------------------------------------
 
     def resolve(
-        self, space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
+        self,
+        space: Space,
+        key: str,
+        *,
+        config: SandboxConfig | None = None,
+        actor: Actor = SYSTEM,
+        labels: Sequence[str] = (),
     ) -> Resolved:
-        session = get_or_create_session(space, key, config=config, actor=actor)
+        """The session `key` of `space` (created with `labels` when new) on a live sandbox."""
+        session = get_or_create_session(space, key, config=config, actor=actor, labels=labels)
         with self.telling_deleted(session):
             return self.resolve_session(session)
 

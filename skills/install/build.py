@@ -151,7 +151,10 @@ def build_generation(
         with build.step("dependencies"):
             before = install_lock.distributions(backend, sandbox_id)
             sources = with_parent_lock(backend, sandbox_id, plan, sources, build.log)
-            installed = install_packages.install_dependencies(backend, sandbox_id, plan.add, sources, build.log)
+            try:
+                installed = install_packages.install_dependencies(backend, sandbox_id, plan.add, sources, build.log)
+            except StepFailed as exc:
+                raise install_lock.explain_failure(exc, plan.parent, sources.pip_constraints) from exc
             after = install_lock.distributions(backend, sandbox_id)
             image.lock = {"pip": install_lock.lock_after_build(parent_lock(plan), before, after)}
             build.log("pip lock: " + (install_lock.constraints_text(image.lock["pip"]).replace("\n", " ") or "empty"))

@@ -35,6 +35,7 @@ SERVICE_MODULES = {
     "sandboxes.inbound.links",  # inbound links
     "sandboxes.sessions.lookup",  # creating a session
     "sandboxes.sessions.retention",  # the retention pass
+    "sandboxes.sessions.services",  # labels and keep-awake
     "sandboxes.sessions.teardown",  # releasing snapshots
     "sandboxes.sessions.unmanaged",  # deleting unmanaged resources
     "sandboxes.sessions.workspace",  # files in and out of a session

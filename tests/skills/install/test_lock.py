@@ -100,3 +100,25 @@ def test_a_rebuild_from_the_base_installs_the_locked_versions(
     )
     assert page.status_code == 200
     assert "<code>tinydep==1.0</code>" in page.content.decode()
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_a_locked_version_the_source_lost_fails_the_rebuild_naming_the_lock(
+    world: World, config: SandboxConfig, wheels: Path
+) -> None:
+    job = run_install(world.space_a, config, import_skill(skill_with_dependency("tiny-skill")))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    job = run_install(world.space_a, config, import_skill(plain_skill("other-skill")))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    write_wheel(wheels, version="2.0", value=2)
+    (wheels / "tinydep-1.0-py3-none-any.whl").unlink()
+
+    job = run_uninstall(world.space_a, config, "other-skill")
+    assert job.status == JobStatus.FAILED
+    assert "pip installed with the lock of generation 2" in job.error
+    assert "tinydep==1.0" in job.error
+    current = current_image(world.space_a, config)
+    assert current is not None
+    assert current.generation == 2  # the previous generation stays in force
