@@ -7,7 +7,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('console', '0009_audit_skill_confirm_dependencies'),
-        ('sandboxes', '0023_apt_package_sources'),
+        ('sandboxes', '0025_api_token_names_unique_in_space'),
     ]
 
     operations = [
