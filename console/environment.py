@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ VARIABLES = frozenset(
         "SECRET_KEY",
         "FIELD_ENCRYPTION_KEY",
         "DATABASE_URL",
+        "DATABASE_POOL_SIZE",
         "REDIS_URL",
         # Hosts, TLS and proxies
         "ALLOWED_HOSTS",
@@ -167,7 +168,7 @@ RETIRED: dict[str, str] = {
     "OIDC_RP_SIGN_ALGO": "no longer read; the discovery document's algorithms are used (RS256 preferred)",
     "METRICS_ALLOW_LOOPBACK": "no longer read; list 127.0.0.1/32 in METRICS_ALLOWED_NETWORKS",
     "SKILL_PACKAGE_SOURCES_ROOT": "no longer read; the package sources are CONSOLE_VAR_DIR/package-sources",
-    "DATABASE_CONN_MAX_AGE": "no longer read; connections are closed after each request",
+    "DATABASE_CONN_MAX_AGE": "no longer read; PostgreSQL connections are pooled (DATABASE_POOL_SIZE per process)",
     "SQLITE_BUSY_TIMEOUT_S": "no longer read; SQLite waits 30 s for its write lock",
     "JOB_RUNNER": "no longer read; jobs run on Celery when REDIS_URL is set, else in the process",
     "RUN_SCHEDULER": "no longer read; the in-process scheduler runs when REDIS_URL is not set",
@@ -256,3 +257,34 @@ def email_settings(url: str) -> dict[str, object]:
         "EMAIL_HOST_PASSWORD": unquote(parts.password or ""),
         "EMAIL_USE_TLS": tls,
     }
+
+
+# A PostgreSQL connection pool per process: at most this many connections, whatever the
+# number of threads (Daphne runs each request on a thread of its own). 0: no pool, a
+# connection per request. Bounded, so that a typo cannot make one process take the server.
+DEFAULT_POOL_SIZE = 10
+MAX_POOL_SIZE = 50
+# A request that finds every pooled connection taken waits this long, then fails (503).
+POOL_TIMEOUT_S = 10
+
+
+def database_settings(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> dict[str, Any]:
+    """Django's `DATABASES["default"]` for DATABASE_URL: PostgreSQL through psycopg's pool of
+    at most `pool_size` connections (Django's own `OPTIONS["pool"]`); SQLite as it was."""
+    import dj_database_url
+    from django.core.exceptions import ImproperlyConfigured
+
+    if not 0 <= pool_size <= MAX_POOL_SIZE:
+        raise ImproperlyConfigured(f"DATABASE_POOL_SIZE must be 0 to {MAX_POOL_SIZE} (connections per process)")
+    database: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=0))
+    if database["ENGINE"] == "django.db.backends.postgresql" and pool_size:
+        options = dict(database.get("OPTIONS") or {})
+        options["pool"] = {
+            "min_size": 1,
+            "max_size": pool_size,
+            "timeout": POOL_TIMEOUT_S,
+            "max_idle": 300,  # idle connections above min_size are closed after 5 min
+            "max_lifetime": 1800,
+        }
+        database["OPTIONS"] = options
+    return database

@@ -14,10 +14,16 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
-import dj_database_url
-
 from console import tuning
-from console.environment import email_settings, env_bool, env_int, env_list, env_str
+from console.environment import (
+    DEFAULT_POOL_SIZE,
+    database_settings,
+    email_settings,
+    env_bool,
+    env_int,
+    env_list,
+    env_str,
+)
 from console.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -112,10 +118,11 @@ TEMPLATES = [
     }
 ]
 
+# PostgreSQL: a pool of DATABASE_POOL_SIZE connections per process (docs/configuration.md).
 DATABASES = {
-    "default": dj_database_url.parse(
+    "default": database_settings(
         env_str("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'console.sqlite3'}",
-        conn_max_age=0,
+        env_int("DATABASE_POOL_SIZE", DEFAULT_POOL_SIZE),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

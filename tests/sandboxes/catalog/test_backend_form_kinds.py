@@ -6,6 +6,7 @@ until the kind's own fields are posted, and a bad one is a field error with noth
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -485,3 +486,29 @@ def test_a_package_source_is_judged_by_the_private_switch_as_the_form_reads_it(w
     assert response.status_code == 400
     assert url_field in response.context["form"].errors
     assert not PlatformBackend.objects.exists()
+
+
+def test_an_apt_source_is_saved_and_its_bad_values_named(world: World, settings: Any, tmp_path: Path) -> None:
+    settings.SKILL_PACKAGE_SOURCES_ROOT = tmp_path
+    (tmp_path / "debian").mkdir()
+    client = world.client_for("root")
+    bad = _docker(apt_folder="../etc", apt_suite="bookworm; rm -rf /", apt_url="ftp://mirror.test/debian")
+    response = client.post(reverse(CREATE), bad)
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert errors["apt_folder"] == ["A folder name: letters, digits, '.', '_' and '-' (no paths)."]
+    assert errors["apt_suite"] == ["The suite, then its components, separated by spaces (e.g. 'bookworm main')."]
+    assert errors["apt_url"] == ["An http(s) URL."]
+    missing = client.post(reverse(CREATE), _docker(apt_folder="nothere"))
+    assert missing.context["form"].errors["apt_folder"] == [f"There is no folder 'nothere' under {tmp_path}."]
+    assert not PlatformBackend.objects.exists()
+
+    saved = client.post(reverse(CREATE), _docker(apt_folder="debian", apt_suite="  bookworm   main "))
+    assert saved.status_code == 302, saved.context["form"].errors if saved.context else saved
+    backend = PlatformBackend.objects.get()
+    assert (backend.apt_folder, backend.apt_suite, backend.apt_url, backend.apt_trusted) == (
+        "debian",
+        "bookworm main",
+        "",
+        False,
+    )
