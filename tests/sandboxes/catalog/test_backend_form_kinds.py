@@ -20,6 +20,7 @@ from sandboxes.catalog.bridge import backend_config_for, get_backend
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import make_backend, make_config
 from tests.personas import World
+from tests.support.pem import CERT, KEY, KEY_BODY
 
 pytestmark = pytest.mark.django_db
 
@@ -226,8 +227,6 @@ def test_the_list_shows_a_process_limit_only_where_the_kind_enforces_one(world: 
 
 # Forged and odd requests against the by-kind platform backend form and the config form: each test
 # names what it attacks. No fakes needed: the endpoints are 127.0.0.1:9, where nothing listens.
-CERT = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----"
-KEY = "-----BEGIN PRIVATE KEY-----\nMIIEfake\n-----END PRIVATE KEY-----"
 
 
 def _cube(**extra: Any) -> dict[str, Any]:
@@ -386,7 +385,7 @@ def test_odd_input_is_a_clear_error_and_saves_nothing(world: World, data: dict[s
         assert "Step 1 of 2" in response.content.decode() or 'name="fields_for"' in response.content.decode()
     assert not PlatformBackend.objects.exists()
     html = response.content.decode()
-    assert "MIIEfake" not in html  # a posted secret is never rendered back
+    assert KEY_BODY not in html  # a posted secret is never rendered back
     assert "sk-posted-secret" not in html
 
 
@@ -396,7 +395,7 @@ def test_fields_of_kind_a_posted_with_kind_b_between_steps_save_nothing(world: W
     assert response.status_code == 200
     html = response.content.decode()
     assert 'name="fields_for" value="e2b"' in html
-    assert "MIIEfake" not in html
+    assert KEY_BODY not in html
     assert not PlatformBackend.objects.exists()
 
 
