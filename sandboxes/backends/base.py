@@ -94,6 +94,14 @@ class RemoteError(Exception):
         super().__init__(f"{self.kind}: {message}")
 
 
+class NotStarted(RemoteError):
+    """`exec` refused before anything ran: the sandbox is gone (`not_found`) or not running
+    (`conflict`: paused, stopped). An adapter that raises it for every such call declares
+    `Backend.exec_refuses_when_idle`; the runtime then runs a session's command in the
+    sandbox it knows to be running without asking the backend first, and on this error
+    resolves the session (resume, or rebuild) and runs the command there."""
+
+
 class SandboxState(enum.StrEnum):
     STARTING = "starting"
     RUNNING = "running"
@@ -361,6 +369,9 @@ class HealthInfo:
 class Backend(abc.ABC):
     kind: ClassVar[str]
     label: ClassVar[str]
+    # True: `exec` on a sandbox that is gone or idle raises `NotStarted`, never runs it late
+    # (an adapter whose engine would resume it on its own, or cannot tell, leaves it False).
+    exec_refuses_when_idle: ClassVar[bool] = False
 
     def __init__(self, config: BackendConfig) -> None:
         self.config = config

@@ -219,9 +219,13 @@ class ExecSlot(models.Model):
     deadline = models.DateTimeField()
     # The console.WorkerProcess running the exec (None: a slot from before processes were tracked).
     owner_process = models.UUIDField(null=True, blank=True, db_index=True)
+    # Which of the space's `concurrent_execs` places it holds (0 to limit - 1): one row per
+    # place, so a slot is taken by one INSERT that a racing one cannot also win, without a lock.
+    number = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["space", "deadline"], name="exec_slot_space_deadline")]
+        constraints = [models.UniqueConstraint(fields=["space", "number"], name="exec_slot_one_per_place")]
 
     def __str__(self) -> str:
         return f"exec in {self.session_id} until {self.deadline:%H:%M:%S}"

@@ -71,8 +71,20 @@ NOT_RUNNING = (
 
 def existing_session(space: Space, key: str) -> Session:
     # A NUL byte is in no key, and the database cannot compare one: no lookup, not a 500.
-    rows = Session.objects.select_related("config", "space")
+    rows = Session.objects.select_related("config__backend", "space")
     session = None if "\x00" in key else rows.filter(space=space, key=key).first()
+    if session is None:
+        raise ApiError(404, "not_found", f"No session {key!r} in this space.")
+    return session
+
+
+def callers_session(request: HttpRequest, key: str) -> Session:
+    """`existing_session` of the caller's space, as read with the token when it was (the
+    warm exec path: one query for both)."""
+    who = caller(request)
+    read, session = who.session_named(key)
+    if not read:
+        return existing_session(who.space, key)
     if session is None:
         raise ApiError(404, "not_found", f"No session {key!r} in this space.")
     return session
@@ -336,7 +348,7 @@ class ExecOut(Schema):
     **documented({200: ExecOut}, errors=JSON_BODY, body=body_doc(ExecIn)),
 )
 def exec_command(request: HttpRequest, space_id: SpaceId, key: Key) -> dict[str, Any]:
-    session = existing_session(caller(request).space, key)
+    session = callers_session(request, key)
     result = Runtime().exec(session, read_body(request, ExecIn).request())
     return {
         "exit_code": result.exit_code,
