@@ -159,7 +159,7 @@ def test_a_ready_sandbox_gone_behind_the_pools_back_is_replaced_not_handed_out(
     report = refill(session_config)
     assert report.drained == [lost.sandbox_id]
     assert len(report.made) == 1
-    assert lost.sandbox_id not in {m.sandbox_id for m in ready(session_config)}
+    assert {m.sandbox_id for m in ready(session_config)} == {kept.sandbox_id, *report.made}
     runtime = Runtime()
     for key in ("after-loss-1", "after-loss-2"):
         resolved = runtime.resolve(world.space_a, key)
