@@ -22,8 +22,9 @@ What is optional is not required: imports under a `try` that catches ImportError
 Exception), under `if TYPE_CHECKING`, programs under a `try` that catches OSError (or
 FileNotFoundError, Exception) and programs the script looks up itself (`shutil.which`,
 `command -v`, `which`, `type`, `hash`), unless the script stops when the lookup fails
-(`command -v x || exit 1`, `if not shutil.which("x"): sys.exit(...)`): it needs them. Names a module cannot be read for statically
-(extension modules, a module-level `__getattr__`, `import *`, `globals()` writes) pass.
+(`command -v x || exit 1`, `if not shutil.which("x"): sys.exit(...)`): it needs them.
+Names a module cannot be read for statically (extension modules, a module-level
+`__getattr__`, `import *`, `globals()` writes) pass.
 """
 
 from __future__ import annotations

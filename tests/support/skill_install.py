@@ -194,7 +194,7 @@ def examples_source(settings: Any) -> Path:
 
 @pytest.fixture
 def apt_folder(settings: Any) -> Path:
-    """The local apt repository `debian` (poppler-utils, qpdf, nodejs, npm and what the base
+    """The local apt repository `debian` (poppler-utils, qpdf, nodejs, npm, tesseract-ocr and what the base
     image lacks of their dependencies, with its Packages index) that scripts/apt_repo.py
     prepares."""
     folder = prepared_source(settings, "debian", "qpdf_*.deb", ".ci/docker-up (scripts/apt_repo.py)")
