@@ -16,7 +16,8 @@ Package sources are local: a wheel folder `var/package-sources/skill-bench-wheel
 (downloaded once on the host with `pip download --only-binary=:all:`, reused when present),
 the local apt repository `var/package-sources/debian` (scripts/apt_repo.py, with
 tesseract-ocr), and, when the backend has an npm tarball folder field, the folder
-`var/package-sources/skill-bench-npm` (otherwise npm needs are reported as not measurable).
+`var/package-sources/skill-bench-npm` (`npm pack` on the host, once; otherwise npm needs are
+reported as not measurable).
 
 Usage: python bench/skill_scripts.py   (REDIS_URL and DATABASE_URL default to the local Redis
 and PostgreSQL; a test database is created and dropped; everything created is deleted). The
@@ -53,6 +54,8 @@ from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
 from skill_sets import SKILLS  # noqa: E402  (this folder is on sys.path: a script)
+
+from tests.support.skill_install import pypi_wheels  # noqa: E402
 
 ROOT = Path(settings.BASE_DIR) / "var" / "package-sources"
 WHEELS = "skill-bench-wheels"
@@ -110,14 +113,29 @@ def main() -> None:
 
 def wheel_folder(folder: Path) -> None:
     """The wheels of DISTRIBUTIONS and their dependencies, from PyPI on the host, once."""
+    failed = pypi_wheels(folder, DISTRIBUTIONS)
+    if failed:
+        sys.exit(failed)
+
+
+def npm_tarballs(folder: Path) -> None:
+    """The tarballs of NPM_PACKAGES and their dependencies, from the npm registry on the host
+    (`npm install --package-lock-only`, then `npm pack` of each locked package), once."""
     stamp = folder / ".complete"
-    if stamp.is_file() and stamp.read_text().split() == DISTRIBUTIONS:
+    if stamp.is_file() and stamp.read_text().split() == list(NPM_PACKAGES):
         return
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"downloading wheels into {folder} (once)")
-    argv = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--dest", str(folder)]
-    subprocess.run([*argv, *DISTRIBUTIONS], check=True)
-    stamp.write_text(" ".join(DISTRIBUTIONS) + "\n")
+    print(f"packing npm tarballs into {folder} (once)")
+    quiet = ["--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"]
+    with tempfile.TemporaryDirectory(prefix="skill-bench-npm-") as work:
+        subprocess.run(["npm", "install", "--package-lock-only", *quiet, *NPM_PACKAGES], cwd=work, check=True)
+        lock = json.loads((Path(work) / "package-lock.json").read_text())
+        for path, entry in (lock.get("packages") or {}).items():
+            if not path:
+                continue
+            spec = f"{path.rsplit('node_modules/', 1)[-1]}@{entry['version']}"
+            subprocess.run(["npm", "pack", *quiet, "--pack-destination", str(folder), spec], cwd=work, check=True)
+    stamp.write_text(" ".join(NPM_PACKAGES) + "\n")
 
 
 def npm_folder_field() -> str | None:
@@ -163,6 +181,8 @@ def run(run_id: str) -> dict[str, Any]:
     from skills.services import do_confirm_dependencies, import_folder
 
     npm_field = npm_folder_field()
+    if npm_field is not None:
+        npm_tarballs(ROOT / NPM_FOLDER)
     npm_ready = npm_field is not None and any((ROOT / NPM_FOLDER).glob("*.tgz"))
     extra = {npm_field: NPM_FOLDER} if npm_field and npm_ready else {}
     local = PlatformBackend.objects.create(

@@ -9,6 +9,8 @@ import base64
 import contextlib
 import hashlib
 import stat
+import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,6 +61,22 @@ def write_wheel_tree(folder: Path, name: str, version: str, files: dict[str, byt
         for path, data in entries.items():
             archive.writestr(path, data)
     return target
+
+
+def pypi_wheels(folder: Path, distributions: list[str]) -> str:
+    """Wheels of `distributions` and their dependencies, downloaded from PyPI on the host
+    (`pip download --only-binary=:all:`) into `folder` once (a stamp names them). Returns ""
+    or why the download failed."""
+    stamp = folder / ".complete"
+    if stamp.is_file() and stamp.read_text().split() == distributions:
+        return ""
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--dest", str(folder)]
+    result = subprocess.run([*argv, *distributions], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        return f"cannot download {' '.join(distributions)} into {folder}: {result.stderr[-500:]}"
+    stamp.write_text(" ".join(distributions) + "\n")
+    return ""
 
 
 def skill_zip(

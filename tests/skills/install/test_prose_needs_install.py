@@ -13,8 +13,6 @@ the local apt repository `var/package-sources/debian` (scripts/apt_repo.py).
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,7 @@ from skills.install.plan import payload_for
 from skills.install.steps import entry_scripts
 from tests.conftest import IN_CI, REDIS_URL
 from tests.personas import World
-from tests.support.skill_install import clean_up, import_skill, job_error, run_install, skill_zip
+from tests.support.skill_install import import_skill, job_error, pypi_wheels, run_install, skill_zip, skills_config
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
 
@@ -97,17 +95,11 @@ def pdf_wheels() -> Path:
     """Real wheels of pypdf, pdfplumber and Pillow with their dependencies, from PyPI on the
     host, kept in var/ for later runs."""
     folder = Path(django_settings.BASE_DIR) / "var" / "package-sources" / WHEELS
-    stamp = folder / ".complete"
-    if not stamp.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        argv = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--dest", str(folder)]
-        result = subprocess.run([*argv, *DISTRIBUTIONS], capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            message = f"cannot download the wheels into {folder}: {result.stderr[-500:]}"
-            if IN_CI:
-                pytest.fail(message)
-            pytest.skip(message)
-        stamp.write_text(" ".join(DISTRIBUTIONS) + "\n")
+    failed = pypi_wheels(folder, list(DISTRIBUTIONS))
+    if failed:
+        if IN_CI:
+            pytest.fail(failed)
+        pytest.skip(failed)
     return folder
 
 
@@ -121,23 +113,10 @@ def installation(settings: Any, test_run_id: str) -> str:
 def config(
     world: World, docker_base_image: str, installation: str, apt_folder: Path, pdf_wheels: Path
 ) -> Iterator[SandboxConfig]:
-    from tests.factories import make_config
-
     assert pdf_wheels.parent == apt_folder.parent, "one package sources root"
-    made: SandboxConfig = make_config(
-        world.space_a,
-        name="skills",
-        default_template=docker_base_image,
-        is_default=True,
-        persistent_workspace=False,
-        memory_mb=512,
-        pip_find_links=WHEELS,
-        apt_folder=apt_folder.name,
-    )
-    try:
+    extra = {"memory_mb": 512, "pip_find_links": WHEELS, "apt_folder": apt_folder.name}
+    with skills_config(world.space_a, docker_base_image, installation, **extra) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 def test_prose_needs_are_confirmed_installed_checked_first_and_every_script_starts(
