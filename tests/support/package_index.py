@@ -9,38 +9,24 @@ from __future__ import annotations
 
 import hashlib
 import html
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from types import TracebackType
+
+from .file_server import RecordingServer
 
 
-class PackageIndex:
+class PackageIndex(RecordingServer):
     """`/simple/` (projects), `/simple/<project>/` (files with #sha256=), `/files/<wheel>`."""
 
+    name = "package-index"
+
     def __init__(self, host: str, wheels: list[Path]) -> None:
-        self.host = host
         self.files = {wheel.name: wheel.read_bytes() for wheel in wheels}
-        self.requests: list[tuple[str, str]] = []  # (client address, path)
-        self._server = ThreadingHTTPServer((host, 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, name="package-index", daemon=True)
+        super().__init__(host, self._handler())
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self._server.server_port}/simple/"
-
-    @property
-    def paths(self) -> list[str]:
-        return [path for _, path in self.requests]
-
-    def __enter__(self) -> PackageIndex:
-        self._thread.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        return super().url + "simple/"
 
     def projects(self) -> dict[str, list[str]]:
         """Normalised project name → its file names (a wheel's name is `<project>-<version>-...`)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.urls import reverse
@@ -42,20 +41,6 @@ def test_a_build_locks_what_it_added_or_changed_and_what_the_parent_locked() -> 
 def test_constraints_pin_each_locked_version_and_skip_what_pip_could_misread() -> None:
     text = constraints_text({"tinydep": "1.0", "b-pkg": "2.0.post1+local", "bad name": "1", "x": "1; rm"})
     assert text == "b-pkg==2.0.post1+local\ntinydep==1.0\n"
-
-
-@pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-lock"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-@pytest.fixture
-def wheels(settings: Any, tmp_path: Path) -> Path:
-    root = tmp_path / "package-sources"
-    write_wheel(root / "offline", version="1.0")
-    settings.SKILL_PACKAGE_SOURCES_ROOT = root
-    return root / "offline"
 
 
 @pytest.fixture
