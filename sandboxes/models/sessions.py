@@ -72,6 +72,8 @@ class Session(models.Model):
     has_persistent_workspace = models.BooleanField(
         default=False, help_text="A sandbox of this session was created on a persistent /workspace (to delete with it)."
     )
+    # A persistent /workspace made before the session (a warm pool's); empty: named by its id.
+    workspace_name = models.CharField(max_length=128, blank=True)
     last_activity = models.DateTimeField(null=True, blank=True, db_index=True)
     # Execs running now (Runtime.exec), so the idle sweep never idles a sandbox under one;
     # `exec_deadline` bounds the count's trust if a process died mid-exec.
@@ -126,8 +128,9 @@ class Session(models.Model):
 
     @property
     def workspace_volume(self) -> str:
-        """The persistent /workspace of this session (where the backend keeps one)."""
-        return f"sandbox-console-ws-{self.id}"
+        """The persistent /workspace of this session (where the backend keeps one): the one
+        its warm-pool sandbox came with, else named after the session."""
+        return self.workspace_name or f"sandbox-console-ws-{self.id}"
 
 
 class SessionImage(models.Model):
