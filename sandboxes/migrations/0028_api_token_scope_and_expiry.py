@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sandboxes', '0026_exec_slot_places'),
+        ('sandboxes', '0027_warm_pools'),
     ]
 
     # Tokens made before scopes keep what they could do: full, never expiring.
