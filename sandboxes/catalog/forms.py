@@ -178,6 +178,7 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "pip_index_url": "pip index URL",
             "pip_find_links": "pip wheel folder",
             "npm_registry_url": "npm registry URL",
+            "npm_folder": "npm tarball folder",
             "max_cpus": "Most CPU cores per sandbox",
             "max_memory_mb": "Most memory per sandbox (MiB)",
         }
@@ -188,8 +189,10 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "pip_index_url": "Package source for skill installs: a pip index URL (PEP 503 simple API), used when no "
             "find-links folder is set; pip never falls back to PyPI. The build sandbox then gets outbound network to "
             "its host: only to it where the backend has allow lists (E2B, Cube); all outbound on Docker.",
-            "npm_registry_url": "Package source for skill installs: an npm registry URL (the template needs npm). "
-            "The build sandbox gets outbound network to its host, as for the pip index URL.",
+            "npm_registry_url": "Package source for skill installs: an npm registry URL, used when no npm tarball "
+            "folder is set. The build sandbox gets outbound network to its host, as for the pip index URL.",
+            "npm_folder": "Package source for skill installs: a folder of npm tarballs (.tgz) under the package "
+            "sources' root, served to npm inside the build sandbox (offline; wins over the registry URL).",
         }
 
     def __init__(self, *args: Any, kind: str | None = None, **kwargs: Any) -> None:
@@ -216,9 +219,16 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
         return name
 
     def clean_pip_find_links(self) -> str:
+        return self._clean_folder("pip_find_links")
+
+    def clean_npm_folder(self) -> str:
+        return self._clean_folder("npm_folder")
+
+    def _clean_folder(self, field: str) -> str:
+        """A package folder: a plain name of a folder under the package sources' root."""
         from django.conf import settings
 
-        name: str = self.cleaned_data["pip_find_links"].strip()
+        name: str = self.cleaned_data[field].strip()
         if not name:
             return ""
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", name):

@@ -1,6 +1,6 @@
 """Building a skill image generation from its plan (`install.plan`): the build sandbox and
-its network (`install.network`), the install steps (`install.steps`, `install.packages`), the
-snapshot, and recording the generation (or its failure).
+its network (`install.network`), the install steps (`install.steps`, `install.packages`,
+`install.npm`), the snapshot, and recording the generation (or its failure).
 
 Run by the job handlers of `install.jobs`; started through `install.start`.
 """
@@ -37,6 +37,7 @@ from ..snapshot_refs import SKILL_IMAGE_LABEL
 from . import packages as install_packages
 from . import steps as install
 from .network import BuildNetwork, build_network, sources_to_reach
+from .npm import install_npm, node_debian_packages
 from .packages import PackageSources
 from .plan import BuildPlan, Reporter, package_sources
 from .sources_check import check_sources
@@ -147,7 +148,13 @@ def build_generation(
             for payload in plan.add:
                 install.copy_skill(backend, sandbox_id, payload, build.log)
         with build.step("dependencies"):
-            installed = install_packages.install_dependencies(backend, sandbox_id, plan.add, sources, build.log)
+            # Node.js and npm from Debian when the template lacks npm, then Debian, pip and npm.
+            node = node_debian_packages(backend, sandbox_id, plan.add, "dependencies")
+            installed = install_packages.install_dependencies(
+                backend, sandbox_id, plan.add, sources, build.log, also_debian=node
+            )
+            for name, packages in install_npm(backend, sandbox_id, plan.add, sources, build.log).items():
+                installed[name] += packages
         with build.step("verify"):
             install.save_session_state(backend, sandbox_id)
             checks: dict[str, str] = {}

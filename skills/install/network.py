@@ -62,13 +62,14 @@ def sources_to_reach(sources: PackageSources, skills: Sequence[SkillPayload]) ->
     """The package sources these skills' dependencies will be fetched from over the network.
 
     The pip index only when a skill declares pip dependencies and no find-links folder is set
-    (the folder wins: it is copied in and needs no network); the npm registry only when a
-    skill declares npm dependencies. A source the skills do not need is never opened.
+    (the folder wins: it is copied in and needs no network); the npm registry likewise, only
+    when a skill declares npm dependencies and no tarball folder is set. A source the skills
+    do not need is never opened.
     """
     needed = []
     if sources.pip_uses_index and any(skill.pip_requirements for skill in skills):
         needed.append(_source("the pip index", sources.pip_index_url))
-    if sources.npm_registry_url and any(skill.npm_packages for skill in skills):
+    if sources.npm_uses_registry and any(skill.npm_packages for skill in skills):
         needed.append(_source("the npm registry", sources.npm_registry_url))
     return needed
 

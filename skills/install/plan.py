@@ -61,20 +61,25 @@ def payload_for(version: SkillVersion) -> SkillPayload:
 
 
 def package_sources(config: SandboxConfig) -> PackageSources:
-    """The config's package sources; the wheel folder must be a plain name under the root."""
-    folder: Path | None = None
-    name = config.pip_find_links.strip()
-    if name:
-        root = Path(settings.SKILL_PACKAGE_SOURCES_ROOT).resolve()
-        candidate = (root / name).resolve()
-        if not FOLDER_NAME.match(name) or candidate.parent != root or not candidate.is_dir():
-            raise StepFailed(
-                "dependencies", f"the pip find-links folder {name!r} is not a folder under SKILL_PACKAGE_SOURCES_ROOT"
-            )
-        folder = candidate
+    """The config's package sources; each folder must be a plain name under the root."""
     return PackageSources(
-        pip_index_url=config.pip_index_url.strip(), pip_folder=folder, npm_registry_url=config.npm_registry_url.strip()
+        pip_index_url=config.pip_index_url.strip(),
+        pip_folder=source_folder(config.pip_find_links, "the pip find-links folder"),
+        npm_registry_url=config.npm_registry_url.strip(),
+        npm_folder=source_folder(config.npm_folder, "the npm tarball folder"),
     )
+
+
+def source_folder(name: str, what: str) -> Path | None:
+    """A package folder named on the config, resolved under SKILL_PACKAGE_SOURCES_ROOT."""
+    name = name.strip()
+    if not name:
+        return None
+    root = Path(settings.SKILL_PACKAGE_SOURCES_ROOT).resolve()
+    candidate = (root / name).resolve()
+    if not FOLDER_NAME.match(name) or candidate.parent != root or not candidate.is_dir():
+        raise StepFailed("dependencies", f"{what} {name!r} is not a folder under SKILL_PACKAGE_SOURCES_ROOT")
+    return candidate
 
 
 def pointer_snapshot(space: Space, config: SandboxConfig) -> str | None:

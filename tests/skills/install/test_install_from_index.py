@@ -20,7 +20,7 @@ import pytest
 
 from console.models import JobStatus
 from sandboxes.backends.base import ExecRequest
-from sandboxes.models import PlatformBackend, SandboxConfig
+from sandboxes.models import SandboxConfig
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image
@@ -34,8 +34,10 @@ from tests.support.skill_install import (
     clean_up,
     import_skill,
     job_error,
+    log_lines,
     plain_skill,
     run_install,
+    set_sources,
     skill_with_dependency,
     write_wheel,
 )
@@ -87,12 +89,6 @@ def runtime() -> Runtime:
     return Runtime(RedisSessionStore(REDIS_URL))
 
 
-def set_sources(config: SandboxConfig, **fields: str) -> None:
-    # Package sources are the platform backend's.
-    PlatformBackend.objects.filter(pk=config.backend_id).update(**fields)
-    config.refresh_from_db()
-
-
 def free_port_url(host: Namespace, path: str) -> str:
     """A URL on the source's address where nothing listens (the port was free a moment ago)."""
 
@@ -108,10 +104,6 @@ def port_of(url: str) -> int:
     port = urlsplit(url).port
     assert port is not None
     return port
-
-
-def log_lines(job: Any) -> list[str]:
-    return [str(line.get("message")) for line in job.log]
 
 
 def test_a_pip_index_url_gets_the_build_outbound_and_installs_from_that_index(
@@ -190,10 +182,10 @@ def test_an_index_without_the_project_fails_naming_the_http_status(
     assert build_sandboxes(config, installation) == []
 
 
-def test_npm_dependencies_get_the_registry_network_and_fail_clearly_without_npm(
+def test_npm_dependencies_get_the_registry_network_and_name_every_miss(
     world: World, config: SandboxConfig, source_host: Namespace, gateway: str, installation: str
 ) -> None:
-    registry = free_port_url(source_host, "/")  # never contacted: the template has no npm
+    registry = free_port_url(source_host, "/")  # nothing answers there
     set_sources(config, npm_registry_url=registry)
     md = b"---\nname: npm-skill\ndescription: Needs an npm package. Use when testing installs.\nlicense: MIT\n"
     md += b"---\n\nHi.\n"
@@ -205,8 +197,11 @@ def test_npm_dependencies_get_the_registry_network_and_fail_clearly_without_npm(
         f"build sandbox: outbound network limited to {gateway}, all else denied, to reach the npm registry {registry}"
         in log_lines(job)
     )
-    assert (
-        "step check failed: npm-skill declares npm dependencies (left-pad@^1.3.0) but npm is not in the template"
-    ) in job.error
+    # Every miss at once: Node.js and npm (Debian packages, with no Debian source), and the registry.
+    assert job.error.startswith(
+        "step check failed: Debian package nodejs (needed: npm is not in the template and npm-skill declares npm "
+        "packages): not in the image"
+    ), job_error(job)
+    assert f"the npm registry {registry} does not answer from the build sandbox" in job.error
     assert current_image(world.space_a, config) is None
     assert build_sandboxes(config, installation) == []

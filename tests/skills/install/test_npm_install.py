@@ -1,0 +1,221 @@
+"""npm installs of skills on the real Docker engine (skills/install/npm.py): from an npm
+registry the test serves in a network namespace of its own, or from a folder of tarballs
+served inside the build sandbox; never running a package's scripts; npm needs and Node.js
+itself checked before anything installs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.models import JobStatus
+from sandboxes.backends.base import ExecRequest
+from sandboxes.models import SandboxConfig, Session
+from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import RedisSessionStore
+from skills.images import current_image
+from skills.models import SkillImage
+from tests.conftest import REDIS_URL
+from tests.factories import make_config
+from tests.personas import World
+from tests.support.netns import Namespace, namespace
+from tests.support.npm_source import NpmRegistry, write_npm_tarball
+from tests.support.skill_install import (
+    build_sandboxes,
+    clean_up,
+    import_skill,
+    job_error,
+    log_lines,
+    run_install,
+    set_sources,
+    skill_zip,
+)
+from tests.support.skill_install import write_wheel as write_tinydep
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
+
+# Marks the scripts would leave where both root and the session user could write, and
+# which the snapshot keeps (/tmp is a scratch file system of each sandbox).
+MARKS = ("/var/tmp/npm-preinstall-ran", "/var/tmp/npm-postinstall-ran", "/var/tmp/npm-skill-script-ran")
+SCRIPTED = {"preinstall": f"touch {MARKS[0]}", "postinstall": f"touch {MARKS[1]}"}
+RUN_JS = b"#!/usr/bin/env node\nconsole.log(require('greeter'));\n"
+
+
+@pytest.fixture
+def installation(settings: Any, test_run_id: str) -> str:
+    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-npm"
+    return str(settings.CONSOLE_INSTALLATION_ID)
+
+
+@pytest.fixture
+def sources_root(settings: Any, tmp_path: Path) -> Path:
+    root = tmp_path / "package-sources"
+    write_tinydep(root / "wheels")
+    settings.SKILL_PACKAGE_SOURCES_ROOT = root
+    return root
+
+
+def _config(world: World, template: str, installation: str) -> Iterator[SandboxConfig]:
+    made: SandboxConfig = make_config(
+        world.space_a, name="skills", default_template=template, is_default=True, persistent_workspace=False
+    )
+    set_sources(made, pip_find_links="wheels")
+    try:
+        yield made
+    finally:
+        clean_up(made, installation)
+
+
+@pytest.fixture
+def node_config(world: World, docker_node_image: str, installation: str, sources_root: Path) -> Iterator[SandboxConfig]:
+    yield from _config(world, docker_node_image, installation)
+
+
+@pytest.fixture
+def base_config(world: World, docker_base_image: str, installation: str, sources_root: Path) -> Iterator[SandboxConfig]:
+    yield from _config(world, docker_base_image, installation)
+
+
+@pytest.fixture
+def source_host() -> Iterator[Namespace]:
+    """The registry's machine: a namespace of the test's own (tests/support/netns.py)."""
+    with namespace() as made:
+        yield made
+
+
+@pytest.fixture
+def runtime() -> Runtime:
+    return Runtime(RedisSessionStore(REDIS_URL))
+
+
+def npm_skill(name: str, dependencies: dict[str, str], *, pip: bool = False, **package: Any) -> bytes:
+    document = {"name": name, "version": "1.0.0", "dependencies": dependencies, **package}
+    files = {"package.json": json.dumps(document).encode(), "scripts/run.js": RUN_JS}
+    if pip:
+        files["requirements.txt"] = b"tinydep\n"
+    return skill_zip(name, files, executable=("scripts/run.js",))
+
+
+def sh(runtime: Runtime, session: Session, shell: str) -> tuple[int, str]:
+    result = runtime.exec(session, ExecRequest(shell=shell, user="user", timeout_s=60))
+    return result.exit_code, (result.stdout + result.stderr).decode()
+
+
+def test_no_package_script_runs_during_an_npm_install(
+    world: World,
+    node_config: SandboxConfig,
+    source_host: Namespace,
+    runtime: Runtime,
+    installation: str,
+    tmp_path: Path,
+) -> None:
+    """A dependency's preinstall/postinstall (and the skill's own package.json scripts) would
+    run as root inside the build; none runs, and the package still installs."""
+    tarballs = [
+        write_npm_tarball(tmp_path / "registry", "greeter", "1.2.0", scripts=SCRIPTED),
+        write_npm_tarball(tmp_path / "registry", "greeter", "2.0.0"),
+    ]
+    skill = npm_skill("scripted-skill", {"greeter": "^1.0.0"}, scripts={"postinstall": f"touch {MARKS[2]}"})
+    with source_host.run(lambda: NpmRegistry(source_host.address, tarballs)) as registry:
+        set_sources(node_config, npm_registry_url=registry.url)
+        job = run_install(world.space_a, node_config, import_skill(skill))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    assert "/greeter" in registry.paths
+    assert "/-/files/greeter-1.2.0.tgz" in registry.paths
+    lines = log_lines(job)
+    assert (
+        "scripted-skill: warning: npm package greeter@1.2.0 has an install script, which was not run "
+        "(npm runs with --ignore-scripts); what it would build is missing"
+    ) in lines
+    image = current_image(world.space_a, node_config)
+    assert image is not None
+    assert image.manifest[0]["installed"] == ["greeter@1.2.0"]
+    assert build_sandboxes(node_config, installation) == []
+
+    session = runtime.resolve(world.space_a, "after-npm").session
+    assert sh(runtime, session, "ls " + " ".join(MARKS)) == (
+        2,
+        "".join(f"ls: cannot access '{mark}': No such file or directory\n" for mark in MARKS),
+    )
+    assert sh(runtime, session, "/opt/skills/scripted-skill/scripts/run.js") == (0, "greeter 1.2.0\n")
+    assert sh(runtime, session, "stat -c '%U %a' /opt/skills/scripted-skill/node_modules/greeter/index.js") == (
+        0,
+        "root 644\n",
+    )
+    assert sh(runtime, session, "test -e /tmp/skill-build-npm; echo $?") == (0, "1\n")
+
+
+def test_installs_from_a_tarball_folder_offline_with_dependencies(
+    world: World, node_config: SandboxConfig, sources_root: Path, runtime: Runtime, installation: str
+) -> None:
+    folder = sources_root / "npm"
+    write_npm_tarball(
+        folder,
+        "greeter",
+        "1.0.0",
+        dependencies={"@words/hello": "~2.1.0"},
+        files={"index.js": b"module.exports = require('@words/hello') + ' from greeter';\n"},
+    )
+    write_npm_tarball(folder, "@words/hello", "2.1.3", files={"index.js": b"module.exports = 'hello';\n"})
+    write_npm_tarball(folder, "@words/hello", "2.2.0", files={"index.js": b"module.exports = 'too new';\n"})
+    set_sources(node_config, npm_folder="npm", npm_registry_url="http://127.0.0.1:9/")  # the folder wins
+    job = run_install(world.space_a, node_config, import_skill(npm_skill("folder-skill", {"greeter": "1"})))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    lines = log_lines(job)
+    assert "build sandbox: outbound network off (no package source to reach over it)" in lines
+    assert "plan: npm greeter@1: 1.0.0 in the npm tarball folder npm/" in lines
+    assert any(
+        line.startswith("serving the npm tarball folder npm/ (3 tarball(s)) to npm on 127.0.0.1:") for line in lines
+    )
+    image = current_image(world.space_a, node_config)
+    assert image is not None
+    assert image.manifest[0]["installed"] == ["@words/hello@2.1.3", "greeter@1.0.0"]
+
+    session = runtime.resolve(world.space_a, "after-folder").session
+    assert sh(runtime, session, "/opt/skills/folder-skill/scripts/run.js") == (0, "hello from greeter\n")
+
+
+def test_a_package_missing_from_the_folder_fails_the_check_before_pip(
+    world: World, node_config: SandboxConfig, sources_root: Path, installation: str
+) -> None:
+    """Every miss, a dependency's too, is named with the folder before pip or npm runs."""
+    folder = sources_root / "npm"
+    write_npm_tarball(folder, "greeter", "1.0.0", dependencies={"absent": "^3.0.0"})
+    write_npm_tarball(folder, "other", "1.0.0")
+    set_sources(node_config, npm_folder="npm")
+    skill = npm_skill("needy-skill", {"greeter": "^1", "other": ">=2", "nowhere": "*"}, pip=True)
+    job = run_install(world.space_a, node_config, import_skill(skill))
+    assert job.status == JobStatus.FAILED
+    assert job.error == (
+        "step check failed: npm other@>=2: the npm tarball folder npm/ has 1.0.0, none in the range >=2; "
+        "npm nowhere@*: not in the npm tarball folder npm/; "
+        "npm absent@^3.0.0 (a dependency of greeter@1.0.0): not in the npm tarball folder npm/"
+    ), job_error(job)
+    assert SkillImage.objects.get(space=world.space_a, config=node_config).failed_step == "check"
+    assert not any("pip install" in line or "npm install" in line for line in log_lines(job))
+    assert build_sandboxes(node_config, installation) == []
+
+
+def test_a_template_without_npm_is_named_before_pip_runs(
+    world: World, base_config: SandboxConfig, sources_root: Path, installation: str
+) -> None:
+    """Node.js and npm come from Debian packages; with no Debian package source the check says
+    which packages and why, before pip runs."""
+    write_npm_tarball(sources_root / "npm", "greeter", "1.0.0")
+    set_sources(base_config, npm_folder="npm")
+    job = run_install(world.space_a, base_config, import_skill(npm_skill("node-skill", {"greeter": "^1"}, pip=True)))
+    assert job.status == JobStatus.FAILED
+    why = "(needed: npm is not in the template and node-skill declares npm packages)"
+    assert job.error.startswith(
+        f"step check failed: Debian package nodejs {why}: not in the image, and there is no Debian package "
+        f"source to install it from (use a base template that has it); Debian package npm {why}: not in the image"
+    ), job_error(job)
+    lines = log_lines(job)
+    assert "plan: npm greeter@^1: 1.0.0 in the npm tarball folder npm/" in lines
+    assert "plan: pip tinydep: 1.0 in the pip find-links folder wheels/" in lines
+    assert not any("pip install" in line for line in lines)
+    assert current_image(world.space_a, base_config) is None
