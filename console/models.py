@@ -216,6 +216,7 @@ class AuditAction(models.TextChoices):
     SESSION_IMAGE_SET = "session_image.set", "Session image set"
     SKILL_CONFIRM_DEPENDENCIES = "skill.confirm_dependencies", "Skill dependencies confirmed"
     SKILL_DELETE_VERSION = "skill.delete_version", "Skill version deleted"
+    SKILL_GIT_HOSTS = "skill.git_hosts", "Allowed git hosts for skills changed"
     SKILL_IMPORT = "skill.import", "Skill imported"
     SKILL_IMAGE_DELETE_SNAPSHOTS = "skill_image.delete_snapshots", "Skill image snapshots deleted"
     SKILL_IMAGE_INSTALL = "skill_image.install", "Skill installed"

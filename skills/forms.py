@@ -48,3 +48,32 @@ class SkillInstallForm(forms.Form):
         assert isinstance(version_field, forms.TypedChoiceField)
         config_field.choices = configs
         version_field.choices = versions
+
+
+class GitImportForm(forms.Form):
+    """Import a skill from a folder of a git repository (the allowed hosts only)."""
+
+    url = forms.CharField(
+        label="Repository URL",
+        max_length=1000,
+        help_text="https://, http:// or git:// on an allowed host (file:// if local paths are allowed).",
+    )
+    ref = forms.CharField(label="Branch or tag", max_length=200, required=False, help_text="Empty: the default branch.")
+    path = forms.CharField(
+        label="Folder", max_length=1024, required=False, help_text="The folder holding SKILL.md; empty: the root."
+    )
+
+
+class GitHostsForm(forms.Form):
+    """The platform's allowed git hosts for skill imports."""
+
+    allowed_hosts = forms.CharField(
+        label="Allowed hosts",
+        required=False,
+        max_length=20000,
+        widget=forms.Textarea(attrs={"rows": 6}),
+        help_text="One per line: a host name (any port) or host:port. Nothing else can be imported from.",
+    )
+    allow_local_paths = forms.BooleanField(
+        label="Allow file:// URLs", required=False, help_text="Repositories on the console server's own disk."
+    )

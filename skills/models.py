@@ -67,6 +67,8 @@ class SkillVersion(models.Model):
     size = models.BigIntegerField(default=0)
     file_count = models.PositiveIntegerField(default=0)
     origin = models.CharField(max_length=300, blank=True)
+    # The git commit this version was imported from (skills.sources), else ''.
+    source_commit = models.CharField(max_length=64, blank=True)
     created = models.DateTimeField(auto_now_add=True, db_index=True)
     imported_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -86,6 +88,62 @@ class SkillVersion(models.Model):
     @property
     def short_hash(self) -> str:
         return self.content_hash[:12]
+
+
+class GitSource(models.Model):
+    """Where a skill's versions come from: a git repository, a branch or tag, a folder in it.
+
+    `commit` is the commit of the latest import; `remote_commit` the one the ref named at the
+    last check (`checked`), or the check's error. A newer commit exists when they differ.
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    skill = models.OneToOneField(Skill, on_delete=models.CASCADE, related_name="git_source")
+    url = models.CharField(max_length=1000)
+    ref = models.CharField(max_length=200, blank=True, help_text="Branch or tag; empty: the default branch.")
+    path = models.CharField(max_length=1024, blank=True, help_text="The skill's folder; empty: the root.")
+    commit = models.CharField(max_length=64)
+    remote_commit = models.CharField(max_length=64, blank=True)
+    checked = models.DateTimeField(null=True, blank=True)
+    check_error = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["skill__name"]
+
+    def __str__(self) -> str:
+        return f"{self.url} {self.path}".strip()
+
+    def get_absolute_url(self) -> str:
+        return reverse("skills:skill_detail", kwargs={"skill_id": self.skill_id}) + "#source"
+
+    @property
+    def has_newer_commit(self) -> bool:
+        return bool(self.remote_commit) and self.remote_commit != self.commit
+
+
+class GitHostPolicy(models.Model):
+    """The platform's one row of rules for git imports: allowed hosts and local paths."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    # One entry per line: `host` (any port) or `host:port`.
+    allowed_hosts = models.TextField(blank=True)
+    allow_local_paths = models.BooleanField(
+        default=False, help_text="Allow file:// URLs: repositories on the console's own disk."
+    )
+    updated = models.DateTimeField(auto_now=True)
+    updated_by_name = models.CharField(max_length=150, blank=True)
+
+    def __str__(self) -> str:
+        return "allowed git hosts"
+
+    def get_absolute_url(self) -> str:
+        return reverse("skills:git_hosts")
+
+    @property
+    def host_list(self) -> list[str]:
+        return [line.strip() for line in self.allowed_hosts.splitlines() if line.strip()]
 
 
 class SkillFile(models.Model):
@@ -161,6 +219,9 @@ class SkillImage(models.Model):
     status = models.CharField(
         max_length=16, choices=SkillImageStatus.choices, default=SkillImageStatus.BUILDING, db_index=True
     )
+    # The exact versions this generation's skills got: {"pip": {normalised name: version}}
+    # (skills.install.lock). Carried to later generations; a rebuild installs with it.
+    lock = models.JSONField(default=dict, blank=True)
     # {"create": seconds, "copy": seconds, ...} in pipeline order.
     timings = models.JSONField(default=dict, blank=True)
     log = models.TextField(blank=True)

@@ -158,8 +158,10 @@ def parse_source(source: ExtractedSkill) -> ParsedSkill:
     return parsed
 
 
-def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -> ImportResult:
-    """Import a read skill: a new skill, a new version of an existing one, or a no-op."""
+def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "", source_commit: str = "") -> ImportResult:
+    """Import a read skill: a new skill, a new version of an existing one, or a no-op.
+
+    `source_commit`: the git commit it came from (skills.sources), recorded and audited."""
     parsed = parse_source(source)
     digest = content_hash(source.files)
     existing = SkillVersion.objects.select_related("skill").filter(content_hash=digest).first()
@@ -190,6 +192,7 @@ def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -
                 size=source.size,
                 file_count=len(source.files),
                 origin=origin,
+                source_commit=source_commit,
                 imported_by=actor.user,
                 imported_by_name=actor.name,
             )
@@ -210,6 +213,7 @@ def do_import_skill(source: ExtractedSkill, *, actor: Actor, origin: str = "") -
                     "size": version.size,
                     "warnings": version.warning_count,
                     "origin": origin,
+                    **({"commit": source_commit} if source_commit else {}),
                     "inferred": len(version.dependency_report["inferred"]),
                 },
             )

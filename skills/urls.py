@@ -3,6 +3,7 @@
 from django.urls import path
 
 from . import image_views, views
+from .sources import pages as source_pages
 
 app_name = "skills"
 
@@ -19,6 +20,14 @@ urlpatterns = [
         name="version_dependencies",
     ),
     path("skills/files/<uuid:file_id>/", views.file_detail, name="file_detail"),
+]
+
+# Skills from git repositories.
+urlpatterns += [
+    path("skills/import/git/", source_pages.git_import, name="git_import"),
+    path("skills/git-hosts/", source_pages.git_hosts, name="git_hosts"),
+    path("skills/<uuid:skill_id>/source/check/", source_pages.source_check, name="source_check"),
+    path("skills/<uuid:skill_id>/source/update/", source_pages.source_update, name="source_update"),
 ]
 
 # Skill images (install pipeline), per space.

@@ -26,7 +26,7 @@ from console.views import paginate, query_without_page, swaps
 
 from .archives import Limits, human_size
 from .forms import SkillImportForm
-from .models import Skill, SkillFile, SkillVersion
+from .models import GitSource, Skill, SkillFile, SkillVersion
 from .rendering import render_markdown
 from .services import (
     do_confirm_dependencies,
@@ -125,6 +125,7 @@ def render_version(request: HttpRequest, version: SkillVersion, skill: Skill) ->
         "inferred": [(need, need.get("key") in confirmed) for need in report.get("inferred", [])],
         "ignored": report.get("ignored", []),
         "confirmation": version.confirmed_dependencies or {},
+        "git_source": GitSource.objects.filter(skill=skill).first(),
         "spaces": spaces_with_skill([skill.id], user=request.user).get(skill.id, []),
         "can_manage": is_platform_admin(request.user),
         "section": "skills",

@@ -8,6 +8,7 @@ Run by the job handlers of `install.jobs`; started through `install.start`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from sandboxes.network.log import watch_build_sandbox
 
 from ..models import SkillImage, SkillImageAction, SkillImageItem, SkillImageStatus, SkillVersion
 from ..snapshot_refs import SKILL_IMAGE_LABEL
+from . import lock as install_lock
 from . import packages as install_packages
 from . import steps as install
 from .network import BuildNetwork, build_network, sources_to_reach
@@ -148,11 +150,16 @@ def build_generation(
             for payload in plan.add:
                 install.copy_skill(backend, sandbox_id, payload, build.log)
         with build.step("dependencies"):
+            before = install_lock.distributions(backend, sandbox_id)
+            sources = with_parent_lock(backend, sandbox_id, plan, sources, build.log)
             # Node.js and npm from Debian when the template lacks npm, then Debian, pip and npm.
             node = node_debian_packages(backend, sandbox_id, plan.add, "dependencies")
             installed = install_packages.install_dependencies(
                 backend, sandbox_id, plan.add, sources, build.log, also_debian=node
             )
+            after = install_lock.distributions(backend, sandbox_id)
+            image.lock = {"pip": install_lock.lock_after_build(parent_lock(plan), before, after)}
+            build.log("pip lock: " + (install_lock.constraints_text(image.lock["pip"]).replace("\n", " ") or "empty"))
             for name, packages in install_npm(backend, sandbox_id, plan.add, sources, build.log).items():
                 installed[name] += packages
         with build.step("verify"):
@@ -194,6 +201,24 @@ def build_generation(
             delete_quietly(lambda: backend.delete(build_id))
             build.reporter.log(f"build sandbox {build_id[:12]} deleted")
     return image
+
+
+def parent_lock(plan: BuildPlan) -> dict[str, str]:
+    return dict(((plan.parent.lock if plan.parent is not None else None) or {}).get("pip") or {})
+
+
+def with_parent_lock(
+    backend: Backend, sandbox_id: str, plan: BuildPlan, sources: PackageSources, log: Callable[[str], None]
+) -> PackageSources:
+    """A rebuild from the base template (an uninstall) installs with the parent's lock as pip
+    constraints, so its skills get the versions they had; a build on the parent's snapshot
+    already has them installed."""
+    if plan.parent is None or plan.base_template == plan.parent.snapshot_id:
+        return sources
+    if not any(payload.pip_requirements for payload in plan.add):
+        return sources
+    path = install_lock.write_constraints(backend, sandbox_id, parent_lock(plan), plan.parent.generation, log)
+    return dataclasses.replace(sources, pip_constraints=path) if path else sources
 
 
 def network_for_build(backend: Backend, sources: PackageSources, skills: Sequence[SkillPayload]) -> BuildNetwork:
@@ -309,7 +334,9 @@ def record_generation(
         image.timings = {**build.timings, "record": 0.0}
         image.log = "\n".join(build.lines)
         image.finished = timezone.now()
-        image.save(update_fields=["snapshot_id", "fingerprint", "manifest", "status", "timings", "log", "finished"])
+        image.save(
+            update_fields=["snapshot_id", "fingerprint", "manifest", "lock", "status", "timings", "log", "finished"]
+        )
         versions = {str(v.pk): v for v in SkillVersion.objects.filter(pk__in=[e["version_id"] for e in manifest])}
         SkillImageItem.objects.bulk_create(
             [

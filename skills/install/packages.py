@@ -78,6 +78,7 @@ class PackageSources:
     pip_folder: Path | None = None  # a local folder of wheels, copied into the sandbox
     npm_registry_url: str = ""
     npm_folder: Path | None = None  # a local folder of npm tarballs, served inside the sandbox
+    pip_constraints: str = ""  # a constraints file in the sandbox: the lock a rebuild reuses (install.lock)
 
     @property
     def has_pip(self) -> bool:
@@ -312,6 +313,7 @@ def pip_install(
     assert files is not None  # checked by upload_tree before
     files.write(sandbox_id, requirements, ("\n".join(skill.pip_requirements) + "\n").encode(), mode=0o600, user="root")
     argv = [*pip, "install", "--only-binary=:all:", "--no-warn-script-location", *pip_source_args(sources)]
+    argv += ["--constraint", sources.pip_constraints] if sources.pip_constraints else []
     log(f"pip install for {skill.name}: {', '.join(skill.pip_requirements)}")
     result = run(
         backend,

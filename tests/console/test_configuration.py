@@ -315,6 +315,7 @@ PERIODIC = {
     "egress-housekeeping": ("sandboxes.egress_housekeeping", 60.0),
     "terminal-sweep": ("sandboxes.terminal_sweep", 60.0),
     "activity-sample": ("console.activity_sample", 60.0),
+    "skill-git-check": ("skills.git_check", 3600.0),
 }
 
 

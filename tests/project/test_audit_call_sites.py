@@ -42,6 +42,7 @@ SERVICE_MODULES = {
     "sandboxes.terminal.shells",  # a terminal's open and close
     "skills.services",  # skills and their versions
     "skills.images",  # rolling back and cleaning skill images
+    "skills.sources.services",  # the allowed git hosts (git imports are audited by skills.services)
     "skills.install.build",  # recording a built generation
 }
 

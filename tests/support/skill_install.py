@@ -5,9 +5,11 @@ imported by the browser tests)."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import stat
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from sandboxes.models import PlatformBackend, SandboxConfig, Session
 from skills.install.start import do_start_install, do_start_uninstall
 from skills.models import SkillVersion
 from tests.conftest import IN_CI
+from tests.factories import make_config
 from tests.support.jobs import run_to_end
 from tests.support.skills import EXECUTABLE, REGULAR, build_zip, import_bytes
 
@@ -145,6 +148,19 @@ def clean_up(config: SandboxConfig, installation: str) -> None:
         ours = remaining
         if not ours:
             break
+
+
+@contextlib.contextmanager
+def skills_config(space: Space, template: str, installation: str, **extra: Any) -> Iterator[SandboxConfig]:
+    """The install tests' Docker config (the space's default, no persistent workspace), with
+    this run's sandboxes and snapshots cleaned up afterwards."""
+    made: SandboxConfig = make_config(
+        space, name="skills", default_template=template, is_default=True, persistent_workspace=False, **extra
+    )
+    try:
+        yield made
+    finally:
+        clean_up(made, installation)
 
 
 def job_error(job: AdminJob) -> str:

@@ -2,6 +2,7 @@
 
     manage.py import_skill PATH [PATH ...]     # a folder holding SKILL.md, or a .zip/.skill/.tar.gz
     manage.py import_skill --examples          # every skill under skills/examples/
+    manage.py import_skill --git URL [--ref BRANCH] [--path FOLDER]   # a folder of a git repository
 
 Each path is imported in its own transaction: one refusal does not undo the others, the
 command goes on with the next path and exits non-zero when any path was refused. Paths and
@@ -11,7 +12,7 @@ names that are not UTF-8 are printed with their odd bytes as \\xNN.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -19,6 +20,18 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from console.services import SYSTEM, Actor, ServiceError
 from skills.archives import shown
 from skills.services import ImportResult, example_folders, import_archive, import_folder
+from skills.sources.services import import_from_git
+
+
+class GitUrl(NamedTuple):
+    """A --git source: printed as the URL, its ref and folder."""
+
+    url: str
+    ref: str
+    path: str
+
+    def __str__(self) -> str:
+        return " ".join(part for part in (self.url, self.ref, self.path) if part)
 
 
 class Command(BaseCommand):
@@ -28,13 +41,19 @@ class Command(BaseCommand):
         parser.add_argument("paths", nargs="*", help="skill folders (holding SKILL.md) or .zip/.skill/.tar.gz files")
         parser.add_argument("--examples", action="store_true", help="import every bundled example skill")
         parser.add_argument("--user", help="record the import as this user (default: system)")
+        parser.add_argument(
+            "--git", action="append", default=[], metavar="URL", help="a git repository on an allowed host"
+        )
+        parser.add_argument("--ref", default="", help="with --git: a branch or tag (default: the default branch)")
+        parser.add_argument("--path", default="", help="with --git: the folder holding SKILL.md (default: the root)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        paths = [Path(p) for p in options["paths"]]
+        paths: list[Path | GitUrl] = [Path(p) for p in options["paths"]]
         if options["examples"]:
             paths.extend(example_folders())
+        paths.extend(GitUrl(url, options["ref"], options["path"]) for url in options["git"])
         if not paths:
-            raise CommandError("Name at least one path, or pass --examples.")
+            raise CommandError("Name at least one path, or pass --examples or --git URL.")
         actor = self.actor(options.get("user"))
         failures = 0
         for path in paths:
@@ -64,7 +83,9 @@ class Command(BaseCommand):
             raise CommandError(f"No user named {username!r}.")
         return Actor(user=user)
 
-    def import_one(self, path: Path, actor: Actor) -> ImportResult:
+    def import_one(self, path: Path | GitUrl, actor: Actor) -> ImportResult:
+        if isinstance(path, GitUrl):
+            return import_from_git(path.url, path.ref, path.path, actor=actor)
         if path.is_dir():
             return import_folder(path, actor=actor, origin=f"folder {path.name}")
         if path.is_file():

@@ -25,17 +25,16 @@ from skills.images import current_image, do_delete_old_snapshots, do_rollback_im
 from skills.install.packages import console_pip_wheel
 from skills.models import SkillImage, SkillImageStatus
 from tests.conftest import REDIS_URL
-from tests.factories import make_config
 from tests.personas import World
 from tests.support.skill_install import (
     build_sandboxes,
-    clean_up,
     import_skill,
     job_error,
     plain_skill,
     run_install,
     run_uninstall,
     skill_with_dependency,
+    skills_config,
     write_wheel,
 )
 
@@ -58,18 +57,8 @@ def wheels(settings: Any, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def config(world: World, docker_base_image: str, installation: str, wheels: Path) -> Iterator[SandboxConfig]:
-    made: SandboxConfig = make_config(
-        world.space_a,
-        name="skills",
-        default_template=docker_base_image,
-        is_default=True,
-        pip_find_links=wheels.name,
-        persistent_workspace=False,
-    )
-    try:
+    with skills_config(world.space_a, docker_base_image, installation, pip_find_links=wheels.name) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 @pytest.fixture

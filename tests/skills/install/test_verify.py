@@ -20,15 +20,14 @@ from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image
 from skills.models import SkillImage, SkillImageStatus
 from tests.conftest import REDIS_URL
-from tests.factories import make_config
 from tests.personas import World
 from tests.support.skill_install import (
     build_sandboxes,
-    clean_up,
     import_skill,
     job_error,
     run_install,
     skill_zip,
+    skills_config,
     write_wheel_tree,
 )
 
@@ -77,18 +76,8 @@ def wheels(settings: Any, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def config(world: World, docker_base_image: str, installation: str, wheels: Path) -> Iterator[SandboxConfig]:
-    made: SandboxConfig = make_config(
-        world.space_a,
-        name="skills",
-        default_template=docker_base_image,
-        is_default=True,
-        pip_find_links=wheels.name,
-        persistent_workspace=False,
-    )
-    try:
+    with skills_config(world.space_a, docker_base_image, installation, pip_find_links=wheels.name) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 def test_a_numpy_style_wheel_and_what_the_scripts_really_use_pass(world: World, config: SandboxConfig) -> None:
