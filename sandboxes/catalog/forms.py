@@ -179,6 +179,9 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "pip_find_links": "pip wheel folder",
             "npm_registry_url": "npm registry URL",
             "npm_folder": "npm tarball folder",
+            "apt_folder": "apt repository folder",
+            "apt_url": "apt mirror or proxy URL",
+            "apt_suite": "apt suite and components",
             "max_cpus": "Most CPU cores per sandbox",
             "max_memory_mb": "Most memory per sandbox (MiB)",
         }
@@ -193,6 +196,11 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "folder is set. The build sandbox gets outbound network to its host, as for the pip index URL.",
             "npm_folder": "Package source for skill installs: a folder of npm tarballs (.tgz) under the package "
             "sources' root, served to npm inside the build sandbox (offline; wins over the registry URL).",
+            "apt_folder": "Package source for skills' Debian packages: a folder under the package sources folder with "
+            ".deb files and a Packages index (dpkg-scanpackages). The index and the .deb files an install needs are "
+            "copied into the build sandbox, which stays offline. Wins over the apt URL.",
+            "apt_url": "Package source for skills' Debian packages: an apt mirror or proxy URL. The build sandbox "
+            "gets outbound network to its host only, as for the pip index URL; apt reads no other source.",
         }
 
     def __init__(self, *args: Any, kind: str | None = None, **kwargs: Any) -> None:
@@ -218,14 +226,8 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             raise forms.ValidationError("Give the backend a name.")
         return name
 
-    def clean_pip_find_links(self) -> str:
-        return self._clean_folder("pip_find_links")
-
-    def clean_npm_folder(self) -> str:
-        return self._clean_folder("npm_folder")
-
     def _clean_folder(self, field: str) -> str:
-        """A package folder: a plain name of a folder under the package sources' root."""
+        """A package source folder: a plain name of a folder under the package sources root."""
         from django.conf import settings
 
         name: str = self.cleaned_data[field].strip()
@@ -236,6 +238,21 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
         if not (settings.SKILL_PACKAGE_SOURCES_ROOT / name).is_dir():
             raise forms.ValidationError(f"There is no folder {name!r} under {settings.SKILL_PACKAGE_SOURCES_ROOT}.")
         return name
+
+    def clean_pip_find_links(self) -> str:
+        return self._clean_folder("pip_find_links")
+
+    def clean_npm_folder(self) -> str:
+        return self._clean_folder("npm_folder")
+
+    def clean_apt_folder(self) -> str:
+        return self._clean_folder("apt_folder")
+
+    def clean_apt_suite(self) -> str:
+        suite: str = " ".join(self.cleaned_data["apt_suite"].split())
+        if suite and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._/-]*( [A-Za-z0-9][A-Za-z0-9._/-]*)*$", suite):
+            raise forms.ValidationError("The suite, then its components, separated by spaces (e.g. 'bookworm main').")
+        return suite
 
     def _clean_url(self, field: str) -> str:
         url: str = self.cleaned_data[field].strip()
@@ -260,6 +277,9 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
 
     def clean_npm_registry_url(self) -> str:
         return self._clean_url("npm_registry_url")
+
+    def clean_apt_url(self) -> str:
+        return self._clean_url("apt_url")
 
     def clean(self) -> dict[str, Any]:
         """The kind's own checks (`ByKindForm.clean`), then the endpoint guard on every

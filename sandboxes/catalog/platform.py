@@ -36,6 +36,10 @@ BACKEND_FIELDS = (
     "pip_find_links",
     "npm_registry_url",
     "npm_folder",
+    "apt_folder",
+    "apt_url",
+    "apt_suite",
+    "apt_trusted",
     "max_cpus",
     "max_memory_mb",
     "max_pids",
@@ -146,11 +150,15 @@ def do_create_platform_backend(
     return backend
 
 
-def do_register_local_engine(*, name: str, kind: str, pip_find_links: str, spaces: list[Space]) -> PlatformBackend:
+def do_register_local_engine(
+    *, name: str, kind: str, pip_find_links: str, spaces: list[Space], apt_folder: str = ""
+) -> PlatformBackend:
     """Register this host's engine (the command names its kind) as a platform backend granted
     to `spaces`: the one-command start (`manage.py register_local_engine`), done by the system."""
     with transaction.atomic():
-        backend = PlatformBackend.objects.create(name=name, kind=kind, pip_find_links=pip_find_links)
+        backend = PlatformBackend.objects.create(
+            name=name, kind=kind, pip_find_links=pip_find_links, apt_folder=apt_folder
+        )
         backend.spaces.set(spaces)
         record_audit(
             SYSTEM,
@@ -163,6 +171,7 @@ def do_register_local_engine(*, name: str, kind: str, pip_find_links: str, space
                 "kind": kind,
                 "endpoint": "",
                 "pip_find_links": pip_find_links,
+                "apt_folder": apt_folder,
                 "granted": [str(s.pk) for s in spaces],
             },
         )

@@ -101,6 +101,30 @@ class PlatformBackend(models.Model):
         help_text="Package source for skill installs: the name of a folder of npm tarballs (.tgz) under the "
         "deployment's SKILL_PACKAGE_SOURCES_ROOT, served to npm inside the build sandbox (offline installs).",
     )
+    apt_folder = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Package source for skill installs: the name of a local apt repository folder (.deb files and "
+        "a Packages index) under the deployment's package sources folder; the console copies the index and the "
+        ".deb files an install needs into the build sandbox (offline installs).",
+    )
+    apt_url = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Package source for skill installs: an apt mirror or proxy URL the build sandbox can reach "
+        "(used when no apt folder is set).",
+    )
+    apt_suite = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="With the apt URL: the suite and components, e.g. 'bookworm main' (empty: a flat repository).",
+    )
+    apt_trusted = models.BooleanField(
+        default=False,
+        verbose_name="Trust the apt URL unsigned",
+        help_text="With the apt URL: install without checking the repository's signature (an internal repository "
+        "without a Release signature). Off: apt checks it against the keyrings in the template.",
+    )
     max_cpus = models.DecimalField(
         max_digits=5,
         decimal_places=2,
@@ -270,10 +294,6 @@ class SandboxConfig(models.Model):
     @property
     def npm_registry_url(self) -> str:
         return self.backend.npm_registry_url
-
-    @property
-    def npm_folder(self) -> str:
-        return self.backend.npm_folder
 
 
 class TemplateRecord(models.Model):

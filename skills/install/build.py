@@ -153,7 +153,7 @@ def build_generation(
             before = install_lock.distributions(backend, sandbox_id)
             sources = with_parent_lock(backend, sandbox_id, plan, sources, build.log)
             # Node.js and npm from Debian when the template lacks npm, then Debian, pip and npm.
-            node = node_debian_packages(backend, sandbox_id, plan.add, "dependencies")
+            node, _ = node_debian_packages(backend, sandbox_id, plan.add, "dependencies")
             installed = install_packages.install_dependencies(
                 backend, sandbox_id, plan.add, sources, build.log, also_debian=node
             )

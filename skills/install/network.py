@@ -4,7 +4,8 @@ A build sandbox runs the console's own install steps, not an agent's code, so it
 follows what those steps need and never the space's network policy (that policy is for the
 space's sessions; docs/skills.md, "The build sandbox's network"):
 
-- no pip index URL or npm registry URL the skills need: outbound off, as always;
+- no pip index URL, npm registry URL or apt URL the skills need: outbound off, as always
+  (a wheel folder or an apt repository folder is copied in);
 - otherwise outbound to the sources' hosts, as tightly as the backend allows: with allow
   lists `allow_out=[host]` (a non-empty allow list lets out only its entries, so nothing
   else is reachable; the adapters translate it, e.g. E2B adds its deny-all); with only
@@ -62,15 +63,17 @@ def sources_to_reach(sources: PackageSources, skills: Sequence[SkillPayload]) ->
     """The package sources these skills' dependencies will be fetched from over the network.
 
     The pip index only when a skill declares pip dependencies and no find-links folder is set
-    (the folder wins: it is copied in and needs no network); the npm registry likewise, only
-    when a skill declares npm dependencies and no tarball folder is set. A source the skills
-    do not need is never opened.
+    (the folder wins: it is copied in and needs no network); the npm registry and the apt URL
+    likewise, only when a skill declares npm dependencies (Debian packages) and no tarball
+    (repository) folder is set. A source the skills do not need is never opened.
     """
     needed = []
     if sources.pip_uses_index and any(skill.pip_requirements for skill in skills):
         needed.append(_source("the pip index", sources.pip_index_url))
     if sources.npm_uses_registry and any(skill.npm_packages for skill in skills):
         needed.append(_source("the npm registry", sources.npm_registry_url))
+    if sources.apt_uses_url and any(skill.debian_packages for skill in skills):
+        needed.append(_source("the apt source", sources.apt_url))
     return needed
 
 

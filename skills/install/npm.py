@@ -126,15 +126,14 @@ console.log(JSON.stringify({installed: [...installed].sort(), scripted: [...scri
 
 def node_debian_packages(
     backend: Backend, sandbox_id: str, skills: Sequence[SkillPayload], step: str
-) -> dict[str, str]:
-    """{Debian package: why} for Node.js and npm, when a skill declares npm packages and the
-    image has no npm; empty otherwise. The Debian step checks and installs them like any
-    Debian package the skills declare."""
+) -> tuple[list[str], str]:
+    """The Debian packages of Node.js and npm, and why, when a skill declares npm packages and
+    the image has no npm; ([], "") otherwise. The Debian step checks and installs them like
+    any Debian package the skills declare."""
     needing = sorted({skill.name for skill in skills if skill.npm_packages})
     if not needing or run(backend, sandbox_id, step, "command -v npm", check=False).exit_code == 0:
-        return {}
-    why = f"npm is not in the template and {', '.join(needing)} declares npm packages"
-    return dict.fromkeys(NODE_DEBIAN_PACKAGES, why)
+        return [], ""
+    return list(NODE_DEBIAN_PACKAGES), f"npm is not in the template and {', '.join(needing)} declares npm packages"
 
 
 def no_source_message(skills: Iterable[str], packages: str) -> str:

@@ -1,6 +1,7 @@
 """The install pipeline's dependency step inside a build sandbox: where packages come from
-(`PackageSources`, probed from inside the sandbox), Debian packages checked, pip requirements
-installed from the offline wheel folder or the config's index (npm: `install.npm`).
+(`PackageSources`, probed from inside the sandbox), Debian packages from the apt source
+(`install.apt`), pip requirements installed from the offline wheel folder or the config's
+index (npm: `install.npm`).
 
 Pure orchestration over a `Backend`, like `skills.install` (whose command helpers it uses):
 no ORM, no settings. May import `sandboxes.backends` and `skills.install`; nothing else of
@@ -22,6 +23,7 @@ from urllib.parse import quote, urlsplit
 
 from sandboxes.backends.base import Backend
 
+from .apt import apt_install
 from .steps import PACKAGES_DIR, SCRATCH, Log, SkillPayload, StepFailed, output_tail, run, tar_of, upload_tree
 
 PIP_TIMEOUT_S = 600.0
@@ -79,6 +81,26 @@ class PackageSources:
     npm_registry_url: str = ""
     npm_folder: Path | None = None  # a local folder of npm tarballs, served inside the sandbox
     pip_constraints: str = ""  # a constraints file in the sandbox: the lock a rebuild reuses (install.lock)
+    # Debian packages (install.apt): a local apt repository folder (.deb files and a Packages
+    # index), whose needed files are copied in; else an apt mirror or proxy URL with its suite
+    # and components ("" for a flat repository), signed unless the admin trusts it unsigned.
+    apt_folder: Path | None = None
+    apt_url: str = ""
+    apt_suite: str = ""
+    apt_trusted: bool = False
+
+    @property
+    def has_apt(self) -> bool:
+        return bool(self.apt_folder or self.apt_url)
+
+    @property
+    def apt_uses_url(self) -> bool:
+        """The URL is used only without a folder, as for pip: the folder needs no network."""
+        return self.apt_folder is None and bool(self.apt_url)
+
+    @property
+    def apt_url_shown(self) -> str:
+        return redact_userinfo(self.apt_url)
 
     @property
     def has_pip(self) -> bool:
@@ -192,7 +214,9 @@ def install_dependencies(
     installed: dict[str, list[str]] = {skill.name: [] for skill in skills}
     debian = sorted({name for skill in skills for name in skill.debian_packages} | set(also_debian))
     if debian:
-        check_debian_packages(backend, sandbox_id, debian, log)
+        lines = apt_install(backend, sandbox_id, debian, sources, log)
+        for skill in skills:
+            installed[skill.name] += [line for line in lines if line.partition("=")[0] in skill.debian_packages]
     pip_skills = [skill for skill in skills if skill.pip_requirements]
     if pip_skills:
         first = next((name for skill in pip_skills for name in skill.pip_names), None)
@@ -202,31 +226,6 @@ def install_dependencies(
     if not (debian or pip_skills or any(skill.npm_packages for skill in skills)):
         log("no dependencies declared")
     return installed
-
-
-def check_debian_packages(backend: Backend, sandbox_id: str, names: list[str], log: Log) -> None:
-    """Debian packages are accepted when the image already has them; installing needs a mirror.
-
-    Build sandboxes reach no network but a configured pip index or npm registry, and the
-    console has no Debian package source to copy in, so a package the image lacks fails the
-    step (docs/skills.md, package sources).
-    """
-    quoted = " ".join(shlex.quote(name) for name in names)
-    script = (
-        f"for p in {quoted}; do"
-        " dpkg-query -W -f='${Status}' \"$p\" 2>/dev/null | grep -q 'ok installed' || echo \"$p\"; done"
-    )
-    missing = run(backend, sandbox_id, "dependencies", script).stdout.decode().split()
-    if missing:
-        raise StepFailed(
-            "dependencies",
-            "Debian packages "
-            + ", ".join(missing)
-            + " are not in the image, and installing Debian packages is unsupported without a Debian "
-            "package source (build sandboxes reach no network but a configured pip index or npm registry). "
-            "Use a base template that has them.",
-        )
-    log(f"Debian packages already in the image: {', '.join(names)}")
 
 
 def prepare_pip(

@@ -61,17 +61,22 @@ def payload_for(version: SkillVersion) -> SkillPayload:
 
 
 def package_sources(config: SandboxConfig) -> PackageSources:
-    """The config's package sources; each folder must be a plain name under the root."""
+    """The package sources of the config's platform backend."""
+    backend = config.backend
     return PackageSources(
-        pip_index_url=config.pip_index_url.strip(),
-        pip_folder=source_folder(config.pip_find_links, "the pip find-links folder"),
-        npm_registry_url=config.npm_registry_url.strip(),
-        npm_folder=source_folder(config.npm_folder, "the npm tarball folder"),
+        pip_index_url=backend.pip_index_url.strip(),
+        pip_folder=source_folder(backend.pip_find_links, "the pip find-links folder"),
+        npm_registry_url=backend.npm_registry_url.strip(),
+        npm_folder=source_folder(backend.npm_folder, "the npm tarball folder"),
+        apt_folder=source_folder(backend.apt_folder, "the apt repository folder"),
+        apt_url=backend.apt_url.strip(),
+        apt_suite=" ".join(backend.apt_suite.split()),
+        apt_trusted=backend.apt_trusted,
     )
 
 
 def source_folder(name: str, what: str) -> Path | None:
-    """A package folder named on the config, resolved under SKILL_PACKAGE_SOURCES_ROOT."""
+    """A package source folder: a plain name of a folder under the package sources root."""
     name = name.strip()
     if not name:
         return None

@@ -5,9 +5,10 @@ each Debian package, pip requirement and npm package the skills declare is looke
 source the config names, and the first pass collects every miss, so one failure names them
 all. Nothing is installed and no installer runs; `install.packages` installs afterwards.
 
-- Debian: the image must have the package (`dpkg-query`); no Debian package source exists.
-  A template without npm needs Node.js and npm from Debian when a skill declares npm packages
-  (`npm.node_debian_packages`): they are checked as Debian packages, with the reason.
+- Debian: in the image (`dpkg-query`), else in the backend's apt source with the version apt
+  would install, and installable together from it (`install.apt.check_debian`). A template
+  without npm needs Node.js and npm from Debian when a skill declares npm packages
+  (`npm.node_debian_packages`): checked the same way, the reason added to a miss.
 - pip, a find-links folder: read on the console host (the wheels' file names).
 - pip, an index URL: each project's PEP 503 page, fetched from the build sandbox.
 - npm, a tarball folder: read on the console host (each tarball's package.json), the
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
@@ -33,6 +34,7 @@ from packaging.version import InvalidVersion, Version
 
 from sandboxes.backends.base import Backend
 
+from .apt import check_debian
 from .npm import few_versions, no_source_message, node_debian_packages, npm_range_matches, plan_folder
 from .packages import (
     PackageSources,
@@ -85,10 +87,13 @@ def check_sources(
     naming each missing one and the source."""
     problems: list[str] = []
     planned: list[str] = []
-    node = node_debian_packages(backend, sandbox_id, skills, STEP)  # npm's own, when the template lacks it
-    debian = sorted({name for skill in skills for name in skill.debian_packages} | set(node))
-    if debian:
-        _check_debian(backend, sandbox_id, debian, problems, planned, why=node)
+    node, why = node_debian_packages(backend, sandbox_id, skills, STEP)  # npm's own, when the template lacks it
+    declared = sorted({name for skill in skills for name in skill.debian_packages} - set(node))
+    for names, reason in ((declared, ""), (node, why)):
+        if names:
+            found_problems, found_planned = check_debian(backend, sandbox_id, names, sources, log, step=STEP)
+            problems += [f"{problem} (needed: {reason})" if reason else problem for problem in found_problems]
+            planned += found_planned
     npm = [(skill, dep) for skill in skills for dep in skill.npm_packages]
     if npm:
         _check_npm(backend, sandbox_id, npm, sources, problems, planned, log)
@@ -100,32 +105,6 @@ def check_sources(
     if problems:
         raise StepFailed(STEP, "; ".join(problems))
     log(f"every package found in its source ({len(planned)} checked)" if planned else "no packages to check")
-
-
-def _check_debian(
-    backend: Backend,
-    sandbox_id: str,
-    names: list[str],
-    problems: list[str],
-    planned: list[str],
-    *,
-    why: Mapping[str, str],
-) -> None:
-    quoted = " ".join(shlex.quote(name) for name in names)
-    script = (
-        f"for p in {quoted}; do"
-        " dpkg-query -W -f='${Status}' \"$p\" 2>/dev/null | grep -q 'ok installed' || echo \"$p\"; done"
-    )
-    missing = set(run(backend, sandbox_id, STEP, script).stdout.decode().split())
-    for name in names:
-        because = f" (needed: {why[name]})" if name in why else ""
-        if name in missing:
-            problems.append(
-                f"Debian package {name}{because}: not in the image, and there is no Debian package source to "
-                "install it from (use a base template that has it)"
-            )
-        else:
-            planned.append(f"Debian {name}: already in the image")
 
 
 def _check_npm(

@@ -1,5 +1,6 @@
 """Builders for the install tests: a hand-made wheel, skills with dependencies, clean-up, and
-the `examples_source` fixture (the examples' wheel folder; registered in tests/skills/conftest.py,
+the `examples_source` and `apt_folder` fixtures (the examples' wheel folder, the local apt
+repository; registered in tests/skills/conftest.py,
 imported by the browser tests)."""
 
 from __future__ import annotations
@@ -181,15 +182,31 @@ def settings_sources(settings: Any, root: Path) -> None:
     settings.SKILL_PACKAGE_SOURCES_ROOT = root
 
 
-@pytest.fixture
-def examples_source(settings: Any) -> Path:
-    """The examples' wheel folder that scripts/setup.sh downloads, as the package sources'
-    root's `examples` folder. Missing: skipped locally, failed in CI."""
-    wheels = Path(django_settings.BASE_DIR) / "var" / "package-sources" / "examples"
-    if not any(wheels.glob("tabulate-*.whl")):
-        message = f"the examples' wheel folder {wheels} is missing: run scripts/setup.sh"
+def prepared_source(settings: Any, name: str, sample: str, how: str) -> Path:
+    """A package source folder the setup scripts prepare under var/package-sources, holding
+    a file matching `sample`, made the package sources' root. Missing: skipped locally,
+    failed in CI."""
+    folder = Path(django_settings.BASE_DIR) / "var" / "package-sources" / name
+    if not any(folder.glob(sample)):
+        message = f"the package source {folder} is missing: run {how}"
         if IN_CI:
             pytest.fail(message)
         pytest.skip(message)
-    settings_sources(settings, wheels.parent)
-    return wheels
+    settings_sources(settings, folder.parent)
+    return folder
+
+
+@pytest.fixture
+def examples_source(settings: Any) -> Path:
+    """The examples' wheel folder that scripts/setup.sh downloads."""
+    return prepared_source(settings, "examples", "tabulate-*.whl", "scripts/setup.sh")
+
+
+@pytest.fixture
+def apt_folder(settings: Any) -> Path:
+    """The local apt repository `debian` (poppler-utils, qpdf, nodejs, npm and what the base
+    image lacks of their dependencies, with its Packages index) that scripts/apt_repo.py
+    prepares."""
+    folder = prepared_source(settings, "debian", "qpdf_*.deb", ".ci/docker-up (scripts/apt_repo.py)")
+    assert (folder / "Packages").is_file(), f"{folder} has no Packages index: run scripts/apt_repo.py"
+    return folder

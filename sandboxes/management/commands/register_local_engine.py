@@ -48,10 +48,15 @@ class Command(BaseCommand):
         if PlatformBackend.objects.exists():
             self.stdout.write("Platform backends exist; nothing registered.")
             return existing
-        # The bundled examples' wheel folder (scripts/setup.sh) is its pip source when present.
-        examples = "examples" if (Path(settings.SKILL_PACKAGE_SOURCES_ROOT) / "examples").is_dir() else ""
+        # The bundled examples' wheel folder (scripts/setup.sh) is its pip source when present,
+        # and the local apt repository (scripts/apt_repo.py) its apt source.
+        root = Path(settings.SKILL_PACKAGE_SOURCES_ROOT)
+        examples = "examples" if (root / "examples").is_dir() else ""
+        debian = "debian" if (root / "debian" / "Packages").is_file() else ""
         spaces = list(Space.objects.filter(slug__in=slugs))
-        backend = do_register_local_engine(name=NAME, kind=BackendKind.DOCKER, pip_find_links=examples, spaces=spaces)
+        backend = do_register_local_engine(
+            name=NAME, kind=BackendKind.DOCKER, pip_find_links=examples, apt_folder=debian, spaces=spaces
+        )
         self.stdout.write(
             self.style.SUCCESS(f"Registered {NAME}, granted to {', '.join(s.name for s in spaces) or 'no space'}.")
         )

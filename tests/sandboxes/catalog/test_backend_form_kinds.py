@@ -25,7 +25,8 @@ pytestmark = pytest.mark.django_db
 
 CREATE = "sandboxes:backend_create"
 ALWAYS = {"name", "kind", "endpoint", "allow_private_endpoints", "pip_index_url", "pip_find_links",
-          "npm_registry_url", "npm_folder", "max_cpus", "max_memory_mb", "spaces"}  # fmt: skip
+          "npm_registry_url", "npm_folder", "apt_folder", "apt_url", "apt_suite", "apt_trusted", "max_cpus",
+          "max_memory_mb", "spaces"}  # fmt: skip
 
 
 def _field_names(html: str) -> set[str]:
@@ -477,7 +478,7 @@ def test_a_spaces_own_key_does_not_outlive_a_switch_to_a_kind_without_keys(world
     assert decrypt(config.api_key_encrypted) == ""
 
 
-@pytest.mark.parametrize("url_field", ["pip_index_url", "npm_registry_url"])
+@pytest.mark.parametrize("url_field", ["pip_index_url", "npm_registry_url", "apt_url"])
 def test_a_package_source_is_judged_by_the_private_switch_as_the_form_reads_it(world: World, url_field: str) -> None:
     # "false" is the checkbox unticked (Django's CheckboxInput), yet the URL check read the raw
     # post as true and let a private package source through on a backend without private endpoints.

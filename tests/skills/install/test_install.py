@@ -275,8 +275,8 @@ def test_debian_packages_the_image_lacks_fail_clearly(world: World, config: Sand
     job = run_install(world.space_a, config, skill)
     assert job.status == JobStatus.FAILED
     assert job.error == (
-        "step check failed: Debian package cowsay: not in the image, and there is no Debian package source "
-        "to install it from (use a base template that has it)"
+        "step check failed: Debian package cowsay: not in the image, and the platform backend has no apt source "
+        "(set 'apt repository folder' or 'apt mirror or proxy URL' on it)"
     )
     assert build_sandboxes(config, installation) == []
 

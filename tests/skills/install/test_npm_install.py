@@ -6,6 +6,8 @@ itself checked before anything installs."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,13 +211,44 @@ def test_a_template_without_npm_is_named_before_pip_runs(
     set_sources(base_config, npm_folder="npm")
     job = run_install(world.space_a, base_config, import_skill(npm_skill("node-skill", {"greeter": "^1"}, pip=True)))
     assert job.status == JobStatus.FAILED
-    why = "(needed: npm is not in the template and node-skill declares npm packages)"
-    assert job.error.startswith(
-        f"step check failed: Debian package nodejs {why}: not in the image, and there is no Debian package "
-        f"source to install it from (use a base template that has it); Debian package npm {why}: not in the image"
+    assert job.error == (
+        "step check failed: Debian packages nodejs, npm: not in the image, and the platform backend has no apt "
+        "source (set 'apt repository folder' or 'apt mirror or proxy URL' on it) (needed: npm is not in the "
+        "template and node-skill declares npm packages)"
     ), job_error(job)
     lines = log_lines(job)
     assert "plan: npm greeter@^1: 1.0.0 in the npm tarball folder npm/" in lines
     assert "plan: pip tinydep: 1.0 in the pip find-links folder wheels/" in lines
     assert not any("pip install" in line for line in lines)
     assert current_image(world.space_a, base_config) is None
+
+
+def test_node_comes_from_the_apt_source_when_the_template_lacks_npm(
+    world: World, base_config: SandboxConfig, sources_root: Path, apt_folder: Path, runtime: Runtime, settings: Any
+) -> None:
+    """The base template has no Node.js: nodejs and npm come from the local apt repository
+    (.ci/docker-up prepares it), then the npm packages from the tarball folder, all offline."""
+    settings.SKILL_PACKAGE_SOURCES_ROOT = sources_root  # apt_folder pointed it at the prepared ones
+    shutil.copytree(apt_folder, sources_root / "debian", copy_function=_link_or_copy)
+    write_npm_tarball(sources_root / "npm", "greeter", "1.0.0")
+    set_sources(base_config, apt_folder="debian", npm_folder="npm")
+    job = run_install(world.space_a, base_config, import_skill(npm_skill("node-skill", {"greeter": "^1"})))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    lines = log_lines(job)
+    assert "build sandbox: outbound network off (no package source to reach over it)" in lines
+    for package in ("nodejs", "npm"):
+        assert any(
+            line.startswith(f"plan: Debian {package}: ") and line.endswith(" in the apt repository folder debian/")
+            for line in lines
+        ), lines
+    assert lines.index("step check") < lines.index("step copy")
+    session = runtime.resolve(world.space_a, "node-from-apt").session
+    assert sh(runtime, session, "/opt/skills/node-skill/scripts/run.js") == (0, "greeter 1.0.0\n")
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link where the file system allows (the repository is ~50 MB), else a copy."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

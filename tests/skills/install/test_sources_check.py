@@ -89,7 +89,7 @@ def test_every_missing_package_is_named_with_its_source_at_once(world: World, co
     assert version.dependencies["debian"] == ["jq", "cowsay"]
     job = run_install(world.space_a, config, version)
     assert job.status == JobStatus.FAILED
-    assert "Debian package cowsay: not in the image, and there is no Debian package source" in job.error
+    assert "Debian package cowsay: not in the image, and the platform backend has no apt source" in job.error
     assert "pip tinydep>=2.0: the pip find-links folder offline/ has tinydep 1.0, none matching >=2.0" in job.error
     assert "pip nothere==1.0: no wheel of nothere in the pip find-links folder offline/" in job.error
     assert _failed_step(world, config) == "check"

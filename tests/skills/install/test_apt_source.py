@@ -1,0 +1,61 @@
+"""The apt source as apt reads it, and a repository folder's index: pure, no services."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sandboxes.backends.base import NetworkCapabilities
+from skills.install.apt import REPO_DIR, read_index, source_label, sources_line
+from skills.install.network import OFFLINE, build_network, sources_to_reach
+from skills.install.packages import PackageSources
+from skills.install.steps import SkillPayload, StepFailed
+
+MIRROR = "http://10.9.8.7:3142/debian"
+
+
+def skill(*debian: str) -> SkillPayload:
+    return SkillPayload(name="pdf", version_id="v", content_hash="h", files=(), dependencies={"debian": list(debian)})
+
+
+def test_a_folder_is_a_trusted_flat_repository_copied_into_scratch(tmp_path: Path) -> None:
+    sources = PackageSources(apt_folder=tmp_path / "debian", apt_url=MIRROR)
+    assert sources_line(sources) == f"deb [trusted=yes] file:{REPO_DIR} ./"
+    assert source_label(sources) == "the apt repository folder debian/"
+
+
+def test_a_url_is_checked_against_the_templates_keyrings_unless_trusted() -> None:
+    assert sources_line(PackageSources(apt_url=MIRROR, apt_suite="bookworm main")) == f"deb {MIRROR} bookworm main"
+    assert sources_line(PackageSources(apt_url=MIRROR, apt_trusted=True)) == f"deb [trusted=yes] {MIRROR} ./"
+    labelled = PackageSources(apt_url="http://u:secret@10.9.8.7/debian", apt_suite="bookworm main")
+    assert source_label(labelled) == "the apt source http://u:***@10.9.8.7/debian (bookworm main)"
+
+
+def test_the_apt_url_is_opened_only_for_debian_packages_and_only_without_a_folder(tmp_path: Path) -> None:
+    url = PackageSources(apt_url=MIRROR)
+    assert [s.host for s in sources_to_reach(url, [skill("qpdf")])] == ["10.9.8.7"]
+    assert sources_to_reach(url, [skill()]) == []
+    folder = PackageSources(apt_url=MIRROR, apt_folder=tmp_path)
+    assert sources_to_reach(folder, [skill("qpdf")]) == []
+    caps = NetworkCapabilities(outbound_toggle=True, allow_out_cidr=True, allow_private=True)
+    assert build_network(caps, "Docker", sources_to_reach(folder, [skill("qpdf")])).spec == OFFLINE
+    spec = build_network(caps, "Docker", sources_to_reach(url, [skill("qpdf")])).spec
+    assert [str(entry) for entry in spec.allow_out] == ["10.9.8.7/32"]
+
+
+def test_the_index_keeps_files_inside_the_folder_only(tmp_path: Path) -> None:
+    (tmp_path / "Packages").write_text(
+        "Package: qpdf\nVersion: 11.3.0-1\nDescription: tools\n more: here\nFilename: ./qpdf_11.3.0-1_amd64.deb\n\n"
+        "Package: evil\nVersion: 1\nFilename: ../../etc/passwd\n\n"
+        "Package: nofile\nVersion: 1\n"
+    )
+    index = read_index(tmp_path)
+    assert list(index) == [("qpdf", "11.3.0-1")]
+    assert index[("qpdf", "11.3.0-1")].filename == "qpdf_11.3.0-1_amd64.deb"
+
+
+def test_a_folder_without_an_index_is_named(tmp_path: Path) -> None:
+    (tmp_path / "debian").mkdir()
+    with pytest.raises(StepFailed, match=r"the apt repository folder debian/ has no Packages index"):
+        read_index(tmp_path / "debian")
