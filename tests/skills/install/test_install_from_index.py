@@ -199,8 +199,9 @@ def test_npm_dependencies_get_the_registry_network_and_name_every_miss(
     )
     # Every miss at once: Node.js and npm (Debian packages, with no Debian source), and the registry.
     assert job.error.startswith(
-        "step check failed: Debian package nodejs (needed: npm is not in the template and npm-skill declares npm "
-        "packages): not in the image"
+        "step check failed: Debian packages nodejs, npm: not in the image, and the platform backend has no apt "
+        "source (set 'apt repository folder' or 'apt mirror or proxy URL' on it) (needed: npm is not in the "
+        "template and npm-skill declares npm packages); "
     ), job_error(job)
     assert f"the npm registry {registry} does not answer from the build sandbox" in job.error
     assert current_image(world.space_a, config) is None

@@ -65,7 +65,7 @@ def test_npm_needs_fail_before_pip_runs(world: World, config: SandboxConfig, ins
     )
     job = run_install(world.space_a, config, import_skill(skill))
     assert job.status == JobStatus.FAILED
-    assert job.error.startswith("step check failed: Debian package nodejs"), job_error(job)
+    assert job.error.startswith("step check failed: Debian packages nodejs, npm: not in the image"), job_error(job)
     assert job.error.endswith(
         "; mixed-skill declares npm dependencies (left-pad@^1.3.0) but the config has no npm package source "
         "(set 'npm tarball folder' or 'npm registry URL' on the backend)"
