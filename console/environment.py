@@ -4,7 +4,8 @@ Deployment settings (secrets, stores, hosts and TLS, base URLs, single sign-on, 
 local engine, logs) come from the environment, each listed once in `VARIABLES` and in the
 table of docs/configuration.md (tests/console/test_configuration.py keeps the code, this list
 and the table equal). Tuning knobs are not variables: they are typed defaults in each room's
-`tuning.py`, overridden through the one variable CONSOLE_TUNING (console/tuning.py).
+`tuning.py`, overridden through the one variable CONSOLE_TUNING (console/tuning.py). Log format
+and level, the login button's name, creating users at sign-in and serving /static/ are knobs.
 
 At start a variable that looks like ours (`OUR_PREFIXES`, or a name the console read before)
 but is not read is reported: a system check warning (console.W001) and one log line, so a
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 if TYPE_CHECKING:
@@ -27,8 +28,8 @@ VARIABLES = frozenset(
         # Secrets and stores
         "SECRET_KEY",
         "FIELD_ENCRYPTION_KEY",
-        "FIELD_ENCRYPTION_OLD_KEYS",
         "DATABASE_URL",
+        "DATABASE_POOL_SIZE",
         "REDIS_URL",
         # Hosts, TLS and proxies
         "ALLOWED_HOSTS",
@@ -46,19 +47,13 @@ VARIABLES = frozenset(
         "DOCKER_HOST",
         # Email and single sign-on
         "EMAIL_URL",
-        "DEFAULT_FROM_EMAIL",
         "OIDC_RP_CLIENT_ID",
         "OIDC_RP_CLIENT_SECRET",
         "OIDC_OP_ISSUER",
-        "OIDC_PROVIDER_NAME",
-        "OIDC_CREATE_USERS",
-        # Logs, metrics, serving
-        "LOG_LEVEL",
-        "LOG_FORMAT",
+        # Metrics, debugging
         "METRICS_TOKEN",
         "METRICS_ALLOWED_NETWORKS",
         "PROMETHEUS_MULTIPROC_DIR",
-        "SERVE_STATIC",
         "DEBUG",
         # Tuning overrides, and the first platform admin (`manage.py bootstrap_console`)
         "CONSOLE_TUNING",
@@ -146,6 +141,11 @@ RETIRED: dict[str, str] = {
             "SECURE_HSTS_INCLUDE_SUBDOMAINS": "security.hsts_include_subdomains",
             "SECURE_HSTS_PRELOAD": "security.hsts_preload",
             "SECURE_SSL_REDIRECT": "security.ssl_redirect",
+            "OIDC_PROVIDER_NAME": "sso.provider_name",
+            "OIDC_CREATE_USERS": "sso.create_users",
+            "LOG_FORMAT": "logs.format",
+            "LOG_LEVEL": "logs.level",
+            "SERVE_STATIC": "serving.static",
         }.items()
     },
     "SESSION_COOKIE_SECURE": "no longer read; CONSOLE_TLS=true makes the cookies secure",
@@ -156,6 +156,8 @@ RETIRED: dict[str, str] = {
     "EMAIL_HOST_USER": "no longer read; use EMAIL_URL=smtp://user:password@host:port",
     "EMAIL_HOST_PASSWORD": "no longer read; use EMAIL_URL=smtp://user:password@host:port",
     "EMAIL_USE_TLS": "no longer read; use EMAIL_URL=smtp+tls://...",
+    "DEFAULT_FROM_EMAIL": "no longer read; use EMAIL_URL=smtp://host?from=address",
+    "FIELD_ENCRYPTION_OLD_KEYS": "no longer read; list old keys after the new one in FIELD_ENCRYPTION_KEY (a,b)",
     "INVITE_EMAIL": "no longer read; invitations are emailed when EMAIL_URL is set",
     "OIDC_RP_SCOPES": "no longer read; the console asks for 'openid email profile'",
     "OIDC_TIMEOUT_S": "no longer read; calls to the provider wait 10 s",
@@ -166,7 +168,7 @@ RETIRED: dict[str, str] = {
     "OIDC_RP_SIGN_ALGO": "no longer read; the discovery document's algorithms are used (RS256 preferred)",
     "METRICS_ALLOW_LOOPBACK": "no longer read; list 127.0.0.1/32 in METRICS_ALLOWED_NETWORKS",
     "SKILL_PACKAGE_SOURCES_ROOT": "no longer read; the package sources are CONSOLE_VAR_DIR/package-sources",
-    "DATABASE_CONN_MAX_AGE": "no longer read; connections are closed after each request",
+    "DATABASE_CONN_MAX_AGE": "no longer read; PostgreSQL connections are pooled (DATABASE_POOL_SIZE per process)",
     "SQLITE_BUSY_TIMEOUT_S": "no longer read; SQLite waits 30 s for its write lock",
     "JOB_RUNNER": "no longer read; jobs run on Celery when REDIS_URL is set, else in the process",
     "RUN_SCHEDULER": "no longer read; the in-process scheduler runs when REDIS_URL is not set",
@@ -236,18 +238,53 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 def email_settings(url: str) -> dict[str, object]:
-    """Django's EMAIL_* settings from EMAIL_URL: `smtp://user:password@host:port`, or
-    `smtp+tls://...` for STARTTLS (user and password percent-encoded). Empty: no email."""
+    """Django's EMAIL_* settings and the sender from EMAIL_URL:
+    `smtp://user:password@host:port?from=console@example.test`, or `smtp+tls://...` for
+    STARTTLS (user and password percent-encoded). Empty: no email."""
     if not url:
         return {"EMAIL_HOST": ""}
     parts = urlsplit(url)
     if parts.scheme not in {"smtp", "smtp+tls"} or not parts.hostname:
         raise ValueError(f"EMAIL_URL must be smtp://[user:password@]host[:port] or smtp+tls://..., not {url!r}")
-    tls = parts.scheme == "smtp+tls" or parse_qs(parts.query).get("tls", [""])[0].lower() in {"1", "true"}
+    query = parse_qs(parts.query)
+    tls = parts.scheme == "smtp+tls" or query.get("tls", [""])[0].lower() in {"1", "true"}
+    sender = {"DEFAULT_FROM_EMAIL": query["from"][0]} if query.get("from", [""])[0] else {}
     return {
+        **sender,
         "EMAIL_HOST": parts.hostname,
         "EMAIL_PORT": parts.port or (587 if tls else 25),
         "EMAIL_HOST_USER": unquote(parts.username or ""),
         "EMAIL_HOST_PASSWORD": unquote(parts.password or ""),
         "EMAIL_USE_TLS": tls,
     }
+
+
+# A PostgreSQL connection pool per process: at most this many connections, whatever the
+# number of threads (Daphne runs each request on a thread of its own). 0: no pool, a
+# connection per request. Bounded, so that a typo cannot make one process take the server.
+DEFAULT_POOL_SIZE = 10
+MAX_POOL_SIZE = 50
+# A request that finds every pooled connection taken waits this long, then fails (503).
+POOL_TIMEOUT_S = 10
+
+
+def database_settings(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> dict[str, Any]:
+    """Django's `DATABASES["default"]` for DATABASE_URL: PostgreSQL through psycopg's pool of
+    at most `pool_size` connections (Django's own `OPTIONS["pool"]`); SQLite as it was."""
+    import dj_database_url
+    from django.core.exceptions import ImproperlyConfigured
+
+    if not 0 <= pool_size <= MAX_POOL_SIZE:
+        raise ImproperlyConfigured(f"DATABASE_POOL_SIZE must be 0 to {MAX_POOL_SIZE} (connections per process)")
+    database: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=0))
+    if database["ENGINE"] == "django.db.backends.postgresql" and pool_size:
+        options = dict(database.get("OPTIONS") or {})
+        options["pool"] = {
+            "min_size": 1,
+            "max_size": pool_size,
+            "timeout": POOL_TIMEOUT_S,
+            "max_idle": 300,  # idle connections above min_size are closed after 5 min
+            "max_lifetime": 1800,
+        }
+        database["OPTIONS"] = options
+    return database

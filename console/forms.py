@@ -34,6 +34,11 @@ class SpaceForm(forms.ModelForm):
         name: str = self.cleaned_data["name"].strip()
         if not name:
             raise forms.ValidationError("Give the space a name.")
+        taken = Space.objects.filter(name__iexact=name)
+        if self.instance.pk is not None:
+            taken = taken.exclude(pk=self.instance.pk)
+        if taken.exists():
+            raise forms.ValidationError(f"There is already a space named {name!r}.")
         return name
 
 
@@ -82,6 +87,12 @@ class UserCreateForm(forms.Form):
     platform_admin = forms.BooleanField(
         required=False, label="Platform admin", help_text="Sees and administers every space, backend and user."
     )
+
+    def clean_email(self) -> str:
+        email: str = self.cleaned_data["email"].strip()
+        if email and get_user_model().objects.filter(email__iexact=email).exists():
+            raise forms.ValidationError(f"Another user has the email {email!r}.")
+        return email
 
 
 class UserFilterForm(forms.Form):

@@ -22,7 +22,7 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from . import metrics
-from .logs import get_request_id, new_request_id, redact, request_id
+from .logs import HOUSEKEEPING_JOB_KINDS, get_request_id, new_request_id, redact, request_id
 from .models import AdminJob, AuditAction, JobStatus, Space
 from .processes import this_process
 from .services import Actor, ServiceError, record_audit
@@ -73,7 +73,7 @@ class JobContext:
 
 JobHandler = Callable[[JobContext], dict[str, Any] | None]
 _HANDLERS: dict[str, tuple[JobHandler, str]] = {}
-_HOUSEKEEPING: set[str] = set()
+_HOUSEKEEPING = HOUSEKEEPING_JOB_KINDS  # one registry, read by the logging too (console.logs)
 
 
 def job_handler(kind: str, *, label: str, housekeeping: bool = False) -> Callable[[JobHandler], JobHandler]:

@@ -221,9 +221,52 @@ class ReadableFormatter(logging.Formatter):
 
 HANDLER_FILTERS = ["request_id", "redact"]
 
+# Job kinds registered as housekeeping (`console.jobs.job_handler(housekeeping=True)` adds
+# them: the jobs module's own registry, kept here so logging needs nothing of the jobs).
+HOUSEKEEPING_JOB_KINDS: set[str] = set()
+# The periodic passes' own modules (console.periodic): what they log below WARNING is routine.
+HOUSEKEEPING_LOGGERS = (
+    "console.activity",
+    "console.processes",
+    "console.scheduler",
+    "sandboxes.network.log",
+    "sandboxes.sessions.reaper",
+    "sandboxes.sessions.retention",
+    "sandboxes.sessions.unmanaged",
+    "sandboxes.terminal.sweep",
+)
 
-def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
-    """The LOGGING dict settings use: `log_format` is "json" or "text"."""
+
+def from_a_pass(record: logging.LogRecord) -> bool:
+    """A line of the periodic passes: of a housekeeping job (`job_kind`, console.jobs) or of
+    a pass's own module."""
+    kind = getattr(record, "job_kind", None)
+    if kind is not None:
+        return kind in HOUSEKEEPING_JOB_KINDS
+    return record.name.startswith(HOUSEKEEPING_LOGGERS)
+
+
+def is_housekeeping(record: logging.LogRecord) -> bool:
+    """A routine line of the passes: below WARNING (their warnings concern people)."""
+    return record.levelno < logging.WARNING and from_a_pass(record)
+
+
+class HousekeepingFilter(logging.Filter):
+    """`only=True` (the housekeeping file's handler): every line of the passes, warnings
+    included; `only=False` (the terminal's): every line but the passes' routine ones."""
+
+    def __init__(self, only: bool = False) -> None:
+        super().__init__()
+        self.only = only
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return from_a_pass(record) if self.only else not is_housekeeping(record)
+
+
+def logging_config(*, log_format: str, level: str, housekeeping_log: str = "") -> dict[str, Any]:
+    """The LOGGING dict settings use: `log_format` is "json" or "text". With `housekeeping_log`
+    (a file), the periodic passes' routine lines go there instead of the terminal (the
+    one-command start's default: docs/operations.md, "Logs")."""
     formatter: dict[str, Any]
     if log_format == "json":
         formatter = {
@@ -233,6 +276,19 @@ def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
         }
     else:
         formatter = {"()": "console.logs.ReadableFormatter"}
+    handlers: dict[str, Any] = {
+        "console": {"class": "logging.StreamHandler", "formatter": "main", "filters": HANDLER_FILTERS},
+    }
+    if housekeeping_log:
+        handlers["console"]["filters"] = [*HANDLER_FILTERS, "not_housekeeping"]
+        handlers["housekeeping"] = {
+            # Watched: a rotation by logrotate (or a deleted file) is followed, never written past.
+            "class": "logging.handlers.WatchedFileHandler",
+            "filename": housekeeping_log,
+            "delay": True,
+            "formatter": "main",
+            "filters": [*HANDLER_FILTERS, "only_housekeeping"],
+        }
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -240,12 +296,12 @@ def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
         "filters": {
             "request_id": {"()": "console.logs.RequestIdFilter"},
             "redact": {"()": "console.logs.RedactFilter"},
+            "only_housekeeping": {"()": "console.logs.HousekeepingFilter", "only": True},
+            "not_housekeeping": {"()": "console.logs.HousekeepingFilter", "only": False},
         },
         "formatters": {"main": formatter},
-        "handlers": {
-            "console": {"class": "logging.StreamHandler", "formatter": "main", "filters": HANDLER_FILTERS},
-        },
-        "root": {"handlers": ["console"], "level": level},
+        "handlers": handlers,
+        "root": {"handlers": list(handlers), "level": level},
         "loggers": {
             "django.db.backends": {"level": "INFO"},
             # Django's own defaults give these handlers of their own (a console one under DEBUG,

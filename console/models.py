@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Lower
 from django.urls import reverse
 
 
@@ -32,6 +33,12 @@ class Space(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            # Two spaces named "Demo" cannot be told apart in a menu: names are unique, ignoring case.
+            models.UniqueConstraint(
+                Lower("name"), name="space_name_unique_ci", violation_error_message="A space with this name exists."
+            )
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -212,6 +219,7 @@ class AuditAction(models.TextChoices):
     SESSION_REBUILD = "session.rebuild", "Session rebuilt"
     SESSION_RESUME = "session.resume", "Session resumed"
     SESSION_SANDBOX_CREATE = "session.sandbox_create", "Session sandbox created"
+    SESSION_UPDATE = "session.update", "Session labels or keep-awake changed"
     SESSION_IMAGE_CLEAR = "session_image.clear", "Session image cleared"
     SESSION_IMAGE_SET = "session_image.set", "Session image set"
     SKILL_CONFIRM_DEPENDENCIES = "skill.confirm_dependencies", "Skill dependencies confirmed"

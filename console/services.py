@@ -104,8 +104,19 @@ def unique_slug(name: str) -> str:
     return slug
 
 
+def refuse_taken_space_name(name: str, *, space: Space | None = None) -> None:
+    """A space name is unique, ignoring case (`space_name_unique_ci`): a field error if taken."""
+    others = Space.objects.filter(name__iexact=name.strip())
+    if space is not None:
+        others = others.exclude(pk=space.pk)
+    if others.exists():
+        message = f"There is already a space named {name.strip()!r}."
+        raise ServiceError(message, field_errors={"name": [message]})
+
+
 def do_create_space(*, name: str, slug: str = "", description: str = "", actor: Actor) -> Space:
     """Create a space with an explicit, closed network policy; the creator becomes its admin."""
+    refuse_taken_space_name(name)
     slug = slug or unique_slug(name)
     try:
         with transaction.atomic():
@@ -130,6 +141,7 @@ def do_create_space(*, name: str, slug: str = "", description: str = "", actor: 
                 details={"name": name, "slug": slug},
             )
     except IntegrityError:
+        refuse_taken_space_name(name)  # a racing creation took the name
         raise ServiceError("A space with this slug already exists.", field_errors={"slug": ["already taken"]}) from None
     return space
 
@@ -141,6 +153,8 @@ def do_update_space(space: Space, *, actor: Actor, **changes: str) -> Space:
     changed = {k: v for k, v in changes.items() if k in SPACE_FIELDS and getattr(space, k) != v}
     if not changed:
         return space
+    if "name" in changed:
+        refuse_taken_space_name(changed["name"], space=space)
     before = {k: getattr(space, k) for k in changed}
     try:
         with transaction.atomic():
@@ -158,6 +172,8 @@ def do_update_space(space: Space, *, actor: Actor, **changes: str) -> Space:
             )
     except IntegrityError:
         space.refresh_from_db()
+        if "name" in changed:
+            refuse_taken_space_name(changed["name"], space=space)
         raise ServiceError("A space with this slug already exists.", field_errors={"slug": ["already taken"]}) from None
     return space
 

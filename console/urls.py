@@ -8,7 +8,7 @@ from django.urls import include, path
 from sandboxes.network import pages as network_pages
 from sandboxes.sessions import teardown_pages
 
-from . import activity_views, user_views, views
+from . import activity_views, palette, user_views, views
 
 console_patterns = [
     path("", views.dashboard, name="dashboard"),
@@ -38,6 +38,7 @@ console_patterns = [
     path("platform/users/<int:user_id>/reactivate/", user_views.user_reactivate, name="user_reactivate"),
     path("invite/<str:token>/", user_views.invite_accept, name="invite_accept"),
     path("account/logout-everywhere/", views.logout_everywhere, name="logout_everywhere"),
+    path("search/", palette.search_view, name="search"),
     path("audit/", views.audit_list, name="audit_list"),
     path("jobs/", views.job_list, name="job_list"),
     path("jobs/diagnostics/", views.diagnostics_start, name="diagnostics_start"),
@@ -50,6 +51,7 @@ console_patterns = [
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(redirect_authenticated_user=True), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("django-admin/", admin.site.urls),
     path("api/v1/", include("sandboxes.api.urls")),
     path("", include("sandboxes.urls")),

@@ -134,6 +134,10 @@ def do_create_user(
     if model.objects.filter(username__iexact=username).exists():
         message = f"There is already a user named {username!r}."
         raise ServiceError(message, field_errors={"username": [message]})
+    if email and model.objects.filter(email__iexact=email).exists():
+        # Sign-in by email (OIDC) and adding members by email need one user per address.
+        message = f"Another user has the email {email!r}."
+        raise ServiceError(message, field_errors={"email": [message]})
     user = model(
         username=username,
         email=email,

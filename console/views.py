@@ -6,6 +6,7 @@ their results partial and forms swap themselves.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, time, timedelta
 from typing import Any
 
@@ -160,7 +161,8 @@ def space_create(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Space {space.name} created. Its network policy starts closed.")
             return redirect(space)
-    return render(request, "console/space_form.html", {"form": form, "section": "spaces"})
+    status = 400 if form.errors else 200
+    return render(request, "console/space_form.html", {"form": form, "section": "spaces"}, status=status)
 
 
 @login_required
@@ -202,7 +204,10 @@ def space_edit(request: HttpRequest, space_id: str) -> HttpResponse:
         else:
             messages.success(request, "Space saved.")
             return redirect("console:space_detail", space_id=space.id)
-    return render(request, "console/space_form.html", {"form": form, "space": space, "section": "spaces"})
+    status = 400 if form.errors else 200
+    return render(
+        request, "console/space_form.html", {"form": form, "space": space, "section": "spaces"}, status=status
+    )
 
 
 @login_required
@@ -496,3 +501,20 @@ def diagnostics_start(request: HttpRequest) -> HttpResponse:
     job = job_runner.start_job("console.diagnostics", actor=actor_from_request(request))
     messages.info(request, "Diagnostics started.")
     return redirect(job)
+
+
+@require_safe
+def favicon(request: HttpRequest) -> HttpResponse:
+    """/favicon.ico for clients that ask there (pages link static/favicon.svg): the same icon,
+    cached for a day, with no login and no log line."""
+    return HttpResponse(_favicon_bytes(), content_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
+
+
+@functools.cache
+def _favicon_bytes() -> bytes:
+    from django.contrib.staticfiles import finders
+
+    found = finders.find("favicon.svg")
+    path = found[0] if isinstance(found, list) else found
+    with open(str(path), "rb") as icon:
+        return icon.read()

@@ -10,6 +10,7 @@ const files = [
   ["@xterm/xterm/lib/xterm.js", "xterm/xterm.js"],
   ["@xterm/xterm/css/xterm.css", "xterm/xterm.css"],
   ["@xterm/addon-fit/lib/addon-fit.js", "xterm/addon-fit.js"],
+  ["@xterm/addon-search/lib/addon-search.js", "xterm/addon-search.js"],
   ["uplot/dist/uPlot.iife.min.js", "uplot/uPlot.iife.min.js"],
   ["uplot/dist/uPlot.min.css", "uplot/uPlot.min.css"],
 ];

@@ -9,6 +9,7 @@ class SkillsConfig(AppConfig):
         # Register job handlers.
         from . import (
             onboarding,  # noqa: F401  (the dashboard's getting-started step)
+            palette,  # noqa: F401  (what the command palette finds)
             snapshot_refs,
         )
         from .install import jobs  # noqa: F401

@@ -52,6 +52,10 @@ RUN_SCHEDULER = False  # tests run periodic functions themselves
 # per-installation clean-up would take another run's live objects for orphans. Tests of it
 # switch it on under an installation id of their own.
 TUNING = {**TUNING, "sessions.reaper_unmanaged": False}
+# No pool in tests: a test's threads each hold a connection until they close it, and a
+# pool that ran dry would turn a slow test into one that waits for POOL_TIMEOUT_S. The pool
+# is exercised by the console run as a process (tests/support/console_process.py, benches).
+DATABASES["default"].get("OPTIONS", {}).pop("pool", None)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not the in-memory default: threads racing on the session store need real locks.
     import tempfile

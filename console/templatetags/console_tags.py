@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 from django import template
@@ -110,4 +112,46 @@ def _cell(value: Any) -> str:
         return "✗"
     if value is None:
         return "—"
+    if isinstance(value, str | datetime) and as_moment(value) is not None:
+        return when(value, "seconds")
     return str(value)
+
+
+@register.filter(is_safe=True)
+def when(value: Any, precision: str = "minutes") -> str:
+    """**The** way a page shows a moment: `<time datetime>` reading "2026-12-01 20:52 UTC".
+
+    static/js/console.js turns the text into "3 min ago" and the title into the reader's own
+    zone; without JavaScript the text stays readable UTC with its zone. Takes a datetime or an
+    ISO 8601 string (binding records, job results) or a unix time; anything else comes back as it was, and
+    nothing (None, "") as "" so `|default:"never"` still works. `precision` "seconds" adds
+    them; "date" shows the day only."""
+    moment = as_moment(value)
+    if moment is None:
+        return "" if value is None or value == "" else str(value)  # escaped on output: not safe
+    utc = moment.astimezone(UTC)
+    shown = {"seconds": "%Y-%m-%d %H:%M:%S UTC", "date": "%Y-%m-%d"}.get(precision, "%Y-%m-%d %H:%M UTC")
+    return format_html(
+        '<time class="when" datetime="{}" title="{}">{}</time>',
+        utc.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        utc.strftime("%Y-%m-%d %H:%M:%S UTC"),
+        utc.strftime(shown),
+    )
+
+
+def as_moment(value: Any) -> datetime | None:
+    """A timezone-aware datetime from a datetime, an ISO 8601 string (naive means UTC) or a
+    positive unix time in seconds (a backend's reading)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e11:
+        return datetime.fromtimestamp(value, UTC)
+    if isinstance(value, str) and ISO_MOMENT.match(value):
+        try:
+            value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if not isinstance(value, datetime):
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+ISO_MOMENT = re.compile(r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")

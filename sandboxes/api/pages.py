@@ -26,14 +26,17 @@ from .tokens import do_create_api_token, do_revoke_api_token
 def token_list(request: HttpRequest, space_id: str) -> HttpResponse:
     """A space's agent API tokens. A new token's secret is shown on this response only."""
     space = get_space_for_user(request.user, space_id, Role.ADMIN)
-    created_secret = ""
+    created_secret = name_error = name_value = ""
     if request.method == "POST":
         try:
             _, created_secret = do_create_api_token(
                 space, name=request.POST.get("name", ""), actor=actor_from_request(request)
             )
         except ServiceError as exc:
-            messages.error(request, exc.message)
+            if "name" in exc.field_errors:  # shown at the field, with what was typed
+                name_error, name_value = exc.message, request.POST.get("name", "")[:100]
+            else:
+                messages.error(request, exc.message)
     tokens = list(ApiToken.objects.filter(space=space).select_related("created_by").order_by("-created"))
     context = {
         "space": space,
@@ -41,6 +44,8 @@ def token_list(request: HttpRequest, space_id: str) -> HttpResponse:
         "tokens_in_force": sum(1 for t in tokens if t.revoked is None),
         "token_limit": LIMITS.api_tokens_per_space,
         "created_secret": created_secret,
+        "name_error": name_error,
+        "name_value": name_value,
         "section": "spaces",
     }
     response = render(request, "sandboxes/token_list.html", context)

@@ -40,6 +40,9 @@ def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiTo
         # The space row's lock makes two creations at once count each other.
         Space.objects.select_for_update().filter(pk=space.pk).first()
         in_force = ApiToken.objects.filter(space=space, revoked__isnull=True).count()
+        if ApiToken.objects.filter(space=space, revoked__isnull=True, name__iexact=name[:100]).exists():
+            message = f"A token named {name[:100]!r} is in force in this space: choose another name or revoke it."
+            raise ServiceError(message, field_errors={"name": [message]})
         if in_force >= maximum:
             raise ServiceError(
                 f"This space already has {in_force} API tokens in force, the most a space may hold "

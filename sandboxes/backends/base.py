@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         StatsCapability,
         TemplatesCapability,
         VolumesCapability,
+        WarmPoolCapability,
     )
     from .settings import Options
 
@@ -49,6 +50,9 @@ META_PURPOSE = "console-purpose"
 # The console job (AdminJob id) a job's own sandbox serves: once that job has ended, the
 # sandbox gets the session grace, not the longer job grace.
 META_JOB = "console-job"
+# Set on a warm pool's sandbox: the id of its pool member row (sandboxes/pools/). Labels are
+# fixed at create on Docker, so a claimed one keeps it; its member row names its session.
+META_POOL = "console-pool-member"
 
 SNAPSHOT_PREFIX = "snap-"
 
@@ -92,6 +96,14 @@ class RemoteError(Exception):
         self.retryable = self.kind in RETRYABLE_KINDS if retryable is None else retryable
         self.retry_after = retry_after
         super().__init__(f"{self.kind}: {message}")
+
+
+class NotStarted(RemoteError):
+    """`exec` refused before anything ran: the sandbox is gone (`not_found`) or not running
+    (`conflict`: paused, stopped). An adapter that raises it for every such call declares
+    `Backend.exec_refuses_when_idle`; the runtime then runs a session's command in the
+    sandbox it knows to be running without asking the backend first, and on this error
+    resolves the session (resume, or rebuild) and runs the command there."""
 
 
 class SandboxState(enum.StrEnum):
@@ -361,6 +373,9 @@ class HealthInfo:
 class Backend(abc.ABC):
     kind: ClassVar[str]
     label: ClassVar[str]
+    # True: `exec` on a sandbox that is gone or idle raises `NotStarted`, never runs it late
+    # (an adapter whose engine would resume it on its own, or cannot tell, leaves it False).
+    exec_refuses_when_idle: ClassVar[bool] = False
 
     def __init__(self, config: BackendConfig) -> None:
         self.config = config
@@ -428,6 +443,10 @@ class Backend(abc.ABC):
         return None
 
     def stats(self) -> StatsCapability | None:
+        return None
+
+    def warm_pools(self) -> WarmPoolCapability | None:
+        """A pool the backend keeps natively; None: the console keeps it (sandboxes/pools/)."""
         return None
 
     def disk_capabilities(self) -> DiskCapabilities:

@@ -18,7 +18,7 @@ from console.models import AdminJob, JobStatus, Space
 from console.onboarding import Step, onboarding_step
 from console.readings import exists, first
 
-from ..models import SandboxConfig, Session, Terminal, list_activity
+from ..models import PlatformBackend, SandboxConfig, Session, Terminal, list_activity
 
 
 def _configs(spaces: QuerySet[Space]) -> QuerySet[SandboxConfig]:
@@ -39,6 +39,9 @@ def _config_reads(user: Any, spaces: QuerySet[Space]) -> dict[str, Any]:
             id="id",
             name="name",
         ),
+        # A backend registered already (the local engine `make start` registers) but granted to
+        # none of these spaces: granting it is the step, not registering another.
+        "backend": first(PlatformBackend.objects.order_by("created"), id="id", name="name"),
     }
 
 
@@ -54,6 +57,17 @@ def create_config(user: Any, found: dict[str, Any]) -> Step:
         url = reverse("sandboxes:config_create", kwargs={"space_id": granted["id"]})
         return Step(
             "config", title, False, url, "Create a config", f"In {granted['name']}, on a backend it was granted."
+        )
+    backend = found["backend"]
+    if is_platform_admin(user) and backend is not None:
+        url = reverse("sandboxes:backend_edit", kwargs={"backend_id": backend["id"]}) + "#id_spaces"
+        return Step(
+            "config",
+            title,
+            False,
+            url,
+            f"Grant {backend['name']} to a space",
+            "A backend is registered but granted to none of your spaces yet.",
         )
     if is_platform_admin(user):
         url = reverse("sandboxes:backend_create")

@@ -7,8 +7,9 @@ here, so `from sandboxes.models import X` is the way to name one.
   `BackgroundCommand` (+ `CommandStatus`), `Terminal`, `SessionBinding`, `SessionLease`,
   `list_activity` (the sessions list's sort key, which its indexes hold)
 - `egress`: `SessionGrant`, `EgressEvent`, `EgressCursor`, `WatchedSandbox`
+- `pools`: `PoolMember` (+ `MemberState`), `PoolClaim` (warm pools)
 
-The submodules import Django, `console.models` and each other (catalog <- sessions <- egress),
+The submodules import Django, `console.models` and each other (catalog <- sessions <- egress, pools),
 nothing else of the project.
 """
 
@@ -22,6 +23,7 @@ from .catalog import (
     TemplateRecord,
 )
 from .egress import EgressCursor, EgressEvent, SessionGrant, WatchedSandbox
+from .pools import MemberState, PoolClaim, PoolMember
 from .sessions import (
     ApiToken,
     Artifact,
@@ -49,7 +51,10 @@ __all__ = [
     "EgressEvent",
     "ExecSlot",
     "IdleMode",
+    "MemberState",
     "PlatformBackend",
+    "PoolClaim",
+    "PoolMember",
     "SandboxConfig",
     "Session",
     "SessionBinding",

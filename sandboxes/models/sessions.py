@@ -8,11 +8,11 @@ May import: Django, `console.models` and `.catalog`; nothing else of sandboxes.
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import models
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Lower
 from django.urls import reverse
 
 from console.models import Space
@@ -72,6 +72,8 @@ class Session(models.Model):
     has_persistent_workspace = models.BooleanField(
         default=False, help_text="A sandbox of this session was created on a persistent /workspace (to delete with it)."
     )
+    # A persistent /workspace made before the session (a warm pool's); empty: named by its id.
+    workspace_name = models.CharField(max_length=128, blank=True)
     last_activity = models.DateTimeField(null=True, blank=True, db_index=True)
     # Execs running now (Runtime.exec), so the idle sweep never idles a sandbox under one;
     # `exec_deadline` bounds the count's trust if a process died mid-exec.
@@ -82,6 +84,12 @@ class Session(models.Model):
     # while the sandbox keeps older rules until rebuilt.
     policy_fingerprint = models.CharField(max_length=16, blank=True)
     policy_applied_at = models.DateTimeField(null=True, blank=True)
+    # Labels as one padded, space-separated string (" team=ml nightly "), so the list filters
+    # on one with a portable LIKE and shows them without another query (sessions/labels.py).
+    labels = models.CharField(max_length=1100, blank=True, default="")
+    keep_awake_until = models.DateTimeField(
+        null=True, blank=True, help_text="The idle sweep leaves the session running until then."
+    )
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -105,9 +113,24 @@ class Session(models.Model):
         return self.stale_at is not None and (self.bound_at is None or self.bound_at < self.stale_at)
 
     @property
+    def label_list(self) -> list[str]:
+        return self.labels.split()
+
+    @property
+    def idles_at(self) -> datetime | None:
+        """When the idle sweep may idle this running session (None: not running or never active)."""
+        if self.state != SessionState.RUNNING or self.last_activity is None:
+            return None
+        due = self.last_activity + timedelta(seconds=self.config.idle_timeout_s)
+        if self.keep_awake_until is not None and self.keep_awake_until > due:
+            return self.keep_awake_until
+        return due
+
+    @property
     def workspace_volume(self) -> str:
-        """The persistent /workspace of this session (where the backend keeps one)."""
-        return f"sandbox-console-ws-{self.id}"
+        """The persistent /workspace of this session (where the backend keeps one): the one
+        its warm-pool sandbox came with, else named after the session."""
+        return self.workspace_name or f"sandbox-console-ws-{self.id}"
 
 
 class SessionImage(models.Model):
@@ -150,6 +173,16 @@ class ApiToken(models.Model):
 
     class Meta:
         ordering = ["-created"]
+        constraints = [
+            # Tokens in force are told apart by name (a revoked one frees its name).
+            models.UniqueConstraint(
+                Lower("name"),
+                "space",
+                condition=models.Q(revoked__isnull=True),
+                name="api_token_name_unique_in_space",
+                violation_error_message="This space has a token of this name in force.",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
@@ -189,9 +222,13 @@ class ExecSlot(models.Model):
     deadline = models.DateTimeField()
     # The console.WorkerProcess running the exec (None: a slot from before processes were tracked).
     owner_process = models.UUIDField(null=True, blank=True, db_index=True)
+    # Which of the space's `concurrent_execs` places it holds (0 to limit - 1): one row per
+    # place, so a slot is taken by one INSERT that a racing one cannot also win, without a lock.
+    number = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [models.Index(fields=["space", "deadline"], name="exec_slot_space_deadline")]
+        constraints = [models.UniqueConstraint(fields=["space", "number"], name="exec_slot_one_per_place")]
 
     def __str__(self) -> str:
         return f"exec in {self.session_id} until {self.deadline:%H:%M:%S}"

@@ -41,6 +41,8 @@ from ..api.wire import (
 from ..backends.base import ExecRequest
 from ..models import Artifact, BackgroundCommand, Session
 from .commands import kill_command, read_output, send_input, start_command
+from .labels import MAX_LABELS, InvalidLabels, parse_labels
+from .labels import RULE as LABEL_RULE
 from .lookup import get_or_create_session
 from .runtime import Resolved, Runtime
 from .teardown import delete_session
@@ -69,8 +71,20 @@ NOT_RUNNING = (
 
 def existing_session(space: Space, key: str) -> Session:
     # A NUL byte is in no key, and the database cannot compare one: no lookup, not a 500.
-    rows = Session.objects.select_related("config", "space")
+    rows = Session.objects.select_related("config__backend", "space")
     session = None if "\x00" in key else rows.filter(space=space, key=key).first()
+    if session is None:
+        raise ApiError(404, "not_found", f"No session {key!r} in this space.")
+    return session
+
+
+def callers_session(request: HttpRequest, key: str) -> Session:
+    """`existing_session` of the caller's space, as read with the token when it was (the
+    warm exec path: one query for both)."""
+    who = caller(request)
+    read, session = who.session_named(key)
+    if not read:
+        return existing_session(who.space, key)
     if session is None:
         raise ApiError(404, "not_found", f"No session {key!r} in this space.")
     return session
@@ -93,6 +107,7 @@ class SessionOut(Schema):
     template_id: str | None
     stale_at: Timestamp
     last_activity: Timestamp
+    labels: list[str]
 
     model_config = {"title": "Session"}
 
@@ -108,11 +123,12 @@ class SessionOut(Schema):
             "template_id": session.template_id or None,
             "stale_at": session.stale_at.isoformat() if session.stale_at else None,
             "last_activity": session.last_activity.isoformat() if session.last_activity else None,
+            "labels": session.label_list,
         }
 
 
 class ResolvedOut(SessionOut):
-    action: str = Field(json_schema_extra={"enum": ["bound", "claimed", "created", "rebuilt"]})
+    action: str = Field(json_schema_extra={"enum": ["bound", "claimed", "pooled", "created", "rebuilt"]})
 
     model_config = {"title": "ResolvedSession"}
 
@@ -154,17 +170,40 @@ def session_delete(request: HttpRequest, space_id: SpaceId, key: Key) -> HttpRes
     return HttpResponse(status=204)
 
 
+class ResolveIn(BaseModel):
+    """Optional. `labels` are set when this call creates the session (the console's page
+    edits them later); an existing session keeps its own. Other members are ignored."""
+
+    labels: list[str] | None = Field(
+        None,
+        description=f"At most {MAX_LABELS}; each {LABEL_RULE}",
+        json_schema_extra={"maxItems": MAX_LABELS},
+    )
+
+    model_config = {"title": "ResolveRequest"}
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            try:
+                return parse_labels(value)
+            except InvalidLabels as exc:
+                raise invalid("labels", exc.message) from None
+        return value
+
+
 @router.post(
     SESSION + "/resolve",
     url_name="resolve",
     summary="Resolve the session to a live sandbox (created, claimed, resumed or rebuilt as needed):"
     " what wakes a paused, stopped or gone session for the GETs",
-    **documented({200: ResolvedOut}, errors=JSON_BODY, body=ANY_OBJECT_DOC),
+    **documented({200: ResolvedOut}, errors=JSON_BODY, body=body_doc(ResolveIn, required=False)),
 )
 def resolve(request: HttpRequest, space_id: SpaceId, key: Key) -> dict[str, Any]:
-    json_body(request)
+    body = read_body(request, ResolveIn)
     who = caller(request)
-    return ResolvedOut.of_resolved(Runtime().resolve(who.space, key, actor=who.actor))
+    return ResolvedOut.of_resolved(Runtime().resolve(who.space, key, actor=who.actor, labels=body.labels or ()))
 
 
 @router.post(
@@ -309,7 +348,7 @@ class ExecOut(Schema):
     **documented({200: ExecOut}, errors=JSON_BODY, body=body_doc(ExecIn)),
 )
 def exec_command(request: HttpRequest, space_id: SpaceId, key: Key) -> dict[str, Any]:
-    session = existing_session(caller(request).space, key)
+    session = callers_session(request, key)
     result = Runtime().exec(session, read_body(request, ExecIn).request())
     return {
         "exit_code": result.exit_code,

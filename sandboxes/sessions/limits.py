@@ -2,9 +2,12 @@
 and rate limits").
 
 - live sessions: checked when a session is created, under a lock on the space's limits row,
-  so concurrent creations never pass the quota together;
+  so concurrent creations never pass the quota together; a warm pool's ready (unclaimed)
+  sandboxes count against the same quota (`pool_room`: a pool refills only into what the
+  live sessions leave), and each new session takes one of them over;
 - concurrent execs: one `ExecSlot` row per exec in flight, naming the process running it
-  and with its own deadline, counted and taken under the same lock; a process killed
+  and with its own deadline, in one of the space's numbered places (unique per space), taken
+  by a single INSERT without a lock (`take_exec_slot`); a process killed
   mid-exec frees its slots when it is found dead (`release_slots_of`, answering
   `console.signals.process_released`), at the latest when their deadlines pass;
 - background commands: running `BackgroundCommand` rows of the space, checked before the
@@ -22,6 +25,7 @@ Imports the console app and the sandboxes models; the runtime, lookup and comman
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections import Counter
@@ -29,7 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Case, F, When
 from django.utils import timezone
 from redis.exceptions import RedisError
@@ -38,7 +42,7 @@ from console.models import Space, SpaceLimits
 from console.processes import this_process
 from console.services import ServiceError
 
-from ..models import BackgroundCommand, CommandStatus, ExecSlot, Session, SessionState
+from ..models import BackgroundCommand, CommandStatus, ExecSlot, MemberState, PoolMember, Session, SessionState
 
 # A quota that frees up only when something else ends has no natural wait; this is a hint.
 QUOTA_RETRY_AFTER_S = 30
@@ -94,29 +98,102 @@ def check_live_sessions(space: Space) -> None:
         )
 
 
+def pooled_unclaimed(space: Space) -> int:
+    """The space's warm pool sandboxes not claimed by a session (ready, or being made)."""
+    return PoolMember.objects.filter(space=space).exclude(state=MemberState.CLAIMED).count()
+
+
+def pool_room(space: Space) -> int:
+    """How many more pooled sandboxes the space's quota of live sessions leaves room for:
+    live sessions and unclaimed pooled sandboxes count together."""
+    maximum = limits_of(space)["live_sessions"]
+    live = Session.objects.filter(space=space).exclude(state=SessionState.GONE).count()
+    return max(0, maximum - live - pooled_unclaimed(space))
+
+
+# An INSERT that lost its place to a racing one tries another this often before refusing.
+SLOT_TRIES = 8
+# One statement takes a free place (0 to limit - 1) of the space, or one whose deadline passed;
+# the unique (space, number) index decides between racing inserts: no lock is held across it.
+# Places are tried from a random one on (fewer races), generated lazily up to the first free.
+_TAKE_SLOT = """
+WITH RECURSIVE places(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM places WHERE i + 1 < %(limit)s)
+INSERT INTO {table} (id, space_id, session_id, deadline, owner_process, number)
+SELECT %(id)s, %(space)s, %(session)s, %(deadline)s, %(owner)s, (%(start)s + places.i) %% %(limit)s
+FROM places
+WHERE NOT EXISTS (
+    SELECT 1 FROM {table} taken
+    WHERE taken.space_id = %(space)s AND taken.number = (%(start)s + places.i) %% %(limit)s
+    AND taken.deadline > %(now)s
+)
+LIMIT 1
+ON CONFLICT (space_id, number) DO UPDATE SET
+    id = excluded.id, session_id = excluded.session_id, deadline = excluded.deadline,
+    owner_process = excluded.owner_process
+    WHERE {table}.deadline <= %(now)s
+RETURNING number
+"""
+
+
+def _db_value(field: str, value: Any) -> Any:
+    return ExecSlot._meta.get_field(field).get_db_prep_value(value, connection)  # type: ignore[union-attr]
+
+
 def take_exec_slot(space: Space, session: Session, deadline: datetime) -> ExecSlot:
-    """Inside a transaction: count an exec in against the space's limit, or refuse it. Each
-    exec has a slot of its own with its own deadline, so one killed mid-exec stops counting
-    when its deadline passes, however busy its session stays."""
-    maximum = lock_limits(space)["concurrent_execs"]
-    now = timezone.now()
-    ExecSlot.objects.filter(space=space, deadline__lte=now).delete()  # the dead ones
-    running = ExecSlot.objects.filter(space=space).count()
-    if running >= maximum:
-        raise LimitExceeded(
-            "concurrent_execs",
-            maximum,
-            f"{running} commands are running in this space, its limit of concurrent execs ({maximum}); "
-            "retry when one has finished.",
-            retry_after_s=5,
-        )
-    return ExecSlot.objects.create(space=space, session=session, deadline=deadline, owner_process=this_process())
+    """Count an exec in against the space's limit, or refuse it. Each exec holds one of the
+    space's `concurrent_execs` places (a row, unique per space and place) with its own
+    deadline, so one killed mid-exec stops counting when its deadline passes, however busy
+    its session stays. No row lock: one INSERT per try (`_TAKE_SLOT`). The limit is read
+    through the per-process cache (a changed limit is in force within LIMITS_CACHE_S); slots
+    taken under a higher limit count until they end."""
+    maximum = limits_of(space, max_age_s=LIMITS_CACHE_S)["concurrent_execs"]
+    slot = ExecSlot(space=space, session=session, deadline=deadline, owner_process=this_process())
+    table = connection.ops.quote_name(ExecSlot._meta.db_table)
+    params = {
+        "limit": maximum,
+        "id": _db_value("id", slot.pk),
+        "space": _db_value("space", space.pk),
+        "session": _db_value("session", session.pk),
+        "deadline": _db_value("deadline", deadline),
+        "owner": _db_value("owner_process", slot.owner_process),
+    }
+    for attempt in range(SLOT_TRIES if maximum > 0 else 0):
+        now = _db_value("deadline", timezone.now())
+        with connection.cursor() as cursor:
+            cursor.execute(_TAKE_SLOT.format(table=table), {**params, "now": now, "start": random.randrange(maximum)})  # noqa: S311
+            taken = cursor.fetchone()
+        if taken is not None:
+            slot.number = taken[0]
+            return slot
+        if attempt == 0:
+            # Full, or a racing insert won the place: forget the slots nobody will release
+            # (past their deadline), then try again while the space has a free place.
+            ExecSlot.objects.filter(space=space, deadline__lte=timezone.now()).delete()
+        if _running_execs(space) >= maximum:
+            break
+    running = _running_execs(space)
+    raise LimitExceeded(
+        "concurrent_execs",
+        maximum,
+        f"{running} commands are running in this space, its limit of concurrent execs ({maximum}); "
+        "retry when one has finished.",
+        retry_after_s=5,
+    )
+
+
+def _running_execs(space: Space) -> int:
+    return ExecSlot.objects.filter(space=space, deadline__gt=timezone.now()).count()
 
 
 def release_exec_slot(slot: ExecSlot) -> bool:
     """Free the slot; False when it was freed already (its process was taken for dead)."""
-    deleted, _ = ExecSlot.objects.filter(pk=slot.pk).delete()
-    return bool(deleted)
+    # A plain DELETE: nothing refers to a slot, so the ORM's collector has nothing to do.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {connection.ops.quote_name(ExecSlot._meta.db_table)} WHERE id = %s",  # noqa: S608
+            [_db_value("id", slot.pk)],
+        )
+        return bool(cursor.rowcount)
 
 
 def release_slots_of(process_id: Any, **_: Any) -> str:

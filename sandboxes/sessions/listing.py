@@ -19,6 +19,7 @@ from console.keyset import KeyPart, Keyset
 from console.models import ROLE_RANK, Membership, Role, Space
 
 from ..models import SandboxConfig, Session, list_activity
+from .labels import has_label
 
 SESSION_ORDER = Keyset(
     (
@@ -28,7 +29,7 @@ SESSION_ORDER = Keyset(
     )
 )
 
-STATE_FILTERS = [("running", "Running"), ("paused", "Paused"), ("stopped", "Stopped"), ("stale", "Stale")]
+STATE_FILTERS = [("running", "Running"), ("paused", "Paused"), ("stopped", "Stopped"), ("stale", "Out of date")]
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ def chosen_space(spaces: list[VisibleSpace], space_id: str) -> Space:
 
 
 def filtered_sessions(
-    user: Any, spaces: list[VisibleSpace], *, space: Space | None, state: str, query: str
+    user: Any, spaces: list[VisibleSpace], *, space: Space | None, state: str, query: str, label: str = ""
 ) -> QuerySet[Session]:
     sessions = Session.objects.select_related("space", "config__backend")
     if space is not None:
@@ -84,4 +85,6 @@ def filtered_sessions(
         sessions = sessions.filter(state=state)
     if query:
         sessions = sessions.filter(key__icontains=query)
+    if label:
+        sessions = sessions.filter(has_label(label))
     return sessions

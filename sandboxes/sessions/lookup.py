@@ -7,13 +7,16 @@ config's platform backend.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from django.db import IntegrityError, transaction
 
+from console.compiled import Compiled
 from console.models import AdminJob, AuditAction, JobStatus, Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..models import SandboxConfig, Session
+from .labels import stored
 from .limits import check_live_sessions
 
 # --- Sessions ---------------------------------------------------------------------------
@@ -39,12 +42,14 @@ def check_session_key(key: str) -> None:
         )
 
 
+# Compiled once per connection (console/compiled.py): 0.51 ms against 1.13 ms for the
+# same `select_related(...).get()` compiled at each call (2026-12-02, PostgreSQL).
+_BY_KEY = Compiled(Session.objects.select_related("config__backend"), "space_id", "key")
+
+
 def session_by_key(space: Space, key: str) -> Session | None:
     """The space's session with this key, its config and backend, or None (one query)."""
-    try:
-        return Session.objects.select_related("config__backend").get(space_id=space.pk, key=key)
-    except Session.DoesNotExist:
-        return None
+    return _BY_KEY.first(space.pk, key)
 
 
 class BeingDeleted(ServiceError):
@@ -68,7 +73,7 @@ def refuse_while_deleted(space: Space, config: SandboxConfig) -> None:
 
 
 def get_or_create_session(
-    space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
+    space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM, labels: Sequence[str] = ()
 ) -> Session:
     check_session_key(key)
     # The warm path: the space is at hand already, so join only the config.
@@ -81,7 +86,7 @@ def get_or_create_session(
         with transaction.atomic():
             check_live_sessions(space)  # locks the space's limits row until the commit
             refuse_while_deleted(space, config)
-            session = Session.objects.create(space=space, key=key, config=config)
+            session = Session.objects.create(space=space, key=key, config=config, labels=stored(labels))
             record_audit(
                 actor,
                 AuditAction.SESSION_CREATE,
@@ -89,7 +94,7 @@ def get_or_create_session(
                 target_type="session",
                 target_id=session.id,
                 target_name=session.key,
-                details={"key": key, "config": config.name},
+                details={"key": key, "config": config.name, **({"labels": list(labels)} if labels else {})},
             )
     except IntegrityError:
         pass  # another process created it first

@@ -5,6 +5,7 @@ and background commands.
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,14 +20,14 @@ from django_htmx.http import HttpResponseStopPolling
 
 from console.access import get_space_for_user, has_role
 from console.keyset import keyset_page
-from console.models import Role
+from console.models import ROLE_RANK, Role
 from console.panels import SpaceAction
 from console.services import ServiceError, actor_from_request
 from console.views import is_htmx, swaps
 
 from ..backends.base import RemoteError
 from ..catalog.lookups import failure_message, remote_error_message
-from ..models import Artifact, BackgroundCommand, Session
+from ..models import Artifact, BackgroundCommand, Session, SessionState
 from ..sessions.tuning import SESSIONS
 from .access import get_session_for_user
 from .commands import kill_command, read_output, start_command
@@ -34,6 +35,7 @@ from .listing import SESSION_ORDER, STATE_FILTERS, chosen_space, filtered_sessio
 from .panels import panels_context
 from .provisioning import effective_template
 from .runtime import Runtime
+from .services import do_keep_session_awake, do_set_session_labels
 from .stats import read_session_stats
 from .teardown_pages import session_delete
 from .workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
@@ -51,15 +53,25 @@ def session_list(request: HttpRequest) -> HttpResponse:
     space = chosen_space(spaces, space_filter) if space_filter else None
     state = request.GET.get("state", "")
     query = request.GET.get("q", "").strip()
-    sessions = filtered_sessions(request.user, spaces, space=space, state=state, query=query)
+    label = request.GET.get("label", "").strip()
+    sessions = filtered_sessions(request.user, spaces, space=space, state=state, query=query, label=label)
+    page = keyset_page(request, sessions, SESSION_ORDER)
+    roles = {visible.space.id: visible.role for visible in spaces}
+    for session in page.object_list:
+        rank = ROLE_RANK[roles.get(session.space_id, Role.ADMIN)]  # platform admins see all spaces
+        session.can_use = rank >= ROLE_RANK[Role.MEMBER]  # type: ignore[attr-defined]
+        session.can_delete = rank >= ROLE_RANK[Role.ADMIN]  # type: ignore[attr-defined]
     context = {
-        "page": keyset_page(request, sessions, SESSION_ORDER),
+        "page": page,
         "spaces": [visible.space for visible in spaces],
         "start_spaces": [visible.space for visible in spaces if visible.can_start],
         "space_filter": space_filter,
         "state": state,
         "states": STATE_FILTERS,
         "query": query,
+        "label": label,
+        "can_act": any(getattr(session, "can_use", False) for session in page.object_list),
+        "running_ids": [session.id for session in page.object_list if session.state == SessionState.RUNNING],
         "now": timezone.now(),
         "section": "sessions",
     }
@@ -100,6 +112,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "browsed": request.GET.get("browse") == "1",
         "artifacts": session.artifacts.all()[:50],
         "commands": session.commands.all()[:20],
+        "keep_awake_choices": KEEP_AWAKE_CHOICES,
         **panels_context(request, session, can_use=can_use),
         "section": "sessions",
         **stats_context(request, session),
@@ -175,6 +188,47 @@ def session_action(request: HttpRequest, session_id: str, action: str) -> HttpRe
     if action == "rebuild" and request.POST.get("next") == "terminal":  # "Rebuild now" on the terminal page
         return redirect(reverse("sandboxes:terminal_page", kwargs={"session_id": session.id}))
     return redirect(session)
+
+
+KEEP_AWAKE_CHOICES = [("1", "1 hour"), ("2", "2 hours"), ("4", "4 hours"), ("8", "8 hours"), ("24", "24 hours")]
+
+
+@login_required
+@require_POST
+def session_labels(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Replace a session's labels (members); the list filters on them."""
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    try:
+        labels = do_set_session_labels(session, request.POST.get("labels", ""), actor=actor_from_request(request))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Labels of {session.key}: {' '.join(labels) or 'none'}.")
+    return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "#labels")
+
+
+@login_required
+@require_POST
+def session_keep_awake(request: HttpRequest, session_id: str) -> HttpResponse:
+    """Keep a session running for some hours whatever its idle timeout (members), or stop."""
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    hours = request.POST.get("hours", "")
+    if hours not in {value for value, _ in KEEP_AWAKE_CHOICES} and hours != "0":
+        messages.error(request, "Choose how long to keep the session awake.")
+        return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "#keep-awake")
+    until = timezone.now() + timedelta(hours=int(hours)) if hours != "0" else None
+    try:
+        do_keep_session_awake(session, until, actor=actor_from_request(request))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request,
+            f"{session.key} is kept awake for {hours} hour(s)."
+            if until
+            else f"{session.key} idles again after {session.config.idle_timeout_s} s without activity.",
+        )
+    return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "#keep-awake")
 
 
 def _browse_url(session: Session, path: str) -> str:

@@ -9,7 +9,8 @@ resolve(space, key):
               take the session's lifecycle lock -> re-read the binding -> claim an existing
               sandbox by metadata (oldest wins, duplicates deleted) -> only then create one
               from the effective template with the space's network switches sent
-              explicitly -> write the binding (SET NX)
+              explicitly, or take a ready one from the config's warm pool
+              (`provisioning.from_warm_pool`) -> write the binding (SET NX)
 
 Stale and the turn lease: a stale sandbox (bound before the session's stale time) is
 rebuilt at once when no turn is in flight; within a turn only the first resolve may rebuild
@@ -33,13 +34,13 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -58,6 +59,7 @@ from ..backends.base import (
     ExecRequest,
     ExecResult,
     ListQuery,
+    NotStarted,
     RemoteError,
     SandboxInfo,
     SandboxSpec,
@@ -71,7 +73,7 @@ from .inflight import busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
 from .lookup import get_or_create_session
 from .observe import observe_resolve, took_slow_path
-from .provisioning import effective_template, prepare_workspace
+from .provisioning import effective_template, from_warm_pool, prepare_workspace
 from .store import (
     LOCK_TTL_MS,
     TURN_TTL_S,
@@ -98,6 +100,17 @@ GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
 RACE_KINDS = frozenset({ErrorKind.CONFLICT, ErrorKind.INTERNAL, ErrorKind.TIMEOUT, ErrorKind.UNAVAILABLE})
 # How long a user's Pause waits for another lifecycle operation of the session to end.
 PAUSE_LOCK_WAIT_S = 5.0
+
+
+@contextlib.contextmanager
+def off_the_database() -> Iterator[None]:
+    """While the engine runs a command, this thread's pooled database connection goes back to
+    the pool (settings: DATABASE_POOL_SIZE), so a few connections serve many execs in flight;
+    the next query takes one again. Without a pool (SQLite, tests) or inside a transaction:
+    nothing is done."""
+    if getattr(connection, "pool", None) is not None and not connection.in_atomic_block:
+        connection.close()
+    yield
 
 
 def sandbox_or_none(backend: Backend, sandbox_id: str) -> SandboxInfo | None:
@@ -160,7 +173,7 @@ class Resolved:
     session: Session
     sandbox: SandboxInfo
     binding: Binding
-    action: str  # bound | claimed | created | rebuilt
+    action: str  # bound | claimed | pooled | created | rebuilt
 
 
 class Runtime:
@@ -207,9 +220,16 @@ class Runtime:
     # Resolve ----------------------------------------------------------------------------
 
     def resolve(
-        self, space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM
+        self,
+        space: Space,
+        key: str,
+        *,
+        config: SandboxConfig | None = None,
+        actor: Actor = SYSTEM,
+        labels: Sequence[str] = (),
     ) -> Resolved:
-        session = get_or_create_session(space, key, config=config, actor=actor)
+        """The session `key` of `space` (created with `labels` when new) on a live sandbox."""
+        session = get_or_create_session(space, key, config=config, actor=actor, labels=labels)
         with self.telling_deleted(session):
             return self.resolve_session(session)
 
@@ -401,9 +421,12 @@ class Runtime:
             self.store.delete_binding_if(bkey, binding)
         previous_version = max(binding.version if binding else 0, session.binding_version)
         claimed = self._claim(session, backend, rebuild=rebuild)
+        pooled = None if claimed is not None or rebuild or binding is not None else previous_version + 1
         if claimed is not None:
             info, version = claimed
             action = "claimed"
+        elif pooled is not None and (warm := from_warm_pool(session, backend, pooled)) is not None:
+            info, version, action = warm, pooled, "pooled"
         else:
             info, version = self._create(session, backend, previous_version + 1), previous_version + 1
             action = "rebuilt" if rebuild or binding is not None else "created"
@@ -576,20 +599,52 @@ class Runtime:
         freezes the sandbox under it and a stale rebuild waits for it (or is deferred)."""
         backend = get_backend(session.config)
         with self.telling_deleted(session), self.exec_in_flight(session, request.timeout_s):
+            known = self._known_running(session, backend)
+            if known is not None:
+                try:
+                    return self._exec_in(session, backend, known, request, known=True)
+                except NotStarted:
+                    pass  # the engine's own word that it is not running: resolve, run it there
             sandbox_id = self.resolve_session(session, own_calls=1).sandbox.sandbox_id
-            try:
+            return self._exec_in(session, backend, sandbox_id, request)
+
+    def _known_running(self, session: Session, backend: Backend) -> str | None:
+        """The session's sandbox when the runtime knows it is running and nothing would make
+        a resolve do more than connect to it: bound to the sandbox the row names, the row
+        says running, not stale, and no turn's first resolve is still due (that resolve
+        decides a rebuild). Only for a backend whose exec refuses an idle or gone sandbox
+        (`exec_refuses_when_idle`): the exec itself then checks, and no connect is needed."""
+        if not backend.exec_refuses_when_idle or session.state != SessionState.RUNNING or not session.sandbox_id:
+            return None
+        bkey, _, tkey = self.keys(session)
+        try:
+            binding, lease = self.store.read_session(bkey, tkey)
+        except SessionStoreUnavailable:
+            return None  # the full resolve says what to say
+        if binding is None or binding.sandbox_id != session.sandbox_id or (lease.in_flight and lease.ticket_unused):
+            return None
+        if session.stale_at is not None and binding.created_at < session.stale_at:
+            return None
+        self._touch(session)
+        return binding.sandbox_id
+
+    def _exec_in(
+        self, session: Session, backend: Backend, sandbox_id: str, request: ExecRequest, *, known: bool = False
+    ) -> ExecResult:
+        try:
+            with off_the_database():
                 result = backend.exec(sandbox_id, request)
-            except SessionConflict:
-                raise
-            except RemoteError as exc:
-                raise self._explain(session, backend, sandbox_id, exc) from exc
-            killed = result.exit_code is None or result.exit_code < 0 or result.exit_code >= 128
-            if killed and not result.timed_out:
-                # Killed by a signal: by its own doing, or because its sandbox went under it.
-                gone = self._replaced_or_none(session, backend, sandbox_id)
-                if gone is not None:
-                    raise gone
-            return result
+        except RemoteError as exc:
+            if isinstance(exc, SessionConflict) or (known and isinstance(exc, NotStarted)):
+                raise  # said in words; or, on the known sandbox, the caller resolves and retries
+            raise self._explain(session, backend, sandbox_id, exc) from exc
+        killed = result.exit_code is None or result.exit_code < 0 or result.exit_code >= 128
+        if killed and not result.timed_out:
+            # Killed by a signal: by its own doing, or because its sandbox went under it.
+            gone = self._replaced_or_none(session, backend, sandbox_id)
+            if gone is not None:
+                raise gone
+        return result
 
     def _replaced(self, session: Session, backend: Backend, sandbox_id: str) -> RemoteError | None:
         """Why the sandbox a call ran in is no longer the session's (waiting for a rebuild or
@@ -639,8 +694,7 @@ class Runtime:
     def exec_in_flight(self, session: Session, timeout_s: float | None) -> Iterator[None]:
         """An exec slot of the space's limits, and the exec counted in flight on its session."""
         until = timezone.now() + timedelta(seconds=timeout_s or 3600) + EXEC_GRACE
-        with transaction.atomic():
-            slot = take_exec_slot(session.space, session, until)  # under the space's limits lock, or refused
+        slot = take_exec_slot(session.space, session, until)  # one of the space's places, or refused
         freed: list[bool] = []
 
         def still_counted() -> bool:

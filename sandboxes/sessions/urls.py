@@ -3,6 +3,7 @@
 
 from django.urls import path
 
+from . import bulk_pages as bulk
 from . import pages as sessions
 from . import teardown_pages as teardown
 from . import unmanaged_pages as unmanaged
@@ -10,6 +11,8 @@ from . import unmanaged_pages as unmanaged
 urlpatterns = [
     path("sandboxes/<uuid:config_id>/delete/", teardown.config_delete, name="config_delete"),
     path("sessions/", sessions.session_list, name="session_list"),
+    path("sessions/actions/", bulk.session_bulk, name="session_bulk"),
+    path("sessions/usage/", bulk.session_usage, name="session_usage"),
     path("spaces/<uuid:space_id>/sessions/new/", sessions.session_start, name="session_start"),
     path("sessions/<uuid:session_id>/", sessions.session_detail, name="session_detail"),
     path("sessions/<uuid:session_id>/stats/", sessions.session_stats, name="session_stats"),
@@ -19,6 +22,8 @@ urlpatterns = [
     path(
         "sessions/<uuid:session_id>/artifacts/<uuid:artifact_id>/", sessions.artifact_download, name="artifact_download"
     ),
+    path("sessions/<uuid:session_id>/labels/", sessions.session_labels, name="session_labels"),
+    path("sessions/<uuid:session_id>/keep-awake/", sessions.session_keep_awake, name="session_keep_awake"),
     path("sessions/<uuid:session_id>/actions/<str:action>/", sessions.session_action, name="session_action"),
     path("sessions/<uuid:session_id>/commands/", sessions.command_start, name="command_start"),
     path("sessions/<uuid:session_id>/commands/<uuid:command_id>/", sessions.command_detail, name="command_detail"),

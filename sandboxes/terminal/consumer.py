@@ -271,6 +271,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         elif kind == "resume":
             if process is not None:
                 process.resume()
+        elif kind == "history":
+            if process is not None and not process.closed and process.consumer is self:
+                await process.send_history(self)
         else:
             await self.send_error(f"unknown control message {kind[:40]!r}")
 

@@ -12,7 +12,9 @@ sandbox whose template has no tmux gets a plain shell, and the caller says so ("
 replaced") when that shell cannot be the one an earlier connection had.
 
 The tmux configuration hides tmux: no status line, no prefix key or key bindings (Ctrl-b
-stays bash's), no alternate screen (the browser's own scrollback keeps working), a short
+stays bash's), no alternate screen and no multi-line scroll (`indn`, CSI S: xterm.js drops the
+lines it scrolls off instead of keeping them), so the browser's own scrollback gets every
+line that scrolls by, a short
 escape delay (50 ms: quick for vim, yet the answer xterm.js gives to tmux's device-attributes
 query on attach is not split into keys that reach the shell as `0;276;0c`), UTF-8 (`-u`)
 whatever the locale.
@@ -38,7 +40,7 @@ unbind-key -a -T root
 set -g escape-time 50
 set -g history-limit 10000
 set -g default-terminal tmux-256color
-set -ga terminal-overrides ',xterm*:smcup@:rmcup@'
+set -ga terminal-overrides ',xterm*:smcup@:rmcup@:indn@:rin@'
 set -g mouse off
 set -g window-size latest
 set -g exit-empty on
@@ -98,6 +100,50 @@ def probe(backend: Backend, sandbox_id: str, terminal_id: str, *, lines: int = S
     if exists and capture:
         scrollback = capture.rstrip(b"\n").replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
     return Probe(kept=kept, exists=exists, scrollback=scrollback)
+
+
+HISTORY_LINES = 10000
+
+
+@dataclass(frozen=True)
+class History:
+    """A kept shell's pane as tmux holds it: the lines above the screen, the screen, the cursor."""
+
+    lines: int  # tmux's history size (may exceed what `history` holds)
+    history: bytes  # with SGR escapes, one line per LF
+    screen: bytes
+    cursor: tuple[int, int]  # x, y on the screen
+
+
+def history(backend: Backend, sandbox_id: str, terminal_id: str, *, lines: int = HISTORY_LINES) -> History | None:
+    """One exec: the pane's history size and cursor, its history (no more than `lines`) and its
+    screen. None when the sandbox keeps no such shell or the exec fails.
+
+    The browser rebuilds its scrollback from it after a burst of output: tmux drops what a
+    slow client cannot take and redraws only the screen, so lines scrolled by meanwhile
+    never reach xterm.js."""
+    target = shlex.quote(f"={session_name(terminal_id)}:")
+    fmt = shlex.quote("#{history_size} #{cursor_x} #{cursor_y}")
+    script = (
+        f"command -v tmux >/dev/null 2>&1 || exit 3; "
+        f"{_tmux('display-message', '-p', '-t', target, fmt)} || exit 4; "
+        f"printf -- '--history--\\n'; "
+        f"{_tmux('capture-pane', '-p', '-e', '-S', f'-{int(lines)}', '-E', '-1', '-t', target)} || exit 5; "
+        f"printf -- '--screen--\\n'; "
+        f"{_tmux('capture-pane', '-p', '-e', '-t', target)}"
+    )
+    try:
+        result = backend.exec(sandbox_id, ExecRequest(argv=("/bin/sh", "-c", script), timeout_s=PROBE_TIMEOUT_S))
+    except RemoteError:
+        return None
+    head, found, rest = result.stdout.partition(b"\n--history--\n")
+    past, found_screen, screen = rest.partition(b"\n--screen--\n")
+    words = head.split()
+    if result.exit_code != 0 or not found or not found_screen or len(words) != 3 or not all(w.isdigit() for w in words):
+        return None
+    size, x, y = (int(word) for word in words)
+    # With no history, tmux captures the screen's first line for -E -1: nothing to send.
+    return History(lines=size, history=past if size else b"", screen=screen.rstrip(b"\n"), cursor=(x, y))
 
 
 def attach_command(terminal_id: str, size: PtySize, shell: tuple[str, ...]) -> tuple[str, ...]:

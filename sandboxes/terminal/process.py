@@ -39,11 +39,20 @@ from .protocol import (
     CLOSE_NORMAL,
     CLOSE_REPLACED,
     CLOSE_SERVER_STOPPING,
+    CLOSE_SESSION_DELETED,
     MAX_PENDING_INPUT,
     QUEUE_CHUNKS,
     READ_BYTES,
 )
-from .shells import end_kept_shell, open_shell, record_close, record_open, touch_session
+from .shells import (
+    end_kept_shell,
+    open_shell,
+    record_close,
+    record_open,
+    shell_history,
+    touch_session,
+    why_the_shell_ended,
+)
 from .tickets import Grant
 from .tuning import TERMINAL
 
@@ -177,6 +186,7 @@ class TerminalProcess:
         # This attachment's name in the lease (unique per process and per PTY).
         self.holder = f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(6)}"
         self.sandbox_id: str | None = None
+        self.history_busy = False
         self.kept = False  # the sandbox keeps the shell (tmux)
         self.reattached = False  # the shell is an earlier connection's
         self.replaced = False  # an earlier connection had a shell this one cannot be
@@ -285,6 +295,36 @@ class TerminalProcess:
                 await database_sync_to_async(attachments.add_traffic)(terminal_id, self.bytes_in, self.bytes_out)
         except Exception:
             logger.exception("terminal %s: recording the close failed", terminal_id)
+
+    async def send_history(self, consumer: TerminalClient) -> None:
+        """Answer a client's `history` request: the kept shell's pane as tmux holds it (lines
+        above the screen, the screen, the cursor), for the client to rebuild its scrollback
+        after tmux dropped output it could not take. A plain shell has none to give."""
+        if not self.kept or self.sandbox_id is None or self.history_busy:
+            await consumer.send_control({"type": "history", "kept": self.kept, "busy": self.history_busy})
+            return
+        self.history_busy = True
+        try:
+            found = await database_sync_to_async(shell_history)(
+                self.grant.session_id, self.sandbox_id, self.grant.terminal_id
+            )
+        except Exception:
+            logger.exception("terminal %s: reading the shell's history failed", self.grant.terminal_id)
+            found = None
+        finally:
+            self.history_busy = False
+        if found is None or self.consumer is not consumer:
+            return
+        await consumer.send_control(
+            {
+                "type": "history",
+                "kept": True,
+                "lines": found.lines,
+                "history": found.history.decode("utf-8", "replace"),
+                "screen": found.screen.decode("utf-8", "replace"),
+                "cursor": list(found.cursor),
+            }
+        )
 
     async def attach(self, consumer: TerminalClient, *, reattached: bool) -> None:
         """Make `consumer` the one client: replay the buffered output, then stream live."""
@@ -472,7 +512,13 @@ class TerminalProcess:
                     await consumer.send_pty(data)
             self._maybe_resume_reading()
         # Also the end of this attachment when another process attached (tmux detached ours).
-        await self.close("the shell exited", force=False)
+        try:
+            reason, code = await database_sync_to_async(why_the_shell_ended)(self.grant.session_id, self.sandbox_id)
+        except Exception:
+            logger.exception("terminal %s: telling why the shell ended failed", self.grant.terminal_id)
+            reason, code = "the shell exited", CLOSE_NORMAL
+        # A deleted session took its terminal rows along: no other process can hold this one.
+        await self.close(reason, code=code, force=code == CLOSE_SESSION_DELETED)
 
     async def _keepalive(self) -> None:
         """Keep the session from idling; close on idle; re-check access now and then."""

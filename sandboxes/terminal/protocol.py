@@ -10,6 +10,7 @@ CLOSE_NORMAL = 1000
 CLOSE_IDLE = 4000
 CLOSE_LOGGED_OUT = 4001
 CLOSE_ACCESS = 4003
+CLOSE_SESSION_DELETED = 4004  # the shell ended because its session (and sandbox) was deleted
 CLOSE_REPLACED = 4009
 CLOSE_UNAVAILABLE = 4010
 CLOSE_SERVER_STOPPING = 4012  # (1001 is the server's own: Autobahn refuses it from the app)

@@ -7,6 +7,7 @@ Nothing here branches on the backend's kind: only on the capabilities the contra
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,13 +18,14 @@ from django.utils import timezone
 from console.models import AuditAction
 from console.services import Actor, record_audit
 
-from ..backends.base import ErrorKind, PtySize, RemoteError
+from ..backends.base import ErrorKind, PtySize, RemoteError, SandboxState
 from ..backends.capabilities import PtyHandle
 from ..catalog.bridge import get_backend
 from ..models import Session, Terminal
 from ..sessions.inflight import in_flight
 from ..sessions.runtime import Runtime
 from . import keeper
+from .protocol import CLOSE_NORMAL, CLOSE_SESSION_DELETED
 from .tickets import Grant
 from .tuning import TERMINAL
 
@@ -118,7 +120,48 @@ def open_shell(session_id: str, terminal_id: str, size: PtySize) -> OpenedShell:
     return OpenedShell(handle, sandbox_id, found.kept, found.exists, found.scrollback)
 
 
+def shell_history(session_id: str, sandbox_id: str, terminal_id: str) -> keeper.History | None:
+    """The kept shell's pane (history, screen, cursor), for the browser to rebuild its scrollback."""
+    session = Session.objects.select_related("config").get(pk=session_id)
+    return keeper.history(get_backend(session.config), sandbox_id, terminal_id)
+
+
 def end_kept_shell(session_id: str, sandbox_id: str, terminal_id: str) -> None:
     """End the terminal's shell kept by the sandbox (its tmux session)."""
     session = Session.objects.select_related("config").get(pk=session_id)
     keeper.end(get_backend(session.config), sandbox_id, terminal_id)
+
+
+DELETE_WAIT_S = 10.0
+
+
+def why_the_shell_ended(session_id: str, sandbox_id: str | None) -> tuple[str, int]:
+    """The words and close code for a PTY that ended by itself: the session deleted, the
+    sandbox paused or gone, else the shell exited.
+
+    A DELETE removes the sandbox first and the row last, under the lifecycle lock
+    (`Runtime.deleted` waits for it). A sandbox found gone while the row stays is given a few
+    seconds for the row to follow (a DELETE still on its way)."""
+    session = Session.objects.filter(pk=session_id).select_related("config", "space").first()
+    if session is None or Runtime().deleted(session):
+        return "the session was deleted", CLOSE_SESSION_DELETED
+    if sandbox_id and _sandbox_gone(session, sandbox_id):
+        deadline = time.monotonic() + DELETE_WAIT_S
+        while time.monotonic() < deadline:
+            if not Session.objects.filter(pk=session_id).exists():
+                return "the session was deleted", CLOSE_SESSION_DELETED
+            time.sleep(0.25)
+        return "the sandbox is gone", CLOSE_NORMAL
+    session.refresh_from_db(fields=["state"])
+    if session.state in ("paused", "stopped"):
+        return f"the sandbox was {session.get_state_display().lower()}", CLOSE_NORMAL
+    return "the shell exited", CLOSE_NORMAL
+
+
+def _sandbox_gone(session: Session, sandbox_id: str) -> bool:
+    """Gone, or on its way out (stopped or gone, not running nor paused)."""
+    try:
+        info = get_backend(session.config).get(sandbox_id, timeout_s=10)
+    except RemoteError as exc:
+        return exc.kind == ErrorKind.NOT_FOUND
+    return info.state in (SandboxState.STOPPED, SandboxState.GONE)

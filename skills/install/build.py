@@ -154,9 +154,12 @@ def build_generation(
             sources = with_parent_lock(backend, sandbox_id, plan, sources, build.log)
             # Node.js and npm from Debian when the template lacks npm, then Debian, pip and npm.
             node, _ = node_debian_packages(backend, sandbox_id, plan.add, "dependencies")
-            installed = install_packages.install_dependencies(
-                backend, sandbox_id, plan.add, sources, build.log, also_debian=node
-            )
+            try:
+                installed = install_packages.install_dependencies(
+                    backend, sandbox_id, plan.add, sources, build.log, also_debian=node
+                )
+            except StepFailed as exc:
+                raise install_lock.explain_failure(exc, plan.parent, sources.pip_constraints) from exc
             after = install_lock.distributions(backend, sandbox_id)
             image.lock = {"pip": install_lock.lock_after_build(parent_lock(plan), before, after)}
             build.log("pip lock: " + (install_lock.constraints_text(image.lock["pip"]).replace("\n", " ") or "empty"))

@@ -20,6 +20,7 @@ import json
 import re
 import shlex
 from collections.abc import Mapping
+from typing import Protocol
 
 from sandboxes.backends.base import Backend
 
@@ -88,3 +89,19 @@ def write_constraints(backend: Backend, sandbox_id: str, lock: Mapping[str, str]
     files.write(sandbox_id, CONSTRAINTS_PATH, text.encode(), mode=0o644, user="root")
     log(f"pip installs with the lock of generation {generation}: {', '.join(text.split())}")
     return CONSTRAINTS_PATH
+
+
+class _Generation(Protocol):
+    generation: int
+
+
+def explain_failure(exc: StepFailed, parent: _Generation | None, constraints: str) -> StepFailed:
+    """The dependency step's failure, saying that it installed with a lock when it did: a
+    locked version the source no longer has fails pip, and the admin should know why."""
+    if not constraints or parent is None:
+        return exc
+    return StepFailed(
+        exc.step,
+        f"{exc.message} (pip installed with the lock of generation {parent.generation}; "
+        "a locked version the package source no longer has fails here)",
+    )

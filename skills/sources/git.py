@@ -225,15 +225,18 @@ def _run(
             else stack.enter_context(tempfile.TemporaryFile())
         )
         err = stack.enter_context(tempfile.TemporaryFile())
-        process = subprocess.Popen(  # argv built here, never a shell
-            _argv(args),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            cwd=home,
-            env=_environment(home, policy),
-            start_new_session=True,
-        )
+        try:
+            process = subprocess.Popen(  # argv built here, never a shell
+                _argv(args),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=home,
+                env=_environment(home, policy),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise GitError(f"git cannot run on the console server: {exc.strerror or exc}.") from None
         reason = ""
         while process.poll() is None:
             if time.monotonic() > deadline:
@@ -338,6 +341,8 @@ def fetch_skill(url: str, ref: str, path: str, policy: GitPolicy, limits: GitLim
         )
         if fetch.code != 0:
             raise GitError(f"Fetching {ref or 'the default branch'} failed: {_reason(fetch)}")
+        if _size(repo) > limits.max_bytes:  # a fetch quicker than the watch's first look
+            raise GitError(f"git fetch stopped: the repository is over {human_size(limits.max_bytes)}.")
         parsed = git(["-C", str(repo), "rev-parse", "--verify", "FETCH_HEAD^{commit}"], what="git rev-parse")
         commit = parsed.stdout.decode("ascii", "replace").strip()
         if parsed.code != 0 or not COMMIT.match(commit):

@@ -13,6 +13,7 @@ the command), as for every catalog write.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 from django.db import transaction
@@ -32,8 +33,11 @@ from .git import remote_commit as ask_remote_commit
 
 logger = logging.getLogger(__name__)
 
-# A periodic pass checks at most this many sources (each bounded by git_check_timeout_s).
+# A periodic pass checks at most this many sources, and starts none after PASS_BUDGET_S: the
+# in-process scheduler runs its tasks one after another, so a pass must not hold the reaper
+# up. The oldest checks go first; the rest wait for the next pass.
 CHECKS_PER_PASS = 50
+PASS_BUDGET_S = 30.0
 
 
 def git_policy() -> GitPolicy:
@@ -147,8 +151,10 @@ def check_git_sources() -> int:
     due = timezone.now() - timedelta(seconds=interval)
     sources = GitSource.objects.select_related("skill").filter(Q(checked__isnull=True) | Q(checked__lt=due))
     sources = sources.order_by(F("checked").asc(nulls_first=True))
-    done = 0
+    done, started = 0, time.monotonic()
     for source in sources[:CHECKS_PER_PASS]:
+        if time.monotonic() - started > PASS_BUDGET_S:
+            break
         check_git_source(source)
         done += 1
         if source.check_error:

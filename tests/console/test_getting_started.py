@@ -93,3 +93,12 @@ def test_no_path_for_who_administers_nothing(world: World) -> None:
 def test_platform_admin_without_backends_is_sent_to_register_one(world: World) -> None:
     steps = _steps(world, "root")
     assert reverse("sandboxes:backend_create") in steps["config"][1]
+
+
+def test_platform_admin_with_an_ungranted_backend_is_offered_to_grant_it(world: World) -> None:
+    backend = make_backend(name="Local Docker")  # registered (as `make start` does), granted to no space
+    steps = _steps(world, "root")
+    assert not steps["config"][0]
+    assert reverse("sandboxes:backend_edit", kwargs={"backend_id": backend.id}) + "#id_spaces" in steps["config"][1]
+    assert "Grant Local Docker to a space" in steps["config"][1]
+    assert reverse("sandboxes:backend_create") not in steps["config"][1]

@@ -19,6 +19,7 @@ def test_invite_a_user_who_sets_a_password_then_deactivate_them(world: World, da
     page.fill("#id_password", "pw-root")
     page.click("button[type=submit]")
     page.wait_for_url(re.compile(r".*/$"))
+    page.click("nav.mainnav >> text=Platform")  # the platform's pages are in a drop-down
     page.click("nav.mainnav >> text=Users")
     page.wait_for_url(re.compile(r".*/platform/users/$"))
     page.click("text=Invite a user")

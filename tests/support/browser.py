@@ -1,15 +1,20 @@
-"""What the browser tests share: logging in, following a job page, and the screenshots at
-both sizes, light and dark (var/test-artifacts/screenshots/, kept out of git)."""
+"""What the browser tests share: logging in, following a job page, the screenshots at both
+sizes, light and dark (var/test-artifacts/screenshots/, or under $TEST_ARTIFACTS_DIR; kept out
+of git), and the accessibility check (axe-core from npm)."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOTS = ROOT / "var" / "test-artifacts" / "screenshots"
+ARTIFACTS = Path(os.environ.get("TEST_ARTIFACTS_DIR") or ROOT / "var" / "test-artifacts")
+SCREENSHOTS = ARTIFACTS / "screenshots"
+AXE = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
 SIDEWAYS = "document.documentElement.scrollWidth - document.documentElement.clientWidth"
 
@@ -77,3 +82,45 @@ def wait_for_job(page: Any, timeout_s: float = 300) -> str:
         timeout=int(timeout_s * 1000),
     )
     return str(page.inner_text("#job-status .status")).strip()
+
+
+def with_axe(page: Any) -> None:
+    """Load axe-core into every document `page` opens (an init script goes through the
+    DevTools protocol, which the page's Content-Security-Policy does not govern)."""
+    if not AXE.exists():
+        raise AssertionError(f"{AXE} is missing: run `npm ci`")
+    page.add_init_script(path=str(AXE))
+
+
+AXE_RUN = """() => axe.run(document, {resultTypes: ["violations"]}).then(result => result.violations.map(v => ({
+  id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.slice(0, 5).map(n => n.target.join(" "))})))"""
+
+
+def serious_violations(page: Any) -> list[dict[str, Any]]:
+    """axe-core's serious and critical violations on the page as it is now (after `with_axe`)."""
+    found = page.evaluate(AXE_RUN)
+    return [v for v in found if v["impact"] in ("serious", "critical")]
+
+
+def assert_accessible(page: Any, name: str) -> None:
+    found = serious_violations(page)
+    assert not found, f"{name}: " + json.dumps(found, indent=1)
+
+
+TERMINAL_TEXT = """() => {
+  const buffer = window.consoleTerminal.term.buffer.active;
+  const lines = [];
+  for (let i = 0; i < buffer.length; i += 1) lines.push(buffer.getLine(i).translateToString(true));
+  return lines.join("\\n");
+}"""
+
+
+def wait_for_terminal_text(page: Any, pattern: str, timeout_s: float = 20) -> str:
+    """The active terminal's whole buffer (scrollback and screen) once `pattern` is in it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = str(page.evaluate(TERMINAL_TEXT))
+        if re.search(pattern, text):
+            return text
+        assert time.monotonic() < deadline, f"{pattern!r} not in the terminal: {text[-500:]!r}"
+        page.wait_for_timeout(100)

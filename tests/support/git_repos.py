@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
 
@@ -118,5 +120,41 @@ class SilentServer:
         self.socket.listen(8)
         self.port = int(self.socket.getsockname()[1])
 
+    def was_contacted(self) -> bool:
+        """Whether anything connected (a pending connection is accepted, without waiting)."""
+        self.socket.setblocking(False)
+        try:
+            connection, _ = self.socket.accept()
+        except BlockingIOError:
+            return False
+        connection.close()
+        return True
+
     def close(self) -> None:
         self.socket.close()
+
+
+class RedirectServer:
+    """An HTTP server on 127.0.0.1 answering every request with a redirect to `target`."""
+
+    def __init__(self, target: str) -> None:
+        location = target
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # the http.server hook's name
+                self.send_response(302)
+                self.send_header("Location", location + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: object) -> None:  # the hook's signature
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

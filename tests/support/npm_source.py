@@ -22,7 +22,7 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-from tests.support.recording_server import RecordingServer
+from tests.support.file_server import PageServer
 
 NODE_IMAGE = "sandbox-console/node-template:latest"
 NODE_PACKAGES = ("nodejs", "npm")
@@ -65,7 +65,7 @@ def tarball_manifest(path: Path) -> dict[str, Any]:
         return document
 
 
-class NpmRegistry(RecordingServer):
+class NpmRegistry(PageServer):
     """The package documents of the tarballs, with `dist.tarball` on this server."""
 
     name = "npm-registry"
@@ -74,10 +74,6 @@ class NpmRegistry(RecordingServer):
         self.tarballs = {path.name: path.read_bytes() for path in tarballs}
         self.manifests = {path.name: tarball_manifest(path) for path in tarballs}
         super().__init__(host)
-
-    @property
-    def url(self) -> str:
-        return self.root
 
     def document(self, name: str) -> dict[str, Any] | None:
         versions: dict[str, Any] = {}

@@ -1,8 +1,8 @@
 """A PEP 503 simple index of local wheels, served by the test itself on one address.
 
 Sandboxes in tests only ever talk to servers the test runs on this machine; this one binds
-to the address it is given (a network namespace of the test's) and records every request, so
-a test can prove pip fetched from it and from nowhere else.
+to the address it is given (the Docker bridge's gateway) and records every request, so a
+test can prove pip fetched from it and from nowhere else.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import hashlib
 import html
 from pathlib import Path
 
-from tests.support.recording_server import RecordingServer
+from .file_server import PageServer
 
 
-class PackageIndex(RecordingServer):
+class PackageIndex(PageServer):
     """`/simple/` (projects), `/simple/<project>/` (files with #sha256=), `/files/<wheel>`."""
 
     name = "package-index"
@@ -25,7 +25,7 @@ class PackageIndex(RecordingServer):
 
     @property
     def url(self) -> str:
-        return f"{self.root}simple/"
+        return super().url + "simple/"
 
     def projects(self) -> dict[str, list[str]]:
         """Normalised project name → its file names (a wheel's name is `<project>-<version>-...`)."""

@@ -1,6 +1,7 @@
-"""Builders for the install tests: a hand-made wheel, skills with dependencies, clean-up, and
-the `examples_source` and `apt_folder` fixtures (the examples' wheel folder, the local apt
-repository; registered in tests/skills/conftest.py,
+"""Builders for the install tests: a hand-made wheel, skills with dependencies, the Docker
+config and its clean-up; and their fixtures (registered in tests/skills/conftest.py):
+`installation` (one id per test module), `wheels` (tinydep in an `offline` source), `runtime`,
+`examples_source` and `apt_folder` (the examples' wheel folder, the local apt repository; also
 imported by the browser tests)."""
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from console.services import SYSTEM, Actor
 from sandboxes.backends.base import META_INSTALLATION, META_PURPOSE, ListQuery
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import PlatformBackend, SandboxConfig, Session
+from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import RedisSessionStore
 from skills.install.start import do_start_install, do_start_uninstall
 from skills.models import SkillVersion
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, REDIS_URL
 from tests.factories import make_config
 from tests.support.jobs import run_to_end
 from tests.support.skills import EXECUTABLE, REGULAR, build_zip, import_bytes
@@ -151,13 +154,25 @@ def clean_up(config: SandboxConfig, installation: str) -> None:
             break
 
 
+def make_skills_config(space: Space, template: str, **extra: Any) -> SandboxConfig:
+    """The install tests' Docker config: the space's default, no persistent workspace."""
+    made: SandboxConfig = make_config(
+        space,
+        **{
+            "name": "skills",
+            "default_template": template,
+            "is_default": True,
+            "persistent_workspace": False,
+            **extra,
+        },
+    )
+    return made
+
+
 @contextlib.contextmanager
 def skills_config(space: Space, template: str, installation: str, **extra: Any) -> Iterator[SandboxConfig]:
-    """The install tests' Docker config (the space's default, no persistent workspace), with
-    this run's sandboxes and snapshots cleaned up afterwards."""
-    made: SandboxConfig = make_config(
-        space, name="skills", default_template=template, is_default=True, persistent_workspace=False, **extra
-    )
+    """`make_skills_config`, with this run's sandboxes and snapshots cleaned up afterwards."""
+    made = make_skills_config(space, template, **extra)
     try:
         yield made
     finally:
@@ -194,6 +209,29 @@ def prepared_source(settings: Any, name: str, sample: str, how: str) -> Path:
         pytest.skip(message)
     settings_sources(settings, folder.parent)
     return folder
+
+
+@pytest.fixture
+def installation(settings: Any, test_run_id: str, request: pytest.FixtureRequest) -> str:
+    """This run's installation id for the test's module (`test-<run>-<module>`): everything the
+    test creates carries it, and `clean_up` deletes by it."""
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-{module}"
+    return str(settings.CONSOLE_INSTALLATION_ID)
+
+
+@pytest.fixture
+def wheels(settings: Any, tmp_path: Path) -> Path:
+    """The package source folder `offline` holding tinydep 1.0, under the sources' root."""
+    root = tmp_path / "package-sources"
+    write_wheel(root / "offline")
+    settings_sources(settings, root)
+    return root / "offline"
+
+
+@pytest.fixture
+def runtime() -> Runtime:
+    return Runtime(RedisSessionStore(REDIS_URL))
 
 
 @pytest.fixture

@@ -48,8 +48,8 @@ class Command(BaseCommand):
             )
 
     def ensure_demo_space(self) -> None:
-        if Space.objects.filter(slug=DEMO_SLUG).exists():
-            return
+        if Space.objects.filter(slug=DEMO_SLUG).exists() or Space.objects.filter(name__iexact="Demo").exists():
+            return  # space names are unique: a space of the admins' own named Demo stays theirs
         do_create_space(
             name="Demo",
             slug=DEMO_SLUG,

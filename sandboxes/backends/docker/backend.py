@@ -139,6 +139,7 @@ class DockerBackend(Backend):
 
     kind = "docker"
     label = "Docker"
+    exec_refuses_when_idle = True  # the engine answers 404 or 409 to an exec it will not run
 
     def __init__(self, config: BackendConfig, *, resolver: Resolver | None = None) -> None:
         super().__init__(config)

@@ -20,7 +20,16 @@ import docker.errors
 import docker.tls
 from docker.constants import MINIMUM_DOCKER_API_VERSION
 
-from ..base import BackendConfig, ErrorKind, ExecRequest, ExecResult, RemoteError, SandboxInfo, SandboxState
+from ..base import (
+    BackendConfig,
+    ErrorKind,
+    ExecRequest,
+    ExecResult,
+    NotStarted,
+    RemoteError,
+    SandboxInfo,
+    SandboxState,
+)
 from ..guard import GuardedHTTPAdapter, Resolver, check_endpoint, system_resolver
 from ..unix_socket import SCHEME, check_unix_socket
 from .common import (
@@ -217,7 +226,13 @@ class DockerEngine:
     # Commands --------------------------------------------------------------------------
 
     def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
-        return self.commands.exec(self.container_id(sandbox_id), request)
+        try:
+            container_id = self.container_id(sandbox_id)
+        except RemoteError as exc:
+            if exc.kind != ErrorKind.NOT_FOUND:
+                raise
+            raise NotStarted(exc.kind, exc.message) from exc
+        return self.commands.exec(container_id, request)
 
     def run(
         self,

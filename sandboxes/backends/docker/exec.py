@@ -19,6 +19,7 @@ from ..base import (
     ErrorKind,
     ExecRequest,
     ExecResult,
+    NotStarted,
     RemoteError,
 )
 from .common import (
@@ -169,15 +170,24 @@ class DockerExec:
         wrapped += command
         what = f"exec in sandbox {container_id[:12]}"
         started = time.monotonic()
+        try:
+            with _engine_call(what):
+                exec_id = self.engine.api.exec_create(
+                    container_id,
+                    wrapped,
+                    stdin=stdin is not None,
+                    user=f"{uid}:{uid}",
+                    workdir=cwd,
+                    environment={"HOME": home, **(env or {})},
+                )["Id"]
+        except RemoteError as exc:
+            if exc.kind in (ErrorKind.NOT_FOUND, ErrorKind.CONFLICT):
+                # The engine refuses an exec in a container removed (404), paused or stopped (409).
+                if exc.kind == ErrorKind.NOT_FOUND:
+                    self.engine.forget(container_id)
+                raise NotStarted(exc.kind, exc.message) from exc
+            raise
         with _engine_call(what):
-            exec_id = self.engine.api.exec_create(
-                container_id,
-                wrapped,
-                stdin=stdin is not None,
-                user=f"{uid}:{uid}",
-                workdir=cwd,
-                environment={"HOME": home, **(env or {})},
-            )["Id"]
             stream = _ExecStream(self.engine.api.exec_start(exec_id, socket=True))
         try:
             if stdin is not None:
@@ -207,7 +217,7 @@ class DockerExec:
             # e.g. a frozen container the engine calls running (docker/for-linux#891).
             reason = bytes(demux.out[1]).decode(errors="replace").strip()[:300]
             kind = ErrorKind.CONFLICT if b"paused" in demux.out[1] else ErrorKind.INTERNAL
-            raise RemoteError(kind, f"{what}: the container runtime did not start the command ({reason})")
+            raise NotStarted(kind, f"{what}: the container runtime did not start the command ({reason})")
         return ExecResult(
             exit_code=exit_code,
             stdout=bytes(demux.out[1]),

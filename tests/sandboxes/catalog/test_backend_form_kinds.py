@@ -20,6 +20,7 @@ from sandboxes.catalog.bridge import backend_config_for, get_backend
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import make_backend, make_config
 from tests.personas import World
+from tests.support.pem import CERT, KEY, KEY_BODY
 
 pytestmark = pytest.mark.django_db
 
@@ -226,8 +227,6 @@ def test_the_list_shows_a_process_limit_only_where_the_kind_enforces_one(world: 
 
 # Forged and odd requests against the by-kind platform backend form and the config form: each test
 # names what it attacks. No fakes needed: the endpoints are 127.0.0.1:9, where nothing listens.
-CERT = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----"
-KEY = "-----BEGIN PRIVATE KEY-----\nMIIEfake\n-----END PRIVATE KEY-----"
 
 
 def _cube(**extra: Any) -> dict[str, Any]:
@@ -386,7 +385,7 @@ def test_odd_input_is_a_clear_error_and_saves_nothing(world: World, data: dict[s
         assert "Step 1 of 2" in response.content.decode() or 'name="fields_for"' in response.content.decode()
     assert not PlatformBackend.objects.exists()
     html = response.content.decode()
-    assert "MIIEfake" not in html  # a posted secret is never rendered back
+    assert KEY_BODY not in html  # a posted secret is never rendered back
     assert "sk-posted-secret" not in html
 
 
@@ -396,7 +395,7 @@ def test_fields_of_kind_a_posted_with_kind_b_between_steps_save_nothing(world: W
     assert response.status_code == 200
     html = response.content.decode()
     assert 'name="fields_for" value="e2b"' in html
-    assert "MIIEfake" not in html
+    assert KEY_BODY not in html
     assert not PlatformBackend.objects.exists()
 
 
@@ -489,7 +488,7 @@ def test_a_package_source_is_judged_by_the_private_switch_as_the_form_reads_it(w
     assert not PlatformBackend.objects.exists()
 
 
-@pytest.mark.parametrize("folder_field", ["pip_find_links", "npm_folder"])
+@pytest.mark.parametrize("folder_field", ["pip_find_links", "npm_folder", "apt_folder"])
 def test_a_package_folder_is_a_plain_name_of_a_folder_under_the_sources_root(
     world: World, folder_field: str, settings: Any, tmp_path: Path
 ) -> None:
@@ -509,3 +508,29 @@ def test_a_package_folder_is_a_plain_name_of_a_folder_under_the_sources_root(
     saved = client.post(reverse(CREATE), _docker(**{folder_field: " offline "}))
     assert saved.status_code == 302, saved.context["form"].errors if saved.context else saved
     assert getattr(PlatformBackend.objects.get(), folder_field) == "offline"
+
+
+def test_an_apt_source_is_saved_and_its_bad_values_named(world: World, settings: Any, tmp_path: Path) -> None:
+    settings.SKILL_PACKAGE_SOURCES_ROOT = tmp_path
+    (tmp_path / "debian").mkdir()
+    client = world.client_for("root")
+    bad = _docker(apt_folder="../etc", apt_suite="bookworm; rm -rf /", apt_url="ftp://mirror.test/debian")
+    response = client.post(reverse(CREATE), bad)
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert errors["apt_folder"] == ["A folder name: letters, digits, '.', '_' and '-' (no paths)."]
+    assert errors["apt_suite"] == ["The suite, then its components, separated by spaces (e.g. 'bookworm main')."]
+    assert errors["apt_url"] == ["An http(s) URL."]
+    missing = client.post(reverse(CREATE), _docker(apt_folder="nothere"))
+    assert missing.context["form"].errors["apt_folder"] == [f"There is no folder 'nothere' under {tmp_path}."]
+    assert not PlatformBackend.objects.exists()
+
+    saved = client.post(reverse(CREATE), _docker(apt_folder="debian", apt_suite="  bookworm   main "))
+    assert saved.status_code == 302, saved.context["form"].errors if saved.context else saved
+    backend = PlatformBackend.objects.get()
+    assert (backend.apt_folder, backend.apt_suite, backend.apt_url, backend.apt_trusted) == (
+        "debian",
+        "bookworm main",
+        "",
+        False,
+    )

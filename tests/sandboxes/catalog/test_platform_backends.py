@@ -27,6 +27,7 @@ from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
 from sandboxes.sessions.provisioning import effective_template
 from tests.factories import config_form, make_backend, make_config
 from tests.personas import World
+from tests.support.pem import CERT, KEY
 from tests.support.tls_engine import TlsEngine
 
 pytestmark = pytest.mark.django_db
@@ -319,7 +320,7 @@ def test_the_backends_section_is_for_platform_admins_only(world: World, granted:
             "PEM",
         ),
         (
-            {"tls_cert": "-----BEGIN CERTIFICATE-----\nx", "tls_key": "-----BEGIN PRIVATE KEY-----\nx"},
+            {"tls_cert": CERT, "tls_key": KEY},
             "tls_cert",
             "for Docker tcp://",
         ),

@@ -118,14 +118,64 @@ def test_concurrent_execs_count_live_ones_across_sessions(world: World, agent: A
     Session.objects.create(space=world.space_a, key="idle", config=config)
     set_limits(world, concurrent_execs=2)
     later = timezone.now() + timedelta(minutes=5)
-    slots = [ExecSlot.objects.create(space=world.space_a, session=busy, deadline=later) for _ in range(2)]
+    slots = [take_exec_slot(world.space_a, busy, later) for _ in range(2)]
+    assert sorted(slot.number for slot in slots) == [0, 1]  # type: ignore[type-var]
     body = assert_refused(agent.post("idle", "exec", {"shell": "true"}), "concurrent_execs", 2)
     assert "limit of concurrent execs (2)" in body["message"]
-    # A dead exec (its own deadline passed) no longer counts, and its slot is cleared.
+    # A dead exec (its own deadline passed) no longer counts: its place is taken over.
     ExecSlot.objects.filter(pk=slots[0].pk).update(deadline=timezone.now() - timedelta(seconds=1))
-    with transaction.atomic():
-        take_exec_slot(world.space_a, busy, later)
+    taken = take_exec_slot(world.space_a, busy, later)
+    assert taken.number == slots[0].number
     assert not ExecSlot.objects.filter(pk=slots[0].pk).exists()
+    assert ExecSlot.objects.filter(pk=taken.pk, deadline=later).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_execs_never_hold_more_than_the_limit(world: World) -> None:
+    """Twenty execs at once against a limit of three, released at once and again: at no time
+    do more than three hold a slot, and every one is either counted in or refused."""
+    config = make_config(world.space_a, is_default=True)
+    session = Session.objects.create(space=world.space_a, key="racing", config=config)
+    set_limits(world, concurrent_execs=3)
+    count, rounds = 20, 3
+    holding, most, outcomes = [0], [0], []
+    guard = threading.Lock()
+    rt = runtime_module.Runtime()
+
+    def run(start: threading.Barrier) -> None:
+        try:
+            start.wait(10)
+            with rt.exec_in_flight(session, 30):
+                with guard:
+                    holding[0] += 1
+                    most[0] = max(most[0], holding[0])
+                    in_rows = ExecSlot.objects.filter(space=world.space_a).count()
+                time.sleep(0.2)
+                with guard:
+                    holding[0] -= 1
+            outcomes.append(("counted", in_rows))
+        except LimitExceeded:
+            outcomes.append(("refused", 0))
+        except Exception as exc:
+            outcomes.append((f"error {exc!r}", 0))
+        finally:
+            connection.close()
+
+    for _ in range(rounds):
+        start = threading.Barrier(count)
+        threads = [threading.Thread(target=run, args=(start,)) for _ in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert {outcome for outcome, _ in outcomes} <= {"counted", "refused"}, outcomes
+    assert len(outcomes) == count * rounds
+    assert 1 <= most[0] <= 3
+    assert max(rows for _, rows in outcomes) <= 3
+    assert sum(outcome == "counted" for outcome, _ in outcomes) >= rounds  # each round let some in
+    assert not ExecSlot.objects.filter(space=world.space_a).exists()  # every slot freed
+    session.refresh_from_db()
+    assert session.execs_in_flight == 0
 
 
 def test_background_commands_past_the_limit_are_refused(world: World, agent: Agent) -> None:

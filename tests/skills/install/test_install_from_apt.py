@@ -1,12 +1,15 @@
 """Skills' Debian packages from the platform backend's apt source, on the real Docker engine.
 
 The source is the local apt repository folder `.ci/docker-up` prepares (scripts/apt_repo.py):
-the build sandbox stays offline, the console copies the index and the .deb files an install
-needs into it. Each test gets its own installation id; everything it creates is deleted.
+as a folder, the build sandbox stays offline and the console copies the index and the .deb
+files an install needs into it; as a URL, the same folder is served by the test inside a
+network namespace of its own (a mirror's shape), the only address the build sandbox may
+reach. Each test gets its own installation id; everything it creates is deleted.
 """
 
 from __future__ import annotations
 
+import posixpath
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,20 +19,23 @@ import pytest
 
 from console.models import JobStatus
 from sandboxes.backends.base import ExecRequest
-from sandboxes.models import SandboxConfig
+from sandboxes.models import PlatformBackend, SandboxConfig
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image
 from tests.conftest import REDIS_URL
-from tests.factories import make_config
 from tests.personas import World
+from tests.support.file_server import FileServer
+from tests.support.netns import Namespace, namespace
 from tests.support.skill_install import (
     build_sandboxes,
     clean_up,
     import_skill,
     job_error,
+    make_skills_config,
     plain_skill,
     run_install,
+    skills_config,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
@@ -38,30 +44,9 @@ PDF_TOOLS = 'metadata:\n  debian-packages: "poppler-utils qpdf"\n'
 
 
 @pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-skills-apt"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-def config_on(world: World, image: str, folder: str) -> SandboxConfig:
-    made: SandboxConfig = make_config(
-        world.space_a,
-        name="skills",
-        default_template=image,
-        is_default=True,
-        persistent_workspace=False,
-        apt_folder=folder,
-    )
-    return made
-
-
-@pytest.fixture
 def config(world: World, docker_base_image: str, installation: str, apt_folder: Path) -> Iterator[SandboxConfig]:
-    made = config_on(world, docker_base_image, apt_folder.name)
-    try:
+    with skills_config(world.space_a, docker_base_image, installation, apt_folder=apt_folder.name) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 def test_poppler_and_qpdf_install_offline_and_run_as_the_session_user(
@@ -127,7 +112,7 @@ def test_a_dependency_the_folder_lacks_fails_the_check_before_anything_installs(
     qpdf = next(apt_folder.glob("qpdf_*.deb"))
     shutil.copy(qpdf, partial / qpdf.name)
     settings.SKILL_PACKAGE_SOURCES_ROOT = tmp_path
-    config = config_on(world, docker_base_image, partial.name)
+    config = make_skills_config(world.space_a, docker_base_image, apt_folder=partial.name)
     try:
         job = run_install(world.space_a, config, import_skill(plain_skill("needs-qpdf", extra_md=PDF_TOOLS)))
         assert job.status == JobStatus.FAILED
@@ -138,3 +123,63 @@ def test_a_dependency_the_folder_lacks_fails_the_check_before_anything_installs(
         assert "libqpdf29" in job.error
     finally:
         clean_up(config, installation)
+
+
+@pytest.fixture
+def mirror(apt_folder: Path) -> Iterator[tuple[Namespace, FileServer]]:
+    """The local apt repository served over HTTP from a namespace of the test's own."""
+    with namespace() as host, host.run(lambda: FileServer(host.address, apt_folder)) as served:
+        yield host, served
+
+
+def use_url(config: SandboxConfig, url: str, *, trusted: bool) -> None:
+    PlatformBackend.objects.filter(pk=config.backend_id).update(apt_folder="", apt_url=url, apt_trusted=trusted)
+    config.refresh_from_db()
+
+
+def test_a_mirror_url_is_the_only_place_the_build_reaches(
+    world: World, config: SandboxConfig, mirror: tuple[Namespace, FileServer], installation: str
+) -> None:
+    host, served = mirror
+    use_url(config, served.url, trusted=True)
+    needs = 'metadata:\n  debian-packages: "qpdf"\n'
+    job = run_install(world.space_a, config, import_skill(plain_skill("needs-qpdf", extra_md=needs)))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    messages = [str(line.get("message")) for line in job.log]
+    assert (
+        f"build sandbox: outbound network limited to {host.address}, all else denied, "
+        f"to reach the apt source {served.url}" in messages
+    )
+    assert f"apt reads the apt source {served.url} only: deb [trusted=yes] {served.url} ./" in messages
+    paths = [posixpath.normpath(path) for path in served.paths]  # apt asks for /./Packages
+    assert "/Packages" in paths
+    assert any(path.startswith("/qpdf_") and path.endswith(".deb") for path in paths)
+    assert not any(path.startswith(("/nodejs_", "/poppler-utils_")) for path in paths)
+    assert {client for client, _ in served.requests} == {host.host_address}
+    image = current_image(world.space_a, config)
+    assert image is not None
+    assert any(line.startswith("qpdf=") for line in image.manifest[0]["installed"])
+    assert build_sandboxes(config, installation) == []
+
+    runtime = Runtime(RedisSessionStore(REDIS_URL))
+    session = runtime.resolve(world.space_a, "qpdf").session
+    result = runtime.exec(session, ExecRequest(shell="qpdf --version", user="user", timeout_s=60))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith(b"qpdf version 11.")
+
+
+def test_an_unsigned_mirror_is_refused_unless_the_admin_trusts_it(
+    world: World, config: SandboxConfig, mirror: tuple[Namespace, FileServer], installation: str
+) -> None:
+    _, served = mirror
+    use_url(config, served.url, trusted=False)
+    needs = 'metadata:\n  debian-packages: "qpdf"\n'
+    job = run_install(world.space_a, config, import_skill(plain_skill("needs-qpdf", extra_md=needs)))
+    assert job.status == JobStatus.FAILED
+    assert job.error.startswith(
+        f"step check failed: the apt source {served.url} could not be read from the build sandbox: "
+    ), job_error(job)
+    assert "does not have a Release file" in job.error
+    assert not any(path.endswith(".deb") for path in served.paths)
+    assert current_image(world.space_a, config) is None
+    assert build_sandboxes(config, installation) == []

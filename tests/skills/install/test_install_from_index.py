@@ -13,7 +13,6 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -22,16 +21,12 @@ from console.models import JobStatus
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import SandboxConfig
 from sandboxes.sessions.runtime import Runtime
-from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image
-from tests.conftest import REDIS_URL
-from tests.factories import make_config
 from tests.personas import World
 from tests.support.netns import Namespace, namespace
 from tests.support.package_index import PackageIndex
 from tests.support.skill_install import (
     build_sandboxes,
-    clean_up,
     import_skill,
     job_error,
     log_lines,
@@ -39,6 +34,7 @@ from tests.support.skill_install import (
     run_install,
     set_sources,
     skill_with_dependency,
+    skills_config,
     write_wheel,
 )
 from tests.support.skills import REGULAR, build_zip
@@ -47,21 +43,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
 
 
 @pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-skills-index"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-@pytest.fixture
 def config(world: World, docker_base_image: str, installation: str) -> Iterator[SandboxConfig]:
     """A Docker config with no package source yet (each test names its own)."""
-    made: SandboxConfig = make_config(
-        world.space_a, name="skills", default_template=docker_base_image, is_default=True, persistent_workspace=False
-    )
-    try:
+    with skills_config(world.space_a, docker_base_image, installation) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 @pytest.fixture
@@ -82,11 +67,6 @@ def index(source_host: Namespace, tmp_path: Path) -> Iterator[PackageIndex]:
     wheels = [write_wheel(tmp_path / "wheels")]
     with source_host.run(lambda: PackageIndex(source_host.address, wheels)) as served:
         yield served
-
-
-@pytest.fixture
-def runtime() -> Runtime:
-    return Runtime(RedisSessionStore(REDIS_URL))
 
 
 def free_port_url(host: Namespace, path: str) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from django.urls import reverse
@@ -42,20 +41,6 @@ def test_a_build_locks_what_it_added_or_changed_and_what_the_parent_locked() -> 
 def test_constraints_pin_each_locked_version_and_skip_what_pip_could_misread() -> None:
     text = constraints_text({"tinydep": "1.0", "b-pkg": "2.0.post1+local", "bad name": "1", "x": "1; rm"})
     assert text == "b-pkg==2.0.post1+local\ntinydep==1.0\n"
-
-
-@pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-lock"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-@pytest.fixture
-def wheels(settings: Any, tmp_path: Path) -> Path:
-    root = tmp_path / "package-sources"
-    write_wheel(root / "offline", version="1.0")
-    settings.SKILL_PACKAGE_SOURCES_ROOT = root
-    return root / "offline"
 
 
 @pytest.fixture
@@ -100,3 +85,25 @@ def test_a_rebuild_from_the_base_installs_the_locked_versions(
     )
     assert page.status_code == 200
     assert "<code>tinydep==1.0</code>" in page.content.decode()
+
+
+@pytest.mark.docker
+@pytest.mark.redis
+@pytest.mark.django_db
+def test_a_locked_version_the_source_lost_fails_the_rebuild_naming_the_lock(
+    world: World, config: SandboxConfig, wheels: Path
+) -> None:
+    job = run_install(world.space_a, config, import_skill(skill_with_dependency("tiny-skill")))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    job = run_install(world.space_a, config, import_skill(plain_skill("other-skill")))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    write_wheel(wheels, version="2.0", value=2)
+    (wheels / "tinydep-1.0-py3-none-any.whl").unlink()
+
+    job = run_uninstall(world.space_a, config, "other-skill")
+    assert job.status == JobStatus.FAILED
+    assert "pip installed with the lock of generation 2" in job.error
+    assert "tinydep==1.0" in job.error
+    current = current_image(world.space_a, config)
+    assert current is not None
+    assert current.generation == 2  # the previous generation stays in force

@@ -18,25 +18,21 @@ from console.models import JobStatus
 from sandboxes.backends.base import ExecRequest
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.runtime import Runtime
-from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image
 from skills.models import SkillImage
-from tests.conftest import REDIS_URL
-from tests.factories import make_config
 from tests.personas import World
 from tests.support.netns import Namespace, namespace
 from tests.support.npm_source import NpmRegistry, write_npm_tarball
 from tests.support.skill_install import (
     build_sandboxes,
-    clean_up,
     import_skill,
     job_error,
     log_lines,
     run_install,
     set_sources,
     skill_zip,
+    skills_config,
 )
-from tests.support.skill_install import write_wheel as write_tinydep
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
 
@@ -48,38 +44,21 @@ RUN_JS = b"#!/usr/bin/env node\nconsole.log(require('greeter'));\n"
 
 
 @pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-npm"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-@pytest.fixture
-def sources_root(settings: Any, tmp_path: Path) -> Path:
-    root = tmp_path / "package-sources"
-    write_tinydep(root / "wheels")
-    settings.SKILL_PACKAGE_SOURCES_ROOT = root
-    return root
-
-
-def _config(world: World, template: str, installation: str) -> Iterator[SandboxConfig]:
-    made: SandboxConfig = make_config(
-        world.space_a, name="skills", default_template=template, is_default=True, persistent_workspace=False
-    )
-    set_sources(made, pip_find_links="wheels")
-    try:
-        yield made
-    finally:
-        clean_up(made, installation)
+def sources_root(wheels: Path) -> Path:
+    """The sources' root, holding the wheel folder `offline` (tinydep 1.0)."""
+    return wheels.parent
 
 
 @pytest.fixture
 def node_config(world: World, docker_node_image: str, installation: str, sources_root: Path) -> Iterator[SandboxConfig]:
-    yield from _config(world, docker_node_image, installation)
+    with skills_config(world.space_a, docker_node_image, installation, pip_find_links="offline") as made:
+        yield made
 
 
 @pytest.fixture
 def base_config(world: World, docker_base_image: str, installation: str, sources_root: Path) -> Iterator[SandboxConfig]:
-    yield from _config(world, docker_base_image, installation)
+    with skills_config(world.space_a, docker_base_image, installation, pip_find_links="offline") as made:
+        yield made
 
 
 @pytest.fixture
@@ -87,11 +66,6 @@ def source_host() -> Iterator[Namespace]:
     """The registry's machine: a namespace of the test's own (tests/support/netns.py)."""
     with namespace() as made:
         yield made
-
-
-@pytest.fixture
-def runtime() -> Runtime:
-    return Runtime(RedisSessionStore(REDIS_URL))
 
 
 def npm_skill(name: str, dependencies: dict[str, str], *, pip: bool = False, **package: Any) -> bytes:
@@ -218,7 +192,7 @@ def test_a_template_without_npm_is_named_before_pip_runs(
     ), job_error(job)
     lines = log_lines(job)
     assert "plan: npm greeter@^1: 1.0.0 in the npm tarball folder npm/" in lines
-    assert "plan: pip tinydep: 1.0 in the pip find-links folder wheels/" in lines
+    assert "plan: pip tinydep: 1.0 in the pip find-links folder offline/" in lines
     assert not any("pip install" in line for line in lines)
     assert current_image(world.space_a, base_config) is None
 

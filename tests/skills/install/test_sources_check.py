@@ -16,37 +16,23 @@ from sandboxes.models import SandboxConfig
 from skills.images import current_image
 from skills.install.npm import npm_range_matches
 from skills.models import SkillImage
-from tests.factories import make_config
 from tests.personas import World
-from tests.support.skill_install import build_sandboxes, clean_up, import_skill, job_error, run_install, skill_zip
-from tests.support.skill_install import write_wheel as write_tinydep
+from tests.support.skill_install import (
+    build_sandboxes,
+    import_skill,
+    job_error,
+    run_install,
+    skill_zip,
+    skills_config,
+)
 
 RUN = b"#!/usr/bin/env python3\nimport tinydep\nprint(tinydep.VALUE)\n"
 
 
 @pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-sources"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-@pytest.fixture
-def config(world: World, docker_base_image: str, installation: str, settings: Any, tmp_path: Path) -> Iterator[Any]:
-    root = tmp_path / "package-sources"
-    write_tinydep(root / "offline")
-    settings.SKILL_PACKAGE_SOURCES_ROOT = root
-    made: SandboxConfig = make_config(
-        world.space_a,
-        name="skills",
-        default_template=docker_base_image,
-        is_default=True,
-        pip_find_links="offline",
-        persistent_workspace=False,
-    )
-    try:
+def config(world: World, docker_base_image: str, installation: str, wheels: Path) -> Iterator[Any]:
+    with skills_config(world.space_a, docker_base_image, installation, pip_find_links=wheels.name) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 def _failed_step(world: World, config: SandboxConfig) -> str:

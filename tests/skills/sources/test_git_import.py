@@ -23,7 +23,7 @@ from console.services import SYSTEM, ServiceError
 from skills.models import GitSource, Skill, SkillVersion
 from skills.sources.services import check_git_sources, do_set_git_hosts, import_from_git
 from tests.personas import World
-from tests.support.git_repos import GitDaemon, GitRepo, SilentServer, free_port, skill_md
+from tests.support.git_repos import GitDaemon, GitRepo, RedirectServer, SilentServer, free_port, skill_md
 
 pytestmark = pytest.mark.django_db
 
@@ -174,6 +174,20 @@ def test_bad_sources_are_form_errors(
     assert not Skill.objects.exists()
 
 
+def test_a_redirect_off_the_allowed_hosts_is_not_followed(world: World) -> None:
+    elsewhere = SilentServer()  # not allowed: must never be contacted
+    redirect = RedirectServer(f"http://127.0.0.1:{elsewhere.port}")
+    try:
+        do_set_git_hosts([f"127.0.0.1:{redirect.port}"], allow_local_paths=False, actor=SYSTEM)
+        response = import_page(world, {"url": f"http://127.0.0.1:{redirect.port}/tools.git", "ref": "", "path": ""})
+        assert response.status_code == 400
+        assert "Fetching the default branch failed" in response.content.decode()
+        assert not elsewhere.was_contacted()
+    finally:
+        redirect.close()
+        elsewhere.close()
+
+
 def test_file_urls_only_when_local_paths_are_allowed(world: World, repo: GitRepo) -> None:
     data = {"url": repo.file_url, "ref": "", "path": PDF}
     assert "file:// URLs are not allowed" in import_page(world, data).content.decode()
@@ -250,6 +264,8 @@ def test_only_platform_admins_act_and_forged_ids_are_404(world: World, allowed: 
 
 def test_the_allowed_hosts_page_saves_and_audits(world: World) -> None:
     root, url = world.client_for("root"), reverse("skills:git_hosts")
+    assert root.get(url).status_code == 200
+    assert root.get(reverse("skills:git_import")).status_code == 200
     response = root.post(url, {"allowed_hosts": "git.example.test\nhttps://x.test"})
     assert response.status_code == 400
     assert "https://x.test" in response.content.decode()

@@ -87,3 +87,12 @@ def test_host_entries(entry: str) -> None:
 def test_bad_host_entries(entry: str) -> None:
     with pytest.raises(GitError):
         check_host_entry(entry)
+
+
+def test_without_git_on_the_server_the_refusal_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A console host without the git program: a refusal in words, never a traceback."""
+    from skills.sources.git import GitLimits, remote_commit
+
+    monkeypatch.setattr("skills.sources.git._argv", lambda args: [str(tmp_path / "no-git"), *args])
+    with pytest.raises(GitError, match="git cannot run on the console server"):
+        remote_commit("https://git.example.test/x.git", "", POLICY, GitLimits(timeout_s=5))

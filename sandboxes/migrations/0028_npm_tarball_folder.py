@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sandboxes', '0023_apt_package_sources'),
+        ('sandboxes', '0027_warm_pools'),
     ]
 
     operations = [

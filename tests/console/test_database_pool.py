@@ -1,0 +1,67 @@
+"""The PostgreSQL connection pool per process (DATABASE_POOL_SIZE): its settings, and that
+threads past its size wait for a connection instead of opening more on the server."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+from django.db.utils import ConnectionHandler
+
+from console.environment import DEFAULT_POOL_SIZE, MAX_POOL_SIZE, database_settings
+
+
+def test_postgresql_gets_a_bounded_pool_and_sqlite_none() -> None:
+    database = database_settings("postgres://console@127.0.0.1:5432/console")
+    pool = database["OPTIONS"]["pool"]
+    assert (pool["min_size"], pool["max_size"], database["CONN_MAX_AGE"]) == (1, DEFAULT_POOL_SIZE, 0)
+    assert "pool" not in (database_settings("postgres://console@127.0.0.1/console", 0).get("OPTIONS") or {})
+    assert "pool" not in (database_settings("sqlite:///var/console.sqlite3").get("OPTIONS") or {})
+
+
+@pytest.mark.parametrize("size", [-1, MAX_POOL_SIZE + 1])
+def test_a_pool_size_out_of_range_is_refused_in_words(size: int) -> None:
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_POOL_SIZE must be 0 to 50"):
+        database_settings("postgres://console@127.0.0.1/console", size)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_threads_past_the_pool_size_never_open_more_connections() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the pool is PostgreSQL's")
+    own = connection.settings_dict
+    url = f"postgres://{own['USER']}@{own['HOST'] or '127.0.0.1'}:{own['PORT'] or 5432}/{own['NAME']}"
+    pooled = database_settings(url, 3)
+    name = f"pool-test-{uuid.uuid4().hex[:8]}"
+    pooled["OPTIONS"] = {**pooled["OPTIONS"], "application_name": name}
+    handler = ConnectionHandler({"default": pooled})
+    seen: list[int] = []
+    failures: list[BaseException] = []
+
+    def work() -> None:
+        db = handler["default"]
+        for _ in range(3):
+            try:
+                with db.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT (SELECT count(*) FROM pg_stat_activity WHERE application_name = %s), pg_sleep(0.05)",
+                        [name],
+                    )
+                    seen.append(int(cursor.fetchone()[0]))
+            except BaseException as exc:
+                failures.append(exc)
+            finally:
+                db.close()  # back to the pool, as at the end of a request
+
+    threads = [threading.Thread(target=work) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    handler["default"].close_pool()  # type: ignore[attr-defined]
+    assert not failures, failures
+    assert len(seen) == 36
+    assert max(seen) <= 3
