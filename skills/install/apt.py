@@ -186,13 +186,14 @@ def prepare_apt(backend: Backend, sandbox_id: str, sources: PackageSources, log:
 
 
 def candidates(backend: Backend, sandbox_id: str, names: Sequence[str], *, step: str) -> dict[str, str | None]:
-    """{name: the version apt would install from the source, or None when it has none}."""
+    """{name: the version apt would install from the source, or None when it has none}.
+
+    Only the stanza headed by the exact name counts: for a name no package has, holding '.'
+    or '+', apt reads it as a regular expression and lists the packages it matches."""
     quoted = " ".join(shlex.quote(name) for name in names)
     policy = apt_get("policy", tool="apt-cache")
-    script = (
-        f"for p in {quoted}; do v=$({policy} \"$p\" 2>/dev/null | sed -n 's/^  Candidate: //p');"
-        ' echo "$p ${v:-(none)}"; done'
-    )
+    stanza = "awk -v head=\"$p:\" '/^[^ ]/ {mine = ($0 == head)} mine && /^  Candidate: / {print $2; exit}'"
+    script = f'for p in {quoted}; do v=$({policy} "$p" 2>/dev/null | {stanza}); echo "$p ${{v:-(none)}}"; done'
     result = run(backend, sandbox_id, step, script, env=APT_ENV)
     found: dict[str, str | None] = dict.fromkeys(names)
     for line in result.stdout.decode(errors="replace").splitlines():
