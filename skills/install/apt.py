@@ -94,6 +94,9 @@ def sources_line(sources: PackageSources) -> str:
     """The one sources.list line apt reads."""
     if sources.apt_folder is not None:
         return f"deb [trusted=yes] file:{REPO_DIR} ./"
+    if any(ch.isspace() or ord(ch) < 32 for ch in sources.apt_url + sources.apt_suite.replace(" ", "")):
+        # A row saved before the form refused them: apt would read another source's line.
+        raise StepFailed("check", f"{source_label(sources)!r} holds a line break or a tab; set it again")
     options = "[trusted=yes] " if sources.apt_trusted else ""
     where = sources.apt_suite or "./"
     return f"deb {options}{sources.apt_url} {where}"

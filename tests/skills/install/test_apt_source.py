@@ -32,6 +32,16 @@ def test_a_url_is_checked_against_the_templates_keyrings_unless_trusted() -> Non
     assert source_label(labelled) == "the apt source http://u:***@10.9.8.7/debian (bookworm main)"
 
 
+def test_a_stored_url_or_suite_with_a_line_break_never_reaches_sources_list() -> None:
+    for sources in (
+        PackageSources(apt_url=MIRROR + "\ndeb [trusted=yes] http://10.9.8.6/ ./"),
+        PackageSources(apt_url=MIRROR + "\t./ x"),
+        PackageSources(apt_url=MIRROR, apt_suite="bookworm\ndeb http://10.9.8.6/ ./"),
+    ):
+        with pytest.raises(StepFailed, match="holds a line break or a tab"):
+            sources_line(sources)
+
+
 def test_the_apt_url_is_opened_only_for_debian_packages_and_only_without_a_folder(tmp_path: Path) -> None:
     url = PackageSources(apt_url=MIRROR)
     assert [s.host for s in sources_to_reach(url, [skill("qpdf")])] == ["10.9.8.7"]
