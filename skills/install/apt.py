@@ -47,6 +47,8 @@ INDEX_NAMES = ("Packages", "Packages.gz")
 UPDATE_TIMEOUT_S = 300.0
 INSTALL_TIMEOUT_S = 900.0
 COPY_BATCH_BYTES = 16 * 1024 * 1024
+# The index is read into the console's memory (a Debian mirror's main index is ~60 MiB).
+INDEX_MAX_BYTES = 256 * 1024 * 1024
 
 # Every apt run: only our sources.list, no sources.list.d, lists, caches and logs in scratch,
 # no recommends or suggests, English output (parsed), no prompt, no retries (fail fast).
@@ -124,8 +126,15 @@ def index_file(folder: Path) -> Path:
 def read_index(folder: Path) -> dict[tuple[str, str], IndexEntry]:
     """{(name, version): entry} of the folder's index; entries naming files outside it are left out."""
     path = index_file(folder)
-    raw = path.read_bytes()
-    text = (gzip.decompress(raw) if path.name.endswith(".gz") else raw).decode("utf-8", "replace")
+    with gzip.open(path) if path.name.endswith(".gz") else path.open("rb") as stream:
+        raw = stream.read(INDEX_MAX_BYTES + 1)
+    if len(raw) > INDEX_MAX_BYTES:
+        raise StepFailed(
+            "dependencies",
+            f"the apt repository folder {folder.name}/ has a Packages index over {INDEX_MAX_BYTES // 2**20} MiB "
+            "unpacked; split the repository",
+        )
+    text = raw.decode("utf-8", "replace")
     entries: dict[tuple[str, str], IndexEntry] = {}
     for stanza in re.split(r"\n\s*\n", text):
         fields = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -63,6 +64,20 @@ def test_the_index_keeps_files_inside_the_folder_only(tmp_path: Path) -> None:
     index = read_index(tmp_path)
     assert list(index) == [("qpdf", "11.3.0-1")]
     assert index[("qpdf", "11.3.0-1")].filename == "qpdf_11.3.0-1_amd64.deb"
+
+
+def test_an_index_that_unpacks_past_the_limit_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Packages.gz is read into the console's memory: a small file that unpacks to gigabytes
+    must stop at the limit, not be unpacked whole."""
+    monkeypatch.setattr("skills.install.apt.INDEX_MAX_BYTES", 1024 * 1024)
+    stanza = b"Package: qpdf\nVersion: 1\nFilename: qpdf.deb\n\n"
+    (tmp_path / "Packages.gz").write_bytes(gzip.compress(stanza + b"X: " + b"y" * (3 * 1024 * 1024)))
+    with pytest.raises(StepFailed, match=r"Packages index over 1 MiB unpacked"):
+        read_index(tmp_path)
+    (tmp_path / "Packages.gz").write_bytes(gzip.compress(stanza))
+    assert list(read_index(tmp_path)) == [("qpdf", "1")]
 
 
 def test_a_folder_without_an_index_is_named(tmp_path: Path) -> None:
