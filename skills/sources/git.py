@@ -3,8 +3,9 @@ newest commit asked for (`remote_commit`), and one commit's folder fetched as a 
 the archive reader (`skills.archives.read_archive`) then checks like any upload.
 
 git runs as a subprocess, never through a shell, with a hard timeout that kills its whole
-process group and a memory limit its helpers inherit, no prompt (`GIT_TERMINAL_PROMPT=0`), no system or user configuration, no
-hooks, no redirects, and only the transports the policy allows (`GIT_ALLOW_PROTOCOL`, so
+process group, a memory limit its helpers inherit (`prlimit --data`), no prompt
+(`GIT_TERMINAL_PROMPT=0`), no system or user configuration, no hooks, no redirects, and
+only the transports the policy allows (`GIT_ALLOW_PROTOCOL`, so
 `ext::` and `fd::` never run; `file` only when local paths are allowed). The repository is
 fetched bare with `--depth 1` (nothing is checked out, so no filter, hook or link of the
 repository ever acts on this host) into a temporary folder whose size is watched while git
