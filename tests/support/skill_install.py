@@ -10,6 +10,8 @@ import base64
 import contextlib
 import hashlib
 import stat
+import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,6 +64,22 @@ def write_wheel_tree(folder: Path, name: str, version: str, files: dict[str, byt
         for path, data in entries.items():
             archive.writestr(path, data)
     return target
+
+
+def pypi_wheels(folder: Path, distributions: list[str]) -> str:
+    """Wheels of `distributions` and their dependencies, downloaded from PyPI on the host
+    (`pip download --only-binary=:all:`) into `folder` once (a stamp names them). Returns ""
+    or why the download failed."""
+    stamp = folder / ".complete"
+    if stamp.is_file() and stamp.read_text().split() == distributions:
+        return ""
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--dest", str(folder)]
+    result = subprocess.run([*argv, *distributions], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        return f"cannot download {' '.join(distributions)} into {folder}: {result.stderr[-500:]}"
+    stamp.write_text(" ".join(distributions) + "\n")
+    return ""
 
 
 def skill_zip(
@@ -232,7 +250,7 @@ def examples_source(settings: Any) -> Path:
 
 @pytest.fixture
 def apt_folder(settings: Any) -> Path:
-    """The local apt repository `debian` (poppler-utils, qpdf, nodejs, npm and what the base
+    """The local apt repository `debian` (poppler-utils, qpdf, nodejs, npm, tesseract-ocr and what the base
     image lacks of their dependencies, with its Packages index) that scripts/apt_repo.py
     prepares."""
     folder = prepared_source(settings, "debian", "qpdf_*.deb", ".ci/docker-up (scripts/apt_repo.py)")
