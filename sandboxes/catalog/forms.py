@@ -258,6 +258,10 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
         url: str = self.cleaned_data[field].strip()
         if url and not url.startswith(("https://", "http://")):
             raise forms.ValidationError("An http(s) URL.")
+        # The URL parser drops tabs and newlines before the endpoint check reads the host; pip,
+        # npm and apt would get them (apt: a second sources.list line).
+        if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+            raise forms.ValidationError("A URL without spaces or control characters.")
         if url:
             try:
                 check_endpoint(url, allow_private=self._allows_private())

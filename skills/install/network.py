@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from netpolicy import Cidr, Entry, PolicyError, entry_for, opened_range, parse_domain
 from sandboxes.backends.base import NetworkCapabilities, NetworkSpec
 
-from .packages import PackageSources, source_host_port
+from .packages import PackageSources, redact_userinfo, source_host_port
 from .steps import SkillPayload, StepFailed
 
 OFFLINE = NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
@@ -81,7 +81,7 @@ def _source(what: str, url: str) -> SourceHost:
     try:
         host, _ = source_host_port(url)
     except ValueError as exc:
-        raise StepFailed("create", f"{what} URL {url!r} cannot be used: {exc}") from None
+        raise StepFailed("create", f"{what} URL {redact_userinfo(url)!r} cannot be used: {exc}") from None
     return SourceHost(what, url, host)
 
 
@@ -90,7 +90,7 @@ def build_network(caps: NetworkCapabilities, backend_label: str, needed: Sequenc
     if not needed:
         return BuildNetwork(OFFLINE, "build sandbox: outbound network off (no package source to reach over it)")
     hosts = ", ".join(dict.fromkeys(source.host for source in needed))
-    reason = "to reach " + " and ".join(f"{source.what} {source.url}" for source in needed)
+    reason = "to reach " + " and ".join(f"{source.what} {redact_userinfo(source.url)}" for source in needed)
     if can_limit(caps, needed):
         spec = NetworkSpec(
             allow_internet_access=True,

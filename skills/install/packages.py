@@ -191,8 +191,14 @@ def probe_source(
 
 def redact_userinfo(url: str) -> str:
     """The URL as logged: a password in its userinfo replaced by ***, and a userinfo without
-    one (a token alone, as pip reads it) replaced whole."""
-    split = urlsplit(url)
+    one (a token alone, as pip reads it) replaced whole. A URL that cannot be parsed loses
+    everything before its last '@' in the host part."""
+    try:
+        split = urlsplit(url)
+    except ValueError:
+        scheme, sep, rest = url.rpartition("://")
+        netloc, slash, path = rest.partition("/")
+        return f"{scheme}{sep}***@{netloc.rpartition('@')[2]}{slash}{path}" if "@" in netloc else url
     if "@" not in split.netloc:
         return url
     shown = "***" if split.password is None else f"{split.username}:***"

@@ -534,3 +534,15 @@ def test_an_apt_source_is_saved_and_its_bad_values_named(world: World, settings:
         "",
         False,
     )
+
+
+@pytest.mark.parametrize("url_field", ["pip_index_url", "npm_registry_url", "apt_url"])
+@pytest.mark.parametrize("tail", ["\ndeb [trusted=yes] http://127.0.0.2/ ./", " [trusted=yes]", "\t./"])
+def test_a_package_source_url_with_whitespace_inside_is_refused(world: World, url_field: str, tail: str) -> None:
+    # A URL parser drops newlines and tabs before reading the host, so the endpoint check
+    # passed; apt then got the rest as a second sources.list line (another, trusted source).
+    data = _docker(allow_private_endpoints="on", **{url_field: f"http://127.0.0.1:1/debian{tail}"})
+    response = world.client_for("root").post(reverse(CREATE), data)
+    assert response.status_code == 400
+    assert response.context["form"].errors[url_field] == ["A URL without spaces or control characters."]
+    assert not PlatformBackend.objects.exists()

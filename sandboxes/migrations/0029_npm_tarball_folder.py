@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sandboxes', '0027_warm_pools'),
+        ('sandboxes', '0028_api_token_scope_and_expiry'),
     ]
 
     operations = [
