@@ -63,14 +63,14 @@ def sources_to_reach(sources: PackageSources, skills: Sequence[SkillPayload]) ->
     """The package sources these skills' dependencies will be fetched from over the network.
 
     The pip index only when a skill declares pip dependencies and no find-links folder is set
-    (the folder wins: it is copied in and needs no network); the npm registry only when a
-    skill declares npm dependencies; the apt URL only when a skill declares Debian packages and
-    no apt repository folder is set. A source the skills do not need is never opened.
+    (the folder wins: it is copied in and needs no network); the npm registry and the apt URL
+    likewise, only when a skill declares npm dependencies (Debian packages) and no tarball
+    (repository) folder is set. A source the skills do not need is never opened.
     """
     needed = []
     if sources.pip_uses_index and any(skill.pip_requirements for skill in skills):
         needed.append(_source("the pip index", sources.pip_index_url))
-    if sources.npm_registry_url and any(skill.npm_packages for skill in skills):
+    if sources.npm_uses_registry and any(skill.npm_packages for skill in skills):
         needed.append(_source("the npm registry", sources.npm_registry_url))
     if sources.apt_uses_url and any(skill.debian_packages for skill in skills):
         needed.append(_source("the apt source", sources.apt_url))
