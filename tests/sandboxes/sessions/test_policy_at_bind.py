@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.catalog import network as catalog_network
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.catalog.network import network_spec_for, spec_fingerprint
@@ -24,6 +25,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.django_db(transaction=True)]
 
 def space_networks(config: Any, sandbox_id: str) -> list[str]:
     backend = get_backend(config)
+    assert isinstance(backend, DockerBackend)
     return [n for n in backend.engine.networks_of(sandbox_id) if backend.networks.is_space_network(n)]
 
 
