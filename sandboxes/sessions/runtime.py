@@ -19,6 +19,11 @@ session's other execs, commands and open terminals to end, else is deferred to t
 an exec whose sandbox went under it anyway (a forced Rebuild, a delete) answers
 `sandbox_replaced` (or 404), never the exit code of a killed process.
 
+Warm exec: a session whose row says running, bound to the sandbox the row names, not stale
+and with no turn's first resolve due, runs its command with no connect (`_known_running`),
+on a backend whose exec refuses an idle or gone sandbox (`exec_refuses_when_idle`); on that
+refusal (`NotStarted`: nothing ran) the exec resolves the session and runs it there.
+
 Pause: one guarded path for the UI, the API and the idle sweep (`pause`): under the session's
 lifecycle lock, only with nothing in flight (sessions/inflight.py), holding the session's row
 while the engine freezes the sandbox, with the engine call bounded (sessions.engine_timeout_s).
