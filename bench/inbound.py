@@ -76,7 +76,7 @@ def main() -> None:
         workdir=workdir / "console",
         installation_id=f"bench-inbound-{uuid.uuid4().hex[:8]}",
         database_url=f"sqlite:///{workdir / 'console' / 'console.sqlite3'}",
-        extra_env={**tuning_env({"inbound.max_request_bytes": (options.mb + 1) << 20}), "LOG_LEVEL": "WARNING"},
+        extra_env=tuning_env({"inbound.max_request_bytes": (options.mb + 1) << 20, "logs.level": "WARNING"}),
     )
     spaces: dict[str, dict[str, str]] = {}
     try:

@@ -135,14 +135,13 @@ class Stack:
             "CONSOLE_TLS": "true",
             "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto: https",
             "FORWARDED_FOR_PROXIES": "1",
-            "SERVE_STATIC": "false",
             "STATIC_ROOT": str(self.static_root),
             "METRICS_TOKEN": METRICS_TOKEN,
             "INBOUND_BASE_URL": f"https://*.{INBOUND_DOMAIN}",
             "PROMETHEUS_MULTIPROC_DIR": str(workdir / "metrics"),
-            "LOG_FORMAT": "json",
-            # beat sends jobs the worker runs (counted there)
-            "CONSOLE_TUNING": "sessions.reaper_interval_s=10,sessions.idle_sweep_interval_s=10",
+            # beat sends jobs the worker runs (counted there); nginx serves /static/
+            "CONSOLE_TUNING": "sessions.reaper_interval_s=10,sessions.idle_sweep_interval_s=10,"
+            "serving.static=false,logs.format=json",
         }
         self.console = Console(workdir, f"opsacc-{uuid.uuid4().hex[:8]}", database_url, self.redis.url, extra_env=env)
         self.web_ports: dict[str, int] = {"web1": free_port(), "web2": free_port()}

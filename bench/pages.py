@@ -6,7 +6,8 @@ caches and timed (median of several requests), and its SQL statements are counte
 
 - sessions: the first page, a state filter (running), space + state (paused), a deep page
   (the row 75% down the list: `?page=3000` on a numbered paginator, else the keyset cursor
-  the page itself links to, found by walking "Next"), a search by key;
+  the page itself links to, found by walking "Next"), a search by key, a label (one session
+  in 40 carries it);
 - the dashboard and the activity page (24 hours of one-minute samples).
 
 The same pages are measured first at SMALL sessions (the baseline: this machine is noisy and
@@ -167,6 +168,7 @@ def add_sessions(world: dict[str, Any], start: int, stop: int) -> None:
                     config=world["configs"][i % SPACES],
                     key=f"agent-{i:06d}",
                     state=state,
+                    labels=" nightly " if i % 40 == 0 else "",
                     sandbox_id="" if state == "new" else f"sbx-{i:06d}",
                     # Spread over 60 days, not in creation order.
                     last_activity=None if state == "new" else EPOCH + timedelta(seconds=(i * 7919) % (60 * 86400)),
@@ -214,6 +216,7 @@ def measure(client: Any, world: dict[str, Any], rows: int) -> dict[str, tuple[fl
         "space_state": f"{sessions}?space={space}&state=paused",
         "deep_page": deep_url(client, sessions, rows),
         "search": f"{sessions}?q=00421",
+        "label": f"{sessions}?label=nightly",
         "dashboard": reverse("console:dashboard"),
         "activity": reverse("console:activity"),
     }
@@ -232,6 +235,8 @@ def time_page(get: Callable[[], Any], name: str) -> tuple[float, int]:
     queries = len(captured.captured_queries)  # now: the next request clears the log
     if name == "search":
         assert re.search(r"agent-\d*00421", response.content.decode()), "the search found nothing"
+    if name == "label":
+        assert response.content.decode().count('class="label"') >= PAGE_SIZE, "the label filter found too few"
     samples = []
     for _ in range(REPEAT):
         started = time.perf_counter()

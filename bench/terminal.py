@@ -475,7 +475,7 @@ def main() -> int:
         "CONSOLE_INSTALLATION_ID": run_id,
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "REDIS_URL": "",
-        "LOG_LEVEL": "DEBUG" if DEBUG else "WARNING",
+        "CONSOLE_TUNING": f"logs.level={'DEBUG' if DEBUG else 'WARNING'}",
     }
     os.environ.update(env)
     sys.path.insert(0, str(workdir))

@@ -15,8 +15,11 @@ class ConsoleConfig(AppConfig):
 
         # Before anything serves: outside DEBUG, no public default key, no derived secrets key.
         # An operator's mistake, not a bug: the message alone, without a traceback to read past.
+        from .oidc import check_sso_settings
+
         try:
             check_secrets()
+            check_sso_settings()
         except ImproperlyConfigured as exc:
             raise SystemExit(f"error: {exc}") from None
         # An expected 403 logs one line, not a traceback (console/errors.py).

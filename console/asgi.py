@@ -21,7 +21,7 @@ from .scheduler import start_in_process_scheduler  # noqa: E402
 from .security import OriginValidator  # noqa: E402
 
 # The embedded console serves its own static files; a deployment behind a web server
-# sets SERVE_STATIC=false and lets the server do it.
+# sets the knob serving.static=false and lets the server do it.
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else django_asgi_app
 
 # This process owns exec slots, commands and jobs: registered with a heartbeat, and what

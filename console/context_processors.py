@@ -34,6 +34,7 @@ PLATFORM_NAV_ITEMS = [
     ("backends", "Backends", "sandboxes:backend_list"),
     ("users", "Users", "console:user_list"),
     ("activity", "Activity", "console:activity"),
+    ("pools", "Pools", "sandboxes:platform_pools"),
     ("unmanaged", "Unmanaged", "sandboxes:unmanaged_list"),
 ]
 

@@ -1,9 +1,9 @@
 """Encryption at rest for secrets such as backend API keys (Fernet, FIELD_ENCRYPTION_KEY).
 
-Secrets are encrypted with FIELD_ENCRYPTION_KEY and read with it or any key listed in
-FIELD_ENCRYPTION_OLD_KEYS (a MultiFernet), so a key can be rotated without downtime: add
-the new key, move the old one to the old list, run `manage.py rotate_field_encryption_key`,
-then drop the old key. Every model field named `*_encrypted` holds such a token.
+Secrets are encrypted with FIELD_ENCRYPTION_KEY's first key and read with it or any key listed
+after it (the setting FIELD_ENCRYPTION_OLD_KEYS; a MultiFernet), so a key can be rotated
+without downtime: put the new key first, run `manage.py rotate_field_encryption_key`, then drop
+the old key. Every model field named `*_encrypted` holds such a token.
 
 Outside DEBUG the console refuses to start on the embedded default SECRET_KEY or without
 FIELD_ENCRYPTION_KEY (`check_secrets`, called when the console app is ready). In DEBUG a
@@ -47,7 +47,7 @@ def _key(value: str, name: str) -> Fernet:
 
 def _fernet(primary: str, old_keys: tuple[str, ...], secret_key: str) -> MultiFernet:
     keys = [_key(primary, "FIELD_ENCRYPTION_KEY") if primary else Fernet(derived_key(secret_key).encode())]
-    keys += [_key(old, "a key in FIELD_ENCRYPTION_OLD_KEYS") for old in old_keys]
+    keys += [_key(old, "an old key in FIELD_ENCRYPTION_KEY") for old in old_keys]
     return MultiFernet(keys)
 
 

@@ -4,7 +4,8 @@ Deployment settings (secrets, stores, hosts and TLS, base URLs, single sign-on, 
 local engine, logs) come from the environment, each listed once in `VARIABLES` and in the
 table of docs/configuration.md (tests/console/test_configuration.py keeps the code, this list
 and the table equal). Tuning knobs are not variables: they are typed defaults in each room's
-`tuning.py`, overridden through the one variable CONSOLE_TUNING (console/tuning.py).
+`tuning.py`, overridden through the one variable CONSOLE_TUNING (console/tuning.py). Log format
+and level, the login button's name, creating users at sign-in and serving /static/ are knobs.
 
 At start a variable that looks like ours (`OUR_PREFIXES`, or a name the console read before)
 but is not read is reported: a system check warning (console.W001) and one log line, so a
@@ -27,7 +28,6 @@ VARIABLES = frozenset(
         # Secrets and stores
         "SECRET_KEY",
         "FIELD_ENCRYPTION_KEY",
-        "FIELD_ENCRYPTION_OLD_KEYS",
         "DATABASE_URL",
         "DATABASE_POOL_SIZE",
         "REDIS_URL",
@@ -47,19 +47,13 @@ VARIABLES = frozenset(
         "DOCKER_HOST",
         # Email and single sign-on
         "EMAIL_URL",
-        "DEFAULT_FROM_EMAIL",
         "OIDC_RP_CLIENT_ID",
         "OIDC_RP_CLIENT_SECRET",
         "OIDC_OP_ISSUER",
-        "OIDC_PROVIDER_NAME",
-        "OIDC_CREATE_USERS",
-        # Logs, metrics, serving
-        "LOG_LEVEL",
-        "LOG_FORMAT",
+        # Metrics, debugging
         "METRICS_TOKEN",
         "METRICS_ALLOWED_NETWORKS",
         "PROMETHEUS_MULTIPROC_DIR",
-        "SERVE_STATIC",
         "DEBUG",
         # Tuning overrides, and the first platform admin (`manage.py bootstrap_console`)
         "CONSOLE_TUNING",
@@ -147,6 +141,11 @@ RETIRED: dict[str, str] = {
             "SECURE_HSTS_INCLUDE_SUBDOMAINS": "security.hsts_include_subdomains",
             "SECURE_HSTS_PRELOAD": "security.hsts_preload",
             "SECURE_SSL_REDIRECT": "security.ssl_redirect",
+            "OIDC_PROVIDER_NAME": "sso.provider_name",
+            "OIDC_CREATE_USERS": "sso.create_users",
+            "LOG_FORMAT": "logs.format",
+            "LOG_LEVEL": "logs.level",
+            "SERVE_STATIC": "serving.static",
         }.items()
     },
     "SESSION_COOKIE_SECURE": "no longer read; CONSOLE_TLS=true makes the cookies secure",
@@ -157,6 +156,8 @@ RETIRED: dict[str, str] = {
     "EMAIL_HOST_USER": "no longer read; use EMAIL_URL=smtp://user:password@host:port",
     "EMAIL_HOST_PASSWORD": "no longer read; use EMAIL_URL=smtp://user:password@host:port",
     "EMAIL_USE_TLS": "no longer read; use EMAIL_URL=smtp+tls://...",
+    "DEFAULT_FROM_EMAIL": "no longer read; use EMAIL_URL=smtp://host?from=address",
+    "FIELD_ENCRYPTION_OLD_KEYS": "no longer read; list old keys after the new one in FIELD_ENCRYPTION_KEY (a,b)",
     "INVITE_EMAIL": "no longer read; invitations are emailed when EMAIL_URL is set",
     "OIDC_RP_SCOPES": "no longer read; the console asks for 'openid email profile'",
     "OIDC_TIMEOUT_S": "no longer read; calls to the provider wait 10 s",
@@ -237,15 +238,19 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 def email_settings(url: str) -> dict[str, object]:
-    """Django's EMAIL_* settings from EMAIL_URL: `smtp://user:password@host:port`, or
-    `smtp+tls://...` for STARTTLS (user and password percent-encoded). Empty: no email."""
+    """Django's EMAIL_* settings and the sender from EMAIL_URL:
+    `smtp://user:password@host:port?from=console@example.test`, or `smtp+tls://...` for
+    STARTTLS (user and password percent-encoded). Empty: no email."""
     if not url:
         return {"EMAIL_HOST": ""}
     parts = urlsplit(url)
     if parts.scheme not in {"smtp", "smtp+tls"} or not parts.hostname:
         raise ValueError(f"EMAIL_URL must be smtp://[user:password@]host[:port] or smtp+tls://..., not {url!r}")
-    tls = parts.scheme == "smtp+tls" or parse_qs(parts.query).get("tls", [""])[0].lower() in {"1", "true"}
+    query = parse_qs(parts.query)
+    tls = parts.scheme == "smtp+tls" or query.get("tls", [""])[0].lower() in {"1", "true"}
+    sender = {"DEFAULT_FROM_EMAIL": query["from"][0]} if query.get("from", [""])[0] else {}
     return {
+        **sender,
         "EMAIL_HOST": parts.hostname,
         "EMAIL_PORT": parts.port or (587 if tls else 25),
         "EMAIL_HOST_USER": unquote(parts.username or ""),

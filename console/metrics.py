@@ -85,7 +85,7 @@ MULTIPROCESS = bool(_multiproc_dir)
 RESOLVE_SECONDS = Histogram(
     "sandbox_resolve_seconds",
     "Time to resolve a session to a live sandbox, by path (fast: a bound sandbox answered; "
-    "slow: the lifecycle lock was taken) and outcome (bound, claimed, created, rebuilt, error).",
+    "slow: the lifecycle lock was taken) and outcome (bound, claimed, pooled, created, rebuilt, error).",
     ["path", "outcome"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )
@@ -108,6 +108,14 @@ BACKEND_SECONDS = Histogram(
 REAPER_CLAIMS = Counter("sandbox_reaper_claims", "Sandboxes the reaper bound back to their session.", ["backend_kind"])
 REAPER_DELETIONS = Counter(
     "sandbox_reaper_deletions", "Sandboxes the reaper deleted (no session owns them).", ["backend_kind"]
+)
+POOL_CLAIMS = Counter(
+    "sandbox_pool_claims", "First resolves on a config with a warm pool, by outcome (hit, miss).", ["outcome"]
+)
+POOL_CLAIM_SECONDS = Histogram(
+    "sandbox_pool_claim_seconds",
+    "Time to hand a session a ready sandbox from a warm pool (a hit), resumed and adopted.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.5, 1, 2.5),
 )
 JOBS_FINISHED = Counter("console_jobs_finished", "Admin jobs that finished, by kind and status.", ["kind", "status"])
 EGRESS_REFUSALS = Counter(

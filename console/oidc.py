@@ -3,14 +3,16 @@
 Who signs in: the user already linked to the token's subject (OidcIdentity, per issuer);
 else the one active user with the claimed email who has no subject at this issuer yet (the
 subject is then stored, so the link holds when the email changes); else, with
-OIDC_CREATE_USERS, a new user. A user linked to one subject is never signed in as another
+sso.create_users, a new user. A user linked to one subject is never signed in as another
 subject with the same email: that login fails. Links and creations are audited.
 
 The provider's endpoints and ID token algorithm come from its discovery document
 (`OIDC_OP_ISSUER/.well-known/openid-configuration`, OpenID Connect Discovery 1.0), read when a
 sign-in starts and again at its callback: a sign-in is rare, so nothing is cached, and a
 provider that moves an endpoint is followed without a restart. A document that cannot be read,
-or names another issuer, fails the sign-in with a log line, never a 500.
+or names another issuer, fails the sign-in with a log line, never a 500. Every call to the
+provider (discovery, token, userinfo, keys) finishes within OIDC_TIMEOUT in all (`fetch`); an ID
+token must name the issuer and this client. SSO on without its secret or issuer stops the start.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import jwt
 import requests
+import urllib3
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.exceptions import PermissionDenied, SuspiciousOperation
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, SuspiciousOperation
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -61,33 +65,91 @@ SIGNING_ALGORITHMS = ("RS256", "ES256", "RS384", "RS512", "ES384", "ES512", "HS2
 DOCUMENT_MAX_BYTES = 512 * 1024
 
 
-def _read_document(url: str) -> Any:
-    """The JSON at `url`, read within OIDC_TIMEOUT in all (requests' timeout bounds each wait for
-    a byte, not the answer), at most DOCUMENT_MAX_BYTES, and not followed through a redirect:
-    the document must come from the issuer itself (Discovery 1.0, section 4)."""
+class TooLarge(requests.RequestException):
+    """The provider answered more than a document of its kind can be."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    content_type: str
+    body: bytes
+
+
+def fetch(method: str, url: str, *, max_bytes: int = DOCUMENT_MAX_BYTES, **kwargs: Any) -> Answer:
+    """One call to the provider, done within OIDC_TIMEOUT in all: requests' timeout bounds each
+    wait for a byte, not the answer, so the read stops at the deadline whatever the pace (each
+    wait is cut to the time left). At most `max_bytes`; a redirect is not followed. Raises
+    requests.Timeout past the deadline, requests.RequestException for the rest."""
     deadline = time.monotonic() + settings.OIDC_TIMEOUT
+    with requests.request(
+        method, url, timeout=settings.OIDC_TIMEOUT, allow_redirects=False, stream=True, **kwargs
+    ) as answer:
+        body = bytearray()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise requests.Timeout(f"{url} did not answer within {settings.OIDC_TIMEOUT} s")
+            _wait_at_most(answer, left)
+            try:
+                # read1 returns what has arrived (iter_content would wait for a full chunk).
+                chunk = answer.raw.read1(65536, decode_content=True)
+            except (TimeoutError, urllib3.exceptions.ReadTimeoutError) as exc:
+                raise requests.Timeout(f"{url} did not answer within {settings.OIDC_TIMEOUT} s") from exc
+            if not chunk:
+                break
+            body += chunk
+            if len(body) > max_bytes:
+                raise TooLarge(f"{url} answered more than {max_bytes} bytes")
+        return Answer(answer.status_code, answer.headers.get("content-type", "").lower(), bytes(body))
+
+
+def _wait_at_most(answer: requests.Response, seconds: float) -> None:
+    """Cut the socket's wait for the next bytes to `seconds` (urllib3 keeps its socket there)."""
+    sock = getattr(getattr(answer.raw, "_connection", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(max(seconds, 0.001))
+
+
+def _read_document(url: str) -> Any:
+    """The discovery document's JSON, read within OIDC_TIMEOUT in all (`fetch`), at most
+    DOCUMENT_MAX_BYTES, and not followed through a redirect: the document must come from the
+    issuer itself (Discovery 1.0, section 4)."""
     try:
-        with requests.get(
-            url,
-            timeout=settings.OIDC_TIMEOUT,
-            headers={"Accept": "application/json"},
-            allow_redirects=False,
-            stream=True,
-        ) as answer:
-            if answer.is_redirect:
-                raise DiscoveryFailed(f"the discovery document at {url} is a redirect, which is not followed")
-            answer.raise_for_status()
-            body = bytearray()
-            # read1 returns what has arrived (iter_content would wait for a full chunk).
-            while chunk := answer.raw.read1(65536, decode_content=True):
-                body += chunk
-                if len(body) > DOCUMENT_MAX_BYTES:
-                    raise DiscoveryFailed(f"the discovery document at {url} is larger than {DOCUMENT_MAX_BYTES} bytes")
-                if time.monotonic() > deadline:
-                    raise DiscoveryFailed(f"the discovery document at {url} was not read in time")
-        return json.loads(bytes(body))
-    except (requests.RequestException, ValueError) as exc:
+        answer = fetch("GET", url, headers={"Accept": "application/json"})
+    except requests.Timeout as exc:
+        raise DiscoveryFailed(f"the discovery document at {url} was not read in time") from exc
+    except TooLarge as exc:
+        raise DiscoveryFailed(f"the discovery document at {url} is larger than {DOCUMENT_MAX_BYTES} bytes") from exc
+    except requests.RequestException as exc:
         raise DiscoveryFailed(f"the discovery document at {url} could not be read: {exc}") from exc
+    if 300 <= answer.status < 400:
+        raise DiscoveryFailed(f"the discovery document at {url} is a redirect, which is not followed")
+    if answer.status != 200:
+        raise DiscoveryFailed(f"the discovery document at {url} could not be read: it answered {answer.status}")
+    try:
+        return json.loads(answer.body)
+    except ValueError as exc:
+        raise DiscoveryFailed(f"the discovery document at {url} could not be read: {exc}") from exc
+
+
+def _json(answer: Answer, what: str) -> Any:
+    if answer.status != 200:
+        raise requests.HTTPError(f"the provider's {what} answered {answer.status}")
+    return json.loads(answer.body)
+
+
+def check_sso_settings() -> None:
+    """At start: single sign-on on (OIDC_RP_CLIENT_ID set) needs its client secret and issuer."""
+    if not settings.OIDC_ENABLED:
+        return
+    missing = [name for name in ("OIDC_RP_CLIENT_SECRET", "OIDC_OP_ISSUER") if not getattr(settings, name)]
+    if missing:
+        raise ImproperlyConfigured(
+            f"Single sign-on is on (OIDC_RP_CLIENT_ID is set) but {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not: set {'it' if len(missing) == 1 else 'them'}, "
+            'or unset OIDC_RP_CLIENT_ID (docs/security.md, "Single sign-on").'
+        )
 
 
 def _is_url(value: object) -> bool:
@@ -173,6 +235,47 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
             logger.warning("single sign-on failed: %s", str(exc)[:500], extra={"action": "oidc_token"})
             return None
 
+    # The provider's answers, each read within OIDC_TIMEOUT in all (`fetch`), not per byte.
+
+    def get_token(self, payload: dict[str, Any]) -> Any:
+        return _json(fetch("POST", self.OIDC_OP_TOKEN_ENDPOINT, data=payload), "token endpoint")
+
+    def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> Any:
+        answer = fetch("GET", self.OIDC_OP_USER_ENDPOINT, headers={"Authorization": f"Bearer {access_token}"})
+        if answer.status == 200 and answer.content_type.startswith("application/jwt"):
+            return self.verify_token(answer.body.decode())  # signed claims: checked like the ID token
+        return _json(answer, "userinfo endpoint")
+
+    def retrieve_matching_jwk(self, token: str) -> Any:
+        keys = _json(fetch("GET", self.OIDC_OP_JWKS_ENDPOINT), "JWKS endpoint").get("keys") or []
+        header = jwt.get_unverified_header(token)
+        # As mozilla-django-oidc picks it: the key id must match, and the algorithm if the key names one.
+        matching = [
+            key
+            for key in keys
+            if isinstance(key, dict)
+            and key.get("kid") == header.get("kid")
+            and key.get("alg", header["alg"]) == header["alg"]
+        ]
+        if not matching:
+            raise SuspiciousOperation("Could not find a valid JWKS.")
+        return jwt.PyJWK(matching[-1])
+
+    def verify_token(self, token: str, **kwargs: Any) -> Any:
+        """The signature and nonce (mozilla-django-oidc), then who issued it and for whom (OpenID
+        Connect Core 1.0, 3.1.3.7): `iss` is the configured issuer, `aud` names this client, and
+        a token for several audiences names this client as its `azp`."""
+        payload = super().verify_token(token, **kwargs)
+        if str(payload.get("iss", "")).rstrip("/") != issuer():
+            raise SuspiciousOperation(f"the ID token was issued by {str(payload.get('iss'))[:200]!r}, not the issuer")
+        audience = payload.get("aud")
+        audiences = [audience] if isinstance(audience, str) else audience if isinstance(audience, list) else []
+        if self.OIDC_RP_CLIENT_ID not in audiences:
+            raise SuspiciousOperation("the ID token is not for this client (aud)")
+        if len(audiences) > 1 and payload.get("azp") != self.OIDC_RP_CLIENT_ID:
+            raise SuspiciousOperation("the ID token names several audiences and another party (azp)")
+        return payload
+
     def verify_claims(self, claims: dict[str, Any]) -> bool:
         if not claims.get("sub") or not claims.get("email"):
             return False
@@ -219,7 +322,7 @@ def do_link_oidc_identity(user: Any, *, subject: str, source_ip: str | None) -> 
 
 
 def do_create_oidc_user(claims: dict[str, Any], *, source_ip: str | None) -> Any:
-    """Create the user a first sign-in names (OIDC_CREATE_USERS), linked to its subject."""
+    """Create the user a first sign-in names (sso.create_users), linked to its subject."""
     model = get_user_model()
     base = (claims.get("preferred_username") or claims["email"].split("@")[0])[:140]
     username, n = base, 1

@@ -9,12 +9,11 @@ Each subquery still uses its own indexes; the saving is the round trips.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import Exists, IntegerField, QuerySet, Subquery
+from django.db.models import Exists, Func, IntegerField, QuerySet, Subquery, UUIDField
 from django.db.models.functions import JSONObject
 
 
@@ -32,8 +31,25 @@ class RowCount(Subquery):
 
 
 def first(queryset: QuerySet[Any], **fields: str) -> Subquery:
-    """The first row of `queryset` (order it) as a dict of `fields` (name -> lookup path), or None."""
-    return Subquery(queryset.values(_row=JSONObject(**fields))[:1])
+    """The first row of `queryset` (order it) as a dict of `fields` (name -> lookup path), or
+    None. A UUID column comes as its dashed text on every database (`UuidText`)."""
+    return Subquery(queryset.values(_row=JSONObject(**{name: UuidText(path) for name, path in fields.items()}))[:1])
+
+
+class UuidText(Func):
+    """A column as JSON carries it, a UUID one as its dashed text: PostgreSQL's uuid type gives
+    that, SQLite (and others without a uuid type) stores 32 hex digits, dashed here. Any other
+    column is left as it is."""
+
+    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> Any:  # type: ignore[override]
+        (source,) = self.get_source_expressions()
+        field = source.output_field
+        field = getattr(field, "target_field", field)  # a foreign key stores its target's type
+        if not isinstance(field, UUIDField) or connection.features.has_native_uuid_field:
+            return compiler.compile(source)
+        sql, params = compiler.compile(source)
+        parts = [f"SUBSTR({sql}, {start}, {length})" for start, length in ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))]
+        return "(" + " || '-' || ".join(parts) + ")", tuple(params) * len(parts)
 
 
 def exists(queryset: QuerySet[Any]) -> Exists:
@@ -47,21 +63,4 @@ def read_together(user: Any, reads: dict[str, Any]) -> dict[str, Any]:
     row = get_user_model().objects.filter(pk=user.pk).annotate(**reads).values(*reads).first()
     if row is None:  # the user was deleted mid-request: nothing is theirs
         raise PermissionDenied("This account no longer exists.")
-    return {name: _with_uuids(value) for name, value in row.items()}
-
-
-def _with_uuids(value: Any) -> Any:
-    """A `first` row as PostgreSQL gives it: JSON carries a UUID column's stored text, which
-    SQLite keeps as 32 hex digits; URLs and comparisons want the dashed form."""
-    if not isinstance(value, dict):
-        return value
-    return {key: _dashed(item) if key == "id" or key.endswith("_id") else item for key, item in value.items()}
-
-
-def _dashed(item: Any) -> Any:
-    if isinstance(item, str) and len(item) == 32:
-        try:
-            return str(uuid.UUID(hex=item))
-        except ValueError:
-            return item
-    return item
+    return row

@@ -276,7 +276,8 @@ def as_env(values: Mapping[str, object]) -> str:
 
 
 # --- The console app's own rooms --------------------------------------------------------------
-# Read at start (Django and django-axes take them as settings): `security` and `login`.
+# Read at start (Django, django-axes and the logging set-up take them as settings): `security`,
+# `login`, `sso`, `logs` and `serving`.
 
 
 @dataclass(frozen=True)
@@ -295,6 +296,37 @@ class LoginTuning:
 
     failure_limit: int = 5
     lockout_minutes: int = 15
+
+
+@dataclass(frozen=True)
+class SsoTuning:
+    """Single sign-on (OIDC_RP_CLIENT_ID set): the login button's name, and whether a first
+    sign-in of a user the console does not know creates them (else it is refused)."""
+
+    provider_name: str = "single sign-on"
+    create_users: bool = False
+
+
+@dataclass(frozen=True)
+class LogsTuning:
+    """Log lines: `json` (one object a line, for a collector) or `text` (for a person; the
+    development settings' default), and the root level."""
+
+    format: str = "json"
+    level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        if self.format not in {"json", "text"}:
+            raise ValueError(f"format is {self.format!r}, not 'json' or 'text'")
+        if self.level.upper() not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError(f"level is {self.level!r}, not DEBUG, INFO, WARNING, ERROR or CRITICAL")
+
+
+@dataclass(frozen=True)
+class ServingTuning:
+    """Daphne serves /static/ itself; turn off behind a web server that does."""
+
+    static: bool = True
 
 
 @dataclass(frozen=True)
@@ -373,6 +405,9 @@ class LimitsTuning:
 
 SECURITY = room("security", SecurityTuning)
 LOGIN = room("login", LoginTuning)
+SSO = room("sso", SsoTuning)
+LOGS = room("logs", LogsTuning)
+SERVING = room("serving", ServingTuning)
 USERS = room("users", UsersTuning)
 READYZ = room("readyz", ReadyzTuning)
 PROCESSES = room("processes", ProcessesTuning)

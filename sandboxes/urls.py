@@ -9,6 +9,7 @@ from .api import pages as tokens
 from .catalog import urls as catalog
 from .inbound import urls as inbound
 from .network import urls as network
+from .pools import urls as pools
 from .sessions import urls as sessions
 from .terminal import urls as terminal
 
@@ -19,6 +20,7 @@ urlpatterns = [
     *sessions.urlpatterns,
     *inbound.urlpatterns,
     *network.urlpatterns,
+    *pools.urlpatterns,
     *terminal.urlpatterns,
     # A space's API tokens: the page beside the tokens it writes (`sandboxes.api.tokens`).
     path("spaces/<uuid:space_id>/tokens/", tokens.token_list, name="token_list"),

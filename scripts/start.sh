@@ -34,10 +34,10 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   quietly "Docker engine answers; making sure the base template image exists (a first build takes minutes)" \
     .venv/bin/python manage.py build_base_image
   changed+=("Docker: the image sandbox-console/base:latest (built when missing); sandboxes and networks labelled sandbox-console")
-  # The skills' local apt repository (poppler-utils, qpdf, nodejs, npm; cached): root only.
+  # The skills' local apt repository (poppler-utils, qpdf, nodejs, npm, tesseract-ocr; cached): root only.
   if [ "$(id -u)" = 0 ]; then
     quietly "preparing the local apt repository for skills (var/package-sources/debian)" \
-      .venv/bin/python scripts/apt_repo.py "${CONSOLE_VAR_DIR:-var}/package-sources/debian" poppler-utils qpdf nodejs npm
+      .venv/bin/python scripts/apt_repo.py "${CONSOLE_VAR_DIR:-var}/package-sources/debian" poppler-utils qpdf nodejs npm tesseract-ocr
   fi
   # Online sandboxes need the host packet filter (docs/security.md); only root can load it.
   if [ "$(id -u)" = 0 ]; then

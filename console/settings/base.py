@@ -11,6 +11,7 @@ defaults in each room's `tuning.py`; CONSOLE_TUNING overrides them (TUNING below
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,12 +32,16 @@ VAR_DIR = Path(env_str("CONSOLE_VAR_DIR") or BASE_DIR / "var")
 
 # The one override mapping of the rooms' tuning knobs ("terminal.idle_timeout_s" -> value),
 # checked against the rooms at start (console/tuning.py; `manage.py tuning` lists them).
-# The knobs the settings read themselves (security.*, login.*) are resolved here: a bad
+# The knobs the settings read themselves (security.*, login.*, sso.*, logs.*, serving.*)
+# are resolved here: a bad
 # override stops the start with one line, as the other rooms' do (ConsoleConfig.ready).
 try:
     TUNING: dict[str, object] = tuning.parse(env_str("CONSOLE_TUNING"))
     _security = tuning.resolve("security", tuning.SecurityTuning, TUNING)
     _login = tuning.resolve("login", tuning.LoginTuning, TUNING)
+    _sso = tuning.resolve("sso", tuning.SsoTuning, TUNING)
+    _logs = tuning.resolve("logs", tuning.LogsTuning, TUNING)
+    _serving = tuning.resolve("serving", tuning.ServingTuning, TUNING)
 except tuning.TuningError as exc:
     raise SystemExit(f"error: {exc}") from None
 
@@ -44,11 +49,18 @@ DEBUG = env_bool("DEBUG", False)
 # The embedded default key is public: outside DEBUG the console refuses to start on it
 # (console/crypto.py, check_secrets). `make start` generates a key and keeps it in var/.
 SECRET_KEY = env_str("SECRET_KEY", "insecure-local-console-key-set-SECRET_KEY-in-production")
-# Fernet key (urlsafe base64, 32 bytes) for secrets at rest, required outside DEBUG. Keys
-# being rotated out stay readable while listed in FIELD_ENCRYPTION_OLD_KEYS (comma-separated)
-# until `manage.py rotate_field_encryption_key` has re-encrypted everything.
-FIELD_ENCRYPTION_KEY = env_str("FIELD_ENCRYPTION_KEY")
-FIELD_ENCRYPTION_OLD_KEYS = env_list("FIELD_ENCRYPTION_OLD_KEYS", [])
+# Fernet key (urlsafe base64, 32 bytes) for secrets at rest, required outside DEBUG. While a key
+# is rotated out, FIELD_ENCRYPTION_KEY lists the new key first and then the old ones
+# (comma-separated): the old stay readable until `manage.py rotate_field_encryption_key` has
+# re-encrypted everything.
+FIELD_ENCRYPTION_KEY, *FIELD_ENCRYPTION_OLD_KEYS = env_list("FIELD_ENCRYPTION_KEY", []) or [""]
+# The old keys' own variable is gone; left set, the old secrets would stop decrypting on
+# upgrade, so the start stops and says where the keys go (a warning is too easy to miss).
+if "FIELD_ENCRYPTION_OLD_KEYS" in os.environ:
+    raise SystemExit(
+        "error: FIELD_ENCRYPTION_OLD_KEYS is no longer read; list the old keys after the new one in "
+        "FIELD_ENCRYPTION_KEY (new,old1,old2) and unset FIELD_ENCRYPTION_OLD_KEYS"
+    )
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -220,21 +232,21 @@ EMAIL_PORT = int(str(_email.get("EMAIL_PORT", 25)))
 EMAIL_HOST_USER = str(_email.get("EMAIL_HOST_USER", ""))
 EMAIL_HOST_PASSWORD = str(_email.get("EMAIL_HOST_PASSWORD", ""))
 EMAIL_USE_TLS = bool(_email.get("EMAIL_USE_TLS", False))
-DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "sandbox-console@localhost")
+DEFAULT_FROM_EMAIL = str(_email.get("DEFAULT_FROM_EMAIL", "sandbox-console@localhost"))
 INVITE_EMAIL = bool(EMAIL_HOST)
 
 # --- Single sign-on with OpenID Connect (docs/security.md, "Single sign-on") ---------------
 # Off unless OIDC_RP_CLIENT_ID is set. The provider's endpoints and signing algorithm are read
 # from OIDC_OP_ISSUER's discovery document at each sign-in (console/oidc.py), never typed in.
-# Users are matched by their stored subject, else by email; OIDC_CREATE_USERS=true creates
-# users the console does not know yet.
+# Users are matched by their stored subject, else by email; the tuning sso.create_users=true
+# creates users the console does not know yet; sso.provider_name names the login button.
 OIDC_RP_CLIENT_ID = env_str("OIDC_RP_CLIENT_ID")
 OIDC_ENABLED = bool(OIDC_RP_CLIENT_ID)
 OIDC_RP_CLIENT_SECRET = env_str("OIDC_RP_CLIENT_SECRET")
 OIDC_OP_ISSUER = env_str("OIDC_OP_ISSUER")
 OIDC_RP_SCOPES = "openid email profile"
-OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "single sign-on")
-OIDC_CREATE_USER = env_bool("OIDC_CREATE_USERS", False)
+OIDC_PROVIDER_NAME = _sso.provider_name
+OIDC_CREATE_USER = _sso.create_users
 OIDC_TIMEOUT = 10
 OIDC_AUTHENTICATE_CLASS = "console.oidc.ConsoleOIDCRequestView"
 LOGIN_REDIRECT_URL_FAILURE = "/login/?sso=failed"
@@ -290,9 +302,10 @@ CONSOLE_INSTALLATION_ID = env_str("CONSOLE_INSTALLATION_ID", "local")
 
 # --- Logs, health and metrics (console/logs.py, console/health.py, console/metrics.py;
 # docs/operations.md, "Health, metrics and logs") -----------------------------------------
-# LOG_FORMAT: "json" (one JSON object a line, for a log collector) or "text" (for a person).
-LOG_FORMAT = env_str("LOG_FORMAT", "json")
-LOG_LEVEL = env_str("LOG_LEVEL", "INFO")
+# Tuning logs.format: "json" (one JSON object a line, for a log collector) or "text" (for a
+# person); logs.level: the root level.
+LOG_FORMAT = _logs.format
+LOG_LEVEL = _logs.level.upper()
 LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
 # Celery keeps this set-up instead of installing its own (console/celery.py).
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
@@ -302,8 +315,9 @@ METRICS_ALLOWED_NETWORKS = env_list("METRICS_ALLOWED_NETWORKS", [])
 # Scrapes from loopback without either (the development settings turn this on).
 METRICS_ALLOW_LOOPBACK = False
 
-# The embedded console serves /static/ itself through Daphne (see console/asgi.py).
-SERVE_STATIC = env_bool("SERVE_STATIC", True)
+# The embedded console serves /static/ itself through Daphne (see console/asgi.py); the tuning
+# serving.static=false leaves it to a web server in front.
+SERVE_STATIC = _serving.static
 
 # --- Docker egress (sandboxes/backends/docker/egress/; docs/network.md) -------------------
 # The resolver each Docker space network's dnsmasq forwards to ("address" or "address#port");

@@ -7,7 +7,6 @@ set them, so `manage.py` run by hand uses the same ones as the running console.
 
 import os
 
-from console.environment import env_str
 from console.logs import logging_config
 
 from .base import *  # noqa: F403
@@ -25,8 +24,8 @@ SECRET_KEY = _kept_key("SECRET_KEY", SECRET_KEY)  # noqa: F405
 FIELD_ENCRYPTION_KEY = _kept_key("FIELD_ENCRYPTION_KEY", FIELD_ENCRYPTION_KEY)  # noqa: F405
 CONSOLE_INSTALLATION_ID = _kept_key("CONSOLE_INSTALLATION_ID", CONSOLE_INSTALLATION_ID)  # noqa: F405
 
-# Readable log lines at a terminal unless LOG_FORMAT says otherwise.
-LOG_FORMAT = env_str("LOG_FORMAT", "text")
+# Readable log lines at a terminal unless the tuning logs.format says otherwise.
+LOG_FORMAT = LOG_FORMAT if "logs.format" in TUNING else "text"  # noqa: F405
 # The periodic passes' routine lines (reaper, idle sweep, samples…) go to var/housekeeping.log,
 # so the terminal keeps the start's closing note and the requests; warnings stay on both.
 LOGGING = logging_config(

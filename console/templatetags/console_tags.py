@@ -123,12 +123,12 @@ def when(value: Any, precision: str = "minutes") -> str:
 
     static/js/console.js turns the text into "3 min ago" and the title into the reader's own
     zone; without JavaScript the text stays readable UTC with its zone. Takes a datetime or an
-    ISO 8601 string (binding records, job results); anything else comes back as it was, and
+    ISO 8601 string (binding records, job results) or a unix time; anything else comes back as it was, and
     nothing (None, "") as "" so `|default:"never"` still works. `precision` "seconds" adds
     them; "date" shows the day only."""
     moment = as_moment(value)
     if moment is None:
-        return "" if value in (None, "") else _cell(value)
+        return "" if value is None or value == "" else str(value)  # escaped on output: not safe
     utc = moment.astimezone(UTC)
     shown = {"seconds": "%Y-%m-%d %H:%M:%S UTC", "date": "%Y-%m-%d"}.get(precision, "%Y-%m-%d %H:%M UTC")
     return format_html(
@@ -140,7 +140,10 @@ def when(value: Any, precision: str = "minutes") -> str:
 
 
 def as_moment(value: Any) -> datetime | None:
-    """A timezone-aware datetime from a datetime or an ISO 8601 string (naive means UTC)."""
+    """A timezone-aware datetime from a datetime, an ISO 8601 string (naive means UTC) or a
+    positive unix time in seconds (a backend's reading)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e11:
+        return datetime.fromtimestamp(value, UTC)
     if isinstance(value, str) and ISO_MOMENT.match(value):
         try:
             value = datetime.fromisoformat(value.replace("Z", "+00:00"))

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         StatsCapability,
         TemplatesCapability,
         VolumesCapability,
+        WarmPoolCapability,
     )
     from .settings import Options
 
@@ -49,6 +50,9 @@ META_PURPOSE = "console-purpose"
 # The console job (AdminJob id) a job's own sandbox serves: once that job has ended, the
 # sandbox gets the session grace, not the longer job grace.
 META_JOB = "console-job"
+# Set on a warm pool's sandbox: the id of its pool member row (sandboxes/pools/). Labels are
+# fixed at create on Docker, so a claimed one keeps it; its member row names its session.
+META_POOL = "console-pool-member"
 
 SNAPSHOT_PREFIX = "snap-"
 
@@ -439,6 +443,10 @@ class Backend(abc.ABC):
         return None
 
     def stats(self) -> StatsCapability | None:
+        return None
+
+    def warm_pools(self) -> WarmPoolCapability | None:
+        """A pool the backend keeps natively; None: the console keeps it (sandboxes/pools/)."""
         return None
 
     def disk_capabilities(self) -> DiskCapabilities:

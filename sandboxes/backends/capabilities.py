@@ -1,6 +1,6 @@
 """The capability half of the sandbox contract: what a backend may offer beyond the core
 lifecycle, each an ABC returned by one of `Backend`'s accessors (`files()`, `snapshots()`,
-`templates()`, `inbound()`, `egress()`, `stats()`, `volumes()`, `pty()`; None when the
+`templates()`, `inbound()`, `egress()`, `stats()`, `volumes()`, `pty()`, `warm_pools()`; None when the
 backend has not got it), with the values only these capabilities carry (`EgressRefusal`,
 `SandboxStats`, `PtyHandle`).
 
@@ -25,6 +25,8 @@ from .base import (
     NetworkSpec,
     PtySize,
     RemoteError,
+    SandboxInfo,
+    SandboxSpec,
     SnapshotInfo,
     TemplateBuildSpec,
     TemplateInfo,
@@ -225,3 +227,20 @@ class PtyCapability(abc.ABC):
         cwd: str = "/workspace",
         env: Mapping[str, str] | None = None,
     ) -> PtyHandle: ...
+
+
+class WarmPoolCapability(abc.ABC):
+    """Sandboxes the backend itself keeps ready ahead of demand (a native warm pool, as
+    kubernetes-sigs/agent-sandbox's SandboxWarmPool). A backend without it returns None from
+    `warm_pools()`, and the console keeps the pool itself from `create`, `pause` and `connect`
+    (sandboxes/pools/). `pool` names one pool: a config's, for one template and network spec."""
+
+    @abc.abstractmethod
+    def ensure(self, pool: str, spec: SandboxSpec, size: int) -> tuple[int, int]:
+        """Keep `size` sandboxes made from `spec` ready under `pool` (0: drain it); returns
+        (ready, being made) now. Idempotent."""
+
+    @abc.abstractmethod
+    def claim(self, pool: str, spec: SandboxSpec) -> SandboxInfo | None:
+        """Take one ready sandbox of `pool` for a session, running, with `spec`'s metadata,
+        network and workspace applied; one caller gets each sandbox. None when none is ready."""

@@ -71,6 +71,7 @@ class Setting:
     dials: Callable[[str], str | None] | None = None
     clears: tuple[str, ...] = ()
     normalize: Callable[[str], str] | None = None  # the one spelling a text value is saved in
+    max_length: int | None = None  # the most characters a text value may have
 
     @property
     def label_with_unit(self) -> str:
@@ -172,6 +173,11 @@ class SettingsSchema:
             if setting.required and not given_now:
                 noun = setting.label[:1].lower() + setting.label[1:]
                 found[setting.name] = f"{self.label} backends need their {noun}."
+            elif setting.max_length is not None and isinstance(value, str) and len(value) > setting.max_length:
+                noun = setting.label if setting.label[1:2].isupper() else setting.label[:1].lower() + setting.label[1:]
+                found[setting.name] = (
+                    f"The {noun} is at most {setting.max_length} characters; this one has {len(value)}."
+                )
             elif value not in (None, "", REDACTED) and setting.validate is not None:
                 problem = setting.validate(value)
                 if problem:
@@ -268,3 +274,26 @@ _TYPE_WORDS: dict[Any, str] = {
     tuple: "a comma-separated list",
     dict: "a JSON object of strings",
 }
+
+
+def disk_settings(holds: str) -> tuple[Setting, Setting]:
+    """The platform backend's most disk per sandbox and a config's disk, in MiB, for a kind
+    that bounds what a sandbox writes; `holds` ends the config setting's help (how it bounds)."""
+    bounds: dict[str, Any] = {"unit": "MiB", "minimum": 64, "maximum": 4_194_304}
+    most = Setting(
+        "max_disk_mb",
+        "Most disk per sandbox",
+        SettingType.INT,
+        help="The most disk a config on this backend may give a sandbox, in MiB (10240 = 10 GiB). "
+        "Empty keeps the stored limit.",
+        **bounds,
+    )
+    disk = Setting(
+        "disk_mb",
+        "Disk",
+        SettingType.INT,
+        scope=Scope.CONFIG,
+        help=f"What a sandbox may write, in MiB (1024 = 1 GiB); {holds}",
+        **bounds,
+    )
+    return most, disk

@@ -24,6 +24,29 @@ def add_search_index(apps, schema_editor):
     )
 
 
+def list_order(*leading):
+    """The sessions list's order (last activity, never active last; then newest first), after
+    `leading` columns: the three list indexes differ only in those."""
+    never_active = models.Value(
+        datetime.datetime(1970, 1, 1, 0, 0, tzinfo=datetime.UTC), output_field=models.DateTimeField()
+    )
+    return (
+        *(models.F(column) for column in leading),
+        models.OrderBy(
+            django.db.models.functions.comparison.Coalesce(models.F("last_activity"), never_active), descending=True
+        ),
+        models.OrderBy(models.F("created"), descending=True),
+        models.OrderBy(models.F("id"), descending=True),
+    )
+
+
+LIST_INDEXES = {
+    "session_list_order": (),
+    "session_list_space_order": ("space",),
+    "session_list_state_order": ("state",),
+}
+
+
 def drop_search_index(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(f"DROP INDEX IF EXISTS {SEARCH_INDEX}")
@@ -37,60 +60,8 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunPython(add_search_index, drop_search_index),
-        migrations.AddIndex(
-            model_name="session",
-            index=models.Index(
-                models.OrderBy(
-                    django.db.models.functions.comparison.Coalesce(
-                        models.F("last_activity"),
-                        models.Value(
-                            datetime.datetime(1970, 1, 1, 0, 0, tzinfo=datetime.UTC),
-                            output_field=models.DateTimeField(),
-                        ),
-                    ),
-                    descending=True,
-                ),
-                models.OrderBy(models.F("created"), descending=True),
-                models.OrderBy(models.F("id"), descending=True),
-                name="session_list_order",
-            ),
-        ),
-        migrations.AddIndex(
-            model_name="session",
-            index=models.Index(
-                models.F("space"),
-                models.OrderBy(
-                    django.db.models.functions.comparison.Coalesce(
-                        models.F("last_activity"),
-                        models.Value(
-                            datetime.datetime(1970, 1, 1, 0, 0, tzinfo=datetime.UTC),
-                            output_field=models.DateTimeField(),
-                        ),
-                    ),
-                    descending=True,
-                ),
-                models.OrderBy(models.F("created"), descending=True),
-                models.OrderBy(models.F("id"), descending=True),
-                name="session_list_space_order",
-            ),
-        ),
-        migrations.AddIndex(
-            model_name="session",
-            index=models.Index(
-                models.F("state"),
-                models.OrderBy(
-                    django.db.models.functions.comparison.Coalesce(
-                        models.F("last_activity"),
-                        models.Value(
-                            datetime.datetime(1970, 1, 1, 0, 0, tzinfo=datetime.UTC),
-                            output_field=models.DateTimeField(),
-                        ),
-                    ),
-                    descending=True,
-                ),
-                models.OrderBy(models.F("created"), descending=True),
-                models.OrderBy(models.F("id"), descending=True),
-                name="session_list_state_order",
-            ),
+        *(
+            migrations.AddIndex(model_name="session", index=models.Index(*list_order(*leading), name=name))
+            for name, leading in LIST_INDEXES.items()
         ),
     ]

@@ -3,12 +3,13 @@ here, so `from sandboxes.models import X` is the way to name one.
 
 - `catalog`: `PlatformBackend`, `SandboxConfig`, `TemplateRecord` (+ `BackendKind`, `IdleMode`,
   `IDENTITY_FIELDS`, `BACKEND_IDENTITY_FIELDS`)
-- `sessions`: `Session` (+ `SessionState`), `SessionImage`, `ApiToken`, `Artifact`, `ExecSlot`,
+- `sessions`: `Session` (+ `SessionState`), `SessionImage`, `ApiToken` (+ `TokenScope`), `Artifact`, `ExecSlot`,
   `BackgroundCommand` (+ `CommandStatus`), `Terminal`, `SessionBinding`, `SessionLease`,
   `list_activity` (the sessions list's sort key, which its indexes hold)
 - `egress`: `SessionGrant`, `EgressEvent`, `EgressCursor`, `WatchedSandbox`
+- `pools`: `PoolMember` (+ `MemberState`), `PoolClaim` (warm pools)
 
-The submodules import Django, `console.models` and each other (catalog <- sessions <- egress),
+The submodules import Django, `console.models` and each other (catalog <- sessions <- egress, pools),
 nothing else of the project.
 """
 
@@ -22,6 +23,7 @@ from .catalog import (
     TemplateRecord,
 )
 from .egress import EgressCursor, EgressEvent, SessionGrant, WatchedSandbox
+from .pools import MemberState, PoolClaim, PoolMember
 from .sessions import (
     ApiToken,
     Artifact,
@@ -34,6 +36,7 @@ from .sessions import (
     SessionLease,
     SessionState,
     Terminal,
+    TokenScope,
     list_activity,
 )
 
@@ -49,7 +52,10 @@ __all__ = [
     "EgressEvent",
     "ExecSlot",
     "IdleMode",
+    "MemberState",
     "PlatformBackend",
+    "PoolClaim",
+    "PoolMember",
     "SandboxConfig",
     "Session",
     "SessionBinding",
@@ -59,6 +65,7 @@ __all__ = [
     "SessionState",
     "TemplateRecord",
     "Terminal",
+    "TokenScope",
     "WatchedSandbox",
     "list_activity",
 ]

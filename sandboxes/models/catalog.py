@@ -95,6 +95,12 @@ class PlatformBackend(models.Model):
     npm_registry_url = models.CharField(
         max_length=500, blank=True, help_text="Package source for skill installs: an npm registry URL (empty: none)."
     )
+    npm_folder = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Package source for skill installs: the name of a folder of npm tarballs (.tgz) under the "
+        "deployment's SKILL_PACKAGE_SOURCES_ROOT, served to npm inside the build sandbox (offline installs).",
+    )
     apt_folder = models.CharField(
         max_length=200,
         blank=True,
@@ -140,6 +146,11 @@ class PlatformBackend(models.Model):
         default=10240,
         validators=[MinValueValidator(64), MaxValueValidator(4194304)],
         help_text="The most disk (MiB) a config on this backend may give a sandbox.",
+    )
+    max_pool_size = models.PositiveIntegerField(
+        default=20,
+        validators=[MaxValueValidator(1000)],
+        help_text="The most sandboxes a config on this backend may keep ready in its warm pool (0: no pools).",
     )
     spaces = models.ManyToManyField(
         Space, blank=True, related_name="granted_backends", help_text="The spaces that may run configs on it."
@@ -209,6 +220,12 @@ class SandboxConfig(models.Model):
     )
     persistent_workspace = models.BooleanField(
         default=True, help_text="Keep /workspace on storage that outlives the sandbox, where the backend can."
+    )
+    pool_size = models.PositiveIntegerField(
+        default=0,
+        validators=[MaxValueValidator(1000)],
+        help_text="Sandboxes kept ready for new sessions (a warm pool; 0: none). Within the backend's limit and "
+        "the space's quota of live sessions: ready sandboxes count against it.",
     )
     backend_version = models.CharField(max_length=100, blank=True, help_text="As reported by the last health check.")
     # E2B/Cube wire protocol: the Cube release generation or the E2B create flavour.

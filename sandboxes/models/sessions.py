@@ -72,6 +72,8 @@ class Session(models.Model):
     has_persistent_workspace = models.BooleanField(
         default=False, help_text="A sandbox of this session was created on a persistent /workspace (to delete with it)."
     )
+    # A persistent /workspace made before the session (a warm pool's); empty: named by its id.
+    workspace_name = models.CharField(max_length=128, blank=True)
     last_activity = models.DateTimeField(null=True, blank=True, db_index=True)
     # Execs running now (Runtime.exec), so the idle sweep never idles a sandbox under one;
     # `exec_deadline` bounds the count's trust if a process died mid-exec.
@@ -126,8 +128,9 @@ class Session(models.Model):
 
     @property
     def workspace_volume(self) -> str:
-        """The persistent /workspace of this session (where the backend keeps one)."""
-        return f"sandbox-console-ws-{self.id}"
+        """The persistent /workspace of this session (where the backend keeps one): the one
+        its warm-pool sandbox came with, else named after the session."""
+        return self.workspace_name or f"sandbox-console-ws-{self.id}"
 
 
 class SessionImage(models.Model):
@@ -153,8 +156,17 @@ class SessionImage(models.Model):
         return f"{self.snapshot_id} for {self.space} on {self.config}"
 
 
+class TokenScope(models.TextChoices):
+    """What a token may call (`sandboxes.api.auth.SCOPE_METHODS` says which methods each takes)."""
+
+    READ = "read", "read-only"
+    RUN = "run", "run"
+    FULL = "full", "full"
+
+
 class ApiToken(models.Model):
-    """A per-space token for the agent API. Only its SHA-256 is stored; shown once."""
+    """A per-space token for the agent API. Only its SHA-256 is stored; shown once. Its scope
+    bounds what it may call, and past `expires` it is refused."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="api_tokens")
@@ -167,6 +179,8 @@ class ApiToken(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     last_used = models.DateTimeField(null=True, blank=True)
     revoked = models.DateTimeField(null=True, blank=True)
+    scope = models.CharField(max_length=8, choices=TokenScope.choices, default=TokenScope.FULL)
+    expires = models.DateTimeField(null=True, blank=True, help_text="Refused from then on; never when empty.")
 
     class Meta:
         ordering = ["-created"]

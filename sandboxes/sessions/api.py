@@ -128,7 +128,7 @@ class SessionOut(Schema):
 
 
 class ResolvedOut(SessionOut):
-    action: str = Field(json_schema_extra={"enum": ["bound", "claimed", "created", "rebuilt"]})
+    action: str = Field(json_schema_extra={"enum": ["bound", "claimed", "pooled", "created", "rebuilt"]})
 
     model_config = {"title": "ResolvedSession"}
 

@@ -2,7 +2,9 @@
 and rate limits").
 
 - live sessions: checked when a session is created, under a lock on the space's limits row,
-  so concurrent creations never pass the quota together;
+  so concurrent creations never pass the quota together; a warm pool's ready (unclaimed)
+  sandboxes count against the same quota (`pool_room`: a pool refills only into what the
+  live sessions leave), and each new session takes one of them over;
 - concurrent execs: one `ExecSlot` row per exec in flight, naming the process running it
   and with its own deadline, in one of the space's numbered places (unique per space), taken
   by a single INSERT without a lock (`take_exec_slot`); a process killed
@@ -40,7 +42,7 @@ from console.models import Space, SpaceLimits
 from console.processes import this_process
 from console.services import ServiceError
 
-from ..models import BackgroundCommand, CommandStatus, ExecSlot, Session, SessionState
+from ..models import BackgroundCommand, CommandStatus, ExecSlot, MemberState, PoolMember, Session, SessionState
 
 # A quota that frees up only when something else ends has no natural wait; this is a hint.
 QUOTA_RETRY_AFTER_S = 30
@@ -94,6 +96,19 @@ def check_live_sessions(space: Space) -> None:
             "delete a session or ask a platform admin to raise the quota.",
             retry_after_s=QUOTA_RETRY_AFTER_S,
         )
+
+
+def pooled_unclaimed(space: Space) -> int:
+    """The space's warm pool sandboxes not claimed by a session (ready, or being made)."""
+    return PoolMember.objects.filter(space=space).exclude(state=MemberState.CLAIMED).count()
+
+
+def pool_room(space: Space) -> int:
+    """How many more pooled sandboxes the space's quota of live sessions leaves room for:
+    live sessions and unclaimed pooled sandboxes count together."""
+    maximum = limits_of(space)["live_sessions"]
+    live = Session.objects.filter(space=space).exclude(state=SessionState.GONE).count()
+    return max(0, maximum - live - pooled_unclaimed(space))
 
 
 # An INSERT that lost its place to a racing one tries another this often before refusing.

@@ -3,7 +3,9 @@
 Its backend is `catalog.bridge.get_backend(config)`. Here: `effective_template`: the space's
 skill image on a config when valid, else the config's default template; `prepare_workspace`:
 the /workspace layout every new sandbox gets, through the helper that runs inside it
-(`WORKSPACE_HELPER_SOURCE`).
+(`WORKSPACE_HELPER_SOURCE`); `from_warm_pool`: a ready sandbox for a session that has none,
+from the sources registered with `register_warm_source` (the pools room registers its own in
+`SandboxesConfig.ready()`; this room never imports it).
 
 May import `sandboxes.backends`, `sandboxes.models`, `sandboxes.catalog` and `console`;
 nothing else of `sessions` (the runtime, the reaper and the workspace build on it).
@@ -11,14 +13,15 @@ nothing else of `sessions` (the runtime, the reaper and the workspace build on i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from console.models import Space
 
-from ..backends.base import Backend, ErrorKind, ExecRequest, RemoteError
+from ..backends.base import Backend, ErrorKind, ExecRequest, RemoteError, SandboxInfo
 from ..catalog.bridge import config_fingerprint
-from ..models import SandboxConfig, SessionImage
+from ..models import SandboxConfig, Session, SessionImage
 
 # --- Effective template -----------------------------------------------------------------
 
@@ -66,3 +69,25 @@ def prepare_workspace(backend: Backend, sandbox_id: str) -> None:
     if result.exit_code not in (0, 127):
         message = result.stderr.decode(errors="replace").strip()[:300] or f"exit code {result.exit_code}"
         raise RemoteError(ErrorKind.INTERNAL, f"laying out /workspace failed: {message}")
+
+
+# --- Warm pools ---------------------------------------------------------------------------
+
+# (session, its backend, the binding version it will get) -> a running sandbox made the
+# session's (workspace, network and session row applied), or None: none to give.
+WarmSource = Callable[[Session, Backend, int], SandboxInfo | None]
+_warm_sources: list[WarmSource] = []  # registrations (state, not a cache)
+
+
+def register_warm_source(source: WarmSource) -> None:
+    if source not in _warm_sources:
+        _warm_sources.append(source)
+
+
+def from_warm_pool(session: Session, backend: Backend, version: int) -> SandboxInfo | None:
+    """A ready sandbox for a session with no binding, under its lifecycle lock; None: create one."""
+    for source in _warm_sources:
+        info = source(session, backend, version)
+        if info is not None:
+            return info
+    return None

@@ -11,7 +11,12 @@ lifecycle lock (re-reading both):
   is gone), the oldest is claimed — bound to the session with its own start time — never
   deleted; duplicates of a bound session are deleted once older than the grace;
 - only sandboxes whose session is gone (or that sit on a config the session no longer uses)
-  are deleted, once older than the grace period, paused ones included.
+  are deleted, once older than the grace period, paused ones included;
+- a warm pool's sandbox (`META_POOL`) is judged by its member row: ready, being made, or
+  claimed by a session that is bound to it or not bound at all (a crash between claim and
+  bind: that session's next resolve takes it back) is never deleted; one without a row, or
+  claimed by a session gone or bound elsewhere, goes after the grace (its volume too, unless
+  a session took it).
 
 Ages come from the backend's own timestamps, never from this process's memory. A sandbox
 without this installation's metadata is never listed, so never touched. When the binding
@@ -47,6 +52,7 @@ from ..backends.base import (
     META_BINDING_VERSION,
     META_CONFIG,
     META_INSTALLATION,
+    META_POOL,
     META_SESSION,
     META_SPACE,
     Backend,
@@ -56,7 +62,7 @@ from ..backends.base import (
     SandboxState,
 )
 from ..catalog.bridge import get_backend
-from ..models import SandboxConfig, Session, SessionState
+from ..models import MemberState, PoolMember, SandboxConfig, Session, SessionState
 from .inflight import quiet_sessions
 from .runtime import Runtime, sandbox_or_none
 from .store import (
@@ -72,7 +78,7 @@ from .store import (
 )
 from .store_select import get_store
 from .tuning import SESSIONS
-from .unmanaged import JOB_GRACE, reap_unmanaged, serves_a_running_job
+from .unmanaged import JOB_GRACE, reap_unmanaged, serves_a_running_job, valid_uuids
 
 logger = logging.getLogger(__name__)
 # Longest a job may keep a sandbox of its own (skill builds, verification) before it counts
@@ -236,6 +242,41 @@ class _Pass:
         return winner.sandbox_id
 
 
+def _pool_member_keeps(store: SessionStore, member: PoolMember, sandbox_id: str) -> bool:
+    """Whether a pooled sandbox's member row still owns it (module docstring)."""
+    if member.sandbox_id not in ("", sandbox_id):
+        return False
+    if member.state != MemberState.CLAIMED:
+        return True
+    if member.session is None:
+        return False
+    binding = store.get_binding(binding_key(str(member.space_id), member.session.key))
+    return binding is None or binding.sandbox_id == sandbox_id
+
+
+def _settle_pooled(run: _Pass, infos: list[SandboxInfo]) -> None:
+    """Warm pool sandboxes (`META_POOL`) of the config, by their member rows."""
+    ids = [info.metadata[META_POOL] for info in infos]
+    members = {str(m.pk): m for m in PoolMember.objects.filter(pk__in=valid_uuids(ids)).select_related("session")}
+    volumes = run.backend.volumes()
+    for info in infos:
+        member = members.get(info.metadata[META_POOL])
+        if member is not None and _pool_member_keeps(run.store, member, info.sandbox_id):
+            run.report.bound += 1
+            continue
+        if not run.old_enough(info):
+            continue
+        run.delete(info)
+        taken = member is not None and member.session_id is not None
+        if member is not None:
+            PoolMember.objects.filter(pk=member.pk).delete()
+        if volumes is not None and not taken and member is not None and member.workspace_volume:
+            try:
+                volumes.delete(member.workspace_volume)
+            except RemoteError as exc:
+                run.report.errors.append(f"volume {member.workspace_volume}: {exc.message}")
+
+
 def _repair_group(run: _Pass, space: str, key: str, infos: list[SandboxInfo]) -> None:
     """Mend a session's sandboxes the engine and the runtime disagree on (a pause wedged by
     docker/for-linux#891): under the session's lock, so never a pause in progress."""
@@ -267,6 +308,7 @@ def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta)
     run = _Pass(config, backend, store, grace, timezone.now(), report)
     groups: dict[tuple[str, str], list[SandboxInfo]] = defaultdict(list)
     unowned: list[SandboxInfo] = []
+    pooled: list[SandboxInfo] = []
     try:
         for info in backend.iter_sandboxes(query):
             report.listed += 1
@@ -276,6 +318,8 @@ def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta)
             if space and key:
                 if all(seen.sandbox_id != info.sandbox_id for seen in groups[(space, key)]):
                     groups[(space, key)].append(info)  # a repeated page lists it twice
+            elif info.metadata.get(META_POOL):
+                pooled.append(info)
             else:
                 unowned.append(info)  # a job's sandbox, or a connection test's leftover
     except RemoteError as exc:
@@ -288,6 +332,7 @@ def reap_config(config: SandboxConfig, store: SessionStore, *, grace: timedelta)
             allowed = max(grace, JOB_GRACE) if serves_a_running_job(info.metadata) else grace
             if run.old_enough(info, allowed):
                 run.delete(info)
+        _settle_pooled(run, pooled)
         bindings = store.get_bindings(binding_key(space, key) for space, key in groups)
     except RemoteError as exc:
         report.errors.append(f"{exc.kind}: {exc.message}")

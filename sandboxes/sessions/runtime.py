@@ -9,7 +9,8 @@ resolve(space, key):
               take the session's lifecycle lock -> re-read the binding -> claim an existing
               sandbox by metadata (oldest wins, duplicates deleted) -> only then create one
               from the effective template with the space's network switches sent
-              explicitly -> write the binding (SET NX)
+              explicitly, or take a ready one from the config's warm pool
+              (`provisioning.from_warm_pool`) -> write the binding (SET NX)
 
 Stale and the turn lease: a stale sandbox (bound before the session's stale time) is
 rebuilt at once when no turn is in flight; within a turn only the first resolve may rebuild
@@ -77,7 +78,7 @@ from .inflight import busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
 from .lookup import get_or_create_session
 from .observe import observe_resolve, took_slow_path
-from .provisioning import effective_template, prepare_workspace
+from .provisioning import effective_template, from_warm_pool, prepare_workspace
 from .store import (
     LOCK_TTL_MS,
     TURN_TTL_S,
@@ -177,7 +178,7 @@ class Resolved:
     session: Session
     sandbox: SandboxInfo
     binding: Binding
-    action: str  # bound | claimed | created | rebuilt
+    action: str  # bound | claimed | pooled | created | rebuilt
 
 
 class Runtime:
@@ -425,9 +426,12 @@ class Runtime:
             self.store.delete_binding_if(bkey, binding)
         previous_version = max(binding.version if binding else 0, session.binding_version)
         claimed = self._claim(session, backend, rebuild=rebuild)
+        pooled = None if claimed is not None or rebuild or binding is not None else previous_version + 1
         if claimed is not None:
             info, version = claimed
             action = "claimed"
+        elif pooled is not None and (warm := from_warm_pool(session, backend, pooled)) is not None:
+            info, version, action = warm, pooled, "pooled"
         else:
             info, version = self._create(session, backend, previous_version + 1), previous_version + 1
             action = "rebuilt" if rebuild or binding is not None else "created"

@@ -74,7 +74,10 @@ def read_usage(sessions: list[Session]) -> dict[str, SandboxStats]:
     for session in sessions:
         if session.state != SandboxState.RUNNING or not session.sandbox_id:
             continue
-        capability = get_backend(session.config).stats()
+        try:
+            capability = get_backend(session.config).stats()
+        except RemoteError:  # a backend that cannot be reached or built: no figures, no error page
+            continue
         if capability is not None:
             readers[str(session.id)] = (capability, session.sandbox_id)
     if not readers:

@@ -3,6 +3,8 @@
 Deleting one is a job (`start_teardown`, handlers below) that deletes, in order and on every
 backend account the target's configs use:
 
+0. its warm pools: their member rows go first, so no refill adds a sandbox (a refill whose
+   row went deletes what it made) and the pooled sandboxes are deleted by their labels in 2;
 1. its sessions, each through `Runtime.delete` under the session's lifecycle lock (bound
    sandbox, leftovers carrying the session's metadata, persistent workspace, binding, row),
    and a skill-image snapshot the session ran from that nothing else uses any more;
@@ -55,7 +57,7 @@ from ..backends.base import (
 from ..catalog.bridge import config_fingerprint, get_backend, labelled_owner
 from ..catalog.services import do_delete_config
 from ..catalog.templates import recorded_snapshot_ids, snapshot_is_own, snapshot_retired
-from ..models import SandboxConfig, Session, SessionImage
+from ..models import PoolMember, SandboxConfig, Session, SessionImage
 from .lookup import TEARDOWN_KINDS
 from .runtime import Runtime, SessionDeleted
 
@@ -381,6 +383,7 @@ def tear_down_space(space: Space, *, actor: Actor, report: Report) -> bool:
     configs = list(SandboxConfig.objects.filter(space=space).select_related("backend", "space"))
     accounts = _accounts(configs)
     report.log(f"Tearing down space {space.name}: {len(configs)} config(s) on {len(accounts)} backend account(s).")
+    _stop_pools(PoolMember.objects.filter(space=space), report)
     _delete_sessions(Session.objects.filter(space=space).select_related("config", "space"), actor=actor, report=report)
     for config, backend in accounts:
         _delete_labelled(backend, _labels(space), report)
@@ -392,10 +395,18 @@ def tear_down_space(space: Space, *, actor: Actor, report: Report) -> bool:
 def tear_down_config(config: SandboxConfig, *, actor: Actor, report: Report) -> bool:
     backend = get_backend(config)
     report.log(f"Tearing down config {config.name} of space {config.space.name}.")
+    _stop_pools(PoolMember.objects.filter(config=config), report)
     _delete_sessions(config.sessions.select_related("config", "space"), actor=actor, report=report)
     _delete_labelled(backend, _labels(config.space, config), report)
     _delete_images(config, backend, report, only_config=True)
     return not report.failed
+
+
+def _stop_pools(members: QuerySet[PoolMember], report: Report) -> None:
+    """Forget the warm pools' rows; their sandboxes and volumes carry the labels deleted next."""
+    count, _ = members.filter(session__isnull=True).delete()
+    if count:
+        report.log(f"Stopped the warm pool: {count} pooled sandbox(es) to delete.")
 
 
 def _fail(report: Report, what: str) -> None:

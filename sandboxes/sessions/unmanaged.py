@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
@@ -119,11 +119,13 @@ class _Owners:
     @classmethod
     def read(cls, spaces: set[str]) -> _Owners:
         return cls(
-            spaces={str(pk) for pk in Space.objects.filter(pk__in=_uuids(spaces)).values_list("pk", flat=True)},
+            spaces={str(pk) for pk in Space.objects.filter(pk__in=valid_uuids(spaces)).values_list("pk", flat=True)},
             configs={str(pk) for pk in SandboxConfig.objects.values_list("pk", flat=True)},
             sessions={
                 (str(space), key)
-                for space, key in Session.objects.filter(space_id__in=_uuids(spaces)).values_list("space_id", "key")
+                for space, key in Session.objects.filter(space_id__in=valid_uuids(spaces)).values_list(
+                    "space_id", "key"
+                )
             },
         )
 
@@ -143,7 +145,8 @@ class _Owners:
         return None
 
 
-def _uuids(values: set[str]) -> list[str]:
+def valid_uuids(values: Iterable[str]) -> list[str]:
+    """The values that are UUIDs (forged or foreign ids are none), as text."""
     import uuid
 
     found = []
@@ -290,7 +293,7 @@ def reap_unmanaged(*, grace: timedelta | None = None) -> ReapResult:
 def do_delete_unmanaged(backend_id: str, kind: str, ident: str, *, actor: Actor) -> Unmanaged:
     """Delete one unmanaged resource from the platform page, after judging it again: a form
     names it, the listing decides (never a live object's)."""
-    platform = PlatformBackend.objects.filter(pk__in=_uuids({backend_id})).first()  # a forged id is none
+    platform = PlatformBackend.objects.filter(pk__in=valid_uuids({backend_id})).first()  # a forged id is none
     if platform is None or kind not in ORDER:
         raise ServiceError("No such unmanaged resource.")
     try:

@@ -21,8 +21,10 @@ For every entry script (docs/skills.md, "Verification"):
 What is optional is not required: imports under a `try` that catches ImportError (or
 Exception), under `if TYPE_CHECKING`, programs under a `try` that catches OSError (or
 FileNotFoundError, Exception) and programs the script looks up itself (`shutil.which`,
-`command -v`, `which`, `type`, `hash`). Names a module cannot be read for statically
-(extension modules, a module-level `__getattr__`, `import *`, `globals()` writes) pass.
+`command -v`, `which`, `type`, `hash`), unless the script stops when the lookup fails
+(`command -v x || exit 1`, `if not shutil.which("x"): sys.exit(...)`): it needs them.
+Names a module cannot be read for statically (extension modules, a module-level
+`__getattr__`, `import *`, `globals()` writes) pass.
 """
 
 from __future__ import annotations
@@ -143,6 +145,7 @@ class Reader(ast.NodeVisitor):
         self.imports: list[tuple[str, list[str], int, int, bool]] = []  # module, names, level, line, optional
         self.programs: list[tuple[str, int, bool]] = []
         self.looked_up: set[str] = set()
+        self.asserted: set[str] = set()  # looked up only to stop when missing: required
         self.subprocess_names: set[str] = set()
         self.import_guard = 0
         self.program_guard = 0
@@ -173,6 +176,9 @@ class Reader(ast.NodeVisitor):
             for statement in node.orelse:
                 self.visit(statement)
             return
+        missing = missing_lookup(node.test)
+        if missing and any(stops(statement) for statement in node.body):
+            self.asserted.add(missing)
         self.generic_visit(node)
 
     def visit_Import(self, node: ast.Import) -> None:
@@ -217,6 +223,53 @@ class Reader(ast.NodeVisitor):
             word = first_command_word(arg.value) if shell else arg.value.split()[0] if arg.value.split() else ""
         if word and plain_program(word):
             self.programs.append((word, line, self.program_guard > 0))
+
+
+def missing_lookup(test: ast.expr) -> str:
+    """The program of `not shutil.which("x")` or `shutil.which("x") is None`, else ""."""
+    call: ast.expr | None = None
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        call = test.operand
+    elif (
+        isinstance(test, ast.Compare)
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], (ast.Is, ast.Eq))
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value is None
+    ):
+        call = test.left
+    if not isinstance(call, ast.Call) or dotted(call.func) not in ("shutil.which", "which") or not call.args:
+        return ""
+    first = call.args[0]
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else ""
+
+
+def stops(statement: ast.stmt) -> bool:
+    """The statement raises or exits the script."""
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Raise):
+            return True
+        if isinstance(node, ast.Call) and dotted(node.func) in ("sys.exit", "exit", "quit", "os._exit"):
+            return True
+    return False
+
+
+# A shell lookup whose failure ends the script: `command -v x || exit 1`, `|| { ...; exit; }`,
+# `if ! which x; then ... exit ... fi` (without an else). The program is then required.
+SHELL_LOOKUP = r"(?:command\s+-v|which|type(?:\s+-[pP])?|hash)\s+([\w.+-]+)"
+
+
+def shell_asserted(data: str) -> set[str]:
+    asserted = set()
+    for line in data.splitlines():
+        for found in re.finditer(SHELL_LOOKUP, line):
+            if re.search(r"\|\|.*\b(?:exit|return)\b", line[found.end() :]):
+                asserted.add(found.group(1))
+    for found in re.finditer(r"\bif\s+!\s+" + SHELL_LOOKUP, data):
+        block = re.split(r"\bfi\b", data[found.end() :], maxsplit=1)[0]
+        if re.search(r"\bexit\b", block) and not re.search(r"\b(?:else|elif)\b", block):
+            asserted.add(found.group(1))
+    return asserted
 
 
 def first_command_word(line: str) -> str:
@@ -411,7 +464,7 @@ class Checker:
                         folder = os.path.dirname(origin)
                         inner = None if folder in search else folder
                         queue.append((origin, f"{chain} -> {self.rel(origin)}", inner))
-            self.check_programs(chain, reader.programs, reader.looked_up)
+            self.check_programs(chain, reader.programs, reader.looked_up - reader.asserted)
 
     def python_import(
         self,
@@ -497,7 +550,7 @@ class Checker:
         if checked.returncode:
             self.problems.append(f"{entry}: shell syntax error: {checked.stderr.strip()[:300]}")
             return
-        looked_up = set(re.findall(r"(?:command\s+-v|which|type(?:\s+-[pP])?|hash)\s+([\w.+-]+)", data))
+        looked_up = set(re.findall(SHELL_LOOKUP, data)) - shell_asserted(data)
         functions = set(re.findall(r"^\s*(?:function\s+)?([A-Za-z_][\w.-]*)\s*(?:\(\s*\)|\{)", data, re.M))
         calls = [(word, line, False) for word, line in shell_programs(data) if word not in functions]
         self.check_programs(entry, calls, looked_up)

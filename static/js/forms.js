@@ -45,7 +45,9 @@
     };
   });
 
-  document.addEventListener("htmx:afterSettle", function () {
+  // At once after the swap (before settling, so the field never shows the old value to type
+  // over); settling is the fallback for a swap whose event went to an element it removed.
+  function restore() {
     if (saved === null) { return; }
     var keep = saved;
     saved = null;
@@ -74,5 +76,7 @@
         }
       }
     }
-  });
+  }
+  document.addEventListener("htmx:afterSwap", restore);
+  document.addEventListener("htmx:afterSettle", restore);
 })();

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
+from cryptography.fernet import Fernet
 
 from console import environment, periodic, tuning
 from console.environment import RETIRED, VARIABLES, email_settings, unknown_variables
@@ -173,6 +174,45 @@ def test_a_start_reports_unread_variables_in_one_log_line_and_a_check_warning(ru
     assert "not read" not in clean.stderr
 
 
+def test_folded_variables_are_reported_with_their_replacement_and_the_new_forms_apply(run_manage: Manage) -> None:
+    old = {
+        "LOG_FORMAT": "logs.format",
+        "LOG_LEVEL": "logs.level",
+        "SERVE_STATIC": "serving.static",
+        "OIDC_PROVIDER_NAME": "sso.provider_name",
+        "OIDC_CREATE_USERS": "sso.create_users",
+        "DEFAULT_FROM_EMAIL": "EMAIL_URL=smtp://host?from=address",
+    }
+    result = run_manage("check", **dict.fromkeys(old, "x"))
+    assert result.returncode == 0, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "environment variables not read" in line]
+    for name, replacement in old.items():
+        assert f"{name} (no longer read; " in line, name
+        assert replacement in line.split(f"{name} (", 1)[1].split(")", 1)[0], name
+    new, old_1, old_2 = (Fernet.generate_key().decode() for _ in range(3))
+    shown = run_manage(
+        "shell",
+        "-c",
+        "from django.conf import settings as s; print(s.LOG_FORMAT, s.LOG_LEVEL, s.SERVE_STATIC, s.OIDC_PROVIDER_NAME,"
+        " s.OIDC_CREATE_USER, s.DEFAULT_FROM_EMAIL, s.FIELD_ENCRYPTION_KEY, s.FIELD_ENCRYPTION_OLD_KEYS)",
+        CONSOLE_TUNING="logs.format=text,logs.level=warning,serving.static=false,sso.provider_name=Corp,sso.create_users=true",
+        EMAIL_URL="smtp://mail.example.test?from=console%40example.test",
+        FIELD_ENCRYPTION_KEY=f"{new}, {old_1},{old_2}",
+    )
+    assert shown.returncode == 0, shown.stderr
+    printed = shown.stdout.splitlines()[-1].split()
+    assert printed[:6] == ["text", "WARNING", "False", "Corp", "True", "console@example.test"]
+    assert printed[-2:] == [f"['{old_1}',", f"'{old_2}']"]  # the test settings keep their own first key
+
+
+def test_a_left_over_old_keys_variable_stops_the_start_naming_where_the_keys_go(run_manage: Manage) -> None:
+    """Warned and ignored, the old keys would leave every secret encrypted with them unreadable."""
+    result = run_manage("check", FIELD_ENCRYPTION_OLD_KEYS=Fernet.generate_key().decode())
+    assert result.returncode != 0
+    assert "error: FIELD_ENCRYPTION_OLD_KEYS is no longer read; list the old keys after the new one" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -181,6 +221,7 @@ def test_a_start_reports_unread_variables_in_one_log_line_and_a_check_warning(ru
         ("terminal.idle_timeout_s=a-while", "error: tuning terminal.idle_timeout_s: 'a-while' is not a valid int"),
         ("terminal.keep_shells=maybe", "error: tuning terminal.keep_shells: 'maybe' is not a valid bool"),
         ("readyz.backends=sometimes", "backends is 'sometimes', not 'required' or 'reported'"),
+        ("logs.format=xml", "error: tuning logs: format is 'xml', not 'json' or 'text'"),
         # Read by the settings themselves: the same one line, no traceback.
         ("security.hsts_seconds=-1", "error: tuning security.hsts_seconds: '-1' is not a finite number"),
         ("login.failure_limit=many", "error: tuning login.failure_limit: 'many' is not a valid int"),

@@ -35,7 +35,7 @@ def run_with_dev_settings(var_dir: Path) -> subprocess.CompletedProcess[str]:
         "DATABASE_URL": f"sqlite:///{var_dir / 'console.sqlite3'}",
         "SECRET_KEY": "housekeeping-log-test-" + "x" * 40,
         "FIELD_ENCRYPTION_KEY": Fernet.generate_key().decode(),
-        "LOG_FORMAT": "text",
+        "CONSOLE_TUNING": "logs.format=text",
     }
     env.pop("REDIS_URL", None)
     return subprocess.run(

@@ -24,6 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import jwt
 import pytest
 import requests
 from django.conf import settings as django_settings
@@ -228,9 +229,23 @@ def documents() -> Iterator[Documents]:
     served = Documents(url="", by_name={}, asked=[])
 
     class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.do_GET()
+
         def do_GET(self) -> None:
             served.asked.append(self.path)
             name = self.path.split("/")[1]
+            document = served.by_name.get(name)
+            if isinstance(document, dict) and self.path.endswith(("/token_endpoint", "/userinfo_endpoint")):
+                # A provider's answer that drips as slowly as its document (or at once).
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                for byte in json.dumps({"access_token": "a", "id_token": "i", "padding": "x" * 400}).encode():
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(float(document.get("drip_seconds", 0)))
+                return
             if name not in served.by_name or not self.path.endswith("/.well-known/openid-configuration"):
                 self.send_error(404)
                 return
@@ -405,3 +420,92 @@ def test_a_trailing_slash_on_the_issuer_does_not_unlink_its_subjects(live_server
     browser = sign_in(live_server.url, "quinn", "quinn-idp-password")
     assert logged_in_as(browser, live_server.url) is None
     assert list(OidcIdentity.objects.values_list("subject", flat=True)) == ["someone-else"]
+
+
+@pytest.mark.parametrize("endpoint", ["token_endpoint", "userinfo_endpoint"])
+def test_the_token_and_userinfo_calls_have_a_deadline_for_the_whole_answer(
+    documents: Documents, settings: Any, endpoint: str
+) -> None:
+    """Each wait for a byte is bounded by requests' timeout, not the answer: a provider that
+    drips its token answer would hold the sign-in (and a worker) for as long as it likes."""
+    from console.oidc import ConsoleOIDCBackend
+
+    settings.OIDC_TIMEOUT = 1
+    settings.OIDC_OP_ISSUER = f"{documents.url}/slow-{endpoint}"
+    documents.by_name[f"slow-{endpoint}"] = a_document(settings.OIDC_OP_ISSUER, drip_seconds=0.1)
+    backend = ConsoleOIDCBackend()
+    backend.OIDC_OP_TOKEN_ENDPOINT = f"{settings.OIDC_OP_ISSUER}/token_endpoint"
+    backend.OIDC_OP_USER_ENDPOINT = f"{settings.OIDC_OP_ISSUER}/userinfo_endpoint"
+    call = {"token_endpoint": lambda: backend.get_token({"code": "c"}),
+            "userinfo_endpoint": lambda: backend.get_userinfo("a", "i", {})}[endpoint]  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(requests.Timeout, match="did not answer within 1 s"):
+        call()
+    # The drip alone takes over 40 s (~450 bytes at 0.1 s).
+    assert time.monotonic() - started < 3
+    # At the provider's own pace the same calls answer.
+    documents.by_name[f"slow-{endpoint}"] = a_document(settings.OIDC_OP_ISSUER)
+    assert backend.get_token({"code": "c"})["access_token"] == "a"
+    assert backend.get_userinfo("a", "i", {})["id_token"] == "i"
+
+
+def test_an_id_token_must_name_the_issuer_and_this_client(settings: Any) -> None:
+    from django.core.exceptions import SuspiciousOperation
+
+    from console.oidc import ConsoleOIDCBackend
+
+    settings.OIDC_OP_ISSUER = "http://idp.test/realm/"
+    settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET = CLIENT_ID, CLIENT_SECRET
+    backend = ConsoleOIDCBackend()
+    backend.OIDC_RP_SIGN_ALGO = "HS256"  # signed with the client secret: no keys to fetch
+
+    def token(**claims: Any) -> str:
+        base = {"iss": "http://idp.test/realm", "aud": CLIENT_ID, "sub": "s", "nonce": "n", "exp": time.time() + 60}
+        return jwt.encode({**base, **claims}, CLIENT_SECRET, algorithm="HS256")
+
+    assert backend.verify_token(token(), nonce="n")["sub"] == "s"
+    assert backend.verify_token(token(aud=[CLIENT_ID, "other"], azp=CLIENT_ID), nonce="n")["sub"] == "s"
+    for claims, said in (
+        ({"iss": "http://evil.test/realm"}, "issued by 'http://evil.test/realm'"),
+        ({"aud": "another-client"}, "not for this client"),
+        ({"aud": None}, "not for this client"),
+        ({"aud": [CLIENT_ID, "other"]}, "another party"),
+    ):
+        with pytest.raises(SuspiciousOperation, match=re.escape(said)):
+            backend.verify_token(token(**claims), nonce="n")
+
+
+@pytest.mark.parametrize(
+    ("missing", "said"),
+    [
+        ({"OIDC_RP_CLIENT_SECRET": ""}, "OIDC_RP_CLIENT_SECRET is not"),
+        ({"OIDC_OP_ISSUER": ""}, "OIDC_OP_ISSUER is not"),
+        ({"OIDC_RP_CLIENT_SECRET": "", "OIDC_OP_ISSUER": ""}, "OIDC_RP_CLIENT_SECRET and OIDC_OP_ISSUER are not"),
+    ],
+)
+def test_sso_on_without_its_secret_or_issuer_stops_the_start(missing: dict[str, str], said: str) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("OIDC_")},
+        "DJANGO_SETTINGS_MODULE": "console.settings.test",
+        "OIDC_RP_CLIENT_ID": CLIENT_ID,
+        "OIDC_RP_CLIENT_SECRET": CLIENT_SECRET,
+        "OIDC_OP_ISSUER": "http://idp.test/realm",
+        **missing,
+    }
+    started = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert started.returncode != 0
+    assert f"error: Single sign-on is on (OIDC_RP_CLIENT_ID is set) but {said}" in started.stderr, started.stderr
+    assert "Traceback" not in started.stderr
+    if len(missing) == 1:
+        return
+    complete = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=REPO,
+        env={**env, "OIDC_RP_CLIENT_SECRET": CLIENT_SECRET, "OIDC_OP_ISSUER": "http://idp.test/realm"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert complete.returncode == 0, complete.stderr

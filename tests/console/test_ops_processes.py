@@ -88,11 +88,11 @@ def scaled(tmp_path_factory: pytest.TempPathFactory, docker_base_image: str) -> 
                     "readyz.timeout_s": 2,
                     "sessions.reaper_interval_s": 3600,
                     "sessions.idle_sweep_interval_s": 3600,
+                    "logs.format": "json",
                 }
             ),
             "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
             "METRICS_TOKEN": TOKEN,
-            "LOG_FORMAT": "json",
         },
     )
     try:

@@ -30,12 +30,20 @@ def test_another_zone_and_an_iso_string_are_the_same_moment() -> None:
     assert when(moment) == when("2026-12-01T20:52:34.160953+00:00") == when("2026-12-01T20:52:34Z")
 
 
+def test_a_unix_time_is_a_moment_too() -> None:
+    moment = datetime(2026, 12, 1, 20, 52, 34, tzinfo=UTC)
+    assert when(moment.timestamp()) == when(moment)
+    assert when(0) == "0"
+    assert when(True) == "True"
+
+
 def test_nothing_is_empty_and_anything_else_comes_back() -> None:
     assert when(None) == ""
     assert when("") == ""
     assert when("not a time") == "not a time"
     assert when("2026-13-45T99:00:00") == "2026-13-45T99:00:00"
     assert Template('{{ value|when|default:"never" }}').render(Context({"value": None})) == "never"
+    assert Template("{{ value|when }}").render(Context({"value": "<b>x</b>"})) == "&lt;b&gt;x&lt;/b&gt;"
 
 
 def test_job_results_show_iso_strings_as_times() -> None:

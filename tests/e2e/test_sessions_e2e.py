@@ -169,7 +169,7 @@ def test_the_config_form_keeps_what_was_typed_while_it_refreshed(
     shown_for = "document.querySelector('#config-form input[name=fields_for]')"
     wait_until(page, f"{shown_for} !== null && {shown_for}.value === '{other.pk}'")
     page.unroute(re.compile(r".*/edit/$"))
-    assert page.input_value("#id_cpus") == "-1"
+    wait_until(page, "document.getElementById('id_cpus').value === '-1'", timeout=2000)
     assert page.input_value("#id_memory_mb") == "512"
     assert page.evaluate("document.activeElement && document.activeElement.name") == "memory_mb"
     # Saved as typed, -1 is a field error, not the stored value.

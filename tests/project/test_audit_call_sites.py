@@ -41,6 +41,8 @@ SERVICE_MODULES = {
     "sandboxes.sessions.workspace",  # files in and out of a session
     "sandboxes.sessions.runtime",  # see EXCEPTIONS
     "sandboxes.terminal.shells",  # a terminal's open and close
+    "sandboxes.pools.services",  # a config's pool size
+    "sandboxes.pools.claim",  # a session taking a pooled sandbox (as a create records it)
     "skills.services",  # skills and their versions
     "skills.images",  # rolling back and cleaning skill images
     "skills.sources.services",  # the allowed git hosts (git imports are audited by skills.services)

@@ -261,7 +261,7 @@ _BASE = {"sandboxes.backends", "sandboxes.models"}
 _CATALOG = _BASE | {"sandboxes.catalog"}
 _SESSIONS = _CATALOG | {"sandboxes.sessions"}
 _NETWORK = _SESSIONS | {"sandboxes.network"}
-_ROOMS = _NETWORK | {"sandboxes.inbound", "sandboxes.terminal"}
+_ROOMS = _NETWORK | {"sandboxes.inbound", "sandboxes.terminal", "sandboxes.pools"}
 ROOMS: dict[str, set[str]] = {
     "netpolicy": set(),
     "console": set(),
@@ -281,6 +281,9 @@ ROOMS: dict[str, set[str]] = {
     "sandboxes.inbound": _SESSIONS,
     # Tickets, access, shells and the terminal's pages.
     "sandboxes.terminal": _SESSIONS,
+    # Warm pools: keeping them filled, the claim (a warm source the runtime asks by
+    # registration), their numbers and pages.
+    "sandboxes.pools": _SESSIONS,
     # The agent API's own part, below the rooms' API routes: authentication, wire format and
     # error mapping (it names the services' exceptions, so it sits above the sessions), and
     # the token page beside its tokens.
@@ -292,7 +295,7 @@ ROOMS: dict[str, set[str]] = {
     # The API's wiring: the NinjaAPI mounting every room's routes (nothing imports it back).
     "sandboxes.api.urls": {"sandboxes.api", "sandboxes.sessions.api", "sandboxes.network.api", "sandboxes.inbound.api"},
     # Entry points: Celery tasks and management commands call the rooms that do the work.
-    "sandboxes.tasks": _NETWORK | {"sandboxes.terminal"},
+    "sandboxes.tasks": _NETWORK | {"sandboxes.terminal", "sandboxes.pools"},
     "sandboxes.management": _SESSIONS,
     # The app's URLconf joins every room's `urls.py` (and the token page's routes).
     "sandboxes.urls": _ROOMS | {"sandboxes.api"},

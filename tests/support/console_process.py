@@ -284,7 +284,6 @@ class Console:
             "CONSOLE_INSTALLATION_ID": self.installation_id,
             "SECRET_KEY": "fault-campaign-secret-key",
             "FIELD_ENCRYPTION_KEY": "i-jd3i8P6hAsBXbyr7FvRh-DyH0dvHOP5x0g-mmpuj8=",
-            "LOG_LEVEL": "INFO",
             "PYTHONUNBUFFERED": "1",
         }
         if self.redis_url:

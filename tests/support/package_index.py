@@ -9,38 +9,23 @@ from __future__ import annotations
 
 import hashlib
 import html
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import TracebackType
+
+from .file_server import PageServer
 
 
-class PackageIndex:
+class PackageIndex(PageServer):
     """`/simple/` (projects), `/simple/<project>/` (files with #sha256=), `/files/<wheel>`."""
 
+    name = "package-index"
+
     def __init__(self, host: str, wheels: list[Path]) -> None:
-        self.host = host
         self.files = {wheel.name: wheel.read_bytes() for wheel in wheels}
-        self.requests: list[tuple[str, str]] = []  # (client address, path)
-        self._server = ThreadingHTTPServer((host, 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, name="package-index", daemon=True)
+        super().__init__(host)
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self._server.server_port}/simple/"
-
-    @property
-    def paths(self) -> list[str]:
-        return [path for _, path in self.requests]
-
-    def __enter__(self) -> PackageIndex:
-        self._thread.start()
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        return super().url + "simple/"
 
     def projects(self) -> dict[str, list[str]]:
         """Normalised project name → its file names (a wheel's name is `<project>-<version>-...`)."""
@@ -67,25 +52,6 @@ class PackageIndex:
         if data is None:
             return 404, "text/plain", b"not found\n"
         return 200, "application/octet-stream", data
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        index = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # the http.server hook's name
-                path = self.path.split("?", 1)[0].split("#", 1)[0]
-                index.requests.append((self.client_address[0], path))
-                status, content_type, body = index.page(path)
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # the hook's signature
-                return  # the test reads `requests`, not stderr
-
-        return Handler
 
 
 def _html(links: list[str]) -> bytes:

@@ -1,6 +1,7 @@
-"""Builders for the install tests: a hand-made wheel, skills with dependencies, clean-up, and
-the `examples_source` and `apt_folder` fixtures (the examples' wheel folder, the local apt
-repository; registered in tests/skills/conftest.py,
+"""Builders for the install tests: a hand-made wheel, skills with dependencies, the Docker
+config and its clean-up; and their fixtures (registered in tests/skills/conftest.py):
+`installation` (one id per test module), `wheels` (tinydep in an `offline` source), `runtime`,
+`examples_source` and `apt_folder` (the examples' wheel folder, the local apt repository; also
 imported by the browser tests)."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import base64
 import contextlib
 import hashlib
 import stat
+import subprocess
+import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,10 +24,12 @@ from console.models import AdminJob, Space
 from console.services import SYSTEM, Actor
 from sandboxes.backends.base import META_INSTALLATION, META_PURPOSE, ListQuery
 from sandboxes.catalog.bridge import get_backend
-from sandboxes.models import SandboxConfig, Session
+from sandboxes.models import PlatformBackend, SandboxConfig, Session
+from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import RedisSessionStore
 from skills.install.start import do_start_install, do_start_uninstall
 from skills.models import SkillVersion
-from tests.conftest import IN_CI
+from tests.conftest import IN_CI, REDIS_URL
 from tests.factories import make_config
 from tests.support.jobs import run_to_end
 from tests.support.skills import EXECUTABLE, REGULAR, build_zip, import_bytes
@@ -59,6 +64,22 @@ def write_wheel_tree(folder: Path, name: str, version: str, files: dict[str, byt
         for path, data in entries.items():
             archive.writestr(path, data)
     return target
+
+
+def pypi_wheels(folder: Path, distributions: list[str]) -> str:
+    """Wheels of `distributions` and their dependencies, downloaded from PyPI on the host
+    (`pip download --only-binary=:all:`) into `folder` once (a stamp names them). Returns ""
+    or why the download failed."""
+    stamp = folder / ".complete"
+    if stamp.is_file() and stamp.read_text().split() == distributions:
+        return ""
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:", "--dest", str(folder)]
+    result = subprocess.run([*argv, *distributions], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        return f"cannot download {' '.join(distributions)} into {folder}: {result.stderr[-500:]}"
+    stamp.write_text(" ".join(distributions) + "\n")
+    return ""
 
 
 def skill_zip(
@@ -151,13 +172,25 @@ def clean_up(config: SandboxConfig, installation: str) -> None:
             break
 
 
+def make_skills_config(space: Space, template: str, **extra: Any) -> SandboxConfig:
+    """The install tests' Docker config: the space's default, no persistent workspace."""
+    made: SandboxConfig = make_config(
+        space,
+        **{
+            "name": "skills",
+            "default_template": template,
+            "is_default": True,
+            "persistent_workspace": False,
+            **extra,
+        },
+    )
+    return made
+
+
 @contextlib.contextmanager
 def skills_config(space: Space, template: str, installation: str, **extra: Any) -> Iterator[SandboxConfig]:
-    """The install tests' Docker config (the space's default, no persistent workspace), with
-    this run's sandboxes and snapshots cleaned up afterwards."""
-    made: SandboxConfig = make_config(
-        space, name="skills", default_template=template, is_default=True, persistent_workspace=False, **extra
-    )
+    """`make_skills_config`, with this run's sandboxes and snapshots cleaned up afterwards."""
+    made = make_skills_config(space, template, **extra)
     try:
         yield made
     finally:
@@ -166,6 +199,16 @@ def skills_config(space: Space, template: str, installation: str, **extra: Any) 
 
 def job_error(job: AdminJob) -> str:
     return f"{job.status}: {job.error}\n" + "\n".join(str(line.get("message")) for line in job.log)
+
+
+def log_lines(job: AdminJob) -> list[str]:
+    return [str(line.get("message")) for line in job.log]
+
+
+def set_sources(config: SandboxConfig, **fields: str) -> None:
+    """Set package sources, which are the config's platform backend's."""
+    PlatformBackend.objects.filter(pk=config.backend_id).update(**fields)
+    config.refresh_from_db()
 
 
 def settings_sources(settings: Any, root: Path) -> None:
@@ -187,6 +230,29 @@ def prepared_source(settings: Any, name: str, sample: str, how: str) -> Path:
 
 
 @pytest.fixture
+def installation(settings: Any, test_run_id: str, request: pytest.FixtureRequest) -> str:
+    """This run's installation id for the test's module (`test-<run>-<module>`): everything the
+    test creates carries it, and `clean_up` deletes by it."""
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_")
+    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-{module}"
+    return str(settings.CONSOLE_INSTALLATION_ID)
+
+
+@pytest.fixture
+def wheels(settings: Any, tmp_path: Path) -> Path:
+    """The package source folder `offline` holding tinydep 1.0, under the sources' root."""
+    root = tmp_path / "package-sources"
+    write_wheel(root / "offline")
+    settings_sources(settings, root)
+    return root / "offline"
+
+
+@pytest.fixture
+def runtime() -> Runtime:
+    return Runtime(RedisSessionStore(REDIS_URL))
+
+
+@pytest.fixture
 def examples_source(settings: Any) -> Path:
     """The examples' wheel folder that scripts/setup.sh downloads."""
     return prepared_source(settings, "examples", "tabulate-*.whl", "scripts/setup.sh")
@@ -194,7 +260,7 @@ def examples_source(settings: Any) -> Path:
 
 @pytest.fixture
 def apt_folder(settings: Any) -> Path:
-    """The local apt repository `debian` (poppler-utils, qpdf, nodejs, npm and what the base
+    """The local apt repository `debian` (poppler-utils, qpdf, nodejs, npm, tesseract-ocr and what the base
     image lacks of their dependencies, with its Packages index) that scripts/apt_repo.py
     prepares."""
     folder = prepared_source(settings, "debian", "qpdf_*.deb", ".ci/docker-up (scripts/apt_repo.py)")

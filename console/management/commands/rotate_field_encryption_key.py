@@ -1,7 +1,7 @@
 """Re-encrypt every stored secret with FIELD_ENCRYPTION_KEY (key rotation, docs/operations.md).
 
-Rotation: generate a new key, set it as FIELD_ENCRYPTION_KEY and move the old one into
-FIELD_ENCRYPTION_OLD_KEYS, restart, run this command, then drop the old key. Exits non-zero
+Rotation: generate a new key, set FIELD_ENCRYPTION_KEY to the new key then the old one
+(comma-separated), restart, run this command, then drop the old key. Exits non-zero
 when a stored secret could be read with none of the keys (it is left unchanged).
 """
 
@@ -15,7 +15,7 @@ from console.services import SYSTEM, do_rotate_field_encryption
 
 
 class Command(BaseCommand):
-    help = "Re-encrypt stored secrets with FIELD_ENCRYPTION_KEY (reading FIELD_ENCRYPTION_OLD_KEYS too)."
+    help = "Re-encrypt stored secrets with FIELD_ENCRYPTION_KEY's first key (reading its old keys too)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
@@ -32,6 +32,6 @@ class Command(BaseCommand):
         if report.unreadable:
             raise CommandError(
                 f"{len(report.unreadable)} stored secret(s) could not be read with any configured key and were "
-                "left unchanged: " + ", ".join(report.unreadable) + ". Add the key they were encrypted with to "
-                "FIELD_ENCRYPTION_OLD_KEYS, or enter those secrets again."
+                "left unchanged: " + ", ".join(report.unreadable) + ". Add the key they were encrypted with after "
+                "the first one in FIELD_ENCRYPTION_KEY, or enter those secrets again."
             )

@@ -16,7 +16,7 @@ from ..e2b.settings import (
     check,
     protocol_pin,
 )
-from ..settings import Scope, Setting, SettingsSchema, SettingType
+from ..settings import Setting, SettingsSchema, disk_settings
 from .common import host_root_problem
 from .releases import RELEASES
 
@@ -40,6 +40,8 @@ def _host_root_problem(path: str) -> str | None:
     return f"The workspace host root must be {problem}." if problem else None
 
 
+MAX_DISK, DISK = disk_settings("Cube sizes each template's writable layer.")
+
 SCHEMA = SettingsSchema(
     label="Cube",
     options=CubeOptions,
@@ -58,27 +60,9 @@ SCHEMA = SettingsSchema(
             "/workspace. Changing it leaves existing workspaces under the old root.",
             validate=_host_root_problem,
         ),
-        Setting(
-            "max_disk_mb",
-            "Most disk per sandbox",
-            SettingType.INT,
-            unit="MiB",
-            minimum=64,
-            maximum=4_194_304,
-            help="The most disk a config on this backend may give a sandbox, in MiB (10240 = 10 GiB). "
-            "Empty keeps the stored limit.",
-        ),
+        MAX_DISK,
         OWN_API_KEY,
         protocol_pin(PROTOCOL_LABELS),
-        Setting(
-            "disk_mb",
-            "Disk",
-            SettingType.INT,
-            scope=Scope.CONFIG,
-            unit="MiB",
-            minimum=64,
-            maximum=4_194_304,
-            help="What a sandbox may write, in MiB (1024 = 1 GiB); Cube sizes each template's writable layer.",
-        ),
+        DISK,
     ),
 )

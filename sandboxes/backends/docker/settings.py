@@ -4,11 +4,14 @@ reads (`DockerOptions`); no Django, no Docker SDK (the console reads it to build
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from ..settings import Given, Options, Scope, Setting, SettingsSchema, SettingType, secret_field
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+
+from ..settings import Given, Options, Scope, Setting, SettingsSchema, SettingType, disk_settings, secret_field
 from ..unix_socket import SCHEME as UNIX_SCHEME
 from ..unix_socket import unix_socket_problem
 
@@ -64,24 +67,35 @@ def dialled(endpoint: str) -> str | None:
     return f"tcp://{host}:{parts.port or 22}"
 
 
-def _pem(marker: str) -> Callable[[str], str | None]:
-    def problem(value: str) -> str | None:
-        return None if f"-----BEGIN {marker}" in value else f"Paste the PEM text (-----BEGIN {marker}…)."
-
-    return problem
+def _certificates_problem(value: str) -> str | None:
+    """One or more certificates (a CA bundle, or a client certificate), each one parsed."""
+    if "-----BEGIN CERTIFICATE" not in value:
+        return "Paste the PEM text (-----BEGIN CERTIFICATE…)."
+    try:
+        x509.load_pem_x509_certificates(value.encode())
+    except ValueError:
+        return "This PEM text is not a certificate that parses: paste it whole, as the file holds it."
+    return None
 
 
 _PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )?PRIVATE KEY-----")
+_ENCRYPTED = "The key is encrypted: Docker's client takes no passphrase; paste it unencrypted."
 
 
 def _key_problem(value: str) -> str | None:
-    """A client key: a private key's PEM block (RSA, EC or PKCS#8), never a certificate, and
-    unencrypted (docker-py's TLSConfig gives the key no passphrase)."""
+    """A client key: a private key's PEM block (RSA, EC or PKCS#8) that parses, never a
+    certificate, and unencrypted (docker-py's TLSConfig gives the key no passphrase)."""
     if "-----BEGIN ENCRYPTED PRIVATE KEY" in value or "Proc-Type: 4,ENCRYPTED" in value:
-        return "The key is encrypted: Docker's client takes no passphrase; paste it unencrypted."
-    if _PRIVATE_KEY.search(value):
-        return None
-    return "Paste the client key's PEM text (-----BEGIN PRIVATE KEY…); a certificate is no key."
+        return _ENCRYPTED
+    if not _PRIVATE_KEY.search(value):
+        return "Paste the client key's PEM text (-----BEGIN PRIVATE KEY…); a certificate is no key."
+    try:
+        serialization.load_pem_private_key(value.encode(), password=None)
+    except TypeError:  # it asks for a password
+        return _ENCRYPTED
+    except (ValueError, UnsupportedAlgorithm):
+        return "This PEM text is not a private key that parses: paste it whole, as the file holds it."
+    return None
 
 
 def _check(given: Given, schema: SettingsSchema) -> dict[str, str]:
@@ -101,6 +115,8 @@ def _check(given: Given, schema: SettingsSchema) -> dict[str, str]:
     return problems
 
 
+MAX_DISK, DISK = disk_settings("the config page says where it holds.")
+
 SCHEMA = SettingsSchema(
     label="Docker",
     options=DockerOptions,
@@ -119,7 +135,7 @@ SCHEMA = SettingsSchema(
             "TLS CA certificate (PEM)",
             SettingType.PEM,
             secret=True,
-            validate=_pem("CERTIFICATE"),
+            validate=_certificates_problem,
             help="A tcp:// endpoint with TLS: the CA the engine's certificate is checked against. "
             "Stored encrypted; leave *** (or empty) to keep it.",
         ),
@@ -128,7 +144,7 @@ SCHEMA = SettingsSchema(
             "TLS client certificate (PEM)",
             SettingType.PEM,
             secret=True,
-            validate=_pem("CERTIFICATE"),
+            validate=_certificates_problem,
             help="A tcp:// endpoint with TLS: the console's client certificate. "
             "Stored encrypted; leave *** (or empty) to keep it.",
         ),
@@ -155,16 +171,7 @@ SCHEMA = SettingsSchema(
             maximum=100_000,
             help="The most processes a config on this backend may allow a sandbox.",
         ),
-        Setting(
-            "max_disk_mb",
-            "Most disk per sandbox",
-            SettingType.INT,
-            unit="MiB",
-            minimum=64,
-            maximum=4_194_304,
-            help="The most disk a config on this backend may give a sandbox, in MiB (10240 = 10 GiB). "
-            "Empty keeps the stored limit.",
-        ),
+        MAX_DISK,
         Setting(
             "pids_limit",
             "Process limit",
@@ -174,15 +181,6 @@ SCHEMA = SettingsSchema(
             maximum=100_000,
             help="Most processes per sandbox.",
         ),
-        Setting(
-            "disk_mb",
-            "Disk",
-            SettingType.INT,
-            scope=Scope.CONFIG,
-            unit="MiB",
-            minimum=64,
-            maximum=4_194_304,
-            help="What a sandbox may write, in MiB (1024 = 1 GiB); the config page says where it holds.",
-        ),
+        DISK,
     ),
 )

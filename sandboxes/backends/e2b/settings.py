@@ -100,7 +100,16 @@ SANDBOX_URL = Setting(
     "(a Cube proxy, or a test server). Empty: https://49983-<sandbox>.<domain>.",
     validate=_url_problem,
 )
-API_KEY = Setting("api_key", "API key", secret=True, help="Stored encrypted; leave *** to keep the stored key.")
+# Providers' keys are tens of characters; a longer paste is a mistake (or an attempt to fill the
+# database), refused in words rather than stored.
+API_KEY_MAX_LENGTH = 512
+API_KEY = Setting(
+    "api_key",
+    "API key",
+    secret=True,
+    max_length=API_KEY_MAX_LENGTH,
+    help="Stored encrypted; leave *** to keep the stored key.",
+)
 ALLOW_SPACE_API_KEY = Setting(
     "allow_space_api_key",
     "Spaces may bring their own API key",
@@ -113,6 +122,7 @@ OWN_API_KEY = Setting(
     "Own API key",
     scope=Scope.CONFIG,
     secret=True,
+    max_length=API_KEY_MAX_LENGTH,
     help="The platform lets spaces bring their own key to this backend (public endpoints only). "
     "Stored encrypted; leave *** to keep the stored key, empty to use the platform's.",
 )

@@ -4,13 +4,22 @@ Each kind's own schema is tested in its room (docker/, e2b/, cube/test_settings.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from sandboxes.backends import BACKEND_CLASSES, all_settings, describe
 from sandboxes.backends.base import ErrorKind, RemoteError
-from sandboxes.backends.settings import Given, Options, Scope, Setting, SettingsSchema, SettingType, secret_field
+from sandboxes.backends.settings import (
+    Given,
+    Options,
+    Scope,
+    Setting,
+    SettingsSchema,
+    SettingType,
+    disk_settings,
+    secret_field,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,3 +115,16 @@ def test_a_name_any_kinds_share_means_one_type_and_one_secrecy() -> None:
     for scope in Scope:
         for name, declared in all_settings(scope).items():
             assert len({(s.type, s.secret) for _, s in declared}) == 1, (scope, name, declared)
+
+
+def test_the_kinds_that_bound_disk_take_one_pair_of_settings_and_differ_only_in_how_it_holds() -> None:
+    most, disk = disk_settings("")
+    bounding = {kind for kind in BACKEND_CLASSES if "disk_mb" in describe(kind).names(Scope.CONFIG)}
+    assert bounding >= {"docker", "cube"}
+    for kind in bounding:
+        settings = {(s.scope, s.name): s for s in describe(kind).settings}
+        assert settings[(Scope.BACKEND, "max_disk_mb")] == most, kind
+        theirs = settings[(Scope.CONFIG, "disk_mb")]
+        assert replace(theirs, help=disk.help) == disk, kind
+        assert theirs.help.startswith(disk.help), kind
+        assert theirs.help != disk.help, kind  # each says how it holds

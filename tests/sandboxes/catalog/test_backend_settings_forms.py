@@ -22,12 +22,11 @@ from sandboxes.catalog.bridge import backend_config_for, get_backend
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import make_backend, make_config
 from tests.personas import World
+from tests.support.pem import CERT, CERT_BODY, KEY, KEY_BODY, self_signed
 
 pytestmark = pytest.mark.django_db
 
 CREATE = "sandboxes:backend_create"
-CERT = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----"
-KEY = "-----BEGIN PRIVATE KEY-----\nMIIEfake\n-----END PRIVATE KEY-----"
 
 
 def _field(html: str, name: str) -> str:
@@ -110,6 +109,26 @@ def test_the_config_form_has_one_field_per_declared_config_setting(world: World,
             "workspace_host_root",
             "The workspace host root must be",
         ),
+        (
+            {
+                "name": "e",
+                "kind": "e2b",
+                "fields_for": "e2b",
+                "endpoint": "http://127.0.0.1:9",
+                "domain": "e.example.test",
+                "api_key": "k" * 513,
+                "allow_private_endpoints": "on",
+                "max_cpus": "1",
+                "max_memory_mb": "512",
+            },
+            "api_key",
+            "The API key is at most 512 characters; this one has 513.",
+        ),
+        (
+            _docker_post(tls_cert=CERT, tls_key="-----BEGIN PRIVATE KEY-----\nMIIEfake\n-----END PRIVATE KEY-----"),
+            "tls_key",
+            "not a private key that parses",
+        ),
     ],
 )
 def test_bad_settings_are_the_adapters_own_field_errors_and_nothing_is_saved(
@@ -120,7 +139,7 @@ def test_bad_settings_are_the_adapters_own_field_errors_and_nothing_is_saved(
     errors = response.context["form"].errors
     assert any(message in error for error in errors.get(field, [])), errors
     assert not PlatformBackend.objects.exists()
-    assert "MIIEfake" not in response.content.decode()
+    assert KEY_BODY not in response.content.decode()
 
 
 def test_a_setting_is_saved_in_the_spelling_its_kind_gives_it(world: World) -> None:
@@ -149,8 +168,8 @@ def test_stored_tls_material_shows_as_stars_and_stars_or_nothing_keep_it(world: 
     root = world.client_for("root")
     url = reverse("sandboxes:backend_edit", args=[backend.id])
     html = root.get(url).content.decode()
-    assert "MIIEfake" not in html
-    assert "MIIBfake" not in html
+    assert KEY_BODY not in html
+    assert CERT_BODY not in html
     for name in ("tls_ca", "tls_cert", "tls_key"):
         assert re.search(rf'<textarea[^>]*name="{name}"[^>]*>\s*\*\*\*</textarea>', html), name
     spaces = [str(world.space_a.id)]
@@ -161,7 +180,7 @@ def test_stored_tls_material_shows_as_stars_and_stars_or_nothing_keep_it(world: 
     assert decrypt(backend.tls_key_encrypted) == KEY + "\n"
     assert decrypt(backend.tls_cert_encrypted) == CERT + "\n"
     # A new pair replaces the stored one; the audit row names what changed, never the material.
-    new_key = KEY.replace("MIIEfake", "MIIEnew")
+    new_key = self_signed("other.test")[1]
     replaced = root.post(url, _docker_post(tls_cert=CERT, tls_key=new_key, spaces=spaces))
     assert replaced.status_code == 302
     backend.refresh_from_db()
@@ -169,7 +188,7 @@ def test_stored_tls_material_shows_as_stars_and_stars_or_nothing_keep_it(world: 
     audit = AuditEvent.objects.filter(action="platform_backend.update").order_by("-time").first()
     assert audit is not None
     assert "tls_key" in audit.details["changed"]
-    assert "MIIEnew" not in str(audit.details)
+    assert new_key.splitlines()[1] not in str(audit.details)
     # The switch that clears them.
     cleared = root.post(url, _docker_post(clear_tls="on", spaces=spaces))
     assert cleared.status_code == 302

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from sandboxes.catalog.tuning import CATALOG
 from sandboxes.models import PlatformBackend, SandboxConfig
 from tests.factories import config_form, make_backend, make_config
 from tests.personas import World
+from tests.support.pem import CERT
 
 pytestmark = pytest.mark.django_db
 
@@ -364,12 +366,33 @@ def test_an_older_copy_of_a_config_takes_the_edited_adapter_and_evicts_nothing(w
     assert get_backend(held) is edited
     assert get_backend(config) is edited
     # An edit of its platform backend likewise.
-    config.backend.tls_ca_encrypted = encrypt("-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n")
+    config.backend.tls_ca_encrypted = encrypt(CERT + "\n")
     config.backend.save()
     again = get_backend(SandboxConfig.objects.select_related("backend").get(pk=config.pk))
     assert DockerOptions.parse(again.config.options).tls_ca.startswith("-----BEGIN CERTIFICATE-----")
     assert get_backend(held) is again
     assert get_backend(config) is again
+
+
+def test_an_edit_saved_by_a_clock_behind_still_replaces_the_adapter(world: World) -> None:
+    # Two hosts' clocks disagree: the edit's `updated` is earlier than the kept adapter's row.
+    config = make_config(world.space_a, name="skewed", idle_mode="pause")
+    first = get_backend(config)
+    assert first.config.idle_mode == "pause"
+    behind = config.updated - timedelta(minutes=5)
+    SandboxConfig.objects.filter(pk=config.pk).update(idle_mode="stop", updated=behind)
+    edited = SandboxConfig.objects.select_related("backend").get(pk=config.pk)
+
+    current = get_backend(edited)
+
+    assert current is not first
+    assert current.config.idle_mode == "stop"
+    assert get_backend(config) is current  # the copy from before the edit, too
+    # A second edit, further behind, likewise.
+    SandboxConfig.objects.filter(pk=config.pk).update(idle_mode="pause", updated=behind - timedelta(minutes=5))
+    again = get_backend(SandboxConfig.objects.select_related("backend").get(pk=config.pk))
+    assert again is not current
+    assert again.config.idle_mode == "pause"
 
 
 def test_a_config_moved_to_a_backend_of_another_kind_forgets_the_old_kinds_protocol(world: World) -> None:

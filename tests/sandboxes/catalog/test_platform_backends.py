@@ -27,6 +27,7 @@ from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
 from sandboxes.sessions.provisioning import effective_template
 from tests.factories import config_form, make_backend, make_config
 from tests.personas import World
+from tests.support.pem import CERT, KEY
 from tests.support.tls_engine import TlsEngine
 
 pytestmark = pytest.mark.django_db
@@ -42,6 +43,7 @@ FORGED_INFRASTRUCTURE = {
     "pip_index_url": "http://127.0.0.1:1/simple/",
     "pip_find_links": "wheels",
     "npm_registry_url": "http://127.0.0.1:1/",
+    "npm_folder": "npm",
     "apt_url": "http://127.0.0.1:1/debian",
     "apt_folder": "debian",
     "tls_cert": "-----BEGIN CERTIFICATE-----",
@@ -53,7 +55,7 @@ FORGED_INFRASTRUCTURE = {
 def infrastructure(backend: PlatformBackend) -> dict[str, Any]:
     return {field: getattr(backend, field) for field in ("kind", "endpoint", "domain", "sandbox_url",
             "allow_private_endpoints", "workspace_host_root", "pip_index_url", "pip_find_links",
-            "npm_registry_url", "apt_url", "apt_folder", "tls_cert_encrypted", "allow_space_api_key",
+            "npm_registry_url", "npm_folder", "apt_url", "apt_folder", "tls_cert_encrypted", "allow_space_api_key",
             "max_cpus")}  # fmt: skip
 
 
@@ -318,7 +320,7 @@ def test_the_backends_section_is_for_platform_admins_only(world: World, granted:
             "PEM",
         ),
         (
-            {"tls_cert": "-----BEGIN CERTIFICATE-----\nx", "tls_key": "-----BEGIN PRIVATE KEY-----\nx"},
+            {"tls_cert": CERT, "tls_key": KEY},
             "tls_cert",
             "for Docker tcp://",
         ),

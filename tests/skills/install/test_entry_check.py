@@ -89,3 +89,33 @@ def test_a_script_too_deep_for_the_parser_is_named_not_a_crash(tmp_path: Path) -
     assert all("too deeply nested for the parser (Python cannot compile it)" in p for p in problems)
     # Python compiles and runs this one: not a problem, but what it imports is not checked.
     assert "scripts/visit.py: too deeply nested to read its imports and programs; not checked" in report["warnings"]
+
+
+def test_a_lookup_that_exits_when_the_program_is_missing_requires_it(tmp_path: Path) -> None:
+    # Scripts that stop at once without a program (exit 127 before --help) need it on PATH;
+    # a lookup that only chooses another way stays optional.
+    shell = (
+        "#!/usr/bin/env bash\nset -euo pipefail\n"
+        'command -v qpdf_not_here >/dev/null 2>&1 || { echo "qpdf not found" >&2; exit 127; }\n'
+        "which pdfinfo_not_here >/dev/null || exit 1\n"
+        "if ! hash tesseract_not_here 2>/dev/null; then\n  echo missing >&2\n  exit 2\nfi\n"
+        "if command -v pandoc_not_here >/dev/null; then pandoc_not_here -o out.html in.md; else cat in.md; fi\n"
+        'qpdf_not_here --linearize "$1" "$2"\npdfinfo_not_here "$1"\ntesseract_not_here "$1" out\n'
+    )
+    python = (
+        "import shutil, subprocess, sys\n"
+        "if not shutil.which('soffice_not_here'):\n    sys.exit('LibreOffice is required')\n"
+        "if shutil.which('ffmpeg_not_here') is None:\n    raise SystemExit('ffmpeg is required')\n"
+        "if shutil.which('magick_not_here'):\n    subprocess.run(['magick_not_here', 'a.png', 'b.jpg'])\n"
+        "subprocess.run(['soffice_not_here', '--headless'])\nsubprocess.run(['ffmpeg_not_here', '-i', 'a'])\n"
+    )
+    files = {"scripts/shrink.sh": shell, "scripts/convert.py": python}
+    report = _check(tmp_path / "skill", files, ["scripts/shrink.sh", "scripts/convert.py"])
+    problems = sorted(p for p in report["problems"] if "writable" not in p)
+    assert problems == [
+        "scripts/convert.py: calls ffmpeg_not_here (line 9), which is not on PATH",
+        "scripts/convert.py: calls soffice_not_here (line 8), which is not on PATH",
+        "scripts/shrink.sh: calls pdfinfo_not_here (line 11), which is not on PATH",
+        "scripts/shrink.sh: calls qpdf_not_here (line 10), which is not on PATH",
+        "scripts/shrink.sh: calls tesseract_not_here (line 12), which is not on PATH",
+    ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,30 +17,18 @@ from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from skills.services import do_import_examples
 from tests.conftest import REDIS_URL
-from tests.factories import make_config
 from tests.personas import World
-from tests.support.skill_install import clean_up, job_error, run_install
+from tests.support.skill_install import job_error, run_install, skills_config
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
 
 
 @pytest.fixture
-def config(
-    world: World, docker_base_image: str, examples_source: Path, settings: Any, test_run_id: str
-) -> Iterator[SandboxConfig]:
-    settings.CONSOLE_INSTALLATION_ID = installation = f"test-{test_run_id}-examples"
-    made: SandboxConfig = make_config(
-        world.space_a,
-        name="defaults",
-        default_template=docker_base_image,
-        is_default=True,
-        pip_find_links=examples_source.name,
-        persistent_workspace=False,
-    )
-    try:
+def config(world: World, docker_base_image: str, examples_source: Path, installation: str) -> Iterator[SandboxConfig]:
+    with skills_config(
+        world.space_a, docker_base_image, installation, name="defaults", pip_find_links=examples_source.name
+    ) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 def test_every_bundled_example_installs_and_runs_on_the_defaults(world: World, config: SandboxConfig) -> None:

@@ -13,25 +13,18 @@ import pytest
 from console.models import JobStatus
 from sandboxes.models import SandboxConfig
 from skills.images import current_image
-from tests.factories import make_config
 from tests.personas import World
 from tests.support.skill_install import (
     build_sandboxes,
-    clean_up,
     import_skill,
     job_error,
     plain_skill,
     run_install,
     run_uninstall,
+    skills_config,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
-
-
-@pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-generations"
-    return str(settings.CONSOLE_INSTALLATION_ID)
 
 
 @pytest.fixture
@@ -39,13 +32,8 @@ def config(
     world: World, docker_base_image: str, installation: str, settings: Any, tmp_path: Path
 ) -> Iterator[SandboxConfig]:
     settings.SKILL_PACKAGE_SOURCES_ROOT = tmp_path
-    made: SandboxConfig = make_config(
-        world.space_a, name="skills", default_template=docker_base_image, is_default=True, persistent_workspace=False
-    )
-    try:
+    with skills_config(world.space_a, docker_base_image, installation) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 def test_uninstalling_the_last_skill_leaves_an_empty_skill_image(

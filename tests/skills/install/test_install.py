@@ -20,11 +20,9 @@ from sandboxes.backends.base import ExecRequest
 from sandboxes.models import PlatformBackend, SandboxConfig, Session, SessionImage
 from sandboxes.sessions.provisioning import effective_template
 from sandboxes.sessions.runtime import Runtime
-from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image, do_delete_old_snapshots, do_rollback_image
 from skills.install.packages import console_pip_wheel
 from skills.models import SkillImage, SkillImageStatus
-from tests.conftest import REDIS_URL
 from tests.personas import World
 from tests.support.skill_install import (
     build_sandboxes,
@@ -35,35 +33,15 @@ from tests.support.skill_install import (
     run_uninstall,
     skill_with_dependency,
     skills_config,
-    write_wheel,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
 
 
 @pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-skills"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-@pytest.fixture
-def wheels(settings: Any, tmp_path: Path) -> Path:
-    root = tmp_path / "package-sources"
-    write_wheel(root / "offline")
-    settings.SKILL_PACKAGE_SOURCES_ROOT = root
-    return root / "offline"
-
-
-@pytest.fixture
 def config(world: World, docker_base_image: str, installation: str, wheels: Path) -> Iterator[SandboxConfig]:
     with skills_config(world.space_a, docker_base_image, installation, pip_find_links=wheels.name) as made:
         yield made
-
-
-@pytest.fixture
-def runtime() -> Runtime:
-    return Runtime(RedisSessionStore(REDIS_URL))
 
 
 def sh(runtime: Runtime, session: Session, shell: str, user: str = "user") -> tuple[int, str]:

@@ -24,7 +24,6 @@ from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image
 from tests.conftest import REDIS_URL
-from tests.factories import make_config
 from tests.personas import World
 from tests.support.file_server import FileServer
 from tests.support.netns import Namespace, namespace
@@ -33,8 +32,10 @@ from tests.support.skill_install import (
     clean_up,
     import_skill,
     job_error,
+    make_skills_config,
     plain_skill,
     run_install,
+    skills_config,
 )
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
@@ -43,30 +44,9 @@ PDF_TOOLS = 'metadata:\n  debian-packages: "poppler-utils qpdf"\n'
 
 
 @pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-skills-apt"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-def config_on(world: World, image: str, folder: str) -> SandboxConfig:
-    made: SandboxConfig = make_config(
-        world.space_a,
-        name="skills",
-        default_template=image,
-        is_default=True,
-        persistent_workspace=False,
-        apt_folder=folder,
-    )
-    return made
-
-
-@pytest.fixture
 def config(world: World, docker_base_image: str, installation: str, apt_folder: Path) -> Iterator[SandboxConfig]:
-    made = config_on(world, docker_base_image, apt_folder.name)
-    try:
+    with skills_config(world.space_a, docker_base_image, installation, apt_folder=apt_folder.name) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 def test_poppler_and_qpdf_install_offline_and_run_as_the_session_user(
@@ -120,6 +100,18 @@ def test_a_package_the_folder_lacks_fails_the_check_naming_it_and_the_folder(
     assert build_sandboxes(config, installation) == []
 
 
+def test_a_name_apt_would_read_as_a_pattern_is_not_in_the_folder(
+    world: World, config: SandboxConfig, installation: str
+) -> None:
+    """apt-get and apt-cache read a name that no package has, holding '.' or '+', as a regular
+    expression: "qpd." would install qpdf (and any package it matches). A name is exact."""
+    needs = 'metadata:\n  debian-packages: "qpd."\n'
+    job = run_install(world.space_a, config, import_skill(plain_skill("needs-pattern", extra_md=needs)))
+    assert job.status == JobStatus.FAILED
+    assert job.error == "step check failed: Debian package qpd.: not in the apt repository folder debian/"
+    assert build_sandboxes(config, installation) == []
+
+
 def test_a_dependency_the_folder_lacks_fails_the_check_before_anything_installs(
     world: World, docker_base_image: str, installation: str, apt_folder: Path, settings: Any, tmp_path: Path
 ) -> None:
@@ -132,7 +124,7 @@ def test_a_dependency_the_folder_lacks_fails_the_check_before_anything_installs(
     qpdf = next(apt_folder.glob("qpdf_*.deb"))
     shutil.copy(qpdf, partial / qpdf.name)
     settings.SKILL_PACKAGE_SOURCES_ROOT = tmp_path
-    config = config_on(world, docker_base_image, partial.name)
+    config = make_skills_config(world.space_a, docker_base_image, apt_folder=partial.name)
     try:
         job = run_install(world.space_a, config, import_skill(plain_skill("needs-qpdf", extra_md=PDF_TOOLS)))
         assert job.status == JobStatus.FAILED

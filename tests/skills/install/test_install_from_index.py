@@ -13,30 +13,28 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from console.models import JobStatus
 from sandboxes.backends.base import ExecRequest
-from sandboxes.models import PlatformBackend, SandboxConfig
+from sandboxes.models import SandboxConfig
 from sandboxes.sessions.runtime import Runtime
-from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image
-from tests.conftest import REDIS_URL
-from tests.factories import make_config
 from tests.personas import World
 from tests.support.netns import Namespace, namespace
 from tests.support.package_index import PackageIndex
 from tests.support.skill_install import (
     build_sandboxes,
-    clean_up,
     import_skill,
     job_error,
+    log_lines,
     plain_skill,
     run_install,
+    set_sources,
     skill_with_dependency,
+    skills_config,
     write_wheel,
 )
 from tests.support.skills import REGULAR, build_zip
@@ -45,21 +43,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
 
 
 @pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-skills-index"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-@pytest.fixture
 def config(world: World, docker_base_image: str, installation: str) -> Iterator[SandboxConfig]:
     """A Docker config with no package source yet (each test names its own)."""
-    made: SandboxConfig = make_config(
-        world.space_a, name="skills", default_template=docker_base_image, is_default=True, persistent_workspace=False
-    )
-    try:
+    with skills_config(world.space_a, docker_base_image, installation) as made:
         yield made
-    finally:
-        clean_up(made, installation)
 
 
 @pytest.fixture
@@ -82,17 +69,6 @@ def index(source_host: Namespace, tmp_path: Path) -> Iterator[PackageIndex]:
         yield served
 
 
-@pytest.fixture
-def runtime() -> Runtime:
-    return Runtime(RedisSessionStore(REDIS_URL))
-
-
-def set_sources(config: SandboxConfig, **fields: str) -> None:
-    # Package sources are the platform backend's.
-    PlatformBackend.objects.filter(pk=config.backend_id).update(**fields)
-    config.refresh_from_db()
-
-
 def free_port_url(host: Namespace, path: str) -> str:
     """A URL on the source's address where nothing listens (the port was free a moment ago)."""
 
@@ -108,10 +84,6 @@ def port_of(url: str) -> int:
     port = urlsplit(url).port
     assert port is not None
     return port
-
-
-def log_lines(job: Any) -> list[str]:
-    return [str(line.get("message")) for line in job.log]
 
 
 def test_a_pip_index_url_gets_the_build_outbound_and_installs_from_that_index(
@@ -190,10 +162,10 @@ def test_an_index_without_the_project_fails_naming_the_http_status(
     assert build_sandboxes(config, installation) == []
 
 
-def test_npm_dependencies_get_the_registry_network_and_fail_clearly_without_npm(
+def test_npm_dependencies_get_the_registry_network_and_name_every_miss(
     world: World, config: SandboxConfig, source_host: Namespace, gateway: str, installation: str
 ) -> None:
-    registry = free_port_url(source_host, "/")  # never contacted: the template has no npm
+    registry = free_port_url(source_host, "/")  # nothing answers there
     set_sources(config, npm_registry_url=registry)
     md = b"---\nname: npm-skill\ndescription: Needs an npm package. Use when testing installs.\nlicense: MIT\n"
     md += b"---\n\nHi.\n"
@@ -205,8 +177,12 @@ def test_npm_dependencies_get_the_registry_network_and_fail_clearly_without_npm(
         f"build sandbox: outbound network limited to {gateway}, all else denied, to reach the npm registry {registry}"
         in log_lines(job)
     )
-    assert (
-        "step check failed: npm-skill declares npm dependencies (left-pad@^1.3.0) but npm is not in the template"
-    ) in job.error
+    # Every miss at once: Node.js and npm (Debian packages, with no Debian source), and the registry.
+    assert job.error.startswith(
+        "step check failed: Debian packages nodejs, npm: not in the image, and the platform backend has no apt "
+        "source (set 'apt repository folder' or 'apt mirror or proxy URL' on it) (needed: npm is not in the "
+        "template and npm-skill declares npm packages); "
+    ), job_error(job)
+    assert f"the npm registry {registry} does not answer from the build sandbox" in job.error
     assert current_image(world.space_a, config) is None
     assert build_sandboxes(config, installation) == []

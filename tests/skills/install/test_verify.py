@@ -38,12 +38,6 @@ STREAMING_V2 = b"def connect(url):\n    return url\n"
 
 
 @pytest.fixture
-def installation(settings: Any, test_run_id: str) -> str:
-    settings.CONSOLE_INSTALLATION_ID = f"test-{test_run_id}-verify"
-    return str(settings.CONSOLE_INSTALLATION_ID)
-
-
-@pytest.fixture
 def wheels(settings: Any, tmp_path: Path) -> Path:
     folder = tmp_path / "package-sources" / "wheels"
     # numpy's shape: no top_level.txt, and a `<name>.libs/` folder beside the package.

@@ -7,15 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from sandboxes.backends import describe
 from sandboxes.backends.base import BackendConfig, ErrorKind, RemoteError
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.settings import ENDPOINT_RULE, SCHEMA, DockerOptions, dialled
 from sandboxes.backends.settings import Given, Scope, SettingType
-
-CERT = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
-KEY = "-----BEGIN PRIVATE KEY-----\nMIIEfake\n-----END PRIVATE KEY-----\n"
+from tests.support.pem import CERT, CERT_BODY, KEY, KEY_BODY, self_signed
 
 
 def test_docker_declares_its_endpoint_tls_secrets_and_limits() -> None:
@@ -34,7 +33,7 @@ def test_docker_declares_its_endpoint_tls_secrets_and_limits() -> None:
     }
     # The secrets it declares are the secret fields of its options (never in their repr).
     assert {s.name for s in SCHEMA.secrets()} == DockerOptions.secret_names()
-    assert "MIIEfake" not in repr(DockerOptions(tls_key=KEY, tls_cert=CERT))
+    assert KEY_BODY not in repr(DockerOptions(tls_key=KEY, tls_cert=CERT))
     assert SCHEMA.setting("max_disk_mb").label_with_unit == "Most disk per sandbox (MiB)"
 
 
@@ -100,13 +99,39 @@ def test_the_key_field_takes_a_private_key_not_a_certificate_nor_an_encrypted_ke
     key = SCHEMA.setting("tls_key")
     assert key.validate is not None
     assert key.validate(KEY) is None
-    assert key.validate(KEY.replace("PRIVATE KEY", "EC PRIVATE KEY")) is None
+    sec1 = serialization.load_pem_private_key(KEY.encode(), None).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
+    assert b"-----BEGIN EC PRIVATE KEY" in sec1
+    assert key.validate(sec1.decode()) is None
     # Certificate and key swapped (or the certificate pasted twice): saved, then every
     # connection failed on the engine's side.
     assert key.validate(CERT) == "Paste the client key's PEM text (-----BEGIN PRIVATE KEY…); a certificate is no key."
     # docker-py gives the key no passphrase: an encrypted key cannot be used.
     encrypted = KEY.replace("PRIVATE KEY", "ENCRYPTED PRIVATE KEY")
     assert key.validate(encrypted) == "The key is encrypted: Docker's client takes no passphrase; paste it unencrypted."
+
+
+def test_tls_material_is_parsed_not_only_looked_at_for_its_begin_line() -> None:
+    ca, cert, key = (SCHEMA.setting(name).validate for name in ("tls_ca", "tls_cert", "tls_key"))
+    assert ca is not None
+    assert cert is not None
+    assert key is not None
+    unparsable = "This PEM text is not a {} that parses: paste it whole, as the file holds it."
+    for check in (ca, cert):
+        assert check(CERT) is None
+        assert check(CERT + "\n" + self_signed("other.test")[0]) is None  # a bundle
+        assert check("-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----") == (
+            unparsable.format("certificate")
+        )
+        assert check(CERT.replace(CERT_BODY, CERT_BODY[::-1])) == unparsable.format("certificate")
+    assert key("-----BEGIN PRIVATE KEY-----\nMIIEfake\n-----END PRIVATE KEY-----") == unparsable.format("private key")
+    protected = serialization.load_pem_private_key(KEY.encode(), None).private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.BestAvailableEncryption(b"passphrase"),
+    )
+    assert key(protected.decode()) == "The key is encrypted: Docker's client takes no passphrase; paste it unencrypted."
 
 
 def test_the_adapter_reads_its_typed_options_as_the_old_string_bag_gave_them(tmp_path: Path) -> None:

@@ -1,0 +1,48 @@
+"""The Pools page's numbers on /metrics, read from the rows at scrape (console.metrics
+.DatabaseGauge; registered by sandboxes/apps.py): per config, its size, ready, refilling, hit
+rate and claim latency p50/p95 over the stats window."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from console.metrics import DatabaseGauge
+
+from .stats import PoolReading, pooled_configs_of, read_pools
+
+LABELS = ["space", "config"]
+
+
+def _rows(value: Callable[[PoolReading], float | None]) -> Callable[[], Iterable[tuple[dict[str, str], float]]]:
+    def rows() -> Iterable[tuple[dict[str, str], float]]:
+        for reading in read_pools(pooled_configs_of()):
+            number = value(reading)
+            if number is not None:
+                yield {"space": reading.config.space.name, "config": reading.config.name}, float(number)
+
+    return rows
+
+
+GAUGES = [
+    DatabaseGauge("sandbox_pool_size", "Warm pool size in force, per config.", LABELS, _rows(lambda r: r.size)),
+    DatabaseGauge("sandbox_pool_ready", "Warm pool sandboxes ready, unclaimed.", LABELS, _rows(lambda r: r.ready)),
+    DatabaseGauge("sandbox_pool_refilling", "Warm pool sandboxes being made.", LABELS, _rows(lambda r: r.refilling)),
+    DatabaseGauge(
+        "sandbox_pool_hit_ratio",
+        "Share of first resolves that took a pooled sandbox, over the stats window.",
+        LABELS,
+        _rows(lambda r: r.hit_rate),
+    ),
+    DatabaseGauge(
+        "sandbox_pool_claim_p50_ms",
+        "Median time to hand a session a pooled sandbox, over the stats window.",
+        LABELS,
+        _rows(lambda r: r.p50_ms),
+    ),
+    DatabaseGauge(
+        "sandbox_pool_claim_p95_ms",
+        "95th percentile time to hand a session a pooled sandbox, over the stats window.",
+        LABELS,
+        _rows(lambda r: r.p95_ms),
+    ),
+]

@@ -1,0 +1,92 @@
+"""The Pools pages: a space's (its configs' pools, their sizes set by the space's admins) and
+the platform's (every pool, platform admins only; anyone else gets 404)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST, require_safe
+
+from console.access import get_space_for_user, has_role, require_platform_admin
+from console.models import Role
+from console.panels import SpaceAction
+from console.services import ServiceError, actor_from_request
+from console.views import is_htmx
+
+from ..models import SandboxConfig
+from .services import do_set_pool_size
+from .stats import PoolReading, pooled_configs_of, quota_line, read_pools, ready_memory_mb
+from .tuning import POOLS
+
+
+def _with_memory(readings: list[PoolReading]) -> list[tuple[PoolReading, float | None]]:
+    return [(reading, ready_memory_mb(reading.config) if reading.ready else None) for reading in readings]
+
+
+def _filling(readings: list[PoolReading]) -> bool:
+    """Whether a pool is not at its size yet: the page then follows it (HTMX, every 3 s)."""
+    return any(r.refilling or r.ready < r.size for r in readings)
+
+
+@login_required
+@require_safe
+def space_pools(request: HttpRequest, space_id: uuid.UUID) -> HttpResponse:
+    space = get_space_for_user(request.user, space_id)
+    readings = read_pools(pooled_configs_of(space), every=True)
+    return render(
+        request,
+        "sandboxes/pool_list.html",
+        {
+            "space": space,
+            "rows": _with_memory(readings),
+            "quota": quota_line(space),
+            "can_edit": has_role(request.user, space, Role.ADMIN),
+            "refilling": _filling(readings),
+            "window_min": POOLS.stats_window_s // 60,
+            "section": "spaces",
+        },
+    )
+
+
+@login_required
+@require_POST
+def pool_size(request: HttpRequest, space_id: uuid.UUID, config_id: uuid.UUID) -> HttpResponse:
+    space = get_space_for_user(request.user, space_id, Role.ADMIN)
+    config = get_object_or_404(SandboxConfig.objects.select_related("backend", "space"), pk=config_id, space=space)
+    try:
+        do_set_pool_size(config, request.POST.get("pool_size", ""), actor=actor_from_request(request))
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"The pool of {config.name} keeps {config.pool_size} sandbox(es) ready.")
+    url = reverse("sandboxes:space_pools", args=[space.id])
+    if is_htmx(request):
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
+
+
+@login_required
+@require_safe
+def platform_pools(request: HttpRequest) -> HttpResponse:
+    require_platform_admin(request.user)
+    readings = read_pools(pooled_configs_of())
+    return render(
+        request,
+        "sandboxes/pool_list.html",
+        {
+            "rows": _with_memory(readings),
+            "platform": True,
+            "window_min": POOLS.stats_window_s // 60,
+            "section": "pools",
+        },
+    )
+
+
+SPACE_ACTION = SpaceAction("Pools", lambda space: reverse("sandboxes:space_pools", args=[space.id]), order=20)

@@ -1,0 +1,135 @@
+"""What the Pools pages and /metrics say about each pool, from the rows: size (declared and
+in force), ready, refilling, claimed; over the last `pools.stats_window_s`: hits, misses, hit
+rate, claim latency p50/p95 and why resolves missed. One reading per config, a few queries for
+any number of configs."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from console.models import Space
+
+from ..models import MemberState, PoolClaim, PoolMember, SandboxConfig
+from ..sessions.limits import limits_of, pooled_unclaimed
+from .tuning import POOLS
+
+
+@dataclass
+class PoolReading:
+    config: SandboxConfig
+    size: int  # in force: the declared size within the backend's limit
+    ready: int = 0
+    refilling: int = 0
+    claimed: int = 0
+    hits: int = 0
+    misses: int = 0
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    reasons: list[tuple[str, int]] = field(default_factory=list)  # why resolves missed, most first
+
+    @property
+    def hit_rate(self) -> float | None:
+        total = self.hits + self.misses
+        return self.hits / total if total else None
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    """The nearest-rank percentile (None for no values)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(fraction * len(ordered))))
+    return ordered[rank - 1]
+
+
+def read_pools(configs: Iterable[SandboxConfig], *, every: bool = False) -> list[PoolReading]:
+    """A reading for each config that has a pool or pool members (`every`: each config)."""
+    configs = list(configs)
+    ids = [c.pk for c in configs]
+    counts: dict[object, Counter[str]] = defaultdict(Counter)
+    for row in PoolMember.objects.filter(config_id__in=ids).values("config_id", "state").annotate(n=Count("pk")):
+        counts[row["config_id"]][row["state"]] = row["n"]
+    since = timezone.now() - timedelta(seconds=POOLS.stats_window_s)
+    claims = PoolClaim.objects.filter(config_id__in=ids, at__gte=since).values_list(
+        "config_id", "hit", "reason", "duration_ms"
+    )
+    latencies: dict[object, list[float]] = defaultdict(list)
+    outcomes: dict[object, Counter[bool]] = defaultdict(Counter)
+    reasons: dict[object, Counter[str]] = defaultdict(Counter)
+    for config_id, hit, reason, duration in claims:
+        outcomes[config_id][hit] += 1
+        if hit:
+            latencies[config_id].append(duration)
+        else:
+            reasons[config_id][reason] += 1
+    readings = []
+    for config in configs:
+        state = counts[config.pk]
+        if not every and config.pool_size <= 0 and not sum(state.values()) and not outcomes[config.pk]:
+            continue
+        readings.append(
+            PoolReading(
+                config=config,
+                size=min(config.pool_size, config.backend.max_pool_size),
+                ready=state[MemberState.READY],
+                refilling=state[MemberState.REFILLING],
+                claimed=state[MemberState.CLAIMED],
+                hits=outcomes[config.pk][True],
+                misses=outcomes[config.pk][False],
+                p50_ms=percentile(latencies[config.pk], 0.5),
+                p95_ms=percentile(latencies[config.pk], 0.95),
+                reasons=reasons[config.pk].most_common(5),
+            )
+        )
+    return readings
+
+
+def pooled_configs_of(space: Space | None = None) -> list[SandboxConfig]:
+    rows = SandboxConfig.objects.select_related("space", "backend").order_by("space__name", "name")
+    if space is not None:
+        rows = rows.filter(space=space)
+    else:
+        rows = rows.filter(Q(pool_size__gt=0) | Q(pool_members__isnull=False)).distinct()
+    return list(rows)
+
+
+@dataclass(frozen=True)
+class QuotaLine:
+    """The space's quota of live sessions and how pools count in it."""
+
+    maximum: int
+    live_sessions: int
+    pooled: int  # ready, unclaimed (and being made)
+
+
+def quota_line(space: Space) -> QuotaLine:
+    from ..models import Session, SessionState
+
+    live = Session.objects.filter(space=space).exclude(state=SessionState.GONE).count()
+    return QuotaLine(maximum=limits_of(space)["live_sessions"], live_sessions=live, pooled=pooled_unclaimed(space))
+
+
+def ready_memory_mb(config: SandboxConfig) -> float | None:
+    """Memory one ready sandbox of the pool uses now (MiB), read from the backend's stats of
+    one member; None when it has none ready or cannot tell."""
+    from ..backends.base import RemoteError
+    from ..catalog.bridge import get_backend
+
+    member = PoolMember.objects.filter(config=config, state=MemberState.READY).order_by("ready_at").first()
+    if member is None:
+        return None
+    stats = get_backend(config).stats()
+    if stats is None:
+        return None
+    try:
+        used = stats.read(member.sandbox_id).memory_bytes
+    except RemoteError:
+        return None
+    return round(used / 2**20, 1) if used is not None else None

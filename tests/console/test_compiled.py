@@ -1,0 +1,67 @@
+"""A query compiled once per connection: the same objects as the ORM's `.first()`, run with new values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db.models.sql.compiler import SQLCompiler
+
+from console.compiled import Compiled
+from console.models import Space
+from sandboxes.models import Session
+from tests.factories import make_config, make_space
+from tests.personas import World
+
+pytestmark = pytest.mark.django_db
+
+
+def field_values(instance: Any) -> dict[str, object]:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+def test_each_call_gives_the_row_of_its_own_values(world: World) -> None:
+    by_key = Compiled(Session.objects.select_related("config__backend"), "space_id", "key")
+    config_a, config_b = make_config(world.space_a), make_config(world.space_b)
+    Session.objects.create(space=world.space_a, key="one", config=config_a, sandbox_id="sbx-a")
+    Session.objects.create(space=world.space_b, key="one", config=config_b, sandbox_id="sbx-b")
+
+    for space, sandbox_id in ((world.space_a, "sbx-a"), (world.space_b, "sbx-b")):
+        found = by_key.first(space.pk, "one")
+        expected = Session.objects.select_related("config__backend").get(space=space, key="one")
+        assert found is not None
+        assert found.sandbox_id == sandbox_id
+        assert field_values(found) == field_values(expected)
+        assert field_values(found.config) == field_values(expected.config)
+        assert field_values(found.config.backend) == field_values(expected.config.backend)
+    assert by_key.first(world.space_a.pk, "two") is None
+
+
+def test_the_orm_compiles_it_once_per_connection(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    by_key = Compiled(Session.objects.select_related("config__backend"), "key", "space_id")  # not the SQL's order
+    Session.objects.create(space=world.space_a, key="k", config=make_config(world.space_a))
+    compiled = []
+    as_sql = SQLCompiler.as_sql
+
+    def counted(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(self.query.model)
+        return as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counted)
+    for _ in range(3):
+        found = by_key.first("k", world.space_a.pk)
+        assert found is not None
+        assert found.key == "k"
+        assert by_key.first("k", world.space_b.pk) is None
+
+    assert compiled == [Session]
+
+
+def test_values_alike_are_still_told_apart() -> None:
+    # A space whose name equals its slug: which parameter is which cannot be read off the SQL.
+    by_name = Compiled(Space.objects.all(), "name", "slug")
+    make_space("same")
+    space = by_name.first("same", "same")
+    assert space is not None
+    assert by_name.first("same", "other") is None
+    assert by_name.first("other", "same") is None
