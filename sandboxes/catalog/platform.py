@@ -44,6 +44,7 @@ BACKEND_FIELDS = (
     "max_memory_mb",
     "max_pids",
     "max_disk_mb",
+    "max_pool_size",
 )
 # Every secret a kind declares for its platform backend, stored in `<name>_encrypted`.
 SECRET_FIELDS = tuple(name for name, declared in all_settings(Scope.BACKEND).items() if declared[0][1].secret)
