@@ -136,7 +136,10 @@ def _read_document(url: str) -> Any:
 def _json(answer: Answer, what: str) -> Any:
     if answer.status != 200:
         raise requests.HTTPError(f"the provider's {what} answered {answer.status}")
-    return json.loads(answer.body)
+    document = json.loads(answer.body)
+    if not isinstance(document, dict):  # mozilla-django-oidc reads it with .get()
+        raise ValueError(f"the provider's {what} answered JSON that is not an object")
+    return document
 
 
 def check_sso_settings() -> None:
@@ -247,7 +250,8 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         return _json(answer, "userinfo endpoint")
 
     def retrieve_matching_jwk(self, token: str) -> Any:
-        keys = _json(fetch("GET", self.OIDC_OP_JWKS_ENDPOINT), "JWKS endpoint").get("keys") or []
+        keys = _json(fetch("GET", self.OIDC_OP_JWKS_ENDPOINT), "JWKS endpoint").get("keys")
+        keys = keys if isinstance(keys, list) else []
         header = jwt.get_unverified_header(token)
         # As mozilla-django-oidc picks it: the key id must match, and the algorithm if the key names one.
         matching = [

@@ -12,7 +12,7 @@ import pytest
 
 from console.models import JobStatus, SpaceLimits
 from console.services import SYSTEM, ServiceError
-from sandboxes.backends.base import META_INSTALLATION, META_POOL, ListQuery
+from sandboxes.backends.base import META_INSTALLATION, META_POOL, ExecRequest, ListQuery
 from sandboxes.catalog.bridge import config_fingerprint, get_backend
 from sandboxes.catalog.services import do_set_session_image
 from sandboxes.models import MemberState, PoolMember, SandboxConfig
@@ -146,3 +146,23 @@ def test_the_teardown_of_a_space_removes_its_pools(world: World, session_config:
     assert not PoolMember.objects.exists()
     left = {v["Name"] for v in engine.volumes().get("Volumes") or []}
     assert not left & volumes
+
+
+@pytest.mark.django_db
+def test_a_ready_sandbox_gone_behind_the_pools_back_is_replaced_not_handed_out(
+    world: World, session_config: SandboxConfig
+) -> None:
+    do_set_pool_size(session_config, 2, actor=SYSTEM)
+    refill(session_config)
+    lost, kept = ready(session_config)
+    get_backend(session_config).delete(lost.sandbox_id)  # an engine restart, an admin's docker rm
+    report = refill(session_config)
+    assert report.drained == [lost.sandbox_id]
+    assert len(report.made) == 1
+    assert {m.sandbox_id for m in ready(session_config)} == {kept.sandbox_id, *report.made}
+    runtime = Runtime()
+    for key in ("after-loss-1", "after-loss-2"):
+        resolved = runtime.resolve(world.space_a, key)
+        assert resolved.action == "pooled"
+        result = runtime.exec(resolved.session, ExecRequest(shell="true", timeout_s=30))
+        assert result.exit_code == 0
