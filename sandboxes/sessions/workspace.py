@@ -228,28 +228,6 @@ def read_file(
     return data
 
 
-@_counted
-def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *, actor: Actor) -> FileInfo:
-    """Write a file as the session user. /workspace/input stays read-only (staging is apart)."""
-    path = workspace_path(relative)
-    if path == INPUT or path.startswith(INPUT + "/"):
-        raise ServiceError("/workspace/input is read-only; upload attachments to input instead.")
-    if len(data) > SESSIONS.workspace_upload_max_bytes:
-        raise ServiceError(f"The file is larger than {SESSIONS.workspace_upload_max_bytes} bytes.")
-    backend, sandbox_id = _sandbox(runtime, session)
-    info = FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
-    record_audit(
-        actor,
-        AuditAction.SESSION_FILE_WRITE,
-        space=session.space,
-        target_type="session",
-        target_id=session.id,
-        target_name=session.key,
-        details={"path": path, "size": len(data)},
-    )
-    return info
-
-
 def _audit_file(actor: Actor, session: Session, op: str, details: dict[str, Any]) -> None:
     record_audit(
         actor,
@@ -260,6 +238,20 @@ def _audit_file(actor: Actor, session: Session, op: str, details: dict[str, Any]
         target_name=session.key,
         details={"op": op, **details},
     )
+
+
+@_counted
+def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *, actor: Actor) -> FileInfo:
+    """Write a file as the session user. /workspace/input stays read-only (staging is apart)."""
+    path = workspace_path(relative)
+    if path == INPUT or path.startswith(INPUT + "/"):
+        raise ServiceError("/workspace/input is read-only; upload attachments to input instead.")
+    if len(data) > SESSIONS.workspace_upload_max_bytes:
+        raise ServiceError(f"The file is larger than {SESSIONS.workspace_upload_max_bytes} bytes.")
+    backend, sandbox_id = _sandbox(runtime, session)
+    info = FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
+    _audit_file(actor, session, "write", {"path": path, "size": len(data)})
+    return info
 
 
 def _writable(relative: str) -> str:

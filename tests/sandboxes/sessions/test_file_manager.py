@@ -122,7 +122,7 @@ def test_browse_preview_upload_mkdir_rename_and_delete(world: World, sandbox: Sa
     assert gone.status_code == 302
     assert sandbox.run("ls /workspace/docs") == "made\nrenamed.txt\nup\n"
     ops = [e.details.get("op") for e in AuditEvent.objects.filter(action="session.file_write").order_by("time")]
-    assert ops == [None, "mkdir", "rename", "delete"]
+    assert ops == ["write", "mkdir", "rename", "delete"]
 
 
 @pytest.mark.parametrize(
