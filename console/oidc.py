@@ -281,7 +281,7 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         return payload
 
     def verify_claims(self, claims: dict[str, Any]) -> bool:
-        if not claims.get("sub") or not claims.get("email"):
+        if not claims.get("sub") or not claims.get("email") or not isinstance(claims["email"], str):
             return False
         return claims.get("email_verified", True) is not False
 
@@ -328,14 +328,14 @@ def do_link_oidc_identity(user: Any, *, subject: str, source_ip: str | None) -> 
 def do_create_oidc_user(claims: dict[str, Any], *, source_ip: str | None) -> Any:
     """Create the user a first sign-in names (sso.create_users), linked to its subject."""
     model = get_user_model()
-    base = (claims.get("preferred_username") or claims["email"].split("@")[0])[:140]
+    base = (_text(claims, "preferred_username") or claims["email"].split("@")[0])[:140]
     username, n = base, 1
     while model.objects.filter(username__iexact=username).exists():
         n += 1
         username = f"{base}-{n}"
     with transaction.atomic():
-        user = model(username=username, email=claims["email"], first_name=claims.get("given_name", "")[:150])
-        user.last_name = claims.get("family_name", "")[:150]
+        user = model(username=username, email=claims["email"], first_name=_text(claims, "given_name")[:150])
+        user.last_name = _text(claims, "family_name")[:150]
         user.set_unusable_password()
         user.save()
         OidcIdentity.objects.create(user=user, issuer=issuer(), subject=claims["sub"])
@@ -348,6 +348,12 @@ def do_create_oidc_user(claims: dict[str, Any], *, source_ip: str | None) -> Any
             details={"username": username, "email": user.email, "oidc_subject": claims["sub"], "issuer": issuer()},
         )
     return user
+
+
+def _text(claims: dict[str, Any], name: str) -> str:
+    """A claim that is text, else "" (providers send null, and JSON allows any type)."""
+    value = claims.get(name)
+    return value if isinstance(value, str) else ""
 
 
 def _ip(backend: Any) -> str | None:

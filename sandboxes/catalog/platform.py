@@ -44,6 +44,7 @@ BACKEND_FIELDS = (
     "max_memory_mb",
     "max_pids",
     "max_disk_mb",
+    "max_pool_size",
 )
 # A package source folder wins over its kind's URL: a folder is set only where neither is.
 SOURCE_ALTERNATIVES = {

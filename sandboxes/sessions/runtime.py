@@ -453,7 +453,31 @@ class Runtime:
             raise
         if not self.store.set_binding_if_absent(bkey, bound):
             return self._lost_the_race(session, backend, bkey, info, action)
-        return self._finish(session, info, bound, action)
+        resolved = self._finish(session, info, bound, action)
+        self._catch_up_policy(session, backend)
+        return resolved
+
+    @staticmethod
+    def _catch_up_policy(session: Session, backend: Backend) -> None:
+        """A sandbox just bound runs the spec read before it was made (or claimed); a policy
+        saved meanwhile skipped it in its live pass (no sandbox on the row yet). Now that the
+        row names it, any later pass sees it; the change before is applied here."""
+        spec = network_spec_for(session.space, session)
+        fingerprint = spec_fingerprint(spec)
+        if fingerprint == session.policy_fingerprint:
+            return
+        egress = backend.egress()
+        if egress is None or not backend.network_capabilities().live_update:
+            return  # fixed at create: the policy page lists it as keeping older rules
+        try:
+            egress.update(session.sandbox_id, spec)
+        except RemoteError as exc:
+            logger.warning("policy catch-up of session %s failed: %s", session.key, exc)
+            return
+        session.policy_fingerprint, session.policy_applied_at = fingerprint, timezone.now()
+        Session.objects.filter(pk=session.pk).update(
+            policy_fingerprint=fingerprint, policy_applied_at=session.policy_applied_at
+        )
 
     def _lost_the_race(self, session: Session, backend: Backend, bkey: str, mine: SandboxInfo, action: str) -> Resolved:
         """Another writer bound the session first: theirs stands, ours (if new) goes."""

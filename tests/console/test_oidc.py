@@ -562,3 +562,18 @@ def test_sso_on_without_its_secret_or_issuer_stops_the_start(missing: dict[str, 
         timeout=120,
     )
     assert complete.returncode == 0, complete.stderr
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [{"given_name": None, "family_name": None}, {"preferred_username": 7}, {"given_name": ["A"], "family_name": 3}],
+)
+def test_a_new_user_is_made_from_claims_of_any_json_type(odd: dict[str, Any]) -> None:
+    """Providers send null for a name they do not have; a claim of another type is left out,
+    never a 500 at the callback."""
+    from console.oidc import do_create_oidc_user
+
+    user = do_create_oidc_user({"sub": "s-1", "email": "nora@example.test", **odd}, source_ip=None)
+    assert user.username == "nora"
+    assert (user.first_name, user.last_name) == ("", "")
+    assert OidcIdentity.objects.get(user=user).subject == "s-1"

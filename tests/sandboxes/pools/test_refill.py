@@ -166,3 +166,24 @@ def test_a_ready_sandbox_gone_behind_the_pools_back_is_replaced_not_handed_out(
         assert resolved.action == "pooled"
         result = runtime.exec(resolved.session, ExecRequest(shell="true", timeout_s=30))
         assert result.exit_code == 0
+
+
+@pytest.mark.django_db
+def test_a_config_change_drains_the_pool_so_no_claim_gets_the_old_resources(
+    world: World, session_config: SandboxConfig
+) -> None:
+    from sandboxes.backends.docker.backend import DockerBackend
+    from sandboxes.catalog.services import do_update_config
+
+    do_set_pool_size(session_config, 1, actor=SYSTEM)
+    refill(session_config)
+    (before,) = ready(session_config)
+    memory = (session_config.memory_mb or 512) // 2
+    do_update_config(session_config, data={"memory_mb": memory}, api_key=None, actor=SYSTEM)
+    session = Runtime().resolve(world.space_a, "after-the-change").session
+    assert session.sandbox_id != before.sandbox_id, "a sandbox made under the old config was handed out"
+    backend = get_backend(session_config)
+    assert isinstance(backend, DockerBackend)
+    assert backend.engine.api.inspect_container(session.sandbox_id)["HostConfig"]["Memory"] == memory * 1024 * 1024
+    assert before.sandbox_id in refill(session_config).drained  # the next refill drains it
+    assert before.sandbox_id not in labelled_pool(session_config)
