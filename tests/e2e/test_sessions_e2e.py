@@ -189,9 +189,7 @@ def test_the_config_form_keeps_what_was_typed_while_it_refreshed(
 
 
 @pytest.mark.timeout(120)
-def test_a_box_ticked_while_the_list_refreshed_stays_on_its_own_row(
-    world: World, daphne_url: str, page: Any
-) -> None:
+def test_a_box_ticked_while_the_list_refreshed_stays_on_its_own_row(world: World, daphne_url: str, page: Any) -> None:
     """The list's checkboxes share one name (`session`): the tick made during a refresh is
     put back on the box of the same session, never on the first row's (a bulk delete would
     then name a session the user did not pick)."""
