@@ -38,8 +38,10 @@ from ..backends.base import (
     META_POOL,
     META_SPACE,
     Backend,
+    ListQuery,
     RemoteError,
     SandboxSpec,
+    SandboxState,
 )
 from ..catalog.bridge import get_backend, sandbox_resources
 from ..catalog.network import network_spec_for, spec_fingerprint, unsupported_policy_switches
@@ -140,7 +142,7 @@ def _refill_locked(config: SandboxConfig, report: RefillReport) -> None:
     if native is not None:
         native.ensure(pool_name(config, want.template_id, want.fingerprint), want.spec, want.size)
         return
-    ready = list(members.filter(state=MemberState.READY).order_by("ready_at"))
+    ready = _alive(backend, config, list(members.filter(state=MemberState.READY).order_by("ready_at")), report)
     outdated = [m for m in ready if m.template_id != want.template_id or m.policy_fingerprint != want.fingerprint]
     current = [m for m in ready if m not in outdated]
     for member in outdated + current[want.size :]:
@@ -160,6 +162,28 @@ def _refill_locked(config: SandboxConfig, report: RefillReport) -> None:
             report.errors.append(outcome[1:])
         else:
             report.made.append(outcome)
+
+
+def _alive(backend: Backend, config: SandboxConfig, ready: list[PoolMember], report: RefillReport) -> list[PoolMember]:
+    """The ready members whose sandboxes the engine lists as they wait (running, or paused
+    when pools keep theirs paused); the others are forgotten, so a claim may trust the rest."""
+    if not ready:
+        return ready
+    waiting = SandboxState.PAUSED if POOLS.keep_paused else SandboxState.RUNNING
+    query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID, META_CONFIG: str(config.pk)})
+    try:
+        listed = {i.sandbox_id: i.state for i in backend.iter_sandboxes(query) if i.metadata.get(META_POOL)}
+    except RemoteError as exc:
+        report.errors.append(f"listing the pool: {exc.message}")
+        return ready
+    alive = []
+    for member in ready:
+        if listed.get(member.sandbox_id) in (waiting, SandboxState.RUNNING):
+            alive.append(member)
+        elif PoolMember.objects.filter(pk=member.pk, state=MemberState.READY).delete()[0]:
+            _forget(backend, member.pk, member.sandbox_id, member.workspace_volume)
+            report.drained.append(member.sandbox_id)
+    return alive
 
 
 def _make_in_thread(config: SandboxConfig, backend: Backend, want: Wanted) -> str:
