@@ -283,7 +283,12 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
     def verify_claims(self, claims: dict[str, Any]) -> bool:
         if not claims.get("sub") or not claims.get("email") or not isinstance(claims["email"], str):
             return False
-        return claims.get("email_verified", True) is not False
+        verified = claims.get("email_verified")
+        if verified is None:  # not said: the provider's emails are trusted
+            return True
+        if isinstance(verified, str):  # some providers send "true"/"false"
+            return verified.strip().lower() == "true"
+        return verified is True
 
     def filter_users_by_claims(self, claims: dict[str, Any]) -> QuerySet[Any]:
         model = get_user_model()

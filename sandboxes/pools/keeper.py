@@ -5,7 +5,7 @@ One refill per config at a time, across processes (a store lock, never waited fo
 members left half-made by a refill that died are forgotten (their sandboxes, labelled
 `META_POOL`, go with the reaper); ready sandboxes made from another template (a skill
 install) or under another network spec (a policy change) are drained, and so is what exceeds
-the size; then new ones are made, each recorded as a member row *before* its create, so a
+the size or the space's quota; then new ones are made, each recorded as a member row *before* its create, so a
 sandbox is never made that no row or label explains. A member whose row went meanwhile (a
 teardown, a drain) has its sandbox deleted by the refill that made it.
 
@@ -46,7 +46,7 @@ from ..backends.base import (
 from ..catalog.bridge import get_backend, sandbox_resources
 from ..catalog.network import network_spec_for, spec_fingerprint, unsupported_policy_switches
 from ..models import MemberState, PoolClaim, PoolMember, SandboxConfig
-from ..sessions.limits import pool_room
+from ..sessions.limits import pool_overflow, pool_room
 from ..sessions.lookup import BeingDeleted, refuse_while_deleted
 from ..sessions.provisioning import effective_template, prepare_workspace
 from ..sessions.store import LockTimeout, SessionStoreUnavailable, lifecycle_lock
@@ -146,6 +146,9 @@ def _refill_locked(config: SandboxConfig, report: RefillReport) -> None:
     outdated = [m for m in ready if m.template_id != want.template_id or m.policy_fingerprint != want.fingerprint]
     current = [m for m in ready if m not in outdated]
     for member in outdated + current[want.size :]:
+        drain_member(backend, member, report)
+    # Past the space's quota (lowered, or live sessions grew): the newest ready ones go.
+    for member in current[: want.size][::-1][: pool_overflow(config.space)]:
         drain_member(backend, member, report)
     have = min(len(current), want.size) + members.filter(state=MemberState.REFILLING).count()
     missing = min(want.size - have, pool_room(config.space))

@@ -103,12 +103,22 @@ def pooled_unclaimed(space: Space) -> int:
     return PoolMember.objects.filter(space=space).exclude(state=MemberState.CLAIMED).count()
 
 
+def _pool_headroom(space: Space) -> int:
+    maximum = limits_of(space)["live_sessions"]
+    live = Session.objects.filter(space=space).exclude(state=SessionState.GONE).count()
+    return maximum - live - pooled_unclaimed(space)
+
+
 def pool_room(space: Space) -> int:
     """How many more pooled sandboxes the space's quota of live sessions leaves room for:
     live sessions and unclaimed pooled sandboxes count together."""
-    maximum = limits_of(space)["live_sessions"]
-    live = Session.objects.filter(space=space).exclude(state=SessionState.GONE).count()
-    return max(0, maximum - live - pooled_unclaimed(space))
+    return max(0, _pool_headroom(space))
+
+
+def pool_overflow(space: Space) -> int:
+    """How many unclaimed pooled sandboxes are past the quota (a lowered quota, or sessions
+    made without the pool): a refill drains that many."""
+    return max(0, -_pool_headroom(space))
 
 
 # An INSERT that lost its place to a racing one tries another this often before refusing.

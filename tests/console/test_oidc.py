@@ -577,3 +577,18 @@ def test_a_new_user_is_made_from_claims_of_any_json_type(odd: dict[str, Any]) ->
     assert user.username == "nora"
     assert (user.first_name, user.last_name) == ("", "")
     assert OidcIdentity.objects.get(user=user).subject == "s-1"
+
+
+@pytest.mark.parametrize(
+    ("verified", "accepted"),
+    [(False, False), ("false", False), ("False", False), (0, False), (True, True), ("true", True), (None, True)],
+)
+def test_an_email_the_provider_has_not_verified_signs_nobody_in(verified: object, accepted: bool) -> None:
+    """Some providers send email_verified as a string: "false" is as unverified as false
+    (the email alone would link the token's subject to the user who has that email)."""
+    from console.oidc import ConsoleOIDCBackend
+
+    claims = {"sub": "s", "email": "nora@example.test", "email_verified": verified}
+    assert ConsoleOIDCBackend().verify_claims(claims) is accepted
+    # Not said (absent or null): trusted, as before.
+    assert ConsoleOIDCBackend().verify_claims({"sub": "s", "email": "nora@example.test"}) is True

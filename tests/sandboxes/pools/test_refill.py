@@ -19,7 +19,7 @@ from sandboxes.models import MemberState, PoolMember, SandboxConfig
 from sandboxes.pools.keeper import refill
 from sandboxes.pools.services import do_set_pool_size
 from sandboxes.pools.stats import quota_line
-from sandboxes.sessions import teardown
+from sandboxes.sessions import limits, teardown
 from sandboxes.sessions.runtime import Runtime
 from tests.factories import set_policy
 from tests.personas import World
@@ -187,3 +187,20 @@ def test_a_config_change_drains_the_pool_so_no_claim_gets_the_old_resources(
     assert backend.engine.api.inspect_container(session.sandbox_id)["HostConfig"]["Memory"] == memory * 1024 * 1024
     assert before.sandbox_id in refill(session_config).drained  # the next refill drains it
     assert before.sandbox_id not in labelled_pool(session_config)
+
+
+@pytest.mark.django_db
+def test_a_lowered_quota_drains_ready_sandboxes_past_it(world: World, session_config: SandboxConfig) -> None:
+    SpaceLimits.objects.update_or_create(space=world.space_a, defaults={"live_sessions": 3})
+    do_set_pool_size(session_config, 2, actor=SYSTEM)
+    refill(session_config)
+    Runtime().resolve(world.space_a, "live-1")  # takes one over; the refill makes it up
+    refill(session_config)
+    assert quota_line(world.space_a).pooled == 2
+    SpaceLimits.objects.filter(space=world.space_a).update(live_sessions=2)
+    limits._limits_cache.clear()
+    report = refill(session_config)
+    assert len(report.drained) == 1
+    line = quota_line(world.space_a)
+    assert (line.maximum, line.live_sessions, line.pooled) == (2, 1, 1)
+    assert len(labelled_pool(session_config)) == 2  # the claimed one and one ready
