@@ -1,6 +1,6 @@
 """Scripts that start in a session, before and after confirming inferred needs (real Docker).
 
-Twelve skills written like published ones (bench/skill_sets.py: prose-only needs, undeclared
+Thirteen skills written like published ones (bench/skill_sets.py: prose-only needs, undeclared
 imports, a couple of requirements.txt, shell and Node scripts) are written into a temporary
 folder and imported. Each is installed twice, each time into a space of its own:
 
@@ -78,7 +78,7 @@ DISTRIBUTIONS = [
     "Markdown",
     "pytesseract",
 ]
-NPM_PACKAGES = ("docx",)
+NPM_PACKAGES = ("docx", "pptxgenjs")
 RUNNERS = {".py": "python3", ".js": "node", ".mjs": "node", ".cjs": "node", ".sh": "bash", ".bash": "bash"}
 
 
@@ -311,7 +311,8 @@ def print_table(results: dict[str, dict[str, Any]], npm_ready: bool) -> None:
                 if why != "ok" and (phase.installed or not why.startswith("not in the image")):
                     print(f"{name} {label}: {script}: {why}")
     if not npm_ready:
-        print("npm: no npm tarball folder on this backend; npm needs are not measurable yet")
+        npm_skills = [name for name, r in results.items() if any(k.startswith("npm:") for k in r["inferred"])]
+        print(f"npm: no npm tarball folder on this backend; not measurable yet: {', '.join(npm_skills)}")
     print()
 
 
