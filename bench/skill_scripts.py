@@ -134,7 +134,8 @@ def npm_tarballs(folder: Path) -> None:
             if not path:
                 continue
             spec = f"{path.rsplit('node_modules/', 1)[-1]}@{entry['version']}"
-            subprocess.run(["npm", "pack", *quiet, "--pack-destination", str(folder), spec], cwd=work, check=True)
+            argv = ["npm", "pack", *quiet, "--pack-destination", str(folder), spec]
+            subprocess.run(argv, cwd=work, check=True, stdout=subprocess.DEVNULL)
     stamp.write_text(" ".join(NPM_PACKAGES) + "\n")
 
 
