@@ -11,6 +11,7 @@ defaults in each room's `tuning.py`; CONSOLE_TUNING overrides them (TUNING below
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -53,6 +54,13 @@ SECRET_KEY = env_str("SECRET_KEY", "insecure-local-console-key-set-SECRET_KEY-in
 # (comma-separated): the old stay readable until `manage.py rotate_field_encryption_key` has
 # re-encrypted everything.
 FIELD_ENCRYPTION_KEY, *FIELD_ENCRYPTION_OLD_KEYS = env_list("FIELD_ENCRYPTION_KEY", []) or [""]
+# The old keys' own variable is gone; left set, the old secrets would stop decrypting on
+# upgrade, so the start stops and says where the keys go (a warning is too easy to miss).
+if "FIELD_ENCRYPTION_OLD_KEYS" in os.environ:
+    raise SystemExit(
+        "error: FIELD_ENCRYPTION_OLD_KEYS is no longer read; list the old keys after the new one in "
+        "FIELD_ENCRYPTION_KEY (new,old1,old2) and unset FIELD_ENCRYPTION_OLD_KEYS"
+    )
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 

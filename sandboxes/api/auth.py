@@ -2,8 +2,10 @@
 space the route names, and the space's request rate.
 
 A token of another space answers 404, exactly like an unknown space: it never learns that the
-space exists. The caller (`ApiCaller`) is what the views get: the space, and the token for the
-audit trail (API calls are recorded under the token's name and its maker).
+space exists. A token of the space past its expiry is refused (401 token_expired), and a call
+its scope does not take (`tokens.SCOPE_METHODS`) too (403 out_of_scope), through
+`errors.ANSWERS`. The caller (`ApiCaller`) is what the views get: the space, and the token for
+the audit trail (API calls are recorded under the token's name and its maker).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from console.services import Actor
 
 from ..models import ApiToken, PlatformBackend, SandboxConfig, Session
 from ..sessions.limits import check_api_rate
-from .tokens import TOKEN_PREFIX, hash_token
+from .tokens import TOKEN_PREFIX, check_token_use, hash_token
 from .wire import ApiError
 
 LAST_USED_WRITE_INTERVAL = timedelta(minutes=1)
@@ -66,6 +68,7 @@ def authenticate(
     if str(token.space_id) != str(space_id):
         raise ApiError(404, "not_found", "No such space.")  # never reveal another space
     now = timezone.now()
+    check_token_use(token, request.method or "GET", now)
     if token.last_used is None or now - token.last_used > LAST_USED_WRITE_INTERVAL:
         ApiToken.objects.filter(pk=token.pk).update(last_used=now)
     return token.space, token, session

@@ -29,6 +29,7 @@ from ..sessions.limits import LimitExceeded
 from ..sessions.lookup import BeingDeleted
 from ..sessions.runtime import SessionConflict, SessionDeleted
 from ..sessions.workspace import FileMissing, SandboxNotRunning
+from .tokens import OutOfScope, TokenExpired
 from .wire import ApiError
 
 logger = logging.getLogger(__name__)
@@ -107,6 +108,10 @@ ANSWERS: dict[type[Exception], Answer] = {
     SandboxNotRunning: not_running,  # 409 session_not_running: a GET never wakes a sandbox
     FileMissing: lambda _request, exc: ApiError(404, "not_found", exc.message, field="path"),
     BeingDeleted: lambda _request, exc: ApiError(409, "being_deleted", exc.message),
+    TokenExpired: lambda _request, exc: ApiError(
+        401, "token_expired", str(exc), expires=exc.token.expires.isoformat() if exc.token.expires else None
+    ),
+    OutOfScope: lambda _request, exc: ApiError(403, "out_of_scope", str(exc), scope=exc.token.scope),
     ServiceError: invalid_input,  # 400 invalid, naming the first field in error
     SessionDeleted: lambda _request, exc: ApiError(
         404, "not_found", f"No session {exc.key!r} in this space (it was deleted)."
@@ -152,6 +157,8 @@ class ErrorDetail(Schema):
     limit: str | None = None
     maximum: int | None = None
     retry_after_s: int | None = None
+    scope: str | None = None
+    expires: str | None = None
 
 
 class Error(Schema):
@@ -160,7 +167,9 @@ class Error(Schema):
 
 SAID: dict[int, str] = {
     400: "Bad input; `field` names the offending field",
-    401: "Missing, unknown or revoked token",
+    401: "Missing, unknown, revoked or expired token (code token_expired)",
+    403: "A call the token's scope does not allow (code out_of_scope: read-only takes GET; run adds POST and"
+    " PUT; full adds DELETE)",
     404: "Unknown space (or a token of another space) or session",
     409: "Backend conflict or quota, or the space's network policy cannot be enforced by the config's backend"
     " (the message names what); code session_not_running when the call raced a pause, code"
@@ -173,9 +182,9 @@ SAID: dict[int, str] = {
     503: "Backend, session store or database unavailable (retryable)",
     504: "Backend timeout (retryable)",
 }
-# Every route authenticates (401, 404), counts against the space's rate (429), reads the
+# Every route authenticates (401, 403, 404), counts against the space's rate (429), reads the
 # database (503) and, behind it, the session's backend (409, 502, 503, 504).
-EVERY_ROUTE = (400, 401, 404, 409, 429, 502, 503, 504)
+EVERY_ROUTE = (400, 401, 403, 404, 409, 429, 502, 503, 504)
 JSON_BODY = (*EVERY_ROUTE, 413)
 BYTES = "application/octet-stream"  # a success answer of raw bytes (a file, an artifact)
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from console.access import get_space_for_user
@@ -15,8 +19,11 @@ from console.panels import SpaceAction
 from console.services import ServiceError, actor_from_request
 from console.tuning import LIMITS
 
-from ..models import ApiToken
-from .tokens import do_create_api_token, do_revoke_api_token
+from ..models import ApiToken, TokenScope
+from .tokens import SCOPE_SAYS, do_create_api_token, do_revoke_api_token
+
+# The expiries the form offers, in days ("" is never).
+EXPIRY_DAYS = (1, 7, 30, 90, 365)
 
 # --- API tokens --------------------------------------------------------------------------
 
@@ -27,13 +34,22 @@ def token_list(request: HttpRequest, space_id: str) -> HttpResponse:
     """A space's agent API tokens. A new token's secret is shown on this response only."""
     space = get_space_for_user(request.user, space_id, Role.ADMIN)
     created_secret = name_error = name_value = ""
+    created: ApiToken | None = None
+    typed = {
+        "scope": request.POST.get("scope", TokenScope.RUN),
+        "expires_in_days": request.POST.get("expires_in_days", ""),
+    }
     if request.method == "POST":
         try:
-            _, created_secret = do_create_api_token(
-                space, name=request.POST.get("name", ""), actor=actor_from_request(request)
+            created, created_secret = do_create_api_token(
+                space,
+                name=request.POST.get("name", ""),
+                actor=actor_from_request(request),
+                scope=typed["scope"],
+                expires=_expiry(typed["expires_in_days"]),
             )
         except ServiceError as exc:
-            if "name" in exc.field_errors:  # shown at the field, with what was typed
+            if exc.field_errors:  # shown at the form, with what was typed
                 name_error, name_value = exc.message, request.POST.get("name", "")[:100]
             else:
                 messages.error(request, exc.message)
@@ -44,6 +60,12 @@ def token_list(request: HttpRequest, space_id: str) -> HttpResponse:
         "tokens_in_force": sum(1 for t in tokens if t.revoked is None),
         "token_limit": LIMITS.api_tokens_per_space,
         "created_secret": created_secret,
+        "created": created,
+        "curl_example": _curl_example(request, space.id, created, created_secret) if created else "",
+        "scopes": [(value, label, SCOPE_SAYS[value]) for value, label in TokenScope.choices],
+        "expiry_days": EXPIRY_DAYS,
+        "typed": typed,
+        "now": timezone.now(),
         "name_error": name_error,
         "name_value": name_value,
         "section": "spaces",
@@ -52,6 +74,26 @@ def token_list(request: HttpRequest, space_id: str) -> HttpResponse:
     if created_secret:
         response["Cache-Control"] = "no-store"
     return response
+
+
+def _expiry(days: str) -> Any:
+    """The moment `days` (one of EXPIRY_DAYS, or "" for never) from now."""
+    if not days:
+        return None
+    if not days.isdigit() or int(days) not in EXPIRY_DAYS:
+        offered = ", ".join(str(d) for d in EXPIRY_DAYS)
+        raise ServiceError(f"Choose an expiry of {offered} days, or never.", field_errors={"expires": ["not offered"]})
+    return timezone.now() + timedelta(days=int(days))
+
+
+def _curl_example(request: HttpRequest, space_id: Any, token: ApiToken, secret: str) -> str:
+    """A command that works as pasted: this console's address, the space, the new token; a
+    call its scope allows (a read for read-only, a resolve otherwise)."""
+    base = request.build_absolute_uri("/").rstrip("/")
+    url = f"{base}/api/v1/spaces/{space_id}/sessions/demo"
+    if token.scope == TokenScope.READ:
+        return f"curl -sS -H 'Authorization: Bearer {secret}' '{url}'"
+    return f"curl -sS -X POST -H 'Authorization: Bearer {secret}' '{url}/resolve'"
 
 
 @login_required

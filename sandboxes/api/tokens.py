@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -19,21 +20,76 @@ from console.services import Actor, ServiceError, record_audit
 from console.tuning import LIMITS
 from console.users import HeldCredential
 
-from ..models import ApiToken
+from ..models import ApiToken, TokenScope
 
 TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
+
+# What each scope may call, by HTTP method: read-only the GET routes (every read: the session,
+# files, artifacts, commands and their output, inbound, network explain); run adds the POST
+# and PUT routes within a session (resolve, pause, turns, exec, background commands, file and
+# input uploads, artifact collection, inbound links); full adds DELETE (deleting a session).
+SCOPE_METHODS: dict[str, frozenset[str]] = {
+    TokenScope.READ: frozenset({"GET", "HEAD"}),
+    TokenScope.RUN: frozenset({"GET", "HEAD", "POST", "PUT"}),
+    TokenScope.FULL: frozenset({"GET", "HEAD", "POST", "PUT", "DELETE"}),
+}
+SCOPE_SAYS: dict[str, str] = {
+    TokenScope.READ: "reads only (GET)",
+    TokenScope.RUN: "reads, and runs within sessions (GET, POST, PUT): no session deletion",
+    TokenScope.FULL: "every route, deleting sessions included",
+}
+
+
+class TokenExpired(Exception):
+    """A token past its expiry (the API answers 401 token_expired)."""
+
+    def __init__(self, token: ApiToken) -> None:
+        super().__init__(f"API token {token.name} ({token.prefix}…) expired; make a new one.")
+        self.token = token
+
+
+class OutOfScope(Exception):
+    """A call its token's scope does not allow (the API answers 403 out_of_scope)."""
+
+    def __init__(self, token: ApiToken, method: str) -> None:
+        super().__init__(
+            f"API token {token.name} is {token.get_scope_display()}: it may call {SCOPE_SAYS[token.scope]},"
+            f" not {method}. Use a token of a wider scope."
+        )
+        self.token, self.method = token, method
+
+
+def check_token_use(token: ApiToken, method: str, now: datetime) -> None:
+    """Raise `TokenExpired` or `OutOfScope` when `token` may not make a `method` call at `now`."""
+    if token.expires is not None and token.expires <= now:
+        raise TokenExpired(token)
+    if method.upper() not in SCOPE_METHODS.get(token.scope, frozenset()):
+        raise OutOfScope(token, method.upper())
 
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiToken, str]:
-    """Create a token; the plaintext is returned once and never stored. A space holds at most
+def do_create_api_token(
+    space: Space,
+    *,
+    name: str,
+    actor: Actor,
+    scope: str = TokenScope.FULL,
+    expires: datetime | None = None,
+) -> tuple[ApiToken, str]:
+    """Create a token of `scope` (a `TokenScope`), refused from `expires` on (never when None);
+    the plaintext is returned once and never stored. A space holds at most
     limits.api_tokens_per_space tokens in force (revoked ones do not count)."""
     name = name.strip()
     if not name:
         raise ServiceError("Give the token a name.", field_errors={"name": ["required"]})
+    if scope not in TokenScope.values:
+        choices = ", ".join(TokenScope.values)
+        raise ServiceError(f"Choose a scope: one of {choices}.", field_errors={"scope": [f"one of {choices}"]})
+    if expires is not None and expires <= timezone.now():
+        raise ServiceError("The expiry must be in the future.", field_errors={"expires": ["in the past"]})
     plaintext = TOKEN_PREFIX + secrets.token_urlsafe(32)
     maximum = LIMITS.api_tokens_per_space
     with transaction.atomic():
@@ -55,6 +111,8 @@ def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiTo
             prefix=plaintext[: len(TOKEN_PREFIX) + 6],
             token_hash=hash_token(plaintext),
             created_by=actor.user,
+            scope=scope,
+            expires=expires,
         )
         record_audit(
             actor,
@@ -63,7 +121,12 @@ def do_create_api_token(space: Space, *, name: str, actor: Actor) -> tuple[ApiTo
             target_type="api_token",
             target_id=token.id,
             target_name=token.name,
-            details={"name": token.name, "prefix": token.prefix},
+            details={
+                "name": token.name,
+                "prefix": token.prefix,
+                "scope": token.scope,
+                "expires": expires.isoformat() if expires else None,
+            },
         )
     return token, plaintext
 

@@ -178,6 +178,7 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "pip_index_url": "pip index URL",
             "pip_find_links": "pip wheel folder",
             "npm_registry_url": "npm registry URL",
+            "npm_folder": "npm tarball folder",
             "apt_folder": "apt repository folder",
             "apt_url": "apt mirror or proxy URL",
             "apt_suite": "apt suite and components",
@@ -191,8 +192,10 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "pip_index_url": "Package source for skill installs: a pip index URL (PEP 503 simple API), used when no "
             "find-links folder is set; pip never falls back to PyPI. The build sandbox then gets outbound network to "
             "its host: only to it where the backend has allow lists (E2B, Cube); all outbound on Docker.",
-            "npm_registry_url": "Package source for skill installs: an npm registry URL (the template needs npm). "
-            "The build sandbox gets outbound network to its host, as for the pip index URL.",
+            "npm_registry_url": "Package source for skill installs: an npm registry URL, used when no npm tarball "
+            "folder is set. The build sandbox gets outbound network to its host, as for the pip index URL.",
+            "npm_folder": "Package source for skill installs: a folder of npm tarballs (.tgz) under the package "
+            "sources' root, served to npm inside the build sandbox (offline; wins over the registry URL).",
             "apt_folder": "Package source for skills' Debian packages: a folder under the package sources folder with "
             ".deb files and a Packages index (dpkg-scanpackages). The index and the .deb files an install needs are "
             "copied into the build sandbox, which stays offline. Wins over the apt URL.",
@@ -239,6 +242,9 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
     def clean_pip_find_links(self) -> str:
         return self._clean_folder("pip_find_links")
 
+    def clean_npm_folder(self) -> str:
+        return self._clean_folder("npm_folder")
+
     def clean_apt_folder(self) -> str:
         return self._clean_folder("apt_folder")
 
@@ -252,6 +258,10 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
         url: str = self.cleaned_data[field].strip()
         if url and not url.startswith(("https://", "http://")):
             raise forms.ValidationError("An http(s) URL.")
+        # The URL parser drops tabs and newlines before the endpoint check reads the host; pip,
+        # npm and apt would get them (apt: a second sources.list line).
+        if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+            raise forms.ValidationError("A URL without spaces or control characters.")
         if url:
             try:
                 check_endpoint(url, allow_private=self._allows_private())

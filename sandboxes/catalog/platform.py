@@ -35,6 +35,7 @@ BACKEND_FIELDS = (
     "pip_index_url",
     "pip_find_links",
     "npm_registry_url",
+    "npm_folder",
     "apt_folder",
     "apt_url",
     "apt_suite",

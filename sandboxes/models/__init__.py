@@ -3,7 +3,7 @@ here, so `from sandboxes.models import X` is the way to name one.
 
 - `catalog`: `PlatformBackend`, `SandboxConfig`, `TemplateRecord` (+ `BackendKind`, `IdleMode`,
   `IDENTITY_FIELDS`, `BACKEND_IDENTITY_FIELDS`)
-- `sessions`: `Session` (+ `SessionState`), `SessionImage`, `ApiToken`, `Artifact`, `ExecSlot`,
+- `sessions`: `Session` (+ `SessionState`), `SessionImage`, `ApiToken` (+ `TokenScope`), `Artifact`, `ExecSlot`,
   `BackgroundCommand` (+ `CommandStatus`), `Terminal`, `SessionBinding`, `SessionLease`,
   `list_activity` (the sessions list's sort key, which its indexes hold)
 - `egress`: `SessionGrant`, `EgressEvent`, `EgressCursor`, `WatchedSandbox`
@@ -36,6 +36,7 @@ from .sessions import (
     SessionLease,
     SessionState,
     Terminal,
+    TokenScope,
     list_activity,
 )
 
@@ -64,6 +65,7 @@ __all__ = [
     "SessionState",
     "TemplateRecord",
     "Terminal",
+    "TokenScope",
     "WatchedSandbox",
     "list_activity",
 ]

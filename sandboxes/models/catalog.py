@@ -95,6 +95,12 @@ class PlatformBackend(models.Model):
     npm_registry_url = models.CharField(
         max_length=500, blank=True, help_text="Package source for skill installs: an npm registry URL (empty: none)."
     )
+    npm_folder = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="Package source for skill installs: the name of a folder of npm tarballs (.tgz) under the "
+        "deployment's SKILL_PACKAGE_SOURCES_ROOT, served to npm inside the build sandbox (offline installs).",
+    )
     apt_folder = models.CharField(
         max_length=200,
         blank=True,

@@ -156,8 +156,17 @@ class SessionImage(models.Model):
         return f"{self.snapshot_id} for {self.space} on {self.config}"
 
 
+class TokenScope(models.TextChoices):
+    """What a token may call (`sandboxes.api.auth.SCOPE_METHODS` says which methods each takes)."""
+
+    READ = "read", "read-only"
+    RUN = "run", "run"
+    FULL = "full", "full"
+
+
 class ApiToken(models.Model):
-    """A per-space token for the agent API. Only its SHA-256 is stored; shown once."""
+    """A per-space token for the agent API. Only its SHA-256 is stored; shown once. Its scope
+    bounds what it may call, and past `expires` it is refused."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="api_tokens")
@@ -170,6 +179,8 @@ class ApiToken(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     last_used = models.DateTimeField(null=True, blank=True)
     revoked = models.DateTimeField(null=True, blank=True)
+    scope = models.CharField(max_length=8, choices=TokenScope.choices, default=TokenScope.FULL)
+    expires = models.DateTimeField(null=True, blank=True, help_text="Refused from then on; never when empty.")
 
     class Meta:
         ordering = ["-created"]

@@ -47,6 +47,8 @@ INDEX_NAMES = ("Packages", "Packages.gz")
 UPDATE_TIMEOUT_S = 300.0
 INSTALL_TIMEOUT_S = 900.0
 COPY_BATCH_BYTES = 16 * 1024 * 1024
+# The index is read into the console's memory (a Debian mirror's main index is ~60 MiB).
+INDEX_MAX_BYTES = 256 * 1024 * 1024
 
 # Every apt run: only our sources.list, no sources.list.d, lists, caches and logs in scratch,
 # no recommends or suggests, English output (parsed), no prompt, no retries (fail fast).
@@ -94,6 +96,9 @@ def sources_line(sources: PackageSources) -> str:
     """The one sources.list line apt reads."""
     if sources.apt_folder is not None:
         return f"deb [trusted=yes] file:{REPO_DIR} ./"
+    if any(ch.isspace() or ord(ch) < 32 for ch in sources.apt_url + sources.apt_suite.replace(" ", "")):
+        # A row saved before the form refused them: apt would read another source's line.
+        raise StepFailed("check", f"{source_label(sources)!r} holds a line break or a tab; set it again")
     options = "[trusted=yes] " if sources.apt_trusted else ""
     where = sources.apt_suite or "./"
     return f"deb {options}{sources.apt_url} {where}"
@@ -121,8 +126,15 @@ def index_file(folder: Path) -> Path:
 def read_index(folder: Path) -> dict[tuple[str, str], IndexEntry]:
     """{(name, version): entry} of the folder's index; entries naming files outside it are left out."""
     path = index_file(folder)
-    raw = path.read_bytes()
-    text = (gzip.decompress(raw) if path.name.endswith(".gz") else raw).decode("utf-8", "replace")
+    with gzip.open(path) if path.name.endswith(".gz") else path.open("rb") as stream:
+        raw = stream.read(INDEX_MAX_BYTES + 1)
+    if len(raw) > INDEX_MAX_BYTES:
+        raise StepFailed(
+            "dependencies",
+            f"the apt repository folder {folder.name}/ has a Packages index over {INDEX_MAX_BYTES // 2**20} MiB "
+            "unpacked; split the repository",
+        )
+    text = raw.decode("utf-8", "replace")
     entries: dict[tuple[str, str], IndexEntry] = {}
     for stanza in re.split(r"\n\s*\n", text):
         fields = {
@@ -186,13 +198,14 @@ def prepare_apt(backend: Backend, sandbox_id: str, sources: PackageSources, log:
 
 
 def candidates(backend: Backend, sandbox_id: str, names: Sequence[str], *, step: str) -> dict[str, str | None]:
-    """{name: the version apt would install from the source, or None when it has none}."""
+    """{name: the version apt would install from the source, or None when it has none}.
+
+    Only the stanza headed by the exact name counts: for a name no package has, holding '.'
+    or '+', apt reads it as a regular expression and lists the packages it matches."""
     quoted = " ".join(shlex.quote(name) for name in names)
     policy = apt_get("policy", tool="apt-cache")
-    script = (
-        f"for p in {quoted}; do v=$({policy} \"$p\" 2>/dev/null | sed -n 's/^  Candidate: //p');"
-        ' echo "$p ${v:-(none)}"; done'
-    )
+    stanza = "awk -v head=\"$p:\" '/^[^ ]/ {mine = ($0 == head)} mine && /^  Candidate: / {print $2; exit}'"
+    script = f'for p in {quoted}; do v=$({policy} "$p" 2>/dev/null | {stanza}); echo "$p ${{v:-(none)}}"; done'
     result = run(backend, sandbox_id, step, script, env=APT_ENV)
     found: dict[str, str | None] = dict.fromkeys(names)
     for line in result.stdout.decode(errors="replace").splitlines():

@@ -1,6 +1,6 @@
 """Building a skill image generation from its plan (`install.plan`): the build sandbox and
-its network (`install.network`), the install steps (`install.steps`, `install.packages`), the
-snapshot, and recording the generation (or its failure).
+its network (`install.network`), the install steps (`install.steps`, `install.packages`,
+`install.npm`), the snapshot, and recording the generation (or its failure).
 
 Run by the job handlers of `install.jobs`; started through `install.start`.
 """
@@ -39,6 +39,7 @@ from . import lock as install_lock
 from . import packages as install_packages
 from . import steps as install
 from .network import BuildNetwork, build_network, sources_to_reach
+from .npm import install_npm, node_debian_packages
 from .packages import PackageSources
 from .plan import BuildPlan, Reporter, package_sources
 from .sources_check import check_sources
@@ -151,13 +152,19 @@ def build_generation(
         with build.step("dependencies"):
             before = install_lock.distributions(backend, sandbox_id)
             sources = with_parent_lock(backend, sandbox_id, plan, sources, build.log)
+            # Node.js and npm from Debian when the template lacks npm, then Debian, pip and npm.
+            node, _ = node_debian_packages(backend, sandbox_id, plan.add, "dependencies")
             try:
-                installed = install_packages.install_dependencies(backend, sandbox_id, plan.add, sources, build.log)
+                installed = install_packages.install_dependencies(
+                    backend, sandbox_id, plan.add, sources, build.log, also_debian=node
+                )
             except StepFailed as exc:
                 raise install_lock.explain_failure(exc, plan.parent, sources.pip_constraints) from exc
             after = install_lock.distributions(backend, sandbox_id)
             image.lock = {"pip": install_lock.lock_after_build(parent_lock(plan), before, after)}
             build.log("pip lock: " + (install_lock.constraints_text(image.lock["pip"]).replace("\n", " ") or "empty"))
+            for name, packages in install_npm(backend, sandbox_id, plan.add, sources, build.log).items():
+                installed[name] += packages
         with build.step("verify"):
             install.save_session_state(backend, sandbox_id)
             checks: dict[str, str] = {}

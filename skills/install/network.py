@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from netpolicy import Cidr, Entry, PolicyError, entry_for, opened_range, parse_domain
 from sandboxes.backends.base import NetworkCapabilities, NetworkSpec
 
-from .packages import PackageSources, source_host_port
+from .packages import PackageSources, redact_userinfo, source_host_port
 from .steps import SkillPayload, StepFailed
 
 OFFLINE = NetworkSpec(allow_internet_access=False, allow_public_traffic=False)
@@ -63,14 +63,14 @@ def sources_to_reach(sources: PackageSources, skills: Sequence[SkillPayload]) ->
     """The package sources these skills' dependencies will be fetched from over the network.
 
     The pip index only when a skill declares pip dependencies and no find-links folder is set
-    (the folder wins: it is copied in and needs no network); the npm registry only when a
-    skill declares npm dependencies; the apt URL only when a skill declares Debian packages and
-    no apt repository folder is set. A source the skills do not need is never opened.
+    (the folder wins: it is copied in and needs no network); the npm registry and the apt URL
+    likewise, only when a skill declares npm dependencies (Debian packages) and no tarball
+    (repository) folder is set. A source the skills do not need is never opened.
     """
     needed = []
     if sources.pip_uses_index and any(skill.pip_requirements for skill in skills):
         needed.append(_source("the pip index", sources.pip_index_url))
-    if sources.npm_registry_url and any(skill.npm_packages for skill in skills):
+    if sources.npm_uses_registry and any(skill.npm_packages for skill in skills):
         needed.append(_source("the npm registry", sources.npm_registry_url))
     if sources.apt_uses_url and any(skill.debian_packages for skill in skills):
         needed.append(_source("the apt source", sources.apt_url))
@@ -81,7 +81,7 @@ def _source(what: str, url: str) -> SourceHost:
     try:
         host, _ = source_host_port(url)
     except ValueError as exc:
-        raise StepFailed("create", f"{what} URL {url!r} cannot be used: {exc}") from None
+        raise StepFailed("create", f"{what} URL {redact_userinfo(url)!r} cannot be used: {exc}") from None
     return SourceHost(what, url, host)
 
 
@@ -90,7 +90,7 @@ def build_network(caps: NetworkCapabilities, backend_label: str, needed: Sequenc
     if not needed:
         return BuildNetwork(OFFLINE, "build sandbox: outbound network off (no package source to reach over it)")
     hosts = ", ".join(dict.fromkeys(source.host for source in needed))
-    reason = "to reach " + " and ".join(f"{source.what} {source.url}" for source in needed)
+    reason = "to reach " + " and ".join(f"{source.what} {redact_userinfo(source.url)}" for source in needed)
     if can_limit(caps, needed):
         spec = NetworkSpec(
             allow_internet_access=True,

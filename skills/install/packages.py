@@ -1,7 +1,7 @@
 """The install pipeline's dependency step inside a build sandbox: where packages come from
 (`PackageSources`, probed from inside the sandbox), Debian packages from the apt source
 (`install.apt`), pip requirements installed from the offline wheel folder or the config's
-index, npm packages from its registry.
+index (npm: `install.npm`).
 
 Pure orchestration over a `Backend`, like `skills.install` (whose command helpers it uses):
 no ORM, no settings. May import `sandboxes.backends` and `skills.install`; nothing else of
@@ -13,11 +13,10 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import io
-import posixpath
 import re
 import shlex
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -80,6 +79,7 @@ class PackageSources:
     pip_index_url: str = ""
     pip_folder: Path | None = None  # a local folder of wheels, copied into the sandbox
     npm_registry_url: str = ""
+    npm_folder: Path | None = None  # a local folder of npm tarballs, served inside the sandbox
     pip_constraints: str = ""  # a constraints file in the sandbox: the lock a rebuild reuses (install.lock)
     # Debian packages (install.apt): a local apt repository folder (.deb files and a Packages
     # index), whose needed files are copied in; else an apt mirror or proxy URL with its suite
@@ -110,6 +110,15 @@ class PackageSources:
     def pip_uses_index(self) -> bool:
         """The index URL is used only without a folder: the offline folder needs no network."""
         return self.pip_folder is None and bool(self.pip_index_url)
+
+    @property
+    def has_npm(self) -> bool:
+        return bool(self.npm_folder or self.npm_registry_url)
+
+    @property
+    def npm_uses_registry(self) -> bool:
+        """As for pip: the registry URL only without a folder (the folder needs no network)."""
+        return self.npm_folder is None and bool(self.npm_registry_url)
 
 
 def pep503_name(name: str) -> str:
@@ -182,8 +191,14 @@ def probe_source(
 
 def redact_userinfo(url: str) -> str:
     """The URL as logged: a password in its userinfo replaced by ***, and a userinfo without
-    one (a token alone, as pip reads it) replaced whole."""
-    split = urlsplit(url)
+    one (a token alone, as pip reads it) replaced whole. A URL that cannot be parsed loses
+    everything before its last '@' in the host part."""
+    try:
+        split = urlsplit(url)
+    except ValueError:
+        scheme, sep, rest = url.rpartition("://")
+        netloc, slash, path = rest.partition("/")
+        return f"{scheme}{sep}***@{netloc.rpartition('@')[2]}{slash}{path}" if "@" in netloc else url
     if "@" not in split.netloc:
         return url
     shown = "***" if split.password is None else f"{split.username}:***"
@@ -192,11 +207,18 @@ def redact_userinfo(url: str) -> str:
 
 
 def install_dependencies(
-    backend: Backend, sandbox_id: str, skills: Sequence[SkillPayload], sources: PackageSources, log: Log
+    backend: Backend,
+    sandbox_id: str,
+    skills: Sequence[SkillPayload],
+    sources: PackageSources,
+    log: Log,
+    *,
+    also_debian: Collection[str] = (),
 ) -> dict[str, list[str]]:
-    """Install the skills' declared dependencies as root. Returns {skill name: installed lines}."""
+    """Install the skills' declared Debian packages (and `also_debian`) and pip requirements
+    as root; npm packages come after, from `install.npm`. Returns {skill name: installed lines}."""
     installed: dict[str, list[str]] = {skill.name: [] for skill in skills}
-    debian = sorted({name for skill in skills for name in skill.debian_packages})
+    debian = sorted({name for skill in skills for name in skill.debian_packages} | set(also_debian))
     if debian:
         lines = apt_install(backend, sandbox_id, debian, sources, log)
         for skill in skills:
@@ -207,11 +229,7 @@ def install_dependencies(
         pip = prepare_pip(backend, sandbox_id, sources, log, project=pep503_name(first) if first else None)
         for skill in pip_skills:
             installed[skill.name] = pip_install(backend, sandbox_id, pip, skill, sources, log)
-    npm_skills = [skill for skill in skills if skill.npm_packages]
-    if npm_skills:
-        for skill in npm_skills:
-            installed[skill.name] += npm_install(backend, sandbox_id, skill, sources, log)
-    if not (debian or pip_skills or npm_skills):
+    if not (debian or pip_skills or any(skill.npm_packages for skill in skills)):
         log("no dependencies declared")
     return installed
 
@@ -340,45 +358,3 @@ def parse_pip_installed(output: str) -> list[str]:
         if line.startswith("Successfully installed "):
             return line.removeprefix("Successfully installed ").split()
     return []
-
-
-def npm_install(backend: Backend, sandbox_id: str, skill: SkillPayload, sources: PackageSources, log: Log) -> list[str]:
-    if not sources.npm_registry_url:
-        raise StepFailed(
-            "dependencies", f"{skill.name} declares npm dependencies but the config has no npm registry URL"
-        )
-    if run(backend, sandbox_id, "dependencies", "command -v npm", check=False).exit_code != 0:
-        raise StepFailed(
-            "dependencies",
-            f"{skill.name} declares npm dependencies but npm is not in the template the build started from; "
-            "use a base template with Node.js and npm",
-        )
-    first = skill.npm_packages[0]["name"] if skill.npm_packages else None
-    probe_source(
-        backend,
-        sandbox_id,
-        "the npm registry",
-        sources.npm_registry_url,
-        log,
-        page_url=probe_page_url(sources.npm_registry_url, first, pep503=False),
-    )
-    folders = sorted({posixpath.dirname(str(dep.get("source", "package.json"))) for dep in skill.npm_packages})
-    for folder in folders:
-        target = shlex.quote(posixpath.join(skill.root, folder) if folder else skill.root)
-        run(
-            backend,
-            sandbox_id,
-            "dependencies",
-            f"cd {target} && npm install --omit=dev --no-audit --no-fund"
-            f" --registry {shlex.quote(sources.npm_registry_url)}",
-            timeout_s=PIP_TIMEOUT_S,
-        )
-    run(
-        backend,
-        sandbox_id,
-        "dependencies",
-        f"chown -R root:root {shlex.quote(skill.root)} && chmod -R go-w {shlex.quote(skill.root)}",
-    )
-    packages = [f"{dep['name']}@{dep['version']}" for dep in skill.npm_packages]
-    log(f"npm installed for {skill.name}: {', '.join(packages)}")
-    return packages

@@ -67,6 +67,7 @@ def package_sources(config: SandboxConfig) -> PackageSources:
         pip_index_url=backend.pip_index_url.strip(),
         pip_folder=source_folder(backend.pip_find_links, "the pip find-links folder"),
         npm_registry_url=backend.npm_registry_url.strip(),
+        npm_folder=source_folder(backend.npm_folder, "the npm tarball folder"),
         apt_folder=source_folder(backend.apt_folder, "the apt repository folder"),
         apt_url=backend.apt_url.strip(),
         apt_suite=" ".join(backend.apt_suite.split()),

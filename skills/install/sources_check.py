@@ -6,21 +6,24 @@ source the config names, and the first pass collects every miss, so one failure 
 all. Nothing is installed and no installer runs; `install.packages` installs afterwards.
 
 - Debian: in the image (`dpkg-query`), else in the backend's apt source with the version apt
-  would install, and installable together from it (`install.apt.check_debian`).
+  would install, and installable together from it (`install.apt.check_debian`). A template
+  without npm needs Node.js and npm from Debian when a skill declares npm packages
+  (`npm.node_debian_packages`): checked the same way, the reason added to a miss.
 - pip, a find-links folder: read on the console host (the wheels' file names).
 - pip, an index URL: each project's PEP 503 page, fetched from the build sandbox.
-- npm: the registry URL is set and npm is in the image (both known before pip runs); each
-  package's document, fetched from the build sandbox, has a version in the declared range.
+- npm, a tarball folder: read on the console host (each tarball's package.json), the
+  packages' dependencies included (`npm.plan_folder`).
+- npm, a registry URL: each package's document, fetched from the build sandbox, has a version
+  in the declared range.
 
 A requirement with an environment marker is not checked (pip evaluates it in the image).
-Versions are matched with `packaging` (pip) and `npm_range_matches` (npm's common range
-forms: exact, `^`, `~`, comparators, x-ranges, `||`, dist-tags).
+Versions are matched with `packaging` (pip) and `npm.npm_range_matches` (npm's common range
+forms: exact, `^`, `~`, comparators, x-ranges, hyphen ranges, `||`, dist-tags).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Sequence
 from typing import Any
@@ -32,6 +35,7 @@ from packaging.version import InvalidVersion, Version
 from sandboxes.backends.base import Backend
 
 from .apt import check_debian
+from .npm import few_versions, no_source_message, node_debian_packages, npm_range_matches, plan_folder
 from .packages import (
     PackageSources,
     pep503_name,
@@ -83,11 +87,13 @@ def check_sources(
     naming each missing one and the source."""
     problems: list[str] = []
     planned: list[str] = []
-    debian = sorted({name for skill in skills for name in skill.debian_packages})
-    if debian:
-        debian_problems, debian_planned = check_debian(backend, sandbox_id, debian, sources, log, step=STEP)
-        problems += debian_problems
-        planned += debian_planned
+    node, why = node_debian_packages(backend, sandbox_id, skills, STEP)  # npm's own, when the template lacks it
+    declared = sorted({name for skill in skills for name in skill.debian_packages} - set(node))
+    for names, reason in ((declared, ""), (node, why)):
+        if names:
+            found_problems, found_planned = check_debian(backend, sandbox_id, names, sources, log, step=STEP)
+            problems += [f"{problem} (needed: {reason})" if reason else problem for problem in found_problems]
+            planned += found_planned
     npm = [(skill, dep) for skill in skills for dep in skill.npm_packages]
     if npm:
         _check_npm(backend, sandbox_id, npm, sources, problems, planned, log)
@@ -111,27 +117,28 @@ def _check_npm(
     log: Log,
 ) -> None:
     names = ", ".join(f"{dep['name']}@{dep['version']}" for _, dep in needs)
-    if not sources.npm_registry_url:
-        skills = ", ".join(sorted({skill.name for skill, _ in needs}))
-        problems.append(f"{skills} declares npm dependencies ({names}) but the config has no npm registry URL")
+    if not sources.has_npm:
+        problems.append(no_source_message((skill.name for skill, _ in needs), names))
         return
-    if run(backend, sandbox_id, STEP, "command -v npm", check=False).exit_code != 0:
-        skills = ", ".join(sorted({skill.name for skill, _ in needs}))
-        problems.append(
-            f"{skills} declares npm dependencies ({names}) but npm is not in the template the build started from; "
-            "use a base template with Node.js and npm"
-        )
+    if sources.npm_folder is not None:
+        plan = plan_folder(sources.npm_folder, [(dep["name"], dep["version"]) for _, dep in needs])
+        problems += plan.problems
+        planned += plan.planned
         return
     registry = sources.npm_registry_url
-    probe_source(
-        backend,
-        sandbox_id,
-        "the npm registry",
-        registry,
-        log,
-        page_url=probe_page_url(registry, needs[0][1]["name"], pep503=False),
-        step=STEP,
-    )
+    try:
+        probe_source(
+            backend,
+            sandbox_id,
+            "the npm registry",
+            registry,
+            log,
+            page_url=probe_page_url(registry, needs[0][1]["name"], pep503=False),
+            step=STEP,
+        )
+    except StepFailed as exc:  # named with the other misses
+        problems.append(exc.message)
+        return
     urls = {dep["name"]: probe_page_url(registry, dep["name"], pep503=False) for _, dep in needs}
     listing = _listing(backend, sandbox_id, "npm", sorted(set(urls.values())))
     shown = f"the npm registry {redact_userinfo(registry)}"
@@ -144,7 +151,8 @@ def _check_npm(
         matching = npm_range_matches(dep["version"], versions, dict(answer.get("tags") or {}))
         if not matching:
             problems.append(
-                f"npm {dep['name']}@{dep['version']}: {shown} has {_few(versions)}, none in the range {dep['version']}"
+                f"npm {dep['name']}@{dep['version']}: {shown} has {few_versions(versions)}, "
+                f"none in the range {dep['version']}"
             )
         else:
             planned.append(f"npm {dep['name']}@{dep['version']}: {matching[-1]} in {shown}")
@@ -204,7 +212,8 @@ def _check_pip(
         matching = list(req.specifier.filter(versions, prereleases=True if req.specifier.prereleases else None))
         if not matching:
             problems.append(
-                f"pip {req}: {shown} has {req.name} {_few([str(v) for v in versions])}, none matching {req.specifier}"
+                f"pip {req}: {shown} has {req.name} {few_versions([str(v) for v in versions])}, "
+                f"none matching {req.specifier}"
             )
         else:
             planned.append(f"pip {req}: {max(matching)} in {shown}")
@@ -239,82 +248,3 @@ def _listing(backend: Backend, sandbox_id: str, kind: str, urls: list[str]) -> d
 def _why(answer: dict[str, Any]) -> str:
     status = answer.get("status")
     return f"HTTP {status}" if status else str(answer.get("error") or "no answer")
-
-
-def _few(versions: list[str]) -> str:
-    shown = versions[-5:]
-    return ("… " if len(versions) > len(shown) else "") + ", ".join(shown) if shown else "no versions"
-
-
-# --- npm ranges ---------------------------------------------------------------------------
-
-_SEMVER = re.compile(r"^v?(\d+|[xX*])(?:\.(\d+|[xX*]))?(?:\.(\d+|[xX*]))?(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
-
-
-def _release(text: str) -> tuple[int, int, int] | None:
-    """A published version's (major, minor, patch); None for a prerelease or not semver."""
-    match = _SEMVER.match(text.strip())
-    if match is None or match.group(4) or not all(part and part.isdigit() for part in match.groups()[:3]):
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3))
-
-
-def _bounds(comparator: str) -> list[tuple[str, tuple[int, int, int]]] | None:
-    """One comparator (`^1.2`, `~1.2.3`, `>=1`, `1.x`, `1.2.3`) as (operator, version) pairs."""
-    operator_match = re.match(r"^(\^|~|>=|<=|>|<|=)?\s*(.*)$", comparator)
-    assert operator_match is not None
-    operator, rest = operator_match.group(1) or "", operator_match.group(2)
-    match = _SEMVER.match(rest)
-    if match is None:
-        return None
-    parts = [int(p) if p and p.isdigit() else None for p in match.groups()[:3]]
-    major, minor, patch = parts
-    if major is None:
-        return []  # *, x: anything
-    low = (major, minor or 0, patch or 0)
-    if operator == "^":
-        if major > 0 or minor is None:
-            return [(">=", low), ("<", (major + 1, 0, 0))]
-        if minor > 0 or patch is None:
-            return [(">=", low), ("<", (0, minor + 1, 0))]
-        return [(">=", low), ("<", (0, 0, patch + 1))]
-    if operator == "~":
-        return [(">=", low), ("<", (major, minor + 1, 0) if minor is not None else (major + 1, 0, 0))]
-    partial_top = (major + 1, 0, 0) if minor is None else (major, minor + 1, 0) if patch is None else None
-    if operator in ("", "="):
-        return [(">=", low), ("<", partial_top)] if partial_top else [("=", low)]
-    if operator == ">" and partial_top:
-        return [(">=", partial_top)]
-    if operator == "<=" and partial_top:
-        return [("<", partial_top)]
-    return [(operator, low)]
-
-
-def npm_range_matches(spec: str, versions: list[str], tags: dict[str, str]) -> list[str]:
-    """The published versions (releases, sorted) npm's range `spec` accepts; a dist-tag
-    (`latest`) matches the version it points at."""
-    spec = spec.strip()
-    if spec in tags:
-        return [str(tags[spec])] if str(tags[spec]) in versions else []
-    releases = sorted((release, text) for text in versions if (release := _release(text)) is not None)
-    accepted = []
-    for release, text in releases:
-        for alternative in spec.split("||"):
-            words = re.sub(r"(\^|~|>=|<=|>|<|=)\s+", r"\1", alternative.strip()).split() or ["*"]
-            bounds = [_bounds(word) for word in words]
-            if any(bound is None for bound in bounds):
-                continue
-            if all(_holds(release, operator, version) for bound in bounds for operator, version in bound or []):
-                accepted.append(text)
-                break
-    return accepted
-
-
-def _holds(release: tuple[int, int, int], operator: str, version: tuple[int, int, int]) -> bool:
-    return {
-        ">=": release >= version,
-        "<=": release <= version,
-        ">": release > version,
-        "<": release < version,
-        "=": release == version,
-    }[operator]

@@ -277,13 +277,19 @@ def verify_skill(backend: Backend, sandbox_id: str, skill: SkillPayload, log: Lo
     return f"{verified} and check script {check}"
 
 
-def default_checks_report(result: ExecResult) -> dict[str, list[str]]:
-    """The entry checks' last output line: problems, warnings and what was checked."""
+def last_json_line(result: ExecResult) -> dict[str, Any]:
+    """The JSON object a helper run in the sandbox printed last; empty when there is none."""
     try:
         report = json.loads(result.stdout.decode(errors="replace").strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {}
-    if not isinstance(report, dict):
+    return report if isinstance(report, dict) else {}
+
+
+def default_checks_report(result: ExecResult) -> dict[str, list[str]]:
+    """The entry checks' last output line: problems, warnings and what was checked."""
+    report = last_json_line(result)
+    if not report:
         return {}
     parsed = {key: [str(item) for item in report.get(key) or []] for key in ("problems", "warnings")}
     checked = report.get("checked")

@@ -3,8 +3,9 @@ newest commit asked for (`remote_commit`), and one commit's folder fetched as a 
 the archive reader (`skills.archives.read_archive`) then checks like any upload.
 
 git runs as a subprocess, never through a shell, with a hard timeout that kills its whole
-process group, no prompt (`GIT_TERMINAL_PROMPT=0`), no system or user configuration, no
-hooks, no redirects, and only the transports the policy allows (`GIT_ALLOW_PROTOCOL`, so
+process group, a memory limit its helpers inherit (`prlimit --data`), no prompt
+(`GIT_TERMINAL_PROMPT=0`), no system or user configuration, no hooks, no redirects, and
+only the transports the policy allows (`GIT_ALLOW_PROTOCOL`, so
 `ext::` and `fd::` never run; `file` only when local paths are allowed). The repository is
 fetched bare with `--depth 1` (nothing is checked out, so no filter, hook or link of the
 repository ever acts on this host) into a temporary folder whose size is watched while git
@@ -18,6 +19,7 @@ import functools
 import os
 import posixpath
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -37,6 +39,8 @@ REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}$")
 COMMIT = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 HOST_ENTRY = re.compile(r"^(?P<host>[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?|\[[0-9a-f:.]+\])(:(?P<port>[0-9]{1,5}))?$")
 POLL_S = 0.1
+SEARCH_PATH = "/usr/local/bin:/usr/bin:/bin"
+OUT_OF_MEMORY = "Out of memory"  # git's `fatal: Out of memory, malloc failed`
 OUTPUT_MAX = 64 * 1024
 
 
@@ -58,10 +62,13 @@ class GitPolicy:
 
 @dataclass(frozen=True)
 class GitLimits:
-    """How long git may run and how much it may write (the fetched objects)."""
+    """How long git may run, how much it may write (the fetched objects) and how much memory
+    it and its helpers may take (`prlimit --data`: a server that never ends its list of refs
+    would otherwise grow git for the whole timeout)."""
 
     timeout_s: float = 60.0
     max_bytes: int = 100 * 1024 * 1024
+    memory_bytes: int = 1024 * 1024 * 1024
 
 
 def check_host_entry(entry: str) -> str:
@@ -166,7 +173,7 @@ def folder_name(url: str, path: str) -> str:
 def _environment(home: str, policy: GitPolicy) -> dict[str, str]:
     protocols = ["https", "http", "git"] + (["file"] if policy.allow_local_paths else [])
     return {
-        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "PATH": SEARCH_PATH,
         "HOME": home,
         "LC_ALL": "C",
         "GIT_TERMINAL_PROMPT": "0",
@@ -199,6 +206,14 @@ def _argv(args: list[str]) -> list[str]:
     return argv + args
 
 
+def _bounded(argv: list[str], memory_bytes: int) -> list[str]:
+    """argv under a data-segment limit that git's helpers inherit (util-linux `prlimit`).
+    A missing git stays unwrapped, so that starting it fails as itself."""
+    prlimit = shutil.which("prlimit", path=SEARCH_PATH)
+    found = shutil.which(argv[0], path=SEARCH_PATH)
+    return [prlimit, f"--data={memory_bytes}", "--", found, *argv[1:]] if prlimit and found else argv
+
+
 @dataclass(frozen=True)
 class _Result:
     code: int
@@ -227,7 +242,7 @@ def _run(
         err = stack.enter_context(tempfile.TemporaryFile())
         try:
             process = subprocess.Popen(  # argv built here, never a shell
-                _argv(args),
+                _bounded(_argv(args), limits.memory_bytes),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -251,6 +266,8 @@ def _run(
             time.sleep(POLL_S)
         err.seek(0)
         stderr = err.read(OUTPUT_MAX).decode("utf-8", "replace")
+        if process.returncode != 0 and OUT_OF_MEMORY in stderr:
+            raise GitError(f"{what} stopped: it needed more than {human_size(limits.memory_bytes)} of memory.")
         stdout = b""
         if stdout_path is None:
             out.seek(0)

@@ -64,7 +64,8 @@ UNREACHABLE_ENGINE = "unix:///tmp/no-such-docker-engine.sock"  # pages must not 
 PERSONAS = ("anonymous", "outsider", "viewer", "member_b", "admin_b")
 OTHER_SPACE = ("outsider", "member_b", "admin_b")
 # Routes open to everyone by design; they are still swept for 5xx and for changes.
-PUBLIC = {"login", "logout", "api:openapi", "console:invite_accept"}
+# The favicon is the same for everyone, logged in or not (browsers ask for it before a login).
+PUBLIC = {"login", "logout", "api:openapi", "console:invite_accept", "favicon"}
 # Actions on one's own account, open to every logged-in user; they end the login session
 # they are sent with (each request gets a client of its own) and write only an audit row.
 OWN_ACCOUNT = {"console:logout_everywhere"}

@@ -182,7 +182,6 @@ def test_folded_variables_are_reported_with_their_replacement_and_the_new_forms_
         "OIDC_PROVIDER_NAME": "sso.provider_name",
         "OIDC_CREATE_USERS": "sso.create_users",
         "DEFAULT_FROM_EMAIL": "EMAIL_URL=smtp://host?from=address",
-        "FIELD_ENCRYPTION_OLD_KEYS": "in FIELD_ENCRYPTION_KEY",
     }
     result = run_manage("check", **dict.fromkeys(old, "x"))
     assert result.returncode == 0, result.stderr
@@ -204,6 +203,14 @@ def test_folded_variables_are_reported_with_their_replacement_and_the_new_forms_
     printed = shown.stdout.splitlines()[-1].split()
     assert printed[:6] == ["text", "WARNING", "False", "Corp", "True", "console@example.test"]
     assert printed[-2:] == [f"['{old_1}',", f"'{old_2}']"]  # the test settings keep their own first key
+
+
+def test_a_left_over_old_keys_variable_stops_the_start_naming_where_the_keys_go(run_manage: Manage) -> None:
+    """Warned and ignored, the old keys would leave every secret encrypted with them unreadable."""
+    result = run_manage("check", FIELD_ENCRYPTION_OLD_KEYS=Fernet.generate_key().decode())
+    assert result.returncode != 0
+    assert "error: FIELD_ENCRYPTION_OLD_KEYS is no longer read; list the old keys after the new one" in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@
   `killed_process`, `sqlite_rerun`, `warm_manage` (starts of `manage.py`), `engine_proxy`,
   `tls_engine`, `browser` (Chromium);
 - places on this machine to connect to: `netns`, `egress_lab`, `egress_support`,
-  `inbound_world`, `package_index`, and `network_guard` (no name looked up off the machine);
+  `inbound_world`, `file_server` with the package sources `package_index` and
+  `npm_source`, and `network_guard` (no name looked up off the machine);
 - readers of rendered configuration: `nft_reader`, `dnsmasq_reader`, `squid_reader`,
   `docker_readback`, `remote_egress`, and the policy agreement's `agreement_table`,
   `agreement`, `agreement_lab`;

@@ -3,8 +3,8 @@
 Sandboxes in tests only ever talk to servers the test runs on this machine. `RecordingServer`
 binds to the address it is given (a test namespace's, tests/support/netns.py) and keeps
 (client address, path) of each request, so a test can prove what a sandbox fetched and from
-where. `FileServer` serves a folder (an apt mirror's shape); `package_index.PackageIndex`
-builds on the same base.
+where. `FileServer` serves a folder (an apt mirror's shape); `PageServer` answers from a
+method, as `package_index.PackageIndex` and `npm_source.NpmRegistry` do.
 """
 
 from __future__ import annotations
@@ -45,6 +45,36 @@ class RecordingServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
+
+
+class PageServer(RecordingServer):
+    """GETs answered by `page(path)` (query and fragment cut off)."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(host, self._handler())
+
+    def page(self, path: str) -> tuple[int, str, bytes]:
+        """(status, content type, body)."""
+        raise NotImplementedError
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        served = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # the http.server hook's name
+                path = self.path.split("?", 1)[0].split("#", 1)[0]
+                served.requests.append((self.client_address[0], path))
+                status, content_type, body = served.page(path)
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:  # the hook's signature
+                return  # the test reads `requests`, not stderr
+
+        return Handler
 
 
 class FileServer(RecordingServer):

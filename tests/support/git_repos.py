@@ -158,3 +158,47 @@ class RedirectServer:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class RefFloodServer:
+    """A git:// server on 127.0.0.1 that answers with branch after branch and never ends the
+    list (up to `total` bytes, then it holds the connection): a server that sends forever."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(4)
+        self.port = int(self.socket.getsockname()[1])
+        self.sent = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def _line(text: str) -> bytes:
+        data = text.encode()
+        return b"%04x" % (len(data) + 4) + data
+
+    def _serve(self) -> None:
+        try:
+            connection, _ = self.socket.accept()
+        except OSError:
+            return
+        commit = "a" * 40
+        chunk = b"".join(self._line(f"{commit} refs/heads/branch-{n:012d}\n") for n in range(10_000))
+        with connection:
+            try:
+                connection.recv(4096)
+                connection.sendall(self._line(f"{commit} HEAD\0multi_ack\n"))
+                while self.sent < self.total and not self.stop.is_set():
+                    connection.sendall(chunk)
+                    self.sent += len(chunk)
+                self.stop.wait(30)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.socket.close()
+        self.thread.join(timeout=10)

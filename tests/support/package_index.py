@@ -9,20 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import html
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from .file_server import RecordingServer
+from .file_server import PageServer
 
 
-class PackageIndex(RecordingServer):
+class PackageIndex(PageServer):
     """`/simple/` (projects), `/simple/<project>/` (files with #sha256=), `/files/<wheel>`."""
 
     name = "package-index"
 
     def __init__(self, host: str, wheels: list[Path]) -> None:
         self.files = {wheel.name: wheel.read_bytes() for wheel in wheels}
-        super().__init__(host, self._handler())
+        super().__init__(host)
 
     @property
     def url(self) -> str:
@@ -53,25 +52,6 @@ class PackageIndex(RecordingServer):
         if data is None:
             return 404, "text/plain", b"not found\n"
         return 200, "application/octet-stream", data
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        index = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # the http.server hook's name
-                path = self.path.split("?", 1)[0].split("#", 1)[0]
-                index.requests.append((self.client_address[0], path))
-                status, content_type, body = index.page(path)
-                self.send_response(status)
-                self.send_header("Content-Type", content_type)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:  # the hook's signature
-                return  # the test reads `requests`, not stderr
-
-        return Handler
 
 
 def _html(links: list[str]) -> bytes:

@@ -24,7 +24,7 @@ from console.models import AdminJob, Space
 from console.services import SYSTEM, Actor
 from sandboxes.backends.base import META_INSTALLATION, META_PURPOSE, ListQuery
 from sandboxes.catalog.bridge import get_backend
-from sandboxes.models import SandboxConfig, Session
+from sandboxes.models import PlatformBackend, SandboxConfig, Session
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
 from skills.install.start import do_start_install, do_start_uninstall
@@ -199,6 +199,16 @@ def skills_config(space: Space, template: str, installation: str, **extra: Any) 
 
 def job_error(job: AdminJob) -> str:
     return f"{job.status}: {job.error}\n" + "\n".join(str(line.get("message")) for line in job.log)
+
+
+def log_lines(job: AdminJob) -> list[str]:
+    return [str(line.get("message")) for line in job.log]
+
+
+def set_sources(config: SandboxConfig, **fields: str) -> None:
+    """Set package sources, which are the config's platform backend's."""
+    PlatformBackend.objects.filter(pk=config.backend_id).update(**fields)
+    config.refresh_from_db()
 
 
 def settings_sources(settings: Any, root: Path) -> None:

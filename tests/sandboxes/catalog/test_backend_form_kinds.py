@@ -26,8 +26,8 @@ pytestmark = pytest.mark.django_db
 
 CREATE = "sandboxes:backend_create"
 ALWAYS = {"name", "kind", "endpoint", "allow_private_endpoints", "pip_index_url", "pip_find_links",
-          "npm_registry_url", "apt_folder", "apt_url", "apt_suite", "apt_trusted", "max_cpus", "max_memory_mb",
-          "spaces"}  # fmt: skip
+          "npm_registry_url", "npm_folder", "apt_folder", "apt_url", "apt_suite", "apt_trusted", "max_cpus",
+          "max_memory_mb", "spaces"}  # fmt: skip
 
 
 def _field_names(html: str) -> set[str]:
@@ -488,6 +488,28 @@ def test_a_package_source_is_judged_by_the_private_switch_as_the_form_reads_it(w
     assert not PlatformBackend.objects.exists()
 
 
+@pytest.mark.parametrize("folder_field", ["pip_find_links", "npm_folder", "apt_folder"])
+def test_a_package_folder_is_a_plain_name_of_a_folder_under_the_sources_root(
+    world: World, folder_field: str, settings: Any, tmp_path: Path
+) -> None:
+    settings.SKILL_PACKAGE_SOURCES_ROOT = tmp_path
+    (tmp_path / "offline").mkdir()
+    (tmp_path / "a-file").write_text("not a folder")
+    client = world.client_for("root")
+    for name, error in (
+        ("../offline", "A folder name: letters, digits, '.', '_' and '-' (no paths)."),
+        ("missing", f"There is no folder 'missing' under {tmp_path}."),
+        ("a-file", f"There is no folder 'a-file' under {tmp_path}."),
+    ):
+        response = client.post(reverse(CREATE), _docker(**{folder_field: name}))
+        assert response.status_code == 400
+        assert response.context["form"].errors[folder_field] == [error]
+    assert not PlatformBackend.objects.exists()
+    saved = client.post(reverse(CREATE), _docker(**{folder_field: " offline "}))
+    assert saved.status_code == 302, saved.context["form"].errors if saved.context else saved
+    assert getattr(PlatformBackend.objects.get(), folder_field) == "offline"
+
+
 def test_an_apt_source_is_saved_and_its_bad_values_named(world: World, settings: Any, tmp_path: Path) -> None:
     settings.SKILL_PACKAGE_SOURCES_ROOT = tmp_path
     (tmp_path / "debian").mkdir()
@@ -512,3 +534,15 @@ def test_an_apt_source_is_saved_and_its_bad_values_named(world: World, settings:
         "",
         False,
     )
+
+
+@pytest.mark.parametrize("url_field", ["pip_index_url", "npm_registry_url", "apt_url"])
+@pytest.mark.parametrize("tail", ["\ndeb [trusted=yes] http://127.0.0.2/ ./", " [trusted=yes]", "\t./"])
+def test_a_package_source_url_with_whitespace_inside_is_refused(world: World, url_field: str, tail: str) -> None:
+    # A URL parser drops newlines and tabs before reading the host, so the endpoint check
+    # passed; apt then got the rest as a second sources.list line (another, trusted source).
+    data = _docker(allow_private_endpoints="on", **{url_field: f"http://127.0.0.1:1/debian{tail}"})
+    response = world.client_for("root").post(reverse(CREATE), data)
+    assert response.status_code == 400
+    assert response.context["form"].errors[url_field] == ["A URL without spaces or control characters."]
+    assert not PlatformBackend.objects.exists()

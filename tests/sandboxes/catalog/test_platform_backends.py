@@ -43,6 +43,7 @@ FORGED_INFRASTRUCTURE = {
     "pip_index_url": "http://127.0.0.1:1/simple/",
     "pip_find_links": "wheels",
     "npm_registry_url": "http://127.0.0.1:1/",
+    "npm_folder": "npm",
     "apt_url": "http://127.0.0.1:1/debian",
     "apt_folder": "debian",
     "tls_cert": "-----BEGIN CERTIFICATE-----",
@@ -54,7 +55,7 @@ FORGED_INFRASTRUCTURE = {
 def infrastructure(backend: PlatformBackend) -> dict[str, Any]:
     return {field: getattr(backend, field) for field in ("kind", "endpoint", "domain", "sandbox_url",
             "allow_private_endpoints", "workspace_host_root", "pip_index_url", "pip_find_links",
-            "npm_registry_url", "apt_url", "apt_folder", "tls_cert_encrypted", "allow_space_api_key",
+            "npm_registry_url", "npm_folder", "apt_url", "apt_folder", "tls_cert_encrypted", "allow_space_api_key",
             "max_cpus")}  # fmt: skip
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,16 @@ def test_a_url_is_checked_against_the_templates_keyrings_unless_trusted() -> Non
     assert source_label(labelled) == "the apt source http://u:***@10.9.8.7/debian (bookworm main)"
 
 
+def test_a_stored_url_or_suite_with_a_line_break_never_reaches_sources_list() -> None:
+    for sources in (
+        PackageSources(apt_url=MIRROR + "\ndeb [trusted=yes] http://10.9.8.6/ ./"),
+        PackageSources(apt_url=MIRROR + "\t./ x"),
+        PackageSources(apt_url=MIRROR, apt_suite="bookworm\ndeb http://10.9.8.6/ ./"),
+    ):
+        with pytest.raises(StepFailed, match="holds a line break or a tab"):
+            sources_line(sources)
+
+
 def test_the_apt_url_is_opened_only_for_debian_packages_and_only_without_a_folder(tmp_path: Path) -> None:
     url = PackageSources(apt_url=MIRROR)
     assert [s.host for s in sources_to_reach(url, [skill("qpdf")])] == ["10.9.8.7"]
@@ -53,6 +64,20 @@ def test_the_index_keeps_files_inside_the_folder_only(tmp_path: Path) -> None:
     index = read_index(tmp_path)
     assert list(index) == [("qpdf", "11.3.0-1")]
     assert index[("qpdf", "11.3.0-1")].filename == "qpdf_11.3.0-1_amd64.deb"
+
+
+def test_an_index_that_unpacks_past_the_limit_is_refused_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Packages.gz is read into the console's memory: a small file that unpacks to gigabytes
+    must stop at the limit, not be unpacked whole."""
+    monkeypatch.setattr("skills.install.apt.INDEX_MAX_BYTES", 1024 * 1024)
+    stanza = b"Package: qpdf\nVersion: 1\nFilename: qpdf.deb\n\n"
+    (tmp_path / "Packages.gz").write_bytes(gzip.compress(stanza + b"X: " + b"y" * (3 * 1024 * 1024)))
+    with pytest.raises(StepFailed, match=r"Packages index over 1 MiB unpacked"):
+        read_index(tmp_path)
+    (tmp_path / "Packages.gz").write_bytes(gzip.compress(stanza))
+    assert list(read_index(tmp_path)) == [("qpdf", "1")]
 
 
 def test_a_folder_without_an_index_is_named(tmp_path: Path) -> None:

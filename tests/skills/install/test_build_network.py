@@ -149,3 +149,29 @@ def test_pip_uses_the_folder_or_the_index_and_never_pypi_too(tmp_path: Path) -> 
         "https://u:p@pypi.internal/simple/",
     ]
     assert pip_source_args(PackageSources(pip_index_url="http://u:p@pypi.internal/simple/"))[-1] == "pypi.internal"
+
+
+@pytest.mark.parametrize("backend", backends(), ids=lambda b: f"{b.kind}-{getattr(b, 'generation', '')}")
+def test_the_job_log_line_never_shows_a_sources_credentials(backend: Backend) -> None:
+    """The network line goes to the job log and the generation's log: a password or token in
+    a source URL is shown as ***, as the dependency step shows it."""
+    sources = PackageSources(
+        pip_index_url="http://ci:pip-secret@172.18.0.1:8123/simple/",
+        npm_registry_url="https://npm-token@npm.internal.example/",
+        apt_url="http://ci:apt-secret@172.18.0.1:3142/debian",
+    )
+    debian = SkillPayload(name="pdf", version_id="v", content_hash="h", files=(), dependencies={"debian": ["qpdf"]})
+    needed = sources_to_reach(sources, [skill(pip=True, npm=True), debian])
+    description = build_network(backend.network_capabilities(), backend.label, needed).description
+    for secret in ("pip-secret", "npm-token", "apt-secret"):
+        assert secret not in description
+    assert "the apt source http://ci:***@172.18.0.1:3142/debian" in description
+    assert "the npm registry https://***@npm.internal.example/" in description
+
+
+def test_a_source_url_that_cannot_be_used_is_named_without_its_credentials() -> None:
+    sources = PackageSources(apt_url="http://ci:apt-secret@[::1/debian")
+    debian = SkillPayload(name="pdf", version_id="v", content_hash="h", files=(), dependencies={"debian": ["qpdf"]})
+    with pytest.raises(StepFailed) as refused:
+        sources_to_reach(sources, [debian])
+    assert "apt-secret" not in refused.value.message

@@ -100,6 +100,18 @@ def test_a_package_the_folder_lacks_fails_the_check_naming_it_and_the_folder(
     assert build_sandboxes(config, installation) == []
 
 
+def test_a_name_apt_would_read_as_a_pattern_is_not_in_the_folder(
+    world: World, config: SandboxConfig, installation: str
+) -> None:
+    """apt-get and apt-cache read a name that no package has, holding '.' or '+', as a regular
+    expression: "qpd." would install qpdf (and any package it matches). A name is exact."""
+    needs = 'metadata:\n  debian-packages: "qpd."\n'
+    job = run_install(world.space_a, config, import_skill(plain_skill("needs-pattern", extra_md=needs)))
+    assert job.status == JobStatus.FAILED
+    assert job.error == "step check failed: Debian package qpd.: not in the apt repository folder debian/"
+    assert build_sandboxes(config, installation) == []
+
+
 def test_a_dependency_the_folder_lacks_fails_the_check_before_anything_installs(
     world: World, docker_base_image: str, installation: str, apt_folder: Path, settings: Any, tmp_path: Path
 ) -> None:

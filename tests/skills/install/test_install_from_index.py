@@ -13,14 +13,13 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from console.models import JobStatus
 from sandboxes.backends.base import ExecRequest
-from sandboxes.models import PlatformBackend, SandboxConfig
+from sandboxes.models import SandboxConfig
 from sandboxes.sessions.runtime import Runtime
 from skills.images import current_image
 from tests.personas import World
@@ -30,8 +29,10 @@ from tests.support.skill_install import (
     build_sandboxes,
     import_skill,
     job_error,
+    log_lines,
     plain_skill,
     run_install,
+    set_sources,
     skill_with_dependency,
     skills_config,
     write_wheel,
@@ -68,12 +69,6 @@ def index(source_host: Namespace, tmp_path: Path) -> Iterator[PackageIndex]:
         yield served
 
 
-def set_sources(config: SandboxConfig, **fields: str) -> None:
-    # Package sources are the platform backend's.
-    PlatformBackend.objects.filter(pk=config.backend_id).update(**fields)
-    config.refresh_from_db()
-
-
 def free_port_url(host: Namespace, path: str) -> str:
     """A URL on the source's address where nothing listens (the port was free a moment ago)."""
 
@@ -89,10 +84,6 @@ def port_of(url: str) -> int:
     port = urlsplit(url).port
     assert port is not None
     return port
-
-
-def log_lines(job: Any) -> list[str]:
-    return [str(line.get("message")) for line in job.log]
 
 
 def test_a_pip_index_url_gets_the_build_outbound_and_installs_from_that_index(
@@ -171,10 +162,10 @@ def test_an_index_without_the_project_fails_naming_the_http_status(
     assert build_sandboxes(config, installation) == []
 
 
-def test_npm_dependencies_get_the_registry_network_and_fail_clearly_without_npm(
+def test_npm_dependencies_get_the_registry_network_and_name_every_miss(
     world: World, config: SandboxConfig, source_host: Namespace, gateway: str, installation: str
 ) -> None:
-    registry = free_port_url(source_host, "/")  # never contacted: the template has no npm
+    registry = free_port_url(source_host, "/")  # nothing answers there
     set_sources(config, npm_registry_url=registry)
     md = b"---\nname: npm-skill\ndescription: Needs an npm package. Use when testing installs.\nlicense: MIT\n"
     md += b"---\n\nHi.\n"
@@ -186,8 +177,12 @@ def test_npm_dependencies_get_the_registry_network_and_fail_clearly_without_npm(
         f"build sandbox: outbound network limited to {gateway}, all else denied, to reach the npm registry {registry}"
         in log_lines(job)
     )
-    assert (
-        "step check failed: npm-skill declares npm dependencies (left-pad@^1.3.0) but npm is not in the template"
-    ) in job.error
+    # Every miss at once: Node.js and npm (Debian packages, with no Debian source), and the registry.
+    assert job.error.startswith(
+        "step check failed: Debian packages nodejs, npm: not in the image, and the platform backend has no apt "
+        "source (set 'apt repository folder' or 'apt mirror or proxy URL' on it) (needed: npm is not in the "
+        "template and npm-skill declares npm packages); "
+    ), job_error(job)
+    assert f"the npm registry {registry} does not answer from the build sandbox" in job.error
     assert current_image(world.space_a, config) is None
     assert build_sandboxes(config, installation) == []

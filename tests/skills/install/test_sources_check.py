@@ -14,7 +14,7 @@ import pytest
 from console.models import JobStatus
 from sandboxes.models import SandboxConfig
 from skills.images import current_image
-from skills.install.sources_check import npm_range_matches
+from skills.install.npm import npm_range_matches
 from skills.models import SkillImage
 from tests.personas import World
 from tests.support.skill_install import (
@@ -51,9 +51,10 @@ def test_npm_needs_fail_before_pip_runs(world: World, config: SandboxConfig, ins
     )
     job = run_install(world.space_a, config, import_skill(skill))
     assert job.status == JobStatus.FAILED
-    assert job.error.startswith(
-        "step check failed: mixed-skill declares npm dependencies (left-pad@^1.3.0) but the config has no npm "
-        "registry URL"
+    assert job.error.startswith("step check failed: Debian packages nodejs, npm: not in the image"), job_error(job)
+    assert job.error.endswith(
+        "; mixed-skill declares npm dependencies (left-pad@^1.3.0) but the config has no npm package source "
+        "(set 'npm tarball folder' or 'npm registry URL' on the backend)"
     ), job_error(job)
     assert _failed_step(world, config) == "check"
     assert not any("pip install" in str(line["message"]) for line in job.log)
@@ -110,3 +111,4 @@ def test_npm_ranges() -> None:
     assert npm_range_matches("next", versions, tags) == ["2.1.0-beta.1"]
     assert npm_range_matches("^3", versions, tags) == []
     assert npm_range_matches("*", versions, tags) == ["0.9.0", "1.0.0", "1.2.3", "1.3.0", "2.0.0"]
+    assert npm_range_matches("1.0 - 1.2", versions, tags) == ["1.0.0", "1.2.3"]
