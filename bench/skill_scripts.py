@@ -19,9 +19,9 @@ tesseract-ocr), and, when the backend has an npm tarball folder field, the folde
 `var/package-sources/skill-bench-npm` (`npm pack` on the host, once; otherwise npm needs are
 reported as not measurable).
 
-Usage: python bench/skill_scripts.py   (REDIS_URL and DATABASE_URL default to the local Redis
-and PostgreSQL; a test database is created and dropped; everything created is deleted). The
-last line is one JSON object: skills, scripts, started_before, started_after, installed_before,
+Usage: python bench/skill_scripts.py [SKILL...]   (all skills by default; REDIS_URL and
+DATABASE_URL default to the local Redis and PostgreSQL; a test database is created and
+dropped; everything created is deleted). The last line is one JSON object: skills, scripts, started_before, started_after, installed_before,
 installed_after, ratio (after / before, before counted as at least 1), per_skill
 ({name: [before, after, total]}), npm_measurable.
 """
@@ -146,9 +146,11 @@ def npm_folder_field() -> str | None:
     return next((name for name in ("npm_tarball_folder", "npm_folder") if name in names), None)
 
 
-def write_skills(folder: Path) -> list[Path]:
+def write_skills(folder: Path, only: list[str]) -> list[Path]:
     roots = []
     for name, make in SKILLS.items():
+        if only and name not in only:
+            continue
         root = folder / name
         for path, (text, executable) in make().items():
             target = root / path
@@ -191,7 +193,7 @@ def run(run_id: str) -> dict[str, Any]:
     )
     source = Path(tempfile.mkdtemp(prefix="skill-scripts-"))
     try:
-        versions = [import_folder(root, actor=SYSTEM).version for root in write_skills(source)]
+        versions = [import_folder(root, actor=SYSTEM).version for root in write_skills(source, sys.argv[1:])]
     finally:
         shutil.rmtree(source, ignore_errors=True)
     runtime = Runtime(RedisSessionStore(os.environ["REDIS_URL"]))

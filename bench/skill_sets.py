@@ -557,7 +557,8 @@ Install the library first: `npm install -g pptxgenjs`.
             'const fs = require("fs");\nconst PptxGenJS = require("pptxgenjs");\n'
             "const args = process.argv.slice(2);\n"
             'if (args.includes("--help") || args.length < 2) {\n'
-            '  console.log("usage: html2pptx.js SLIDES.html OUT.pptx");\n  process.exit(args.length < 2 ? 2 : 0);\n}\n'
+            '  console.log("usage: html2pptx.js SLIDES.html OUT.pptx");\n'
+            '  process.exit(args.includes("--help") ? 0 : 2);\n}\n'
             'const strip = (s) => s.replace(/<[^>]+>/g, "").trim();\nconst deck = new PptxGenJS();\n'
             'const html = fs.readFileSync(args[0], "utf8");\n'
             "for (const [, body] of html.matchAll(/<section>([\\s\\S]*?)<\\/section>/g)) {\n"
