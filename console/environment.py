@@ -244,15 +244,21 @@ def email_settings(url: str) -> dict[str, object]:
     if not url:
         return {"EMAIL_HOST": ""}
     parts = urlsplit(url)
+    shown = f"{parts.scheme}://{parts.hostname or ''}"  # never the password
     if parts.scheme not in {"smtp", "smtp+tls"} or not parts.hostname:
-        raise ValueError(f"EMAIL_URL must be smtp://[user:password@]host[:port] or smtp+tls://..., not {url!r}")
-    query = parse_qs(parts.query)
+        raise ValueError(f"EMAIL_URL must be smtp://[user:password@]host[:port] or smtp+tls://..., not {shown}...")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"EMAIL_URL {shown}: the port is not a number from 0 to 65535") from None
+    # A plus in an address (console+ops@...) is kept: parse_qs would read it as a space.
+    query = parse_qs(parts.query.replace("+", "%2B"))
     tls = parts.scheme == "smtp+tls" or query.get("tls", [""])[0].lower() in {"1", "true"}
     sender = {"DEFAULT_FROM_EMAIL": query["from"][0]} if query.get("from", [""])[0] else {}
     return {
         **sender,
         "EMAIL_HOST": parts.hostname,
-        "EMAIL_PORT": parts.port or (587 if tls else 25),
+        "EMAIL_PORT": port or (587 if tls else 25),
         "EMAIL_HOST_USER": unquote(parts.username or ""),
         "EMAIL_HOST_PASSWORD": unquote(parts.password or ""),
         "EMAIL_USE_TLS": tls,

@@ -136,7 +136,10 @@ def _read_document(url: str) -> Any:
 def _json(answer: Answer, what: str) -> Any:
     if answer.status != 200:
         raise requests.HTTPError(f"the provider's {what} answered {answer.status}")
-    return json.loads(answer.body)
+    document = json.loads(answer.body)
+    if not isinstance(document, dict):  # mozilla-django-oidc reads it with .get()
+        raise ValueError(f"the provider's {what} answered JSON that is not an object")
+    return document
 
 
 def check_sso_settings() -> None:
@@ -247,7 +250,8 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         return _json(answer, "userinfo endpoint")
 
     def retrieve_matching_jwk(self, token: str) -> Any:
-        keys = _json(fetch("GET", self.OIDC_OP_JWKS_ENDPOINT), "JWKS endpoint").get("keys") or []
+        keys = _json(fetch("GET", self.OIDC_OP_JWKS_ENDPOINT), "JWKS endpoint").get("keys")
+        keys = keys if isinstance(keys, list) else []
         header = jwt.get_unverified_header(token)
         # As mozilla-django-oidc picks it: the key id must match, and the algorithm if the key names one.
         matching = [
@@ -277,9 +281,14 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         return payload
 
     def verify_claims(self, claims: dict[str, Any]) -> bool:
-        if not claims.get("sub") or not claims.get("email"):
+        if not claims.get("sub") or not claims.get("email") or not isinstance(claims["email"], str):
             return False
-        return claims.get("email_verified", True) is not False
+        verified = claims.get("email_verified")
+        if verified is None:  # not said: the provider's emails are trusted
+            return True
+        if isinstance(verified, str):  # some providers send "true"/"false"
+            return verified.strip().lower() == "true"
+        return verified is True
 
     def filter_users_by_claims(self, claims: dict[str, Any]) -> QuerySet[Any]:
         model = get_user_model()
@@ -324,14 +333,14 @@ def do_link_oidc_identity(user: Any, *, subject: str, source_ip: str | None) -> 
 def do_create_oidc_user(claims: dict[str, Any], *, source_ip: str | None) -> Any:
     """Create the user a first sign-in names (sso.create_users), linked to its subject."""
     model = get_user_model()
-    base = (claims.get("preferred_username") or claims["email"].split("@")[0])[:140]
+    base = (_text(claims, "preferred_username") or claims["email"].split("@")[0])[:140]
     username, n = base, 1
     while model.objects.filter(username__iexact=username).exists():
         n += 1
         username = f"{base}-{n}"
     with transaction.atomic():
-        user = model(username=username, email=claims["email"], first_name=claims.get("given_name", "")[:150])
-        user.last_name = claims.get("family_name", "")[:150]
+        user = model(username=username, email=claims["email"], first_name=_text(claims, "given_name")[:150])
+        user.last_name = _text(claims, "family_name")[:150]
         user.set_unusable_password()
         user.save()
         OidcIdentity.objects.create(user=user, issuer=issuer(), subject=claims["sub"])
@@ -344,6 +353,12 @@ def do_create_oidc_user(claims: dict[str, Any], *, source_ip: str | None) -> Any
             details={"username": username, "email": user.email, "oidc_subject": claims["sub"], "issuer": issuer()},
         )
     return user
+
+
+def _text(claims: dict[str, Any], name: str) -> str:
+    """A claim that is text, else "" (providers send null, and JSON allows any type)."""
+    value = claims.get(name)
+    return value if isinstance(value, str) else ""
 
 
 def _ip(backend: Any) -> str | None:

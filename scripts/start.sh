@@ -39,6 +39,9 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
     quietly "preparing the local apt repository for skills (var/package-sources/debian)" \
       .venv/bin/python scripts/apt_repo.py "${CONSOLE_VAR_DIR:-var}/package-sources/debian" poppler-utils qpdf nodejs npm tesseract-ocr
   fi
+  # The skills' npm tarball folder (docx, pptxgenjs, marked and their dependencies; cached).
+  quietly "preparing the npm tarball folder for skills (var/package-sources/npm)" \
+    .venv/bin/python scripts/npm_folder.py "${CONSOLE_VAR_DIR:-var}/package-sources/npm"
   # Online sandboxes need the host packet filter (docs/security.md); only root can load it.
   if [ "$(id -u)" = 0 ]; then
     if ! command -v nft >/dev/null 2>&1; then

@@ -22,8 +22,9 @@ class SkillsConfig(AppConfig):
 
         process_released.connect(fail_interrupted_builds, dispatch_uid="skills.interrupted_builds")
         # The space page's button to the space's skill image (console.panels).
-        from console.panels import register_space_action
+        from console.panels import register_space_action, register_space_panel
 
-        from .image_views import SPACE_ACTION
+        from .image_views import SPACE_ACTION, SPACE_PANEL
 
         register_space_action(SPACE_ACTION)
+        register_space_panel(SPACE_PANEL)

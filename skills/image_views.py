@@ -1,6 +1,10 @@
 """The Skill image pages of a space: its generations, install and uninstall (through
-`skills.install.start`), rollback, snapshot clean-up, "Install into a space…", and the space
-page's Skill image button. Space admins act; members read.
+`skills.install.start`), rollback, snapshot clean-up, and the space page's Skill image button.
+Space admins act; members read.
+
+The one-step install: the skill's card, "Install into a space…" and the space page's Install a
+skill panel post a version and a target (a space the user administers and one of its configs)
+to `quick_install`, which starts the job and answers, to HTMX, the job's status polling inline.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from console import jobs as job_runner
 from console.access import get_space_for_user, has_role, spaces_for_user
 from console.models import Role, Space
-from console.panels import SpaceAction
+from console.panels import SpaceAction, SpacePanel
 from console.services import ServiceError, actor_from_request
+from console.views import is_htmx
 from sandboxes.backends.base import RemoteError
 from sandboxes.catalog.bridge import config_fingerprint
 from sandboxes.models import SandboxConfig
@@ -258,18 +264,82 @@ def image_cleanup(request: HttpRequest, space_id: str) -> HttpResponse:
     )
 
 
+def install_targets(user: Any, spaces: Any = None) -> list[tuple[Space, list[tuple[str, str]]]]:
+    """The spaces `user` administers (of `spaces` when given), each with its configs as
+    (target value "<space id>:<config id>", label), the default config first; spaces without a
+    config are left out."""
+    admin_spaces = spaces_for_user(user, Role.ADMIN).order_by("name")
+    if spaces is not None:
+        admin_spaces = admin_spaces.filter(pk__in=[space.pk for space in spaces])
+    found = list(admin_spaces)
+    configs: dict[Any, list[tuple[str, str]]] = {}
+    rows = SandboxConfig.objects.filter(space__in=found).order_by("-is_default", "created")
+    for config in rows.only("id", "space_id", "name", "is_default"):
+        label = f"{config.name} (default)" if config.is_default else config.name
+        configs.setdefault(config.space_id, []).append((f"{config.space_id}:{config.id}", label))
+    return [(space, configs[space.pk]) for space in found if space.pk in configs]
+
+
 @login_required
 @require_GET
 def version_install(request: HttpRequest, version_id: str) -> HttpResponse:
-    """ "Install into a space…": the spaces the user administers, each to its Skill image page."""
+    """ "Install into a space…": the one-step form on a page of its own (as the card has it)."""
     version = get_object_or_404(SkillVersion.objects.select_related("skill"), pk=version_id)
-    spaces = spaces_for_user(request.user, Role.ADMIN).order_by("name")
     return render(
         request,
         "skills/version_install.html",
-        {"version": version, "skill": version.skill, "spaces": spaces, "section": "skills"},
+        {
+            "version": version,
+            "skill": version.skill,
+            "install_targets": install_targets(request.user),
+            "section": "skills",
+        },
     )
 
 
-# The space page's Skill image button (registered in SkillsConfig.ready()).
+@login_required
+@require_POST
+def quick_install(request: HttpRequest) -> HttpResponse:
+    """Install a version into a space's config in one step: the target names a space the user
+    administers (another is 404, a space they only belong to 403, as every space page) and one
+    of its configs. HTMX gets the job's status, polling, in place; a plain post goes to the
+    job's page."""
+    version_id = _uuid_or_none(request.POST.get("version"))
+    version = SkillVersion.objects.select_related("skill").filter(pk=version_id).first() if version_id else None
+    space_part, _, config_part = (request.POST.get("target") or "").partition(":")
+    space = get_space_for_user(request.user, space_part, Role.ADMIN)
+    config_id = _uuid_or_none(config_part)
+    config = SandboxConfig.objects.filter(pk=config_id, space=space).first() if config_id else None
+    try:
+        if version is None:
+            raise ServiceError("Choose a skill to install.")
+        if config is None:
+            raise ServiceError(f"Choose a sandbox config of {space.name}.")
+        job = start.do_start_install(space, config, version, actor=actor_from_request(request))
+    except ServiceError as exc:
+        if is_htmx(request):
+            return render(request, "skills/partials/quick_install_result.html", {"error": exc.message})
+        messages.error(request, exc.message)
+        back = reverse("skills:version_install", args=[version.id]) if version else _image_url(space, config)
+        return redirect(back)
+    said = f"Installing {version.skill.name} into {space.name} on {config.name}."
+    if not is_htmx(request):
+        messages.info(request, said)
+        return redirect(job)
+    context = {"job": job, "label": job_runner.job_label(job.kind), "can_cancel": True, "said": said}
+    return render(request, "skills/partials/quick_install_result.html", context)
+
+
+def _space_install_panel(request: HttpRequest, space: Space, is_admin: bool) -> dict[str, Any]:
+    """The space page's Install a skill panel: for its admins, when it has a config."""
+    if not is_admin:
+        return {"skill_install_targets": []}
+    return {
+        "skill_install_targets": install_targets(request.user, [space]),
+        "skill_install_versions": _version_choices(None),
+    }
+
+
+# The space page's Skill image button and Install a skill panel (registered in SkillsConfig.ready()).
 SPACE_ACTION = SpaceAction("Skill image", lambda space: reverse("skills:image_detail", args=[space.id]), order=20)
+SPACE_PANEL = SpacePanel("skills/partials/space_install_panel.html", _space_install_panel, order=40)

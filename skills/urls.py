@@ -33,6 +33,7 @@ urlpatterns += [
 # Skill images (install pipeline), per space.
 urlpatterns += [
     path("skills/versions/<uuid:version_id>/install/", image_views.version_install, name="version_install"),
+    path("skills/install/", image_views.quick_install, name="quick_install"),
     path("spaces/<uuid:space_id>/skill-image/", image_views.image_detail, name="image_detail"),
     path("spaces/<uuid:space_id>/skill-image/install/", image_views.image_install, name="image_install"),
     path("spaces/<uuid:space_id>/skill-image/uninstall/", image_views.image_uninstall, name="image_uninstall"),

@@ -26,6 +26,7 @@ from console.views import paginate, query_without_page, swaps
 
 from .archives import Limits, human_size
 from .forms import SkillImportForm
+from .image_views import install_targets
 from .models import GitSource, Skill, SkillFile, SkillVersion
 from .rendering import render_markdown
 from .services import (
@@ -128,6 +129,7 @@ def render_version(request: HttpRequest, version: SkillVersion, skill: Skill) ->
         "git_source": GitSource.objects.filter(skill=skill).first(),
         "spaces": spaces_with_skill([skill.id], user=request.user).get(skill.id, []),
         "can_manage": is_platform_admin(request.user),
+        "install_targets": install_targets(request.user),
         "section": "skills",
     }
     return render(request, "skills/skill_detail.html", context)

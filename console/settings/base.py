@@ -226,7 +226,10 @@ AXES_VERBOSE = False
 # --- Users: invitations and email (docs/security.md, "Users and invitations") -------------
 # An invitation link works once, for users.invite_link_hours (tuning). It is shown to the admin
 # who made it; with EMAIL_URL set it is also emailed to the user through Django's email backend.
-_email = email_settings(env_str("EMAIL_URL"))
+try:
+    _email = email_settings(env_str("EMAIL_URL"))
+except ValueError as exc:
+    raise SystemExit(f"error: {exc}") from None
 EMAIL_HOST = str(_email["EMAIL_HOST"])
 EMAIL_PORT = int(str(_email.get("EMAIL_PORT", 25)))
 EMAIL_HOST_USER = str(_email.get("EMAIL_HOST_USER", ""))

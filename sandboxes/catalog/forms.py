@@ -184,6 +184,7 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "apt_suite": "apt suite and components",
             "max_cpus": "Most CPU cores per sandbox",
             "max_memory_mb": "Most memory per sandbox (MiB)",
+            "max_pool_size": "Most ready sandboxes per config (warm pool)",
         }
         # How each source reaches the build sandbox (docs/skills.md, "The build sandbox's network").
         help_texts = {
@@ -213,12 +214,22 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             self.initial["kind"] = ""
             return
         self.initial["kind"] = kind
+        if "max_pool_size" in self.fields:
+            # Left out of a post (an older form, a script): the stored limit, or the default.
+            self.fields["max_pool_size"].required = False
         if self.instance.pk:
             self.initial.setdefault("spaces", list(self.instance.spaces.all()))
 
     def backend_data(self) -> dict[str, Any]:
         """What the services take: the kind's fields, and neutral values for the others."""
         return self.kind_data(BACKEND_FIELDS)
+
+    def clean_max_pool_size(self) -> int:
+        value = self.cleaned_data.get("max_pool_size")
+        if value is None:
+            stored: int = self.instance.max_pool_size
+            return stored
+        return int(value)
 
     def clean_name(self) -> str:
         name: str = self.cleaned_data["name"].strip()

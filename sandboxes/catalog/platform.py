@@ -44,7 +44,14 @@ BACKEND_FIELDS = (
     "max_memory_mb",
     "max_pids",
     "max_disk_mb",
+    "max_pool_size",
 )
+# A package source folder wins over its kind's URL: a folder is set only where neither is.
+SOURCE_ALTERNATIVES = {
+    "pip_find_links": ("pip_index_url",),
+    "npm_folder": ("npm_registry_url",),
+    "apt_folder": ("apt_url",),
+}
 # Every secret a kind declares for its platform backend, stored in `<name>_encrypted`.
 SECRET_FIELDS = tuple(name for name, declared in all_settings(Scope.BACKEND).items() if declared[0][1].secret)
 # Changing these while sandboxes live would orphan them on the old account or engine.
@@ -151,13 +158,13 @@ def do_create_platform_backend(
 
 
 def do_register_local_engine(
-    *, name: str, kind: str, pip_find_links: str, spaces: list[Space], apt_folder: str = ""
+    *, name: str, kind: str, pip_find_links: str, spaces: list[Space], apt_folder: str = "", npm_folder: str = ""
 ) -> PlatformBackend:
     """Register this host's engine (the command names its kind) as a platform backend granted
     to `spaces`: the one-command start (`manage.py register_local_engine`), done by the system."""
     with transaction.atomic():
         backend = PlatformBackend.objects.create(
-            name=name, kind=kind, pip_find_links=pip_find_links, apt_folder=apt_folder
+            name=name, kind=kind, pip_find_links=pip_find_links, apt_folder=apt_folder, npm_folder=npm_folder
         )
         backend.spaces.set(spaces)
         record_audit(
@@ -172,10 +179,47 @@ def do_register_local_engine(
                 "endpoint": "",
                 "pip_find_links": pip_find_links,
                 "apt_folder": apt_folder,
+                "npm_folder": npm_folder,
                 "granted": [str(s.pk) for s in spaces],
             },
         )
     return backend
+
+
+def do_fill_local_engine_sources(backend: PlatformBackend, *, folders: dict[str, str]) -> list[str]:
+    """Give the local engine's backend (a re-run of `manage.py register_local_engine`) the
+    package source folders the start prepared since: only for a kind of package with no source
+    yet (neither folder nor URL), so a platform admin's choice stays. Done by the system;
+    returns the fields set."""
+    with transaction.atomic():
+        locked = PlatformBackend.objects.select_for_update().get(pk=backend.pk)
+        changed = [
+            key
+            for key, value in folders.items()
+            if value and not any(getattr(locked, k) for k in (key, *SOURCE_ALTERNATIVES[key]))
+        ]
+        if not changed:
+            return []
+        for key in changed:
+            setattr(locked, key, folders[key])
+        locked.save(update_fields=changed)
+        record_audit(
+            SYSTEM,
+            AuditAction.PLATFORM_BACKEND_UPDATE,
+            target_type="platform_backend",
+            target_id=locked.id,
+            target_name=locked.name,
+            details={
+                "changed": changed,
+                "before": dict.fromkeys(changed, ""),
+                "after": {key: folders[key] for key in changed},
+                "granted": [],
+                "revoked": [],
+            },
+        )
+    for key in changed:
+        setattr(backend, key, folders[key])
+    return changed
 
 
 def do_update_platform_backend(

@@ -37,6 +37,7 @@ from ..catalog.network import network_spec_for, spec_fingerprint
 from ..models import MemberState, PoolClaim, PoolMember, Session
 from ..sessions.provisioning import effective_template
 from .keeper import kick, pool_name
+from .tuning import POOLS
 
 logger = logging.getLogger(__name__)
 GONE_KINDS = frozenset({ErrorKind.NOT_FOUND, ErrorKind.GONE})
@@ -103,7 +104,7 @@ def _claim(session: Session, backend: Backend, version: int) -> tuple[SandboxInf
                 info = _reclaim(session, backend, version)
                 return info, "" if info is not None else MISS_BROKEN
             try:
-                info = _running(backend, member.sandbox_id)
+                info = _ready(backend, member)
             except RemoteError as exc:
                 failed = (member, exc)
                 transaction.set_rollback(True)
@@ -120,6 +121,21 @@ def _claim(session: Session, backend: Backend, version: int) -> tuple[SandboxInf
             return None, f"{MISS_BROKEN} ({error.kind})"
         # gone under the pool: the next one
     return None, MISS_EMPTY
+
+
+def _ready(backend: Backend, member: PoolMember) -> SandboxInfo:
+    """A ready member's sandbox, running. One kept running is trusted as the pool saw it
+    (each refill pass checks its ready sandboxes against the engine's listing, and a sandbox
+    gone since is found by the next call's own error, as for any bound sandbox); one kept
+    paused is resumed."""
+    if POOLS.keep_paused:
+        return backend.connect(member.sandbox_id)
+    return SandboxInfo(
+        sandbox_id=member.sandbox_id,
+        state=SandboxState.RUNNING,
+        template_id=member.template_id,
+        started_at=member.ready_at,
+    )
 
 
 def _running(backend: Backend, sandbox_id: str) -> SandboxInfo:

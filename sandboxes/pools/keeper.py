@@ -5,7 +5,7 @@ One refill per config at a time, across processes (a store lock, never waited fo
 members left half-made by a refill that died are forgotten (their sandboxes, labelled
 `META_POOL`, go with the reaper); ready sandboxes made from another template (a skill
 install) or under another network spec (a policy change) are drained, and so is what exceeds
-the size; then new ones are made, each recorded as a member row *before* its create, so a
+the size or the space's quota; then new ones are made, each recorded as a member row *before* its create, so a
 sandbox is never made that no row or label explains. A member whose row went meanwhile (a
 teardown, a drain) has its sandbox deleted by the refill that made it.
 
@@ -38,13 +38,15 @@ from ..backends.base import (
     META_POOL,
     META_SPACE,
     Backend,
+    ListQuery,
     RemoteError,
     SandboxSpec,
+    SandboxState,
 )
 from ..catalog.bridge import get_backend, sandbox_resources
 from ..catalog.network import network_spec_for, spec_fingerprint, unsupported_policy_switches
 from ..models import MemberState, PoolClaim, PoolMember, SandboxConfig
-from ..sessions.limits import pool_room
+from ..sessions.limits import pool_overflow, pool_room
 from ..sessions.lookup import BeingDeleted, refuse_while_deleted
 from ..sessions.provisioning import effective_template, prepare_workspace
 from ..sessions.store import LockTimeout, SessionStoreUnavailable, lifecycle_lock
@@ -140,10 +142,13 @@ def _refill_locked(config: SandboxConfig, report: RefillReport) -> None:
     if native is not None:
         native.ensure(pool_name(config, want.template_id, want.fingerprint), want.spec, want.size)
         return
-    ready = list(members.filter(state=MemberState.READY).order_by("ready_at"))
+    ready = _alive(backend, config, list(members.filter(state=MemberState.READY).order_by("ready_at")), report)
     outdated = [m for m in ready if m.template_id != want.template_id or m.policy_fingerprint != want.fingerprint]
     current = [m for m in ready if m not in outdated]
     for member in outdated + current[want.size :]:
+        drain_member(backend, member, report)
+    # Past the space's quota (lowered, or live sessions grew): the newest ready ones go.
+    for member in current[: want.size][::-1][: pool_overflow(config.space)]:
         drain_member(backend, member, report)
     have = min(len(current), want.size) + members.filter(state=MemberState.REFILLING).count()
     missing = min(want.size - have, pool_room(config.space))
@@ -160,6 +165,28 @@ def _refill_locked(config: SandboxConfig, report: RefillReport) -> None:
             report.errors.append(outcome[1:])
         else:
             report.made.append(outcome)
+
+
+def _alive(backend: Backend, config: SandboxConfig, ready: list[PoolMember], report: RefillReport) -> list[PoolMember]:
+    """The ready members whose sandboxes the engine lists as they wait (running, or paused
+    when pools keep theirs paused); the others are forgotten, so a claim may trust the rest."""
+    if not ready:
+        return ready
+    waiting = SandboxState.PAUSED if POOLS.keep_paused else SandboxState.RUNNING
+    query = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID, META_CONFIG: str(config.pk)})
+    try:
+        listed = {i.sandbox_id: i.state for i in backend.iter_sandboxes(query) if i.metadata.get(META_POOL)}
+    except RemoteError as exc:
+        report.errors.append(f"listing the pool: {exc.message}")
+        return ready
+    alive = []
+    for member in ready:
+        if listed.get(member.sandbox_id) in (waiting, SandboxState.RUNNING):
+            alive.append(member)
+        elif PoolMember.objects.filter(pk=member.pk, state=MemberState.READY).delete()[0]:
+            _forget(backend, member.pk, member.sandbox_id, member.workspace_volume)
+            report.drained.append(member.sandbox_id)
+    return alive
 
 
 def _make_in_thread(config: SandboxConfig, backend: Backend, want: Wanted) -> str:

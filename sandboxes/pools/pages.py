@@ -28,6 +28,11 @@ def _with_memory(readings: list[PoolReading]) -> list[tuple[PoolReading, float |
     return [(reading, ready_memory_mb(reading.config) if reading.ready else None) for reading in readings]
 
 
+def _filling(readings: list[PoolReading]) -> bool:
+    """Whether a pool is not at its size yet: the page then follows it (HTMX, every 3 s)."""
+    return any(r.refilling or r.ready < r.size for r in readings)
+
+
 @login_required
 @require_safe
 def space_pools(request: HttpRequest, space_id: uuid.UUID) -> HttpResponse:
@@ -41,6 +46,7 @@ def space_pools(request: HttpRequest, space_id: uuid.UUID) -> HttpResponse:
             "rows": _with_memory(readings),
             "quota": quota_line(space),
             "can_edit": has_role(request.user, space, Role.ADMIN),
+            "refilling": _filling(readings),
             "window_min": POOLS.stats_window_s // 60,
             "section": "spaces",
         },

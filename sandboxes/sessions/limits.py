@@ -103,18 +103,30 @@ def pooled_unclaimed(space: Space) -> int:
     return PoolMember.objects.filter(space=space).exclude(state=MemberState.CLAIMED).count()
 
 
+def _pool_headroom(space: Space) -> int:
+    maximum = limits_of(space)["live_sessions"]
+    live = Session.objects.filter(space=space).exclude(state=SessionState.GONE).count()
+    return maximum - live - pooled_unclaimed(space)
+
+
 def pool_room(space: Space) -> int:
     """How many more pooled sandboxes the space's quota of live sessions leaves room for:
     live sessions and unclaimed pooled sandboxes count together."""
-    maximum = limits_of(space)["live_sessions"]
-    live = Session.objects.filter(space=space).exclude(state=SessionState.GONE).count()
-    return max(0, maximum - live - pooled_unclaimed(space))
+    return max(0, _pool_headroom(space))
+
+
+def pool_overflow(space: Space) -> int:
+    """How many unclaimed pooled sandboxes are past the quota (a lowered quota, or sessions
+    made without the pool): a refill drains that many."""
+    return max(0, -_pool_headroom(space))
 
 
 # An INSERT that lost its place to a racing one tries another this often before refusing.
 SLOT_TRIES = 8
 # One statement takes a free place (0 to limit - 1) of the space, or one whose deadline passed;
 # the unique (space, number) index decides between racing inserts: no lock is held across it.
+# Execs running in places past a lowered limit count too: none is taken while the space runs
+# as many as the limit (the count and the index agree once those have ended).
 # Places are tried from a random one on (fewer races), generated lazily up to the first free.
 _TAKE_SLOT = """
 WITH RECURSIVE places(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM places WHERE i + 1 < %(limit)s)
@@ -126,6 +138,7 @@ WHERE NOT EXISTS (
     WHERE taken.space_id = %(space)s AND taken.number = (%(start)s + places.i) %% %(limit)s
     AND taken.deadline > %(now)s
 )
+AND (SELECT count(*) FROM {table} live WHERE live.space_id = %(space)s AND live.deadline > %(now)s) < %(limit)s
 LIMIT 1
 ON CONFLICT (space_id, number) DO UPDATE SET
     id = excluded.id, session_id = excluded.session_id, deadline = excluded.deadline,
@@ -145,7 +158,7 @@ def take_exec_slot(space: Space, session: Session, deadline: datetime) -> ExecSl
     deadline, so one killed mid-exec stops counting when its deadline passes, however busy
     its session stays. No row lock: one INSERT per try (`_TAKE_SLOT`). The limit is read
     through the per-process cache (a changed limit is in force within LIMITS_CACHE_S); slots
-    taken under a higher limit count until they end."""
+    taken under a higher limit count against the lower one until they end."""
     maximum = limits_of(space, max_age_s=LIMITS_CACHE_S)["concurrent_execs"]
     slot = ExecSlot(space=space, session=session, deadline=deadline, owner_process=this_process())
     table = connection.ops.quote_name(ExecSlot._meta.db_table)

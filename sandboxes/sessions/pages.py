@@ -86,7 +86,7 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_user(request.user, session_id)
     runtime = Runtime()
     can_use = has_role(request.user, session.space, Role.MEMBER)
-    path = request.GET.get("path", "")
+    path = request.GET.get("path", "").strip("/")
     listing: list[Any] = []
     listing_error = ""
     not_running = False
@@ -107,6 +107,10 @@ def session_detail(request: HttpRequest, session_id: str) -> HttpResponse:
         "is_admin": has_role(request.user, session.space, Role.ADMIN),
         "path": path,
         "listing": listing,
+        "listing_rows": [(entry, f"{path}/{entry.name}" if path else entry.name) for entry in listing],
+        "path_crumbs": _crumbs(path),
+        "parent_path": path.rpartition("/")[0],
+        "writable": path != "input" and not path.startswith("input/"),
         "listing_error": listing_error,
         "not_running": not_running,
         "browsed": request.GET.get("browse") == "1",
@@ -229,6 +233,12 @@ def session_keep_awake(request: HttpRequest, session_id: str) -> HttpResponse:
             else f"{session.key} idles again after {session.config.idle_timeout_s} s without activity.",
         )
     return redirect(reverse("sandboxes:session_detail", kwargs={"session_id": session.id}) + "#keep-awake")
+
+
+def _crumbs(path: str) -> list[tuple[str, str]]:
+    """(name, path up to it) for each folder of `path`."""
+    parts = [part for part in path.split("/") if part]
+    return [(part, "/".join(parts[: index + 1])) for index, part in enumerate(parts)]
 
 
 def _browse_url(session: Session, path: str) -> str:

@@ -20,6 +20,11 @@ session's other execs, commands and open terminals to end, else is deferred to t
 an exec whose sandbox went under it anyway (a forced Rebuild, a delete) answers
 `sandbox_replaced` (or 404), never the exit code of a killed process.
 
+Warm exec: a session whose row says running, bound to the sandbox the row names, not stale
+and with no turn's first resolve due, runs its command with no connect (`_known_running`),
+on a backend whose exec refuses an idle or gone sandbox (`exec_refuses_when_idle`); on that
+refusal (`NotStarted`: nothing ran) the exec resolves the session and runs it there.
+
 Pause: one guarded path for the UI, the API and the idle sweep (`pause`): under the session's
 lifecycle lock, only with nothing in flight (sessions/inflight.py), holding the session's row
 while the engine freezes the sandbox, with the engine call bounded (sessions.engine_timeout_s).
@@ -68,7 +73,7 @@ from ..backends.base import (
 from ..catalog.bridge import get_backend, sandbox_resources
 from ..catalog.conflicts import Conflict
 from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
-from ..models import SandboxConfig, Session, SessionState
+from ..models import ExecSlot, SandboxConfig, Session, SessionState
 from .inflight import busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
 from .lookup import get_or_create_session
@@ -448,7 +453,31 @@ class Runtime:
             raise
         if not self.store.set_binding_if_absent(bkey, bound):
             return self._lost_the_race(session, backend, bkey, info, action)
-        return self._finish(session, info, bound, action)
+        resolved = self._finish(session, info, bound, action)
+        self._catch_up_policy(session, backend)
+        return resolved
+
+    @staticmethod
+    def _catch_up_policy(session: Session, backend: Backend) -> None:
+        """A sandbox just bound runs the spec read before it was made (or claimed); a policy
+        saved meanwhile skipped it in its live pass (no sandbox on the row yet). Now that the
+        row names it, any later pass sees it; the change before is applied here."""
+        spec = network_spec_for(session.space, session)
+        fingerprint = spec_fingerprint(spec)
+        if fingerprint == session.policy_fingerprint:
+            return
+        egress = backend.egress()
+        if egress is None or not backend.network_capabilities().live_update:
+            return  # fixed at create: the policy page lists it as keeping older rules
+        try:
+            egress.update(session.sandbox_id, spec)
+        except RemoteError as exc:
+            logger.warning("policy catch-up of session %s failed: %s", session.key, exc)
+            return
+        session.policy_fingerprint, session.policy_applied_at = fingerprint, timezone.now()
+        Session.objects.filter(pk=session.pk).update(
+            policy_fingerprint=fingerprint, policy_applied_at=session.policy_applied_at
+        )
 
     def _lost_the_race(self, session: Session, backend: Backend, bkey: str, mine: SandboxInfo, action: str) -> Resolved:
         """Another writer bound the session first: theirs stands, ours (if new) goes."""
@@ -694,22 +723,26 @@ class Runtime:
     def exec_in_flight(self, session: Session, timeout_s: float | None) -> Iterator[None]:
         """An exec slot of the space's limits, and the exec counted in flight on its session."""
         until = timezone.now() + timedelta(seconds=timeout_s or 3600) + EXEC_GRACE
-        slot = take_exec_slot(session.space, session, until)  # one of the space's places, or refused
+        slots: list[ExecSlot] = []
         freed: list[bool] = []
+
+        def take() -> None:
+            # One of the space's places, or refused: in the transaction that counts the exec.
+            slots.append(take_exec_slot(session.space, session, until))
 
         def still_counted() -> bool:
             # Freeing the slot answers whether this exec still counted: a release of this
             # process as dead (a freeze past the heartbeat window) freed it and lowered the
             # session's count already.
-            freed.append(release_exec_slot(slot))
+            freed.append(release_exec_slot(slots[0]))
             return freed[0]
 
         try:
-            with in_flight(session, timeout_s or 3600, still_counted=still_counted):
+            with in_flight(session, timeout_s or 3600, still_counted=still_counted, counting=take):
                 yield
         finally:
-            if not freed:
-                release_exec_slot(slot)
+            if slots and not freed:
+                release_exec_slot(slots[0])
 
     def pause(
         self,

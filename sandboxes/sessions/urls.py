@@ -4,6 +4,7 @@
 from django.urls import path
 
 from . import bulk_pages as bulk
+from . import file_pages as files
 from . import pages as sessions
 from . import teardown_pages as teardown
 from . import unmanaged_pages as unmanaged
@@ -18,6 +19,12 @@ urlpatterns = [
     path("sessions/<uuid:session_id>/stats/", sessions.session_stats, name="session_stats"),
     path("sessions/<uuid:session_id>/upload/", sessions.session_upload, name="session_upload"),
     path("sessions/<uuid:session_id>/download/", sessions.session_download, name="session_download"),
+    path("sessions/<uuid:session_id>/files/view/", files.file_preview, name="file_preview"),
+    path("sessions/<uuid:session_id>/files/raw/", files.file_raw, name="file_raw"),
+    path("sessions/<uuid:session_id>/files/upload/", files.file_upload, name="file_upload"),
+    path("sessions/<uuid:session_id>/files/mkdir/", files.file_mkdir, name="file_mkdir"),
+    path("sessions/<uuid:session_id>/files/rename/", files.file_rename, name="file_rename"),
+    path("sessions/<uuid:session_id>/files/delete/", files.file_delete, name="file_delete"),
     path("sessions/<uuid:session_id>/collect/", sessions.session_collect, name="session_collect"),
     path(
         "sessions/<uuid:session_id>/artifacts/<uuid:artifact_id>/", sessions.artifact_download, name="artifact_download"

@@ -228,6 +228,18 @@ def read_file(
     return data
 
 
+def _audit_file(actor: Actor, session: Session, op: str, details: dict[str, Any]) -> None:
+    record_audit(
+        actor,
+        AuditAction.SESSION_FILE_WRITE,
+        space=session.space,
+        target_type="session",
+        target_id=session.id,
+        target_name=session.key,
+        details={"op": op, **details},
+    )
+
+
 @_counted
 def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *, actor: Actor) -> FileInfo:
     """Write a file as the session user. /workspace/input stays read-only (staging is apart)."""
@@ -238,15 +250,46 @@ def write_file(runtime: Runtime, session: Session, relative: str, data: bytes, *
         raise ServiceError(f"The file is larger than {SESSIONS.workspace_upload_max_bytes} bytes.")
     backend, sandbox_id = _sandbox(runtime, session)
     info = FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "write", path, "644", stdin=data)))
-    record_audit(
-        actor,
-        AuditAction.SESSION_FILE_WRITE,
-        space=session.space,
-        target_type="session",
-        target_id=session.id,
-        target_name=session.key,
-        details={"path": path, "size": len(data)},
-    )
+    _audit_file(actor, session, "write", {"path": path, "size": len(data)})
+    return info
+
+
+def _writable(relative: str) -> str:
+    """The absolute path of `relative`, refused inside the root-owned input/ (staging only)."""
+    path = workspace_path(relative)
+    if path == INPUT or path.startswith(INPUT + "/"):
+        raise ServiceError("/workspace/input is read-only to the session; upload attachments to input instead.")
+    return path
+
+
+@_counted
+def delete_path(runtime: Runtime, session: Session, relative: str, *, actor: Actor) -> str:
+    """Delete a file, a link or a folder with all it holds, as the session user; links are
+    removed, never followed. /workspace, input/ and output/ themselves are kept."""
+    path = _writable(relative)
+    backend, sandbox_id = _sandbox(runtime, session)
+    run_helper(backend, sandbox_id, "delete", path)
+    _audit_file(actor, session, "delete", {"path": path})
+    return path
+
+
+@_counted
+def rename_path(runtime: Runtime, session: Session, relative: str, target: str, *, actor: Actor) -> FileInfo:
+    """Rename (or move) `relative` to `target`, both inside /workspace; an existing target is
+    refused, never replaced."""
+    path, destination = _writable(relative), _writable(target)
+    backend, sandbox_id = _sandbox(runtime, session)
+    info = FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "rename", path, _relative(destination))))
+    _audit_file(actor, session, "rename", {"path": path, "to": destination})
+    return info
+
+
+@_counted
+def make_folder(runtime: Runtime, session: Session, relative: str, *, actor: Actor) -> FileInfo:
+    path = _writable(relative)
+    backend, sandbox_id = _sandbox(runtime, session)
+    info = FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "mkdir", path)))
+    _audit_file(actor, session, "mkdir", {"path": path})
     return info
 
 

@@ -311,6 +311,73 @@ def do_prepare(uid):
     return {"prepared": ROOT}
 
 
+def remove_tree(parent, name):
+    """Remove `name` under the open directory `parent`: a folder with all it holds, depth
+    first, each folder opened without following links; a link is removed, never followed."""
+    info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=parent)
+        return
+    fd = os.open(name, DIR_FLAGS, dir_fd=parent)
+    try:
+        for child in os.listdir(fd):
+            remove_tree(fd, child)
+    finally:
+        os.close(fd)
+    os.rmdir(name, dir_fd=parent)
+
+
+# The layout's own folders: a delete or rename of these is refused (`prepare` remakes them).
+KEPT = (["input"], ["output"])
+
+
+def do_delete(parts):
+    if not parts or parts in KEPT:
+        raise Refused(BAD, shown(parts) + " is part of the workspace's layout and is not deleted")
+    parent = walk(parts[:-1])
+    try:
+        remove_tree(parent, parts[-1])
+    except OSError as error:
+        raise refusal(error, parts, parent) from None
+    return {"deleted": shown(parts)}
+
+
+def do_rename(parts, target):
+    """Rename within /workspace: `target` is relative to it too; an existing target is kept."""
+    to = parts_of(target)
+    if not parts or not to or parts in KEPT or to in KEPT:
+        raise Refused(BAD, "the workspace's own folders are not renamed, nor renamed onto")
+    source, destination = walk(parts[:-1]), walk(to[:-1])
+    try:
+        os.stat(to[-1], dir_fd=destination, follow_symlinks=False)
+    except FileNotFoundError:
+        pass
+    except OSError as error:
+        raise refusal(error, to, destination) from None
+    else:
+        raise Refused(BAD, shown(to) + " already exists")
+    try:
+        os.rename(parts[-1], to[-1], src_dir_fd=source, dst_dir_fd=destination)
+        info = os.stat(to[-1], dir_fd=destination, follow_symlinks=False)
+    except OSError as error:
+        raise refusal(error, parts, source) from None
+    return describe(info, to[-1], shown(to))
+
+
+def do_mkdir(parts):
+    if not parts:
+        raise Refused(BAD, ROOT + " exists")
+    parent = walk(parts[:-1])
+    try:
+        os.mkdir(parts[-1], 0o755, dir_fd=parent)
+        info = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+    except FileExistsError:
+        raise Refused(BAD, shown(parts) + " already exists") from None
+    except OSError as error:
+        raise refusal(error, parts, parent) from None
+    return describe(info, parts[-1], shown(parts))
+
+
 def main(argv):
     if len(argv) < 2:
         raise Refused(BAD, "usage: OP PATH [ARG]")
@@ -326,6 +393,12 @@ def main(argv):
         return
     elif op == "write":
         answer = do_write(parts, int(argv[2], 8))
+    elif op == "delete":
+        answer = do_delete(parts)
+    elif op == "rename":
+        answer = do_rename(parts, argv[2])
+    elif op == "mkdir":
+        answer = do_mkdir(parts)
     elif op == "stage":
         answer = do_stage(parts, int(argv[2], 8))
     elif op == "prepare":

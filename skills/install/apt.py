@@ -115,11 +115,20 @@ def index_file(folder: Path) -> Path:
     for name in INDEX_NAMES:
         path = folder / name
         if path.is_file() and not path.is_symlink():
+            if path.stat().st_size > INDEX_MAX_BYTES:  # it is read whole to be copied in
+                raise StepFailed("check", _too_big(folder))
             return path
     raise StepFailed(
         "check",
         f"the apt repository folder {folder.name}/ has no Packages index "
         "(make one with dpkg-scanpackages, or scripts/apt_repo.py)",
+    )
+
+
+def _too_big(folder: Path) -> str:
+    return (
+        f"the apt repository folder {folder.name}/ has a Packages index over {INDEX_MAX_BYTES // 2**20} MiB "
+        "unpacked; split the repository"
     )
 
 
@@ -129,11 +138,7 @@ def read_index(folder: Path) -> dict[tuple[str, str], IndexEntry]:
     with gzip.open(path) if path.name.endswith(".gz") else path.open("rb") as stream:
         raw = stream.read(INDEX_MAX_BYTES + 1)
     if len(raw) > INDEX_MAX_BYTES:
-        raise StepFailed(
-            "dependencies",
-            f"the apt repository folder {folder.name}/ has a Packages index over {INDEX_MAX_BYTES // 2**20} MiB "
-            "unpacked; split the repository",
-        )
+        raise StepFailed("dependencies", _too_big(folder))
     text = raw.decode("utf-8", "replace")
     entries: dict[tuple[str, str], IndexEntry] = {}
     for stanza in re.split(r"\n\s*\n", text):

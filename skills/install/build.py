@@ -207,7 +207,13 @@ def build_generation(
 
 
 def parent_lock(plan: BuildPlan) -> dict[str, str]:
-    return dict(((plan.parent.lock if plan.parent is not None else None) or {}).get("pip") or {})
+    """The parent generation's pip lock; entries that are not name -> version (a row edited by
+    hand) are left out rather than failing every later rebuild."""
+    stored = plan.parent.lock if plan.parent is not None else None
+    pip = stored.get("pip") if isinstance(stored, dict) else None
+    if not isinstance(pip, dict):
+        return {}
+    return {name: version for name, version in pip.items() if isinstance(name, str) and isinstance(version, str)}
 
 
 def with_parent_lock(

@@ -37,6 +37,8 @@ NPM_NAME = re.compile(r"^(?:@[a-z0-9-~][a-z0-9-._~]*/)?[a-z0-9-~][a-z0-9-._~]*$"
 NPM_NAME_MAX = 214
 # Registry ranges only (^1.2, ~1, >=2 <3, 1.x, *, latest); git/file/http specs are refused.
 NPM_VERSION = re.compile(r"^[A-Za-z0-9.^~<>=|*xX +-]{1,100}$")
+# What npm reads as a path even within those characters: a folder ("..", ".") or a tarball.
+NPM_PATH_SPEC = re.compile(r"^\.|\.(?:tgz|tar|tar\.gz)$", re.IGNORECASE)
 DEBIAN_NAME = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
 
 
@@ -110,7 +112,7 @@ def _read_package_json(data: bytes, source: str, deps: Dependencies) -> None:
     for name, version in declared.items():
         if not (isinstance(name, str) and len(name) <= NPM_NAME_MAX and NPM_NAME.match(name)):
             deps.warnings.append(f"{source}: {str(name)[:80]!r} is not a valid npm package name; left out.")
-        elif not (isinstance(version, str) and NPM_VERSION.match(version)):
+        elif not (isinstance(version, str) and NPM_VERSION.match(version)) or NPM_PATH_SPEC.search(version):
             deps.warnings.append(
                 f"{source}: {name} {str(version)[:80]!r} is not a registry version range (git, file and URL "
                 "specs are not installed); left out."

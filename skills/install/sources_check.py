@@ -68,7 +68,11 @@ for url in urls:
             body = answer.read(50_000_000).decode("utf-8", "replace")
         if kind == "npm":
             doc = json.loads(body)
-            versions, tags = sorted(doc.get("versions") or {}), doc.get("dist-tags") or {}
+            if not isinstance(doc, dict):
+                raise ValueError("the registry's document is not a JSON object")
+            versions, tags = doc.get("versions"), doc.get("dist-tags")
+            versions = sorted(versions) if isinstance(versions, dict) else []
+            tags = {k: v for k, v in tags.items() if isinstance(v, str)} if isinstance(tags, dict) else {}
             out[url] = {"status": 200, "versions": versions, "tags": tags}
         else:
             out[url] = {"status": 200, "files": [n.strip() for n in re.findall(r"<a[^>]*>([^<]+)</a>", body)]}

@@ -445,3 +445,19 @@ def test_email_url_sets_djangos_email_settings() -> None:
     for bad in ("http://mail.example.test", "smtp://"):
         with pytest.raises(ValueError, match="EMAIL_URL"):
             email_settings(bad)
+
+
+def test_email_url_keeps_a_plus_in_the_sender_and_names_itself_for_a_bad_port() -> None:
+    # In a query "+" is read as a space: a plus-addressed sender would lose its plus.
+    sender = email_settings("smtp://mail.example.test?from=console+ops@example.test")["DEFAULT_FROM_EMAIL"]
+    assert sender == "console+ops@example.test"
+    for bad in ("smtp://mail.example.test:mail", "smtp://mail.example.test:99999"):
+        with pytest.raises(ValueError, match="EMAIL_URL"):
+            email_settings(bad)
+
+
+def test_a_bad_email_url_stops_the_start_with_a_message(run_manage: Manage) -> None:
+    result = run_manage("check", EMAIL_URL="http://mail.example.test")
+    assert result.returncode != 0
+    assert "error: EMAIL_URL must be smtp://" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

@@ -236,6 +236,16 @@ def documents() -> Iterator[Documents]:
             served.asked.append(self.path)
             name = self.path.split("/")[1]
             document = served.by_name.get(name)
+            answers = document.get("answers") if isinstance(document, dict) else None
+            endpoint = self.path.rsplit("/", 1)[-1]
+            if isinstance(answers, dict) and endpoint in answers:
+                # A provider answering JSON that is not what its endpoint gives.
+                body = json.dumps(answers[endpoint]).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+                return
             if isinstance(document, dict) and self.path.endswith(("/token_endpoint", "/userinfo_endpoint")):
                 # A provider's answer that drips as slowly as its document (or at once).
                 self.send_response(200)
@@ -391,13 +401,18 @@ def test_a_password_login_with_code_and_state_in_its_url_never_asks_the_provider
     assert not [path for path in documents.asked if path.startswith("/asked-by-password/")]
 
 
+@pytest.mark.parametrize(
+    "answers",
+    [{}, {"token_endpoint": []}, {"token_endpoint": "token"}, {"token_endpoint": 5}, {"token_endpoint": None}],
+)
 def test_a_callback_with_a_forged_code_fails_cleanly(
-    live_server: Any, sso: Provider, settings: Any, documents: Documents
+    live_server: Any, sso: Provider, settings: Any, documents: Documents, answers: dict[str, object]
 ) -> None:
-    """A real state (the attacker's own sign-in start) with a code the provider refuses: the
-    token endpoint answers an error, and the sign-in fails with a redirect, never a 500."""
+    """A real state (the attacker's own sign-in start) with a code the provider refuses (its
+    token endpoint a 404), or answers with JSON that is no object: the sign-in fails with a
+    redirect, never a 500."""
     settings.OIDC_OP_ISSUER = f"{documents.url}/refuses"
-    documents.by_name["refuses"] = a_document(settings.OIDC_OP_ISSUER)  # its token endpoint is a 404
+    documents.by_name["refuses"] = a_document(settings.OIDC_OP_ISSUER, answers=answers)
     browser = requests.Session()
     start = browser.get(f"{live_server.url}/oidc/authenticate/", timeout=10, allow_redirects=False)
     assert start.status_code == 302
@@ -409,6 +424,30 @@ def test_a_callback_with_a_forged_code_fails_cleanly(
     assert callback.status_code == 302, callback.text[:300]
     assert callback.headers["Location"] == "/login/?sso=failed"
     assert logged_in_as(browser, live_server.url) is None
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "answer"),
+    [("userinfo_endpoint", []), ("userinfo_endpoint", "x"), ("jwks", []), ("jwks", {"keys": 5})],
+)
+def test_odd_userinfo_and_key_answers_are_refused_as_provider_errors(
+    documents: Documents, settings: Any, endpoint: str, answer: object
+) -> None:
+    """What the sign-in catches (a provider error, a token that does not verify), not a
+    TypeError or AttributeError that would end in a 500."""
+    from django.core.exceptions import SuspiciousOperation
+
+    from console.oidc import ConsoleOIDCBackend
+
+    settings.OIDC_OP_ISSUER = f"{documents.url}/odd-{endpoint}"
+    documents.by_name[f"odd-{endpoint}"] = a_document(settings.OIDC_OP_ISSUER, answers={endpoint: answer})
+    backend = ConsoleOIDCBackend()
+    backend.OIDC_OP_USER_ENDPOINT = f"{settings.OIDC_OP_ISSUER}/userinfo_endpoint"
+    backend.OIDC_OP_JWKS_ENDPOINT = f"{settings.OIDC_OP_ISSUER}/jwks"
+    token = jwt.encode({"sub": "s"}, "k" * 32, algorithm="HS256", headers={"kid": "a"})
+    call = backend.retrieve_matching_jwk if endpoint == "jwks" else lambda t: backend.get_userinfo("a", t, {})
+    with pytest.raises((ValueError, SuspiciousOperation, requests.RequestException)):
+        call(token)
 
 
 def test_a_trailing_slash_on_the_issuer_does_not_unlink_its_subjects(live_server: Any, sso: Provider) -> None:
@@ -509,3 +548,33 @@ def test_sso_on_without_its_secret_or_issuer_stops_the_start(missing: dict[str, 
         timeout=120,
     )
     assert complete.returncode == 0, complete.stderr
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [{"given_name": None, "family_name": None}, {"preferred_username": 7}, {"given_name": ["A"], "family_name": 3}],
+)
+def test_a_new_user_is_made_from_claims_of_any_json_type(odd: dict[str, Any]) -> None:
+    """Providers send null for a name they do not have; a claim of another type is left out,
+    never a 500 at the callback."""
+    from console.oidc import do_create_oidc_user
+
+    user = do_create_oidc_user({"sub": "s-1", "email": "nora@example.test", **odd}, source_ip=None)
+    assert user.username == "nora"
+    assert (user.first_name, user.last_name) == ("", "")
+    assert OidcIdentity.objects.get(user=user).subject == "s-1"
+
+
+@pytest.mark.parametrize(
+    ("verified", "accepted"),
+    [(False, False), ("false", False), ("False", False), (0, False), (True, True), ("true", True), (None, True)],
+)
+def test_an_email_the_provider_has_not_verified_signs_nobody_in(verified: object, accepted: bool) -> None:
+    """Some providers send email_verified as a string: "false" is as unverified as false
+    (the email alone would link the token's subject to the user who has that email)."""
+    from console.oidc import ConsoleOIDCBackend
+
+    claims = {"sub": "s", "email": "nora@example.test", "email_verified": verified}
+    assert ConsoleOIDCBackend().verify_claims(claims) is accepted
+    # Not said (absent or null): trusted, as before.
+    assert ConsoleOIDCBackend().verify_claims({"sub": "s", "email": "nora@example.test"}) is True

@@ -61,6 +61,17 @@ def test_package_json_dependencies() -> None:
     assert len(deps.warnings) == 3
 
 
+@pytest.mark.parametrize("spec", ["..", ".", "...", ".1.2", "evil.tgz", "x.TAR.GZ", "pkg.tar"])
+def test_package_json_specs_npm_reads_as_a_folder_or_tarball_are_left_out(spec: str) -> None:
+    # npm reads a spec starting with "." as a folder and one ending in .tgz/.tar(.gz) as a
+    # tarball path: each would install from the build sandbox's disk, not the source.
+    document = {"dependencies": {"left-pad": "^1.3.0", "local": spec}}
+    deps = find_dependencies({"package.json": json.dumps(document).encode()}, {})
+    assert deps.npm == [{"name": "left-pad", "version": "^1.3.0", "source": "package.json"}]
+    assert len(deps.warnings) == 1
+    assert "local" in deps.warnings[0]
+
+
 def test_invalid_package_json_is_a_warning() -> None:
     deps = find_dependencies({"package.json": b"{not json"}, {})
     assert deps.npm == []

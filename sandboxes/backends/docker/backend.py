@@ -252,8 +252,9 @@ class DockerBackend(Backend):
         try:
             with _engine_call("starting the sandbox"):
                 self.api.start(container_id)
-            if self.outbound.enforces_lists():
-                # Until its chain is in, the bridge drops everything from the new address.
+            if self.outbound.enforces_lists() and network_mode != "none":
+                # Until its chain is in, the bridge drops everything from the new address. On no
+                # network there is nothing to filter: a policy switched on later attaches it.
                 self.outbound.attach(container_id, labels[LABEL_NETWORK], spec.network)
             if spec.workspace_volume:
                 self._own_workspace(container_id)
@@ -304,6 +305,25 @@ class DockerBackend(Backend):
         return str(created["Id"])
 
     def connect(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
+        seen = self.engine.seen(sandbox_id)
+        if seen is not None and self.engine.paused_here(sandbox_id):
+            # Paused by this adapter: unpaused in one call. Refused as not paused (resumed or
+            # stopped elsewhere since): looked at below, as any other.
+            try:
+                with _engine_call(f"resuming sandbox {sandbox_id}"):
+                    repair.unpause(self, sandbox_id, timeout_s=timeout_s)
+            except RemoteError as exc:
+                self.engine.paused_here(sandbox_id, False)
+                if exc.kind == ErrorKind.NOT_FOUND:
+                    self.engine.forget(sandbox_id)
+                if exc.kind != ErrorKind.CONFLICT:
+                    raise
+            else:
+                self.engine.paused_here(sandbox_id, False)
+                if self.outbound.recorded(sandbox_id):
+                    self.outbound.resume(sandbox_id)  # switched on while paused: its resolver now
+                logger.info("resumed sandbox %s (paused)", sandbox_id, extra={"sandbox_id": sandbox_id})
+                return dataclasses.replace(seen, state=SandboxState.RUNNING)
         info = self.check_state(self.get(sandbox_id, timeout_s=timeout_s))
         if info.state == SandboxState.RUNNING:
             return info  # the common, warm case: one inspect, nothing to resume
@@ -313,9 +333,9 @@ class DockerBackend(Backend):
             elif info.state in (SandboxState.STOPPED, SandboxState.STARTING):
                 self.disk.remount(info.sandbox_id)  # after a host reboot its disks are unmounted
                 self.api.start(info.sandbox_id)
-        if self.outbound.enforces_lists():
+        if self.outbound.recorded(info.sandbox_id):
             # A restarted container may have a new address; one switched on while paused has
-            # its resolver pointed now.
+            # its resolver pointed now. One made on no network, never switched on: nothing.
             self.outbound.resume(info.sandbox_id)
         logger.info("resumed sandbox %s (%s)", sandbox_id, info.state, extra={"sandbox_id": sandbox_id})
         return dataclasses.replace(info, state=SandboxState.RUNNING)
@@ -325,6 +345,7 @@ class DockerBackend(Backend):
         if seen is not None and self.config.idle_mode != IdleMode.STOP:
             try:
                 repair.pause(self, sandbox_id, timeout_s=timeout_s)
+                self.engine.paused_here(sandbox_id, True)
                 return dataclasses.replace(seen, state=SandboxState.PAUSED)
             except RemoteError as exc:
                 if exc.kind == ErrorKind.NOT_FOUND:
@@ -341,6 +362,7 @@ class DockerBackend(Backend):
                     self.api.stop(info.sandbox_id, timeout=STOP_GRACE_S)
             elif info.state == SandboxState.RUNNING:
                 repair.pause(self, info.sandbox_id, timeout_s=timeout_s)
+                self.engine.paused_here(info.sandbox_id, True)
         # The engine answered; the new state is known without another inspect.
         idle_state = SandboxState.STOPPED if self.config.idle_mode == IdleMode.STOP else SandboxState.PAUSED
         if info.state in (SandboxState.RUNNING, SandboxState.PAUSED):
@@ -360,18 +382,25 @@ class DockerBackend(Backend):
         return self.engine.exec(sandbox_id, request)
 
     def delete(self, sandbox_id: str) -> None:
-        try:
-            info = self.engine.inspect_sandbox(sandbox_id)
-        except RemoteError as exc:
-            if exc.kind == ErrorKind.NOT_FOUND:
-                return
-            raise
-        scratch = self.disk.scratch_of(info.sandbox_id)
+        # A sandbox this adapter has seen needs no look first: its labels (space, scratch
+        # disk) never change, and the removal is idempotent.
+        info = self.engine.seen(sandbox_id)
+        if info is None:
+            try:
+                info = self.engine.inspect_sandbox(sandbox_id)
+            except RemoteError as exc:
+                if exc.kind == ErrorKind.NOT_FOUND:
+                    return
+                raise
+        scratch = self.disk.scratch_of(self.engine.labels_of(info.sandbox_id) or {})
+        # Made on no network and never switched on (no policy recorded): no network to release.
+        networked = self.outbound.recorded(info.sandbox_id) or not self.outbound.enforces_lists()
         self.engine.remove_container(info.sandbox_id)
         self.disk.release(scratch)
         if self.outbound.enforces_lists():
             self.outbound.detach(info.sandbox_id)
-        self.release_network(info.metadata.get(META_SPACE, ""))
+        if networked:
+            self.release_network(info.metadata.get(META_SPACE, ""))
         logger.info("deleted sandbox %s", info.sandbox_id, extra={"sandbox_id": info.sandbox_id})
 
     def release_network(self, space: str) -> None:

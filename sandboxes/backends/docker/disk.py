@@ -185,13 +185,8 @@ class DockerDisk:
         plan.labels[LABEL_SCRATCH] = scratch.name
         return plan
 
-    def scratch_of(self, container_id: str) -> LoopFs | None:
-        """The scratch file system a sandbox owns (read before the container goes)."""
-        try:
-            with _engine_call(f"sandbox {container_id}"):
-                labels = self.backend.api.inspect_container(container_id)["Config"].get("Labels") or {}
-        except RemoteError:
-            return None
+    def scratch_of(self, labels: Mapping[str, str]) -> LoopFs | None:
+        """The scratch file system a sandbox owns, named by its labels (read before it goes)."""
         name = labels.get(LABEL_SCRATCH)
         return LoopFs(self.root, name) if name else None
 

@@ -69,6 +69,10 @@ class DockerEngine:
         # creation time never change, so an id here needs no check that it is a console
         # sandbox, and a pause needs no inspect before it; the state is never reused.
         self._seen: dict[str, SandboxInfo] = {}
+        # Labels of the console sandboxes seen (a delete reads its scratch disk's from them),
+        # and those this engine object paused since (a connect unpauses without an inspect).
+        self._labels: dict[str, dict[str, str]] = {}
+        self._paused: set[str] = set()
         self.commands = DockerExec(self)
         # Seconds one control call (inspect, pause, unpause) may take: the backend option
         # `control_timeout` (repair.py), so a wedged engine answers `timeout` in seconds.
@@ -180,6 +184,7 @@ class DockerEngine:
             traffic_token=labels.get(LABEL_TRAFFIC_TOKEN) or None,
         )
         self._seen[info.sandbox_id] = info
+        self._labels[info.sandbox_id] = dict(labels)
         return info
 
     def bound(self, timeout_s: float | None) -> float:
@@ -204,8 +209,23 @@ class DockerEngine:
         """The sandbox as last inspected by this engine object (None: not seen yet)."""
         return self._seen.get(sandbox_id)
 
+    def labels_of(self, sandbox_id: str) -> dict[str, str] | None:
+        """The sandbox's labels as last inspected (None: not seen)."""
+        return self._labels.get(sandbox_id)
+
+    def paused_here(self, sandbox_id: str, paused: bool | None = None) -> bool:
+        """Whether this engine object paused the sandbox and has not resumed it since; with
+        `paused`, record that first."""
+        if paused is True:
+            self._paused.add(sandbox_id)
+        elif paused is False:
+            self._paused.discard(sandbox_id)
+        return sandbox_id in self._paused
+
     def forget(self, sandbox_id: str) -> None:
         self._seen.pop(sandbox_id, None)
+        self._labels.pop(sandbox_id, None)
+        self._paused.discard(sandbox_id)
 
     def networks_of(self, container_id: str) -> dict[str, Any]:
         """The container's endpoints by network name (inspected now)."""

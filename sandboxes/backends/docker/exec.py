@@ -272,6 +272,7 @@ class DockerExec:
     def _exit_code(self, exec_id: str, what: str, wait_s: float) -> int | None:
         """The exec's exit code, or None while it still runs after wait_s."""
         deadline = time.monotonic() + wait_s
+        pause = 0.002  # the engine records the exit a moment after the stream ends: ask again soon
         while True:
             with _engine_call(what):
                 state = self.engine.api.exec_inspect(exec_id)
@@ -280,7 +281,8 @@ class DockerExec:
                 return int(code) if code is not None else None
             if time.monotonic() > deadline:
                 return None
-            time.sleep(0.02)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
 
     def run_checked(self, container_id: str, command: tuple[str, ...], what: str, user: str = "root") -> bytes:
         result = self.run(container_id, command, user=user, cwd="/", timeout_s=60)

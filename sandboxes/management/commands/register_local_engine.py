@@ -1,8 +1,9 @@
 """Register the local Docker engine as a platform backend, for the one-command start, and
 give the demo space a working Docker config when the engine answers.
 
-Idempotent: registers nothing once any platform backend exists, and creates the demo config
-only while the demo space has no config at all. Grants the backend to the demo space (and
+Idempotent: registers nothing once any platform backend exists (a re-run only gives the local
+engine's backend the package source folders prepared since, into fields still empty), and
+creates the demo config only while the demo space has no config at all. Grants the backend to the demo space (and
 every space named with --space), so the demo space can start a session right away.
 """
 
@@ -19,13 +20,25 @@ from console.services import SYSTEM, ServiceError
 from sandboxes.backends.base import RemoteError
 from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
 from sandboxes.catalog.bridge import get_backend
-from sandboxes.catalog.platform import do_register_local_engine
+from sandboxes.catalog.platform import do_fill_local_engine_sources, do_register_local_engine
 from sandboxes.catalog.services import do_create_config
 from sandboxes.models import BackendKind, PlatformBackend, SandboxConfig
 
 NAME = "Local Docker engine"
 DEMO_SLUG = "demo"
 DEMO_CONFIG = "Local Docker"
+
+
+def prepared_folders() -> dict[str, str]:
+    """The package source folders `make start` prepares, by backend field, when present: the
+    bundled examples' wheels (scripts/setup.sh), the local apt repository (scripts/apt_repo.py)
+    and the npm tarball folder (scripts/npm_folder.py, complete)."""
+    root = Path(settings.SKILL_PACKAGE_SOURCES_ROOT)
+    return {
+        "pip_find_links": "examples" if (root / "examples").is_dir() else "",
+        "apt_folder": "debian" if (root / "debian" / "Packages").is_file() else "",
+        "npm_folder": "npm" if (root / "npm" / ".complete").is_file() else "",
+    }
 
 
 class Command(BaseCommand):
@@ -44,19 +57,15 @@ class Command(BaseCommand):
             self.ensure_demo_config(backend)
 
     def register(self, slugs: list[str]) -> PlatformBackend | None:
+        folders = prepared_folders()
         existing = PlatformBackend.objects.filter(name=NAME, kind=BackendKind.DOCKER, endpoint="").first()
         if PlatformBackend.objects.exists():
             self.stdout.write("Platform backends exist; nothing registered.")
+            if existing is not None and (changed := do_fill_local_engine_sources(existing, folders=folders)):
+                self.stdout.write(f"{NAME}: package sources set ({', '.join(changed)}).")
             return existing
-        # The bundled examples' wheel folder (scripts/setup.sh) is its pip source when present,
-        # and the local apt repository (scripts/apt_repo.py) its apt source.
-        root = Path(settings.SKILL_PACKAGE_SOURCES_ROOT)
-        examples = "examples" if (root / "examples").is_dir() else ""
-        debian = "debian" if (root / "debian" / "Packages").is_file() else ""
         spaces = list(Space.objects.filter(slug__in=slugs))
-        backend = do_register_local_engine(
-            name=NAME, kind=BackendKind.DOCKER, pip_find_links=examples, apt_folder=debian, spaces=spaces
-        )
+        backend = do_register_local_engine(name=NAME, kind=BackendKind.DOCKER, spaces=spaces, **folders)
         self.stdout.write(
             self.style.SUCCESS(f"Registered {NAME}, granted to {', '.join(s.name for s in spaces) or 'no space'}.")
         )

@@ -27,7 +27,7 @@ pytestmark = pytest.mark.django_db
 CREATE = "sandboxes:backend_create"
 ALWAYS = {"name", "kind", "endpoint", "allow_private_endpoints", "pip_index_url", "pip_find_links",
           "npm_registry_url", "npm_folder", "apt_folder", "apt_url", "apt_suite", "apt_trusted", "max_cpus",
-          "max_memory_mb", "spaces"}  # fmt: skip
+          "max_memory_mb", "max_pool_size", "spaces"}  # fmt: skip
 
 
 def _field_names(html: str) -> set[str]:
@@ -546,3 +546,24 @@ def test_a_package_source_url_with_whitespace_inside_is_refused(world: World, ur
     assert response.status_code == 400
     assert response.context["form"].errors[url_field] == ["A URL without spaces or control characters."]
     assert not PlatformBackend.objects.exists()
+
+
+def test_the_warm_pool_limit_is_set_on_the_backend_form_and_kept_when_left_out(world: World) -> None:
+    backend = make_backend(world.space_a, name="engine", kind="docker")
+    root = world.client_for("root")
+    url = reverse("sandboxes:backend_edit", args=[backend.id])
+    assert 'name="max_pool_size"' in root.get(url).content.decode()
+    saved = root.post(url, {**_docker(), "max_pool_size": "7", "spaces": [str(world.space_a.id)]})
+    assert saved.status_code == 302, saved.context["form"].errors if saved.context else ""
+    backend.refresh_from_db()
+    assert backend.max_pool_size == 7
+    # A post without it (an older form, a script) keeps the stored limit.
+    kept = root.post(url, {**_docker(), "spaces": [str(world.space_a.id)]})
+    assert kept.status_code == 302
+    backend.refresh_from_db()
+    assert backend.max_pool_size == 7
+    too_big = root.post(url, {**_docker(), "max_pool_size": "5000", "spaces": [str(world.space_a.id)]})
+    assert too_big.status_code == 400
+    assert "max_pool_size" in too_big.context["form"].errors
+    backend.refresh_from_db()
+    assert backend.max_pool_size == 7

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
@@ -23,6 +26,7 @@ from sandboxes.backends.cube.settings import CubeOptions
 from sandboxes.backends.docker.settings import DockerOptions
 from sandboxes.catalog.bridge import backend_config_for, config_fingerprint, get_backend
 from sandboxes.catalog.tuning import CATALOG
+from sandboxes.management.commands.register_local_engine import NAME as LOCAL_ENGINE
 from sandboxes.models import PlatformBackend, SandboxConfig, SessionImage
 from sandboxes.sessions.provisioning import effective_template
 from tests.factories import config_form, make_backend, make_config
@@ -820,3 +824,32 @@ def test_the_platforms_workspace_host_root_is_never_mounted_for_a_spaces_own_acc
     assert merged.api_key == "space-key"
     options = CubeOptions.parse(merged.options)
     assert (options.workspace_host_root, options.workspace_template, options.housekeeping_metadata) == ("", "", {})
+
+
+def test_a_rerun_of_register_local_engine_gives_the_local_engine_the_folders_prepared_since(
+    world: World, settings: Any, tmp_path: Path
+) -> None:
+    root = tmp_path / "package-sources"
+    (root / "npm").mkdir(parents=True)
+    settings.SKILL_PACKAGE_SOURCES_ROOT = root
+    local = make_backend(world.space_a, name=LOCAL_ENGINE, apt_url="http://mirror.test/debian")
+    call_command("register_local_engine", "--no-demo-config", stdout=StringIO())
+    local.refresh_from_db()
+    assert (local.npm_folder, local.apt_folder) == ("", "")  # the npm folder is not complete yet
+    (root / "npm" / ".complete").write_text("docx\n")
+    (root / "debian").mkdir()
+    (root / "debian" / "Packages").write_text("")
+    other = make_backend(world.space_a, name="Another engine")
+    out = StringIO()
+    call_command("register_local_engine", "--no-demo-config", stdout=out)
+    local.refresh_from_db()
+    other.refresh_from_db()
+    assert local.npm_folder == "npm"
+    assert local.apt_folder == ""  # the admin's apt mirror stays the source
+    assert other.npm_folder == ""
+    assert "package sources set (npm_folder)" in out.getvalue()
+    event = AuditEvent.objects.get(action="platform_backend.update", target_id=str(local.id))
+    assert event.details["after"] == {"npm_folder": "npm"}
+    # Once set, a further run changes nothing.
+    call_command("register_local_engine", "--no-demo-config", stdout=StringIO())
+    assert AuditEvent.objects.filter(action="platform_backend.update").count() == 1

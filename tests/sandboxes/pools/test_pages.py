@@ -49,10 +49,16 @@ def test_the_pools_page_and_metrics_show_a_filled_pool_and_its_claims(
     assert f"{reading.p50_ms:.1f} /" in html
     assert 'class="pool-memory">—' not in html  # the ready sandbox's memory, read from the engine
 
+    assert 'hx-trigger="every 3s"' in html  # one short of its size: the page follows it
+    refill(session_config)
+    full = page(world.client_for("carol"), world.space_a.pk).content.decode()
+    assert 'class="pool-ready">2<' in full
+    assert 'hx-trigger="every 3s"' not in full
+
     settings.METRICS_TOKEN = "t0k3n-for-the-scraper"
     scraped = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer t0k3n-for-the-scraper").content.decode()
     labels = f'config="{session_config.name}",space="{world.space_a.name}"'
-    assert f"sandbox_pool_ready{{{labels}}} 1.0" in scraped
+    assert f"sandbox_pool_ready{{{labels}}} 2.0" in scraped
     assert f"sandbox_pool_size{{{labels}}} 2.0" in scraped
     assert f"sandbox_pool_hit_ratio{{{labels}}} 1.0" in scraped
     assert "sandbox_pool_claim_p95_ms{" in scraped

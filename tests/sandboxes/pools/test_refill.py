@@ -12,14 +12,14 @@ import pytest
 
 from console.models import JobStatus, SpaceLimits
 from console.services import SYSTEM, ServiceError
-from sandboxes.backends.base import META_INSTALLATION, META_POOL, ListQuery
+from sandboxes.backends.base import META_INSTALLATION, META_POOL, ExecRequest, ListQuery
 from sandboxes.catalog.bridge import config_fingerprint, get_backend
 from sandboxes.catalog.services import do_set_session_image
 from sandboxes.models import MemberState, PoolMember, SandboxConfig
 from sandboxes.pools.keeper import refill
 from sandboxes.pools.services import do_set_pool_size
 from sandboxes.pools.stats import quota_line
-from sandboxes.sessions import teardown
+from sandboxes.sessions import limits, teardown
 from sandboxes.sessions.runtime import Runtime
 from tests.factories import set_policy
 from tests.personas import World
@@ -146,3 +146,61 @@ def test_the_teardown_of_a_space_removes_its_pools(world: World, session_config:
     assert not PoolMember.objects.exists()
     left = {v["Name"] for v in engine.volumes().get("Volumes") or []}
     assert not left & volumes
+
+
+@pytest.mark.django_db
+def test_a_ready_sandbox_gone_behind_the_pools_back_is_replaced_not_handed_out(
+    world: World, session_config: SandboxConfig
+) -> None:
+    do_set_pool_size(session_config, 2, actor=SYSTEM)
+    refill(session_config)
+    lost, kept = ready(session_config)
+    get_backend(session_config).delete(lost.sandbox_id)  # an engine restart, an admin's docker rm
+    report = refill(session_config)
+    assert report.drained == [lost.sandbox_id]
+    assert len(report.made) == 1
+    assert {m.sandbox_id for m in ready(session_config)} == {kept.sandbox_id, *report.made}
+    runtime = Runtime()
+    for key in ("after-loss-1", "after-loss-2"):
+        resolved = runtime.resolve(world.space_a, key)
+        assert resolved.action == "pooled"
+        result = runtime.exec(resolved.session, ExecRequest(shell="true", timeout_s=30))
+        assert result.exit_code == 0
+
+
+@pytest.mark.django_db
+def test_a_config_change_drains_the_pool_so_no_claim_gets_the_old_resources(
+    world: World, session_config: SandboxConfig
+) -> None:
+    from sandboxes.backends.docker.backend import DockerBackend
+    from sandboxes.catalog.services import do_update_config
+
+    do_set_pool_size(session_config, 1, actor=SYSTEM)
+    refill(session_config)
+    (before,) = ready(session_config)
+    memory = (session_config.memory_mb or 512) // 2
+    do_update_config(session_config, data={"memory_mb": memory}, api_key=None, actor=SYSTEM)
+    session = Runtime().resolve(world.space_a, "after-the-change").session
+    assert session.sandbox_id != before.sandbox_id, "a sandbox made under the old config was handed out"
+    backend = get_backend(session_config)
+    assert isinstance(backend, DockerBackend)
+    assert backend.engine.api.inspect_container(session.sandbox_id)["HostConfig"]["Memory"] == memory * 1024 * 1024
+    assert before.sandbox_id in refill(session_config).drained  # the next refill drains it
+    assert before.sandbox_id not in labelled_pool(session_config)
+
+
+@pytest.mark.django_db
+def test_a_lowered_quota_drains_ready_sandboxes_past_it(world: World, session_config: SandboxConfig) -> None:
+    SpaceLimits.objects.update_or_create(space=world.space_a, defaults={"live_sessions": 3})
+    do_set_pool_size(session_config, 2, actor=SYSTEM)
+    refill(session_config)
+    Runtime().resolve(world.space_a, "live-1")  # takes one over; the refill makes it up
+    refill(session_config)
+    assert quota_line(world.space_a).pooled == 2
+    SpaceLimits.objects.filter(space=world.space_a).update(live_sessions=2)
+    limits._limits_cache.clear()
+    report = refill(session_config)
+    assert len(report.drained) == 1
+    line = quota_line(world.space_a)
+    assert (line.maximum, line.live_sessions, line.pooled) == (2, 1, 1)
+    assert len(labelled_pool(session_config)) == 2  # the claimed one and one ready

@@ -364,3 +364,20 @@ def test_a_killed_exec_stops_counting_after_its_deadline_under_steady_traffic(wo
                 pass
         except LimitExceeded as refused:
             pytest.fail(f"the dead exec still counts: {refused}")
+
+
+def test_a_lowered_limit_holds_against_execs_taken_under_the_higher_one(world: World) -> None:
+    """Execs still running in places past a lowered limit count against it: no new exec
+    starts until fewer than the new limit run."""
+    config = make_config(world.space_a, is_default=True)
+    session = Session.objects.create(space=world.space_a, key="lowered", config=config)
+    set_limits(world, concurrent_execs=4)
+    until = timezone.now() + timedelta(minutes=5)
+    slots = [take_exec_slot(world.space_a, session, until) for _ in range(4)]
+    for slot in slots:
+        if slot.number is not None and slot.number < 2:
+            limits.release_exec_slot(slot)  # the two left run in places 2 and 3
+    set_limits(world, concurrent_execs=2)
+    with pytest.raises(LimitExceeded):
+        take_exec_slot(world.space_a, session, until)
+    assert ExecSlot.objects.filter(space=world.space_a).count() == 2

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandboxes.backends.base import NetworkCapabilities
-from skills.install.apt import REPO_DIR, read_index, source_label, sources_line
+from skills.install.apt import REPO_DIR, index_file, read_index, source_label, sources_line
 from skills.install.network import OFFLINE, build_network, sources_to_reach
 from skills.install.packages import PackageSources
 from skills.install.steps import SkillPayload, StepFailed
@@ -78,6 +78,10 @@ def test_an_index_that_unpacks_past_the_limit_is_refused_unread(
         read_index(tmp_path)
     (tmp_path / "Packages.gz").write_bytes(gzip.compress(stanza))
     assert list(read_index(tmp_path)) == [("qpdf", "1")]
+    (tmp_path / "Packages.gz").unlink()
+    (tmp_path / "Packages").write_bytes(stanza + b"X: " + b"y" * (2 * 1024 * 1024))
+    with pytest.raises(StepFailed, match=r"Packages index over 1 MiB unpacked"):
+        index_file(tmp_path)  # before prepare_apt reads it whole to copy it in
 
 
 def test_a_folder_without_an_index_is_named(tmp_path: Path) -> None:

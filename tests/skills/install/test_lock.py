@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.urls import reverse
@@ -14,6 +15,7 @@ from django.urls import reverse
 from console.models import JobStatus
 from sandboxes.models import SandboxConfig
 from skills.images import current_image
+from skills.install.build import parent_lock
 from skills.install.lock import constraints_text, lock_after_build
 from tests.personas import World
 from tests.support.skill_install import (
@@ -41,6 +43,17 @@ def test_a_build_locks_what_it_added_or_changed_and_what_the_parent_locked() -> 
 def test_constraints_pin_each_locked_version_and_skip_what_pip_could_misread() -> None:
     text = constraints_text({"tinydep": "1.0", "b-pkg": "2.0.post1+local", "bad name": "1", "x": "1; rm"})
     assert text == "b-pkg==2.0.post1+local\ntinydep==1.0\n"
+
+
+@pytest.mark.parametrize("stored", [{"pip": ["tinydep"]}, {"pip": "tinydep==1"}, {"pip": {"tinydep": 1}}, ["x"], None])
+def test_a_malformed_stored_lock_is_read_as_no_lock_not_a_crash(stored: object) -> None:
+    """The lock is a JSON field: a row edited by hand (or a lock of another shape) must not
+    fail every later rebuild with a TypeError; what is not name -> version is left out."""
+    parent = SimpleNamespace(lock=stored)
+    plan = SimpleNamespace(parent=parent)
+    assert constraints_text(parent_lock(plan)) == ""  # type: ignore[arg-type]
+    mixed = SimpleNamespace(parent=SimpleNamespace(lock={"pip": {"tinydep": "1.0", "bad": 2}}))
+    assert parent_lock(mixed) == {"tinydep": "1.0"}  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """A folder of npm tarballs as a package source, read on the console host (skills/install/npm.py):
 which tarballs count, how needs resolve against them (dependencies, peers, optional ones), and
-the index the build sandbox's registry serves."""
+the index the build sandbox's registry serves, and the folder scripts/npm_folder.py prepares."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import base64
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from skills.install.npm import folder_tarballs, plan_folder, registry_index
 from tests.support.npm_source import write_npm_tarball
+from tests.support.skill_install import prepared_source
 
 
 def test_readable_release_tarballs_count_links_do_not(tmp_path: Path) -> None:
@@ -64,3 +66,14 @@ def test_the_served_index_names_each_tarball_by_its_hash(tmp_path: Path) -> None
     assert entry["integrity"] == "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
     assert entry["manifest"]["hasInstallScript"] is True
     assert json.loads(index)["latest"] == {"@scope/tool": "0.3.0"}
+
+
+def test_the_prepared_folder_resolves_every_dependency_of_its_packages(settings: Any) -> None:
+    folder = prepared_source(settings, "npm", "marked-*.tgz", ".ci/docker-up (scripts/npm_folder.py)")
+    packages = (folder / ".complete").read_text().splitlines()[0].split()
+    assert packages, f"{folder}/.complete names no package"
+    plan = plan_folder(folder, [(name, "*") for name in packages])
+    assert plan.problems == []
+    assert len(plan.planned) == len(packages)
+    # Every tarball of the folder is a package of the closure: nothing fetched for nothing.
+    assert set(plan.tarballs) == set(folder_tarballs(folder))

@@ -5,7 +5,11 @@ anything installs; npm needs are known before pip runs. npm's range forms on the
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +19,7 @@ from console.models import JobStatus
 from sandboxes.models import SandboxConfig
 from skills.images import current_image
 from skills.install.npm import npm_range_matches
+from skills.install.sources_check import SOURCE_LISTING
 from skills.models import SkillImage
 from tests.personas import World
 from tests.support.skill_install import (
@@ -112,3 +117,43 @@ def test_npm_ranges() -> None:
     assert npm_range_matches("^3", versions, tags) == []
     assert npm_range_matches("*", versions, tags) == ["0.9.0", "1.0.0", "1.2.3", "1.3.0", "2.0.0"]
     assert npm_range_matches("1.0 - 1.2", versions, tags) == ["1.0.0", "1.2.3"]
+
+
+def test_the_npm_listing_reads_a_registry_document_of_odd_shapes_as_no_versions() -> None:
+    """The listing script (run in the build sandbox; here on the host against a loopback
+    server): a document that is no object is a miss with a reason, versions or dist-tags of
+    the wrong type are none; the other packages are still listed."""
+    documents: dict[str, object] = {
+        "/good": {"versions": {"1.0.0": {}}, "dist-tags": {"latest": "1.0.0"}},
+        "/list": [],
+        "/odd": {"versions": "1.0.0", "dist-tags": [1, 2]},
+        "/tags": {"versions": {"1.0.0": {}}, "dist-tags": {"latest": {"v": 1}, "next": "1.0.0"}},
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(documents[self.path]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        urls = [base + path for path in documents]
+        argv = [sys.executable, "-c", SOURCE_LISTING, "npm", "5", json.dumps(urls)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(done.stdout.splitlines()[-1])
+    assert listed[f"{base}/good"] == {"status": 200, "versions": ["1.0.0"], "tags": {"latest": "1.0.0"}}
+    assert listed[f"{base}/list"]["status"] == 0
+    assert "not a JSON object" in listed[f"{base}/list"]["error"]
+    assert listed[f"{base}/odd"] == {"status": 200, "versions": [], "tags": {}}
+    assert listed[f"{base}/tags"] == {"status": 200, "versions": ["1.0.0"], "tags": {"next": "1.0.0"}}

@@ -322,6 +322,12 @@ class DockerEgress(EgressCapability):
             if gateways is not None:
                 self.release(name, *gateways)
 
+    def recorded(self, container_id: str) -> bool:
+        """Whether a policy was ever attached to the sandbox (its record is on this host, for
+        every process). Without one it was made on no network and never switched on: there
+        is nothing to re-apply at a resume, nor a network to release at its delete."""
+        return self.enforces_lists() and self.state.read(container_id) is not None
+
     def resume(self, container_id: str) -> None:
         """The last policy again, on the container's current address (after a restart)."""
         state = self.state.read(container_id)
