@@ -21,9 +21,9 @@ reported as not measurable).
 
 Usage: python bench/skill_scripts.py [SKILL...]   (all skills by default; REDIS_URL and
 DATABASE_URL default to the local Redis and PostgreSQL; a test database is created and
-dropped; everything created is deleted). The last line is one JSON object: skills, scripts, started_before, started_after, installed_before,
-installed_after, ratio (after / before, before counted as at least 1), per_skill
-({name: [before, after, total]}), npm_measurable.
+dropped; everything created is deleted). The last line is one JSON object: skills, scripts,
+started_before, started_after, installed_before, installed_after, ratio (after / before,
+before counted as at least 1), per_skill ({name: [before, after, total]}), npm_measurable.
 """
 
 from __future__ import annotations
