@@ -359,7 +359,6 @@ PERIODIC = {
     "terminal-sweep": ("sandboxes.terminal_sweep", 60.0),
     "activity-sample": ("console.activity_sample", 60.0),
     "skill-git-check": ("skills.git_check", 3600.0),
-    "pool-refill": ("sandboxes.pool_refill", 10.0),
 }
 
 
