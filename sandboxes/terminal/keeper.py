@@ -23,6 +23,7 @@ whatever the locale.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import shlex
 from dataclasses import dataclass
 
@@ -124,20 +125,23 @@ def history(backend: Backend, sandbox_id: str, terminal_id: str, *, lines: int =
     never reach xterm.js."""
     target = shlex.quote(f"={session_name(terminal_id)}:")
     fmt = shlex.quote("#{history_size} #{cursor_x} #{cursor_y}")
+    # Markers a program in the pane cannot guess: its output may hold any line, ours included.
+    mark = secrets.token_hex(8)
+    history_mark, screen_mark = f"--history-{mark}--", f"--screen-{mark}--"
     script = (
         f"command -v tmux >/dev/null 2>&1 || exit 3; "
         f"{_tmux('display-message', '-p', '-t', target, fmt)} || exit 4; "
-        f"printf -- '--history--\\n'; "
+        f"printf -- '{history_mark}\\n'; "
         f"{_tmux('capture-pane', '-p', '-e', '-S', f'-{int(lines)}', '-E', '-1', '-t', target)} || exit 5; "
-        f"printf -- '--screen--\\n'; "
+        f"printf -- '{screen_mark}\\n'; "
         f"{_tmux('capture-pane', '-p', '-e', '-t', target)}"
     )
     try:
         result = backend.exec(sandbox_id, ExecRequest(argv=("/bin/sh", "-c", script), timeout_s=PROBE_TIMEOUT_S))
     except RemoteError:
         return None
-    head, found, rest = result.stdout.partition(b"\n--history--\n")
-    past, found_screen, screen = rest.partition(b"\n--screen--\n")
+    head, found, rest = result.stdout.partition(f"\n{history_mark}\n".encode())
+    past, found_screen, screen = rest.partition(f"\n{screen_mark}\n".encode())
     words = head.split()
     if result.exit_code != 0 or not found or not found_screen or len(words) != 3 or not all(w.isdigit() for w in words):
         return None
