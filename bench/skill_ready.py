@@ -84,16 +84,17 @@ def write_wheel(folder: Path, name: str = "benchdep", version: str = "1.0") -> N
             archive.writestr(path, data)
 
 
-def write_skill(folder: Path) -> Path:
-    root = folder / SKILL
+def write_skill(folder: Path, name: str = SKILL, dependency: str = "benchdep") -> Path:
+    """A skill whose script prints `ready 42` from its one pip dependency."""
+    root = folder / name
     (root / "scripts").mkdir(parents=True)
     (root / "SKILL.md").write_text(
-        f"---\nname: {SKILL}\ndescription: Prints a value from a dependency. Use when benchmarking.\n"
+        f"---\nname: {name}\ndescription: Prints a value from a dependency. Use when benchmarking.\n"
         "license: MIT\n---\n\nRun `scripts/run.py`.\n"
     )
-    (root / "requirements.txt").write_text("benchdep>=1.0\n")
+    (root / "requirements.txt").write_text(f"{dependency}>=1.0\n")
     script = root / "scripts" / "run.py"
-    script.write_text("#!/usr/bin/env python3\nimport benchdep\nprint('ready', benchdep.VALUE)\n")
+    script.write_text(f"#!/usr/bin/env python3\nimport {dependency}\nprint('ready', {dependency}.VALUE)\n")
     script.chmod(0o755)
     return root
 
