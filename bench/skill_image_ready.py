@@ -40,7 +40,7 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
-from skill_ready import Printer, write_skill, write_wheel  # noqa: E402  (this folder is on sys.path)
+from skill_ready import Printer, bench_spaces, clean_up, write_skill, write_wheel  # noqa: E402  (this folder is on sys.path)
 
 SKILLS = 10
 
@@ -63,12 +63,12 @@ def main() -> None:
 
 
 def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
-    from console.models import NetworkPolicy, Space
+    from console.models import Space
     from console.services import SYSTEM
-    from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
+    from sandboxes.backends.base import ExecRequest
     from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
     from sandboxes.catalog.bridge import get_backend
-    from sandboxes.models import PlatformBackend, SandboxConfig, Session
+    from sandboxes.models import Session
     from sandboxes.sessions.runtime import Runtime
     from sandboxes.sessions.store import RedisSessionStore
     from skills.install.build import build_generation
@@ -81,25 +81,7 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
         write_wheel(sources / "wheels", name=f"tendep{i}")
         root = write_skill(sources / "skill-src", name=f"ten-skill-{i}", dependency=f"tendep{i}")
         versions.append(import_folder(root, actor=SYSTEM).version)
-    spaces, configs = [], []
-    for label in ("image", "bare"):
-        space = Space.objects.create(name=f"bench {label} {run_id}", slug=f"bench-{label}-{run_id}")
-        NetworkPolicy.objects.create(space=space)
-        spaces.append(space)
-        local = PlatformBackend.objects.create(name=f"bench {label} {run_id}", kind="docker", pip_find_links="wheels")
-        local.spaces.add(space)
-        configs.append(
-            SandboxConfig.objects.create(
-                space=space,
-                name=label,
-                backend=local,
-                default_template=DEFAULT_BASE_IMAGE,
-                is_default=True,
-                memory_mb=512,
-                pids_limit=256,
-                persistent_workspace=False,
-            )
-        )
+    spaces, configs = bench_spaces(run_id, ("image", "bare"))
     image_space, bare_space = spaces
     image_config, _ = configs
     runtime = Runtime(RedisSessionStore(os.environ["REDIS_URL"]))
@@ -162,25 +144,7 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
             "load": [round(load_start, 2), round(os.getloadavg()[0], 2)],
         }
     finally:
-        mine = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})
-        for info in list(backend.iter_sandboxes(mine)):
-            backend.delete(info.sandbox_id)
-        for session in Session.objects.all():
-            keys = runtime.keys(session)
-            runtime.store.end_turn(keys[2])
-            binding = runtime.store.get_binding(keys[0])
-            if binding is not None:
-                runtime.store.delete_binding_if(keys[0], binding)
-        snapshots = backend.snapshots()
-        if snapshots is not None:
-            ours = [
-                s
-                for s in snapshots.list()
-                if settings.CONSOLE_INSTALLATION_ID
-                in (s.labels.get(META_INSTALLATION), s.labels.get(f"console.meta.{META_INSTALLATION}"))
-            ]
-            for snapshot in sorted(ours, key=lambda s: s.created_at or 0, reverse=True):
-                snapshots.delete(snapshot.snapshot_id)
+        clean_up(backend, runtime)
 
 
 if __name__ == "__main__":
