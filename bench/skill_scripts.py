@@ -1,6 +1,6 @@
 """Scripts that start in a session, before and after confirming inferred needs (real Docker).
 
-Twelve skills written like published ones (bench/skill_sets.py: prose-only needs, undeclared
+Thirteen skills written like published ones (bench/skill_sets.py: prose-only needs, undeclared
 imports, a couple of requirements.txt, shell and Node scripts) are written into a temporary
 folder and imported. Each is installed twice, each time into a space of its own:
 
@@ -19,11 +19,11 @@ tesseract-ocr), and, when the backend has an npm tarball folder field, the folde
 `var/package-sources/skill-bench-npm` (`npm pack` on the host, once; otherwise npm needs are
 reported as not measurable).
 
-Usage: python bench/skill_scripts.py   (REDIS_URL and DATABASE_URL default to the local Redis
-and PostgreSQL; a test database is created and dropped; everything created is deleted). The
-last line is one JSON object: skills, scripts, started_before, started_after, installed_before,
-installed_after, ratio (after / before, before counted as at least 1), per_skill
-({name: [before, after, total]}), npm_measurable.
+Usage: python bench/skill_scripts.py [SKILL...]   (all skills by default; REDIS_URL and
+DATABASE_URL default to the local Redis and PostgreSQL; a test database is created and
+dropped; everything created is deleted). The last line is one JSON object: skills, scripts,
+started_before, started_after, installed_before, installed_after, ratio (after / before,
+before counted as at least 1), per_skill ({name: [before, after, total]}), npm_measurable.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ DISTRIBUTIONS = [
     "Markdown",
     "pytesseract",
 ]
-NPM_PACKAGES = ("docx",)
+NPM_PACKAGES = ("docx", "pptxgenjs")
 RUNNERS = {".py": "python3", ".js": "node", ".mjs": "node", ".cjs": "node", ".sh": "bash", ".bash": "bash"}
 
 
@@ -134,7 +134,8 @@ def npm_tarballs(folder: Path) -> None:
             if not path:
                 continue
             spec = f"{path.rsplit('node_modules/', 1)[-1]}@{entry['version']}"
-            subprocess.run(["npm", "pack", *quiet, "--pack-destination", str(folder), spec], cwd=work, check=True)
+            argv = ["npm", "pack", *quiet, "--pack-destination", str(folder), spec]
+            subprocess.run(argv, cwd=work, check=True, stdout=subprocess.DEVNULL)
     stamp.write_text(" ".join(NPM_PACKAGES) + "\n")
 
 
@@ -145,9 +146,11 @@ def npm_folder_field() -> str | None:
     return next((name for name in ("npm_tarball_folder", "npm_folder") if name in names), None)
 
 
-def write_skills(folder: Path) -> list[Path]:
+def write_skills(folder: Path, only: list[str]) -> list[Path]:
     roots = []
     for name, make in SKILLS.items():
+        if only and name not in only:
+            continue
         root = folder / name
         for path, (text, executable) in make().items():
             target = root / path
@@ -190,7 +193,7 @@ def run(run_id: str) -> dict[str, Any]:
     )
     source = Path(tempfile.mkdtemp(prefix="skill-scripts-"))
     try:
-        versions = [import_folder(root, actor=SYSTEM).version for root in write_skills(source)]
+        versions = [import_folder(root, actor=SYSTEM).version for root in write_skills(source, sys.argv[1:])]
     finally:
         shutil.rmtree(source, ignore_errors=True)
     runtime = Runtime(RedisSessionStore(os.environ["REDIS_URL"]))
@@ -311,7 +314,8 @@ def print_table(results: dict[str, dict[str, Any]], npm_ready: bool) -> None:
                 if why != "ok" and (phase.installed or not why.startswith("not in the image")):
                     print(f"{name} {label}: {script}: {why}")
     if not npm_ready:
-        print("npm: no npm tarball folder on this backend; npm needs are not measurable yet")
+        npm_skills = [name for name, r in results.items() if any(k.startswith("npm:") for k in r["inferred"])]
+        print(f"npm: no npm tarball folder on this backend; not measurable yet: {', '.join(npm_skills)}")
     print()
 
 

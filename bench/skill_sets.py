@@ -535,6 +535,43 @@ def pdf_shrink() -> Files:
     }
 
 
+def pptx_html() -> Files:
+    return {
+        "SKILL.md": (
+            skill_md(
+                "pptx-html",
+                "Turn simple HTML slides into a PowerPoint deck. Use when slides are drafted as HTML.",
+                """
+# HTML to slides
+
+Install the library first: `npm install -g pptxgenjs`.
+
+`node scripts/html2pptx.js slides.html deck.pptx` makes one slide per `<section>`, with its
+`<h1>` as the title and its paragraphs as text.
+""",
+            ),
+            False,
+        ),
+        "scripts/html2pptx.js": (
+            "#!/usr/bin/env node\n// One slide per <section> of an HTML file.\n"
+            'const fs = require("fs");\nconst PptxGenJS = require("pptxgenjs");\n'
+            "const args = process.argv.slice(2);\n"
+            'if (args.includes("--help") || args.length < 2) {\n'
+            '  console.log("usage: html2pptx.js SLIDES.html OUT.pptx");\n'
+            '  process.exit(args.includes("--help") ? 0 : 2);\n}\n'
+            'const strip = (s) => s.replace(/<[^>]+>/g, "").trim();\nconst deck = new PptxGenJS();\n'
+            'const html = fs.readFileSync(args[0], "utf8");\n'
+            "for (const [, body] of html.matchAll(/<section>([\\s\\S]*?)<\\/section>/g)) {\n"
+            "  const slide = deck.addSlide();\n  const title = /<h1>([\\s\\S]*?)<\\/h1>/.exec(body);\n"
+            '  slide.addText(title ? strip(title[1]) : "", { x: 0.5, y: 0.3, fontSize: 28 });\n'
+            '  const text = [...body.matchAll(/<p>([\\s\\S]*?)<\\/p>/g)].map((m) => strip(m[1])).join("\\n");\n'
+            "  slide.addText(text, { x: 0.5, y: 1.3, fontSize: 16 });\n}\n"
+            "deck.writeFile({ fileName: args[1] });\n",
+            True,
+        ),
+    }
+
+
 SKILLS = {
     "pdf": pdf,
     "docx": docx,
@@ -548,4 +585,5 @@ SKILLS = {
     "image-ocr": image_ocr,
     "skill-creator": skill_creator,
     "pdf-shrink": pdf_shrink,
+    "pptx-html": pptx_html,
 }

@@ -8,7 +8,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from .network import log  # noqa: F401  (periodic: egress-ingest, egress-housekeeping)
-from .network.live import apply_space_policy
+from .network.live import apply_space_policy  # (periodic: network-catch-up)
 from .pools import keeper  # noqa: F401  (periodic: pool-refill; the task sandboxes.pool_refill_config)
 from .sessions import reaper, retention  # noqa: F401  (periodic: reaper, idle-sweep, retention)
 from .terminal import sweep  # noqa: F401  (periodic: terminal-sweep)

@@ -150,7 +150,7 @@ admin_user=${CONSOLE_ADMIN_USER:-admin}
   fi
   echo
   echo " Logs: setup in $SETUP_LOG; the periodic passes (reaper, idle sweep, samples) in"
-  echo "       var/housekeeping.log (tail -f it to watch them); requests and warnings below."
+  echo "       ${CONSOLE_VAR_DIR:-var}/housekeeping.log (tail -f it to watch them); requests and warnings below."
   echo " Other address or port: HOST=0.0.0.0 PORT=9000 make start"
   echo "================================================================================"
   echo

@@ -13,9 +13,10 @@ def rename_duplicates(apps, schema_editor):
         if space.name.lower() not in taken:
             taken.add(space.name.lower())
             continue
+        # The name as it will be: cut to leave room for the number within max_length (200).
         number = 2
-        while f"{space.name} ({number})".lower() in taken or Space.objects.filter(
-            name__iexact=f"{space.name} ({number})"
+        while f"{space.name[:190]} ({number})".lower() in taken or Space.objects.filter(
+            name__iexact=f"{space.name[:190]} ({number})"
         ).exists():
             number += 1
         space.name = f"{space.name[:190]} ({number})"

@@ -16,7 +16,10 @@ def rename_duplicates(apps, schema_editor):
             taken.add(key)
             continue
         number = 2
-        while (token.space_id, f"{token.name} ({number})".lower()) in taken:
+        # The name as it will be: cut to leave room for the number within max_length (100).
+        while (token.space_id, f"{token.name[:90]} ({number})".lower()) in taken or ApiToken.objects.filter(
+            space_id=token.space_id, revoked__isnull=True, name__iexact=f"{token.name[:90]} ({number})"
+        ).exists():
             number += 1
         token.name = f"{token.name[:90]} ({number})"
         taken.add((token.space_id, token.name.lower()))

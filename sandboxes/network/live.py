@@ -9,7 +9,10 @@ fingerprint: the policy page lists them until they are rebuilt.
 
 With Celery (`JOB_RUNNER=celery`) the pass runs as a task once the change is committed;
 in-process it runs at commit, bounded by `network.apply_budget_s` (what is left is listed as
-keeping older rules, and the next change or approval tries again).
+keeping older rules). The periodic `network-catch-up` pass (`catch_up`) tries again the
+sessions whose spec was last applied before their space's policy was saved: a pass that ran
+out of its budget or failed never leaves a sandbox on older rules (outbound on after it was
+turned off) until the next change.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.db.models import F, Q
 from django.utils import timezone
 
 from console.models import AuditAction, Space
+from console.periodic import periodic
 from console.services import SYSTEM, Actor, record_audit
 
 from ..backends.base import NetworkSpec, RemoteError
@@ -88,10 +93,13 @@ def apply_to_session(session: Session, report: ApplyReport, space_spec: NetworkS
     report.applied.append(session.key)
 
 
-def apply_space_policy(space: Space, *, actor: Actor = SYSTEM, sessions: list[Session] | None = None) -> ApplyReport:
-    """Apply the space's current spec to its (or the given) bound sessions; one audit row."""
+def apply_space_policy(
+    space: Space, *, actor: Actor = SYSTEM, sessions: list[Session] | None = None, budget_s: float | None = None
+) -> ApplyReport:
+    """Apply the space's current spec to its (or the given) bound sessions; one audit row.
+    Bounded by `budget_s` (default: network.apply_budget_s, a request's)."""
     report = ApplyReport()
-    deadline = time.monotonic() + NETWORK.apply_budget_s
+    deadline = time.monotonic() + (NETWORK.apply_budget_s if budget_s is None else budget_s)
     space_spec = network_spec_for(space) if sessions is None else None
     for session in sessions if sessions is not None else bound_sessions(space):
         if time.monotonic() > deadline:
@@ -120,6 +128,46 @@ def apply_soon(space: Space, actor: Actor = SYSTEM, session: Session | None = No
         current_app.send_task("sandboxes.apply_network_policy", args=args)
         return
     apply_space_policy(space, actor=actor, sessions=[session] if session is not None else None)
+
+
+# Sessions one catch-up pass looks at, the longest behind first, and the time it may spend
+# on them (it runs in the background, not in a request); the next pass goes on.
+CATCH_UP_BATCH = 500
+CATCH_UP_BUDGET_S = 30.0
+
+
+def behind_sessions() -> Any:
+    """Bound sessions whose spec was applied before their space's policy was last saved."""
+    applied_before = Q(policy_applied_at__isnull=True) | Q(policy_applied_at__lt=F("space__network_policy__updated"))
+    return (
+        Session.objects.exclude(sandbox_id="")
+        .exclude(state=SessionState.GONE)
+        .filter(applied_before, space__network_policy__isnull=False)
+        .select_related("config__backend", "space")
+        .prefetch_related("egress_grants")
+        .order_by(F("policy_applied_at").asc(nulls_first=True))
+    )
+
+
+@periodic("network-catch-up", task="sandboxes.network_catch_up", every=60)
+def catch_up() -> list[ApplyReport]:
+    """The space's spec again on the sessions a live pass missed (module docstring); those
+    already on it, or on a backend fixed at create, are marked as seen so no pass takes them
+    again until the next change."""
+    by_space: dict[Any, list[Session]] = {}
+    for session in behind_sessions()[:CATCH_UP_BATCH]:
+        by_space.setdefault(session.space_id, []).append(session)
+    reports = []
+    deadline = time.monotonic() + CATCH_UP_BUDGET_S
+    for sessions in by_space.values():
+        left = max(0.0, deadline - time.monotonic())
+        report = apply_space_policy(sessions[0].space, sessions=sessions, budget_s=left)
+        seen = set(report.unchanged) | set(report.fixed_at_create) | set(report.refused)
+        Session.objects.filter(pk__in=[s.pk for s in sessions if s.key in seen]).update(
+            policy_applied_at=timezone.now()
+        )
+        reports.append(report)
+    return reports
 
 
 def on_policy_changed(sender: Any, space: Space, actor: Actor = SYSTEM, **kwargs: Any) -> None:

@@ -52,7 +52,8 @@ def session_list(request: HttpRequest) -> HttpResponse:
     space_filter = request.GET.get("space", "")
     space = chosen_space(spaces, space_filter) if space_filter else None
     state = request.GET.get("state", "")
-    query = request.GET.get("q", "").strip()
+    # No key holds a NUL byte, and PostgreSQL cannot compare one: dropped, never a 500.
+    query = request.GET.get("q", "").replace("\x00", "").strip()
     label = request.GET.get("label", "").strip()
     sessions = filtered_sessions(request.user, spaces, space=space, state=state, query=query, label=label)
     page = keyset_page(request, sessions, SESSION_ORDER)

@@ -473,6 +473,9 @@ class Runtime:
             egress.update(session.sandbox_id, spec)
         except RemoteError as exc:
             logger.warning("policy catch-up of session %s failed: %s", session.key, exc)
+            # Never applied, as far as the periodic catch-up (network-catch-up) sees: it retries.
+            session.policy_applied_at = None
+            Session.objects.filter(pk=session.pk).update(policy_applied_at=None)
             return
         session.policy_fingerprint, session.policy_applied_at = fingerprint, timezone.now()
         Session.objects.filter(pk=session.pk).update(

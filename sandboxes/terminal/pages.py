@@ -24,7 +24,7 @@ from console.security import csp_inline_styles
 from ..backends.base import RemoteError
 from ..catalog.bridge import get_backend
 from ..models import Session, Terminal
-from .tickets import create_terminal, issue_ticket
+from .tickets import TooManyShells, create_terminal, issue_ticket, reticket_room
 from .tuning import TERMINAL
 
 
@@ -91,12 +91,18 @@ def terminal_create(request: HttpRequest, session_id: Any) -> JsonResponse:
             return JsonResponse({"error": "No such terminal."}, status=404)
         if terminal.closed is not None:
             return JsonResponse({"error": f"The terminal was closed: {terminal.close_reason}"}, status=410)
+        try:
+            reticket_room(terminal)
+        except TooManyShells as exc:
+            return JsonResponse({"error": str(exc)}, status=429)
         status = 200
     else:
         try:
             terminal = create_terminal(request.user, session)
         except IntegrityError:  # the session was deleted since it was read
             return JsonResponse({"error": "No such session."}, status=404)
+        except TooManyShells as exc:
+            return JsonResponse({"error": str(exc)}, status=429)
         status = 201
     ticket = issue_ticket(terminal)
     scheme = "wss" if request.is_secure() else "ws"

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.core import signing
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Q
 from django.http import Http404
+from django.utils import timezone
 
 from console.access import get_space_for_user
 from console.models import Role
@@ -49,10 +53,47 @@ class Grant:
     login_session: str | None = None
 
 
+class TooManyShells(Exception):
+    """The session holds `terminal.max_per_session` terminals already."""
+
+    def __init__(self) -> None:
+        most = TERMINAL.max_per_session
+        super().__init__(f"This session has at most {most} shells open at once: close one first.")
+
+
 def create_terminal(user: Any, session: Session) -> Terminal:
-    """A terminal row for `user` (a member or admin: the caller checked). Opening is audited
-    when its shell starts, not here."""
-    return Terminal.objects.create(session=session, user=user)
+    """A terminal row for `user` (a member or admin: the caller checked), within the session's
+    bound (`TooManyShells`). Opening is audited when its shell starts, not here."""
+    with transaction.atomic():
+        Session.objects.select_for_update().filter(pk=session.pk).values_list("pk", flat=True).first()
+        check_room_for(session)
+        return Terminal.objects.create(session=session, user=user)
+
+
+def check_room_for(session: Session, terminal: Terminal | None = None) -> None:
+    """`TooManyShells` unless the session has room for one more terminal (or for `terminal`,
+    one whose unredeemed ticket ran out: its place was given up). A terminal holds a place
+    from its creation until it closes, except one never opened once its ticket ran out."""
+    fresh = timezone.now() - timedelta(seconds=TERMINAL.ticket_max_age_s)
+    holding = Terminal.objects.filter(session=session, closed__isnull=True).filter(
+        Q(opened__isnull=False) | Q(created__gte=fresh)
+    )
+    if terminal is not None:
+        holding = holding.exclude(pk=terminal.pk)
+    if holding.count() >= TERMINAL.max_per_session:
+        raise TooManyShells()
+
+
+def reticket_room(terminal: Terminal) -> None:
+    """Before a new ticket for `terminal`: one never opened holds its place for the new
+    ticket's age (its `created` moves on; `TooManyShells` when its place was given up and
+    none is free). An opened one holds its place until it closes."""
+    if terminal.opened is not None:
+        return
+    with transaction.atomic():
+        Session.objects.select_for_update().filter(pk=terminal.session_id).values_list("pk", flat=True).first()
+        check_room_for(terminal.session, terminal)
+        Terminal.objects.filter(pk=terminal.pk).update(created=timezone.now())
 
 
 def issue_ticket(terminal: Terminal) -> str:

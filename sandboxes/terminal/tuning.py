@@ -15,6 +15,9 @@ class TerminalTuning:
     reattach_s: int = 30
     # A websocket ticket is single-use and valid this long after it was issued.
     ticket_max_age_s: int = 30
+    # Terminals (shells) a session holds at once, all users and pages together; a page opens
+    # at most 8 tabs. Each is a PTY in the sandbox and a reader in the console.
+    max_per_session: int = 16
     # Output kept per terminal for replay on reattach.
     replay_bytes: int = 1024 * 1024
     # How often an open terminal marks its session active and re-checks access.

@@ -370,18 +370,24 @@ def _registry(
     return f"http://127.0.0.1:{port}/", shown
 
 
+def package_folders(skill: SkillPayload) -> dict[str, dict[str, str]]:
+    """{folder inside the skill: {name: version range}}: a declared package goes beside its
+    package.json; a confirmed need (its source says where it was found) to the skill's root."""
+    by_folder: dict[str, dict[str, str]] = {}
+    for dep in skill.npm_packages:
+        source = str(dep.get("source", "package.json"))
+        folder = posixpath.dirname(source) if posixpath.basename(source) == "package.json" else ""
+        by_folder.setdefault(folder, {})[dep["name"]] = dep["version"]
+    return by_folder
+
+
 def _install_skill(
     backend: Backend, sandbox_id: str, skill: SkillPayload, registry: str, shown: str, log: Log
 ) -> list[str]:
     """Each folder's declared packages (the validated list, never the skill's raw package.json
     or lock: URL and git specs stay out) installed in a work folder, then moved in."""
-    by_folder: dict[str, dict[str, str]] = {}
-    for dep in skill.npm_packages:
-        by_folder.setdefault(posixpath.dirname(str(dep.get("source", "package.json"))), {})[dep["name"]] = dep[
-            "version"
-        ]
     installed: list[str] = []
-    for number, (folder, dependencies) in enumerate(sorted(by_folder.items())):
+    for number, (folder, dependencies) in enumerate(sorted(package_folders(skill).items())):
         work = f"{NPM_WORK}/{skill.name}-{number}"
         package = {"name": "skill-dependencies", "version": "0.0.0", "private": True, "dependencies": dependencies}
         upload_tree(backend, sandbox_id, STEP, tar_of([("package.json", 0o644, json.dumps(package).encode())]), work)

@@ -54,9 +54,16 @@
     var root = document.getElementById(keep.id);
     if (!root) { return; }
     keep.late.forEach(function (entry) {
-      var field = root.querySelector("[name=\"" + CSS.escape(entry.name) + "\"]");
+      var selector = "[name=\"" + CSS.escape(entry.name) + "\"]";
+      var boxed = entry.type === "checkbox" || entry.type === "radio";
+      // Boxes of one name (the sessions list's `session`) are told apart by their value.
+      // A box without a value attribute has the value "on".
+      var field = boxed
+        ? root.querySelector(selector + "[value=\"" + CSS.escape(entry.value) + "\"]") ||
+          (entry.value === "on" ? root.querySelector(selector + ":not([value])") : null)
+        : root.querySelector(selector);
       if (!field || SKIPPED[field.type]) { return; }
-      if (entry.type === "checkbox" || entry.type === "radio") {
+      if (boxed) {
         if (field.type === entry.type) { field.checked = entry.checked; }
       } else if (field.tagName === "SELECT") {
         if (Array.prototype.some.call(field.options, function (o) { return o.value === entry.value; })) {

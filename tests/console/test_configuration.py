@@ -354,6 +354,8 @@ PERIODIC = {
     "idle-sweep": ("sandboxes.idle_sweep", 60.0),
     "retention": ("sandboxes.retention_pass", 3600.0),
     "egress-housekeeping": ("sandboxes.egress_housekeeping", 60.0),
+    "network-catch-up": ("sandboxes.network_catch_up", 60.0),
+    "pool-refill": ("sandboxes.pool_refill", 10.0),
     "terminal-sweep": ("sandboxes.terminal_sweep", 60.0),
     "activity-sample": ("console.activity_sample", 60.0),
     "skill-git-check": ("skills.git_check", 3600.0),

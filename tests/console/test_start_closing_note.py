@@ -91,3 +91,10 @@ def test_a_later_start_says_how_to_set_a_new_password(checkout: Path) -> None:
     assert "set on the first run (printed then, never stored)" in note
     assert "manage.py changepassword ops" in note
     assert "pw-stand-in" not in note
+
+
+def test_the_note_names_the_housekeeping_log_where_the_console_writes_it(checkout: Path) -> None:
+    """Settings put it in CONSOLE_VAR_DIR (console/settings/dev.py): the note says that file."""
+    elsewhere = checkout / "data"
+    note = start(checkout, CONSOLE_VAR_DIR=str(elsewhere))
+    assert f"{elsewhere}/housekeeping.log" in note

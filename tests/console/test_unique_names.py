@@ -108,3 +108,32 @@ def test_the_migrations_rename_existing_duplicates() -> None:
     assert {name.lower() for name in tokens} == {"agent", "agent (2)", "agent (3)"}
     assert ApiToken.objects.get(token_hash="revoked").name == "agent"  # revoked ones keep theirs
     make_space("After")  # the constraint is in place and the table usable
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migrations_rename_duplicates_of_the_longest_names() -> None:
+    """A name as long as its field is cut to make room for the number: two such duplicates
+    (and a space already named like the cut one) still end up with names of their own."""
+    executor = MigrationExecutor(connection)
+    executor.migrate([CONSOLE_BEFORE, SANDBOXES_BEFORE])
+    old = executor.loader.project_state([CONSOLE_BEFORE, SANDBOXES_BEFORE]).apps
+    OldSpace = old.get_model("console", "Space")
+    OldToken = old.get_model("sandboxes", "ApiToken")
+    long = "L" * 200
+    first = OldSpace.objects.create(name=long, slug="long-1")
+    for number in (2, 3):
+        OldSpace.objects.create(name=long, slug=f"long-{number}")
+    OldSpace.objects.create(name=f"{long[:190]} (2)", slug="long-cut")
+    token_name = "t" * 100
+    for index in range(3):
+        OldToken.objects.create(space=first, name=token_name, prefix="sbx_x", token_hash=f"long{index}")
+    executor = MigrationExecutor(connection)
+    executor.migrate(MigrationLoader(None, ignore_no_migrations=True).graph.leaf_nodes())
+    names = dict(Space.objects.values_list("slug", "name"))
+    assert names["long-1"] == long
+    assert names["long-cut"] == f"{long[:190]} (2)"
+    assert len({name.lower() for name in names.values()}) == len(names)
+    assert all(len(name) <= 200 for name in names.values())
+    tokens = list(ApiToken.objects.values_list("name", flat=True))
+    assert len({name.lower() for name in tokens}) == 3
+    assert all(len(name) <= 100 for name in tokens)

@@ -1,8 +1,9 @@
 """The sessions list and the config form in Chromium, against the live console (Daphne) and
 the real Docker engine: two sessions found by label, paused in one action and resumed in
 another (each through its confirmation page); the list refreshing itself while the tab is
-visible and not while hidden; CPU figures of the running rows; and the config form keeping
-a value typed while its backend refresh was on the way.
+visible and not while hidden, a box ticked while a refresh was on the way staying on its own
+row; CPU figures of the running rows; and the config form keeping a value typed while its
+backend refresh was on the way.
 
 Screenshots (1280x800 and 390x844, light and dark) go to var/test-artifacts/screenshots/."""
 
@@ -185,3 +186,41 @@ def test_the_config_form_keeps_what_was_typed_while_it_refreshed(
     page.wait_for_url(re.compile(rf".*/{config.id}/$"))
     stored.refresh_from_db()
     assert (float(stored.cpus), stored.memory_mb, stored.backend_id) == (0.5, 512, other.pk)
+
+
+@pytest.mark.timeout(120)
+def test_a_box_ticked_while_the_list_refreshed_stays_on_its_own_row(world: World, daphne_url: str, page: Any) -> None:
+    """The list's checkboxes share one name (`session`): the tick made during a refresh is
+    put back on the box of the same session, never on the first row's (a bulk delete would
+    then name a session the user did not pick)."""
+    config = make_config(world.space_a, endpoint="unix:///tmp/no-such-docker.sock", is_default=True)
+    sessions = [
+        Session.objects.create(space=world.space_a, key=f"tick-{n}", config=config, state="paused") for n in range(3)
+    ]
+    held: list[Any] = []
+
+    def hold_refresh(route: Any) -> None:
+        if route.request.headers.get("hx-request"):
+            held.append(route)
+        else:
+            route.continue_()
+
+    log_in(page, daphne_url, "bob")
+    page.goto(f"{daphne_url}/sessions/")
+    boxes = "Array.from(document.querySelectorAll('#session-results input[name=session]'))"
+    assert page.evaluate(f"{boxes}.length") == 3
+    page.evaluate("document.querySelector('#session-results table').dataset.old = '1'")
+    page.route(re.compile(r".*/sessions/(\\?.*)?$"), hold_refresh)
+    for _ in range(150):  # the list refreshes every 10 s
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the list sent no refresh"
+    last = page.evaluate(f"{boxes}.map(box => box.value)")[-1]
+    page.check(f"#pick-{last}")
+    held.pop().continue_()
+    wait_until(page, "!document.querySelector('#session-results table[data-old]')")
+    page.unroute(re.compile(r".*/sessions/(\\?.*)?$"))
+    ticked = page.evaluate(f"{boxes}.filter(box => box.checked).map(box => box.value)")
+    assert ticked == [last]
+    assert last in {str(session.id) for session in sessions}

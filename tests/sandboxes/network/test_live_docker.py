@@ -70,3 +70,29 @@ def test_refusals_read_back_keep_a_cursor(world: World, session_config: Any) -> 
     require_live_egress(session_config)
     assert ingest_backend(session_config.backend) >= 0
     assert EgressCursor.objects.filter(backend=session_config.backend).exists()  # the next read starts there
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_the_live_pass_missed_is_caught_up_by_the_periodic_pass(
+    world: World, session_config: Any, tuned: Any
+) -> None:
+    """Outbound turned off, and the pass ran out of its budget before the session: the next
+    periodic pass takes the sandbox off its network (the engine's view, not the row's)."""
+    from sandboxes.backends.docker.backend import DockerBackend
+    from sandboxes.network.live import catch_up
+
+    require_live_egress(session_config)
+    set_policy(world.space_a, allow_out=["pkgs.test"])
+    session = Runtime().resolve(world.space_a, "missed").session
+    tuned({"network.apply_budget_s": 0})
+    set_policy(world.space_a, allow_internet_access=False)
+    backend = get_backend(session_config)
+    assert isinstance(backend, DockerBackend)
+
+    def on_space_network() -> list[str]:
+        return [n for n in backend.engine.networks_of(session.sandbox_id) if backend.networks.is_space_network(n)]
+
+    assert on_space_network(), "the live pass was meant to miss it"
+    catch_up()
+    assert on_space_network() == []
+    assert sessions_keeping_old_rules(world.space_a) == []

@@ -182,6 +182,18 @@ def test_an_outsider_filtering_by_a_space_gets_404(crowded: World) -> None:
     assert client.get(LIST, {"space": "not-a-uuid"}).status_code == 404
 
 
+def test_odd_filter_text_is_a_page_never_a_500(crowded: World) -> None:
+    """A NUL byte (PostgreSQL refuses it in text) or LIKE wildcards in the search or label
+    filter: a page, matching what the text says and no more."""
+    client = crowded.client_for("bob")
+    for filters in ({"q": "s00\x00"}, {"label": "x\x00"}, {"q": "\x00", "label": "\x00"}):
+        page = client.get(LIST, filters)
+        assert page.status_code == 200, filters
+    assert KEY.findall(client.get(LIST, {"q": "s00\x00"}).content.decode())  # the NUL dropped: s00…
+    assert not KEY.findall(client.get(LIST, {"q": "%"}).content.decode())
+    assert not KEY.findall(client.get(LIST, {"q": "s_0"}).content.decode())
+
+
 def _plan(sql: str, params: Any) -> str:
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")

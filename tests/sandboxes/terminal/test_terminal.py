@@ -105,6 +105,43 @@ def test_ticket_endpoint_roles_csrf_and_reticketing(world: World) -> None:
 
 
 @pytest.mark.django_db
+def test_a_session_has_a_bounded_number_of_shells(world: World, tuned: Tuned) -> None:
+    """However many tabs or pages ask, a session holds at most `terminal.max_per_session`
+    terminals not closed; a closed one frees its place, and a ticket left unredeemed past its
+    age no longer counts (yet cannot open a shell over the bound later)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.factories import make_config
+
+    make_config(world.space_a, is_default=True)
+    session = get_or_create_session(world.space_a, "many-shells")
+    url = reverse("sandboxes:terminal_create", kwargs={"session_id": session.id})
+    most = 3
+    tuned({"terminal.max_per_session": most})
+    made = [world.client_for(who).post(url) for who in ("bob", "alice", "bob")]
+    assert [response.status_code for response in made] == [201, 201, 201]
+    refused = world.client_for("bob").post(url)
+    assert refused.status_code == 429
+    assert f"at most {most} shells" in refused.json()["error"]
+    assert Terminal.objects.filter(session=session).count() == most
+    # Re-ticketing one of them is no new shell.
+    assert world.client_for("bob").post(url, {"terminal_id": made[0].json()["terminal_id"]}).status_code == 200
+    Terminal.objects.filter(pk=made[1].json()["terminal_id"]).update(closed=timezone.now())
+    assert world.client_for("bob").post(url).status_code == 201
+    # Never redeemed and past its age: its place is free, and it cannot take one back.
+    stale = made[0].json()["terminal_id"]
+    Terminal.objects.filter(pk=stale).update(created=timezone.now() - timedelta(minutes=5))
+    assert world.client_for("bob").post(url).status_code == 201
+    assert world.client_for("bob").post(url, {"terminal_id": stale}).status_code == 429
+    assert world.client_for("bob").post(url).status_code == 429
+    # Another session has its own places.
+    other = get_or_create_session(world.space_a, "other-shells")
+    assert world.client_for("bob").post(reverse("sandboxes:terminal_create", args=[other.id])).status_code == 201
+
+
+@pytest.mark.django_db
 def test_a_backend_without_pty_shows_a_message(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     from sandboxes.terminal import pages as views_terminal
     from tests.factories import make_config

@@ -1,4 +1,5 @@
-"""Pure parts of the install pipeline: tar layout, the check-script convention, pip."""
+"""Pure parts of the install pipeline: tar layout, the check-script convention, pip, npm's
+folders."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import zipfile
 
 import pytest
 
+from skills.install.npm import package_folders
 from skills.install.packages import console_pip_wheel, parse_pip_installed, redact_userinfo
 from skills.install.steps import SkillPayload, StepFailed, tar_of
 
@@ -76,3 +78,15 @@ def test_credentials_in_a_source_url_never_reach_the_log(url: str, secret: str) 
     shown = redact_userinfo(url)
     assert secret not in shown
     assert "127.0.0.1:8080" in shown or "[::1]:8080" in shown
+
+
+def test_npm_packages_install_beside_their_package_json_and_confirmed_ones_at_the_root() -> None:
+    # A confirmed need's source says where it was found, not a package.json: the skill's root.
+    confirmed = "confirmed (npm install; require/import pptxgenjs at SKILL.md:9, scripts/html2pptx.js:4)"
+    npm = [
+        {"name": "docx", "version": "^9", "source": "scripts/package.json"},
+        {"name": "left-pad", "version": "1.3.0", "source": "package.json"},
+        {"name": "pptxgenjs", "version": "*", "source": confirmed},
+    ]
+    skill = SkillPayload(name="demo", version_id="v", content_hash="h", files=(), dependencies={"npm": npm})
+    assert package_folders(skill) == {"": {"left-pad": "1.3.0", "pptxgenjs": "*"}, "scripts": {"docx": "^9"}}
