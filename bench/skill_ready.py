@@ -84,16 +84,17 @@ def write_wheel(folder: Path, name: str = "benchdep", version: str = "1.0") -> N
             archive.writestr(path, data)
 
 
-def write_skill(folder: Path) -> Path:
-    root = folder / SKILL
+def write_skill(folder: Path, name: str = SKILL, dependency: str = "benchdep") -> Path:
+    """A skill whose script prints `ready 42` from its one pip dependency."""
+    root = folder / name
     (root / "scripts").mkdir(parents=True)
     (root / "SKILL.md").write_text(
-        f"---\nname: {SKILL}\ndescription: Prints a value from a dependency. Use when benchmarking.\n"
+        f"---\nname: {name}\ndescription: Prints a value from a dependency. Use when benchmarking.\n"
         "license: MIT\n---\n\nRun `scripts/run.py`.\n"
     )
-    (root / "requirements.txt").write_text("benchdep>=1.0\n")
+    (root / "requirements.txt").write_text(f"{dependency}>=1.0\n")
     script = root / "scripts" / "run.py"
-    script.write_text("#!/usr/bin/env python3\nimport benchdep\nprint('ready', benchdep.VALUE)\n")
+    script.write_text(f"#!/usr/bin/env python3\nimport {dependency}\nprint('ready', {dependency}.VALUE)\n")
     script.chmod(0o755)
     return root
 
@@ -108,12 +109,10 @@ class Printer:
 
 
 def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
-    from console.models import NetworkPolicy, Space
     from console.services import SYSTEM
-    from sandboxes.backends.base import META_INSTALLATION, ExecRequest, ListQuery
-    from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
+    from sandboxes.backends.base import ExecRequest
     from sandboxes.catalog.bridge import get_backend
-    from sandboxes.models import PlatformBackend, SandboxConfig, Session
+    from sandboxes.models import Session
     from sandboxes.sessions.runtime import Runtime
     from sandboxes.sessions.store import RedisSessionStore
     from skills.install import packages as install_packages
@@ -124,25 +123,7 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
 
     write_wheel(sources / "wheels")
     version = import_folder(write_skill(sources / "skill-src"), actor=SYSTEM).version
-    spaces, configs = [], []
-    for label in ("image", "base"):
-        space = Space.objects.create(name=f"bench {label} {run_id}", slug=f"bench-{label}-{run_id}")
-        NetworkPolicy.objects.create(space=space)
-        spaces.append(space)
-        local = PlatformBackend.objects.create(name=f"bench {label} {run_id}", kind="docker", pip_find_links="wheels")
-        local.spaces.add(space)
-        configs.append(
-            SandboxConfig.objects.create(
-                space=space,
-                name=label,
-                backend=local,
-                default_template=DEFAULT_BASE_IMAGE,
-                is_default=True,
-                memory_mb=512,
-                pids_limit=256,
-                persistent_workspace=False,
-            )
-        )
+    spaces, configs = bench_spaces(run_id, ("image", "base"))
     image_space, base_space = spaces
     image_config, base_config = configs
     runtime = Runtime(RedisSessionStore(os.environ["REDIS_URL"]))
@@ -209,21 +190,57 @@ def run(n: int, run_id: str, sources: Path) -> dict[str, Any]:
             "n": n,
         }
     finally:
-        mine = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})
-        for info in list(backend.iter_sandboxes(mine)):
-            backend.delete(info.sandbox_id)
-        for session in Session.objects.all():
-            keys = runtime.keys(session)
-            runtime.store.end_turn(keys[2])
-            binding = runtime.store.get_binding(keys[0])
-            if binding is not None:
-                runtime.store.delete_binding_if(keys[0], binding)
-        snapshots = backend.snapshots()
-        if snapshots is not None:
-            label = f"console.meta.{META_INSTALLATION}"
-            for snapshot in snapshots.list():
-                if snapshot.labels.get(label) == settings.CONSOLE_INSTALLATION_ID:
-                    snapshots.delete(snapshot.snapshot_id)
+        clean_up(backend, runtime)
+
+
+def bench_spaces(run_id: str, labels: tuple[str, ...]) -> tuple[list[Any], list[Any]]:
+    """A space per label, each with its own Docker backend (wheel folder `wheels`) and config."""
+    from console.models import NetworkPolicy, Space
+    from sandboxes.backends.docker.image import DEFAULT_BASE_IMAGE
+    from sandboxes.models import PlatformBackend, SandboxConfig
+
+    spaces, configs = [], []
+    for label in labels:
+        space = Space.objects.create(name=f"bench {label} {run_id}", slug=f"bench-{label}-{run_id}")
+        NetworkPolicy.objects.create(space=space)
+        spaces.append(space)
+        local = PlatformBackend.objects.create(name=f"bench {label} {run_id}", kind="docker", pip_find_links="wheels")
+        local.spaces.add(space)
+        configs.append(
+            SandboxConfig.objects.create(
+                space=space,
+                name=label,
+                backend=local,
+                default_template=DEFAULT_BASE_IMAGE,
+                is_default=True,
+                memory_mb=512,
+                pids_limit=256,
+                persistent_workspace=False,
+            )
+        )
+    return spaces, configs
+
+
+def clean_up(backend: Any, runtime: Any) -> None:
+    """Delete this run's sandboxes, session bindings and snapshots."""
+    from sandboxes.backends.base import META_INSTALLATION, ListQuery
+    from sandboxes.models import Session
+
+    mine = ListQuery(metadata={META_INSTALLATION: settings.CONSOLE_INSTALLATION_ID})
+    for info in list(backend.iter_sandboxes(mine)):
+        backend.delete(info.sandbox_id)
+    for session in Session.objects.all():
+        keys = runtime.keys(session)
+        runtime.store.end_turn(keys[2])
+        binding = runtime.store.get_binding(keys[0])
+        if binding is not None:
+            runtime.store.delete_binding_if(keys[0], binding)
+    snapshots = backend.snapshots()
+    if snapshots is not None:
+        marks = (META_INSTALLATION, f"console.meta.{META_INSTALLATION}")
+        ours = [s for s in snapshots.list() if settings.CONSOLE_INSTALLATION_ID in (s.labels.get(m) for m in marks)]
+        for snapshot in sorted(ours, key=lambda s: s.created_at or 0, reverse=True):  # children first
+            snapshots.delete(snapshot.snapshot_id)
 
 
 if __name__ == "__main__":

@@ -17,15 +17,20 @@ token must name the issuer and this client. SSO on without its secret or issuer 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import socket
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import jwt
 import requests
+import requests.adapters
 import urllib3
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -79,29 +84,73 @@ class Answer:
 def fetch(method: str, url: str, *, max_bytes: int = DOCUMENT_MAX_BYTES, **kwargs: Any) -> Answer:
     """One call to the provider, done within OIDC_TIMEOUT in all: requests' timeout bounds each
     wait for a byte, not the answer, so the read stops at the deadline whatever the pace (each
-    wait is cut to the time left). At most `max_bytes`; a redirect is not followed. Raises
-    requests.Timeout past the deadline, requests.RequestException for the rest."""
+    wait is cut to the time left), and a watchdog shuts the socket at the deadline (a provider
+    that drips its status line and headers is cut too). At most `max_bytes`; a redirect is not
+    followed. Raises requests.Timeout past the deadline, requests.RequestException for the rest."""
     deadline = time.monotonic() + settings.OIDC_TIMEOUT
-    with requests.request(
-        method, url, timeout=settings.OIDC_TIMEOUT, allow_redirects=False, stream=True, **kwargs
-    ) as answer:
-        body = bytearray()
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise requests.Timeout(f"{url} did not answer within {settings.OIDC_TIMEOUT} s")
-            _wait_at_most(answer, left)
-            try:
-                # read1 returns what has arrived (iter_content would wait for a full chunk).
-                chunk = answer.raw.read1(65536, decode_content=True)
-            except (TimeoutError, urllib3.exceptions.ReadTimeoutError) as exc:
-                raise requests.Timeout(f"{url} did not answer within {settings.OIDC_TIMEOUT} s") from exc
-            if not chunk:
-                break
-            body += chunk
-            if len(body) > max_bytes:
-                raise TooLarge(f"{url} answered more than {max_bytes} bytes")
-        return Answer(answer.status_code, answer.headers.get("content-type", "").lower(), bytes(body))
+    late = f"{url} did not answer within {settings.OIDC_TIMEOUT} s"
+    sockets: list[socket.socket] = []
+    watchdog = threading.Timer(settings.OIDC_TIMEOUT, _shut_all, args=(sockets,))
+    watchdog.daemon = True
+    try:
+        with requests.Session() as session:
+            for prefix in ("http://", "https://"):
+                session.mount(prefix, _WatchedAdapter(sockets.append))
+            watchdog.start()
+            with session.request(
+                method, url, timeout=settings.OIDC_TIMEOUT, allow_redirects=False, stream=True, **kwargs
+            ) as answer:
+                body = bytearray()
+                while True:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise requests.Timeout(late)
+                    _wait_at_most(answer, left)
+                    try:
+                        # read1 returns what has arrived (iter_content would wait for a full chunk).
+                        chunk = answer.raw.read1(65536, decode_content=True)
+                    except (TimeoutError, urllib3.exceptions.ReadTimeoutError) as exc:
+                        raise requests.Timeout(late) from exc
+                    if not chunk:
+                        break
+                    body += chunk
+                    if len(body) > max_bytes:
+                        raise TooLarge(f"{url} answered more than {max_bytes} bytes")
+                if time.monotonic() >= deadline:  # the watchdog ended the read: a cut answer
+                    raise requests.Timeout(late)
+                return Answer(answer.status_code, answer.headers.get("content-type", "").lower(), bytes(body))
+    except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+        if isinstance(exc, requests.Timeout) or time.monotonic() < deadline:
+            raise
+        raise requests.Timeout(late) from exc
+    finally:
+        watchdog.cancel()
+
+
+class _WatchedAdapter(requests.adapters.HTTPAdapter):
+    """Hands each socket it opens to `watch` (fetch's watchdog shuts it at the deadline)."""
+
+    def __init__(self, watch: Callable[[socket.socket], None]) -> None:
+        super().__init__()
+        self._watch = watch
+
+    def get_connection_with_tls_context(self, *args: Any, **kwargs: Any) -> Any:
+        pool = super().get_connection_with_tls_context(*args, **kwargs)
+        watch, base = self._watch, pool.ConnectionCls
+
+        class Watched(base):  # type: ignore[misc,valid-type]
+            def connect(self) -> None:
+                super().connect()
+                watch(self.sock)
+
+        pool.ConnectionCls = Watched
+        return pool
+
+
+def _shut_all(sockets: list[socket.socket]) -> None:
+    for sock in sockets:
+        with contextlib.suppress(OSError):  # closed already
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _wait_at_most(answer: requests.Response, seconds: float) -> None:

@@ -578,3 +578,37 @@ def test_an_email_the_provider_has_not_verified_signs_nobody_in(verified: object
     assert ConsoleOIDCBackend().verify_claims(claims) is accepted
     # Not said (absent or null): trusted, as before.
     assert ConsoleOIDCBackend().verify_claims({"sub": "s", "email": "nora@example.test"}) is True
+
+
+def test_a_provider_that_drips_its_headers_is_cut_at_the_deadline(settings: Any) -> None:
+    """The deadline holds before the body too: a status line and headers sent a line at a
+    time, each well inside requests' read timeout, would otherwise hold the sign-in."""
+    from console.oidc import fetch
+
+    settings.OIDC_TIMEOUT = 1
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip() -> None:
+        client, _ = listener.accept()
+        with client:
+            client.recv(65536)
+            client.sendall(b"HTTP/1.1 200 OK\r\n")
+            for _ in range(80):  # 8 s of headers
+                if stop.wait(0.1):
+                    return
+                try:
+                    client.sendall(b"X-Slow: yes\r\n")
+                except OSError:
+                    return
+            client.sendall(b"Content-Length: 2\r\n\r\n{}")
+
+    threading.Thread(target=drip, daemon=True).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(requests.Timeout, match="did not answer within 1 s"):
+            fetch("GET", f"http://127.0.0.1:{listener.getsockname()[1]}/token")
+    finally:
+        stop.set()
+        listener.close()
+    assert time.monotonic() - started < 2.5
