@@ -67,7 +67,7 @@ def documented_knobs() -> dict[str, str]:
     for line in doc_section("Tuning knobs").splitlines():
         cells = [cell.strip() for cell in line.split("|")[1:-1]]
         if cells and cells[0].startswith("`"):
-            rows[cells[0].strip("`")] = cells[2].strip("`")
+            rows[cells[0].strip("`")] = cells[1].strip("`")
     return rows
 
 
