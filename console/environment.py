@@ -285,6 +285,10 @@ def database_settings(url: str, pool_size: int = DEFAULT_POOL_SIZE) -> dict[str,
     database: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=0))
     if database["ENGINE"] == "django.db.backends.postgresql" and pool_size:
         options = dict(database.get("OPTIONS") or {})
+        # Each connection is checked as it leaves the pool (Django passes psycopg's check when
+        # health checks are on): after a PostgreSQL restart the pooled ones are dead, and
+        # without the check requests kept failing on them (503) after the server was back.
+        database["CONN_HEALTH_CHECKS"] = True
         options["pool"] = {
             "min_size": 1,
             "max_size": pool_size,

@@ -192,7 +192,8 @@ class PlatformBackendForm(ByKindForm, forms.ModelForm):
             "max_memory_mb": "The most a config on this backend may give a sandbox, in MiB (1024 = 1 GiB).",
             "pip_index_url": "Package source for skill installs: a pip index URL (PEP 503 simple API), used when no "
             "find-links folder is set; pip never falls back to PyPI. The build sandbox then gets outbound network to "
-            "its host: only to it where the backend has allow lists (E2B, Cube); all outbound on Docker.",
+            "its host only where the backend has allow lists (E2B, Cube, Docker with the host packet filter); a Docker "
+            "engine without it can only switch outbound on (docs/skills.md).",
             "npm_registry_url": "Package source for skill installs: an npm registry URL, used when no npm tarball "
             "folder is set. The build sandbox gets outbound network to its host, as for the pip index URL.",
             "npm_folder": "Package source for skill installs: a folder of npm tarballs (.tgz) under the package "

@@ -101,6 +101,8 @@ def file_raw(request: HttpRequest, session_id: str) -> HttpResponse:
     """An image of the allowed types, inline; anything else as a download. nosniff, and a
     sandboxing CSP in case a browser opens it as a page."""
     session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    if not request.GET.get("path"):  # a request that names no file is the caller's mistake
+        return HttpResponse("name a file: ?path=…", status=400, content_type="text/plain; charset=utf-8")
     path, data, error = _read(request, session)
     if data is None:
         return HttpResponse(error, status=404, content_type="text/plain; charset=utf-8")

@@ -362,9 +362,14 @@
       tab.kept = false;
       return;
     }
-    if (typeof message.history !== "string") return; // busy: the next pause asks again
-    if (tab.outputSeq !== tab.askedAt) {
-      tab.burst = RESYNC_BYTES; // output came meanwhile: ask again at the next pause
+    // Busy, or output came meanwhile (a late prompt under load is often the last output):
+    // ask again after a quiet moment; more output pushes the question back (noteOutput).
+    if (typeof message.history !== "string" || tab.outputSeq !== tab.askedAt) {
+      tab.burst = RESYNC_BYTES;
+      clearTimeout(tab.quietTimer);
+      tab.quietTimer = setTimeout(function () {
+        askHistory(tab);
+      }, QUIET_MS);
       return;
     }
     const buffer = tab.term.buffer.active;

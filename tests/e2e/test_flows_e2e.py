@@ -204,12 +204,10 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
         root_context.close()
     page.goto(f"{base}/skills/")
     page.click("a:has-text('text-stats')")
-    page.click("a:has-text('Install')")
-    page.click(f"#install-spaces a:has-text('{space.name}')")
-    page.wait_for_selector("#install form")
-    page.click("#install form button[type=submit]")
-    page.wait_for_url(re.compile(r".*/jobs/[0-9a-f-]{36}/$"))
-    page.wait_for_selector("#job-status progress")
+    # One step from the skill's page: choose the space's config, install, follow the job in place.
+    page.select_option("#quick-install-target", f"{space.id}:{config.id}")
+    page.click("#quick-install button[type=submit]")
+    page.wait_for_selector("#quick-install-result #job-status .status", timeout=20_000)
     status = wait_for_job(page, timeout_s=300)
     assert status == "Succeeded", page.inner_text("#job-status")
     assert step_done(page, base, "skill")
@@ -256,7 +254,7 @@ def test_a_new_admin_goes_from_login_to_a_terminal(
     page.wait_for_selector("#files table.list")
     assert "flows-upload.txt" in page.inner_text("#files table.list")
     with page.expect_download() as download:
-        page.click("#files a:has-text('flows-upload.txt')")
+        page.click("#files tr[data-name='flows-upload.txt'] a:has-text('Download')")
     assert Path(download.value.path()).read_text() == "words for text-stats\n"
 
     # A background command writes into output/ (the installed skill runs); artifacts collected.

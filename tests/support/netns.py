@@ -104,13 +104,18 @@ def namespace(address: str | None = None) -> Iterator[Namespace]:
         ip("link", "add", host_dev, "type", "veth", "peer", "name", inner_dev, "netns", name)
         subnets = list(NETNS_POOL.subnets(new_prefix=30))
         random.shuffle(subnets)
+        ip("link", "set", host_dev, "up")
         for subnet in subnets:  # another run may hold one: take the first free one
             host_ip, inner_ip = (str(a) for a in list(subnet.hosts())[:2])
-            if ip("addr", "add", f"{host_ip}/30", "dev", host_dev, check=False).returncode == 0:
+            if ip("addr", "add", f"{host_ip}/30", "dev", host_dev, check=False).returncode != 0:
+                continue
+            # A more specific route another test added (a /32 in the range) takes the address
+            # elsewhere: that subnet is not free either.
+            if route_device(inner_ip) == ("unicast", host_dev):
                 break
+            ip("addr", "del", f"{host_ip}/30", "dev", host_dev, check=False)
         else:
             raise RuntimeError("no free /30 in 198.51.100.0/24")
-        ip("link", "set", host_dev, "up")
         ip("-n", name, "link", "set", "lo", "up")
         ip("-n", name, "addr", "add", f"{inner_ip}/30", "dev", inner_dev)
         ip("-n", name, "link", "set", inner_dev, "up")
