@@ -159,6 +159,9 @@
 
   function typing(target) {
     if (!target || !target.closest) return false;
+    // Just closed, the palette's input may keep the focus until the browser's next rendering
+    // update: keys meant as shortcuts must not count as typing into it.
+    if (dialog && !dialog.open && dialog.contains(target)) return false;
     return Boolean(target.closest("input, textarea, select, [contenteditable], .xterm"));
   }
 
