@@ -295,7 +295,7 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
     def get_userinfo(self, access_token: str, id_token: str, payload: dict[str, Any]) -> Any:
         answer = fetch("GET", self.OIDC_OP_USER_ENDPOINT, headers={"Authorization": f"Bearer {access_token}"})
         if answer.status == 200 and answer.content_type.startswith("application/jwt"):
-            return self.verify_token(answer.body.decode())  # signed claims: checked like the ID token
+            return self.verify_signed(answer.body.decode())  # signed claims: checked like the ID token
         return _json(answer, "userinfo endpoint")
 
     def retrieve_matching_jwk(self, token: str) -> Any:
@@ -315,9 +315,18 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         return jwt.PyJWK(matching[-1])
 
     def verify_token(self, token: str, **kwargs: Any) -> Any:
+        """The ID token: signed for this client (`verify_signed`) and with an expiry (`exp` is
+        required by OpenID Connect Core 1.0, 2; PyJWT checks it only when present)."""
+        payload = self.verify_signed(token, **kwargs)
+        if "exp" not in payload:
+            raise SuspiciousOperation("the ID token has no expiry (exp)")
+        return payload
+
+    def verify_signed(self, token: str, **kwargs: Any) -> Any:
         """The signature and nonce (mozilla-django-oidc), then who issued it and for whom (OpenID
         Connect Core 1.0, 3.1.3.7): `iss` is the configured issuer, `aud` names this client, and
-        a token for several audiences names this client as its `azp`."""
+        a token for several audiences names this client as its `azp`. Signed userinfo (5.3.2)
+        is checked the same way; it need not expire."""
         payload = super().verify_token(token, **kwargs)
         if str(payload.get("iss", "")).rstrip("/") != issuer():
             raise SuspiciousOperation(f"the ID token was issued by {str(payload.get('iss'))[:200]!r}, not the issuer")

@@ -239,10 +239,12 @@ def documents() -> Iterator[Documents]:
             answers = document.get("answers") if isinstance(document, dict) else None
             endpoint = self.path.rsplit("/", 1)[-1]
             if isinstance(answers, dict) and endpoint in answers:
-                # A provider answering JSON that is not what its endpoint gives.
-                body = json.dumps(answers[endpoint]).encode()
+                # A provider answering JSON that is not what its endpoint gives, or signed claims.
+                answer = answers[endpoint]
+                signed = isinstance(answer, SignedAnswer)
+                body = answer.jwt.encode() if signed else json.dumps(answer).encode()
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "application/jwt" if signed else "application/json")
                 self.end_headers()
                 self.wfile.write(body)
                 return
@@ -286,6 +288,13 @@ def documents() -> Iterator[Documents]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield served
     server.shutdown()
+
+
+@dataclass
+class SignedAnswer:
+    """An endpoint's answer as a signed JWT (`application/jwt`), as signed userinfo is."""
+
+    jwt: str
 
 
 @dataclass
@@ -512,6 +521,33 @@ def test_an_id_token_must_name_the_issuer_and_this_client(settings: Any) -> None
     ):
         with pytest.raises(SuspiciousOperation, match=re.escape(said)):
             backend.verify_token(token(**claims), nonce="n")
+    # exp is required (OpenID Connect Core 1.0, 2): a token without it would be good forever.
+    forever = {"iss": "http://idp.test/realm", "aud": CLIENT_ID, "sub": "s", "nonce": "n"}
+    with pytest.raises(SuspiciousOperation, match=re.escape("has no expiry (exp)")):
+        backend.verify_token(jwt.encode(forever, CLIENT_SECRET, algorithm="HS256"), nonce="n")
+
+
+def test_signed_userinfo_is_checked_like_the_id_token_but_need_not_expire(documents: Documents, settings: Any) -> None:
+    from django.core.exceptions import SuspiciousOperation
+
+    from console.oidc import ConsoleOIDCBackend
+
+    settings.OIDC_OP_ISSUER = f"{documents.url}/signed"
+    settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET = CLIENT_ID, CLIENT_SECRET
+    claims = {"iss": settings.OIDC_OP_ISSUER, "aud": CLIENT_ID, "sub": "s", "email": "s@example.test"}
+    documents.by_name["signed"] = a_document(
+        settings.OIDC_OP_ISSUER, answers={"userinfo_endpoint": SignedAnswer(jwt.encode(claims, CLIENT_SECRET))}
+    )
+    backend = ConsoleOIDCBackend()
+    backend.OIDC_RP_SIGN_ALGO = "HS256"
+    backend.OIDC_OP_USER_ENDPOINT = f"{settings.OIDC_OP_ISSUER}/userinfo_endpoint"
+    assert backend.get_userinfo("a", "i", {})["email"] == "s@example.test"  # no exp (Core 1.0, 5.3.2)
+    documents.by_name["signed"] = a_document(
+        settings.OIDC_OP_ISSUER,
+        answers={"userinfo_endpoint": SignedAnswer(jwt.encode({**claims, "aud": "other"}, CLIENT_SECRET))},
+    )
+    with pytest.raises(SuspiciousOperation, match="not for this client"):
+        backend.get_userinfo("a", "i", {})
 
 
 @pytest.mark.parametrize(
