@@ -127,6 +127,16 @@ def _check_limits_cover_configs(backend: PlatformBackend) -> None:
         raise ServiceError(f"{over} config setting(s) on this backend are above the new limits: lower them first.")
 
 
+def _save_refused(backend: PlatformBackend) -> ServiceError:
+    """What an IntegrityError on saving `backend` meant: its name taken meanwhile, or a row it
+    refers to (a granted space) deleted meanwhile. Nothing was saved either way."""
+    if PlatformBackend.objects.filter(name=backend.name).exclude(pk=backend.pk).exists():
+        return ServiceError("A backend with this name exists.", field_errors={"name": ["already used"]})
+    return ServiceError(
+        "Something this backend refers to changed while it was saved (a space deleted?). Nothing was saved: try again."
+    )
+
+
 def do_create_platform_backend(
     *, data: dict[str, Any], secrets: dict[str, str | None], spaces: list[Space], actor: Actor
 ) -> PlatformBackend:
@@ -153,7 +163,7 @@ def do_create_platform_backend(
                 },
             )
     except IntegrityError:
-        raise ServiceError("A backend with this name exists.", field_errors={"name": ["already used"]}) from None
+        raise _save_refused(backend) from None
     return backend
 
 
@@ -302,7 +312,7 @@ def do_update_platform_backend(
                 },
             )
     except IntegrityError:
-        raise ServiceError("A backend with this name exists.", field_errors={"name": ["already used"]}) from None
+        raise _save_refused(backend) from None
     return backend
 
 

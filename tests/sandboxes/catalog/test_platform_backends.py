@@ -853,3 +853,21 @@ def test_a_rerun_of_register_local_engine_gives_the_local_engine_the_folders_pre
     # Once set, a further run changes nothing.
     call_command("register_local_engine", "--no-demo-config", stdout=StringIO())
     assert AuditEvent.objects.filter(action="platform_backend.update").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_space_deleted_while_a_backend_is_granted_to_it_is_not_called_a_name_clash(world: World) -> None:
+    """The grant's foreign key fails at commit (the space went meanwhile): the error says what
+    happened, not that the name is taken, and nothing is saved."""
+    from console.models import Space
+    from console.services import Actor, ServiceError
+    from sandboxes.catalog.platform import do_create_platform_backend
+
+    gone = Space.objects.create(name="Gone")
+    Space.objects.filter(pk=gone.pk).delete()  # `gone` is the page's stale copy
+    data = {"name": "fresh name", "kind": "docker"}
+    with pytest.raises(ServiceError) as raised:
+        do_create_platform_backend(data=data, secrets={}, spaces=[world.space_a, gone], actor=Actor(world.root))
+    assert "name" not in (raised.value.field_errors or {}), raised.value.field_errors
+    assert "changed while" in str(raised.value)
+    assert not PlatformBackend.objects.filter(name="fresh name").exists()
