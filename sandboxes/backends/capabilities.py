@@ -244,3 +244,16 @@ class WarmPoolCapability(abc.ABC):
     def claim(self, pool: str, spec: SandboxSpec) -> SandboxInfo | None:
         """Take one ready sandbox of `pool` for a session, running, with `spec`'s metadata,
         network and workspace applied; one caller gets each sandbox. None when none is ready."""
+
+    @abc.abstractmethod
+    def pools(self) -> dict[str, tuple[int, int]]:
+        """Every pool the backend keeps for this console, by the name `ensure` was given (the
+        console reads a config's pools from it: their names start with the config's id):
+        (ready, being made) of each. One read, changing nothing; the Pools pages, /metrics and
+        the refill that drains a config's outdated pools ask it."""
+
+    @abc.abstractmethod
+    def drain(self, pool: str) -> None:
+        """Stop keeping `pool`: its ready sandboxes go and none is made for it again (a skill
+        install or a policy change moved the config to another pool, or the config goes).
+        Idempotent: draining a pool that is not kept succeeds."""

@@ -23,7 +23,7 @@ from .catalog import (
     TemplateRecord,
 )
 from .egress import EgressCursor, EgressEvent, SessionGrant, WatchedSandbox
-from .pools import MemberState, PoolClaim, PoolMember
+from .pools import MemberState, PoolClaim, PoolMember, is_native_pool_of, native_pool_name
 from .sessions import (
     ApiToken,
     Artifact,
@@ -67,5 +67,7 @@ __all__ = [
     "Terminal",
     "TokenScope",
     "WatchedSandbox",
+    "is_native_pool_of",
     "list_activity",
+    "native_pool_name",
 ]

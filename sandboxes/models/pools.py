@@ -23,6 +23,17 @@ from .catalog import SandboxConfig
 from .sessions import Session
 
 
+def native_pool_name(config_id: object, template_id: str, fingerprint: str) -> str:
+    """The name a config's pool has on a backend that keeps pools itself
+    (`Backend.warm_pools()`): one per config, template and network spec, starting with the
+    config's id so the config's pools are told from the names the backend lists."""
+    return f"{config_id}:{template_id}:{fingerprint}"
+
+
+def is_native_pool_of(name: str, config_id: object) -> bool:
+    return name.startswith(f"{config_id}:")
+
+
 class MemberState(models.TextChoices):
     REFILLING = "refilling", "Refilling"
     READY = "ready", "Ready, unclaimed"

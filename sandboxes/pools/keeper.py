@@ -43,9 +43,10 @@ from ..backends.base import (
     SandboxSpec,
     SandboxState,
 )
+from ..backends.capabilities import WarmPoolCapability
 from ..catalog.bridge import get_backend, sandbox_resources
 from ..catalog.network import network_spec_for, spec_fingerprint, unsupported_policy_switches
-from ..models import MemberState, PoolClaim, PoolMember, SandboxConfig
+from ..models import MemberState, PoolClaim, PoolMember, SandboxConfig, is_native_pool_of, native_pool_name
 from ..sessions.limits import pool_overflow, pool_room
 from ..sessions.lookup import BeingDeleted, refuse_while_deleted
 from ..sessions.provisioning import effective_template, prepare_workspace
@@ -64,7 +65,7 @@ def pool_lock_key(config: SandboxConfig) -> str:
 
 def pool_name(config: SandboxConfig, template_id: str, fingerprint: str) -> str:
     """A native pool's name: one per config, template and network spec."""
-    return f"{config.pk}:{template_id}:{fingerprint}"
+    return native_pool_name(config.pk, template_id, fingerprint)
 
 
 def member_volume(member_id: uuid.UUID) -> str:
@@ -140,7 +141,7 @@ def _refill_locked(config: SandboxConfig, report: RefillReport) -> None:
         want.size, report.skipped = 0, str(exc)
     native = backend.warm_pools()
     if native is not None:
-        native.ensure(pool_name(config, want.template_id, want.fingerprint), want.spec, want.size)
+        _refill_native(native, config, want, report)
         return
     ready = _alive(backend, config, list(members.filter(state=MemberState.READY).order_by("ready_at")), report)
     outdated = [m for m in ready if m.template_id != want.template_id or m.policy_fingerprint != want.fingerprint]
@@ -165,6 +166,21 @@ def _refill_locked(config: SandboxConfig, report: RefillReport) -> None:
             report.errors.append(outcome[1:])
         else:
             report.made.append(outcome)
+
+
+def _refill_native(native: WarmPoolCapability, config: SandboxConfig, want: Wanted, report: RefillReport) -> None:
+    """A backend that keeps the pool itself: the config's other pools (an older skill image or
+    network spec) drained, the current one kept at its size."""
+    current = pool_name(config, want.template_id, want.fingerprint)
+    try:
+        for name in native.pools():
+            if name != current and is_native_pool_of(name, config.pk):
+                native.drain(name)
+                report.drained.append(name)
+        native.ensure(current, want.spec, want.size)
+    except RemoteError as exc:
+        logger.warning("pool refill of %s failed: %s", config.name, exc.message, extra={"config_id": str(config.pk)})
+        report.errors.append(f"{exc.kind}: {exc.message}")
 
 
 def _alive(backend: Backend, config: SandboxConfig, ready: list[PoolMember], report: RefillReport) -> list[PoolMember]:

@@ -33,6 +33,8 @@ class PoolReading:
     p50_ms: float | None = None
     p95_ms: float | None = None
     reasons: list[tuple[str, int]] = field(default_factory=list)  # why resolves missed, most first
+    native: bool = False  # the backend keeps the pool itself: ready and refilling are its own counts
+    unread: str = ""  # why the backend's own counts could not be read
 
     @property
     def hit_rate(self) -> float | None:
@@ -88,7 +90,40 @@ def read_pools(configs: Iterable[SandboxConfig], *, every: bool = False) -> list
                 reasons=reasons[config.pk].most_common(5),
             )
         )
+    _read_native(readings)
     return readings
+
+
+def _read_native(readings: list[PoolReading]) -> None:
+    """Ready and being made of the pools a backend keeps itself (`Backend.warm_pools()`), as
+    it counts them: one listing per backend adapter, the config's current pool looked up in it."""
+    from ..backends.base import RemoteError
+    from ..catalog.bridge import get_backend
+    from .keeper import pool_name, wanted
+
+    listed: dict[int, dict[str, tuple[int, int]] | RemoteError] = {}
+    for reading in readings:
+        try:
+            backend = get_backend(reading.config)
+        except RemoteError:
+            continue  # the rows' counts stand; the config's page says what is wrong
+        native = backend.warm_pools()
+        if native is None:
+            continue
+        reading.native = True
+        if id(native) not in listed:
+            try:
+                listed[id(native)] = native.pools()
+            except RemoteError as exc:
+                listed[id(native)] = exc
+        pools = listed[id(native)]
+        if isinstance(pools, RemoteError):
+            reading.unread = f"{pools.kind}: {pools.message}"
+            continue
+        want = wanted(reading.config, backend)
+        reading.ready, reading.refilling = pools.get(
+            pool_name(reading.config, want.template_id, want.fingerprint), (0, 0)
+        )
 
 
 def pooled_configs_of(space: Space | None = None) -> list[SandboxConfig]:

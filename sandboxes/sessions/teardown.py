@@ -57,7 +57,7 @@ from ..backends.base import (
 from ..catalog.bridge import config_fingerprint, get_backend, labelled_owner
 from ..catalog.services import do_delete_config
 from ..catalog.templates import recorded_snapshot_ids, snapshot_is_own, snapshot_retired
-from ..models import PoolMember, SandboxConfig, Session, SessionImage
+from ..models import PoolMember, SandboxConfig, Session, SessionImage, is_native_pool_of
 from .lookup import TEARDOWN_KINDS
 from .runtime import Runtime, SessionDeleted
 
@@ -384,6 +384,8 @@ def tear_down_space(space: Space, *, actor: Actor, report: Report) -> bool:
     accounts = _accounts(configs)
     report.log(f"Tearing down space {space.name}: {len(configs)} config(s) on {len(accounts)} backend account(s).")
     _stop_pools(PoolMember.objects.filter(space=space), report)
+    for config in configs:
+        _drain_native_pools(config, get_backend(config), report)
     _delete_sessions(Session.objects.filter(space=space).select_related("config", "space"), actor=actor, report=report)
     for config, backend in accounts:
         _delete_labelled(backend, _labels(space), report)
@@ -396,6 +398,7 @@ def tear_down_config(config: SandboxConfig, *, actor: Actor, report: Report) -> 
     backend = get_backend(config)
     report.log(f"Tearing down config {config.name} of space {config.space.name}.")
     _stop_pools(PoolMember.objects.filter(config=config), report)
+    _drain_native_pools(config, backend, report)
     _delete_sessions(config.sessions.select_related("config", "space"), actor=actor, report=report)
     _delete_labelled(backend, _labels(config.space, config), report)
     _delete_images(config, backend, report, only_config=True)
@@ -407,6 +410,26 @@ def _stop_pools(members: QuerySet[PoolMember], report: Report) -> None:
     count, _ = members.filter(session__isnull=True).delete()
     if count:
         report.log(f"Stopped the warm pool: {count} pooled sandbox(es) to delete.")
+
+
+def _drain_native_pools(config: SandboxConfig, backend: Backend, report: Report) -> None:
+    """The pools a backend keeps itself for the config (`Backend.warm_pools()`), drained, so it
+    makes no sandbox for them again; what they had ready carries the labels deleted next."""
+    native = backend.warm_pools()
+    if native is None:
+        return
+    try:
+        names = [name for name in native.pools() if is_native_pool_of(name, config.pk)]
+    except RemoteError as exc:
+        report.stayed("the warm pools of", config.name, exc)
+        return
+    for name in names:
+        try:
+            native.drain(name)
+        except RemoteError as exc:
+            report.stayed("warm pool", name, exc)
+        else:
+            report.went("warm pool", name)
 
 
 def _fail(report: Report, what: str) -> None:
