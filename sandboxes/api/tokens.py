@@ -30,12 +30,12 @@ TOKEN_PREFIX = "sck_"  # noqa: S105 - a public marker, not a secret
 # input uploads, artifact collection, inbound links); full adds DELETE (deleting a session).
 SCOPE_METHODS: dict[str, frozenset[str]] = {
     TokenScope.READ: frozenset({"GET", "HEAD"}),
-    TokenScope.RUN: frozenset({"GET", "HEAD", "POST", "PUT"}),
-    TokenScope.FULL: frozenset({"GET", "HEAD", "POST", "PUT", "DELETE"}),
+    TokenScope.RUN: frozenset({"GET", "HEAD", "POST", "PUT", "PATCH"}),
+    TokenScope.FULL: frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"}),
 }
 SCOPE_SAYS: dict[str, str] = {
     TokenScope.READ: "reads only (GET)",
-    TokenScope.RUN: "reads, and runs within sessions (GET, POST, PUT): no session deletion",
+    TokenScope.RUN: "reads, and runs within sessions (GET, POST, PUT, PATCH): no session deletion",
     TokenScope.FULL: "every route, deleting sessions included",
 }
 

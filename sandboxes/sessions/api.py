@@ -17,7 +17,7 @@ from uuid import UUID
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.urls import reverse
 from ninja import Field, Path, Query, Router, Schema, Status
-from pydantic import BaseModel, WithJsonSchema, field_validator, model_validator
+from pydantic import BaseModel, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
 from console.models import Space
 
@@ -45,6 +45,7 @@ from .labels import MAX_LABELS, InvalidLabels, parse_labels
 from .labels import RULE as LABEL_RULE
 from .lookup import get_or_create_session
 from .runtime import Resolved, Runtime
+from .services import do_set_session_labels
 from .teardown import delete_session
 from .workspace import collect_artifacts, list_files, read_file, stage_input, write_file
 
@@ -170,9 +171,65 @@ def session_delete(request: HttpRequest, space_id: SpaceId, key: Key) -> HttpRes
     return HttpResponse(status=204)
 
 
+class SessionPatch(BaseModel):
+    """`labels` replaces the session's labels; `add_labels` and `remove_labels` merge into them
+    (added in order after those kept, removed where present). Give `labels`, or one or both of
+    the others. Each label is checked as at create."""
+
+    labels: list[str] | None = Field(
+        None, description=f"The new labels, replacing all: at most {MAX_LABELS}; each {LABEL_RULE}"
+    )
+    add_labels: list[str] | None = Field(None, description="Labels to add to those the session has")
+    remove_labels: list[str] | None = Field(None, description="Labels to take off (absent ones are ignored)")
+
+    model_config = {"title": "SessionPatch"}
+
+    @field_validator("labels", "add_labels", "remove_labels", mode="before")
+    @classmethod
+    def _labels(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, list):
+            try:
+                return parse_labels(value)
+            except InvalidLabels as exc:
+                raise invalid(str(info.field_name), exc.message) from None
+        return value
+
+    @model_validator(mode="after")
+    def _one_way(self) -> SessionPatch:
+        merging = self.add_labels is not None or self.remove_labels is not None
+        if self.labels is not None and merging:
+            raise invalid("labels", "Give 'labels' (replace) or 'add_labels'/'remove_labels' (merge), not both.")
+        if self.labels is None and not merging:
+            raise invalid("labels", "Nothing to change: give 'labels', 'add_labels' or 'remove_labels'.")
+        return self
+
+    def labels_of(self, session: Session) -> list[str]:
+        if self.labels is not None:
+            return self.labels
+        removed = set(self.remove_labels or ())
+        kept = [label for label in session.label_list if label not in removed]
+        return kept + [label for label in self.add_labels or () if label not in kept and label not in removed]
+
+
+@router.patch(
+    SESSION,
+    url_name="session",
+    summary="Change the session's labels (replace, or add and remove); audited as session.update",
+    **documented({200: SessionOut}, errors=JSON_BODY, body=body_doc(SessionPatch)),
+)
+@router.patch(SESSION + "/", include_in_schema=False)
+def session_patch(request: HttpRequest, space_id: SpaceId, key: Key) -> dict[str, Any]:
+    who = caller(request)
+    session = existing_session(who.space, key)
+    change = read_body(request, SessionPatch)
+    do_set_session_labels(session, change.labels_of(session), actor=who.actor)
+    return SessionOut.of(session)
+
+
 class ResolveIn(BaseModel):
-    """Optional. `labels` are set when this call creates the session (the console's page
-    edits them later); an existing session keeps its own. Other members are ignored."""
+    """Optional. `labels` are set when this call creates the session (PATCH on the session, or
+    the console's page, edits them later); an existing session keeps its own. Other members
+    are ignored."""
 
     labels: list[str] | None = Field(
         None,

@@ -113,6 +113,7 @@ def test_only_space_admins_manage_tokens(world: World, persona: str) -> None:
 
 ROUTES: list[tuple[str, str]] = [
     ("get", ""),
+    ("patch", ""),
     ("delete", ""),
     ("post", "resolve"),
     ("post", "turns/begin"),

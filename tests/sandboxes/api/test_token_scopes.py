@@ -1,7 +1,7 @@
 """API token scopes and expiry: which routes each scope may call, what an expired token gets,
 and that a token of another space learns nothing whatever its scope.
 
-read-only takes the GET routes; run adds the POST and PUT routes within a session; full adds
+read-only takes the GET routes; run adds the POST, PUT and PATCH routes within a session; full adds
 DELETE. The calls name a session the space does not hold, so an allowed call reaches its view
 (which answers 404 for the session) and a refused one never does (403 out_of_scope).
 """
@@ -36,6 +36,7 @@ ROUTES: list[tuple[str, str, str, Any]] = [
     ("run", "POST", "commands", {"argv": ["true"]}),
     ("run", "PUT", "files/content?path=notes.txt", b"hello"),
     ("run", "PUT", "input/notes.txt", b"hello"),
+    ("run", "PATCH", "", {"labels": ["x"]}),
     ("delete", "DELETE", "", None),
 ]
 ALLOWED = {"read": {"read"}, "run": {"read", "run"}, "full": {"read", "run", "delete"}}
@@ -49,6 +50,10 @@ def call(agent: Agent, method: str, suffix: str, body: Any) -> Any:
         return agent.post(key, suffix, body)
     if method == "PUT":
         return agent.put(key, suffix, body)
+    if method == "PATCH":
+        return agent.client.patch(
+            agent.url(key), json.dumps(body), content_type="application/json", headers=agent.headers
+        )
     return agent.delete(key)
 
 
