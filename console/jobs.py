@@ -38,7 +38,12 @@ class JobCancelled(Exception):
 
 
 class JobFailed(Exception):
-    """A handler's clean failure: the message is shown on the job page as is."""
+    """A handler's clean failure: the message is shown on the job page as is, and `result`
+    (what was done before the failure, if the handler says) is kept as the job's result."""
+
+    def __init__(self, message: str, *, result: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class JobContext:
@@ -186,7 +191,7 @@ def run_job(job_id: str) -> AdminJob | None:
         _finish(job, JobStatus.CANCELLED, error="Cancelled by an admin.")
     except JobFailed as exc:
         context.log(f"Failed: {exc}")
-        _finish(job, JobStatus.FAILED, error=redact(str(exc)))
+        _finish(job, JobStatus.FAILED, error=redact(str(exc)), result=exc.result)
     except Exception as exc:
         logger.exception("job %s (%s) crashed", job.id, job.kind)
         context.log(f"Failed: {exc.__class__.__name__}: {exc}")

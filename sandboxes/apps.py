@@ -35,7 +35,7 @@ class SandboxesConfig(AppConfig):
         from .pools import pages as pool_pages
         from .pools.claim import take
         from .pools.signals import connect_image_signals, on_space_policy_changed
-        from .sessions import gauges, palette, reaper, retention, teardown, unmanaged  # noqa: F401
+        from .sessions import bulk, gauges, palette, reaper, retention, teardown, unmanaged  # noqa: F401
         from .sessions import pages as session_pages
         from .sessions.commands import lose_commands_of
         from .sessions.limits import release_slots_of

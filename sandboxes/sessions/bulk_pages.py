@@ -1,9 +1,11 @@
 """The sessions list's actions and live figures: the confirmation page of an action on ticked
-sessions (or one row's), its run, and the CPU and memory cells of the running rows."""
+sessions (or one row's), the job that runs it (its progress inline with HTMX, else its job
+page), and the CPU and memory cells of the running rows."""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -13,10 +15,12 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST, require_safe
 
+from console.jobs import job_label
 from console.services import ServiceError, actor_from_request
+from console.views import is_htmx
 
 from ..models import Session
-from .bulk import MAX_SESSIONS, UNCONFIRMED, action_label, plan_actions, run_actions
+from .bulk import MAX_SESSIONS, UNCONFIRMED, action_label, plan_actions, run_step, start_actions
 from .listing import visible_spaces
 from .stats import read_usage
 
@@ -34,7 +38,9 @@ def _back(request: HttpRequest) -> str:
 def session_bulk(request: HttpRequest) -> HttpResponse:
     """POST from the list: a row's button (`row` = "action:id") or the ticked sessions
     (`session`) with `action`. Without `confirm` it shows what will happen, changing nothing
-    (a row's pause or resume runs at once); with it, it runs and goes back to the list."""
+    (a row's pause or resume runs at once, one engine call); with it, it starts the job that
+    does it: HTMX gets the job's progress and outcomes in place of the confirmation, a plain
+    post goes to the job's page."""
     row = request.POST.get("row", "")
     if row:
         action, _, session_id = row.partition(":")
@@ -47,29 +53,35 @@ def session_bulk(request: HttpRequest) -> HttpResponse:
     except ServiceError as exc:
         messages.error(request, exc.message)
         return redirect(back)
-    if request.POST.get("confirm") != "1" and not (row and action in UNCONFIRMED):
-        return render(
-            request,
-            "sandboxes/session_actions_confirm.html",
-            {
-                "action": action,
-                "action_label": action_label(action),
-                "doing": [step for step in steps if not step.skip],
-                "skipped": [step for step in steps if step.skip],
-                "back": back,
-                "section": "sessions",
-            },
-        )
-    outcomes = run_actions(action, steps, actor=actor_from_request(request))
-    done = [outcome.message for outcome in outcomes if outcome.ok]
-    if done:
-        messages.success(request, f"{action_label(action)}: " + "; ".join(done) + ".")
-    for outcome in outcomes:
-        if not outcome.ok:
-            messages.error(request, outcome.message)
-    if not outcomes:
+    actor = actor_from_request(request)
+    if row and action in UNCONFIRMED:
+        (step,) = steps
+        if step.skip:
+            messages.info(request, f"{step.session.key}: nothing to do, {step.skip}.")
+        else:
+            outcome = run_step(action, step.session, actor=actor)
+            (messages.success if outcome.ok else messages.error)(request, outcome.message)
+        return redirect(back)
+    context: dict[str, Any] = {
+        "action": action,
+        "action_label": action_label(action),
+        "doing": [step for step in steps if not step.skip],
+        "skipped": [step for step in steps if step.skip],
+        "back": back,
+        "section": "sessions",
+    }
+    if request.POST.get("confirm") != "1":
+        return render(request, "sandboxes/session_actions_confirm.html", context)
+    if not context["doing"]:
         messages.info(request, "Nothing to do: no ticked session fits this action.")
-    return redirect(back)
+        return redirect(back)
+    job = start_actions(action, steps, actor=actor)
+    said = f"{action_label(action)}: {len(context['doing'])} session{'s' if len(context['doing']) != 1 else ''}."
+    if not is_htmx(request):
+        messages.info(request, f"{said} Each session's outcome is listed below as the job goes.")
+        return redirect(job)
+    context |= {"job": job, "label": job_label(job.kind), "can_cancel": False, "said": said}
+    return render(request, "sandboxes/partials/session_actions_job.html", context)
 
 
 @login_required

@@ -1,6 +1,6 @@
 """The sessions list and the config form in Chromium, against the live console (Daphne) and
 the real Docker engine: two sessions found by label, paused in one action and resumed in
-another (each through its confirmation page); the list refreshing itself while the tab is
+another (each through its confirmation page and one job followed in place); the list refreshing itself while the tab is
 visible and not while hidden, a box ticked while a refresh was on the way staying on its own
 row; CPU figures of the running rows; and the config form keeping a value typed while its
 backend refresh was on the way.
@@ -97,12 +97,17 @@ def test_two_sessions_found_by_label_pause_and_resume_in_one_action_each(
         if action == "pause":
             shoot_all(page, "sessions-confirm", reload=False)
         page.click("#confirm-action")
-        page.wait_for_url(re.compile(r".*/sessions/\?.*label=bulk"))
-        said = page.inner_text(".messages")
-        assert said.startswith(f"{word}: ")
-        assert "e2e-one: " in said
-        assert "e2e-two: " in said
+        # One job does both; its progress and each session's outcome replace the confirmation.
+        page.wait_for_selector("#confirm-actions #job-status .status-succeeded", timeout=60_000)
+        said = page.inner_text("#confirm-actions")
+        assert f"{word}: 2 sessions." in said
+        assert "e2e-one: done" in said
+        assert "e2e-two: done" in said
+        if action == "pause":
+            shoot_all(page, "sessions-job", reload=False)
         assert engine_states(two_sessions) == [state, state]
+        page.click("#confirm-actions a:has-text('Back to the sessions')")
+        page.wait_for_url(re.compile(r".*/sessions/\?.*label=bulk"))
         assert {row_state(page, "e2e-one"), row_state(page, "e2e-two")} == {str(state)}
 
 

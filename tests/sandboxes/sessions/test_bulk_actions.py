@@ -1,6 +1,8 @@
 """Actions on several sessions from the sessions list: one confirmation that lists what will
-happen, only sessions the user may act on (a forged id of another tenant is a 404), CSRF, and
-a real pause and resume of two Docker sessions in one action each."""
+happen, only sessions the user may act on (a forged id of another tenant is a 404), CSRF, the
+one job that does a confirmed action (its progress inline with HTMX, each session's outcome,
+a partial failure named), and a real pause and resume of two Docker sessions in one action
+each."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from console.models import AuditEvent
+from console.models import AdminJob, AuditEvent, JobStatus
 from console.services import Actor
 from sandboxes.api.tokens import do_create_api_token
 from sandboxes.backends.base import SandboxState
@@ -24,6 +26,7 @@ from sandboxes.sessions.reaper import idle_sweep
 from sandboxes.sessions.runtime import Runtime
 from tests.factories import make_config
 from tests.personas import World
+from tests.support.jobs import run_to_end
 
 pytestmark = pytest.mark.django_db
 
@@ -221,14 +224,36 @@ def test_two_sessions_pause_and_resume_in_one_action_each(world: World, two_live
     assert usage.count(" %</span>") == 2  # a CPU figure for each running sandbox
     confirm = client.post(BULK, {"action": "pause", "session": ids}).content.decode()
     assert "Pause 2 sessions?" in confirm
-    done = client.post(BULK, {"action": "pause", "session": ids, "confirm": "1"}, follow=True).content.decode()
-    assert "Pause: bulk-1: paused; bulk-2: paused." in done
+    assert 'hx-post="' + BULK in confirm  # with HTMX the job's progress replaces it
+    started = client.post(BULK, {"action": "pause", "session": ids, "confirm": "1"})
+    job = AdminJob.objects.get(kind="sessions.bulk")
+    assert started.status_code == 302
+    assert started["Location"] == job.get_absolute_url()  # without JavaScript: the job's page
+    assert Session.objects.get(pk=ids[0]).state == SessionState.RUNNING  # nothing ran in the request
+    finished = run_to_end(str(job.id))
+    assert finished.status == JobStatus.SUCCEEDED, finished.error
+    assert finished.space == world.space_a
+    assert [(row["name"], row["status"], row["message"]) for row in finished.result["outcomes"]] == [
+        ("bulk-1", "done", "paused"),
+        ("bulk-2", "done", "paused"),
+    ]
+    page = client.get(job.get_absolute_url()).content.decode()
+    assert "bulk-1: done: paused" in page  # the log, line per session
     backend = get_backend(two_live[0].config)
     for session in two_live:
         session.refresh_from_db()
         assert session.state == SessionState.PAUSED
         assert backend.get(session.sandbox_id).state == SandboxState.PAUSED
-    client.post(BULK, {"action": "resume", "session": ids, "confirm": "1"})
+    inline = client.post(BULK, {"action": "resume", "session": ids, "confirm": "1"}, headers={"HX-Request": "true"})
+    body = inline.content.decode()
+    assert 'id="job-status"' in body
+    assert "every 2s" in body  # polls the job until it ends
+    resumed = run_to_end(str(AdminJob.objects.filter(kind="sessions.bulk").latest("created").id))
+    assert resumed.status == JobStatus.SUCCEEDED, resumed.error
+    assert resumed.result["done"] == 2
+    polled = client.get(resumed.get_absolute_url(), headers={"HX-Request": "true", "HX-Target": "job-status"})
+    assert polled.status_code == 286  # finished: HTMX stops polling
+    assert "bulk-2" in polled.content.decode()
     for session in two_live:
         session.refresh_from_db()
         assert session.state == SessionState.RUNNING
@@ -241,3 +266,55 @@ def test_two_sessions_pause_and_resume_in_one_action_each(world: World, two_live
     assert idle_sweep() == 1
     assert backend.get(two_live[0].sandbox_id).state == SandboxState.RUNNING
     assert backend.get(two_live[1].sandbox_id).state == SandboxState.PAUSED
+
+
+@pytest.mark.docker
+def test_a_partial_failure_names_the_failed_session_and_keeps_the_rest(world: World, two_live: list[Session]) -> None:
+    away = make_config(world.space_a, name="away", endpoint="unix:///tmp/no-such-docker.sock")
+    lost = Session.objects.create(space=world.space_a, key="engine-away", config=away, state="running")
+    ids = [str(two_live[0].id), str(lost.id), str(two_live[1].id)]
+    world.client_for("bob").post(BULK, {"action": "pause", "session": ids, "confirm": "1"})
+    job = run_to_end(str(AdminJob.objects.get(kind="sessions.bulk").id))
+    assert job.status == JobStatus.FAILED
+    assert "Pause: 1 of 3 failed (engine-away:" in job.error
+    outcomes = {row["name"]: row["status"] for row in job.result["outcomes"]}
+    assert outcomes == {"bulk-1": "done", "engine-away": "failed", "bulk-2": "done"}
+    assert (job.result["done"], job.result["failed"], job.result["skipped"]) == (2, 1, 0)
+    for session in two_live:
+        session.refresh_from_db()
+        assert session.state == SessionState.PAUSED  # the one failure stopped neither
+
+
+def test_the_job_plans_again_when_it_runs(world: World, offline: dict[str, Session]) -> None:
+    """A session deleted, or a state changed, between the confirmation and the job: said, not done."""
+    ids = [str(offline["a1"].id), str(offline["a2"].id)]
+    world.client_for("alice").post(BULK, {"action": "delete", "session": ids, "confirm": "1"})
+    job = AdminJob.objects.get(kind="sessions.bulk")
+    assert job.params == {"action": "delete", "sessions": ids}
+    Session.objects.filter(pk=offline["a2"].pk).delete()
+    finished = run_to_end(str(job.id))
+    rows = {row["name"]: row for row in finished.result["outcomes"]}
+    assert rows[ids[1]]["status"] == "skipped"
+    assert rows[ids[1]]["message"] == "it no longer exists"
+    assert rows["a-run"]["status"] in {"done", "failed"}  # the engine is away: said either way
+    assert finished.result["skipped"] == 1
+
+
+def test_a_job_over_two_spaces_is_followed_by_its_starter_only(world: World, offline: dict[str, Session]) -> None:
+    from console.models import Membership, Role
+
+    Membership.objects.create(user=world.bob, space=world.space_b, role=Role.VIEWER)
+    ids = [str(offline["a1"].id), str(offline["b1"].id)]
+    confirm = world.client_for("bob").post(BULK, {"action": "pause", "session": ids}).content.decode()
+    assert "Pause 1 session?" in confirm  # a viewer in B
+    assert "you are viewer in Space B; members may pause" in confirm
+    world.client_for("bob").post(BULK, {"action": "pause", "session": ids, "confirm": "1"})
+    job = AdminJob.objects.get(kind="sessions.bulk")
+    assert job.space is None
+    assert world.client_for("bob").get(job.get_absolute_url()).status_code == 200
+    assert world.client_for("charlie").get(job.get_absolute_url()).status_code == 404
+    finished = run_to_end(str(job.id))
+    rows = {row["name"]: row["status"] for row in finished.result["outcomes"]}
+    assert rows["b-secret"] == "skipped"
+    assert rows["a-run"] == "failed"  # the engine is away
+    assert finished.status == JobStatus.FAILED
