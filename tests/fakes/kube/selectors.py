@@ -1,0 +1,103 @@
+"""Label and field selectors as the apiserver parses them.
+
+Labels (k8s.io/apimachinery/pkg/labels): `a=b`, `a==b`, `a!=b`, `a in (x,y)`, `a notin (x)`,
+`a` (exists), `!a` (does not exist), comma-separated and all required. Fields: `metadata.name`,
+`metadata.namespace` for every resource, plus `status.phase` and `spec.nodeName` for pods;
+anything else is refused with the apiserver's 400.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from tests.fakes.kube.errors import bad_request
+
+Matcher = Callable[[dict[str, Any]], bool]
+
+_SET = re.compile(r"^\s*(!?)\s*([A-Za-z0-9._/-]+)\s*(?:(in|notin)\s*\(([^)]*)\))?\s*$")
+_EQ = re.compile(r"^\s*([A-Za-z0-9._/-]+)\s*(==|=|!=)\s*([A-Za-z0-9._-]*)\s*$")
+
+
+def _split_top(text: str) -> list[str]:
+    """Split at commas outside parentheses."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return [p for p in parts if p.strip()]
+
+
+def _label_requirement(term: str) -> Callable[[dict[str, str]], bool]:
+    eq = _EQ.match(term)
+    if eq:
+        key, op, value = eq.groups()
+        if op == "!=":
+            return lambda labels: labels.get(key) != value
+        return lambda labels: labels.get(key) == value
+    m = _SET.match(term)
+    if not m:
+        raise bad_request(f"unable to parse requirement: found '{term.strip()}', expected: identifier")
+    negated, key, op, values_text = m.groups()
+    if op:
+        if negated:
+            raise bad_request(f"unable to parse requirement: found '{term.strip()}'")
+        values = {v.strip() for v in values_text.split(",") if v.strip()}
+        if op == "in":
+            return lambda labels: labels.get(key) in values
+        return lambda labels: labels.get(key) not in values
+    if negated:
+        return lambda labels: key not in labels
+    return lambda labels: key in labels
+
+
+def label_matcher(selector: str | None) -> Matcher:
+    if not selector:
+        return lambda obj: True
+    requirements = [_label_requirement(t) for t in _split_top(selector)]
+
+    def match(obj: dict[str, Any]) -> bool:
+        labels = obj.get("metadata", {}).get("labels") or {}
+        return all(req(labels) for req in requirements)
+
+    return match
+
+
+def _field_value(obj: dict[str, Any], path: str) -> str:
+    node: Any = obj
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return "" if node is None else str(node)
+
+
+COMMON_FIELDS = ("metadata.name", "metadata.namespace")
+EXTRA_FIELDS = {"pods": ("status.phase", "spec.nodeName", "spec.restartPolicy", "status.podIP")}
+
+
+def field_matcher(selector: str | None, plural: str, kind: str) -> Matcher:
+    if not selector:
+        return lambda obj: True
+    allowed = COMMON_FIELDS + EXTRA_FIELDS.get(plural, ())
+    terms: list[tuple[str, bool, str]] = []
+    for term in _split_top(selector):
+        m = re.match(r"^\s*([A-Za-z0-9._]+)\s*(==|=|!=)\s*(.*?)\s*$", term)
+        if not m:
+            raise bad_request(f"invalid selector: '{selector}'; can't understand '{term}'")
+        name, op, value = m.groups()
+        if name not in allowed:
+            raise bad_request(f"field label not supported: {name}")
+        terms.append((name, op == "!=", value))
+
+    def match(obj: dict[str, Any]) -> bool:
+        return all((_field_value(obj, name) == value) != negated for name, negated, value in terms)
+
+    return match

@@ -1,0 +1,307 @@
+"""The fake Kubernetes API driven by the unmodified official `kubernetes` client: kubeconfig
+with the generated CA, discovery, CRUD on the agent-sandbox kinds, validation, pages with
+`continue` tokens, watch streams and 410s, RBAC 403s and the self reviews."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config, watch
+
+from tests.fakes.kube.cluster import FakeCluster, running_fake_cluster
+from tests.fakes.kube.fixtures import kube_client, template_body, warm_pool_body
+
+pytestmark = pytest.mark.docker
+
+# The client's models type every field Optional; the tests read them as the server answered.
+apis: Any = client
+EXT = ("extensions.agents.x-k8s.io", "v1beta1")
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def _status(exc: client.ApiException) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads(exc.body or "{}")
+    return body
+
+
+def test_kubeconfig_with_the_ca_reaches_the_server_over_https(fake_cluster: FakeCluster, tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_text(fake_cluster.kubeconfig())
+    loaded = client.Configuration()
+    config.load_kube_config(config_file=str(path), client_configuration=loaded)
+    assert fake_cluster.url.startswith("https://127.0.0.1:")
+    assert loaded.host == fake_cluster.url
+    assert loaded.verify_ssl
+    api = client.ApiClient(loaded)
+    assert apis.VersionApi(api).get_code().major == "1"
+    names = {ns.metadata.name for ns in apis.CoreV1Api(api).list_namespace().items}
+    assert {"default", "kube-system"} <= names
+
+
+def test_a_client_without_the_ca_refuses_the_server(fake_cluster: FakeCluster) -> None:
+    configuration = client.Configuration()
+    configuration.host = fake_cluster.url
+    configuration.api_key = {"authorization": f"Bearer {fake_cluster.admin_token}"}
+    configuration.retries = 0
+    with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+        apis.CoreV1Api(client.ApiClient(configuration)).list_namespace()
+
+
+def test_a_wrong_token_is_401_unauthorized(fake_cluster: FakeCluster) -> None:
+    api = kube_client(fake_cluster, token="not-a-token")
+    with pytest.raises(client.ApiException) as caught:
+        apis.CoreV1Api(api).list_namespaced_pod("default")
+    assert caught.value.status == 401
+    assert _status(caught.value)["reason"] == "Unauthorized"
+
+
+def test_discovery_names_the_agent_sandbox_groups_and_crds(kube_api: client.ApiClient) -> None:
+    groups = {g.name: g for g in apis.ApisApi(kube_api).get_api_versions().groups}
+    for group in (
+        "agents.x-k8s.io",
+        "extensions.agents.x-k8s.io",
+        "metrics.k8s.io",
+        "networking.k8s.io",
+        "apiextensions.k8s.io",
+        "authorization.k8s.io",
+    ):
+        assert group in groups
+    assert groups["agents.x-k8s.io"].preferred_version.version == "v1beta1"
+    resources = apis.CustomObjectsApi(kube_api).get_api_resources(*EXT).resources
+    assert {r.name for r in resources} >= {
+        "sandboxclaims",
+        "sandboxtemplates",
+        "sandboxwarmpools",
+        "sandboxclaims/status",
+    }
+    crds = apis.ApiextensionsV1Api(kube_api).list_custom_resource_definition().items
+    by_name = {crd.metadata.name: crd for crd in crds}
+    sandbox = by_name["sandboxes.agents.x-k8s.io"]
+    assert [(v.name, v.served, v.storage) for v in sandbox.spec.versions] == [("v1beta1", True, True)]
+    assert {c.type for c in sandbox.status.conditions if c.status == "True"} >= {"Established"}
+    assert "sandboxwarmpools.extensions.agents.x-k8s.io" in by_name
+
+
+def test_custom_objects_round_trip_with_defaults(kube_api: client.ApiClient) -> None:
+    api = apis.CustomObjectsApi(kube_api)
+    name = _name("tpl")
+    created = api.create_namespaced_custom_object(*EXT, "default", "sandboxtemplates", template_body(name))
+    assert created["metadata"]["uid"]
+    assert created["metadata"]["resourceVersion"]
+    assert created["spec"]["envVarsInjectionPolicy"] == "Disallowed"  # the CRD's default
+    got = api.get_namespaced_custom_object(*EXT, "default", "sandboxtemplates", name)
+    assert got == created
+    labels = {"metadata": {"labels": {"team": "a"}}}
+    with pytest.raises(client.ApiException) as strategic:  # custom resources take no strategic merge
+        api.patch_namespaced_custom_object(
+            *EXT, "default", "sandboxtemplates", name, labels, _content_type="application/strategic-merge-patch+json"
+        )
+    assert (strategic.value.status, _status(strategic.value)["reason"]) == (415, "UnsupportedMediaType")
+    patched = api.patch_namespaced_custom_object(*EXT, "default", "sandboxtemplates", name, labels)
+    assert patched["metadata"]["labels"] == {"team": "a"}
+    assert int(patched["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    api.delete_namespaced_custom_object(*EXT, "default", "sandboxtemplates", name)
+    with pytest.raises(client.ApiException) as caught:
+        api.get_namespaced_custom_object(*EXT, "default", "sandboxtemplates", name)
+    assert caught.value.status == 404
+    assert _status(caught.value)["message"] == f'sandboxtemplates.extensions.agents.x-k8s.io "{name}" not found'
+
+
+def test_an_update_with_a_stale_resource_version_is_409_conflict(kube_api: client.ApiClient) -> None:
+    api = apis.CustomObjectsApi(kube_api)
+    name = _name("pool")
+    first = api.create_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", warm_pool_body(name, "none"))
+    first["spec"]["updateStrategy"] = {"type": "Recreate"}
+    api.replace_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", name, first)
+    with pytest.raises(client.ApiException) as caught:
+        api.replace_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", name, first)  # same old rv
+    assert caught.value.status == 409
+    assert _status(caught.value)["reason"] == "Conflict"
+    with pytest.raises(client.ApiException) as again:
+        api.create_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", warm_pool_body(name, "none"))
+    assert (again.value.status, _status(again.value)["reason"]) == (409, "AlreadyExists")
+    api.delete_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", name)
+
+
+def test_json_patch_and_scale_subresource(kube_api: client.ApiClient) -> None:
+    api = apis.CustomObjectsApi(kube_api)
+    name = _name("pool")
+    api.create_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", warm_pool_body(name, "none", 0))
+    operations = [{"op": "add", "path": "/spec/updateStrategy", "value": {"type": "Recreate"}}]
+    patched = api.patch_namespaced_custom_object(
+        *EXT, "default", "sandboxwarmpools", name, operations, _content_type="application/json-patch+json"
+    )
+    assert patched["spec"]["updateStrategy"]["type"] == "Recreate"
+    api.patch_namespaced_custom_object_scale(*EXT, "default", "sandboxwarmpools", name, {"spec": {"replicas": 0}})
+    scale = api.get_namespaced_custom_object_scale(*EXT, "default", "sandboxwarmpools", name)
+    assert scale["kind"] == "Scale"
+    assert scale["spec"]["replicas"] == 0
+    api.delete_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", name)
+
+
+def test_missing_and_mistyped_fields_are_422_with_causes(kube_api: client.ApiClient) -> None:
+    api = apis.CustomObjectsApi(kube_api)
+    body = warm_pool_body(_name("pool"), "t")
+    body["spec"]["replicas"] = "three"
+    del body["spec"]["sandboxTemplateRef"]
+    with pytest.raises(client.ApiException) as caught:
+        api.create_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", body)
+    status = _status(caught.value)
+    assert (caught.value.status, status["reason"]) == (422, "Invalid")
+    causes = {(c["field"], c["reason"]) for c in status["details"]["causes"]}
+    assert causes == {("spec.sandboxTemplateRef", "FieldValueRequired"), ("spec.replicas", "FieldValueTypeInvalid")}
+    assert status["message"].startswith(
+        f'SandboxWarmPool.extensions.agents.x-k8s.io "{body["metadata"]["name"]}" is invalid'
+    )
+
+
+def test_generate_name_and_pages_with_continue_tokens(kube_api: client.ApiClient) -> None:
+    core = apis.CoreV1Api(kube_api)
+    namespace = _name("pages")
+    core.create_namespace({"metadata": {"name": namespace}})
+    made = []
+    for i in range(5):
+        body = {
+            "metadata": {"generateName": "claim-", "labels": {"n": str(i), "tier": "a" if i < 3 else "b"}},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        }
+        made.append(core.create_namespaced_persistent_volume_claim(namespace, body).metadata.name)
+    assert all(n.startswith("claim-") and len(n) == len("claim-") + 5 for n in made)
+    seen: list[str] = []
+    token = None
+    pages = 0
+    while True:
+        page = core.list_namespaced_persistent_volume_claim(namespace, limit=2, _continue=token)
+        pages += 1
+        seen += [p.metadata.name for p in page.items]
+        token = page.metadata._continue
+        if not token:
+            break
+        assert page.metadata.remaining_item_count == 5 - len(seen)
+    assert pages == 3
+    assert sorted(seen) == sorted(made)
+    selected = core.list_namespaced_persistent_volume_claim(namespace, label_selector="tier in (b),n!=3")
+    assert [p.metadata.labels["n"] for p in selected.items] == ["4"]
+    by_name = core.list_namespaced_persistent_volume_claim(namespace, field_selector=f"metadata.name={made[0]}")
+    assert [p.metadata.name for p in by_name.items] == [made[0]]
+    core.delete_namespace(namespace)
+
+
+def test_an_expired_or_forged_continue_token_is_refused() -> None:
+    with running_fake_cluster(history_size=5, docker_pods=False) as cluster:
+        api = kube_client(cluster)
+        core = apis.CoreV1Api(api)
+        for _ in range(3):
+            core.create_namespaced_persistent_volume_claim("default", {"metadata": {"generateName": "c-"}, "spec": {}})
+        token = core.list_namespaced_persistent_volume_claim("default", limit=1).metadata._continue
+        for _ in range(6):  # the history rolls past the token's resourceVersion
+            core.create_namespaced_persistent_volume_claim("default", {"metadata": {"generateName": "d-"}, "spec": {}})
+        with pytest.raises(client.ApiException) as caught:
+            core.list_namespaced_persistent_volume_claim("default", limit=1, _continue=token)
+        assert (caught.value.status, _status(caught.value)["reason"]) == (410, "Expired")
+        with pytest.raises(client.ApiException) as forged:
+            core.list_namespaced_persistent_volume_claim("default", limit=1, _continue="bm90LWEtdG9rZW4")
+        assert (forged.value.status, _status(forged.value)["reason"]) == (400, "BadRequest")
+
+
+def test_watch_streams_events_from_a_resource_version(kube_api: client.ApiClient) -> None:
+    api = apis.CustomObjectsApi(kube_api)
+    listed = api.list_namespaced_custom_object(*EXT, "default", "sandboxwarmpools")
+    rv = listed["metadata"]["resourceVersion"]
+    name = _name("pool")
+    api.create_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", warm_pool_body(name, "none", 0))
+    api.patch_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", name, {"metadata": {"labels": {"x": "1"}}})
+    api.delete_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", name)
+    w = watch.Watch()
+    events = []
+    for event in w.stream(
+        api.list_namespaced_custom_object,
+        *EXT,
+        "default",
+        "sandboxwarmpools",
+        resource_version=rv,
+        timeout_seconds=2,
+        field_selector=f"metadata.name={name}",
+    ):
+        events.append((event["type"], event["object"]["metadata"]["name"]))
+        if len(events) == 3:
+            w.stop()
+    assert events == [("ADDED", name), ("MODIFIED", name), ("DELETED", name)]
+
+
+def test_watch_sends_bookmarks_when_asked(kube_api: client.ApiClient) -> None:
+    core = apis.CoreV1Api(kube_api)
+    w = watch.Watch()
+    kinds = set()
+    for event in w.stream(core.list_namespaced_pod, "kube-system", allow_watch_bookmarks=True, timeout_seconds=3):
+        kinds.add(event["type"])
+        if "BOOKMARK" in kinds:
+            w.stop()
+    assert "BOOKMARK" in kinds
+
+
+def test_watch_from_a_compacted_resource_version_gets_410_gone() -> None:
+    with running_fake_cluster(history_size=3, docker_pods=False) as cluster:
+        api = kube_client(cluster)
+        core = apis.CoreV1Api(api)
+        old = core.list_namespaced_persistent_volume_claim("default").metadata.resource_version
+        for _ in range(5):
+            core.create_namespaced_persistent_volume_claim("default", {"metadata": {"generateName": "c-"}, "spec": {}})
+        with pytest.raises(client.ApiException) as caught:
+            for _ in watch.Watch().stream(
+                core.list_namespaced_persistent_volume_claim, "default", resource_version=old, timeout_seconds=2
+            ):
+                pass
+        assert caught.value.status == 410
+        assert "too old resource version" in str(caught.value.reason)
+        raw = core.list_namespaced_persistent_volume_claim(
+            "default", watch=True, resource_version=old, _preload_content=False, timeout_seconds=2
+        )
+        line = json.loads(raw.data.splitlines()[0])
+        assert line["type"] == "ERROR"
+        assert (line["object"]["kind"], line["object"]["code"], line["object"]["reason"]) == ("Status", 410, "Expired")
+
+
+def test_a_limited_token_gets_403_worded_like_the_apiserver(fake_cluster: FakeCluster) -> None:
+    token = fake_cluster.token_with(
+        [{"apiGroups": ["extensions.agents.x-k8s.io"], "resources": ["sandboxclaims"], "verbs": ["get", "list"]}],
+        user="limited",
+    )
+    api = kube_client(fake_cluster, token)
+    apis.CustomObjectsApi(api).list_namespaced_custom_object(*EXT, "default", "sandboxclaims")
+    with pytest.raises(client.ApiException) as caught:
+        apis.CoreV1Api(api).read_namespaced_pod("x", "ns")
+    assert caught.value.status == 403
+    assert _status(caught.value)["message"] == (
+        'pods "x" is forbidden: User "limited" cannot get resource "pods" in API group "" in the namespace "ns"'
+    )
+    with pytest.raises(client.ApiException) as listing:
+        apis.ApiextensionsV1Api(api).list_custom_resource_definition()
+    assert _status(listing.value)["message"] == (
+        'customresourcedefinitions.apiextensions.k8s.io is forbidden: User "limited" cannot list resource '
+        '"customresourcedefinitions" in API group "apiextensions.k8s.io" at the cluster scope'
+    )
+
+
+def test_self_subject_reviews_answer_from_the_same_rules(fake_cluster: FakeCluster) -> None:
+    token = fake_cluster.token_with(
+        [{"apiGroups": [""], "resources": ["pods", "pods/exec"], "verbs": ["get", "create"]}], namespace="team"
+    )
+    auth = apis.AuthorizationV1Api(kube_client(fake_cluster, token))
+
+    def allowed(**attrs: str) -> bool:
+        review = auth.create_self_subject_access_review({"spec": {"resourceAttributes": attrs}})
+        return bool(review.status.allowed)
+
+    assert allowed(verb="create", resource="pods", subresource="exec", namespace="team")
+    assert not allowed(verb="delete", resource="pods", namespace="team")
+    assert not allowed(verb="get", resource="pods", namespace="other")
+    rules = auth.create_self_subject_rules_review({"spec": {"namespace": "team"}}).status.resource_rules
+    assert any("pods/exec" in r.resources for r in rules)
