@@ -8,7 +8,11 @@ caches and timed (median of several requests), and its SQL statements are counte
   (the row 75% down the list: `?page=3000` on a numbered paginator, else the keyset cursor
   the page itself links to, found by walking "Next"), a search by key, a label (one session
   in 40 carries it);
-- the dashboard and the activity page (24 hours of one-minute samples).
+- the dashboard and the activity page (24 hours of one-minute samples);
+- the audit log (one event per session: 100,000 at LARGE), the jobs list (one job per five
+  sessions, a quarter of them housekeeping passes) and a space's Egress page (one refusal per
+  session over the 3 spaces), each at its row 75% down (the keyset cursor its "Next" links
+  carry); the audit log also filtered by a space.
 
 The same pages are measured first at SMALL sessions (the baseline: this machine is noisy and
 shared), then at LARGE; each page's ratio is LARGE over SMALL. The goal: every page under
@@ -152,14 +156,17 @@ def build_world() -> dict[str, Any]:
 
 def add_sessions(world: dict[str, Any], start: int, stop: int) -> None:
     """Sessions start..stop-1, round robin over the spaces; three share each creation instant
-    (ties in the sort), a tenth never active; one audit event for every two sessions."""
-    from console.models import AuditAction, AuditEvent
-    from sandboxes.models import Session
+    (ties in the sort), a tenth never active; for each session an audit event and a refused
+    attempt, for every fifth a job."""
+    from console.models import AdminJob, AuditAction, AuditEvent, JobStatus
+    from sandboxes.models import EgressEvent, Session
 
     batch = 5000
     for first in range(start, stop, batch):
-        rows = []
-        events = []
+        rows: list[Session] = []
+        events: list[AuditEvent] = []
+        jobs: list[AdminJob] = []
+        refusals: list[EgressEvent] = []
         for i in range(first, min(first + batch, stop)):
             state = STATES[i % len(STATES)]
             rows.append(
@@ -174,10 +181,38 @@ def add_sessions(world: dict[str, Any], start: int, stop: int) -> None:
                     last_activity=None if state == "new" else EPOCH + timedelta(seconds=(i * 7919) % (60 * 86400)),
                 )
             )
-            if i % 2 == 0:
-                events.append(AuditEvent(action=AuditAction.values[0], space=world["spaces"][i % SPACES]))
+            events.append(
+                AuditEvent(
+                    action=AuditAction.values[i % 7],
+                    space=world["spaces"][i % SPACES],
+                    actor_name="bench-admin",
+                    target_type="session",
+                    target_id=f"agent-{i:06d}",
+                )
+            )
+            if i % 5 == 0:
+                jobs.append(
+                    AdminJob(
+                        kind="sandboxes.reap" if i % 20 == 0 else "sandboxes.test_connection",
+                        space=None if i % 20 == 0 else world["spaces"][i % SPACES],
+                        status=JobStatus.SUCCEEDED,
+                    )
+                )
+            refusals.append(
+                EgressEvent(
+                    time=EPOCH + timedelta(seconds=(i * 7919) % (60 * 86400)),
+                    space=world["spaces"][i % SPACES],
+                    session=rows[-1] if i % 2 else None,
+                    sandbox_id=rows[-1].sandbox_id or f"sbx-{i:06d}",
+                    layer=["dns", "packet"][i % 2],
+                    destination=f"host-{i % 997}.bench.test",
+                    rule="not in the allow list",
+                )
+            )
         Session.objects.bulk_create(rows)
         AuditEvent.objects.bulk_create(events)
+        AdminJob.objects.bulk_create(jobs)
+        EgressEvent.objects.bulk_create(refusals)
     with connection.cursor() as cursor:
         # `created` is auto_now_add: set it after the insert, three sessions per instant.
         cursor.execute(
@@ -186,9 +221,15 @@ def add_sessions(world: dict[str, Any], start: int, stop: int) -> None:
             [EPOCH, start],
         )
         cursor.execute("UPDATE console_auditevent SET time = now() - (id % 720) * interval '1 hour'")
+        # Jobs over the last 30 days, ten to an instant.
+        cursor.execute(
+            "UPDATE console_adminjob SET created = now() - (row / 10) * interval '1 minute' FROM "
+            "(SELECT id AS job, row_number() OVER (ORDER BY id) AS row FROM console_adminjob) numbered "
+            "WHERE id = numbered.job"
+        )
         # As autovacuum would have by then: statistics and the visibility map.
-        cursor.execute("VACUUM ANALYZE sandboxes_session")
-        cursor.execute("VACUUM ANALYZE console_auditevent")
+        for table in ("sandboxes_session", "console_auditevent", "console_adminjob", "sandboxes_egressevent"):
+            cursor.execute(f"VACUUM ANALYZE {table}")
 
 
 def deep_url(client: Any, base: str, rows: int) -> str:
@@ -205,11 +246,30 @@ def deep_url(client: Any, base: str, rows: int) -> str:
     return f"{base}?after={SESSION_ORDER.encode(keyed[(target - 1) * PAGE_SIZE - 1])}"
 
 
+def deep_cursor(queryset: Any, keyset: Any, per_page: int) -> str:
+    """The keyset cursor of the page holding the row 75% down `queryset`, as the page before
+    it links to it."""
+    target = int(queryset.count() * 0.75) // per_page + 1
+    keyed = keyset.annotate(queryset).order_by(*keyset.order())
+    return f"after={keyset.encode(keyed[(target - 1) * per_page - 1])}"
+
+
 def measure(client: Any, world: dict[str, Any], rows: int) -> dict[str, tuple[float, int]]:
     from django.urls import reverse
 
+    from console import jobs as job_runner
+    from console.models import AdminJob, AuditEvent
+    from console.views import AUDIT_ORDER, JOB_ORDER
+    from sandboxes.models import EgressEvent
+    from sandboxes.network.log import EGRESS_ORDER
+    from sandboxes.network.pages import PAGE_SIZE as EGRESS_PAGE
+
     sessions = reverse("sandboxes:session_list")
     space = world["spaces"][1].id
+    audit, jobs = reverse("console:audit_list"), reverse("console:job_list")
+    egress = reverse("sandboxes:egress_list", args=[space])
+    housekeeping = job_runner.housekeeping_kinds()
+    audit_space = deep_cursor(AuditEvent.objects.filter(space=space), AUDIT_ORDER, 50)
     pages: dict[str, str] = {
         "first_page": sessions,
         "state_filter": f"{sessions}?state=running",
@@ -219,6 +279,10 @@ def measure(client: Any, world: dict[str, Any], rows: int) -> dict[str, tuple[fl
         "label": f"{sessions}?label=nightly",
         "dashboard": reverse("console:dashboard"),
         "activity": reverse("console:activity"),
+        "audit_deep": f"{audit}?{deep_cursor(AuditEvent.objects.all(), AUDIT_ORDER, 50)}",
+        "audit_space_deep": f"{audit}?space={space}&{audit_space}",
+        "jobs_deep": f"{jobs}?{deep_cursor(AdminJob.objects.exclude(kind__in=housekeeping), JOB_ORDER, PAGE_SIZE)}",
+        "egress_deep": f"{egress}?{deep_cursor(EgressEvent.objects.filter(space=space), EGRESS_ORDER, EGRESS_PAGE)}",
     }
     results: dict[str, tuple[float, int]] = {}
     for name, url in pages.items():

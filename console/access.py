@@ -53,14 +53,17 @@ def has_role(user: Any, space: Space, role: Role) -> bool:
     return current is not None and ROLE_RANK[current] >= ROLE_RANK[role]
 
 
-def get_space_for_user(user: Any, space_id: uuid.UUID | str, role: Role = Role.VIEWER) -> Space:
-    """The space, if `user` may see it with at least `role`.
+def get_space_for_user(
+    user: Any, space_id: uuid.UUID | str, role: Role = Role.VIEWER, *, related: tuple[str, ...] = ()
+) -> Space:
+    """The space, if `user` may see it with at least `role` (with `related` one-to-one rows
+    read in the same query).
 
     Raises Http404 for a space the user is not a member of (or that does not exist) and
     PermissionDenied for a member whose role is too low.
     """
     try:
-        space = Space.objects.get(pk=space_id)
+        space = Space.objects.select_related(*related).get(pk=space_id)
     except (Space.DoesNotExist, ValueError, ValidationError):
         raise Http404("No such space") from None
     current = role_in_space(user, space)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet
 
 import netpolicy
 
@@ -202,8 +202,25 @@ class NetworkPolicyForm(forms.Form):
         return cleaned
 
 
+class ListedSpaceField(forms.ChoiceField):
+    """A choice among spaces read once: the choices and the check of the chosen one both use
+    the one list (a ModelChoiceField would read the spaces again for each)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=[("", "All spaces")], **kwargs)
+        self.spaces: dict[str, Space] = {}
+
+    def set_spaces(self, spaces: Iterable[Space]) -> None:
+        self.spaces = {str(space.pk): space for space in spaces}
+        self.choices = [("", "All spaces"), *((key, space.name) for key, space in self.spaces.items())]
+
+    def clean(self, value: Any) -> Space | None:
+        chosen = super().clean(value)
+        return self.spaces[chosen] if chosen else None
+
+
 class AuditFilterForm(forms.Form):
-    space = forms.ModelChoiceField(queryset=Space.objects.none(), required=False, empty_label="All spaces")
+    space = ListedSpaceField(required=False)
     actor = forms.CharField(required=False, max_length=150)
     action = forms.CharField(
         required=False,
@@ -214,9 +231,9 @@ class AuditFilterForm(forms.Form):
     date_from = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
     date_to = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
 
-    def __init__(self, *args: Any, spaces: QuerySet[Space], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, spaces: Iterable[Space], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["space"].queryset = spaces  # type: ignore[attr-defined]
+        self.fields["space"].set_spaces(spaces)  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}

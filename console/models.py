@@ -264,11 +264,15 @@ class AuditEvent(models.Model):
     target_id = models.CharField(max_length=128, blank=True)
     details = models.JSONField(default=dict, blank=True)
     source_ip = models.GenericIPAddressField(null=True, blank=True)
-    time = models.DateTimeField(auto_now_add=True, db_index=True)
+    time = models.DateTimeField(auto_now_add=True)  # indexed first in audit_list_order
 
     class Meta:
         ordering = ["-time", "-id"]
-        indexes = [models.Index(fields=["space", "-time"], name="audit_space_time")]
+        # The audit list's keyset order (console.views.AUDIT_ORDER), alone and behind the space.
+        indexes = [
+            models.Index(fields=["-time", "-id"], name="audit_list_order"),
+            models.Index(fields=["space", "-time", "-id"], name="audit_space_order"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.time:%Y-%m-%d %H:%M:%S} {self.actor_name or 'system'} {self.action}"
@@ -304,12 +308,20 @@ class AdminJob(models.Model):
     # The `WorkerProcess` running it (or, in the embedded mode, about to): when that process
     # dies, the job fails "Interrupted by a restart" (console/processes.py).
     owner_process = models.UUIDField(null=True, blank=True, db_index=True)
-    created = models.DateTimeField(auto_now_add=True, db_index=True)
+    created = models.DateTimeField(auto_now_add=True)  # indexed first in job_list_order
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created"]
+        # The jobs list's keyset order (console.views.JOB_ORDER), alone and behind each of its
+        # equality filters: the space, the status, the kind.
+        indexes = [
+            models.Index(fields=["-created", "-id"], name="job_list_order"),
+            models.Index(fields=["space", "-created", "-id"], name="job_space_order"),
+            models.Index(fields=["status", "-created", "-id"], name="job_status_order"),
+            models.Index(fields=["kind", "-created", "-id"], name="job_kind_order"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} job {self.id} ({self.status})"

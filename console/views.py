@@ -15,7 +15,7 @@ from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Q, QuerySet
+from django.db.models import BigIntegerField, Count, DateTimeField, Q, QuerySet, UUIDField
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -26,6 +26,7 @@ from django_htmx.http import HttpResponseStopPolling
 from . import jobs as job_runner
 from .access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from .forms import AuditFilterForm, MemberAddForm, MemberRoleForm, SpaceForm, SpaceLimitsForm
+from .keyset import KeyPart, Keyset, keyset_page
 from .models import AdminJob, AuditAction, AuditEvent, JobStatus, Membership, Role, Space, SpaceLimits
 from .onboarding import onboarding_reads, onboarding_steps
 from .panels import space_page_context
@@ -44,6 +45,9 @@ from .services import (
 from .tuning import LIMITS
 
 PAGE_SIZE = 25
+# The audit and jobs lists' keyset orders (console.keyset), held whole by the models' indexes.
+AUDIT_ORDER = Keyset((KeyPart("time", DateTimeField()), KeyPart("id", BigIntegerField())))
+JOB_ORDER = Keyset((KeyPart("created", DateTimeField()), KeyPart("id", UUIDField())))
 
 
 def paginate(request: HttpRequest, queryset: QuerySet[Any], per_page: int = PAGE_SIZE) -> Page:
@@ -376,11 +380,10 @@ def audit_list(request: HttpRequest) -> HttpResponse:
             events = events.filter(time__lt=datetime.combine(data["date_to"] + timedelta(days=1), time.min, tz))
     elif form.is_bound:
         events = events.none()
-    page = paginate(request, events.order_by("-time", "-id"), per_page=50)
+    page = keyset_page(request, events, AUDIT_ORDER, per_page=50)
     context = {
         "page": page,
         "form": form,
-        "querystring": query_without_page(request),
         "actions": [
             (action, AuditAction(action).label if action in AuditAction.values else action)
             for action in audit_for_user(request.user)
@@ -428,7 +431,7 @@ def job_list(request: HttpRequest) -> HttpResponse:
     elif housekeeping != "all":
         housekeeping = ""
         jobs = jobs.exclude(kind__in=job_runner.housekeeping_kinds())
-    page = paginate(request, jobs.order_by("-created"))
+    page = keyset_page(request, jobs, JOB_ORDER)
     context = {
         "page": page,
         "status": status,
@@ -436,7 +439,6 @@ def job_list(request: HttpRequest) -> HttpResponse:
         "kind": kind,
         "kinds": kinds,
         "statuses": JobStatus.choices,
-        "querystring": query_without_page(request),
         "can_run_diagnostics": is_platform_admin(request.user),
         "section": "jobs",
     }

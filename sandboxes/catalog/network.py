@@ -60,9 +60,12 @@ def merge_grants(spec: NetworkSpec, grants: list[SessionGrant]) -> NetworkSpec:
     return dataclasses.replace(spec, allow_out=tuple(dict.fromkeys(allow)), allow_private=tuple(dict.fromkeys(private)))
 
 
-def network_spec_for(space: Space, session: Session | None = None) -> NetworkSpec:
-    """The space's policy as sent to a backend (every switch explicit), with the session's grants."""
-    spec = policy_spec(NetworkPolicy.objects.get_or_create(space=space)[0])
+def network_spec_for(
+    space: Space, session: Session | None = None, *, policy: NetworkPolicy | None = None
+) -> NetworkSpec:
+    """The space's policy as sent to a backend (every switch explicit), with the session's
+    grants; `policy` is the space's row when the caller has just read it."""
+    spec = policy_spec(policy if policy is not None else NetworkPolicy.objects.get_or_create(space=space)[0])
     if session is None:
         return spec
     return merge_grants(spec, list(SessionGrant.objects.filter(session=session).order_by("created")))

@@ -65,9 +65,12 @@ class EgressEvent(models.Model):
 
     class Meta:
         ordering = ["-time", "-id"]
+        # The Egress page's keyset order (sandboxes.network.log.EGRESS_ORDER) behind each of
+        # its equality filters, so a deep page reads one page of an index.
         indexes = [
-            models.Index(fields=["space", "-time"], name="egress_space_time"),
-            models.Index(fields=["session", "-time"], name="egress_session_time"),
+            models.Index(fields=["space", "-time", "-id"], name="egress_space_order"),
+            models.Index(fields=["space", "layer", "-time", "-id"], name="egress_space_layer_order"),
+            models.Index(fields=["session", "-time", "-id"], name="egress_session_order"),
         ]
 
     def __str__(self) -> str:

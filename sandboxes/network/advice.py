@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from console.models import Space
+from console.models import NetworkPolicy, Space
 from netpolicy import AddressClass, Advice, Destination, PolicyError, advise, parse_destination
 
 from ..backends.base import NetworkSpec, RemoteError
@@ -75,11 +75,14 @@ def event_advice(event: EgressEvent, **known: Any) -> Advice:
     return refusal_advice(event.space, event.destination, rule=event.rule, **known)
 
 
-def advice_rows(space: Space, events: Sequence[EgressEvent]) -> list[tuple[EgressEvent, Advice]]:
-    """Each refusal with its advice (the space's spec and reserved ranges computed once)."""
+def advice_rows(
+    space: Space, events: Sequence[EgressEvent], *, policy: NetworkPolicy | None = None
+) -> list[tuple[EgressEvent, Advice]]:
+    """Each refusal with its advice (the space's spec and reserved ranges computed once;
+    `policy` is the space's row when the caller has just read it)."""
     if not events:
         return []
-    spec, reserved = network_spec_for(space), reserved_for(space)
+    spec, reserved = network_spec_for(space, policy=policy), reserved_for(space)
     return [
         (event, refusal_advice(space, event.destination, rule=event.rule, spec=spec, reserved=reserved))
         for event in events

@@ -12,8 +12,9 @@ import logging
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import DateTimeField, Q, QuerySet, UUIDField
 
+from console.keyset import KeyPart, Keyset
 from console.models import AdminJob, Space
 from console.periodic import periodic
 
@@ -25,6 +26,9 @@ from .tuning import NETWORK
 
 logger = logging.getLogger(__name__)
 MAX_PER_READ = 5000
+# The Egress page's keyset order (console.keyset): newest first, held whole by
+# EgressEvent.Meta.indexes behind the space, the space and layer, and the session.
+EGRESS_ORDER = Keyset((KeyPart("time", DateTimeField()), KeyPart("id", UUIDField())))
 
 
 def watch_build_sandbox(sandbox_id: str, *, space: Space, job: AdminJob | None) -> None:

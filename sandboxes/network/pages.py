@@ -13,7 +13,6 @@ from typing import Any
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -21,8 +20,9 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 from django_htmx.http import HttpResponseClientRedirect
 
-from console.access import get_space_for_user, has_role
+from console.access import get_space_for_user
 from console.forms import NetworkPolicyForm
+from console.keyset import keyset_page
 from console.models import NetworkPolicy, Role, Space
 from console.panels import SpacePanel
 from console.services import ServiceError, actor_from_request, do_update_network_policy, policy_warnings
@@ -36,7 +36,7 @@ from .advice import advice_rows, event_advice, explain_for
 from .approvals import do_allow_for_session, do_allow_for_space, do_revoke_grant
 from .checks import backend_views, policy_backend_warnings
 from .live import bound_sessions, sessions_keeping_old_rules
-from .log import events_for_space
+from .log import EGRESS_ORDER, events_for_space
 
 LAYERS = ("dns", "packet", "http", "tls")
 PAGE_SIZE = 50
@@ -188,20 +188,22 @@ class EgressFilterForm(forms.Form):
 @login_required
 @require_safe
 def egress_list(request: HttpRequest, space_id: str) -> HttpResponse:
-    space = get_space_for_user(request.user, space_id, Role.VIEWER)
+    # The policy comes with the space: the admins' advice reads it.
+    space = get_space_for_user(request.user, space_id, Role.VIEWER, related=("network_policy",))
     form = EgressFilterForm(request.GET or None, space=space)
     filters = form.filters()
     rows = events_for_space(space, filters=filters) if filters is not None else EgressEvent.objects.none()
-    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
-    params = request.GET.copy()
-    params.pop("page", None)
+    page = keyset_page(request, rows, EGRESS_ORDER, PAGE_SIZE)
+    is_admin = space.user_role == Role.ADMIN  # type: ignore[attr-defined]
+    events = list(page.object_list)
     context = {
         "space": space,
         "form": form,
         "page": page,
-        "rows": advice_rows(space, list(page.object_list)),
-        "is_admin": has_role(request.user, space, Role.ADMIN),
-        "query": params.urlencode(),
+        # Only admins see the advice (approve buttons): others skip reading what it needs.
+        "rows": advice_rows(space, events, policy=read_policy(space)) if is_admin else [(e, None) for e in events],
+        "is_admin": is_admin,
+        "query": page.first,  # the filters, for the empty state's words
         "section": "spaces",
     }
     template = "sandboxes/partials/egress_results.html" if _is_htmx(request) else "sandboxes/egress_list.html"
@@ -255,6 +257,14 @@ def grant_revoke(request: HttpRequest, session_id: str, grant_id: str) -> HttpRe
     do_revoke_grant(grant, actor=actor_from_request(request))
     messages.success(request, f"The grant for {grant.entry} was removed.")
     return redirect(session)
+
+
+def read_policy(space: Space) -> NetworkPolicy | None:
+    """The policy read with the space (select_related), None if it has none yet."""
+    try:
+        return space.network_policy
+    except NetworkPolicy.DoesNotExist:
+        return None
 
 
 # --- Panels of other pages (registered in SandboxesConfig.ready()) ---------------------------

@@ -21,14 +21,14 @@ from sandboxes.models import Session
 from sandboxes.sessions.listing import SESSION_ORDER
 from tests.factories import make_config, make_space
 from tests.personas import World
+from tests.support import keyset_pages
+from tests.support.keyset_pages import NEXT
 
 pytestmark = pytest.mark.django_db
 
 PAGE = 25
 LIST = reverse("sandboxes:session_list")
 KEY = re.compile(r"<code>(s\d{3})</code>")
-NEXT = re.compile(r'<a href="\?([^"]*)" rel="next"')
-PREVIOUS = re.compile(r'<a href="\?([^"]*)" rel="prev"')
 
 
 @pytest.fixture
@@ -62,23 +62,7 @@ def expected_keys(**filters: Any) -> list[str]:
 
 def walk(client: Any, query: str = "", *, backwards_from_end: bool = False) -> list[list[str]]:
     """Every page's keys, following "Next" from the first page (or, then, "Previous" back)."""
-    pages: list[list[str]] = []
-    body = client.get(f"{LIST}?{query}").content.decode()
-    while True:
-        pages.append(KEY.findall(body))
-        link = NEXT.search(body)
-        if link is None:
-            break
-        body = client.get(f"{LIST}?{html.unescape(link.group(1))}").content.decode()
-        assert len(pages) < 50, "the pages never end"
-    if not backwards_from_end:
-        return pages
-    back: list[list[str]] = [KEY.findall(body)]
-    while (link := PREVIOUS.search(body)) is not None:
-        body = client.get(f"{LIST}?{html.unescape(link.group(1))}").content.decode()
-        back.insert(0, KEY.findall(body))
-        assert len(back) < 50, "the pages never end"
-    return back
+    return keyset_pages.walk(client, LIST, KEY, query, backwards=backwards_from_end)
 
 
 def test_next_links_show_every_session_once_in_order_despite_ties(crowded: World) -> None:
