@@ -14,6 +14,7 @@ BACKEND_CLASSES: dict[str, str] = {
     "docker": "sandboxes.backends.docker.backend.DockerBackend",
     "e2b": "sandboxes.backends.e2b.backend.E2BBackend",
     "cube": "sandboxes.backends.cube.backend.CubeBackend",
+    "kubernetes": "sandboxes.backends.kubernetes.backend.KubernetesBackend",
 }
 
 

@@ -118,6 +118,17 @@ def backend_offers(backend: PlatformBackend) -> dict[str, Any]:
         "disk_dir": settings.WORKSPACE_DISK_DIR,
         "template_build_disk_mb": CATALOG.template_build_disk_mb,
         "inbound_url": "/inbound/",
+        # A cluster's (Kubernetes): its ways in besides endpoint and key, where its sandboxes go.
+        "kubeconfig": decrypt(backend.kubeconfig_encrypted),
+        "in_cluster": backend.in_cluster,
+        "namespace": backend.namespace,
+        "namespace_mode": backend.namespace_mode,
+        "storage_class": backend.storage_class,
+        "runtime_class": backend.runtime_class,
+        "workspace_size": backend.workspace_size,
+        "registry_url": backend.registry_url,
+        "registry_username": backend.registry_username,
+        "registry_password": decrypt(backend.registry_password_encrypted),
     }
     return {key: value for key, value in offered.items() if value not in ("", None)}
 

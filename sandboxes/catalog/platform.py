@@ -45,6 +45,14 @@ BACKEND_FIELDS = (
     "max_pids",
     "max_disk_mb",
     "max_pool_size",
+    "in_cluster",
+    "namespace",
+    "namespace_mode",
+    "storage_class",
+    "runtime_class",
+    "workspace_size",
+    "registry_url",
+    "registry_username",
 )
 # A package source folder wins over its kind's URL: a folder is set only where neither is.
 SOURCE_ALTERNATIVES = {

@@ -19,6 +19,7 @@ class BackendKind(models.TextChoices):
     DOCKER = "docker", "Docker"
     E2B = "e2b", "E2B"
     CUBE = "cube", "Cube Sandbox"
+    KUBERNETES = "kubernetes", "Kubernetes"
 
 
 class IdleMode(models.TextChoices):
@@ -81,6 +82,20 @@ class PlatformBackend(models.Model):
         "session's /workspace is a directory under it, mounted from the node. Empty: Cube sessions have no "
         "persistent /workspace. Changing it leaves existing workspaces under the old root.",
     )
+    # Kubernetes (sandboxes/backends/kubernetes/settings.py says what each means); its API server
+    # URL, bearer token and CA are `endpoint`, `api_key_encrypted` and `tls_ca_encrypted`.
+    kubeconfig_encrypted = models.TextField(blank=True)
+    in_cluster = models.BooleanField(default=False, help_text="Kubernetes: the console's own service account.")
+    namespace = models.CharField(max_length=63, blank=True, help_text="Kubernetes: the namespace (or its prefix).")
+    namespace_mode = models.CharField(
+        max_length=16, blank=True, help_text="Kubernetes: one shared namespace, or one per space."
+    )
+    storage_class = models.CharField(max_length=253, blank=True, help_text="Kubernetes: /workspace's StorageClass.")
+    runtime_class = models.CharField(max_length=253, blank=True, help_text="Kubernetes: the pods' RuntimeClass.")
+    workspace_size = models.CharField(max_length=32, blank=True, help_text="Kubernetes: /workspace's size.")
+    registry_url = models.CharField(max_length=500, blank=True, help_text="Kubernetes: the skill images' registry.")
+    registry_username = models.CharField(max_length=200, blank=True, help_text="Kubernetes: the registry's user.")
+    registry_password_encrypted = models.TextField(blank=True)
     pip_index_url = models.CharField(
         max_length=500,
         blank=True,
