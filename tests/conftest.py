@@ -20,9 +20,9 @@ from tests.support import network_guard
 # No test looks a name up off this machine (tests/support/network_guard.py).
 network_guard.install()
 
-# The fake E2B/Cube servers' fixtures (fake_e2b_server, ...) and the fake Kubernetes cluster's
-# (fake_cluster, sandbox_template, kube_api).
-pytest_plugins = ["tests.fakes.fixtures", "tests.fakes.kube.fixtures"]
+# The fake E2B/Cube servers' fixtures (fake_e2b_server, ...), the fake Kubernetes cluster's
+# (fake_cluster, sandbox_template, kube_api) and the local OCI registry (oci_registry).
+pytest_plugins = ["tests.fakes.fixtures", "tests.fakes.kube.fixtures", "tests.support.oci_registry"]
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 # Under pytest-xdist each worker has a Redis database of its own: the test settings already
