@@ -1,0 +1,245 @@
+"""The Kubernetes backend against the fake cluster (tests/fakes/kube/): the API's pages as ours
+(and an expired one), each network switch as the derived template's NetworkPolicy (checked
+by the fake against agent-sandbox's schema), a limited or wrong token in words, ids that name
+nothing.
+
+The adapter reaches the fake only through its BackendConfig (the API server URL, a bearer
+token, the fake's CA, private endpoints allowed): the production path, guard and TLS included.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sandboxes.backends.base import (
+    BackendConfig,
+    ErrorKind,
+    ListQuery,
+    NetworkSpec,
+    RemoteError,
+    Resources,
+    SandboxSpec,
+)
+from sandboxes.backends.kubernetes import claims, network
+from sandboxes.backends.kubernetes.backend import KubernetesBackend
+from tests.fakes.kube.cluster import FakeCluster
+from tests.fakes.kube.crds import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
+from tests.fakes.kube.fixtures import template_body
+from tests.support.backend_conformance import OFFLINE
+
+pytestmark = pytest.mark.docker
+
+NAMESPACE = "default"
+
+
+def backend_for(cluster: FakeCluster, token: str | None = None, **options: Any) -> KubernetesBackend:
+    config = BackendConfig(
+        kind="kubernetes",
+        endpoint=cluster.url,
+        api_key=token or cluster.admin_token,
+        allow_private_endpoints=True,
+        options={"tls_ca": cluster.ca_pem, "namespace": NAMESPACE, "ready_timeout": 120, **options},
+    )
+    return KubernetesBackend(config)
+
+
+@pytest.fixture(scope="module")
+def backend(fake_cluster: FakeCluster) -> Iterator[KubernetesBackend]:
+    adapter = backend_for(fake_cluster)
+    yield adapter
+    adapter.close()
+
+
+@pytest.fixture(scope="module")
+def template_id(fake_cluster: FakeCluster) -> Iterator[str]:
+    """A SandboxTemplate of the platform admin's, referenced by its name."""
+    name = f"tpl-{uuid.uuid4().hex[:8]}"
+    fake_cluster.store.create(SANDBOX_TEMPLATES, NAMESPACE, template_body(name))
+    yield name
+    fake_cluster.store.delete(SANDBOX_TEMPLATES, NAMESPACE, name)
+
+
+# The API's pages ----------------------------------------------------------------------------
+
+
+def _stored_claims(cluster: FakeCluster, group: dict[str, str], count: int) -> list[str]:
+    """Claims as the adapter writes them, stored directly (no controller needed to list them)."""
+    ids = []
+    for _ in range(count):
+        name = claims.new_claim_name()
+        body = claims.claim_body(name, pool="no-pool", metadata=group, template_id="t", env={})
+        cluster.store.create(SANDBOX_CLAIMS, NAMESPACE, body)
+        ids.append(claims.SandboxRef(NAMESPACE, name).sandbox_id)
+    return ids
+
+
+def test_pages_are_the_apis_continue_tokens(fake_cluster: FakeCluster, backend: KubernetesBackend) -> None:
+    group = {"console-space": f"pages-{uuid.uuid4().hex[:8]}", "console-session": "a key / not a label value!"}
+    made = _stored_claims(fake_cluster, group, 5)
+    _stored_claims(fake_cluster, {**group, "console-session": "another"}, 2)  # same space, not listed
+    seen: list[str] = []
+    token = None
+    pages = 0
+    while True:
+        page = backend.list(ListQuery(metadata=group, limit=2, page_token=token))
+        pages += 1
+        assert len(page.items) <= 2
+        seen += [item.sandbox_id for item in page.items]
+        assert all(item.metadata == group for item in page.items)  # the exact text, from the annotation
+        token = page.next_token
+        if not token:
+            break
+    assert sorted(seen) == sorted(made)
+    assert pages == 3
+    for sandbox_id in made:
+        backend.delete(sandbox_id)
+
+
+def test_an_expired_page_token_is_gone_and_says_to_list_again(
+    fake_cluster: FakeCluster, backend: KubernetesBackend
+) -> None:
+    group = {"console-space": f"expiry-{uuid.uuid4().hex[:8]}"}
+    made = _stored_claims(fake_cluster, group, 3)
+    first = backend.list(ListQuery(metadata=group, limit=1))
+    assert first.next_token
+    made += _stored_claims(fake_cluster, group, 1)  # a write after the snapshot the token holds
+    fake_cluster.store.compact()  # the API forgets old versions: the token's snapshot is gone
+    with pytest.raises(RemoteError) as caught:
+        backend.list(ListQuery(metadata=group, limit=1, page_token=first.next_token))
+    assert caught.value.kind == ErrorKind.GONE
+    assert "list again" in caught.value.message
+    for sandbox_id in made:
+        backend.delete(sandbox_id)
+
+
+# Network switches as NetworkPolicy ------------------------------------------------------
+
+
+def _spec(**switches: Any) -> NetworkSpec:
+    return NetworkSpec.parse(allow_public_traffic=False, **switches)
+
+
+def _blocks(policy: dict[str, Any]) -> dict[str, list[str]]:
+    return {
+        peer["ipBlock"]["cidr"]: peer["ipBlock"].get("except", []) for rule in policy["egress"] for peer in rule["to"]
+    }
+
+
+def test_outbound_off_is_no_egress_at_all() -> None:
+    assert network.policy_spec(OFFLINE) == {"ingress": [], "egress": []}
+
+
+def _opened(blocks: dict[str, list[str]], address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    for cidr, holes in blocks.items():
+        network_ = ipaddress.ip_network(cidr)
+        if ip.version == network_.version and ip in network_:
+            return not any(ip in ipaddress.ip_network(hole) for hole in holes)
+    return False
+
+
+def test_outbound_on_opens_public_addresses_only() -> None:
+    blocks = _blocks(network.policy_spec(_spec(allow_internet_access=True)))
+    for public in ("8.8.8.8", "203.0.113.9", "2606:4700::1111"):
+        assert _opened(blocks, public), public
+    for closed in ("10.96.0.10", "169.254.169.254", "127.0.0.1", "192.168.1.1", "172.16.0.1", "fd00::1", "fe80::1"):
+        assert not _opened(blocks, closed), closed
+
+
+def test_an_allow_list_opens_only_its_cidrs_and_a_deny_entry_inside_is_its_except() -> None:
+    spec = _spec(
+        allow_internet_access=True, allow_out=["203.0.113.0/24", "198.51.100.0/24"], deny_out=["203.0.113.128/25"]
+    )
+    assert _blocks(network.policy_spec(spec)) == {"203.0.113.0/24": ["203.0.113.128/25"], "198.51.100.0/24": []}
+
+
+def test_a_deny_entry_holding_an_allowed_cidr_drops_it() -> None:
+    spec = _spec(allow_internet_access=True, allow_out=["203.0.113.0/24"], deny_out=["203.0.0.0/16"])
+    assert network.policy_spec(spec)["egress"] == []
+
+
+def test_a_private_exception_is_opened_beside_the_public_internet() -> None:
+    spec = _spec(allow_internet_access=True, allow_private=["10.20.0.0/16"])
+    assert "10.20.0.0/16" in _blocks(network.policy_spec(spec))
+
+
+def test_domains_and_http_rules_are_refused_naming_the_cni_they_need(backend: KubernetesBackend) -> None:
+    spec = _spec(allow_internet_access=True, allow_out=["example.test"])
+    assert "FQDN" in " ".join(network.problems(spec))
+    with pytest.raises(RemoteError) as caught:
+        backend.create(SandboxSpec(template_id="sandbox-console/base:latest", network=spec))
+    assert caught.value.kind == ErrorKind.UNSUPPORTED
+    assert "example.test" in caught.value.message
+    capabilities = backend.network_capabilities()
+    assert (capabilities.allow_out_cidr, capabilities.allow_out_domain, capabilities.l7_rules) == (True, False, False)
+
+
+@pytest.mark.parametrize(
+    "switches",
+    [
+        {"allow_internet_access": False},
+        {"allow_internet_access": True},
+        {"allow_internet_access": True, "allow_out": ["203.0.113.0/24"], "deny_out": ["203.0.113.7/32"]},
+        {"allow_internet_access": True, "deny_out": ["198.51.100.0/24"], "allow_private": ["10.20.0.0/16"]},
+    ],
+)
+def test_each_spec_gets_a_template_whose_network_policy_is_the_spec(
+    fake_cluster: FakeCluster, backend: KubernetesBackend, template_id: str, switches: dict[str, Any]
+) -> None:
+    """The derived template passes the upstream schema (the fake validates it) and carries the
+    spec's policy, managed; the template's resources and the pool beside it are the spec's."""
+    spec = SandboxSpec(template_id=template_id, network=_spec(**switches), resources=Resources(cpus=0.5, memory_mb=256))
+    name = backend.derived.template_for(spec, NAMESPACE)
+    stored = fake_cluster.store.get(SANDBOX_TEMPLATES, NAMESPACE, name)["spec"]
+    assert stored["networkPolicyManagement"] == "Managed"
+    assert stored["networkPolicy"]["egress"] == network.policy_spec(spec.network)["egress"]
+    assert stored["networkPolicy"].get("ingress", []) == []
+    container = stored["podTemplate"]["spec"]["containers"][0]
+    assert container["resources"]["limits"] == {"cpu": "500m", "memory": "256Mi"}
+    assert stored["podTemplate"]["spec"]["automountServiceAccountToken"] is False
+    pool = fake_cluster.store.get(SANDBOX_WARM_POOLS, NAMESPACE, name)
+    assert (pool["spec"]["replicas"], pool["spec"]["sandboxTemplateRef"]["name"]) == (0, name)
+    assert backend.derived.template_for(spec, NAMESPACE) == name  # one spec, one template
+
+
+# Permissions -------------------------------------------------------------------------------
+
+
+def test_a_token_without_the_right_gets_a_forbidden_error_in_words(fake_cluster: FakeCluster, template_id: str) -> None:
+    read_only = fake_cluster.token_with(
+        [{"apiGroups": ["extensions.agents.x-k8s.io"], "resources": ["*"], "verbs": ["get", "list", "watch"]}]
+    )
+    limited = backend_for(fake_cluster, token=read_only)
+    try:
+        with pytest.raises(RemoteError) as caught:
+            limited.create(SandboxSpec(template_id=template_id, network=OFFLINE))
+        assert caught.value.kind == ErrorKind.FORBIDDEN
+        assert not caught.value.retryable
+        assert "lacks a permission" in caught.value.message
+        assert "sandboxtemplates" in caught.value.message  # what was refused, as the API named it
+        assert limited.list(ListQuery(metadata={"console-space": "none"})).items == ()  # reading is allowed
+    finally:
+        limited.close()
+
+
+def test_a_wrong_token_is_unauthorized_and_health_says_so(fake_cluster: FakeCluster) -> None:
+    stranger = backend_for(fake_cluster, token="not-a-token")
+    try:
+        health = stranger.health()
+        assert not health.ok
+        assert "credentials" in health.detail
+    finally:
+        stranger.close()
+
+
+def test_a_missing_or_foreign_id_is_not_found(backend: KubernetesBackend) -> None:
+    for sandbox_id in ("no-dot-here", f"{NAMESPACE}.sc-0000000000", "other-namespace.sc-1"):
+        with pytest.raises(RemoteError) as caught:
+            backend.get(sandbox_id)
+        assert caught.value.kind == ErrorKind.NOT_FOUND
+        backend.delete(sandbox_id)  # idempotent, whatever the id
