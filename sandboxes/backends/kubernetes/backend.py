@@ -81,6 +81,7 @@ from ..base import (
 from ..capabilities import (
     FilesCapability,
     PtyCapability,
+    SnapshotsCapability,
     StatsCapability,
     TemplatesCapability,
     WarmPoolCapability,
@@ -90,6 +91,7 @@ from . import claims, network
 from .claims import CLAIMS, SANDBOXES, SandboxRef, Watcher
 from .client import REQUEST_TIMEOUT_S, api_client, call, options_of
 from .listing import list_page
+from .registry import Registry
 from .settings import DEFAULT_NAMESPACE, PER_SPACE
 from .templates import Derived, KubernetesTemplates
 
@@ -120,6 +122,7 @@ class KubernetesBackend(Backend):
         self._api: k8s.ApiClient | None = None
         self._lock = threading.Lock()
         self._namespaces: set[str] = set()
+        self._registry: Registry | None = None
         self.derived = Derived(self)
 
     # The client --------------------------------------------------------------------------
@@ -145,6 +148,9 @@ class KubernetesBackend(Backend):
             if self._api is not None:
                 self._api.close()
                 self._api = None
+            if self._registry is not None:
+                self._registry.close()
+                self._registry = None
 
     def get_custom(self, resource: tuple[str, str, str], namespace: str, name: str, what: str) -> dict[str, Any]:
         group, version, plural = resource
@@ -501,6 +507,30 @@ class KubernetesBackend(Backend):
 
     def templates(self) -> TemplatesCapability:
         return KubernetesTemplates(self)
+
+    def snapshots(self) -> SnapshotsCapability:
+        from .images import KubernetesSnapshots
+
+        return KubernetesSnapshots(
+            self, custom=self.custom, call=call, registry=self.registry, namespace=self.base_namespace
+        )
+
+    @property
+    def registry(self) -> Registry | None:
+        """The registry skill images are pushed to (`registry_url`), None when none is set;
+        built on first use, its connections kept until `close`."""
+        if not self.options.registry_url:
+            return None
+        with self._lock:
+            if self._registry is None:
+                self._registry = Registry(
+                    self.options.registry_url,
+                    username=self.options.registry_username,
+                    password=self.options.registry_password,
+                    allow_private=self.config.allow_private_endpoints,
+                    resolver=self.resolver,
+                )
+            return self._registry
 
     def stats(self) -> StatsCapability:
         from .stats import KubernetesStats

@@ -78,8 +78,6 @@ LISTING_MAX_BYTES = 512 * 2**20
 # Label syntax (a name without a prefix; values the same or empty).
 _LABEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
-Namespaces = Callable[[], list[str]]
-
 
 class KubernetesSnapshots(SnapshotsCapability):
     """Skill images as OCI images and SandboxTemplates (module docstring).
@@ -87,8 +85,8 @@ class KubernetesSnapshots(SnapshotsCapability):
     `backend` runs the exec calls (the contract's `Backend.exec`, `get`); `custom` is the
     official client's `CustomObjectsApi` and `call(what, function, *args)` calls it with
     failures as RemoteError; `registry` is None when the admin configured none (then
-    `create` says so); `namespaces` lists where snapshots may live (the shared namespace, or
-    the per-space ones)."""
+    `create` says so); `namespace` is where templates named by id live (the backend's own
+    namespace in either namespace mode), so the snapshots' templates go there."""
 
     def __init__(
         self,
@@ -97,13 +95,13 @@ class KubernetesSnapshots(SnapshotsCapability):
         custom: Any,
         call: Callable[..., Any],
         registry: Registry | None,
-        namespaces: Namespaces,
+        namespace: str,
     ) -> None:
         self.backend = backend
         self.custom = custom
         self.call = call
         self.registry = registry
-        self.namespaces = namespaces
+        self.namespace = namespace
 
     # --- the contract --------------------------------------------------------------------
 
@@ -126,7 +124,7 @@ class KubernetesSnapshots(SnapshotsCapability):
             self.custom.create_namespaced_custom_object,
             GROUP,
             VERSION,
-            namespace,
+            self.namespace,
             TEMPLATES,
             body,
         )
@@ -140,44 +138,41 @@ class KubernetesSnapshots(SnapshotsCapability):
         )
 
     def list(self) -> list[SnapshotInfo]:
-        found: list[SnapshotInfo] = []
-        for namespace in self.namespaces():
-            answer = self.call(
-                f"the skill images of namespace {namespace}",
-                self.custom.list_namespaced_custom_object,
+        answer = self.call(
+            f"the skill images of namespace {self.namespace}",
+            self.custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            TEMPLATES,
+            label_selector=f"{KIND_LABEL}={KIND_SNAPSHOT}",
+        )
+        return [snapshot_info(item) for item in answer.get("items") or []]
+
+    def delete(self, snapshot_id: str) -> None:
+        namespace = self.namespace
+        try:
+            template = self._template(namespace, snapshot_id)
+        except RemoteError as exc:
+            if exc.kind == ErrorKind.NOT_FOUND:
+                return
+            raise
+        if (template.get("metadata", {}).get("labels") or {}).get(KIND_LABEL) != KIND_SNAPSHOT:
+            raise RemoteError(ErrorKind.INVALID, f"{snapshot_id} in {namespace} is not a skill image")
+        try:
+            self.call(
+                f"the skill image's SandboxTemplate {snapshot_id}",
+                self.custom.delete_namespaced_custom_object,
                 GROUP,
                 VERSION,
                 namespace,
                 TEMPLATES,
-                label_selector=f"{KIND_LABEL}={KIND_SNAPSHOT}",
+                snapshot_id,
             )
-            found.extend(snapshot_info(item) for item in answer.get("items") or [])
-        return found
-
-    def delete(self, snapshot_id: str) -> None:
-        for namespace in self.namespaces():
-            try:
-                template = self._template(namespace, snapshot_id)
-            except RemoteError as exc:
-                if exc.kind == ErrorKind.NOT_FOUND:
-                    continue
+        except RemoteError as exc:
+            if exc.kind != ErrorKind.NOT_FOUND:
                 raise
-            if (template.get("metadata", {}).get("labels") or {}).get(KIND_LABEL) != KIND_SNAPSHOT:
-                raise RemoteError(ErrorKind.INVALID, f"{snapshot_id} in {namespace} is not a skill image")
-            try:
-                self.call(
-                    f"the skill image's SandboxTemplate {snapshot_id}",
-                    self.custom.delete_namespaced_custom_object,
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    TEMPLATES,
-                    snapshot_id,
-                )
-            except RemoteError as exc:
-                if exc.kind != ErrorKind.NOT_FOUND:
-                    raise
-            self._delete_image(str(main_container(template).get("image", "")))
+        self._delete_image(str(main_container(template).get("image", "")))
 
     # --- the pieces ----------------------------------------------------------------------
 

@@ -56,6 +56,11 @@ IDLE_COMMAND = ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600
 _TEMPLATE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
+def is_snapshot_template(item: Mapping[str, Any]) -> bool:
+    labels = (item.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(PREFIX + "kind") == "snapshot")
+
+
 def is_image(template_id: str) -> bool:
     return any(mark in template_id for mark in "/:@")
 
@@ -218,7 +223,8 @@ class KubernetesTemplates(TemplatesCapability):
 
     def list(self) -> builtins.list[TemplateInfo]:
         items = self.backend.list_all(TEMPLATES, self.backend.base_namespace, "listing templates")
-        return [self._info(item) for item in items]
+        # Skill images' templates are snapshots (`images.py` lists them), never templates.
+        return [self._info(item) for item in items if not is_snapshot_template(item)]
 
     def get(self, template_id: str) -> TemplateInfo:
         namespace = self.backend.base_namespace
