@@ -346,13 +346,18 @@ class KubernetesBackend(Backend):
             )
         namespace = self.namespace_for(spec.metadata)
         pool = self.derived.template_for(spec, namespace)
-        return self.claim_from(pool, namespace, spec, env=spec.env)
+        return self.claim_from(pool, namespace, spec, template=pool, env=spec.env)
 
-    def claim_from(self, pool: str, namespace: str, spec: SandboxSpec, *, env: Mapping[str, str]) -> SandboxInfo:
-        """Claim a sandbox from `pool` and wait for it; a claim that fails is deleted again."""
+    def claim_from(
+        self, pool: str, namespace: str, spec: SandboxSpec, *, template: str, env: Mapping[str, str]
+    ) -> SandboxInfo:
+        """Claim a sandbox from `pool` (whose sandboxes are made from `template`) and wait for
+        it; a claim that fails is deleted again."""
         name = claims.new_claim_name()
         ref = SandboxRef(namespace, name)
-        body = claims.claim_body(name, pool=pool, metadata=spec.metadata, template_id=spec.template_id, env=env)
+        body = claims.claim_body(
+            name, pool=pool, template=template, metadata=spec.metadata, template_id=spec.template_id, env=env
+        )
         made = self.create_custom(CLAIMS, namespace, body, kind="SandboxClaim")
         try:
             ready = claims.wait_ready(

@@ -18,8 +18,9 @@ The mapping (every label under `console.sandbox-console/`):
   a key or value that is not (too long, other characters) becomes `k-`/`h-` + a SHA-256
   prefix of it, so a selector on the same metadata still finds it;
 - annotations: `metadata` (the metadata exactly, as JSON: what `SandboxInfo.metadata` is
-  read from, and what a listing checks after a hashed label matched) and `template` (the
-  spec's template id).
+  read from, and what a listing checks after a hashed label matched), `template` (the
+  spec's template id) and `sandbox-template` (the SandboxTemplate its pool makes sandboxes
+  from: the derived one, `templates.py`).
 
 May import: the contract and the `kubernetes` client (through `.client`).
 """
@@ -52,6 +53,7 @@ PREFIX = "console.sandbox-console/"
 MANAGED = PREFIX + "managed"
 METADATA = PREFIX + "metadata"
 TEMPLATE = PREFIX + "template"
+SANDBOX_TEMPLATE = PREFIX + "sandbox-template"
 # The upstream annotation naming the sandbox a claim adopted (`AssignedSandboxNameAnnotation`).
 ASSIGNED = "agents.x-k8s.io/sandbox-name"
 
@@ -123,7 +125,7 @@ def selector_for(metadata: Mapping[str, str]) -> str:
 
 
 def claim_body(
-    name: str, *, pool: str, metadata: Mapping[str, str], template_id: str, env: Mapping[str, str]
+    name: str, *, pool: str, template: str, metadata: Mapping[str, str], template_id: str, env: Mapping[str, str]
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"warmPoolRef": {"name": pool}}
     if env:
@@ -135,7 +137,11 @@ def claim_body(
         "metadata": {
             "name": name,
             "labels": labels_for(metadata),
-            "annotations": {METADATA: json.dumps(dict(metadata), sort_keys=True), TEMPLATE: template_id},
+            "annotations": {
+                METADATA: json.dumps(dict(metadata), sort_keys=True),
+                TEMPLATE: template_id,
+                SANDBOX_TEMPLATE: template,
+            },
         },
         "spec": spec,
     }

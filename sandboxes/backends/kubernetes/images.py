@@ -32,7 +32,9 @@ layers): one elsewhere is refused in words (`Registry.holds`). The pod's image n
 
 Wire facts read at kubernetes-sigs/agent-sandbox 2fd412d5: `SandboxTemplate` (group
 `extensions.agents.x-k8s.io`, v1beta1) carries `spec.podTemplate` (the Sandbox blueprint) and
-network policy fields; a `SandboxClaim` names its template in `spec.sandboxTemplateRef.name`.
+network policy fields; a `SandboxClaim` names a warm pool (`spec.warmPoolRef`), whose
+`spec.sandboxTemplateRef` is the template: the adapter writes that template's name on each
+claim it makes (annotation `console.sandbox-console/sandbox-template`).
 
 May import: the contract (`..base`, `..capabilities`) and `.registry`; the Kubernetes client is
 handed in (`custom`, `call`) by the backend.
@@ -71,6 +73,7 @@ ANNOTATION_NAME = "console.sandbox-console/snapshot-name"
 ANNOTATION_SOURCE = "console.sandbox-console/snapshot-source"
 ANNOTATION_BASE = "console.sandbox-console/base-template"
 ANNOTATION_SIZE = "console.sandbox-console/image-bytes"
+SANDBOX_TEMPLATE = "console.sandbox-console/sandbox-template"  # claims.SANDBOX_TEMPLATE
 
 STARTED_MARGIN_S = 2.0  # the API's times are whole seconds
 EXEC_TIMEOUT_S = 600.0
@@ -209,7 +212,12 @@ class KubernetesSnapshots(SnapshotsCapability):
             CLAIMS,
             claim,
         )
-        template = ((body.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name")
+        # A v1beta1 claim names a warm pool, not a template: the adapter writes the template
+        # its pool makes sandboxes from on the claim (`claims.SANDBOX_TEMPLATE`).
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        template = annotations.get(SANDBOX_TEMPLATE) or ((body.get("spec") or {}).get("sandboxTemplateRef") or {}).get(
+            "name"
+        )
         if not template:
             raise RemoteError(ErrorKind.INVALID, f"the claim {namespace}/{claim} names no SandboxTemplate")
         return self._template(namespace, template)

@@ -95,7 +95,8 @@ class KubernetesWarmPools(WarmPoolCapability):
         ready, _ = _counts(found)
         if ready == 0:
             return None
-        return self.backend.claim_from(name, namespace, spec, env={})
+        template = str(((found.get("spec") or {}).get("sandboxTemplateRef") or {}).get("name") or "")
+        return self.backend.claim_from(name, namespace, spec, template=template, env={})
 
     def _kept(self, selector: str) -> list[dict[str, Any]]:
         group, version, plural = WARM_POOLS

@@ -72,7 +72,7 @@ def _stored_claims(cluster: FakeCluster, group: dict[str, str], count: int) -> l
     ids = []
     for _ in range(count):
         name = claims.new_claim_name()
-        body = claims.claim_body(name, pool="no-pool", metadata=group, template_id="t", env={})
+        body = claims.claim_body(name, pool="no-pool", template="no-template", metadata=group, template_id="t", env={})
         cluster.store.create(SANDBOX_CLAIMS, NAMESPACE, body)
         ids.append(claims.SandboxRef(NAMESPACE, name).sandbox_id)
     return ids
