@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sandboxes', '0029_npm_tarball_folder'),
+        ('sandboxes', '0030_egress_keyset_indexes'),
     ]
 
     operations = [
