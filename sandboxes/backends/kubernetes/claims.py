@@ -283,9 +283,13 @@ class Watcher:
                 return current
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                ready = condition(current, "Ready") or {}
+                last = (
+                    f": Ready is {ready.get('status')} ({ready.get('reason')}: {ready.get('message')})" if ready else ""
+                )
                 raise RemoteError(
                     ErrorKind.TIMEOUT,
-                    f"{self.plural} {self.namespace}/{self.name} did not come {what} in {timeout_s:g} s",
+                    f"{self.plural} {self.namespace}/{self.name} did not come {what} in {timeout_s:g} s{last}",
                 )
             version = str((current.get("metadata") or {}).get("resourceVersion") or "0")
             stream = watch.Watch()

@@ -22,8 +22,8 @@ resource or policy makes a new one. Beside it, a SandboxWarmPool of the same nam
 replicas: a v1beta1 claim always names a pool, and from an empty pool the controller makes
 the sandbox from the pool's template (the cold path). `pools.py` keeps pools with replicas.
 
-Templates, derived ones included, are listed by `KubernetesTemplates` (their names are the
-ids); building one from Debian packages is not offered here (skill images: `images.py`).
+The platform's templates (not the derived ones, nor skill images') are listed by
+`KubernetesTemplates` (their names are the ids); building one from Debian packages is not offered here (skill images: `images.py`).
 
 May import: the contract, `.client`, `.claims`, `.network`, `.settings`.
 """
@@ -59,6 +59,10 @@ _TEMPLATE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 def is_snapshot_template(item: Mapping[str, Any]) -> bool:
     labels = (item.get("metadata") or {}).get("labels") or {}
     return bool(labels.get(PREFIX + "kind") == "snapshot")
+
+
+def is_derived(item: Mapping[str, Any]) -> bool:
+    return SOURCE in ((item.get("metadata") or {}).get("annotations") or {})
 
 
 def is_image(template_id: str) -> bool:
@@ -223,8 +227,9 @@ class KubernetesTemplates(TemplatesCapability):
 
     def list(self) -> builtins.list[TemplateInfo]:
         items = self.backend.list_all(TEMPLATES, self.backend.base_namespace, "listing templates")
-        # Skill images' templates are snapshots (`images.py` lists them), never templates.
-        return [self._info(item) for item in items if not is_snapshot_template(item)]
+        # Skill images' templates are snapshots (`images.py` lists them), never templates; the
+        # derived ones (`Derived`) are the adapter's own, one per spec, never picked by an admin.
+        return [self._info(item) for item in items if not is_snapshot_template(item) and not is_derived(item)]
 
     def get(self, template_id: str) -> TemplateInfo:
         namespace = self.backend.base_namespace

@@ -243,3 +243,12 @@ def test_a_missing_or_foreign_id_is_not_found(backend: KubernetesBackend) -> Non
             backend.get(sandbox_id)
         assert caught.value.kind == ErrorKind.NOT_FOUND
         backend.delete(sandbox_id)  # idempotent, whatever the id
+
+
+def test_templates_are_the_platforms_not_the_derived_ones(backend: KubernetesBackend, template_id: str) -> None:
+    derived = backend.derived.template_for(SandboxSpec(template_id=template_id, network=OFFLINE), NAMESPACE)
+    listed = {info.template_id: info for info in backend.templates().list()}
+    assert template_id in listed
+    assert "sandbox-console/base:latest" in listed[template_id].description
+    assert derived not in listed
+    assert backend.templates().get(template_id).name == template_id
