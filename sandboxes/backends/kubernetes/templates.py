@@ -23,7 +23,8 @@ replicas: a v1beta1 claim always names a pool, and from an empty pool the contro
 the sandbox from the pool's template (the cold path). `pools.py` keeps pools with replicas.
 
 The platform's templates (not the derived ones, nor skill images') are listed by
-`KubernetesTemplates` (their names are the ids); building one from Debian packages is not offered here (skill images: `images.py`).
+`KubernetesTemplates` (their names are the ids); building one from Debian packages is not
+offered here (skill images: `images.py`).
 
 May import: the contract, `.client`, `.claims`, `.network`, `.settings`.
 """
