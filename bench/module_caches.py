@@ -13,26 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings.test")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
-
-import django
-
-django.setup()
-
-from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
+import support  # first: Django set up on the test settings (bench/support.py)
+from django.conf import settings
 
 
 def _us(samples: list[float]) -> float:
@@ -61,14 +48,8 @@ def compare(name: str, cached: Callable[[], object], uncached: Callable[[], obje
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
-    settings.CONSOLE_INSTALLATION_ID = f"bench-{uuid.uuid4().hex[:8]}"
-    setup_test_environment()
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
+    with support.bench_database():
         figures = run(n)
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        teardown_test_environment()
     print(json.dumps(figures))
 
 

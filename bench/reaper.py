@@ -25,24 +25,12 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings.test")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
-
-import django
-
-django.setup()
-
-from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
+import support  # first: Django set up on the test settings (bench/support.py)
+from django.conf import settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,16 +45,11 @@ ROUNDS = 7
 
 def main() -> None:
     small, large = (int(sys.argv[1]), int(sys.argv[2])) if len(sys.argv) > 2 else (100, 1000)
-    run_id = uuid.uuid4().hex[:8]
-    settings.CONSOLE_INSTALLATION_ID = f"bench-{run_id}"
-    setup_test_environment()
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
-        figures = run(small, large, run_id)
-    finally:
-        remove_containers(run_id)
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        teardown_test_environment()
+    with support.bench_database() as run_id:
+        try:
+            figures = run(small, large, run_id)
+        finally:
+            remove_containers(run_id)
     print(json.dumps(figures))
 
 

@@ -24,40 +24,24 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings.test")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
-
-import django
-
-django.setup()
-
-from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
-from skill_ready import Printer, bench_spaces, clean_up, write_skill, write_wheel  # noqa: E402  (this folder is on sys.path)
+import support  # first: Django set up on the test settings (bench/support.py)
+from django.conf import settings
+from skill_ready import Printer, bench_spaces, clean_up, write_skill, write_wheel
 
 SKILLS = 10
 
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-    run_id = uuid.uuid4().hex[:8]
-    settings.CONSOLE_INSTALLATION_ID = f"bench-{run_id}"
     sources = Path(tempfile.mkdtemp(prefix="skill-image-ready-"))
     settings.SKILL_PACKAGE_SOURCES_ROOT = sources
-    setup_test_environment()
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
-        figures = run(n, run_id, sources)
+        with support.bench_database() as run_id:
+            figures = run(n, run_id, sources)
     finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        teardown_test_environment()
         shutil.rmtree(sources, ignore_errors=True)
     print(json.dumps(figures))
 

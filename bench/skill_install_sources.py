@@ -16,29 +16,17 @@ check_median_s and dependencies_median_s (those steps of the install), wheels, d
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings.test")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
+import support  # first: Django set up on the test settings (bench/support.py)
+from django.conf import settings
 
-import django
-
-django.setup()
-
-from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
-
-from tests.support.skill_install import write_wheel  # noqa: E402
+from tests.support.skill_install import write_wheel
 
 WHEELS = 30
 DEBIAN = ("poppler-utils", "qpdf", "fonts-dejavu-core")  # all in the local apt repository
@@ -49,18 +37,13 @@ def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     if not (ROOT / "debian" / "Packages").is_file():
         sys.exit(f"no local apt repository at {ROOT / 'debian'}: run .ci/docker-up (scripts/apt_repo.py)")
-    run_id = uuid.uuid4().hex[:8]
-    settings.CONSOLE_INSTALLATION_ID = f"bench-{run_id}"
     settings.SKILL_PACKAGE_SOURCES_ROOT = ROOT
-    wheels = ROOT / f"bench-wheels-{run_id}"
-    setup_test_environment()
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
-        figures = run(n, run_id, wheels)
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        teardown_test_environment()
-        shutil.rmtree(wheels, ignore_errors=True)
+    with support.bench_database() as run_id:
+        wheels = ROOT / f"bench-wheels-{run_id}"
+        try:
+            figures = run(n, run_id, wheels)
+        finally:
+            shutil.rmtree(wheels, ignore_errors=True)
     print(json.dumps(figures))
 
 

@@ -25,23 +25,12 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 import zipfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings.test")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
-
-import django
-
-django.setup()
-
-from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
+import support  # first: Django set up on the test settings (bench/support.py)
+from django.conf import settings
 
 SKILL = "bench-skill"
 SCRIPT = f"/opt/skills/{SKILL}/scripts/run.py"
@@ -49,17 +38,12 @@ SCRIPT = f"/opt/skills/{SKILL}/scripts/run.py"
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    run_id = uuid.uuid4().hex[:8]
-    settings.CONSOLE_INSTALLATION_ID = f"bench-{run_id}"
     sources = Path(tempfile.mkdtemp(prefix="skill-bench-sources-"))
     settings.SKILL_PACKAGE_SOURCES_ROOT = sources
-    setup_test_environment()
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
     try:
-        figures = run(n, run_id, sources)
+        with support.bench_database() as run_id:
+            figures = run(n, run_id, sources)
     finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        teardown_test_environment()
         shutil.rmtree(sources, ignore_errors=True)
     print(json.dumps(figures))
 

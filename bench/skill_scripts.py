@@ -36,26 +36,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings.test")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
+import support  # first: Django set up on the test settings (bench/support.py)
+from django.conf import settings
+from skill_sets import SKILLS
 
-import django
-
-django.setup()
-
-from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
-from skill_sets import SKILLS  # noqa: E402  (this folder is on sys.path: a script)
-
-from tests.support.skill_install import pypi_wheels  # noqa: E402
+from tests.support.skill_install import pypi_wheels
 
 ROOT = Path(settings.BASE_DIR) / "var" / "package-sources"
 WHEELS = "skill-bench-wheels"
@@ -98,16 +87,9 @@ def main() -> None:
     if not (ROOT / "debian" / "Packages").is_file():
         sys.exit(f"no local apt repository at {ROOT / 'debian'}: run .ci/docker-up (scripts/apt_repo.py)")
     wheel_folder(ROOT / WHEELS)
-    run_id = uuid.uuid4().hex[:8]
-    settings.CONSOLE_INSTALLATION_ID = f"bench-{run_id}"
     settings.SKILL_PACKAGE_SOURCES_ROOT = ROOT
-    setup_test_environment()
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
+    with support.bench_database() as run_id:
         figures = run(run_id)
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        teardown_test_environment()
     print(json.dumps(figures))
 
 

@@ -19,30 +19,17 @@ The last line is one JSON object.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings.test")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
-# Threads resolving at once need a real database server (SQLite locks whole tables).
-os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test")
-
-import django
-
-django.setup()
-
-from django.conf import settings  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import Client  # noqa: E402
-from django.test.utils import setup_test_environment, teardown_test_environment  # noqa: E402
+import support  # first: Django set up on the test settings (bench/support.py)
+from django.conf import settings
+from django.db import connection
+from django.test import Client
 
 POOL = 20
 
@@ -58,15 +45,8 @@ def pct(samples: list[float], fraction: float) -> float:
 
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    run_id = uuid.uuid4().hex[:8]
-    settings.CONSOLE_INSTALLATION_ID = f"bench-{run_id}"
-    setup_test_environment()
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True)
-    try:
+    with support.bench_database() as run_id:
         figures = run(n, run_id)
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
-        teardown_test_environment()
     print(json.dumps(figures))
 
 
