@@ -13,8 +13,10 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from tests.fakes.kube import crds, rbac
+from tests.fakes.kube import core, crds, metrics, rbac
 from tests.fakes.kube.certs import generate
+from tests.fakes.kube.controller import start_controllers
+from tests.fakes.kube.pods import Kubelet, start_kubelet
 from tests.fakes.kube.resources import BUILTIN, CRDS, NAMESPACES, SSAR, SSRR, Catalog, Resource
 from tests.fakes.kube.server import SUBJECT, ApiServer
 from tests.fakes.kube.store import Store
@@ -51,6 +53,7 @@ class FakeCluster:
         scheme = "https" if tls else "http"
         self.url = f"{scheme}://127.0.0.1:{self.server.port}"
         self._stoppers: list[Callable[[], None]] = []
+        self.kubelet: Kubelet | None = None
         self._setup()
 
     # -- the interface other tests use ------------------------------------------------------------
@@ -88,11 +91,9 @@ class FakeCluster:
 
     def pod_container(self, namespace: str, pod: str) -> str:
         """The Docker container id backing a pod (KeyError when it has none yet)."""
-        kubelet = getattr(self, "kubelet", None)
-        if kubelet is None:
+        if self.kubelet is None:
             raise KeyError(f"{namespace}/{pod}: this cluster runs no pods")
-        container_id: str = kubelet.container_of(namespace, pod)
-        return container_id
+        return self.kubelet.container_of(namespace, pod)
 
     # -- setup ----------------------------------------------------------------------------------
 
@@ -102,6 +103,7 @@ class FakeCluster:
             if resource.stored:
                 self.store.register(resource)
         self.store.add_validator(crds.validate)
+        self.store.add_validator(core.admit)
         for name in INITIAL_NAMESPACES:
             self.store.create(
                 NAMESPACES, None, {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}}
@@ -110,6 +112,7 @@ class FakeCluster:
             self.install_crds()
         self.handlers[SSAR.key] = self._access_review
         self.handlers[SSRR.key] = self._rules_review
+        metrics.install(self)
 
     def install_crds(self) -> None:
         self.catalog.add(crds.RESOURCES)
@@ -128,6 +131,15 @@ class FakeCluster:
     def start(self) -> FakeCluster:
         self.server.install_extensions()
         self.server.start()
+        try:
+            if self.with_crds:
+                self._stoppers.append(start_controllers(self))
+            if self.docker_pods:
+                self.kubelet, stop_kubelet = start_kubelet(self)
+                self._stoppers.append(stop_kubelet)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:

@@ -29,7 +29,7 @@ from tests.fakes.kube import rbac
 from tests.fakes.kube.errors import ApiError, bad_request, method_not_allowed, no_such_path, status_body
 from tests.fakes.kube.patching import apply_patch
 from tests.fakes.kube.resources import VERSION, Resource
-from tests.fakes.kube.selectors import field_matcher, label_matcher
+from tests.fakes.kube.selection import field_matcher, label_matcher
 from tests.fakes.kube.store import Event
 
 if TYPE_CHECKING:

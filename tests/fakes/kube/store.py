@@ -27,7 +27,7 @@ from typing import Any
 
 from tests.fakes.kube.errors import ApiError, already_exists, bad_request, conflict, expired, invalid, not_found
 from tests.fakes.kube.resources import NAMESPACES, Resource
-from tests.fakes.kube.selectors import Matcher
+from tests.fakes.kube.selection import Matcher
 
 Obj = dict[str, Any]
 Validator = Callable[[Resource, Obj, Obj | None], list[dict[str, str]]]

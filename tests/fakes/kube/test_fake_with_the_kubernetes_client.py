@@ -31,6 +31,13 @@ def _status(exc: client.ApiException) -> dict[str, Any]:
     return body
 
 
+def pvc_body(prefix: str, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"generateName": prefix, "labels": labels},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
 def test_kubeconfig_with_the_ca_reaches_the_server_over_https(fake_cluster: FakeCluster, tmp_path: Path) -> None:
     path = tmp_path / "config"
     path.write_text(fake_cluster.kubeconfig())
@@ -116,18 +123,30 @@ def test_custom_objects_round_trip_with_defaults(kube_api: client.ApiClient) -> 
 
 def test_an_update_with_a_stale_resource_version_is_409_conflict(kube_api: client.ApiClient) -> None:
     api = apis.CustomObjectsApi(kube_api)
-    name = _name("pool")
-    first = api.create_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", warm_pool_body(name, "none"))
-    first["spec"]["updateStrategy"] = {"type": "Recreate"}
-    api.replace_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", name, first)
+    name = _name("tpl")
+    first = api.create_namespaced_custom_object(*EXT, "default", "sandboxtemplates", template_body(name))
+    first["spec"]["service"] = True
+    second = api.replace_namespaced_custom_object(*EXT, "default", "sandboxtemplates", name, first)
+    assert second["metadata"]["generation"] == 2
     with pytest.raises(client.ApiException) as caught:
-        api.replace_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", name, first)  # same old rv
+        api.replace_namespaced_custom_object(*EXT, "default", "sandboxtemplates", name, first)  # same old rv
     assert caught.value.status == 409
     assert _status(caught.value)["reason"] == "Conflict"
     with pytest.raises(client.ApiException) as again:
-        api.create_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", warm_pool_body(name, "none"))
+        api.create_namespaced_custom_object(*EXT, "default", "sandboxtemplates", template_body(name))
     assert (again.value.status, _status(again.value)["reason"]) == (409, "AlreadyExists")
-    api.delete_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", name)
+    api.delete_namespaced_custom_object(*EXT, "default", "sandboxtemplates", name)
+
+
+def test_a_pod_without_containers_and_an_unknown_namespace_are_refused(kube_api: client.ApiClient) -> None:
+    core = apis.CoreV1Api(kube_api)
+    with pytest.raises(client.ApiException) as invalid:
+        core.create_namespaced_pod("default", {"metadata": {"name": "empty"}, "spec": {"containers": []}})
+    status = _status(invalid.value)
+    assert (invalid.value.status, status["message"]) == (422, 'Pod "empty" is invalid: spec.containers: Required value')
+    with pytest.raises(client.ApiException) as missing:
+        core.create_namespaced_persistent_volume_claim("no-such-ns", pvc_body("c-"))
+    assert (missing.value.status, _status(missing.value)["message"]) == (404, 'namespaces "no-such-ns" not found')
 
 
 def test_json_patch_and_scale_subresource(kube_api: client.ApiClient) -> None:
@@ -168,10 +187,7 @@ def test_generate_name_and_pages_with_continue_tokens(kube_api: client.ApiClient
     core.create_namespace({"metadata": {"name": namespace}})
     made = []
     for i in range(5):
-        body = {
-            "metadata": {"generateName": "claim-", "labels": {"n": str(i), "tier": "a" if i < 3 else "b"}},
-            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
-        }
+        body = pvc_body("claim-", n=str(i), tier="a" if i < 3 else "b")
         made.append(core.create_namespaced_persistent_volume_claim(namespace, body).metadata.name)
     assert all(n.startswith("claim-") and len(n) == len("claim-") + 5 for n in made)
     seen: list[str] = []
@@ -199,10 +215,10 @@ def test_an_expired_or_forged_continue_token_is_refused() -> None:
         api = kube_client(cluster)
         core = apis.CoreV1Api(api)
         for _ in range(3):
-            core.create_namespaced_persistent_volume_claim("default", {"metadata": {"generateName": "c-"}, "spec": {}})
+            core.create_namespaced_persistent_volume_claim("default", pvc_body("c-"))
         token = core.list_namespaced_persistent_volume_claim("default", limit=1).metadata._continue
         for _ in range(6):  # the history rolls past the token's resourceVersion
-            core.create_namespaced_persistent_volume_claim("default", {"metadata": {"generateName": "d-"}, "spec": {}})
+            core.create_namespaced_persistent_volume_claim("default", pvc_body("d-"))
         with pytest.raises(client.ApiException) as caught:
             core.list_namespaced_persistent_volume_claim("default", limit=1, _continue=token)
         assert (caught.value.status, _status(caught.value)["reason"]) == (410, "Expired")
@@ -230,10 +246,14 @@ def test_watch_streams_events_from_a_resource_version(kube_api: client.ApiClient
         timeout_seconds=2,
         field_selector=f"metadata.name={name}",
     ):
-        events.append((event["type"], event["object"]["metadata"]["name"]))
-        if len(events) == 3:
+        labels = event["object"]["metadata"].get("labels") or {}
+        events.append((event["type"], event["object"]["metadata"]["name"], labels.get("x")))
+        if event["type"] == "DELETED":
             w.stop()
-    assert events == [("ADDED", name), ("MODIFIED", name), ("DELETED", name)]
+    # The warm pool controller's status writes come in between as MODIFIED events too.
+    assert events[0] == ("ADDED", name, None)
+    assert ("MODIFIED", name, "1") in events
+    assert events[-1] == ("DELETED", name, "1")
 
 
 def test_watch_sends_bookmarks_when_asked(kube_api: client.ApiClient) -> None:
@@ -253,7 +273,7 @@ def test_watch_from_a_compacted_resource_version_gets_410_gone() -> None:
         core = apis.CoreV1Api(api)
         old = core.list_namespaced_persistent_volume_claim("default").metadata.resource_version
         for _ in range(5):
-            core.create_namespaced_persistent_volume_claim("default", {"metadata": {"generateName": "c-"}, "spec": {}})
+            core.create_namespaced_persistent_volume_claim("default", pvc_body("c-"))
         with pytest.raises(client.ApiException) as caught:
             for _ in watch.Watch().stream(
                 core.list_namespaced_persistent_volume_claim, "default", resource_version=old, timeout_seconds=2
