@@ -64,6 +64,8 @@ from kubernetes import client as k8s
 
 from ..base import (
     META_SPACE,
+    SANDBOX_UID,
+    WORKSPACE,
     Backend,
     BackendConfig,
     ErrorKind,
@@ -98,6 +100,11 @@ from .templates import Derived, KubernetesTemplates
 logger = logging.getLogger(__name__)
 
 _NAMESPACE_PART = re.compile(r"[^a-z0-9-]+")
+# $0 = /workspace, $1 = the sandbox user's uid.
+WORKSPACE_LAYOUT = (
+    'cd "$0" && for d in input output; do [ -d "$d" ] || { mkdir "$d" && chown "$1:$1" "$d"; }; done'
+    ' && chown "$1:$1" "$0"'
+)
 
 
 @dataclass(frozen=True)
@@ -363,6 +370,7 @@ class KubernetesBackend(Backend):
             ready = claims.wait_ready(
                 Watcher(self.custom, CLAIMS, namespace, name), timeout_s=self.ready_timeout, initial=made
             )
+            self._lay_out_workspace(ref.sandbox_id)
         except RemoteError as exc:
             if exc.kind == ErrorKind.NOT_FOUND:
                 self.derived.forget(namespace, pool)
@@ -370,6 +378,23 @@ class KubernetesBackend(Backend):
             raise
         logger.info("created sandbox %s", ref.sandbox_id, extra={"sandbox_id": ref.sandbox_id, "pool": pool})
         return self._info(ready, None, state=SandboxState.RUNNING)
+
+    def _lay_out_workspace(self, sandbox_id: str) -> None:
+        """Give /workspace the layout sessions expect: a fresh volume claim is empty and root's
+        (a cluster's storage copies nothing of the image), so input/ and output/ are made and
+        all three given to the sandbox user, as root, once, before the sandbox is handed out."""
+        request = ExecRequest(
+            argv=("/bin/sh", "-c", WORKSPACE_LAYOUT, WORKSPACE, str(SANDBOX_UID)), user="root", timeout_s=60
+        )
+        try:
+            result = self.exec(sandbox_id, request)
+        except RemoteError as exc:
+            if exc.kind == ErrorKind.UNSUPPORTED:  # no exec in this build: nothing can be laid out
+                return
+            raise
+        if result.exit_code != 0:
+            problem = result.stderr.decode(errors="replace").strip() or f"exit {result.exit_code}"
+            raise RemoteError(ErrorKind.INTERNAL, f"laying out {WORKSPACE} in sandbox {sandbox_id}: {problem}")
 
     def _info(self, claim: Mapping[str, Any], sandbox: Mapping[str, Any] | None, *, state: SandboxState) -> SandboxInfo:
         return claims.info_of(claim, state)
