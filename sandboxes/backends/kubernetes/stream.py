@@ -193,10 +193,16 @@ class ChannelStream:
         return sock.fileno() if sock is not None else None
 
     def close(self) -> None:
+        """Say goodbye and drop the connection, without reading: another thread may be in `recv`."""
         self.ended = True
-        with suppress(Exception):
-            self.ws.close(timeout=1)
-        with suppress(Exception):
+        # A send blocked on a full socket holds the lock: then the connection just drops.
+        if self._lock.acquire(timeout=1):
+            try:
+                with suppress(OSError, websocket.WebSocketException):
+                    self.ws.send_close()
+            finally:
+                self._lock.release()
+        with suppress(OSError, websocket.WebSocketException):
             self.ws.shutdown()
 
 
