@@ -110,12 +110,15 @@ def launcher_refusal(result: ExecResult) -> RemoteError | None:
 
 class PodExec:
     """Commands in pods. `locate` maps a sandbox id to its pod (raising RemoteError, or
-    NotStarted when the sandbox has no running pod)."""
+    NotStarted when the sandbox has no running pod); `guarded` as `stream.open_stream` takes it."""
 
-    def __init__(self, configuration: Any, *, allow_private: bool, locate: Callable[[str], PodRef]) -> None:
+    def __init__(
+        self, configuration: Any, *, allow_private: bool, locate: Callable[[str], PodRef], guarded: bool = True
+    ) -> None:
         self.configuration = configuration
         self.allow_private = allow_private
         self.locate = locate
+        self.guarded = guarded
 
     def open(self, pod: PodRef, command: Sequence[str], *, stdin: bool, tty: bool, what: str) -> ChannelStream:
         try:
@@ -125,6 +128,7 @@ class PodExec:
                 exec_query(command, container=pod.container, stdin=stdin, tty=tty),
                 allow_private=self.allow_private,
                 what=what,
+                guarded=self.guarded,
             )
         except RemoteError as exc:
             if exc.kind == ErrorKind.NOT_FOUND:

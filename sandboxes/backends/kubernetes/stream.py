@@ -13,8 +13,9 @@ sends). Nothing older is offered: its status is not JSON and carries no exit cod
 The websocket is websocket-client's (it comes with the `kubernetes` client). It dials the
 `ApiClient`'s own host, which `client.api_client` checked with the endpoint guard and pinned
 to an address (the name kept as the TLS server name); the address is checked again here before
-every dial. TLS trusts the configured CA only (`ssl_ca_cert` or `ca_cert_data`), presents a
-kubeconfig's client certificate, and sends the bearer token; never through a proxy.
+every dial (not the in-cluster one: it comes from the console's own pod). TLS trusts the
+configured CA only (`ssl_ca_cert` or `ca_cert_data`), presents a kubeconfig's client
+certificate, and sends the bearer token; never through a proxy.
 
 May import: the contract, `guard` and the `kubernetes` client's dependencies (websocket-client).
 """
@@ -214,13 +215,18 @@ def open_stream(
     allow_private: bool,
     what: str,
     headers: Mapping[str, str] | None = None,
+    guarded: bool = True,
 ) -> ChannelStream:
-    """Dial `path` on the API server of `configuration` (a `kubernetes.client.Configuration`)."""
+    """Dial `path` on the API server of `configuration` (a `kubernetes.client.Configuration`).
+
+    `guarded`: check the address first (an admin gave it); False for the in-cluster address,
+    which comes from the console's own pod."""
     host = configuration.host.rstrip("/")
     parts = urlsplit(host)
     if parts.scheme not in ("https", "http"):
         raise RemoteError(ErrorKind.INVALID, f"{what}: the API server URL must be https or http")
-    check_endpoint(host, allow_private=allow_private)
+    if guarded:
+        check_endpoint(host, allow_private=allow_private)
     scheme = "wss" if parts.scheme == "https" else "ws"
     url = urlunsplit((scheme, parts.netloc, parts.path + path, urlencode(list(query)), ""))
     header = [f"{name}: {value}" for name, value in {**(headers or {}), **_auth_headers(configuration)}.items()]
