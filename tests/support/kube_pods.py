@@ -1,6 +1,9 @@
 """Pods of the fake Kubernetes cluster (tests/fakes/kube/) for the exec, terminal and file
 tests, and the backend's way into them (`PodExec`) as the backend builds it: the API server's
 URL, the cluster's CA as PEM data, a bearer token.
+
+Fixtures (a test module takes them as attributes: `pod = kube_pods.pod`): `pod`, one idle pod
+per module; `pods`, a `PodExec` whose every sandbox id is that pod.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from kubernetes import client as k8s
 
 from sandboxes.backends.kubernetes.exec import PodExec, PodRef
@@ -62,3 +66,14 @@ def running_pod(cluster: FakeCluster, namespace: str = "default", **security: An
     finally:
         core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
         api.close()
+
+
+@pytest.fixture(scope="module")
+def pod(fake_cluster: FakeCluster) -> Iterator[PodRef]:
+    with running_pod(fake_cluster) as ref:
+        yield ref
+
+
+@pytest.fixture
+def pods(fake_cluster: FakeCluster, pod: PodRef) -> PodExec:
+    return pod_exec(fake_cluster, pod)

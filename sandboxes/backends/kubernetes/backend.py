@@ -38,12 +38,9 @@ Namespaces: `shared` puts every sandbox in `namespace` (default `sandboxes`); `p
 `console-space` metadata (a sandbox without one: `namespace`). Templates named by id are
 read from `namespace`.
 
-exec, PTY and files are the `exec`, `pty` and `files` modules of this package, each built on
-`stream` (the pods/exec channel client): the backend finds them by name (`_part`), so the
-adapter stands without them (those calls are then `unsupported`). Each takes the backend and
-uses `pod_of(sandbox_id)`: `exec.KubernetesExec(backend).run(sandbox_id, request)`,
-`pty.KubernetesPtys(backend)` (a `PtyCapability`), `files.KubernetesFiles(backend)` (a
-`FilesCapability`).
+exec, PTY and files go through pods/exec (`exec.PodExec`, on the `stream` channel client):
+`pod_exec()` builds it on this backend's client, finding a sandbox's pod with `pod_of`;
+`pty.KubernetesPtys` and `files.KubernetesFiles` stand on it.
 
 Imports nothing of the project but `base`, `capabilities`, `guard` and `netpolicy`.
 """
@@ -52,12 +49,10 @@ from __future__ import annotations
 
 import builtins
 import hashlib
-import importlib
 import logging
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client as k8s
@@ -92,7 +87,10 @@ from ..guard import Resolver, system_resolver
 from . import claims, network
 from .claims import CLAIMS, SANDBOXES, SandboxRef, Watcher
 from .client import REQUEST_TIMEOUT_S, api_client, call, options_of
+from .exec import PodExec, PodRef
+from .files import KubernetesFiles
 from .listing import list_page
+from .pty import KubernetesPtys
 from .registry import Registry
 from .settings import DEFAULT_NAMESPACE, PER_SPACE
 from .templates import Derived, KubernetesTemplates
@@ -105,15 +103,6 @@ WORKSPACE_LAYOUT = (
     'cd "$0" && for d in input output; do [ -d "$d" ] || { mkdir "$d" && chown "$1:$1" "$d"; }; done'
     ' && chown "$1:$1" "$0"'
 )
-
-
-@dataclass(frozen=True)
-class PodRef:
-    """The pod a running sandbox is, and the container its commands run in."""
-
-    namespace: str
-    pod: str
-    container: str
 
 
 class KubernetesBackend(Backend):
@@ -506,32 +495,24 @@ class KubernetesBackend(Backend):
         container = str(containers[0].get("name")) if containers else ""
         return PodRef(ref.namespace, str(pod), container)
 
-    # Parts written beside this module (exec, PTY, files) -------------------------------
+    # Commands, terminals and files: pods/exec -------------------------------------------
 
-    def _part(self, module: str, name: str) -> Any:
-        """`name` of this package's `module`, or None while that module is not there."""
-        try:
-            found = importlib.import_module(f"{__package__}.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__package__}.{module}":
-                raise
-            return None
-        return getattr(found, name, None)
+    def pod_exec(self) -> PodExec:
+        return PodExec(
+            self.api.configuration,
+            allow_private=self.config.allow_private_endpoints,
+            locate=self.pod_of,
+            guarded=not self.options.in_cluster,
+        )
 
     def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
-        runner = self._part("exec", "KubernetesExec")
-        if runner is None:
-            raise RemoteError(ErrorKind.UNSUPPORTED, "this console's Kubernetes adapter has no exec yet")
-        result: ExecResult = runner(self).run(sandbox_id, request)
-        return result
+        return self.pod_exec().exec(sandbox_id, request)
 
-    def pty(self) -> PtyCapability | None:
-        ptys = self._part("pty", "KubernetesPtys")
-        return None if ptys is None else ptys(self)
+    def pty(self) -> PtyCapability:
+        return KubernetesPtys(self.pod_exec())
 
-    def files(self) -> FilesCapability | None:
-        files = self._part("files", "KubernetesFiles")
-        return None if files is None else files(self)
+    def files(self) -> FilesCapability:
+        return KubernetesFiles(self.exec)
 
     # Capabilities ----------------------------------------------------------------------
 

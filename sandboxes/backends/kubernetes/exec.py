@@ -138,7 +138,15 @@ class PodExec:
             raise
 
     def exec(self, sandbox_id: str, request: ExecRequest) -> ExecResult:
-        pod = self.locate(sandbox_id)
+        try:
+            pod = self.locate(sandbox_id)
+        except NotStarted:
+            raise
+        except RemoteError as exc:
+            if exc.kind in (ErrorKind.NOT_FOUND, ErrorKind.GONE, ErrorKind.CONFLICT):
+                # No pod to run in: nothing ran (a sandbox gone, suspended or not ready yet).
+                raise NotStarted(exc.kind, exc.message) from None
+            raise
         command = list(request.argv) if request.argv is not None else ["/bin/bash", "-c", request.shell or ""]
         result = self.run(
             pod,

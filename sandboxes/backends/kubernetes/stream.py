@@ -17,7 +17,8 @@ every dial (not the in-cluster one: it comes from the console's own pod). TLS tr
 configured CA only (`ssl_ca_cert` or `ca_cert_data`), presents a kubeconfig's client
 certificate, and sends the bearer token; never through a proxy.
 
-May import: the contract, `guard` and the `kubernetes` client's dependencies (websocket-client).
+May import: the contract, `guard`, `.client` (errors) and the `kubernetes` client with its
+websocket-client.
 """
 
 from __future__ import annotations
@@ -32,26 +33,17 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import websocket
+from kubernetes import client as k8s
 
 from ..base import ErrorKind, RemoteError
 from ..guard import check_endpoint
+from .client import remote_error
 
 STDIN, STDOUT, STDERR, STATUS, RESIZE, CLOSE = 0, 1, 2, 3, 4, 255
 V5 = "v5.channel.k8s.io"
 V4 = "v4.channel.k8s.io"
 PROTOCOLS = (V5, V4)
 CONNECT_TIMEOUT_S = 30.0
-
-_KINDS = {
-    400: ErrorKind.INVALID,
-    401: ErrorKind.UNAUTHORIZED,
-    403: ErrorKind.FORBIDDEN,
-    404: ErrorKind.NOT_FOUND,
-    409: ErrorKind.CONFLICT,
-    429: ErrorKind.RATE_LIMITED,
-    503: ErrorKind.UNAVAILABLE,
-    504: ErrorKind.TIMEOUT,
-}
 
 
 def exec_path(namespace: str, pod: str) -> str:
@@ -88,23 +80,16 @@ def exit_code_of(status_text: bytes, what: str) -> int:
             if cause.get("reason") == "ExitCode":
                 with suppress(TypeError, ValueError):
                     return int(cause.get("message"))
-    code = int(status.get("code") or 500)
-    message = str(status.get("message") or status.get("reason") or "the command did not run")
-    raise RemoteError(_KINDS.get(code, ErrorKind.INTERNAL), f"{what}: {message}")
+    failure = k8s.ApiException(status=int(status.get("code") or 500), body=json.dumps({**status, "kind": "Status"}))
+    raise remote_error(failure, what)
 
 
 def _handshake_error(exc: websocket.WebSocketBadStatusException, what: str) -> RemoteError:
-    code = int(exc.status_code or 0)
-    message = ""
-    with suppress(ValueError, TypeError, AttributeError):
-        body = json.loads(exc.resp_body or b"")
-        message = str(body.get("message") or "")
-    if code == 403 and not message:
-        message = "the API server refused the exec (no permission for pods/exec, or no protocol it speaks)"
-    if code == 401:
-        message = f"the cluster did not accept the console's credentials{': ' + message if message else ''}"
-    kind = _KINDS.get(code, ErrorKind.INTERNAL if code >= 500 else ErrorKind.INVALID)
-    return RemoteError(kind, f"{what}: {message or f'HTTP {code}'}")
+    """A refused handshake as the API's own errors are translated (`client.remote_error`). An
+    empty 403 is how a server refuses the subprotocols offered, or RBAC without a body."""
+    body = exc.resp_body.decode(errors="replace") if isinstance(exc.resp_body, bytes) else exc.resp_body
+    reason = "no permission for pods/exec, or no exec protocol the console speaks" if not body else None
+    return remote_error(k8s.ApiException(status=int(exc.status_code or 0), reason=reason, body=body), what)
 
 
 def _auth_headers(configuration: Any) -> dict[str, str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
@@ -19,15 +18,13 @@ from kubernetes.stream import stream, ws_client
 from sandboxes.backends.kubernetes.exec import PodRef
 from tests.fakes.kube import FakeCluster
 from tests.fakes.kube.fixtures import kube_client
-from tests.support.kube_pods import running_pod
+from tests.support import kube_pods
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def pod(fake_cluster: FakeCluster) -> Iterator[PodRef]:
-    with running_pod(fake_cluster) as ref:
-        yield ref
+pod = kube_pods.pod
+pods = kube_pods.pods
 
 
 @pytest.fixture

@@ -14,20 +14,14 @@ from sandboxes.backends.kubernetes.exec import PodExec, PodRef
 from sandboxes.backends.kubernetes.stream import V4, V5
 from tests.fakes.kube import FakeCluster
 from tests.fakes.kube.exec import V1, endpoint_of
-from tests.support.kube_pods import pod_exec, running_pod
+from tests.support import kube_pods
+from tests.support.kube_pods import pod_exec
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def pod(fake_cluster: FakeCluster) -> Iterator[PodRef]:
-    with running_pod(fake_cluster) as ref:
-        yield ref
-
-
-@pytest.fixture
-def pods(fake_cluster: FakeCluster, pod: PodRef) -> PodExec:
-    return pod_exec(fake_cluster, pod)
+pod = kube_pods.pod
+pods = kube_pods.pods
 
 
 @pytest.fixture

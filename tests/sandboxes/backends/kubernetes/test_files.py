@@ -9,25 +9,17 @@ from collections.abc import Iterator
 import pytest
 
 from sandboxes.backends.base import ErrorKind, ExecRequest, RemoteError
-from sandboxes.backends.kubernetes.exec import PodExec, PodRef
+from sandboxes.backends.kubernetes.exec import PodExec
 from sandboxes.backends.kubernetes.files import KubernetesFiles
-from tests.fakes.kube import FakeCluster
-from tests.support.kube_pods import pod_exec, running_pod
+from tests.support import kube_pods
 
 pytestmark = pytest.mark.docker
 
 ODD_NAMES = ("two words.txt", "tab\there", "new\nline", 'it\'s "quoted"', "$HOME", "-rf", "ünïcødé ✓", "a\\b")
 
 
-@pytest.fixture(scope="module")
-def pod(fake_cluster: FakeCluster) -> Iterator[PodRef]:
-    with running_pod(fake_cluster) as ref:
-        yield ref
-
-
-@pytest.fixture
-def pods(fake_cluster: FakeCluster, pod: PodRef) -> PodExec:
-    return pod_exec(fake_cluster, pod)
+pod = kube_pods.pod
+pods = kube_pods.pods
 
 
 @pytest.fixture

@@ -10,23 +10,15 @@ import pytest
 
 from sandboxes.backends.base import ErrorKind, ExecRequest, PtySize, RemoteError
 from sandboxes.backends.capabilities import PtyHandle
-from sandboxes.backends.kubernetes.exec import PodExec, PodRef
+from sandboxes.backends.kubernetes.exec import PodExec
 from sandboxes.backends.kubernetes.pty import KubernetesPtys
-from tests.fakes.kube import FakeCluster
-from tests.support.kube_pods import pod_exec, running_pod
+from tests.support import kube_pods
 
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def pod(fake_cluster: FakeCluster) -> Iterator[PodRef]:
-    with running_pod(fake_cluster) as ref:
-        yield ref
-
-
-@pytest.fixture
-def pods(fake_cluster: FakeCluster, pod: PodRef) -> PodExec:
-    return pod_exec(fake_cluster, pod)
+pod = kube_pods.pod
+pods = kube_pods.pods
 
 
 @pytest.fixture
