@@ -227,12 +227,28 @@ class ExecRun:
         if options.stdin:
             threading.Thread(target=self._feed_stdin, daemon=True).start()
         try:
-            status = await self.loop.run_in_executor(None, self._pump)
+            status = await self._in_thread(self._pump)
             await self._finish(status)
         finally:
             receiving.cancel()
             self.stdin.put(None)
             self._close_socket()
+
+    async def _in_thread(self, work: Any) -> Any:
+        """`work()` in a thread of its own: a shell's output lasts as long as the shell, and the
+        loop's default executor has a few threads only."""
+        done = self.loop.create_future()
+
+        def run() -> None:
+            try:
+                result = work()
+            except BaseException as exc:  # handed to the awaiting coroutine
+                self.loop.call_soon_threadsafe(done.set_exception, exc)
+            else:
+                self.loop.call_soon_threadsafe(done.set_result, result)
+
+        threading.Thread(target=run, name="fake-kube-exec", daemon=True).start()
+        return await done
 
     def _start(self) -> None:
         options = self.options

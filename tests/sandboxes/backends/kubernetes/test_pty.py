@@ -103,3 +103,15 @@ def test_a_shell_that_exits_ends_the_stream(shell: PtyHandle) -> None:
     with pytest.raises(RemoteError) as closed:
         shell.write(b"echo\n")
     assert closed.value.kind == ErrorKind.GONE
+
+
+def test_many_open_terminals_leave_commands_running(pods: PodExec) -> None:
+    handles = [KubernetesPtys(pods).open("sbx", PtySize(), command=("bash", "--norc", "-i")) for _ in range(12)]
+    try:
+        assert pods.exec("sbx", ExecRequest(argv=("echo", "still"), timeout_s=20)).stdout == b"still\n"
+        for index, handle in enumerate(handles):
+            handle.write(f"echo t-$((100+{index}))\n".encode())
+            read_until(handle, f"t-{100 + index}".encode())
+    finally:
+        for handle in handles:
+            handle.kill()
