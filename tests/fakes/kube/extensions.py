@@ -151,7 +151,7 @@ class ClaimReconciler:
         template_name = pool["spec"]["sandboxTemplateRef"]["name"]
         template = self.store.find(SANDBOX_TEMPLATES, namespace, template_name)
         if template is None:
-            raise ClaimError("TemplateNotFound", f'failed to get SandboxTemplate "{template_name}"')
+            raise ClaimError("TemplateNotFound", f'SandboxTemplate "{template_name}" not found')
         return pool, template
 
     def _sandbox(self, claim: Obj) -> Obj | None:

@@ -1,10 +1,12 @@
 """agent-sandbox's controllers and the Docker-backed pods of the fake, driven by the unmodified
 official `kubernetes` client: a claim becomes a ready sandbox and pod, a warm pool's sandbox is
 adopted, suspend/resume keeps the workspace, deleting the claim cleans up, a missing image
-shows as the kubelet shows it, metrics come from docker stats."""
+shows as the kubelet shows it, metrics come from docker stats, a claim on a missing pool or
+template says which."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -168,6 +170,31 @@ def test_deleting_the_claim_deletes_sandbox_pod_volume_and_container(
     )
     volumes = {"label": f"sandbox-console.fake-kube.pvc={pvc_uid}"}
     wait_for(lambda: not engine.volumes.list(filters=volumes), timeout=60, what="volume removed")
+
+
+def test_a_claim_on_a_missing_pool_or_template_says_which_as_the_controller_does(custom: Any) -> None:
+    """computeReadyCondition in sandboxclaim_controller.go: the reasons and messages that the
+    k8s-agent-sandbox client turns into its not-found errors."""
+    orphan_pool = f"orphan-{uuid.uuid4().hex[:8]}"
+    custom.create_namespaced_custom_object(
+        *EXT, "default", "sandboxwarmpools", warm_pool_body(orphan_pool, "no-such-template")
+    )
+    expected = {
+        make_claim(custom, "no-such-pool"): ("WarmPoolNotFound", 'SandboxWarmPool "no-such-pool" not found'),
+        make_claim(custom, orphan_pool): ("TemplateNotFound", 'SandboxTemplate "no-such-template" not found'),
+    }
+
+    def refusal(name: str) -> tuple[str, str] | None:
+        claim = custom.get_namespaced_custom_object(*EXT, "default", "sandboxclaims", name)
+        for c in (claim.get("status") or {}).get("conditions") or []:
+            if c["type"] == "Ready" and c["status"] == "False" and c["reason"].endswith("NotFound"):
+                return c["reason"], c["message"]
+        return None
+
+    for name, answer in expected.items():
+        assert wait_for(functools.partial(refusal, name), timeout=30, what=f"claim {name} refused") == answer
+        custom.delete_namespaced_custom_object(*EXT, "default", "sandboxclaims", name)
+    custom.delete_namespaced_custom_object(*EXT, "default", "sandboxwarmpools", orphan_pool)
 
 
 def test_a_watch_sees_the_pod_come_up(sandbox_template: dict[str, Any], custom: Any, core: Any) -> None:
