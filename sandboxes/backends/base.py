@@ -366,6 +366,18 @@ class HealthInfo:
     protocol: str = ""
 
 
+@dataclass(frozen=True)
+class Finding:
+    """One thing a backend found of its account beyond health (`Backend.preflight`): parts
+    installed, permissions granted. `blocking`: without it sessions fail (else only a
+    capability is lost, said in `detail`)."""
+
+    name: str
+    ok: bool
+    detail: str
+    blocking: bool = True
+
+
 # ---------------------------------------------------------------------------------------
 # The backend
 
@@ -458,6 +470,12 @@ class Backend(abc.ABC):
         the space's networks and their host state), once none of the space's sandboxes is
         left; returns what it removed. Idempotent; raises RemoteError (`conflict`) naming
         what stays because a sandbox still uses it. Default: nothing kept per space."""
+        return []
+
+    def preflight(self) -> builtins.list[Finding]:
+        """What the backend checks of its account beyond `health()`: the parts it needs
+        installed and the permissions it needs granted, each a `Finding` (Test connection and
+        registering a backend report them). Default: nothing beyond health."""
         return []
 
     def idles_itself(self) -> bool:

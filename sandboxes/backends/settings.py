@@ -113,6 +113,19 @@ Check = Callable[[Given, "SettingsSchema"], dict[str, str]]
 
 
 @dataclass(frozen=True)
+class Filled:
+    """What a kind's `fill` derives from something handed in whole (a pasted kubeconfig gives
+    the API server's URL, its CA and a token): `values` set over the given ones before the
+    checks, `problems` by setting name (what cannot be used, and why)."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+    problems: Mapping[str, str] = field(default_factory=dict)
+
+
+Fill = Callable[[Given], Filled]
+
+
+@dataclass(frozen=True)
 class SettingsSchema:
     """A kind's settings, the cross-field check of its platform backend's settings
     (`check`) and its options dataclass."""
@@ -121,6 +134,9 @@ class SettingsSchema:
     settings: tuple[Setting, ...]
     options: type[Options]
     check: Check | None = None
+    # Settings of the platform backend derived from one handed in whole (`Filled`); runs after
+    # `normalized` and before `problems`.
+    fill: Fill | None = None
 
     def __post_init__(self) -> None:
         keys = [(s.scope, s.name) for s in self.settings]

@@ -25,14 +25,17 @@ from django.conf import settings
 from console.crypto import decrypt
 from console.models import Space
 
-from ..backends import build_backend, describe
+from ..backends import backend_class, build_backend, describe
 from ..backends.base import (
     META_CONFIG,
     META_INSTALLATION,
     META_SPACE,
     Backend,
     BackendConfig,
+    ErrorKind,
+    Finding,
     IdleMode,
+    RemoteError,
     Resources,
     TemplateInfo,
 )
@@ -241,6 +244,27 @@ def _build(config: SandboxConfig | PlatformBackend) -> Backend:
     if isinstance(config, PlatformBackend):
         return observe(build_backend(platform_backend_config(config)))
     return observe(build_backend(backend_config_for(config)))
+
+
+def preflight(config: SandboxConfig | PlatformBackend) -> list[Finding]:
+    """What the row's backend finds of its account beyond health (`Backend.preflight`), on an
+    adapter of its own built from the row as it stands (unsaved settings too: a form's probe),
+    closed after. A backend that cannot be built or asked is the first finding, failed; a kind
+    whose adapter checks nothing beyond health is not built at all."""
+    try:
+        if backend_class(config.kind).preflight is Backend.preflight:
+            return []
+        backend = _build(config)
+    except RemoteError as exc:
+        return [Finding("connect", False, f"{exc.kind}: {exc.message}")]
+    try:
+        return backend.preflight()
+    except RemoteError as exc:
+        return [Finding("connect", False, f"{exc.kind}: {exc.message}")]
+    except Exception as exc:  # an adapter's bug must not cost the admin the page
+        return [Finding("connect", False, f"{ErrorKind.INTERNAL}: {type(exc).__name__}")]
+    finally:
+        backend.close()
 
 
 def console_metadata(config: SandboxConfig, **extra: str) -> dict[str, str]:

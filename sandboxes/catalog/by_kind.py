@@ -150,6 +150,13 @@ class ByKindForm(forms.BaseForm):
                 # Empty keeps the stored value (the model's default on a new row).
                 cleaned[setting.name] = getattr(self.instance, setting.name, None)
         cleaned.update(self.kind.normalized(cleaned, self.scope))
+        if self.kind.fill is not None and self.scope == Scope.BACKEND:
+            filled = self.kind.fill(Given(values=cleaned, stored_secrets=self.stored_secrets()))
+            for name, problem in filled.problems.items():
+                self.add_error(name if name in self.fields else None, problem)
+            if filled.problems:  # what the rest would check is not known yet
+                return cleaned
+            cleaned.update(filled.values)
         given = Given(values=cleaned, stored_secrets=self.stored_secrets())
         for name, problem in self.kind.problems(given, self.scope).items():
             if name in self.fields and name not in self.errors:

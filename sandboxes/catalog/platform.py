@@ -18,9 +18,10 @@ from console.models import AuditAction, Space
 from console.services import SYSTEM, Actor, ServiceError, record_audit
 
 from ..backends import all_settings, describe
-from ..backends.base import RemoteError
+from ..backends.base import Finding, RemoteError
 from ..backends.settings import Scope
 from ..models import PlatformBackend, SandboxConfig, Session, SessionState
+from .bridge import preflight
 from .services import count_live_sandboxes
 
 BACKEND_FIELDS = (
@@ -322,6 +323,21 @@ def do_update_platform_backend(
     except IntegrityError:
         raise _save_refused(backend) from None
     return backend
+
+
+def check_platform_backend(
+    backend: PlatformBackend | None, *, data: dict[str, Any], secrets: dict[str, str | None]
+) -> list[Finding]:
+    """What the backend's adapter finds of its account (`Backend.preflight`) with the settings
+    a form holds, before anything is saved: a row of its own, never written (`backend`: the
+    stored one whose secrets a form's *** keeps)."""
+    probe = PlatformBackend(**{k: data[k] for k in BACKEND_FIELDS if k in data})
+    if backend is not None:
+        stored = PlatformBackend.objects.get(pk=backend.pk)
+        for name in SECRET_FIELDS:
+            setattr(probe, f"{name}_encrypted", getattr(stored, f"{name}_encrypted"))
+    _apply_secrets(probe, secrets)
+    return preflight(probe)
 
 
 def granted_backends(space: Space) -> QuerySet[PlatformBackend]:

@@ -27,6 +27,7 @@ from ..backends.base import (
     META_PURPOSE,
     ErrorKind,
     ExecRequest,
+    Finding,
     ListQuery,
     NetworkSpec,
     RemoteError,
@@ -321,6 +322,19 @@ def _timed(name: str, func: Callable[[], str]) -> StepResult:
     return StepResult(name, True, (time.perf_counter() - started) * 1000, detail)
 
 
+def findings_step(findings: list[Finding]) -> str:
+    """A backend's preflight findings in words: raises (the step fails) on a failed blocking
+    one, naming every failed one; else says what was checked ("" for none)."""
+    if not findings:
+        return ""
+    failed = [f for f in findings if not f.ok]
+    said = "; ".join(f"{f.name}: {f.detail}" for f in failed)
+    if any(f.blocking for f in failed):
+        raise RemoteError(ErrorKind.INVALID, said)
+    passed = f"{len(findings) - len(failed)} of {len(findings)} checks passed"
+    return f"{passed}; {said}" if failed else passed
+
+
 def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], None]) -> list[StepResult]:
     """Health, whether persistent workspaces can be made (when the config keeps them), then a
     short create -> exec -> delete, each step timed. Stops at a failure."""
@@ -336,7 +350,8 @@ def run_connection_test(config: SandboxConfig, report: Callable[[StepResult], No
         changed = {k: v for k, v in recorded.items() if v and v != getattr(config, k)}
         if changed:
             SandboxConfig.objects.filter(pk=config.pk).update(**changed)
-        return info.version or "ok"
+        found = findings_step(backend.preflight())  # the parts and permissions it needs, where it says
+        return f"{info.version or 'ok'}; {found}" if found else (info.version or "ok")
 
     def create() -> str:
         spec = SandboxSpec(

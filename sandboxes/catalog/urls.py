@@ -23,4 +23,5 @@ urlpatterns = [
     path("platform/backends/", platform.backend_list, name="backend_list"),
     path("platform/backends/new/", platform.backend_create, name="backend_create"),
     path("platform/backends/<uuid:backend_id>/", platform.backend_edit, name="backend_edit"),
+    path("platform/backends/<uuid:backend_id>/test/", platform.backend_test, name="backend_test"),
 ]
