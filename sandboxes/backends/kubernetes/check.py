@@ -2,7 +2,8 @@
 version the backend speaks, and each permission the console needs is granted — each a
 `Finding` naming precisely what is missing.
 
-- The API: `GET /version` (who answers, which Kubernetes); a refused token stops here.
+- The API: `GET /version` (which Kubernetes answers), then `GET /apis`, which unlike
+  `/version` needs accepted credentials; a refused token stops here.
 - The CRDs: API discovery (`/apis`, then `/apis/<group>/<version>`), which every authenticated
   user may read (the `system:discovery` role), so the check needs no cluster-wide right. The
   four kinds and their groups are those of kubernetes-sigs/agent-sandbox's manifests
@@ -98,12 +99,13 @@ def check_cluster(api: k8s.ApiClient, namespace: str, *, per_space: bool = False
     Stops after the first when the API does not answer or refuses the credentials."""
     try:
         version = k8s.VersionApi(api).get_code(_request_timeout=TIMEOUT)
+        # /version answers anyone; discovery only the credentials the API server accepts.
+        groups = k8s.ApisApi(api).get_api_versions(_request_timeout=TIMEOUT)
     except (ApiException, HTTPError, OSError, ValueError) as exc:
         return [Finding("api", False, f"The API server does not answer: {_why(exc)}")]
-    findings = [Finding("api", True, f"Kubernetes {version.git_version} answers")]
+    findings = [Finding("api", True, f"Kubernetes {version.git_version} answers and accepts the credentials")]
     try:
-        served = served_versions(api)
-        findings += crd_findings(served)
+        findings += crd_findings(served_versions(api, groups))
         denied = denied_permissions(api, namespace, needed(per_space))
     except (ApiException, HTTPError, OSError, ValueError) as exc:
         return [*findings, Finding("permissions", False, f"The check stopped: {_why(exc)}")]
@@ -111,13 +113,13 @@ def check_cluster(api: k8s.ApiClient, namespace: str, *, per_space: bool = False
     return findings + permission_findings(denied, where)
 
 
-def served_versions(api: k8s.ApiClient) -> dict[str, list[str]]:
-    """For each of the four CRDs' plural ("sandboxes"): the versions the API serves it at."""
-    groups = {group for group, _, _ in CRDS}
+def served_versions(api: k8s.ApiClient, listing: k8s.V1APIGroupList) -> dict[str, list[str]]:
+    """For each of the four CRDs' plural ("sandboxes"): the versions the API serves it at,
+    from the discovery `listing` of `/apis`."""
+    ours = {group for group, _, _ in CRDS}
     found: dict[str, list[str]] = {plural: [] for _, plural, _ in CRDS}
-    listing = k8s.ApisApi(api).get_api_versions(_request_timeout=TIMEOUT)
     for group in listing.groups or []:
-        if group.name not in groups:
+        if group.name not in ours:
             continue
         for version in group.versions or []:
             resources = k8s.CustomObjectsApi(api).get_api_resources(
