@@ -54,11 +54,13 @@ def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def kubeconfig_text(*, user: dict[str, Any] | None = None, cluster: dict[str, Any] | None = None, **top: Any) -> str:
+def kubeconfig_text(
+    *, user: dict[str, Any] | None = None, cluster: dict[str, Any] | None = None, current: str = "prod"
+) -> str:
     document: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Config",
-        "current-context": "prod",
+        "current-context": current,
         "clusters": [
             {
                 "name": "prod-cluster",
@@ -75,7 +77,6 @@ def kubeconfig_text(*, user: dict[str, Any] | None = None, cluster: dict[str, An
             {"name": "dev", "context": {"cluster": "dev-cluster", "user": "dev"}},
         ],
     }
-    document.update(top)
     return yaml.safe_dump(document)
 
 
@@ -102,7 +103,7 @@ def test_a_chosen_context_wins_over_the_current_one_and_an_unknown_one_is_named(
     assert (access.api_url, access.ca_cert, access.token) == ("https://127.0.0.1:7443", "", "dev-token")
     with pytest.raises(KubeconfigError, match=r"no context 'staging'; it has 'prod', 'dev'"):
         parse_kubeconfig(kubeconfig_text(), "staging")
-    assert context_names(kubeconfig_text(**{"current-context": "dev"})) == ["dev", "prod"]
+    assert context_names(kubeconfig_text(current="dev")) == ["dev", "prod"]
 
 
 @pytest.mark.parametrize(
