@@ -4,16 +4,11 @@ settings: what is taken, and each thing refused with its reason."""
 from __future__ import annotations
 
 import base64
-import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from sandboxes.backends.kubernetes import kubeconfig
 from sandboxes.backends.kubernetes.kubeconfig import (
@@ -24,30 +19,10 @@ from sandboxes.backends.kubernetes.kubeconfig import (
     parse_kubeconfig,
 )
 from sandboxes.backends.settings import Given
+from tests.support.pem import self_signed
 
-
-def _pem_pair(name: str) -> tuple[str, str]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    ).decode()
-    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
-
-
-CA, _ = _pem_pair("cluster-ca")
-CLIENT_CERT, CLIENT_KEY = _pem_pair("admin")
+CA, _ = self_signed("cluster-ca.test")
+CLIENT_CERT, CLIENT_KEY = self_signed("admin.test")
 
 
 def b64(text: str) -> str:
