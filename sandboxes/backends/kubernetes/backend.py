@@ -66,6 +66,7 @@ from ..base import (
     ErrorKind,
     ExecRequest,
     ExecResult,
+    Finding,
     HealthInfo,
     ListQuery,
     NetworkCapabilities,
@@ -84,7 +85,7 @@ from ..capabilities import (
     WarmPoolCapability,
 )
 from ..guard import Resolver, system_resolver
-from . import claims, network
+from . import check, claims, network
 from .claims import CLAIMS, SANDBOXES, SandboxRef, Watcher
 from .client import REQUEST_TIMEOUT_S, api_client, call, options_of
 from .exec import PodExec, PodRef
@@ -325,6 +326,16 @@ class KubernetesBackend(Backend):
             version=f"Kubernetes {version.git_version} with agent-sandbox {api_version}",
             detail=f"namespace {self.base_namespace} ({self.options.namespace_mode or 'shared'})",
         )
+
+    def preflight(self) -> builtins.list[Finding]:
+        """Test connection's findings (`check`): the API, agent-sandbox's CRDs at v1beta1, each
+        permission the console needs in its namespace (every namespace, per space)."""
+        try:
+            api = self.api
+        except RemoteError as exc:
+            return [Finding("api", False, exc.message)]
+        namespace = "" if self.per_space else self.base_namespace
+        return check.check_cluster(api, namespace, per_space=self.per_space)
 
     def network_capabilities(self) -> NetworkCapabilities:
         return network.capabilities()

@@ -34,15 +34,12 @@ import urllib3
 import yaml
 from kubernetes import client as k8s
 from kubernetes.config.config_exception import ConfigException
-from kubernetes.config.incluster_config import (
-    SERVICE_CERT_FILENAME,
-    SERVICE_TOKEN_FILENAME,
-    InClusterConfigLoader,
-)
+from kubernetes.config.incluster_config import InClusterConfigLoader
 from kubernetes.config.kube_config import KubeConfigLoader
 
 from ..base import BackendConfig, ErrorKind, RemoteError
 from ..guard import Resolver, check_endpoint, system_resolver
+from . import kubeconfig
 from .settings import KubernetesOptions
 
 REQUEST_TIMEOUT_S = 30.0
@@ -87,8 +84,11 @@ def api_client(config: BackendConfig, *, resolver: Resolver = system_resolver) -
 
 
 def _load_in_cluster(configuration: k8s.Configuration) -> None:
+    """The pod's service account, from the folder `kubeconfig` reads it from (the form checks the
+    same one); the client's loader re-reads the rotated token as it expires."""
+    folder = kubeconfig.SERVICE_ACCOUNT_DIR
     try:
-        InClusterConfigLoader(token_filename=SERVICE_TOKEN_FILENAME, cert_filename=SERVICE_CERT_FILENAME).load_and_set(
+        InClusterConfigLoader(token_filename=str(folder / "token"), cert_filename=str(folder / "ca.crt")).load_and_set(
             configuration
         )
     except ConfigException as exc:

@@ -69,17 +69,19 @@ class ClusterAccess:
     in_cluster: bool = False
 
     def settings(self) -> dict[str, Any]:
-        """The backend's settings this fills (names of `sandboxes.backends.kubernetes.settings`),
-        one way to the cluster: the URL, CA and token; or, for a client certificate (which has
-        no setting of its own), a kubeconfig of this one context (`single_context_kubeconfig`);
-        or the in-cluster switch (its token is rotated, so never stored)."""
-        values: dict[str, Any] = {"api_url": "", "ca_cert": "", "token": "", "in_cluster": self.in_cluster}
+        """The backend's settings this fills (names of `sandboxes.backends.kubernetes.settings`:
+        the API server URL, its CA and the token under every kind's `endpoint`, `tls_ca`,
+        `api_key`), one way to the cluster: the URL, CA and token; or, for a client certificate
+        (which has no setting of its own), a kubeconfig of this one context
+        (`single_context_kubeconfig`); or the in-cluster switch (its token is rotated, so never
+        stored)."""
+        values: dict[str, Any] = {"endpoint": "", "tls_ca": "", "api_key": "", "in_cluster": self.in_cluster}
         if self.namespace:
             values["namespace"] = self.namespace
         if self.client_cert:
             values["kubeconfig"] = self.single_context_kubeconfig()
         elif not self.in_cluster:
-            values.update(api_url=self.api_url, ca_cert=self.ca_cert, token=self.token)
+            values.update(endpoint=self.api_url, tls_ca=self.ca_cert, api_key=self.token)
         return values
 
     def single_context_kubeconfig(self) -> str:

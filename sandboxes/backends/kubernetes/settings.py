@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from ..settings import Given, Options, Setting, SettingsSchema, SettingType, secret_field
+from .kubeconfig import fill_settings
 
 SHARED = "shared"
 PER_SPACE = "per_space"
@@ -150,6 +151,7 @@ SCHEMA = SettingsSchema(
     label="Kubernetes",
     options=KubernetesOptions,
     check=check,
+    fill=fill_settings,  # a pasted kubeconfig becomes the URL, CA and token (`kubeconfig`)
     settings=(
         API_URL,
         Setting(
@@ -176,8 +178,16 @@ SCHEMA = SettingsSchema(
             secret=True,
             validate=_kubeconfig_problem,
             max_length=65536,
-            help="Instead of the URL and token: a kubeconfig's YAML (its current context; no exec or "
-            "auth-provider plugins). Stored encrypted; leave *** (or empty) to keep it.",
+            help="Instead of the URL, CA and token: paste a kubeconfig (`kubectl config view --minify --flatten "
+            "--raw`). Its context's server, CA and token fill the fields above and the file is not kept; a client "
+            "certificate is kept as a kubeconfig of that context alone, encrypted. No exec or auth-provider "
+            "plugins: the console cannot run a program on your machine.",
+        ),
+        Setting(
+            "kubeconfig_context",
+            "Kubeconfig context",
+            max_length=253,
+            help="The pasted kubeconfig's context to use. Empty: its current context. Not stored.",
         ),
         Setting(
             "in_cluster",

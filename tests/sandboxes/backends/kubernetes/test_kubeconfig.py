@@ -64,9 +64,9 @@ def test_the_current_context_gives_the_server_its_ca_the_token_and_the_namespace
         "agents",
     )
     assert access.settings() == {
-        "api_url": "https://k8s.prod.test:6443",
-        "ca_cert": CA.strip() + "\n",
-        "token": "prod-token",
+        "endpoint": "https://k8s.prod.test:6443",
+        "tls_ca": CA.strip() + "\n",
+        "api_key": "prod-token",
         "in_cluster": False,
         "namespace": "agents",
     }
@@ -153,7 +153,7 @@ def test_a_broken_kubeconfig_is_named_as_such(text: str, says: str) -> None:
 def test_a_client_certificate_is_kept_as_a_kubeconfig_of_its_context_alone() -> None:
     text = kubeconfig_text(user={"client-certificate-data": b64(CLIENT_CERT), "client-key-data": b64(CLIENT_KEY)})
     settings = parse_kubeconfig(text).settings()
-    assert (settings["api_url"], settings["token"]) == ("", "")
+    assert (settings["endpoint"], settings["api_key"]) == ("", "")
     kept = settings["kubeconfig"]
     assert "dev-token" not in kept  # the other context stays behind
     assert "127.0.0.1:7443" not in kept
@@ -185,9 +185,9 @@ def test_the_in_cluster_service_account_is_read_from_its_files_and_the_environme
         True,
     )
     assert access.settings() == {
-        "api_url": "",
-        "ca_cert": "",
-        "token": "",
+        "endpoint": "",
+        "tls_ca": "",
+        "api_key": "",
         "in_cluster": True,
         "namespace": "sandbox-console",
     }
@@ -208,8 +208,8 @@ def test_the_in_cluster_service_account_says_what_is_missing(tmp_path: Path) -> 
 def test_fill_turns_a_pasted_kubeconfig_into_the_settings_or_the_field_problem() -> None:
     filled = fill_settings(Given(values={"kubeconfig": kubeconfig_text(), "kubeconfig_context": "", "namespace": ""}))
     assert not filled.problems
-    assert filled.values["api_url"] == "https://k8s.prod.test:6443"
-    assert filled.values["token"] == "prod-token"
+    assert filled.values["endpoint"] == "https://k8s.prod.test:6443"
+    assert filled.values["api_key"] == "prod-token"
     assert filled.values["kubeconfig"] == ""  # its parts are stored, not the file
     assert filled.values["namespace"] == "agents"
     typed = fill_settings(Given(values={"kubeconfig": kubeconfig_text(), "namespace": "mine"}))

@@ -4,37 +4,14 @@ rule fewer is reported by name; and the manifest grants what `check.PERMISSIONS`
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from sandboxes.backends.kubernetes.check import NAMESPACE_PERMISSION, PERMISSIONS, check_cluster
 from tests.fakes.kube.cluster import FakeCluster
 from tests.fakes.kube.fixtures import kube_client
-
-DOC = Path(__file__).resolve().parents[4] / "docs" / "kubernetes.md"
-
-
-def manifest_documents() -> list[dict[str, Any]]:
-    blocks = re.findall(r"^```yaml\n(.*?)^```", DOC.read_text(), re.S | re.M)
-    documents = [doc for block in blocks for doc in yaml.safe_load_all(block)]
-    return [doc for doc in documents if isinstance(doc, dict)]
-
-
-def the(kind: str) -> dict[str, Any]:
-    [found] = [doc for doc in manifest_documents() if doc.get("kind") == kind]
-    return found
-
-
-def namespaces_rule() -> list[dict[str, Any]]:
-    """The rule docs/kubernetes.md adds for one namespace per space (a bare list item)."""
-    blocks = re.findall(r"^```yaml\n(.*?)^```", DOC.read_text(), re.S | re.M)
-    items = [yaml.safe_load(block) for block in blocks if block.lstrip().startswith("- ")]
-    [rules] = items
-    return list(rules)
+from tests.support.kube_rbac import manifest, namespaces_rule
 
 
 def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
@@ -48,7 +25,7 @@ def granted(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def test_the_manifest_grants_what_the_check_asks_and_binds_the_service_account() -> None:
-    role, binding, account = the("Role"), the("RoleBinding"), the("ServiceAccount")
+    role, binding, account = manifest("Role"), manifest("RoleBinding"), manifest("ServiceAccount")
     asked = {(p.group, p.resource, verb) for p in PERMISSIONS for verb in p.verbs}
     assert granted(role["rules"]) == asked
     assert binding["roleRef"] == {
@@ -56,7 +33,9 @@ def test_the_manifest_grants_what_the_check_asks_and_binds_the_service_account()
         "kind": "Role",
         "name": role["metadata"]["name"],
     }
-    assert binding["metadata"]["namespace"] == role["metadata"]["namespace"] == the("Namespace")["metadata"]["name"]
+    assert (
+        binding["metadata"]["namespace"] == role["metadata"]["namespace"] == manifest("Namespace")["metadata"]["name"]
+    )
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": account["metadata"]["namespace"]}
     ]
@@ -66,7 +45,7 @@ def test_the_manifest_grants_what_the_check_asks_and_binds_the_service_account()
 
 @pytest.mark.docker
 def test_exactly_the_manifests_rules_pass_test_connection(fake_cluster: FakeCluster) -> None:
-    role = the("Role")
+    role = manifest("Role")
     namespace = role["metadata"]["namespace"]
     token = fake_cluster.token_with(role["rules"], namespace=namespace)
     findings = check_cluster(kube_client(fake_cluster, token, namespace), namespace)
@@ -75,7 +54,7 @@ def test_exactly_the_manifests_rules_pass_test_connection(fake_cluster: FakeClus
 
 @pytest.mark.docker
 def test_one_rule_fewer_is_reported_by_name(fake_cluster: FakeCluster) -> None:
-    role = the("Role")
+    role = manifest("Role")
     namespace = role["metadata"]["namespace"]
     rules = [rule for rule in role["rules"] if rule["resources"] != ["sandboxwarmpools"]]
     token = fake_cluster.token_with(rules, namespace=namespace)
@@ -93,7 +72,7 @@ def test_one_rule_fewer_is_reported_by_name(fake_cluster: FakeCluster) -> None:
 
 @pytest.mark.docker
 def test_one_namespace_per_space_needs_the_cluster_role_with_namespaces(fake_cluster: FakeCluster) -> None:
-    rules = the("Role")["rules"]
+    rules = manifest("Role")["rules"]
     without = check_cluster(kube_client(fake_cluster, fake_cluster.token_with(rules)), "", per_space=True)
     missing = {f.name: f for f in without}["permissions"]
     assert missing.detail == "missing in every namespace: get namespaces, create namespaces"
