@@ -53,6 +53,7 @@ import logging
 import re
 import threading
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client as k8s
@@ -534,8 +535,25 @@ class KubernetesBackend(Backend):
         from .images import KubernetesSnapshots
 
         return KubernetesSnapshots(
-            self, custom=self.custom, call=call, registry=self.registry, namespace=self.base_namespace
+            self,
+            custom=self.custom,
+            call=call,
+            registry=self.registry,
+            namespace=self.base_namespace,
+            started=self.container_started,
         )
+
+    def container_started(self, sandbox_id: str) -> datetime | None:
+        """When the running sandbox's container started (the pod's container status), or None
+        when the pod does not say."""
+        ref = self.pod_of(sandbox_id)
+        pod = call(f"reading pod {ref.namespace}/{ref.pod}", self.core.read_namespaced_pod, ref.pod, ref.namespace)
+        for status in (pod.status.container_statuses if pod.status else None) or []:
+            running = status.state.running if status.state else None
+            if status.name == ref.container and running is not None and running.started_at is not None:
+                started: datetime = running.started_at
+                return started
+        return None
 
     @property
     def registry(self) -> Registry | None:

@@ -99,12 +99,14 @@ class KubernetesSnapshots(SnapshotsCapability):
         call: Callable[..., Any],
         registry: Registry | None,
         namespace: str,
+        started: Callable[[str], datetime | None] | None = None,
     ) -> None:
         self.backend = backend
         self.custom = custom
         self.call = call
         self.registry = registry
         self.namespace = namespace
+        self.started = started
 
     # --- the contract --------------------------------------------------------------------
 
@@ -116,7 +118,10 @@ class KubernetesSnapshots(SnapshotsCapability):
         container = main_container(source)
         base = registry.holds(str(container.get("image", "")))
         snapshot_id = f"snap-{secrets.token_hex(6)}"
-        started = info.started_at.timestamp() - STARTED_MARGIN_S if info.started_at else 0.0
+        # When the pod's container started (its image was unpacked before), else the sandbox's
+        # own start; with neither, every file (a layer as big as the image, but whole).
+        began = (self.started(sandbox_id) if self.started else None) or info.started_at
+        started = began.timestamp() - STARTED_MARGIN_S if began else 0.0
         image, size = push_skill_image(
             registry, base, self.backend, sandbox_id, since=started, tag=snapshot_id, name=name
         )
