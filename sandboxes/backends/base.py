@@ -205,6 +205,23 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class WorkspaceFolder:
+    name: str  # directly under /workspace
+    owner_uid: int  # owner and group
+    mode: int | None = None  # None: a folder there keeps its mode; one made gets 0755
+
+
+@dataclass(frozen=True)
+class WorkspaceLayout:
+    """/workspace as a new sandbox should start: the folder the session user's (its mode kept),
+    with these folders in it. A backend that can lay it out at create does and says so
+    (`SandboxInfo.workspace_ready`); otherwise the caller lays it out in the running sandbox."""
+
+    owner_uid: int
+    folders: tuple[WorkspaceFolder, ...]
+
+
+@dataclass(frozen=True)
 class SandboxSpec:
     template_id: str
     network: NetworkSpec
@@ -216,6 +233,7 @@ class SandboxSpec:
     auto_resume: bool = True
     # Name of persistent storage mounted at /workspace (Docker: a named volume); None = none.
     workspace_volume: str | None = None
+    workspace_layout: WorkspaceLayout | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +246,8 @@ class SandboxInfo:
     end_at: datetime | None = None
     # Cube returns the inbound traffic token only at create; callers store it with the session.
     traffic_token: str | None = None
+    # Answered by create: /workspace already has the spec's `workspace_layout`.
+    workspace_ready: bool = False
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from ..catalog.network import network_spec_for, spec_fingerprint, unsupported_po
 from ..models import MemberState, PoolClaim, PoolMember, SandboxConfig, is_native_pool_of, native_pool_name
 from ..sessions.limits import pool_overflow, pool_room
 from ..sessions.lookup import BeingDeleted, refuse_while_deleted
-from ..sessions.provisioning import effective_template, prepare_workspace
+from ..sessions.provisioning import WORKSPACE_LAYOUT, effective_template, ready_workspace
 from ..sessions.store import LockTimeout, SessionStoreUnavailable, lifecycle_lock
 from ..sessions.store_select import get_store
 from .tuning import POOLS
@@ -107,6 +107,7 @@ def wanted(config: SandboxConfig, backend: Backend) -> Wanted:
         },
         resources=sandbox_resources(config),
         timeout_s=config.idle_timeout_s,
+        workspace_layout=WORKSPACE_LAYOUT,
     )
     size, why = min(config.pool_size, config.backend.max_pool_size), ""
     if size < config.pool_size:
@@ -238,6 +239,7 @@ def make_member(config: SandboxConfig, backend: Backend, want: Wanted) -> str:
         resources=want.spec.resources,
         timeout_s=want.spec.timeout_s,
         workspace_volume=volume or None,
+        workspace_layout=want.spec.workspace_layout,
     )
     try:
         info = backend.create(spec)
@@ -246,7 +248,7 @@ def make_member(config: SandboxConfig, backend: Backend, want: Wanted) -> str:
         _delete_volume(backend, volume)
         raise
     try:
-        prepare_workspace(backend, info.sandbox_id)
+        ready_workspace(backend, info)
         if POOLS.keep_paused:
             backend.pause(info.sandbox_id)
     except RemoteError:

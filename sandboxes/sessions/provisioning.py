@@ -3,7 +3,8 @@
 Its backend is `catalog.bridge.get_backend(config)`. Here: `effective_template`: the space's
 skill image on a config when valid, else the config's default template; `prepare_workspace`:
 the /workspace layout every new sandbox gets, through the helper that runs inside it
-(`WORKSPACE_HELPER_SOURCE`); `from_warm_pool`: a ready sandbox for a session that has none,
+(`WORKSPACE_HELPER_SOURCE`), or made by the create itself (`WORKSPACE_LAYOUT`,
+`ready_workspace`); `from_warm_pool`: a ready sandbox for a session that has none,
 from the sources registered with `register_warm_source` (the pools room registers its own in
 `SandboxesConfig.ready()`; this room never imports it).
 
@@ -19,7 +20,15 @@ from pathlib import Path
 
 from console.models import Space
 
-from ..backends.base import Backend, ErrorKind, ExecRequest, RemoteError, SandboxInfo
+from ..backends.base import (
+    Backend,
+    ErrorKind,
+    ExecRequest,
+    RemoteError,
+    SandboxInfo,
+    WorkspaceFolder,
+    WorkspaceLayout,
+)
 from ..catalog.bridge import config_fingerprint
 from ..models import SandboxConfig, Session, SessionImage
 
@@ -53,12 +62,27 @@ WORKSPACE_HELPER_SOURCE = Path(__file__).with_name("workspace_helper.py").read_t
 # The workspace layout every new sandbox gets: input/ read-only to the session user. Set by
 # the helper on descriptors opened without following links: a persistent workspace may hold
 # links its user planted (output -> /etc), which a plain chown would follow as root.
+SESSION_UID = 1000
 PREPARE_WORKSPACE = ExecRequest(
-    argv=("python3", "-I", "-c", WORKSPACE_HELPER_SOURCE, "prepare", ".", "1000"),
+    argv=("python3", "-I", "-c", WORKSPACE_HELPER_SOURCE, "prepare", ".", str(SESSION_UID)),
     user="root",
     cwd="/",
     timeout_s=30,
 )
+
+
+# The same layout, for a backend that makes it at create (SandboxSpec.workspace_layout): the
+# folder the user's, input/ root's and 0755, output/ the user's (its mode kept).
+WORKSPACE_LAYOUT = WorkspaceLayout(
+    owner_uid=SESSION_UID,
+    folders=(WorkspaceFolder("input", 0, 0o755), WorkspaceFolder("output", SESSION_UID)),
+)
+
+
+def ready_workspace(backend: Backend, info: SandboxInfo) -> None:
+    """After a create: lay out /workspace unless the create did (`workspace_ready`)."""
+    if not info.workspace_ready:
+        prepare_workspace(backend, info.sandbox_id)
 
 
 def prepare_workspace(backend: Backend, sandbox_id: str) -> None:

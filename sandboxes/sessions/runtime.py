@@ -78,7 +78,7 @@ from .inflight import busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
 from .lookup import get_or_create_session
 from .observe import observe_resolve, took_slow_path
-from .provisioning import effective_template, from_warm_pool, prepare_workspace
+from .provisioning import WORKSPACE_LAYOUT, effective_template, from_warm_pool, prepare_workspace, ready_workspace
 from .store import (
     LOCK_TTL_MS,
     TURN_TTL_S,
@@ -556,6 +556,7 @@ class Runtime:
             auto_pause=True,
             auto_resume=True,
             workspace_volume=session.workspace_volume if persistent else None,
+            workspace_layout=WORKSPACE_LAYOUT,
         )
         if persistent and not session.has_persistent_workspace:
             # Recorded before the create, so a delete after a crash mid-create still removes it.
@@ -564,7 +565,7 @@ class Runtime:
             session.has_persistent_workspace = True
         info = backend.create(spec)
         try:
-            prepare_workspace(backend, info.sandbox_id)
+            ready_workspace(backend, info)
         except RemoteError:
             self._delete_quietly(backend, info.sandbox_id)
             raise

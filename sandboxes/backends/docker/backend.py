@@ -100,6 +100,7 @@ from .image import (
     LABEL_MANAGED,
 )
 from .inbound import LABEL_TRAFFIC_TOKEN, DockerInbound, new_traffic_token
+from .layout import lay_out
 from .listing import DockerListing
 from .networks import DockerNetworks
 from .pty import DockerPtys
@@ -213,14 +214,14 @@ class DockerBackend(Backend):
         disk = self.disk.plan(spec)
         try:
             try:
-                container_id = self._create_and_start(image, labels, spec, network_mode, gateway, disk)
+                container_id, ready = self._create_and_start(image, labels, spec, network_mode, gateway, disk)
             except RemoteError as exc:
                 # The space's network went away under us: its last sandbox was deleted meanwhile
                 # and took it along (see release_network). Make it again, once.
                 if exc.kind != ErrorKind.NOT_FOUND or network_mode == "none":
                     raise
                 network_mode, gateway = self._network_mode(spec.network, space)
-                container_id = self._create_and_start(image, labels, spec, network_mode, gateway, disk)
+                container_id, ready = self._create_and_start(image, labels, spec, network_mode, gateway, disk)
         except BaseException:
             disk.discard()  # no sandbox, so nothing owns its scratch
             raise
@@ -230,7 +231,7 @@ class DockerBackend(Backend):
             extra={"sandbox_id": container_id, "template": spec.template_id, "network": network_mode},
         )
         self.outbound.settle(spec.network)
-        return self.get(container_id)
+        return dataclasses.replace(self.get(container_id), workspace_ready=ready)
 
     def _network_mode(self, network: NetworkSpec, space: str) -> tuple[str, str]:
         """(network mode, resolver address). Offline: no network at all (none is made for it:
@@ -247,21 +248,24 @@ class DockerBackend(Backend):
 
     def _create_and_start(
         self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str, disk: DiskPlan
-    ) -> str:
+    ) -> tuple[str, bool]:
+        """The started container, and whether /workspace has the spec's layout (laid out
+        before the start, through the archive API: no process run inside; layout.py)."""
         container_id = self._create_container(image, {**labels, **disk.labels}, spec, network_mode, resolver, disk)
         try:
+            ready = spec.workspace_layout is not None and lay_out(self.api, container_id, spec.workspace_layout)
             with _engine_call("starting the sandbox"):
                 self.api.start(container_id)
             if self.outbound.enforces_lists() and network_mode != "none":
                 # Until its chain is in, the bridge drops everything from the new address. On no
                 # network there is nothing to filter: a policy switched on later attaches it.
                 self.outbound.attach(container_id, labels[LABEL_NETWORK], spec.network)
-            if spec.workspace_volume:
+            if spec.workspace_volume and not ready:
                 self._own_workspace(container_id)
         except RemoteError:
             self.engine.remove_container(container_id)
             raise
-        return container_id
+        return container_id, ready
 
     def _create_container(
         self, image: str, labels: dict[str, str], spec: SandboxSpec, network_mode: str, resolver: str, disk: DiskPlan
