@@ -35,8 +35,8 @@ syntax: `k-`/`h-` and a SHA-256 prefix); the exact metadata in the annotation
 
 Namespaces: `shared` puts every sandbox in `namespace` (default `sandboxes`); `per_space` in
 `<namespace>-<space id>` (made on first use), the space read from the sandbox's
-`console-space` metadata (a sandbox without one: `namespace`). Templates named by id are
-read from `namespace`.
+`console-space` metadata (a sandbox without one: `namespace`), and `release_space` deletes
+it once it holds no claim. Templates named by id are read from `namespace`.
 
 exec, PTY and files go through pods/exec (`exec.PodExec`, on the `stream` channel client):
 `pod_exec()` builds it on this backend's client, finding a sandbox's pod with `pod_of`;
@@ -88,7 +88,7 @@ from ..capabilities import (
 from ..guard import Resolver, system_resolver
 from . import check, claims, network
 from .claims import CLAIMS, SANDBOXES, SandboxRef, Watcher
-from .client import REQUEST_TIMEOUT_S, api_client, call, options_of
+from .client import REQUEST_TIMEOUT_S, api_client, call, call_unless, options_of
 from .exec import PodExec, PodRef
 from .files import KubernetesFiles
 from .listing import list_page
@@ -196,21 +196,18 @@ class KubernetesBackend(Backend):
     def delete_custom(self, resource: tuple[str, str, str], namespace: str, name: str, what: str) -> None:
         """Idempotent: a missing object is deleted already."""
         group, version, plural = resource
-        try:
-            call(
-                f"deleting {what}",
-                self.custom.delete_namespaced_custom_object,
-                group,
-                version,
-                namespace,
-                plural,
-                name,
-                propagation_policy="Background",
-                _request_timeout=self.request_timeout,
-            )
-        except RemoteError as exc:
-            if exc.kind not in (ErrorKind.NOT_FOUND, ErrorKind.GONE):
-                raise
+        call_unless(
+            (ErrorKind.NOT_FOUND, ErrorKind.GONE),
+            f"deleting {what}",
+            self.custom.delete_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            propagation_policy="Background",
+            _request_timeout=self.request_timeout,
+        )
 
     def patch_custom(
         self, resource: tuple[str, str, str], namespace: str, name: str, body: dict[str, Any], what: str
@@ -264,29 +261,50 @@ class KubernetesBackend(Backend):
         space = metadata.get(META_SPACE, "")
         if not self.per_space or not space:
             return self.base_namespace
+        namespace = self.space_namespace(space)
+        self._ensure_namespace(namespace)
+        return namespace
+
+    def space_namespace(self, space: str) -> str:
+        """A space's namespace in per-space mode: `<namespace>-<space id>` (a digest of the id
+        when it is not a namespace's syntax or too long)."""
         part = _NAMESPACE_PART.sub("-", space.lower()).strip("-")
         room = 62 - len(self.base_namespace)
         if not part or part != space or len(part) > room:
             part = hashlib.sha256(space.encode()).hexdigest()[: min(room, 32)]
-        namespace = f"{self.base_namespace}-{part}"
-        self._ensure_namespace(namespace)
-        return namespace
+        return f"{self.base_namespace}-{part}"
+
+    def release_space(self, space: str) -> builtins.list[str]:
+        """Per-space mode: the space's namespace (its derived templates and pools with it),
+        once it holds no claim; `conflict` naming how many stay. Shared mode keeps nothing
+        per space."""
+        if not self.per_space:
+            return []
+        namespace = self.space_namespace(space)
+        try:
+            left = self.list_all(CLAIMS, namespace, f"listing the sandboxes of namespace {namespace}")
+        except RemoteError as exc:
+            if exc.kind == ErrorKind.NOT_FOUND:
+                return []
+            raise
+        if left:
+            raise RemoteError(ErrorKind.CONFLICT, f"namespace {namespace} still holds {len(left)} sandbox claim(s)")
+        gone = (ErrorKind.NOT_FOUND,)
+        kw = {"_request_timeout": self.request_timeout}
+        if call_unless(gone, f"deleting namespace {namespace}", self.core.delete_namespace, namespace, **kw) is None:
+            return []
+        with self._lock:
+            self._namespaces.discard(namespace)
+        return [f"namespace {namespace}"]
 
     def _ensure_namespace(self, namespace: str) -> None:
         with self._lock:
             if namespace in self._namespaces:
                 return
         body = {"metadata": {"name": namespace, "labels": {claims.MANAGED: "1"}}}
-        try:
-            call(
-                f"creating namespace {namespace}",
-                self.core.create_namespace,
-                body,
-                _request_timeout=self.request_timeout,
-            )
-        except RemoteError as exc:
-            if exc.kind != ErrorKind.CONFLICT:
-                raise
+        there = (ErrorKind.CONFLICT,)
+        kw = {"_request_timeout": self.request_timeout}
+        call_unless(there, f"creating namespace {namespace}", self.core.create_namespace, body, **kw)
         with self._lock:
             self._namespaces.add(namespace)
 

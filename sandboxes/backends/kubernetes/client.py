@@ -220,3 +220,16 @@ def call(what: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> 
     """`function(*args, **kwargs)` with its failures translated."""
     with translated(what):
         return function(*args, **kwargs)
+
+
+def call_unless(
+    kinds: tuple[ErrorKind, ...], what: str, function: Callable[..., Any], *args: Any, **kwargs: Any
+) -> Any:
+    """`call`, answering None for a failure of one of `kinds` (a delete of what is gone, a
+    create of what is there)."""
+    try:
+        return call(what, function, *args, **kwargs)
+    except RemoteError as exc:
+        if exc.kind in kinds:
+            return None
+        raise

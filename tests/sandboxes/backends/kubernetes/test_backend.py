@@ -1,7 +1,9 @@
-"""The Kubernetes backend against the fake cluster (tests/fakes/kube/): the API's pages as ours
+"""The Kubernetes backend against the fake cluster (tests/fakes/kube/): the conformance suite
+(snapshots through the session's OCI registry) plus its own rules: the API's pages as ours
 (and an expired one), each network switch as the derived template's NetworkPolicy (checked
 by the fake against agent-sandbox's schema), a limited or wrong token in words, ids that name
-nothing.
+nothing, the platform's templates listed, suspend and resume keeping /workspace (memory not
+kept: `stopped`), a native warm pool's sandbox claimed, a namespace per space.
 
 The adapter reaches the fake only through its BackendConfig (the API server URL, a bearer
 token, the fake's CA, private endpoints allowed): the production path, guard and TLS included.
@@ -10,27 +12,37 @@ token, the fake's CA, private endpoints allowed): the production path, guard and
 from __future__ import annotations
 
 import ipaddress
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
+import docker
 import pytest
 
 from sandboxes.backends.base import (
+    Backend,
     BackendConfig,
     ErrorKind,
+    ExecRequest,
     ListQuery,
     NetworkSpec,
     RemoteError,
     Resources,
     SandboxSpec,
+    SandboxState,
+    SnapshotInfo,
 )
+from sandboxes.backends.capabilities import SnapshotsCapability
 from sandboxes.backends.kubernetes import claims, network
 from sandboxes.backends.kubernetes.backend import KubernetesBackend
 from tests.fakes.kube.cluster import FakeCluster
 from tests.fakes.kube.crds import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from tests.fakes.kube.fixtures import template_body
-from tests.support.backend_conformance import OFFLINE
+from tests.fakes.kube.resources import NAMESPACES
+from tests.support.backend_conformance import OFFLINE, BackendConformance, SandboxFactory, run, sandbox_factory
+from tests.support.oci_registry import LocalRegistry
 
 pytestmark = pytest.mark.docker
 
@@ -49,19 +61,87 @@ def backend_for(cluster: FakeCluster, token: str | None = None, **options: Any) 
 
 
 @pytest.fixture(scope="module")
-def backend(fake_cluster: FakeCluster) -> Iterator[KubernetesBackend]:
-    adapter = backend_for(fake_cluster)
+def backend(fake_cluster: FakeCluster, oci_registry: LocalRegistry) -> Iterator[KubernetesBackend]:
+    """The adapter, with the test session's registry for skill images (snapshots)."""
+    adapter = backend_for(fake_cluster, registry_url=oci_registry.url)
     yield adapter
     adapter.close()
 
 
 @pytest.fixture(scope="module")
-def template_id(fake_cluster: FakeCluster) -> Iterator[str]:
-    """A SandboxTemplate of the platform admin's, referenced by its name."""
+def template_id(fake_cluster: FakeCluster, oci_registry: LocalRegistry, docker_base_image: str) -> Iterator[str]:
+    """A SandboxTemplate of the platform admin's, referenced by its name, whose image is in
+    the backend's registry (skill images are layers on it)."""
+    image = oci_registry.push_local_image(docker_base_image, "sandbox-console/base", "latest")
     name = f"tpl-{uuid.uuid4().hex[:8]}"
-    fake_cluster.store.create(SANDBOX_TEMPLATES, NAMESPACE, template_body(name))
+    fake_cluster.store.create(SANDBOX_TEMPLATES, NAMESPACE, template_body(name, image=image))
     yield name
     fake_cluster.store.delete(SANDBOX_TEMPLATES, NAMESPACE, name)
+
+
+class NodePulls(SnapshotsCapability):
+    """The adapter's snapshots, and after each create the pull a real node's kubelet makes of
+    the skill image (the fake's kubelet never pulls: its pods run images already here)."""
+
+    def __init__(self, inner: SnapshotsCapability, cluster: FakeCluster) -> None:
+        self.inner = inner
+        self.cluster = cluster
+
+    def create(self, sandbox_id: str, *, name: str = "", labels: Mapping[str, str] | None = None) -> SnapshotInfo:
+        info = self.inner.create(sandbox_id, name=name, labels=labels)
+        template = self.cluster.store.get(SANDBOX_TEMPLATES, NAMESPACE, info.snapshot_id)
+        image = template["spec"]["podTemplate"]["spec"]["containers"][0]["image"]
+        client = docker.from_env(timeout=120)
+        try:
+            client.images.pull(image)  # from the session's registry, on loopback
+        finally:
+            client.close()
+        return info
+
+    def list(self) -> list[SnapshotInfo]:
+        return self.inner.list()
+
+    def delete(self, snapshot_id: str) -> None:
+        self.inner.delete(snapshot_id)
+
+
+class TestKubernetesConformance(BackendConformance):
+    """The shared contract, run against the fake cluster."""
+
+    @pytest.fixture
+    def snapshots(self, backend: KubernetesBackend, fake_cluster: FakeCluster) -> SnapshotsCapability:
+        capability = backend.snapshots()
+        assert capability is not None  # the backend has a registry
+        return NodePulls(capability, fake_cluster)
+
+    def test_snapshot_keeps_the_source_running_and_seeds_new_sandboxes(
+        self, backend: Backend, make_sandbox: SandboxFactory, snapshots: SnapshotsCapability, test_run_id: str
+    ) -> None:
+        """The suite's, with the seed outside /workspace: there each sandbox has its own volume
+        claim, which no image carries (a cluster copies nothing of an image into a volume);
+        a skill image holds what an install changed on the root file system."""
+        source = make_sandbox()
+        run(backend, source.sandbox_id, "echo from-source > /opt/seed.txt", user="root")
+        run(backend, source.sandbox_id, "echo own > /workspace/own.txt")
+        snapshot = snapshots.create(source.sandbox_id, name="conformance", labels={"test-run": test_run_id})
+        try:
+            assert snapshot.snapshot_id.startswith("snap-")
+            assert backend.get(source.sandbox_id).state == SandboxState.RUNNING
+            assert snapshot.snapshot_id in {item.snapshot_id for item in snapshots.list()}
+            child = make_sandbox(template_id=snapshot.snapshot_id)
+            assert run(backend, child.sandbox_id, "cat /opt/seed.txt") == "from-source\n"
+            assert run(backend, child.sandbox_id, "ls -A /workspace").split() == ["input", "output"]
+            backend.delete(child.sandbox_id)
+        finally:
+            snapshots.delete(snapshot.snapshot_id)
+        snapshots.delete(snapshot.snapshot_id)  # idempotent
+        assert snapshot.snapshot_id not in {item.snapshot_id for item in snapshots.list()}
+
+
+@pytest.fixture
+def make_sandbox(backend: KubernetesBackend, template_id: str, test_run_id: str) -> Iterator[SandboxFactory]:
+    with sandbox_factory(backend, template_id, test_run_id) as make:
+        yield make
 
 
 # The API's pages ----------------------------------------------------------------------------
@@ -245,6 +325,27 @@ def test_a_missing_or_foreign_id_is_not_found(backend: KubernetesBackend) -> Non
         backend.delete(sandbox_id)  # idempotent, whatever the id
 
 
+# Suspend and resume -------------------------------------------------------------------------
+
+
+def test_suspend_then_resume_keeps_workspace_and_says_memory_was_not(
+    backend: KubernetesBackend, make_sandbox: SandboxFactory
+) -> None:
+    info = make_sandbox()
+    run(backend, info.sandbox_id, "echo kept > /workspace/kept.txt")
+    paused = backend.pause(info.sandbox_id)
+    assert paused.state == SandboxState.STOPPED  # never PAUSED: the pod is gone, memory with it
+    assert backend.get(info.sandbox_id).state == SandboxState.STOPPED
+    stopped = backend.list(ListQuery(metadata=dict(info.metadata), states=frozenset({SandboxState.STOPPED})))
+    assert [item.sandbox_id for item in stopped.items] == [info.sandbox_id]
+    with pytest.raises(RemoteError) as idle:
+        backend.exec(info.sandbox_id, ExecRequest(argv=("true",)))
+    assert idle.value.kind == ErrorKind.CONFLICT
+    resumed = backend.connect(info.sandbox_id)
+    assert resumed.state == SandboxState.RUNNING
+    assert run(backend, info.sandbox_id, "cat /workspace/kept.txt") == "kept\n"
+
+
 def test_templates_are_the_platforms_not_the_derived_ones(backend: KubernetesBackend, template_id: str) -> None:
     derived = backend.derived.template_for(SandboxSpec(template_id=template_id, network=OFFLINE), NAMESPACE)
     listed = {info.template_id: info for info in backend.templates().list()}
@@ -252,3 +353,59 @@ def test_templates_are_the_platforms_not_the_derived_ones(backend: KubernetesBac
     assert "sandbox-console/base:latest" in listed[template_id].description
     assert derived not in listed
     assert backend.templates().get(template_id).name == template_id
+
+
+# Warm pools and namespaces per space --------------------------------------------------------
+
+
+def test_a_warm_pools_ready_sandbox_is_claimed_with_the_sessions_metadata(
+    backend: KubernetesBackend, template_id: str
+) -> None:
+    pools = backend.warm_pools()
+    pool = f"config-{uuid.uuid4().hex[:8]}"
+    spec = SandboxSpec(template_id=template_id, network=OFFLINE, metadata={"console-config": pool})
+    try:
+        pools.ensure(pool, spec, 1)
+        deadline = time.monotonic() + 60
+        while pools.pools().get(pool, (0, 0))[0] < 1:
+            assert time.monotonic() < deadline, pools.pools()
+            time.sleep(0.5)
+        assert pools.claim(pool, replace(spec, env={"A": "b"})) is None  # a warm pod takes no env
+        session = {**spec.metadata, "console-session": f"warm-{uuid.uuid4().hex[:8]}"}
+        info = pools.claim(pool, replace(spec, metadata=session))
+        assert info is not None
+        try:
+            assert info.state == SandboxState.RUNNING
+            assert backend.get(info.sandbox_id).metadata == session
+            listed = backend.list(ListQuery(metadata={"console-session": session["console-session"]}))
+            assert [item.sandbox_id for item in listed.items] == [info.sandbox_id]
+            assert run(backend, info.sandbox_id, "stat -c %u /workspace/output").strip() == "1000"
+        finally:
+            backend.delete(info.sandbox_id)
+    finally:
+        pools.drain(pool)
+    assert pool not in pools.pools()
+    pools.drain(pool)  # idempotent
+
+
+def test_per_space_namespaces_hold_each_spaces_sandboxes(fake_cluster: FakeCluster, template_id: str) -> None:
+    adapter = backend_for(fake_cluster, namespace_mode="per_space")
+    space = str(uuid.uuid4())
+    try:
+        info = adapter.create(SandboxSpec(template_id=template_id, network=OFFLINE, metadata={"console-space": space}))
+        try:
+            assert info.sandbox_id.startswith(f"{NAMESPACE}-{space}.")
+            assert fake_cluster.store.get(NAMESPACES, None, f"{NAMESPACE}-{space}")
+            listed = adapter.list(ListQuery(metadata={"console-space": space}))
+            assert [item.sandbox_id for item in listed.items] == [info.sandbox_id]
+            assert run(adapter, info.sandbox_id, "echo here") == "here\n"
+            with pytest.raises(RemoteError) as held:
+                adapter.release_space(space)
+            assert held.value.kind == ErrorKind.CONFLICT
+        finally:
+            adapter.delete(info.sandbox_id)
+        assert adapter.release_space(space) == [f"namespace {NAMESPACE}-{space}"]
+        assert fake_cluster.store.find(NAMESPACES, None, f"{NAMESPACE}-{space}") is None
+        assert adapter.release_space(space) == []  # idempotent
+    finally:
+        adapter.close()
