@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # Modules whose `install(cluster)` adds routes (imported only if present).
 EXTENSIONS = ["tests.fakes.kube.exec", "tests.fakes.kube.runtime"]
+MAX_HEADER_BYTES = 1 << 20  # Go net/http DefaultMaxHeaderBytes
 
 # What handlers find on the app and on each request (extensions too).
 CLUSTER: web.AppKey[Any] = web.AppKey("cluster", object)
@@ -172,7 +173,17 @@ class ApiServer:
             self.loop = loop
             asyncio.set_event_loop(loop)
             try:
-                self._runner = web.AppRunner(self._app(), access_log=None, handle_signals=False, shutdown_timeout=0.5)
+                self._runner = web.AppRunner(
+                    self._app(),
+                    access_log=None,
+                    handle_signals=False,
+                    shutdown_timeout=0.5,
+                    # The API server is Go's net/http: request line and headers share its 1 MiB
+                    # (DefaultMaxHeaderBytes), so a pods/exec URL carrying a long script passes
+                    # there; aiohttp's own default (8190 bytes a line) would refuse it with 400.
+                    max_line_size=MAX_HEADER_BYTES,
+                    max_field_size=MAX_HEADER_BYTES,
+                )
                 loop.run_until_complete(self._runner.setup())
                 site = web.SockSite(self._runner, self._sock, ssl_context=self.ssl_context)
                 loop.run_until_complete(site.start())
