@@ -1,0 +1,97 @@
+"""A bundled example skill installed into a Kubernetes-backed space's image (the fake cluster,
+the local OCI registry): the build pod's changes become an image pushed to the registry and a
+SandboxTemplate named after the snapshot, and a session on the new image runs the skill's
+script.
+
+The template image is pushed to the registry first, as a platform admin does: skill images are
+layers on it. The fake kubelet never pulls, so the test pulls the pushed skill image from the
+loopback registry into the engine, as a node would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from console.crypto import encrypt
+from console.models import JobStatus
+from console.services import SYSTEM
+from sandboxes.backends.base import ExecRequest
+from sandboxes.models import SandboxConfig
+from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import RedisSessionStore
+from skills.images import current_image
+from skills.services import do_import_examples
+from tests.conftest import REDIS_URL
+from tests.factories import make_backend
+from tests.fakes.kube.cluster import FakeCluster
+from tests.fakes.kube.crds import SANDBOX_TEMPLATES
+from tests.personas import World
+from tests.support.oci_registry import LocalRegistry
+from tests.support.skill_install import clean_up, job_error, make_skills_config, run_install
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.django_db]
+
+
+@pytest.fixture
+def config(
+    world: World,
+    fake_cluster: FakeCluster,
+    oci_registry: LocalRegistry,
+    docker_base_image: str,
+    installation: str,
+) -> Iterator[SandboxConfig]:
+    base = oci_registry.push_local_image(docker_base_image, "sandbox-console/base", "latest")
+    backend = make_backend(
+        world.space_a,
+        kind="kubernetes",
+        endpoint=fake_cluster.url,
+        api_key=fake_cluster.admin_token,
+        tls_ca_encrypted=encrypt(fake_cluster.ca_pem),
+        allow_private_endpoints=True,
+        namespace="default",
+        registry_url=oci_registry.url,
+    )
+    made = make_skills_config(world.space_a, base, backend=backend)
+    try:
+        yield made
+    finally:
+        clean_up(made, installation)
+
+
+def test_an_example_skill_installs_into_an_image_a_session_runs(
+    world: World, config: SandboxConfig, fake_cluster: FakeCluster, oci_registry: LocalRegistry
+) -> None:
+    imported = do_import_examples(actor=SYSTEM)
+    version = next(r.version for r in imported.results if r.version.skill.name == "text-stats")
+    job = run_install(world.space_a, config, version)
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    image = current_image(world.space_a, config)
+    assert image is not None
+    assert image.snapshot_id.startswith("snap-")
+
+    template = fake_cluster.store.get(SANDBOX_TEMPLATES, "default", image.snapshot_id)
+    pinned = template["spec"]["podTemplate"]["spec"]["containers"][0]["image"]
+    assert pinned.startswith(f"{oci_registry.host}/sandbox-console/base@sha256:")
+    engine = docker.from_env(timeout=120)
+    repository, digest = pinned.split("@")
+    try:
+        engine.images.pull(repository, tag=digest)
+
+        runtime = Runtime(RedisSessionStore(REDIS_URL))
+        session = runtime.resolve(world.space_a, "uses-text-stats").session
+        assert session.template_id == image.snapshot_id
+
+        def run(shell: str) -> str:
+            result = runtime.exec(session, ExecRequest(shell=shell, user="user", timeout_s=60, cwd="/workspace"))
+            assert result.exit_code == 0, result.stderr.decode() + result.stdout.decode()
+            return result.stdout.decode()
+
+        run("printf 'one two two\\n' > notes.txt")
+        stats = run("/opt/skills/text-stats/scripts/text-stats.sh notes.txt")
+        assert '"words": 3' in stats.replace(":3", ": 3")
+    finally:
+        engine.images.remove(pinned, force=True)
+        engine.close()
