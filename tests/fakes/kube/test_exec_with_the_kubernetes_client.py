@@ -56,6 +56,11 @@ def test_one_shot_output(core: k8s.CoreV1Api, pod: PodRef) -> None:
     assert run(core, pod, ["printf", "%s|", "two words", "it's"]) == "two words|it's|"
 
 
+def test_a_long_command_fits_in_the_query(core: k8s.CoreV1Api, pod: PodRef) -> None:
+    # Go's net/http reads a request line of up to 1 MiB; the command travels in it.
+    assert run(core, pod, ["sh", "-c", 'printf %s "$0" | wc -c', "x" * 100_000]).strip() == "100000"
+
+
 def test_exit_status_on_channel_3(core: k8s.CoreV1Api, pod: PodRef) -> None:
     failed = run(core, pod, ["sh", "-c", "exit 3"], _preload_content=False)
     failed.run_forever(timeout=30)
