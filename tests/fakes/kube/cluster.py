@@ -89,6 +89,10 @@ class FakeCluster:
         It passes through bearer authentication and RBAC unless `public`."""
         self.server.add_route(method, path, handler, public)
 
+    def compact(self) -> None:
+        """Forget the event history now: every older resourceVersion is 410 from here on."""
+        self.store.compact()
+
     def pod_container(self, namespace: str, pod: str) -> str:
         """The Docker container id backing a pod (KeyError when it has none yet)."""
         if self.kubelet is None:
@@ -132,8 +136,7 @@ class FakeCluster:
         self.server.install_extensions()
         self.server.start()
         try:
-            if self.with_crds:
-                self._stoppers.append(start_controllers(self))
+            self._stoppers.append(start_controllers(self))
             if self.docker_pods:
                 self.kubelet, stop_kubelet = start_kubelet(self)
                 self._stoppers.append(stop_kubelet)

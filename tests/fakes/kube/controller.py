@@ -465,7 +465,9 @@ class ControllerLoop:
 
 
 def start_controllers(cluster: FakeCluster) -> Callable[[], None]:
-    """Start agent-sandbox's controllers on the cluster's store; the function stops them."""
+    """Start the controllers on the cluster's store (PVC protection always; agent-sandbox's
+    when its CRDs are installed); the function stops them."""
+    from tests.fakes.kube.core import release_claims
     from tests.fakes.kube.extensions import ClaimReconciler, WarmPoolReconciler
 
     store = cluster.store
@@ -474,6 +476,9 @@ def start_controllers(cluster: FakeCluster) -> Callable[[], None]:
     pools = WarmPoolReconciler(store)
 
     def reconcile_all() -> None:
+        release_claims(store)
+        if SANDBOXES.key not in store.resources:
+            return
         for pool in store.items(pools.resource):
             pools.reconcile(pool)
         for claim in store.items(claims.resource):

@@ -61,6 +61,7 @@ class PodRecord:
     started: str = ""
     restarts: dict[str, int] = field(default_factory=dict)
     pull_failures: int = 0
+    run_error: str = ""  # the last failure to start a container (retried on the status checks)
 
 
 def sweep(run_id: str) -> None:
@@ -121,7 +122,8 @@ class Kubelet:
                 continue
             record = self.pods.get(uid)
             if record is None or not record.containers:
-                self._start(pod)
+                if record is None or not record.run_error or check:
+                    self._start(pod)
             elif check:
                 self._check(pod, record)
 
@@ -297,7 +299,18 @@ class Kubelet:
             record.ip = str(ipaddress.ip_address(self._next_ip))
             self._next_ip += 1
         for container in pod["spec"].get("containers") or []:
-            record.containers[container["name"]] = self._run(pod, container, volumes)
+            try:
+                record.containers[container["name"]] = self._run(pod, container, volumes)
+            except DockerException as exc:
+                for cid in record.containers.values():
+                    with contextlib.suppress(DockerException):
+                        self.docker.api.remove_container(cid, force=True)
+                record.containers.clear()
+                record.run_error = str(getattr(exc, "explanation", None) or exc)
+                failed = {container["name"]: {"reason": "RunContainerError", "message": record.run_error}}
+                self._pending(pod, record, self._cond("PodScheduled", "True"), failed)
+                return
+        record.run_error = ""
         self._running(pod, record)
 
     def _run(self, pod: Obj, container: dict[str, Any], volumes: dict[str, str]) -> str:
@@ -329,6 +342,8 @@ class Kubelet:
             kwargs["command"] = container["args"]
         if container.get("workingDir"):
             kwargs["working_dir"] = container["workingDir"]
+        with contextlib.suppress(NotFound):  # left over from a start that failed
+            self.docker.api.remove_container(kwargs["name"], force=True)
         created = self.docker.containers.run(**kwargs)
         return str(created.id)
 

@@ -317,12 +317,12 @@ class ApiServer:
             obj = store.get(resource, namespace, a.name)
             return web.json_response(self._shaped(resource, obj, a.subresource))
         if a.verb == "create":
-            body = await self._body(request)
+            body = await self._object_body(request)
             dry_run = query.get("dryRun") == "All"
             created = store.create(resource, namespace, body, dry_run=dry_run)
             return web.json_response(created, status=201)
         if a.verb == "update":
-            body = await self._body(request)
+            body = await self._object_body(request)
             if a.subresource == "scale":
                 replicas = (body.get("spec") or {}).get("replicas", 0)
                 obj = store.mutate(resource, namespace, a.name, lambda o: _set_replicas(o, replicas))
@@ -406,6 +406,12 @@ class ApiServer:
         if page.remaining is not None:
             meta["remainingItemCount"] = page.remaining
         return {"kind": resource.list_kind, "apiVersion": resource.api_version, "metadata": meta, "items": page.items}
+
+    async def _object_body(self, request: web.Request) -> dict[str, Any]:
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise bad_request("the server rejected our request due to an error in our request: body is not an object")
+        return body
 
     async def _body(self, request: web.Request, optional: bool = False) -> dict[str, Any]:
         raw = await request.read()

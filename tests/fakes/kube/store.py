@@ -52,6 +52,7 @@ class Event:
     resource: tuple[str, str]  # (group, plural)
     type: str  # ADDED / MODIFIED / DELETED
     obj: Obj
+    old: Obj | None = None  # the object before a MODIFIED event
 
 
 @dataclass
@@ -121,24 +122,38 @@ class Store:
         self._last_rv = next(self._rv)
         return self._last_rv
 
-    def _emit(self, resource: Resource, kind: str, obj: Obj) -> None:
-        event = Event(int(obj["metadata"]["resourceVersion"]), resource.key, kind, copy.deepcopy(obj))
+    def _emit(self, resource: Resource, kind: str, obj: Obj, old: Obj | None = None) -> None:
+        rv = int(obj["metadata"]["resourceVersion"])
+        event = Event(rv, resource.key, kind, copy.deepcopy(obj), copy.deepcopy(old) if old else None)
         if len(self._history) == self._history.maxlen:
             self._compacted = self._history[0].rv
         self._history.append(event)
         for w in list(self._watchers):
-            if self._watch_matches(w, event):
-                w.deliver(event)
+            seen = self._as_seen_by(w, event)
+            if seen is not None:
+                w.deliver(seen)
 
     @staticmethod
-    def _watch_matches(w: Watcher, event: Event) -> bool:
+    def _as_seen_by(w: Watcher, event: Event) -> Event | None:
+        """The event as a watch with a selector sees it: an object that comes to match is
+        ADDED, one that stops matching is DELETED (as the watch cache sends them)."""
         if w.resource == ("*", "*"):
-            return True
+            return event
         if w.resource != event.resource:
-            return False
+            return None
         if w.namespace and event.obj["metadata"].get("namespace") != w.namespace:
-            return False
-        return w.matches(event.obj)
+            return None
+        now_matches = w.matches(event.obj)
+        if event.type != "MODIFIED" or event.old is None:
+            return event if now_matches else None
+        matched = w.matches(event.old)
+        if now_matches and matched:
+            return event
+        if now_matches:
+            return Event(event.rv, event.resource, "ADDED", event.obj)
+        if matched:
+            return Event(event.rv, event.resource, "DELETED", event.obj)
+        return None
 
     def _key(self, resource: Resource, namespace: str | None, name: str) -> tuple[str, str]:
         return ((namespace or "") if resource.namespaced else "", name)
@@ -359,7 +374,7 @@ class Store:
                 self._collect_dependents(new["metadata"]["uid"])
                 return copy.deepcopy(new)
             self._bucket(resource)[key] = new
-            self._emit(resource, "MODIFIED", new)
+            self._emit(resource, "MODIFIED", new, old)
             return copy.deepcopy(new)
 
     @staticmethod
@@ -419,12 +434,12 @@ class Store:
                 raise conflict(resource.plural, resource.group, name)
             if obj["metadata"].get("finalizers"):
                 if not obj["metadata"].get("deletionTimestamp"):
-                    obj = copy.deepcopy(obj)
+                    before, obj = obj, copy.deepcopy(obj)
                     obj["metadata"]["deletionTimestamp"] = now()
                     obj["metadata"]["deletionGracePeriodSeconds"] = 0
                     obj["metadata"]["resourceVersion"] = str(self._next_rv())
                     self._bucket(resource)[key] = obj
-                    self._emit(resource, "MODIFIED", obj)
+                    self._emit(resource, "MODIFIED", obj, before)
                 return copy.deepcopy(obj)
             del self._bucket(resource)[key]
             gone = copy.deepcopy(obj)
@@ -491,8 +506,9 @@ class Store:
                     raise expired(f"too old resource version: {start} ({self._compacted + 1})")
                 watcher = Watcher(resource.key, namespace, deliver, matches)
                 for event in list(self._history):
-                    if event.rv > start and self._watch_matches(watcher, event):
-                        deliver(event)
+                    seen = self._as_seen_by(watcher, event) if event.rv > start else None
+                    if seen is not None:
+                        deliver(seen)
             else:
                 for obj in self.items(resource, namespace, matches):
                     deliver(Event(int(obj["metadata"]["resourceVersion"]), resource.key, "ADDED", obj))

@@ -5,15 +5,19 @@ with the generated CA, discovery, CRUD on the agent-sandbox kinds, validation, p
 from __future__ import annotations
 
 import json
+import ssl
+import time
 import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from kubernetes import client, config, watch
 
 from tests.fakes.kube.cluster import FakeCluster, running_fake_cluster
 from tests.fakes.kube.fixtures import kube_client, template_body, warm_pool_body
+from tests.support.console_process import wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -325,3 +329,73 @@ def test_self_subject_reviews_answer_from_the_same_rules(fake_cluster: FakeClust
     assert not allowed(verb="get", resource="pods", namespace="other")
     rules = auth.create_self_subject_rules_review({"spec": {"namespace": "team"}}).status.resource_rules
     assert any("pods/exec" in r.resources for r in rules)
+
+
+def test_a_watch_with_a_label_selector_sees_objects_come_and_go(kube_api: client.ApiClient) -> None:
+    core = apis.CoreV1Api(kube_api)
+    rv = core.list_namespaced_persistent_volume_claim("default").metadata.resource_version
+    name = core.create_namespaced_persistent_volume_claim("default", pvc_body("sel-", tier="a")).metadata.name
+    core.patch_namespaced_persistent_volume_claim(name, "default", {"metadata": {"labels": {"tier": "b"}}})
+    core.patch_namespaced_persistent_volume_claim(name, "default", {"metadata": {"labels": {"tier": "a"}}})
+    w = watch.Watch()
+    seen = []
+    for event in w.stream(
+        core.list_namespaced_persistent_volume_claim,
+        "default",
+        label_selector="tier=a",
+        resource_version=rv,
+        timeout_seconds=2,
+    ):
+        if event["object"].metadata.name == name and event["type"] != "MODIFIED":  # binding writes MODIFY it
+            seen.append(event["type"])
+        if len(seen) == 3:
+            w.stop()
+    assert seen == ["ADDED", "DELETED", "ADDED"]
+    core.delete_namespaced_persistent_volume_claim(name, "default")
+
+
+def test_listing_without_the_watch_verb_cannot_watch(fake_cluster: FakeCluster) -> None:
+    token = fake_cluster.token_with([{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}], user="lister")
+    core = apis.CoreV1Api(kube_client(fake_cluster, token))
+    core.list_namespaced_pod("default")
+    with pytest.raises(client.ApiException) as caught:
+        for _ in watch.Watch().stream(core.list_namespaced_pod, "default", timeout_seconds=1):
+            pass
+    assert caught.value.status == 403
+
+
+def test_a_body_that_is_not_an_object_is_400_not_500(fake_cluster: FakeCluster, tmp_path: Path) -> None:
+    # The client checks the body's type itself, so this goes around it.
+    (tmp_path / "ca.pem").write_text(fake_cluster.ca_pem)
+    context = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+    with httpx.Client(base_url=fake_cluster.url, verify=context, timeout=10) as http:
+        answer = http.post(
+            "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxtemplates",
+            content=b'["x"]',
+            headers={"Authorization": f"Bearer {fake_cluster.admin_token}", "Content-Type": "application/json"},
+        )
+    assert answer.status_code == 400
+    assert answer.json()["reason"] == "BadRequest"
+
+
+def test_a_pvc_in_use_stays_terminating_until_its_pod_is_gone(kube_api: client.ApiClient) -> None:
+    core = apis.CoreV1Api(kube_api)
+    pvc = core.create_namespaced_persistent_volume_claim("default", pvc_body("held-"))
+    assert pvc.metadata.finalizers == ["kubernetes.io/pvc-protection"]
+    name = pvc.metadata.name
+    volume = {"name": "data", "persistentVolumeClaim": {"claimName": name}}
+    container = {"name": "main", "image": "sandbox-console/base:latest", "command": ["sleep", "infinity"]}
+    pod = {"metadata": {"generateName": "holder-"}, "spec": {"containers": [container], "volumes": [volume]}}
+    holder = core.create_namespaced_pod("default", pod).metadata.name
+    deleted = core.delete_namespaced_persistent_volume_claim(name, "default")
+    assert deleted.metadata.deletion_timestamp is not None
+    time.sleep(1.5)  # a few controller passes
+    assert core.read_namespaced_persistent_volume_claim(name, "default").metadata.deletion_timestamp
+    core.delete_namespaced_pod(holder, "default")
+    wait_for(
+        lambda: (
+            not core.list_namespaced_persistent_volume_claim("default", field_selector=f"metadata.name={name}").items
+        ),
+        timeout=30,
+        what="PVC released",
+    )

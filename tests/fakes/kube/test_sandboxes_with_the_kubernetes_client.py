@@ -162,9 +162,15 @@ def test_deleting_the_claim_deletes_sandbox_pod_volume_and_container(
         *CORE, "default", "sandboxes", field_selector=f"metadata.name={name}"
     )["items"]
     assert not core.list_namespaced_pod("default", field_selector=f"metadata.name={name}").items
-    assert not core.list_namespaced_persistent_volume_claim(
-        "default", field_selector=f"metadata.name=workspace-{name}"
-    ).items
+    wait_for(
+        lambda: (
+            not core.list_namespaced_persistent_volume_claim(
+                "default", field_selector=f"metadata.name=workspace-{name}"
+            ).items
+        ),
+        timeout=30,
+        what="PVC deleted once its pod is gone",
+    )
     wait_for(
         lambda: not engine.containers.list(all=True, filters={"id": container}), timeout=60, what="container removed"
     )
@@ -269,3 +275,19 @@ def test_a_cluster_without_the_crds_answers_404_like_a_real_one() -> None:
 def test_the_base_image_is_what_the_template_fixture_runs(sandbox_template: dict[str, Any]) -> None:
     containers = sandbox_template["spec"]["podTemplate"]["spec"]["containers"]
     assert [c["image"] for c in containers] == [BASE_IMAGE]
+
+
+def test_a_command_missing_from_the_image_is_run_container_error(core: Any) -> None:
+    name = f"broken-{uuid.uuid4().hex[:6]}"
+    container = {"name": "main", "image": BASE_IMAGE, "command": ["/no/such/program"]}
+    core.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": {"containers": [container]}})
+
+    def reason() -> str | None:
+        status = core.read_namespaced_pod(name, "default").status
+        statuses = status.container_statuses or []
+        waiting = statuses[0].state.waiting if statuses else None
+        return waiting.reason if waiting and waiting.reason == "RunContainerError" else None
+
+    wait_for(reason, timeout=60, what="RunContainerError")
+    assert core.read_namespaced_pod(name, "default").status.phase == "Pending"
+    core.delete_namespaced_pod(name, "default")
