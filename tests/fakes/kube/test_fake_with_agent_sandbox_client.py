@@ -5,7 +5,9 @@ options: a kubernetes ``ApiClient`` built from the fake's kubeconfig, and
 ``SandboxDirectConnectionConfig`` naming the router behind the API server's service proxy
 (tests/fakes/kube/runtime.py). The claim, the warm pool and the template are the agent-sandbox
 CRDs; the claim's pod is a Docker container, and commands and files reach it through the
-router and the python runtime as the client speaks to them.
+router and the python runtime as the client speaks to them. Covered: create (cold, adopted
+from a warm pool, a named claim adopted by a second client), commands, files, delete, and the
+failures the client handles.
 
 Checked against: k8s-agent-sandbox 1.0.8 from PyPI (unmodified), and what the fake answers
 taken from kubernetes-sigs/agent-sandbox at 2fd412d55ecae90861a101a5424a75473de97c36 (claim
@@ -14,9 +16,9 @@ controller conditions, the router, examples/python-runtime-sandbox).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
@@ -33,6 +35,7 @@ from k8s_agent_sandbox.sandbox import Sandbox
 
 from tests.fakes.kube.fixtures import kube_client, template_body, warm_pool_body
 from tests.fakes.kube.runtime import ROUTER_NAMESPACE, ROUTER_PORT, ROUTER_SERVICE
+from tests.support.console_process import wait_for
 
 pytestmark = [pytest.mark.docker]
 
@@ -40,24 +43,42 @@ EXT = ("extensions.agents.x-k8s.io", "v1beta1")
 NAMESPACE = "default"
 
 
-def _router_url(cluster: Any) -> str:
-    return f"{cluster.url}/api/v1/namespaces/{ROUTER_NAMESPACE}/services/{ROUTER_SERVICE}:{ROUTER_PORT}/proxy"
+@dataclass(frozen=True)
+class Router:
+    """The router as a client outside the cluster reaches it: the API server's service proxy,
+    its CA, a bearer token."""
 
+    cluster: Any
+    api: kubernetes.client.ApiClient
+    ca_file: str
 
-@pytest.fixture(scope="module")
-def ca_file(fake_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
-    path = tmp_path_factory.mktemp("kube-ca") / "ca.pem"
-    path.write_text(fake_cluster.ca_pem)
-    return str(path)
+    @property
+    def url(self) -> str:
+        service = f"services/{ROUTER_SERVICE}:{ROUTER_PORT}"
+        return f"{self.cluster.url}/api/v1/namespaces/{ROUTER_NAMESPACE}/{service}/proxy"
 
+    def client(self, **connection: Any) -> SandboxClient[Sandbox]:
+        config = SandboxDirectConnectionConfig(
+            api_url=self.url,
+            extra_headers={"Authorization": f"Bearer {self.cluster.admin_token}"},
+            ca_cert=self.ca_file,
+            **connection,
+        )
+        return SandboxClient(connection_config=config, api_client=self.api)
 
-def _connection(cluster: Any, ca_file: str, **extra: Any) -> SandboxDirectConnectionConfig:
-    return SandboxDirectConnectionConfig(
-        api_url=_router_url(cluster),
-        extra_headers={"Authorization": f"Bearer {cluster.admin_token}"},
-        ca_cert=ca_file,
-        **extra,
-    )
+    def call(
+        self, path: str, *, token: str = "", headers: dict[str, str] | None = None, json: Any = None
+    ) -> requests.Response:
+        """A request of our own, no client in between."""
+        auth = {"Authorization": f"Bearer {token or self.cluster.admin_token}"}
+        return requests.request(
+            "GET" if json is None else "POST",
+            f"{self.url}{path}",
+            headers={**auth, **(headers or {})},
+            json=json,
+            verify=self.ca_file,
+            timeout=30,
+        )
 
 
 def _create(api: kubernetes.client.ApiClient, plural: str, body: dict[str, Any]) -> None:
@@ -90,6 +111,15 @@ def admin_api(fake_cluster: Any) -> Iterator[kubernetes.client.ApiClient]:
 
 
 @pytest.fixture(scope="module")
+def router(
+    fake_cluster: Any, admin_api: kubernetes.client.ApiClient, tmp_path_factory: pytest.TempPathFactory
+) -> Router:
+    ca_file = tmp_path_factory.mktemp("kube-ca") / "ca.pem"
+    ca_file.write_text(fake_cluster.ca_pem)
+    return Router(fake_cluster, admin_api, str(ca_file))
+
+
+@pytest.fixture(scope="module")
 def warm_pool(admin_api: kubernetes.client.ApiClient) -> Iterator[str]:
     suffix = uuid.uuid4().hex[:6]
     template, pool = f"runtime-{suffix}", f"runtime-pool-{suffix}"
@@ -101,11 +131,8 @@ def warm_pool(admin_api: kubernetes.client.ApiClient) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def client(fake_cluster: Any, admin_api: kubernetes.client.ApiClient, ca_file: str) -> Iterator[SandboxClient[Sandbox]]:
-    c: SandboxClient[Sandbox] = SandboxClient(
-        connection_config=_connection(fake_cluster, ca_file), api_client=admin_api
-    )
-    with c:
+def client(router: Router) -> Iterator[SandboxClient[Sandbox]]:
+    with router.client() as c:
         yield c
 
 
@@ -143,6 +170,8 @@ def test_run_a_command(sandbox: Sandbox) -> None:
     assert where.stdout == "/workspace\n"
     literal = sandbox.commands.run("echo $HOME '>' file")
     assert literal.stdout == "$HOME > file\n"
+    # The router found the claim's own pod.
+    assert sandbox.commands.run("hostname").stdout == f"{sandbox.get_pod_name()}\n"
 
 
 def test_write_then_read_a_file(sandbox: Sandbox) -> None:
@@ -183,13 +212,8 @@ def test_a_missing_file_is_a_404(sandbox: Sandbox) -> None:
     assert escaped.value.status_code == 403
 
 
-def test_a_port_nothing_listens_on_is_the_routers_502(
-    fake_cluster: Any, admin_api: kubernetes.client.ApiClient, ca_file: str, sandbox: Sandbox
-) -> None:
-    other: SandboxClient[Sandbox] = SandboxClient(
-        connection_config=_connection(fake_cluster, ca_file, server_port=9999), api_client=admin_api
-    )
-    with other:
+def test_a_port_nothing_listens_on_is_the_routers_502(router: Router, sandbox: Sandbox) -> None:
+    with router.client(server_port=9999) as other:
         handle = other.get_sandbox(sandbox.claim_name or "", namespace=NAMESPACE)
         assert handle.commands is not None
         with pytest.raises(SandboxRequestError) as raised:
@@ -199,16 +223,8 @@ def test_a_port_nothing_listens_on_is_the_routers_502(
     assert raised.value.response.json() == {"detail": f"Could not connect to the backend sandbox: {sandbox.sandbox_id}"}
 
 
-def _bare_router_call(cluster: Any, ca_file: str, token: str) -> requests.Response:
-    return requests.get(
-        f"{_router_url(cluster)}/execute", headers={"Authorization": f"Bearer {token}"}, verify=ca_file, timeout=10
-    )
-
-
-def test_the_router_is_a_service_behind_the_api_servers_proxy(
-    fake_cluster: Any, admin_api: kubernetes.client.ApiClient, ca_file: str
-) -> None:
-    core = kubernetes.client.CoreV1Api(admin_api)
+def test_the_router_is_a_service_behind_the_api_servers_proxy(fake_cluster: Any, router: Router) -> None:
+    core = kubernetes.client.CoreV1Api(router.api)
     service = core.read_namespaced_service(ROUTER_SERVICE, ROUTER_NAMESPACE)
     assert service.spec is not None
     assert [(port.name, port.port) for port in service.spec.ports or []] == [("proxy", ROUTER_PORT)]
@@ -219,12 +235,12 @@ def test_the_router_is_a_service_behind_the_api_servers_proxy(
     claims_only = fake_cluster.token_with(
         [{"apiGroups": ["extensions.agents.x-k8s.io"], "resources": ["sandboxclaims"], "verbs": ["*"]}]
     )
-    refused = _bare_router_call(fake_cluster, ca_file, claims_only)
+    refused = router.call("/execute", token=claims_only)
     assert refused.status_code == 403
     assert refused.json()["reason"] == "Forbidden"
     proxy_only = fake_cluster.token_with([{"apiGroups": [""], "resources": ["services/proxy"], "verbs": ["get"]}])
     # Past the API server, the router wants to know which sandbox.
-    answer = _bare_router_call(fake_cluster, ca_file, proxy_only)
+    answer = router.call("/execute", token=proxy_only)
     assert answer.status_code == 400
     assert answer.json() == {"detail": "X-Sandbox-ID header is required."}
 
@@ -242,11 +258,7 @@ def _sandbox_exists(api: kubernetes.client.ApiClient, name: str) -> bool:
 
 
 def test_delete_removes_the_claim_its_sandbox_and_pod(
-    fake_cluster: Any,
-    client: SandboxClient[Sandbox],
-    warm_pool: str,
-    admin_api: kubernetes.client.ApiClient,
-    ca_file: str,
+    router: Router, client: SandboxClient[Sandbox], warm_pool: str
 ) -> None:
     sb = client.create_sandbox(warm_pool, namespace=NAMESPACE, sandbox_ready_timeout=90)
     name, sandbox_id, pod_ip = sb.claim_name, sb.sandbox_id, sb.get_pod_ip()
@@ -254,25 +266,66 @@ def test_delete_removes_the_claim_its_sandbox_and_pod(
     assert sb.commands.run("true").exit_code == 0
     client.delete_sandbox(name or "", namespace=NAMESPACE)
     assert not sb.is_active
-    assert name not in _claims(admin_api)
-    deadline = time.monotonic() + 60
-    while _sandbox_exists(admin_api, sandbox_id) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _sandbox_exists(admin_api, sandbox_id)
+    assert name not in _claims(router.api)
+    wait_for(lambda: not _sandbox_exists(router.api, sandbox_id), timeout=60, what=f"sandbox {sandbox_id} gone")
     # Nothing answers at the pod's address any more.
-    answer = requests.post(
-        f"{_router_url(fake_cluster)}/execute",
+    answer = router.call(
+        "/execute",
         json={"command": "true"},
-        headers={
-            "Authorization": f"Bearer {fake_cluster.admin_token}",
-            "X-Sandbox-ID": sandbox_id,
-            "X-Sandbox-Namespace": NAMESPACE,
-            "X-Sandbox-Pod-IP": pod_ip or "",
-        },
-        verify=ca_file,
-        timeout=30,
+        headers={"X-Sandbox-ID": sandbox_id, "X-Sandbox-Namespace": NAMESPACE, "X-Sandbox-Pod-IP": pod_ip or ""},
     )
     assert answer.status_code == 502
+
+
+def test_a_warm_sandbox_is_adopted_and_reached_by_its_own_name(
+    client: SandboxClient[Sandbox], admin_api: kubernetes.client.ApiClient
+) -> None:
+    """With a warm pool the sandbox is not named after the claim: the client reads its name
+    from the claim's status and routes to that sandbox's pod."""
+    suffix = uuid.uuid4().hex[:6]
+    template, pool = f"warm-{suffix}", f"warm-pool-{suffix}"
+    _create(admin_api, "sandboxtemplates", _runtime_template(template))
+    _create(admin_api, "sandboxwarmpools", warm_pool_body(pool, template, replicas=1))
+    custom = kubernetes.client.CustomObjectsApi(admin_api)
+
+    def pool_ready() -> bool:
+        got = custom.get_namespaced_custom_object(*EXT, NAMESPACE, "sandboxwarmpools", pool)
+        assert isinstance(got, dict)
+        return bool((got.get("status") or {}).get("readyReplicas") == 1)
+
+    try:
+        wait_for(pool_ready, timeout=60, what=f"warm pool {pool} ready")
+        sb = client.create_sandbox(pool, namespace=NAMESPACE, sandbox_ready_timeout=90)
+        assert sb.sandbox_id != sb.claim_name
+        assert sb.sandbox_id.startswith(f"{pool}-")
+        assert sb.commands is not None
+        assert sb.commands.run("hostname").stdout == f"{sb.sandbox_id}\n"
+        client.delete_sandbox(sb.claim_name or "", namespace=NAMESPACE)
+    finally:
+        _delete(admin_api, "sandboxwarmpools", pool)
+        _delete(admin_api, "sandboxtemplates", template)
+
+
+def test_a_named_claim_is_adopted_by_another_client(
+    router: Router, client: SandboxClient[Sandbox], warm_pool: str
+) -> None:
+    name = f"named-{uuid.uuid4().hex[:6]}"
+    first = client.create_sandbox(warm_pool, namespace=NAMESPACE, claim_name=name, sandbox_ready_timeout=90)
+    # The same name again is the API server's 409, unless the caller asks to adopt it.
+    with pytest.raises(kubernetes.client.ApiException) as conflict:
+        client.create_sandbox(warm_pool, namespace=NAMESPACE, claim_name=name, sandbox_ready_timeout=10)
+    assert conflict.value.status == 409
+    with router.client() as other:
+        adopted = other.create_sandbox(
+            warm_pool, namespace=NAMESPACE, claim_name=name, adopt_existing=True, sandbox_ready_timeout=30
+        )
+        assert adopted.sandbox_id == first.sandbox_id
+        assert adopted.commands is not None
+        assert adopted.commands.run("hostname").stdout == f"{first.get_pod_name()}\n"
+    # Named claims are the caller's: leaving the client left the claim in place.
+    assert name in _claims(router.api)
+    client.delete_sandbox(name, namespace=NAMESPACE)
+    assert name not in _claims(router.api)
 
 
 def test_a_missing_warm_pool_fails_the_ready_wait(
