@@ -372,6 +372,14 @@ class KubernetesBackend(Backend):
             )
         namespace = self.namespace_for(spec.metadata)
         pool = self.derived.template_for(spec, namespace)
+        try:
+            return self.claim_from(pool, namespace, spec, template=pool, env=spec.env)
+        except RemoteError as exc:
+            if exc.kind != ErrorKind.NOT_FOUND:
+                raise
+        # The claim found its template or pool gone (deleted behind the adapter's back, which
+        # remembers the ones it made): made again, and claimed once more.
+        pool = self.derived.template_for(spec, namespace)
         return self.claim_from(pool, namespace, spec, template=pool, env=spec.env)
 
     def claim_from(

@@ -409,3 +409,15 @@ def test_per_space_namespaces_hold_each_spaces_sandboxes(fake_cluster: FakeClust
         assert adapter.release_space(space) == []  # idempotent
     finally:
         adapter.close()
+
+
+def test_a_derived_template_deleted_behind_the_adapters_back_is_made_again(
+    fake_cluster: FakeCluster, backend: KubernetesBackend, make_sandbox: SandboxFactory, template_id: str
+) -> None:
+    spec = SandboxSpec(template_id=template_id, network=OFFLINE, resources=Resources(memory_mb=320))
+    name = backend.derived.template_for(spec, NAMESPACE)
+    fake_cluster.store.delete(SANDBOX_WARM_POOLS, NAMESPACE, name)
+    fake_cluster.store.delete(SANDBOX_TEMPLATES, NAMESPACE, name)
+    info = make_sandbox(resources=Resources(memory_mb=320))
+    assert info.state == SandboxState.RUNNING
+    assert fake_cluster.store.get(SANDBOX_TEMPLATES, NAMESPACE, name)
