@@ -2,7 +2,9 @@
 pages and the agent API, the cluster being the fake (tests/fakes/kube/) served on loopback:
 connect it by pasting a kubeconfig whose token holds exactly the Role of docs/kubernetes.md,
 grant it to a space; the space admin makes a config with a warm pool; an agent starts a
-session through the API and is handed a pool's sandbox; the space admin opens its terminal."""
+session through the API and is handed a pool's sandbox; the space admin opens its terminal and
+installs a bundled skill, which becomes an image in the admin's registry (Debian's
+docker-registry on loopback) that the next session runs."""
 
 from __future__ import annotations
 
@@ -13,24 +15,31 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import docker
 import pytest
 from asgiref.sync import async_to_sync
 from django.test import Client
 from django.urls import reverse
 from kubernetes import client as k8s
 
-from console.services import Actor
+from console.models import AdminJob, JobStatus
+from console.services import SYSTEM, Actor
 from sandboxes.api.tokens import do_create_api_token
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import PlatformBackend, SandboxConfig, Session
 from sandboxes.pools.keeper import refill
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.terminal import process as terminal_process
+from skills.images import current_image
+from skills.services import do_import_examples
 from tests.fakes.kube.cluster import FakeCluster
-from tests.fakes.kube.crds import SANDBOX_CLAIMS, SANDBOX_WARM_POOLS, SANDBOXES
+from tests.fakes.kube.crds import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS, SANDBOXES
 from tests.fakes.kube.fixtures import kube_client, template_body
 from tests.personas import World
+from tests.support.jobs import run_to_end
 from tests.support.kube_rbac import console_role
+from tests.support.oci_registry import LocalRegistry
+from tests.support.skill_install import clean_up, job_error
 from tests.support.terminal_support import open_terminal
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -40,20 +49,26 @@ POOL_READY_S = 90.0
 
 
 @pytest.fixture
-def namespace(fake_cluster: FakeCluster) -> Iterator[str]:
-    """The docs' namespace, holding the platform's template the configs start from."""
+def namespace(fake_cluster: FakeCluster, oci_registry: LocalRegistry, docker_base_image: str) -> Iterator[str]:
+    """The docs' namespace, holding the platform's template the configs start from: the base
+    image as pushed to the registry (skill images are layers on it)."""
+    base = oci_registry.push_local_image(docker_base_image, "sandbox-console/base", "latest")
     namespace = console_role()["metadata"]["namespace"]
     api = kube_client(fake_cluster)
     with contextlib.suppress(k8s.ApiException):  # made by an earlier test of the run
         k8s.CoreV1Api(api).create_namespace(k8s.V1Namespace(metadata=k8s.V1ObjectMeta(name=namespace)))
     custom = k8s.CustomObjectsApi(api)
     group, version = "extensions.agents.x-k8s.io", "v1beta1"
-    custom.create_namespaced_custom_object(group, version, namespace, "sandboxtemplates", template_body(TEMPLATE))
+    custom.create_namespaced_custom_object(
+        group, version, namespace, "sandboxtemplates", template_body(TEMPLATE, image=base)
+    )
     yield namespace
     custom.delete_namespaced_custom_object(group, version, namespace, "sandboxtemplates", TEMPLATE)
 
 
-def _register(root: Client, cluster: FakeCluster, namespace: str, world: World) -> PlatformBackend:
+def _register(
+    root: Client, cluster: FakeCluster, namespace: str, world: World, registry: LocalRegistry
+) -> PlatformBackend:
     token = cluster.token_with(console_role()["rules"], namespace=namespace)
     form = {
         "name": "cluster",
@@ -65,6 +80,7 @@ def _register(root: Client, cluster: FakeCluster, namespace: str, world: World) 
         "max_cpus": "2",
         "max_memory_mb": "2048",
         "max_pool_size": "2",
+        "registry_url": registry.url,
         "spaces": [str(world.space_a.id)],
     }
     response = root.post(reverse("sandboxes:backend_create"), form, follow=True)
@@ -137,12 +153,46 @@ async def _terminal_echo(user: Any, session: Session) -> bytes:
 
 
 @pytest.mark.django_db(transaction=True)
+def _install_a_skill(alice: Client, world: World, config: SandboxConfig) -> str:
+    """Install the bundled text-stats skill from the Skill image page; the new image's id."""
+    imported = do_import_examples(actor=SYSTEM)
+    version = next(r.version for r in imported.results if r.version.skill.name == "text-stats")
+    started = alice.post(
+        reverse("skills:image_install", args=[world.space_a.pk]), {"config": str(config.pk), "version": str(version.pk)}
+    )
+    assert started.status_code == 302
+    job = run_to_end(str(AdminJob.objects.get(kind="skills.install", space=world.space_a).pk))
+    assert job.status == JobStatus.SUCCEEDED, job_error(job)
+    image = current_image(world.space_a, config)
+    assert image is not None
+    return image.snapshot_id
+
+
+@contextlib.contextmanager
+def pulled(cluster: FakeCluster, namespace: str, template: str) -> Iterator[None]:
+    """The skill image pulled from the registry into the engine, as a node would (the fake
+    kubelet never pulls)."""
+    pinned = cluster.store.get(SANDBOX_TEMPLATES, namespace, template)["spec"]["podTemplate"]["spec"]["containers"][0][
+        "image"
+    ]
+    engine = docker.from_env(timeout=120)
+    repository, digest = pinned.split("@")
+    try:
+        engine.images.pull(repository, tag=digest)
+        yield
+    finally:
+        with contextlib.suppress(docker.errors.DockerException):
+            engine.images.remove(pinned, force=True)
+        engine.close()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_cluster_connected_granted_pooled_and_used_through_the_api_and_the_terminal(
-    world: World, fake_cluster: FakeCluster, namespace: str, settings: Any
+    world: World, fake_cluster: FakeCluster, namespace: str, oci_registry: LocalRegistry, settings: Any
 ) -> None:
-    settings.CONSOLE_INSTALLATION_ID = f"walk-{uuid.uuid4().hex[:6]}"
+    settings.CONSOLE_INSTALLATION_ID = installation = f"walk-{uuid.uuid4().hex[:6]}"
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
-    backend = _register(world.client_for("root"), fake_cluster, namespace, world)
+    backend = _register(world.client_for("root"), fake_cluster, namespace, world, oci_registry)
     assert list(backend.spaces.all()) == [world.space_a]
 
     config = _make_config(world.client_for("alice"), world, backend)
@@ -166,6 +216,15 @@ def test_a_cluster_connected_granted_pooled_and_used_through_the_api_and_the_ter
 
         screen = async_to_sync(_terminal_echo)(world.alice, session)
         assert b"walk-42" in screen
+
+        snapshot = _install_a_skill(world.client_for("alice"), world, config)
+        with pulled(fake_cluster, namespace, snapshot):
+            assert agent.post("walk-2", "resolve").status_code == 200
+            assert Session.objects.get(space=world.space_a, key="walk-2").template_id == snapshot
+            script = "printf 'one two two\\n' > notes.txt && /opt/skills/text-stats/scripts/text-stats.sh notes.txt"
+            counted = agent.post("walk-2", "exec", {"shell": script, "cwd": "/workspace"})
+            assert counted.status_code == 200, counted.content
+            assert '"words": 3' in json.loads(counted.content)["stdout"].replace(":3", ": 3")
     finally:
         for session in Session.objects.filter(config=config):
             Runtime().delete(session, actor=Actor(world.alice))
@@ -173,3 +232,4 @@ def test_a_cluster_connected_granted_pooled_and_used_through_the_api_and_the_ter
         if native is not None:
             for name in native.pools():
                 native.drain(name)
+        clean_up(config, installation)
