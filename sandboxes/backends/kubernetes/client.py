@@ -5,9 +5,9 @@ Three ways to the cluster (`settings.check` makes an admin give exactly one):
 - the API server URL + token (+ CA): a `Configuration` with the bearer token and the CA's PEM
   (`ca_cert_data`, no temporary file); the URL is `BackendConfig.endpoint` (or the option
   `api_url`), the token `BackendConfig.api_key` (or `token`), the CA `tls_ca` (or `ca_cert`);
-- `kubeconfig`: its current context, read by the client's own `KubeConfigLoader`; exec and
-  auth-provider plugins are refused before it runs (they would run a program on the
-  console's host);
+- `kubeconfig`: its current context, read by the client's own `KubeConfigLoader`; what
+  `kubeconfig.parse_kubeconfig` refuses (exec and auth-provider plugins, which would run a
+  program on the console's host; paths; insecure TLS) is refused before it runs;
 - `in_cluster`: the pod's service account (`InClusterConfigLoader`).
 
 The endpoint guard: a URL an admin gave (or a kubeconfig's server) is resolved and checked
@@ -95,21 +95,6 @@ def _load_in_cluster(configuration: k8s.Configuration) -> None:
         raise RemoteError(ErrorKind.INVALID, f"in-cluster service account: {exc}", retryable=False) from None
 
 
-def refuse_plugins(document: dict[str, Any]) -> None:
-    """Refuse a kubeconfig whose users run programs (exec) or auth providers."""
-    for entry in document.get("users") or []:
-        user = (entry or {}).get("user") or {}
-        name = (entry or {}).get("name", "?")
-        for plugin in ("exec", "auth-provider"):
-            if plugin in user:
-                raise RemoteError(
-                    ErrorKind.INVALID,
-                    f"kubeconfig user {name!r} uses an {plugin} plugin, which the console does not run: "
-                    "give a service account's token instead",
-                    retryable=False,
-                )
-
-
 def _load_kubeconfig(configuration: k8s.Configuration, text: str) -> None:
     try:
         document = yaml.safe_load(text)
@@ -117,7 +102,10 @@ def _load_kubeconfig(configuration: k8s.Configuration, text: str) -> None:
         raise RemoteError(ErrorKind.INVALID, f"the kubeconfig is not YAML: {exc}", retryable=False) from None
     if not isinstance(document, dict):
         raise RemoteError(ErrorKind.INVALID, "the kubeconfig is not a YAML mapping", retryable=False)
-    refuse_plugins(document)
+    try:  # what the console will not use, refused as the form refuses it (exec plugins, paths, ...)
+        kubeconfig.parse_kubeconfig(text)
+    except kubeconfig.KubeconfigError as exc:
+        raise RemoteError(ErrorKind.INVALID, f"the kubeconfig cannot be used: {exc}", retryable=False) from None
     try:
         KubeConfigLoader(config_dict=document).load_and_set(configuration)
     except (ConfigException, KeyError, TypeError, ValueError) as exc:

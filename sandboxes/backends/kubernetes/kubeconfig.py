@@ -292,7 +292,7 @@ def _credentials(user: Mapping[str, Any], name: str) -> tuple[str, str, str]:
     if user.get("auth-provider"):
         provider = user["auth-provider"]
         which = provider.get("name", "?") if isinstance(provider, Mapping) else "?"
-        raise KubeconfigError(EXEC_REFUSED.format(user=name, how=f"auth-provider {which!r}"))
+        raise KubeconfigError(EXEC_REFUSED.format(user=name, how=f"auth-provider plugin {which!r}"))
     for key in ("tokenFile", "client-certificate", "client-key"):
         if user.get(key) and not user.get(f"{key}-data") and not (key == "tokenFile" and user.get("token")):
             raise KubeconfigError(f"The user {name!r} names its {key} by a path on your machine; {FLATTEN}.")

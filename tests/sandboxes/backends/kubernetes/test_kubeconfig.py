@@ -85,7 +85,7 @@ def test_a_chosen_context_wins_over_the_current_one_and_an_unknown_one_is_named(
     ("user", "named"),
     [
         ({"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "aws"}}, "exec plugin 'aws'"),
-        ({"auth-provider": {"name": "gcp", "config": {}}}, "auth-provider 'gcp'"),
+        ({"auth-provider": {"name": "gcp", "config": {}}}, "auth-provider plugin 'gcp'"),
     ],
 )
 def test_plugins_that_run_a_program_are_refused_saying_why(user: dict[str, Any], named: str) -> None:
