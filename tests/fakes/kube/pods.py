@@ -60,6 +60,8 @@ class PodRecord:
     ip: str = ""
     started: str = ""
     restarts: dict[str, int] = field(default_factory=dict)
+    last_state: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> lastState
+    backoff_until: dict[str, float] = field(default_factory=dict)  # name -> monotonic time
     pull_failures: int = 0
     run_error: str = ""  # the last failure to start a container (retried on the status checks)
 
@@ -364,7 +366,7 @@ class Kubelet:
                     "started": running,
                     "restartCount": record.restarts.get(c["name"], 0),
                     "state": state,
-                    "lastState": {},
+                    "lastState": record.last_state.get(c["name"], {}),
                 }
             )
         all_ready = all(s["ready"] for s in statuses)
@@ -375,8 +377,9 @@ class Kubelet:
             ready = self._cond("Ready", "False", "ContainersNotReady", f"containers with unready status: [{unready}]")
         phase = "Running"
         policy = pod["spec"].get("restartPolicy", "Always")
-        if exited and len(exited) == len(statuses) and policy != "Always":
-            codes = [s["terminated"]["exitCode"] for s in exited.values()]
+        finished = [state for state in exited.values() if "terminated" in state]
+        if finished and len(finished) == len(statuses) and policy != "Always":
+            codes = [state["terminated"]["exitCode"] for state in finished]
             phase = "Succeeded" if all(code == 0 for code in codes) else "Failed"
         conditions = [
             self._cond("PodReadyToStartContainers", "True"),
@@ -399,7 +402,9 @@ class Kubelet:
         self._write_status(pod, status)
 
     def _check(self, pod: Obj, record: PodRecord) -> None:
-        """Notice exited containers: restart them (Always) or end the pod."""
+        """Notice exited containers: restart them (Always, OnFailure after a failure) with the
+        kubelet's back-off (at once, then 10 s doubling to 5 min, shown as CrashLoopBackOff), or
+        end the pod."""
         exited: dict[str, dict[str, Any]] = {}
         policy = pod["spec"].get("restartPolicy", "Always")
         for name, cid in list(record.containers.items()):
@@ -412,20 +417,37 @@ class Kubelet:
             if state.get("Running"):
                 continue
             code = int(state.get("ExitCode", 0))
-            if policy == "Always" or (policy == "OnFailure" and code != 0):
-                with contextlib.suppress(DockerException):
-                    self.docker.api.start(cid)
-                    record.restarts[name] = record.restarts.get(name, 0) + 1
-                    continue
-            exited[name] = {
-                "terminated": {
-                    "exitCode": code,
-                    "reason": "Completed" if code == 0 else "Error",
-                    "startedAt": record.started,
-                    "finishedAt": now(),
-                    "containerID": f"docker://{cid}",
-                }
+            terminated = {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "startedAt": (state.get("StartedAt") or record.started)[:19] + "Z",
+                "finishedAt": (state.get("FinishedAt") or now())[:19] + "Z",
+                "containerID": f"docker://{cid}",
             }
+            if not (policy == "Always" or (policy == "OnFailure" and code != 0)):
+                exited[name] = {"terminated": terminated}
+                continue
+            restarts = record.restarts.get(name, 0)
+            until = record.backoff_until.get(name)
+            if until is None:
+                delay = 0 if restarts == 0 else min(10 * 2 ** (restarts - 1), 300)
+                until = record.backoff_until[name] = time.monotonic() + delay
+                record.last_state[name] = {"terminated": terminated}
+            if time.monotonic() < until:
+                meta = pod["metadata"]
+                delay = min(10 * 2 ** max(restarts - 1, 0), 300)
+                exited[name] = {
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off {delay}s restarting failed container={name} "
+                        f"pod={meta['name']}_{meta['namespace']}({meta['uid']})",
+                    }
+                }
+                continue
+            with contextlib.suppress(DockerException):
+                self.docker.api.start(cid)
+                record.restarts[name] = restarts + 1
+                record.backoff_until.pop(name, None)
         self._running(pod, record, exited)
 
     def _remove(self, uid: str) -> None:

@@ -291,3 +291,20 @@ def test_a_command_missing_from_the_image_is_run_container_error(core: Any) -> N
     wait_for(reason, timeout=60, what="RunContainerError")
     assert core.read_namespaced_pod(name, "default").status.phase == "Pending"
     core.delete_namespaced_pod(name, "default")
+
+
+def test_a_container_that_keeps_failing_is_crash_loop_back_off(core: Any) -> None:
+    name = f"crashing-{uuid.uuid4().hex[:6]}"
+    container = {"name": "main", "image": BASE_IMAGE, "command": ["sh", "-c", "exit 3"]}
+    core.create_namespaced_pod("default", {"metadata": {"name": name}, "spec": {"containers": [container]}})
+
+    def backing_off() -> Any:
+        statuses = core.read_namespaced_pod(name, "default").status.container_statuses or []
+        waiting = statuses[0].state.waiting if statuses else None
+        return statuses[0] if waiting and waiting.reason == "CrashLoopBackOff" else None
+
+    status = wait_for(backing_off, timeout=60, what="CrashLoopBackOff")
+    assert status.restart_count >= 1
+    assert status.last_state.terminated.exit_code == 3
+    assert core.read_namespaced_pod(name, "default").status.phase == "Running"
+    core.delete_namespaced_pod(name, "default")
