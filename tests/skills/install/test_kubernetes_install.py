@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import docker
+import httpx
 import pytest
+from django.urls import reverse
 
 from console.crypto import encrypt
 from console.models import JobStatus
 from console.services import SYSTEM
 from sandboxes.backends.base import ExecRequest
+from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.store import RedisSessionStore
@@ -28,6 +31,7 @@ from tests.conftest import REDIS_URL
 from tests.factories import make_backend
 from tests.fakes.kube.cluster import FakeCluster
 from tests.fakes.kube.crds import SANDBOX_TEMPLATES
+from tests.fakes.kube.fixtures import template_body
 from tests.personas import World
 from tests.support.oci_registry import LocalRegistry
 from tests.support.skill_install import clean_up, job_error, make_skills_config, run_install
@@ -72,6 +76,19 @@ def test_an_example_skill_installs_into_an_image_a_session_runs(
     assert image is not None
     assert image.snapshot_id.startswith("snap-")
 
+    # The config's Templates page lists the skill image among its snapshots, not its templates,
+    # beside the platform admin's SandboxTemplates.
+    fake_cluster.store.create(SANDBOX_TEMPLATES, "default", template_body("admins-python"))
+    try:
+        html = world.client_for("alice").get(reverse("sandboxes:template_list", args=[config.pk])).content.decode()
+    finally:
+        fake_cluster.store.delete(SANDBOX_TEMPLATES, "default", "admins-python")
+    templates_part = html[html.index('id="templates"') : html.index('id="snapshots"')]
+    snapshots_part = html[html.index('id="snapshots"') :]
+    assert "admins-python" in templates_part
+    assert image.snapshot_id not in templates_part
+    assert image.snapshot_id in snapshots_part
+
     template = fake_cluster.store.get(SANDBOX_TEMPLATES, "default", image.snapshot_id)
     pinned = template["spec"]["podTemplate"]["spec"]["containers"][0]["image"]
     assert pinned.startswith(f"{oci_registry.host}/sandbox-console/base@sha256:")
@@ -92,6 +109,14 @@ def test_an_example_skill_installs_into_an_image_a_session_runs(
         run("printf 'one two two\\n' > notes.txt")
         stats = run("/opt/skills/text-stats/scripts/text-stats.sh notes.txt")
         assert '"words": 3' in stats.replace(":3", ": 3")
+
+        # Deleting the snapshot deletes its SandboxTemplate and its manifest in the registry.
+        snapshots = get_backend(config).snapshots()
+        assert snapshots is not None
+        snapshots.delete(image.snapshot_id)
+        assert fake_cluster.store.find(SANDBOX_TEMPLATES, "default", image.snapshot_id) is None
+        answer = httpx.head(f"{oci_registry.url}/v2/sandbox-console/base/manifests/{digest}")
+        assert answer.status_code == 404
     finally:
         engine.images.remove(pinned, force=True)
         engine.close()
