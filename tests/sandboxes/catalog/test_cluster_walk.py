@@ -197,6 +197,14 @@ def test_a_cluster_connected_granted_pooled_and_used_through_the_api_and_the_ter
 
     config = _make_config(world.client_for("alice"), world, backend)
     try:
+        # The config's Test connection: the cluster check in its health step, then a sandbox made and run.
+        assert world.client_for("alice").post(reverse("sandboxes:config_test", args=[config.pk])).status_code == 302
+        tested = run_to_end(str(AdminJob.objects.get(kind="sandboxes.test_connection", space=world.space_a).pk))
+        assert tested.status == JobStatus.SUCCEEDED, tested.error
+        steps = {step["name"]: step for step in tested.result["steps"]}
+        assert steps["health"]["detail"].endswith("; 6 of 6 checks passed")
+        assert [name for name, step in steps.items() if not step["ok"]] == []
+
         report = refill(config)
         assert (report.errors, report.skipped) == ([], ""), report
         assert [p for p in fake_cluster.store.items(SANDBOX_WARM_POOLS, namespace) if p["spec"].get("replicas") == 1]
