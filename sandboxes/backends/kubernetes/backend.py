@@ -314,14 +314,15 @@ class KubernetesBackend(Backend):
         try:
             version = call("reading the API server's version", k8s.VersionApi(self.api).get_code)
             group, api_version, plural = CLAIMS
-            served = call(
+            served = call_unless(
+                (ErrorKind.NOT_FOUND,),
                 f"reading {group}/{api_version}",
                 self.custom.get_api_resources,
                 group,
                 api_version,
                 _request_timeout=self.request_timeout,
             )
-            names = {resource.name for resource in served.resources or []}
+            names = {resource.name for resource in (served.resources or [] if served else [])}
             missing = {"sandboxclaims", "sandboxtemplates", "sandboxwarmpools"} - names
             if missing:
                 raise RemoteError(

@@ -37,7 +37,7 @@ from sandboxes.backends.base import (
 from sandboxes.backends.capabilities import SnapshotsCapability
 from sandboxes.backends.kubernetes import claims, network
 from sandboxes.backends.kubernetes.backend import KubernetesBackend
-from tests.fakes.kube.cluster import FakeCluster
+from tests.fakes.kube.cluster import FakeCluster, running_fake_cluster
 from tests.fakes.kube.crds import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
 from tests.fakes.kube.fixtures import template_body
 from tests.fakes.kube.resources import NAMESPACES
@@ -421,3 +421,15 @@ def test_a_derived_template_deleted_behind_the_adapters_back_is_made_again(
     info = make_sandbox(resources=Resources(memory_mb=320))
     assert info.state == SandboxState.RUNNING
     assert fake_cluster.store.get(SANDBOX_TEMPLATES, NAMESPACE, name)
+
+
+def test_health_on_a_cluster_without_agent_sandbox_says_to_install_its_crds() -> None:
+    with running_fake_cluster(with_crds=False, docker_pods=False) as bare:
+        adapter = backend_for(bare)
+        try:
+            health = adapter.health()
+        finally:
+            adapter.close()
+    assert not health.ok
+    assert "install its CRDs" in health.detail
+    assert "sandboxclaims" in health.detail
