@@ -15,7 +15,9 @@ remotecommand/constants.go`):
 - subprotocols, the first the client lists that the server knows: `v5.channel.k8s.io`,
   `v4.channel.k8s.io`, `channel.k8s.io` (no header: the unnamed binary protocol, as the
   kubelet's ""). Anything else is refused as golang.org/x/net/websocket refuses a failed
-  handshake: `403 Forbidden` with an empty body.
+  handshake: `403 Forbidden` with an empty body. Not served (refused so): the kubelet's
+  base64 variants (`base64.channel.k8s.io`, `v4.base64.channel.k8s.io`), which no client of
+  ours asks for.
 - frames: one byte of channel, then data. 0 stdin, 1 stdout, 2 stderr, 3 status, 4 resize
   (JSON `{"Width": w, "Height": h}`, a stream of objects that frames may split); client text
   frames are read like binary ones. On v5, `[255, c]` closes channel `c` (stdin: EOF to the

@@ -5,7 +5,8 @@ image of its spec, which must already be on this machine: the fake never pulls (
 the machine), so a missing image shows as the kubelet shows it, `ErrImagePull` then
 `ImagePullBackOff`, the pod Pending. Containers get `network_mode="none"` and
 `dns=["127.0.0.1"]`, the pod name as host name, `command`/`args` as entrypoint/cmd, `env`
-values and `workingDir`; a `persistentVolumeClaim` volume mounts the claim's Docker volume
+values, `workingDir` and `securityContext.runAsUser`/`runAsGroup` (the container's over the
+pod's); a `persistentVolumeClaim` volume mounts the claim's Docker volume
 (kept across pod deletions, so a suspended sandbox keeps its data), an `emptyDir` a volume that
 goes with the pod. Everything is labelled with the cluster's run id and swept at the end.
 
@@ -344,6 +345,10 @@ class Kubelet:
             kwargs["command"] = container["args"]
         if container.get("workingDir"):
             kwargs["working_dir"] = container["workingDir"]
+        # The container's securityContext over the pod's; without runAsGroup the group is 0.
+        security = {**(pod["spec"].get("securityContext") or {}), **(container.get("securityContext") or {})}
+        if security.get("runAsUser") is not None:
+            kwargs["user"] = f"{int(security['runAsUser'])}:{int(security.get('runAsGroup') or 0)}"
         with contextlib.suppress(NotFound):  # left over from a start that failed
             self.docker.api.remove_container(kwargs["name"], force=True)
         created = self.docker.containers.run(**kwargs)

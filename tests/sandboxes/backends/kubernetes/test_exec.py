@@ -15,7 +15,7 @@ from sandboxes.backends.kubernetes.stream import V4, V5
 from tests.fakes.kube import FakeCluster
 from tests.fakes.kube.exec import V1, endpoint_of
 from tests.support import kube_pods
-from tests.support.kube_pods import pod_exec
+from tests.support.kube_pods import pod_exec, running_pod
 
 pytestmark = pytest.mark.docker
 
@@ -145,3 +145,13 @@ def test_v5_is_taken_when_served(pods: PodExec, pod: PodRef) -> None:
         assert stream.protocol == V5
     finally:
         stream.close()
+
+
+def test_in_a_pod_that_runs_as_a_user_root_is_refused_in_words(fake_cluster: FakeCluster) -> None:
+    with running_pod(fake_cluster, runAsUser=1000, runAsGroup=1000) as non_root:
+        pods = pod_exec(fake_cluster, non_root)
+        assert pods.exec("sbx", ExecRequest(shell='echo "$(id -u):$(id -g) $HOME"')).stdout == b"1000:1000 /home/user\n"
+        with pytest.raises(RemoteError) as refused:
+            pods.exec("sbx", ExecRequest(argv=("true",), user="root"))
+        assert refused.value.kind == ErrorKind.UNSUPPORTED
+        assert "uid 1000" in refused.value.message
