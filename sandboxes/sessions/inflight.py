@@ -116,8 +116,10 @@ def in_flight(
         with quick_commit():
             if still_counted is None or still_counted():
                 _update(_count_out_sql(activity), [*([_when(ended)] if activity else []), session.pk])
-            elif ended:
-                Session.objects.filter(pk=session.pk).update(last_activity=ended)
+            else:
+                _quick_commit_off()  # the count's statement, which says it too, does not run
+                if ended:
+                    Session.objects.filter(pk=session.pk).update(last_activity=ended)
 
 
 @contextlib.contextmanager
@@ -127,10 +129,23 @@ def quick_commit() -> Iterator[None]:
     crash may lose the last such commits, which is harmless: each count and slot carries its
     own deadline, past which it no longer counts."""
     with transaction.atomic():
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
-        yield
+        yield  # each side's count statement switches it off (_QUICK): no round trip of its own
+
+
+def _quick_commit_off() -> None:
+    if _quick_commits():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+
+
+def _quick() -> str:
+    """A FROM item that switches synchronous_commit off for the transaction (PostgreSQL;
+    set_config(…, true) is SET LOCAL) inside the count's own statement."""
+    return " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS quick" if _quick_commits() else ""
+
+
+def _quick_commits() -> bool:
+    return connection.vendor == "postgresql"
 
 
 # ruff: noqa: S608 - the only interpolations are the quoted table name; values are parameters
@@ -144,7 +159,7 @@ def _count_in_sql() -> str:
         " ELSE execs_in_flight + 1 END,"
         " exec_deadline = CASE WHEN exec_deadline IS NULL OR exec_deadline <= %s THEN %s"
         f" ELSE {greatest}(exec_deadline, %s) END"
-        " WHERE id = %s"
+        f"{_quick()} WHERE id = %s"
     )
 
 
@@ -154,7 +169,7 @@ def _count_out_sql(activity: bool) -> str:
         " execs_in_flight = CASE WHEN execs_in_flight > 0 THEN execs_in_flight - 1 ELSE 0 END,"
         " exec_deadline = CASE WHEN execs_in_flight <= 1 THEN NULL ELSE exec_deadline END"
         + (", last_activity = %s" if activity else "")
-        + " WHERE id = %s"
+        + f"{_quick()} WHERE id = %s"
     )
 
 
