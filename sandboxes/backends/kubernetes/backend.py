@@ -276,8 +276,8 @@ class KubernetesBackend(Backend):
 
     def release_space(self, space: str) -> builtins.list[str]:
         """Per-space mode: the space's namespace (its derived templates and pools with it),
-        once it holds no claim; `conflict` naming how many stay. Shared mode keeps nothing
-        per space."""
+        once it holds no claim; `conflict` naming how many stay. An account without `delete`
+        on namespaces leaves it (nothing removed). Shared mode keeps nothing per space."""
         if not self.per_space:
             return []
         namespace = self.space_namespace(space)
@@ -289,9 +289,12 @@ class KubernetesBackend(Backend):
             raise
         if left:
             raise RemoteError(ErrorKind.CONFLICT, f"namespace {namespace} still holds {len(left)} sandbox claim(s)")
-        gone = (ErrorKind.NOT_FOUND,)
+        # Forbidden: the account may create namespaces but not delete them (docs/kubernetes.md
+        # makes `delete` optional); the namespace then stays, empty, for the cluster's admin.
+        kept = (ErrorKind.NOT_FOUND, ErrorKind.FORBIDDEN)
         kw = {"_request_timeout": self.request_timeout}
-        if call_unless(gone, f"deleting namespace {namespace}", self.core.delete_namespace, namespace, **kw) is None:
+        if call_unless(kept, f"deleting namespace {namespace}", self.core.delete_namespace, namespace, **kw) is None:
+            logger.info("namespace %s not deleted (gone, or not this account's to delete)", namespace)
             return []
         with self._lock:
             self._namespaces.discard(namespace)

@@ -433,3 +433,21 @@ def test_health_on_a_cluster_without_agent_sandbox_says_to_install_its_crds() ->
     assert not health.ok
     assert "install its CRDs" in health.detail
     assert "sandboxclaims" in health.detail
+
+
+def test_a_space_namespace_stays_where_the_account_may_not_delete_namespaces(fake_cluster: FakeCluster) -> None:
+    token = fake_cluster.token_with(
+        [
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create"]},
+            {"apiGroups": ["extensions.agents.x-k8s.io"], "resources": ["*"], "verbs": ["*"]},
+        ]
+    )
+    adapter = backend_for(fake_cluster, token=token, namespace_mode="per_space")
+    space = str(uuid.uuid4())
+    try:
+        adapter.namespace_for({"console-space": space})  # made on first use
+        assert adapter.release_space(space) == []
+        assert fake_cluster.store.get(NAMESPACES, None, f"{NAMESPACE}-{space}")
+    finally:
+        adapter.close()
+        fake_cluster.store.delete(NAMESPACES, None, f"{NAMESPACE}-{space}")
