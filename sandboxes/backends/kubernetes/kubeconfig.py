@@ -160,9 +160,10 @@ def parse_kubeconfig(text: str, context: str = "") -> ClusterAccess:
 
 def fill_settings(given: Given) -> Filled:
     """The kind's `fill` (`SettingsSchema.fill`): a kubeconfig pasted now gives the API URL,
-    CA and token (over what the fields hold; the kubeconfig itself is then not stored) or, for
-    a client certificate, a kubeconfig of the chosen context alone; the in-cluster switch is
-    checked against the pod it runs in. Either gives the namespace when none was typed."""
+    CA and token (over what the fields hold; the kubeconfig itself is then not stored, and a
+    stored one is removed: `clear_kubeconfig`) or, for a client certificate, a kubeconfig of
+    the chosen context alone; the in-cluster switch is checked against the pod it runs in
+    (and removes a stored kubeconfig too). Either gives the namespace when none was typed."""
     text = str(given.get("kubeconfig") or "").strip()
     if text and text != REDACTED:
         try:
@@ -170,7 +171,6 @@ def fill_settings(given: Given) -> Filled:
         except KubeconfigError as exc:
             return Filled(problems={"kubeconfig": str(exc)})
         values = access.settings()
-        values.setdefault("kubeconfig", "")
     elif given.get("in_cluster"):
         try:
             access = in_cluster_access()
@@ -179,6 +179,8 @@ def fill_settings(given: Given) -> Filled:
         values = {}
     else:
         return Filled()
+    if "kubeconfig" not in values:  # a stored one would be a second way in: removed on save
+        values.update(kubeconfig="", clear_kubeconfig=True)
     if access.namespace and not given.get("namespace"):
         values["namespace"] = access.namespace
     else:

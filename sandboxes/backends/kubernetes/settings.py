@@ -114,7 +114,7 @@ def check(given: Given, schema: SettingsSchema) -> dict[str, str]:
         name
         for name, given_now in (
             ("endpoint", bool(given.get("endpoint"))),
-            ("kubeconfig", given.has_secret("kubeconfig")),
+            ("kubeconfig", given.has_secret("kubeconfig") and not given.get("clear_kubeconfig")),
             ("in_cluster", bool(given.get("in_cluster"))),
         )
         if given_now
@@ -182,6 +182,14 @@ SCHEMA = SettingsSchema(
             "--raw`). Its context's server, CA and token fill the fields above and the file is not kept; a client "
             "certificate is kept as a kubeconfig of that context alone, encrypted. No exec or auth-provider "
             "plugins: the console cannot run a program on your machine.",
+        ),
+        Setting(
+            "clear_kubeconfig",
+            "Remove the stored kubeconfig",
+            SettingType.BOOL,
+            clears=("kubeconfig",),
+            help="Ticked: the stored kubeconfig is removed on save (a kubeconfig pasted with a token, or "
+            "in-cluster, removes it too).",
         ),
         Setting(
             "kubeconfig_context",

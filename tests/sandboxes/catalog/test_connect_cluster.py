@@ -14,10 +14,11 @@ import yaml
 from django.test import Client
 from django.urls import reverse
 
-from console.crypto import decrypt
+from console.crypto import decrypt, encrypt
 from console.models import AuditEvent
 from sandboxes.backends.kubernetes import kubeconfig
 from sandboxes.models import PlatformBackend
+from tests.factories import make_backend
 from tests.fakes.kube.cluster import FakeCluster
 from tests.personas import World
 from tests.support.kube_rbac import console_role
@@ -76,6 +77,23 @@ def test_a_pasted_kubeconfig_registers_the_cluster_with_its_token_encrypted(
     stored = " ".join(str(value) for value in PlatformBackend.objects.filter(pk=backend.pk).values().get().values())
     assert token not in stored
     assert list(backend.spaces.all()) == [world.space_a]
+
+
+def test_a_pasted_token_replaces_a_stored_kubeconfig(world: World, fake_cluster: FakeCluster) -> None:
+    stored = make_backend(
+        kind="kubernetes", kubeconfig_encrypted=encrypt(fake_cluster.kubeconfig()), allow_private_endpoints=True
+    )
+    token = _role_token(fake_cluster)
+    pasted = fake_cluster.kubeconfig(token, namespace=NAMESPACE)
+    url = reverse("sandboxes:backend_edit", args=[stored.pk])
+    response = world.client_for("root").post(url, _form(kubeconfig=pasted), follow=True)
+    assert "Backend cluster saved." in _messages(response)
+    stored.refresh_from_db()
+    assert (stored.endpoint, decrypt(stored.api_key_encrypted), stored.kubeconfig_encrypted) == (
+        fake_cluster.url,
+        token,
+        "",
+    )
 
 
 def test_a_chosen_context_of_the_kubeconfig_is_used(world: World, fake_cluster: FakeCluster) -> None:
@@ -166,8 +184,6 @@ def test_in_cluster_outside_a_pod_is_a_field_error(world: World, monkeypatch: py
 
 
 def test_test_connection_on_the_backends_page_is_for_platform_admins_only(world: World) -> None:
-    from tests.factories import make_backend
-
     backend = make_backend()
     url = reverse("sandboxes:backend_test", args=[backend.pk])
     assert world.client_for("alice").post(url).status_code == 404

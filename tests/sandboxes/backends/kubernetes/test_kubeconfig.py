@@ -211,6 +211,7 @@ def test_fill_turns_a_pasted_kubeconfig_into_the_settings_or_the_field_problem()
     assert filled.values["endpoint"] == "https://k8s.prod.test:6443"
     assert filled.values["api_key"] == "prod-token"
     assert filled.values["kubeconfig"] == ""  # its parts are stored, not the file
+    assert filled.values["clear_kubeconfig"] is True  # nor a stored one kept beside them
     assert filled.values["namespace"] == "agents"
     typed = fill_settings(Given(values={"kubeconfig": kubeconfig_text(), "namespace": "mine"}))
     assert "namespace" not in typed.values  # what the admin typed stays
@@ -229,4 +230,4 @@ def test_fill_checks_the_in_cluster_switch_against_the_pod(tmp_path: Path, monke
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
     filled = fill_settings(Given(values={"in_cluster": True, "namespace": ""}))
-    assert filled == type(filled)(values={"namespace": "sandbox-console"})
+    assert filled == type(filled)(values={"kubeconfig": "", "clear_kubeconfig": True, "namespace": "sandbox-console"})
