@@ -40,12 +40,13 @@ HOMES = {"user": "/home/user", "root": "/root"}
 # Where pid files go: a root command's in a folder uid 1000 cannot write (see docker/common.py).
 PID_DIRS = {"user": "/tmp", "root": "/run"}  # noqa: S108 - paths inside the pod
 MARK = "console-exec:"
+ROOT_REFUSED = "the pod runs as uid"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # argv: WANT INNER ARGS...: become the wanted user, then run INNER with ARGS.
 LAUNCH = (
     "want=$1; inner=$2; shift 2; me=$(id -u); "
-    'if [ "$want" = root ]; then [ "$me" = 0 ] || { echo "' + MARK + " the pod runs as uid $me, and root "
+    'if [ "$want" = root ]; then [ "$me" = 0 ] || { echo "' + MARK + " " + ROOT_REFUSED + " $me, and root "
     'commands need a pod that runs as root" >&2; exit 126; }; exec /bin/sh -c "$inner" sh "$@"; fi; '
     f'if [ "$me" = 0 ]; then exec setpriv --reuid={SANDBOX_UID} --regid={SANDBOX_UID} --clear-groups '
     '/bin/sh -c "$inner" sh "$@"; fi; '
@@ -104,7 +105,7 @@ def launcher_refusal(result: ExecResult) -> RemoteError | None:
     if result.exit_code != 126 or not result.stderr.startswith(MARK.encode()):
         return None
     message = result.stderr.decode(errors="replace").strip().removeprefix(MARK).strip()
-    kind = ErrorKind.UNSUPPORTED if "root" in message else ErrorKind.INVALID
+    kind = ErrorKind.UNSUPPORTED if message.startswith(ROOT_REFUSED) else ErrorKind.INVALID
     return RemoteError(kind, message)
 
 

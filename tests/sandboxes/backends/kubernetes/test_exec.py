@@ -67,6 +67,9 @@ def test_user_env_and_working_directory(pods: PodExec) -> None:
         pods.exec("sbx", ExecRequest(argv=("true",), cwd="/no/such/place"))
     assert missing.value.kind == ErrorKind.INVALID
     assert "/no/such/place" in missing.value.message
+    with pytest.raises(RemoteError) as missing_root_dir:
+        pods.exec("sbx", ExecRequest(argv=("true",), cwd="/root/nothing here"))
+    assert missing_root_dir.value.kind == ErrorKind.INVALID
     with pytest.raises(RemoteError) as bad_env:
         pods.exec("sbx", ExecRequest(argv=("true",), env={"A B": "x"}))
     assert bad_env.value.kind == ErrorKind.INVALID
