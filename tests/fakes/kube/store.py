@@ -270,6 +270,8 @@ class Store:
             meta = obj.setdefault("metadata", {})
             if not isinstance(meta, dict):
                 raise bad_request("metadata must be an object")
+            if meta.get("resourceVersion"):
+                raise bad_request("resourceVersion should not be set on objects to be created")
             if resource.namespaced:
                 body_ns = meta.get("namespace")
                 if body_ns and namespace and body_ns != namespace:

@@ -139,6 +139,10 @@ def test_an_update_with_a_stale_resource_version_is_409_conflict(kube_api: clien
     with pytest.raises(client.ApiException) as again:
         api.create_namespaced_custom_object(*EXT, "default", "sandboxtemplates", template_body(name))
     assert (again.value.status, _status(again.value)["reason"]) == (409, "AlreadyExists")
+    copied = {**template_body(_name("tpl")), "metadata": {"name": _name("tpl"), "resourceVersion": "5"}}
+    with pytest.raises(client.ApiException) as stale:
+        api.create_namespaced_custom_object(*EXT, "default", "sandboxtemplates", copied)
+    assert _status(stale.value)["message"] == "resourceVersion should not be set on objects to be created"
     api.delete_namespaced_custom_object(*EXT, "default", "sandboxtemplates", name)
 
 
