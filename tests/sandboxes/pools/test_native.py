@@ -11,17 +11,17 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from console.crypto import encrypt
 from console.services import SYSTEM
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, is_native_pool_of
 from sandboxes.pools.keeper import refill
 from sandboxes.pools.stats import read_pools
 from sandboxes.sessions.teardown import Report, tear_down_config
-from tests.factories import make_backend, make_config
+from tests.factories import make_config
 from tests.fakes.kube.cluster import FakeCluster
 from tests.fakes.kube.crds import SANDBOX_WARM_POOLS
 from tests.personas import World
+from tests.support.kube_backend import make_kube_backend
 
 pytestmark = [pytest.mark.docker]
 
@@ -31,16 +31,7 @@ POOL_NAME = "console.sandbox-console/pool-name"
 @pytest.fixture
 def kube_config(world: World, fake_cluster: FakeCluster, settings: Any) -> Iterator[SandboxConfig]:
     settings.CONSOLE_INSTALLATION_ID = "test-native-pools"
-    backend = make_backend(
-        world.space_a,
-        kind="kubernetes",
-        endpoint=fake_cluster.url,
-        api_key=fake_cluster.admin_token,
-        tls_ca_encrypted=encrypt(fake_cluster.ca_pem),
-        allow_private_endpoints=True,
-        namespace="default",
-        max_pool_size=4,
-    )
+    backend = make_kube_backend(fake_cluster, world.space_a, max_pool_size=4)
     config = make_config(world.space_a, backend=backend, name="on the cluster")
     yield config
     native = get_backend(config).warm_pools()

@@ -13,16 +13,16 @@ import docker
 import pytest
 from asgiref.sync import sync_to_async
 
-from console.crypto import encrypt
 from sandboxes.backends.base import META_INSTALLATION, ListQuery
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions.lookup import get_or_create_session
 from sandboxes.sessions.store import MemorySessionStore
-from tests.factories import make_backend, make_config
+from tests.factories import make_config
 from tests.fakes.kube import FakeCluster
 from tests.personas import World
 from tests.support import terminal_support
+from tests.support.kube_backend import make_kube_backend
 from tests.support.terminal_support import open_terminal, shells_in, wait_closed, wait_no_shell
 
 store = terminal_support.store
@@ -36,15 +36,7 @@ def kube_config(
     """Space A's default config on the fake cluster, under an installation id of its own; its
     sandboxes are deleted afterwards."""
     settings.CONSOLE_INSTALLATION_ID = f"test-kube-term-{uuid.uuid4().hex[:8]}"
-    backend = make_backend(
-        world.space_a,
-        kind="kubernetes",
-        endpoint=fake_cluster.url,
-        api_key=fake_cluster.admin_token,
-        tls_ca_encrypted=encrypt(fake_cluster.ca_pem),
-        allow_private_endpoints=True,
-        namespace="default",
-    )
+    backend = make_kube_backend(fake_cluster, world.space_a)
     config = make_config(
         world.space_a,
         backend=backend,

@@ -17,7 +17,6 @@ import httpx
 import pytest
 from django.urls import reverse
 
-from console.crypto import encrypt
 from console.models import JobStatus
 from console.services import SYSTEM
 from sandboxes.backends.base import ExecRequest
@@ -28,11 +27,11 @@ from sandboxes.sessions.store import RedisSessionStore
 from skills.images import current_image
 from skills.services import do_import_examples
 from tests.conftest import REDIS_URL
-from tests.factories import make_backend
 from tests.fakes.kube.cluster import FakeCluster
 from tests.fakes.kube.crds import SANDBOX_TEMPLATES
 from tests.fakes.kube.fixtures import template_body
 from tests.personas import World
+from tests.support.kube_backend import make_kube_backend
 from tests.support.oci_registry import LocalRegistry
 from tests.support.skill_install import clean_up, job_error, make_skills_config, run_install
 
@@ -48,16 +47,7 @@ def config(
     installation: str,
 ) -> Iterator[SandboxConfig]:
     base = oci_registry.push_local_image(docker_base_image, "sandbox-console/base", "latest")
-    backend = make_backend(
-        world.space_a,
-        kind="kubernetes",
-        endpoint=fake_cluster.url,
-        api_key=fake_cluster.admin_token,
-        tls_ca_encrypted=encrypt(fake_cluster.ca_pem),
-        allow_private_endpoints=True,
-        namespace="default",
-        registry_url=oci_registry.url,
-    )
+    backend = make_kube_backend(fake_cluster, world.space_a, registry_url=oci_registry.url)
     made = make_skills_config(world.space_a, base, backend=backend)
     try:
         yield made
