@@ -52,7 +52,7 @@ class Event:
     resource: tuple[str, str]  # (group, plural)
     type: str  # ADDED / MODIFIED / DELETED
     obj: Obj
-    old: Obj | None = None  # the object before a MODIFIED event
+    old: Obj | None = None  # the object before a MODIFIED or DELETED event
 
 
 @dataclass
@@ -222,12 +222,13 @@ class Store:
         with self._lock:
             start = ""
             rv = self._last_rv
+            bucket = self._bucket(resource)
             if continue_token:
                 rv, start = self._decode_continue(continue_token)
-            keys = sorted(self._bucket(resource))
+                bucket = self._as_of(resource, rv)
             selected = [
                 (key, obj)
-                for key, obj in ((k, self._bucket(resource)[k]) for k in keys)
+                for key, obj in sorted(bucket.items())
                 if (not namespace or key[0] == namespace) and "/".join(key) > start and matches(obj)
             ]
             token = None
@@ -238,6 +239,23 @@ class Store:
                 remaining = None if selective else len(selected) - limit
                 selected = selected[:limit]
             return Page([copy.deepcopy(o) for _, o in selected], str(rv), token, remaining)
+
+    def _as_of(self, resource: Resource, rv: int) -> dict[tuple[str, str], Obj]:
+        """The resource's objects as they were at `rv` (the history rewound), so the pages of
+        one list are one consistent snapshot, as etcd serves them."""
+        objects = dict(self._bucket(resource))
+        for event in reversed(self._history):
+            if event.rv <= rv:
+                break
+            if event.resource != resource.key:
+                continue
+            meta = event.obj["metadata"]
+            key = self._key(resource, meta.get("namespace"), meta["name"])
+            if event.type == "ADDED":
+                objects.pop(key, None)
+            elif event.old is not None:
+                objects[key] = event.old
+        return objects
 
     def _encode_continue(self, rv: int, start: str) -> str:
         raw = json.dumps({"v": "meta.k8s.io/v1", "rv": rv, "start": start + "\x00"}, separators=(",", ":"))
@@ -372,7 +390,7 @@ class Store:
             new["metadata"]["resourceVersion"] = str(self._next_rv())
             if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
                 del self._bucket(resource)[key]
-                self._emit(resource, "DELETED", new)
+                self._emit(resource, "DELETED", new, old)
                 self._collect_dependents(new["metadata"]["uid"])
                 return copy.deepcopy(new)
             self._bucket(resource)[key] = new
@@ -446,7 +464,7 @@ class Store:
             del self._bucket(resource)[key]
             gone = copy.deepcopy(obj)
             gone["metadata"]["resourceVersion"] = str(self._next_rv())
-            self._emit(resource, "DELETED", gone)
+            self._emit(resource, "DELETED", gone, obj)
             if resource.plural == "namespaces" and not resource.group:
                 self._delete_namespace_contents(name)
             if propagation != "Orphan":
@@ -465,8 +483,9 @@ class Store:
         obj = self._bucket(resource).pop((namespace, name), None)
         if obj is None:
             return
+        before = copy.deepcopy(obj)
         obj["metadata"]["resourceVersion"] = str(self._next_rv())
-        self._emit(resource, "DELETED", obj)
+        self._emit(resource, "DELETED", obj, before)
         self._collect_dependents(obj["metadata"]["uid"])
 
     def _collect_dependents(self, owner_uid: str) -> None:

@@ -215,6 +215,13 @@ def test_generate_name_and_pages_with_continue_tokens(kube_api: client.ApiClient
     assert [p.metadata.labels["n"] for p in selected.items] == ["4"]
     by_name = core.list_namespaced_persistent_volume_claim(namespace, field_selector=f"metadata.name={made[0]}")
     assert [p.metadata.name for p in by_name.items] == [made[0]]
+    first = core.list_namespaced_persistent_volume_claim(namespace, limit=2)
+    core.create_namespaced_persistent_volume_claim(namespace, pvc_body("zzz-late-"))  # would sort into page 2
+    core.delete_namespaced_persistent_volume_claim(sorted(made)[-1], namespace)
+    rest = core.list_namespaced_persistent_volume_claim(namespace, _continue=first.metadata._continue)
+    paged = [p.metadata.name for p in first.items + rest.items]
+    assert paged == sorted(made)  # the pages are one snapshot: neither the new nor the deleted one moves
+    assert rest.metadata.resource_version == first.metadata.resource_version
     core.delete_namespace(namespace)
 
 
