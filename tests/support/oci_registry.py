@@ -69,6 +69,21 @@ class LocalRegistry:
             client.close()
         return reference
 
+    def forget_local_tags(self) -> None:
+        """Remove the engine's tags naming this registry (the images stay under their other
+        names), so runs leave no `127.0.0.1:PORT/...` names behind."""
+        import docker
+
+        client = docker.from_env(timeout=60)
+        try:
+            for image in client.images.list():
+                for tag in [*image.tags, *(image.attrs.get("RepoDigests") or [])]:
+                    if tag.startswith(f"{self.host}/"):
+                        with contextlib.suppress(docker.errors.APIError):
+                            client.images.remove(tag)
+        finally:
+            client.close()
+
 
 def registry_missing() -> str | None:
     if shutil.which(PROGRAM) is None:
@@ -155,4 +170,7 @@ def oci_registry() -> Iterator[LocalRegistry]:
     """The test session's local registry (no auth)."""
     require_registry()
     with running_registry() as registry:
-        yield registry
+        try:
+            yield registry
+        finally:
+            registry.forget_local_tags()
