@@ -29,6 +29,7 @@ if TYPE_CHECKING:
         EgressCapability,
         FilesCapability,
         InboundCapability,
+        LogsCapability,
         PtyCapability,
         SnapshotsCapability,
         StatsCapability,
@@ -475,6 +476,10 @@ class Backend(abc.ABC):
         return None
 
     def stats(self) -> StatsCapability | None:
+        return None
+
+    def logs(self) -> LogsCapability | None:
+        """The sandbox's own output (`capabilities.LogsCapability`); None: not offered."""
         return None
 
     def warm_pools(self) -> WarmPoolCapability | None:

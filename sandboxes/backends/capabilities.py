@@ -1,8 +1,8 @@
 """The capability half of the sandbox contract: what a backend may offer beyond the core
 lifecycle, each an ABC returned by one of `Backend`'s accessors (`files()`, `snapshots()`,
-`templates()`, `inbound()`, `egress()`, `stats()`, `volumes()`, `pty()`, `warm_pools()`; None when the
-backend has not got it), with the values only these capabilities carry (`EgressRefusal`,
-`SandboxStats`, `PtyHandle`).
+`templates()`, `inbound()`, `egress()`, `stats()`, `logs()`, `volumes()`, `pty()`, `warm_pools()`;
+None when the backend has not got it), with the values only these capabilities carry
+(`EgressRefusal`, `SandboxStats`, `SandboxLogs`, `PtyHandle`).
 
 May import: the standard library, `netpolicy` and `.base` (errors, DTOs); like `.base` a
 leaf, nothing else of the project.
@@ -162,6 +162,42 @@ class StatsCapability(abc.ABC):
     def read(self, sandbox_id: str) -> SandboxStats:
         """The sandbox's current use; raises RemoteError (NOT_FOUND, CONFLICT when it is not
         running) like the other calls."""
+
+
+MAX_LOG_LINES = 2000
+MAX_LOG_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class SandboxLogs:
+    """The end of a sandbox's own output (its main process's stdout and stderr, interleaved as
+    the backend keeps them), at most `MAX_LOG_LINES` lines and `MAX_LOG_BYTES` bytes.
+    `truncated`: earlier output exists that is left out."""
+
+    data: bytes
+    truncated: bool = False
+
+
+class LogsCapability(abc.ABC):
+    """What the sandbox itself printed, read once: never starts or resumes it."""
+
+    @abc.abstractmethod
+    def read(self, sandbox_id: str, *, tail: int = 200) -> SandboxLogs:
+        """The last `tail` lines (1 to `MAX_LOG_LINES`), cut to the last `MAX_LOG_BYTES`;
+        raises RemoteError (NOT_FOUND for a sandbox that is gone) like the other calls."""
+
+
+def bounded_logs(data: bytes, tail: int) -> SandboxLogs:
+    """`data`'s last `tail` lines within `MAX_LOG_BYTES` (cut at a line start when it can)."""
+    lines = data.splitlines(keepends=True)
+    truncated = len(lines) > tail
+    kept = b"".join(lines[-tail:])
+    if len(kept) > MAX_LOG_BYTES:
+        kept = kept[-MAX_LOG_BYTES:]
+        newline = kept.find(b"\n")
+        kept = kept[newline + 1 :] if 0 <= newline < len(kept) - 1 else kept
+        truncated = True
+    return SandboxLogs(kept, truncated)
 
 
 class VolumesCapability(abc.ABC):

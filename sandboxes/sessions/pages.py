@@ -32,6 +32,7 @@ from ..sessions.tuning import SESSIONS
 from .access import get_session_for_user
 from .commands import kill_command, read_output, start_command
 from .listing import SESSION_ORDER, STATE_FILTERS, chosen_space, filtered_sessions, visible_spaces
+from .logs import TAILS, read_session_logs, tail_of
 from .panels import panels_context
 from .provisioning import effective_template
 from .runtime import Runtime
@@ -409,6 +410,25 @@ def session_stats(request: HttpRequest, session_id: str) -> HttpResponse:
     if is_htmx(request) and context["reading"].status == "unsupported":
         return HttpResponseStopPolling(render(request, "sandboxes/partials/session_stats.html", context).content)
     return render(request, "sandboxes/partials/session_stats.html", context)
+
+
+@login_required
+@require_safe
+def session_logs(request: HttpRequest, session_id: str) -> HttpResponse:
+    """The Logs card: the end of the sandbox's own output (`?tail=` lines), swapped in by HTMX
+    or a page of its own without JavaScript. Members only, as the files; reads only, never
+    waking the sandbox."""
+    session = get_session_for_user(request.user, session_id, Role.MEMBER)
+    context = {
+        "session": session,
+        "space": session.space,
+        "logs": read_session_logs(session, tail_of(request.GET.get("tail"))),
+        "tails": TAILS,
+        "section": "sessions",
+    }
+    if is_htmx(request):
+        return render(request, "sandboxes/partials/session_logs.html", context)
+    return render(request, "sandboxes/session_logs.html", context)
 
 
 # The space page's Sessions button (registered in SandboxesConfig.ready()).

@@ -17,6 +17,7 @@ urlpatterns = [
     path("spaces/<uuid:space_id>/sessions/new/", sessions.session_start, name="session_start"),
     path("sessions/<uuid:session_id>/", sessions.session_detail, name="session_detail"),
     path("sessions/<uuid:session_id>/stats/", sessions.session_stats, name="session_stats"),
+    path("sessions/<uuid:session_id>/logs/", sessions.session_logs, name="session_logs"),
     path("sessions/<uuid:session_id>/upload/", sessions.session_upload, name="session_upload"),
     path("sessions/<uuid:session_id>/download/", sessions.session_download, name="session_download"),
     path("sessions/<uuid:session_id>/files/view/", files.file_preview, name="file_preview"),

@@ -34,7 +34,9 @@ from sandboxes.backends.base import (
 from sandboxes.backends.capabilities import (
     FilesCapability,
     InboundCapability,
+    LogsCapability,
     PtyCapability,
+    SandboxLogs,
     SandboxStats,
     SnapshotsCapability,
     StatsCapability,
@@ -130,6 +132,7 @@ class BackendConformance:
             "pty": PtyCapability,
             "volumes": VolumesCapability,
             "stats": StatsCapability,
+            "logs": LogsCapability,
         }
         for name, capability_type in expected.items():
             first, second = getattr(backend, name)(), getattr(backend, name)()
@@ -146,6 +149,17 @@ class BackendConformance:
         assert stats.memory_bytes is not None, "memory in use is the least a stats capability reports"
         assert stats.memory_bytes > 0
         assert stats.cpu_percent is None or stats.cpu_percent >= 0
+        with pytest.raises(RemoteError) as missing:
+            capability.read(MISSING_SANDBOX_ID)
+        assert missing.value.kind == ErrorKind.NOT_FOUND
+
+    def test_logs_of_a_sandbox(self, backend: Backend, sandbox: SandboxInfo) -> None:
+        capability = backend.logs()
+        if capability is None:
+            pytest.skip(f"{backend.label} does not offer a sandbox's output")
+        logs = capability.read(sandbox.sandbox_id, tail=10)
+        assert isinstance(logs, SandboxLogs)
+        assert len(logs.data.splitlines()) <= 10
         with pytest.raises(RemoteError) as missing:
             capability.read(MISSING_SANDBOX_ID)
         assert missing.value.kind == ErrorKind.NOT_FOUND

@@ -63,6 +63,7 @@ from ..capabilities import (
     EgressCapability,
     FilesCapability,
     InboundCapability,
+    LogsCapability,
     PtyCapability,
     SnapshotsCapability,
     StatsCapability,
@@ -551,6 +552,11 @@ class DockerBackend(Backend):
         from .stats import DockerStats
 
         return DockerStats(self.engine)
+
+    def logs(self) -> LogsCapability:
+        from .logs import DockerLogs
+
+        return DockerLogs(self.engine)
 
 
 class DockerVolumes(VolumesCapability):
