@@ -22,7 +22,10 @@ traceback), so every handler after it sees the redacted record too.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
+import logging.handlers
+import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -263,6 +266,57 @@ class HousekeepingFilter(logging.Filter):
         return from_a_pass(record) if self.only else not is_housekeeping(record)
 
 
+HOUSEKEEPING_MAX_BYTES = 10 * 1024 * 1024
+HOUSEKEEPING_BACKUPS = 3  # housekeeping.log.1 … .3: at most 40 MiB in all
+
+
+class SharedRotatingFileHandler(logging.handlers.WatchedFileHandler):
+    """A log file several processes append to (Daphne, a Celery worker and beat), rotated when
+    it reaches `max_bytes`: `file` → `file.1` → … → `file.<backups>`, the oldest dropped.
+
+    `RotatingFileHandler` rotates per process: two processes each renaming the file they have
+    open lose and overwrite lines. Here the rotation happens under an exclusive lock on
+    `file.lock`, after checking again that the file at the path is still the full one (another
+    process may have rotated it meanwhile), and every process follows the new file by
+    `WatchedFileHandler`'s check of the path (as after a logrotate)."""
+
+    def __init__(self, filename: str, *, max_bytes: int, backups: int, delay: bool = True, **kwargs: Any) -> None:
+        super().__init__(filename, delay=delay, **kwargs)
+        self.max_bytes = max_bytes
+        self.backups = max(backups, 0)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            if self.max_bytes > 0 and self._size() >= self.max_bytes:
+                self._rotate()
+        except OSError:
+            self.handleError(record)
+        super().emit(record)
+
+    def _size(self) -> int:
+        try:
+            return os.stat(self.baseFilename).st_size
+        except FileNotFoundError:
+            return 0
+
+    def _rotate(self) -> None:
+        with open(self.baseFilename + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if self._size() < self.max_bytes:
+                    return  # rotated by another process meanwhile
+                if self.backups == 0:
+                    os.remove(self.baseFilename)
+                    return
+                for number in range(self.backups - 1, 0, -1):
+                    older = f"{self.baseFilename}.{number}"
+                    if os.path.exists(older):
+                        os.replace(older, f"{self.baseFilename}.{number + 1}")
+                os.replace(self.baseFilename, f"{self.baseFilename}.1")
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def logging_config(*, log_format: str, level: str, housekeeping_log: str = "") -> dict[str, Any]:
     """The LOGGING dict settings use: `log_format` is "json" or "text". With `housekeeping_log`
     (a file), the periodic passes' routine lines go there instead of the terminal (the
@@ -282,10 +336,12 @@ def logging_config(*, log_format: str, level: str, housekeeping_log: str = "") -
     if housekeeping_log:
         handlers["console"]["filters"] = [*HANDLER_FILTERS, "not_housekeeping"]
         handlers["housekeeping"] = {
-            # Watched: a rotation by logrotate (or a deleted file) is followed, never written past.
-            "class": "logging.handlers.WatchedFileHandler",
+            # Rotated at a size by whichever process finds it full; a rotation by another
+            # process or by logrotate (or a deleted file) is followed, never written past.
+            "()": "console.logs.SharedRotatingFileHandler",
             "filename": housekeeping_log,
-            "delay": True,
+            "max_bytes": HOUSEKEEPING_MAX_BYTES,
+            "backups": HOUSEKEEPING_BACKUPS,
             "formatter": "main",
             "filters": [*HANDLER_FILTERS, "only_housekeeping"],
         }
