@@ -246,6 +246,7 @@ class AuditAction(models.TextChoices):
     USER_LOGOUT_EVERYWHERE = "user.logout_everywhere", "User logged out everywhere"
     USER_OIDC_LINK = "user.oidc_link", "OIDC identity linked"
     USER_REACTIVATE = "user.reactivate", "User reactivated"
+    USER_EMAIL_CLEARED = "user.email_cleared", "User's email cleared (another user had it)"
 
 
 class AuditEvent(models.Model):

@@ -25,7 +25,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import UNUSABLE_PASSWORD_PREFIX
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
@@ -114,6 +114,17 @@ def _email_invite(user: Any, link: str, expires: Any) -> bool:
     return True
 
 
+def _refuse_taken(model: Any, username: str, email: str) -> None:
+    """A field error when another user has `username` or `email` (both ignoring case)."""
+    if model.objects.filter(username__iexact=username).exists():
+        message = f"There is already a user named {username!r}."
+        raise ServiceError(message, field_errors={"username": [message]})
+    if email and model.objects.filter(email__iexact=email).exists():
+        # Sign-in by email (OIDC) and adding members by email need one user per address.
+        message = f"Another user has the email {email!r}."
+        raise ServiceError(message, field_errors={"email": [message]})
+
+
 def do_create_user(
     *,
     username: str,
@@ -131,13 +142,7 @@ def do_create_user(
     email = email.strip()
     if not username:
         raise ServiceError("Give the user a username.", field_errors={"username": ["Give the user a username."]})
-    if model.objects.filter(username__iexact=username).exists():
-        message = f"There is already a user named {username!r}."
-        raise ServiceError(message, field_errors={"username": [message]})
-    if email and model.objects.filter(email__iexact=email).exists():
-        # Sign-in by email (OIDC) and adding members by email need one user per address.
-        message = f"Another user has the email {email!r}."
-        raise ServiceError(message, field_errors={"email": [message]})
+    _refuse_taken(model, username, email)
     user = model(
         username=username,
         email=email,
@@ -152,7 +157,15 @@ def do_create_user(
         raise ServiceError("The user is not valid.", field_errors=exc.message_dict) from None
     user.set_unusable_password()
     with transaction.atomic():
-        user.save()
+        try:
+            with transaction.atomic():
+                user.save()
+        except IntegrityError:
+            # Another request created this name or address between the check and the save:
+            # the database's unique indexes decide (console migration 0014 for emails), and
+            # the answer is the check's.
+            _refuse_taken(model, username, email)
+            raise
         invitation, token = _issue(user, actor)
         record_audit(
             actor,

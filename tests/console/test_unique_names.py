@@ -1,17 +1,24 @@
 """Names people tell things apart by are unique: space names (ignoring case), the names of a
-space's tokens in force, user emails. Each refusal is a field error that keeps what was typed;
-the constraints' migrations rename duplicates that exist already."""
+space's tokens in force, user emails (ignoring case, at the database too). Each refusal is a
+field error that keeps what was typed, a create racing another included; the constraints'
+migrations rename duplicates that exist already (a duplicate email is cleared, audited)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.db.migrations.loader import MigrationLoader
 from django.urls import reverse
 
-from console.models import Space
-from console.services import Actor, ServiceError, do_create_space, do_update_space
+from console.models import AuditEvent, Space
+from console.services import SYSTEM, Actor, ServiceError, do_create_space, do_update_space
+from console.users import do_create_user
 from sandboxes.api.tokens import do_create_api_token, do_revoke_api_token
 from sandboxes.models import ApiToken
 from tests.factories import make_space, make_user
@@ -137,3 +144,100 @@ def test_the_migrations_rename_duplicates_of_the_longest_names() -> None:
     tokens = list(ApiToken.objects.values_list("name", flat=True))
     assert len({name.lower() for name in tokens}) == 3
     assert all(len(name) <= 100 for name in tokens)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_creates_racing_for_one_email_make_one_user_and_one_field_error() -> None:
+    """The second create passes the service's check while the first's row is not committed,
+    then waits on the database's index: when the first commits it gets the field error the
+    check gives, not a 500, and no second user."""
+    first_saved, release = threading.Event(), threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def first() -> None:
+        try:
+            with transaction.atomic():
+                do_create_user(username="first", email="race@example.test", actor=SYSTEM)
+                first_saved.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    def second() -> None:
+        try:
+            do_create_user(username="second", email="RACE@example.test", actor=SYSTEM)
+        except ServiceError as exc:
+            outcome["refused"] = exc
+        except Exception as exc:  # anything else is the failure this test looks for
+            outcome["crashed"] = exc
+        finally:
+            connection.close()
+
+    one = threading.Thread(target=first)
+    one.start()
+    assert first_saved.wait(30)
+    two = threading.Thread(target=second)
+    two.start()
+    try:
+        waiting = 0
+        for _ in range(300):  # the second is past its check, waiting on the index
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+                waiting = cursor.fetchone()[0]
+            if waiting:
+                break
+            time.sleep(0.05)
+        assert waiting == 1
+    finally:
+        release.set()
+        one.join(30)
+        two.join(30)
+    assert "crashed" not in outcome, outcome
+    refused = outcome["refused"]
+    assert refused.field_errors == {"email": ["Another user has the email 'RACE@example.test'."]}
+    User = get_user_model()
+    assert list(User.objects.filter(email__iexact="race@example.test").values_list("username", flat=True)) == ["first"]
+    assert not User.objects.filter(username="second").exists()
+
+
+def test_the_database_refuses_a_second_user_with_an_email_in_other_letters() -> None:
+    make_user("gil", email="gil@example.test")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        make_user("gil2", email="GIL@example.test")
+    make_user("nomail1", email="")
+    make_user("nomail2", email="")  # users without an email are many
+
+
+EMAILS_BEFORE = ("console", "0013_list_keyset_indexes")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_clears_existing_duplicate_emails_and_audits_it() -> None:
+    executor = MigrationExecutor(connection)
+    executor.migrate([EMAILS_BEFORE])
+    old = executor.loader.project_state([EMAILS_BEFORE]).apps
+    OldUser = old.get_model("auth", "User")
+    OldUser.objects.create(username="kept", email="Same@example.test")
+    OldUser.objects.create(username="later", email="same@EXAMPLE.test")
+    OldUser.objects.create(username="alone", email="alone@example.test")
+    OldUser.objects.create(username="none1", email="")
+    OldUser.objects.create(username="none2", email="")
+    executor = MigrationExecutor(connection)
+    executor.migrate(MigrationLoader(None, ignore_no_migrations=True).graph.leaf_nodes())
+    emails = dict(get_user_model().objects.values_list("username", "email"))
+    assert emails == {
+        "kept": "Same@example.test",
+        "later": "",
+        "alone": "alone@example.test",
+        "none1": "",
+        "none2": "",
+    }
+    cleared = AuditEvent.objects.get(action="user.email_cleared")
+    assert cleared.details["email"] == "same@EXAMPLE.test"  # the address it had is kept
+    assert cleared.details["kept_by"] == "kept"
+    with pytest.raises(IntegrityError), transaction.atomic():
+        make_user("again", email="SAME@example.test")
