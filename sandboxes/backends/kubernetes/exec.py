@@ -14,7 +14,10 @@ command goes through a small launcher run by `/bin/sh` in the pod:
   has no kill of its own);
 - stdin: the command reads it through `head -c <length>`, so it gets EOF after the bytes
   sent whether or not the server speaks v5 (whose close channel also ends it).
-The exit code is the one the status on channel 3 carries.
+The command travels in the exec's URL; one longer than `MAX_QUERY_BYTES` (a proxy in front
+of the API server may take a few KiB of request line only) goes on stdin instead, ahead of
+the command's own input, read back by exact length (`carried`). The exit code is the one the
+status on channel 3 carries.
 
 May import: the contract and `.stream`.
 """
@@ -23,12 +26,14 @@ from __future__ import annotations
 
 import re
 import secrets
+import shlex
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from ..base import SANDBOX_UID, ErrorKind, ExecRequest, ExecResult, NotStarted, RemoteError
 from .stream import STATUS, STDERR, STDIN, STDOUT, ChannelStream, exec_path, exec_query, exit_code_of, open_stream
@@ -39,6 +44,8 @@ STDIN_CHUNK = 64 * 1024
 HOMES = {"user": "/home/user", "root": "/root"}
 # Where pid files go: a root command's in a folder uid 1000 cannot write (see docker/common.py).
 PID_DIRS = {"user": "/tmp", "root": "/run"}  # noqa: S108 - paths inside the pod
+# The longest command sent in the URL; a longer one goes on stdin (`carried`).
+MAX_QUERY_BYTES = 6 * 1024
 MARK = "console-exec:"
 ROOT_REFUSED = "the pod runs as uid"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -180,21 +187,20 @@ class PodExec:
     ) -> ExecResult:
         pid_file = f"{PID_DIRS[check_user(user)]}/.console-exec-{secrets.token_hex(8)}.pid"
         backstop = f"{timeout_s + BACKSTOP_GRACE_S:.3f}"
-        argv = launched(
-            user,
-            RUN,
-            pid_file,
-            cwd or "",
-            backstop,
-            "" if stdin is None else str(len(stdin)),
-            *with_env(user, env, command),
+
+        def launcher(length: str) -> tuple[str, ...]:
+            return launched(user, RUN, pid_file, cwd or "", backstop, length, *with_env(user, env, command))
+
+        # Carried on stdin, the command reads its own input as counted bytes (none: zero).
+        argv, sent = carried(
+            launcher("" if stdin is None else str(len(stdin))), stdin, launcher(str(len(stdin or b"")))
         )
         started = time.monotonic()
-        stream = self.open(pod, argv, stdin=stdin is not None, tty=False, what=what)
+        stream = self.open(pod, argv, stdin=sent is not None, tty=False, what=what)
         reader = _OutputReader(stream, max_output_bytes)
         try:
-            if stdin is not None:
-                threading.Thread(target=_feed, args=(stream, stdin), daemon=True).start()
+            if sent is not None:
+                threading.Thread(target=_feed, args=(stream, sent), daemon=True).start()
             timed_out = not reader.read_until(started + timeout_s)
         finally:
             stream.close()
@@ -225,6 +231,20 @@ class PodExec:
                 _OutputReader(stream, 4096).read_until(time.monotonic() + 10)
             finally:
                 stream.close()
+
+
+def carried(
+    argv: tuple[str, ...], stdin: bytes | None, counted: tuple[str, ...]
+) -> tuple[tuple[str, ...], bytes | None]:
+    """The argv to send and the stdin to feed. A command too long for a URL (proxies in front
+    of an API server may take a few KiB of request line only) goes on stdin, as `counted` (the
+    same command reading its input as counted bytes), ahead of that input: the pod reads
+    exactly its length back (`head -c`), then runs it."""
+    if len(urlencode([("command", part) for part in argv])) <= MAX_QUERY_BYTES:
+        return argv, stdin
+    script = ("set -- " + " ".join(shlex.quote(part) for part in counted)).encode()
+    reader = ("/bin/sh", "-c", 's=$(head -c "$0") || exit 125; eval "$s"; exec "$@"', str(len(script)))
+    return reader, script + (stdin or b"")
 
 
 def _feed(stream: ChannelStream, data: bytes) -> None:

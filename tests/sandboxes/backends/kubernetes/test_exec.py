@@ -4,13 +4,15 @@ behind the pod): exit codes, output, stdin, users, deadlines, and the v4 fallbac
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterator
+from urllib.parse import urlencode
 
 import pytest
 
 from sandboxes.backends.base import ErrorKind, ExecRequest, NotStarted, RemoteError
-from sandboxes.backends.kubernetes.exec import PodExec, PodRef
+from sandboxes.backends.kubernetes.exec import MAX_QUERY_BYTES, PodExec, PodRef, carried, with_env
 from sandboxes.backends.kubernetes.stream import V4, V5
 from tests.fakes.kube import FakeCluster
 from tests.fakes.kube.exec import V1, endpoint_of
@@ -52,8 +54,6 @@ def test_argv_reaches_the_command_unchanged(pods: PodExec) -> None:
         "sbx", ExecRequest(argv=("python3", "-c", "import sys, json; print(json.dumps(sys.argv[1:]))", *args))
     )
     assert result.exit_code == 0, result.stderr
-    import json
-
     assert tuple(json.loads(result.stdout)) == args
 
 
@@ -158,3 +158,29 @@ def test_in_a_pod_that_runs_as_a_user_root_is_refused_in_words(fake_cluster: Fak
             pods.exec("sbx", ExecRequest(argv=("true",), user="root"))
         assert refused.value.kind == ErrorKind.UNSUPPORTED
         assert "uid 1000" in refused.value.message
+
+
+def test_a_command_too_long_for_a_url_goes_on_stdin(pods: PodExec) -> None:
+    args = tuple(f'{index}: it\'s "odd" $HOME `x` \\ \n\t' + "y" * 3000 for index in range(4))
+    program = (
+        "import sys, json, hashlib; print(json.dumps(sys.argv[1:])); "
+        "print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
+    )
+    request = ExecRequest(argv=("python3", "-c", program, *args), stdin=b"input \x00 bytes" * 1000, cwd="/tmp")
+    long_argv = with_env("user", {}, request.argv or ())
+    sent, fed = carried(long_argv, request.stdin, long_argv)
+    assert len(urlencode([("command", part) for part in sent])) <= MAX_QUERY_BYTES
+    assert fed is not None
+    assert fed.endswith(request.stdin or b"")
+    result = pods.exec("sbx", request)
+    assert result.exit_code == 0, result.stderr
+    echoed, digest = result.stdout.decode().rsplit("\n", 2)[:2]
+    assert tuple(json.loads(echoed)) == args
+    assert digest == hashlib.sha256(request.stdin or b"").hexdigest()
+    # Without input of its own, the command reads none (it does not wait on the stream).
+    assert pods.exec("sbx", ExecRequest(argv=("sh", "-c", "cat; echo end", *args))).stdout == b"end\n"
+    # The deadline still kills the whole group.
+    slow = pods.exec("sbx", ExecRequest(argv=("sh", "-c", "sleep 4098 & sleep 4098", *args), timeout_s=1.5))
+    assert slow.timed_out
+    left = pods.exec("sbx", ExecRequest(shell="ps -eo args | grep -c '^sleep 4098$' || true"))
+    assert left.stdout.strip() == b"0"
