@@ -8,6 +8,7 @@ import builtins
 import json
 import re
 from contextlib import suppress
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import docker
@@ -61,8 +62,9 @@ class DockerTemplates(TemplatesCapability):
     def list(self) -> builtins.list[TemplateInfo]:
         with _engine_call("listing templates"):
             rows = self.backend.api.images(filters={"label": [f"{LABEL_KIND}={KIND_TEMPLATE}"]})
-        # Untagged images (a staging parent, an overwritten build) are no templates to offer.
-        infos = [self._info_from_row(row) for row in rows if _real_tags(row)]
+        # One template per name: an image tagged twice (pushed to a registry, say) is offered
+        # under each. Untagged images (a staging parent, an overwritten build) are none.
+        infos = [replace(self._info_from_row(row), template_id=tag) for row in rows for tag in _real_tags(row)]
         return sorted(infos, key=lambda info: info.template_id)
 
     @staticmethod

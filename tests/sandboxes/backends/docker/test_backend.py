@@ -236,6 +236,19 @@ class TestDockerBackend:
         volumes.delete(volume)
         volumes.delete(volume)
 
+    def test_an_image_with_several_names_is_listed_under_each(
+        self, backend: DockerBackend, engine: docker.DockerClient, template_id: str, test_run_id: str
+    ) -> None:
+        """A template image an admin also tagged (pushed to a registry, say) stays offered under
+        its own name, and the other name is a template too."""
+        other = f"sandbox-console/also-{test_run_id}:latest"
+        engine.images.get(template_id).tag(other)
+        try:
+            listed = {item.template_id for item in backend.templates().list()}
+            assert {template_id, other} <= listed
+        finally:
+            engine.images.remove(other)
+
     def test_templates_list_excludes_snapshots(
         self, backend: DockerBackend, make_sandbox: SandboxFactory, template_id: str, test_run_id: str
     ) -> None:
