@@ -648,3 +648,23 @@ def test_a_provider_that_drips_its_headers_is_cut_at_the_deadline(settings: Any)
         stop.set()
         listener.close()
     assert time.monotonic() - started < 2.5
+
+
+def test_a_first_sign_in_that_loses_the_race_for_its_email_signs_in_as_the_winner(settings: Any) -> None:
+    """Two first sign-ins (or a sign-in and an admin) create a user with one email at once: the
+    unique email index refuses the later one, which then signs in as the user that won, linked
+    to its subject, and never merges into a user of another subject."""
+    from django.core.exceptions import PermissionDenied
+
+    from console.oidc import do_create_oidc_user
+
+    settings.OIDC_OP_ISSUER = "http://idp.test/realm"
+    claims = {"sub": "sam-subject", "email": "Sam@Example.test", "preferred_username": "sam"}
+    winner = make_user("sam-by-admin", email="sam@example.test")  # made after this sign-in looked
+    assert do_create_oidc_user(claims, source_ip=None) == winner
+    assert OidcIdentity.objects.get(user=winner).subject == "sam-subject"
+    assert do_create_oidc_user(claims, source_ip=None) == winner  # a second racer: already linked
+    assert OidcIdentity.objects.filter(user=winner).count() == 1
+    with pytest.raises(PermissionDenied):
+        do_create_oidc_user({**claims, "sub": "someone-else"}, source_ip=None)
+    assert get_user_model().objects.filter(email__iexact="sam@example.test").count() == 1

@@ -44,6 +44,8 @@ LAYER_TYPES = {
     OCI_MANIFEST: "application/vnd.oci.image.layer.v1.tar+gzip",
 }
 CHUNK_BYTES = 8 * 2**20
+# distribution refuses to store a manifest over 4 MiB; nothing larger is read.
+MAX_MANIFEST_BYTES = 4 * 2**20
 _STATUS_KINDS = {
     400: ErrorKind.INVALID,
     401: ErrorKind.UNAUTHORIZED,
@@ -135,27 +137,55 @@ class Registry:
 
     def manifest(self, ref: ImageRef, *, platform: tuple[str, str] = ("linux", "amd64")) -> tuple[dict[str, Any], str]:
         """The image manifest (an index resolved to `platform`'s entry) and its media type."""
-        response = self._send(
-            "GET", ref.repository, f"manifests/{ref.reference}", headers={"Accept": ", ".join(MANIFEST_TYPES)}
-        )
-        document = _json(response, f"manifest of {ref.text}")
-        media = document.get("mediaType") or response.headers.get("content-type", "").split(";")[0]
+        document, media = self._manifest_document(ref)
         if media in (DOCKER_LIST, OCI_INDEX):
-            entries = document.get("manifests") or []
-            chosen = next(
-                (
-                    m
-                    for m in entries
-                    if (m.get("platform", {}).get("os"), m.get("platform", {}).get("architecture")) == platform
-                ),
-                entries[0] if entries else None,
-            )
+            entries = document.get("manifests")
+            if not isinstance(entries, list) or not all(
+                isinstance(m, dict) and isinstance(m.get("digest"), str) for m in entries
+            ):
+                raise RemoteError(ErrorKind.INVALID, f"{ref.text} is an index whose entries name no digest")
+
+            def platform_of(entry: dict[str, Any]) -> tuple[Any, Any]:
+                found = entry.get("platform")
+                return (found.get("os"), found.get("architecture")) if isinstance(found, dict) else (None, None)
+
+            chosen = next((m for m in entries if platform_of(m) == platform), entries[0] if entries else None)
             if chosen is None:
                 raise RemoteError(ErrorKind.INVALID, f"{ref.text} is an index with no image")
-            return self.manifest(ImageRef(ref.host, ref.repository, chosen["digest"]), platform=platform)
+            # An index names images, never another index (a registry could chain them forever).
+            document, media = self._manifest_document(ImageRef(ref.host, ref.repository, chosen["digest"]))
+            if media in (DOCKER_LIST, OCI_INDEX):
+                raise RemoteError(ErrorKind.INVALID, f"{ref.text} is an index of indexes, not of images")
         if media not in LAYER_TYPES:
             raise RemoteError(ErrorKind.UNSUPPORTED, f"{ref.text} has a manifest of type {media!r}, not an image")
         return document, media
+
+    def _manifest_document(self, ref: ImageRef) -> tuple[dict[str, Any], str]:
+        """A manifest or index as JSON and its media type, refused past `MAX_MANIFEST_BYTES`."""
+        headers = {"Accept": ", ".join(MANIFEST_TYPES)}
+        response = self._stream("GET", ref.repository, f"manifests/{ref.reference}", headers=headers)
+        try:
+            body = bytearray()
+            for chunk in response.iter_bytes(64 * 1024):
+                body += chunk
+                if len(body) > MAX_MANIFEST_BYTES:
+                    raise RemoteError(
+                        ErrorKind.INVALID,
+                        f"the manifest of {ref.text} is over {MAX_MANIFEST_BYTES // 2**20} MiB, "
+                        "more than any registry stores",
+                    )
+        except httpx.TransportError as exc:
+            raise RemoteError(ErrorKind.UNAVAILABLE, f"the registry {self.host} did not answer ({exc})") from None
+        finally:
+            response.close()
+        try:
+            document = json.loads(bytes(body))
+        except ValueError:
+            raise RemoteError(ErrorKind.INTERNAL, f"manifest of {ref.text} is not JSON") from None
+        if not isinstance(document, dict):
+            raise RemoteError(ErrorKind.INTERNAL, f"manifest of {ref.text} is not a JSON object")
+        media = document.get("mediaType") or response.headers.get("content-type", "").split(";")[0]
+        return document, str(media)
 
     def blob(self, repository: str, digest: str) -> bytes:
         response = self._send("GET", repository, f"blobs/{digest}", follow=True)
@@ -274,13 +304,15 @@ class Registry:
             raise _status_error(response, f"{method} {path.split('?')[0]} of {repository}")
         return response
 
-    def _stream(self, method: str, repository: str, path: str) -> httpx.Response:
+    def _stream(
+        self, method: str, repository: str, path: str, *, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
         url = self._url(repository, path)
-        response = self._request(method, url, repository, None, None, stream=True)
-        if response.status_code in (301, 302, 303, 307, 308):
+        response = self._request(method, url, repository, headers, None, stream=True)
+        if response.status_code in (301, 302, 303, 307, 308) and "location" in response.headers:
             response.close()
             response = self._request(
-                method, urljoin(url, response.headers["location"]), repository, None, None, stream=True
+                method, urljoin(url, response.headers["location"]), repository, headers, None, stream=True
             )
         if response.status_code != 200:
             response.read()
@@ -299,8 +331,12 @@ class Registry:
         stream: bool = False,
     ) -> httpx.Response:
         """One request, authenticated as the registry asks (once more after a 401)."""
+        # The credentials go to the registry alone, never to where it redirects a blob (storage
+        # elsewhere signs its URLs), as Docker and containerd do.
+        home = urlsplit(url).netloc == urlsplit(self.url).netloc
         for attempt in range(2):
-            request = self._http.build_request(method, url, headers=self._auth(repository, headers), content=content)
+            sent = self._auth(repository, headers) if home else dict(headers or {})
+            request = self._http.build_request(method, url, headers=sent, content=content)
             try:
                 response = self._http.send(request, stream=stream)
             except httpx.TimeoutException as exc:
@@ -309,7 +345,7 @@ class Registry:
                 ) from None
             except httpx.TransportError as exc:
                 raise RemoteError(ErrorKind.UNAVAILABLE, f"the registry {self.host} did not answer ({exc})") from None
-            if response.status_code != 401 or attempt or not self._credentials:
+            if response.status_code != 401 or attempt or not self._credentials or not home:
                 return response
             challenge = response.headers.get("www-authenticate", "")
             response.close()
