@@ -67,3 +67,21 @@ def test_the_session_page_shows_no_raw_iso_string(world: World) -> None:
     text = re.sub(r"<[^>]+>", " ", page)
     assert not RAW_ISO.search(text), RAW_ISO.search(text)
     assert "2026-12-01 20:52:34 UTC" in page
+
+
+def test_a_jobs_log_shows_its_times_not_raw_iso_strings(world: World) -> None:
+    from django.urls import reverse
+
+    from console.models import AdminJob, JobStatus
+
+    job = AdminJob.objects.create(
+        kind="sandboxes.test_connection",
+        space=world.space_a,
+        status=JobStatus.SUCCEEDED,
+        log=[{"time": "2026-12-02T18:18:50+00:00", "message": "walk-one: done: paused"}, {"time": "", "message": "…"}],
+    )
+    page = world.client_for("alice").get(reverse("console:job_detail", args=[job.pk])).content.decode()
+    text = re.sub(r"<[^>]+>", " ", page)
+    assert not RAW_ISO.search(text), RAW_ISO.search(text)
+    assert '<time class="when" datetime="2026-12-02T18:18:50Z"' in page
+    assert "walk-one: done: paused" in page
