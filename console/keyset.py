@@ -76,7 +76,8 @@ class Keyset:
             if not isinstance(values, list) or len(values) != len(self.parts):
                 return None
             decoded = [part.field.to_python(value) for part, value in zip(self.parts, values, strict=True)]
-        except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, ValidationError, RecursionError):
+        except (binascii.Error, ValueError, TypeError, OverflowError, ValidationError, RecursionError):
+            # OverflowError: an infinite number (1e400) where an integer key belongs
             return None
         if any(value is None or (isinstance(value, datetime) and value.tzinfo is None) for value in decoded):
             return None  # the page's cursors carry every value, times with their offset
