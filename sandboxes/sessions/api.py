@@ -203,11 +203,12 @@ class SessionPatch(BaseModel):
             raise invalid("labels", "Nothing to change: give 'labels', 'add_labels' or 'remove_labels'.")
         return self
 
-    def labels_of(self, session: Session) -> list[str]:
+    def labels_of(self, held: list[str]) -> list[str]:
+        """The labels after this change to `held` (the session's, read under its row lock)."""
         if self.labels is not None:
             return self.labels
         removed = set(self.remove_labels or ())
-        kept = [label for label in session.label_list if label not in removed]
+        kept = [label for label in held if label not in removed]
         return kept + [label for label in self.add_labels or () if label not in kept and label not in removed]
 
 
@@ -222,7 +223,7 @@ def session_patch(request: HttpRequest, space_id: SpaceId, key: Key) -> dict[str
     who = caller(request)
     session = existing_session(who.space, key)
     change = read_body(request, SessionPatch)
-    do_set_session_labels(session, change.labels_of(session), actor=who.actor)
+    do_set_session_labels(session, change.labels_of, actor=who.actor)
     return SessionOut.of(session)
 
 

@@ -4,7 +4,7 @@ sweep leaves it running ("keep awake"). Each is audited as `session.update`; the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,11 +20,21 @@ from .labels import parse_labels, stored
 MAX_KEEP_AWAKE = timedelta(hours=24)
 
 
-def do_set_session_labels(session: Session, labels: str | Iterable[str], *, actor: Actor) -> list[str]:
-    """Replace the session's labels (checked by `labels.parse_labels`); returns them."""
-    checked = parse_labels(labels)
+def do_set_session_labels(
+    session: Session, labels: str | Iterable[str] | Callable[[list[str]], Iterable[str]], *, actor: Actor
+) -> list[str]:
+    """Replace the session's labels (checked by `labels.parse_labels`); returns them.
+
+    `labels` may instead be a function of the labels the session holds (a merge): it is given
+    them as read under the row's lock, so two merges at once both count, neither overwriting
+    the other with what it read before the other wrote."""
     with transaction.atomic():
+        held = Session.objects.select_for_update().filter(pk=session.pk).values_list("labels", flat=True).first()
+        if held is None:
+            raise ServiceError(f"Session {session.key!r} was deleted meanwhile; its labels were not changed.")
+        session.labels = held
         before = session.label_list
+        checked = parse_labels(labels(before) if callable(labels) else labels)
         session.labels = stored(checked)
         Session.objects.filter(pk=session.pk).update(labels=session.labels)
         _audit_update(session, actor, {"labels": checked, "labels_before": before})

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
+import time
 from typing import Any
 
 import pytest
+from django.db import connection, connections, transaction
 
 from console.models import AuditEvent
 from console.services import Actor
@@ -123,3 +126,46 @@ def test_the_openapi_document_describes_the_change() -> None:
     body = operation["requestBody"]["content"]["application/json"]["schema"]
     assert set(body["properties"]) == {"labels", "add_labels", "remove_labels"}
     assert {"200", "400", "401", "403", "404"} <= set(operation["responses"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_agents_adding_labels_at_once_keep_both(world: World, session: Session) -> None:
+    """Each merge reads the labels it adds to under the row's lock: the test holds the row
+    while both PATCHes arrive, so neither writes what it read before the other wrote."""
+    agents = [agent_of(world), agent_of(world)]
+    answers: list[int] = []
+
+    def add(agent: Agent, label: str) -> None:
+        try:
+            answers.append(patch(agent, "labelled", {"add_labels": [label]}).status_code)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        Session.objects.select_for_update().filter(pk=session.pk).get()
+        threads = [threading.Thread(target=add, args=pair) for pair in zip(agents, ["one", "two"], strict=True)]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 30
+        while _waiting_on_locks() < 2:
+            assert time.monotonic() < deadline, "the PATCHes never reached the row"
+            time.sleep(0.02)
+    for thread in threads:
+        thread.join(30)
+    assert answers == [200, 200]
+    assert sorted(labels_of(session)) == ["a", "b", "one", "two"]
+    befores = sorted(event.details["labels_before"] for event in AuditEvent.objects.filter(target_id=str(session.id)))
+    assert befores in (
+        [["a", "b"], ["a", "b", "one"]],
+        [["a", "b"], ["a", "b", "two"]],
+    )  # each audit row says what the labels were when it wrote
+
+
+def _waiting_on_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")  # else read once per transaction
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        row = cursor.fetchone()
+        return int(row[0]) if row else 0
