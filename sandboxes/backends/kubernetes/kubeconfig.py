@@ -220,7 +220,12 @@ def _load(text: str) -> Mapping[str, Any]:
     if len(text.encode()) > MAX_KUBECONFIG_BYTES:
         raise KubeconfigError(f"The kubeconfig is over {MAX_KUBECONFIG_BYTES // 1024} KiB; paste one context.")
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+    except _AliasRefused:
+        raise KubeconfigError(
+            "The kubeconfig uses YAML anchors and aliases (&name, *name); kubectl never writes them. "
+            "Paste the output of `kubectl config view --minify --flatten --raw`."
+        ) from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" (line {where.line + 1})" if where is not None else ""
@@ -228,6 +233,20 @@ def _load(text: str) -> Mapping[str, Any]:
     if not isinstance(document, Mapping) or (document.get("kind") not in (None, "Config")):
         raise KubeconfigError("This is not a kubeconfig (a YAML document of kind Config, as `kubectl` reads).")
     return document
+
+
+class _AliasRefused(Exception):
+    pass
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """A safe loader refusing aliases: a few hundred bytes of nested aliases (a "billion laughs")
+    would otherwise expand into gigabytes as soon as a value is turned into text."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise _AliasRefused
+        return super().compose_node(parent, index)
 
 
 def _named_list(document: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:

@@ -231,3 +231,14 @@ def test_fill_checks_the_in_cluster_switch_against_the_pod(tmp_path: Path, monke
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
     filled = fill_settings(Given(values={"in_cluster": True, "namespace": ""}))
     assert filled == type(filled)(values={"kubeconfig": "", "clear_kubeconfig": True, "namespace": "sandbox-console"})
+
+
+def test_a_kubeconfig_with_yaml_aliases_is_refused_before_anything_expands_them() -> None:
+    # Nine levels of nine aliases each: a 600-byte paste that str() would turn into gigabytes.
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    lines += ["kind: Config", "current-context: *a9", "contexts:", "- name: *a9", "  context: {cluster: c, user: u}"]
+    text = "\n".join(lines)
+    with pytest.raises(KubeconfigError, match="anchors"):
+        parse_kubeconfig(text)
+    assert context_names(text) == []
