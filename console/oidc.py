@@ -35,7 +35,7 @@ import urllib3
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied, SuspiciousOperation
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
@@ -281,9 +281,17 @@ class ConsoleOIDCBackend(OIDCAuthenticationBackend):
         self.OIDC_RP_SIGN_ALGO = found["algorithm"]
         try:
             return super().authenticate(request, **kwargs)
-        except (requests.RequestException, SuspiciousOperation, jwt.PyJWTError, ValueError, KeyError) as exc:
+        except (
+            requests.RequestException,
+            SuspiciousOperation,
+            jwt.PyJWTError,
+            ValueError,
+            KeyError,
+            IntegrityError,
+        ) as exc:
             # A code the provider refuses (a forged callback), a provider that is down, a token
-            # that does not verify: the sign-in fails with a log line, never a 500.
+            # that does not verify, a first sign-in racing another for the same name: the sign-in
+            # fails with a log line, never a 500.
             logger.warning("single sign-on failed: %s", str(exc)[:500], extra={"action": "oidc_token"})
             return None
 
@@ -389,27 +397,40 @@ def do_link_oidc_identity(user: Any, *, subject: str, source_ip: str | None) -> 
 
 
 def do_create_oidc_user(claims: dict[str, Any], *, source_ip: str | None) -> Any:
-    """Create the user a first sign-in names (sso.create_users), linked to its subject."""
+    """Create the user a first sign-in names (sso.create_users), linked to its subject. When
+    another request created a user with this email in the meantime (the unique email index
+    refuses ours), sign in as that user, linked, as a sign-in matched by email would."""
     model = get_user_model()
     base = (_text(claims, "preferred_username") or claims["email"].split("@")[0])[:140]
     username, n = base, 1
     while model.objects.filter(username__iexact=username).exists():
         n += 1
         username = f"{base}-{n}"
-    with transaction.atomic():
-        user = model(username=username, email=claims["email"], first_name=_text(claims, "given_name")[:150])
-        user.last_name = _text(claims, "family_name")[:150]
-        user.set_unusable_password()
-        user.save()
-        OidcIdentity.objects.create(user=user, issuer=issuer(), subject=claims["sub"])
-        record_audit(
-            Actor(user=user, source_ip=source_ip),
-            AuditAction.USER_CREATE,
-            target_type="user",
-            target_id=user.pk,
-            target_name=user.get_username(),
-            details={"username": username, "email": user.email, "oidc_subject": claims["sub"], "issuer": issuer()},
-        )
+    try:
+        with transaction.atomic():
+            user = model(username=username, email=claims["email"], first_name=_text(claims, "given_name")[:150])
+            user.last_name = _text(claims, "family_name")[:150]
+            user.set_unusable_password()
+            user.save()
+            OidcIdentity.objects.create(user=user, issuer=issuer(), subject=claims["sub"])
+            record_audit(
+                Actor(user=user, source_ip=source_ip),
+                AuditAction.USER_CREATE,
+                target_type="user",
+                target_id=user.pk,
+                target_name=user.get_username(),
+                details={"username": username, "email": user.email, "oidc_subject": claims["sub"], "issuer": issuer()},
+            )
+    except IntegrityError:
+        winner = model.objects.filter(email__iexact=claims["email"]).first()
+        if winner is None:  # the username was taken meanwhile: authenticate() fails the sign-in cleanly
+            raise
+        identities = OidcIdentity.objects.filter(user=winner, issuer__in=issuer_forms())
+        if identities.exclude(subject=claims["sub"]).exists():  # as filter_users_by_claims: never merge
+            raise PermissionDenied("this email is linked to another OpenID Connect subject") from None
+        if not identities.exists():
+            do_link_oidc_identity(winner, subject=claims["sub"], source_ip=source_ip)
+        return winner
     return user
 
 
