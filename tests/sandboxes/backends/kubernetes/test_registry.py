@@ -51,6 +51,17 @@ def reply(handler: BaseHTTPRequestHandler, status: int, body: bytes = b"", **hea
     handler.wfile.write(body)
 
 
+def manifest_refused(url: str) -> RemoteError:
+    """What reading the manifest of skills/base:latest from the registry at `url` raises."""
+    registry = Registry(url, allow_private=True)
+    try:
+        with pytest.raises(RemoteError) as caught:
+            registry.manifest(ImageRef(url.removeprefix("http://"), "skills/base", "latest"))
+    finally:
+        registry.close()
+    return caught.value
+
+
 def test_a_blob_redirected_to_another_host_is_fetched_without_the_credentials() -> None:
     data = b'{"config": true}'
     digest = sha256_digest(data)
@@ -79,13 +90,8 @@ def test_an_index_pointing_at_indexes_is_refused_not_followed_forever() -> None:
         reply(handler, 200, json.dumps(index).encode(), Content_Type=OCI_INDEX)
 
     with serving(answer) as (url, seen):
-        registry = Registry(url, allow_private=True)
-        try:
-            with pytest.raises(RemoteError) as caught:
-                registry.manifest(ImageRef(url.removeprefix("http://"), "skills/base", "latest"))
-        finally:
-            registry.close()
-    assert caught.value.kind == ErrorKind.INVALID
+        caught = manifest_refused(url)
+    assert caught.kind == ErrorKind.INVALID
     assert len(seen) <= 3
 
 
@@ -99,13 +105,8 @@ def test_an_index_pointing_at_indexes_is_refused_not_followed_forever() -> None:
 )
 def test_an_index_of_garbage_is_refused_in_words(index: dict[str, object]) -> None:
     with serving(lambda h: reply(h, 200, json.dumps(index).encode(), Content_Type=OCI_INDEX)) as (url, _):
-        registry = Registry(url, allow_private=True)
-        try:
-            with pytest.raises(RemoteError) as caught:
-                registry.manifest(ImageRef(url.removeprefix("http://"), "skills/base", "latest"))
-        finally:
-            registry.close()
-    assert caught.value.kind == ErrorKind.INVALID
+        caught = manifest_refused(url)
+    assert caught.kind == ErrorKind.INVALID
 
 
 def test_a_manifest_larger_than_any_image_s_is_refused_before_it_is_read_whole() -> None:
@@ -123,11 +124,6 @@ def test_a_manifest_larger_than_any_image_s_is_refused_before_it_is_read_whole()
         handler.close_connection = True
 
     with serving(answer) as (url, _):
-        registry = Registry(url, allow_private=True)
-        try:
-            with pytest.raises(RemoteError) as caught:
-                registry.manifest(ImageRef(url.removeprefix("http://"), "skills/base", "latest"))
-        finally:
-            registry.close()
-    assert caught.value.kind == ErrorKind.INVALID
-    assert "MiB" in caught.value.message
+        caught = manifest_refused(url)
+    assert caught.kind == ErrorKind.INVALID
+    assert "MiB" in caught.message
