@@ -27,7 +27,7 @@ from typing import Any
 
 from tests.fakes.kube.errors import ApiError, already_exists, bad_request, conflict, expired, invalid, not_found
 from tests.fakes.kube.resources import NAMESPACES, Resource
-from tests.fakes.kube.selection import Matcher
+from tests.fakes.kube.selection import Matcher, metadata_causes
 
 Obj = dict[str, Any]
 Validator = Callable[[Resource, Obj, Obj | None], list[dict[str, str]]]
@@ -171,6 +171,7 @@ class Store:
                     "field": "metadata.name",
                 }
             )
+        causes.extend(metadata_causes(obj.get("metadata") or {}))
         for validator in self._validators:
             causes.extend(validator(resource, obj, old))
         if causes:

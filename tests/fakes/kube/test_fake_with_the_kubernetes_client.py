@@ -410,3 +410,36 @@ def test_a_pvc_in_use_stays_terminating_until_its_pod_is_gone(kube_api: client.A
         timeout=30,
         what="PVC released",
     )
+
+
+@pytest.mark.parametrize(
+    ("labels", "annotations"),
+    [
+        ({"tier": "not ok"}, {}),
+        ({"tier": "x" * 64}, {}),
+        ({"tier": "-dash"}, {}),
+        ({"Bad_Prefix/tier": "a"}, {}),
+        ({"x" * 64: "a"}, {}),
+        ({}, {"note": "x" * (256 * 1024)}),
+        ({}, {"bad key": "a"}),
+    ],
+)
+def test_labels_and_annotations_outside_their_syntax_are_422(
+    kube_api: client.ApiClient, labels: dict[str, str], annotations: dict[str, str]
+) -> None:
+    core = apis.CoreV1Api(kube_api)
+    body = pvc_body("meta-", **labels)
+    body["metadata"]["annotations"] = annotations
+    with pytest.raises(client.ApiException) as caught:
+        core.create_namespaced_persistent_volume_claim("default", body)
+    status = _status(caught.value)
+    assert (caught.value.status, status["reason"]) == (422, "Invalid")
+    fields = {c["field"] for c in status["details"]["causes"]}
+    assert fields == {"metadata.labels" if labels else "metadata.annotations"}
+
+
+@pytest.mark.parametrize("selector", ["tier=" + "x" * 64, "tier=-a", "tier in (a,-b)", "Bad_Prefix/tier=a", "!"])
+def test_a_label_selector_outside_label_syntax_is_400(kube_api: client.ApiClient, selector: str) -> None:
+    with pytest.raises(client.ApiException) as caught:
+        apis.CoreV1Api(kube_api).list_namespaced_persistent_volume_claim("default", label_selector=selector)
+    assert (caught.value.status, _status(caught.value)["reason"]) == (400, "BadRequest")
