@@ -36,7 +36,9 @@ syntax: `k-`/`h-` and a SHA-256 prefix); the exact metadata in the annotation
 Namespaces: `shared` puts every sandbox in `namespace` (default `sandboxes`); `per_space` in
 `<namespace>-<space id>` (made on first use), the space read from the sandbox's
 `console-space` metadata (a sandbox without one: `namespace`), and `release_space` deletes
-it once it holds no claim. Templates named by id are read from `namespace`.
+it once it holds no claim. Templates named by id are read from `namespace`. An id or a listed
+claim in any other namespace (`owns_namespace`) is none of this backend's: `not_found`, left
+alone, not listed.
 
 exec, PTY and files go through pods/exec (`exec.PodExec`, on the `stream` channel client):
 `pod_exec()` builds it on this backend's client, finding a sandbox's pod with `pod_of`;
@@ -274,6 +276,21 @@ class KubernetesBackend(Backend):
             part = hashlib.sha256(space.encode()).hexdigest()[: min(room, 32)]
         return f"{self.base_namespace}-{part}"
 
+    def owns_namespace(self, namespace: str) -> bool:
+        """Whether sandboxes of this backend may be in `namespace`: `namespace` (shared), or it
+        and the spaces' `<namespace>-…` (per space); never another team's."""
+        if namespace == self.base_namespace:
+            return True
+        return self.per_space and namespace.startswith(f"{self.base_namespace}-")
+
+    def ref_of(self, sandbox_id: str) -> SandboxRef:
+        """Where a sandbox id points, `not_found` for a namespace this backend does not use (an
+        id is `<namespace>.<claim>`: one naming another namespace reaches nothing there)."""
+        ref = SandboxRef.parse(sandbox_id)
+        if not self.owns_namespace(ref.namespace):
+            raise RemoteError(ErrorKind.NOT_FOUND, f"sandbox {sandbox_id} not found", retryable=False)
+        return ref
+
     def release_space(self, space: str) -> builtins.list[str]:
         """Per-space mode: the space's namespace (its derived templates and pools with it),
         once it holds no claim; `conflict` naming how many stay. An account without `delete`
@@ -450,7 +467,7 @@ class KubernetesBackend(Backend):
             return claim, None
 
     def get(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
-        claim, sandbox = self._read(SandboxRef.parse(sandbox_id))
+        claim, sandbox = self._read(self.ref_of(sandbox_id))
         return self._info(claim, sandbox, state=claims.sandbox_state(claim, sandbox))
 
     def list(self, query: ListQuery) -> Page:
@@ -458,14 +475,14 @@ class KubernetesBackend(Backend):
 
     def delete(self, sandbox_id: str) -> None:
         try:
-            ref = SandboxRef.parse(sandbox_id)
+            ref = self.ref_of(sandbox_id)
         except RemoteError:
-            return  # no such id: nothing to delete
+            return  # no such id (or none of this backend's): nothing to delete
         self.delete_custom(CLAIMS, ref.namespace, ref.claim, f"sandbox {sandbox_id}")
         logger.info("deleted sandbox %s", sandbox_id, extra={"sandbox_id": sandbox_id})
 
     def _bound(self, sandbox_id: str) -> tuple[SandboxRef, dict[str, Any], dict[str, Any]]:
-        ref = SandboxRef.parse(sandbox_id)
+        ref = self.ref_of(sandbox_id)
         claim, sandbox = self._read(ref)
         if sandbox is None:
             state = claims.sandbox_state(claim, None)

@@ -2,9 +2,10 @@
 
 One `GET .../sandboxclaims?labelSelector=…&limit=…` (per-space mode: across namespaces,
 `GET /apis/extensions.agents.x-k8s.io/v1beta1/sandboxclaims`, since a query names no
-space or several); the page token handed out is the API's own `continue` token and goes
-back as `continue=`. The API keeps a continue token a few minutes: an expired one answers
-410 (`ResourceExpired`), which is `gone` here, the listing to be started again. What labels
+space or several, keeping only claims in the backend's own namespaces); the page token
+handed out is the API's own `continue` token and goes back as `continue=`. The API keeps a
+continue token a few minutes: an expired one answers 410 (`ResourceExpired`), which is
+`gone` here, the listing to be started again. What labels
 cannot say is checked on each item after the API answered: metadata values that were
 hashed into a label (their exact text is in the claim's annotation) and the states asked
 for (from each claim's forwarded Ready condition, `claims.claim_state`). A page may so hold
@@ -59,6 +60,8 @@ def list_page(backend: KubernetesBackend, query: ListQuery) -> Page:
         raise
     items = []
     for claim in answer.get("items") or []:
+        if not backend.owns_namespace(str((claim.get("metadata") or {}).get("namespace") or "")):
+            continue  # per space the listing spans the cluster: another team's look-alike is not ours
         info = claims.info_of(claim, claims.claim_state(claim))
         if any(info.metadata.get(k) != v for k, v in query.metadata.items()):
             continue

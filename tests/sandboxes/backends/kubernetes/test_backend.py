@@ -325,6 +325,34 @@ def test_a_missing_or_foreign_id_is_not_found(backend: KubernetesBackend) -> Non
         backend.delete(sandbox_id)  # idempotent, whatever the id
 
 
+def test_an_id_or_a_claim_in_a_namespace_not_the_backends_is_not_reached(fake_cluster: FakeCluster) -> None:
+    """A claim with the console's labels in a namespace the backend does not use (another
+    team's) is neither read, deleted nor listed, whatever an id names."""
+    foreign = f"team-{uuid.uuid4().hex[:8]}"
+    space = str(uuid.uuid4())
+    fake_cluster.store.create(NAMESPACES, None, {"metadata": {"name": foreign}})
+    name = claims.new_claim_name()
+    body = claims.claim_body(
+        name, pool="no-pool", template="no-template", metadata={"console-space": space}, template_id="t", env={}
+    )
+    fake_cluster.store.create(SANDBOX_CLAIMS, foreign, body)
+    for mode in ("shared", "per_space"):
+        adapter = backend_for(fake_cluster, namespace_mode=mode)
+        try:
+            with pytest.raises(RemoteError) as caught:
+                adapter.get(f"{foreign}.{name}")
+            assert caught.value.kind == ErrorKind.NOT_FOUND
+            with pytest.raises(RemoteError) as refused:
+                adapter.exec(f"{foreign}.{name}", ExecRequest(argv=("true",)))
+            assert refused.value.kind == ErrorKind.NOT_FOUND
+            adapter.delete(f"{foreign}.{name}")
+            assert fake_cluster.store.find(SANDBOX_CLAIMS, foreign, name) is not None
+            assert adapter.list(ListQuery(metadata={"console-space": space})).items == ()
+        finally:
+            adapter.close()
+    fake_cluster.store.delete(NAMESPACES, None, foreign)
+
+
 # Suspend and resume -------------------------------------------------------------------------
 
 
