@@ -103,10 +103,14 @@ def _auth_headers(configuration: Any) -> dict[str, str]:
 
 
 def _tls_context(configuration: Any) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=configuration.ssl_ca_cert or None)
+    # A configured CA is the only one trusted (as the REST client's urllib3 does); the
+    # system's store only when the cluster names none.
     data = getattr(configuration, "ca_cert_data", None)
-    if data:
-        context.load_verify_locations(cadata=data if isinstance(data, str) else data.decode())
+    context = ssl.create_default_context(
+        ssl.Purpose.SERVER_AUTH,
+        cafile=configuration.ssl_ca_cert or None,
+        cadata=(data if isinstance(data, str) else data.decode()) if data else None,
+    )
     if not configuration.verify_ssl:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
