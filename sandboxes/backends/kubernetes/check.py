@@ -68,11 +68,11 @@ PERMISSIONS = (
     Permission(CORE_GROUP, "sandboxes", ("get", "list", "watch", "patch")),
     Permission(EXTENSIONS_GROUP, "sandboxtemplates", ("get", "list", "create", "update", "patch", "delete")),
     Permission(EXTENSIONS_GROUP, "sandboxwarmpools", ("get", "list", "watch", "create", "update", "patch", "delete")),
-    Permission("", "pods", ("get", "list")),
+    # A sandbox's pod, its PVCs and its NetworkPolicy are agent-sandbox's controller's to make and
+    # (by owner references) to remove; the console only reads the pod to exec into it.
+    Permission("", "pods", ("get",)),
     # A websocket exec is a GET upgraded; API servers before 1.31 authorise it as `get`, later as `create`.
     Permission("", "pods/exec", ("create", "get")),
-    Permission("", "persistentvolumeclaims", ("get", "list", "delete")),
-    Permission("networking.k8s.io", "networkpolicies", ("get", "list", "create", "update", "patch", "delete")),
     Permission("metrics.k8s.io", "pods", ("get", "list"), loses="live CPU and memory of sessions"),
 )
 # Where each space has its own namespace, the console makes them.

@@ -139,11 +139,12 @@ def test_a_cluster_refusing_the_credentials_saves_nothing(world: World, fake_clu
 
 
 def test_a_missing_permission_is_named_once_saved(world: World, fake_cluster: FakeCluster) -> None:
-    pasted = fake_cluster.kubeconfig(_role_token(fake_cluster, without="networkpolicies"), namespace=NAMESPACE)
+    pasted = fake_cluster.kubeconfig(_role_token(fake_cluster, without="sandboxwarmpools"), namespace=NAMESPACE)
     response = world.client_for("root").post(reverse(CREATE), _form(kubeconfig=pasted), follow=True)
     said = _messages(response)
     missing = ", ".join(
-        f"{verb} networkpolicies.networking.k8s.io" for verb in ("get", "list", "create", "update", "patch", "delete")
+        f"{verb} sandboxwarmpools.extensions.agents.x-k8s.io"
+        for verb in ("get", "list", "watch", "create", "update", "patch", "delete")
     )
     assert f"cluster: permissions: missing in namespace 'sandboxes': {missing}" in said
     assert PlatformBackend.objects.filter(name="cluster").exists()
