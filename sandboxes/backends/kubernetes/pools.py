@@ -9,7 +9,8 @@ commit 2fd412d55ecae90861a101a5424a75473de97c36, `extensions/api/v1beta1/sandbox
   `status.replicas`) as last reported by the controller. Size 0 drains it. The console's
   name for the pool is kept in its annotation `console.sandbox-console/pool-name`.
 - `pools()`: the pools labelled `console.sandbox-console/pool` (one list; across namespaces
-  in per-space mode), by the console's names, with their counts.
+  in per-space mode, keeping the backend's own namespaces only), by the console's names,
+  with their counts.
 - `drain(pool)`: `DELETE` the pool (found by its label): its unclaimed sandboxes go with it
   (they are the pool's), claimed ones are their claims' and stay.
 - `claim(pool, spec)`: None unless the pool reports a ready sandbox; else a SandboxClaim
@@ -110,7 +111,12 @@ class KubernetesWarmPools(WarmPoolCapability):
                 label_selector=selector,
                 _request_timeout=self.backend.request_timeout,
             )
-            return list(answer.get("items") or [])
+            # Across the cluster: another team's look-alike pool is not ours to report or drain.
+            return [
+                item
+                for item in answer.get("items") or []
+                if self.backend.owns_namespace(str((item.get("metadata") or {}).get("namespace") or ""))
+            ]
         return self.backend.list_all(WARM_POOLS, self.backend.base_namespace, "listing warm pools", selector=selector)
 
     def pools(self) -> dict[str, tuple[int, int]]:

@@ -11,6 +11,7 @@ token, the fake's CA, private endpoints allowed): the production path, guard and
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import time
 import uuid
@@ -35,11 +36,11 @@ from sandboxes.backends.base import (
     SnapshotInfo,
 )
 from sandboxes.backends.capabilities import SnapshotsCapability
-from sandboxes.backends.kubernetes import claims, network
+from sandboxes.backends.kubernetes import claims, network, pools
 from sandboxes.backends.kubernetes.backend import KubernetesBackend
 from tests.fakes.kube.cluster import FakeCluster, running_fake_cluster
 from tests.fakes.kube.crds import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WARM_POOLS
-from tests.fakes.kube.fixtures import template_body
+from tests.fakes.kube.fixtures import template_body, warm_pool_body
 from tests.fakes.kube.resources import NAMESPACES
 from tests.support.backend_conformance import OFFLINE, BackendConformance, SandboxFactory, run, sandbox_factory
 from tests.support.oci_registry import LocalRegistry
@@ -351,6 +352,27 @@ def test_an_id_or_a_claim_in_a_namespace_not_the_backends_is_not_reached(fake_cl
         finally:
             adapter.close()
     fake_cluster.store.delete(NAMESPACES, None, foreign)
+
+
+def test_a_look_alike_pool_in_another_teams_namespace_is_neither_reported_nor_drained(
+    fake_cluster: FakeCluster,
+) -> None:
+    foreign = f"team-{uuid.uuid4().hex[:8]}"
+    pool = f"pool-{uuid.uuid4().hex[:8]}"
+    store = fake_cluster.store
+    store.create(NAMESPACES, None, {"metadata": {"name": foreign}})
+    body = warm_pool_body(pools.pool_name(pool), "no-template")
+    body["metadata"]["labels"] = {claims.MANAGED: "1", pools.POOL: hashlib.sha256(pool.encode()).hexdigest()[:40]}
+    body["metadata"]["annotations"] = {pools.POOL_NAME: pool}
+    store.create(SANDBOX_WARM_POOLS, foreign, body)
+    adapter = backend_for(fake_cluster, namespace_mode="per_space")
+    try:
+        assert pool not in adapter.warm_pools().pools()
+        adapter.warm_pools().drain(pool)
+        assert store.find(SANDBOX_WARM_POOLS, foreign, pools.pool_name(pool)) is not None
+    finally:
+        adapter.close()
+        store.delete(NAMESPACES, None, foreign)
 
 
 # Suspend and resume -------------------------------------------------------------------------
