@@ -30,7 +30,7 @@ from ..backends.base import RemoteError
 from ..catalog.lookups import failure_message
 from ..models import Session, SessionState
 from .listing import visible_spaces
-from .runtime import Runtime
+from .runtime import Runtime, SessionDeleted
 from .teardown import KIND_SESSION, delete_session, running_teardown
 
 KIND_BULK = "sessions.bulk"
@@ -45,6 +45,7 @@ ACTIONS: dict[str, tuple[str, Role]] = {
 }
 # Per-row pause and resume run at once (both undo each other); the rest confirm first.
 UNCONFIRMED = {"pause", "resume"}
+GONE = "it no longer exists"
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class Outcome:
     session: Session
     ok: bool
     message: str
+    gone: bool = False  # deleted meanwhile (by a second submit, its own delete): nothing to do
 
 
 def action_label(action: str) -> str:
@@ -155,6 +157,8 @@ def run_step(action: str, session: Session, *, actor: Actor, runtime: Runtime | 
                 raise ServiceError("its deletion is already running as its own job")
             delete_session(session, actor=actor)
             message = "deleted"
+    except SessionDeleted:
+        return Outcome(session, False, f"{session.key}: {GONE}", gone=True)
     except (RemoteError, ServiceError) as exc:
         return Outcome(session, False, f"{session.key}: {failure_message(exc)}")
     return Outcome(session, True, f"{session.key}: {message}")
@@ -182,14 +186,15 @@ def bulk_actions_job(ctx: JobContext) -> dict[str, Any]:
     for number, session_id in enumerate(ids, start=1):
         session = sessions.get(session_id)
         if session is None:
-            row = {"name": str(session_id), "space": "", "status": "skipped", "message": "it no longer exists"}
+            row = {"name": str(session_id), "space": "", "status": "skipped", "message": GONE}
         else:
             step = _planned(action, session, roles)
             if step.skip:
                 row = _row(session, "skipped", step.skip)
             else:
                 outcome = run_step(action, session, actor=actor, runtime=runtime)
-                row = _row(session, "done" if outcome.ok else "failed", outcome.message.partition(": ")[2])
+                status = "done" if outcome.ok else "skipped" if outcome.gone else "failed"
+                row = _row(session, status, outcome.message.partition(": ")[2])
         outcomes.append(row)
         ctx.progress(100 * number // len(ids), f"{row['name']}: {row['status']}: {row['message']}")
     counts = {kind: sum(row["status"] == kind for row in outcomes) for kind in ("done", "failed", "skipped")}

@@ -7,6 +7,7 @@ each."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from datetime import timedelta
 
@@ -24,6 +25,7 @@ from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.sessions.bulk import MAX_SESSIONS
 from sandboxes.sessions.reaper import idle_sweep
 from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.store import lifecycle_lock
 from tests.factories import make_config
 from tests.personas import World
 from tests.support.jobs import run_to_end
@@ -318,3 +320,28 @@ def test_a_job_over_two_spaces_is_followed_by_its_starter_only(world: World, off
     assert rows["b-secret"] == "skipped"
     assert rows["a-run"] == "failed"  # the engine is away
     assert finished.status == JobStatus.FAILED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_session_deleted_while_the_job_waits_for_it_is_skipped_not_failed(
+    world: World, offline: dict[str, Session]
+) -> None:
+    """Deleted by someone else (a second submit, its own delete) after the job read its rows:
+    the job says it no longer exists, as when it was gone before the job began."""
+    session = offline["a1"]
+    runtime = Runtime()
+    _, lock, _ = runtime.keys(session)
+    with lifecycle_lock(runtime.store, lock, holder="another delete"):
+        world.client_for("alice").post(BULK, {"action": "delete", "session": [str(session.id)], "confirm": "1"})
+        job = AdminJob.objects.get(kind="sessions.bulk")
+        deadline = time.monotonic() + 30
+        while AdminJob.objects.get(pk=job.pk).status != JobStatus.RUNNING:
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.02)
+        time.sleep(1)  # the job has read its sessions and waits for this lock
+        Session.objects.filter(pk=session.pk).delete()
+    finished = run_to_end(str(job.id))
+    assert [(row["name"], row["status"], row["message"]) for row in finished.result["outcomes"]] == [
+        ("a-run", "skipped", "it no longer exists")
+    ]
+    assert finished.status == JobStatus.SUCCEEDED, finished.error
