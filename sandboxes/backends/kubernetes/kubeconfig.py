@@ -277,9 +277,15 @@ def _server(cluster: Mapping[str, Any], name: str) -> str:
     if not server:
         raise KubeconfigError(f"The cluster {name!r} has no server.")
     parts = urlsplit(server)
+    shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()  # never a password in words
+    if "@" in parts.netloc:
+        raise KubeconfigError(
+            f"The cluster {name!r} has credentials in its server's URL ({shown!r}); they do not belong there: "
+            "give the user a token or a client certificate."
+        )
     if parts.scheme != "https" or not parts.hostname:
         raise KubeconfigError(
-            f"The cluster {name!r} has the server {server!r}; the console sends a token, so only https:// "
+            f"The cluster {name!r} has the server {shown!r}; the console sends a token, so only https:// "
             "API servers are accepted."
         )
     if cluster.get("insecure-skip-tls-verify"):

@@ -242,3 +242,13 @@ def test_a_kubeconfig_with_yaml_aliases_is_refused_before_anything_expands_them(
     with pytest.raises(KubeconfigError, match="anchors"):
         parse_kubeconfig(text)
     assert context_names(text) == []
+
+
+@pytest.mark.parametrize("scheme", ["https", "http"])
+def test_a_server_with_credentials_in_its_url_is_refused_without_showing_them(scheme: str) -> None:
+    text = kubeconfig_text(cluster={"server": f"{scheme}://admin:s3cret@k8s.prod.test:6443"})
+    with pytest.raises(KubeconfigError) as caught:
+        parse_kubeconfig(text)
+    assert "s3cret" not in str(caught.value)
+    assert "admin" not in str(caught.value)
+    assert "k8s.prod.test:6443" in str(caught.value)
