@@ -11,8 +11,8 @@ reason it never recovers from (`TERMINAL_REASONS`) ends a wait at once. `spec.en
 cold start and needs the template's `envVarsInjectionPolicy` to allow it.
 
 The mapping (every label under `console.sandbox-console/`):
-- sandbox id = `<namespace>.<claim name>` (a namespace has no dot; an id without one names
-  nothing: `not_found`);
+- sandbox id = `<namespace>.<claim name>` (a namespace has no dot; an id without one, or
+  whose parts are not a namespace's and an object's name, names nothing: `not_found`);
 - claim name = `sc-` + 20 random hex digits;
 - labels: `managed=1`, and per metadata key `<key>=<value>` where both are label syntax;
   a key or value that is not (too long, other characters) becomes `k-`/`h-` + a SHA-256
@@ -75,6 +75,8 @@ TERMINAL_REASONS = {
 }
 SUSPENDED = "SandboxSuspended"
 
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_OBJECT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
@@ -92,7 +94,8 @@ class SandboxRef:
     @classmethod
     def parse(cls, sandbox_id: str) -> SandboxRef:
         namespace, dot, claim = sandbox_id.partition(".")
-        if not dot or not namespace or not claim:
+        # Both parts go into the API's paths: only object names (no "/", no "..") are ids.
+        if not dot or not _NAMESPACE.match(namespace) or len(claim) > 253 or not _OBJECT.match(claim):
             raise RemoteError(ErrorKind.NOT_FOUND, f"sandbox {sandbox_id} not found (not a Kubernetes sandbox id)")
         return cls(namespace, claim)
 

@@ -326,6 +326,21 @@ def test_a_missing_or_foreign_id_is_not_found(backend: KubernetesBackend) -> Non
         backend.delete(sandbox_id)  # idempotent, whatever the id
 
 
+def test_an_id_whose_claim_part_is_no_claim_name_is_not_found(
+    fake_cluster: FakeCluster, backend: KubernetesBackend
+) -> None:
+    """The claim part goes into the API's path: one that is not an object name (a `/`, `..`)
+    reaches nothing, not a subresource or another path."""
+    (sandbox_id,) = _stored_claims(fake_cluster, {"console-group": uuid.uuid4().hex}, 1)
+    for forged in (f"{sandbox_id}/status", f"{sandbox_id}/../{sandbox_id.partition('.')[2]}", f"{NAMESPACE}.A b"):
+        with pytest.raises(RemoteError) as caught:
+            backend.get(forged)
+        assert caught.value.kind == ErrorKind.NOT_FOUND
+        backend.delete(forged)
+    assert backend.get(sandbox_id).sandbox_id == sandbox_id
+    backend.delete(sandbox_id)
+
+
 def test_an_id_or_a_claim_in_a_namespace_not_the_backends_is_not_reached(fake_cluster: FakeCluster) -> None:
     """A claim with the console's labels in a namespace the backend does not use (another
     team's) is neither read, deleted nor listed, whatever an id names."""
