@@ -25,7 +25,9 @@ if TYPE_CHECKING:
     from .backend import KubernetesBackend
 
 METRICS = ("metrics.k8s.io", "v1beta1", "pods")
-_QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
+# apimachinery's resource.Quantity: a signed decimal number, then a binary-SI, decimal-SI or
+# decimal-exponent suffix (`e3`, `E-2`; a bare `E` is exa).
+_QUANTITY = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?:([eE][+-]?[0-9]+)|([a-zA-Z]*))$")
 _SUFFIX = {
     "": Decimal(1),
     "n": Decimal("1e-9"),
@@ -35,19 +37,26 @@ _SUFFIX = {
     "M": Decimal(1000**2),
     "G": Decimal(1000**3),
     "T": Decimal(1000**4),
+    "P": Decimal(1000**5),
+    "E": Decimal(1000**6),
     "Ki": Decimal(1024),
     "Mi": Decimal(1024**2),
     "Gi": Decimal(1024**3),
     "Ti": Decimal(1024**4),
+    "Pi": Decimal(1024**5),
+    "Ei": Decimal(1024**6),
 }
 
 
 def quantity(text: str) -> Decimal:
-    """A Kubernetes quantity (`250m`, `12Mi`, `3`) as a number."""
+    """A Kubernetes quantity (`250m`, `12Mi`, `3`, `1e3`) as a number."""
     found = _QUANTITY.match(str(text).strip())
-    if not found or found.group(2) not in _SUFFIX:
+    if not found or (found.group(3) or "") not in _SUFFIX:
         raise RemoteError(ErrorKind.INTERNAL, f"the metrics API sent {text!r}, which is no quantity")
-    return Decimal(found.group(1)) * _SUFFIX[found.group(2)]
+    number = Decimal(found.group(1))
+    if found.group(2):
+        return number * Decimal(10) ** int(found.group(2)[1:])
+    return number * _SUFFIX[found.group(3) or ""]
 
 
 class KubernetesStats(StatsCapability):
