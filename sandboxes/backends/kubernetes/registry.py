@@ -44,7 +44,7 @@ LAYER_TYPES = {
     OCI_MANIFEST: "application/vnd.oci.image.layer.v1.tar+gzip",
 }
 CHUNK_BYTES = 8 * 2**20
-# distribution refuses to store a manifest over 4 MiB; nothing larger is read.
+# distribution refuses to store a manifest over 4 MiB; no larger manifest or config is read.
 MAX_MANIFEST_BYTES = 4 * 2**20
 _STATUS_KINDS = {
     400: ErrorKind.INVALID,
@@ -164,22 +164,9 @@ class Registry:
         """A manifest or index as JSON and its media type, refused past `MAX_MANIFEST_BYTES`."""
         headers = {"Accept": ", ".join(MANIFEST_TYPES)}
         response = self._stream("GET", ref.repository, f"manifests/{ref.reference}", headers=headers)
+        body = self._bounded(response, MAX_MANIFEST_BYTES, f"the manifest of {ref.text}")
         try:
-            body = bytearray()
-            for chunk in response.iter_bytes(64 * 1024):
-                body += chunk
-                if len(body) > MAX_MANIFEST_BYTES:
-                    raise RemoteError(
-                        ErrorKind.INVALID,
-                        f"the manifest of {ref.text} is over {MAX_MANIFEST_BYTES // 2**20} MiB, "
-                        "more than any registry stores",
-                    )
-        except httpx.TransportError as exc:
-            raise RemoteError(ErrorKind.UNAVAILABLE, f"the registry {self.host} did not answer ({exc})") from None
-        finally:
-            response.close()
-        try:
-            document = json.loads(bytes(body))
+            document = json.loads(body)
         except ValueError:
             raise RemoteError(ErrorKind.INTERNAL, f"manifest of {ref.text} is not JSON") from None
         if not isinstance(document, dict):
@@ -187,9 +174,26 @@ class Registry:
         media = document.get("mediaType") or response.headers.get("content-type", "").split(";")[0]
         return document, str(media)
 
+    def _bounded(self, response: httpx.Response, limit: int, what: str) -> bytes:
+        """A streamed answer's body, refused (unread) past `limit` bytes."""
+        try:
+            body = bytearray()
+            for chunk in response.iter_bytes(64 * 1024):
+                body += chunk
+                if len(body) > limit:
+                    raise RemoteError(
+                        ErrorKind.INVALID, f"{what} is over {limit // 2**20} MiB, more than the console reads"
+                    )
+        except httpx.TransportError as exc:
+            raise RemoteError(ErrorKind.UNAVAILABLE, f"the registry {self.host} did not answer ({exc})") from None
+        finally:
+            response.close()
+        return bytes(body)
+
     def blob(self, repository: str, digest: str) -> bytes:
-        response = self._send("GET", repository, f"blobs/{digest}", follow=True)
-        data = response.content
+        """A small blob (an image's config) whole, refused past `MAX_MANIFEST_BYTES`."""
+        response = self._stream("GET", repository, f"blobs/{digest}")
+        data = self._bounded(response, MAX_MANIFEST_BYTES, f"blob {digest} of {repository}")
         if sha256_digest(data) != digest:
             raise RemoteError(ErrorKind.INTERNAL, f"blob {digest} of {repository} does not match its digest")
         return data

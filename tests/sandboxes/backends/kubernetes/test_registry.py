@@ -5,6 +5,7 @@ manifest far larger than any image's — each refused in words, the credentials 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Iterator
@@ -127,3 +128,23 @@ def test_a_manifest_larger_than_any_image_s_is_refused_before_it_is_read_whole()
         caught = manifest_refused(url)
     assert caught.kind == ErrorKind.INVALID
     assert "MiB" in caught.message
+
+
+def test_a_config_blob_larger_than_any_image_s_is_refused_before_it_is_read_whole() -> None:
+    def answer(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.end_headers()
+        with contextlib.suppress(OSError):
+            for _ in range(64):
+                handler.wfile.write(b" " * 2**20)
+        handler.close_connection = True
+
+    with serving(answer) as (url, _):
+        registry = Registry(url, allow_private=True)
+        try:
+            with pytest.raises(RemoteError) as caught:
+                registry.blob("skills/base", "sha256:" + "0" * 64)
+        finally:
+            registry.close()
+    assert caught.value.kind == ErrorKind.INVALID
+    assert "MiB" in caught.value.message
