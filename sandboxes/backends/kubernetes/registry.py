@@ -165,12 +165,7 @@ class Registry:
         headers = {"Accept": ", ".join(MANIFEST_TYPES)}
         response = self._stream("GET", ref.repository, f"manifests/{ref.reference}", headers=headers)
         body = self._bounded(response, MAX_MANIFEST_BYTES, f"the manifest of {ref.text}")
-        try:
-            document = json.loads(body)
-        except ValueError:
-            raise RemoteError(ErrorKind.INTERNAL, f"manifest of {ref.text} is not JSON") from None
-        if not isinstance(document, dict):
-            raise RemoteError(ErrorKind.INTERNAL, f"manifest of {ref.text} is not a JSON object")
+        document = _json_object(body, f"manifest of {ref.text}")
         media = document.get("mediaType") or response.headers.get("content-type", "").split(";")[0]
         return document, str(media)
 
@@ -393,8 +388,12 @@ class Registry:
 
 
 def _json(response: httpx.Response, what: str) -> dict[str, Any]:
+    return _json_object(response.content, what)
+
+
+def _json_object(body: bytes, what: str) -> dict[str, Any]:
     try:
-        document = response.json()
+        document = json.loads(body)
     except ValueError:
         raise RemoteError(ErrorKind.INTERNAL, f"{what} is not JSON") from None
     if not isinstance(document, dict):
