@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 import netpolicy
 
-from .models import Role, Space
+from .models import Role, Space, users_with_email
 
 
 def lines(text: str) -> list[str]:
@@ -90,7 +90,7 @@ class UserCreateForm(forms.Form):
 
     def clean_email(self) -> str:
         email: str = self.cleaned_data["email"].strip()
-        if email and get_user_model().objects.filter(email__iexact=email).exists():
+        if email and users_with_email(email).exists():
             raise forms.ValidationError(f"Another user has the email {email!r}.")
         return email
 

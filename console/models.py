@@ -425,6 +425,16 @@ class Invitation(models.Model):
         return f"invitation of {self.user} until {self.expires:%Y-%m-%d %H:%M}"
 
 
+def users_with_email(email: str) -> models.QuerySet[Any]:
+    """Users whose email is `email` as the unique index on lower(email) compares them (console
+    migration 0014): in the database, with its lower(). `email__iexact` compares upper() of
+    each, which some letters pass where lower() does not (the Kelvin sign lowers to "k" but
+    uppers to itself), so a check by it lets by what the index then refuses."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model().objects.alias(email_lower=Lower("email")).filter(email_lower=Lower(models.Value(email)))
+
+
 class OidcIdentity(models.Model):
     """The OpenID Connect subject a user signs in as: one subject per user and issuer, so
     two different subjects with one email are never merged (console/oidc.py)."""

@@ -41,7 +41,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationRequestView
 
-from .models import AuditAction, OidcIdentity
+from .models import AuditAction, OidcIdentity, users_with_email
 from .services import Actor, record_audit
 
 logger = logging.getLogger(__name__)
@@ -422,7 +422,7 @@ def do_create_oidc_user(claims: dict[str, Any], *, source_ip: str | None) -> Any
                 details={"username": username, "email": user.email, "oidc_subject": claims["sub"], "issuer": issuer()},
             )
     except IntegrityError:
-        winner = model.objects.filter(email__iexact=claims["email"]).first()
+        winner = users_with_email(claims["email"]).first()
         if winner is None:  # the username was taken meanwhile: authenticate() fails the sign-in cleanly
             raise
         identities = OidcIdentity.objects.filter(user=winner, issuer__in=issuer_forms())

@@ -30,7 +30,7 @@ from django.db.models import Q, QuerySet
 from django.urls import reverse
 from django.utils import timezone
 
-from .models import AuditAction, Invitation
+from .models import AuditAction, Invitation, users_with_email
 from .services import Actor, ServiceError, end_login_sessions, record_audit
 from .tuning import USERS
 
@@ -119,7 +119,7 @@ def _refuse_taken(model: Any, username: str, email: str) -> None:
     if model.objects.filter(username__iexact=username).exists():
         message = f"There is already a user named {username!r}."
         raise ServiceError(message, field_errors={"username": [message]})
-    if email and model.objects.filter(email__iexact=email).exists():
+    if email and users_with_email(email).exists():
         # Sign-in by email (OIDC) and adding members by email need one user per address.
         message = f"Another user has the email {email!r}."
         raise ServiceError(message, field_errors={"email": [message]})

@@ -241,3 +241,15 @@ def test_the_migration_clears_existing_duplicate_emails_and_audits_it() -> None:
     assert cleared.details["kept_by"] == "kept"
     with pytest.raises(IntegrityError), transaction.atomic():
         make_user("again", email="SAME@example.test")
+
+
+def test_an_email_equal_only_as_the_index_lowers_it_is_a_field_error(world: World) -> None:
+    """The Kelvin sign (U+212A) lowers to "k" but does not upper to "K": the check must
+    compare as the unique index does (lower()), or the index refuses what the check let by."""
+    make_user("kim", email="k@example.test")
+    page = world.client_for("root").post(
+        reverse("console:user_create"), {"username": "kelvin", "email": "\u212a@example.test"}
+    )
+    assert page.status_code == 400
+    assert "Another user has the email" in page.content.decode()
+    assert not type(world.root).objects.filter(username="kelvin").exists()
