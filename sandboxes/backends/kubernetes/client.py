@@ -11,7 +11,8 @@ Three ways to the cluster (`settings.check` makes an admin give exactly one):
 - `in_cluster`: the pod's service account (`InClusterConfigLoader`).
 
 The endpoint guard: a URL an admin gave (or a kubeconfig's server) is resolved and checked
-once here (`guard.check_endpoint`, private addresses only with the config's opt-in), and the
+once here (`guard.check_endpoint`, private addresses only with the config's opt-in; plain
+`http://` only to private ones, since every request carries the credentials), and the
 client is pinned to the checked address for its whole life: `host` becomes the address, the
 name stays the TLS server name (`tls_server_name`: SNI and certificate check), so a name that
 re-resolves later is never followed; no proxy is used (neither the environment's nor a
@@ -38,7 +39,7 @@ from kubernetes.config.incluster_config import InClusterConfigLoader
 from kubernetes.config.kube_config import KubeConfigLoader
 
 from ..base import BackendConfig, ErrorKind, RemoteError
-from ..guard import Resolver, check_endpoint, system_resolver
+from ..guard import Resolver, address_problem, check_endpoint, system_resolver
 from . import kubeconfig
 from .settings import KubernetesOptions
 
@@ -117,6 +118,13 @@ def _pin(configuration: k8s.Configuration, *, allow_private: bool, resolver: Res
     parts = urlsplit(configuration.host)
     host = parts.hostname or ""
     addresses = check_endpoint(configuration.host, allow_private=allow_private, resolver=resolver)
+    if parts.scheme == "http" and any(address_problem(a, allow_private=False) is None for a in addresses):
+        raise RemoteError(
+            ErrorKind.INVALID,
+            f"{host} is a public address: plain http:// would send the cluster's credentials in the clear; "
+            "use https://",
+            retryable=False,
+        )
     pinned = addresses[0]
     if pinned == host:
         return

@@ -107,6 +107,21 @@ def test_a_private_api_server_needs_the_opt_in() -> None:
     assert metadata.value.kind == ErrorKind.FORBIDDEN
 
 
+def test_plain_http_reaches_a_private_api_server_only() -> None:
+    """The bearer token travels in every request: over http:// only to a private address, as
+    the setting's help says (the resolver answers; nothing is dialled)."""
+    config = BackendConfig(kind="kubernetes", endpoint="http://k8s.example.test:8080", api_key="tok")
+    with pytest.raises(RemoteError) as caught:
+        api_client(config, resolver=lambda host, port: ["8.8.8.8"])
+    assert caught.value.kind == ErrorKind.INVALID
+    assert "https://" in caught.value.message
+    assert "tok" not in caught.value.message
+    private = BackendConfig(
+        kind="kubernetes", endpoint="http://k8s.example.test:8080", api_key="tok", allow_private_endpoints=True
+    )
+    assert api_client(private, resolver=lambda host, port: ["127.0.0.9"]).configuration.host == "http://127.0.0.9:8080"
+
+
 def test_a_kubeconfig_gives_server_and_token_and_its_server_is_guarded_too() -> None:
     client = api_client(_config(kubeconfig=KUBECONFIG), resolver=lambda host, port: ["127.0.0.9"])
     assert client.configuration.host == "https://127.0.0.9:6443"
