@@ -333,7 +333,7 @@ def _credentials(user: Mapping[str, Any], name: str) -> tuple[str, str, str]:
     if token and (cert_data or key_data):
         raise KubeconfigError(f"The user {name!r} has both a token and a client certificate; keep one.")
     if token:
-        if any(ch.isspace() or ord(ch) < 32 for ch in token):
+        if not is_header_safe(token):
             raise KubeconfigError(f"The user {name!r}'s token has spaces or control characters.")
         return token, "", ""
     if cert_data and key_data:
@@ -343,6 +343,12 @@ def _credentials(user: Mapping[str, Any], name: str) -> tuple[str, str, str]:
     if cert_data or key_data:
         raise KubeconfigError(f"The user {name!r} has a client certificate or key without the other.")
     raise KubeconfigError(f"The user {name!r} has no credentials (a token, or a client certificate and key).")
+
+
+def is_header_safe(token: str) -> bool:
+    """A bearer token fit for an Authorization header: no space, no control character (a newline
+    would make the HTTP client refuse the header and quote it, token and all, in its error)."""
+    return not any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in token)
 
 
 def _decoded_pem(data: Any, kind: str, what: str) -> str:

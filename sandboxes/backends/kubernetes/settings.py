@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from ..settings import Given, Options, Setting, SettingsSchema, SettingType, secret_field
-from .kubeconfig import fill_settings
+from .kubeconfig import fill_settings, is_header_safe
 
 SHARED = "shared"
 PER_SPACE = "per_space"
@@ -69,6 +69,10 @@ def _api_url_problem(url: str) -> str | None:
     if url.startswith(("https://", "http://")):
         return None
     return "The API server URL starts with https:// (or http:// on a private network)."
+
+
+def _token_problem(token: str) -> str | None:
+    return None if is_header_safe(str(token).strip()) else "A bearer token has no spaces or control characters."
 
 
 def _namespace_problem(name: str) -> str | None:
@@ -168,6 +172,7 @@ SCHEMA = SettingsSchema(
             "Bearer token",
             secret=True,
             max_length=8192,
+            validate=_token_problem,
             help="A service account's token (docs/kubernetes.md has the RBAC it needs). Stored encrypted; "
             "leave *** to keep it.",
         ),

@@ -59,6 +59,8 @@ def test_kubernetes_declares_the_ways_to_a_cluster_and_where_sandboxes_go() -> N
         ({**GOOD, "runtime_class": "gVisor"}, "runtime_class", "is not a class name"),
         ({**GOOD, "workspace_size": "10 gigs"}, "workspace_size", "is not a size Kubernetes reads"),
         ({**GOOD, "tls_ca": "not pem"}, "tls_ca", "PEM text"),
+        ({**GOOD, "api_key": "s3cret\nX-Injected: 1"}, "api_key", "spaces or control characters"),
+        ({**GOOD, "api_key": "s3c ret"}, "api_key", "spaces or control characters"),
         ({"kubeconfig": "just: text"}, "kubeconfig", "whole kubeconfig"),
         ({**GOOD, "registry_username": "bot"}, "registry_url", "needs the registry's URL"),
         ({**GOOD, "registry_url": "registry.test"}, "registry_url", "starts with https://"),
@@ -67,6 +69,7 @@ def test_kubernetes_declares_the_ways_to_a_cluster_and_where_sandboxes_go() -> N
 def test_bad_settings_are_named_in_words(given: dict[str, object], field: str, message: str) -> None:
     problems = SCHEMA.problems(Given(given))
     assert message in problems.get(field, ""), problems
+    assert "s3c" not in problems.get(field, "")  # a secret is never echoed in its problem
 
 
 def _config(**options: object) -> BackendConfig:
