@@ -123,6 +123,8 @@ def _label_requirement(term: str) -> Callable[[dict[str, str]], bool]:
         if negated:
             raise bad_request(f"unable to parse requirement: found '{term.strip()}'")
         values = {v.strip() for v in values_text.split(",") if v.strip()}
+        if not values:
+            raise bad_request("unable to parse requirement: for 'in', 'notin' operators, values set can't be empty")
         if op == "in":
             return lambda labels: labels.get(key) in values
         return lambda labels: labels.get(key) not in values

@@ -438,7 +438,10 @@ def test_labels_and_annotations_outside_their_syntax_are_422(
     assert fields == {"metadata.labels" if labels else "metadata.annotations"}
 
 
-@pytest.mark.parametrize("selector", ["tier=" + "x" * 64, "tier=-a", "tier in (a,-b)", "Bad_Prefix/tier=a", "!"])
+@pytest.mark.parametrize(
+    "selector",
+    ["tier=" + "x" * 64, "tier=-a", "tier in (a,-b)", "Bad_Prefix/tier=a", "!", "tier in ()", "tier notin ( )"],
+)
 def test_a_label_selector_outside_label_syntax_is_400(kube_api: client.ApiClient, selector: str) -> None:
     with pytest.raises(client.ApiException) as caught:
         apis.CoreV1Api(kube_api).list_namespaced_persistent_volume_claim("default", label_selector=selector)
