@@ -422,9 +422,13 @@ def do_create_oidc_user(claims: dict[str, Any], *, source_ip: str | None) -> Any
                 details={"username": username, "email": user.email, "oidc_subject": claims["sub"], "issuer": issuer()},
             )
     except IntegrityError:
-        winner = users_with_email(claims["email"]).first()
-        if winner is None:  # the username was taken meanwhile: authenticate() fails the sign-in cleanly
-            raise
+        # The user a sign-in matched by email would be (as filter_users_by_claims, iexact), not
+        # any the index deems equal: an address that only lowers alike is not linked to it.
+        winner = model.objects.filter(email__iexact=claims["email"]).first()
+        if winner is None:
+            if users_with_email(claims["email"]).exists():  # equal only as the index lowers it
+                raise PermissionDenied("another user has an email equal to this one but for its letters") from None
+            raise  # the username was taken meanwhile: authenticate() fails the sign-in cleanly
         identities = OidcIdentity.objects.filter(user=winner, issuer__in=issuer_forms())
         if identities.exclude(subject=claims["sub"]).exists():  # as filter_users_by_claims: never merge
             raise PermissionDenied("this email is linked to another OpenID Connect subject") from None

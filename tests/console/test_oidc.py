@@ -668,3 +668,18 @@ def test_a_first_sign_in_that_loses_the_race_for_its_email_signs_in_as_the_winne
     with pytest.raises(PermissionDenied):
         do_create_oidc_user({**claims, "sub": "someone-else"}, source_ip=None)
     assert get_user_model().objects.filter(email__iexact="sam@example.test").count() == 1
+
+
+def test_a_first_sign_in_whose_email_only_lowers_like_a_users_is_refused_not_linked(settings: Any) -> None:
+    """ "\u212a@…" (the Kelvin sign) is refused by the unique index beside "k@…" but is no
+    address a sign-in matches by email: the sign-in is refused in words, never linked to the
+    user of the other address, never a 500."""
+    from django.core.exceptions import PermissionDenied
+
+    from console.oidc import do_create_oidc_user
+
+    settings.OIDC_OP_ISSUER = "http://idp.test/realm"
+    kim = make_user("kim", email="k@example.test")
+    with pytest.raises(PermissionDenied):
+        do_create_oidc_user({"sub": "kelvin-subject", "email": "\u212a@example.test"}, source_ip=None)
+    assert not OidcIdentity.objects.filter(user=kim).exists()
