@@ -221,6 +221,8 @@ def _load(text: str) -> Mapping[str, Any]:
         raise KubeconfigError(f"The kubeconfig is over {MAX_KUBECONFIG_BYTES // 1024} KiB; paste one context.")
     try:
         document = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader)
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise KubeconfigError("The kubeconfig is nested deeper than any kubeconfig is.") from None
     except _AliasRefused:
         raise KubeconfigError(
             "The kubeconfig uses YAML anchors and aliases (&name, *name); kubectl never writes them. "

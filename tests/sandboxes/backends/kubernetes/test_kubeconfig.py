@@ -252,3 +252,10 @@ def test_a_server_with_credentials_in_its_url_is_refused_without_showing_them(sc
     assert "s3cret" not in str(caught.value)
     assert "admin" not in str(caught.value)
     assert "k8s.prod.test:6443" in str(caught.value)
+
+
+def test_a_kubeconfig_nested_deeper_than_any_is_refused_in_words() -> None:
+    text = "kind: Config\ncontexts: " + "[" * 100_000 + "]" * 100_000
+    with pytest.raises(KubeconfigError, match="nested"):
+        parse_kubeconfig(text)
+    assert context_names(text) == []
