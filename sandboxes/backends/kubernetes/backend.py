@@ -37,8 +37,8 @@ Namespaces: `shared` puts every sandbox in `namespace` (default `sandboxes`); `p
 `<namespace>-<space id>` (made on first use), the space read from the sandbox's
 `console-space` metadata (a sandbox without one: `namespace`), and `release_space` deletes
 it once it holds no claim. Templates named by id are read from `namespace`. An id or a listed
-claim in any other namespace (`owns_namespace`) is none of this backend's: `not_found`, left
-alone, not listed.
+claim in any other namespace (`owns_namespace`), or per space in a namespace not its own
+space's (`holds`), is none of this backend's: `not_found`, left alone, not listed.
 
 exec, PTY and files go through pods/exec (`exec.PodExec`, on the `stream` channel client):
 `pod_exec()` builds it on this backend's client, finding a sandbox's pod with `pod_of`;
@@ -283,6 +283,16 @@ class KubernetesBackend(Backend):
             return True
         return self.per_space and namespace.startswith(f"{self.base_namespace}-")
 
+    def holds(self, claim: Mapping[str, Any]) -> bool:
+        """Whether `claim` is where this backend puts it: the base namespace (shared, and what
+        a per-space backend made before it was switched, or for no space), or per space its
+        own space's namespace."""
+        namespace = str((claim.get("metadata") or {}).get("namespace") or "")
+        if namespace == self.base_namespace:
+            return True
+        space = claims.metadata_of(claim).get(META_SPACE, "")
+        return self.per_space and bool(space) and namespace == self.space_namespace(space)
+
     def ref_of(self, sandbox_id: str) -> SandboxRef:
         """Where a sandbox id points, `not_found` for a namespace this backend does not use (an
         id is `<namespace>.<claim>`: one naming another namespace reaches nothing there)."""
@@ -456,6 +466,8 @@ class KubernetesBackend(Backend):
                 raise RemoteError(ErrorKind.NOT_FOUND, f"sandbox {ref.sandbox_id} not found", retryable=False) from None
             raise
         claim.setdefault("metadata", {}).setdefault("namespace", ref.namespace)
+        if not self.holds(claim):  # another space's look-alike, or a claim placed by hand
+            raise RemoteError(ErrorKind.NOT_FOUND, f"sandbox {ref.sandbox_id} not found", retryable=False)
         bound = claims.sandbox_name(claim)
         if not bound:
             return claim, None

@@ -352,6 +352,19 @@ def test_an_id_or_a_claim_in_a_namespace_not_the_backends_is_not_reached(fake_cl
         name, pool="no-pool", template="no-template", metadata={"console-space": space}, template_id="t", env={}
     )
     fake_cluster.store.create(SANDBOX_CLAIMS, foreign, body)
+    # Per space, a namespace named like a space's but not this space's holds none of its sandboxes.
+    other = f"{NAMESPACE}-team-{uuid.uuid4().hex[:8]}"
+    fake_cluster.store.create(NAMESPACES, None, {"metadata": {"name": other}})
+    fake_cluster.store.create(SANDBOX_CLAIMS, other, body)
+    adapter = backend_for(fake_cluster, namespace_mode="per_space")
+    try:
+        with pytest.raises(RemoteError) as misplaced:
+            adapter.get(f"{other}.{name}")
+        assert misplaced.value.kind == ErrorKind.NOT_FOUND
+        assert adapter.list(ListQuery(metadata={"console-space": space})).items == ()
+    finally:
+        adapter.close()
+        fake_cluster.store.delete(NAMESPACES, None, other)
     for mode in ("shared", "per_space"):
         adapter = backend_for(fake_cluster, namespace_mode=mode)
         try:
