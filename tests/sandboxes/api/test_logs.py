@@ -71,7 +71,11 @@ def test_a_turn_logs_its_decisions_under_each_calls_request_id_and_no_secret(
     sandbox_id = decided["sandbox_id"]
     assert sandbox_id
     calls = [line for line in resolve if line["logger"] == "sandboxes.catalog.observed"]
-    assert {"create", "exec"} <= {line["operation"] for line in calls}
+    operations = {line["operation"] for line in calls}
+    assert "create" in operations
+    assert "exec" not in operations  # the workspace is laid out inside the create, not by an exec
+    executed = [line for line in lines_of(captured, "turn-exec") if line["logger"] == "sandboxes.catalog.observed"]
+    assert any(line["operation"] == "exec" and line.get("sandbox_id") == sandbox_id for line in executed)
     assert all(isinstance(line["duration_ms"], float) for line in calls)
     # The adapter imports nothing of the project, and its line carries the id all the same.
     adapter = next(line for line in resolve if line["logger"] == "sandboxes.backends.docker.backend")
