@@ -1,13 +1,16 @@
 """Resource use of a Docker sandbox: the engine's stats, read once (`stats(stream=False)`).
 
 The engine takes two readings about a second apart for a one-shot answer, which gives the
-CPU use over that second (`precpu_stats` to `cpu_stats`), as `docker stats` shows it.
+CPU use over that second (`precpu_stats` to `cpu_stats`), as `docker stats` shows it. Memory
+alone needs one reading: `memory_bytes` asks for it with `one-shot` (engine API 1.41), at once.
 """
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
+
+from docker.utils import version_lt
 
 from ..base import ErrorKind, RemoteError
 from ..capabilities import SandboxStats, StatsCapability
@@ -54,10 +57,7 @@ class DockerStats(StatsCapability):
 
     def read(self, sandbox_id: str) -> SandboxStats:
         container_id = self.engine.container_id(sandbox_id)
-        with _engine_call("reading the sandbox's stats"):
-            stats: dict[str, Any] = self.engine.api.stats(container_id, stream=False)
-        if not stats or stats.get("read") in (None, "", _NO_READING):
-            raise RemoteError(ErrorKind.CONFLICT, "the sandbox is not running: no stats")
+        stats = self._stats(container_id)
         memory = stats.get("memory_stats") or {}
         networks = stats.get("networks") or {}
         limit = _int(memory.get("limit"))
@@ -72,3 +72,15 @@ class DockerStats(StatsCapability):
             net_tx_bytes=sum(int(n.get("tx_bytes", 0)) for n in networks.values()) if networks else None,
             read_at=time.time(),
         )
+
+    def memory_bytes(self, sandbox_id: str) -> int | None:
+        container_id = self.engine.container_id(sandbox_id)
+        one_shot = not version_lt(self.engine.api.api_version, "1.41")
+        return memory_in_use(self._stats(container_id, one_shot=one_shot).get("memory_stats") or {})
+
+    def _stats(self, container_id: str, *, one_shot: bool = False) -> dict[str, Any]:
+        with _engine_call("reading the sandbox's stats"):
+            stats: dict[str, Any] = self.engine.api.stats(container_id, stream=False, one_shot=one_shot or None)
+        if not stats or stats.get("read") in (None, "", _NO_READING):
+            raise RemoteError(ErrorKind.CONFLICT, "the sandbox is not running: no stats")
+        return stats
