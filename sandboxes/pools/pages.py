@@ -29,8 +29,9 @@ def _with_memory(readings: list[PoolReading]) -> list[tuple[PoolReading, float |
 
 
 def _filling(readings: list[PoolReading]) -> bool:
-    """Whether a pool is not at its size yet: the page then follows it (HTMX, every 3 s)."""
-    return any(r.refilling or r.ready < r.size for r in readings)
+    """Whether a pool is not at its size or holds an outdated image yet: the page then follows
+    it every 3 s, else every 10 s (a skill install or policy change drains a full pool)."""
+    return any(r.refilling or r.ready < r.size or not all(i[2] for i in r.images) for r in readings)
 
 
 @login_required

@@ -34,6 +34,9 @@ class PoolReading:
     p95_ms: float | None = None
     reasons: list[tuple[str, int]] = field(default_factory=list)  # why resolves missed, most first
     native: bool = False  # the backend keeps the pool itself: ready and refilling are its own counts
+    # The images the ready sandboxes run (template, how many, whether it is the config's current
+    # one): a skill install shows as the old image draining and the new one filling.
+    images: list[tuple[str, int, bool]] = field(default_factory=list)
     unread: str = ""  # why the backend's own counts could not be read
 
     @property
@@ -56,8 +59,12 @@ def read_pools(configs: Iterable[SandboxConfig], *, every: bool = False) -> list
     configs = list(configs)
     ids = [c.pk for c in configs]
     counts: dict[object, Counter[str]] = defaultdict(Counter)
-    for row in PoolMember.objects.filter(config_id__in=ids).values("config_id", "state").annotate(n=Count("pk")):
-        counts[row["config_id"]][row["state"]] = row["n"]
+    ready_images: dict[object, Counter[str]] = defaultdict(Counter)
+    members = PoolMember.objects.filter(config_id__in=ids).values("config_id", "state", "template_id")
+    for row in members.annotate(n=Count("pk")).order_by():
+        counts[row["config_id"]][row["state"]] += row["n"]
+        if row["state"] == MemberState.READY:
+            ready_images[row["config_id"]][row["template_id"]] += row["n"]
     since = timezone.now() - timedelta(seconds=POOLS.stats_window_s)
     claims = PoolClaim.objects.filter(config_id__in=ids, at__gte=since).values_list(
         "config_id", "hit", "reason", "duration_ms"
@@ -88,10 +95,21 @@ def read_pools(configs: Iterable[SandboxConfig], *, every: bool = False) -> list
                 p50_ms=percentile(latencies[config.pk], 0.5),
                 p95_ms=percentile(latencies[config.pk], 0.95),
                 reasons=reasons[config.pk].most_common(5),
+                images=_images(config, ready_images[config.pk]),
             )
         )
     _read_native(readings)
     return readings
+
+
+def _images(config: SandboxConfig, ready: Counter[str]) -> list[tuple[str, int, bool]]:
+    """The ready sandboxes' images, the config's current one first."""
+    if not ready:
+        return []
+    from ..sessions.provisioning import effective_template
+
+    current = effective_template(config.space, config).template_id
+    return sorted(((t, n, t == current) for t, n in ready.items()), key=lambda i: (not i[2], i[0]))
 
 
 def _read_native(readings: list[PoolReading]) -> None:
@@ -164,7 +182,7 @@ def ready_memory_mb(config: SandboxConfig) -> float | None:
     if stats is None:
         return None
     try:
-        used = stats.read(member.sandbox_id).memory_bytes
+        used = stats.memory_bytes(member.sandbox_id)
     except RemoteError:
         return None
     return round(used / 2**20, 1) if used is not None else None

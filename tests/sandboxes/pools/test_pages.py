@@ -10,7 +10,8 @@ from django.test import Client
 from django.urls import reverse
 
 from console.models import AuditEvent
-from sandboxes.models import PoolClaim, SandboxConfig
+from sandboxes.catalog.bridge import config_fingerprint
+from sandboxes.models import PoolClaim, SandboxConfig, SessionImage
 from sandboxes.pools.keeper import refill
 from sandboxes.pools.stats import percentile, read_pools
 from sandboxes.sessions.runtime import Runtime
@@ -66,6 +67,35 @@ def test_the_pools_page_and_metrics_show_a_filled_pool_and_its_claims(
     root = world.client_for("root").get(reverse("sandboxes:platform_pools")).content.decode()
     assert session_config.name in root
     assert "Space A" in root
+
+
+def followed_part(html: str) -> str:
+    """What the page's HTMX follow replaces: the numbers that change without a reload."""
+    return html.split('<section id="pool-readings"', 1)[1].split("</section>", 1)[0]
+
+
+@pytest.mark.django_db
+def test_a_full_pool_is_still_followed_and_shows_the_image_its_sandboxes_run(
+    world: World, session_config: SandboxConfig, docker_base_image: str
+) -> None:
+    SandboxConfig.objects.filter(pk=session_config.pk).update(pool_size=2)
+    session_config.refresh_from_db()
+    refill(session_config)
+    full = followed_part(page(world.client_for("carol"), world.space_a.pk).content.decode())
+    # A full pool drains and refills when a skill is installed elsewhere: the page keeps
+    # following it (slower), and its quota line moves with the numbers.
+    assert 'hx-trigger="every 10s"' in full
+    assert "2 ready, unclaimed" in full
+    assert f'class="pool-image"><div>2: <code>{docker_base_image}</code></div>' in full
+    # A skill install: the space's image on this config changes; the ready ones are outdated.
+    SessionImage.objects.create(
+        space=world.space_a,
+        config=session_config,
+        snapshot_id="snap-walk",
+        fingerprint=config_fingerprint(session_config),
+    )
+    outdated = followed_part(page(world.client_for("carol"), world.space_a.pk).content.decode())
+    assert f'2: <code>{docker_base_image}</code> <small class="pool-outdated">outdated, draining</small>' in outdated
 
 
 @pytest.mark.django_db
