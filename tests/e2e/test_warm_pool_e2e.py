@@ -20,7 +20,14 @@ from sandboxes.models import SandboxConfig, SessionImage
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, test_run_id  # noqa: F401 - fixtures
 from tests.support.browser import log_in, shoot_all, wait_until
-from tests.support.skill_install import clean_up, import_skill, job_error, make_skills_config, plain_skill, run_install
+from tests.support.skill_install import (  # noqa: F401 - installation: a fixture
+    import_skill,
+    installation,
+    job_error,
+    plain_skill,
+    run_install,
+    skills_config,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.docker]
 
@@ -32,18 +39,13 @@ _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # localh
 def pooled(
     world: World,
     docker_base_image: str,  # noqa: F811
-    settings: Any,
-    test_run_id: str,  # noqa: F811
+    installation: str,  # noqa: F811 - this module's own id, which the clean-up deletes by
 ) -> Iterator[tuple[SandboxConfig, str]]:
     """Space A's Docker config (no pool yet) and a raw API token of the space."""
-    settings.CONSOLE_INSTALLATION_ID = installation = f"test-{test_run_id}-pool-e2e"
-    config = make_skills_config(world.space_a, docker_base_image, name="pooled")
     _, raw = do_create_api_token(world.space_a, name="pool-walk", actor=SYSTEM)
-    try:
+    with skills_config(world.space_a, docker_base_image, installation, name="pooled") as config:
         yield config, raw
-    finally:
-        connection.close()
-        clean_up(config, installation)
+        connection.close()  # the one Playwright's loop used is not this thread's to close
 
 
 def api(base: str, world: World, token: str, key: str, tail: str, body: dict[str, Any]) -> dict[str, Any]:
