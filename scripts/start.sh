@@ -7,10 +7,13 @@ cd "$(dirname "$0")/.."
 
 # One console per var/: a second start on the same folder stops here (scripts/lock.sh).
 source scripts/lock.sh
-mkdir -p var
-# Setup noise (pip, npm, image builds, migrations) goes to var/setup.log; the terminal gets one
-# line per step, and the log's tail when a step fails.
-SETUP_LOG=var/setup.log
+# This console's folder (CONSOLE_VAR_DIR, else var/): its logs, beat schedule and metrics live
+# there, so a second console on its own folder shares none of them with the first.
+VAR_DIR=${CONSOLE_VAR_DIR:-var}
+mkdir -p "$VAR_DIR"
+# Setup noise (pip, npm, image builds, migrations) goes to $VAR_DIR/setup.log; the terminal gets
+# one line per step, and the log's tail when a step fails.
+SETUP_LOG=$VAR_DIR/setup.log
 : >"$SETUP_LOG"
 quietly() {  # quietly "what it does" command...
   local what=$1
@@ -36,12 +39,12 @@ if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
   changed+=("Docker: the image sandbox-console/base:latest (built when missing); sandboxes and networks labelled sandbox-console")
   # The skills' local apt repository (poppler-utils, qpdf, nodejs, npm, tesseract-ocr; cached): root only.
   if [ "$(id -u)" = 0 ]; then
-    quietly "preparing the local apt repository for skills (var/package-sources/debian)" \
-      .venv/bin/python scripts/apt_repo.py "${CONSOLE_VAR_DIR:-var}/package-sources/debian" poppler-utils qpdf nodejs npm tesseract-ocr
+    quietly "preparing the local apt repository for skills ($VAR_DIR/package-sources/debian)" \
+      .venv/bin/python scripts/apt_repo.py "$VAR_DIR/package-sources/debian" poppler-utils qpdf nodejs npm tesseract-ocr
   fi
   # The skills' npm tarball folder (docx, pptxgenjs, marked and their dependencies; cached).
-  quietly "preparing the npm tarball folder for skills (var/package-sources/npm)" \
-    .venv/bin/python scripts/npm_folder.py "${CONSOLE_VAR_DIR:-var}/package-sources/npm"
+  quietly "preparing the npm tarball folder for skills ($VAR_DIR/package-sources/npm)" \
+    .venv/bin/python scripts/npm_folder.py "$VAR_DIR/package-sources/npm"
   # Online sandboxes need the host packet filter (docs/security.md); only root can load it.
   if [ "$(id -u)" = 0 ]; then
     if ! command -v nft >/dev/null 2>&1; then
@@ -112,12 +115,14 @@ stop_all() {
 shutdown_grace_s=$(.venv/bin/python manage.py tuning processes.shutdown_grace_s)
 trap stop_all EXIT INT TERM
 if [ -n "${REDIS_URL:-}" ]; then
-  echo "==> REDIS_URL is set: starting a Celery worker and beat (logs: var/celery-worker.log, var/celery-beat.log)"
+  echo "==> REDIS_URL is set: starting a Celery worker and beat (logs: $VAR_DIR/celery-worker.log, $VAR_DIR/celery-beat.log)"
   # Daphne and the worker add their metrics up in one folder (docs/operations.md, "Metrics").
-  export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-$PWD/var/metrics}
-  .venv/bin/celery -A console worker --loglevel=INFO --pool=threads --concurrency=4 >>var/celery-worker.log 2>&1 &
+  metrics_dir=$VAR_DIR/metrics
+  [[ $metrics_dir = /* ]] || metrics_dir=$PWD/$metrics_dir
+  export PROMETHEUS_MULTIPROC_DIR=${PROMETHEUS_MULTIPROC_DIR:-$metrics_dir}
+  .venv/bin/celery -A console worker --loglevel=INFO --pool=threads --concurrency=4 >>"$VAR_DIR/celery-worker.log" 2>&1 &
   pids+=($!)
-  .venv/bin/celery -A console beat --loglevel=INFO --schedule var/celerybeat-schedule >>var/celery-beat.log 2>&1 &
+  .venv/bin/celery -A console beat --loglevel=INFO --schedule "$VAR_DIR/celerybeat-schedule" >>"$VAR_DIR/celery-beat.log" 2>&1 &
   pids+=($!)
 fi
 
@@ -150,7 +155,7 @@ admin_user=${CONSOLE_ADMIN_USER:-admin}
   fi
   echo
   echo " Logs: setup in $SETUP_LOG; the periodic passes (reaper, idle sweep, samples) in"
-  echo "       ${CONSOLE_VAR_DIR:-var}/housekeeping.log (tail -f it to watch them); requests and warnings below."
+  echo "       $VAR_DIR/housekeeping.log (tail -f it to watch them); requests and warnings below."
   echo " Other address or port: HOST=0.0.0.0 PORT=9000 make start"
   echo "================================================================================"
   echo

@@ -31,7 +31,7 @@ case "$*" in
     fi ;;
   *register_local_engine*) echo "Platform backends exist; nothing registered." ;;
   *"tuning processes.shutdown_grace_s"*) echo 1 ;;
-  *console.serve*) echo "serving (stand-in)" ;;
+  *console.serve*) echo "serving (stand-in), metrics in ${{PROMETHEUS_MULTIPROC_DIR:-none}}" ;;
 esac
 exit 0
 """
@@ -98,3 +98,18 @@ def test_the_note_names_the_housekeeping_log_where_the_console_writes_it(checkou
     elsewhere = checkout / "data"
     note = start(checkout, CONSOLE_VAR_DIR=str(elsewhere))
     assert f"{elsewhere}/housekeeping.log" in note
+
+
+def test_a_console_of_its_own_folder_keeps_its_logs_and_metrics_there(checkout: Path) -> None:
+    """A second console (`CONSOLE_VAR_DIR=… PORT=… make start`, docs/operations.md) writes
+    nothing into the checkout's var/: two consoles never share a setup log, a beat schedule,
+    worker logs or a metrics folder (their numbers would add up on /metrics)."""
+    elsewhere = checkout / "data"
+    out = start(checkout, CONSOLE_VAR_DIR=str(elsewhere), REDIS_URL="redis://127.0.0.1:9/0")
+    assert not (checkout / "var").exists()
+    assert (elsewhere / "setup.log").is_file()
+    assert (elsewhere / "celery-worker.log").is_file()
+    assert (elsewhere / "celery-beat.log").is_file()
+    assert f"logs: {elsewhere}/celery-worker.log, {elsewhere}/celery-beat.log" in out
+    assert f"setup in {elsewhere}/setup.log" in out
+    assert f"metrics in {elsewhere}/metrics" in out
