@@ -73,6 +73,11 @@ class DockerEngine:
         # and those this engine object paused since (a connect unpauses without an inspect).
         self._labels: dict[str, dict[str, str]] = {}
         self._paused: set[str] = set()
+        # The image of each sandbox seen, and the layer count of each image asked about: a
+        # container's image and an image's layers (its id is their digest) never change, so a
+        # snapshot asks the engine for neither after the first time.
+        self._images: dict[str, str] = {}
+        self._layer_counts: dict[str, int] = {}
         self.commands = DockerExec(self)
         # Seconds one control call (inspect, pause, unpause) may take: the backend option
         # `control_timeout` (repair.py), so a wedged engine answers `timeout` in seconds.
@@ -185,6 +190,7 @@ class DockerEngine:
         )
         self._seen[info.sandbox_id] = info
         self._labels[info.sandbox_id] = dict(labels)
+        self._images[info.sandbox_id] = str(attrs.get("Image") or "")
         return info
 
     def bound(self, timeout_s: float | None) -> float:
@@ -213,6 +219,17 @@ class DockerEngine:
         """The sandbox's labels as last inspected (None: not seen)."""
         return self._labels.get(sandbox_id)
 
+    def layer_count(self, sandbox_id: str) -> int:
+        """How many layers the sandbox's image has, asked of the engine once per image (and
+        the image once per sandbox, if no inspect has named it yet)."""
+        image = self._images.get(sandbox_id) or str(self.inspect_container(sandbox_id)["Image"])
+        count = self._layer_counts.get(image)
+        if count is None:
+            with _engine_call(f"image of sandbox {sandbox_id}"):
+                count = len(self.api.inspect_image(image)["RootFS"].get("Layers") or [])
+            self._layer_counts[image] = count
+        return count
+
     def paused_here(self, sandbox_id: str, paused: bool | None = None) -> bool:
         """Whether this engine object paused the sandbox and has not resumed it since; with
         `paused`, record that first."""
@@ -225,6 +242,7 @@ class DockerEngine:
     def forget(self, sandbox_id: str) -> None:
         self._seen.pop(sandbox_id, None)
         self._labels.pop(sandbox_id, None)
+        self._images.pop(sandbox_id, None)
         self._paused.discard(sandbox_id)
 
     def networks_of(self, container_id: str) -> dict[str, Any]:

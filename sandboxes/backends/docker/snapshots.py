@@ -127,9 +127,7 @@ class DockerSnapshots(SnapshotsCapability):
 
     def layers_of(self, container_id: str) -> int:
         """How many layers the container's image has (a commit adds one)."""
-        with _engine_call(f"image of sandbox {container_id}"):
-            image = self.backend.api.inspect_container(container_id)["Image"]
-            return len(self.backend.api.inspect_image(image)["RootFS"].get("Layers") or [])
+        return self.backend.engine.layer_count(container_id)
 
     def _flatten(self, container_id: str, tag: str, marks: Mapping[str, str]) -> str:
         """The container's whole file system as a one-layer image, with a commit's config.
@@ -156,8 +154,13 @@ class DockerSnapshots(SnapshotsCapability):
             return str(api.inspect_image(f"{SNAPSHOT_REPOSITORY}:{tag}")["Id"])
 
     def _blanked_metadata(self, container_id: str) -> dict[str, str]:
-        with _engine_call(f"sandbox {container_id}"):
-            inherited = self.backend.api.inspect_container(container_id)["Config"].get("Labels") or {}
+        """Blanks for the source's metadata labels, read from the connect's look (labels
+        never change); inspected only if the sandbox was forgotten meanwhile."""
+        engine = self.backend.engine
+        inherited = engine.labels_of(container_id)
+        if inherited is None:
+            engine.inspect_sandbox(container_id)
+            inherited = engine.labels_of(container_id) or {}
         return {key: "" for key in inherited if key.startswith(LABEL_META_PREFIX) or key == LABEL_META_KEYS}
 
     def _ensure_unpaused(self, container_id: str) -> None:
@@ -204,7 +207,7 @@ class DockerSnapshots(SnapshotsCapability):
             if exc.kind == ErrorKind.NOT_FOUND:
                 return
             raise
-        _remove_image(self.backend, attrs["Id"], f"snapshot {snapshot_id}")
+        _remove_image(self.backend, attrs["Id"], f"snapshot {snapshot_id}", tags=len(attrs.get("RepoTags") or []))
 
 
 def _quoted(value: str) -> str:
@@ -239,12 +242,16 @@ def _label_changes(labels: Mapping[str, str]) -> builtins.list[str]:
     return [f"LABEL {json.dumps(key)}={json.dumps(value)}" for key, value in labels.items()]
 
 
-def _remove_image(backend: DockerBackend, image_id: str, what: str) -> None:
+def _remove_image(backend: DockerBackend, image_id: str, what: str, *, tags: int | None = None) -> None:
+    """Removed, or untagged while a newer snapshot builds on it; `tags`: how many names the
+    caller's inspect just read (else asked here)."""
+    if tags is None:
+        tags = _tag_count(backend, image_id)
     try:
         with _engine_call(f"deleting {what}"):
             # Removing by id with one tag untags and deletes; force would also untag images
             # that still have containers, so it stays off.
-            backend.api.remove_image(image_id, force=_tag_count(backend, image_id) > 1)
+            backend.api.remove_image(image_id, force=tags > 1)
     except RemoteError as exc:
         if exc.kind == ErrorKind.NOT_FOUND:
             return
