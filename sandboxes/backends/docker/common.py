@@ -84,27 +84,33 @@ _STATES = {
     "dead": SandboxState.GONE,
 }
 
-# Every exec runs as `setsid -w timeout -s KILL BACKSTOP /bin/sh -c _EXEC_WRAPPER ...`: its own
-# session and process group, led by `timeout`, so a timeout can kill the whole group. The
-# console kills the group itself when an exec's deadline passes; `timeout` is the backstop for
-# when it cannot (the engine went away mid-call): the group dies inside the sandbox a little
-# after the deadline, so no command outlives it. The wrapper records the group's id (its
-# parent, `timeout`) where a second exec can find it. $1 is the pid file.
-_EXEC_WRAPPER = '{ echo $PPID > "$1"; } 2>/dev/null; pid_file=$1; shift; "$@"; rc=$?; rm -f "$pid_file"; exit $rc'
-# Where that pid file goes. The path is in the exec's command line, which uid 1000 can read
-# in /proc, so a root exec's file must not sit in a folder the user can write (/tmp): the
-# user would put a link at that path before the wrapper writes it and root would overwrite
-# the link's target (fs.protected_symlinks is the host's setting, often 0). /run is root's.
-_PID_DIRS = {0: "/run", SANDBOX_UID: "/tmp"}  # noqa: S108 - paths inside the sandbox
+# Every exec runs as `timeout -s KILL BACKSTOP COMMAND...`, one process between the engine and
+# the command. The engine starts it as the leader of a session and process group of its own
+# (docker exec does), and `timeout` keeps that group for the command and all it starts (it calls
+# setpgid(0, 0) unless --foreground): a timeout kills the whole group. The console kills the
+# group itself when an exec's deadline passes; `timeout` is the backstop for when it cannot
+# (the engine went away mid-call): the group dies inside the sandbox a little after the
+# deadline, so no command outlives it. (A shell and `setsid` around it cost three more
+# processes, ~4 ms on every exec: bench/sandbox_lifecycle.py.)
 EXEC_BACKSTOP_GRACE_S = 2.0
-# Waits briefly for the pid file (a very short timeout can beat the wrapper), then kills
-# the whole group. $0 is the pid file.
+# BACKSTOP carries the exec's mark: random digits past the millisecond (`62.000` then 15 digits,
+# the same deadline to `timeout`), by which a second exec finds the group again in
+# /proc/*/cmdline. Nothing is written in the sandbox: no pid file a user could plant a link at
+# for a root exec to write through, and none left behind.
+EXEC_MARK_DIGITS = 15
+# Finds the exec's `timeout` by its mark (one whole argument: -x on NUL-ended records) and kills
+# its group; $0 is the mark. Only a process of the killer's own user (`-O`: a root exec's killer
+# never kills on a mark the user copied into a process of theirs), named `timeout`, leading its
+# own group, and not the killer's own `timeout` (its parent, whose arguments hold the mark too).
+# Waits briefly for it (a very short timeout can beat the engine starting it).
 _KILL_GROUP = (
-    'for i in 1 2 3 4 5 6 7 8 9 10; do [ -s "$0" ] && break; sleep 0.05; done; '
-    # A user exec's file is the user's to rewrite: only a group id above 1 is killed (not -1,
-    # "every process", which root would otherwise kill on the user's word).
-    'p=$(cat "$0" 2>/dev/null); case "$p" in ""|*[!0-9]*|0|1) ;; *) kill -KILL -"$p" 2>/dev/null;; esac; '
-    'rm -f "$0"; true'
+    "for i in 1 2 3 4 5 6 7 8 9 10; do "
+    'for f in $(grep -lsaxzF -- "$0" /proc/[0-9]*/cmdline); do '
+    'p=${f#/proc/}; p=${p%/cmdline}; [ "$p" != "$PPID" ] && [ -O "/proc/$p" ] || continue; '
+    'read -r c < "/proc/$p/comm" && [ "$c" = timeout ] || continue; '
+    # The fields after the command name (which may hold spaces): state, parent, group.
+    'read -r s < "/proc/$p/stat" || continue; s=${s##*) }; set -- $s; [ "$3" = "$p" ] || continue; '
+    'kill -KILL -"$p" 2>/dev/null; exit 0; done; sleep 0.05; done; true'
 )
 # Prints JSON for stat (one path) or list (a directory's entries); exit 2 = missing,
 # 3 = not a directory. Python is in every template (the base image carries python3).

@@ -23,11 +23,10 @@ from ..base import (
     RemoteError,
 )
 from .common import (
-    _EXEC_WRAPPER,
     _KILL_GROUP,
-    _PID_DIRS,
     _USERS,
     EXEC_BACKSTOP_GRACE_S,
+    EXEC_MARK_DIGITS,
     _engine_call,
     _raise_for_command,
 )
@@ -164,10 +163,9 @@ class DockerExec:
         max_output_bytes: int = 1024 * 1024,
     ) -> ExecResult:
         uid, home = self._exec_user(user)
-        pid_file = f"{_PID_DIRS[uid]}/.console-exec-{secrets.token_hex(8)}.pid"
-        backstop = f"{timeout_s + EXEC_BACKSTOP_GRACE_S:.3f}"
-        wrapped = ["setsid", "-w", "timeout", "-s", "KILL", backstop, "/bin/sh", "-c", _EXEC_WRAPPER, "sh", pid_file]
-        wrapped += command
+        # The backstop deadline, marked with digits of this exec's own (common.py).
+        mark = f"{timeout_s + EXEC_BACKSTOP_GRACE_S:.3f}{secrets.randbelow(10**EXEC_MARK_DIGITS):0{EXEC_MARK_DIGITS}d}"
+        wrapped = ["timeout", "-s", "KILL", mark, *command]
         what = f"exec in sandbox {container_id[:12]}"
         started = time.monotonic()
         try:
@@ -199,13 +197,13 @@ class DockerExec:
         finally:
             stream.close()
         if timed_out:
-            self._kill_group(container_id, pid_file, user)
+            self._kill_group(container_id, mark, user)
         exit_code = self._exit_code(exec_id, what, wait_s=2.0 if timed_out else 5.0)
         if exit_code is None and not timed_out:
             # The engine ends the stream only once the command has exited, so a stream that
             # ended while the command still runs was cut on the way. Nobody would read the
             # rest: stop the command rather than leave it running unobserved.
-            self._kill_group(container_id, pid_file, user)
+            self._kill_group(container_id, mark, user)
             raise RemoteError(
                 ErrorKind.UNAVAILABLE,
                 f"{what}: the connection to the Docker engine was cut while the command ran; it was stopped",
@@ -260,14 +258,12 @@ class DockerExec:
                 return True
             demux.feed(chunk)
 
-    def _kill_group(self, container_id: str, pid_file: str, user: str) -> None:
-        """Kill a timed-out command's whole process group inside the sandbox.
-
-        As the command's own user: its processes are that user's, and a session user's pid
-        file (theirs to rewrite) then names nothing root's to kill.
-        """
+    def _kill_group(self, container_id: str, mark: str, user: str) -> None:
+        """Kill a timed-out command's whole process group inside the sandbox, found by the
+        exec's mark. As the command's own user: its processes are that user's, and a mark a
+        session user copies into a process of theirs then names nothing root's to kill."""
         with suppress(RemoteError):
-            self.run(container_id, ("/bin/sh", "-c", _KILL_GROUP, pid_file), user=user, timeout_s=10)
+            self.run(container_id, ("/bin/sh", "-c", _KILL_GROUP, mark), user=user, timeout_s=10)
 
     def _exit_code(self, exec_id: str, what: str, wait_s: float) -> int | None:
         """The exec's exit code, or None while it still runs after wait_s."""

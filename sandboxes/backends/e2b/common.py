@@ -49,7 +49,7 @@ STDIN_CHUNK = 256 * 1024
 KEEPALIVE_INTERVAL_S = 50
 # Pid and stdin files of an exec, by its user. The paths are in the command line, which
 # uid 1000 reads in /proc: a root exec's files in /tmp would let the user put a link there
-# first, and root would write through it (see the Docker adapter's _PID_DIRS).
+# first, and root would write through it.
 EXEC_PID_DIRS = {"user": "/tmp", "root": "/run"}  # noqa: S108 - paths inside the sandbox
 # Workspace names: E2B volume names are [a-zA-Z0-9_-]+ (e2b-dev/infra
 # packages/api/internal/handlers/volume_create.go), and Cube uses the name as one directory

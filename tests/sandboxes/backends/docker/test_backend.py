@@ -32,6 +32,7 @@ from sandboxes.backends.base import (
     TemplateBuildSpec,
 )
 from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.common import _KILL_GROUP
 from sandboxes.backends.docker.egress.proxy import squid_available
 from tests.sandboxes.conftest import docker_test_network_name
 from tests.support.backend_conformance import (
@@ -88,6 +89,31 @@ class TestDockerBackend:
         assert result.timed_out
         left = run(backend, info.sandbox_id, "ps -eo args | grep '^sleep 30' || true")
         assert left == ""
+
+    def test_a_timeout_kills_its_own_group_only_and_leaves_no_file(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox()
+        before = run(backend, info.sandbox_id, "ls -A /tmp /run", user="root")
+        run(backend, info.sandbox_id, "setsid sleep 401 > /dev/null 2>&1 < /dev/null &")
+        result = backend.exec(info.sandbox_id, shell_request("sleep 402 & sleep 403", timeout_s=1))
+        assert result.timed_out
+        left = run(backend, info.sandbox_id, "ps -eo args | grep '^sleep 40' || true")
+        assert left == "sleep 401\n"  # another group: untouched; the timed-out exec's: killed
+        assert run(backend, info.sandbox_id, "ls -A /tmp /run", user="root") == before
+
+    def test_a_root_kill_skips_a_users_process_carrying_the_mark(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        # A root exec's mark is in its command line, which uid 1000 can read: a user process
+        # may carry a copy, in a `timeout` leading its own group. Root's killer is not theirs.
+        info = make_sandbox()
+        mark = "9.000123456789012345"
+        run(backend, info.sandbox_id, f"setsid timeout -s KILL {mark} sleep 406 > /dev/null 2>&1 < /dev/null &")
+        backend.exec(info.sandbox_id, ExecRequest(argv=("/bin/sh", "-c", _KILL_GROUP, mark), user="root"))
+        assert "sleep 406" in run(backend, info.sandbox_id, "ps -eo args")
+        backend.exec(info.sandbox_id, ExecRequest(argv=("/bin/sh", "-c", _KILL_GROUP, mark)))  # the user's own
+        assert "sleep 406" not in run(backend, info.sandbox_id, "ps -eo args")
 
     def test_idle_mode_stop_keeps_files_but_not_processes(
         self, template_id: str, test_run_id: str, make_sandbox: SandboxFactory
