@@ -21,12 +21,12 @@ pause to be done and then resumes the sandbox, and a pause that finds a call cou
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Case, Exists, F, OuterRef, Q, QuerySet, When
 from django.utils import timezone
 
@@ -81,66 +81,69 @@ def busy_reason(session_pk: Any, now: datetime | None = None, *, own_calls: int 
     return ", ".join(reasons) or None
 
 
+@dataclass(frozen=True)
+class Count:
+    """One side of a call's count on its session row: a single UPDATE with named parameters,
+    run alone (one statement: atomic by itself, no transaction of its own to open and commit)
+    or inside an exec slot's statement (`limits`), guarded by `cond` — an SQL condition on
+    what that statement did (its slot taken, or freed)."""
+
+    template: str
+    params: dict[str, Any]
+
+    def sql(self, cond: str = "TRUE") -> str:
+        return self.template.replace("{cond}", cond)
+
+    def run(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(self.sql(), self.params)
+
+
 @contextlib.contextmanager
 def in_flight(
     session: Session,
     timeout_s: float | None = None,
     *,
     activity: bool = True,
-    still_counted: Callable[[], bool] | None = None,
-    counting: Callable[[], object] | None = None,
+    counting: Callable[[Count], object] | None = None,
+    ending: Callable[[Count], object] | None = None,
 ) -> Iterator[None]:
     """Count one call on the session's row for its duration (see the module docstring).
 
     A call that starts while a guarded pause holds the row waits here until the pause is done.
     `activity=False` (a read that may not wake the session): its end does not restart the
-    session's idle clock. `still_counted`, called at the end: False when the call was taken
-    off the count meanwhile (its process was released as dead, `limits.release_slots_of`),
-    so it does not take itself off a second time. `counting`: called in the same transaction
-    as the count (an exec takes its slot there); what it raises refuses the call uncounted.
+    session's idle clock. `counting` runs the count in with what it does itself (an exec takes
+    its slot), in one statement; what it raises refuses the call uncounted. `ending` runs the
+    count out with what it does (an exec frees its slot: only a slot still held counts out —
+    one released with its process, taken for dead, was counted out then, `limits.release_slots_of`).
     """
     now = timezone.now()
     until = now + timedelta(seconds=timeout_s or SHORT_CALL_S) + GRACE
-    with quick_commit():
-        if counting is not None:
-            counting()
-        # Past the deadline every counted call is dead (its process was killed before its
-        # `finally`): start the count again rather than carry them for ever.
-        _update(_count_in_sql(), [_when(now), _when(now), _when(until), _when(until), session.pk])
+    count_in = Count(
+        _count_in_sql(), {"count_now": _when(now), "count_until": _when(until), "count_id": _pk(session.pk)}
+    )
+    if counting is None:
+        count_in.run()
+    else:
+        counting(count_in)
     try:
         yield
     finally:
         # Its end is activity too: the idle clock starts again from here. The last one out
         # clears the deadline, so a long timeout does not outlive its call.
-        ended = timezone.now() if activity else None
-        with quick_commit():
-            if still_counted is None or still_counted():
-                _update(_count_out_sql(activity), [*([_when(ended)] if activity else []), session.pk])
-            else:
-                _quick_commit_off()  # the count's statement, which says it too, does not run
-                if ended:
-                    Session.objects.filter(pk=session.pk).update(last_activity=ended)
-
-
-@contextlib.contextmanager
-def quick_commit() -> Iterator[None]:
-    """One transaction for the in-flight bookkeeping, whose commit does not wait for the disk
-    (PostgreSQL's synchronous_commit off: one write less to wait for per call). A database
-    crash may lose the last such commits, which is harmless: each count and slot carries its
-    own deadline, past which it no longer counts."""
-    with transaction.atomic():
-        yield  # each side's count statement switches it off (_QUICK): no round trip of its own
-
-
-def _quick_commit_off() -> None:
-    if _quick_commits():
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+        params = {"count_id": _pk(session.pk), **({"count_ended": _when(timezone.now())} if activity else {})}
+        count_out = Count(_count_out_sql(activity), params)
+        if ending is None:
+            count_out.run()
+        else:
+            ending(count_out)
 
 
 def _quick() -> str:
-    """A FROM item that switches synchronous_commit off for the transaction (PostgreSQL;
-    set_config(…, true) is SET LOCAL) inside the count's own statement."""
+    """A FROM item that switches synchronous_commit off for the statement's transaction
+    (PostgreSQL; set_config(…, true) is SET LOCAL): its commit does not wait for the disk, one
+    write less to wait for per call. A database crash may lose the last such commits, which is
+    harmless: each count and slot carries its own deadline, past which it no longer counts."""
     return " FROM (SELECT set_config('synchronous_commit', 'off', true)) AS quick" if _quick_commits() else ""
 
 
@@ -151,25 +154,29 @@ def _quick_commits() -> bool:
 # ruff: noqa: S608 - the only interpolations are the quoted table name; values are parameters
 # The two row updates of every counted call, written once (the ORM's Case/When took a
 # millisecond or more to build on each call). Both SET expressions read the row as it was.
+# Past the deadline every counted call is dead (its process was killed before its `finally`):
+# the count starts again rather than carry them for ever.
 def _count_in_sql() -> str:
     greatest = "GREATEST" if connection.vendor == "postgresql" else "MAX"
     return (
         f"UPDATE {_table()} SET"
-        " execs_in_flight = CASE WHEN exec_deadline IS NULL OR exec_deadline <= %s THEN 1"
+        " execs_in_flight = CASE WHEN exec_deadline IS NULL OR exec_deadline <= %(count_now)s THEN 1"
         " ELSE execs_in_flight + 1 END,"
-        " exec_deadline = CASE WHEN exec_deadline IS NULL OR exec_deadline <= %s THEN %s"
-        f" ELSE {greatest}(exec_deadline, %s) END"
-        f"{_quick()} WHERE id = %s"
+        " exec_deadline = CASE WHEN exec_deadline IS NULL OR exec_deadline <= %(count_now)s THEN %(count_until)s"
+        f" ELSE {greatest}(exec_deadline, %(count_until)s) END"
+        f"{_quick()} WHERE id = %(count_id)s AND {{cond}}"
     )
 
 
 def _count_out_sql(activity: bool) -> str:
     return (
         f"UPDATE {_table()} SET"
-        " execs_in_flight = CASE WHEN execs_in_flight > 0 THEN execs_in_flight - 1 ELSE 0 END,"
-        " exec_deadline = CASE WHEN execs_in_flight <= 1 THEN NULL ELSE exec_deadline END"
-        + (", last_activity = %s" if activity else "")
-        + f"{_quick()} WHERE id = %s"
+        " execs_in_flight = CASE WHEN NOT ({cond}) THEN execs_in_flight"
+        " WHEN execs_in_flight > 0 THEN execs_in_flight - 1 ELSE 0 END,"
+        " exec_deadline = CASE WHEN NOT ({cond}) THEN exec_deadline"
+        " WHEN execs_in_flight <= 1 THEN NULL ELSE exec_deadline END"
+        + (", last_activity = %(count_ended)s" if activity else "")
+        + f"{_quick()} WHERE id = %(count_id)s"
     )
 
 
@@ -181,10 +188,5 @@ def _when(value: datetime | None) -> Any:
     return Session._meta.get_field("exec_deadline").get_db_prep_value(value, connection)
 
 
-def _update(sql: str, params: list[Any]) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [_pk(p) if isinstance(p, uuid.UUID) else p for p in params])
-
-
-def _pk(value: uuid.UUID) -> Any:
+def _pk(value: Any) -> Any:
     return Session._meta.get_field("id").get_db_prep_value(value, connection)

@@ -7,7 +7,8 @@ and rate limits").
   live sessions leave), and each new session takes one of them over;
 - concurrent execs: one `ExecSlot` row per exec in flight, naming the process running it
   and with its own deadline, in one of the space's numbered places (unique per space), taken
-  by a single INSERT without a lock (`take_exec_slot`); a process killed
+  without a lock by one statement that also counts the exec in flight on its session
+  (`take_exec_slot`; freed, and counted out, by one more: `release_exec_slot`); a process killed
   mid-exec frees its slots when it is found dead (`release_slots_of`, answering
   `console.signals.process_released`), at the latest when their deadlines pass;
 - background commands: running `BackgroundCommand` rows of the space, checked before the
@@ -43,6 +44,7 @@ from console.processes import this_process
 from console.services import ServiceError
 
 from ..models import BackgroundCommand, CommandStatus, ExecSlot, MemberState, PoolMember, Session, SessionState
+from .inflight import Count
 
 # A quota that frees up only when something else ends has no natural wait; this is a hint.
 QUOTA_RETRY_AFTER_S = 30
@@ -123,13 +125,14 @@ def pool_overflow(space: Space) -> int:
 
 # An INSERT that lost its place to a racing one tries another this often before refusing.
 SLOT_TRIES = 8
-# One statement takes a free place (0 to limit - 1) of the space, or one whose deadline passed;
-# the unique (space, number) index decides between racing inserts: no lock is held across it.
-# Execs running in places past a lowered limit count too: none is taken while the space runs
-# as many as the limit (the count and the index agree once those have ended).
+# One statement takes a free place (0 to limit - 1) of the space, or one whose deadline passed,
+# and counts the exec in on its session row (the `Count` of inflight.py, run only when a place
+# was taken); the unique (space, number) index decides between racing inserts: no lock is
+# held across it. Execs running in places past a lowered limit count too: none is taken while
+# the space runs as many as the limit (the count and the index agree once those have ended).
 # Places are tried from a random one on (fewer races), generated lazily up to the first free.
-_TAKE_SLOT = """
-WITH RECURSIVE places(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM places WHERE i + 1 < %(limit)s)
+_PLACES = "WITH RECURSIVE places(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM places WHERE i + 1 < %(limit)s)"
+_INSERT_SLOT = """
 INSERT INTO {table} (id, space_id, session_id, deadline, owner_process, number)
 SELECT %(id)s, %(space)s, %(session)s, %(deadline)s, %(owner)s, (%(start)s + places.i) %% %(limit)s
 FROM places
@@ -146,19 +149,33 @@ ON CONFLICT (space_id, number) DO UPDATE SET
     WHERE {table}.deadline <= %(now)s
 RETURNING number
 """
+_DELETE_SLOT = "DELETE FROM {table} WHERE id = %(id)s"
+_TAKE_SLOT = f"{_PLACES},\nslot AS ({_INSERT_SLOT}),\ncounted AS ({{count}})\nSELECT number FROM slot"
+# Frees the slot and counts the exec out (only when this freed it) in one statement; true
+# when it did.
+_FREE_SLOT = f"WITH freed AS ({_DELETE_SLOT} RETURNING 1),\ncounted AS ({{count}})\nSELECT EXISTS (SELECT 1 FROM freed)"  # noqa: S608 - constants only
+# SQLite runs no INSERT, UPDATE or DELETE inside WITH: there the slot's statement and the
+# count are two statements in one transaction.
+_TAKE_SLOT_ALONE = f"{_PLACES}\n{_INSERT_SLOT}"
 
 
 def _db_value(field: str, value: Any) -> Any:
     return ExecSlot._meta.get_field(field).get_db_prep_value(value, connection)  # type: ignore[union-attr]
 
 
-def take_exec_slot(space: Space, session: Session, deadline: datetime) -> ExecSlot:
+def _joined() -> bool:
+    """Whether the slot and the count go in one statement (data-modifying WITH: PostgreSQL)."""
+    return connection.vendor == "postgresql"
+
+
+def take_exec_slot(space: Space, session: Session, deadline: datetime, count: Count | None = None) -> ExecSlot:
     """Count an exec in against the space's limit, or refuse it. Each exec holds one of the
     space's `concurrent_execs` places (a row, unique per space and place) with its own
     deadline, so one killed mid-exec stops counting when its deadline passes, however busy
-    its session stays. No row lock: one INSERT per try (`_TAKE_SLOT`). The limit is read
-    through the per-process cache (a changed limit is in force within LIMITS_CACHE_S); slots
-    taken under a higher limit count against the lower one until they end."""
+    its session stays. No row lock: one statement per try (`_TAKE_SLOT`), which also runs
+    `count` (the exec counted in flight on its session), if given, once a place is taken. The limit is
+    read through the per-process cache (a changed limit is in force within LIMITS_CACHE_S);
+    slots taken under a higher limit count against the lower one until they end."""
     maximum = limits_of(space, max_age_s=LIMITS_CACHE_S)["concurrent_execs"]
     slot = ExecSlot(space=space, session=session, deadline=deadline, owner_process=this_process())
     table = connection.ops.quote_name(ExecSlot._meta.db_table)
@@ -169,12 +186,11 @@ def take_exec_slot(space: Space, session: Session, deadline: datetime) -> ExecSl
         "session": _db_value("session", session.pk),
         "deadline": _db_value("deadline", deadline),
         "owner": _db_value("owner_process", slot.owner_process),
+        **(count.params if count is not None else {}),
     }
     for attempt in range(SLOT_TRIES if maximum > 0 else 0):
-        now = _db_value("deadline", timezone.now())
-        with connection.cursor() as cursor:
-            cursor.execute(_TAKE_SLOT.format(table=table), {**params, "now": now, "start": random.randrange(maximum)})  # noqa: S311
-            taken = cursor.fetchone()
+        params.update(now=_db_value("deadline", timezone.now()), start=random.randrange(maximum))  # noqa: S311
+        taken = _take(table, params, count)
         if taken is not None:
             slot.number = taken[0]
             return slot
@@ -194,19 +210,41 @@ def take_exec_slot(space: Space, session: Session, deadline: datetime) -> ExecSl
     )
 
 
+def _take(table: str, params: dict[str, Any], count: Count | None) -> tuple[Any, ...] | None:
+    if count is not None and _joined():
+        with connection.cursor() as cursor:
+            cursor.execute(_TAKE_SLOT.format(table=table, count=count.sql("EXISTS (SELECT 1 FROM slot)")), params)
+            return cursor.fetchone()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_TAKE_SLOT_ALONE.format(table=table), params)
+        taken = cursor.fetchone()
+        if taken is not None and count is not None:
+            count.run()
+        return taken
+
+
 def _running_execs(space: Space) -> int:
     return ExecSlot.objects.filter(space=space, deadline__gt=timezone.now()).count()
 
 
-def release_exec_slot(slot: ExecSlot) -> bool:
-    """Free the slot; False when it was freed already (its process was taken for dead)."""
-    # A plain DELETE: nothing refers to a slot, so the ORM's collector has nothing to do.
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"DELETE FROM {connection.ops.quote_name(ExecSlot._meta.db_table)} WHERE id = %s",  # noqa: S608
-            [_db_value("id", slot.pk)],
-        )
-        return bool(cursor.rowcount)
+def release_exec_slot(slot: ExecSlot, count: Count | None = None) -> bool:
+    """Free the slot, and run `count` (the exec counted out of its session), if given, guarded
+    by whether this freed it: False when it was freed already (its process was taken for
+    dead, and its count lowered then), and the count then changes nothing but the activity
+    it records. One statement (PostgreSQL)."""
+    table = connection.ops.quote_name(ExecSlot._meta.db_table)
+    params = {"id": _db_value("id", slot.pk), **(count.params if count is not None else {})}
+    if count is not None and _joined():
+        with connection.cursor() as cursor:
+            cursor.execute(_FREE_SLOT.format(table=table, count=count.sql("EXISTS (SELECT 1 FROM freed)")), params)
+            row = cursor.fetchone()
+            return bool(row and row[0])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_DELETE_SLOT.format(table=table), params)
+        freed = bool(cursor.rowcount)
+        if count is not None:
+            cursor.execute(count.sql("TRUE" if freed else "FALSE"), count.params)
+        return freed
 
 
 def release_slots_of(process_id: Any, **_: Any) -> str:

@@ -74,7 +74,7 @@ from ..catalog.bridge import get_backend, sandbox_resources
 from ..catalog.conflicts import Conflict
 from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
 from ..models import ExecSlot, SandboxConfig, Session, SessionState
-from .inflight import busy_reason, in_flight, quiet_sessions
+from .inflight import Count, busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
 from .lookup import get_or_create_session
 from .observe import observe_resolve, took_slow_path
@@ -725,28 +725,22 @@ class Runtime:
 
     @contextlib.contextmanager
     def exec_in_flight(self, session: Session, timeout_s: float | None) -> Iterator[None]:
-        """An exec slot of the space's limits, and the exec counted in flight on its session."""
+        """An exec slot of the space's limits, and the exec counted in flight on its session:
+        one statement to take the slot and count in, one to free it and count out."""
         until = timezone.now() + timedelta(seconds=timeout_s or 3600) + EXEC_GRACE
         slots: list[ExecSlot] = []
-        freed: list[bool] = []
 
-        def take() -> None:
-            # One of the space's places, or refused: in the transaction that counts the exec.
-            slots.append(take_exec_slot(session.space, session, until))
+        def take(count: Count) -> None:
+            # One of the space's places, or refused uncounted.
+            slots.append(take_exec_slot(session.space, session, until, count))
 
-        def still_counted() -> bool:
-            # Freeing the slot answers whether this exec still counted: a release of this
-            # process as dead (a freeze past the heartbeat window) freed it and lowered the
-            # session's count already.
-            freed.append(release_exec_slot(slots[0]))
-            return freed[0]
+        def free(count: Count) -> None:
+            # Counted out only if this frees the slot: a release of this process as dead (a
+            # freeze past the heartbeat window) freed it and lowered the session's count already.
+            release_exec_slot(slots[0], count)
 
-        try:
-            with in_flight(session, timeout_s or 3600, still_counted=still_counted, counting=take):
-                yield
-        finally:
-            if slots and not freed:
-                release_exec_slot(slots[0])
+        with in_flight(session, timeout_s or 3600, counting=take, ending=free):
+            yield
 
     def pause(
         self,
