@@ -4,6 +4,8 @@ the platform's (every pool, platform admins only; anyone else gets 404)."""
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -24,8 +26,25 @@ from .stats import PoolReading, pooled_configs_of, quota_line, read_pools, ready
 from .tuning import POOLS
 
 
-def _with_memory(readings: list[PoolReading]) -> list[tuple[PoolReading, float | None]]:
-    return [(reading, ready_memory_mb(reading.config) if reading.ready else None) for reading in readings]
+@dataclass(frozen=True)
+class Row:
+    reading: PoolReading
+    memory: float | None  # MiB one ready sandbox uses, read from the backend now
+    kept: bool  # a follow of the page keeps the figure it shows (hx-preserve)
+
+
+def _rows(request: HttpRequest, readings: list[PoolReading]) -> tuple[list[Row], str]:
+    """The table's rows, and the query its HTMX follow asks with. The backend answers a memory
+    reading at its next stats tick (about a second on Docker): a full load reads one for each
+    pool with a ready sandbox, and a follow keeps those the page shows (`shown`) instead."""
+    shown = set(request.GET.getlist("shown")) if is_htmx(request) else set()
+    rows = []
+    for reading in readings:
+        kept = bool(reading.ready) and str(reading.config.id) in shown
+        memory = ready_memory_mb(reading.config) if reading.ready and not kept else None
+        rows.append(Row(reading, memory, kept))
+    follow = urlencode([("shown", str(r.reading.config.id)) for r in rows if r.kept or r.memory is not None])
+    return rows, follow
 
 
 def _filling(readings: list[PoolReading]) -> bool:
@@ -39,12 +58,14 @@ def _filling(readings: list[PoolReading]) -> bool:
 def space_pools(request: HttpRequest, space_id: uuid.UUID) -> HttpResponse:
     space = get_space_for_user(request.user, space_id)
     readings = read_pools(pooled_configs_of(space), every=True)
+    rows, follow = _rows(request, readings)
     return render(
         request,
         "sandboxes/pool_list.html",
         {
             "space": space,
-            "rows": _with_memory(readings),
+            "rows": rows,
+            "follow": follow,
             "quota": quota_line(space),
             "can_edit": has_role(request.user, space, Role.ADMIN),
             "refilling": _filling(readings),
@@ -78,11 +99,14 @@ def pool_size(request: HttpRequest, space_id: uuid.UUID, config_id: uuid.UUID) -
 def platform_pools(request: HttpRequest) -> HttpResponse:
     require_platform_admin(request.user)
     readings = read_pools(pooled_configs_of())
+    rows, follow = _rows(request, readings)
     return render(
         request,
         "sandboxes/pool_list.html",
         {
-            "rows": _with_memory(readings),
+            "rows": rows,
+            "follow": follow,
+            "refilling": _filling(readings),
             "platform": True,
             "window_min": POOLS.stats_window_s // 60,
             "section": "pools",

@@ -3,6 +3,7 @@ pool on Docker holds and how its claims went; who may see and set a pool's size.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -48,7 +49,7 @@ def test_the_pools_page_and_metrics_show_a_filled_pool_and_its_claims(
     assert (reading.size, reading.ready, reading.claimed, reading.hits, reading.misses) == (2, 1, 1, 1, 0)
     assert reading.p50_ms is not None
     assert f"{reading.p50_ms:.1f} /" in html
-    assert 'class="pool-memory">—' not in html  # the ready sandbox's memory, read from the engine
+    assert re.search(r'class="pool-memory" id="[^"]+">[0-9.]+</td>', html)  # read from the engine
 
     assert 'hx-trigger="every 3s"' in html  # one short of its size: the page follows it
     refill(session_config)
@@ -96,6 +97,30 @@ def test_a_full_pool_is_still_followed_and_shows_the_image_its_sandboxes_run(
     )
     outdated = followed_part(page(world.client_for("carol"), world.space_a.pk).content.decode())
     assert f'2: <code>{docker_base_image}</code> <small class="pool-outdated">outdated, draining</small>' in outdated
+
+
+@pytest.mark.django_db
+def test_following_the_page_keeps_the_memory_it_shows_instead_of_asking_the_engine_again(
+    world: World, session_config: SandboxConfig
+) -> None:
+    """The engine answers a memory reading only at its next stats tick (about a second on
+    Docker): the page reads it on a full load, and its follows every few seconds keep it."""
+    SandboxConfig.objects.filter(pk=session_config.pk).update(pool_size=1)
+    session_config.refresh_from_db()
+    refill(session_config)
+    carol = world.client_for("carol")
+    cell = f'id="pool-memory-{session_config.id}"'
+    loaded = page(carol, world.space_a.pk).content.decode()
+    assert re.search(cell + r">[0-9.]+</td>", loaded)  # read from the engine
+    follow = re.search(r'hx-get="([^"]+)"', followed_part(loaded))
+    assert follow is not None
+    assert f"shown={session_config.id}" in follow.group(1)
+    followed = carol.get(follow.group(1).replace("&amp;", "&"), HTTP_HX_REQUEST="true").content.decode()
+    assert f"{cell} hx-preserve></td>" in followed  # HTMX keeps the figure on the page
+    assert f"shown={session_config.id}" in followed
+    # A follow from a page that showed no figure reads one.
+    fresh = carol.get(reverse("sandboxes:space_pools", args=[world.space_a.pk]), HTTP_HX_REQUEST="true")
+    assert re.search(cell + r">[0-9.]+</td>", fresh.content.decode())
 
 
 @pytest.mark.django_db
