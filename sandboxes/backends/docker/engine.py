@@ -47,6 +47,10 @@ from .inbound import LABEL_TRAFFIC_TOKEN
 from .repair import control_timeout
 from .settings import DockerOptions
 
+# How many images' layer counts an engine object keeps (a few hundred bytes each) before it
+# starts again: a long-lived adapter snapshots from ever new images.
+LAYER_COUNTS_KEPT = 512
+
 
 class DockerEngine:
     """One engine connection and what every part asks of it."""
@@ -75,7 +79,9 @@ class DockerEngine:
         self._paused: set[str] = set()
         # The image of each sandbox seen, and the layer count of each image asked about: a
         # container's image and an image's layers (its id is their digest) never change, so a
-        # snapshot asks the engine for neither after the first time.
+        # snapshot asks the engine for neither after the first time. Each snapshot is a new
+        # image, and a deleted one is never forgotten otherwise: the layer counts start again
+        # once LAYER_COUNTS_KEPT are kept.
         self._images: dict[str, str] = {}
         self._layer_counts: dict[str, int] = {}
         self.commands = DockerExec(self)
@@ -227,6 +233,8 @@ class DockerEngine:
         if count is None:
             with _engine_call(f"image of sandbox {sandbox_id}"):
                 count = len(self.api.inspect_image(image)["RootFS"].get("Layers") or [])
+            if len(self._layer_counts) >= LAYER_COUNTS_KEPT:
+                self._layer_counts.clear()  # one call, safe among threads; each asked again once
             self._layer_counts[image] = count
         return count
 

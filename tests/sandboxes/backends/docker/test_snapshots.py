@@ -13,6 +13,7 @@ import docker
 import pytest
 
 from sandboxes.backends.base import BackendConfig, SnapshotInfo
+from sandboxes.backends.docker import engine as engine_module
 from sandboxes.backends.docker.backend import DockerBackend
 from tests.sandboxes.conftest import docker_test_network_name
 from tests.support.backend_conformance import SandboxFactory, sandbox_factory
@@ -158,3 +159,27 @@ def test_a_snapshot_with_a_second_name_loses_both_at_delete(
     finally:
         if engine.images(filters={"reference": "console-test-second-name:x"}):
             engine.remove_image("console-test-second-name:x", force=True)
+
+
+def test_the_layer_counts_kept_are_bounded(
+    backend: DockerBackend,
+    snapshot: SnapshotInfo,
+    make: SandboxFactory,
+    engine: docker.APIClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each snapshot is a new image and a long-lived adapter is never told one was deleted:
+    # the counts it keeps are bounded, and one dropped is asked for again (still right).
+    monkeypatch.setattr(engine_module, "LAYER_COUNTS_KEPT", 1, raising=False)
+    first = str(snapshot.source_sandbox_id)
+    second = make(template_id=snapshot.snapshot_id).sandbox_id
+    try:
+        image, other = (engine.inspect_container(sandbox_id)["Image"] for sandbox_id in (first, second))
+        assert backend.engine.layer_count(first) == _layers(engine, image)
+        assert backend.engine.layer_count(second) == _layers(engine, other)
+        calls = EngineCalls(backend, monkeypatch)
+        assert calls.during(lambda: backend.engine.layer_count(first)) == [f"GET /images/{image}/json"]
+        assert backend.engine.layer_count(first) == _layers(engine, image)
+    finally:
+        backend.delete(second)
+        backend.snapshots().delete(snapshot.snapshot_id)
