@@ -65,3 +65,38 @@ def test_threads_past_the_pool_size_never_open_more_connections() -> None:
     assert not failures, failures
     assert len(seen) == 36
     assert max(seen) <= 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pooled_connection_the_server_closed_is_replaced_not_handed_out() -> None:
+    # The check takes a recently verified connection as it is unless the server left word on
+    # its socket: a terminated backend (as in a restart) is seen so, and replaced.
+    if connection.vendor != "postgresql":
+        pytest.skip("the pool is PostgreSQL's")
+    own = connection.settings_dict
+    url = f"postgres://{own['USER']}@{own['HOST'] or '127.0.0.1'}:{own['PORT'] or 5432}/{own['NAME']}"
+    pooled = database_settings(url, 1)
+    pooled["OPTIONS"] = {**pooled["OPTIONS"], "application_name": f"pool-test-{uuid.uuid4().hex[:8]}"}
+    handler = ConnectionHandler({"default": pooled})
+    db = handler["default"]
+    try:
+        pids = []
+        for _ in range(2):
+            with db.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                pids.append(cursor.fetchone()[0])
+            db.close()  # back to the pool, as at the end of a request
+        assert pids[0] == pids[1]  # kept, and taken again without a fault
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pids[0]])
+        for _ in range(50):  # the backend's goodbye reaches the socket
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pids[0]])
+                if not cursor.fetchone()[0]:
+                    break
+        with db.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            assert cursor.fetchone()[0] != pids[0]
+        db.close()
+    finally:
+        db.close_pool()  # type: ignore[attr-defined]
