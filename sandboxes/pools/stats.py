@@ -17,7 +17,7 @@ from django.utils import timezone
 from console.models import Space
 
 from ..models import MemberState, PoolClaim, PoolMember, SandboxConfig
-from ..sessions.limits import limits_of, pooled_unclaimed
+from ..sessions.limits import limits_of
 from .tuning import POOLS
 
 
@@ -159,14 +159,26 @@ class QuotaLine:
 
     maximum: int
     live_sessions: int
-    pooled: int  # ready, unclaimed (and being made)
+    pooled: int  # unclaimed: ready, and being made (`pooled_unclaimed`)
+    being_made: int
+
+    @property
+    def ready(self) -> int:
+        return self.pooled - self.being_made
 
 
 def quota_line(space: Space) -> QuotaLine:
     from ..models import Session, SessionState
 
     live = Session.objects.filter(space=space).exclude(state=SessionState.GONE).count()
-    return QuotaLine(maximum=limits_of(space)["live_sessions"], live_sessions=live, pooled=pooled_unclaimed(space))
+    unclaimed = PoolMember.objects.filter(space=space).exclude(state=MemberState.CLAIMED)
+    counts = Counter(dict(unclaimed.values_list("state").annotate(n=Count("pk")).order_by()))
+    return QuotaLine(
+        maximum=limits_of(space)["live_sessions"],
+        live_sessions=live,
+        pooled=sum(counts.values()),
+        being_made=counts[MemberState.REFILLING],
+    )
 
 
 def ready_memory_mb(config: SandboxConfig) -> float | None:

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from console.models import AuditEvent
 from sandboxes.catalog.bridge import config_fingerprint
-from sandboxes.models import PoolClaim, SandboxConfig, SessionImage
+from sandboxes.models import PoolClaim, PoolMember, SandboxConfig, SessionImage
 from sandboxes.pools.keeper import refill
 from sandboxes.pools.stats import percentile, read_pools
 from sandboxes.sessions.runtime import Runtime
@@ -121,6 +121,17 @@ def test_following_the_page_keeps_the_memory_it_shows_instead_of_asking_the_engi
     # A follow from a page that showed no figure reads one.
     fresh = carol.get(reverse("sandboxes:space_pools", args=[world.space_a.pk]), HTTP_HX_REQUEST="true")
     assert re.search(cell + r">[0-9.]+</td>", fresh.content.decode())
+
+
+@pytest.mark.django_db
+def test_the_quota_line_tells_ready_sandboxes_from_those_being_made(
+    world: World, session_config: SandboxConfig
+) -> None:
+    """Both count against the quota; only the ready ones are called ready, as in the table."""
+    PoolMember.objects.create(space=world.space_a, config=session_config, template_id="x")  # being made
+    quota = re.sub(r"\s+", " ", page(world.client_for("carol"), world.space_a.pk).content.decode())
+    assert "<strong>1 pooled sandbox(es)</strong> (0 ready, unclaimed; 1 being made) count against it" in quota
+    assert "1 ready" not in quota
 
 
 @pytest.mark.django_db
