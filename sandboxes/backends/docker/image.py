@@ -42,9 +42,10 @@ LABEL_TEMPLATE_NAME = "console.template.name"
 LABEL_TEMPLATE_DESCRIPTION = "console.template.description"
 KIND_TEMPLATE = "template"
 
-# python3 for agent code; tini as PID 1; util-linux for setsid (process groups that a
-# timeout can kill as a whole); procps for ps/kill/top; ca-certificates for TLS when online;
-# vim-tiny and less so a person at the web terminal can read and edit files.
+# python3 for agent code; tini as PID 1; coreutils for GNU `timeout`, which every exec runs
+# under (it leads the process group a timeout kills: common.py); util-linux for setsid and
+# other basics; procps for ps/kill/top; ca-certificates for TLS when online; vim-tiny and
+# less so a person at the web terminal can read and edit files.
 BASE_PACKAGES: tuple[str, ...] = (
     "python3",
     "bash",
