@@ -9,21 +9,114 @@ values: the same objects `.filter(...).first()` gives, with no hand-written SQL.
 
 Only equality filters on the named fields. The cache is per connection (a connection is one
 thread's), so nothing is shared between threads and a closed connection drops its entry.
+
+On PostgreSQL the server's share is cut too (`execute_planned`): the statement is prepared
+once per database session (`PREPARE`), then run as `EXECUTE` with the new values. Planning the
+warm path's session lookup (three tables joined) took 0.12-0.17 ms of its 0.33 ms; executed
+prepared it took 0.12 ms in all (2026-12-02). Django keeps psycopg's own prepared statements
+off (for poolers that hand each transaction another server session), so this is done in SQL,
+only in autocommit, and given up for the database when a prepared statement does not last
+from one statement to the next (such a pooler): then the plain statement runs, as before.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import logging
+import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from django.db import connections
+from django.db import DatabaseError, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, Model, QuerySet
 from django.db.models.query import get_related_populators
 
 M = TypeVar("M", bound=Model)
+
+logger = logging.getLogger(__name__)
+
+# Names of the statements prepared on each server session (psycopg's connection object: a
+# pooled one keeps its statements when it goes back to the pool and comes out again).
+_prepared: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+# Databases (aliases) whose sessions keep no prepared statement: run plain from then on.
+_unprepared: set[str] = set()
+# Statements PostgreSQL would not prepare: run plain.
+_unpreparable: set[str] = set()
+_PLACEHOLDER = re.compile(r"%([s%])")
+# PostgreSQL's "prepared statement does not exist", and "... already exists".
+_NO_SUCH_STATEMENT, _ALREADY_PREPARED = "26000", "42P05"
+
+
+def _numbered(sql: str) -> str:
+    """`%s` placeholders as `$1, $2, ...` (and `%%` as `%`), for PREPARE."""
+    count = 0
+
+    def number(match: re.Match[str]) -> str:
+        nonlocal count
+        if match.group(1) == "%":
+            return "%"
+        count += 1
+        return f"${count}"
+
+    return _PLACEHOLDER.sub(number, sql)
+
+
+@functools.cache
+def _name(sql: str) -> str:
+    return "console_" + hashlib.sha256(sql.encode()).hexdigest()[:24]
+
+
+def _sqlstate(exc: DatabaseError) -> str | None:
+    return getattr(exc.__cause__, "sqlstate", None)
+
+
+def execute_planned(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
+    """`cursor.execute(sql, params)`, planned once per PostgreSQL session: the first call on a
+    session prepares `sql`, every call executes the prepared statement. Anywhere else (SQLite,
+    inside a transaction, a database whose sessions keep no prepared statement): as it is.
+    The statement's name is its text's digest, so two texts never share a name."""
+    connection = cursor.db
+    name = _name(sql)
+    if (
+        connection.vendor != "postgresql"
+        or connection.in_atomic_block
+        or connection.alias in _unprepared
+        or name in _unpreparable
+    ):
+        cursor.execute(sql, params)
+        return
+    names = _prepared.setdefault(connection.connection, set())
+    call = f"EXECUTE {name}({', '.join(['%s'] * len(params))})" if params else f"EXECUTE {name}"
+    for _ in range(2):
+        if name not in names:
+            try:
+                cursor.execute(f"PREPARE {name} AS {_numbered(sql)}")
+            except DatabaseError as exc:
+                if _sqlstate(exc) != _ALREADY_PREPARED:  # e.g. a parameter's type left open
+                    logger.warning("statement %s not prepared (%s): planned at each call", name, exc)
+                    _unpreparable.add(name)
+                    cursor.execute(sql, params)
+                    return
+            names.add(name)
+        try:
+            cursor.execute(call, params)
+            return
+        except DatabaseError as exc:
+            if _sqlstate(exc) != _NO_SUCH_STATEMENT:
+                raise
+            names.discard(name)  # gone from the session (DISCARD ALL): prepared again once
+    logger.warning(
+        "database %s keeps no prepared statement from one statement to the next (a pooler in"
+        " transaction mode?): hot-path statements are planned at each call from now on",
+        connection.alias,
+    )
+    _unprepared.add(connection.alias)
+    cursor.execute(sql, params)
 
 
 @dataclass(frozen=True)
@@ -57,7 +150,7 @@ class Compiled(Generic[M]):
                 return self.queryset.filter(**dict(zip(self.fields, values, strict=True))).first()
             self._plans[connection] = plan
         with connection.cursor() as cursor:
-            cursor.execute(plan.sql, [prepared[i] for i in plan.order])
+            execute_planned(cursor, plan.sql, [prepared[i] for i in plan.order])
             row = cursor.fetchone()
         if row is None:
             return None
@@ -83,7 +176,8 @@ class Compiled(Generic[M]):
     def _plan(self, connection: BaseDatabaseWrapper, values: Sequence[Any], prepared: list[Any]) -> _Plan | None:
         if len({repr(value) for value in prepared}) != len(prepared):
             return None
-        queryset = self.queryset.filter(**dict(zip(self.fields, values, strict=True)))
+        # One row at most: the model's default ordering would only cost a sort.
+        queryset = self.queryset.filter(**dict(zip(self.fields, values, strict=True))).order_by()
         compiler = queryset.query.get_compiler(connection=connection)
         sql, params = compiler.as_sql()
         reprs = [repr(value) for value in prepared]

@@ -9,6 +9,7 @@ exec resolves first) is observed on its own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Iterator
@@ -52,17 +53,26 @@ def observe_resolve(session: Session) -> Iterator[Observed]:
         _path.reset(token)
         elapsed = time.perf_counter() - started
         outcome = "error" if error else str(getattr(observed.resolved, "action", "unknown"))
-        metrics.RESOLVE_SECONDS.labels(path=path[0], outcome=outcome).observe(elapsed)
-        fields: dict[str, Any] = {
-            "space_id": str(session.space_id),
-            "session_key": session.key,
-            "path": path[0],
-            "action": outcome,
-            "duration_ms": round(elapsed * 1000, 1),
-        }
-        if error:
-            logger.warning("resolve of session %s failed: %s", session.key, error, extra={**fields, "error": error})
-        else:
-            fields["sandbox_id"] = observed.resolved.sandbox.sandbox_id
-            level = logging.DEBUG if outcome == "bound" and path[0] == "fast" else logging.INFO
-            logger.log(level, "resolve of session %s: %s", session.key, outcome, extra=fields)
+        _histogram(path[0], outcome).observe(elapsed)
+        level = (
+            logging.WARNING if error else logging.DEBUG if outcome == "bound" and path[0] == "fast" else logging.INFO
+        )
+        if logger.isEnabledFor(level):  # the warm path's line is DEBUG: off in production, and not built
+            fields: dict[str, Any] = {
+                "space_id": str(session.space_id),
+                "session_key": session.key,
+                "path": path[0],
+                "action": outcome,
+                "duration_ms": round(elapsed * 1000, 1),
+            }
+            if error:
+                logger.warning("resolve of session %s failed: %s", session.key, error, extra={**fields, "error": error})
+            else:
+                fields["sandbox_id"] = observed.resolved.sandbox.sandbox_id
+                logger.log(level, "resolve of session %s: %s", session.key, outcome, extra=fields)
+
+
+@functools.cache
+def _histogram(path: str, outcome: str) -> Any:
+    """The histogram's child for a path and outcome (a handful: looked up once each)."""
+    return metrics.RESOLVE_SECONDS.labels(path=path, outcome=outcome)

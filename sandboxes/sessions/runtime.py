@@ -35,6 +35,7 @@ repaired (`Backend.repair`) and answered in words; so is any call racing a pause
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -76,7 +77,7 @@ from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fin
 from ..models import ExecSlot, SandboxConfig, Session, SessionState
 from .inflight import Count, busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
-from .lookup import get_or_create_session
+from .lookup import check_session_key, get_or_create_session, session_by_key
 from .observe import observe_resolve, took_slow_path
 from .provisioning import WORKSPACE_LAYOUT, effective_template, from_warm_pool, prepare_workspace, ready_workspace
 from .store import (
@@ -233,23 +234,47 @@ class Runtime:
         actor: Actor = SYSTEM,
         labels: Sequence[str] = (),
     ) -> Resolved:
-        """The session `key` of `space` (created with `labels` when new) on a live sandbox."""
-        session = get_or_create_session(space, key, config=config, actor=actor, labels=labels)
+        """The session `key` of `space` (created with `labels` when new) on a live sandbox.
+        The session's row and its binding and turn lease are read together (`read_session_with`:
+        the store's round trip overlaps the database's, or both are prepared statements)."""
+        check_session_key(key)
+        session, read = self.store.read_session_with(
+            binding_key(space.pk, key), turn_key(space.pk, key), functools.partial(session_by_key, space, key)
+        )
+        if session is None:
+            session, read = get_or_create_session(space, key, config=config, actor=actor, labels=labels), None
+        else:
+            session.space = space
         with self.telling_deleted(session):
-            return self.resolve_session(session)
+            return self.resolve_session(session, read=read)
 
-    def resolve_session(self, session: Session, *, own_calls: int = 0, may_rebuild: bool = True) -> Resolved:
+    def resolve_session(
+        self,
+        session: Session,
+        *,
+        own_calls: int = 0,
+        may_rebuild: bool = True,
+        read: tuple[Binding | None, TurnLease] | None = None,
+    ) -> Resolved:
         """Resolve, timed by path and outcome (console.metrics) and logged. `own_calls`: calls
         the caller counted in flight itself (an exec), which a stale rebuild does not wait for.
-        `may_rebuild=False` (opening a terminal): a stale sandbox is kept, the ticket unused."""
+        `may_rebuild=False` (opening a terminal): a stale sandbox is kept, the ticket unused.
+        `read`: the session's binding and turn lease if the caller read them with its row."""
         with observe_resolve(session) as observed:
-            observed.resolved = self._resolve_session(session, own_calls=own_calls, may_rebuild=may_rebuild)
+            observed.resolved = self._resolve_session(session, own_calls=own_calls, may_rebuild=may_rebuild, read=read)
             return observed.resolved
 
-    def _resolve_session(self, session: Session, *, own_calls: int = 0, may_rebuild: bool = True) -> Resolved:
+    def _resolve_session(
+        self,
+        session: Session,
+        *,
+        own_calls: int = 0,
+        may_rebuild: bool = True,
+        read: tuple[Binding | None, TurnLease] | None = None,
+    ) -> Resolved:
         bkey, _, tkey = self.keys(session)
         self._touch(session)
-        binding, lease = self.store.read_session(bkey, tkey)
+        binding, lease = read if read is not None else self.store.read_session(bkey, tkey)
         if binding is not None:
             rebuild = may_rebuild and self.rebuild_allowed(session, binding.created_at, lease)
             if not rebuild:

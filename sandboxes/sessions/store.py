@@ -23,15 +23,17 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ..backends.base import ErrorKind, RemoteError
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 TURN_TTL_S = 30 * 60
 LOCK_TTL_MS = 60_000
@@ -98,7 +100,24 @@ class SessionStore(Protocol):
     def turn_lease(self, key: str) -> TurnLease: ...
     def end_turn(self, key: str) -> None: ...
     def read_session(self, binding_key: str, turn_key: str) -> tuple[Binding | None, TurnLease]: ...
+    def read_session_with(
+        self, binding_key: str, turn_key: str, other: Callable[[], T]
+    ) -> tuple[T, tuple[Binding | None, TurnLease] | None]: ...
     def purge_expired(self) -> int: ...
+
+
+# What `read_session_with` answers: `other()`'s result, and the session's binding and turn
+# lease, or None when the store did not answer (the caller's own `read_session` then says so).
+ReadWith = tuple[T, tuple[Binding | None, TurnLease] | None]
+
+
+def read_after(store: SessionStore, binding_key: str, turn_key: str, other: Callable[[], T]) -> ReadWith[T]:
+    """`read_session_with` for a store whose reads cannot overlap another: one after the other."""
+    result = other()
+    try:
+        return result, store.read_session(binding_key, turn_key)
+    except SessionStoreUnavailable:
+        return result, None
 
 
 def log_binding_write(action: str, key: str, binding: Binding, done: bool, store: str) -> None:
@@ -246,6 +265,41 @@ class RedisSessionStore:
             pipe.get(turn_key)
             pipe.ttl(turn_key)
             raw_binding, raw_turn, ttl = pipe.execute()
+        return self._session(raw_binding, raw_turn, ttl)
+
+    def read_session_with(self, binding_key: str, turn_key: str, other: Callable[[], T]) -> ReadWith[T]:
+        """`read_session` overlapped with `other()` (the session's row from the database): the
+        request is sent first, the answer read once `other` returns, so the warm path waits for
+        one round trip, not two. A connection whose answer was not read (`other` raised) is
+        closed, never handed to the next command with an answer pending."""
+        pool = self.client.connection_pool
+        try:
+            conn = pool.get_connection()
+        except self._redis_errors:
+            return other(), None
+        try:
+            try:
+                conn.send_packed_command(
+                    conn.pack_commands([("GET", binding_key), ("GET", turn_key), ("TTL", turn_key)])
+                )
+            except self._redis_errors:
+                conn.disconnect()
+                return other(), None
+            result = other()
+            try:
+                raw_binding, raw_turn, ttl = (conn.read_response() for _ in range(3))
+            except self._redis_errors:
+                conn.disconnect()
+                return result, None
+        except BaseException:
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+        return result, self._session(raw_binding, raw_turn, ttl)
+
+    @staticmethod
+    def _session(raw_binding: bytes | None, raw_turn: bytes | None, ttl: int) -> tuple[Binding | None, TurnLease]:
         binding = Binding.from_json(raw_binding) if raw_binding else None
         if raw_turn is None:
             return binding, TurnLease(in_flight=False, ticket_unused=False)
@@ -357,6 +411,9 @@ class MemorySessionStore:
 
     def read_session(self, binding_key: str, turn_key: str) -> tuple[Binding | None, TurnLease]:
         return self.get_binding(binding_key), self.turn_lease(turn_key)
+
+    def read_session_with(self, binding_key: str, turn_key: str, other: Callable[[], T]) -> ReadWith[T]:
+        return read_after(self, binding_key, turn_key, other)
 
     def purge_expired(self) -> int:
         with self._lock:

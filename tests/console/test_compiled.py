@@ -1,11 +1,14 @@
-"""A query compiled once per connection: the same objects as the ORM's `.first()`, run with new values."""
+"""A query compiled once per connection: the same objects as the ORM's `.first()`, run with new values,
+and on PostgreSQL planned once per database session."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from django.db import connection, transaction
 from django.db.models.sql.compiler import SQLCompiler
+from django.test.utils import CaptureQueriesContext
 
 from console.compiled import Compiled
 from console.models import Space
@@ -65,3 +68,55 @@ def test_values_alike_are_still_told_apart() -> None:
     assert space is not None
     assert by_name.first("same", "other") is None
     assert by_name.first("other", "same") is None
+
+
+# --- Planned once per PostgreSQL session (execute_planned) ------------------------------------
+
+
+def statements(captured: CaptureQueriesContext) -> list[str]:
+    return [query["sql"].split(" ", 1)[0] for query in captured.captured_queries]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_it_is_prepared_once_then_executed(world: World) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    by_key = Compiled(Session.objects.select_related("config__backend"), "space_id", "key")
+    Session.objects.create(space=world.space_a, key="k", config=make_config(world.space_a), sandbox_id="sbx-k")
+
+    with CaptureQueriesContext(connection) as captured:
+        found = [by_key.first(world.space_a.pk, "k") for _ in range(3)]
+        missing = by_key.first(world.space_b.pk, "k")
+
+    assert [session.sandbox_id for session in found if session is not None] == ["sbx-k"] * 3
+    assert missing is None
+    assert statements(captured) == ["PREPARE", "EXECUTE", "EXECUTE", "EXECUTE", "EXECUTE"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_the_session_dropped_is_prepared_again(world: World) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    by_key = Compiled(Session.objects.select_related("config__backend"), "space_id", "key")
+    Session.objects.create(space=world.space_a, key="k", config=make_config(world.space_a), sandbox_id="sbx-k")
+    assert by_key.first(world.space_a.pk, "k") is not None
+    with connection.cursor() as cursor:
+        cursor.execute("DEALLOCATE ALL")  # as a pool's reset (DISCARD ALL) does
+
+    with CaptureQueriesContext(connection) as captured:
+        found = by_key.first(world.space_a.pk, "k")
+
+    assert found is not None
+    assert found.sandbox_id == "sbx-k"
+    assert statements(captured) == ["EXECUTE", "PREPARE", "EXECUTE"]
+
+
+def test_inside_a_transaction_the_statement_runs_as_it_is(world: World) -> None:
+    # A failed EXECUTE would abort the caller's transaction: there, nothing is prepared.
+    by_key = Compiled(Session.objects.select_related("config__backend"), "space_id", "key")
+    Session.objects.create(space=world.space_a, key="k", config=make_config(world.space_a))
+
+    with transaction.atomic(), CaptureQueriesContext(connection) as captured:
+        assert by_key.first(world.space_a.pk, "k") is not None
+
+    assert statements(captured) == ["SELECT"]

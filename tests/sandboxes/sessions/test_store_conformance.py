@@ -148,6 +148,43 @@ def test_read_session_gives_binding_and_lease_together(store: SessionStore) -> N
     assert 55 <= lease.ttl_s <= 60
 
 
+def test_read_session_with_gives_the_other_result_and_what_read_session_gives(store: SessionStore) -> None:
+    bkey, tkey = unique("binding"), unique("turn")
+    assert store.read_session_with(bkey, tkey, lambda: "row") == ("row", (None, store.turn_lease(tkey)))
+    binding = Binding("sbx-7", 2, "cfg", now_iso())
+    store.set_binding_if_absent(bkey, binding)
+    store.begin_turn(tkey, 60)
+    store.consume_ticket(tkey)
+
+    row, read = store.read_session_with(bkey, tkey, lambda: "row")
+
+    assert row == "row"
+    assert read == store.read_session(bkey, tkey)
+    assert read is not None
+    assert read[0] == binding
+    assert read[1].in_flight
+    assert not read[1].ticket_unused
+
+
+def test_a_failure_beside_read_session_with_leaves_no_answer_for_the_next_read(store: SessionStore) -> None:
+    # Redis: the request went out before `other` failed; its answer must never be read as the
+    # answer to the store's next command.
+    first, second = unique("binding"), unique("binding")
+    store.set_binding_if_absent(first, Binding("sbx-first", 1, "cfg", now_iso()))
+    store.set_binding_if_absent(second, Binding("sbx-second", 1, "cfg", now_iso()))
+
+    def fails() -> None:
+        raise RuntimeError("the database did not answer")
+
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="did not answer"):
+            store.read_session_with(first, unique("turn"), fails)
+        found = store.get_binding(second)
+        assert found is not None
+        assert found.sandbox_id == "sbx-second"
+    assert store.read_session_with(second, unique("turn"), lambda: None)[1] == store.read_session(second, unique("t"))
+
+
 def test_a_holder_whose_lease_ran_out_knows_it(store: SessionStore) -> None:
     key = unique("lock")
     with lifecycle_lock(store, key, ttl_ms=3000) as held:
