@@ -26,7 +26,7 @@ import hashlib
 import logging
 import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -128,29 +128,42 @@ class _Plan:
     start: int
     end: int
     populators: list[Any]
+    columns: tuple[tuple[str, int], ...]  # the more columns: (name, position in the row)
 
 
 class Compiled(Generic[M]):
     """`queryset.filter(field=value, ...).first()` for the named fields, compiled once per
-    connection. The lookup must match one row at most (a unique key): no ORDER BY is kept."""
+    connection. The lookup must match one row at most (a unique key): no ORDER BY is kept.
 
-    def __init__(self, queryset: QuerySet[M], *fields: str) -> None:
+    `columns`: more columns read with the row, each a name and an SQL expression (a scalar
+    subquery, say) whose `%s` take `first`'s `column_params`, in order; each is set on the
+    object under its name (as `QuerySet.extra(select=...)` does)."""
+
+    def __init__(self, queryset: QuerySet[M], *fields: str, columns: Mapping[str, str] | None = None) -> None:
         self.queryset = queryset
         self.fields = fields
+        self.columns = dict(columns or {})
         self._plans: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Plan] = weakref.WeakKeyDictionary()
 
-    def first(self, *values: Any) -> M | None:
+    def _filtered(self, values: Sequence[Any], column_params: Sequence[Any]) -> QuerySet[M]:
+        queryset = self.queryset.filter(**dict(zip(self.fields, values, strict=True)))
+        if self.columns:
+            # The SQL is the caller's own constant text; the values are parameters.
+            queryset = queryset.extra(select=self.columns, select_params=list(column_params))  # noqa: S610
+        return queryset
+
+    def first(self, *values: Any, column_params: Sequence[Any] = ()) -> M | None:
         using = self.queryset.db
         connection = connections[using]
         prepared = self._prepare(connection, values)
         plan = self._plans.get(connection)
         if plan is None:
-            plan = self._plan(connection, values, prepared)
+            plan = self._plan(connection, values, prepared, column_params)
             if plan is None:  # two values alike: which parameter is which cannot be told
-                return self.queryset.filter(**dict(zip(self.fields, values, strict=True))).first()
+                return self._filtered(values, column_params).first()
             self._plans[connection] = plan
         with connection.cursor() as cursor:
-            execute_planned(cursor, plan.sql, [prepared[i] for i in plan.order])
+            execute_planned(cursor, plan.sql, [*column_params, *(prepared[i] for i in plan.order)])
             row = cursor.fetchone()
         if row is None:
             return None
@@ -164,6 +177,8 @@ class Compiled(Generic[M]):
         obj = self.queryset.model.from_db(using, plan.init_list, row[plan.start : plan.end])
         for populator in plan.populators:
             populator.populate(row, obj)
+        for name, position in plan.columns:
+            setattr(obj, name, row[position])
         return obj
 
     def _prepare(self, connection: BaseDatabaseWrapper, values: Sequence[Any]) -> list[Any]:
@@ -173,13 +188,19 @@ class Compiled(Generic[M]):
             for name, value in zip(self.fields, values, strict=True)
         ]
 
-    def _plan(self, connection: BaseDatabaseWrapper, values: Sequence[Any], prepared: list[Any]) -> _Plan | None:
+    def _plan(
+        self, connection: BaseDatabaseWrapper, values: Sequence[Any], prepared: list[Any], column_params: Sequence[Any]
+    ) -> _Plan | None:
         if len({repr(value) for value in prepared}) != len(prepared):
             return None
         # One row at most: the model's default ordering would only cost a sort.
-        queryset = self.queryset.filter(**dict(zip(self.fields, values, strict=True))).order_by()
+        queryset = self._filtered(values, column_params).order_by()
         compiler = queryset.query.get_compiler(connection=connection)
         sql, params = compiler.as_sql()
+        # The more columns come first in the SELECT list, so do their parameters.
+        head, params = params[: len(column_params)], params[len(column_params) :]
+        if [repr(param) for param in head] != [repr(param) for param in column_params]:
+            return None
         reprs = [repr(value) for value in prepared]
         if sorted(repr(param) for param in params) != sorted(reprs):
             return None  # the ORM added parameters of its own: not a shape this class keeps
@@ -194,4 +215,5 @@ class Compiled(Generic[M]):
             start=start,
             end=end,
             populators=get_related_populators(klass_info, select, connection.alias),  # type: ignore[call-arg]  # Django 5.2's
+            columns=tuple((name, position) for name, position in compiler.annotation_col_map.items()),
         )

@@ -35,7 +35,6 @@ repaired (`Backend.repair`) and answered in words; so is any call racing a pause
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import socket
@@ -77,7 +76,7 @@ from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fin
 from ..models import ExecSlot, SandboxConfig, Session, SessionState
 from .inflight import Count, busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
-from .lookup import check_session_key, get_or_create_session, session_by_key
+from .lookup import SessionRow, check_session_key, get_or_create_session
 from .observe import observe_resolve, took_slow_path
 from .provisioning import WORKSPACE_LAYOUT, effective_template, from_warm_pool, prepare_workspace, ready_workspace
 from .store import (
@@ -239,7 +238,7 @@ class Runtime:
         the store's round trip overlaps the database's, or both are prepared statements)."""
         check_session_key(key)
         session, read = self.store.read_session_with(
-            binding_key(space.pk, key), turn_key(space.pk, key), functools.partial(session_by_key, space, key)
+            binding_key(space.pk, key), turn_key(space.pk, key), SessionRow(space, key)
         )
         if session is None:
             session, read = get_or_create_session(space, key, config=config, actor=actor, labels=labels), None

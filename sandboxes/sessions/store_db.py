@@ -93,6 +93,13 @@ class DatabaseSessionStore:
             ),
             "purge": f"DELETE FROM {l} WHERE {e} IS NOT NULL AND {e} <= %s",
         }
+        # The binding and the turn lease as columns of the session's own statement (the warm
+        # path: `read_session_with`), given the binding key, then the turn key twice.
+        self._columns = {
+            "store_binding": f"SELECT {v} FROM {b} WHERE {k} = %s",
+            "store_turn": f"SELECT {v} FROM {l} WHERE {k} = %s",
+            "store_turn_expires_ms": f"SELECT {e} FROM {l} WHERE {k} = %s",
+        }
 
     @contextmanager
     def _cursor(self, what: str) -> Iterator[Any]:
@@ -199,8 +206,20 @@ class DatabaseSessionStore:
         return binding, lease
 
     def read_session_with(self, binding_key: str, turn_key: str, other: Callable[[], T]) -> ReadWith[T]:
-        # One connection per thread: the two statements run one after the other (each prepared).
-        return read_after(self, binding_key, turn_key, other)
+        """With the session's row (`lookup.SessionRow` in this store's database): one statement
+        reads the row, the binding and the turn lease. Any other: one after the other."""
+        with_columns = getattr(other, "with_columns", None)
+        if with_columns is None or getattr(other, "db", None) != self.alias:
+            return read_after(self, binding_key, turn_key, other)
+        now = _now_ms()
+        row, values = with_columns(self._columns, [binding_key, turn_key, turn_key])
+        if row is None:
+            return row, None  # no session: nothing was read beside it
+        raw_binding, turn, expires_ms = values
+        if expires_ms is not None and int(expires_ms) <= now:  # as the "lease" statement's WHERE
+            turn = None
+        binding = Binding.from_json(raw_binding) if raw_binding is not None else None
+        return row, (binding, self._lease(turn, expires_ms, now))
 
     # Housekeeping -----------------------------------------------------------------------
 

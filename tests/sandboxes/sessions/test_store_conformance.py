@@ -16,19 +16,27 @@ from pathlib import Path
 
 import pytest
 from django.db import connections
+from django.test.utils import CaptureQueriesContext
 
+from sandboxes.models import Session
+from sandboxes.sessions.lookup import SessionRow
 from sandboxes.sessions.store import (
     Binding,
     LockLost,
     MemorySessionStore,
     RedisSessionStore,
     SessionStore,
+    TurnLease,
+    binding_key,
     lifecycle_lock,
     now_iso,
+    turn_key,
 )
 from sandboxes.sessions.store_db import DatabaseSessionStore
 from sandboxes.sessions.store_select import store_from_settings
 from tests.conftest import REDIS_URL, require_service
+from tests.factories import make_config
+from tests.personas import World
 from tests.support.sqlite_rerun import rerun_on_sqlite
 
 # Committed rows and a connection per thread, as in production (the database store's rows).
@@ -183,6 +191,36 @@ def test_a_failure_beside_read_session_with_leaves_no_answer_for_the_next_read(s
         assert found is not None
         assert found.sandbox_id == "sbx-second"
     assert store.read_session_with(second, unique("turn"), lambda: None)[1] == store.read_session(second, unique("t"))
+
+
+def test_the_database_store_reads_binding_and_lease_in_the_session_rows_statement(world: World) -> None:
+    store = DatabaseSessionStore()
+    session = Session.objects.create(space=world.space_a, key="row", config=make_config(world.space_a))
+    bkey, tkey = binding_key(world.space_a.pk, "row"), turn_key(world.space_a.pk, "row")
+    binding = Binding("sbx-row", 4, str(session.config_id), now_iso())
+    store.set_binding_if_absent(bkey, binding)
+    store.begin_turn(tkey, 60)
+
+    with CaptureQueriesContext(connections["default"]) as captured:
+        row, read = store.read_session_with(bkey, tkey, SessionRow(world.space_a, "row"))
+    assert len([q for q in captured.captured_queries if not q["sql"].startswith("PREPARE")]) == 1
+    assert row is not None
+    assert row.pk == session.pk
+    assert row.config.backend.pk == session.config.backend_id
+    assert not {"store_binding", "store_turn", "store_turn_expires_ms"} & set(vars(row))
+    assert read == store.read_session(bkey, tkey)
+    assert read is not None
+    assert read[0] == binding
+    assert read[1].in_flight
+    assert read[1].ticket_unused
+
+    store.end_turn(tkey)
+    store.begin_turn(tkey, -1)  # a turn whose lease ran out: no turn in flight
+    assert store.read_session_with(bkey, tkey, SessionRow(world.space_a, "row"))[1] == (
+        binding,
+        TurnLease(in_flight=False, ticket_unused=False),
+    )
+    assert store.read_session_with(bkey, tkey, SessionRow(world.space_a, "other")) == (None, None)
 
 
 def test_a_holder_whose_lease_ran_out_knows_it(store: SessionStore) -> None:
