@@ -173,6 +173,10 @@ class SandboxReplaced(SessionConflict):
     code = "sandbox_replaced"
 
 
+# A session's binding and turn lease as its caller read them with its row (None: not read).
+SessionRead = tuple[Binding | None, TurnLease] | None
+
+
 @dataclass(frozen=True)
 class Resolved:
     session: Session
@@ -253,24 +257,17 @@ class Runtime:
         *,
         own_calls: int = 0,
         may_rebuild: bool = True,
-        read: tuple[Binding | None, TurnLease] | None = None,
+        read: SessionRead = None,
     ) -> Resolved:
         """Resolve, timed by path and outcome (console.metrics) and logged. `own_calls`: calls
         the caller counted in flight itself (an exec), which a stale rebuild does not wait for.
         `may_rebuild=False` (opening a terminal): a stale sandbox is kept, the ticket unused.
         `read`: the session's binding and turn lease if the caller read them with its row."""
         with observe_resolve(session) as observed:
-            observed.resolved = self._resolve_session(session, own_calls=own_calls, may_rebuild=may_rebuild, read=read)
+            observed.resolved = self._resolve_session(session, own_calls, may_rebuild, read)
             return observed.resolved
 
-    def _resolve_session(
-        self,
-        session: Session,
-        *,
-        own_calls: int = 0,
-        may_rebuild: bool = True,
-        read: tuple[Binding | None, TurnLease] | None = None,
-    ) -> Resolved:
+    def _resolve_session(self, session: Session, own_calls: int, may_rebuild: bool, read: SessionRead) -> Resolved:
         bkey, _, tkey = self.keys(session)
         self._touch(session)
         binding, lease = read if read is not None else self.store.read_session(bkey, tkey)

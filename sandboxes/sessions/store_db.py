@@ -212,8 +212,9 @@ class DatabaseSessionStore:
         if with_columns is None or getattr(other, "db", None) != self.alias:
             return read_after(self, binding_key, turn_key, other)
         now = _now_ms()
-        row, values = with_columns(self._columns, [binding_key, turn_key, turn_key])
-        if row is None:
+        found: tuple[T, list[Any]] = with_columns(self._columns, [binding_key, turn_key, turn_key])
+        row, values = found
+        if not values:
             return row, None  # no session: nothing was read beside it
         raw_binding, turn, expires_ms = values
         if expires_ms is not None and int(expires_ms) <= now:  # as the "lease" statement's WHERE

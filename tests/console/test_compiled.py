@@ -77,13 +77,18 @@ def statements(captured: CaptureQueriesContext) -> list[str]:
     return [query["sql"].split(" ", 1)[0] for query in captured.captured_queries]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_on_postgresql_it_is_prepared_once_then_executed(world: World) -> None:
+@pytest.fixture
+def by_key_on_postgresql(world: World) -> Compiled[Session]:
+    """A session "k" (sandbox "sbx-k") of space A, and its lookup; PostgreSQL only."""
     if connection.vendor != "postgresql":
         pytest.skip("prepared statements are PostgreSQL's")
-    by_key = Compiled(Session.objects.select_related("config__backend"), "space_id", "key")
     Session.objects.create(space=world.space_a, key="k", config=make_config(world.space_a), sandbox_id="sbx-k")
+    return Compiled(Session.objects.select_related("config__backend"), "space_id", "key")
 
+
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_it_is_prepared_once_then_executed(world: World, by_key_on_postgresql: Compiled[Session]) -> None:
+    by_key = by_key_on_postgresql
     with CaptureQueriesContext(connection) as captured:
         found = [by_key.first(world.space_a.pk, "k") for _ in range(3)]
         missing = by_key.first(world.space_b.pk, "k")
@@ -94,11 +99,10 @@ def test_on_postgresql_it_is_prepared_once_then_executed(world: World) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_statement_the_session_dropped_is_prepared_again(world: World) -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("prepared statements are PostgreSQL's")
-    by_key = Compiled(Session.objects.select_related("config__backend"), "space_id", "key")
-    Session.objects.create(space=world.space_a, key="k", config=make_config(world.space_a), sandbox_id="sbx-k")
+def test_a_statement_the_session_dropped_is_prepared_again(
+    world: World, by_key_on_postgresql: Compiled[Session]
+) -> None:
+    by_key = by_key_on_postgresql
     assert by_key.first(world.space_a.pk, "k") is not None
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")  # as a pool's reset (DISCARD ALL) does
