@@ -114,8 +114,9 @@ def in_flight(
     `activity=False` (a read that may not wake the session): its end does not restart the
     session's idle clock. `counting` runs the count in with what it does itself (an exec takes
     its slot), in one statement; what it raises refuses the call uncounted. `ending` runs the
-    count out with what it does (an exec frees its slot: only a slot still held counts out —
-    one released with its process, taken for dead, was counted out then, `limits.release_slots_of`).
+    count out with what it does (an exec frees its slot: only a slot still held, and within its
+    deadline, counts out — one released with its process, taken for dead, was counted out
+    then, `limits.release_slots_of`; past its deadline the count started again without it).
     """
     now = timezone.now()
     until = now + timedelta(seconds=timeout_s or SHORT_CALL_S) + GRACE

@@ -151,9 +151,16 @@ RETURNING number
 """
 _DELETE_SLOT = "DELETE FROM {table} WHERE id = %(id)s"
 _TAKE_SLOT = f"{_PLACES},\nslot AS ({_INSERT_SLOT}),\ncounted AS ({{count}})\nSELECT number FROM slot"
-# Frees the slot and counts the exec out (only when this freed it) in one statement; true
-# when it did.
-_FREE_SLOT = f"WITH freed AS ({_DELETE_SLOT} RETURNING 1),\ncounted AS ({{count}})\nSELECT EXISTS (SELECT 1 FROM freed)"  # noqa: S608 - constants only
+# Frees the slot and counts the exec out in one statement; true when this freed it. Counted
+# out only if this freed it and its deadline had not passed: past it, the session's count
+# started again without it (the rule `release_slots_of` keeps), and taking it off would
+# discount a live call.
+_FREE_SLOT = (
+    f"WITH freed AS ({_DELETE_SLOT} RETURNING deadline),\ncounted AS ({{count}})\nSELECT EXISTS (SELECT 1 FROM freed)"  # noqa: S608 - constants only
+)
+_FREED_IN_TIME = "EXISTS (SELECT 1 FROM freed WHERE freed.deadline > %(now)s)"
+# The same on SQLite, asked before the DELETE (in its transaction) while the slot is there.
+_HELD_IN_TIME = "EXISTS (SELECT 1 FROM {table} WHERE id = %(id)s AND deadline > %(now)s)"
 # SQLite runs no INSERT, UPDATE or DELETE inside WITH: there the slot's statement and the
 # count are two statements in one transaction.
 _TAKE_SLOT_ALONE = f"{_PLACES}\n{_INSERT_SLOT}"
@@ -229,22 +236,26 @@ def _running_execs(space: Space) -> int:
 
 def release_exec_slot(slot: ExecSlot, count: Count | None = None) -> bool:
     """Free the slot, and run `count` (the exec counted out of its session), if given, guarded
-    by whether this freed it: False when it was freed already (its process was taken for
-    dead, and its count lowered then), and the count then changes nothing but the activity
+    by whether this freed it in time: False when it was freed already (its process was taken
+    for dead, and its count lowered then); and an exec ending past its slot's deadline counts
+    for nothing any more (`_FREE_SLOT`). Unguarded, the count changes nothing but the activity
     it records. One statement (PostgreSQL)."""
     table = connection.ops.quote_name(ExecSlot._meta.db_table)
-    params = {"id": _db_value("id", slot.pk), **(count.params if count is not None else {})}
+    params = {
+        "id": _db_value("id", slot.pk),
+        "now": _db_value("deadline", timezone.now()),
+        **(count.params if count is not None else {}),
+    }
     if count is not None and _joined():
         with connection.cursor() as cursor:
-            cursor.execute(_FREE_SLOT.format(table=table, count=count.sql("EXISTS (SELECT 1 FROM freed)")), params)
+            cursor.execute(_FREE_SLOT.format(table=table, count=count.sql(_FREED_IN_TIME)), params)
             row = cursor.fetchone()
             return bool(row and row[0])
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_DELETE_SLOT.format(table=table), params)
-        freed = bool(cursor.rowcount)
         if count is not None:
-            cursor.execute(count.sql("TRUE" if freed else "FALSE"), count.params)
-        return freed
+            cursor.execute(count.sql(_HELD_IN_TIME.format(table=table)), params)
+        cursor.execute(_DELETE_SLOT.format(table=table), params)
+        return bool(cursor.rowcount)
 
 
 def release_slots_of(process_id: Any, **_: Any) -> str:

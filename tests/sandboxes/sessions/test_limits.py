@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import threading
 import time
@@ -381,3 +382,27 @@ def test_a_lowered_limit_holds_against_execs_taken_under_the_higher_one(world: W
     with pytest.raises(LimitExceeded):
         take_exec_slot(world.space_a, session, until)
     assert ExecSlot.objects.filter(space=world.space_a).count() == 2
+
+
+def test_an_exec_ending_past_its_deadline_does_not_count_out_a_live_call(world: World) -> None:
+    """An exec held up past its slot's deadline (a wedged engine call, while its process still
+    beats) no longer counts: the session's count started again from the calls after it. When
+    it does end, freeing its slot must not take one off that count, or a live call stops
+    counting and a pause may freeze the sandbox under it (the rule `release_slots_of` keeps)."""
+    from sandboxes.sessions.inflight import busy_reason, in_flight
+
+    session = Session.objects.create(space=world.space_a, key="held-up", config=make_config(world.space_a))
+    rt = runtime_module.Runtime()
+    with contextlib.ExitStack() as held_up:
+        held_up.enter_context(rt.exec_in_flight(session, 1.0))
+        past = timezone.now() - timedelta(seconds=1)
+        ExecSlot.objects.filter(session=session).update(deadline=past)  # its deadlines pass
+        Session.objects.filter(pk=session.pk).update(exec_deadline=past)
+        with in_flight(session):  # a live call: the count starts again from it
+            held_up.close()  # the held-up exec ends now
+            session.refresh_from_db()
+            assert session.execs_in_flight == 1
+            assert busy_reason(session.pk) is not None, "the live call no longer counts"
+            assert not ExecSlot.objects.filter(session=session).exists()  # its slot freed all the same
+        session.refresh_from_db()
+        assert (session.execs_in_flight, session.exec_deadline) == (0, None)
