@@ -66,6 +66,15 @@ def _numbered(sql: str) -> str:
     return _PLACEHOLDER.sub(number, sql)
 
 
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+def _positional(sql: str, params: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """`%(name)s` placeholders as `%s`, and their values in that order (a name used twice, twice)."""
+    values = [params[name] for name in _NAMED.findall(sql)]
+    return _NAMED.sub("%s", sql), values
+
+
 @functools.cache
 def _name(sql: str) -> str:
     return "console_" + hashlib.sha256(sql.encode()).hexdigest()[:24]
@@ -75,11 +84,14 @@ def _sqlstate(exc: DatabaseError) -> str | None:
     return getattr(exc.__cause__, "sqlstate", None)
 
 
-def execute_planned(cursor: CursorWrapper, sql: str, params: Sequence[Any]) -> None:
+def execute_planned(cursor: CursorWrapper, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> None:
     """`cursor.execute(sql, params)`, planned once per PostgreSQL session: the first call on a
     session prepares `sql`, every call executes the prepared statement. Anywhere else (SQLite,
     inside a transaction, a database whose sessions keep no prepared statement): as it is.
-    The statement's name is its text's digest, so two texts never share a name."""
+    The statement's name is its text's digest, so two texts never share a name. Named
+    parameters (`%(name)s` with a mapping) are taken in the order they appear."""
+    if isinstance(params, Mapping):
+        sql, params = _positional(sql, params)
     connection = cursor.db
     name = _name(sql)
     if (

@@ -21,6 +21,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 from ninja.security import HttpBearer
 
+from console.compiled import execute_planned
 from console.models import Space
 from console.services import Actor
 
@@ -124,7 +125,7 @@ def _token_and_session(token_hash: str, session_key: str | None) -> tuple[ApiTok
     with_session = session_key is not None
     sql, parts = _token_query(with_session)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [session_key, token_hash] if with_session else [token_hash])
+        execute_planned(cursor, sql, [session_key, token_hash] if with_session else [token_hash])
         row = cursor.fetchone()
     if row is None:
         return None, None

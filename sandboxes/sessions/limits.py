@@ -39,6 +39,7 @@ from django.db.models import Case, F, When
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from console.compiled import execute_planned
 from console.models import Space, SpaceLimits
 from console.processes import this_process
 from console.services import ServiceError
@@ -220,7 +221,9 @@ def take_exec_slot(space: Space, session: Session, deadline: datetime, count: Co
 def _take(table: str, params: dict[str, Any], count: Count | None) -> tuple[Any, ...] | None:
     if count is not None and _joined():
         with connection.cursor() as cursor:
-            cursor.execute(_TAKE_SLOT.format(table=table, count=count.sql("EXISTS (SELECT 1 FROM slot)")), params)
+            execute_planned(
+                cursor, _TAKE_SLOT.format(table=table, count=count.sql("EXISTS (SELECT 1 FROM slot)")), params
+            )
             return cursor.fetchone()
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_TAKE_SLOT_ALONE.format(table=table), params)
@@ -248,7 +251,7 @@ def release_exec_slot(slot: ExecSlot, count: Count | None = None) -> bool:
     }
     if count is not None and _joined():
         with connection.cursor() as cursor:
-            cursor.execute(_FREE_SLOT.format(table=table, count=count.sql(_FREED_IN_TIME)), params)
+            execute_planned(cursor, _FREE_SLOT.format(table=table, count=count.sql(_FREED_IN_TIME)), params)
             row = cursor.fetchone()
             return bool(row and row[0])
     with transaction.atomic(), connection.cursor() as cursor:

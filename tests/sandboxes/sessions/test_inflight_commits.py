@@ -41,8 +41,10 @@ def test_each_side_of_an_exec_is_one_statement_committing_without_waiting(world:
             counted_in = list(seen)
             assert Session.objects.get(pk=session.pk).execs_in_flight == 1
         counted_out = seen[len(counted_in) + 1 :]  # past the read just above
-    assert counted_in == [("WITH", "off")]  # the slot taken and the count, together
-    assert counted_out == [("WITH", "off")]  # the slot freed and the count, together
+    # The slot taken and the count, together; then freed and counted out, together (planned
+    # once per database session: run as EXECUTE of the statement prepared by the first exec).
+    assert counted_in == [("EXECUTE", "off")]
+    assert counted_out == [("EXECUTE", "off")]
     with connection.cursor() as cursor:
         cursor.execute("SHOW synchronous_commit")
         assert cursor.fetchone()[0] == "on"  # only those transactions
