@@ -28,16 +28,22 @@ def test_a_pool_size_out_of_range_is_refused_in_words(size: int) -> None:
         database_settings("postgres://console@127.0.0.1/console", size)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_threads_past_the_pool_size_never_open_more_connections() -> None:
+def pooled_handler(size: int) -> tuple[ConnectionHandler, str]:
+    """Connections to the test database through a pool of `size`, as the settings make it,
+    under an application name of their own (to count them on the server)."""
     if connection.vendor != "postgresql":
         pytest.skip("the pool is PostgreSQL's")
     own = connection.settings_dict
     url = f"postgres://{own['USER']}@{own['HOST'] or '127.0.0.1'}:{own['PORT'] or 5432}/{own['NAME']}"
-    pooled = database_settings(url, 3)
+    pooled = database_settings(url, size)
     name = f"pool-test-{uuid.uuid4().hex[:8]}"
     pooled["OPTIONS"] = {**pooled["OPTIONS"], "application_name": name}
-    handler = ConnectionHandler({"default": pooled})
+    return ConnectionHandler({"default": pooled}), name
+
+
+@pytest.mark.django_db(transaction=True)
+def test_threads_past_the_pool_size_never_open_more_connections() -> None:
+    handler, name = pooled_handler(3)
     seen: list[int] = []
     failures: list[BaseException] = []
 
@@ -71,13 +77,7 @@ def test_threads_past_the_pool_size_never_open_more_connections() -> None:
 def test_a_pooled_connection_the_server_closed_is_replaced_not_handed_out() -> None:
     # The check takes a recently verified connection as it is unless the server left word on
     # its socket: a terminated backend (as in a restart) is seen so, and replaced.
-    if connection.vendor != "postgresql":
-        pytest.skip("the pool is PostgreSQL's")
-    own = connection.settings_dict
-    url = f"postgres://{own['USER']}@{own['HOST'] or '127.0.0.1'}:{own['PORT'] or 5432}/{own['NAME']}"
-    pooled = database_settings(url, 1)
-    pooled["OPTIONS"] = {**pooled["OPTIONS"], "application_name": f"pool-test-{uuid.uuid4().hex[:8]}"}
-    handler = ConnectionHandler({"default": pooled})
+    handler, _ = pooled_handler(1)
     db = handler["default"]
     try:
         pids = []
