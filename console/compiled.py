@@ -50,6 +50,9 @@ _unpreparable: set[str] = set()
 _PLACEHOLDER = re.compile(r"%([s%])")
 # PostgreSQL's "prepared statement does not exist", and "... already exists".
 _NO_SUCH_STATEMENT, _ALREADY_PREPARED = "26000", "42P05"
+# "cached plan must not change result type": a table the statement reads was altered (a
+# migration) since it was prepared; the statement fails on every EXECUTE until deallocated.
+_RESULT_TYPE_CHANGED = "0A000"
 
 
 def _numbered(sql: str) -> str:
@@ -119,7 +122,10 @@ def execute_planned(cursor: CursorWrapper, sql: str, params: Sequence[Any] | Map
             cursor.execute(call, params)
             return
         except DatabaseError as exc:
-            if _sqlstate(exc) != _NO_SUCH_STATEMENT:
+            state = _sqlstate(exc)
+            if state == _RESULT_TYPE_CHANGED:
+                cursor.execute(f"DEALLOCATE {name}")  # planned again for the table as it is now
+            elif state != _NO_SUCH_STATEMENT:
                 raise
             names.discard(name)  # gone from the session (DISCARD ALL): prepared again once
     logger.warning(

@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from django.db.models.sql.compiler import SQLCompiler
 from django.test.utils import CaptureQueriesContext
 
-from console.compiled import Compiled
+from console.compiled import Compiled, execute_planned
 from console.models import Space
 from sandboxes.models import Session
 from tests.factories import make_config, make_space
@@ -113,6 +113,35 @@ def test_a_statement_the_session_dropped_is_prepared_again(
     assert found is not None
     assert found.sandbox_id == "sbx-k"
     assert statements(captured) == ["EXECUTE", "PREPARE", "EXECUTE"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_whose_table_a_migration_altered_is_prepared_again() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("prepared statements are PostgreSQL's")
+    # A migration widening a column (a CharField's max_length) while a console runs: the
+    # prepared statement's result type changed, and PostgreSQL refuses to run it again
+    # ("cached plan must not change result type") for as long as the session lasts.
+    select = "SELECT name, number FROM planned_probe WHERE number = %s"
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE planned_probe (name varchar(10), number integer)")
+    try:
+        with connection.cursor() as cursor:
+            execute_planned(cursor, select, [1])
+            cursor.execute("ALTER TABLE planned_probe ALTER COLUMN name TYPE varchar(20)")
+            cursor.execute("INSERT INTO planned_probe VALUES ('widened', 1)")
+
+        with CaptureQueriesContext(connection) as captured, connection.cursor() as cursor:
+            execute_planned(cursor, select, [1])
+            first = cursor.fetchall()
+            execute_planned(cursor, select, [1])
+            second = cursor.fetchall()
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TABLE planned_probe")
+
+    assert first == second == [("widened", 1)]
+    assert statements(captured) == ["EXECUTE", "DEALLOCATE", "PREPARE", "EXECUTE", "EXECUTE"]
 
 
 def test_inside_a_transaction_the_statement_runs_as_it_is(world: World) -> None:
