@@ -13,6 +13,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from sandboxes.catalog.warm_up import warm_up  # noqa: E402
 from sandboxes.inbound.proxy import InboundRouter  # noqa: E402
 
 from .processes import start_up  # noqa: E402
@@ -27,6 +28,9 @@ http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.SERVE_STATIC else
 # This process owns exec slots, commands and jobs: registered with a heartbeat, and what
 # dead processes held (a crash before this start) is released now (console/processes.py).
 start_up("web")
+# The first resolve after a start finds its backend adapters imported and their engine
+# connections open (sandboxes/catalog/warm_up.py).
+warm_up()
 # The embedded console runs its periodic tasks (reaper, idle sweep) in this process.
 start_in_process_scheduler()
 
