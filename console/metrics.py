@@ -117,6 +117,13 @@ POOL_CLAIM_SECONDS = Histogram(
     "Time to hand a session a ready sandbox from a warm pool (a hit), resumed and adopted.",
     buckets=(0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.5, 1, 2.5),
 )
+POOL_RESOLVE_SECONDS = Histogram(
+    "sandbox_pool_resolve_seconds",
+    "What an agent waited for a new session's resolve on a config with a warm pool (from the API"
+    " request's start to its answer), by outcome (hit: ready from the pool; miss: created).",
+    ["outcome"],
+    buckets=(0.01, 0.025, 0.05, 0.075, 0.09, 0.1, 0.15, 0.2, 0.5, 1, 2.5, 5),
+)
 JOBS_FINISHED = Counter("console_jobs_finished", "Admin jobs that finished, by kind and status.", ["kind", "status"])
 EGRESS_REFUSALS = Counter(
     "sandbox_egress_refusals",

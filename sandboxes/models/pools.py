@@ -72,14 +72,17 @@ class PoolMember(models.Model):
 
 class PoolClaim(models.Model):
     """A first resolve on a config with a pool: whether it took a ready sandbox, how long the
-    claim took, and if not, why (the Pools page's hit rate, latencies and misses)."""
+    claim took, how long its caller waited for the answer, and if not, why (the Pools page's
+    hit rate, latencies and misses)."""
 
     id = models.BigAutoField(primary_key=True)
     space = models.ForeignKey(Space, on_delete=models.CASCADE, related_name="pool_claims")
     config = models.ForeignKey(SandboxConfig, on_delete=models.CASCADE, related_name="pool_claims")
     hit = models.BooleanField()
     reason = models.CharField(max_length=200, blank=True, help_text="Why the resolve missed the pool.")
-    duration_ms = models.FloatField(default=0)
+    duration_ms = models.FloatField(default=0)  # the claim step
+    # The whole resolve, from the API request's start to its answer (None: it failed).
+    resolve_ms = models.FloatField(null=True, blank=True)
     at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

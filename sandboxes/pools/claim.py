@@ -13,8 +13,14 @@ has no binding and no sandbox carries its labels.
   and the session takes over its workspace volume, template, traffic token and fingerprint.
 
 Every first resolve on a config with a pool leaves a `PoolClaim` row (hit or miss, why, how
-long) and the console.metrics series `POOL_CLAIMS` / `POOL_CLAIM_SECONDS`; a claim starts a
-refill (`keeper.kick`).
+long the claim took and how long the caller waited for the whole resolve), written once the
+resolve is done (`sessions.observe.after_resolve`), and the console.metrics series
+`POOL_CLAIMS` / `POOL_CLAIM_SECONDS` / `POOL_RESOLVE_SECONDS`; a claim starts a refill
+(`keeper.kick`).
+
+The hot path of a hit: one statement claims the row and answers it (UPDATE … RETURNING), two
+adopt it (the session's row, the audit), one commit; no engine call for a member kept running
+(the pool trusts it as its refill saw it).
 """
 
 from __future__ import annotations
@@ -23,8 +29,7 @@ import contextlib
 import logging
 import time
 
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Subquery
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
 from console import metrics
@@ -35,6 +40,7 @@ from console.services import SYSTEM, record_audit
 from ..backends.base import Backend, ErrorKind, NetworkSpec, RemoteError, SandboxInfo, SandboxSpec, SandboxState
 from ..catalog.network import network_spec_for, spec_fingerprint
 from ..models import MemberState, PoolClaim, PoolMember, Session
+from ..sessions.observe import after_resolve
 from ..sessions.provisioning import effective_template
 from .keeper import kick, pool_name
 from .tuning import POOLS
@@ -59,23 +65,38 @@ def take(session: Session, backend: Backend, version: int) -> SandboxInfo | None
     if config.pool_size <= 0 and backend.warm_pools() is None:
         return None
     started = time.perf_counter()
-    with transaction.atomic():  # the claim, its adoption, its audit row and its record: one commit
-        info, reason = _claim(session, backend, version)
-        elapsed = time.perf_counter() - started
-        PoolClaim.objects.create(
-            space_id=session.space_id, config=config, hit=info is not None, reason=reason, duration_ms=elapsed * 1000
-        )
-    metrics.POOL_CLAIMS.labels(outcome="hit" if info is not None else "miss").inc()
-    if info is not None:
+    info, reason = _claim(session, backend, version)
+    elapsed = time.perf_counter() - started
+    hit = info is not None
+    metrics.POOL_CLAIMS.labels(outcome="hit" if hit else "miss").inc()
+    if hit:
         metrics.POOL_CLAIM_SECONDS.observe(elapsed)
     kick(config.pk)
     logger.info(
         "pool %s for session %s%s",
-        "hit" if info is not None else "miss",
+        "hit" if hit else "miss",
         session.key,
         f": {reason}" if reason else "",
         extra={"action": "pool_claim", "session_key": session.key, "duration_ms": round(elapsed * 1000, 1)},
     )
+
+    def record(waited_s: float, answered: bool) -> None:
+        # Written once the resolve is done, with what its caller waited (the Pools page's
+        # "ready in"): one statement, outside the claim's transaction.
+        metrics.POOL_RESOLVE_SECONDS.labels(outcome="hit" if hit else "miss").observe(waited_s)
+        try:
+            PoolClaim.objects.create(
+                space_id=session.space_id,
+                config_id=config.pk,
+                hit=hit,
+                reason=reason,
+                duration_ms=elapsed * 1000,
+                resolve_ms=waited_s * 1000 if answered and waited_s else None,
+            )
+        except DatabaseError as exc:  # a lost sample, never a failed resolve
+            logger.warning("pool claim of session %s not recorded: %s", session.key, exc)
+
+    after_resolve(record)
     return info
 
 
@@ -93,34 +114,41 @@ def _claim(session: Session, backend: Backend, version: int) -> tuple[SandboxInf
         _adopt(session, info, template, fingerprint, "", version)
         return info, ""
     for _ in range(CLAIM_ATTEMPTS):
-        # One transaction (one commit on the hot path): the claim, the state read and the
-        # adoption. A failure rolls the claim back; a kill after the commit leaves it claimed.
+        # One transaction (one commit on the hot path): the claim and the adoption. A failure
+        # rolls the claim back; a kill after the commit leaves it claimed, and reclaimable.
         failed: tuple[PoolMember, RemoteError] | None = None
-        with transaction.atomic():
-            member = _take_row(session, template)
-            if member is None:
-                return None, _why_none(session, template)
-            if member.session_id != session.pk:  # taken before and never adopted (a crash)
-                info = _reclaim(session, backend, version)
-                return info, "" if info is not None else MISS_BROKEN
-            try:
-                info = _ready(backend, member)
-            except RemoteError as exc:
-                failed = (member, exc)
-                transaction.set_rollback(True)
-            else:
-                if member.policy_fingerprint != fingerprint and not _apply_network(backend, info.sandbox_id, network):
-                    transaction.set_rollback(True)  # back to ready
-                    return None, MISS_POLICY
-                _adopt(session, info, template, fingerprint, member.workspace_volume, version)
-                return info, ""
+        try:
+            with transaction.atomic():
+                member = _take_row(session, template)
+                if member is None:
+                    break  # none ready, or the session holds one already: below
+                try:
+                    info = _ready(backend, member)
+                except RemoteError as exc:
+                    failed = (member, exc)
+                    transaction.set_rollback(True)
+                else:
+                    if member.policy_fingerprint != fingerprint and not _apply_network(
+                        backend, info.sandbox_id, network
+                    ):
+                        transaction.set_rollback(True)  # back to ready
+                        return None, MISS_POLICY
+                    _adopt(session, info, template, fingerprint, member.workspace_volume, version)
+                    return info, ""
+        except IntegrityError:
+            break  # the session took a member meanwhile (one per session): below
         assert failed is not None
         member, error = failed
         _forget(backend, member)
         if error.kind not in GONE_KINDS:
             return None, f"{MISS_BROKEN} ({error.kind})"
         # gone under the pool: the next one
-    return None, MISS_EMPTY
+    else:
+        return None, MISS_EMPTY
+    if PoolMember.objects.filter(session=session).exists():  # taken before and never adopted (a crash)
+        info = _reclaim(session, backend, version)
+        return info, "" if info is not None else MISS_BROKEN
+    return None, _why_none(session, template)
 
 
 def _ready(backend: Backend, member: PoolMember) -> SandboxInfo:
@@ -147,24 +175,34 @@ def _running(backend: Backend, sandbox_id: str) -> SandboxInfo:
 
 def _take_row(session: Session, template: str) -> PoolMember | None:
     """One ready member of the session's config and template, now the session's; None when
-    none is left. One statement: the row is picked (on PostgreSQL with SKIP LOCKED, so racing
-    claims take different rows) and moved from ready only once. A session that holds a member
-    already (one per session) gets a row of another session's id back: the caller reclaims."""
-    ready = PoolMember.objects.filter(config=session.config, state=MemberState.READY, template_id=template)
+    none is left or the session holds a member already (one per session). One statement,
+    answering the row it wrote: the row is picked (on PostgreSQL with SKIP LOCKED, so racing
+    claims take different rows) and moved from ready only once."""
+    ready = PoolMember.objects.filter(config_id=session.config_id, state=MemberState.READY, template_id=template)
     rows = ready.select_for_update(skip_locked=True) if connection.features.has_select_for_update_skip_locked else ready
-    pick = rows.order_by("ready_at").values("pk")[:1]
+    pick_sql, pick_params = rows.order_by("ready_at").values("pk")[:1].query.sql_with_params()
+    fields = {f.name: f for f in PoolMember._meta.concrete_fields}
+    quote = connection.ops.quote_name
+    table = quote(PoolMember._meta.db_table)
+    column = {name: quote(str(fields[name].column)) for name in ("id", "state", "session", "claimed_at")}
+    returned = ", ".join(quote(str(f.column)) for f in fields.values())
+    # `id = (SELECT …)`: evaluated once (an IN over a locking subquery may run it per row).
+    sql = (
+        f"UPDATE {table} SET {column['state']} = %s, {column['session']} = %s, {column['claimed_at']} = %s"  # noqa: S608 - quoted names; values are parameters
+        f" WHERE {column['id']} = ({pick_sql}) AND {column['state']} = %s"
+        f" AND NOT EXISTS (SELECT 1 FROM {table} held WHERE held.{column['session']} = %s)"
+        f" RETURNING {returned}"
+    )
+    session_pk = fields["session"].get_db_prep_value(session.pk, connection)
+    now = fields["claimed_at"].get_db_prep_value(timezone.now(), connection)
+    params = [MemberState.CLAIMED, session_pk, now, *pick_params, MemberState.READY, session_pk]
     for _ in range(CLAIM_ATTEMPTS):
-        try:
-            with transaction.atomic():
-                # `id = (SELECT …)`: evaluated once (an IN over a locking subquery may run it per row).
-                taken = PoolMember.objects.filter(pk=Subquery(pick), state=MemberState.READY).update(
-                    state=MemberState.CLAIMED, session=session, claimed_at=timezone.now()
-                )
-        except IntegrityError:
-            return PoolMember(session_id=None)  # the session holds a member already
-        if taken:
-            return PoolMember.objects.filter(session=session).first()
-        if not ready.exists():
+        taken = next(iter(PoolMember.objects.raw(sql, params)), None)
+        if taken is not None:
+            return taken
+        # The session holds a member already, none is left, or (without SKIP LOCKED) another
+        # claim took the row picked: then pick again.
+        if PoolMember.objects.filter(session=session).exists() or not ready.exists():
             return None
     return None
 

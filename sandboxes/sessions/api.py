@@ -19,6 +19,7 @@ from django.urls import reverse
 from ninja import Field, Path, Query, Router, Schema, Status
 from pydantic import BaseModel, ValidationInfo, WithJsonSchema, field_validator, model_validator
 
+from console.middleware import REQUEST_STARTED
 from console.models import Space
 
 from ..api.auth import caller
@@ -261,7 +262,15 @@ class ResolveIn(BaseModel):
 def resolve(request: HttpRequest, space_id: SpaceId, key: Key) -> dict[str, Any]:
     body = read_body(request, ResolveIn)
     who = caller(request)
-    return ResolvedOut.of_resolved(Runtime().resolve(who.space, key, actor=who.actor, labels=body.labels or ()))
+    resolved = Runtime().resolve(
+        who.space,
+        key,
+        actor=who.actor,
+        labels=body.labels or (),
+        found=who.session_named(key),
+        started=request.META.get(REQUEST_STARTED),
+    )
+    return ResolvedOut.of_resolved(resolved)
 
 
 @router.post(

@@ -10,8 +10,10 @@ import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
+from django.utils import timezone
 
 from console.compiled import Compiled
 from console.models import AdminJob, AuditAction, JobStatus, Space
@@ -25,9 +27,11 @@ from .limits import check_live_sessions
 
 
 def default_config(space: Space) -> SandboxConfig:
-    config = SandboxConfig.objects.filter(space=space, is_default=True).first()
+    """The space's default config (else its oldest), with its platform backend."""
+    rows = SandboxConfig.objects.select_related("backend")
+    config = rows.filter(space=space, is_default=True).first()
     if config is None:
-        config = SandboxConfig.objects.filter(space=space).order_by("created").first()
+        config = rows.filter(space=space).order_by("created").first()
     if config is None:
         raise ServiceError(f"Space {space.name} has no sandbox config: create one first.")
     return config
@@ -102,21 +106,42 @@ def refuse_while_deleted(space: Space, config: SandboxConfig) -> None:
         raise BeingDeleted(f"This {TEARDOWN_KINDS[kind]} is being deleted: no new session starts on it.")
 
 
-def get_or_create_session(
-    space: Space, key: str, *, config: SandboxConfig | None = None, actor: Actor = SYSTEM, labels: Sequence[str] = ()
-) -> Session:
+def get_or_create_session(space: Space, key: str, **options: Any) -> Session:
+    """The space's session `key`, made by `create_session(space, key, **options)` when new."""
     check_session_key(key)
     # The warm path: the space is at hand already, so join only the config.
     session = session_by_key(space, key)
     if session is not None:
         session.space = space
         return session
+    return create_session(space, key, **options)
+
+
+def create_session(
+    space: Space,
+    key: str,
+    *,
+    config: SandboxConfig | None = None,
+    actor: Actor = SYSTEM,
+    labels: Sequence[str] = (),
+    active: bool = False,
+) -> Session:
+    """A new session `key` (the caller found none), or the one a racing caller created first.
+    The row written is the row returned (its config and space attached): no read after it.
+    `active`: the caller resolves it now, so the row is written as active already."""
+    check_session_key(key)
     config = config or default_config(space)
     try:
         with transaction.atomic():
             check_live_sessions(space)  # locks the space's limits row until the commit
             refuse_while_deleted(space, config)
-            session = Session.objects.create(space=space, key=key, config=config, labels=stored(labels))
+            session = Session.objects.create(
+                space=space,
+                key=key,
+                config=config,
+                labels=stored(labels),
+                last_activity=timezone.now() if active else None,
+            )
             record_audit(
                 actor,
                 AuditAction.SESSION_CREATE,
@@ -127,6 +152,6 @@ def get_or_create_session(
                 details={"key": key, "config": config.name, **({"labels": list(labels)} if labels else {})},
             )
     except IntegrityError:
-        pass  # another process created it first
-    session = Session.objects.select_related("config__backend", "space").get(space=space, key=key)
+        # Another process created it first.
+        return Session.objects.select_related("config__backend", "space").get(space=space, key=key)
     return session

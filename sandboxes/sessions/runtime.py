@@ -76,8 +76,8 @@ from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fin
 from ..models import ExecSlot, SandboxConfig, Session, SessionState
 from .inflight import Count, busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
-from .lookup import SessionRow, check_session_key, get_or_create_session
-from .observe import observe_resolve, took_slow_path
+from .lookup import SessionRow, check_session_key, create_session
+from .observe import observe_resolve, resolving_since, took_slow_path
 from .provisioning import WORKSPACE_LAYOUT, effective_template, from_warm_pool, prepare_workspace, ready_workspace
 from .store import (
     LOCK_TTL_MS,
@@ -236,19 +236,31 @@ class Runtime:
         config: SandboxConfig | None = None,
         actor: Actor = SYSTEM,
         labels: Sequence[str] = (),
+        found: tuple[bool, Session | None] = (False, None),
+        started: float | None = None,
     ) -> Resolved:
         """The session `key` of `space` (created with `labels` when new) on a live sandbox.
         The session's row and its binding and turn lease are read together (`read_session_with`:
-        the store's round trip overlaps the database's, or both are prepared statements)."""
+        the store's round trip overlaps the database's, or both are prepared statements).
+        `found`: (looked up already?, the session or None), as the API reads it with its token:
+        a session it found none of is created at once. `started` (time.perf_counter()): when
+        the caller's wait began (its request), for what a warm source records."""
+        started = time.perf_counter() if started is None else started
         check_session_key(key)
-        session, read = self.store.read_session_with(
-            binding_key(space.pk, key), turn_key(space.pk, key), SessionRow(space, key)
-        )
+        looked_up, session = found
+        read: SessionRead = None
+        if not looked_up or session is not None:
+            session, read = self.store.read_session_with(
+                binding_key(space.pk, key), turn_key(space.pk, key), SessionRow(space, key)
+            )
         if session is None:
-            session, read = get_or_create_session(space, key, config=config, actor=actor, labels=labels), None
+            # New: written once, as active (it is resolved now); a racing creator's row if
+            # another process created it first.
+            session = create_session(space, key, config=config, actor=actor, labels=labels, active=True)
+            read = None
         else:
             session.space = space
-        with self.telling_deleted(session):
+        with self.telling_deleted(session), resolving_since(started):
             return self.resolve_session(session, read=read)
 
     def resolve_session(

@@ -49,6 +49,10 @@ def test_the_pools_page_and_metrics_show_a_filled_pool_and_its_claims(
     assert (reading.size, reading.ready, reading.claimed, reading.hits, reading.misses) == (2, 1, 1, 1, 0)
     assert reading.p50_ms is not None
     assert f"{reading.p50_ms:.1f} /" in html
+    # Beside the claim, the whole resolve as its caller waited for it (the claim is a step).
+    assert reading.ready_p50_ms is not None
+    assert reading.ready_p50_ms > reading.p50_ms
+    assert f'class="pool-ready-in">{reading.ready_p50_ms:.1f} / {reading.ready_p95_ms:.1f} ms<' in html
     assert re.search(r'class="pool-memory" id="[^"]+">[0-9.]+</td>', html)  # read from the engine
 
     assert 'hx-trigger="every 3s"' in html  # one short of its size: the page follows it
@@ -64,6 +68,7 @@ def test_the_pools_page_and_metrics_show_a_filled_pool_and_its_claims(
     assert f"sandbox_pool_size{{{labels}}} 2.0" in scraped
     assert f"sandbox_pool_hit_ratio{{{labels}}} 1.0" in scraped
     assert "sandbox_pool_claim_p95_ms{" in scraped
+    assert f"sandbox_pool_ready_p50_ms{{{labels}}} {reading.ready_p50_ms}" in scraped
 
     root = world.client_for("root").get(reverse("sandboxes:platform_pools")).content.decode()
     assert session_config.name in root
