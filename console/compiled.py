@@ -53,6 +53,8 @@ _NO_SUCH_STATEMENT, _ALREADY_PREPARED = "26000", "42P05"
 # "cached plan must not change result type": a table the statement reads was altered (a
 # migration) since it was prepared; the statement fails on every EXECUTE until deallocated.
 _RESULT_TYPE_CHANGED = "0A000"
+# Class 42 (syntax error or access rule violation): PREPARE refused the text itself.
+_STATEMENT_REFUSED = "42"
 
 
 def _numbered(sql: str) -> str:
@@ -87,6 +89,14 @@ def _sqlstate(exc: DatabaseError) -> str | None:
     return getattr(exc.__cause__, "sqlstate", None)
 
 
+def _deallocate(cursor: CursorWrapper, name: str) -> None:
+    try:
+        cursor.execute(f"DEALLOCATE {name}")
+    except DatabaseError as exc:
+        if _sqlstate(exc) != _NO_SUCH_STATEMENT:  # a pooler's other server session
+            raise
+
+
 def execute_planned(cursor: CursorWrapper, sql: str, params: Sequence[Any] | Mapping[str, Any]) -> None:
     """`cursor.execute(sql, params)`, planned once per PostgreSQL session: the first call on a
     session prepares `sql`, every call executes the prepared statement. Anywhere else (SQLite,
@@ -107,14 +117,19 @@ def execute_planned(cursor: CursorWrapper, sql: str, params: Sequence[Any] | Map
         return
     names = _prepared.setdefault(connection.connection, set())
     call = f"EXECUTE {name}({', '.join(['%s'] * len(params))})" if params else f"EXECUTE {name}"
-    for _ in range(2):
+    for attempt in range(2):
         if name not in names:
             try:
                 cursor.execute(f"PREPARE {name} AS {_numbered(sql)}")
             except DatabaseError as exc:
-                if _sqlstate(exc) != _ALREADY_PREPARED:  # e.g. a parameter's type left open
-                    logger.warning("statement %s not prepared (%s): planned at each call", name, exc)
-                    _unpreparable.add(name)
+                state = _sqlstate(exc)
+                if state != _ALREADY_PREPARED:
+                    if state is not None and state.startswith(_STATEMENT_REFUSED):
+                        # The text itself (a parameter's type left open, say): for good.
+                        logger.warning("statement %s not prepared (%s): planned at each call", name, exc)
+                        _unpreparable.add(name)
+                    # Else a passing failure (a lock timeout, a lost connection): prepared
+                    # at the next call; this one fares as the plain statement does.
                     cursor.execute(sql, params)
                     return
             names.add(name)
@@ -123,8 +138,8 @@ def execute_planned(cursor: CursorWrapper, sql: str, params: Sequence[Any] | Map
             return
         except DatabaseError as exc:
             state = _sqlstate(exc)
-            if state == _RESULT_TYPE_CHANGED:
-                cursor.execute(f"DEALLOCATE {name}")  # planned again for the table as it is now
+            if state == _RESULT_TYPE_CHANGED and attempt == 0:
+                _deallocate(cursor, name)  # planned again for the table as it is now
             elif state != _NO_SUCH_STATEMENT:
                 raise
             names.discard(name)  # gone from the session (DISCARD ALL): prepared again once

@@ -3,10 +3,12 @@ and on PostgreSQL planned once per database session."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models.sql.compiler import SQLCompiler
 from django.test.utils import CaptureQueriesContext
 
@@ -115,33 +117,75 @@ def test_a_statement_the_session_dropped_is_prepared_again(
     assert statements(captured) == ["EXECUTE", "PREPARE", "EXECUTE"]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_statement_whose_table_a_migration_altered_is_prepared_again() -> None:
+@pytest.fixture
+def probe_table() -> Iterator[str]:
+    """A table "probe" (name varchar(10), number integer) of its own, dropped after; PostgreSQL only."""
     if connection.vendor != "postgresql":
         pytest.skip("prepared statements are PostgreSQL's")
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE probe (name varchar(10), number integer)")
+    yield "SELECT name, number FROM probe WHERE number = %s"
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE probe")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_whose_table_a_migration_altered_is_prepared_again(probe_table: str) -> None:
     # A migration widening a column (a CharField's max_length) while a console runs: the
     # prepared statement's result type changed, and PostgreSQL refuses to run it again
     # ("cached plan must not change result type") for as long as the session lasts.
-    select = "SELECT name, number FROM planned_probe WHERE number = %s"
+    select = probe_table
     with connection.cursor() as cursor:
-        cursor.execute("CREATE TABLE planned_probe (name varchar(10), number integer)")
-    try:
-        with connection.cursor() as cursor:
-            execute_planned(cursor, select, [1])
-            cursor.execute("ALTER TABLE planned_probe ALTER COLUMN name TYPE varchar(20)")
-            cursor.execute("INSERT INTO planned_probe VALUES ('widened', 1)")
+        execute_planned(cursor, select, [1])
+        cursor.execute("ALTER TABLE probe ALTER COLUMN name TYPE varchar(20)")
+        cursor.execute("INSERT INTO probe VALUES ('widened', 1)")
 
-        with CaptureQueriesContext(connection) as captured, connection.cursor() as cursor:
-            execute_planned(cursor, select, [1])
-            first = cursor.fetchall()
-            execute_planned(cursor, select, [1])
-            second = cursor.fetchall()
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TABLE planned_probe")
+    with CaptureQueriesContext(connection) as captured, connection.cursor() as cursor:
+        execute_planned(cursor, select, [1])
+        first = cursor.fetchall()
+        execute_planned(cursor, select, [1])
+        second = cursor.fetchall()
 
     assert first == second == [("widened", 1)]
     assert statements(captured) == ["EXECUTE", "DEALLOCATE", "PREPARE", "EXECUTE", "EXECUTE"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_statement_whose_prepare_failed_for_a_while_is_prepared_later(probe_table: str) -> None:
+    # A migration holding its table locked past the session's lock_timeout: the PREPARE fails
+    # as the statement itself would. Once the lock is gone the statement is prepared as ever,
+    # not planned at each call for the rest of the process's life.
+    select = probe_table
+    locked, done = threading.Event(), threading.Event()
+
+    def migration() -> None:
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("LOCK TABLE probe IN ACCESS EXCLUSIVE MODE")
+                locked.set()
+                done.wait(10)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=migration)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '50ms'")
+            with pytest.raises(DatabaseError):
+                execute_planned(cursor, select, [1])
+    finally:
+        done.set()
+        holder.join(10)
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+
+    with CaptureQueriesContext(connection) as captured, connection.cursor() as cursor:
+        execute_planned(cursor, select, [1])
+        execute_planned(cursor, select, [1])
+
+    assert statements(captured) == ["PREPARE", "EXECUTE", "EXECUTE"]
 
 
 def test_inside_a_transaction_the_statement_runs_as_it_is(world: World) -> None:
