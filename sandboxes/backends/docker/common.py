@@ -141,14 +141,24 @@ else:
 _CUT_MID_ANSWER = (
     requests.exceptions.ChunkedEncodingError,
     urllib3.exceptions.ProtocolError,
-    http.client.IncompleteRead,
+    http.client.HTTPException,  # IncompleteRead, a head cut short (wire.py)
 )
+
+
+class EngineAnswer(Exception):
+    """An error answer of the engine read without docker-py (wire.py): its status and message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status, self.message = status, message
 
 
 def _translate(exc: Exception, what: str) -> RemoteError:
     """One docker-py / requests failure as a RemoteError; the vendor type never leaks."""
     if isinstance(exc, RemoteError):
         return exc
+    if isinstance(exc, EngineAnswer):
+        return _translate_status(exc.status, f"{what}: {exc.message}")
     if isinstance(exc, docker.errors.NotFound):
         return RemoteError(ErrorKind.NOT_FOUND, f"{what}: {_explanation(exc)}")
     if isinstance(exc, docker.errors.APIError) and "max depth exceeded" in _explanation(exc):

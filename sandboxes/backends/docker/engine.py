@@ -46,6 +46,7 @@ from .image import LABEL_KIND, LABEL_MANAGED
 from .inbound import LABEL_TRAFFIC_TOKEN
 from .repair import control_timeout
 from .settings import DockerOptions
+from .wire import UnixWire
 
 # How many images' layer counts an engine object keeps (a few hundred bytes each) before it
 # starts again: a long-lived adapter snapshots from ever new images.
@@ -68,6 +69,7 @@ class DockerEngine:
         self.api_timeout = api_timeout
         self.resolver = resolver or system_resolver  # remote engines' names (tcp://, ssh://)
         self._client: docker.DockerClient | None = None
+        self._wire: UnixWire | None = None
         self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
         # Console sandboxes by full container id, as last inspected. Ids, labels, template and
         # creation time never change, so an id here needs no check that it is a console
@@ -116,6 +118,16 @@ class DockerEngine:
     @property
     def api(self) -> docker.APIClient:
         return self.client.api
+
+    @property
+    def wire(self) -> UnixWire | None:
+        """The engine's unix socket spoken directly (wire.py), for the exec path; None for an
+        engine reached otherwise (docker-py then)."""
+        if self._wire is None and self.is_local():
+            endpoint = self.config.endpoint or os.environ.get("DOCKER_HOST", "") or f"{SCHEME}/var/run/docker.sock"
+            version = self.api.api_version  # connects first: the checks of `client` apply
+            self._wire = UnixWire(endpoint.removeprefix(SCHEME), version, self.api_timeout)
+        return self._wire
 
     def is_local(self) -> bool:
         """True when the engine is reached over a unix socket, i.e. runs on this host
@@ -169,6 +181,9 @@ class DockerEngine:
         )
 
     def close(self) -> None:
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
         if self._client is not None:
             self._client.close()
             self._client = None

@@ -49,11 +49,12 @@ class _ExecStream:
     buffered reader may already hold the first bytes of output, so they are taken first.
     """
 
-    def __init__(self, sock: Any) -> None:
+    def __init__(self, sock: Any, pending: bytes | None = None) -> None:
         # Holding docker-py's wrapper keeps its HTTP response (and so the connection) alive.
+        # `pending`: what came before the stream, for a socket read without docker-py.
         self.holder = sock
         self.raw: socket.socket = getattr(sock, "_sock", sock)
-        self.pending = self._buffered_bytes(sock)
+        self.pending = self._buffered_bytes(sock) if pending is None else pending
         self.raw.settimeout(None)
 
     def _buffered_bytes(self, sock: Any) -> bytes:
@@ -170,14 +171,9 @@ class DockerExec:
         started = time.monotonic()
         try:
             with _engine_call(what):
-                exec_id = self.engine.api.exec_create(
-                    container_id,
-                    wrapped,
-                    stdin=stdin is not None,
-                    user=f"{uid}:{uid}",
-                    workdir=cwd,
-                    environment={"HOME": home, **(env or {})},
-                )["Id"]
+                exec_id = self._create(
+                    container_id, wrapped, stdin is not None, uid, cwd, {"HOME": home, **(env or {})}
+                )
         except RemoteError as exc:
             if exc.kind in (ErrorKind.NOT_FOUND, ErrorKind.CONFLICT):
                 # The engine refuses an exec in a container removed (404), paused or stopped (409).
@@ -186,7 +182,7 @@ class DockerExec:
                 raise NotStarted(exc.kind, exc.message) from exc
             raise
         with _engine_call(what):
-            stream = _ExecStream(self.engine.api.exec_start(exec_id, socket=True))
+            stream = self._start(exec_id)
         try:
             if stdin is not None:
                 # Fed from a thread: a command that writes while it reads would otherwise
@@ -224,6 +220,35 @@ class DockerExec:
             truncated=demux.truncated,
             timed_out=timed_out,
         )
+
+    # The engine's calls, on its unix socket directly when it is local (wire.py), else docker-py.
+
+    def _create(
+        self, container_id: str, argv: list[str], stdin: bool, uid: int, cwd: str | None, env: dict[str, str]
+    ) -> str:
+        wire = self.engine.wire
+        if wire is None:
+            kwargs = {"stdin": stdin, "user": f"{uid}:{uid}", "workdir": cwd, "environment": env}
+            return str(self.engine.api.exec_create(container_id, argv, **kwargs)["Id"])
+        body = {
+            "User": f"{uid}:{uid}",
+            "Privileged": False,
+            "Tty": False,
+            "AttachStdin": stdin,
+            "AttachStdout": True,
+            "AttachStderr": True,
+            "Cmd": argv,
+            "Env": [f"{name}={value}" for name, value in env.items()],
+            "WorkingDir": cwd,
+        }
+        return wire.exec_create(container_id, body)
+
+    def _start(self, exec_id: str) -> _ExecStream:
+        wire = self.engine.wire
+        if wire is None:
+            return _ExecStream(self.engine.api.exec_start(exec_id, socket=True))
+        sock, pending = wire.exec_start(exec_id)
+        return _ExecStream(sock, pending)
 
     @staticmethod
     def _exec_user(user: str) -> tuple[int, str]:
@@ -271,7 +296,8 @@ class DockerExec:
         pause = 0.002  # the engine records the exit a moment after the stream ends: ask again soon
         while True:
             with _engine_call(what):
-                state = self.engine.api.exec_inspect(exec_id)
+                wire = self.engine.wire
+                state = wire.exec_inspect(exec_id) if wire is not None else self.engine.api.exec_inspect(exec_id)
             if not state.get("Running"):
                 code = state.get("ExitCode")
                 return int(code) if code is not None else None
