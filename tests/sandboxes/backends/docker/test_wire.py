@@ -1,0 +1,78 @@
+"""The exec's engine calls spoken on the engine's unix socket directly (wire.py): docker-py is
+not asked, a kept connection the engine closed is replaced, and the engine's refusals are said
+as docker-py's were."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sandboxes.backends.base import BackendConfig, ErrorKind, ExecRequest, NotStarted, RemoteError
+from sandboxes.backends.docker.backend import DockerBackend
+from sandboxes.backends.docker.common import _engine_call
+from tests.sandboxes.conftest import docker_test_network_name
+from tests.support.backend_conformance import SandboxFactory, sandbox_factory
+
+pytestmark = [pytest.mark.docker]
+
+
+@pytest.fixture
+def backend(test_run_id: str) -> Iterator[DockerBackend]:
+    adapter = DockerBackend(BackendConfig(kind="docker", options={"network": docker_test_network_name(test_run_id)}))
+    yield adapter
+    adapter.close()
+
+
+@pytest.fixture
+def make(backend: DockerBackend, docker_base_image: str, test_run_id: str) -> Iterator[SandboxFactory]:
+    with sandbox_factory(backend, docker_base_image, test_run_id) as factory:
+        yield factory
+
+
+def test_an_exec_on_a_local_engine_does_not_go_through_docker_py(
+    backend: DockerBackend, make: SandboxFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = make()
+    sent: list[str] = []
+    request = backend.api.request
+
+    def recorded(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        sent.append(f"{method} {url}")
+        return request(method, url, *args, **kwargs)
+
+    monkeypatch.setattr(backend.api, "request", recorded)
+    result = backend.exec(info.sandbox_id, ExecRequest(shell="head -c 3000000 /dev/zero | tr '\\0' x; echo; exit 3"))
+    assert (result.exit_code, len(result.stdout), result.truncated) == (3, 1024 * 1024, True)
+    assert sent == []
+
+
+def test_a_kept_connection_the_engine_closed_is_replaced(backend: DockerBackend, make: SandboxFactory) -> None:
+    info = make()
+    assert backend.exec(info.sandbox_id, ExecRequest(argv=("true",))).exit_code == 0
+    wire = backend.engine.wire
+    assert wire is not None
+    assert wire._idle
+    for connection in wire._idle:
+        assert connection.sock is not None
+        connection.sock.shutdown(socket.SHUT_RDWR)  # as when the engine restarts meanwhile
+    result = backend.exec(info.sandbox_id, ExecRequest(shell="echo again"))
+    assert (result.exit_code, result.stdout) == (0, b"again\n")
+
+
+def test_the_engines_refusals_are_said_as_before(backend: DockerBackend, make: SandboxFactory) -> None:
+    info = make()
+    backend.pause(info.sandbox_id)
+    with pytest.raises(NotStarted) as paused:
+        backend.exec(info.sandbox_id, ExecRequest(argv=("true",)))
+    assert paused.value.kind == ErrorKind.CONFLICT
+    assert "is paused" in paused.value.message
+    assert paused.value.message.startswith("exec in sandbox")
+    wire = backend.engine.wire
+    assert wire is not None
+    with pytest.raises(RemoteError) as missing, _engine_call("looking"):
+        wire.exec_inspect("0" * 64)
+    assert missing.value.kind == ErrorKind.NOT_FOUND
+    assert missing.value.message == f"looking: No such exec instance: {'0' * 64}"
