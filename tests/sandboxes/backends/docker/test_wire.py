@@ -5,35 +5,23 @@ as docker-py's were."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from sandboxes.backends.base import BackendConfig, ErrorKind, ExecRequest, NotStarted, RemoteError
+from sandboxes.backends.base import ErrorKind, ExecRequest, NotStarted, RemoteError
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.common import _engine_call
-from tests.sandboxes.conftest import docker_test_network_name
-from tests.support.backend_conformance import SandboxFactory, sandbox_factory
+from tests.sandboxes.backends.docker.test_snapshots import backend, make  # noqa: F401 - fixtures
+from tests.support.backend_conformance import SandboxFactory
 
 pytestmark = [pytest.mark.docker]
 
 
-@pytest.fixture
-def backend(test_run_id: str) -> Iterator[DockerBackend]:
-    adapter = DockerBackend(BackendConfig(kind="docker", options={"network": docker_test_network_name(test_run_id)}))
-    yield adapter
-    adapter.close()
-
-
-@pytest.fixture
-def make(backend: DockerBackend, docker_base_image: str, test_run_id: str) -> Iterator[SandboxFactory]:
-    with sandbox_factory(backend, docker_base_image, test_run_id) as factory:
-        yield factory
-
-
 def test_an_exec_on_a_local_engine_does_not_go_through_docker_py(
-    backend: DockerBackend, make: SandboxFactory, monkeypatch: pytest.MonkeyPatch
+    backend: DockerBackend,  # noqa: F811 - the fixture
+    make: SandboxFactory,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     info = make()
     sent: list[str] = []
@@ -49,7 +37,10 @@ def test_an_exec_on_a_local_engine_does_not_go_through_docker_py(
     assert sent == []
 
 
-def test_a_kept_connection_the_engine_closed_is_replaced(backend: DockerBackend, make: SandboxFactory) -> None:
+def test_a_kept_connection_the_engine_closed_is_replaced(
+    backend: DockerBackend,  # noqa: F811 - the fixture
+    make: SandboxFactory,  # noqa: F811
+) -> None:
     info = make()
     assert backend.exec(info.sandbox_id, ExecRequest(argv=("true",))).exit_code == 0
     wire = backend.engine.wire
@@ -62,7 +53,10 @@ def test_a_kept_connection_the_engine_closed_is_replaced(backend: DockerBackend,
     assert (result.exit_code, result.stdout) == (0, b"again\n")
 
 
-def test_the_engines_refusals_are_said_as_before(backend: DockerBackend, make: SandboxFactory) -> None:
+def test_the_engines_refusals_are_said_as_before(
+    backend: DockerBackend,  # noqa: F811 - the fixture
+    make: SandboxFactory,  # noqa: F811
+) -> None:
     info = make()
     backend.pause(info.sandbox_id)
     with pytest.raises(NotStarted) as paused:
