@@ -16,6 +16,7 @@ TimeoutError.
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import socket
 import threading
@@ -89,7 +90,7 @@ class UnixWire:
             head_bytes, _, rest = received.partition(b"\r\n\r\n")
             status = _status(head_bytes)
             if status not in (101, 200):
-                raise _failure(status, _error_body(head_bytes, rest, sock))
+                raise _failure(status, _error_body(received, sock))
             sock.settimeout(None)
             return sock, rest
         except BaseException:
@@ -149,19 +150,36 @@ def _status(head: bytes) -> int:
         raise RemoteError(ErrorKind.INTERNAL, "the Docker engine's answer is not HTTP") from None
 
 
-def _error_body(head: bytes, rest: bytes, sock: socket.socket) -> bytes:
-    """The body of an error answer on a start's connection (its Content-Length, bounded)."""
-    length = 0
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length" and value.strip().isdigit():
-            length = min(int(value.strip()), _MAX_HEAD)
-    while len(rest) < length:
-        chunk = sock.recv(length - len(rest))
-        if not chunk:
-            break
-        rest += chunk
-    return rest[:length] if length else rest
+def _error_body(received: bytes, sock: socket.socket) -> bytes:
+    """The body of an error answer on a start's connection, as its head frames it (a length,
+    chunks, or up to the connection's end), at most _MAX_HEAD bytes; what came of it so far
+    when the engine closes first."""
+    response = http.client.HTTPResponse(_Replay(received, sock))  # type: ignore[arg-type]
+    response.begin()
+    try:
+        return response.read(_MAX_HEAD)
+    except http.client.IncompleteRead as exc:
+        return exc.partial
+
+
+class _Replay(io.RawIOBase):
+    """A start's socket read as http.client reads an answer: what was received first."""
+
+    def __init__(self, received: bytes, sock: socket.socket) -> None:
+        self.received, self.sock = received, sock
+
+    def makefile(self, mode: str) -> io.BufferedReader:
+        return io.BufferedReader(self)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if not self.received:
+            return self.sock.recv_into(buffer)
+        size = min(len(buffer), len(self.received))
+        buffer[:size], self.received = self.received[:size], self.received[size:]
+        return size
 
 
 def _failure(status: int, data: bytes) -> EngineAnswer:

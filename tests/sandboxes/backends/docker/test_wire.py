@@ -4,7 +4,10 @@ as docker-py's were."""
 
 from __future__ import annotations
 
+import json
 import socket
+import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +15,7 @@ import pytest
 from sandboxes.backends.base import ErrorKind, ExecRequest, NotStarted, RemoteError
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.common import _engine_call
+from sandboxes.backends.docker.wire import UnixWire
 from tests.sandboxes.backends.docker.test_snapshots import backend, make  # noqa: F401 - fixtures
 from tests.support.backend_conformance import SandboxFactory
 
@@ -70,3 +74,32 @@ def test_the_engines_refusals_are_said_as_before(
         wire.exec_inspect("0" * 64)
     assert missing.value.kind == ErrorKind.NOT_FOUND
     assert missing.value.message == f"looking: No such exec instance: {'0' * 64}"
+
+
+def test_an_error_answer_to_a_start_is_read_as_its_head_frames_it(tmp_path: Path) -> None:
+    """A refusal whose body comes in chunks (no Content-Length) still says the engine's message."""
+    message = "container 1234 is paused, unpause the container before exec"
+    body = json.dumps({"message": message}).encode()
+    head = b"HTTP/1.1 409 Conflict\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    path = str(tmp_path / "engine.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen()
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(head)
+            connection.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+            connection.recv(1)  # until the client closes
+
+    engine = threading.Thread(target=answer)
+    engine.start()
+    try:
+        with pytest.raises(RemoteError) as refused, _engine_call("starting"):
+            UnixWire(path, "1.43", 10).exec_start("1234")
+    finally:
+        engine.join()
+        listener.close()
+    assert (refused.value.kind, refused.value.message) == (ErrorKind.CONFLICT, f"starting: {message}")
