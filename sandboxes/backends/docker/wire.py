@@ -109,7 +109,10 @@ class UnixWire:
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 connection.close()
                 if reused and attempt == 0:
-                    continue  # a kept connection the engine closed meanwhile: once more, on a new one
+                    # A kept connection the engine closed meanwhile (a restart): so did it every
+                    # other one kept then. Those go, and the call goes once more, on a new one.
+                    self.close()
+                    continue
                 raise
             except BaseException:
                 connection.close()

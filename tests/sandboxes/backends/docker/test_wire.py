@@ -15,7 +15,7 @@ import pytest
 from sandboxes.backends.base import ErrorKind, ExecRequest, NotStarted, RemoteError
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.common import _engine_call
-from sandboxes.backends.docker.wire import UnixWire
+from sandboxes.backends.docker.wire import KEPT, UnixWire, _UnixConnection
 from tests.sandboxes.backends.docker.test_snapshots import backend, make  # noqa: F401 - fixtures
 from tests.support.backend_conformance import SandboxFactory
 
@@ -55,6 +55,27 @@ def test_a_kept_connection_the_engine_closed_is_replaced(
         connection.sock.shutdown(socket.SHUT_RDWR)  # as when the engine restarts meanwhile
     result = backend.exec(info.sandbox_id, ExecRequest(shell="echo again"))
     assert (result.exit_code, result.stdout) == (0, b"again\n")
+
+
+def test_kept_connections_all_closed_by_the_engine_fail_no_call(
+    backend: DockerBackend,  # noqa: F811 - the fixture
+    make: SandboxFactory,  # noqa: F811
+) -> None:
+    """An engine restarted after a busy moment: every kept connection is dead, not just one."""
+    info = make()
+    assert backend.exec(info.sandbox_id, ExecRequest(argv=("true",))).exit_code == 0
+    wire = backend.engine.wire
+    assert wire is not None
+    while len(wire._idle) < KEPT:  # as many kept as concurrent calls leave
+        connection = _UnixConnection(wire.path, wire.timeout)
+        connection.connect()
+        wire._idle.append(connection)
+    for connection in wire._idle:
+        assert connection.sock is not None
+        connection.sock.shutdown(socket.SHUT_RDWR)
+    for _ in range(KEPT):
+        result = backend.exec(info.sandbox_id, ExecRequest(shell="echo again"))
+        assert (result.exit_code, result.stdout) == (0, b"again\n")
 
 
 def test_the_engines_refusals_are_said_as_before(
