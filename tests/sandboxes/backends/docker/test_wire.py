@@ -1,5 +1,5 @@
 """The exec's engine calls spoken on the engine's unix socket directly (wire.py): docker-py is
-not asked, a kept connection the engine closed is replaced, and the engine's refusals are said
+not asked, kept connections the engine closed are replaced, and the engine's refusals are said
 as docker-py's were."""
 
 from __future__ import annotations
@@ -41,27 +41,12 @@ def test_an_exec_on_a_local_engine_does_not_go_through_docker_py(
     assert sent == []
 
 
-def test_a_kept_connection_the_engine_closed_is_replaced(
+def test_kept_connections_the_engine_closed_are_replaced(
     backend: DockerBackend,  # noqa: F811 - the fixture
     make: SandboxFactory,  # noqa: F811
 ) -> None:
-    info = make()
-    assert backend.exec(info.sandbox_id, ExecRequest(argv=("true",))).exit_code == 0
-    wire = backend.engine.wire
-    assert wire is not None
-    assert wire._idle
-    for connection in wire._idle:
-        assert connection.sock is not None
-        connection.sock.shutdown(socket.SHUT_RDWR)  # as when the engine restarts meanwhile
-    result = backend.exec(info.sandbox_id, ExecRequest(shell="echo again"))
-    assert (result.exit_code, result.stdout) == (0, b"again\n")
-
-
-def test_kept_connections_all_closed_by_the_engine_fail_no_call(
-    backend: DockerBackend,  # noqa: F811 - the fixture
-    make: SandboxFactory,  # noqa: F811
-) -> None:
-    """An engine restarted after a busy moment: every kept connection is dead, not just one."""
+    """An engine restarted after a busy moment: every kept connection is dead, not just one,
+    and no call fails for it."""
     info = make()
     assert backend.exec(info.sandbox_id, ExecRequest(argv=("true",))).exit_code == 0
     wire = backend.engine.wire
@@ -72,7 +57,7 @@ def test_kept_connections_all_closed_by_the_engine_fail_no_call(
         wire._idle.append(connection)
     for connection in wire._idle:
         assert connection.sock is not None
-        connection.sock.shutdown(socket.SHUT_RDWR)
+        connection.sock.shutdown(socket.SHUT_RDWR)  # as when the engine restarts meanwhile
     for _ in range(KEPT):
         result = backend.exec(info.sandbox_id, ExecRequest(shell="echo again"))
         assert (result.exit_code, result.stdout) == (0, b"again\n")
