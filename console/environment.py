@@ -295,8 +295,10 @@ def pooled_connection_check(conn: Any) -> None:
 
     now = time.monotonic()
     if not conn.closed and now - _verified.get(conn, -POOL_CHECK_INTERVAL_S) < POOL_CHECK_INTERVAL_S:
-        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
-        if not readable:
+        # poll(), not select(): a busy process's descriptors run past select()'s 1024.
+        poller = select.poll()
+        poller.register(conn.pgconn.socket, select.POLLIN | select.POLLERR | select.POLLHUP)
+        if not poller.poll(0):
             return
     ConnectionPool.check_connection(conn)
     _verified[conn] = now

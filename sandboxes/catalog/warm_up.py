@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from django.db import DatabaseError, close_old_connections
+from django.db import close_old_connections
 
 from ..backends import backend_class
 from ..backends.base import RemoteError
@@ -26,16 +26,24 @@ logger = logging.getLogger(__name__)
 MAX_CONNECTIONS = 20
 
 
-def warm_up(*, connect: bool = True) -> list[str]:
-    """Import the adapter module of each kind in use; with `connect`, open the engine
-    connections of the pooled configs' adapters in the background. The kinds imported."""
+def warm_up(*, connect: bool = True) -> None:
+    """In a background thread: import the adapter module of each kind in use and, with
+    `connect`, open the engine connections of the pooled configs' adapters. Never in the
+    importing thread, which may be an event loop's (no database call there) or a process
+    with no database yet; a start never waits for it or fails for it."""
+    threading.Thread(target=_warm, args=(connect,), name="backend-warm-up", daemon=True).start()
+
+
+def _warm(connect: bool) -> list[str]:
+    """The kinds imported."""
     try:
-        kinds = sorted(set(PlatformBackend.objects.values_list("kind", flat=True)))
-    except DatabaseError as exc:  # no database yet (before migrate): the first use imports
+        try:
+            kinds = sorted(set(PlatformBackend.objects.values_list("kind", flat=True)))
+        finally:
+            close_old_connections()
+    except Exception as exc:  # no database yet (before migrate): the first use imports
         logger.warning("warming the backend adapters up at start skipped: %s", exc)
         return []
-    finally:
-        close_old_connections()
     imported = []
     for kind in kinds:
         try:
@@ -45,7 +53,7 @@ def warm_up(*, connect: bool = True) -> list[str]:
             continue
         imported.append(kind)
     if connect and imported:
-        threading.Thread(target=_connect, name="backend-warm-up", daemon=True).start()
+        _connect()
     return imported
 
 

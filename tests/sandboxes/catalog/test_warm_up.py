@@ -21,7 +21,12 @@ import json, sys
 import django
 django.setup()
 before = {ADAPTER!r} in sys.modules
+import time
 import console.asgi
+for _ in range(200):  # warmed in a background thread
+    if {ADAPTER!r} in sys.modules:
+        break
+    time.sleep(0.05)
 print(json.dumps({{"before": before, "after": {ADAPTER!r} in sys.modules}}))
 """
 
