@@ -46,6 +46,40 @@ from tests.support.backend_conformance import (
 pytestmark = [pytest.mark.docker]
 
 
+# Records, as uid 1000, every file created, moved in, written or changed in any folder uid 1000
+# can write (inotify: IN_MODIFY, IN_ATTRIB, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE), one path a
+# line in $1/events; $1/ready lists the folders once they are watched. $1 itself is not watched.
+WATCHER = """
+import ctypes, os, struct, sys
+own = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.inotify_init1(0)
+folders = {}
+for top, subs, _ in os.walk("/"):
+    subs[:] = [s for s in subs if os.path.join(top, s) not in ("/proc", "/sys", own)]
+    if os.access(top, os.W_OK):
+        wd = libc.inotify_add_watch(fd, top.encode(), 0x2 | 0x4 | 0x8 | 0x80 | 0x100)
+        assert wd >= 0, (top, ctypes.get_errno())
+        folders[wd] = top
+events = open(os.path.join(own, "events"), "a", buffering=1)
+with open(os.path.join(own, "listed"), "w") as listed:
+    listed.write("\\n".join(sorted(folders.values())) + "\\n")
+os.rename(os.path.join(own, "listed"), os.path.join(own, "ready"))
+while True:
+    data, at = os.read(fd, 65536), 0
+    while at < len(data):
+        wd, _, _, length = struct.unpack_from("iIII", data, at)
+        name = data[at + 16 : at + 16 + length].rstrip(b"\\0").decode(errors="replace")
+        at += 16 + length
+        events.write(os.path.join(folders[wd], name) + "\\n")
+"""
+# Starts WATCHER ($0) in the background with its own folder; prints the folders it watches.
+START_WATCHER = (
+    'mkdir -m 700 /tmp/.watch && (setsid python3 -c "$0" /tmp/.watch > /dev/null 2>&1 < /dev/null &)'
+    "; for i in $(seq 200); do [ -e /tmp/.watch/ready ] && exec cat /tmp/.watch/ready; sleep 0.05; done; exit 1"
+)
+
+
 @pytest.fixture(scope="module")
 def template_id(docker_base_image: str) -> str:
     return docker_base_image
@@ -101,6 +135,34 @@ class TestDockerBackend:
         left = run(backend, info.sandbox_id, "ps -eo args | grep '^sleep 40' || true")
         assert left == "sleep 401\n"  # another group: untouched; the timed-out exec's: killed
         assert run(backend, info.sandbox_id, "ls -A /tmp /run", user="root") == before
+
+    def test_a_root_exec_writes_nothing_where_the_user_can_write(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        """A file a root exec's machinery wrote in a folder uid 1000 can write (a pid file in
+        /tmp, say) is a path the user can plant a link at for root to write through (the
+        host's fs.protected_symlinks may be 0). Watched with inotify as uid 1000 in every such
+        folder, root execs (plain, fed stdin, timed out and so killed by a second root exec)
+        create and change nothing there, whether or not they remove it afterwards; the
+        watcher does see the one file a root command writes there on purpose."""
+        info = make_sandbox()
+        started = backend.exec(info.sandbox_id, ExecRequest(argv=("sh", "-c", START_WATCHER, WATCHER)))
+        assert started.exit_code == 0, started
+        watched = started.stdout.decode().split()
+        assert {"/tmp", "/workspace", "/dev/shm"} <= set(watched), watched
+        assert run(backend, info.sandbox_id, "true", user="root") == ""
+        assert backend.exec(info.sandbox_id, ExecRequest(argv=("cat",), user="root", stdin=b"fed")).stdout == b"fed"
+        assert backend.exec(info.sandbox_id, shell_request("sleep 407", user="root", timeout_s=1)).timed_out
+        assert "sleep 407" not in run(backend, info.sandbox_id, "ps -eo args", user="root")
+        run(backend, info.sandbox_id, "echo on purpose > /tmp/written-by-root", user="root")
+        events = run(
+            backend,
+            info.sandbox_id,
+            "for i in $(seq 100); do grep -qx /tmp/written-by-root /tmp/.watch/events && break; sleep 0.05; done;"
+            " sort -u /tmp/.watch/events",
+            user="root",
+        )
+        assert events.split() == ["/tmp/written-by-root"]
 
     def test_a_root_kill_skips_a_users_process_carrying_the_mark(
         self, backend: DockerBackend, make_sandbox: SandboxFactory
