@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,6 +71,7 @@ class DockerEngine:
         self.resolver = resolver or system_resolver  # remote engines' names (tcp://, ssh://)
         self._client: docker.DockerClient | None = None
         self._wire: UnixWire | None = None
+        self._wire_lock = threading.Lock()  # request threads' first execs build one wire
         self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
         # Console sandboxes by full container id, as last inspected. Ids, labels, template and
         # creation time never change, so an id here needs no check that it is a console
@@ -124,9 +126,15 @@ class DockerEngine:
         """The engine's unix socket spoken directly (wire.py), for the exec path; None for an
         engine reached otherwise (docker-py then)."""
         if self._wire is None and self.is_local():
-            endpoint = self.config.endpoint or os.environ.get("DOCKER_HOST", "") or f"{SCHEME}/var/run/docker.sock"
-            version = self.api.api_version  # connects first: the checks of `client` apply
-            self._wire = UnixWire(endpoint.removeprefix(SCHEME), version, self.api_timeout)
+            # Under a lock: threads racing on the first exec would each build one, and all but
+            # the one kept would leave their kept connections open.
+            with self._wire_lock:
+                if self._wire is None:
+                    endpoint = (
+                        self.config.endpoint or os.environ.get("DOCKER_HOST", "") or f"{SCHEME}/var/run/docker.sock"
+                    )
+                    version = self.api.api_version  # connects first: the checks of `client` apply
+                    self._wire = UnixWire(endpoint.removeprefix(SCHEME), version, self.api_timeout)
         return self._wire
 
     def is_local(self) -> bool:

@@ -1,6 +1,6 @@
 """The exec's engine calls spoken on the engine's unix socket directly (wire.py): docker-py is
-not asked, kept connections the engine closed are replaced, and the engine's refusals are said
-as docker-py's were."""
+not asked, kept connections the engine closed are replaced, an engine object builds one wire
+however many threads ask at once, and the engine's refusals are said as docker-py's were."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from sandboxes.backends.base import ErrorKind, ExecRequest, NotStarted, RemoteError
+from sandboxes.backends.base import BackendConfig, ErrorKind, ExecRequest, NotStarted, RemoteError
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.common import _engine_call
+from sandboxes.backends.docker.engine import DockerEngine
 from sandboxes.backends.docker.wire import KEPT, UnixWire, _UnixConnection
 from tests.sandboxes.backends.docker.test_snapshots import backend, make  # noqa: F401 - fixtures
 from tests.support.backend_conformance import SandboxFactory
@@ -109,3 +110,34 @@ def test_an_error_answer_to_a_start_is_read_as_its_head_frames_it(tmp_path: Path
         engine.join()
         listener.close()
     assert (refused.value.kind, refused.value.message) == (ErrorKind.CONFLICT, f"starting: {message}")
+
+
+def test_threads_racing_on_a_fresh_engine_share_one_wire() -> None:
+    """The first execs of a new engine object, at once on several request threads: one wire is
+    built and all use it (each other one would keep connections nobody closes)."""
+    for _ in range(5):
+        engine = DockerEngine(BackendConfig(kind="docker"), api_timeout=60)
+        try:
+            wires = wires_asked_at_once(engine, threads=8)
+            assert wires[0] is not None
+            assert all(wire is wires[0] for wire in wires)
+        finally:
+            engine.close()
+
+
+def wires_asked_at_once(engine: DockerEngine, threads: int) -> list[UnixWire | None]:
+    """`engine.wire` as each of `threads` threads, released together by a barrier, got it."""
+    barrier = threading.Barrier(threads)
+    wires: list[UnixWire | None] = []
+
+    def first_exec() -> None:
+        barrier.wait()
+        wires.append(engine.wire)
+
+    started = [threading.Thread(target=first_exec) for _ in range(threads)]
+    for thread in started:
+        thread.start()
+    for thread in started:
+        thread.join()
+    assert len(wires) == threads
+    return wires
