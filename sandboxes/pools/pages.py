@@ -35,16 +35,25 @@ class Row:
 
 def _rows(request: HttpRequest, readings: list[PoolReading]) -> tuple[list[Row], str]:
     """The table's rows, and the query its HTMX follow asks with. The backend answers a memory
-    reading at its next stats tick (about a second on Docker): a full load reads one for each
-    pool with a ready sandbox, and a follow keeps those the page shows (`shown`) instead."""
-    shown = set(request.GET.getlist("shown")) if is_htmx(request) else set()
+    reading at its next stats tick (about a second on Docker): a load reads one for each pool
+    with a ready sandbox, at most `pools.memory_reads` of them, and a follow keeps those the
+    page shows (`shown`) and reads the next ones (after the last it read, `after`)."""
+    follow = is_htmx(request)
+    shown = set(request.GET.getlist("shown")) if follow else set()
+    after = request.GET.get("after", "") if follow else ""
+    ids = [str(r.config.id) for r in readings]
+    start = ids.index(after) + 1 if after in ids else 0  # around the table, after the last read
+    waiting = [r.config for r in readings[start:] + readings[:start] if r.ready and str(r.config.id) not in shown]
+    to_read = waiting[: max(0, POOLS.memory_reads)]
+    memory = ready_memory_mb(to_read) if to_read else {}
     rows = []
     for reading in readings:
         kept = bool(reading.ready) and str(reading.config.id) in shown
-        memory = ready_memory_mb(reading.config) if reading.ready and not kept else None
-        rows.append(Row(reading, memory, kept))
-    follow = urlencode([("shown", str(r.reading.config.id)) for r in rows if r.kept or r.memory is not None])
-    return rows, follow
+        rows.append(Row(reading, memory.get(reading.config.pk), kept))
+    query = [("shown", str(r.reading.config.id)) for r in rows if r.kept or r.memory is not None]
+    if len(to_read) < len(waiting):
+        query.append(("after", str(to_read[-1].id) if to_read else after))
+    return rows, urlencode(query)
 
 
 def _filling(readings: list[PoolReading]) -> bool:

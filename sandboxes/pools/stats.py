@@ -15,10 +15,11 @@ from datetime import timedelta
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from console.models import Space
+from console.models import NetworkPolicy, Space
 
 from ..models import MemberState, PoolClaim, PoolMember, SandboxConfig
 from ..sessions.limits import limits_of
+from ..sessions.provisioning import EffectiveTemplate, effective_templates
 from .tuning import POOLS
 
 
@@ -85,11 +86,11 @@ def read_pools(configs: Iterable[SandboxConfig], *, every: bool = False) -> list
                 waits[config_id].append(waited)
         else:
             reasons[config_id][reason] += 1
+    listed = [c for c in configs if every or c.pool_size > 0 or counts[c.pk].total() or outcomes[c.pk].total()]
+    templates = effective_templates(listed)
     readings = []
-    for config in configs:
+    for config in listed:
         state = counts[config.pk]
-        if not every and config.pool_size <= 0 and not sum(state.values()) and not outcomes[config.pk]:
-            continue
         readings.append(
             PoolReading(
                 config=config,
@@ -104,53 +105,59 @@ def read_pools(configs: Iterable[SandboxConfig], *, every: bool = False) -> list
                 ready_p50_ms=percentile(waits[config.pk], 0.5),
                 ready_p95_ms=percentile(waits[config.pk], 0.95),
                 reasons=reasons[config.pk].most_common(5),
-                images=_images(config, ready_images[config.pk]),
+                images=_images(templates[config.pk].template_id, ready_images[config.pk]),
             )
         )
-    _read_native(readings)
+    _read_native(readings, templates)
     return readings
 
 
-def _images(config: SandboxConfig, ready: Counter[str]) -> list[tuple[str, int, bool]]:
-    """The ready sandboxes' images, the config's current one first."""
-    if not ready:
-        return []
-    from ..sessions.provisioning import effective_template
-
-    current = effective_template(config.space, config).template_id
+def _images(current: str, ready: Counter[str]) -> list[tuple[str, int, bool]]:
+    """The ready sandboxes' images, the config's current one (`current`) first."""
     return sorted(((t, n, t == current) for t, n in ready.items()), key=lambda i: (not i[2], i[0]))
 
 
-def _read_native(readings: list[PoolReading]) -> None:
+def _read_native(readings: list[PoolReading], templates: dict[object, EffectiveTemplate]) -> None:
     """Ready and being made of the pools a backend keeps itself (`Backend.warm_pools()`), as
-    it counts them: one listing per backend adapter, the config's current pool looked up in it."""
+    it counts them: one listing per platform backend and account (it names every pool kept
+    for the console), the config's current pool looked up in it."""
     from ..backends.base import RemoteError
-    from ..catalog.bridge import get_backend
-    from .keeper import pool_name, wanted
+    from ..catalog.bridge import config_fingerprint, get_backend
+    from ..catalog.network import network_spec_for, spec_fingerprint
+    from .keeper import pool_name
 
-    listed: dict[int, dict[str, tuple[int, int]] | RemoteError] = {}
+    native = []
     for reading in readings:
         try:
             backend = get_backend(reading.config)
         except RemoteError:
             continue  # the rows' counts stand; the config's page says what is wrong
-        native = backend.warm_pools()
-        if native is None:
-            continue
-        reading.native = True
-        if id(native) not in listed:
+        capability = backend.warm_pools()
+        if capability is not None:
+            reading.native = True
+            native.append((reading, capability))
+    if not native:
+        return
+    policies = {p.space_id: p for p in NetworkPolicy.objects.filter(space__in={r.config.space_id for r, _ in native})}
+    networks: dict[object, str] = {}
+    listed: dict[tuple[object, str], dict[str, tuple[int, int]] | RemoteError] = {}
+    for reading, capability in native:
+        config = reading.config
+        account = (config.backend_id, config_fingerprint(config))
+        if account not in listed:
             try:
-                listed[id(native)] = native.pools()
+                listed[account] = capability.pools()
             except RemoteError as exc:
-                listed[id(native)] = exc
-        pools = listed[id(native)]
+                listed[account] = exc
+        pools = listed[account]
         if isinstance(pools, RemoteError):
             reading.unread = f"{pools.kind}: {pools.message}"
             continue
-        want = wanted(reading.config, backend)
-        reading.ready, reading.refilling = pools.get(
-            pool_name(reading.config, want.template_id, want.fingerprint), (0, 0)
-        )
+        if config.space_id not in networks:  # as `keeper.wanted` names the current pool
+            network = network_spec_for(config.space, policy=policies.get(config.space_id))
+            networks[config.space_id] = spec_fingerprint(network)
+        name = pool_name(config, templates[config.pk].template_id, networks[config.space_id])
+        reading.ready, reading.refilling = pools.get(name, (0, 0))
 
 
 def pooled_configs_of(space: Space | None = None) -> list[SandboxConfig]:
@@ -190,20 +197,29 @@ def quota_line(space: Space) -> QuotaLine:
     )
 
 
-def ready_memory_mb(config: SandboxConfig) -> float | None:
-    """Memory one ready sandbox of the pool uses now (MiB), read from the backend's stats of
-    one member; None when it has none ready or cannot tell."""
+def ready_memory_mb(configs: list[SandboxConfig]) -> dict[object, float | None]:
+    """Memory one ready sandbox of each pool uses now (MiB), by config id: read from the
+    backend's stats of its longest ready member (one query for all, one backend call each);
+    None when it has none ready or cannot tell."""
+    members = (
+        PoolMember.objects.filter(config__in=[c.pk for c in configs], state=MemberState.READY)
+        .order_by("config_id", "ready_at")
+        .distinct("config_id")
+        .values_list("config_id", "sandbox_id")
+    )
+    ready = dict(members)
+    return {c.pk: _memory_mb(c, ready[c.pk]) if c.pk in ready else None for c in configs}
+
+
+def _memory_mb(config: SandboxConfig, sandbox_id: str) -> float | None:
     from ..backends.base import RemoteError
     from ..catalog.bridge import get_backend
 
-    member = PoolMember.objects.filter(config=config, state=MemberState.READY).order_by("ready_at").first()
-    if member is None:
-        return None
     stats = get_backend(config).stats()
     if stats is None:
         return None
     try:
-        used = stats.memory_bytes(member.sandbox_id)
+        used = stats.memory_bytes(sandbox_id)
     except RemoteError:
         return None
     return round(used / 2**20, 1) if used is not None else None

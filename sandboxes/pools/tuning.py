@@ -27,6 +27,9 @@ class PoolsTuning:
     # `claims_retention_s`.
     stats_window_s: int = 3600
     claims_retention_s: int = 86400
+    # Memory readings one load of a Pools page asks of the backend (one per pool with a ready
+    # sandbox, one engine call each); the page's follows read the rest, a few at a time.
+    memory_reads: int = 20
 
 
 POOLS = room("pools", PoolsTuning)

@@ -1,12 +1,12 @@
 """What a session's sandbox is made from and run on.
 
 Its backend is `catalog.bridge.get_backend(config)`. Here: `effective_template`: the space's
-skill image on a config when valid, else the config's default template; `prepare_workspace`:
-the /workspace layout every new sandbox gets, through the helper that runs inside it
-(`WORKSPACE_HELPER_SOURCE`), or made by the create itself (`WORKSPACE_LAYOUT`,
-`ready_workspace`); `from_warm_pool`: a ready sandbox for a session that has none,
-from the sources registered with `register_warm_source` (the pools room registers its own in
-`SandboxesConfig.ready()`; this room never imports it).
+skill image on a config when valid, else the config's default template (`effective_templates`:
+of many configs, in one query); `prepare_workspace`: the /workspace layout every new sandbox
+gets, through the helper that runs inside it (`WORKSPACE_HELPER_SOURCE`), or made by the
+create itself (`WORKSPACE_LAYOUT`, `ready_workspace`); `from_warm_pool`: a ready sandbox for
+a session that has none, from the sources registered with `register_warm_source` (the pools
+room registers its own in `SandboxesConfig.ready()`; this room never imports it).
 
 May import `sandboxes.backends`, `sandboxes.models`, `sandboxes.catalog` and `console`;
 nothing else of `sessions` (the runtime, the reaper and the workspace build on it).
@@ -14,7 +14,7 @@ nothing else of `sessions` (the runtime, the reaper and the workspace build on i
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +44,17 @@ class EffectiveTemplate:
 
 def effective_template(space: Space, config: SandboxConfig) -> EffectiveTemplate:
     """The space's current skill image on this config when valid, else the default template."""
-    image = SessionImage.objects.filter(space=space, config=config).first()
+    return _effective(config, SessionImage.objects.filter(space=space, config=config).first())
+
+
+def effective_templates(configs: Sequence[SandboxConfig]) -> dict[object, EffectiveTemplate]:
+    """`effective_template` of each config in its own space, by config id: one query for all
+    (a page listing many configs)."""
+    images = {(i.space_id, i.config_id): i for i in SessionImage.objects.filter(config__in=[c.pk for c in configs])}
+    return {c.pk: _effective(c, images.get((c.space_id, c.pk))) for c in configs}
+
+
+def _effective(config: SandboxConfig, image: SessionImage | None) -> EffectiveTemplate:
     if image is None:
         return EffectiveTemplate(config.default_template, "default template")
     if image.fingerprint != config_fingerprint(config):

@@ -19,6 +19,7 @@ import logging
 import socket
 import ssl
 import threading
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -126,6 +127,8 @@ class ApiServer:
         self._sock.bind(("127.0.0.1", 0))
         self.port: int = self._sock.getsockname()[1]
         self._public: set[tuple[str, str]] = set()
+        # Requests answered, by "METHOD /path" (a test counts what a page asks of the cluster).
+        self.served: Counter[str] = Counter()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -219,6 +222,7 @@ class ApiServer:
 
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        self.served[f"{request.method} {request.path}"] += 1
         try:
             return await handler(request)
         except ApiError as exc:
