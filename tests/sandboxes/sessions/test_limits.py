@@ -197,10 +197,43 @@ def test_api_requests_per_minute_per_space(world: World, agent: Agent, settings:
     for _ in range(3):
         assert agent.get("nobody").status_code == 404
     body = assert_refused(agent.get("nobody"), "api_requests_per_minute", 3)
-    assert int(body["retry_after_s"]) <= 61
+    # At most the rest of this minute and the third of the next where these three still weigh 2.
+    assert int(body["retry_after_s"]) <= 80
     # Another token of the same space shares the space's window.
     _, other = do_create_api_token(world.space_a, name="other", actor=Actor(user=world.alice))
     assert_refused(Agent(world.space_a.id, other).get("nobody"), "api_requests_per_minute", 3)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["redis", "this-process"])
+def test_api_requests_per_minute_hold_across_the_turn_of_a_minute(world: World, settings: Any, shared: bool) -> None:
+    """A minute's calls spent at its end leave none for the start of the next: no 60 s ever
+    holds more than about the limit (the previous minute's count weighs by its share left)."""
+    settings.REDIS_URL = REDIS_URL if shared else ""
+    limits._local_windows.clear()
+    set_limits(world, api_requests_per_minute=5)
+    turn = (int(time.time() // limits.WINDOW_S) + 2) * limits.WINDOW_S  # a minute no other call uses
+
+    def passed(at: float, calls: int) -> int:
+        done = 0
+        for _ in range(calls):
+            with contextlib.suppress(LimitExceeded):
+                limits.check_api_rate(world.space_a, now=at)
+                done += 1
+        return done
+
+    assert passed(turn - 0.5, 10) == 5
+    with pytest.raises(LimitExceeded) as refused:
+        limits.check_api_rate(world.space_a, now=turn + 0.5)
+    # The previous minute's five still weigh 4.96: one more fits after a fifth of this one.
+    assert refused.value.retry_after_s == 12
+    assert passed(turn + 0.5, 5) == 0
+    assert passed(turn + 11.5, 5) == 0
+    assert passed(turn + 12.5, 5) == 1
+    assert passed(turn + 30, 5) == 1  # half the previous five weigh 2.5: two of this minute fit
+    assert passed(turn + 59, 5) == 2
+    # Refused calls are not counted: a client that keeps trying still gets its share later.
+    assert passed(turn + 61, 20) == 1
+    assert passed(turn + 150, 5) == 4  # half of the one call that passed, not of twenty
 
 
 def test_limits_are_set_by_platform_admins_and_read_by_members(world: World) -> None:
