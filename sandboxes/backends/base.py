@@ -403,6 +403,21 @@ class Finding:
 # The backend
 
 
+class Lookahead(abc.ABC):
+    """A look at a sandbox begun early (`Backend.look_ahead`): the backend answers while its
+    caller does other work. Read by `running()` at most once, or given up by `drop()`; a
+    caller drops it in every case (a look already read drops nothing)."""
+
+    @abc.abstractmethod
+    def running(self) -> SandboxInfo | None:
+        """The sandbox as `connect` would answer it when it is running and `connect` would do
+        nothing more; None otherwise (paused, stopped, gone, or the look failed): the caller
+        then connects as usual, and every failure is said there. Never raises RemoteError."""
+
+    @abc.abstractmethod
+    def drop(self) -> None: ...
+
+
 class Backend(abc.ABC):
     kind: ClassVar[str]
     label: ClassVar[str]
@@ -425,6 +440,12 @@ class Backend(abc.ABC):
 
         `timeout_s` (here, on `get` and on `pause`): the longest the caller waits for the
         backend's answer (a `timeout` RemoteError past it); None: the adapter's own bound."""
+
+    def look_ahead(self, sandbox_id: str) -> Lookahead | None:
+        """Begin `connect`'s first look at `sandbox_id` without waiting for it, for a caller
+        with other work meanwhile (the warm resolve reads its session row). None: this
+        backend has no such look; the caller connects as usual."""
+        return None
 
     @abc.abstractmethod
     def get(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo: ...

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from console import metrics
 
-from ..backends.base import Backend, RemoteError
+from ..backends.base import Backend, Lookahead, RemoteError
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +40,22 @@ def observe(backend: Backend) -> Backend:
         setattr(backend, name, _measured(getattr(backend, name), kind, name))
     for name in CAPABILITIES:
         setattr(backend, name, _capability(getattr(backend, name), kind, name))
+    backend.look_ahead = _looking(backend.look_ahead, kind)  # type: ignore[method-assign,assignment]
     setattr(backend, _MARK, True)
     return backend
+
+
+def _looking(begin: Callable[[str], Lookahead | None], kind: str) -> Callable[[str], Lookahead | None]:
+    """`look_ahead`: the look's answer (`running`) is the call measured, as "look_ahead"."""
+
+    @functools.wraps(begin)
+    def wrapped(sandbox_id: str) -> Lookahead | None:
+        look = begin(sandbox_id)
+        if look is not None:
+            look.running = _measured(look.running, kind, "look_ahead")  # type: ignore[method-assign]
+        return look
+
+    return wrapped
 
 
 def _capability(accessor: Callable[[], Any], kind: str, prefix: str) -> Callable[[], Any]:

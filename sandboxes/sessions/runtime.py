@@ -74,6 +74,7 @@ from ..catalog.bridge import get_backend, sandbox_resources
 from ..catalog.conflicts import Conflict
 from ..catalog.network import network_spec_for, refuse_unless_honoured, spec_fingerprint
 from ..models import ExecSlot, SandboxConfig, Session, SessionState
+from .ahead import Ahead, looking_ahead, remember
 from .inflight import Count, busy_reason, in_flight, quiet_sessions
 from .limits import release_exec_slot, take_exec_slot
 from .lookup import SessionRow, check_session_key, create_session
@@ -249,19 +250,20 @@ class Runtime:
         check_session_key(key)
         looked_up, session = found
         read: SessionRead = None
-        if not looked_up or session is not None:
-            session, read = self.store.read_session_with(
-                binding_key(space.pk, key), turn_key(space.pk, key), SessionRow(space, key)
-            )
-        if session is None:
-            # New: written once, as active (it is resolved now); a racing creator's row if
-            # another process created it first.
-            session = create_session(space, key, config=config, actor=actor, labels=labels, active=True)
-            read = None
-        else:
-            session.space = space
-        with self.telling_deleted(session), resolving_since(started):
-            return self.resolve_session(session, read=read)
+        with looking_ahead(space.pk, key) as ahead:  # the engine answers while the row is read
+            if not looked_up or session is not None:
+                session, read = self.store.read_session_with(
+                    binding_key(space.pk, key), turn_key(space.pk, key), SessionRow(space, key)
+                )
+            if session is None:
+                # New: written once, as active (it is resolved now); a racing creator's row if
+                # another process created it first.
+                session = create_session(space, key, config=config, actor=actor, labels=labels, active=True)
+                read, ahead = None, None
+            else:
+                session.space = space
+            with self.telling_deleted(session), resolving_since(started):
+                return self.resolve_session(session, read=read, ahead=ahead)
 
     def resolve_session(
         self,
@@ -270,23 +272,28 @@ class Runtime:
         own_calls: int = 0,
         may_rebuild: bool = True,
         read: SessionRead = None,
+        ahead: Ahead | None = None,
     ) -> Resolved:
         """Resolve, timed by path and outcome (console.metrics) and logged. `own_calls`: calls
         the caller counted in flight itself (an exec), which a stale rebuild does not wait for.
         `may_rebuild=False` (opening a terminal): a stale sandbox is kept, the ticket unused.
-        `read`: the session's binding and turn lease if the caller read them with its row."""
+        `read`: the session's binding and turn lease if the caller read them with its row.
+        `ahead`: a look at the sandbox sent before the row was read (sessions.ahead)."""
         with observe_resolve(session) as observed:
-            observed.resolved = self._resolve_session(session, own_calls, may_rebuild, read)
+            observed.resolved = self._resolve_session(session, own_calls, may_rebuild, read, ahead)
             return observed.resolved
 
-    def _resolve_session(self, session: Session, own_calls: int, may_rebuild: bool, read: SessionRead) -> Resolved:
+    def _resolve_session(
+        self, session: Session, own_calls: int, may_rebuild: bool, read: SessionRead, ahead: Ahead | None
+    ) -> Resolved:
         bkey, _, tkey = self.keys(session)
-        self._touch(session)
+        if self._touch(session) or session.state != SessionState.RUNNING:
+            ahead = None  # sent before a write that must come first, or the row says not running
         binding, lease = read if read is not None else self.store.read_session(bkey, tkey)
         if binding is not None:
             rebuild = may_rebuild and self.rebuild_allowed(session, binding.created_at, lease)
             if not rebuild:
-                info = self._connect(session, binding, racing=True)
+                info = self._connect(session, binding, racing=True, ahead=ahead)
                 if info is not None and info.sandbox_id == binding.sandbox_id:
                     return self._finish(session, info, binding, "bound")
                 # Gone, or connect answered with another id: settle it under the lock.
@@ -299,16 +306,19 @@ class Runtime:
         return self._resolve_locked(session, rebuild=False)
 
     @staticmethod
-    def _touch(session: Session) -> None:
+    def _touch(session: Session) -> bool:
         """Record activity before the sandbox is looked at. The idle sweep idles only a session
         whose activity did not move, holding its row meanwhile: so this write either lands
         first (the sweep leaves the session alone) or waits for the pause to be done (and the
         connect below resumes the sandbox), never lets a caller open a process in a sandbox
-        being frozen. Sessions active in the last interval are not idle candidates: no write."""
+        being frozen. Sessions active in the last interval are not idle candidates: no write.
+        True when it wrote."""
         now = timezone.now()
         if session.last_activity is None or now - session.last_activity > ACTIVITY_WRITE_INTERVAL:
             Session.objects.filter(pk=session.pk).update(last_activity=now)
             session.last_activity = now
+            return True
+        return False
 
     def _resolve_locked(self, session: Session, *, rebuild: bool, own_calls: int = 0) -> Resolved:
         took_slow_path()
@@ -323,11 +333,19 @@ class Runtime:
                     raise
         raise AssertionError("unreachable")
 
-    def _connect(self, session: Session, binding: Binding, *, racing: bool = False) -> SandboxInfo | None:
+    def _connect(
+        self, session: Session, binding: Binding, *, racing: bool = False, ahead: Ahead | None = None
+    ) -> SandboxInfo | None:
         """Connect (resume); None when the sandbox is gone. A failure that a pause racing the
         resume or an engine at odds with itself explains is repaired and tried once more, then
-        answered in words (`racing`: not holding the session's lock, so wait for its holder)."""
+        answered in words (`racing`: not holding the session's lock, so wait for its holder).
+        `ahead`: a look sent early, which answers for the connect when it found the sandbox
+        bound here running (sessions.ahead)."""
         backend = get_backend(session.config)
+        if ahead is not None:
+            info = ahead.running(backend, binding.sandbox_id)
+            if info is not None:
+                return info
         try:
             return backend.connect(binding.sandbox_id)
         except RemoteError as exc:
@@ -656,6 +674,7 @@ class Runtime:
             Session.objects.filter(pk=session.pk).update(**changes)
             for name, value in changes.items():
                 setattr(session, name, value)
+        remember(session.space_id, session.key, get_backend(session.config), binding.sandbox_id)
         return Resolved(session=session, sandbox=info, binding=binding, action=action)
 
     # Operations ---------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from ..base import (
     HealthInfo,
     IdleMode,
     ListQuery,
+    Lookahead,
     NetworkCapabilities,
     NetworkSpec,
     Page,
@@ -108,6 +109,7 @@ from .pty import DockerPtys
 from .settings import DockerOptions
 from .snapshots import DockerSnapshots
 from .templates import DockerTemplates
+from .wire import Pending
 
 logger = logging.getLogger(__name__)
 
@@ -308,6 +310,17 @@ class DockerBackend(Backend):
                 host_config=host_config,
             )
         return str(created["Id"])
+
+    def look_ahead(self, sandbox_id: str) -> Lookahead | None:
+        # The inspect `connect` starts with, sent now on the engine's socket (wire.py); a
+        # sandbox this adapter paused is resumed by `connect` without one.
+        if self.engine.paused_here(sandbox_id):
+            return None
+        try:
+            pending = self.engine.look_at_sandbox(sandbox_id)
+        except RemoteError:
+            return None
+        return None if pending is None else _Look(self.engine, sandbox_id, pending)
 
     def connect(self, sandbox_id: str, *, timeout_s: float | None = None) -> SandboxInfo:
         seen = self.engine.seen(sandbox_id)
@@ -585,3 +598,24 @@ class DockerVolumes(VolumesCapability):
 
     def delete(self, name: str) -> None:
         self.backend.delete_volume(name)
+
+
+class _Look(Lookahead):
+    """`connect`'s inspect, sent early: what it answers stands for `connect` only when the
+    sandbox runs and this adapter has not paused it since (then `connect` does no more)."""
+
+    def __init__(self, engine: DockerEngine, sandbox_id: str, pending: Pending) -> None:
+        self.engine, self.sandbox_id, self.pending = engine, sandbox_id, pending
+
+    def running(self) -> SandboxInfo | None:
+        try:
+            with _engine_call(f"sandbox {self.sandbox_id}"):
+                info = self.engine.sandbox_info(self.sandbox_id, self.pending.answer())
+        except RemoteError:
+            return None
+        if info.state != SandboxState.RUNNING or self.engine.paused_here(self.sandbox_id):
+            return None
+        return info
+
+    def drop(self) -> None:
+        self.pending.drop()

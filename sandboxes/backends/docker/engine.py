@@ -47,7 +47,7 @@ from .image import LABEL_KIND, LABEL_MANAGED
 from .inbound import LABEL_TRAFFIC_TOKEN
 from .repair import control_timeout
 from .settings import DockerOptions
-from .wire import UnixWire
+from .wire import Pending, UnixWire
 
 # How many images' layer counts an engine object keeps (a few hundred bytes each) before it
 # starts again: a long-lived adapter snapshots from ever new images.
@@ -205,7 +205,20 @@ class DockerEngine:
         """Inspect a console sandbox (not_found for any other container) and remember it."""
         if not _SANDBOX_ID.match(sandbox_id or ""):
             raise RemoteError(ErrorKind.INVALID, f"malformed sandbox id {sandbox_id!r}")
-        attrs = self.inspect_container(sandbox_id, timeout_s=timeout_s)
+        return self.sandbox_info(sandbox_id, self.inspect_container(sandbox_id, timeout_s=timeout_s))
+
+    def look_at_sandbox(self, sandbox_id: str) -> Pending | None:
+        """`inspect_sandbox`'s engine call sent now, its answer read by `sandbox_info(sandbox_id,
+        pending.answer())` (bounded as a control call). None when this engine is not spoken to directly (wire.py)."""
+        wire = self.wire if _SANDBOX_ID.match(sandbox_id or "") else None
+        if wire is None:
+            return None
+        with _engine_call(f"sandbox {sandbox_id}"):
+            return wire.begin_container_inspect(sandbox_id, timeout=self.control_timeout)
+
+    def sandbox_info(self, sandbox_id: str, attrs: dict[str, Any]) -> SandboxInfo:
+        """The console sandbox `sandbox_id` from its inspect (not_found for any other container),
+        remembered."""
         labels = attrs["Config"].get("Labels") or {}
         if labels.get(LABEL_MANAGED) != "1" or labels.get(LABEL_KIND) != KIND_SANDBOX:
             raise RemoteError(ErrorKind.NOT_FOUND, f"sandbox {sandbox_id}: no such sandbox")
@@ -228,8 +241,11 @@ class DockerEngine:
 
     def inspect_container(self, container: str, *, timeout_s: float | None = None) -> dict[str, Any]:
         """`docker inspect`, bounded by `bound(timeout_s)` (a wedged container hangs it)."""
-        api = self.api
         with _engine_call(f"sandbox {container}"):
+            wire = self.wire
+            if wire is not None:
+                return wire.container_inspect(container, timeout=self.bound(timeout_s))
+            api = self.api
             response = api._get(api._url("/containers/{0}/json", container), timeout=self.bound(timeout_s))
             attrs: dict[str, Any] = api._result(response, True)
         return attrs

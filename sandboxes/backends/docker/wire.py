@@ -97,31 +97,24 @@ class UnixWire:
             sock.close()
             raise
 
+    def container_inspect(self, container: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """`GET /containers/{id}/json`: the container's attributes."""
+        return dict(self.begin_container_inspect(container, timeout=timeout).answer())
+
+    def begin_container_inspect(self, container: str, *, timeout: float | None = None) -> Pending:
+        """The same inspect, sent now and read by `answer()` (the engine answers meanwhile)."""
+        return self._begin("GET", f"/containers/{quote(container, safe='')}/json", None, timeout)
+
     def _call(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        return self._begin(method, path, body, None).answer()
+
+    def _begin(self, method: str, path: str, body: dict[str, Any] | None, timeout: float | None) -> Pending:
         payload = None if body is None else json.dumps({k: v for k, v in body.items() if v is not None})
-        headers = {"Content-Type": "application/json"} if payload is not None else {}
-        for attempt in (0, 1):
-            connection, reused = self._take()
-            try:
-                connection.request(method, f"/v{self.version}{path}", payload, headers)
-                response = connection.getresponse()
-                data = response.read()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                connection.close()
-                if reused and attempt == 0:
-                    # A kept connection the engine closed meanwhile (a restart): so did it every
-                    # other one kept then. Those go, and the call goes once more, on a new one.
-                    self.close()
-                    continue
-                raise
-            except BaseException:
-                connection.close()
-                raise
-            self._give_back(connection, response)
-            if response.status >= 400:
-                raise _failure(response.status, data)
-            return json.loads(data) if data else {}
-        raise AssertionError("unreachable")
+        pending = Pending(
+            self, method, f"/v{self.version}{path}", payload, self.timeout if timeout is None else timeout
+        )
+        pending.send()
+        return pending
 
     def _take(self) -> tuple[_UnixConnection, bool]:
         with self._lock:
@@ -143,6 +136,69 @@ class UnixWire:
         with self._lock:
             idle, self._idle = self._idle, []
         for connection in idle:
+            connection.close()
+
+
+class Pending:
+    """One call on a kept connection, sent and not yet read: `answer()` reads it (once), `drop()`
+    gives it up (the connection is closed: an unread answer must never reach the next call).
+    A kept connection the engine closed meanwhile (a restart) is found at either step: so did it
+    every other one kept then. Those go, and the call goes once more, on a new connection."""
+
+    def __init__(self, wire: UnixWire, method: str, url: str, payload: str | None, timeout: float | None) -> None:
+        self.wire, self.method, self.url, self.payload, self.timeout = wire, method, url, payload, timeout
+        self._connection: _UnixConnection | None = None
+        self._reused = False
+
+    def send(self) -> None:
+        connection, self._reused = self.wire._take()
+        self._connection = connection
+        headers = {"Content-Type": "application/json"} if self.payload is not None else {}
+        try:
+            if connection.sock is not None:
+                connection.sock.settimeout(self.timeout)
+            else:
+                connection.timeout = self.timeout
+            connection.request(self.method, self.url, self.payload, headers)
+        except (BrokenPipeError, ConnectionResetError):
+            self.drop()
+            if not self._reused:
+                raise
+            self._again()
+        except BaseException:
+            self.drop()
+            raise
+
+    def _again(self) -> None:
+        self.wire.close()
+        self.send()  # on a new connection now: its failure is raised
+        self._reused = False
+
+    def answer(self) -> Any:
+        connection = self._connection
+        if connection is None:
+            raise RuntimeError("this call's answer was read or dropped already")
+        try:
+            response = connection.getresponse()
+            data = response.read()
+        except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            self.drop()
+            if not self._reused:
+                raise
+            self._again()
+            return self.answer()
+        except BaseException:
+            self.drop()
+            raise
+        self._connection = None
+        self.wire._give_back(connection, response)
+        if response.status >= 400:
+            raise _failure(response.status, data)
+        return json.loads(data) if data else {}
+
+    def drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
             connection.close()
 
 

@@ -46,7 +46,8 @@ def engine() -> Iterator[docker.APIClient]:
 
 
 class EngineCalls:
-    """The requests an adapter's own engine client sends (each still goes to the engine)."""
+    """The requests an adapter's own engine clients send, docker-py's and its direct wire's
+    (each still goes to the engine)."""
 
     def __init__(self, backend: DockerBackend, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[str] = []
@@ -59,6 +60,15 @@ class EngineCalls:
             return send(method, url, *args, **kwargs)
 
         monkeypatch.setattr(api, "request", recorded)
+        wire = backend.engine.wire
+        if wire is not None:
+            begin: Callable[..., Any] = wire._begin
+
+            def sent(method: str, path: str, *args: Any) -> Any:
+                self.calls.append(f"{method} {path}")
+                return begin(method, path, *args)
+
+            monkeypatch.setattr(wire, "_begin", sent)
 
     def during(self, action: Callable[[], Any]) -> list[str]:
         self.calls.clear()

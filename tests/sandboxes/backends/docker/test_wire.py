@@ -1,6 +1,7 @@
-"""The exec's engine calls spoken on the engine's unix socket directly (wire.py): docker-py is
-not asked, kept connections the engine closed are replaced, an engine object builds one wire
-however many threads ask at once, and the engine's refusals are said as docker-py's were."""
+"""The engine calls spoken on the engine's unix socket directly (wire.py): docker-py is not
+asked, kept connections the engine closed are replaced, an engine object builds one wire however
+many threads ask at once, the engine's refusals are said as docker-py's were, and calls sent
+before they are read each get their own answer."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from tests.support.backend_conformance import SandboxFactory
 pytestmark = [pytest.mark.docker]
 
 
-def test_an_exec_on_a_local_engine_does_not_go_through_docker_py(
+def test_an_exec_and_a_look_on_a_local_engine_do_not_go_through_docker_py(
     backend: DockerBackend,  # noqa: F811 - the fixture
     make: SandboxFactory,  # noqa: F811
     monkeypatch: pytest.MonkeyPatch,
@@ -39,6 +40,8 @@ def test_an_exec_on_a_local_engine_does_not_go_through_docker_py(
     monkeypatch.setattr(backend.api, "request", recorded)
     result = backend.exec(info.sandbox_id, ExecRequest(shell="head -c 3000000 /dev/zero | tr '\\0' x; echo; exit 3"))
     assert (result.exit_code, len(result.stdout), result.truncated) == (3, 1024 * 1024, True)
+    assert backend.get(info.sandbox_id).sandbox_id == info.sandbox_id
+    assert backend.connect(info.sandbox_id).state == "running"
     assert sent == []
 
 
@@ -77,10 +80,28 @@ def test_the_engines_refusals_are_said_as_before(
     assert paused.value.message.startswith("exec in sandbox")
     wire = backend.engine.wire
     assert wire is not None
-    with pytest.raises(RemoteError) as missing, _engine_call("looking"):
-        wire.exec_inspect("0" * 64)
-    assert missing.value.kind == ErrorKind.NOT_FOUND
-    assert missing.value.message == f"looking: No such exec instance: {'0' * 64}"
+    for ask, said in ((wire.exec_inspect, "No such exec instance"), (wire.container_inspect, "No such container")):
+        with pytest.raises(RemoteError) as missing, _engine_call("looking"):
+            ask("0" * 64)
+        assert missing.value.kind == ErrorKind.NOT_FOUND
+        assert missing.value.message == f"looking: {said}: {'0' * 64}"
+
+
+def test_calls_sent_before_either_is_read_each_get_their_own_answer(
+    backend: DockerBackend,  # noqa: F811 - the fixture
+    make: SandboxFactory,  # noqa: F811
+) -> None:
+    first, second = make(), make()
+    wire = backend.engine.wire
+    assert wire is not None
+    one = wire.begin_container_inspect(first.sandbox_id)
+    two = wire.begin_container_inspect(second.sandbox_id)
+    dropped = wire.begin_container_inspect(first.sandbox_id)
+    dropped.drop()  # given up unread: its answer must reach no later call
+    assert two.answer()["Id"] == second.sandbox_id
+    assert one.answer()["Id"] == first.sandbox_id
+    for _ in range(KEPT + 1):
+        assert wire.container_inspect(second.sandbox_id)["Id"] == second.sandbox_id
 
 
 def test_an_error_answer_to_a_start_is_read_as_its_head_frames_it(tmp_path: Path) -> None:

@@ -1,0 +1,99 @@
+"""A warm resolve's look at its sandbox sent while the session's row is read (sessions.ahead):
+the engine is asked once, and the look answers only for the sandbox the row binds, running,
+when nothing had to be written first."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import docker
+import pytest
+from django.utils import timezone
+
+from sandboxes.catalog.bridge import get_backend
+from sandboxes.models import SandboxConfig, Session, SessionState
+from sandboxes.sessions import ahead
+from sandboxes.sessions.runtime import Runtime
+from tests.personas import World
+from tests.sandboxes.backends.docker.test_engine_loss import proxied_config, proxy  # noqa: F401 - fixtures
+from tests.support.engine_proxy import EngineProxy
+
+pytestmark = pytest.mark.django_db
+
+
+def inspects(engine: EngineProxy, sandbox_id: str) -> int:
+    return len(engine.requests(rf"^GET /v[\d.]+/containers/{sandbox_id}/json$"))
+
+
+def test_a_warm_resolve_asks_the_engine_once_while_its_row_is_read(
+    world: World,
+    proxy: EngineProxy,  # noqa: F811 - the fixture
+    proxied_config: SandboxConfig,  # noqa: F811
+) -> None:
+    runtime = Runtime()
+    sandbox_id = runtime.resolve(world.space_a, "warm").sandbox.sandbox_id
+    runtime.resolve(world.space_a, "warm")
+    before = inspects(proxy, sandbox_id)
+    for _ in range(3):
+        resolved = runtime.resolve(world.space_a, "warm")
+        assert (resolved.action, resolved.sandbox.sandbox_id, resolved.sandbox.state) == (
+            "bound",
+            sandbox_id,
+            "running",
+        )
+    # One inspect each: the look's answer stood for the connect (without it: look and connect).
+    assert inspects(proxy, sandbox_id) - before == 3
+
+
+def test_a_look_at_another_sessions_sandbox_is_never_its_answer(
+    world: World,
+    proxy: EngineProxy,  # noqa: F811 - the fixture
+    proxied_config: SandboxConfig,  # noqa: F811
+) -> None:
+    runtime = Runtime()
+    mine = runtime.resolve(world.space_a, "mine")
+    theirs = runtime.resolve(world.space_a, "theirs")
+    # This process's memory of where a session was says the wrong running sandbox.
+    backend = get_backend(mine.session.config)
+    ahead.remember(world.space_a.pk, "mine", backend, theirs.sandbox.sandbox_id)
+    resolved = runtime.resolve(world.space_a, "mine")
+    assert resolved.sandbox.sandbox_id == mine.sandbox.sandbox_id
+    assert Session.objects.get(pk=mine.session.pk).sandbox_id == mine.sandbox.sandbox_id
+
+
+def test_a_sandbox_paused_behind_the_consoles_back_is_resumed_not_answered_as_it_was_seen(
+    world: World,
+    proxy: EngineProxy,  # noqa: F811 - the fixture
+    proxied_config: SandboxConfig,  # noqa: F811
+) -> None:
+    runtime = Runtime()
+    sandbox_id = runtime.resolve(world.space_a, "paused").sandbox.sandbox_id
+    engine = docker.APIClient(timeout=30)
+    engine.pause(sandbox_id)
+    resolved = runtime.resolve(world.space_a, "paused")
+    assert (resolved.sandbox.sandbox_id, resolved.sandbox.state) == (sandbox_id, "running")
+    assert engine.inspect_container(sandbox_id)["State"]["Status"] == "running"
+
+
+@pytest.mark.parametrize("why", ["row says paused", "activity written first"])
+def test_a_look_sent_before_what_must_come_first_is_dropped(
+    world: World,
+    proxy: EngineProxy,  # noqa: F811 - the fixture
+    proxied_config: SandboxConfig,  # noqa: F811
+    why: str,
+) -> None:
+    """A row not saying running (a pause or rebuild under way) is connected to as before; so is
+    a session whose activity is written before its sandbox is looked at (`Runtime._touch`)."""
+    runtime = Runtime()
+    resolved = runtime.resolve(world.space_a, "dropped")
+    sandbox_id = resolved.sandbox.sandbox_id
+    rows = Session.objects.filter(pk=resolved.session.pk)
+    if why == "row says paused":
+        rows.update(state=SessionState.PAUSED)
+    else:
+        rows.update(last_activity=timezone.now() - timedelta(hours=1))
+    before = inspects(proxy, sandbox_id)
+    again = runtime.resolve(world.space_a, "dropped")
+    assert (again.sandbox.sandbox_id, again.sandbox.state) == (sandbox_id, "running")
+    assert inspects(proxy, sandbox_id) - before == 2  # the look, then the connect's own
+    assert rows.get().state == SessionState.RUNNING
