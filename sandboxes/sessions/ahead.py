@@ -16,6 +16,7 @@ as before. A wrong guess costs one inspect.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,8 +24,9 @@ from typing import Any
 from ..backends.base import Backend, Lookahead, SandboxInfo
 
 # Sessions remembered by this process; cleared when full (each then resolves once without).
+# The adapter is held weakly: one replaced by a config's edit (and closed) is let go.
 KEPT = 4096
-_last: dict[tuple[Any, str], tuple[Backend, str]] = {}
+_last: dict[tuple[Any, str], tuple[weakref.ref[Backend], str]] = {}
 
 
 @dataclass
@@ -46,22 +48,22 @@ def looking_ahead(space_id: Any, key: str) -> Iterator[Ahead | None]:
     """The look at the sandbox the session `key` of `space_id` was last resolved to (None:
     not resolved here yet, or its adapter has no such look); dropped on the way out."""
     last = _last.get((space_id, key))
-    look = last[0].look_ahead(last[1]) if last is not None else None
+    backend = last[0]() if last is not None else None
+    look = backend.look_ahead(last[1]) if backend is not None and last is not None else None
+    if look is None or backend is None or last is None:
+        yield None
+        return
     try:
-        yield None if look is None or last is None else Ahead(last[0], last[1], look)
+        yield Ahead(backend, last[1], look)
     finally:
-        if look is not None:
-            look.drop()
+        look.drop()
 
 
 def remember(space_id: Any, key: str, backend: Backend, sandbox_id: str) -> None:
     """The session `key` of `space_id` resolved to `sandbox_id` on `backend`."""
-    if _last.get((space_id, key)) == (backend, sandbox_id):
+    last = _last.get((space_id, key))
+    if last is not None and last[1] == sandbox_id and last[0]() is backend:
         return
     if len(_last) >= KEPT:
         _last.clear()
-    _last[(space_id, key)] = (backend, sandbox_id)
-
-
-def forget(space_id: Any, key: str) -> None:
-    _last.pop((space_id, key), None)
+    _last[(space_id, key)] = (weakref.ref(backend), sandbox_id)

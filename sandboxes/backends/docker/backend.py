@@ -155,6 +155,7 @@ class DockerBackend(Backend):
         self.listing = DockerListing(self.engine)
         self.outbound = DockerEgress(self.engine, self.networks, EgressSettings.from_options(options))
         self.disk = DockerDisk(self)  # disk limits: bounded file systems, the layer's size
+        self.closed = False
 
     # Engine connection ---------------------------------------------------------------
 
@@ -167,6 +168,7 @@ class DockerBackend(Backend):
         return self.engine.api
 
     def close(self) -> None:
+        self.closed = True
         self.engine.close()
 
     def health(self) -> HealthInfo:
@@ -313,8 +315,9 @@ class DockerBackend(Backend):
 
     def look_ahead(self, sandbox_id: str) -> Lookahead | None:
         # The inspect `connect` starts with, sent now on the engine's socket (wire.py); a
-        # sandbox this adapter paused is resumed by `connect` without one.
-        if self.engine.paused_here(sandbox_id):
+        # sandbox this adapter paused is resumed by `connect` without one. A closed adapter
+        # (replaced by an edit of its config) is not opened again for a look.
+        if self.closed or self.engine.paused_here(sandbox_id):
             return None
         try:
             pending = self.engine.look_at_sandbox(sandbox_id)

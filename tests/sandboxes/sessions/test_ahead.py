@@ -97,3 +97,20 @@ def test_a_look_sent_before_what_must_come_first_is_dropped(
     assert (again.sandbox.sandbox_id, again.sandbox.state) == (sandbox_id, "running")
     assert inspects(proxy, sandbox_id) - before == 2  # the look, then the connect's own
     assert rows.get().state == SessionState.RUNNING
+
+
+def test_an_adapter_replaced_by_an_edit_of_its_config_is_not_opened_again_for_a_look(
+    world: World,
+    proxy: EngineProxy,  # noqa: F811 - the fixture
+    proxied_config: SandboxConfig,  # noqa: F811
+) -> None:
+    runtime = Runtime()
+    resolved = runtime.resolve(world.space_a, "edited")
+    old = get_backend(resolved.session.config)
+    config = SandboxConfig.objects.get(pk=proxied_config.pk)
+    config.memory_mb = (config.memory_mb or 512) + 1
+    config.save()
+    assert get_backend(config) is not old  # as another request would: the old one is closed
+    again = runtime.resolve(world.space_a, "edited")
+    assert again.sandbox.sandbox_id == resolved.sandbox.sandbox_id
+    assert (old.engine._client, old.engine._wire) == (None, None)  # type: ignore[attr-defined]
