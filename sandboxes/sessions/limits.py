@@ -317,23 +317,33 @@ _local_lock = threading.Lock()
 # Measured (bench/module_caches.py): a count on the kept client 134 us, on a new client 1,629 us.
 _redis: dict[str, tuple[Any, Any]] = {}  # URL -> (client, its script counting a call)
 
-# KEYS: the window before, this window. ARGV: the weight of the one before, the maximum, the
-# keys' TTL. Counts the call unless it would not fit; returns [counted, before, this one's].
+# KEYS: the window before, this window. ARGV: the seconds of the one before still within the
+# last minute, the window's seconds, the maximum, the keys' TTL. Counts the call unless it
+# would not fit (`_fits`, the same sum); returns [counted, before, this one's].
 _COUNT_CALL = """
 local before = tonumber(redis.call('GET', KEYS[1]) or '0')
 local current = tonumber(redis.call('GET', KEYS[2]) or '0')
-if before * tonumber(ARGV[1]) + current + 1 > tonumber(ARGV[2]) then
+local window = tonumber(ARGV[2])
+if before * tonumber(ARGV[1]) + (current + 1) * window > tonumber(ARGV[3]) * window then
   return {0, before, current}
 end
 current = redis.call('INCR', KEYS[2])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
 return {1, before, current}
 """
 
 
-def _count_request(counter: str, window: int, weight: float, maximum: int) -> tuple[bool, int, int]:
+def _fits(before: int, left: float, current: int, maximum: int) -> bool:
+    """Whether one more call fits: the window before weighs `left` / WINDOW_S. Multiplied out
+    rather than divided: `left` is exact (a difference of close times), so are these products
+    and sums, and a client that waits Retry-After lands on the limit exactly, never a rounding
+    above it."""
+    return before * left + (current + 1) * WINDOW_S <= maximum * WINDOW_S
+
+
+def _count_request(counter: str, window: int, left: float, maximum: int) -> tuple[bool, int, int]:
     """Count one call in `window` unless the calls of the last minute would pass `maximum`
-    with it (the window before weighs `weight`); whether it was counted, and the counts
+    with it (the window before weighs `left` / WINDOW_S); whether it was counted, and the counts
     of the window before and of this one. Refused calls are not counted."""
     if settings.REDIS_URL:
         kept = _redis.get(settings.REDIS_URL)
@@ -343,13 +353,13 @@ def _count_request(counter: str, window: int, weight: float, maximum: int) -> tu
             client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, socket_timeout=2)
             kept = _redis[settings.REDIS_URL] = (client, client.register_script(_COUNT_CALL))
         keys = [f"console:api-rate:{{{counter}}}:{w}" for w in (window - 1, window)]
-        counted, before, current = kept[1](keys=keys, args=[repr(weight), maximum, WINDOW_S * 2])
+        counted, before, current = kept[1](keys=keys, args=[repr(left), WINDOW_S, maximum, WINDOW_S * 2])
         return bool(counted), int(before), int(current)
     with _local_lock:
         seen, current, before = _local_windows.get(counter, (window, 0, 0))
         if seen != window:
             current, before = 0, (current if seen == window - 1 else 0)
-        counted = before * weight + current + 1 <= maximum
+        counted = _fits(before, left, current, maximum)
         current += counted
         _local_windows[counter] = (window, current, before)
         if len(_local_windows) > 10_000:  # forget other spaces' old windows
@@ -358,14 +368,16 @@ def _count_request(counter: str, window: int, weight: float, maximum: int) -> tu
         return counted, before, current
 
 
-def _retry_after_s(gone: float, before: int, current: int, maximum: int) -> int:
-    """Seconds until one more call fits if no other is counted meanwhile; `gone`: the share
-    of this window past."""
+def _retry_after_s(left: float, before: int, current: int, maximum: int) -> int:
+    """Whole seconds until one more call fits (`_fits`) if no other is counted meanwhile, at
+    least one; `left`: the seconds left in this window."""
     if maximum <= 0:
-        return math.ceil((1 - gone) * WINDOW_S)
-    if current < maximum:  # when the window before weighs little enough
-        return math.ceil((1 - (maximum - current - 1) / before - gone) * WINDOW_S)
-    return math.ceil((1 - gone + 1 - (maximum - 1) / current) * WINDOW_S)  # in the next window
+        wait = left
+    elif current < maximum:  # when the window before weighs little enough
+        wait = left - (maximum - current - 1) * WINDOW_S / before
+    else:  # in the next window, when this one weighs little enough
+        wait = left + WINDOW_S - (maximum - 1) * WINDOW_S / current
+    return max(1, math.ceil(wait))
 
 
 def check_api_rate(space: Space, *, now: float | None = None) -> None:
@@ -379,9 +391,9 @@ def check_api_rate(space: Space, *, now: float | None = None) -> None:
     maximum = limits_of(space, max_age_s=LIMITS_CACHE_S)["api_requests_per_minute"]
     now = time.time() if now is None else now
     window = int(now // WINDOW_S)
-    gone = now / WINDOW_S - window
+    left = WINDOW_S - (now - window * WINDOW_S)  # exact: both differences are of close numbers
     try:
-        counted, before, current = _count_request(f"space:{space.pk}", window, 1 - gone, maximum)
+        counted, before, current = _count_request(f"space:{space.pk}", window, left, maximum)
     except (OSError, RedisError):
         return  # a limiter that cannot count lets the call through rather than fail it
     if not counted:
@@ -389,5 +401,5 @@ def check_api_rate(space: Space, *, now: float | None = None) -> None:
             "api_requests_per_minute",
             maximum,
             f"This space's API tokens sent more than {maximum} requests in the last minute, the space's limit.",
-            retry_after_s=_retry_after_s(gone, before, current, maximum),
+            retry_after_s=_retry_after_s(left, before, current, maximum),
         )

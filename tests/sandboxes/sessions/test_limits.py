@@ -206,8 +206,8 @@ def test_api_requests_per_minute_per_space(world: World, agent: Agent, settings:
 
 @pytest.mark.parametrize("shared", [True, False], ids=["redis", "this-process"])
 def test_api_requests_per_minute_hold_across_the_turn_of_a_minute(world: World, settings: Any, shared: bool) -> None:
-    """A minute's calls spent at its end leave none for the start of the next: no 60 s ever
-    holds more than about the limit (the previous minute's count weighs by its share left)."""
+    """A minute's calls spent at its end leave none for the start of the next (the previous
+    minute's count weighs by its share left): no burst of twice the limit around the turn."""
     settings.REDIS_URL = REDIS_URL if shared else ""
     limits._local_windows.clear()
     set_limits(world, api_requests_per_minute=5)
@@ -234,6 +234,62 @@ def test_api_requests_per_minute_hold_across_the_turn_of_a_minute(world: World, 
     # Refused calls are not counted: a client that keeps trying still gets its share later.
     assert passed(turn + 61, 20) == 1
     assert passed(turn + 150, 5) == 4  # half of the one call that passed, not of twenty
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["redis", "this-process"])
+def test_api_requests_per_minute_pass_at_most_twice_the_limit_less_one_in_any_60_s(
+    world: World, settings: Any, shared: bool
+) -> None:
+    """The bound docs/operations.md states: the previous minute's calls weigh as if spread
+    over it, so calls bunched at its end let up to twice the limit less one into some 60 s
+    (reached by a client calling as soon as one fits), never more."""
+    settings.REDIS_URL = REDIS_URL if shared else ""
+    limits._local_windows.clear()
+    set_limits(world, api_requests_per_minute=5)
+    turn = (int(time.time() // limits.WINDOW_S) + 2) * limits.WINDOW_S
+    passed = [turn - 0.5] * 5
+    for at in passed:  # the limit spent at the end of a minute
+        limits.check_api_rate(world.space_a, now=at)
+    for tick in range(480):  # then three calls every half second for four minutes
+        at = turn + tick / 2
+        for _ in range(3):
+            with contextlib.suppress(LimitExceeded):
+                limits.check_api_rate(world.space_a, now=at)
+                passed.append(at)
+    most = max(sum(1 for t in passed if start <= t < start + limits.WINDOW_S) for start in passed)
+    assert most == 2 * 5 - 1
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["redis", "this-process"])
+def test_api_requests_per_minute_retry_after_is_when_one_more_call_fits(
+    world: World, settings: Any, shared: bool
+) -> None:
+    """A client that waits exactly Retry-After gets through, and not a second sooner: on whole
+    seconds too, where the share of the minute before lands on a limit exactly."""
+    settings.REDIS_URL = REDIS_URL if shared else ""
+    limits._local_windows.clear()
+    first = (int(time.time() // limits.WINDOW_S) + 2) * limits.WINDOW_S
+    late = []
+    for case, (maximum, at, wait) in enumerate((m, a, w) for m in (1, 3, 5) for a in range(60) for w in (0, 45)):
+        set_limits(world, api_requests_per_minute=maximum)
+        limits._limits_cache.clear()
+        turn = first + case * 5 * limits.WINDOW_S  # minutes of its own
+        for _ in range(maximum):
+            limits.check_api_rate(world.space_a, now=turn + at)
+        try:
+            limits.check_api_rate(world.space_a, now=turn + at + wait)
+            continue  # the minute before weighs little enough already
+        except LimitExceeded as refused:
+            retry = refused.retry_after_s
+        assert 1 <= retry <= 2 * limits.WINDOW_S
+        if retry > 1:
+            with pytest.raises(LimitExceeded):
+                limits.check_api_rate(world.space_a, now=turn + at + wait + retry - 1)
+        try:
+            limits.check_api_rate(world.space_a, now=turn + at + wait + retry)
+        except LimitExceeded:
+            late.append((maximum, at, wait, retry))
+    assert not late, f"refused after waiting Retry-After (limit, at, waited, Retry-After): {late[:5]}"
 
 
 def test_limits_are_set_by_platform_admins_and_read_by_members(world: World) -> None:
