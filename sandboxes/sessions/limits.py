@@ -341,10 +341,13 @@ def _fits(before: int, left: float, current: int, maximum: int) -> bool:
     return before * left + (current + 1) * WINDOW_S <= maximum * WINDOW_S
 
 
-def _count_request(counter: str, window: int, left: float, maximum: int) -> tuple[bool, int, int]:
+def _count_request(counter: str, window: int, left: float, maximum: int) -> tuple[bool, int, int, float]:
     """Count one call in `window` unless the calls of the last minute would pass `maximum`
-    with it (the window before weighs `left` / WINDOW_S); whether it was counted, and the counts
-    of the window before and of this one. Refused calls are not counted."""
+    with it (the window before weighs `left` / WINDOW_S); whether it was counted, the counts of
+    the window before and of this one, and `left` as weighed (in this process, a call timed
+    before a turn that another already counted past counts at the start of the newer window:
+    one window is kept, and forgetting it would let the limit through again). Refused calls
+    are not counted."""
     if settings.REDIS_URL:
         kept = _redis.get(settings.REDIS_URL)
         if kept is None:
@@ -354,10 +357,12 @@ def _count_request(counter: str, window: int, left: float, maximum: int) -> tupl
             kept = _redis[settings.REDIS_URL] = (client, client.register_script(_COUNT_CALL))
         keys = [f"console:api-rate:{{{counter}}}:{w}" for w in (window - 1, window)]
         counted, before, current = kept[1](keys=keys, args=[repr(left), WINDOW_S, maximum, WINDOW_S * 2])
-        return bool(counted), int(before), int(current)
+        return bool(counted), int(before), int(current), left
     with _local_lock:
         seen, current, before = _local_windows.get(counter, (window, 0, 0))
-        if seen != window:
+        if window < seen:  # timed before a turn another call already counted past (threads)
+            window, left = seen, float(WINDOW_S)  # counted at the start of that newer window
+        elif seen != window:
             current, before = 0, (current if seen == window - 1 else 0)
         counted = _fits(before, left, current, maximum)
         current += counted
@@ -365,7 +370,7 @@ def _count_request(counter: str, window: int, left: float, maximum: int) -> tupl
         if len(_local_windows) > 10_000:  # forget other spaces' old windows
             for stale in [k for k, (w, _, _) in _local_windows.items() if w < window - 1]:
                 del _local_windows[stale]
-        return counted, before, current
+        return counted, before, current, left
 
 
 def _retry_after_s(left: float, before: int, current: int, maximum: int) -> int:
@@ -393,7 +398,7 @@ def check_api_rate(space: Space, *, now: float | None = None) -> None:
     window = int(now // WINDOW_S)
     left = WINDOW_S - (now - window * WINDOW_S)  # exact: both differences are of close numbers
     try:
-        counted, before, current = _count_request(f"space:{space.pk}", window, left, maximum)
+        counted, before, current, left = _count_request(f"space:{space.pk}", window, left, maximum)
     except (OSError, RedisError):
         return  # a limiter that cannot count lets the call through rather than fail it
     if not counted:
