@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Count, Q
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from console.models import NetworkPolicy, Space
@@ -201,13 +201,13 @@ def ready_memory_mb(configs: list[SandboxConfig]) -> dict[object, float | None]:
     """Memory one ready sandbox of each pool uses now (MiB), by config id: read from the
     backend's stats of its longest ready member (one query for all, one backend call each);
     None when it has none ready or cannot tell."""
+    longest = PoolMember.objects.filter(config=OuterRef("pk"), state=MemberState.READY).order_by("ready_at")
     members = (
-        PoolMember.objects.filter(config__in=[c.pk for c in configs], state=MemberState.READY)
-        .order_by("config_id", "ready_at")
-        .distinct("config_id")
-        .values_list("config_id", "sandbox_id")
+        SandboxConfig.objects.filter(pk__in=[c.pk for c in configs])
+        .annotate(member=Subquery(longest.values("sandbox_id")[:1]))  # not DISTINCT ON: SQLite too
+        .values_list("pk", "member")
     )
-    ready = dict(members)
+    ready = {pk: sandbox_id for pk, sandbox_id in members if sandbox_id is not None}
     return {c.pk: _memory_mb(c, ready[c.pk]) if c.pk in ready else None for c in configs}
 
 

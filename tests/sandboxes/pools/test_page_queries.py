@@ -6,6 +6,7 @@ itself (Kubernetes, on the fake cluster) are listed once per platform backend an
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from tests.factories import make_backend, make_config, make_space
 from tests.fakes.kube.cluster import FakeCluster
 from tests.personas import World
 from tests.support.kube_backend import make_kube_backend
+from tests.support.sqlite_rerun import rerun_on_sqlite
 from tests.support.tuning import Tuned
 
 pytestmark = [pytest.mark.docker]
@@ -159,3 +161,8 @@ def test_pools_the_backend_keeps_are_listed_once_for_any_number_of_configs(
     assert warm_pool_lists(fake_cluster) - lists == 2
     assert html.count("kept by the backend itself") == 10
     assert ten == one, f"{ten} queries for ten pools, {one} for one"
+
+
+def test_the_pages_read_the_pools_memory_on_sqlite_too(tmp_path: Path) -> None:
+    # SQLite has no DISTINCT ON: the first ready member of each pool is read without it.
+    rerun_on_sqlite(__file__, "a_spaces_page_queries_the_same", tmp_path)
