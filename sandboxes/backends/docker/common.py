@@ -66,7 +66,14 @@ TEMPLATE_REPOSITORY = "sandbox-console"
 DOCKER_MAX_LAYERS = 125
 DEFAULT_API_TIMEOUT_S = 120
 STOP_GRACE_S = 5
-PTY_PID_DIR = "/tmp/.console-pty"  # noqa: S108 - a path inside the sandbox, not on the host
+# Where a terminal records its shell's in-container pid, by the terminal's user: (folder, mode).
+# The path shows in the launcher's command line, so a root terminal's is in /run, which uid 1000
+# cannot write: in /tmp the user could plant a link at it first (the host's fs.protected_symlinks
+# may be 0) and root would write through it. The session user's may stay where it can write.
+PTY_PID_DIRS = {
+    "user": ("/tmp/.console-pty", "1777"),  # noqa: S108 - a path inside the sandbox, not on the host
+    "root": ("/run/.console-pty", "700"),
+}
 
 # Exec users: the sandbox account, or root for the explicit install path. (uid, home)
 _USERS = {"user": (SANDBOX_UID, "/home/user"), "root": (0, "/root")}

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..base import ErrorKind, PtySize, RemoteError
 from ..capabilities import PtyCapability, PtyHandle
-from .common import PTY_PID_DIR, _engine_call
+from .common import PTY_PID_DIRS, _engine_call
 from .exec import DockerExec, _ExecStream
 
 if TYPE_CHECKING:
@@ -41,9 +41,9 @@ class DockerPtys(PtyCapability):
         container_id = self.engine.container_id(sandbox_id)
         uid, home = DockerExec._exec_user(user)
         pty_id = secrets.token_hex(8)
-        pid_file = f"{PTY_PID_DIR}/{pty_id}.pid"
+        folder, mode = PTY_PID_DIRS[user]
         # Record the in-container pid (exec_inspect's Pid is the host's) before becoming the shell.
-        launcher = f'mkdir -p -m 1777 {PTY_PID_DIR} 2>/dev/null; echo $$ > {pid_file}; exec "$@"'
+        launcher = f'mkdir -p -m {mode} {folder} 2>/dev/null; echo $$ > {_pid_file(user, pty_id)}; exec "$@"'
         api = self.engine.api
         with _engine_call(f"opening a terminal in sandbox {sandbox_id}"):
             exec_id = api.exec_create(
@@ -86,7 +86,7 @@ class DockerPty(PtyHandle):
         self.exec_id = exec_id
         self.pty_id = pty_id
         self.stream = stream
-        self.pid_file = f"{PTY_PID_DIR}/{pty_id}.pid"
+        self.pid_file = _pid_file(user, pty_id)
         self._started = False
 
     def read(self, max_bytes: int = 65536, timeout: float | None = None) -> bytes:
@@ -121,8 +121,8 @@ class DockerPty(PtyHandle):
     def kill(self) -> None:
         if self.is_running():
             script = (
-                # The file is the session user's to rewrite: root signals only a process id
-                # above 1 (not -1, every process, nor tini, whose end stops the sandbox).
+                # A session user's file is theirs to rewrite: only a process id above 1 is
+                # signalled (not -1, every process, nor tini, whose end stops the sandbox).
                 'pid=$(cat "$0" 2>/dev/null) || exit 0; '
                 'case "$pid" in ""|*[!0-9]*|0|1) rm -f "$0"; exit 0;; esac; kill -HUP "$pid" 2>/dev/null; '
                 "for i in 1 2 3 4 5 6 7 8 9 10; do "
@@ -152,3 +152,8 @@ class DockerPty(PtyHandle):
         poller = select.poll()
         poller.register(self.stream.raw, select.POLLIN | select.POLLHUP)
         return bool(poller.poll(0))
+
+
+def _pid_file(user: str, pty_id: str) -> str:
+    """Where the terminal `pty_id` of `user` records its shell's pid (common.PTY_PID_DIRS)."""
+    return f"{PTY_PID_DIRS[user][0]}/{pty_id}.pid"

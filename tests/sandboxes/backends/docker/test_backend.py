@@ -31,6 +31,7 @@ from sandboxes.backends.base import (
     SandboxState,
     TemplateBuildSpec,
 )
+from sandboxes.backends.capabilities import PtyHandle
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.backends.docker.common import _KILL_GROUP
 from sandboxes.backends.docker.egress.proxy import squid_available
@@ -78,6 +79,31 @@ START_WATCHER = (
     'mkdir -m 700 /tmp/.watch && (setsid python3 -c "$0" /tmp/.watch > /dev/null 2>&1 < /dev/null &)'
     "; for i in $(seq 200); do [ -e /tmp/.watch/ready ] && exec cat /tmp/.watch/ready; sleep 0.05; done; exit 1"
 )
+
+
+# As uid 1000: links every absolute path ending in .pid that appears in any process's command line
+# to /etc/console-victim, as soon as the process shows up (for 60 s); $1/ready once it scans.
+PID_FILE_RACER = """
+import os, re, sys, time
+seen = set()
+path = re.compile(rb"/[A-Za-z0-9_./-]+[.]pid")
+end = time.time() + 60
+open(os.path.join(sys.argv[1], "ready"), "w").close()
+while time.time() < end:
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            found = path.findall(open("/proc/%s/cmdline" % pid, "rb").read())
+        except OSError:
+            continue
+        for link in found:
+            try:
+                os.symlink("/etc/console-victim", link)
+            except OSError:
+                pass
+"""
 
 
 @pytest.fixture(scope="module")
@@ -462,10 +488,7 @@ class TestDockerBackend:
             assert terminal.is_running()
         finally:
             terminal.kill()
-        deadline = time.monotonic() + 5
-        while terminal.is_running() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not terminal.is_running()
+        _wait_ended(terminal)
         terminal.kill()  # idempotent
 
     def test_pty_kill_takes_only_a_process_id_from_the_users_pid_file(
@@ -496,10 +519,49 @@ class TestDockerBackend:
             )
             assert alive.exit_code == 0, f"the terminal kill signalled {named}: {alive}"
 
+    def test_a_root_terminal_never_writes_through_a_link_the_user_plants(
+        self, backend: DockerBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        """A terminal records its shell's pid in a file named in its command line; a root one
+        must not write it where uid 1000 can plant a link (the host's fs.protected_symlinks
+        may be 0). A racer as uid 1000 links every pid-file path it sees in a new process's
+        command line to a root-owned file while root terminals are opened, used and closed:
+        the file stays as it was, and each terminal still ends when killed."""
+        info = make_sandbox()
+        assert run(backend, info.sandbox_id, "echo original > /etc/console-victim", user="root") == ""
+        started = backend.exec(
+            info.sandbox_id,
+            ExecRequest(
+                argv=(
+                    "sh",
+                    "-c",
+                    'mkdir -m 700 /tmp/.racer && (setsid python3 -c "$0" /tmp/.racer > /dev/null 2>&1 < /dev/null &)'
+                    "; for i in $(seq 200); do [ -e /tmp/.racer/ready ] && exit 0; sleep 0.05; done; exit 1",
+                    PID_FILE_RACER,
+                )
+            ),
+        )
+        assert started.exit_code == 0, started
+        for _ in range(20):
+            terminal = backend.pty().open(info.sandbox_id, PtySize(cols=80, rows=24), user="root")
+            try:
+                terminal.write(b"echo uid-$(id -u) marker-$((40+2))\n")
+                assert b"uid-0 marker-42" in _read_until(terminal, b"uid-0 marker-42")
+            finally:
+                terminal.kill()
+            _wait_ended(terminal)
+        assert run(backend, info.sandbox_id, "cat /etc/console-victim", user="root") == "original\n"
+
+
+def _wait_ended(terminal: PtyHandle, within: float = 5) -> None:
+    """Until the terminal (killed) no longer runs; fails past `within` seconds."""
+    deadline = time.monotonic() + within
+    while terminal.is_running() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not terminal.is_running()
+
 
 def _read_until(terminal: object, needle: bytes, timeout: float = 10) -> bytes:
-    from sandboxes.backends.capabilities import PtyHandle
-
     assert isinstance(terminal, PtyHandle)
     output = b""
     deadline = time.monotonic() + timeout
