@@ -42,7 +42,9 @@ from .stream import STATUS, STDERR, STDIN, STDOUT, ChannelStream, exec_path, exe
 BACKSTOP_GRACE_S = 2.0
 STDIN_CHUNK = 64 * 1024
 HOMES = {"user": "/home/user", "root": "/root"}
-# Where pid files go: a root command's in a folder uid 1000 cannot write (see docker/common.py).
+# Where pid files go: a root command's in a folder uid 1000 cannot write. The path shows in the
+# command line, so in /tmp the user could plant a link at it before the command writes it (the
+# node's fs.protected_symlinks may be 0) and root would write its pid through the link.
 PID_DIRS = {"user": "/tmp", "root": "/run"}  # noqa: S108 - paths inside the pod
 # The longest command sent in the URL; a longer one goes on stdin (`carried`).
 MAX_QUERY_BYTES = 6 * 1024
