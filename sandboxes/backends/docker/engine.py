@@ -71,7 +71,10 @@ class DockerEngine:
         self.resolver = resolver or system_resolver  # remote engines' names (tcp://, ssh://)
         self._client: docker.DockerClient | None = None
         self._wire: UnixWire | None = None
-        self._wire_lock = threading.Lock()  # request threads' first execs build one wire
+        # Request threads' first calls build one client and one wire. Taken in this order only
+        # (`wire` asks `client` under its lock), so neither waits on the other in a cycle.
+        self._wire_lock = threading.Lock()
+        self._client_lock = threading.Lock()
         self._tls_dir: tempfile.TemporaryDirectory[str] | None = None
         # Console sandboxes by full container id, as last inspected. Ids, labels, template and
         # creation time never change, so an id here needs no check that it is a console
@@ -97,25 +100,35 @@ class DockerEngine:
 
     @property
     def client(self) -> docker.DockerClient:
-        if self._client is None:
-            with _engine_call("connecting to the Docker engine"):
-                if self.config.endpoint.startswith(("tcp://", "ssh://")):
-                    self._client = self._remote_client(self.config.endpoint)
-                elif self.config.endpoint:
-                    if self.config.endpoint.startswith(SCHEME):
-                        try:
-                            check_unix_socket(self.config.endpoint)  # a socket, never /etc/passwd
-                        except RemoteError as exc:
-                            raise RemoteError(
-                                exc.kind, f"connecting to the Docker engine: {exc.message}", retryable=exc.retryable
-                            ) from None
-                    self._client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
-                else:
-                    self._client = docker.from_env(timeout=self.api_timeout)
-                # The engine is never reached through an HTTP proxy; without this, requests
-                # scans the whole environment for proxy settings on every call.
-                self._client.api.trust_env = False
-        return self._client
+        client = self._client
+        if client is None:
+            # Under a lock: threads racing on the first call would each build one, and all but
+            # the one kept would leave their connections open.
+            with self._client_lock:
+                if self._client is None:
+                    self._client = self._connect()
+                client = self._client
+        return client
+
+    def _connect(self) -> docker.DockerClient:
+        with _engine_call("connecting to the Docker engine"):
+            if self.config.endpoint.startswith(("tcp://", "ssh://")):
+                client = self._remote_client(self.config.endpoint)
+            elif self.config.endpoint:
+                if self.config.endpoint.startswith(SCHEME):
+                    try:
+                        check_unix_socket(self.config.endpoint)  # a socket, never /etc/passwd
+                    except RemoteError as exc:
+                        raise RemoteError(
+                            exc.kind, f"connecting to the Docker engine: {exc.message}", retryable=exc.retryable
+                        ) from None
+                client = docker.DockerClient(base_url=self.config.endpoint, timeout=self.api_timeout)
+            else:
+                client = docker.from_env(timeout=self.api_timeout)
+            # The engine is never reached through an HTTP proxy; without this, requests
+            # scans the whole environment for proxy settings on every call.
+            client.api.trust_env = False
+        return client
 
     @property
     def api(self) -> docker.APIClient:
@@ -189,15 +202,17 @@ class DockerEngine:
         )
 
     def close(self) -> None:
-        if self._wire is not None:
-            self._wire.close()
-            self._wire = None
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if self._tls_dir is not None:
-            self._tls_dir.cleanup()
-            self._tls_dir = None
+        # Under both locks: a client or wire being built meanwhile is closed too, not kept open.
+        with self._wire_lock, self._client_lock:
+            if self._wire is not None:
+                self._wire.close()
+                self._wire = None
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+            if self._tls_dir is not None:
+                self._tls_dir.cleanup()
+                self._tls_dir = None
 
     # Console sandboxes -------------------------------------------------------------------
 

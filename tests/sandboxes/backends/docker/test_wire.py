@@ -1,13 +1,14 @@
 """The engine calls spoken on the engine's unix socket directly (wire.py): docker-py is not
-asked, kept connections the engine closed are replaced, an engine object builds one wire however
-many threads ask at once, the engine's refusals are said as docker-py's were, and calls sent
-before they are read each get their own answer."""
+asked, kept connections the engine closed are replaced, an engine object builds one docker-py
+client and one wire however many threads ask at once, the engine's refusals are said as
+docker-py's were, and calls sent before they are read each get their own answer."""
 
 from __future__ import annotations
 
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,19 +147,79 @@ def test_threads_racing_on_a_fresh_engine_share_one_wire() -> None:
             engine.close()
 
 
+def test_threads_racing_on_a_fresh_engine_share_one_client() -> None:
+    """The first engine calls of a new engine object, at once on several request threads: one
+    docker-py client is built and all use it (each other one would keep its connections open,
+    and close() would close only the one kept)."""
+    for _ in range(5):
+        engine = DockerEngine(BackendConfig(kind="docker"), api_timeout=60)
+        try:
+            clients = asked_at_once(engine, "client", threads=8)
+            assert all(client is clients[0] for client in clients)
+        finally:
+            engine.close()
+
+
+def test_a_close_while_the_client_connects_closes_the_client_it_builds(tmp_path: Path) -> None:
+    """close() called while a first call is still connecting (the engine slow to tell its
+    version) waits for that client and closes it: the engine sees its connection end, rather
+    than a client kept open by an engine object already closed."""
+    path = str(tmp_path / "engine.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen()
+    asked = threading.Event()
+    ended: list[bool] = []
+
+    def slow_engine() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)  # GET /version
+            asked.set()
+            time.sleep(0.5)  # the engine object is closed meanwhile
+            body = json.dumps({"ApiVersion": "1.43", "Version": "24.0.0"}).encode()
+            head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+            connection.sendall(head + body)
+            connection.settimeout(5)
+            try:
+                ended.append(connection.recv(1) == b"")
+            except TimeoutError:
+                ended.append(False)
+
+    server = threading.Thread(target=slow_engine)
+    server.start()
+    engine = DockerEngine(BackendConfig(kind="docker", endpoint=f"unix://{path}"), api_timeout=10)
+    first = threading.Thread(target=lambda: engine.client)
+    try:
+        first.start()
+        assert asked.wait(5)
+        engine.close()
+    finally:
+        first.join()
+        server.join()
+        listener.close()
+        engine.close()
+    assert ended == [True]
+
+
 def wires_asked_at_once(engine: DockerEngine, threads: int) -> list[UnixWire | None]:
     """`engine.wire` as each of `threads` threads, released together by a barrier, got it."""
+    return asked_at_once(engine, "wire", threads)
+
+
+def asked_at_once(engine: DockerEngine, member: str, threads: int) -> list[Any]:
+    """`engine.<member>` as each of `threads` threads, released together by a barrier, got it."""
     barrier = threading.Barrier(threads)
-    wires: list[UnixWire | None] = []
+    answers: list[Any] = []
 
-    def first_exec() -> None:
+    def first_call() -> None:
         barrier.wait()
-        wires.append(engine.wire)
+        answers.append(getattr(engine, member))
 
-    started = [threading.Thread(target=first_exec) for _ in range(threads)]
+    started = [threading.Thread(target=first_call) for _ in range(threads)]
     for thread in started:
         thread.start()
     for thread in started:
         thread.join()
-    assert len(wires) == threads
-    return wires
+    assert len(answers) == threads
+    return answers
