@@ -412,7 +412,9 @@ class Lookahead(abc.ABC):
     def running(self) -> SandboxInfo | None:
         """The sandbox as `connect` would answer it when it is running and `connect` would do
         nothing more; None otherwise (paused, stopped, gone, or the look failed): the caller
-        then connects as usual, and every failure is said there. Never raises RemoteError."""
+        then connects as usual, and every failure is said there. The one RemoteError raised:
+        `timeout`, the backend not answering the look in its bound, which is `connect`'s own
+        failure (its first look would wait as long again)."""
 
     @abc.abstractmethod
     def drop(self) -> None: ...

@@ -10,7 +10,8 @@ The remembered sandbox only decides where to look, never what is answered: the l
 for `connect` only when the row, read after it was sent, binds that same sandbox on that same
 adapter and says it is running, and no write had to come before the look (`Runtime._touch`);
 the adapter's own answer must say it runs. Anything else drops it, and the resolve connects
-as before. A wrong guess costs one inspect.
+as before. A wrong guess costs one inspect. A look the engine does not answer in time is the
+connect's own timeout (a wedged engine is waited for once, not once more for the connect).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class Ahead:
     look: Lookahead
 
     def running(self, backend: Backend, sandbox_id: str) -> SandboxInfo | None:
-        """The look's answer, if it is about `sandbox_id` on `backend` and that sandbox runs."""
+        """The look's answer, if it is about `sandbox_id` on `backend` and that sandbox runs;
+        a look the backend did not answer in time raises that timeout, as `connect` would."""
         if backend is not self.backend or sandbox_id != self.sandbox_id:
             return None
         info = self.look.running()

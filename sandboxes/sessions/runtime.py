@@ -342,12 +342,10 @@ class Runtime:
         `ahead`: a look sent early, which answers for the connect when it found the sandbox
         bound here running (sessions.ahead)."""
         backend = get_backend(session.config)
-        if ahead is not None:
-            info = ahead.running(backend, binding.sandbox_id)
-            if info is not None:
-                return info
         try:
-            return backend.connect(binding.sandbox_id)
+            # The look's timeout is the connect's: handled as the connect's own below.
+            info = ahead.running(backend, binding.sandbox_id) if ahead is not None else None
+            return info if info is not None else backend.connect(binding.sandbox_id)
         except RemoteError as exc:
             if exc.kind in GONE_KINDS:
                 return None

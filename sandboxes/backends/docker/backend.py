@@ -614,7 +614,9 @@ class _Look(Lookahead):
         try:
             with _engine_call(f"sandbox {self.sandbox_id}"):
                 info = self.engine.sandbox_info(self.sandbox_id, self.pending.answer())
-        except RemoteError:
+        except RemoteError as exc:
+            if exc.kind == ErrorKind.TIMEOUT:
+                raise  # connect's own inspect, unanswered: asking again would wait as long again
             return None
         if info.state != SandboxState.RUNNING or self.engine.paused_here(self.sandbox_id):
             return None

@@ -4,12 +4,16 @@ when nothing had to be written first."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import docker
 import pytest
 from django.utils import timezone
 
+from sandboxes.backends.base import ErrorKind, RemoteError
+from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.sessions import ahead
@@ -114,3 +118,38 @@ def test_an_adapter_replaced_by_an_edit_of_its_config_is_not_opened_again_for_a_
     again = runtime.resolve(world.space_a, "edited")
     assert again.sandbox.sandbox_id == resolved.sandbox.sandbox_id
     assert (old.engine._client, old.engine._wire) == (None, None)  # type: ignore[attr-defined]
+
+
+def test_a_wedged_engine_is_waited_for_no_longer_than_without_the_look(
+    world: World,
+    proxy: EngineProxy,  # noqa: F811 - the fixture
+    proxied_config: SandboxConfig,  # noqa: F811
+) -> None:
+    """The look is the connect's first inspect: when the engine does not answer it in time,
+    that is the connect's timeout, not a reason to send the same inspect again and wait as
+    long once more."""
+    runtime = Runtime()
+    resolved = runtime.resolve(world.space_a, "wedged")
+    sandbox_id = resolved.sandbox.sandbox_id
+    backend = get_backend(resolved.session.config)
+    assert isinstance(backend, DockerBackend)
+    backend.engine.control_timeout = 1.0  # as the option sets it
+
+    def wedged(resolve: Callable[[], object]) -> tuple[int, float]:
+        before, started = inspects(proxy, sandbox_id), time.monotonic()
+        with pytest.raises(RemoteError) as caught:
+            resolve()
+        assert caught.value.kind == ErrorKind.TIMEOUT, caught.value
+        assert f"sandbox {sandbox_id}" in caught.value.message
+        return inspects(proxy, sandbox_id) - before, time.monotonic() - started
+
+    proxy.hold(rf"^GET /v[\d.]+/containers/{sandbox_id}/json$")
+    try:
+        # The same resolve of the same row, sent no look.
+        without_look = wedged(lambda: runtime.resolve_session(Session.objects.get(pk=resolved.session.pk)))
+        with_look = wedged(lambda: runtime.resolve(world.space_a, "wedged"))
+    finally:
+        proxy.release()
+    # As many inspects waited for (each a control timeout) with the look as without it.
+    assert with_look[0] == without_look[0], (with_look, without_look)
+    assert with_look[1] < without_look[1] + 0.5, (with_look, without_look)
