@@ -46,13 +46,16 @@ def observe(backend: Backend) -> Backend:
 
 
 def _looking(begin: Callable[[str], Lookahead | None], kind: str) -> Callable[[str], Lookahead | None]:
-    """`look_ahead`: the look's answer (`running`) is the call measured, as "look_ahead"."""
+    """`look_ahead`: the look's answer (`running`) is the call measured, as "look_ahead", and
+    logged with the sandbox looked at (as every call about a sandbox is)."""
 
     @functools.wraps(begin)
     def wrapped(sandbox_id: str) -> Lookahead | None:
         look = begin(sandbox_id)
         if look is not None:
-            look.running = _measured(look.running, kind, "look_ahead")  # type: ignore[method-assign]
+            answer = look.running
+            measured = _measured(lambda _sandbox_id: answer(), kind, "look_ahead")  # its subject: the id
+            look.running = functools.partial(measured, sandbox_id)  # type: ignore[method-assign]
         return look
 
     return wrapped

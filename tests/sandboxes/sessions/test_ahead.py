@@ -4,6 +4,7 @@ when nothing had to be written first."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -12,6 +13,7 @@ import docker
 import pytest
 from django.utils import timezone
 
+from console import metrics
 from sandboxes.backends.base import ErrorKind, RemoteError
 from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.catalog.bridge import get_backend
@@ -153,3 +155,22 @@ def test_a_wedged_engine_is_waited_for_no_longer_than_without_the_look(
     # As many inspects waited for (each a control timeout) with the look as without it.
     assert with_look[0] == without_look[0], (with_look, without_look)
     assert with_look[1] < without_look[1] + 0.5, (with_look, without_look)
+
+
+def test_a_look_is_measured_and_logged_as_look_ahead_naming_its_sandbox(
+    world: World,
+    proxy: EngineProxy,  # noqa: F811 - the fixture
+    proxied_config: SandboxConfig,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = Runtime()
+    sandbox_id = runtime.resolve(world.space_a, "measured").sandbox.sandbox_id
+    runtime.resolve(world.space_a, "measured")
+    calls = metrics.BACKEND_CALLS.labels(backend_kind="docker", operation="look_ahead")
+    before = calls._value.get()
+    with caplog.at_level(logging.DEBUG, logger="sandboxes.catalog.observed"):
+        runtime.resolve(world.space_a, "measured")
+    assert calls._value.get() - before == 1
+    looks = [r for r in caplog.records if getattr(r, "operation", "") == "look_ahead"]
+    assert [getattr(r, "sandbox_id", None) for r in looks] == [sandbox_id]
+    assert not [r for r in caplog.records if getattr(r, "operation", "") == "connect"]
