@@ -233,8 +233,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         if bytes_data is not None:
             if process is None or process.closed or process.consumer not in (self, None):
                 return
-            if not (self.grant and self.grant.read_only):
-                process.write(bytes_data)
+            if not (self.grant and self.grant.read_only) and not process.write(bytes_data):
+                await self.send_error("input dropped: the program in the terminal is not reading its input")
             return
         await self.control(text_data or "")
 

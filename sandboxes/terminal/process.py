@@ -20,11 +20,13 @@ import contextlib
 import logging
 import os
 import secrets
+import select
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from channels.db import database_sync_to_async
@@ -41,6 +43,7 @@ from .protocol import (
     CLOSE_SERVER_STOPPING,
     CLOSE_SESSION_DELETED,
     MAX_PENDING_INPUT,
+    MAX_QUEUED_INPUT,
     QUEUE_CHUNKS,
     READ_BYTES,
 )
@@ -183,6 +186,10 @@ class TerminalProcess:
         self.resizing: asyncio.Task[Any] | None = None
         self.writes: asyncio.Queue[bytes] = asyncio.Queue()
         self.writer_busy = False
+        self.queued_input = 0  # bytes in `writes` and in the write under way
+        # The writes' own thread: one blocked on a shell that reads nothing holds no thread of
+        # the loop's shared executor (which the closes' kills need). Started at the first write.
+        self.input_thread = ThreadPoolExecutor(1, thread_name_prefix=f"terminal-input-{grant.terminal_id[:8]}")
         # This attachment's name in the lease (unique per process and per PTY).
         self.holder = f"{socket.gethostname()[:40]}:{os.getpid()}:{secrets.token_hex(6)}"
         self.sandbox_id: str | None = None
@@ -281,6 +288,7 @@ class TerminalProcess:
                 await self.loop.run_in_executor(None, self.handle.kill)
         for task in self.tasks:
             task.cancel()
+        self.input_thread.shutdown(wait=False, cancel_futures=True)  # the kill woke a blocked write
         if _processes.get(terminal_id) is self:  # a fresh attachment may have taken the place
             del _processes[terminal_id]
         stats = {
@@ -376,32 +384,49 @@ class TerminalProcess:
 
     # Client -> shell -------------------------------------------------------------------------
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> bool:
+        """Send input to the shell; False when it was dropped (the shell is not reading and
+        `MAX_QUEUED_INPUT` bytes wait already)."""
         self.touch()
         self.bytes_in += len(data)
         if self.handle is None:
             if len(self.pending_input) + len(data) <= MAX_PENDING_INPUT:
                 self.pending_input += data
-            return
-        if not self.writer_busy and self.writes.empty() and len(data) <= 1024:
+            return True
+        if not self.writer_busy and self.writes.empty() and len(data) <= 1024 and self._room_to_write():
             # Keystrokes: write at once (a short send on a socket with room never blocks).
             with contextlib.suppress(RemoteError):
                 self.handle.write(data)
-            return
+            return True
+        if self.queued_input + len(data) > MAX_QUEUED_INPUT:
+            return False
+        self.queued_input += len(data)
         self.writes.put_nowait(data)
+        return True
+
+    def _room_to_write(self) -> bool:
+        """True when the PTY's descriptor takes a keystroke without waiting: a program that
+        reads nothing fills the PTY, then the socket, and a send then blocks until it reads."""
+        if self.fd is None:
+            return False
+        poller = select.poll()
+        poller.register(self.fd, select.POLLOUT)
+        return bool(poller.poll(0))
 
     async def _writer(self) -> None:
-        """Large writes (pastes) in an executor, in order, so the loop never blocks on them."""
+        """Writes that may wait (pastes, input for a shell not reading) in the terminal's own
+        thread, in order, so neither the loop nor the shared executor blocks on them."""
         while True:
             data = await self.writes.get()
             self.writer_busy = True
             try:
                 if self.handle is not None:
-                    await self.loop.run_in_executor(None, self.handle.write, data)
+                    await self.loop.run_in_executor(self.input_thread, self.handle.write, data)
             except RemoteError:
                 pass
             finally:
                 self.writer_busy = False
+                self.queued_input -= len(data)
 
     def resize(self, size: PtySize) -> None:
         """Remember the size; apply it once the shell runs (a resize before start fails)."""

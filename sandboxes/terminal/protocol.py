@@ -4,6 +4,8 @@ the refusals before it, and the sizes of what flows between the PTY and the webs
 READ_BYTES = 64 * 1024
 QUEUE_CHUNKS = 32  # reader -> sender; at most QUEUE_CHUNKS * READ_BYTES in flight
 MAX_PENDING_INPUT = 64 * 1024  # typed before the shell started
+# Input waiting for a shell that does not read it (a 10 MiB paste fits); more is dropped.
+MAX_QUEUED_INPUT = 16 * 1024 * 1024
 
 # Close codes after accept (before accept a refusal is a 403 on the handshake).
 CLOSE_NORMAL = 1000

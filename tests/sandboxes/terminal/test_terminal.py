@@ -22,12 +22,15 @@ from django.urls import reverse
 
 from console.models import AuditEvent, Membership, Role
 from console.settings.base import redis_channel_layer
+from sandboxes.backends.base import ExecRequest
 from sandboxes.models import Session, Terminal
 from sandboxes.sessions.lookup import get_or_create_session
+from sandboxes.sessions.runtime import Runtime
 from sandboxes.terminal import access as terminal_access
 from sandboxes.terminal import protocol as terminal_protocol
 from sandboxes.terminal import tickets as terminals
 from sandboxes.terminal.consumer import LAYER_RETRY_MAX_S
+from sandboxes.terminal.protocol import MAX_QUEUED_INPUT
 from tests.personas import World
 from tests.support import terminal_support
 from tests.support.terminal_support import (
@@ -330,6 +333,55 @@ async def test_typing_never_waits_on_the_database_thread(world: World, session: 
         release.set()
         await busy
     await comm.disconnect(code=1000)
+
+
+@pytest.mark.docker
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("fast_terminals", "cleanup")
+async def test_typing_into_a_shell_that_reads_nothing_never_blocks_the_event_loop(
+    tuned: Tuned, world: World, session: Session
+) -> None:
+    """A program that never reads its raw-mode terminal fills the PTY and then the socket to
+    the engine: keystrokes sent on meanwhile wait in the console, and the process's event loop
+    (every other terminal and connection it serves) keeps answering; what waits is bounded."""
+    tuned({"terminal.keep_shells": False})  # a plain shell: tmux would read the keys itself
+    comm, screen, _tid = await open_terminal(world.bob, session)
+    await screen.run("stty raw -echo; echo deaf-$((5*5)); sleep 100000\n")
+    await screen.until_output(b"deaf-25")
+    loop = asyncio.get_running_loop()
+    blocked = threading.Event()
+    done = threading.Event()
+
+    def watchdog() -> None:
+        # Off the loop: when the loop stops answering, note it and end the sleep that blocks it.
+        while not done.is_set():
+            answered = threading.Event()
+            loop.call_soon_threadsafe(answered.set)
+            if not answered.wait(5) and not done.is_set():
+                blocked.set()
+                Runtime().exec(session, ExecRequest(argv=("pkill", "-x", "sleep"), timeout_s=30))
+                return
+            time.sleep(0.2)
+
+    guard = threading.Thread(target=watchdog, daemon=True)
+    guard.start()
+    try:
+        for _ in range(3000):  # 3 MiB of keystroke-sized frames, far past every buffer
+            await comm.send_to(bytes_data=b"k" * 1024)
+        await comm.send_to(text_data='{"type": "ping"}')
+        await screen.until_control(type="pong")
+        # What waits is bounded: past MAX_QUEUED_INPUT, input is dropped and the client told so.
+        for _ in range(MAX_QUEUED_INPUT // (64 * 1024)):  # pastes come in 64 KiB frames
+            await comm.send_to(bytes_data=b"p" * 64 * 1024)
+        dropped = await screen.until_control(type="error")
+        assert "input dropped" in dropped["message"]
+    finally:
+        done.set()
+        await sync_to_async(guard.join)(60)
+    assert not blocked.is_set(), "the event loop was blocked writing to the shell"
+    await comm.disconnect(code=1000)
+    await wait_no_shell(session)  # the close ends the shell with a write still blocked on it
 
 
 @pytest.mark.docker
