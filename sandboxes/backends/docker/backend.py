@@ -615,8 +615,10 @@ class _Look(Lookahead):
             with _engine_call(f"sandbox {self.sandbox_id}"):
                 info = self.engine.sandbox_info(self.sandbox_id, self.pending.answer())
         except RemoteError as exc:
-            if exc.kind == ErrorKind.TIMEOUT:
-                raise  # connect's own inspect, unanswered: asking again would wait as long again
+            # Unanswered in time: connect's own inspect (asking again would wait as long again),
+            # unless this adapter paused the sandbox meanwhile: connect resumes it without one.
+            if exc.kind == ErrorKind.TIMEOUT and not self.engine.paused_here(self.sandbox_id):
+                raise
             return None
         if info.state != SandboxState.RUNNING or self.engine.paused_here(self.sandbox_id):
             return None

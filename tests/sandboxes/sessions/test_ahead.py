@@ -5,12 +5,14 @@ when nothing had to be written first."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
 
 import docker
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from console import metrics
@@ -19,7 +21,7 @@ from sandboxes.backends.docker.backend import DockerBackend
 from sandboxes.catalog.bridge import get_backend
 from sandboxes.models import SandboxConfig, Session, SessionState
 from sandboxes.sessions import ahead
-from sandboxes.sessions.runtime import Runtime
+from sandboxes.sessions.runtime import Resolved, Runtime
 from tests.personas import World
 from tests.sandboxes.backends.docker.test_engine_loss import proxied_config, proxy  # noqa: F401 - fixtures
 from tests.support.engine_proxy import EngineProxy
@@ -29,6 +31,16 @@ pytestmark = pytest.mark.django_db
 
 def inspects(engine: EngineProxy, sandbox_id: str) -> int:
     return len(engine.requests(rf"^GET /v[\d.]+/containers/{sandbox_id}/json$"))
+
+
+def resolved_on_a_short_control_timeout(runtime: Runtime, world: World, key: str) -> tuple[Resolved, DockerBackend]:
+    """The session `key` resolved, its adapter's control calls bounded by 1 s (as its option
+    `control_timeout` would bound them)."""
+    resolved = runtime.resolve(world.space_a, key)
+    backend = get_backend(resolved.session.config)
+    assert isinstance(backend, DockerBackend)
+    backend.engine.control_timeout = 1.0
+    return resolved, backend
 
 
 def test_a_warm_resolve_asks_the_engine_once_while_its_row_is_read(
@@ -131,11 +143,8 @@ def test_a_wedged_engine_is_waited_for_no_longer_than_without_the_look(
     that is the connect's timeout, not a reason to send the same inspect again and wait as
     long once more."""
     runtime = Runtime()
-    resolved = runtime.resolve(world.space_a, "wedged")
+    resolved, _ = resolved_on_a_short_control_timeout(runtime, world, "wedged")
     sandbox_id = resolved.sandbox.sandbox_id
-    backend = get_backend(resolved.session.config)
-    assert isinstance(backend, DockerBackend)
-    backend.engine.control_timeout = 1.0  # as the option sets it
 
     def wedged(resolve: Callable[[], object]) -> tuple[int, float]:
         before, started = inspects(proxy, sandbox_id), time.monotonic()
@@ -174,3 +183,44 @@ def test_a_look_is_measured_and_logged_as_look_ahead_naming_its_sandbox(
     looks = [r for r in caplog.records if getattr(r, "operation", "") == "look_ahead"]
     assert [getattr(r, "sandbox_id", None) for r in looks] == [sandbox_id]
     assert not [r for r in caplog.records if getattr(r, "operation", "") == "connect"]
+
+
+@pytest.mark.django_db(transaction=True)  # the resolve runs in a thread of its own
+def test_a_look_unanswered_while_this_adapter_paused_the_sandbox_leaves_the_resume_to_connect(
+    world: World,
+    proxy: EngineProxy,  # noqa: F811 - the fixture
+    proxied_config: SandboxConfig,  # noqa: F811
+) -> None:
+    """A pause by this adapter that lands while the look waits (an inspect hangs while its
+    container is frozen): connect resumes that sandbox without an inspect, so the look's
+    timeout is no failure of the connect's."""
+    runtime = Runtime()
+    resolved, backend = resolved_on_a_short_control_timeout(runtime, world, "frozen")
+    sandbox_id = resolved.sandbox.sandbox_id
+    looked = inspects(proxy, sandbox_id)
+    answers: list[object] = []
+
+    def resolve() -> None:
+        try:
+            answers.append(runtime.resolve(world.space_a, "frozen"))
+        except Exception as exc:
+            answers.append(exc)
+        finally:
+            connection.close()
+
+    proxy.hold(rf"^GET /v[\d.]+/containers/{sandbox_id}/json$")
+    try:
+        started = time.monotonic()
+        thread = threading.Thread(target=resolve)
+        thread.start()
+        while inspects(proxy, sandbox_id) == looked and time.monotonic() - started < 5:
+            time.sleep(0.01)
+        backend.pause(sandbox_id)
+        thread.join(timeout=30)
+        elapsed = time.monotonic() - started
+    finally:
+        proxy.release()
+    assert [type(answer) for answer in answers] == [Resolved], answers
+    assert (answers[0].sandbox.sandbox_id, answers[0].sandbox.state) == (sandbox_id, "running")  # type: ignore[attr-defined]
+    assert docker.APIClient(timeout=30).inspect_container(sandbox_id)["State"]["Status"] == "running"
+    assert elapsed < 2.0  # the look's one timeout
