@@ -383,6 +383,8 @@ def _read_zip(fileobj: IO[bytes], spool: Spool, limits: Limits) -> tuple[list[Sk
             wanted: list[tuple[zipfile.ZipInfo, str]] = []
             dropped = 0
             for info in infos:
+                if not info.filename:  # zipfile's is_dir() and open() fail on it
+                    raise ArchiveError("The zip holds an entry without a name; refused.")
                 path = clean_member_path(zip_name(info))
                 if is_leftover(path):
                     dropped += 0 if info.is_dir() else 1

@@ -78,6 +78,7 @@ ZIP_ATTACKS = {
         with_skill(("my-skill/a", b"1", REGULAR), ("my-skill/a/b", b"2", REGULAR)),
         "both a file and a folder",
     ),
+    "nameless entry": (with_skill(("", b"x", REGULAR)), "an entry without a name"),
     "no SKILL.md": (build_zip([("my-skill/README.md", b"x", REGULAR)]), "No SKILL.md found"),
     "two top folders": (
         build_zip([("a/SKILL.md", skill_md(), REGULAR), ("b/SKILL.md", skill_md(), REGULAR)]),
