@@ -129,7 +129,28 @@ def _split_frontmatter(text: str, result: ParsedSkill) -> tuple[str, str, int] |
     return None
 
 
+TOO_DEEP = "The frontmatter is nested too deeply to read."
+# Flow collections (`[`, `{`) open at once, counted without regard to quoting: PyYAML's scanner
+# re-checks every open level for each token, so 20,000 of them kept it busy for minutes
+# (its own RecursionError comes only after that). Real frontmatter opens two or three.
+MAX_FLOW_DEPTH = 100
+
+
+def _flow_depth(text: str) -> int:
+    depth = deepest = 0
+    for char in text:
+        if char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}" and depth:
+            depth -= 1
+    return deepest
+
+
 def _load_yaml(yaml_text: str, first_line: int, result: ParsedSkill) -> tuple[dict[str, Any] | None, dict[str, int]]:
+    if _flow_depth(yaml_text) > MAX_FLOW_DEPTH:
+        result.add(Severity.ERROR, TOO_DEEP, first_line)
+        return None, {}
     try:
         # Aliases let a few lines expand into gigabytes once converted; no real skill uses them.
         for event in yaml.parse(yaml_text, Loader=yaml.SafeLoader):
@@ -149,7 +170,7 @@ def _load_yaml(yaml_text: str, first_line: int, result: ParsedSkill) -> tuple[di
         return None, {}
     except RecursionError:
         # PyYAML composes and constructs nodes recursively: a few hundred nested `[` do this.
-        result.add(Severity.ERROR, "The frontmatter is nested too deeply to read.", first_line)
+        result.add(Severity.ERROR, TOO_DEEP, first_line)
         return None, {}
     if not isinstance(value, dict):
         kind = "empty" if value is None else f"a {type(value).__name__}, not a mapping"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from skills.parsing import Severity, parse_skill_md
@@ -161,6 +163,21 @@ def test_frontmatter_nested_past_the_recursion_limit_is_an_error_not_a_crash(ope
     closing = {"[": "]", "{a: ": "}"}[opening]
     text = f"---\nname: deep\ndescription: Deep. Use when testing.\nx: {opening * 500}1{closing * 500}\n---\nBody\n"
     result = parse_skill_md(text)
+    assert [(issue.message, issue.line) for issue in result.errors] == [
+        ("The frontmatter is nested too deeply to read.", 2)
+    ]
+
+
+@pytest.mark.parametrize("shape", ["unclosed", "closed"])
+def test_deep_flow_nesting_is_refused_before_pyyaml_spends_minutes_on_it(shape: str) -> None:
+    """PyYAML's scanner re-checks every open flow level for each token: 20,000 `[` (20 KB of
+    SKILL.md) held an import for minutes before any limit answered."""
+    depth = 20_000
+    nested = "[" * depth + ("" if shape == "unclosed" else "]" * depth)
+    text = f"---\nname: deep\ndescription: Deep. Use when testing.\nx: {nested}\n---\nBody\n"
+    started = time.monotonic()
+    result = parse_skill_md(text)
+    assert time.monotonic() - started < 5
     assert [(issue.message, issue.line) for issue in result.errors] == [
         ("The frontmatter is nested too deeply to read.", 2)
     ]
