@@ -49,13 +49,16 @@ def _looking(begin: Callable[[str], Lookahead | None], kind: str) -> Callable[[s
     """`look_ahead`: the look's answer (`running`) is the call measured, as "look_ahead", and
     logged with the sandbox looked at (as every call about a sandbox is)."""
 
+    def answer(_sandbox_id: str, running: Callable[[], Any]) -> Any:
+        return running()
+
+    measured = _measured(answer, kind, "look_ahead")  # once per backend; its subject: the id
+
     @functools.wraps(begin)
     def wrapped(sandbox_id: str) -> Lookahead | None:
         look = begin(sandbox_id)
         if look is not None:
-            answer = look.running
-            measured = _measured(lambda _sandbox_id: answer(), kind, "look_ahead")  # its subject: the id
-            look.running = functools.partial(measured, sandbox_id)  # type: ignore[method-assign]
+            look.running = functools.partial(measured, sandbox_id, look.running)  # type: ignore[method-assign]
         return look
 
     return wrapped
