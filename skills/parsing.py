@@ -130,28 +130,33 @@ def _split_frontmatter(text: str, result: ParsedSkill) -> tuple[str, str, int] |
 
 
 TOO_DEEP = "The frontmatter is nested too deeply to read."
-# Flow collections (`[`, `{`) open at once, counted without regard to quoting: PyYAML's scanner
-# re-checks every open level for each token, so 20,000 of them kept it busy for minutes
-# (its own RecursionError comes only after that). Real frontmatter opens two or three.
+# Flow collections (`[`, `{`) open at once, counted on PyYAML's own tokens (a bracket in a
+# quoted string, block scalar or comment opens none) and the count stops at the first level
+# past the limit: the scanner re-checks every open level for each token, so 20,000 of them
+# kept it busy for minutes (its own RecursionError comes only after that). Real frontmatter
+# opens two or three.
 MAX_FLOW_DEPTH = 100
+_OPENING = (yaml.FlowSequenceStartToken, yaml.FlowMappingStartToken)
+_CLOSING = (yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)
 
 
-def _flow_depth(text: str) -> int:
-    depth = deepest = 0
-    for char in text:
-        if char in "[{":
+def _too_deep(text: str) -> bool:
+    depth = 0
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, _OPENING):
             depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}" and depth:
+            if depth > MAX_FLOW_DEPTH:
+                return True
+        elif isinstance(token, _CLOSING):
             depth -= 1
-    return deepest
+    return False
 
 
 def _load_yaml(yaml_text: str, first_line: int, result: ParsedSkill) -> tuple[dict[str, Any] | None, dict[str, int]]:
-    if _flow_depth(yaml_text) > MAX_FLOW_DEPTH:
-        result.add(Severity.ERROR, TOO_DEEP, first_line)
-        return None, {}
     try:
+        if _too_deep(yaml_text):
+            result.add(Severity.ERROR, TOO_DEEP, first_line)
+            return None, {}
         # Aliases let a few lines expand into gigabytes once converted; no real skill uses them.
         for event in yaml.parse(yaml_text, Loader=yaml.SafeLoader):
             if isinstance(event, yaml.AliasEvent):

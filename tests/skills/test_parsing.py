@@ -168,6 +168,38 @@ def test_frontmatter_nested_past_the_recursion_limit_is_an_error_not_a_crash(ope
     ]
 
 
+@pytest.mark.parametrize(
+    "description",
+    [
+        '"' + "[" * 200 + '"',
+        "'" + "{[" * 100 + "'",
+        "|\n  " + "[" * 200,
+        "Matches " + "[" * 200 + " # and {{{{ in a comment",
+    ],
+    ids=["double-quoted", "single-quoted", "block scalar", "plain with a comment"],
+)
+def test_brackets_inside_strings_are_text_not_nesting(description: str) -> None:
+    """Only flow collections nest: a bracket inside a string or comment opens none, so a
+    description of 200 `[` is read, not refused as too deep."""
+    result = parse_skill_md(frontmatter(f"name: my-skill\ndescription: {description}\n"))
+    assert result.errors == []
+    assert sum(result.description.count(bracket) for bracket in "[{") == 200
+
+
+def test_flow_nesting_at_the_limit_is_read_and_one_past_it_refused() -> None:
+    """The limit counts the collections that are open at once: `{a: [` pairs up to it are read."""
+    from skills.parsing import MAX_FLOW_DEPTH
+
+    def nested(depth: int) -> str:
+        levels = "".join("{a: " if i % 2 == 0 else "[" for i in range(depth))
+        return levels + "1" + "".join("}" if i % 2 == 0 else "]" for i in reversed(range(depth)))
+
+    read = parse_skill_md(frontmatter(f"name: my-skill\ndescription: Deep.\nx: {nested(MAX_FLOW_DEPTH)}\n"))
+    refused = parse_skill_md(frontmatter(f"name: my-skill\ndescription: Deep.\nx: {nested(MAX_FLOW_DEPTH + 1)}\n"))
+    assert read.errors == []
+    assert [issue.message for issue in refused.errors] == ["The frontmatter is nested too deeply to read."]
+
+
 @pytest.mark.parametrize("shape", ["unclosed", "closed"])
 def test_deep_flow_nesting_is_refused_before_pyyaml_spends_minutes_on_it(shape: str) -> None:
     """PyYAML's scanner re-checks every open flow level for each token: 20,000 `[` (20 KB of
