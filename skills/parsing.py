@@ -130,6 +130,10 @@ def _split_frontmatter(text: str, result: ParsedSkill) -> tuple[str, str, int] |
 
 
 TOO_DEEP = "The frontmatter is nested too deeply to read."
+# PyYAML reads about 35 KB a second, and an archive's SKILL.md may be up to its uncompressed
+# limit (a flat list of 100 MiB zips into a few KB): past this, refused before it reads. Real
+# frontmatter is a few hundred bytes; every field at its longest stays far under it.
+MAX_FRONTMATTER_BYTES = 64 * 1024
 # Flow collections (`[`, `{`) open at once, counted on PyYAML's own tokens (a bracket in a
 # quoted string, block scalar or comment opens none) and the count stops at the first level
 # past the limit: the scanner re-checks every open level for each token, so 20,000 of them
@@ -153,6 +157,9 @@ def _too_deep(text: str) -> bool:
 
 
 def _load_yaml(yaml_text: str, first_line: int, result: ParsedSkill) -> tuple[dict[str, Any] | None, dict[str, int]]:
+    if len(yaml_text.encode()) > MAX_FRONTMATTER_BYTES:
+        result.add(Severity.ERROR, f"The frontmatter is over {MAX_FRONTMATTER_BYTES // 1024} KiB.", first_line)
+        return None, {}
     try:
         if _too_deep(yaml_text):
             result.add(Severity.ERROR, TOO_DEEP, first_line)

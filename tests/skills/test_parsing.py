@@ -200,6 +200,29 @@ def test_flow_nesting_at_the_limit_is_read_and_one_past_it_refused() -> None:
     assert [issue.message for issue in refused.errors] == ["The frontmatter is nested too deeply to read."]
 
 
+def test_a_frontmatter_past_its_size_limit_is_refused_before_pyyaml_reads_it() -> None:
+    """PyYAML reads about 35 KB a second: a flat list of a few MB (a zip holds it in a few KB)
+    held an import for minutes. Real frontmatter is a few hundred bytes."""
+    from skills.parsing import MAX_FRONTMATTER_BYTES
+
+    listed = "x: [" + "a, " * (MAX_FRONTMATTER_BYTES // 3) + "a]\n"
+    started = time.monotonic()
+    result = parse_skill_md(frontmatter(f"name: my-skill\ndescription: Long.\n{listed}"))
+    assert time.monotonic() - started < 5
+    assert [(issue.message, issue.line) for issue in result.errors] == [
+        (f"The frontmatter is over {MAX_FRONTMATTER_BYTES // 1024} KiB.", 2)
+    ]
+    # A generous real one: every field at its longest, metadata and tools listed.
+    generous = (
+        f"name: my-skill\ndescription: {'d' * 1024}\ncompatibility: {'c' * 500}\nmetadata:\n"
+        + "".join(f"  key-{n}: {'v' * 100}\n" for n in range(100))
+        + "allowed-tools: "
+        + " ".join(f"Bash(tool-{n}:*)" for n in range(200))
+        + "\n"
+    )
+    assert parse_skill_md(frontmatter(generous)).errors == []
+
+
 @pytest.mark.parametrize("shape", ["unclosed", "closed"])
 def test_deep_flow_nesting_is_refused_before_pyyaml_spends_minutes_on_it(shape: str) -> None:
     """PyYAML's scanner re-checks every open flow level for each token: 20,000 `[` (20 KB of
