@@ -114,10 +114,17 @@ class E2BPty(PtyHandle):
                 del self._buffer[:max_bytes]
                 return data
             if self._dropped:
-                raise RemoteError(ErrorKind.UNAVAILABLE, f"the terminal stream of sandbox {self.sandbox_id} was cut")
+                raise self._cut()
             return b""
 
+    def _cut(self) -> RemoteError:
+        return RemoteError(ErrorKind.UNAVAILABLE, f"the terminal stream of sandbox {self.sandbox_id} was cut")
+
     def _require_pid(self) -> int:
+        """The shell's pid, while it runs: input or a resize after a cut stream reports the cut,
+        as the next read does, not a terminal that ended."""
+        if self._dropped:
+            raise self._cut()
         if self.pid is None or self._ended:
             raise RemoteError(ErrorKind.GONE, "the terminal has ended")
         return self.pid

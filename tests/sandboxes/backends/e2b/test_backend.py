@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import suppress
 from dataclasses import replace
 
 import pytest
@@ -83,6 +84,11 @@ def make_sandbox(backend: E2BBackend, test_run_id: str) -> Iterator[SandboxFacto
 def read_until_error(handle: PtyHandle) -> None:
     for _ in range(100):
         handle.read(timeout=10)
+
+
+def write_then_read_until_error(handle: PtyHandle, data: bytes) -> None:
+    handle.write(data)
+    read_until_error(handle)
 
 
 class TestE2BRetries:
@@ -216,12 +222,31 @@ class TestE2BFaults:
         ptys = backend.pty()
         fake_e2b.set_fault("drop_stream", after_events=2, path=r"Process/Start$", plane="envd", times=1)
         handle = ptys.open(info.sandbox_id, PtySize(cols=80, rows=24))
-        handle.write(b"echo one; sleep 0.2; echo two; sleep 0.2; echo three\n")  # more output: the cut comes
         with pytest.raises(RemoteError) as caught:
-            read_until_error(handle)
+            # The cut may come before this input is sent (a prompt in two pieces) or after it;
+            # the writer and the reader report it alike.
+            write_then_read_until_error(handle, b"echo one; sleep 0.2; echo two; sleep 0.2; echo three\n")
         assert caught.value.kind == ErrorKind.UNAVAILABLE
         assert "cut" in caught.value.message
         assert not handle.is_running()
+        handle.kill()
+
+    def test_input_to_a_terminal_whose_stream_was_cut_reports_the_cut(
+        self, fake_e2b: FakeHandle, backend: E2BBackend, make_sandbox: SandboxFactory
+    ) -> None:
+        info = make_sandbox()
+        fake_e2b.set_fault("drop_stream", after_events=1, path=r"Process/Start$", plane="envd", times=1)
+        handle = backend.pty().open(info.sandbox_id, PtySize(cols=80, rows=24))
+        with suppress(RemoteError):
+            handle.write(b"echo one\n")  # its output, if not a prompt before it, is the cut
+        deadline = time.monotonic() + 10
+        while handle.is_running():
+            assert time.monotonic() < deadline, "the cut stream was not noticed"
+            time.sleep(0.02)
+        with pytest.raises(RemoteError) as caught:
+            handle.write(b"echo two\n")
+        assert caught.value.kind == ErrorKind.UNAVAILABLE
+        assert "cut" in caught.value.message
         handle.kill()
 
     def test_a_dropped_exec_stream_is_reported(
