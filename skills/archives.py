@@ -10,8 +10,9 @@ Packaging leftovers (`node_modules/`, `.git/`, `__pycache__/`, `*.pyc`, `.DS_Sto
 `__MACOSX/`) are skipped before anything else is checked or counted: the file limit counts the
 skill's own files. They are still bounded: a tar may hold `ENTRIES_PER_FILE` entries (folders
 and left-out files included) per allowed file, and the compression ratio covers the bytes
-decompressed to skip them. Names must be UTF-8; any other name is refused with the name shown
-(undecodable bytes as `\\xNN`).
+decompressed to skip them. Names must be UTF-8 and hold no control character (newline, ESC,
+DEL...: `skills.names`), whether a member's, the uploaded file's or a folder's; any other name
+is refused with the name shown escaped (undecodable bytes as `\\xNN`, controls as `\\n`, `\\x1b`).
 
 Symlinks and hard links are refused, whether they point inside the skill or not: the
 installer copies plain files, official skills ship none, and refusing them all removes a
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
+from .names import control_problem, shown
 from .parsing import Issue, Severity
 
 MIB = 1024 * 1024
@@ -213,11 +215,6 @@ class ExtractedSkill:
             spool.close()
 
 
-def shown(name: str) -> str:
-    """A name as text: bytes that are not UTF-8 (surrogate-escaped) shown as \\xNN."""
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def check_utf8_name(name: str) -> None:
     try:
         name.encode("utf-8")
@@ -225,6 +222,18 @@ def check_utf8_name(name: str) -> None:
         raise ArchiveError(
             f"'{shown(name)}': refused: the name is not valid UTF-8; rename the file (skills keep UTF-8 names)."
         ) from None
+
+
+def check_controls(name: str) -> None:
+    """Refuse a name holding a control character (`skills.names`), shown escaped."""
+    problem = control_problem(name)
+    if problem:
+        raise ArchiveError(f"'{shown(name)}': refused: the name {problem}; rename it.")
+
+
+def check_name(name: str) -> None:
+    check_utf8_name(name)
+    check_controls(name)
 
 
 def human_size(size: int) -> str:
@@ -243,6 +252,7 @@ def clean_member_path(name: str) -> str:
     check_utf8_name(name)
     if "\x00" in name:
         raise ArchiveError(f"{name!r}: refused: the name contains a NUL byte.")
+    check_controls(name)
     if "\\" in name:
         raise ArchiveError(f"{name!r}: refused: backslashes in names are ambiguous (use '/').")
     if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
@@ -346,6 +356,7 @@ def check_ratio(name: str, uncompressed: int, compressed: int, limits: Limits) -
 
 def read_archive(fileobj: IO[bytes], filename: str, limits: Limits) -> ExtractedSkill:
     """Read a .zip/.skill or a tar (plain, gz, bz2, xz) upload. Raises ArchiveError."""
+    check_controls(posixpath.basename(filename.replace("\\", "/")))
     size = _stream_size(fileobj)
     check_archive_size(size, limits)
     fileobj.seek(0)
@@ -509,7 +520,7 @@ def read_folder(folder: str | os.PathLike[str], limits: Limits) -> ExtractedSkil
     root = Path(folder).resolve()
     if not root.is_dir():
         raise ArchiveError(f"'{shown(str(folder))}' is not a folder.")
-    check_utf8_name(root.name)
+    check_name(root.name)
     spool = Spool()
     try:
         entries, dropped = _folder_entries(root, spool, limits)
@@ -585,7 +596,7 @@ def locate_skill(entries: list[SkillEntry], fallback_folder: str, dropped: int =
 
 
 def finish_skill(folder_name: str, entries: list[SkillEntry], notes: list[Issue], dropped: int = 0) -> ExtractedSkill:
-    check_utf8_name(folder_name)
+    check_name(folder_name)
     kept = [entry for entry in entries if not is_junk(entry.path)]
     kept, changed = normalise_modes(kept)
     dropped += len(entries) - len(kept)

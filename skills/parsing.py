@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from .names import control_problem
+
 SPEC_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
 # Claude Code accepts these; other validators reject them, so they are info, not warnings.
 PLATFORM_KEYS = ("disable-model-invocation", "user-invocable")
@@ -209,6 +211,7 @@ def _read_fields(
     def line_of(key: str) -> int:
         return key_lines.get(key, first_line)
 
+    _refuse_controls(mapping, line_of, result)
     result.name = _read_name(mapping, line_of, first_line, result, folder)
     result.description = _read_description(mapping, line_of, first_line, result)
     _read_optional_fields(mapping, line_of, result)
@@ -226,6 +229,30 @@ def _read_fields(
     body_lines = len(result.body.splitlines())
     if body_lines > BODY_LINES_HINT:
         result.add(Severity.INFO, f"The body has {body_lines} lines; the spec suggests under {BODY_LINES_HINT}.")
+
+
+def _refuse_controls(mapping: dict[str, Any], line_of: Any, result: ParsedSkill) -> None:
+    """An error for each key that, or whose text, holds a control character (`skills.names`).
+
+    YAML escapes (`"\\e"`, `"\\x9b"`) put them in values although the file itself cannot hold
+    them; text keeps tabs and line breaks. The name is held to the stricter rule for names."""
+    for key, value in mapping.items():
+        skey = str(key)
+        problem = control_problem(skey) or ("" if skey == "name" else _text_control(value))
+        if problem:
+            result.add(Severity.ERROR, f"Key {skey!r} {problem}.", line_of(skey))
+
+
+def _text_control(value: Any) -> str:
+    """The control-character problem of the first string inside `value` that has one, or ''."""
+    if isinstance(value, str):
+        return control_problem(value, multiline=True)
+    if isinstance(value, dict):
+        items: list[Any] = [str(key) for key in value] + list(value.values())
+        return next((problem for item in items if (problem := _text_control(item))), "")
+    if isinstance(value, list | tuple | set):
+        return next((problem for item in value if (problem := _text_control(item))), "")
+    return ""
 
 
 def _required_string(
@@ -275,9 +302,7 @@ def unusable_name_problem(name: str) -> str:
         return "contains '..'"
     if len(name.encode()) > NAME_HARD_MAX_BYTES:
         return f"is over {NAME_HARD_MAX_BYTES} bytes"
-    if any(ord(c) < 32 for c in name):
-        return "contains control characters"
-    return ""
+    return control_problem(name)
 
 
 def _read_description(mapping: dict[str, Any], line_of: Any, first_line: int, result: ParsedSkill) -> str:

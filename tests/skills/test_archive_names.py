@@ -1,7 +1,8 @@
 """Names and leftovers at import: names that are not UTF-8 are refused with the file named (in
 zip, tar and folders; a 400 on the page, an error line in the command, which goes on with the
-other paths); `node_modules/`, `.git/` and `__pycache__/` are dropped before the file limit
-counts."""
+other paths), and so are names holding a control character (newline, ESC, DEL, C1), shown
+escaped, whether a member's, the uploaded file's or a folder's; `node_modules/`, `.git/` and
+`__pycache__/` are dropped before the file limit counts."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import io
 import os
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -168,3 +170,96 @@ def test_a_skill_over_the_limit_without_leftovers_is_still_refused() -> None:
     with pytest.raises(ServiceError) as caught:
         import_bytes(build_zip(files), limits=Limits(max_files=5))
     assert "more than 5 files" in caught.value.message
+
+
+# --- Control characters in names ----------------------------------------------------------
+
+CONTROLS = {
+    "newline": ("\n", "\\n"),
+    "escape": ("\x1b[2J", "\\x1b"),
+    "carriage return": ("\r", "\\r"),
+    "delete": ("\x7f", "\\x7f"),
+    "C1 CSI": ("\x9b", "\\x9b"),
+}
+
+
+def assert_shown_escaped(message: str, escaped: str) -> None:
+    assert escaped in message
+    assert "refused: the name contains a control character" in message
+    assert not any(ord(char) < 32 or 0x7F <= ord(char) <= 0x9F for char in message), repr(message)
+
+
+def zip_with(name: str) -> bytes:
+    return build_zip([("my-skill/SKILL.md", skill_md(), REGULAR), (name, b"x", REGULAR)])
+
+
+def tar_with(name: str) -> bytes:
+    """A PAX tar (names of any characters) holding SKILL.md and `name`."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+        for member, data in [("my-skill/SKILL.md", skill_md()), (name, b"x")]:
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("kind", list(CONTROLS))
+@pytest.mark.parametrize("build", [zip_with, tar_with], ids=["zip", "tar"])
+def test_member_name_with_a_control_character_is_refused_shown_escaped(kind: str, build: Any) -> None:
+    control, escaped = CONTROLS[kind]
+    with pytest.raises(ServiceError) as caught:
+        import_bytes(build(f"my-skill/notes{control}forged.txt"), "my-skill.tar.gz")
+    assert_shown_escaped(caught.value.message, escaped)
+    assert f"my-skill/notes{escaped}" in caught.value.message
+    assert_nothing_written()
+
+
+def test_link_target_with_a_control_character_is_shown_escaped() -> None:
+    members = [
+        (tar_file("my-skill/SKILL.md"), skill_md()),
+        (tar_file("my-skill/link", kind=tarfile.SYMTYPE, linkname="x\x1b]0;owned\x07\nforged"), None),
+    ]
+    with pytest.raises(ServiceError) as caught:
+        import_bytes(build_tar(members), "my-skill.tar.gz")
+    assert "\\x1b]0;owned\\x07\\nforged" in caught.value.message
+    assert "\x1b" not in caught.value.message
+    assert "\n" not in caught.value.message
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("filename", ["my-skill\n2026 INFO forged.zip", "my-skill\x1b[2J.zip"])
+def test_uploaded_file_name_with_a_control_character_is_refused(filename: str) -> None:
+    with pytest.raises(ServiceError) as caught:
+        import_bytes(zip_with("my-skill/notes.txt"), filename)
+    assert_shown_escaped(caught.value.message, repr(filename)[1:-1])
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("build", [zip_with, tar_with], ids=["zip", "tar"])
+def test_upload_with_a_control_character_in_a_name_is_a_400_shown_escaped(world: World, build: Any) -> None:
+    client: Client = world.client_for("root")
+    response = client.post(
+        reverse("skills:skill_import"),
+        {"archive": SimpleUploadedFile("my-skill.skill", build("my-skill/a\x1b[31mred\nforged.txt"))},
+    )
+    assert response.status_code == 400
+    page = response.content.decode()
+    assert "my-skill/a\\x1b[31mred\\nforged.txt" in page
+    assert "contains a control character" in page
+    assert "\x1b" not in page
+    assert_nothing_written()
+
+
+def test_folder_file_with_a_control_character_is_refused_and_the_command_goes_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = write_skill(tmp_path / "bad-skill", "bad-skill")
+    (bad / "notes\x1b[2J\nforged.md").write_bytes(b"x")
+    good = write_skill(tmp_path / "good-skill", "good-skill")
+    with pytest.raises(CommandError):
+        call_command("import_skill", str(bad), str(good))
+    err = capsys.readouterr().err
+    assert "'notes\\x1b[2J\\nforged.md': refused: the name contains a control character (\\x1b)" in err
+    assert "\x1b" not in err
+    assert list(Skill.objects.values_list("name", flat=True)) == ["good-skill"]

@@ -236,3 +236,31 @@ def test_deep_flow_nesting_is_refused_before_pyyaml_spends_minutes_on_it(shape: 
     assert [(issue.message, issue.line) for issue in result.errors] == [
         ("The frontmatter is nested too deeply to read.", 2)
     ]
+
+
+CONTROL_FIELDS = {
+    # (frontmatter, the key named, the character shown escaped)
+    "name with DEL": ('name: "my-skill\\x7f"\ndescription: x\nlicense: MIT\n', "'name'", "\\x7f"),
+    "name with C1 CSI": ('name: "my-skill\\x9b2J"\ndescription: x\nlicense: MIT\n', "'name'", "\\x9b"),
+    "description with ESC": ('name: my-skill\ndescription: "a\\e[2Jb"\nlicense: MIT\n', "'description'", "\\x1b"),
+    "license with CR": ('name: my-skill\ndescription: x\nlicense: "MIT\\rforged"\n', "'license'", "\\r"),
+    "metadata value": ('name: my-skill\ndescription: x\nmetadata:\n  author: "a\\x1bb"\n', "'metadata'", "\\x1b"),
+    "extra key": ('name: my-skill\ndescription: x\n"odd\\nkey": 1\n', "'odd\\nkey'", "\\n"),
+}
+
+
+@pytest.mark.parametrize("case", list(CONTROL_FIELDS))
+def test_control_characters_in_frontmatter_fields_are_errors_shown_escaped(case: str) -> None:
+    text, key, escaped = CONTROL_FIELDS[case]
+    parsed = parse_skill_md(frontmatter(text), folder="my-skill")
+    messages = [str(issue) for issue in parsed.errors]
+    assert any(key in message and f"contains a control character ({escaped})" in message for message in messages), (
+        messages
+    )
+    assert not any(ord(char) < 32 or 0x7F <= ord(char) <= 0x9F for char in "".join(messages))
+
+
+def test_tabs_and_line_breaks_in_text_fields_are_kept() -> None:
+    parsed = parse_skill_md(frontmatter('name: my-skill\ndescription: "one\\ttwo\\nthree"\nlicense: MIT\n'))
+    assert parsed.errors == []
+    assert parsed.description == "one\ttwo\nthree"
