@@ -113,6 +113,11 @@ def _decode(data: bytes | str, result: ParsedSkill) -> str | None:
     if "\r\n" in text:
         text = text.replace("\r\n", "\n")
         result.add(Severity.WARNING, "SKILL.md uses CRLF line endings (read as LF); some validators reject them.", 1)
+    if "\x00" in text:
+        # The body and fields are PostgreSQL text, which cannot hold NUL.
+        line = text[: text.index("\x00")].count("\n") + 1
+        result.add(Severity.ERROR, "SKILL.md holds a NUL byte, which no text field can store.", line)
+        return None
     return text
 
 

@@ -145,6 +145,13 @@ def test_invalid_utf8_is_an_error_with_its_line() -> None:
     assert "UTF-8" in parsed.errors[0].message
 
 
+def test_a_nul_byte_is_an_error_with_its_line() -> None:
+    parsed = parse_skill_md(frontmatter(MINIMAL, body="# Body\n\nText\x00\n"))
+    assert [(issue.line, issue.message) for issue in parsed.errors] == [
+        (8, "SKILL.md holds a NUL byte, which no text field can store.")
+    ]
+
+
 def test_odd_yaml_values_are_stored_as_json() -> None:
     parsed = parse_skill_md(frontmatter(MINIMAL + "released: 2026-01-02\nmetadata:\n  when: 2026-01-02\n"))
     assert parsed.extra == {"released": "2026-01-02"}

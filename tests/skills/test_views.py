@@ -150,6 +150,7 @@ def test_platform_admin_uploads_a_skill(world: World) -> None:
     [
         (build_zip([("s/SKILL.md", skill_md("s"), REGULAR), ("../evil", b"x", REGULAR)]), "leaves the skill"),
         (build_zip([("s/SKILL.md", b"---\nname: [\n---\n", REGULAR)]), "line 2"),
+        (build_zip([("s/SKILL.md", skill_md("s", body="# x\n\x00\n"), REGULAR)]), "line 8: SKILL.md holds a NUL"),
         (b"not an archive at all", "not a zip, .skill or tar archive"),
         (b"", "The submitted file is empty"),
     ],
