@@ -18,7 +18,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from console.access import get_space_for_user, has_role, is_platform_admin, spaces_for_user
 from console.jobs import start_job
-from console.models import NetworkPolicy, Role, Space
+from console.models import Role, Space
 from console.panels import SpacePanel
 from console.services import ServiceError, actor_from_request
 from console.views import apply_form_errors, is_htmx, swaps
@@ -31,7 +31,7 @@ from .bridge import get_backend
 from .by_kind import kind_step, secret_names
 from .forms import SandboxConfigForm, chosen_backend
 from .lookups import get_config_for_user, remote_error_message, template_ids
-from .network import unsupported_policy_switches
+from .network import space_policy, unsupported_policy_switches
 from .platform import granted_backends
 from .services import do_create_config, do_update_config
 
@@ -128,7 +128,7 @@ def config_create(request: HttpRequest, space_id: str) -> HttpResponse:
 @require_safe
 def config_detail(request: HttpRequest, config_id: str) -> HttpResponse:
     config = get_config_for_user(request.user, config_id)
-    policy = NetworkPolicy.objects.get_or_create(space=config.space)[0]
+    policy = space_policy(config.space)
     capabilities = capability_row(config)
     context = {
         "config": config,

@@ -60,12 +60,20 @@ def merge_grants(spec: NetworkSpec, grants: list[SessionGrant]) -> NetworkSpec:
     return dataclasses.replace(spec, allow_out=tuple(dict.fromkeys(allow)), allow_private=tuple(dict.fromkeys(private)))
 
 
+def space_policy(space: Space) -> NetworkPolicy:
+    """The space's policy row, read only. Every space is made with its row
+    (`do_create_space`); one without it reads as the closed policy an unsaved row holds, and
+    nothing is written: a read path (a page, a refill racing the space's deletion) must never
+    insert a row, least of all for a space deleted meanwhile."""
+    return NetworkPolicy.objects.filter(space_id=space.pk).first() or NetworkPolicy(space=space)
+
+
 def network_spec_for(
     space: Space, session: Session | None = None, *, policy: NetworkPolicy | None = None
 ) -> NetworkSpec:
     """The space's policy as sent to a backend (every switch explicit), with the session's
     grants; `policy` is the space's row when the caller has just read it."""
-    spec = policy_spec(policy if policy is not None else NetworkPolicy.objects.get_or_create(space=space)[0])
+    spec = policy_spec(policy if policy is not None else space_policy(space))
     if session is None:
         return spec
     return merge_grants(spec, list(SessionGrant.objects.filter(session=session).order_by("created")))

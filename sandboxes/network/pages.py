@@ -28,7 +28,7 @@ from console.panels import SpacePanel
 from console.services import ServiceError, actor_from_request, do_update_network_policy, policy_warnings
 from netpolicy import PolicyError, parse_destination
 
-from ..catalog.network import network_spec_for
+from ..catalog.network import network_spec_for, space_policy
 from ..models import EgressEvent, Session, SessionGrant
 from ..sessions.access import get_session_for_user
 from ..sessions.panels import ARTIFACTS, SessionPanel
@@ -97,7 +97,7 @@ def _policy_context(space: Space, policy: NetworkPolicy, form: NetworkPolicyForm
 @require_http_methods(["GET", "POST"])
 def network_policy_edit(request: HttpRequest, space_id: str) -> HttpResponse:
     space = get_space_for_user(request.user, space_id, Role.ADMIN)
-    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
+    policy = space_policy(space)
     if request.method == "POST":
         form = NetworkPolicyForm(request.POST)
         if form.is_valid():
@@ -271,7 +271,7 @@ def read_policy(space: Space) -> NetworkPolicy | None:
 
 
 def _space_network(request: HttpRequest, space: Space, is_admin: bool) -> dict[str, Any]:
-    policy = NetworkPolicy.objects.get_or_create(space=space)[0]
+    policy = space_policy(space)
     return {"policy": policy, "policy_lines": policy.describe(), "policy_warnings": policy_warnings(policy)}
 
 
