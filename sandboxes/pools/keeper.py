@@ -9,6 +9,11 @@ the size or the space's quota; then new ones are made, each recorded as a member
 sandbox is never made that no row or label explains. A member whose row went meanwhile (a
 teardown, a drain) has its sandbox deleted by the refill that made it.
 
+A config (or its space) deleted before or while its pool refills ends the refill with the
+reason in `skipped` (`PoolGone`): no row is written for it (a member's INSERT refused by the
+vanished key is the sign), a sandbox made meanwhile is deleted as above, and a labelled one
+that slips past goes with the teardown's label sweep or the per-installation clean-up.
+
 `kick(config)` starts a refill in the background after the transaction commits (a Celery task
 when JOB_RUNNER is celery, else a thread); `refill_all` is the periodic pass.
 """
@@ -27,9 +32,10 @@ from typing import Any
 
 from celery import shared_task
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.utils import timezone
 
+from console.models import Space
 from console.periodic import periodic
 
 from ..backends.base import (
@@ -84,6 +90,23 @@ class Wanted:
     why_smaller: str = ""  # the size was cut (quota, platform limit, a policy the backend cannot keep)
 
 
+class PoolGone(Exception):
+    """The config of the pool being refilled, or its space, was deleted: the refill ends."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def refuse_if_gone(config: SandboxConfig) -> None:
+    """Raise PoolGone when the config's row (or its whole space) is no more."""
+    if SandboxConfig.objects.filter(pk=config.pk).exists():
+        return
+    if Space.objects.filter(pk=config.space_id).exists():
+        raise PoolGone("the pool's config was deleted")
+    raise PoolGone("the pool's space was deleted")
+
+
 @dataclass
 class RefillReport:
     config: str
@@ -125,12 +148,15 @@ def refill(config: SandboxConfig) -> RefillReport:
             _refill_locked(config, report)
     except LockTimeout:
         report.skipped = "another refill of this pool is running"
+    except PoolGone as exc:
+        report.skipped = exc.reason
     except SessionStoreUnavailable as exc:
         report.skipped = exc.message
     return report
 
 
 def _refill_locked(config: SandboxConfig, report: RefillReport) -> None:
+    refuse_if_gone(config)  # the config was loaded before its rows went (a teardown, a refill in the background)
     backend = get_backend(config)
     members = PoolMember.objects.filter(config=config)
     cutoff = timezone.now() - timedelta(seconds=POOLS.refill_timeout_s)
@@ -226,9 +252,13 @@ def make_member(config: SandboxConfig, backend: Backend, want: Wanted) -> str:
     """One new ready sandbox: its row first, then the sandbox (labelled with the row), its
     workspace laid out, idled if pools keep theirs paused, and the row marked ready."""
     persistent = config.persistent_workspace and backend.volumes() is not None
-    member = PoolMember.objects.create(
-        space=config.space, config=config, template_id=want.template_id, policy_fingerprint=want.fingerprint
-    )
+    try:
+        member = PoolMember.objects.create(
+            space=config.space, config=config, template_id=want.template_id, policy_fingerprint=want.fingerprint
+        )
+    except IntegrityError:  # autocommit, as refills run: the key a teardown just deleted is refused here
+        refuse_if_gone(config)
+        raise
     volume = member_volume(member.pk) if persistent else ""
     if volume:
         PoolMember.objects.filter(pk=member.pk).update(workspace_volume=volume)
@@ -259,6 +289,7 @@ def make_member(config: SandboxConfig, backend: Backend, want: Wanted) -> str:
     )
     if not marked:  # drained or torn down meanwhile
         _forget(backend, member.pk, info.sandbox_id, volume)
+        refuse_if_gone(config)
         return "!the pool was drained while a sandbox was made"
     return info.sandbox_id
 
