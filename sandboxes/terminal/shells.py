@@ -7,7 +7,6 @@ Nothing here branches on the backend's kind: only on the capabilities the contra
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +17,7 @@ from django.utils import timezone
 from console.models import AuditAction
 from console.services import Actor, record_audit
 
-from ..backends.base import ErrorKind, PtySize, RemoteError, SandboxState
+from ..backends.base import ErrorKind, ExecRequest, PtySize, RemoteError, SandboxState
 from ..backends.capabilities import PtyHandle
 from ..catalog.bridge import get_backend
 from ..models import Session, Terminal
@@ -132,25 +131,22 @@ def end_kept_shell(session_id: str, sandbox_id: str, terminal_id: str) -> None:
     keeper.end(get_backend(session.config), sandbox_id, terminal_id)
 
 
-DELETE_WAIT_S = 10.0
+ALIVE_PROBE_S = 5.0
 
 
 def why_the_shell_ended(session_id: str, sandbox_id: str | None) -> tuple[str, int]:
     """The words and close code for a PTY that ended by itself: the session deleted, the
     sandbox paused or gone, else the shell exited.
 
-    A DELETE removes the sandbox first and the row last, under the lifecycle lock
-    (`Runtime.deleted` waits for it). A sandbox found gone while the row stays is given a few
-    seconds for the row to follow (a DELETE still on its way)."""
+    A DELETE removes the sandbox first and the row last, all under the lifecycle lock, and
+    `Runtime.deleted` waits for that lock: once it returns, a DELETE that ended this shell has
+    taken the row (or failed, and the row stays). A sandbox then found gone while the row
+    stays went another way (a rebuild, a removal on the engine): said at once, never after a
+    wait for a row that is not going."""
     session = Session.objects.filter(pk=session_id).select_related("config", "space").first()
     if session is None or Runtime().deleted(session):
         return "the session was deleted", CLOSE_SESSION_DELETED
     if sandbox_id and _sandbox_gone(session, sandbox_id):
-        deadline = time.monotonic() + DELETE_WAIT_S
-        while time.monotonic() < deadline:
-            if not Session.objects.filter(pk=session_id).exists():
-                return "the session was deleted", CLOSE_SESSION_DELETED
-            time.sleep(0.25)
         return "the sandbox is gone", CLOSE_NORMAL
     session.refresh_from_db(fields=["state"])
     if session.state in ("paused", "stopped"):
@@ -159,9 +155,18 @@ def why_the_shell_ended(session_id: str, sandbox_id: str | None) -> tuple[str, i
 
 
 def _sandbox_gone(session: Session, sandbox_id: str) -> bool:
-    """Gone, or on its way out (stopped or gone, not running nor paused)."""
+    """Gone, or on its way out: not found, stopped or going, or still called running while it
+    runs no command. A removal kills the shell a moment before the engine records the kill,
+    so a running sandbox is asked to run `true` before the shell is said to have exited."""
+    backend = get_backend(session.config)
     try:
-        info = get_backend(session.config).get(sandbox_id, timeout_s=10)
+        info = backend.get(sandbox_id, timeout_s=10)
     except RemoteError as exc:
         return exc.kind == ErrorKind.NOT_FOUND
-    return info.state in (SandboxState.STOPPED, SandboxState.GONE)
+    if info.state != SandboxState.RUNNING:
+        return info.state in (SandboxState.STOPPED, SandboxState.GONE)
+    try:
+        result = backend.exec(sandbox_id, ExecRequest(argv=("true",), timeout_s=ALIVE_PROBE_S))
+    except RemoteError:
+        return True
+    return result.exit_code != 0
