@@ -43,6 +43,7 @@ from tests.fakes.kube.crds import SANDBOX_CLAIMS, SANDBOX_TEMPLATES, SANDBOX_WAR
 from tests.fakes.kube.fixtures import template_body, warm_pool_body
 from tests.fakes.kube.resources import NAMESPACES
 from tests.support.backend_conformance import OFFLINE, BackendConformance, SandboxFactory, run, sandbox_factory
+from tests.support.console_process import wait_for
 from tests.support.oci_registry import LocalRegistry
 
 pytestmark = pytest.mark.docker
@@ -414,8 +415,13 @@ def test_suspend_then_resume_keeps_workspace_and_says_memory_was_not(
     paused = backend.pause(info.sandbox_id)
     assert paused.state == SandboxState.STOPPED  # never PAUSED: the pod is gone, memory with it
     assert backend.get(info.sandbox_id).state == SandboxState.STOPPED
-    stopped = backend.list(ListQuery(metadata=dict(info.metadata), states=frozenset({SandboxState.STOPPED})))
-    assert [item.sandbox_id for item in stopped.items] == [info.sandbox_id]
+    # A listing reads the claims alone, whose Ready condition the controller forwards from the
+    # Sandbox on its next reconcile: it says stopped a moment after `get` does.
+    query = ListQuery(metadata=dict(info.metadata), states=frozenset({SandboxState.STOPPED}))
+    listed = wait_for(
+        lambda: [item.sandbox_id for item in backend.list(query).items] or None, timeout=10, what="listed stopped"
+    )
+    assert listed == [info.sandbox_id]
     with pytest.raises(RemoteError) as idle:
         backend.exec(info.sandbox_id, ExecRequest(argv=("true",)))
     assert idle.value.kind == ErrorKind.CONFLICT
