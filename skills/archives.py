@@ -43,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
 
-from .names import control_problem, shown
+from .names import control_problem, same_key, shown
 from .parsing import Issue, Severity
 
 MIB = 1024 * 1024
@@ -728,9 +728,10 @@ def is_junk(path: str) -> bool:
 def _refuse_duplicates(entries: list[SkillEntry]) -> None:
     seen: set[str] = set()
     for entry in entries:
-        if entry.path in seen:
+        key = same_key(entry.path)  # one name in two Unicode forms (NFC, NFD) is one name
+        if key in seen:
             raise ArchiveError(f"{entry.path!r}: refused: the path appears twice in the archive.")
-        seen.add(entry.path)
+        seen.add(key)
     for path in seen:
         parts = path.split("/")
         for depth in range(1, len(parts)):

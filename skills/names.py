@@ -2,29 +2,43 @@
 
 A control character (C0, DEL or C1) corrupts wherever the text is shown: an ESC sequence
 repaints an admin's terminal, a newline forges a log line, a carriage return overwrites one.
-So a name holding one (an archive member, the uploaded file, a folder, the skill's `name`) is
-refused, and the refusal shows it escaped (`escaped`, `shown`), never raw. Free text in the
-frontmatter (a description) may hold tabs and line breaks, and nothing else. Pure: no ORM.
+A name is held to more: Unicode's format characters (a bidi override that shows `run\\u202egnp.sh`
+as `runhs.png`, zero-width spaces and joiners, a byte order mark) and its line and paragraph
+separators make a name read as another, so they are refused in names too. So a name holding one
+(an archive member, the uploaded file, a folder, the skill's `name`) is refused, and the refusal
+shows it escaped (`escaped`, `shown`), never raw. Free text in the frontmatter (a description)
+may hold tabs and line breaks, and no C0/C1 control. Names are compared composed (NFC, `same_key`):
+`caf\\u00e9` and `cafe\\u0301` are one name. Pure: no ORM.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 
 # C0 (U+0000-U+001F), DEL (U+007F) and C1 (U+0080-U+009F).
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # The same less tab and newline, which multi-line text keeps.
 TEXT_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Unicode categories a name may not hold: controls, format characters, line/paragraph separators.
+NAME_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
+def _name_control(text: str) -> str | None:
+    return next((char for char in text if unicodedata.category(char) in NAME_CATEGORIES), None)
 
 
 def control_in(text: str, *, multiline: bool = False) -> str | None:
-    """The first control character in `text` (tab and newline allowed when `multiline`), or None."""
-    found = (TEXT_CONTROL if multiline else CONTROL).search(text)
-    return found.group() if found else None
+    """The first control character in `text`, or None. A name (the default) refuses format
+    characters and separators too; `multiline` text allows tab and newline among C0/C1."""
+    if multiline:
+        found = TEXT_CONTROL.search(text)
+        return found.group() if found else None
+    return _name_control(text)
 
 
 def escaped(char: str) -> str:
-    """A character as Python writes it in a string literal: `\\n`, `\\x1b`, `\\x9b`."""
+    """A character as Python writes it in a string literal: `\\n`, `\\x1b`, `\\x9b`, `\\u202e`."""
     return repr(char)[1:-1]
 
 
@@ -34,8 +48,13 @@ def control_problem(text: str, *, multiline: bool = False) -> str:
     return f"contains a control character ({escaped(char)})" if char is not None else ""
 
 
+def same_key(name: str) -> str:
+    """The name as compared: composed (NFC), so one name in two Unicode forms is one name."""
+    return unicodedata.normalize("NFC", name)
+
+
 def shown(name: str) -> str:
     """A name as text safe to print: bytes that are not UTF-8 (surrogate-escaped) shown as
-    \\xNN, control characters as `\\n`, `\\x1b`..."""
+    \\xNN, control and format characters as `\\n`, `\\x1b`, `\\u202e`..."""
     text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return CONTROL.sub(lambda found: escaped(found.group()), text)
+    return "".join(escaped(char) if unicodedata.category(char) in NAME_CATEGORIES else char for char in text)

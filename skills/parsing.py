@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from .names import control_problem
+from .names import control_problem, same_key
 
 SPEC_KEYS = ("name", "description", "license", "compatibility", "metadata", "allowed-tools")
 # Claude Code accepts these; other validators reject them, so they are info, not warnings.
@@ -278,7 +278,7 @@ def _read_name(mapping: dict[str, Any], line_of: Any, first_line: int, result: P
     name, line = _required_string(mapping, "name", line_of, first_line, result)
     if name is None:
         return ""
-    name = name.strip()
+    name = same_key(name.strip())  # the catalog keys one name, whatever Unicode form it came in
     problem = unusable_name_problem(name)
     if problem:
         result.add(Severity.ERROR, f"'name' {problem}.", line)
@@ -292,7 +292,7 @@ def _read_name(mapping: dict[str, Any], line_of: Any, first_line: int, result: P
     for word in RESERVED_NAME_WORDS:
         if word in name.lower():
             result.add(Severity.WARNING, f"'name' contains the word {word!r}, which the Claude API reserves.", line)
-    if folder is not None and folder != name:
+    if folder is not None and same_key(folder) != name:
         result.add(Severity.WARNING, f"'name' {name!r} differs from its folder {folder!r}.", line)
     return name
 

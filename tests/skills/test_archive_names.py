@@ -1,14 +1,16 @@
 """Names and leftovers at import: names that are not UTF-8 are refused with the file named (in
 zip, tar and folders; a 400 on the page, an error line in the command, which goes on with the
-other paths), and so are names holding a control character (newline, ESC, DEL, C1), shown
-escaped, whether a member's, the uploaded file's or a folder's; `node_modules/`, `.git/` and
-`__pycache__/` are dropped before the file limit counts."""
+other paths), and so are names holding a control character (newline, ESC, DEL, C1) or a
+format character or separator (a bidi override, a zero-width space, U+2028), shown escaped,
+whether a member's, the uploaded file's or a folder's; one name in two Unicode forms is one
+name; `node_modules/`, `.git/` and `__pycache__/` are dropped before the file limit counts."""
 
 from __future__ import annotations
 
 import io
 import os
 import tarfile
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -180,13 +182,19 @@ CONTROLS = {
     "carriage return": ("\r", "\\r"),
     "delete": ("\x7f", "\\x7f"),
     "C1 CSI": ("\x9b", "\\x9b"),
+    # Names only: what a name looks like is not what it is (a listing reorders or hides it).
+    "right-to-left override": ("\u202e", "\\u202e"),
+    "line separator": ("\u2028", "\\u2028"),
+    "paragraph separator": ("\u2029", "\\u2029"),
+    "zero-width space": ("\u200b", "\\u200b"),
+    "byte order mark": ("\ufeff", "\\ufeff"),
 }
 
 
 def assert_shown_escaped(message: str, escaped: str) -> None:
     assert escaped in message
     assert "refused: the name contains a control character" in message
-    assert not any(ord(char) < 32 or 0x7F <= ord(char) <= 0x9F for char in message), repr(message)
+    assert not any(unicodedata.category(char) in {"Cc", "Cf", "Zl", "Zp"} for char in message), repr(message)
 
 
 def zip_with(name: str) -> bytes:
@@ -263,3 +271,26 @@ def test_folder_file_with_a_control_character_is_refused_and_the_command_goes_on
     assert "'notes\\x1b[2J\\nforged.md': refused: the name contains a control character (\\x1b)" in err
     assert "\x1b" not in err
     assert list(Skill.objects.values_list("name", flat=True)) == ["good-skill"]
+
+
+# --- Invisible characters and Unicode forms in names ---------------------------------------
+
+
+def test_folder_with_an_invisible_character_is_refused_shown_escaped(tmp_path: Path) -> None:
+    folder = write_skill(tmp_path / "my\u202eskill", "my-skill")
+    with pytest.raises(ServiceError) as caught:
+        import_folder(folder, actor=SYSTEM)
+    assert "'my\\u202eskill': refused: the name contains a control character (\\u202e)" in caught.value.message
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("build", [zip_with, tar_with], ids=["zip", "tar"])
+def test_one_name_in_two_unicode_forms_is_refused_as_a_duplicate(build: Any) -> None:
+    """caf\u00e9.md (NFC) and cafe\u0301.md (NFD) are one name to a reader and to macOS."""
+    files = [("my-skill/SKILL.md", skill_md(), REGULAR), ("my-skill/caf\u00e9.md", b"a", REGULAR)]
+    files.append(("my-skill/cafe\u0301.md", b"b", REGULAR))
+    data = build_zip(files) if build is zip_with else build_tar([(tar_file(n), d) for n, d, _ in files])
+    with pytest.raises(ServiceError) as caught:
+        import_bytes(data, "my-skill.tar.gz")
+    assert "refused: the path appears twice in the archive" in caught.value.message
+    assert_nothing_written()

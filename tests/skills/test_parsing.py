@@ -271,3 +271,20 @@ def test_tabs_and_line_breaks_in_text_fields_are_kept() -> None:
     parsed = parse_skill_md(frontmatter('name: my-skill\ndescription: "one\\ttwo\\nthree"\nlicense: MIT\n'))
     assert parsed.errors == []
     assert parsed.description == "one\ttwo\nthree"
+
+
+@pytest.mark.parametrize(("char", "escaped"), [("\u202e", "\\u202e"), ("\u200b", "\\u200b"), ("\u2028", "\\u2028")])
+def test_a_name_with_an_invisible_character_is_an_error_shown_escaped(char: str, escaped: str) -> None:
+    """'pd\u200bf' would be a second skill looking like 'pdf'; a bidi override reorders it."""
+    parsed = parse_skill_md(frontmatter(f'name: "pd{escaped}f"\ndescription: x\nlicense: MIT\n'))
+    messages = [str(issue) for issue in parsed.errors]
+    assert any(f"contains a control character ({escaped})" in message for message in messages), messages
+    assert not any(char in message for message in messages)
+
+
+def test_a_name_in_decomposed_form_is_read_composed() -> None:
+    """'cafe\u0301' and 'caf\u00e9' are one name: the catalog keys the composed (NFC) one."""
+    parsed = parse_skill_md(frontmatter('name: "cafe\\u0301"\ndescription: x\nlicense: MIT\n'), folder="caf\u00e9")
+    assert parsed.errors == []
+    assert parsed.name == "caf\u00e9"
+    assert not any("differs from its folder" in issue.message for issue in parsed.warnings)
