@@ -12,7 +12,9 @@ teardown, a drain) has its sandbox deleted by the refill that made it.
 A config (or its space) deleted before or while its pool refills ends the refill with the
 reason in `skipped` (`PoolGone`): no row is written for it (a member's INSERT refused by the
 vanished key is the sign), a sandbox made meanwhile is deleted as above, and a labelled one
-that slips past goes with the teardown's label sweep or the per-installation clean-up.
+that slips past goes with the teardown's label sweep or the per-installation clean-up. A pool
+the backend keeps itself is looked at again once ensured: when the config went, or a teardown
+runs (whose drain may have come before the ensure), the refill drains it, or nothing would.
 
 `kick(config)` starts a refill in the background after the transaction commits (a Celery task
 when JOB_RUNNER is celery, else a thread); `refill_all` is the periodic pass.
@@ -205,9 +207,25 @@ def _refill_native(native: WarmPoolCapability, config: SandboxConfig, want: Want
                 native.drain(name)
                 report.drained.append(name)
         native.ensure(current, want.spec, want.size)
+        if want.size and (gone := _going(config)):
+            native.drain(current)  # a teardown drained the config's pools before this ensure made it again
+            raise PoolGone(gone)
     except RemoteError as exc:
         logger.warning("pool refill of %s failed: %s", config.name, exc.message, extra={"config_id": str(config.pk)})
         report.errors.append(f"{exc.kind}: {exc.message}")
+
+
+def _going(config: SandboxConfig) -> str:
+    """Why the config's pool must not be kept (its row or space went, or a teardown of either
+    runs: it may have drained the backend's pools already), or ''."""
+    try:
+        refuse_if_gone(config)
+        refuse_while_deleted(config.space, config)
+    except PoolGone as exc:
+        return exc.reason
+    except BeingDeleted as exc:
+        return str(exc)
+    return ""
 
 
 def _alive(backend: Backend, config: SandboxConfig, ready: list[PoolMember], report: RefillReport) -> list[PoolMember]:

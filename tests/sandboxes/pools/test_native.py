@@ -5,15 +5,18 @@ config moves to another template (as a skill install moves it) and when the conf
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db.models.signals import post_delete
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from console.services import SYSTEM
 from sandboxes.catalog.bridge import get_backend
-from sandboxes.models import SandboxConfig, is_native_pool_of
+from sandboxes.models import PoolMember, SandboxConfig, is_native_pool_of
 from sandboxes.pools.keeper import refill
 from sandboxes.pools.stats import read_pools
 from sandboxes.sessions.teardown import Report, tear_down_config
@@ -91,3 +94,33 @@ def test_a_native_pool_is_sized_shown_and_drained_from_the_console(
     tear_down_config(kube_config, actor=SYSTEM, report=teardown)
     assert teardown.deleted.get("warm pool") == list(kept)
     assert _kept(fake_cluster, kube_config) == {}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_config_torn_down_while_its_native_pool_refills_leaves_no_pool(
+    world: World, kube_config: SandboxConfig, fake_cluster: FakeCluster
+) -> None:
+    """The refill passed its check that the config is there, then the teardown drained the
+    backend's pools and deleted the config's row: the pool the refill goes on to ensure would
+    be kept by the cluster for a config no longer anywhere, refilled for ever. The refill
+    drains it and ends saying why."""
+    SandboxConfig.objects.filter(pk=kube_config.pk).update(pool_size=2)
+    config = SandboxConfig.objects.select_related("space", "backend").get(pk=kube_config.pk)
+    # A member left being made long ago: the refill forgets it first, the moment the teardown runs.
+    stale = PoolMember.objects.create(space=world.space_a, config=config, template_id="t", policy_fingerprint="f")
+    PoolMember.objects.filter(pk=stale.pk).update(created=timezone.now() - timedelta(days=1))
+
+    def tear_down(**_: Any) -> None:
+        post_delete.disconnect(sender=PoolMember, dispatch_uid="test-tear-down")
+        tear_down_config(SandboxConfig.objects.get(pk=config.pk), actor=SYSTEM, report=Report())
+        SandboxConfig.objects.filter(pk=config.pk).delete()
+
+    post_delete.connect(tear_down, sender=PoolMember, weak=False, dispatch_uid="test-tear-down")
+    try:
+        report = refill(config)
+    finally:
+        post_delete.disconnect(sender=PoolMember, dispatch_uid="test-tear-down")
+    assert not SandboxConfig.objects.filter(pk=config.pk).exists()
+    assert _kept(fake_cluster, config) == {}
+    assert report.skipped == "the pool's config was deleted"
+    assert report.errors == []
