@@ -31,6 +31,7 @@ from typing import IO
 from urllib.parse import urlsplit
 
 from ..archives import human_size
+from ..names import control_in
 
 REMOTE_SCHEMES = ("https", "http", "git")
 URL_MAX = 1000
@@ -90,7 +91,7 @@ def check_url(url: str, policy: GitPolicy) -> str:
         raise GitError(
             "Remote helpers such as ext:: and fd:: are not allowed; give an https://, http:// or git:// URL."
         )
-    if len(url) > URL_MAX or any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+    if len(url) > URL_MAX or any(ch.isspace() for ch in url) or control_in(url):
         raise GitError("The URL is too long or holds spaces or control characters.")
     try:
         split = urlsplit(url)
@@ -152,7 +153,7 @@ def check_path(path: str) -> str:
     if (
         len(cleaned) > PATH_MAX
         or "\\" in cleaned
-        or any(ord(ch) < 32 or ord(ch) == 127 for ch in cleaned)
+        or control_in(cleaned)  # the rule of every skill name: C0/C1, format characters, separators
         or any(part in ("", ".", "..") for part in parts)
     ):
         raise GitError(f"{path[:100]!r} is not a folder path inside the repository (no '..', no backslash).")

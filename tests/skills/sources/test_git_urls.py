@@ -96,3 +96,26 @@ def test_without_git_on_the_server_the_refusal_says_so(monkeypatch: pytest.Monke
     monkeypatch.setattr("skills.sources.git._argv", lambda args: [str(tmp_path / "no-git"), *args])
     with pytest.raises(GitError, match="git cannot run on the console server"):
         remote_commit("https://git.example.test/x.git", "", POLICY, GitLimits(timeout_s=5))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://git.example.test/org/x\x9b2J.git",
+        "https://git.example.test/org/\u202elld.git",
+        "https://git.example.test/a\u200bb",
+    ],
+)
+def test_urls_with_a_control_or_format_character_are_refused(url: str) -> None:
+    """The rule of every skill name (`skills.names`): a C1 control repaints a terminal, a bidi
+    override or zero-width space makes the stored and shown URL read as another."""
+    with pytest.raises(GitError) as refused:
+        check_url(url, POLICY)
+    assert "control characters" in refused.value.message
+
+
+@pytest.mark.parametrize("path", ["skills/x\x9b2J", "skills/\u202efdp", "skills/p\u200bdf", "a\u2028b"])
+def test_folders_with_a_control_or_format_character_are_refused_before_git_runs(path: str) -> None:
+    with pytest.raises(GitError) as refused:
+        check_path(path)
+    assert not any(char in refused.value.message for char in "\x9b\u202e\u200b\u2028")
