@@ -262,6 +262,28 @@ def test_text_file_is_escaped_and_binary_is_not_shown(world: World) -> None:
     assert download.content == b"\x00\x01\xff"
 
 
+@pytest.mark.parametrize(
+    ("name", "header"),
+    [
+        # A row imported before names were checked: the page and its download still answer.
+        ("notes\r\nSet-Cookie: x=1.md", 'attachment; filename="notes\\\\r\\\\nSet-Cookie: x=1.md"'),
+        ("run\u202egnp.sh", 'attachment; filename="run\\\\u202egnp.sh"'),
+        ("caf\u00e9.md", "attachment; filename*=utf-8''caf%C3%A9.md"),
+    ],
+)
+def test_a_file_of_any_stored_name_is_shown_and_downloaded(world: World, name: str, header: str) -> None:
+    version = make_version("legacy-skill")
+    stored = SkillFile.objects.create(
+        version=version, path=f"scripts/{name}", mode=0o644, size=1, sha256="0" * 64, content=b"x"
+    )
+    client = world.client_for("bob")
+    assert client.get(stored.get_absolute_url()).status_code == 200
+    download = client.get(stored.get_absolute_url() + "?download=1")
+    assert download.status_code == 200
+    assert download["Content-Disposition"] == header
+    assert download.content == b"x"
+
+
 # --- The list ----------------------------------------------------------------------------
 
 
