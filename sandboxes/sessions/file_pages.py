@@ -26,7 +26,15 @@ from .access import get_session_for_user
 from .pages import _browse_url
 from .runtime import Runtime
 from .tuning import SESSIONS
-from .workspace import SandboxNotRunning, delete_path, make_folder, read_file, rename_path, write_file
+from .workspace import (
+    SandboxNotRunning,
+    delete_path,
+    download_disposition,
+    make_folder,
+    read_file,
+    rename_path,
+    write_file,
+)
 
 PREVIEW_MAX_BYTES = 256 * 1024
 # Served inline as images, by extension; anything else (SVG included: it may hold scripts)
@@ -108,8 +116,7 @@ def file_raw(request: HttpRequest, session_id: str) -> HttpResponse:
         return HttpResponse(error, status=404, content_type="text/plain; charset=utf-8")
     kind = _image_type(path)
     response = HttpResponse(data, content_type=kind or "application/octet-stream")
-    name = path.rsplit("/", 1)[-1].replace('"', "") or "file"
-    response["Content-Disposition"] = f'{"inline" if kind else "attachment"}; filename="{name}"'
+    response["Content-Disposition"] = download_disposition(path, inline=bool(kind))
     response["X-Content-Type-Options"] = "nosniff"
     response["Content-Security-Policy"] = "default-src 'none'; sandbox"
     return response

@@ -39,7 +39,14 @@ from .runtime import Runtime
 from .services import do_keep_session_awake, do_set_session_labels
 from .stats import read_session_stats
 from .teardown_pages import session_delete
-from .workspace import SandboxNotRunning, collect_artifacts, list_files, read_file, stage_input
+from .workspace import (
+    SandboxNotRunning,
+    collect_artifacts,
+    download_disposition,
+    list_files,
+    read_file,
+    stage_input,
+)
 
 # --- Sessions ----------------------------------------------------------------------------
 
@@ -285,7 +292,7 @@ def session_download(request: HttpRequest, session_id: str) -> HttpResponse:
         messages.error(request, exc.message)
         return redirect(session)
     response = HttpResponse(data, content_type="application/octet-stream")
-    response["Content-Disposition"] = f'attachment; filename="{path.rsplit("/", 1)[-1] or "file"}"'
+    response["Content-Disposition"] = download_disposition(path)
     return response
 
 

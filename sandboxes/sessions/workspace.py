@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import posixpath
+import unicodedata
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from django.conf import settings
 from django.core.files.base import ContentFile
 from django.db import transaction
+from django.utils.http import content_disposition_header
 
 from console.models import AuditAction
 from console.services import Actor, ServiceError, record_audit
@@ -214,6 +216,19 @@ def stat_file(runtime: Runtime, session: Session, relative: str) -> FileInfo:
     path = workspace_path(relative)
     backend, sandbox_id = _sandbox(runtime, session)
     return FileInfo.from_stat_row(_json(run_helper(backend, sandbox_id, "stat", path)))
+
+
+def download_name(path: str) -> str:
+    """The file name a download is saved as: the path's last part, with control and format
+    characters escaped (`\\n`, `\\u202e`). The session user names files as they like: a
+    newline cannot go in a header (Django refuses it: a 500), a bidi override misleads."""
+    name = path.rsplit("/", 1)[-1] or "file"
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in {"Cc", "Cf", "Zl", "Zp"} else c for c in name)
+
+
+def download_disposition(path: str, *, inline: bool = False) -> str:
+    """Content-Disposition for a workspace file, quoted as RFC 6266 has it (`download_name`)."""
+    return content_disposition_header(not inline, download_name(path)) or "attachment"  # None only without a name
 
 
 @_counted

@@ -194,3 +194,19 @@ def test_viewers_and_outsiders_do_not_touch_files(world: World, sandbox: Sandbox
     strict.force_login(world.alice)
     assert strict.post(url("file_delete", session), {"path": "docs/note.txt"}).status_code == 403
     assert sandbox.run("ls /workspace/docs") == "deep\nnote.txt\nup\n"
+
+
+def test_a_file_of_any_name_the_session_user_gives_downloads(world: World, sandbox: Sandbox) -> None:
+    """A newline in a name (no header may hold one) and a quote or bidi override (which would
+    end or turn the quoted name): the download answers, the name escaped and quoted."""
+    sandbox.run("cd /workspace && printf x > \"$(printf 'a\\r\\nb.txt')\"")
+    sandbox.run('cd /workspace && printf y > "$(printf \'q\\"\\342\\200\\256x.png\')"')
+    alice = world.client_for("alice")
+    for view in ("file_raw", "session_download"):
+        forged = alice.get(url(view, sandbox.session, path="a\r\nb.txt"))
+        assert forged.status_code == 200
+        assert forged["Content-Disposition"] == 'attachment; filename="a\\\\r\\\\nb.txt"'
+        assert forged.content == b"x"
+    raw = alice.get(url("file_raw", sandbox.session, path='q"\u202ex.png'))
+    assert raw["Content-Disposition"] == 'inline; filename="q\\"\\\\u202ex.png"'
+    assert raw.content == b"y"
