@@ -16,12 +16,13 @@ from __future__ import annotations
 import re
 import unicodedata
 
-# C0 (U+0000-U+001F), DEL (U+007F) and C1 (U+0080-U+009F).
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-# The same less tab and newline, which multi-line text keeps.
-TEXT_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-# Unicode categories a name may not hold: controls, format characters, line/paragraph separators.
-NAME_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+# C0 (U+0000-U+001F) less tab and newline, which multi-line text keeps, DEL (U+007F), C1
+# (U+0080-U+009F), and lone surrogates (a YAML escape such as "\\ud800" makes one): no UTF-8
+# text, nor PostgreSQL, can hold them.
+TEXT_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+# Unicode categories a name may not hold: controls, format characters, line/paragraph
+# separators, and lone surrogates.
+NAME_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
 def _name_control(text: str) -> str | None:
@@ -56,5 +57,10 @@ def same_key(name: str) -> str:
 def shown(name: str) -> str:
     """A name as text safe to print: bytes that are not UTF-8 (surrogate-escaped) shown as
     \\xNN, control and format characters as `\\n`, `\\x1b`, `\\u202e`..."""
-    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return "".join(escaped(char) if unicodedata.category(char) in NAME_CATEGORIES else char for char in text)
+    return "".join(_shown_char(char) for char in name)
+
+
+def _shown_char(char: str) -> str:
+    if "\udc80" <= char <= "\udcff":  # a byte that was not UTF-8, as surrogateescape keeps it
+        return f"\\x{ord(char) - 0xDC00:02x}"
+    return escaped(char) if unicodedata.category(char) in NAME_CATEGORIES else char

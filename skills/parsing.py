@@ -305,9 +305,11 @@ def unusable_name_problem(name: str) -> str:
         return "contains a slash, backslash or NUL"
     if name in {".", ".."} or ".." in name:
         return "contains '..'"
+    if problem := control_problem(name):  # before encoding: a lone surrogate cannot be
+        return problem
     if len(name.encode()) > NAME_HARD_MAX_BYTES:
         return f"is over {NAME_HARD_MAX_BYTES} bytes"
-    return control_problem(name)
+    return ""
 
 
 def _read_description(mapping: dict[str, Any], line_of: Any, first_line: int, result: ParsedSkill) -> str:

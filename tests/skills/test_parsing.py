@@ -288,3 +288,20 @@ def test_a_name_in_decomposed_form_is_read_composed() -> None:
     assert parsed.errors == []
     assert parsed.name == "caf\u00e9"
     assert not any("differs from its folder" in issue.message for issue in parsed.warnings)
+
+
+SURROGATE_FIELDS = {
+    # A YAML escape makes a lone surrogate, which no UTF-8 text (nor PostgreSQL) can hold.
+    "name": ('name: "my\\ud800skill"\ndescription: x\n', "'name'"),
+    "description": ('name: my-skill\ndescription: "a\\udfffb"\n', "'description'"),
+    "metadata key": ('name: my-skill\ndescription: x\nmetadata:\n  "k\\ud83d": 1\n', "'metadata'"),
+}
+
+
+@pytest.mark.parametrize("case", list(SURROGATE_FIELDS))
+def test_a_lone_surrogate_in_the_frontmatter_is_an_error_not_a_crash(case: str) -> None:
+    text, key = SURROGATE_FIELDS[case]
+    parsed = parse_skill_md(frontmatter(text), folder="my-skill")
+    messages = [str(issue) for issue in parsed.errors]
+    assert any(key in message and "contains a control character (\\u" in message for message in messages), messages
+    "".join(messages).encode()  # every message is printable text
