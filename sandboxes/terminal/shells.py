@@ -140,13 +140,18 @@ def why_the_shell_ended(session_id: str, sandbox_id: str | None) -> tuple[str, i
 
     A DELETE removes the sandbox first and the row last, all under the lifecycle lock, and
     `Runtime.deleted` waits for that lock: once it returns, a DELETE that ended this shell has
-    taken the row (or failed, and the row stays). A sandbox then found gone while the row
-    stays went another way (a rebuild, a removal on the engine): said at once, never after a
-    wait for a row that is not going."""
+    taken the row (or failed, and the row stays). A shell that exited by itself may meet a
+    DELETE that began after that first look: a sandbox found going is asked about again
+    (the DELETE removing it holds the lock until its row is gone). One found gone while the
+    row stays went another way (a rebuild, a removal on the engine): said at once, never
+    after a wait for a row that is not going."""
     session = Session.objects.filter(pk=session_id).select_related("config", "space").first()
-    if session is None or Runtime().deleted(session):
+    runtime = Runtime()
+    if session is None or runtime.deleted(session):
         return "the session was deleted", CLOSE_SESSION_DELETED
     if sandbox_id and _sandbox_gone(session, sandbox_id):
+        if runtime.deleted(session):
+            return "the session was deleted", CLOSE_SESSION_DELETED
         return "the sandbox is gone", CLOSE_NORMAL
     session.refresh_from_db(fields=["state"])
     if session.state in ("paused", "stopped"):

@@ -20,7 +20,7 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from console.services import SYSTEM
-from sandboxes.models import Session
+from sandboxes.models import Session, Terminal
 from sandboxes.sessions.runtime import Runtime
 from sandboxes.sessions.teardown import delete_session
 from sandboxes.terminal import process as terminal_process
@@ -128,4 +128,29 @@ async def test_a_shell_that_exits_in_a_running_sandbox_says_so(
     closed = [m for m in screen.controls if m.get("state") == "closed"]
     assert (screen.closed_code, [m["reason"] for m in closed]) == (terminal_protocol.CLOSE_NORMAL, ["the shell exited"])
     assert (await wait_closed(tid)).close_reason == "the shell exited"
+    await comm.disconnect()
+
+
+@pytest.mark.parametrize("keep", [True, False])
+async def test_a_session_deleted_as_its_shell_exits_is_said_deleted_not_gone(
+    tuned: Tuned, world: World, session: Session, keep: bool
+) -> None:
+    """A DELETE that comes as the shell exits by itself, while the terminal is telling why:
+    the sandbox found going then is the DELETE's, so the terminal says the session was
+    deleted (or, when the shell's end was told before the DELETE began, that the shell
+    exited), never that the sandbox is gone."""
+    comm, screen, tid = await open_a_working_shell(tuned, world, session, keep)
+    await sync_to_async(session.refresh_from_db)()
+    await screen.run("exit\n")
+    await screen.until_output(b"logout")
+    going = asyncio.ensure_future(sync_to_async(in_own_thread, thread_sensitive=False)(delete, session))
+    await screen.until(lambda: screen.closed_code is not None, timeout=30, what="the close")
+    await going
+    told = (screen.closed_code, [m["reason"] for m in screen.controls if m.get("state") == "closed"])
+    assert told in (
+        (terminal_protocol.CLOSE_SESSION_DELETED, ["the session was deleted"]),
+        (terminal_protocol.CLOSE_NORMAL, ["the shell exited"]),
+    )
+    assert not await Session.objects.filter(pk=session.pk).aexists()
+    assert not await Terminal.objects.filter(pk=tid).aexists()  # went with the session
     await comm.disconnect()
