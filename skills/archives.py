@@ -58,6 +58,8 @@ RATIO_CHECK_MIN_BYTES = 64 * 1024
 # (and, in a tar, bytes to decompress to skip): a tar may hold this many entries per allowed file.
 ENTRIES_PER_FILE = 100
 MAX_PATH_LENGTH = 1024
+# One file or folder name, as Linux file systems take it (NAME_MAX).
+MAX_NAME_BYTES = 255
 SYMLINK_TARGET_MAX = 4096
 PERMISSION_BITS = 0o777
 # setuid, setgid, sticky: read from the archive so their removal is named, never stored.
@@ -261,6 +263,11 @@ def clean_member_path(name: str) -> str:
     if ".." in parts:
         raise ArchiveError(f"{name!r}: refused: the path leaves the skill ('..').")
     path = "/".join(parts)
+    for part in parts:
+        if len(part.encode()) > MAX_NAME_BYTES:
+            raise ArchiveError(
+                f"{part[:80]!r}...: refused: the name is over {MAX_NAME_BYTES} bytes (a file system's most)."
+            )
     if len(path) > MAX_PATH_LENGTH:
         raise ArchiveError(f"{name[:80]!r}...: refused: paths are limited to {MAX_PATH_LENGTH} characters.")
     return path

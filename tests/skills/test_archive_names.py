@@ -294,3 +294,15 @@ def test_one_name_in_two_unicode_forms_is_refused_as_a_duplicate(build: Any) -> 
         import_bytes(data, "my-skill.tar.gz")
     assert "refused: the path appears twice in the archive" in caught.value.message
     assert_nothing_written()
+
+
+@pytest.mark.parametrize("build", [zip_with, tar_with], ids=["zip", "tar"])
+def test_a_name_longer_than_a_file_system_takes_is_refused_at_import(build: Any) -> None:
+    """A part of a path over 255 bytes (86 three-byte characters, well within the path limit
+    in characters) would only fail when a sandbox's file system is asked to hold it, at install."""
+    long = "\u20ac" * 86  # 258 bytes in 86 characters
+    with pytest.raises(ServiceError) as caught:
+        import_bytes(build(f"my-skill/docs/{long}.md"), "my-skill.tar.gz")
+    assert "is over 255 bytes" in caught.value.message
+    assert_nothing_written()
+    import_bytes(build(f"my-skill/docs/{long[:80]}.md"), "my-skill.tar.gz")  # 243 bytes: kept
