@@ -7,6 +7,7 @@ Nothing here branches on the backend's kind: only on the capabilities the contra
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from django.utils import timezone
 from console.models import AuditAction
 from console.services import Actor, record_audit
 
-from ..backends.base import ErrorKind, ExecRequest, PtySize, RemoteError, SandboxState
+from ..backends.base import Backend, ErrorKind, ExecRequest, PtySize, RemoteError, SandboxState
 from ..backends.capabilities import PtyHandle
 from ..catalog.bridge import get_backend
 from ..models import Session, Terminal
@@ -132,6 +133,8 @@ def end_kept_shell(session_id: str, sandbox_id: str, terminal_id: str) -> None:
 
 
 ALIVE_PROBE_S = 5.0
+# How long a sandbox whose probe failed is watched for the engine to record it gone.
+GOING_WATCH_S = 3.0
 
 
 def why_the_shell_ended(session_id: str, sandbox_id: str | None) -> tuple[str, int]:
@@ -162,16 +165,34 @@ def why_the_shell_ended(session_id: str, sandbox_id: str | None) -> tuple[str, i
 def _sandbox_gone(session: Session, sandbox_id: str) -> bool:
     """Gone, or on its way out: not found, stopped or going, or still called running while it
     runs no command. A removal kills the shell a moment before the engine records the kill,
-    so a running sandbox is asked to run `true` before the shell is said to have exited."""
+    so a running sandbox is asked to run `true` before the shell is said to have exited.
+
+    A `true` that fails is no verdict by itself: a sandbox that runs on may start no command
+    (every process slot taken, an engine too slow for the probe). The engine is watched for a
+    moment then: gone once it records the sandbox gone or stopped, else running (or paused)."""
     backend = get_backend(session.config)
     try:
-        info = backend.get(sandbox_id, timeout_s=10)
+        state: SandboxState | None = backend.get(sandbox_id, timeout_s=10).state
     except RemoteError as exc:
         return exc.kind == ErrorKind.NOT_FOUND
-    if info.state != SandboxState.RUNNING:
-        return info.state in (SandboxState.STOPPED, SandboxState.GONE)
+    if state != SandboxState.RUNNING:
+        return state in (SandboxState.STOPPED, SandboxState.GONE)
     try:
-        result = backend.exec(sandbox_id, ExecRequest(argv=("true",), timeout_s=ALIVE_PROBE_S))
+        if backend.exec(sandbox_id, ExecRequest(argv=("true",), timeout_s=ALIVE_PROBE_S)).exit_code == 0:
+            return False
     except RemoteError:
-        return True
-    return result.exit_code != 0
+        pass
+    deadline = time.monotonic() + GOING_WATCH_S
+    while state == SandboxState.RUNNING and time.monotonic() < deadline:
+        time.sleep(0.1)
+        state = _state(backend, sandbox_id)
+    return state in (None, SandboxState.STOPPED, SandboxState.GONE)
+
+
+def _state(backend: Backend, sandbox_id: str) -> SandboxState | None:
+    """The sandbox's state; None when the engine has no such sandbox, RUNNING when it does
+    not answer in time (nothing is said gone on a failed look)."""
+    try:
+        return backend.get(sandbox_id, timeout_s=GOING_WATCH_S).state
+    except RemoteError as exc:
+        return None if exc.kind == ErrorKind.NOT_FOUND else SandboxState.RUNNING

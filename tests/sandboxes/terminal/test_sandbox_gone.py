@@ -154,3 +154,38 @@ async def test_a_session_deleted_as_its_shell_exits_is_said_deleted_not_gone(
     assert not await Session.objects.filter(pk=session.pk).aexists()
     assert not await Terminal.objects.filter(pk=tid).aexists()  # went with the session
     await comm.disconnect()
+
+
+# Takes every process slot the sandbox has (its pids limit) with threads, says so, and holds them.
+HOLD_EVERY_PROCESS_SLOT = (
+    "import threading, time\n"
+    "n = 0\n"
+    "while True:\n"
+    "    try:\n"
+    "        threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n"
+    "    except RuntimeError:\n"
+    "        break\n"
+    "    n += 1\n"
+    "print('slots-' + 'taken', n, flush=True)\n"
+    "time.sleep(3600)\n"
+)
+
+
+async def test_a_shell_that_exits_in_a_sandbox_that_can_start_nothing_says_it_exited(
+    tuned: Tuned, world: World, session: Session
+) -> None:
+    """The sandbox runs on, every process slot taken: no command can start in it, so the
+    `true` asked of it fails. It is still running (the engine says so), not gone: the terminal
+    says the shell exited."""
+    comm, screen, tid = await open_a_working_shell(tuned, world, session, False)
+    await screen.run("cat > /tmp/hold.py <<'EOF'\n" + HOLD_EVERY_PROCESS_SLOT + "EOF\n")
+    await screen.run("python3 /tmp/hold.py &\n")
+    await screen.until_output(b"slots-taken", timeout=60)
+    await screen.run("exit\n")
+    await screen.until(lambda: screen.closed_code is not None, timeout=30, what="the close")
+    closed = [m for m in screen.controls if m.get("state") == "closed"]
+    assert (screen.closed_code, [m["reason"] for m in closed]) == (terminal_protocol.CLOSE_NORMAL, ["the shell exited"])
+    assert (await wait_closed(tid)).close_reason == "the shell exited"
+    await sync_to_async(session.refresh_from_db)()
+    assert docker.from_env(timeout=30).containers.get(session.sandbox_id).status == "running"
+    await comm.disconnect()
