@@ -15,7 +15,6 @@ from console.services import SYSTEM
 from sandboxes.models import SandboxConfig, Session
 from sandboxes.sessions import store_select as binding
 from sandboxes.sessions.lookup import get_or_create_session
-from sandboxes.sessions.store_db import DatabaseSessionStore
 from sandboxes.sessions.teardown import delete_session
 from tests.personas import World
 from tests.sandboxes.conftest import docker_base_image, session_config, test_run_id  # noqa: F401 - fixtures
@@ -73,10 +72,10 @@ def shoot(page: Any, name: str) -> None:
 
 @pytest.fixture
 def session(world: World, session_config: SandboxConfig) -> Session:  # noqa: F811
-    # The database store: the lifecycle lock a delete holds is seen by the forked Daphne too,
-    # so the terminal can tell "session deleted" from "the shell exited" (a memory store is
-    # each process's own).
-    binding.set_store(DatabaseSessionStore())
+    # The store the forked Daphne makes from the settings (Redis when REDIS_URL is set, else
+    # the database): the lifecycle lock a delete here holds is the one its terminal waits on,
+    # so it can tell "session deleted" from "the sandbox is gone".
+    binding.set_store(binding.store_from_settings())
     return get_or_create_session(world.space_a, "e2e-terminal-ui")
 
 
