@@ -17,19 +17,18 @@ from django.db.models import Count, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.datastructures import MultiValueDict
-from django.utils.http import content_disposition_header
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods
 
 from console.access import is_platform_admin
 from console.services import ServiceError, actor_from_request
 from console.views import paginate, query_without_page, swaps
+from sandboxes.sessions.workspace import download_disposition
 
 from .archives import Limits, human_size
 from .forms import SkillImportForm
 from .image_views import install_targets
 from .models import GitSource, Skill, SkillFile, SkillVersion
-from .names import shown
 from .rendering import render_markdown
 from .services import (
     do_confirm_dependencies,
@@ -161,8 +160,8 @@ def download(skill_file: SkillFile) -> HttpResponse:
     # Untrusted bytes: never rendered by the browser, always saved.
     response = HttpResponse(bytes(skill_file.content), content_type="application/octet-stream")
     # A name stored before names were checked may hold a newline (a header cannot) or a bidi
-    # override: shown escaped, and quoted as RFC 6266 has it (filename*= when not ASCII).
-    response["Content-Disposition"] = content_disposition_header(True, shown(skill_file.path.rsplit("/", 1)[-1]))
+    # override: escaped and quoted as every download's name is.
+    response["Content-Disposition"] = download_disposition(skill_file.path)
     response["X-Content-Type-Options"] = "nosniff"
     return response
 

@@ -220,14 +220,15 @@ def stat_file(runtime: Runtime, session: Session, relative: str) -> FileInfo:
 
 def download_name(path: str) -> str:
     """The file name a download is saved as: the path's last part, with control and format
-    characters escaped (`\\n`, `\\u202e`). The session user names files as they like: a
-    newline cannot go in a header (Django refuses it: a 500), a bidi override misleads."""
+    characters and lone surrogates escaped (`\\n`, `\\u202e`). Files are named as their makers
+    like: a newline cannot go in a header (Django refuses it: a 500), a bidi override misleads."""
     name = path.rsplit("/", 1)[-1] or "file"
-    return "".join(repr(c)[1:-1] if unicodedata.category(c) in {"Cc", "Cf", "Zl", "Zp"} else c for c in name)
+    return "".join(repr(c)[1:-1] if unicodedata.category(c) in {"Cc", "Cf", "Zl", "Zp", "Cs"} else c for c in name)
 
 
 def download_disposition(path: str, *, inline: bool = False) -> str:
-    """Content-Disposition for a workspace file, quoted as RFC 6266 has it (`download_name`)."""
+    """Content-Disposition for a download (a workspace or skill file), quoted as RFC 6266 has
+    it (`download_name`): the one home of a downloaded file's name."""
     return content_disposition_header(not inline, download_name(path)) or "attachment"  # None only without a name
 
 
