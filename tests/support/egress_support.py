@@ -132,11 +132,17 @@ def docker0_address() -> str:
 
 
 def start_listener(backend: DockerBackend, sandbox_id: str) -> None:
-    """LISTENER in the background in the sandbox, on LISTENER_PORT."""
+    """LISTENER in the background in the sandbox, on LISTENER_PORT, once it listens (a busy
+    machine may take a while to start its Python: a probe sent before would be refused)."""
     started = backend.exec(
         sandbox_id, ExecRequest(argv=("sh", "-c", 'nohup python3 -c "$0" > /dev/null 2>&1 &', LISTENER), user="user")
     )
     assert started.exit_code == 0, started
+    loopback = ("127.0.0.1", LISTENER_PORT)
+    deadline = time.monotonic() + 30
+    while probe(backend, sandbox_id, [loopback], timeout_s=1) != {f"127.0.0.1:{LISTENER_PORT}": "reached"}:
+        assert time.monotonic() < deadline, f"the listener in {sandbox_id} did not listen within 30 s"
+        time.sleep(0.1)
 
 
 def probe(
